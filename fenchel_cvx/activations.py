@@ -1,0 +1,359 @@
+"""Biconvex activations: Theorem 1 of the paper.
+
+For a continuous, strictly increasing activation phi, with ``F(v) = int phi^{-1}`` and
+``F*(u) = int phi`` (its convex conjugate), the *biconvex divergence*
+
+    B_phi(v, u) = F(v) + F*(u) - u v  >= 0,      with equality iff  v = phi(u)
+
+(Fenchel-Young) is convex in v and in u separately, so the constraint ``v = phi(u)`` of a
+network layer can be written as ``B_phi(v, u) <= 0`` and dualised (the paper's eq. (3)-(5)).
+
+Each activation here gives, elementwise and for any array-API namespace (NumPy, CuPy,
+array-api-strict): ``phi``, its derivative ``dphi``, ``phi_inv``, ``F``, ``Fstar``, the
+divergence and its partial gradients; and, for the CVXPY oracle, ``divergence_cvx(v, u)``.
+ReLU is not strictly increasing, but its B (``v >= 0`` domain) satisfies the same theorem.
+``monotone(phi)`` builds F and F* by quadrature for any continuous strictly increasing phi
+(NumPy only, for theorem checks). Look activations up by name: ``activation("relu")``.
+"""
+import math
+
+import cvxpy as cp
+import numpy as np
+from array_api_compat import array_namespace
+from scipy import integrate
+
+
+def _xlogx(xp, x):
+    """x log x with the limit 0 at x = 0 (no warning, no NaN)."""
+    pos = x > 0
+    return xp.where(pos, x * xp.log(xp.where(pos, x, xp.ones_like(x))), xp.zeros_like(x))
+
+
+def _is_expr(x):
+    return isinstance(x, cp.Expression) and not isinstance(x, cp.Parameter) and bool(x.variables())
+
+
+class Activation:
+    """An activation phi with its Theorem-1 divergence. Subclasses fill in the closed forms."""
+
+    name = "activation"
+    v_range = (-math.inf, math.inf)  # the closed range of phi: the domain of v in B(v, u)
+
+    def __repr__(self):
+        return f"activation({self.name!r})"
+
+    # --- elementwise, array-API -----------------------------------------------------------
+    def phi(self, u):
+        raise NotImplementedError
+
+    def dphi(self, u):
+        raise NotImplementedError
+
+    def phi_inv(self, v):
+        raise NotImplementedError
+
+    def F(self, v):
+        raise NotImplementedError
+
+    def Fstar(self, u):
+        raise NotImplementedError
+
+    def in_range(self, v):
+        """Boolean mask: v inside the closed range of phi (the domain of F)."""
+        lo, hi = self.v_range
+        return (v >= lo) & (v <= hi)
+
+    def project(self, v):
+        """Euclidean projection onto the range of phi (the domain of the X-blocks)."""
+        xp = array_namespace(v)
+        lo, hi = self.v_range
+        return xp.clip(v, None if math.isinf(lo) else lo, None if math.isinf(hi) else hi)
+
+    def divergence(self, v, u):
+        """Elementwise B_phi(v, u) = F(v) + F*(u) - u v; +inf where v is outside phi's range."""
+        xp = array_namespace(v, u)
+        ok = self.in_range(v)
+        vin = xp.where(ok, v, xp.zeros_like(v))
+        B = self.F(vin) + self.Fstar(u) - u * vin
+        return xp.where(ok, B, xp.full_like(B, math.inf))
+
+    def grad_u(self, v, u):
+        """dB/du = phi(u) - v."""
+        return self.phi(u) - v
+
+    def grad_v(self, v, u):
+        """dB/dv = phi^{-1}(v) - u (a subgradient for ReLU at v = 0)."""
+        return self.phi_inv(v) - u
+
+    # --- CVXPY ------------------------------------------------------------------------------
+    def F_cvx(self, v):
+        raise NotImplementedError
+
+    def Fstar_cvx(self, u):
+        raise NotImplementedError
+
+    def divergence_cvx(self, v, u):
+        """Summed B_phi(v, u) as a CVXPY expression, with the domain constraints on v.
+
+        Exactly one of ``v``, ``u`` is a CVXPY expression of variables; the other is a NumPy
+        array or a ``cp.Parameter``. The result is DCP, and DPP where a parameter appears.
+        Returns ``(expression, constraints)``.
+        """
+        v_var, u_var = _is_expr(v), _is_expr(u)
+        if v_var == u_var:
+            raise ValueError(
+                "divergence_cvx needs exactly one of v, u to be a CVXPY expression of "
+                f"variables, got v={type(v).__name__}, u={type(u).__name__}"
+            )
+        cons = []
+        if v_var:
+            lo, hi = self.v_range
+            cons += [v >= lo] if not math.isinf(lo) else []
+            cons += [v <= hi] if not math.isinf(hi) else []
+            Fv = cp.sum(self.F_cvx(v))
+        else:
+            Fv = self._constant_part(v, "v", self.F, self.F_cvx, check_range=True)
+        if u_var:
+            Fs = cp.sum(self.Fstar_cvx(u))
+        else:
+            Fs = self._constant_part(u, "u", self.Fstar, self.Fstar_cvx)
+        return Fv + Fs - cp.sum(cp.multiply(u, v)), cons
+
+    def _constant_part(self, x, name, f_np, f_cvx, check_range=False):
+        if isinstance(x, cp.Parameter):
+            return cp.sum(f_cvx(x))
+        x = np.asarray(x, dtype=float)
+        if check_range and not np.all(self.in_range(x)):
+            bad = x[~self.in_range(x)].ravel()[0]
+            raise ValueError(f"{name} must lie in the range {self.v_range} of {self.name}, got {bad}")
+        return float(np.sum(f_np(x)))
+
+
+class ReLU(Activation):
+    """phi(u) = max(u, 0).  B(v, u) = v^2/2 + u_+^2/2 - u v on v >= 0."""
+
+    name = "relu"
+    v_range = (0.0, math.inf)
+
+    def phi(self, u):
+        xp = array_namespace(u)
+        return xp.where(u > 0, u, xp.zeros_like(u))
+
+    def dphi(self, u):
+        xp = array_namespace(u)
+        return xp.astype(u > 0, u.dtype)
+
+    def phi_inv(self, v):
+        return v
+
+    def F(self, v):
+        return 0.5 * v * v
+
+    def Fstar(self, u):
+        p = self.phi(u)
+        return 0.5 * p * p
+
+    def F_cvx(self, v):
+        return 0.5 * cp.square(v)
+
+    def Fstar_cvx(self, u):
+        return 0.5 * cp.square(cp.pos(u))
+
+
+class LeakyReLU(Activation):
+    """phi(u) = u for u > 0, a u otherwise (0 < a < 1).
+
+    F(v) = v_+^2/2 + v_-^2/(2a),  F*(u) = u_+^2/2 + a u_-^2/2,  no domain constraint.
+    """
+
+    name = "leaky_relu"
+
+    def __init__(self, slope=0.01):
+        if not (isinstance(slope, (int, float)) and 0 < slope < 1):
+            raise ValueError(f"slope must be in (0, 1), got {slope!r}")
+        self.slope = float(slope)
+
+    def __repr__(self):
+        return f"activation('leaky_relu', slope={self.slope})"
+
+    def phi(self, u):
+        xp = array_namespace(u)
+        return xp.where(u > 0, u, self.slope * u)
+
+    def dphi(self, u):
+        xp = array_namespace(u)
+        return xp.where(u > 0, xp.ones_like(u), xp.full_like(u, self.slope))
+
+    def phi_inv(self, v):
+        xp = array_namespace(v)
+        return xp.where(v > 0, v, v / self.slope)
+
+    def F(self, v):
+        xp = array_namespace(v)
+        return xp.where(v > 0, 0.5 * v * v, v * v / (2 * self.slope))
+
+    def Fstar(self, u):
+        xp = array_namespace(u)
+        return xp.where(u > 0, 0.5 * u * u, 0.5 * self.slope * u * u)
+
+    def F_cvx(self, v):
+        return 0.5 * cp.square(cp.pos(v)) + cp.square(cp.neg(v)) / (2 * self.slope)
+
+    def Fstar_cvx(self, u):
+        return 0.5 * cp.square(cp.pos(u)) + 0.5 * self.slope * cp.square(cp.neg(u))
+
+
+class Sigmoid(Activation):
+    """phi(u) = 1 / (1 + e^-u).  F(v) = v log v + (1-v) log(1-v) on [0, 1], F*(u) = log(1 + e^u)."""
+
+    name = "sigmoid"
+    v_range = (0.0, 1.0)
+
+    def phi(self, u):
+        xp = array_namespace(u)
+        e = xp.exp(-xp.abs(u))
+        return xp.where(u >= 0, 1 / (1 + e), e / (1 + e))
+
+    def dphi(self, u):
+        s = self.phi(u)
+        return s * (1 - s)
+
+    def phi_inv(self, v):
+        xp = array_namespace(v)
+        return xp.log(v) - xp.log1p(-v)
+
+    def F(self, v):
+        xp = array_namespace(v)
+        return _xlogx(xp, v) + _xlogx(xp, 1 - v)
+
+    def Fstar(self, u):
+        xp = array_namespace(u)
+        return xp.logaddexp(xp.zeros_like(u), u)
+
+    def F_cvx(self, v):
+        return -cp.entr(v) - cp.entr(1 - v)
+
+    def Fstar_cvx(self, u):
+        return cp.logistic(u)
+
+
+class Tanh(Activation):
+    """phi(u) = tanh u.  F(v) = [(1+v) log(1+v) + (1-v) log(1-v)]/2 on [-1, 1], F*(u) = log cosh u."""
+
+    name = "tanh"
+    v_range = (-1.0, 1.0)
+
+    def phi(self, u):
+        return array_namespace(u).tanh(u)
+
+    def dphi(self, u):
+        t = self.phi(u)
+        return 1 - t * t
+
+    def phi_inv(self, v):
+        return array_namespace(v).atanh(v)
+
+    def F(self, v):
+        xp = array_namespace(v)
+        return 0.5 * (_xlogx(xp, 1 + v) + _xlogx(xp, 1 - v))
+
+    def Fstar(self, u):
+        xp = array_namespace(u)
+        a = xp.abs(u)
+        return a + xp.log1p(xp.exp(-2 * a)) - math.log(2.0)
+
+    def F_cvx(self, v):
+        return -0.5 * (cp.entr(1 + v) + cp.entr(1 - v))
+
+    def Fstar_cvx(self, u):
+        # log cosh u = log(1 + e^{2u}) - u - log 2
+        return cp.logistic(2 * u) - u - math.log(2.0)
+
+
+class Monotone(Activation):
+    """Any continuous strictly increasing phi: F* by quadrature, F by Legendre duality.
+
+    NumPy only (for theorem checks). With ``u_v = phi^{-1}(v)``, the divergence is the Bregman
+    divergence of F*:  B(v, u) = F*(u) - F*(u_v) - v (u - u_v),  F*(u) = int_0^u phi.
+    ``v_range`` is the closed range of phi where known; elsewhere phi^{-1} is found by
+    bracketing and bisection, and v outside the range gets B = +inf.
+    """
+
+    name = "monotone"
+
+    def __init__(self, phi, v_range=(-math.inf, math.inf)):
+        if not callable(phi):
+            raise ValueError(f"phi must be callable, got {phi!r}")
+        lo, hi = (float(t) for t in v_range)
+        if not lo < hi:
+            raise ValueError(f"v_range must be an increasing pair, got {v_range!r}")
+        if not float(phi(np.asarray(1.0))) > float(phi(np.asarray(-1.0))):
+            raise ValueError("phi must be strictly increasing, got phi(1) <= phi(-1)")
+        self._phi, self.v_range = phi, (lo, hi)
+
+    def phi(self, u):
+        return np.asarray(self._phi(np.asarray(u, dtype=float)), dtype=float)
+
+    def dphi(self, u, h=1e-6):
+        u = np.asarray(u, dtype=float)
+        return (self.phi(u + h) - self.phi(u - h)) / (2 * h)
+
+    def phi_inv(self, v):
+        """Vectorised bracketing + bisection; NaN where v is not attained."""
+        v = np.asarray(v, dtype=float)
+        lo, hi = -np.ones_like(v), np.ones_like(v)
+        for _ in range(64):  # expand brackets to |u| <= 2^64
+            grow_lo, grow_hi = self.phi(lo) > v, self.phi(hi) < v
+            if not (grow_lo.any() or grow_hi.any()):
+                break
+            lo, hi = np.where(grow_lo, 2 * lo, lo), np.where(grow_hi, 2 * hi, hi)
+        found = (self.phi(lo) <= v) & (self.phi(hi) >= v)
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            below = self.phi(mid) < v
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        return np.where(found, 0.5 * (lo + hi), np.nan)
+
+    def Fstar(self, u):
+        u = np.asarray(u, dtype=float)
+        quad = np.vectorize(lambda b: integrate.quad(lambda t: float(self.phi(t)), 0.0, b,
+                                                     epsabs=1e-13, epsrel=1e-12, limit=200)[0])
+        return quad(u) if u.size else u.copy()
+
+    def F(self, v):
+        v = np.asarray(v, dtype=float)
+        uv = self.phi_inv(v)
+        return v * uv - self.Fstar(np.nan_to_num(uv))
+
+    def in_range(self, v):
+        v = np.asarray(v, dtype=float)
+        return super().in_range(v) & ~np.isnan(self.phi_inv(v))
+
+    def divergence(self, v, u):
+        v, u = np.broadcast_arrays(np.asarray(v, dtype=float), np.asarray(u, dtype=float))
+        uv = self.phi_inv(v)
+        ok = ~np.isnan(uv)
+        uv = np.where(ok, uv, 0.0)
+        B = self.Fstar(u) - self.Fstar(uv) - v * (u - uv)
+        return np.where(ok, B, np.inf)
+
+    def divergence_cvx(self, v, u):
+        raise NotImplementedError("monotone(phi) has no closed form for CVXPY; it is NumPy only")
+
+
+ACTIVATIONS = {"relu": ReLU, "leaky_relu": LeakyReLU, "sigmoid": Sigmoid, "tanh": Tanh,
+               "monotone": Monotone}
+
+
+def activation(name, **params):
+    """The activation registered under ``name`` (an ``Activation`` is passed through)."""
+    if isinstance(name, Activation):
+        return name
+    if name not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
+    return ACTIVATIONS[name](**params)
+
+
+def monotone(phi, v_range=(-math.inf, math.inf)):
+    """The Theorem-1 divergence of any continuous strictly increasing ``phi`` (by quadrature)."""
+    return Monotone(phi, v_range)

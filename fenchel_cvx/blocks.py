@@ -1,0 +1,204 @@
+"""The four convex blocks of the lifted objective (DESIGN.md, "Blocks"; the paper's Sec. 3).
+
+Each block holds its data and gives, for any array-API namespace, the part of
+F(W, X) that depends on its variable (``value``), the gradient (``grad``), the projection
+onto its domain (``project``) and the KKT residual of a candidate point. Every backend
+(the CVXPY oracle, the fast array solvers) solves these same objects, and the driver uses
+``value`` for its descent check, so "the same block" means the same code.
+
+    XHidden  (X_l, 1 <= l < L):  min_Z  lam_{l-1} B_{l-1}(Z, U_{l-1}) + lam_l B_l(X_{l+1}, W_l [Z; 1])
+    XLast    (X_L):              min_Z  L(Y, W_L [Z; 1])             + lam_{L-1} B_{L-1}(Z, U_{L-1})
+    WHidden  (W_l, l < L):       min_W  lam_l B_l(X_{l+1}, W X~_l)   + rho_l ||W||^2 + gamma_l ||W - W0||^2
+    WLast    (W_L):              min_W  L(Y, W X~_L)                 + rho_L ||W||^2 + gamma_L ||W - W0||^2
+
+X-blocks separate by column (data point), hidden W-blocks by row (output unit).
+"""
+from dataclasses import dataclass, field
+
+from array_api_compat import array_namespace
+
+from .network import augment
+
+
+def _sq(xp, A):
+    return xp.sum(A * A)
+
+
+def kkt_residual(block, Z):
+    """Scaled natural residual  ||Z - P(Z - g)||_inf / (1 + max_i ||g_i||_inf)  at Z.
+
+    ``g = sum_i g_i`` is the block's gradient split into its terms (``grad_parts``), ``P`` the
+    projection on the block's domain. It is 0 exactly at the block's minimiser.
+    """
+    xp = array_namespace(Z)
+    parts = block.grad_parts(Z)
+    g = sum(parts[1:], parts[0])
+    r = xp.max(xp.abs(Z - block.project(Z - g)))
+    scale = max(float(xp.max(xp.abs(p))) for p in parts)
+    return float(r) / (1.0 + scale)
+
+
+class Block:
+    kind = "block"
+
+    def grad(self, Z):
+        parts = self.grad_parts(Z)
+        return sum(parts[1:], parts[0])
+
+    def project(self, Z):
+        return Z
+
+    def kkt_residual(self, Z):
+        return kkt_residual(self, Z)
+
+
+@dataclass
+class XHidden(Block):
+    """X_l for 1 <= l < L: between B_{l-1} (Z is its output v) and B_l (Z feeds its input u)."""
+
+    layer: int
+    act_in: object      # phi_{l-1}
+    U_prev: object      # U_{l-1} = W_{l-1} X~_{l-1}
+    lam_in: float
+    act_out: object     # phi_l
+    W: object           # W_l
+    V_next: object      # X_{l+1}
+    lam_out: float
+    kind = "x_hidden"
+
+    def value(self, Z):
+        xp = array_namespace(Z)
+        return (self.lam_in * xp.sum(self.act_in.divergence(Z, self.U_prev))
+                + self.lam_out * xp.sum(self.act_out.divergence(self.V_next, self.W @ augment(Z))))
+
+    def grad_parts(self, Z):
+        p = Z.shape[0]
+        G_out = self.act_out.grad_u(self.V_next, self.W @ augment(Z))
+        return [self.lam_in * self.act_in.grad_v(Z, self.U_prev),
+                self.lam_out * (self.W[:, :p].T @ G_out)]
+
+    def project(self, Z):
+        return self.act_in.project(Z)
+
+
+@dataclass
+class XLast(Block):
+    """X_L: the loss of the output layer plus B_{L-1} (Z is its output v)."""
+
+    layer: int
+    act_in: object
+    U_prev: object
+    lam_in: float
+    loss: object
+    W: object           # W_L
+    Y: object
+    kind = "x_last"
+
+    def value(self, Z):
+        xp = array_namespace(Z)
+        return (self.loss.value(self.Y, self.W @ augment(Z))
+                + self.lam_in * xp.sum(self.act_in.divergence(Z, self.U_prev)))
+
+    def grad_parts(self, Z):
+        p = Z.shape[0]
+        return [self.W[:, :p].T @ self.loss.grad(self.Y, self.W @ augment(Z)),
+                self.lam_in * self.act_in.grad_v(Z, self.U_prev)]
+
+    def project(self, Z):
+        return self.act_in.project(Z)
+
+
+@dataclass
+class _WBlock(Block):
+    layer: int
+    Xt: object          # X~_l = [X_l; 1]
+    rho: float
+    gamma: float = 0.0
+    W0: object = None   # the proximal centre (batched model); None when gamma = 0
+
+    def _reg_value(self, W):
+        xp = array_namespace(W)
+        val = self.rho * _sq(xp, W)
+        return val + self.gamma * _sq(xp, W - self.W0) if self.gamma else val
+
+    def _reg_grad(self, W):
+        g = 2 * self.rho * W
+        return g + 2 * self.gamma * (W - self.W0) if self.gamma else g
+
+
+@dataclass
+class WHidden(_WBlock):
+    """W_l for l < L: lam_l B_l(X_{l+1}, W X~_l) + rho_l ||W||^2 + gamma_l ||W - W0||^2."""
+
+    act: object = None
+    V: object = None    # X_{l+1}
+    lam: float = 1.0
+    kind = "w_hidden"
+
+    def value(self, W):
+        xp = array_namespace(W)
+        return self.lam * xp.sum(self.act.divergence(self.V, W @ self.Xt)) + self._reg_value(W)
+
+    def grad_parts(self, W):
+        return [self.lam * (self.act.grad_u(self.V, W @ self.Xt) @ self.Xt.T), self._reg_grad(W)]
+
+
+@dataclass
+class WLast(_WBlock):
+    """W_L: L(Y, W X~_L) + rho_L ||W||^2 + gamma_L ||W - W0||^2."""
+
+    loss: object = None
+    Y: object = None
+    kind = "w_last"
+
+    def value(self, W):
+        return self.loss.value(self.Y, W @ self.Xt) + self._reg_value(W)
+
+    def grad_parts(self, W):
+        return [self.loss.grad(self.Y, W @ self.Xt) @ self.Xt.T, self._reg_grad(W)]
+
+
+# --- the blocks of a network at its current iterate ------------------------------------------
+def x_block(net, X0, Y, Xs, l):
+    """The block of the lifted variable X_l (1 <= l <= L) at the iterate (net.W, Xs)."""
+    L = net.n_hidden
+    if not 1 <= l <= L:
+        raise ValueError(f"l must be in 1..{L} for an X-block, got {l}")
+    X = [X0, *Xs]
+    common = dict(layer=l, act_in=net.activations[l - 1], U_prev=net.pre_activation(l - 1, X[l - 1]),
+                  lam_in=net.lam[l - 1])
+    if l < L:
+        return XHidden(**common, act_out=net.activations[l], W=net.W[l], V_next=X[l + 1],
+                       lam_out=net.lam[l])
+    return XLast(**common, loss=net.loss, W=net.W[L], Y=Y)
+
+
+def w_block(net, X0, Y, Xs, l, gamma=0.0, W0=None):
+    """The block of the weights W_l (0 <= l <= L); ``gamma > 0`` adds gamma ||W - W0||^2."""
+    L = net.n_hidden
+    if not 0 <= l <= L:
+        raise ValueError(f"l must be in 0..{L} for a W-block, got {l}")
+    if gamma < 0:
+        raise ValueError(f"gamma must be >= 0, got {gamma}")
+    if gamma and W0 is None:
+        raise ValueError("W0 is required when gamma > 0")
+    X = [X0, *Xs]
+    common = dict(layer=l, Xt=augment(X[l]), rho=net.rho[l], gamma=float(gamma),
+                  W0=W0 if gamma else None)
+    if l < L:
+        return WHidden(**common, act=net.activations[l], V=X[l + 1], lam=net.lam[l])
+    return WLast(**common, loss=net.loss, Y=Y)
+
+
+@dataclass
+class BlockResult:
+    """What every backend returns for one block solve."""
+
+    argmin: object
+    value: float              # the block objective at argmin (Block.value)
+    status: str               # "optimal" or the solver's status
+    residual: float           # kkt_residual(block, argmin)
+    seconds: float = 0.0
+    iterations: int = 0
+    converged: bool = True
+    info: dict = field(default_factory=dict)   # solver-specific: duality gap, solver name, ...
