@@ -1,0 +1,112 @@
+"""Tests of the backprop baselines (PyTorch SGD / Adam) on scikit-learn's digits."""
+import sys
+
+import numpy as np
+import pytest
+
+from fenchel_cvx.baselines import BASELINES, BackpropResult, train_backprop
+from fenchel_cvx.datasets import batch_order, load_digits
+
+pytest.importorskip("torch", reason="the backprop baselines need PyTorch (fenchel_cvx[bench])")
+
+SIZES = (64, 32, 10)
+# One thread: this net is tiny, and OpenMP threads on a busy machine can be 100x slower.
+THREADS = 1
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_digits()
+
+
+def _run(d, epochs=10, batch_size=32, seed=0, **kwargs):
+    kwargs.setdefault("threads", THREADS)
+    batches = batch_order(d.X_train.shape[1], batch_size, epochs, seed=seed)
+    return train_backprop(SIZES, d.X_train, d.y_train, d.X_test, d.y_test, batches=batches,
+                          seed=seed, **kwargs)
+
+
+def _accuracy(weights, X, y):
+    """Forward pass in the package's convention (bias = last column), ReLU between layers."""
+    for l, W in enumerate(weights):
+        X = W[:, :-1] @ X + W[:, -1:]
+        if l < len(weights) - 1:
+            X = np.maximum(X, 0)
+    return np.mean(X.argmax(axis=0) == y)
+
+
+def test_adam_learns_digits_quickly(digits):
+    r = _run(digits, epochs=15, optimizer="adam")
+    assert isinstance(r, BackpropResult) and r.optimizer == "adam" and r.lr == 1e-3
+    assert r.test_accuracy[-1] > 0.9
+    assert r.train_loss[-1] < r.initial_train_loss
+    assert len(r.test_accuracy) == len(r.train_loss) == len(r.seconds) == 15
+    assert np.all(np.diff(r.seconds) > 0) and r.seconds[-1] < 10  # training time only, seconds
+    assert [W.shape for W in r.weights] == [(32, 65), (10, 33)]
+    assert abs(_accuracy(r.weights, digits.X_test, digits.y_test) - r.test_accuracy[-1]) <= 2 / 450
+
+
+def test_sgd_improves(digits):
+    r = BASELINES["sgd"](SIZES, digits.X_train, digits.y_train, digits.X_test, digits.y_test,
+                         batches=batch_order(digits.X_train.shape[1], 32, 10, seed=0), threads=THREADS)
+    assert r.optimizer == "sgd" and r.lr == 1e-2
+    assert r.test_accuracy[-1] > r.initial_test_accuracy + 0.2
+    assert r.train_loss[-1] < r.initial_train_loss
+
+
+def test_same_seed_same_run_and_threads_restored(digits):
+    import torch
+
+    original = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        a, b = _run(digits, epochs=3), _run(digits, epochs=3)  # each with threads=1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(original)
+    assert a.test_accuracy == b.test_accuracy and a.train_loss == b.train_loss
+    assert all(np.array_equal(Wa, Wb) for Wa, Wb in zip(a.weights, b.weights))
+    c = _run(digits, epochs=3, seed=1)
+    assert not np.array_equal(a.weights[0], c.weights[0])
+
+
+def test_every_batch_evaluation_and_callback(digits):
+    seen = []
+    r = _run(digits, epochs=2, batch_size=100, eval_every_batch=True,
+             callback=lambda epoch, res: seen.append((epoch, len(res.test_accuracy))))
+    assert seen == [(1, 1), (2, 2)]
+    assert len(r.batch_test_accuracy) == 2 * 14  # ceil(1347 / 100) batches per epoch
+    assert r.batch_test_accuracy[-1] == r.test_accuracy[-1]
+    assert _run(digits, epochs=1).batch_test_accuracy is None
+
+
+@pytest.mark.parametrize("activation", ["relu", "leaky_relu", "sigmoid", "tanh"])
+def test_activations_train(digits, activation):
+    r = _run(digits, epochs=2, activation=activation, lr=1e-2)
+    assert np.isfinite(r.train_loss).all() and r.train_loss[-1] < r.initial_train_loss
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(optimizer="rmsprop"), "optimizer must be one of 'sgd', 'adam', got 'rmsprop'"),
+    (dict(activation="gelu"), "activation must be one of .*got 'gelu'"),
+    (dict(lr=-1.0), "lr must be a positive number, got -1.0"),
+    (dict(activation="leaky_relu", slope=2.0), "slope must be in \\(0, 1\\), got 2.0"),
+    (dict(threads=0), "threads must be a positive integer or None, got 0"),
+    (dict(layer_sizes=(63, 10)), "X_train must have shape \\(layer_sizes\\[0\\]=63, m\\)"),
+    (dict(layer_sizes=(64, 5)), "y_train must hold labels in 0..4 \\(layer_sizes\\[-1\\]\\)"),
+    (dict(layer_sizes=(64,)), "layer_sizes must be at least two positive integers"),
+    (dict(batches=[]), "batches must be a non-empty list of epochs"),
+    (dict(batches=[[np.array([0, 5000])]]), "batches\\[0\\] must hold non-empty integer index arrays"),
+])
+def test_bad_arguments_are_named(digits, kwargs, message):
+    args = dict(layer_sizes=SIZES, batches=batch_order(digits.X_train.shape[1], 32, 1, 0))
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        train_backprop(args.pop("layer_sizes"), digits.X_train, digits.y_train, digits.X_test,
+                       digits.y_test, **args)
+
+
+def test_missing_torch_says_how_to_install(digits, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(ImportError, match='pip install "fenchel_cvx\\[bench\\]"'):
+        _run(digits, epochs=1)
