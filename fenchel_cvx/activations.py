@@ -16,6 +16,7 @@ ReLU is not strictly increasing, but its B (``v >= 0`` domain) satisfies the sam
 (NumPy only, for theorem checks). Look activations up by name: ``activation("relu")``.
 """
 import math
+import numbers
 
 import cvxpy as cp
 import numpy as np
@@ -92,11 +93,14 @@ class Activation:
     def Fstar_cvx(self, u):
         raise NotImplementedError
 
-    def divergence_cvx(self, v, u):
+    def divergence_cvx(self, v, u, linear=None):
         """Summed B_phi(v, u) as a CVXPY expression, with the domain constraints on v.
 
         Exactly one of ``v``, ``u`` is a CVXPY expression of variables; the other is a NumPy
-        array or a ``cp.Parameter``. The result is DCP, and DPP where a parameter appears.
+        array or a ``cp.Parameter``. The result is DCP. It is DPP when the expression side holds
+        no parameter; when it does (``u = W [Z; 1]`` with ``W`` a parameter) the bilinear term
+        ``<u, v>`` is a product of parameters, and the caller passes it in DPP form as
+        ``linear`` (e.g. ``cp.sum(cp.multiply(P, Zt))`` with the parameter ``P = W^T V``).
         Returns ``(expression, constraints)``.
         """
         v_var, u_var = _is_expr(v), _is_expr(u)
@@ -117,10 +121,12 @@ class Activation:
             Fs = cp.sum(self.Fstar_cvx(u))
         else:
             Fs = self._constant_part(u, "u", self.Fstar, self.Fstar_cvx)
-        return Fv + Fs - cp.sum(cp.multiply(u, v)), cons
+        if linear is None:
+            linear = cp.sum(cp.multiply(u, v))
+        return Fv + Fs - linear, cons
 
     def _constant_part(self, x, name, f_np, f_cvx, check_range=False):
-        if isinstance(x, cp.Parameter):
+        if isinstance(x, cp.Expression):  # a parameter (expression): F or F* stays symbolic
             return cp.sum(f_cvx(x))
         x = np.asarray(x, dtype=float)
         if check_range and not np.all(self.in_range(x)):
@@ -169,7 +175,7 @@ class LeakyReLU(Activation):
     name = "leaky_relu"
 
     def __init__(self, slope=0.01):
-        if not (isinstance(slope, (int, float)) and 0 < slope < 1):
+        if not (isinstance(slope, numbers.Real) and 0 < slope < 1):
             raise ValueError(f"slope must be in (0, 1), got {slope!r}")
         self.slope = float(slope)
 
@@ -332,7 +338,7 @@ class Monotone(Activation):
     def divergence(self, v, u):
         v, u = np.broadcast_arrays(np.asarray(v, dtype=float), np.asarray(u, dtype=float))
         uv = self.phi_inv(v)
-        ok = ~np.isnan(uv)
+        ok = ~np.isnan(uv) & Activation.in_range(self, v)
         uv = np.where(ok, uv, 0.0)
         B = self.Fstar(u) - self.Fstar(uv) - v * (u - uv)
         return np.where(ok, B, np.inf)

@@ -13,6 +13,7 @@ onto its domain (``project``) and the KKT residual of a candidate point. Every b
 
 X-blocks separate by column (data point), hidden W-blocks by row (output unit).
 """
+import math
 from dataclasses import dataclass, field
 
 from array_api_compat import array_namespace
@@ -178,8 +179,8 @@ def w_block(net, X0, Y, Xs, l, gamma=0.0, W0=None):
     L = net.n_hidden
     if not 0 <= l <= L:
         raise ValueError(f"l must be in 0..{L} for a W-block, got {l}")
-    if gamma < 0:
-        raise ValueError(f"gamma must be >= 0, got {gamma}")
+    if not (math.isfinite(gamma) and gamma >= 0):
+        raise ValueError(f"gamma must be >= 0 and finite, got {gamma!r}")
     if gamma and W0 is None:
         raise ValueError("W0 is required when gamma > 0")
     X = [X0, *Xs]

@@ -29,20 +29,21 @@ def augment(X):
     return xp.concat([X, xp.ones((1, X.shape[1]), dtype=X.dtype)], axis=0)
 
 
-def _per_layer(value, n, name):
-    """A scalar or a length-n sequence of nonnegative finite numbers -> list of n floats."""
+def _per_layer(value, n, name, positive=False):
+    """A scalar or a length-n sequence of nonnegative (positive) finite numbers -> n floats."""
     vals = [value] * n if isinstance(value, numbers.Real) else list(value)
     if len(vals) != n:
         raise ValueError(f"{name} must be a number or a sequence of {n} numbers, got {value!r}")
     for v in vals:
-        if not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{name} must be >= 0 and finite, got {v!r}")
+        if not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0 or (positive and v == 0):
+            raise ValueError(f"{name} must be {'>' if positive else '>='} 0 and finite, got {v!r}")
     return [float(v) for v in vals]
 
 
 def check_data(name, A, rows=None, cols=None):
     """Validate a finite 2-D data matrix; return it as a float array."""
-    A = np.asarray(A, dtype=float) if isinstance(A, (list, tuple)) else A
+    if isinstance(A, (list, tuple)) or (isinstance(A, np.ndarray) and A.dtype.kind in "biu"):
+        A = np.asarray(A, dtype=float)  # integer pixels become float64; float32 stays float32
     if A.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array (features x data points), got shape {A.shape}")
     if rows is not None and A.shape[0] != rows:
@@ -84,9 +85,7 @@ class LiftedNetwork:
             raise ValueError(f"activation must be one or a sequence of {L}, got {activation!r}")
         self.activations = [_activation(a) for a in acts]
         self.loss = _loss(loss)
-        self.lam = _per_layer(lam, L, "lam")
-        if any(v <= 0 for v in self.lam):
-            raise ValueError(f"lam must be > 0, got {lam!r}")
+        self.lam = _per_layer(lam, L, "lam", positive=True)
         self.rho = _per_layer(rho, L + 1, "rho")
         self.seed = seed
         rng = np.random.default_rng(seed)

@@ -1,0 +1,98 @@
+"""Shared test configuration: hypothesis profiles and small-problem fixtures.
+
+Hypothesis profiles (select with ``--hypothesis-profile NAME`` or ``HYPOTHESIS_PROFILE=NAME``):
+
+- ``ci`` (default): few examples, no deadline, so the whole suite stays fast on 2 cores;
+- ``dev``: more examples for local work;
+- ``thorough``: many examples, for a nightly run or after touching the mathematics.
+
+BLAS runs on one thread during the tests (``FENCHEL_TEST_BLAS_THREADS`` overrides): every
+problem here is tiny, and OpenBLAS's spinning worker threads make scipy's L-BFGS-B twenty times
+slower on a busy 2-core machine.
+"""
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+from fenchel_cvx.activations import activation
+from fenchel_cvx.network import LiftedNetwork
+
+_COMMON = dict(deadline=None, print_blob=True,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
+settings.register_profile("ci", max_examples=20, **_COMMON)
+settings.register_profile("dev", max_examples=100, **_COMMON)
+settings.register_profile("thorough", max_examples=1000, **_COMMON)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _single_threaded_blas():
+    """Limit BLAS threads once every test module (and so every BLAS library) is imported."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        yield
+        return
+    with threadpool_limits(limits=int(os.environ.get("FENCHEL_TEST_BLAS_THREADS", "1")),
+                           user_api="blas"):
+        yield
+
+#: the closed-form activations (leaky ReLU at its default slope; tests vary the slope too)
+ACTIVATION_NAMES = ("relu", "leaky_relu", "sigmoid", "tanh")
+LOSS_NAMES = ("mse", "cross_entropy")
+
+
+def interior_sample(act, shape, rng, margin=0.05, scale=1.5):
+    """Random points strictly inside the range of ``act`` (a margin away from its ends)."""
+    act = activation(act)
+    lo, hi = act.v_range
+    lo = -scale if np.isinf(lo) else lo + margin
+    hi = scale if np.isinf(hi) else hi - margin
+    return rng.uniform(lo, hi, size=shape)
+
+
+def labels(loss_name, n_out, m, rng):
+    """Targets: one-hot columns for cross-entropy, Gaussian for MSE."""
+    if loss_name == "cross_entropy":
+        return np.eye(n_out)[:, rng.integers(0, n_out, size=m)]
+    return rng.normal(size=(n_out, m))
+
+
+def make_problem(sizes=(3, 4, 3, 2), act="relu", loss="mse", m=5, lam=1.0, rho=0.1, seed=0,
+                 lifted="interior"):
+    """A small network and data: ``(net, X0, Y, Xs)``.
+
+    ``lifted="interior"`` draws each X_l strictly inside its activation's range (off the
+    feed-forward point); ``lifted="ff"`` uses the feed-forward pass.
+    """
+    rng = np.random.default_rng(seed)
+    net = LiftedNetwork(sizes, activation=act, loss=loss, lam=lam, rho=rho, seed=seed)
+    # random nonzero biases, so that the bias column is exercised everywhere
+    for W in net.W:
+        W[:, -1] = rng.normal(scale=0.5, size=W.shape[0])
+    X0 = rng.normal(size=(sizes[0], m))
+    Y = labels(net.loss.name, sizes[-1], m, rng)
+    if lifted == "ff":
+        Xs = net.forward(X0)[0]
+    else:
+        Xs = [interior_sample(a, (p, m), rng) for a, p in zip(net.activations, sizes[1:-1])]
+    return net, X0, Y, Xs
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20200826)
+
+
+@pytest.fixture
+def problem_factory():
+    """``make_problem`` as a fixture (see its docstring)."""
+    return make_problem
+
+
+@pytest.fixture
+def interior():
+    """``interior_sample(act, shape, rng)`` as a fixture."""
+    return interior_sample

@@ -1,0 +1,448 @@
+"""Tests of fenchel_cvx.activations: Theorem 1's biconvex divergences, NumPy, array-API and CVXPY.
+
+Every closed form is checked against the defining properties of B_phi(v, u) = F(v) + F*(u) - uv
+(nonnegative, zero exactly on the graph v = phi(u), convex in each argument, +inf off phi's
+range), against its own gradients, against the generic quadrature ``monotone(phi)``, and its
+CVXPY form against its NumPy form.
+"""
+import math
+
+import array_api_strict as xps
+import cvxpy as cp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fenchel_cvx.activations import (ACTIVATIONS, Activation, LeakyReLU, Monotone, ReLU, Sigmoid,
+                                     Tanh, activation, monotone)
+
+EPS = np.finfo(np.float64).eps
+R = 30.0          # |u|, |v| bound of the hypothesis draws
+CLOSED = ("relu", "leaky_relu", "sigmoid", "tanh")
+#: strong-convexity modulus m of F on its domain:  B(v, u) >= m/2 (v - phi(u))^2
+MODULUS = {"relu": 1.0, "leaky_relu": 1.0, "sigmoid": 4.0, "tanh": 1.0}
+
+
+# --- strategies -------------------------------------------------------------------------------
+slopes = st.floats(1e-3, 0.999)
+acts = st.one_of(st.sampled_from([ReLU(), Sigmoid(), Tanh()]), slopes.map(LeakyReLU))
+
+
+def _dom(act, bound=R, margin=0.0):
+    lo, hi = act.v_range
+    return max(lo + margin, -bound), min(hi - margin, bound)
+
+
+def vs_in_range(act, n, bound=R, margin=0.0):
+    lo, hi = _dom(act, bound, margin)
+    return st.lists(st.floats(lo, hi), min_size=n, max_size=n).map(np.array)
+
+
+def us(n, bound=R):
+    return st.lists(st.floats(-bound, bound), min_size=n, max_size=n).map(np.array)
+
+
+@st.composite
+def act_v_u(draw, bound=R, margin=0.0, n=None):
+    act = draw(acts)
+    n = draw(st.integers(1, 6)) if n is None else n
+    return act, draw(vs_in_range(act, n, bound, margin)), draw(us(n, bound))
+
+
+def tol(act, v, u, k=64):
+    """Rounding tolerance of B at (v, u): a few ulps of the largest term."""
+    return k * EPS * (1 + np.abs(act.F(v)) + np.abs(act.Fstar(u)) + np.abs(u * v))
+
+
+# --- Theorem 1: the defining properties ---------------------------------------------------------
+@given(act_v_u())
+def test_divergence_is_nonnegative_and_bounded_below_by_distance_to_graph(avu):
+    act, v, u = avu
+    B = act.divergence(v, u)
+    assert B.shape == v.shape and np.all(np.isfinite(B))
+    assert np.all(B >= -tol(act, v, u))
+    # Bregman divergence of an m-strongly convex F: B >= m/2 |v - phi(u)|^2
+    m = MODULUS[act.name]
+    assert np.all(B >= 0.5 * m * (v - act.phi(u)) ** 2 - tol(act, v, u))
+
+
+@given(acts, us(6))
+def test_divergence_vanishes_on_the_graph(act, u):
+    v = act.phi(u)
+    assert np.all(act.in_range(v))
+    assert np.all(np.abs(act.divergence(v, u)) <= tol(act, v, u))
+
+
+@given(act_v_u())
+def test_divergence_positive_off_the_graph(avu):
+    act, v, u = avu
+    off = np.abs(v - act.phi(u)) > 1e-3
+    assert np.all(act.divergence(v, u)[off] > 0)
+
+
+def test_divergence_positive_off_the_graph_examples():
+    """Fixed points close to the graph, where only exactness can tell B from 0."""
+    u = np.array([-2.0, -0.5, 0.3, 1.7])
+    for act in (ReLU(), LeakyReLU(0.2), Sigmoid(), Tanh()):
+        v = act.project(act.phi(u) + 1e-2)
+        assert np.all(act.divergence(v, u) > 1e-6), act
+
+
+@given(st.data())
+def test_divergence_convex_in_v(data):
+    act, v1, u = data.draw(act_v_u(n=4))
+    v2 = data.draw(vs_in_range(act, 4))
+    t = data.draw(st.floats(0, 1))
+    vt = t * v1 + (1 - t) * v2
+    lhs = act.divergence(vt, u)
+    rhs = t * act.divergence(v1, u) + (1 - t) * act.divergence(v2, u)
+    assert np.all(lhs <= rhs + tol(act, v1, u) + tol(act, v2, u))
+
+
+@given(st.data())
+def test_divergence_convex_in_u(data):
+    act, v, u1 = data.draw(act_v_u(n=4))
+    u2 = data.draw(us(4))
+    t = data.draw(st.floats(0, 1))
+    ut = t * u1 + (1 - t) * u2
+    lhs = act.divergence(v, ut)
+    rhs = t * act.divergence(v, u1) + (1 - t) * act.divergence(v, u2)
+    assert np.all(lhs <= rhs + tol(act, v, u1) + tol(act, v, u2))
+
+
+@given(st.data())
+def test_divergence_second_differences_nonnegative(data):
+    """Along a random direction, in v (staying in the domain) and in u."""
+    act, v, u = data.draw(act_v_u(bound=5.0, margin=0.1, n=4))
+    d = data.draw(us(4, bound=1.0))
+    h = data.draw(st.floats(1e-3, 0.05))
+    B = act.divergence
+    second_u = B(v, u + h * d) + B(v, u - h * d) - 2 * B(v, u)
+    assert np.all(second_u >= -8 * tol(act, v, u))
+    second_v = B(v + h * d, u) + B(v - h * d, u) - 2 * B(v, u)
+    assert np.all(second_v >= -8 * tol(act, v, u))
+
+
+@pytest.mark.parametrize("act", [ReLU(), Sigmoid(), Tanh()], ids=repr)
+@given(data=st.data())
+def test_divergence_infinite_outside_range(act, data):
+    lo, hi = act.v_range
+    below = st.floats(lo - R, lo, exclude_max=True)
+    above = st.floats(hi, hi + R, exclude_min=True) if math.isfinite(hi) else below
+    v = np.array(data.draw(st.lists(st.one_of(below, above), min_size=1, max_size=5)))
+    u = data.draw(us(len(v)))
+    assert not np.any(act.in_range(v))
+    assert np.all(act.divergence(v, u) == np.inf)
+
+
+@pytest.mark.parametrize("act", [ReLU(), LeakyReLU(0.3), Sigmoid(), Tanh()], ids=repr)
+def test_divergence_finite_on_closed_range_ends(act):
+    lo, hi = act.v_range
+    ends = np.array([t if math.isfinite(t) else 0.0 for t in (lo, hi)])
+    u = np.array([-3.0, 2.0])
+    B = act.divergence(ends, u)
+    assert np.all(np.isfinite(B)) and np.all(B >= 0)
+    assert np.all(act.in_range(ends))
+
+
+@given(slopes, us(5))
+def test_leaky_relu_divergence_finite_everywhere(a, u):
+    v = np.linspace(-R, R, 5)
+    assert np.all(np.isfinite(LeakyReLU(a).divergence(v, u)))
+
+
+@given(slopes, us(5), us(5))
+def test_leaky_relu_closed_form(a, v, u):
+    """B = (v - u)^2/2 on the upper branch, (v - a u)^2/(2a) on the lower one."""
+    act = LeakyReLU(a)
+    B = act.divergence(v, u)
+    both_pos, both_neg = (v > 0) & (u > 0), (v <= 0) & (u <= 0)
+    np.testing.assert_allclose(B[both_pos], 0.5 * (v - u)[both_pos] ** 2,
+                               atol=1e-9 * (1 + R * R))
+    np.testing.assert_allclose(B[both_neg], (v - a * u)[both_neg] ** 2 / (2 * a),
+                               atol=1e-9 * (1 + R * R / a))
+
+
+# --- derivatives and inverses -------------------------------------------------------------------
+def _central(f, x, h):
+    return (f(x + h) - f(x - h)) / (2 * h)
+
+
+@given(act_v_u(bound=5.0, margin=0.02))
+def test_partial_gradients_match_finite_differences(avu):
+    act, v, u = avu
+    h = 1e-6
+    np.testing.assert_allclose(act.grad_u(v, u), _central(lambda t: act.divergence(v, t), u, h),
+                               rtol=1e-5, atol=2e-6)
+    # F'' jumps at v = 0 for leaky ReLU (by 1/a - 1): keep the v-differences off the kink
+    s = np.abs(v) > 1e-3
+    np.testing.assert_allclose(act.grad_v(v, u)[s],
+                               _central(lambda t: act.divergence(t, u[s]), v[s], h),
+                               rtol=1e-5, atol=2e-6)
+
+
+@given(acts, us(6, bound=8.0))
+def test_dphi_matches_finite_differences(act, u):
+    u = u[np.abs(u) > 1e-4]  # ReLU / leaky ReLU have a kink at 0
+    np.testing.assert_allclose(act.dphi(u), _central(act.phi, u, 1e-7), rtol=1e-5, atol=1e-7)
+
+
+@given(st.data())
+def test_phi_inv_inverts_phi(data):
+    act = data.draw(acts)
+    v = data.draw(vs_in_range(act, 5, bound=10.0, margin=1e-6))
+    if act.name == "relu":
+        v = np.maximum(v, 1e-6)  # phi_inv is the inverse on (0, inf)
+    np.testing.assert_allclose(act.phi(act.phi_inv(v)), v, rtol=1e-12, atol=1e-14)
+    u = data.draw(us(5, bound=5.0))
+    if act.name == "relu":
+        u = np.abs(u)
+    np.testing.assert_allclose(act.phi_inv(act.phi(u)), u, rtol=1e-9, atol=1e-9)
+
+
+@given(acts, us(6, bound=8.0))
+def test_derivatives_of_F_and_Fstar_are_phi_inv_and_phi(act, u):
+    """F*' = phi and F' = phi^{-1}: the integrals of Theorem 1."""
+    np.testing.assert_allclose(_central(act.Fstar, u, 1e-6), act.phi(u), rtol=1e-6, atol=1e-6)
+    v = act.project(np.clip(act.phi(u), *_dom(act, margin=0.02)))
+    v = v[np.abs(v) > 1e-3]  # leaky ReLU: F'' jumps at 0
+    np.testing.assert_allclose(_central(act.F, v, 1e-7), act.phi_inv(v), rtol=1e-5, atol=1e-6)
+
+
+@given(acts, us(8))
+def test_project_lands_in_range_and_is_idempotent(act, x):
+    p = act.project(x)
+    assert np.all(act.in_range(p))
+    np.testing.assert_array_equal(act.project(p), p)
+    np.testing.assert_array_equal(p[act.in_range(x)], x[act.in_range(x)])
+
+
+# --- the generic monotone(phi) ------------------------------------------------------------------
+@given(act_v_u(bound=4.0, margin=0.02, n=3))
+def test_monotone_agrees_with_closed_forms(avu):
+    act, v, u = avu
+    gen = monotone(lambda t: act.phi(t), act.v_range)
+    np.testing.assert_allclose(gen.divergence(v, u), act.divergence(v, u), rtol=1e-7, atol=1e-8)
+    np.testing.assert_allclose(gen.phi_inv(v), act.phi_inv(v), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name,v", [("relu", [-0.5, -1e-3]), ("sigmoid", [-0.1, 1.2, 7.0]),
+                                    ("tanh", [-1.5, 1.0 + 1e-9])])
+def test_monotone_infinite_outside_range(name, v):
+    act = activation(name)
+    v = np.array(v)
+    u = np.linspace(-1, 1, v.size)
+    for gen in (monotone(act.phi, act.v_range), monotone(act.phi)):  # range found or given
+        assert np.all(gen.divergence(v, u) == np.inf)
+        assert not np.any(gen.in_range(v))
+
+
+def test_monotone_non_closed_form_activation():
+    """arctan (range (-pi/2, pi/2)): B >= 0, = 0 on the graph, inf off the range."""
+    gen = monotone(np.arctan)
+    u = np.array([-2.0, 0.0, 0.7, 3.0])
+    np.testing.assert_allclose(gen.divergence(np.arctan(u), u), 0.0, atol=1e-9)
+    v = np.array([-1.2, 0.3, 0.5, 1.5])
+    B = gen.divergence(v, u)
+    assert np.all(B > 0)
+    assert np.all(gen.divergence(np.array([-2.0, 1.6]), np.zeros(2)) == np.inf)
+
+
+@pytest.mark.parametrize("args,match", [
+    (("not callable",), "phi must be callable"),
+    ((np.tanh, (1.0, -1.0)), "v_range must be an increasing pair"),
+    ((lambda u: -u,), "phi must be strictly increasing"),
+])
+def test_monotone_rejects_bad_arguments(args, match):
+    with pytest.raises(ValueError, match=match):
+        monotone(*args)
+
+
+def test_monotone_has_no_cvxpy_form():
+    with pytest.raises(NotImplementedError):
+        monotone(np.tanh).divergence_cvx(cp.Variable(2), np.zeros(2))
+
+
+# --- CVXPY forms --------------------------------------------------------------------------------
+def _param(value):
+    p = cp.Parameter(np.shape(value))
+    p.value = value
+    return p
+
+
+def _var(value):
+    x = cp.Variable(np.shape(value))
+    x.value = value
+    return x
+
+
+@st.composite
+def act_v_u_2d(draw):
+    act = draw(acts)
+    p, n = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    v = draw(vs_in_range(act, p * n)).reshape(p, n)
+    u = draw(us(p * n)).reshape(p, n)
+    return act, v, u
+
+
+@given(act_v_u_2d(), st.sampled_from(["v_var", "u_var"]), st.booleans())
+def test_cvxpy_value_equals_numpy(avu, which, use_param):
+    act, v, u = avu
+    expected = float(np.sum(act.divergence(v, u)))
+    const = _param if use_param else (lambda x: x)
+    if which == "v_var":
+        expr, cons = act.divergence_cvx(_var(v), const(u))
+        assert all(bool(np.all(c.value())) for c in cons)  # v is in the range
+    else:
+        expr, cons = act.divergence_cvx(const(v), _var(u))
+        assert cons == []
+    assert expr.shape == ()
+    assert abs(expr.value - expected) <= 1e-9 * (1 + np.sum(tol(act, v, u, k=1)) / EPS)
+
+
+@pytest.mark.parametrize("name", CLOSED)
+@pytest.mark.parametrize("which", ["v_var", "u_var"])
+def test_cvxpy_forms_are_dcp_and_dpp(name, which):
+    act = activation(name)
+    shape = (3, 4)
+    if which == "v_var":
+        expr, cons = act.divergence_cvx(cp.Variable(shape), cp.Parameter(shape))
+    else:
+        W, Xt = cp.Variable((3, 5)), np.ones((5, 4))  # the W-block's u = W X~
+        expr, cons = act.divergence_cvx(cp.Parameter(shape), W @ Xt)
+    assert expr.is_dcp() and expr.is_convex()
+    prob = cp.Problem(cp.Minimize(expr), cons)
+    assert prob.is_dcp(dpp=True) and prob.is_dpp()
+    # with NumPy constants in place of the parameters: DCP, no parameters
+    expr2, cons2 = act.divergence_cvx(cp.Variable(shape), np.full(shape, 0.5)) if which == "v_var" \
+        else act.divergence_cvx(np.full(shape, 0.5), cp.Variable(shape))
+    assert cp.Problem(cp.Minimize(expr2), cons2).is_dcp()
+
+
+@pytest.mark.parametrize("name", CLOSED)
+def test_cvxpy_dpp_when_the_expression_side_carries_parameters(name):
+    """The X-hidden block: B_l(X_{l+1}, W_l [Z; 1]) with Z the variable and W_l, X_{l+1}
+    parameters. <u, v> is then a product of parameters (DCP, not DPP); passed precomputed as
+    ``linear = <W^T V, [Z; 1]>`` with one parameter P = W^T V, the expression is DPP."""
+    act = activation(name)
+    Z, W, V = cp.Variable((3, 4)), cp.Parameter((2, 4)), cp.Parameter((2, 4))
+    Zt = cp.vstack([Z, np.ones((1, 4))])
+    expr, cons = act.divergence_cvx(V, W @ Zt)
+    assert cp.Problem(cp.Minimize(expr), cons).is_dcp()
+    assert not cp.Problem(cp.Minimize(expr), cons).is_dpp()
+    P = cp.Parameter((4, 4))
+    expr, cons = act.divergence_cvx(V, W @ Zt, linear=cp.sum(cp.multiply(P, Zt)))
+    assert cp.Problem(cp.Minimize(expr), cons).is_dpp()
+
+
+@pytest.mark.parametrize("name", CLOSED)
+def test_cvxpy_minimisers_are_the_graph(name):
+    """min_u B(v, u) is at u = phi^{-1}(v) and min_v B(v, u) at v = phi(u); re-solve with new
+    parameter values (the DPP workflow of the oracle)."""
+    act = activation(name)
+    v_par, u = cp.Parameter(3), cp.Variable(3)
+    prob_u = cp.Problem(cp.Minimize(act.divergence_cvx(v_par, u)[0]))
+    u_par, v = cp.Parameter(3), cp.Variable(3)
+    expr, cons = act.divergence_cvx(v, u_par)
+    prob_v = cp.Problem(cp.Minimize(expr), cons)
+    lo, hi = _dom(act, bound=2.0, margin=0.2)
+    for vals in (np.linspace(lo, hi, 3), np.array([lo + 0.1, hi - 0.2, 0.5 * (lo + hi)])):
+        v_par.value = vals
+        prob_u.solve(solver=cp.CLARABEL)
+        assert prob_u.status == cp.OPTIMAL
+        np.testing.assert_allclose(act.phi(u.value), vals, atol=1e-3)  # u* = phi^{-1}(v)
+        assert abs(prob_u.value) < 1e-5
+        u_par.value = np.array([-1.5, 0.3, 1.2]) * (1 + vals[0] ** 2)
+        prob_v.solve(solver=cp.CLARABEL)
+        assert prob_v.status == cp.OPTIMAL
+        np.testing.assert_allclose(v.value, act.phi(u_par.value), atol=2e-3)
+        assert abs(prob_v.value) < 1e-5
+
+
+@pytest.mark.parametrize("name", ["relu", "sigmoid", "tanh"])
+def test_cvxpy_rejects_v_outside_range(name):
+    act = activation(name)
+    lo, _ = act.v_range
+    v = np.array([0.5 * (lo + act.v_range[1]) if math.isfinite(act.v_range[1]) else 1.0, lo - 0.25])
+    with pytest.raises(ValueError, match=r"^v must lie in the range .* got -?[0-9.]+"):
+        act.divergence_cvx(v, cp.Variable(2))
+
+
+@pytest.mark.parametrize("name", CLOSED)
+def test_cvxpy_rejects_two_variables_or_two_constants(name):
+    act = activation(name)
+    v_ok = np.full(2, 0.5)
+    cases = [(cp.Variable(2), cp.Variable(2)), (v_ok, np.zeros(2)), (_param(v_ok), np.zeros(2)),
+             (v_ok, _param(np.zeros(2))), (_param(v_ok), _param(np.zeros(2)))]
+    for v, u in cases:
+        with pytest.raises(ValueError, match="exactly one of v, u"):
+            act.divergence_cvx(v, u)
+
+
+# --- array API and dtypes -----------------------------------------------------------------------
+METHODS_VU = ("divergence", "grad_u", "grad_v")
+METHODS_U = ("phi", "dphi", "Fstar", "project")
+METHODS_V = ("F", "phi_inv", "in_range")
+
+
+@pytest.mark.parametrize("act", [ReLU(), LeakyReLU(0.1), Sigmoid(), Tanh()], ids=repr)
+def test_array_api_strict_gives_the_numpy_numbers(act, rng):
+    u = rng.uniform(-4, 4, size=(3, 5))
+    v = act.project(act.phi(rng.uniform(-4, 4, size=(3, 5))))
+    v[0, 0] = act.v_range[1] + 1.0 if math.isfinite(act.v_range[1]) else v[0, 0]  # outside
+    su, sv = xps.asarray(u), xps.asarray(v)
+    for name in METHODS_U + METHODS_V + METHODS_VU:
+        f = getattr(act, name)
+        args_np = (u,) if name in METHODS_U else (v,) if name in METHODS_V else (v, u)
+        args_xp = (su,) if name in METHODS_U else (sv,) if name in METHODS_V else (sv, su)
+        with np.errstate(all="ignore"):
+            expected = f(*args_np)
+            got = f(*args_xp)
+        assert type(got).__module__.startswith("array_api_strict"), name
+        np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-13, atol=1e-15,
+                                   err_msg=f"{act!r}.{name}")
+    assert act.in_range(sv).dtype == xps.bool
+
+
+@pytest.mark.parametrize("act", [ReLU(), LeakyReLU(0.1), Sigmoid(), Tanh()], ids=repr)
+@pytest.mark.parametrize("lib", ["numpy", "array_api_strict"])
+def test_float32_in_float32_out(act, lib, rng):
+    u32 = rng.uniform(-3, 3, size=(4, 3)).astype(np.float32)
+    v32 = act.project(act.phi(rng.uniform(-3, 3, size=(4, 3)))).astype(np.float32)
+    v32 = np.clip(v32, *(np.float32(t) for t in _dom(act, margin=1e-3)))  # phi_inv finite
+    if lib == "numpy":
+        u, v, f32 = u32, v32, np.float32
+    else:
+        u, v, f32 = xps.asarray(u32), xps.asarray(v32), xps.float32
+    for name in METHODS_U + METHODS_V + METHODS_VU:
+        if name == "in_range":
+            continue
+        f = getattr(act, name)
+        out = f(u) if name in METHODS_U else f(v) if name in METHODS_V else f(v, u)
+        assert out.dtype == f32, f"{act!r}.{name}: {out.dtype}"
+    B32 = np.asarray(act.divergence(v, u))
+    B64 = act.divergence(v32.astype(np.float64), u32.astype(np.float64))
+    np.testing.assert_allclose(B32, B64, atol=1e-5 * (1 + np.max(np.abs(B64))))
+
+
+# --- the registry -------------------------------------------------------------------------------
+def test_registry_lookup_and_passthrough():
+    assert set(CLOSED) <= set(ACTIVATIONS)
+    for name in CLOSED:
+        a = activation(name)
+        assert isinstance(a, Activation) and a.name == name and name in repr(a)
+        assert activation(a) is a
+    assert activation("leaky_relu", slope=0.3).slope == 0.3
+    assert isinstance(activation("monotone", phi=np.tanh), Monotone)
+
+
+def test_registry_unknown_name():
+    with pytest.raises(ValueError, match=r"activation must be one of .* got 'softplus'"):
+        activation("softplus")
+
+
+@pytest.mark.parametrize("slope", [0, 1, -0.5, 1.5, "0.1", float("nan")])
+def test_leaky_relu_rejects_bad_slope(slope):
+    with pytest.raises(ValueError, match=r"slope must be in \(0, 1\), got"):
+        LeakyReLU(slope)

@@ -1,0 +1,177 @@
+"""Tests of fenchel_cvx.losses: values, gradients, stability, CVXPY forms (columns = data points)."""
+import array_api_strict as xps
+import cvxpy as cp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy.special import log_softmax
+
+from fenchel_cvx.losses import LOSSES, CrossEntropy, Loss, MSE, loss, softmax
+
+NAMES = ("mse", "cross_entropy")
+
+
+@st.composite
+def problems(draw, soft=True, scale=20.0):
+    """(Y, Yhat): k classes x m points; Y one-hot or (for soft) nonnegative weights."""
+    k, m = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    Yhat = rng.uniform(-scale, scale, size=(k, m))
+    if soft and draw(st.booleans()):
+        Y = rng.uniform(0, 2, size=(k, m))
+    else:
+        Y = np.eye(k)[:, rng.integers(0, k, size=m)]
+    return Y, Yhat
+
+
+def direct(name, Y, Yhat):
+    if name == "mse":
+        return float(np.sum((Y - Yhat) ** 2))
+    return float(-np.sum(Y * log_softmax(Yhat, axis=0)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(problems())
+def test_value_matches_direct_formula(name, YYh):
+    Y, Yhat = YYh
+    np.testing.assert_allclose(float(loss(name).value(Y, Yhat)), direct(name, Y, Yhat),
+                               rtol=1e-12, atol=1e-10)
+
+
+def test_cross_entropy_small_example_by_hand():
+    Yhat = np.array([[0.0, 2.0], [np.log(3.0), 0.0]])
+    Y = np.array([[1.0, 0.0], [0.0, 1.0]])
+    # column 1: -log(1/4); column 2: -log(1/(e^2 + 1))
+    expected = np.log(4.0) + np.log(np.exp(2.0) + 1.0)
+    assert abs(CrossEntropy().value(Y, Yhat) - expected) < 1e-14
+    assert MSE().value(Y, Yhat) == pytest.approx(1 + np.log(3.0) ** 2 + 4 + 1)
+
+
+def test_losses_are_sums_over_data_points():
+    rng = np.random.default_rng(0)
+    Y, Yhat = np.eye(3)[:, [0, 1, 2, 1]], rng.normal(size=(3, 4))
+    for name in NAMES:
+        total = loss(name).value(Y, Yhat)
+        parts = sum(loss(name).value(Y[:, [j]], Yhat[:, [j]]) for j in range(4))
+        assert total == pytest.approx(parts, rel=1e-13)
+
+
+@pytest.mark.parametrize("big", [1e4, -1e4, 1e300])
+def test_cross_entropy_stable_for_huge_logits(big):
+    Yhat = np.array([[big, 0.0, big], [0.0, big, big - 1.0], [-big, 1.0, 0.0]])
+    Y = np.eye(3)[:, [1, 0, 1]]
+    ce = CrossEntropy()
+    with np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):
+        val, grad, p = ce.value(Y, Yhat), ce.grad(Y, Yhat), softmax(Yhat)
+    assert np.isfinite(val) and np.all(np.isfinite(grad)) and np.all(np.isfinite(p))
+    np.testing.assert_allclose(p.sum(axis=0), 1.0)
+    if abs(big) == 1e4:
+        np.testing.assert_allclose(val, direct("cross_entropy", Y, Yhat), rtol=1e-12)
+    # the correct class has the largest logit: loss ~ 0; the wrong one: loss ~ the margin
+    good = np.eye(3)[:, [0]]
+    assert CrossEntropy().value(good, np.array([[1e4], [0.0], [0.0]])) == pytest.approx(0, abs=1e-12)
+    assert CrossEntropy().value(np.eye(3)[:, [1]], np.array([[1e4], [0.0], [0.0]])) == \
+        pytest.approx(1e4, rel=1e-12)
+
+
+def _fd_grad(f, A, h):
+    G = np.zeros_like(A)
+    for idx in np.ndindex(A.shape):
+        E = np.zeros_like(A)
+        E[idx] = h
+        G[idx] = (f(A + E) - f(A - E)) / (2 * h)
+    return G
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(problems(scale=5.0))
+def test_gradient_matches_finite_differences(name, YYh):
+    Y, Yhat = YYh
+    L = loss(name)
+    fd = _fd_grad(lambda A: L.value(Y, A), Yhat, 1e-6)
+    np.testing.assert_allclose(L.grad(Y, Yhat), fd, rtol=1e-6, atol=1e-6)
+
+
+@given(problems(scale=5.0))
+def test_cross_entropy_shift_invariance(YYh):
+    """softmax - y sums to 0 per column when y is a probability vector: shift invariance."""
+    Y, Yhat = YYh
+    Y = Y / Y.sum(axis=0, keepdims=True)
+    G = CrossEntropy().grad(Y, Yhat)
+    np.testing.assert_allclose(G.sum(axis=0), 0, atol=1e-12)
+    shift = CrossEntropy().value(Y, Yhat + 7.0) - CrossEntropy().value(Y, Yhat)
+    assert abs(shift) < 1e-9
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(problems())
+def test_cvxpy_value_equals_numpy(name, YYh):
+    Y, Yhat = YYh
+    L = loss(name)
+    V = cp.Variable(Yhat.shape)
+    V.value = Yhat
+    expr = L.cvx(Y, V)
+    assert expr.shape == () and expr.is_convex()
+    np.testing.assert_allclose(expr.value, L.value(Y, Yhat), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cvxpy_form_affine_yhat_dcp_dpp_and_solves(name):
+    """The W-last block min_W L(Y, W X~) + ||W||^2 with X~ a parameter (Y the fixed data):
+    DPP; re-solved for a new X~, its solution has zero gradient."""
+    rng = np.random.default_rng(3)
+    Y = np.eye(2)[:, rng.integers(0, 2, size=6)] if name == "cross_entropy" \
+        else rng.normal(size=(2, 6))
+    W, X = cp.Variable((2, 4)), cp.Parameter((4, 6))
+    L = loss(name)
+    prob = cp.Problem(cp.Minimize(L.cvx(Y, W @ X) + cp.sum_squares(W)))
+    assert prob.is_dcp(dpp=True) and prob.is_dpp()
+    for _ in range(2):
+        Xt = np.vstack([rng.normal(size=(3, 6)), np.ones((1, 6))])
+        X.value = Xt
+        prob.solve(solver=cp.CLARABEL)
+        assert prob.status == cp.OPTIMAL
+        G = L.grad(Y, W.value @ Xt) @ Xt.T + 2 * W.value
+        assert np.max(np.abs(G)) < 1e-4  # interior-point accuracy (exponential cone)
+        assert prob.value == pytest.approx(L.value(Y, W.value @ Xt) + np.sum(W.value ** 2),
+                                           rel=1e-7)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cvxpy_form_with_label_parameter_is_dpp_when_yhat_is_parameter_free(name):
+    """Y a (nonnegative) parameter and Yhat = W X~ with X~ NumPy data: DPP."""
+    Y, W = cp.Parameter((2, 5), nonneg=True), cp.Variable((2, 3))
+    expr = loss(name).cvx(Y, W @ np.ones((3, 5)))
+    assert cp.Problem(cp.Minimize(expr)).is_dpp()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_array_api_strict_and_float32(name, rng):
+    Y, Yhat = np.eye(3)[:, [0, 2, 1, 1]], rng.normal(size=(3, 4))
+    L = loss(name)
+    sY, sYh = xps.asarray(Y), xps.asarray(Yhat)
+    np.testing.assert_allclose(float(L.value(sY, sYh)), L.value(Y, Yhat), rtol=1e-14)
+    np.testing.assert_allclose(np.asarray(L.grad(sY, sYh)), L.grad(Y, Yhat), rtol=1e-13)
+    np.testing.assert_allclose(np.asarray(softmax(sYh)), softmax(Yhat), rtol=1e-13)
+    for Ya, Yha, f32 in ((Y.astype(np.float32), Yhat.astype(np.float32), np.float32),
+                         (xps.asarray(Y, dtype=xps.float32), xps.asarray(Yhat, dtype=xps.float32),
+                          xps.float32)):
+        assert L.value(Ya, Yha).dtype == f32
+        assert L.grad(Ya, Yha).dtype == f32
+
+
+def test_registry():
+    assert set(LOSSES) == set(NAMES)
+    for name in NAMES:
+        L = loss(name)
+        assert isinstance(L, Loss) and L.name == name and name in repr(L)
+        assert loss(L) is L
+
+
+@pytest.mark.parametrize("bad", ["hinge", "MSE", None])
+def test_unknown_loss_names_parameter_and_value(bad):
+    with pytest.raises(ValueError, match=r"loss must be one of \['cross_entropy', 'mse'\], got "
+                                         + repr(bad).replace("(", r"\(")):
+        loss(bad)
