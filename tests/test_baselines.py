@@ -72,12 +72,15 @@ def test_same_seed_same_run_and_threads_restored(digits):
 
 def test_every_batch_evaluation_and_callback(digits):
     seen = []
-    r = _run(digits, epochs=2, batch_size=100, eval_every_batch=True,
+    r = _run(digits, epochs=2, batch_size=100, eval_every=1,
              callback=lambda epoch, res: seen.append((epoch, len(res.test_accuracy))))
     assert seen == [(1, 1), (2, 2)]
-    assert len(r.batch_test_accuracy) == 2 * 14  # ceil(1347 / 100) batches per epoch
-    assert r.batch_test_accuracy[-1] == r.test_accuracy[-1]
-    assert _run(digits, epochs=1).batch_test_accuracy is None
+    assert len(r.checkpoints) == 2 * 14  # ceil(1347 / 100) batches per epoch
+    assert [c[0] for c in r.checkpoints] == list(range(1, 29))
+    assert r.checkpoints[-1][2] == r.test_accuracy[-1]
+    assert r.checkpoints[-1][1] == r.seconds[-1]
+    assert all(a[1] <= b[1] for a, b in zip(r.checkpoints, r.checkpoints[1:]))
+    assert _run(digits, epochs=1).checkpoints is None
 
 
 @pytest.mark.parametrize("activation", ["relu", "leaky_relu", "sigmoid", "tanh"])

@@ -45,7 +45,7 @@ class BackpropResult:
     train_accuracy: list = field(default_factory=list)
     train_loss: list = field(default_factory=list)  # mean cross-entropy on the whole train set
     seconds: list = field(default_factory=list)  # cumulative training wall-clock time
-    batch_test_accuracy: list = None  # after every batch, if eval_every_batch=True
+    checkpoints: list = None  # [(batches seen, seconds, test accuracy)] every eval_every batches
     weights: list = None  # final [W_l] of shape (p_{l+1}, p_l + 1), bias last column
 
 
@@ -80,13 +80,15 @@ def _check_inputs(layer_sizes, X_train, y_train, X_test, y_test, batches):
 
 def train_backprop(layer_sizes, X_train, y_train, X_test, y_test, *, batches, optimizer="adam",
                    lr=None, activation="relu", slope=0.01, seed=0, threads=None, callback=None,
-                   eval_every_batch=False):
+                   eval_every=None):
     """Train an MLP by backprop on the given batch schedule; return a :class:`BackpropResult`.
 
     ``optimizer``: ``"adam"`` (default lr 1e-3) or ``"sgd"`` (default lr 1e-2).
     ``activation``: relu, leaky_relu (negative ``slope``), sigmoid or tanh.
     ``threads``: ``torch.set_num_threads`` for this call (restored afterwards).
     ``callback(epoch, result)`` runs after every epoch (epoch counts from 1).
+    ``eval_every``: record a checkpoint (batches seen, training seconds, test accuracy) every
+    that many batches (evaluation time excluded), for curves against batches and seconds.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, got {optimizer!r}")
@@ -100,6 +102,9 @@ def train_backprop(layer_sizes, X_train, y_train, X_test, y_test, *, batches, op
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral)
                                 or threads < 1):
         raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+    if eval_every is not None and (isinstance(eval_every, bool) or not isinstance(
+            eval_every, numbers.Integral) or eval_every < 1):
+        raise ValueError(f"eval_every must be a positive integer or None, got {eval_every!r}")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ValueError(f"seed must be an integer, got {seed!r}")
     sizes = _check_inputs(layer_sizes, X_train, y_train, X_test, y_test, batches)
@@ -137,8 +142,8 @@ def train_backprop(layer_sizes, X_train, y_train, X_test, y_test, *, batches, op
 
         _, acc0 = evaluate(Xte, yte)
         result = BackpropResult(optimizer, float(lr), sizes, acc0, evaluate(Xtr, ytr)[0],
-                                batch_test_accuracy=[] if eval_every_batch else None)
-        elapsed = 0.0
+                                checkpoints=[] if eval_every else None)
+        elapsed, seen = 0.0, 0
         for epoch, epoch_batches in enumerate(batches, start=1):
             for idx in epoch_batches:
                 t0 = time.perf_counter()
@@ -147,8 +152,9 @@ def train_backprop(layer_sizes, X_train, y_train, X_test, y_test, *, batches, op
                 loss_fn(model(Xtr[idx]), ytr[idx]).backward()
                 opt.step()
                 elapsed += time.perf_counter() - t0
-                if eval_every_batch:
-                    result.batch_test_accuracy.append(evaluate(Xte, yte)[1])
+                seen += 1
+                if eval_every and seen % eval_every == 0:
+                    result.checkpoints.append((seen, elapsed, evaluate(Xte, yte)[1]))
             loss, train_acc = evaluate(Xtr, ytr)
             result.train_loss.append(loss)
             result.train_accuracy.append(train_acc)
