@@ -1,0 +1,424 @@
+"""OracleBackend: every block of the lifted objective solved to certified optimality by CVXPY.
+
+``OracleBackend().solve(block)`` takes one of the four blocks of ``blocks.py`` (DESIGN.md,
+"Blocks"; the paper's Sec. 3), splits it into independent pieces (``templates.plan``: X-blocks
+by column, hidden and MSE-last W-blocks by row), solves every piece on a cached DPP template
+(re-solves only set parameter values), and returns a ``BlockResult`` whose ``value`` and
+``residual`` are ``block.value`` and ``block.kkt_residual`` at the assembled argmin, computed in
+NumPy. The MSE + ReLU X_L block is a nonnegative least squares (``nnls.py``).
+
+Certificate (DESIGN.md, check 4): every piece must end with solver status ``optimal`` and the
+scaled KKT residual of the whole block must be ``<= tol``; otherwise a typed ``SolverError``
+naming the block kind, the layer and the status is raised (``strict=False`` turns an inaccurate
+status or residual into ``converged=False`` with ``info["warning"]``; a failed or infeasible
+solve always raises). ``info`` holds the solver, the summed |primal - dual| objective gap of
+the pieces (``duality_gap``, in the block's units), ``n_subproblems``, ``retries``, the
+residual of the solver's own point (``solver_residual``) and the Newton ``polish_steps``.
+
+Solver choice (measured; docs/oracle.md): Clarabel, structural zeros dropped. Quadratic pieces
+(ReLU, leaky ReLU, MSE) are solved with 1e-12 tolerances, exponential-cone pieces (sigmoid, tanh,
+cross-entropy) with the default 1e-8 (tighter ones stall near a 1e-10 gap and end
+``optimal_inaccurate``); when the block residual still exceeds ``tol`` (an interior point's gap
+eps bounds the distance to the argmin only by ~sqrt(eps)), the Newton polish of ``polish.py``
+finishes the job. A non-optimal piece is re-solved with the next settings of ``ATTEMPTS`` before
+an error is raised. OSQP solves the quadratic blocks only; SCS solves all blocks, to ~1e-8 with
+~50x Clarabel's iterations, and is polished the same way.
+"""
+import math
+import multiprocessing
+import os
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+
+import cvxpy as cp
+import numpy as np
+
+from ..blocks import BlockResult, XHidden, XLast, WHidden, WLast
+from ..errors import SolverError, SolverInaccurate, SolverInfeasible
+from . import nnls as _nnls
+from . import polish as _polish
+from . import templates as _tpl
+
+DEFAULT_SOLVER = "CLARABEL"
+
+# Settings per solver (measured in docs/oracle.md). Clarabel drops the structural zeros of the
+# data (MNIST pixels are mostly zero: ~8x faster W-rows) and reuses its cached solver. Quadratic
+# templates (ReLU / leaky ReLU / MSE) first try 1e-12 gap and feasibility tolerances (MNIST W-rows:
+# residual 3e-8 instead of 6e-5 at 1e-8, for 50% more iterations); exponential-cone templates
+# (sigmoid, tanh, cross-entropy) stall near a 1e-10 gap and end ``optimal_inaccurate`` when asked
+# for more, so they keep the default 1e-8 and rely on the Newton polish.
+SOLVER_OPTS = {
+    "CLARABEL": dict(max_iter=400, input_sparse_dropzeros=True),
+    "OSQP": dict(eps_abs=1e-9, eps_rel=1e-9, polishing=True, max_iter=100000),
+    "SCS": dict(eps_abs=1e-8, eps_rel=1e-8, max_iters=100000),
+}
+# Clarabel's own defaults for every setting an attempt changes: each attempt spells them all out,
+# because a cached Clarabel solver keeps the settings of its previous run.
+_CLARABEL_BASE = dict(tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas=1e-8, tol_ktratio=1e-6,
+                      max_step_fraction=0.99, equilibrate_enable=True,
+                      static_regularization_constant=1e-8)
+_TIGHT = dict(tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12, tol_ktratio=1e-10)
+
+# The settings tried in turn on a piece until one run ends ``optimal`` (the status that counts is
+# that of the last run; each fallback was measured to rescue cases the previous one missed).
+# ``(qp, conic)``: the sequence for quadratic templates and for exponential-cone templates.
+ATTEMPTS = {
+    "CLARABEL": tuple([{**_CLARABEL_BASE, **a} for a in seq] for seq in (
+        [_TIGHT, {**_TIGHT, "max_step_fraction": 0.95}, {}, {"max_step_fraction": 0.95},
+         {"equilibrate_enable": False}],
+        [{}, {"max_step_fraction": 0.95}, {"equilibrate_enable": False},
+         {"static_regularization_constant": 1e-11}])),
+}
+
+# Parametrised coefficients per piece. CVXPY's DPP compile time grows faster than linearly in
+# the piece (digits CE X_L block: 31 columns 0.13 s, 125 columns 1.2 s, 500 columns 17 s CPU)
+# while the solve time per column is flat (~1 ms), so pieces are small: a few MNIST columns
+# (W_x is 10 x 300), ~37 digits columns (10 x 32), one W-row (X~ is at least 65 x 1000).
+DEFAULT_BUDGET = 12_000
+
+# The polish aims below tol (Newton steps are cheap near the solution): the value then agrees
+# with the monolithic CVXPY solve to ~1e-10 relative, not just the residual with tol.
+POLISH_TARGET = 1e-3
+
+_FAILED = {cp.INFEASIBLE, cp.UNBOUNDED, cp.INFEASIBLE_INACCURATE, cp.UNBOUNDED_INACCURATE}
+_BLOCKS = (XHidden, XLast, WHidden, WLast)
+
+
+def _check_in_range(act, V, name):
+    V = np.asarray(V)
+    if not np.all(np.isfinite(V)):
+        raise ValueError(f"{name} must be finite, got NaN or inf entries")
+    ok = act.in_range(V)
+    if not np.all(ok):
+        bad = V[~ok].ravel()[0]
+        raise ValueError(f"{name} must lie in the range {act.v_range} of {act.name}, "
+                         f"got {float(bad)!r}")
+
+
+def _check_finite(name, A):
+    if A is not None and not np.all(np.isfinite(np.asarray(A))):
+        raise ValueError(f"{name} must be finite, got NaN or inf entries")
+
+
+def check_block(block):
+    """Validate a block's data before solving (``ValueError`` naming the parameter and value)."""
+    if not isinstance(block, _BLOCKS):
+        raise ValueError(f"block must be one of XHidden, XLast, WHidden, WLast, got {block!r}")
+    acts = ([block.act_in] if block.kind.startswith("x") else []) + (
+        [block.act_out] if block.kind == "x_hidden" else []) + (
+        [block.act] if block.kind == "w_hidden" else [])
+    for act in acts:
+        if act.name == "monotone":
+            raise ValueError("the CVXPY oracle needs a closed-form activation, got monotone(phi) "
+                             "(it is NumPy only)")
+    if block.kind == "x_hidden":
+        _check_in_range(block.act_out, block.V_next, "V_next")
+        if block.lam_in <= 0 or block.lam_out <= 0:
+            raise ValueError(f"lam_in and lam_out must be > 0, got {block.lam_in}, {block.lam_out}")
+    if block.kind == "w_hidden":
+        _check_in_range(block.act, block.V, "V")
+        if block.lam <= 0:
+            raise ValueError(f"lam must be > 0, got {block.lam}")
+    if block.kind.startswith("x"):
+        _check_finite("U_prev", block.U_prev)
+        _check_finite("W", block.W)
+    else:
+        _check_finite("Xt", block.Xt)
+        _check_finite("W0", block.W0)
+        if block.rho < 0 or block.gamma < 0:
+            raise ValueError(f"rho and gamma must be >= 0, got {block.rho}, {block.gamma}")
+    if block.kind in ("x_last", "w_last"):
+        _check_finite("Y", block.Y)
+        if block.loss.name == "cross_entropy" and np.any(block.Y < 0):
+            raise ValueError(f"Y must be >= 0 for cross_entropy (label weights), got "
+                             f"{block.Y[block.Y < 0].ravel()[0]!r}")
+        if block.kind == "w_last" and block.loss.name == "cross_entropy" and not block.Y.any():
+            raise ValueError("Y must hold some label mass for the cross_entropy W-block, "
+                             "got all zeros")
+
+
+def _gap(raw):
+    """|primal - dual objective| reported by the solver, or None."""
+    try:
+        if hasattr(raw, "obj_val_dual"):                        # Clarabel
+            return abs(raw.obj_val - raw.obj_val_dual)
+        if isinstance(raw, dict) and "info" in raw:             # SCS
+            return abs(float(raw["info"]["gap"]))
+        if hasattr(raw, "info") and hasattr(raw.info, "duality_gap"):   # OSQP
+            return abs(float(raw.info.duality_gap))
+    except (TypeError, KeyError, AttributeError):
+        pass
+    return None
+
+
+def solve_piece(template, solver, opts, warm=None):
+    """Solve one template with its parameters set: ``(x, status, iterations, gap, seconds)``."""
+    prob = template.problem
+    t0 = time.perf_counter()
+    if warm is not None:
+        template.var.value = warm
+    try:
+        data, chain, inverse = prob.get_problem_data(solver, solver_opts=dict(opts))
+    except cp.error.SolverError as exc:
+        raise ValueError(f"solver {solver} cannot solve the {template.key[0]} template (it needs "
+                         f"exponential cones for sigmoid, tanh, cross-entropy; use CLARABEL or "
+                         f"SCS): {exc}") from None
+    try:
+        # warm_start lets Clarabel update the cached solver in place (same pattern: no new
+        # symbolic factorisation), and OSQP/SCS start from ``warm``
+        raw = chain.solve_via_data(prob, data, warm is not None or solver == "CLARABEL", False,
+                                   dict(opts))
+        with warnings.catch_warnings():   # an inaccurate status is reported by the status itself
+            warnings.simplefilter("ignore", UserWarning)
+            prob.unpack_results(raw, chain, inverse)
+    except cp.error.SolverError as exc:
+        return None, f"solver_error: {exc}", 0, None, time.perf_counter() - t0
+    stats = prob.solver_stats
+    return (template.var.value, prob.status, int(stats.num_iters or 0), _gap(raw),
+            time.perf_counter() - t0)
+
+
+def solve_chunk(cache, key, acts, consts, solver, opts, shared, pieces, warms=None,
+                attempts=((), ())):
+    """Solve a list of piece parameter dicts on one template (built once, cached in ``cache``).
+
+    A template whose compiled-in constants differ from ``consts`` is rebuilt in place (one
+    template per key). ``attempts = (qp, conic)``: setting overrides tried in turn until a run
+    ends ``optimal``. Returns one ``(x, status, iterations, gap, seconds, retries)`` per piece.
+    """
+    template = cache.get(key)
+    if template is None or not template.matches(consts):
+        template = cache[key] = _tpl.build(key, acts, consts)
+        cache.builds[key] = cache.builds.get(key, 0) + 1
+    template.set(shared)
+    sequence = list(attempts[0] if template.problem.is_qp() else attempts[1]) or [{}]
+    out = []
+    for i, values in enumerate(pieces):
+        template.set(values)
+        warm = None if warms is None else warms[i]
+        res = None
+        for tried, extra in enumerate(sequence):
+            again = solve_piece(template, solver, {**extra, **opts}, warm)
+            res = again if res is None else (again[0], again[1], res[2] + again[2], again[3],
+                                             res[4] + again[4])
+            if res[1] == "optimal" or res[1] in _FAILED:
+                break
+        out.append(res + (tried,))
+    return out
+
+
+class TemplateCache(dict):
+    """Compiled templates by key, with the number of (re)builds of each key in ``builds``."""
+
+    def __init__(self):
+        super().__init__()
+        self.builds = {}
+
+
+_WORKER_CACHE = TemplateCache()
+
+
+def _worker(key, acts, consts, solver, opts, shared, pieces, warms, attempts):
+    return solve_chunk(_WORKER_CACHE, key, acts, consts, solver, opts, shared, pieces, warms,
+                       attempts)
+
+
+class OracleBackend:
+    """The CVXPY correctness oracle for the four blocks (see the module docstring).
+
+    Parameters
+    ----------
+    solver : CVXPY solver name, or None for the measured default (``"CLARABEL"``).
+    tol : the largest accepted scaled KKT residual (``blocks.kkt_residual``) of a solve.
+    n_jobs : worker processes for the independent pieces of a block (1: in this process).
+    nnls : solve the MSE + ReLU X_L block by ``scipy.optimize.nnls`` (else by CVXPY).
+    strict : raise ``SolverInaccurate`` on an inaccurate status or a residual above ``tol``;
+        with ``False`` the result has ``converged=False`` and ``info["warning"]``.
+    solver_opts : options passed to the solver; they override ``SOLVER_OPTS[solver]`` and every
+        entry of ``ATTEMPTS[solver]``.
+    budget : parametrised coefficients per piece (columns or rows are grouped up to it).
+    polish : after an ``optimal`` solve whose residual exceeds ``tol``, take projected Newton
+        steps on the block (``polish.py``); ``False`` returns the solver's point as it is.
+    """
+
+    name = "cvxpy"
+
+    def __init__(self, solver=None, tol=1e-7, n_jobs=1, nnls=True, strict=True, solver_opts=None,
+                 budget=DEFAULT_BUDGET, polish=True):
+        installed = cp.installed_solvers()
+        name = DEFAULT_SOLVER if solver is None else str(solver).upper()
+        if name not in installed:
+            raise ValueError(f"solver must be one of the installed solvers {installed}, "
+                             f"got {solver!r}")
+        if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
+            raise ValueError(f"tol must be >= 0, got {tol!r}")
+        if n_jobs == -1:
+            n_jobs = os.cpu_count() or 1
+        if not (isinstance(n_jobs, int) and n_jobs >= 1):
+            raise ValueError(f"n_jobs must be a positive integer or -1, got {n_jobs!r}")
+        if not (isinstance(budget, int) and budget >= 1):
+            raise ValueError(f"budget must be a positive integer, got {budget!r}")
+        self.solver, self.tol, self.n_jobs = name, float(tol), n_jobs
+        self.nnls, self.strict = bool(nnls), bool(strict)
+        self.solver_opts = {**SOLVER_OPTS.get(name, {}), **(solver_opts or {})}
+        self.attempts = ATTEMPTS.get(name, ((), ()))
+        self.budget, self.polish = budget, bool(polish)
+        self._templates = TemplateCache()
+        self._pool = None
+
+    def __repr__(self):
+        return (f"OracleBackend(solver={self.solver!r}, tol={self.tol}, n_jobs={self.n_jobs}, "
+                f"nnls={self.nnls}, strict={self.strict})")
+
+    # --- housekeeping ---------------------------------------------------------------------
+    def cache_info(self):
+        """``{key: builds}`` of the templates compiled in this process (workers keep their own).
+
+        A key is ``(builder, dims, activations)``; ``builds`` counts compilations: re-solves with
+        new parameter values do not add any, new constants (a W-block's X~) rebuild in place.
+        """
+        return dict(self._templates.builds)
+
+    def close(self):
+        """Shut the worker processes down (if any)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # --- solving --------------------------------------------------------------------------
+    def solve(self, block, start=None):
+        """Solve ``block`` exactly; ``start`` warm-starts solvers that can use it (OSQP, SCS)."""
+        t0 = time.perf_counter()
+        check_block(block)
+        info = {"solver": self.solver}
+        if self.nnls and _nnls.applies(block):
+            try:
+                Z = self._nnls(block)
+            except RuntimeError as exc:
+                raise SolverError(block.kind, block.layer, "nnls_failed", str(exc)) from None
+            info.update(solver="nnls", duality_gap=None, n_subproblems=Z.shape[1])
+            return self._finish(block, Z, "optimal", 0, info, t0)
+        plan = _tpl.plan(block, self.budget)
+        argmin, status, iters, gaps, retried = self._solve_plan(block, plan, start)
+        gap = None if any(g is None for g in gaps) else float(sum(gaps)) * plan.scale
+        info.update(retries=retried, duality_gap=gap, n_subproblems=sum(p.size for p in plan.pieces))
+        return self._finish(block, argmin, status, iters, info, t0)
+
+    def _nnls(self, block):
+        m = block.U_prev.shape[1]
+        if self.n_jobs == 1 or m < 8 * self.n_jobs:
+            return _nnls.solve_x_last(block)
+        bounds = np.linspace(0, m, self.n_jobs + 1).astype(int)
+        futures = [self._executor().submit(_nnls.solve_columns, block.W, block.Y[:, a:b],
+                                           block.U_prev[:, a:b], block.lam_in)
+                   for a, b in zip(bounds[:-1], bounds[1:])]
+        return np.concatenate([f.result() for f in futures], axis=1)
+
+    def _executor(self):
+        if self._pool is None:
+            # forkserver, not fork: the parent may hold solver threads (Clarabel/faer, BLAS) that
+            # a forked child would inherit half-initialised; the server preloads this module.
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload([__name__])
+            self._pool = ProcessPoolExecutor(self.n_jobs, mp_context=ctx)
+        return self._pool
+
+    def _solve_plan(self, block, plan, start):
+        key, size = plan.key, plan.dims[-1]
+        warms = None
+        if start is not None and self.solver in ("OSQP", "SCS"):
+            start = np.asarray(start, dtype=float)
+            warms = [_tpl.pad(start[:, p.index] if plan.axis else start[p.index], plan.axis, size)
+                     for p in plan.pieces]
+        values = [p.values for p in plan.pieces]
+        if not values:
+            results = []
+        elif self.n_jobs == 1 or len(values) == 1:
+            results = solve_chunk(self._templates, key, plan.acts, plan.consts, self.solver,
+                                  self.solver_opts, plan.shared, values, warms, self.attempts)
+        else:
+            results = self._parallel(key, plan, values, warms)
+        shape = block.U_prev.shape if plan.axis == 1 else (
+            (block.V if block.kind == "w_hidden" else block.Y).shape[0], block.Xt.shape[0])
+        argmin = np.empty(shape)
+        worst, iters, gaps, retried = "optimal", 0, [], 0
+        for piece, (x, status, it, gap, _, tried) in zip(plan.pieces, results):
+            iters += it
+            gaps.append(gap)
+            retried += tried
+            if status != "optimal":
+                where = f"{'columns' if plan.axis else 'rows'} {_describe(piece.index)}"
+                if x is None or status not in (cp.OPTIMAL_INACCURATE, cp.USER_LIMIT):
+                    cls = SolverInfeasible if status in _FAILED else SolverError
+                    raise cls(block.kind, block.layer, status, f"{self.solver}, {where}")
+                if self.strict:
+                    raise SolverInaccurate(block.kind, block.layer, status, f"{self.solver}, {where}")
+                worst = status
+            if plan.axis == 1:
+                argmin[:, piece.index] = x[:, :piece.size]
+            else:
+                argmin[piece.index] = x[:piece.size]
+        for cols, Z in plan.fixed:
+            argmin[:, cols] = Z
+        return argmin, worst, iters, gaps, retried
+
+    def _parallel(self, key, plan, values, warms):
+        n = min(self.n_jobs, len(values))
+        bounds = np.linspace(0, len(values), n + 1).astype(int)
+        futures = [self._executor().submit(_worker, key, plan.acts, plan.consts, self.solver,
+                                           self.solver_opts, plan.shared, values[a:b],
+                                           None if warms is None else warms[a:b], self.attempts)
+                   for a, b in zip(bounds[:-1], bounds[1:])]
+        return [r for f in futures for r in f.result()]
+
+    def _finish(self, block, argmin, status, iters, info, t0):
+        argmin, info["projected"] = _into_domain(block, argmin)
+        residual = float(block.kkt_residual(argmin))
+        info["solver_residual"], info["polish_steps"] = residual, 0
+        if residual > self.tol and self.polish and status == "optimal":
+            argmin, info["polish_steps"] = _polish.polish(block, argmin, POLISH_TARGET * self.tol)
+            residual = float(block.kkt_residual(argmin))
+        value = float(block.value(argmin))
+        converged = status == "optimal"
+        if not math.isfinite(value):
+            raise SolverError(block.kind, block.layer, status, f"non-finite block value {value}")
+        if residual > self.tol:
+            msg = f"KKT residual {residual:.3g} > tol {self.tol:.3g} ({info['solver']})"
+            if self.strict:
+                raise SolverInaccurate(block.kind, block.layer, status, msg)
+            converged = False
+            info["warning"] = msg
+        elif not converged:
+            info["warning"] = f"solver status {status!r} accepted with strict=False"
+        return BlockResult(argmin=argmin, value=value, status=status, residual=residual,
+                           seconds=time.perf_counter() - t0, iterations=iters,
+                           converged=converged, info=info)
+
+
+def _into_domain(block, Z):
+    """Clip a solver's point into the block's domain (solvers are feasible only to their tolerance).
+
+    For sigmoid and tanh (F' is infinite on the boundary of [0, 1], [-1, 1]) the clip keeps 1e-12
+    inside. Returns the point and the largest distance moved (recorded in ``info["projected"]``).
+    """
+    if block.kind not in ("x_hidden", "x_last"):
+        return Z, 0.0
+    lo, hi = block.act_in.v_range
+    if block.act_in.name in ("sigmoid", "tanh"):
+        lo, hi = lo + 1e-12, hi - 1e-12
+    C = np.clip(Z, None if math.isinf(lo) else lo, None if math.isinf(hi) else hi)
+    return C, float(np.max(np.abs(C - Z))) if Z.size else 0.0
+
+
+def _describe(index):
+    if isinstance(index, slice):
+        return f"{index.start}..{index.stop - 1}"
+    index = np.asarray(index)
+    return f"{index[0]}..{index[-1]}" if len(index) else "none"
