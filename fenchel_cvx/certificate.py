@@ -1,0 +1,154 @@
+"""The per-iteration certificate of the BCD driver (DESIGN.md, "The per-iteration certificate").
+
+At every iteration (Algorithm 1) or every alternation of every batch (Algorithm 2) the driver
+asks a :class:`Certificate` four questions about the iterate ``(W, X)``:
+
+1. ``fenchel_young``: every elementwise divergence ``B_l(X_{l+1}, W_l X~_l) >= -tol``, and every
+   ``X_{l+1}`` lies in the range of ``phi_l`` (Theorem 1: B >= 0 with equality iff
+   ``X_{l+1} = phi_l(W_l X~_l)``; a point outside the range has ``B = +inf``).
+2. ``descent``: no block update raised its block value (the part of F that depends on the block,
+   so the change of F itself) by more than ``tol * (|F| + 1)``.
+3. ``lower_bound``: after the X-sweep, ``F(W, X) <= J(W) + tol * (|J| + 1)`` at the same weights:
+   the feed-forward point is feasible for every X-block with ``B = 0``, so the lifted objective
+   (a Lagrangian relaxation) lies below the network objective there. The driver starts each
+   X-sweep from the feed-forward point whenever the carried-over X are worse than it (see
+   ``bcd.py``), so exact X-blocks keep this bound.
+4. ``block_optimality``: every block solve reports status ``"optimal"`` (and ``converged``); its
+   KKT residual (``blocks.kkt_residual``) is recorded, the maximum reported, and checked against
+   ``residual_tol`` when one is given.
+
+In strict mode (the oracle's default) the first violation raises
+:class:`~fenchel_cvx.errors.CertificateError` naming the check, the layer, the two numbers, the
+tolerance and the iteration; otherwise violations are recorded and the run goes on. Every
+outcome is a plain dict, so the history can be written as JSON.
+"""
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .errors import CertificateError
+
+CHECKS = ("fenchel_young", "descent", "lower_bound", "block_optimality")
+
+
+@dataclass
+class Violation:
+    """One failed check: ``value`` should have been ``<= bound`` (``>= bound`` for fenchel_young)."""
+
+    check: str
+    layer: object       # int, a block name like "W_2", or None for whole-network checks
+    value: float
+    bound: float
+    tol: float
+    iteration: int = None
+    detail: str = ""
+
+    def to_dict(self):
+        return asdict(self)
+
+    def error(self):
+        return CertificateError(self.check, self.layer, self.value, self.bound, self.tol,
+                                self.iteration)
+
+
+class Certificate:
+    """Runs the four checks of one iteration and collects their outcome.
+
+    Parameters
+    ----------
+    strict : raise ``CertificateError`` at the first violation (True) or record it (False).
+    tol : the tolerance of the checks (absolute for Fenchel-Young, relative to ``|F| + 1`` for
+        descent and to ``|J| + 1`` for the lower bound).
+    residual_tol : if not None, a block whose KKT residual exceeds it fails ``block_optimality``.
+    """
+
+    def __init__(self, strict=True, tol=1e-6, residual_tol=None):
+        if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol > 0):
+            raise ValueError(f"tol must be > 0 and finite, got {tol!r}")
+        if residual_tol is not None and not residual_tol > 0:
+            raise ValueError(f"residual_tol must be > 0 or None, got {residual_tol!r}")
+        self.strict, self.tol, self.residual_tol = bool(strict), float(tol), residual_tol
+        self.begin(None)
+
+    # --- bookkeeping --------------------------------------------------------------------------
+    def begin(self, iteration):
+        """Start the checks of a new iteration."""
+        self.iteration = iteration
+        self.violations = []
+        self.max_residual = 0.0
+        self.min_divergence = []
+        self.max_increase = -math.inf
+        self.bound_gap = None
+        self.restarted = False
+        self.statuses_ok = True
+
+    def _fail(self, check, layer, value, bound, tol, detail=""):
+        v = Violation(check, layer, float(value), float(bound), float(tol), self.iteration, detail)
+        if self.strict:
+            raise v.error()
+        self.violations.append(v)
+
+    def outcome(self):
+        """The iteration's certificate as a JSON-ready dict."""
+        return {
+            "held": not self.violations,
+            "violations": [v.to_dict() for v in self.violations],
+            "max_residual": float(self.max_residual),
+            "min_divergence": [float(b) for b in self.min_divergence],
+            "max_increase": None if math.isinf(self.max_increase) else float(self.max_increase),
+            "bound_gap": None if self.bound_gap is None else float(self.bound_gap),
+            "restarted": bool(self.restarted),
+        }
+
+    # --- the four checks ----------------------------------------------------------------------
+    def check_fenchel_young(self, net, X0, Xs):
+        """Check 1: ``X_{l+1}`` in the range of ``phi_l`` and every ``B_l >= -tol`` elementwise."""
+        X = [X0, *Xs]
+        self.min_divergence = []
+        for l, act in enumerate(net.activations):
+            V = np.asarray(X[l + 1])
+            inside = np.asarray(act.in_range(V))
+            if not inside.all():
+                lo, hi = act.v_range
+                out = float(np.max(np.maximum(lo - V, V - hi)))
+                self.min_divergence.append(-math.inf)
+                self._fail("fenchel_young", l, -out, 0.0, self.tol,
+                           f"X_{l + 1} leaves the range {act.v_range} of {act.name} by {out:.3g}")
+                continue
+            B = np.asarray(act.divergence(V, net.pre_activation(l, X[l])))
+            bmin = float(B.min()) if B.size else 0.0
+            self.min_divergence.append(bmin)
+            if not bmin >= -self.tol:
+                self._fail("fenchel_young", l, bmin, 0.0, self.tol,
+                           f"min elementwise B_{l}(X_{l + 1}, W_{l} X~_{l}) is negative")
+
+    def check_descent(self, name, before, after, scale):
+        """Check 2: a block update from value ``before`` to ``after``; ``scale`` ~ |F|."""
+        inc = float(after) - float(before)
+        self.max_increase = max(self.max_increase, inc)
+        tol = self.tol * (abs(float(scale)) + 1.0)
+        if not inc <= tol:  # also catches NaN
+            self._fail("descent", name, after, before, tol,
+                       f"block {name} raised its value by {inc:.3g}")
+
+    def check_lower_bound(self, F, J):
+        """Check 3: the lifted objective after the X-sweep is below J at the same weights."""
+        self.bound_gap = float(J) - float(F)
+        tol = self.tol * (abs(float(J)) + 1.0)
+        if not float(F) <= float(J) + tol:
+            self._fail("lower_bound", None, F, J, tol,
+                       "F(W, X) after the X-sweep exceeds J(W) at the same weights")
+
+    def check_block(self, name, result):
+        """Check 4: the block's solver status is optimal; record its KKT residual."""
+        res = float(result.residual)
+        if math.isfinite(res):
+            self.max_residual = max(self.max_residual, res)
+        if result.status != "optimal" or not result.converged:
+            self.statuses_ok = False
+            self._fail("block_optimality", name, res, self.residual_tol or 0.0, self.tol,
+                       f"status {result.status!r}, converged={result.converged}")
+        elif self.residual_tol is not None and not res <= self.residual_tol:
+            self._fail("block_optimality", name, res, self.residual_tol, self.residual_tol,
+                       f"KKT residual {res:.3g} above residual_tol")

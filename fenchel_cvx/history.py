@@ -1,0 +1,110 @@
+"""History: what the BCD driver records at every iteration, as plain JSON-ready data.
+
+A :class:`History` is a ``config`` dict (the run's settings) and a list of ``records``, one per
+*round* (one X-sweep then one W-sweep): one per iteration in Algorithm 1, one per alternation of
+each batch in Algorithm 2. A record holds
+
+- ``iteration`` (1, 2, ... over the run), ``epoch``, ``batch``, ``alternation`` (Algorithm 2;
+  ``None`` in Algorithm 1) and ``m`` (data points the round's objectives are summed over);
+- ``lifted_x`` = F(W, X) after the X-sweep and ``network_x`` = J(W) at the same weights (before
+  the W-sweep); ``lifted_w`` = F(W', X) and ``network_w`` = J(W') after the W-sweep; ``prox`` the
+  proximal term sum_l gamma_l ||W'_l - W0_l||^2 (Algorithm 2; not part of F or J);
+- ``divergence_x`` / ``divergence_w``: each layer's summed B_l after the X- and the W-sweep;
+- ``train_accuracy``, ``test_accuracy`` (classification: argmax of the feed-forward output vs
+  argmax of Y; ``None`` otherwise or without test data) and ``train_loss``, ``test_loss`` (the
+  network loss per data point, no penalty), on the whole train and test sets;
+- ``blocks``: per block solve, its name (``"X_2"``, ``"W_0"``), kind, layer, value before and
+  after, wall seconds, solver seconds, status, KKT residual, iterations, converged;
+- ``restarted``: the X-sweep started from the feed-forward point (see ``bcd.py``);
+- ``certificate``: the outcome of the four checks (``certificate.Certificate.outcome``);
+- ``seconds``: wall time of the round.
+
+``save(path)`` writes JSON; ``History.load(path)`` reads it back (the round trip is exact).
+"""
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+
+def _plain(x):
+    """numpy scalars / arrays / tuples -> JSON-ready Python objects."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _plain(x.tolist())
+    if isinstance(x, (np.bool_, bool)):
+        return bool(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, (np.floating, float)):
+        return float(x)
+    return x
+
+
+class History:
+    """The record of a BCD run: ``config`` and one dict per round (see the module docstring)."""
+
+    def __init__(self, config=None, records=None):
+        self.config = _plain(dict(config or {}))
+        self.records = [_plain(r) for r in (records or [])]
+
+    def append(self, record):
+        self.records.append(_plain(record))
+
+    def __len__(self):
+        return len(self.records)
+
+    def __iter__(self):
+        return iter(self.records)
+
+    def __getitem__(self, i):
+        return self.records[i]
+
+    def __repr__(self):
+        held = "yes" if self.certificate_held else "no"
+        return f"History({len(self)} rounds, certificate held: {held})"
+
+    def series(self, key):
+        """The values of ``key`` over the rounds as a float array (``None`` -> NaN)."""
+        return np.array([math.nan if r.get(key) is None else r[key] for r in self.records],
+                        dtype=float)
+
+    @property
+    def certificate_held(self):
+        """True iff the certificate held at every round."""
+        return all(r["certificate"]["held"] for r in self.records)
+
+    @property
+    def violations(self):
+        """All recorded certificate violations (non-strict runs), in order."""
+        return [v for r in self.records for v in r["certificate"]["violations"]]
+
+    @property
+    def last(self):
+        return self.records[-1] if self.records else None
+
+    # --- JSON ---------------------------------------------------------------------------------
+    def to_dict(self):
+        return {"format": "fenchel_cvx.History/1", "config": self.config, "records": self.records}
+
+    @classmethod
+    def from_dict(cls, d):
+        if not isinstance(d, dict) or "records" not in d:
+            raise ValueError("not a History: expected a dict with 'config' and 'records'")
+        return cls(d.get("config"), d["records"])
+
+    def save(self, path):
+        """Write the history as JSON to ``path``; returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1))
+        return path
+
+    @classmethod
+    def load(cls, path):
+        """Read a history written by :meth:`save`."""
+        return cls.from_dict(json.loads(Path(path).read_text()))

@@ -1,0 +1,258 @@
+"""The BCD driver (Algorithms 1 and 2) on scikit-learn digits, its validation, history and plots.
+
+The digits runs use the first 600 points of the training split (the same points for the lifted
+network and for logistic regression) and the whole test split, so they finish in seconds.
+"""
+import json
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+
+from fenchel_cvx import bcd
+from fenchel_cvx.bcd import BACKENDS, BCDResult, fit_bcd, get_backend
+from fenchel_cvx.blocks import w_block
+from fenchel_cvx.datasets import batch_order, load_digits, one_hot
+from fenchel_cvx.history import History
+from fenchel_cvx.network import LiftedNetwork
+from fenchel_cvx.oracle import OracleBackend
+from fenchel_cvx.plotting import plot_accuracy, plot_objectives
+from fenchel_cvx.predict import predict, predict_classes
+
+M_SUB = 600
+M_CE = 200
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+class CountingOracle(OracleBackend):
+    """The oracle, counting its solves."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.calls = 0
+
+    def solve(self, block, start=None):
+        self.calls += 1
+        return super().solve(block, start)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    d = load_digits()
+    X, y = d.X_train[:, :M_SUB], d.y_train[:M_SUB]
+    lr = LogisticRegression(max_iter=5000).fit(X.T, y)
+    return dict(X=X, y=y, Y=one_hot(y, 10), X_test=d.X_test, y_test=d.y_test,
+                Y_test=one_hot(d.y_test, 10), lr_acc=lr.score(d.X_test.T, d.y_test))
+
+
+@pytest.fixture(scope="module")
+def mse_run(digits):
+    net = LiftedNetwork([64, 32, 10], "relu", "mse", lam=3.0, rho=1.0, seed=0)
+    return fit_bcd(net, digits["X"], digits["Y"], iterations=3, X_test=digits["X_test"],
+                   Y_test=digits["Y_test"])
+
+
+# --- digits vs logistic regression -----------------------------------------------------------
+def test_algorithm1_mse_digits_certified_and_beats_logistic_regression(digits, mse_run):
+    h = mse_run.history
+    assert isinstance(mse_run, BCDResult) and len(h) == 3
+    assert h.config["strict"] is True and h.config["backend"] == "cvxpy"
+    assert h.certificate_held                          # strict: it would have raised otherwise
+    assert h.last["test_accuracy"] >= digits["lr_acc"]
+    assert h.last["test_accuracy"] > h.config["initial"]["test_accuracy"]
+    F_x, J_x = h.series("lifted_x"), h.series("network_x")
+    assert np.all(F_x <= J_x + 1e-6 * (np.abs(J_x) + 1))
+    assert np.all(np.diff(h.series("network_x")) < 0)  # J went down here (not guaranteed in general)
+    assert [b["block"] for b in h[0]["blocks"]] == ["X_1", "W_1", "W_0"]
+
+
+def test_algorithm1_cross_entropy_digits_certified_and_beats_logistic_regression(digits):
+    # cross-entropy blocks are exponential-cone programs (slower): the first 200 points, both models
+    X, y = digits["X"][:, :M_CE], digits["y"][:M_CE]
+    lr_acc = LogisticRegression(max_iter=5000).fit(X.T, y).score(digits["X_test"].T,
+                                                                  digits["y_test"])
+    net = LiftedNetwork([64, 32, 10], "relu", "cross_entropy", lam=0.3, rho=0.3, seed=0)
+    res = fit_bcd(net, X, one_hot(y, 10), iterations=5, X_test=digits["X_test"],
+                  Y_test=digits["Y_test"])
+    h = res.history
+    assert h.certificate_held and h.config["loss"] == "cross_entropy" and len(h) == 5
+    assert h.last["test_accuracy"] >= lr_acc
+
+
+def test_algorithm2_mse_digits_certified_and_beats_logistic_regression(digits):
+    net = LiftedNetwork([64, 32, 10], "relu", "mse", lam=3.0, rho=1.0, seed=0)
+    res = fit_bcd(net, digits["X"], digits["Y"], batch_size=300, epochs=2, gamma=1.0,
+                  X_test=digits["X_test"], Y_test=digits["Y_test"])
+    h = res.history
+    assert h.config["algorithm"] == 2 and len(h) == 4 and h.certificate_held
+    assert [(r["epoch"], r["batch"], r["alternation"]) for r in h] == [(1, 1, 1), (1, 2, 1),
+                                                                     (2, 1, 1), (2, 2, 1)]
+    assert all(r["m"] == 300 for r in h) and all(r["prox"] >= 0 for r in h)
+    assert h.last["test_accuracy"] >= digits["lr_acc"]
+    # Xs are the last batch's lifted variables, its columns in res.batch
+    order = batch_order(M_SUB, 300, 2, seed=net.seed)
+    np.testing.assert_array_equal(res.batch, order[-1][-1])
+    assert res.Xs[0].shape == (32, 300)
+
+
+def test_returned_iterate_can_be_rechecked(digits, mse_run):
+    # W-blocks depend on X only, so after the last W-sweep all of them are optimal at (W, Xs)
+    net, Xs = mse_run.net, mse_run.Xs
+    for l in range(net.n_hidden + 1):
+        blk = w_block(net, digits["X"], digits["Y"], Xs, l)
+        assert blk.kkt_residual(net.W[l]) <= 1e-6
+    assert net.lifted_objective(digits["X"], digits["Y"], Xs) == pytest.approx(
+        mse_run.history.last["lifted_w"], rel=1e-12)
+
+
+# --- Algorithm 2 details, backends ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny():
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((4, 30))
+    Y = np.eye(3)[:, rng.integers(0, 3, 30)]
+    return X, Y
+
+
+def test_algorithm2_alternations_and_large_batch(tiny):
+    X, Y = tiny
+    net = LiftedNetwork([4, 6, 5, 3], "relu", "mse", lam=1.0, rho=0.1, seed=2)
+    res = fit_bcd(net, X, Y, batch_size=12, epochs=2, alternations=3, gamma=[0.5, 0.5, 0.0])
+    h = res.history
+    assert len(h) == 2 * 3 * 3 and h.certificate_held
+    assert [r["alternation"] for r in h[:3]] == [1, 2, 3]
+    assert [r["m"] for r in h[:9]] == [12] * 6 + [6] * 3
+    # batch_size > m is allowed: one batch of all the data per epoch
+    res = fit_bcd(LiftedNetwork([4, 6, 5, 3], seed=2), X, Y, batch_size=1000, epochs=2)
+    assert len(res.history) == 2 and res.history[0]["m"] == 30
+    assert sorted(res.batch) == list(range(30))
+
+
+def test_algorithm2_cross_entropy_certified(tiny):
+    X, Y = tiny
+    net = LiftedNetwork([4, 6, 5, 3], "tanh", "cross_entropy", lam=1.0, rho=0.1, seed=0)
+    res = fit_bcd(net, X, Y, batch_size=10, epochs=2, alternations=2, gamma=0.3)
+    h = res.history
+    assert len(h) == 12 and h.certificate_held and h.config["task"] == "classification"
+    assert all(r["lifted_x"] <= r["network_x"] + 1e-6 * (abs(r["network_x"]) + 1) for r in h)
+
+
+def test_fast_backend_same_driver_non_strict_by_default(tiny):
+    X, Y = tiny
+    net = LiftedNetwork([4, 6, 3], "relu", "cross_entropy", lam=1.0, rho=0.1, seed=0)
+    res = fit_bcd(net, X, Y, iterations=2, backend="fast")
+    h = res.history
+    assert h.config["backend"] == "fast" and h.config["strict"] is False and len(h) == 2
+    exact = fit_bcd(LiftedNetwork([4, 6, 3], "relu", "cross_entropy", lam=1.0, rho=0.1, seed=0),
+                    X, Y, iterations=2)
+    np.testing.assert_allclose(h.series("lifted_w"), exact.history.series("lifted_w"), rtol=1e-3)
+
+
+def test_backend_registry():
+    assert set(BACKENDS) == {"cvxpy", "fast"}
+    assert get_backend("cvxpy").name == "cvxpy" and get_backend("fast").name == "fast"
+    b = OracleBackend()
+    assert get_backend(b) is b
+    for bad in ("scipy", 3, None):
+        with pytest.raises(ValueError, match="backend must be one of"):
+            get_backend(bad)
+
+
+def test_callback_can_stop_and_regression_history(tiny):
+    X, _ = tiny
+    Y = np.random.default_rng(0).standard_normal((2, 30))
+    seen = []
+    res = fit_bcd(LiftedNetwork([4, 5, 2], seed=0), X, Y, iterations=5, X_test=X[:, :7],
+                  Y_test=Y[:, :7], callback=lambda net, rec: seen.append(rec["iteration"]) or
+                  rec["iteration"] == 2)
+    h = res.history
+    assert seen == [1, 2] and len(h) == 2 and h.config["task"] == "regression"
+    assert h.last["train_accuracy"] is None and h.last["test_loss"] > 0
+
+
+# --- validation before any solve ---------------------------------------------------------------
+@pytest.mark.parametrize("change,match", [
+    (dict(X0=np.zeros((4, 0)), Y=np.zeros((3, 0))), r"X0 is empty"),
+    (dict(Y=np.zeros((2, 30))), r"Y must have 3 rows \(the network's output size\)"),
+    (dict(Y=np.zeros((3, 29))), r"Y must have one column per data point"),
+    (dict(X0=np.full((4, 30), np.nan)), r"X0 must be finite"),
+    (dict(X0=np.zeros((5, 30))), r"X0 must have 4 rows"),
+    (dict(batch_size=-5), r"batch_size must be an integer >= 1, got -5"),
+    (dict(batch_size=0), r"batch_size must be an integer >= 1, got 0"),
+    (dict(batch_size=2.5), r"batch_size must be an integer >= 1, got 2.5"),
+    (dict(gamma=-1.0), r"gamma must be >= 0 and finite, got -1.0"),
+    (dict(gamma=[1.0, 2.0]), r"gamma must be a number or a sequence of 3 numbers"),
+    (dict(iterations=0), r"iterations must be an integer >= 1, got 0"),
+    (dict(epochs=0), r"epochs must be an integer >= 1, got 0"),
+    (dict(alternations=0), r"alternations must be an integer >= 1, got 0"),
+    (dict(backend="gurobi"), r"backend must be one of \['cvxpy', 'fast'\].*got 'gurobi'"),
+    (dict(tol=-1.0), r"tol must be > 0 and finite, got -1.0"),
+    (dict(strict="yes"), r"strict must be True, False or None"),
+    (dict(callback=3), r"callback must be callable"),
+    (dict(X_test=np.zeros((4, 3))), r"X_test and Y_test must be given together"),
+    (dict(X_test=np.zeros((4, 3)), Y_test=np.zeros((3, 3)) + np.nan), r"Y_test must be finite"),
+    (dict(net="not a net"), r"net must be a LiftedNetwork"),
+])
+def test_bad_input_errors_before_any_solve(tiny, change, match):
+    X, Y = tiny
+    backend = CountingOracle()
+    args = dict(net=LiftedNetwork([4, 6, 5, 3], seed=0), X0=X, Y=Y)
+    kwargs = dict(backend=backend)
+    for k, v in change.items():
+        (args if k in args else kwargs)[k] = v
+    with pytest.raises(ValueError, match=match):
+        fit_bcd(args["net"], args["X0"], args["Y"], **kwargs)
+    assert backend.calls == 0
+
+
+# --- history and plots -------------------------------------------------------------------------
+def test_history_json_round_trip(tmp_path, mse_run):
+    h = mse_run.history
+    path = h.save(tmp_path / "sub" / "history.json")
+    back = History.load(path)
+    assert back.to_dict() == h.to_dict()
+    assert len(back) == len(h) and back.certificate_held == h.certificate_held
+    np.testing.assert_array_equal(back.series("test_accuracy"), h.series("test_accuracy"))
+    raw = json.loads(path.read_text())
+    assert raw["format"].startswith("fenchel_cvx.History") and len(raw["records"]) == 3
+    rec = raw["records"][0]
+    for key in ("lifted_x", "network_x", "lifted_w", "network_w", "divergence_x", "divergence_w",
+                "train_accuracy", "test_accuracy", "blocks", "certificate", "restarted"):
+        assert key in rec
+    assert {"seconds", "status", "residual", "iterations"} <= set(rec["blocks"][0])
+    with pytest.raises(ValueError, match="not a History"):
+        History.from_dict({"x": 1})
+
+
+def test_plots_written_from_history_only(tmp_path, mse_run):
+    h = History.load(mse_run.history.save(tmp_path / "h.json"))
+    for fn, name in ((plot_objectives, "objectives.png"), (plot_accuracy, "accuracy.png")):
+        fig = fn(h, tmp_path / name)
+        data = (tmp_path / name).read_bytes()
+        assert data[:8] == PNG and len(data) > 5000 and fig.axes
+    fig = plot_objectives(History({"algorithm": 1}))          # empty history: still a figure
+    assert fig.axes
+
+
+# --- prediction ------------------------------------------------------------------------------
+def test_predict_rules(digits, mse_run):
+    net = mse_run.net
+    Xt, yt = digits["X_test"][:, :60], digits["y_test"][:60]
+    np.testing.assert_array_equal(predict(net, Xt), net.forward(Xt)[1])
+    ff = predict_classes(net, Xt)
+    S = predict(net, Xt, rule="optimization", sweeps=2)
+    assert S.shape == (10, 60) and np.all(np.isfinite(S))
+    opt = np.argmax(S, axis=0)
+    np.testing.assert_array_equal(opt, predict_classes(net, Xt, rule="optimization"))
+    assert np.mean(opt == yt) >= 0.85 and np.mean(opt == ff) >= 0.85
+    with pytest.raises(ValueError, match="rule must be one of"):
+        predict(net, Xt, rule="vote")
+    with pytest.raises(ValueError, match="sweeps must be an integer >= 1"):
+        predict(net, Xt, rule="optimization", sweeps=0)
+
+
+def test_is_one_hot_and_evaluate():
+    assert bcd.is_one_hot(np.eye(3)) and not bcd.is_one_hot(np.ones((3, 2)))
+    net = LiftedNetwork([2, 3], seed=0)
+    loss, acc = bcd.evaluate(net, np.ones((2, 4)), np.eye(3)[:, [0, 1, 2, 0]])
+    assert loss > 0 and 0 <= acc <= 1
