@@ -1,11 +1,17 @@
 """fenchel_cvx: Fenchel lifted networks (Gu, Askari, El Ghaoui, AISTATS 2020), convex-optimization first.
 
-Public names only; see DESIGN.md for the mathematics and the layout.
+Public names only; see DESIGN.md / docs for the mathematics and the layout.
 """
 from .activations import ACTIVATIONS, Activation, activation, monotone
+from .bcd import BACKENDS, BCDResult, fit_bcd
+from .estimator import FenchelClassifier, FenchelRegressor
+from .errors import CertificateError, FenchelError, SolverError
+from .history import History
 from .losses import LOSSES, loss
 from .network import LiftedNetwork
+from .predict import predict, predict_classes
 
 __version__ = "0.1.0"
 __all__ = ["ACTIVATIONS", "Activation", "activation", "monotone", "LOSSES", "loss",
-           "LiftedNetwork"]
+           "LiftedNetwork", "fit_bcd", "BCDResult", "BACKENDS", "History", "predict",
+           "predict_classes", "FenchelClassifier", "FenchelRegressor", "FenchelError", "SolverError", "CertificateError"]

@@ -1,0 +1,416 @@
+"""scikit-learn estimators: ``FenchelClassifier`` and ``FenchelRegressor``.
+
+A Fenchel lifted network (the paper's eq. (5)) trained by block coordinate descent
+(``bcd.fit_bcd``: Algorithm 1 on all the data, or Algorithm 2 on mini-batches), wrapped in
+scikit-learn's contract:
+
+- rows are samples: ``X`` is ``(n_samples, n_features)``. The package's mathematics has data
+  points as *columns*; the estimators transpose at this boundary and nowhere else;
+- ``__init__`` only stores its arguments; ``fit`` validates them and the data and returns
+  ``self``; learned attributes end with ``_`` (``coefs_``, ``network_``, ``history_``,
+  ``n_iter_``, ``classes_``, ``n_features_in_``);
+- randomness (the Xavier initialisation and the order of the mini-batches) comes from
+  ``random_state``.
+
+**Hyperparameter scales.** The loss and the divergences of the lifted objective are *sums over
+the data points* (as in the paper), not means; ``lam``, ``rho`` and ``gamma`` are weights on those
+sums. In Algorithm 2 every round sees one mini-batch, so the loss and the B-terms are summed over
+``batch_size`` points while ``rho ||W||^2`` and ``gamma ||W - W0||^2`` are not: a larger batch
+weighs the data more against the penalty and the proximal term.
+
+**Feature scale.** The defaults were chosen (measured on scikit-learn's digits) for features of
+order one, such as pixels / 16 or the output of ``StandardScaler``; as for any neural network,
+put the estimator after a scaler in a ``Pipeline`` when the raw features are large (on the raw
+0..16 digits pixels the defaults train slower and less accurately than on pixels / 16).
+
+``predict`` uses the feed-forward network ``W_L X~_L^ff`` (the lifted variables are a training
+device); the classifier's ``predict_proba`` is the softmax of those logits.
+"""
+import math
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .activations import ACTIVATIONS, Activation
+from .bcd import BACKENDS, fit_bcd, get_backend
+from .losses import LOSSES, softmax
+from .network import LiftedNetwork
+
+#: activations an estimator accepts by name (``monotone`` needs a function: pass an Activation)
+ESTIMATOR_ACTIVATIONS = tuple(a for a in ACTIVATIONS if a != "monotone")
+
+
+# --- parameter checks (messages name the parameter and the value) ----------------------------
+def _is_real(x):
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _check_weights(name, value, n, positive):
+    """A number or a sequence of ``n`` numbers, each > 0 (positive) or >= 0, finite."""
+    vals = [value] * n if _is_real(value) else (list(value) if isinstance(value, (list, tuple, np.ndarray))
+                                                else None)
+    if vals is None or len(vals) != n:
+        raise ValueError(f"{name} must be a number or a sequence of {n} numbers, got {value!r}")
+    for v in vals:
+        if not _is_real(v) or not math.isfinite(v) or v < 0 or (positive and v == 0):
+            raise ValueError(f"{name} must be {'>' if positive else '>='} 0 and finite, got {v!r}")
+    return [float(v) for v in vals]
+
+
+def _check_int(name, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_dtype(dtype):
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    return dt
+
+
+class _FenchelBase(BaseEstimator):
+    """Shared machinery of the two estimators (not part of the public API)."""
+
+    _losses = tuple(LOSSES)
+
+    # --- validation -----------------------------------------------------------------------
+    def _checked_params(self):
+        """Validate every hyperparameter; return them normalised in a dict."""
+        sizes = self.hidden_layer_sizes
+        if isinstance(sizes, numbers.Integral) and not isinstance(sizes, bool):
+            sizes = (sizes,)
+        if not isinstance(sizes, (list, tuple, np.ndarray)) or not all(
+                isinstance(p, numbers.Integral) and not isinstance(p, bool) and p > 0 for p in sizes):
+            raise ValueError(f"hidden_layer_sizes must be a sequence of positive integers, got "
+                             f"{self.hidden_layer_sizes!r}")
+        sizes = tuple(int(p) for p in sizes)
+        L = len(sizes)
+        act = self.activation
+        if not isinstance(act, Activation) and act not in ESTIMATOR_ACTIVATIONS:
+            raise ValueError(f"activation must be one of {list(ESTIMATOR_ACTIVATIONS)} or an "
+                             f"Activation, got {act!r}")
+        if self.loss not in self._losses:
+            raise ValueError(f"loss must be one of {list(self._losses)}, got {self.loss!r}")
+        lam = _check_weights("lam", self.lam, max(L, 1), positive=True)[:L]
+        rho = _check_weights("rho", self.rho, L + 1, positive=False)
+        gamma = _check_weights("gamma", self.gamma, L + 1, positive=False)
+        bs = self.batch_size
+        if not (bs is None or (isinstance(bs, str) and bs == "auto")):
+            if isinstance(bs, bool) or not isinstance(bs, numbers.Integral) or bs < 1:
+                raise ValueError(f"batch_size must be None, 'auto' or an integer >= 1, got {bs!r}")
+        epochs = _check_int("epochs", self.epochs)
+        alternations = _check_int("alternations", self.alternations)
+        iterations = _check_int("iterations", self.iterations)
+        if isinstance(self.backend, str) and self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {sorted(BACKENDS)} or an object with a "
+                             f"solve(block, start) method, got {self.backend!r}")
+        if not isinstance(self.backend, str) and not callable(getattr(self.backend, "solve", None)):
+            raise ValueError(f"backend must be one of {sorted(BACKENDS)} or an object with a "
+                             f"solve(block, start) method, got {self.backend!r}")
+        if not _is_real(self.tol) or not math.isfinite(self.tol) or not self.tol > 0:
+            raise ValueError(f"tol must be > 0 and finite, got {self.tol!r}")
+        dtype = _check_dtype(self.dtype)
+        if self.strict is not None and not isinstance(self.strict, (bool, np.bool_)):
+            raise ValueError(f"strict must be True, False or None, got {self.strict!r}")
+        if not isinstance(self.verbose, (bool, numbers.Integral)):
+            raise ValueError(f"verbose must be a bool or an integer, got {self.verbose!r}")
+        return dict(sizes=sizes, lam=lam or 1.0, rho=rho, gamma=gamma, batch_size=bs, epochs=epochs,
+                    alternations=alternations, iterations=iterations, dtype=dtype)
+
+    def _make_backend(self, dtype):
+        if not isinstance(self.backend, str):
+            return self.backend
+        if self.backend == "fast":
+            return get_backend("fast", tol=self.tol, dtype=dtype.name)
+        return get_backend(self.backend, tol=self.tol)
+
+    def _seed(self):
+        return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+
+    # --- training ---------------------------------------------------------------------------
+    def _new_network(self, params, n_in, n_out):
+        return LiftedNetwork((n_in, *params["sizes"], n_out), activation=self.activation,
+                             loss=self.loss, lam=params["lam"], rho=params["rho"], seed=self._seed(),
+                             dtype=params["dtype"])
+
+    def _train(self, params, X, Y, partial):
+        """Run the BCD driver on rows-are-samples ``X`` and ``Y``; set the learned attributes."""
+        X0, Yc = X.T, Y.T          # the boundary: columns are data points from here on
+        m = X0.shape[1]
+        if partial:
+            kwargs = dict(batch_size=m, epochs=1, alternations=params["alternations"])
+        elif params["batch_size"] is None:
+            kwargs = dict(iterations=params["iterations"])
+        else:
+            bs = min(200, m) if params["batch_size"] == "auto" else min(params["batch_size"], m)
+            kwargs = dict(batch_size=bs, epochs=params["epochs"],
+                          alternations=params["alternations"])
+        result = fit_bcd(self.network_, X0, Yc, gamma=params["gamma"],
+                         backend=self._make_backend(params["dtype"]), strict=self.strict,
+                         progress=bool(self.verbose), **kwargs)
+        if getattr(self, "history_", None) is not None:    # partial_fit after the first call
+            for rec in result.history:
+                rec["iteration"] += self.n_iter_
+                self.history_.append(rec)
+            self.n_iter_ += len(result.history)
+        else:
+            self.history_ = result.history
+            self.n_iter_ = len(result.history)
+        self.coefs_ = self.network_.W
+        return self
+
+    def _fit(self, X, Y, reset, partial):
+        """Validate the hyperparameters, (re)build the network if ``reset``, train.
+
+        ``partial``: one Algorithm-2 update on the batch ``(X, Y)`` (``partial_fit``), else a
+        whole training run (``fit``).
+        """
+        params = self._checked_params()
+        if reset:
+            self.network_ = self._new_network(params, X.shape[1], Y.shape[1])
+            self.history_ = None
+        return self._train(params, X, Y, partial=partial)
+
+    def _forward(self, X):
+        """The feed-forward output, rows are samples: ``(n_samples, n_outputs)``."""
+        check_is_fitted(self, "network_")
+        X = validate_data(self, X, reset=False, dtype=self.network_.W[0].dtype)
+        return np.asarray(self.network_.forward(X.T)[1]).T
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+class FenchelClassifier(ClassifierMixin, _FenchelBase):
+    """A Fenchel lifted network classifier, trained by block coordinate descent.
+
+    The network is ``n_features -> hidden_layer_sizes -> n_classes``: ``activation`` between the
+    layers, the loss on the output logits. Training minimises the lifted objective
+
+        F(W, X) = L(Y, W_L X~_L) + sum_l rho_l ||W_l||_F^2 + sum_{l<L} lam_l B_l(X_{l+1}, W_l X~_l)
+
+    one convex block at a time (``bcd.fit_bcd``), ``Y`` the one-hot labels.
+
+    Parameters
+    ----------
+    hidden_layer_sizes : tuple of int, default (100,)
+        Widths of the hidden layers (an empty tuple gives multinomial logistic regression).
+    activation : {"relu", "leaky_relu", "sigmoid", "tanh"} or Activation, default "relu"
+        The activation of every hidden layer (Theorem 1 gives its divergence B).
+    loss : {"cross_entropy", "mse"}, default "cross_entropy"
+        The output loss, a **sum** over the data points (softmax cross-entropy on the logits, or
+        the squared error against the one-hot labels).
+    lam : float > 0 or sequence of one per hidden layer, default 1.0
+        lambda_l, the weight of the divergence B_l of layer l (a sum over data points and units).
+    rho : float >= 0 or sequence of L + 1, default 1e-3
+        The Frobenius penalty rho_l ||W_l||^2 of every weight matrix (not scaled by the number of
+        data points: compare it with sums over the data or the batch).
+    gamma : float >= 0 or sequence of L + 1, default 3.0
+        The proximal weight gamma_l ||W_l - W0_l||^2 of Algorithm 2 (W0: the weights before the
+        current batch); it keeps what earlier batches taught. Used by mini-batch training and
+        ``partial_fit``; 0 turns it off.
+    batch_size : int, "auto" or None, default "auto"
+        Mini-batch size of Algorithm 2 (``"auto"``: ``min(200, n_samples)``); ``None`` trains on
+        all the data at once (Algorithm 1, ``iterations`` rounds).
+    epochs : int, default 10
+        Passes over the mini-batches (Algorithm 2).
+    alternations : int, default 1
+        Rounds (X-sweep then W-sweep) per mini-batch: the paper's K (Algorithm 2).
+    iterations : int, default 10
+        Rounds on all the data (Algorithm 1, ``batch_size=None``).
+    backend : {"fast", "cvxpy"} or a backend object, default "fast"
+        Block solver: the array backend (``fast.FastBackend``) or the CVXPY correctness oracle
+        (``oracle.OracleBackend``; slow, for small data). A backend object is used as given.
+    tol : float > 0, default 1e-3
+        The scaled KKT residual (``blocks.kkt_residual``) every block solve must reach: the fast
+        backend stops there, the oracle accepts up to it. Not used with a backend object.
+    dtype : {"float64", "float32"}, default "float64"
+        Floating type of the weights and the data.
+    strict : bool or None, default None
+        Raise on a certificate violation (None: the backend's default; see ``bcd.fit_bcd``).
+    verbose : bool, default False
+        Show a progress bar.
+    random_state : int, RandomState or None, default None
+        Seeds the initialisation and the order of the mini-batches.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    coefs_ : list of ndarray
+        ``W_l`` of shape ``(p_{l+1}, p_l + 1)``; the last column is the bias.
+    network_ : LiftedNetwork
+        The trained network (columns-are-data-points convention).
+    history_ : History
+        One record per BCD round: objectives, accuracies, the certificate.
+    n_iter_ : int
+        Number of BCD rounds run.
+    n_features_in_ : int
+    """
+
+    _losses = ("cross_entropy", "mse")
+
+    def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="cross_entropy",
+                 lam=1.0, rho=1e-3, gamma=3.0, batch_size="auto", epochs=10, alternations=1,
+                 iterations=10, backend="fast", tol=1e-3, dtype="float64", strict=None,
+                 verbose=False, random_state=None):
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.activation = activation
+        self.loss = loss
+        self.lam = lam
+        self.rho = rho
+        self.gamma = gamma
+        self.batch_size = batch_size
+        self.epochs = epochs
+        self.alternations = alternations
+        self.iterations = iterations
+        self.backend = backend
+        self.tol = tol
+        self.dtype = dtype
+        self.strict = strict
+        self.verbose = verbose
+        self.random_state = random_state
+
+    def _one_hot(self, y):
+        idx = np.searchsorted(self.classes_, y)
+        Y = np.zeros((y.shape[0], len(self.classes_)), dtype=_check_dtype(self.dtype))
+        Y[np.arange(y.shape[0]), idx] = 1
+        return Y
+
+    def fit(self, X, y):
+        """Train on ``X`` (n_samples, n_features) and labels ``y``; returns ``self``."""
+        self._checked_params()
+        X, y = validate_data(self, X, y, dtype=_check_dtype(self.dtype))
+        check_classification_targets(y)
+        self.classes_ = np.unique(y)
+        if len(self.classes_) < 2:
+            raise ValueError(f"FenchelClassifier needs samples of at least 2 classes, got 1 class "
+                             f"({self.classes_[0]!r})")
+        return self._fit(X, self._one_hot(y), reset=True, partial=False)
+
+    def partial_fit(self, X, y, classes=None):
+        """One update of the batched model (Algorithm 2) on the batch ``(X, y)``; returns ``self``.
+
+        The batch is one mini-batch: X starts at its feed-forward point and ``alternations``
+        rounds run with the proximal term ``gamma ||W - W0||^2``, W0 the weights before the call
+        (the paper's online setting). ``classes`` (all the labels that will ever occur) is
+        required on the first call.
+        """
+        first = not hasattr(self, "network_")
+        self._checked_params()
+        X, y = validate_data(self, X, y, dtype=_check_dtype(self.dtype), reset=first)
+        check_classification_targets(y)
+        if first:
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit")
+            classes = np.unique(np.asarray(classes))
+            if len(classes) < 2:
+                raise ValueError(f"classes must hold at least 2 classes, got {classes!r}")
+            self.classes_ = classes
+        elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+            raise ValueError(f"classes must be the same as on the first call to partial_fit "
+                             f"({self.classes_!r}), got {classes!r}")
+        unknown = np.setdiff1d(y, self.classes_)
+        if unknown.size:
+            raise ValueError(f"y holds labels that are not in classes ({self.classes_!r}): "
+                             f"{unknown!r}")
+        return self._fit(X, self._one_hot(y), reset=first, partial=True)
+
+    def predict_proba(self, X):
+        """Softmax of the feed-forward logits: ``(n_samples, n_classes)``, rows sum to 1."""
+        return np.asarray(softmax(self._forward(X).T)).T
+
+    def predict(self, X):
+        """The class with the largest logit."""
+        scores = self._forward(X)
+        return self.classes_[np.argmax(scores, axis=1)]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = True
+        return tags
+
+
+class FenchelRegressor(RegressorMixin, _FenchelBase):
+    """A Fenchel lifted network regressor, trained by block coordinate descent.
+
+    The network is ``n_features -> hidden_layer_sizes -> n_outputs`` with a linear output layer
+    and the squared error ``||Y - Yhat||_F^2`` summed over the data points (no 1/2, no mean).
+    Parameters and attributes are those of :class:`FenchelClassifier` (no ``classes_``; the
+    loss is ``"mse"``), plus ``n_outputs_``. A 1-D ``y`` gives 1-D predictions.
+    """
+
+    _losses = ("mse",)
+
+    def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="mse", lam=1.0,
+                 rho=1e-3, gamma=3.0, batch_size="auto", epochs=10, alternations=1, iterations=10,
+                 backend="fast", tol=1e-3, dtype="float64", strict=None, verbose=False,
+                 random_state=None):
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.activation = activation
+        self.loss = loss
+        self.lam = lam
+        self.rho = rho
+        self.gamma = gamma
+        self.batch_size = batch_size
+        self.epochs = epochs
+        self.alternations = alternations
+        self.iterations = iterations
+        self.backend = backend
+        self.tol = tol
+        self.dtype = dtype
+        self.strict = strict
+        self.verbose = verbose
+        self.random_state = random_state
+
+    def _targets(self, y, first):
+        y = np.asarray(y)
+        if first:
+            self._y_1d = y.ndim == 1
+        Y = y.reshape(-1, 1) if y.ndim == 1 else y
+        if first:
+            self.n_outputs_ = Y.shape[1]
+        elif Y.shape[1] != self.n_outputs_:
+            raise ValueError(f"y must have {self.n_outputs_} outputs as on the first call, got "
+                             f"shape {y.shape}")
+        return Y
+
+    def fit(self, X, y):
+        """Train on ``X`` (n_samples, n_features) and targets ``y``; returns ``self``."""
+        self._checked_params()
+        X, y = validate_data(self, X, y, dtype=_check_dtype(self.dtype), multi_output=True,
+                             y_numeric=True)
+        return self._fit(X, self._targets(y, True).astype(X.dtype), reset=True, partial=False)
+
+    def partial_fit(self, X, y):
+        """One update of the batched model (Algorithm 2) on the batch ``(X, y)``; returns ``self``.
+
+        See :meth:`FenchelClassifier.partial_fit` (no ``classes``).
+        """
+        first = not hasattr(self, "network_")
+        self._checked_params()
+        X, y = validate_data(self, X, y, dtype=_check_dtype(self.dtype), multi_output=True,
+                             y_numeric=True, reset=first)
+        return self._fit(X, self._targets(y, first).astype(X.dtype), reset=first, partial=True)
+
+    def predict(self, X):
+        """The feed-forward output: ``(n_samples,)`` if fitted on 1-D y, else ``(n_samples, n_outputs)``."""
+        out = self._forward(X)
+        return out.ravel() if self._y_1d else out
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        tags.target_tags.single_output = True
+        return tags
