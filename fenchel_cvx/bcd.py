@@ -96,9 +96,9 @@ def _check_int(name, value, minimum=1):
     return int(value)
 
 
-def _as_matrix(name, A):
+def _as_matrix(name, A, dtype):
     try:
-        A = np.asarray(A, dtype=float)
+        A = np.asarray(A, dtype=dtype)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a 2-D array of numbers, got {type(A).__name__}") from None
     if A.ndim != 2:
@@ -107,7 +107,8 @@ def _as_matrix(name, A):
 
 
 def _check_data(net, X0, Y, xname="X0", yname="Y"):
-    X0, Y = _as_matrix(xname, X0), _as_matrix(yname, Y)
+    dtype = net.W[0].dtype  # data take the network's float type: no silent upcast of float32
+    X0, Y = _as_matrix(xname, X0, dtype), _as_matrix(yname, Y, dtype)
     p_in, p_out = net.layer_sizes[0], net.layer_sizes[-1]
     if X0.shape[1] == 0 or X0.size == 0:
         raise ValueError(f"{xname} is empty (shape {X0.shape}): at least one data point is needed")
@@ -233,7 +234,7 @@ def _round(backend, net, cert, X0, Y, Xs, gamma, W0, fresh):
 # --- the driver -----------------------------------------------------------------------------
 def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternations=1, gamma=0.0,
             backend="cvxpy", strict=None, tol=1e-6, callback=None, X_test=None, Y_test=None,
-            progress=False):
+            progress=False, eval_every=1):
     """Train ``net`` (a ``LiftedNetwork``) by block coordinate descent on the lifted objective.
 
     Parameters
@@ -251,6 +252,9 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
     callback : ``callback(net, record)`` after every round; returning True stops the run.
     X_test, Y_test : held-out data, evaluated (feed-forward) after every round.
     progress : show a tqdm progress bar with the current objectives and accuracy.
+    eval_every : evaluate train/test loss and accuracy (feed-forward, on all the data) every
+        that many rounds and after the last round of every epoch; None never (the records
+        then hold None: a caller timing training evaluates in its callback instead).
 
     Returns ``BCDResult(net, Xs, history)``. Every argument is validated before any solve; bad
     input raises ``ValueError`` naming the parameter and the value.
@@ -271,6 +275,8 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
     iterations = _check_int("iterations", iterations)
     alternations = _check_int("alternations", alternations)
     gamma = _check_gamma(gamma, net.n_hidden + 1)
+    if eval_every is not None:
+        eval_every = _check_int("eval_every", eval_every)
     if callback is not None and not callable(callback):
         raise ValueError(f"callback must be callable or None, got {callback!r}")
     if strict is not None and not isinstance(strict, bool):
@@ -327,10 +333,13 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
                     cert.begin(it)
                     Xs, rec = _round(backend, net, cert, Xb, Yb, Xs, gamma, W0, fresh)
                     fresh = False
-                    rec["train_loss"], rec["train_accuracy"] = evaluate(net, X0, Y, classification)
+                    last = b == len(batches) and k == (1 if idx is None else alternations)
+                    due = eval_every is not None and (it % eval_every == 0 or last)
+                    rec["train_loss"], rec["train_accuracy"] = (
+                        evaluate(net, X0, Y, classification) if due else (None, None))
                     rec["test_loss"], rec["test_accuracy"] = (
-                        evaluate(net, X_test, Y_test, classification) if X_test is not None
-                        else (None, None))
+                        evaluate(net, X_test, Y_test, classification)
+                        if due and X_test is not None else (None, None))
                     rec["certificate"] = cert.outcome()
                     rec = dict(iteration=it, epoch=None if idx is None else epoch,
                                batch=None if idx is None else b,
@@ -338,7 +347,7 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
                     history.append(rec)
                     batch = idx
                     if bar is not None:
-                        post = dict(F=f"{rec['lifted_x']:.4g}", J=f"{rec['network_w']:.4g}")
+                        post = dict(F=f"{rec['lifted_x']:.4g}", J=f"{rec['network_x']:.4g}")
                         if rec["test_accuracy"] is not None:
                             post["test_acc"] = f"{rec['test_accuracy']:.3f}"
                         elif rec["train_accuracy"] is not None:

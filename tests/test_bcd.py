@@ -256,3 +256,28 @@ def test_is_one_hot_and_evaluate():
     net = LiftedNetwork([2, 3], seed=0)
     loss, acc = bcd.evaluate(net, np.ones((2, 4)), np.eye(3)[:, [0, 1, 2, 0]])
     assert loss > 0 and 0 <= acc <= 1
+
+
+def test_eval_every_evaluates_on_schedule():
+    """eval_every=None leaves accuracy to the caller; an integer evaluates every that many
+    rounds and after each epoch's last round."""
+    ds = load_digits()
+    X, Y = ds.X_train[:, :120], one_hot(ds.y_train[:120], 10)
+    net = LiftedNetwork([64, 8, 10], "relu", "cross_entropy", lam=1.0, rho=1e-3, seed=0)
+    res = fit_bcd(net, X, Y, batch_size=50, epochs=1, gamma=1.0, backend="fast", eval_every=2)
+    acc = [r["train_accuracy"] for r in res.history.records]
+    assert [a is not None for a in acc] == [False, True, True]  # rounds 2 and 3 (epoch end)
+    res = fit_bcd(net, X, Y, batch_size=50, epochs=1, gamma=1.0, backend="fast", eval_every=None)
+    assert all(r["train_accuracy"] is None for r in res.history.records)
+    with pytest.raises(ValueError, match="eval_every must be an integer >= 1, got 0"):
+        fit_bcd(net, X, Y, eval_every=0)
+
+
+def test_data_take_the_network_dtype():
+    """A float32 network gets float32 data (no silent upcast); a float64 one float64."""
+    ds = load_digits()
+    X, Y = ds.X_train[:, :20].astype(np.float32), one_hot(ds.y_train[:20], 10)
+    for dtype in (np.float32, np.float64):
+        net = LiftedNetwork([64, 8, 10], dtype=dtype)
+        X0, Y0 = bcd._check_data(net, X, Y)
+        assert X0.dtype == dtype and Y0.dtype == dtype
