@@ -184,8 +184,6 @@ def test_full_batch_oracle():
     assert clf.score(X, y) > 0.8
 
 
-@pytest.mark.skip(reason="FastBackend(dtype='float32') can loop forever in the backtracking of "
-                  "fast/xblocks.solve_x on this problem (reported to the fast backend)")
 def test_float32():
     rng = np.random.default_rng(2)
     X = rng.normal(size=(30, 3))

@@ -1,0 +1,100 @@
+"""Small array-API helpers shared by the fast solvers (standard functions only).
+
+- ``kkt``: the scaled natural residual of ``blocks.kkt_residual``, from gradient parts already
+  at hand (same formula, no extra matrix product);
+- ``spd_inverse``: the inverse of a symmetric positive definite matrix through its Cholesky
+  factor, ``G^{-1} = L^{-T} L^{-1}`` (positive semidefinite by construction, also in float32),
+  with a diagonal shift added until the factorisation succeeds;
+- ``top_eig``: a power-iteration estimate of ``||A||_2^2``;
+- ``newton_1d``: a batched, bracketed Newton method for the exact line searches.
+"""
+import math
+
+
+def kkt(xp, Z, parts, project=None):
+    """``||Z - P(Z - g)||_inf / (1 + max_i ||g_i||_inf)`` with ``g = sum(parts)``."""
+    g = sum(parts[1:], parts[0])
+    r = xp.abs(g) if project is None else xp.abs(Z - project(Z - g))
+    scale = max(float(xp.max(xp.abs(p))) for p in parts)
+    return float(xp.max(r)) / (1.0 + scale)
+
+
+def floor_tol(xp, dtype, tol):
+    """The tolerance a loop can reach in ``dtype``: ``max(tol, 64 eps)`` (4e-13 / 8e-6)."""
+    return max(float(tol), 64 * xp.finfo(dtype).eps)
+
+
+def spd_inverse(xp, G, shift=0.0):
+    """``(G + shift I)^{-1}`` for symmetric positive (semi)definite G, through Cholesky.
+
+    If the factorisation fails or is not finite (G singular to working precision), the shift
+    grows from ``n eps max(diag G)`` by factors of 10. Returns ``(inverse, shift used)``.
+    """
+    n = G.shape[0]
+    eye = xp.eye(n, dtype=G.dtype)
+    dmax = float(xp.max(xp.abs(xp.linalg.diagonal(G)))) if n else 1.0
+    floor = n * xp.finfo(G.dtype).eps * max(dmax, 1e-300)
+    shift = max(float(shift), 0.0)
+    for _ in range(40):
+        try:
+            L = xp.linalg.cholesky(G + shift * eye)
+            ok = bool(xp.all(xp.isfinite(L)))
+        except Exception:  # numpy / array-api-strict raise LinAlgError on a non-PD matrix
+            ok = False
+        if ok:
+            Linv = xp.linalg.solve(L, eye)
+            Ginv = Linv.T @ Linv
+            if bool(xp.all(xp.isfinite(Ginv))):
+                return Ginv, shift
+        shift = max(10 * shift, floor)
+    raise FloatingPointError("could not factorise the preconditioner: not finite")
+
+
+def top_eig(xp, A, iters=30):
+    """An estimate of ``||A||_2^2`` (largest eigenvalue of ``A^T A``) by power iteration.
+
+    Iterates on the smaller Gram matrix without reading back to the host until the end; the
+    estimate approaches the true value from below, so callers add a margin and keep a
+    backtracking safeguard. Falls back to the (upper) bound ``max_i sum_j |M_ij|``.
+    """
+    M = A @ A.T if A.shape[0] <= A.shape[1] else A.T @ A
+    if M.shape[0] == 0:
+        return 0.0
+    bound = float(xp.max(xp.sum(xp.abs(M), axis=1)))
+    x = xp.ones((M.shape[0], 1), dtype=M.dtype) / math.sqrt(M.shape[0])
+    for _ in range(iters):
+        y = M @ x
+        x = y / xp.sqrt(xp.sum(y * y))
+    lam = float(xp.sqrt(xp.sum((M @ x) ** 2)))
+    return lam if math.isfinite(lam) and lam > 0 else bound
+
+
+def newton_1d(xp, derivs, t, lo, hi, tol, max_iter=50):
+    """Minimise convex 1-D functions elementwise: find ``t`` in ``[lo, hi]`` with ``f'(t) = 0``.
+
+    ``derivs(t) -> (d1, d2)`` gives ``f'`` and ``f''`` at ``t`` (arrays shaped like ``t``);
+    ``lo < t`` with ``f'(lo) < 0`` and ``hi`` (possibly ``inf``) bracket the root. Newton steps
+    that leave the bracket are replaced by bisection (or doubling while ``hi`` is infinite).
+    Stops where ``|f'(t)| <= tol`` (elementwise, broadcast) or the step is below rounding.
+    Returns ``(t, lo, iterations)``: ``lo`` is the largest point seen with ``f' < 0``.
+    """
+    eps = xp.finfo(t.dtype).eps
+    for it in range(1, max_iter + 1):
+        d1, d2 = derivs(t)
+        lo = xp.where(d1 < 0, t, lo)
+        hi = xp.where(d1 > 0, t, hi)
+        step = xp.where(d2 > 0, d1 / xp.where(d2 > 0, d2, xp.ones_like(d2)), xp.zeros_like(d1))
+        tn = t - step
+        inside = (tn > lo) & (tn < hi) & (d2 > 0)
+        fallback = xp.where(xp.isinf(hi), xp.where(t > 0, 2 * t, xp.ones_like(t)), 0.5 * (lo + hi))
+        tn = xp.where(inside, tn, fallback)
+        done = (xp.abs(d1) <= tol) | (hi - lo <= 4 * eps * xp.abs(hi))
+        small = xp.abs(tn - t) <= 4 * eps * xp.abs(t)
+        t = xp.where(done, t, tn)
+        if bool(xp.all(done | small)):
+            return t, lo, it
+    return t, lo, max_iter
+
+
+def sqnorm(xp, A):
+    return xp.sum(A * A)

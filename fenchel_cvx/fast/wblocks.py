@@ -1,0 +1,364 @@
+"""W-blocks: closed-form ridge, and preconditioned nonlinear conjugate gradients.
+
+    WHidden:  min_W  lam B(V, W X~) + rho ||W||^2 + gamma ||W - W0||^2
+    WLast:    min_W  L(Y, W X~)     + rho ||W||^2 + gamma ||W - W0||^2
+
+**WLast, MSE** is a ridge regression:  ``W (X~ X~^T + (rho + gamma) I) = Y X~^T + gamma W0``,
+solved through the Cholesky factor of the Gram matrix, then refined in the working precision
+(``W <- W - grad/2 G^{-1}``) until the KKT residual is below ``tol``.
+
+**WHidden and WLast, cross-entropy** are smooth but badly conditioned: the Hessian of a row of
+WHidden is ``H_i = lam X~ D_i X~^T + 2c I`` (``c = rho + gamma``, ``D_i = diag(phi'(W X~)_i)``),
+whose spectrum spans ``||X~||^2`` (1e4 on MNIST) down to ``2c`` (1e-2). The iteration is
+Polak-Ribiere+ nonlinear CG with an *exact* line search, preconditioned by
+
+- the *shared* Gram matrix ``G = lam sup(phi') X~ X~^T + 2c I`` (cross-entropy:
+  ``1/2 X~ diag(1^T Y) X~^T + 2c I``), which majorises every row's Hessian; factorised once per
+  solve (cached while ``X~`` is unchanged) and applied as one matrix product;
+- for the WHidden rows whose active set ``{j : phi'(u_ij) > 0}`` is small (a ReLU unit that
+  fires on few points: exactly the rows that ``G`` preconditions badly, since every inactive
+  point leaves a direction of curvature ``2c`` only) and has stopped changing, after the first
+  10 iterations, the row's exact Hessian, inverted in data space by Woodbury,
+  ``H_i^{-1} = (I - X~ S (eps I + S K S)^{-1} S X~^T) / 2c`` with ``S = D_i^{1/2}``,
+  ``K = X~^T X~``, ``eps = 2c / lam``, restricted to the active points: a batched semismooth
+  Newton step costing ``O(|A_i|^3)`` per row. The size cap balances that cost against a CG
+  step and grows as rows converge.
+
+Rows whose gradient is below ``tol / 2`` are frozen and dropped from the batch (on MNIST most
+rows converge within ~50 iterations; a few units that fire on few points need hundreds).
+WHidden is separable by rows, so every row gets its own step length from a bracketed 1-D Newton
+method that only needs ``phi``, ``phi'`` on ``U + t dU`` (``W X~`` and ``d X~`` are updated, not
+recomputed), and a step that would raise a row's objective falls back to the bracket's left end:
+every step decreases the objective (the BCD descent check holds for any ``w_steps``).
+Cross-entropy couples the rows and takes one step length for the whole matrix. The first step
+is the majorise-minimise step ``-grad G^{-1}`` with an exact length (``w_steps=1``); up to 10
+steps are plain preconditioned CG, the cheap regime of inexact training steps.
+"""
+import dataclasses
+import math
+
+from ._util import kkt, newton_1d, spd_inverse
+from .xblocks import DPHI_MAX
+
+
+class _Problem:
+    """Shared pieces: the regulariser (as in blocks._WBlock), forward map, line search."""
+
+    def __init__(self, xp, block, Ginv):
+        self.xp, self.block, self.Ginv = xp, block, Ginv
+        self.Xt, self.rho, self.gamma, self.W0 = block.Xt, block.rho, block.gamma, block.W0
+        self.c = self.rho + self.gamma
+
+    def forward(self, W):
+        return W @ self.Xt
+
+    def reg_grad(self, W):
+        g = 2 * self.rho * W
+        return g + 2 * self.gamma * (W - self.W0) if self.gamma else g
+
+    def line_search(self, W, U, d, dU, gd, rtol=0.1, max_iter=10):
+        """Minimise the objective along d from W (t >= 0); never increases it. -> (t, iterations)."""
+        xp = self.xp
+        A = self.dot(self.reg_grad(W), d)       # d/dt of the regulariser at t = 0 ...
+        B = 2 * self.c * self.dot(d, d)         # ... and its (constant) curvature
+
+        def derivs(t):
+            d1, d2 = self.data_derivs(U + t * dU, dU)
+            return d1 + A + B * t, d2 + B
+
+        curv0 = derivs(xp.zeros_like(gd))[1]
+        pos = curv0 > 0
+        t0 = xp.where(pos, -gd / xp.where(pos, curv0, xp.ones_like(curv0)), xp.ones_like(gd))
+        t0 = xp.where(t0 > 0, t0, xp.ones_like(t0))
+        t, lo, nls = newton_1d(xp, derivs, t0, xp.zeros_like(t0), xp.full_like(t0, xp.inf),
+                               tol=rtol * xp.abs(gd), max_iter=max_iter)
+        # descent safeguard: lo < t* and the objective decreases on [0, t*]
+        rise = self.data_change(U, t * dU) + A * t + 0.5 * B * t * t
+        slack = 8 * xp.finfo(t.dtype).eps * (1 + xp.abs(self.data_scale(U)))
+        return xp.where(rise <= slack, t, lo), nls
+
+
+class HiddenRows(_Problem):
+    """WHidden: rows are independent; per-row inner products, step lengths and Newton rows."""
+
+    def __init__(self, xp, block, Ginv, K=None, newton_cap=None, flip_tol=None, p0=None,
+                 newton_start=10):
+        super().__init__(xp, block, Ginv)
+        self.act, self.V, self.lam, self.K = block.act, block.V, block.lam, K
+        n1, m = self.Xt.shape
+        if newton_cap is None:  # a Newton row costs ~ (2/3) a^3, a CG row ~ 4 n1 m per iteration
+            newton_cap = int(min(n1, m, round((24.0 * n1 * m) ** (1 / 3))))
+        self.newton_cap = newton_cap
+        # active-set changes (since the last iterate) tolerated for a Newton row
+        self.flip_tol = max(2, m // 100) if flip_tol is None else flip_tol
+        self.p0 = block.V.shape[0] if p0 is None else p0  # rows at the start of the solve
+        self.newton_start = newton_start  # early iterations change active sets: CG steps only
+        self.it = 0                       # set by the solver loop
+
+    def dot(self, A, B):
+        return self.xp.sum(A * B, axis=1, keepdims=True)
+
+    def parts(self, W, U):
+        return [self.lam * (self.act.grad_u(self.V, U) @ self.Xt.T), self.reg_grad(W)]
+
+    def data_derivs(self, Ut, dU):
+        xp, act = self.xp, self.act
+        d1 = self.lam * xp.sum((act.phi(Ut) - self.V) * dU, axis=1, keepdims=True)
+        d2 = self.lam * xp.sum(act.dphi(Ut) * dU * dU, axis=1, keepdims=True)
+        return d1, d2
+
+    def data_change(self, U, dU):
+        xp, act = self.xp, self.act
+        diff = act.Fstar(U + dU) - act.Fstar(U) - self.V * dU
+        return self.lam * xp.sum(diff, axis=1, keepdims=True)
+
+    def data_scale(self, U):
+        return self.lam * self.xp.sum(self.xp.abs(self.act.Fstar(U)), axis=1, keepdims=True)
+
+    def precondition(self, g, U, prev_active=None):
+        """``(s, newton_rows, active)``: ``g G^{-1}``, with exact Newton rows where the active set
+        is small and did not change since ``prev_active`` (the previous iterate's)."""
+        xp = self.xp
+        s = g @ self.Ginv
+        active = self.act.dphi(U) > 0
+        if self.newton_cap <= 0 or prev_active is None or self.it < self.newton_start:
+            return s, None, active
+        counts = xp.sum(xp.astype(active, xp.int64), axis=1)
+        flips = xp.sum(xp.astype(active != prev_active, xp.int64), axis=1)
+        # per-iteration Newton budget ~ p0 cap^3: the cap grows as rows are frozen
+        cap = int(self.newton_cap * (self.p0 / g.shape[0]) ** (1 / 3))
+        small = (counts <= cap) & (flips <= self.flip_tol)
+        k = int(xp.sum(xp.astype(small, xp.int64)))
+        if k == 0:
+            return s, None, active
+        if self.K is None:
+            self.K = self.Xt.T @ self.Xt
+        p = g.shape[0]
+        rows = xp.argsort(xp.astype(xp.logical_not(small), xp.int8), stable=True)[:k]
+        sn = self.newton_rows(xp.take(g, rows, axis=0), xp.take(U, rows, axis=0))
+        # scatter the Newton rows back: row i reads s_all[where] (p + its rank if small)
+        rank = xp.cumulative_sum(xp.astype(small, xp.int64)) - 1
+        where = xp.where(small, p + rank, xp.arange(p, dtype=rank.dtype))
+        s = xp.take(xp.concat([s, sn], axis=0), where, axis=0)
+        return s, xp.reshape(small, (p, 1)), active
+
+    def newton_rows(self, g, U):
+        """``H_i^{-1} g_i`` for the given rows, in data space restricted to their active points."""
+        xp, K = self.xp, self.K
+        m = U.shape[1]
+        c = max(self.c, 64 * xp.finfo(U.dtype).eps * float(xp.max(xp.abs(K))) / m)
+        eps = 2 * c / self.lam
+        S = xp.sqrt(self.act.dphi(U))
+        r = (g @ self.Xt) * S
+        active = S > 0
+        counts = xp.sum(xp.astype(active, xp.int64), axis=1, keepdims=True)
+        a = max(int(xp.max(counts)), 1)
+        order = xp.argsort(xp.astype(xp.logical_not(active), xp.int8), axis=1, stable=True)
+        idx = order[:, :a]                               # active points first, padded
+        valid = xp.arange(a)[None, :] < counts
+        zero = xp.zeros((U.shape[0], a), dtype=U.dtype)
+        Sc = xp.where(valid, xp.take_along_axis(S, idx, axis=1), zero)
+        rc = xp.where(valid, xp.take_along_axis(r, idx, axis=1), zero)
+        flat = idx[:, :, None] * m + idx[:, None, :]
+        Kc = xp.reshape(xp.take(xp.reshape(K, (-1,)), xp.reshape(flat, (-1,)), axis=0),
+                        tuple(flat.shape))
+        M = Sc[:, :, None] * Kc * Sc[:, None, :] + eps * xp.eye(a, dtype=U.dtype)
+        z = xp.linalg.solve(M, rc[:, :, None])[:, :, 0] * Sc
+        if a < m:  # back to all points: invert each row's permutation
+            z = xp.concat([z, xp.zeros((z.shape[0], m - a), dtype=z.dtype)], axis=1)
+            z = xp.take_along_axis(z, xp.argsort(order, axis=1), axis=1)
+        return (g - z @ self.Xt.T) / (2 * c)
+
+
+class LastCE(_Problem):
+    """WLast with cross-entropy: one step length for the whole matrix."""
+
+    def __init__(self, xp, block, Ginv):
+        super().__init__(xp, block, Ginv)
+        self.loss, self.Y = block.loss, block.Y
+        self.s = xp.sum(block.Y, axis=0, keepdims=True)
+
+    def dot(self, A, B):
+        return self.xp.reshape(self.xp.sum(A * B), (1, 1))
+
+    def parts(self, W, U):
+        return [self.loss.grad(self.Y, U) @ self.Xt.T, self.reg_grad(W)]
+
+    def _lse(self, U):
+        xp = self.xp
+        a = xp.max(U, axis=0, keepdims=True)
+        return a + xp.log(xp.sum(xp.exp(U - a), axis=0, keepdims=True))
+
+    def data_derivs(self, Ut, dU):
+        xp = self.xp
+        P = xp.exp(Ut - self._lse(Ut))
+        d1 = xp.sum((P * self.s - self.Y) * dU)
+        m1 = xp.sum(P * dU, axis=0, keepdims=True)
+        d2 = xp.sum(self.s * (xp.sum(P * dU * dU, axis=0, keepdims=True) - m1 * m1))
+        return xp.reshape(d1, (1, 1)), xp.reshape(d2, (1, 1))
+
+    def data_change(self, U, dU):
+        xp = self.xp
+        diff = xp.sum(self.s * (self._lse(U + dU) - self._lse(U))) - xp.sum(self.Y * dU)
+        return xp.reshape(diff, (1, 1))
+
+    def data_scale(self, U):
+        return self.xp.reshape(self.xp.sum(self.s * self.xp.abs(self._lse(U))), (1, 1))
+
+    def precondition(self, g, U, prev_active=None):
+        return g @ self.Ginv, None, None
+
+
+def gram_preconditioner(xp, block, cache=None):
+    """``(w X~ S X~^T + shift I)^{-1}`` for a W-block (cached while X~ is unchanged).
+
+    ``w S``: ``lam sup(phi')`` for WHidden, ``1/2 diag(1^T Y)`` for cross-entropy, with shift
+    ``2 (rho + gamma)``; for MSE ``w = 1`` and shift ``rho + gamma``: the ridge matrix itself.
+    """
+    Xt = block.Xt
+    c = block.rho + block.gamma
+    if block.kind == "w_hidden":
+        kind, weights, shift = "hidden", block.lam * DPHI_MAX.get(block.act.name, 1.0), 2 * c
+    elif block.loss.name == "mse":
+        kind, weights, shift = "ridge", 1.0, c
+    else:
+        kind, weights, shift = "ce", 0.5 * xp.sum(block.Y, axis=0, keepdims=True), 2 * c
+    scalar_w = isinstance(weights, float)
+    key = (kind, block.layer)
+    if cache is not None and key in cache:
+        X_c, w_c, s_c, Ginv = cache[key]
+        if (s_c == shift and type(X_c) is type(Xt) and X_c.shape == Xt.shape and X_c.dtype == Xt.dtype
+                and isinstance(w_c, float) == scalar_w
+                and (w_c == weights if scalar_w else bool(xp.all(w_c == weights)))
+                and bool(xp.all(X_c == Xt))):
+            return Ginv, True
+    G = weights * (Xt @ Xt.T) if scalar_w else (weights * Xt) @ Xt.T
+    Ginv, _ = spd_inverse(xp, G, shift)
+    if cache is not None:
+        if len(cache) >= 8:
+            cache.clear()
+        cache[key] = (xp.asarray(Xt, copy=True), weights, shift, Ginv)
+    return Ginv, False
+
+
+def solve_ridge(xp, block, W, tol, max_iter, cache=None):
+    """WLast with MSE: the normal equations through the Cholesky inverse, then refinement."""
+    Ginv, hit = gram_preconditioner(xp, block, cache)
+    R = block.Y @ block.Xt.T
+    if block.gamma:
+        R = R + block.gamma * block.W0
+    W = R @ Ginv
+    it, res = 1, kkt(xp, W, block.grad_parts(W))
+    while res > tol and it < max_iter:  # iterative refinement (G^{-1} may be inexact in float32)
+        W = W - 0.5 * block.grad(W) @ Ginv
+        it, res = it + 1, kkt(xp, W, block.grad_parts(W))
+    return W, it, dict(method="cholesky", refinements=it - 1, cached_factor=hit,
+                       converged=res <= tol)
+
+
+def _scatter_rows(xp, full, sub, rows):
+    """``full`` with its rows ``rows`` (sorted global indices) replaced by ``sub`` (no in-place writes)."""
+    p, k = full.shape[0], rows.shape[0]
+    ar = xp.arange(p, dtype=rows.dtype)
+    pos = xp.clip(xp.searchsorted(rows, ar), 0, k - 1)
+    hit = xp.take(rows, pos) == ar
+    return xp.take(xp.concat([full, sub], axis=0), xp.where(hit, p + pos, ar), axis=0)
+
+
+def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=None,
+               flip_tol=None, newton_start=10, compact_every=8, stall_window=50):
+    """Preconditioned PR+ nonlinear CG with exact line search (WHidden, WLast cross-entropy).
+
+    WHidden rows whose gradient is below ``tol / 2`` are frozen every ``compact_every``
+    iterations: the loop goes on with the remaining rows only (rows are independent). Near the
+    working precision's floor (residual below sqrt(eps)), ``stall_window`` iterations without
+    halving the residual stop the loop (``info["stalled"]``).
+    """
+    Ginv, hit = gram_preconditioner(xp, block, cache)
+    hidden = block.kind == "w_hidden"
+    prob = (HiddenRows(xp, block, Ginv, newton_cap=newton_cap, flip_tol=flip_tol,
+                       newton_start=newton_start) if hidden else LastCE(xp, block, Ginv))
+    U = prob.forward(W)
+    parts = prob.parts(W, U)
+    info = dict(method="pncg", cached_factor=hit, line_search_iterations=0, restarts=0,
+                newton_rows=0, row_iterations=0)
+    if kkt(xp, W, parts) <= tol:
+        info["converged"] = True
+        return W, 0, info
+    W_full, rows = W, None            # rows: global indices of the rows still iterated
+    frozen_r = frozen_scale = 0.0     # max |grad| and max |part| over frozen rows
+
+    def residual(parts):
+        g = xp.abs(parts[0] + parts[1])
+        scale = max(frozen_scale, *(float(xp.max(xp.abs(q))) for q in parts))
+        return max(frozen_r, float(xp.max(g))) / (1.0 + scale)
+
+    best, best_it, n_newton, n_restart = math.inf, 0, 0, 0
+    stall_level = math.sqrt(xp.finfo(W.dtype).eps)
+    g = parts[0] + parts[1]
+    s, newton, active = prob.precondition(g, U)
+    d, gs = -s, prob.dot(g, s)
+    converged, it = False, 0
+    for it in range(1, max_iter + 1):
+        info["row_iterations"] += W.shape[0]
+        if newton is not None:  # counters stay on the device until the end
+            n_newton = n_newton + xp.sum(xp.astype(newton, xp.int64))
+        dU = prob.forward(d)
+        t, nls = prob.line_search(W, U, d, dU, prob.dot(g, d))
+        info["line_search_iterations"] += nls
+        W, U = W + t * d, U + t * dU
+        if it % resync == 0:
+            U = prob.forward(W)  # no drift of the incrementally updated W X~
+        parts = prob.parts(W, U)
+        r = residual(parts)
+        if r <= tol:
+            W_full = W if rows is None else _scatter_rows(xp, W_full, W, rows)
+            if kkt(xp, W_full, block.grad_parts(W_full)) <= tol:
+                converged = True
+                break
+            U = prob.forward(W)
+            parts = prob.parts(W, U)
+        if r <= 0.5 * best:
+            best, best_it = r, it
+        elif r <= stall_level and it - best_it >= stall_window:
+            info["stalled"] = True  # at the working precision's floor: no halving in a window
+            break
+        if it == max_iter:
+            break
+        gn = parts[0] + parts[1]
+        if hidden and it % compact_every == 0:
+            row_g = xp.max(xp.abs(gn), axis=1)
+            done = row_g <= 0.5 * tol
+            n_done = int(xp.sum(xp.astype(done, xp.int64)))
+            if n_done >= max(1, W.shape[0] // 8) and n_done < W.shape[0]:
+                keep = xp.nonzero(xp.logical_not(done))[0]
+                drop = xp.nonzero(done)[0]
+                frozen_r = max(frozen_r, float(xp.max(xp.take(row_g, drop))))
+                frozen_scale = max(frozen_scale, *(float(xp.max(xp.abs(xp.take(q, drop, axis=0))))
+                                                   for q in parts))
+                W_full = W if rows is None else _scatter_rows(xp, W_full, W, rows)
+                rows = keep if rows is None else xp.take(rows, keep)
+                sub = dict(V=xp.take(block.V, rows, axis=0))
+                if block.W0 is not None:
+                    sub["W0"] = xp.take(block.W0, rows, axis=0)
+                prob = HiddenRows(xp, dataclasses.replace(block, **sub), Ginv, K=prob.K,
+                                  newton_cap=prob.newton_cap, flip_tol=prob.flip_tol, p0=prob.p0,
+                                  newton_start=prob.newton_start)
+                W, U, gn, d, s, gs, active = (xp.take(a, keep, axis=0)
+                                              for a in (W, U, gn, d, s, gs, active))
+        prob.it = it
+        sn, newton, active = prob.precondition(gn, U, active)
+        beta = prob.dot(gn, sn - s)
+        beta = xp.where(gs > 0, beta / xp.where(gs > 0, gs, xp.ones_like(gs)), xp.zeros_like(gs))
+        beta = xp.clip(beta, 0, None)
+        if newton is not None:
+            beta = xp.where(newton, xp.zeros_like(beta), beta)
+        d = -sn + beta * d
+        uphill = prob.dot(gn, d) >= 0
+        n_restart = n_restart + xp.sum(xp.astype(uphill, xp.int64))
+        d = xp.where(uphill, -sn, d)
+        g, s, gs = gn, sn, prob.dot(gn, sn)
+    if not converged:
+        W_full = W if rows is None else _scatter_rows(xp, W_full, W, rows)
+    info.update(converged=converged, newton_rows=int(n_newton), restarts=int(n_restart))
+    return W_full, it, info

@@ -1,0 +1,181 @@
+"""X-blocks by accelerated proximal gradient (FISTA with adaptive restart).
+
+    XHidden:  min_Z  lam_in B_in(Z, U_prev) + lam_out B_out(V_next, W [Z; 1])
+    XLast:    min_Z  L(Y, W [Z; 1])          + lam_in B_in(Z, U_prev)
+
+The objective splits into a smooth part ``f`` (the term through ``W``: its gradient is
+``W_p^T grad_U``, ``W_p`` the weights without the bias column) and a separable part
+
+    h(Z) = lam_in [F_in(Z) - U_prev * Z]  (+ the indicator of phi_in's range),
+
+whose curvature ``1 / phi'(phi^{-1}(Z))`` is unbounded at the ends of a sigmoid or tanh range.
+So ``h`` is never linearised: it enters through its proximal map, which is elementwise,
+
+    prox(R) = argmin_z  L/2 (z - R)^2 + lam_in (F(z) - u z)   <=>   z + tau phi^{-1}(z) = R + tau u,
+
+with ``tau = lam_in / L``. ReLU: ``z = max(0, r / (1 + tau))``; leaky ReLU: ``r / (1 + tau)`` or
+``r / (1 + tau / a)``; any other activation (sigmoid, tanh, ...): ``z = phi(s)`` with
+``phi(s) + tau s = r``, a strictly monotone scalar equation solved by bracketed Newton in ``s``,
+which keeps ``z`` strictly inside the open range.
+
+``L`` is ``sup phi_out' * lam_out * ||W_p||_2^2`` (``2 ||W_p||^2`` for MSE, ``max_j (1^T y_j) / 2
+||W_p||^2`` for cross-entropy, the softmax Hessian being ``<= I / 2``), with ``||W_p||_2`` from
+power iteration and a backtracking safeguard. Momentum restarts when it stops helping
+(O'Donoghue & Candes' gradient test). The loop stops when the block's own
+``kkt_residual`` is ``<= tol``.
+"""
+import math
+
+from ._util import kkt, newton_1d, top_eig
+
+# sup phi'(u): the Lipschitz constant of phi (hence the curvature bound of F*)
+DPHI_MAX = {"relu": 1.0, "leaky_relu": 1.0, "sigmoid": 0.25, "tanh": 1.0}
+
+
+def _prox_relu(xp, act, r, tau, state):
+    return xp.clip(r / (1 + tau), 0, None), state
+
+
+def _prox_leaky(xp, act, r, tau, state):
+    return xp.where(r > 0, r / (1 + tau), r / (1 + tau / act.slope)), state
+
+
+def _prox_newton(xp, act, r, tau, s):
+    """Solve phi(s) + tau s = r elementwise (bracketed Newton) and return z = phi(s) inside the range."""
+    if s is None:
+        s = r / (1 + tau)
+    g0 = act.phi(s) + tau * s - r
+    # phi' >= 0 gives |s - s*| <= |g(s)| / tau; the range of phi gives (r - hi)/tau < s* < (r - lo)/tau
+    lo, hi = s - xp.abs(g0) / tau, s + xp.abs(g0) / tau
+    vlo, vhi = act.v_range
+    if math.isfinite(vhi):
+        lo = xp.maximum(lo, (r - vhi) / tau)
+    if math.isfinite(vlo):
+        hi = xp.minimum(hi, (r - vlo) / tau)
+    s = xp.clip(s, lo, hi)
+    tol = 8 * xp.finfo(r.dtype).eps * (1 + xp.abs(r))
+
+    def derivs(s_):
+        return act.phi(s_) + tau * s_ - r, act.dphi(s_) + tau
+
+    s, _, _ = newton_1d(xp, derivs, s, lo, hi, tol, max_iter=60)
+    return _inside(xp, act, act.phi(s)), s
+
+
+PROX = {"relu": _prox_relu, "leaky_relu": _prox_leaky}
+
+
+def _inside(xp, act, Z):
+    """Clip Z into the range of phi, strictly inside where F' is unbounded (sigmoid, tanh)."""
+    if act.name in PROX:  # closed ranges (ReLU's [0, inf)): the plain projection
+        return act.project(Z)
+    fi = xp.finfo(Z.dtype)
+    lo, hi = act.v_range
+    lo = None if math.isinf(lo) else lo + max(abs(lo) * fi.eps, fi.smallest_normal)
+    hi = None if math.isinf(hi) else hi - max(abs(hi) * fi.eps, fi.smallest_normal)
+    return xp.clip(Z, lo, hi)
+
+
+class _Smooth:
+    """The smooth term of an X-block as a function of U = W_p Z + b: value, dvalue/dU, Lipschitz."""
+
+    def __init__(self, xp, block):
+        self.xp, self.block = xp, block
+        p = block.U_prev.shape[0]
+        self.Wp, self.b = block.W[:, :p], block.W[:, p:]
+        nrm2 = top_eig(xp, self.Wp)
+        if block.kind == "x_hidden":
+            act = block.act_out
+            curv = DPHI_MAX.get(act.name)
+            self.L = block.lam_out * (curv if curv is not None else 1.0) * nrm2
+        elif block.loss.name == "mse":
+            self.L = 2.0 * nrm2
+        else:
+            self.L = 0.5 * float(xp.max(xp.sum(block.Y, axis=0))) * nrm2
+        self.L = 1.02 * self.L  # power iteration approaches ||W_p||^2 from below
+
+    def forward(self, Z):
+        return self.Wp @ Z + self.b
+
+    def value(self, U):
+        """The smooth term at U (up to a constant), as a 0-d array (no device sync)."""
+        xp, bl = self.xp, self.block
+        if bl.kind == "x_hidden":
+            return bl.lam_out * xp.sum(bl.act_out.Fstar(U) - bl.V_next * U)
+        return bl.loss.value(bl.Y, U)
+
+    def grad_U(self, U):
+        bl = self.block
+        if bl.kind == "x_hidden":
+            return bl.lam_out * bl.act_out.grad_u(bl.V_next, U)
+        return bl.loss.grad(bl.Y, U)
+
+
+def default_start(xp, block):
+    """The feed-forward value phi_in(U_prev): B_in = 0 there."""
+    return block.act_in.phi(block.U_prev)
+
+
+MAX_BACKTRACKS = 60  # doublings of L in one iteration; past that the precision is exhausted
+
+
+def solve_x(xp, block, Z, tol, max_iter, stall_window=100):
+    """FISTA with restart on an XHidden / XLast block from ``Z``. Returns ``(Z, iterations, info)``.
+
+    Near the working precision's floor (gradient-mapping residual below sqrt(eps)),
+    ``stall_window`` iterations without halving it stop the loop (``info["stalled"]``).
+    """
+    act, lam_in, U_prev = block.act_in, block.lam_in, block.U_prev
+    prox = PROX.get(act.name, _prox_newton)
+    sm = _Smooth(xp, block)
+    L = max(sm.L, 1e-12 * lam_in)
+    eps = xp.finfo(Z.dtype).eps
+    z = _inside(xp, act, Z)
+    Uz = sm.forward(z)
+    y, Uy, theta = z, Uz, 1.0
+    state, restarts, backtracks, checks = None, 0, 0, 0
+    best, best_it, stalled = math.inf, 0, False
+    stall_level = math.sqrt(eps)
+    converged, it = False, 0
+    if kkt(xp, z, block.grad_parts(z), block.project) <= tol:
+        return z, 0, dict(method="fista", lipschitz=L, restarts=0, backtracks=0, converged=True)
+    for it in range(1, max_iter + 1):
+        Gy = sm.Wp.T @ sm.grad_U(Uy)
+        fy_d = sm.value(Uy)
+        for _ in range(MAX_BACKTRACKS):
+            tau = lam_in / L
+            zn, state_n = prox(xp, act, y - Gy / L + tau * U_prev, tau, state)
+            Uzn = sm.forward(zn)
+            D = zn - y
+            # every scalar of the iteration is computed on the device, then read at once
+            fy, fzn, gd, dd, maxD, maxG, uphill = (float(v) for v in (
+                fy_d, sm.value(Uzn), xp.sum(Gy * D), xp.sum(D * D), xp.max(xp.abs(D)),
+                xp.max(xp.abs(Gy)), xp.sum((y - zn) * (zn - z))))
+            if fzn <= fy + gd + 0.5 * L * dd + 16 * eps * (1 + abs(fy)):
+                break
+            L, backtracks = 2 * L, backtracks + 1
+        else:  # no step passes the test at this precision (rounding, overflow): stop here
+            stalled = True
+            break
+        state = state_n
+        # gradient-mapping proxy of the KKT residual; confirm with the block's own residual
+        proxy = L * maxD / (1 + maxG)
+        if proxy <= 2 * tol:
+            checks += 1
+            if kkt(xp, zn, block.grad_parts(zn), block.project) <= tol:
+                z, converged = zn, True
+                break
+        if proxy <= 0.5 * best:
+            best, best_it = proxy, it
+        elif proxy <= stall_level and it - best_it >= stall_window:
+            z, stalled = zn, True  # at the working precision's floor
+            break
+        theta_n = 0.5 * (1 + math.sqrt(1 + 4 * theta * theta))
+        beta = (theta - 1) / theta_n
+        if uphill > 0:  # momentum points uphill (O'Donoghue & Candes): restart
+            theta_n, beta, restarts = 1.0, 0.0, restarts + 1
+        y, Uy = zn + beta * (zn - z), Uzn + beta * (Uzn - Uz)
+        z, Uz, theta = zn, Uzn, theta_n
+    info = dict(method="fista", lipschitz=L, restarts=restarts, backtracks=backtracks,
+                kkt_checks=checks, converged=converged, stalled=stalled)
+    return z, it, info

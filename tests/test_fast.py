@@ -1,0 +1,302 @@
+"""Tests of fenchel_cvx.fast: the batched array-API block solvers against the CVXPY oracle.
+
+Every block kind x activation x loss x gamma is solved by ``FastBackend`` and compared with
+``OracleBackend`` (certified optimum) and with an independent ``scipy.optimize`` L-BFGS-B
+reference; the same code then runs on ``array_api_strict`` arrays (the standard API only, as on
+CuPy), in float32 without upcasts, and on CuPy where a GPU is present.
+"""
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import optimize
+
+from fenchel_cvx import activation, blocks
+from fenchel_cvx.fast import FastBackend
+from fenchel_cvx.network import LiftedNetwork
+
+ACTS = ("relu", "leaky_relu", "sigmoid", "tanh")
+LOSSES = ("mse", "cross_entropy")
+X_KINDS = ("x_hidden", "x_last")
+W_KINDS = ("w_hidden0", "w_hidden1", "w_last")
+CASES = ([(a, lo, k, 0.0) for a in ACTS for lo in LOSSES for k in X_KINDS]
+         + [(a, lo, k, g) for a in ACTS for lo in LOSSES for k in W_KINDS for g in (0.0, 0.3)])
+REL = 1e-6  # "within 1e-6 relative of the optimum"
+
+
+def _act(name):
+    return activation("leaky_relu", slope=0.1) if name == "leaky_relu" else name
+
+
+def make_state(act, loss, seed=0, sizes=(5, 4, 3, 3), m=7):
+    """A 2-hidden-layer network at a perturbed (non feed-forward) lifted point."""
+    rng = np.random.default_rng(seed)
+    net = LiftedNetwork(sizes, _act(act), loss, lam=[1.0, 0.7], rho=[0.1, 0.05, 0.2], seed=seed)
+    X0 = rng.standard_normal((sizes[0], m))
+    if loss == "cross_entropy":
+        Y = np.eye(sizes[-1])[:, rng.integers(0, sizes[-1], m)]
+    else:
+        Y = rng.standard_normal((sizes[-1], m))
+    Xs, _ = net.forward(X0)
+    lo, hi = {"relu": (0, None), "leaky_relu": (None, None), "sigmoid": (0.02, 0.98),
+              "tanh": (-0.98, 0.98)}[act]
+    Xs = [np.clip(X + 0.3 * rng.standard_normal(X.shape), lo, hi) for X in Xs]
+    W0s = [W + 0.2 * rng.standard_normal(W.shape) for W in net.W]
+    return net, X0, Y, Xs, W0s
+
+
+def make_block(kind, net, X0, Y, Xs, W0s, gamma=0.0):
+    if kind.startswith("x"):
+        return blocks.x_block(net, X0, Y, Xs, 1 if kind == "x_hidden" else 2)
+    l = {"w_hidden0": 0, "w_hidden1": 1, "w_last": 2}[kind]
+    return blocks.w_block(net, X0, Y, Xs, l, gamma=gamma, W0=W0s[l] if gamma else None)
+
+
+def case_block(act, loss, kind, gamma, seed=0):
+    return make_block(kind, *make_state(act, loss, seed), gamma=gamma)
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    from fenchel_cvx.oracle import OracleBackend  # imported here so that the CuPy test runs without CVXPY
+
+    return OracleBackend()
+
+
+def _assert_optimal(res, opt, tol=1e-6):
+    assert res.converged and res.status == "optimal"
+    assert res.residual <= tol
+    assert abs(res.value - opt) <= REL * abs(opt) + 1e-12, (res.value, opt)
+
+
+# --- against the certified optimum --------------------------------------------------------------
+@pytest.mark.parametrize("act,loss,kind,gamma", CASES)
+def test_matches_oracle(oracle, act, loss, kind, gamma):
+    block = case_block(act, loss, kind, gamma)
+    res = FastBackend().solve(block)
+    ref = oracle.solve(block)
+    assert ref.status == "optimal"
+    _assert_optimal(res, ref.value)
+    assert res.value == pytest.approx(float(block.value(res.argmin)), rel=1e-15, abs=0)
+    assert res.residual == block.kkt_residual(res.argmin)
+    assert res.info["method"] == {"x": "fista", "w": "pncg"}[kind[0]] or (
+        kind == "w_last" and loss == "mse" and res.info["method"] == "cholesky")
+
+
+def _lbfgs(block, Z0, act, starts=3, seed=0):
+    """Independent reference: L-BFGS-B from Z0 and random starts, bounded to the domain."""
+    shape = Z0.shape
+    bnd = (None, None)
+    if block.kind.startswith("x"):
+        bnd = {"relu": (0, None), "sigmoid": (1e-9, 1 - 1e-9), "tanh": (-1 + 1e-9, 1 - 1e-9)}.get(act, bnd)
+
+    def fun(z):
+        Z = z.reshape(shape)
+        return float(block.value(Z)), np.asarray(block.grad(Z)).ravel()
+
+    rng = np.random.default_rng(seed)
+    best = np.inf
+    for k in range(starts):
+        z = Z0.ravel() if k == 0 else Z0.ravel() + 0.5 * rng.standard_normal(Z0.size)
+        z = np.clip(z, *(b if b is not None else -np.inf if i == 0 else np.inf for i, b in enumerate(bnd)))
+        r = optimize.minimize(fun, z, jac=True, method="L-BFGS-B", bounds=[bnd] * z.size,
+                              options=dict(ftol=1e-16, gtol=1e-12, maxiter=20000, maxcor=30))
+        best = min(best, r.fun)
+    return best
+
+
+@pytest.mark.parametrize("act,loss,kind,gamma", [c for c in CASES if c[3] == 0.0 or c[2] == "w_hidden1"])
+def test_matches_lbfgs(act, loss, kind, gamma):
+    block = case_block(act, loss, kind, gamma, seed=1)
+    res = FastBackend().solve(block)
+    best = _lbfgs(block, np.asarray(res.argmin), act)
+    assert res.converged
+    assert res.value <= best + REL * abs(best) + 1e-12, (res.value, best)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2 ** 31 - 1), act=st.sampled_from(ACTS), loss=st.sampled_from(LOSSES),
+       kind=st.sampled_from(X_KINDS + W_KINDS), gamma=st.sampled_from((0.0, 1.0)))
+def test_random_instances_match_oracle(oracle, seed, act, loss, kind, gamma):
+    block = case_block(act, loss, kind, gamma, seed=seed)
+    res = FastBackend().solve(block)
+    _assert_optimal(res, oracle.solve(block).value)
+
+
+# --- the array API standard: array_api_strict, float32, CuPy ------------------------------------
+def _to(xp, dtype, net, X0, Y, Xs, W0s):
+    conv = (lambda A: xp.asarray(np.asarray(A, dtype=dtype)))
+    net.W = [conv(W) for W in net.W]
+    return net, conv(X0), conv(Y), [conv(X) for X in Xs], [conv(W) for W in W0s]
+
+
+@pytest.mark.parametrize("act,loss,kind,gamma", [c for c in CASES if c[3] or c[2][0] == "x"])
+def test_array_api_strict(act, loss, kind, gamma):
+    xps = pytest.importorskip("array_api_strict")
+    ref = FastBackend().solve(case_block(act, loss, kind, gamma))
+    block = make_block(kind, *_to(xps, "float64", *make_state(act, loss)), gamma=gamma)
+    res = FastBackend().solve(block)
+    assert type(res.argmin) is type(xps.asarray(0.0)) and res.argmin.dtype == xps.float64
+    assert res.converged and res.residual <= 1e-6
+    assert res.value == pytest.approx(ref.value, rel=1e-9)
+
+
+@pytest.mark.parametrize("xp_name", ["numpy", "array_api_strict"])
+@pytest.mark.parametrize("act,loss,kind,gamma", [("relu", "cross_entropy", "x_last", 0.0),
+                                                 ("sigmoid", "mse", "x_hidden", 0.0),
+                                                 ("tanh", "cross_entropy", "w_hidden1", 0.3),
+                                                 ("relu", "mse", "w_hidden0", 0.3),
+                                                 ("leaky_relu", "cross_entropy", "w_last", 0.3),
+                                                 ("relu", "mse", "w_last", 0.0)])
+def test_float32_stays_float32(xp_name, act, loss, kind, gamma):
+    xp = pytest.importorskip(xp_name)
+    ref = FastBackend().solve(case_block(act, loss, kind, gamma))
+    block = make_block(kind, *_to(xp, "float32", *make_state(act, loss)), gamma=gamma)
+    res = FastBackend().solve(block)
+    assert res.argmin.dtype == xp.float32
+    assert res.info["dtype"] == "float32" and 1e-6 < res.info["tol"] < 1e-5  # the float32 floor
+    assert res.converged and res.residual <= res.info["tol"]
+    assert res.value == pytest.approx(ref.value, rel=1e-5)
+
+
+@pytest.mark.parametrize("xp_name", ["numpy", "array_api_strict"])
+@pytest.mark.parametrize("act", ["relu", "sigmoid"])
+def test_newton_rows_and_row_freezing(xp_name, act):
+    """The W-hidden paths beyond plain CG (batched Newton rows, frozen rows) in the standard API,
+    against the default solve (itself checked against the oracle above)."""
+    from fenchel_cvx.fast import wblocks
+
+    xp = pytest.importorskip(xp_name)
+    state = make_state(act, "mse", seed=3, sizes=(8, 12, 4, 3), m=30)
+    ref = FastBackend(tol=1e-10, newton_cap=0).solve(make_block("w_hidden0", *state, gamma=0.3))
+    block = make_block("w_hidden0", *_to(xp, "float64", *state), gamma=0.3)
+    W, it, info = wblocks.solve_pncg(xp, block, block.W0, 1e-8, 500, newton_cap=30,
+                                     newton_start=0, flip_tol=30, compact_every=1)
+    assert info["converged"] and info["newton_rows"] > 0
+    assert info["row_iterations"] < 12 * it  # rows were frozen on the way
+    assert block.kkt_residual(W) <= 1e-8
+    assert float(block.value(W)) == pytest.approx(ref.value, rel=REL)
+
+
+def test_dtype_argument_casts():
+    block = case_block("relu", "cross_entropy", "w_hidden1", 0.3)
+    res = FastBackend(dtype="float32").solve(block)
+    assert res.argmin.dtype == np.float32 and res.info["dtype"] == "float32"
+    res64 = FastBackend(dtype=np.float64).solve(block)
+    assert res64.argmin.dtype == np.float64
+
+
+def test_cupy_matches_numpy():
+    cp = pytest.importorskip("cupy", reason="CuPy is not installed")
+    try:
+        n_dev = cp.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver / no device
+        pytest.skip(f"no usable CUDA device for CuPy: {exc}")
+    if n_dev == 0:
+        pytest.skip("no CUDA device for CuPy")
+    cases = [("relu", "cross_entropy", "x_last", 0.0), ("sigmoid", "mse", "x_hidden", 0.0),
+             ("relu", "mse", "w_hidden0", 0.3), ("tanh", "cross_entropy", "w_last", 0.3),
+             ("relu", "mse", "w_last", 0.3)]
+    for act, loss, kind, gamma in cases:
+        ref = FastBackend().solve(case_block(act, loss, kind, gamma))
+        block = make_block(kind, *_to(cp, "float64", *make_state(act, loss)), gamma=gamma)
+        res = FastBackend().solve(block)
+        assert isinstance(res.argmin, cp.ndarray) and res.converged
+        assert res.value == pytest.approx(ref.value, rel=1e-8)
+
+
+# --- iteration caps, tolerances, warm starts ----------------------------------------------------
+def test_w_steps_exact_count_and_descent():
+    block = case_block("relu", "cross_entropy", "w_hidden0", 0.3)
+    start = block.W0
+    before = float(block.value(start))
+    for k in (1, 3):
+        res = FastBackend(w_steps=k).solve(block, start=start)
+        assert res.iterations == k and not res.converged and res.status == "max_iter"
+        assert res.value < before
+    full = FastBackend().solve(block, start=start)
+    assert full.converged and full.iterations > 3
+    # w_steps does not apply to X-blocks; the ridge closed form is exact in one step
+    assert FastBackend(w_steps=1).solve(case_block("relu", "mse", "x_last", 0)).converged
+    ridge = FastBackend(w_steps=1).solve(case_block("relu", "mse", "w_last", 0.3))
+    assert ridge.converged and ridge.iterations == 1 and ridge.info["method"] == "cholesky"
+
+
+def test_w_steps_on_cross_entropy_last_layer():
+    block = case_block("tanh", "cross_entropy", "w_last", 0.3)
+    res = FastBackend(w_steps=2).solve(block, start=block.W0)
+    assert res.iterations == 2 and not res.converged
+    assert res.value < float(block.value(block.W0))
+
+
+def test_max_iter_and_tol_respected():
+    block = case_block("tanh", "mse", "x_last", 0.0)
+    capped = FastBackend(max_iter=2).solve(block)
+    assert capped.iterations == 2 and not capped.converged and capped.status == "max_iter"
+    assert capped.residual > 1e-6
+    loose, tight = FastBackend(tol=1e-3).solve(block), FastBackend(tol=1e-10).solve(block)
+    assert loose.converged and loose.residual <= 1e-3
+    assert tight.converged and tight.residual <= 1e-10 and tight.iterations > loose.iterations
+    wb = case_block("relu", "cross_entropy", "w_hidden1", 0.3)
+    capped = FastBackend(max_iter=1).solve(wb)
+    assert capped.iterations == 1 and not capped.converged
+
+
+def test_warm_start_at_optimum_takes_no_step():
+    for kind in ("x_hidden", "w_hidden1", "w_last"):
+        block = case_block("sigmoid", "cross_entropy", kind, 0.3)
+        first = FastBackend().solve(block)
+        again = FastBackend().solve(block, start=first.argmin)
+        assert again.converged and again.iterations == 0
+
+
+def test_sigmoid_x_block_from_the_boundary_stays_inside():
+    block = case_block("sigmoid", "cross_entropy", "x_last", 0.0)
+    for start in (np.zeros(block.U_prev.shape), np.ones(block.U_prev.shape)):
+        res = FastBackend().solve(block, start=start)
+        assert res.converged and np.all(res.argmin > 0) and np.all(res.argmin < 1)
+
+
+def test_gram_factor_is_reused_while_data_unchanged():
+    block = case_block("relu", "cross_entropy", "w_hidden0", 0.3)
+    be = FastBackend()
+    assert not be.solve(block).info["cached_factor"]
+    assert be.solve(block).info["cached_factor"]
+
+
+def test_large_w_hidden_converges_in_seconds():
+    """A 100 x 301 hidden W-block on 500 points (ReLU features, ill-conditioned) to tol 1e-6."""
+    rng = np.random.default_rng(0)
+    net = LiftedNetwork((300, 100, 10), "relu", "cross_entropy", lam=1.0, rho=1e-3, seed=0)
+    X0 = np.maximum(rng.standard_normal((300, 500)) + 0.3 * rng.standard_normal((300, 1)), 0)
+    Xs, _ = net.forward(X0)
+    V = np.maximum(Xs[0] + 0.1 * rng.standard_normal(Xs[0].shape), 0)
+    block = blocks.w_block(net, X0, None, [V], 0, gamma=0.01, W0=net.W[0])
+    t0 = time.perf_counter()
+    res = FastBackend(max_iter=2000).solve(block, start=net.W[0])
+    seconds = time.perf_counter() - t0
+    assert res.converged and res.residual <= 1e-6
+    assert seconds < 20, f"{seconds:.1f} s ({res.iterations} iterations)"  # ~1-3 s on a free core
+
+
+# --- validation ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs,name", [(dict(tol=0), "tol"), (dict(tol=-1e-3), "tol"),
+                                         (dict(max_iter=0), "max_iter"), (dict(max_iter=2.5), "max_iter"),
+                                         (dict(w_steps=0), "w_steps"), (dict(w_steps=1.5), "w_steps"),
+                                         (dict(dtype="int32"), "dtype"), (dict(newton_cap=-1), "newton_cap")])
+def test_bad_arguments(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        FastBackend(**kwargs)
+
+
+def test_bad_start_shape():
+    block = case_block("relu", "mse", "w_hidden0", 0.0)
+    with pytest.raises(ValueError, match="start"):
+        FastBackend().solve(block, start=np.zeros((2, 2)))
+
+
+def test_name_and_repr():
+    be = FastBackend(w_steps=3)
+    assert be.name == "fast" and "w_steps=3" in repr(be)
