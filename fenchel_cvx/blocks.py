@@ -29,14 +29,19 @@ def kkt_residual(block, Z):
     """Scaled natural residual  ||Z - P(Z - g)||_inf / (1 + max_i ||g_i||_inf)  at Z.
 
     ``g = sum_i g_i`` is the block's gradient split into its terms (``grad_parts``), ``P`` the
-    projection on the block's domain. It is 0 exactly at the block's minimiser.
+    projection on the block's domain. It is 0 exactly at the block's minimiser, and +inf where
+    a gradient term is infinite. The scale makes it relative to the terms' size when they are
+    large; when they are small (a warm-started W-block, |g_i| ~ 1e-4) it is nearly absolute,
+    so a tol of 1e-6 is then stricter than 1e-6 relative accuracy of the block's value.
     """
     xp = array_namespace(Z)
     parts = block.grad_parts(Z)
     g = sum(parts[1:], parts[0])
-    r = xp.max(xp.abs(Z - block.project(Z - g)))
+    r = float(xp.max(xp.abs(Z - block.project(Z - g))))
     scale = max(float(xp.max(xp.abs(p))) for p in parts)
-    return float(r) / (1.0 + scale)
+    if not (math.isfinite(r) and math.isfinite(scale)):
+        return math.inf  # e.g. sigmoid at a range end: phi^{-1}(0) = -inf, certainly not optimal
+    return r / (1.0 + scale)
 
 
 class Block:

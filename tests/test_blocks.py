@@ -251,3 +251,19 @@ def test_block_result_defaults():
     r = BlockResult(argmin=np.zeros(2), value=1.0, status="optimal", residual=0.0)
     assert r.converged and r.iterations == 0 and r.info == {}
     assert BlockResult(None, 0.0, "optimal", 0.0).info is not r.info
+
+
+def test_kkt_residual_is_infinite_where_a_gradient_term_is():
+    """A sigmoid X-block at the range's end Z = 0 has phi^{-1}(0) = -inf: not optimal."""
+    import math
+
+    from fenchel_cvx import LiftedNetwork
+    from fenchel_cvx.blocks import x_block
+
+    net = LiftedNetwork([3, 4, 2], "sigmoid", "mse", seed=0)
+    X0 = np.linspace(0.1, 0.9, 15).reshape(3, 5)
+    Y = np.ones((2, 5))
+    Xs, _ = net.forward(X0)
+    block = x_block(net, X0, Y, Xs, 1)
+    assert block.kkt_residual(np.zeros_like(Xs[0])) == math.inf
+    assert math.isfinite(block.kkt_residual(Xs[0]))
