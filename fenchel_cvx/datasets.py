@@ -71,13 +71,14 @@ def _check_fraction(name, value):
     return float(value)
 
 
-def _check_dtype(dtype):
+def check_dtype(dtype):
+    """``dtype`` as a NumPy float32 or float64 dtype, or a ValueError naming it."""
     try:
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
     if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
     return dt
 
 
@@ -231,7 +232,7 @@ def _download(kind, name, data_dir):
 
 
 def _load_idx_set(kind, data_dir, download, verify, dtype):
-    dtype = _check_dtype(dtype)
+    dtype = check_dtype(dtype)
     loader = "load_" + kind.replace("-", "_")
     data_dir = _resolve_dir(data_dir, kind, loader)
     arrays = {}
@@ -302,7 +303,7 @@ def load_cifar10(data_dir=None, *, dtype=np.float64):
     ``data_dir``: the folder of the batches, default ``$FENCHEL_DATA/cifar10``; a
     ``cifar-10-batches-py`` folder inside it (as the official tarball extracts) is used if present.
     """
-    dtype = _check_dtype(dtype)
+    dtype = check_dtype(dtype)
     data_dir = _resolve_dir(data_dir, "cifar10", "load_cifar10")
     if (data_dir / "cifar-10-batches-py").is_dir():
         data_dir = data_dir / "cifar-10-batches-py"

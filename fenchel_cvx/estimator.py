@@ -37,6 +37,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .activations import ACTIVATIONS, Activation
 from .bcd import BACKENDS, fit_bcd, get_backend
+from .datasets import check_dtype as _check_dtype
 from .losses import LOSSES, softmax
 from .network import LiftedNetwork
 
@@ -65,16 +66,6 @@ def _check_int(name, value, minimum=1):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
-
-
-def _check_dtype(dtype):
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
-    return dt
 
 
 class _FenchelBase(BaseEstimator):

@@ -119,7 +119,7 @@ def test_data_dir_resolution_errors(tmp_path, monkeypatch):
         load_fashion_mnist()
     with pytest.raises(FileNotFoundError, match=str(tmp_path / "cifar10")):
         load_cifar10()
-    with pytest.raises(ValueError, match="dtype must be float32 or float64, got 'int8'"):
+    with pytest.raises(ValueError, match="dtype must be 'float32' or 'float64', got 'int8'"):
         load_mnist(tmp_path, dtype="int8")
 
 
