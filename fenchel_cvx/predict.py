@@ -51,8 +51,12 @@ def column_objective(net, X0, Y, Xs):
     return val
 
 
-def predict(net, X0, rule="feedforward", backend="cvxpy", sweeps=2):
-    """Scores ``(p_out, m)`` of ``net`` on ``X0`` (features x m) by the given rule (module doc)."""
+def predict(net, X0, rule="feedforward", backend="cvxpy", sweeps=2, tol=1e-6):
+    """Scores ``(p_out, m)`` of ``net`` on ``X0`` (features x m) by the given rule (module doc).
+
+    ``backend`` (a name or a backend object) and ``sweeps`` are used by the optimisation rule
+    only; ``tol`` is the accepted KKT residual of a backend given by name (as in ``fit_bcd``).
+    """
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     if isinstance(sweeps, bool) or not isinstance(sweeps, int) or sweeps < 1:
@@ -63,7 +67,7 @@ def predict(net, X0, rule="feedforward", backend="cvxpy", sweeps=2):
         return out
     from .bcd import get_backend
 
-    backend = get_backend(backend)
+    backend = get_backend(backend, tol=tol) if isinstance(backend, str) else get_backend(backend)
     K, m = net.layer_sizes[-1], X0.shape[1]
     scores = np.empty((K, m))
     for k in range(K):
@@ -77,6 +81,6 @@ def predict(net, X0, rule="feedforward", backend="cvxpy", sweeps=2):
     return scores
 
 
-def predict_classes(net, X0, rule="feedforward", backend="cvxpy", sweeps=2):
+def predict_classes(net, X0, rule="feedforward", backend="cvxpy", sweeps=2, tol=1e-6):
     """The predicted class of each column of ``X0``: ``argmax`` of ``predict``'s scores."""
-    return np.argmax(predict(net, X0, rule=rule, backend=backend, sweeps=sweeps), axis=0)
+    return np.argmax(predict(net, X0, rule=rule, backend=backend, sweeps=sweeps, tol=tol), axis=0)

@@ -4,7 +4,6 @@ The "bad" backends here are real backends: subclasses of the CVXPY oracle that s
 and then hand back a worse point (or fail), not mocks of a solver.
 """
 import math
-import time
 
 import numpy as np
 import pytest
