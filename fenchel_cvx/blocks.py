@@ -35,13 +35,20 @@ def kkt_residual(block, Z):
     so a tol of 1e-6 is then stricter than 1e-6 relative accuracy of the block's value.
     """
     xp = array_namespace(Z)
-    parts = block.grad_parts(Z)
-    g = sum(parts[1:], parts[0])
-    r = float(xp.max(xp.abs(Z - block.project(Z - g))))
-    scale = max(float(xp.max(xp.abs(p))) for p in parts)
+    R, scale = natural_residual(block, Z)
+    r = float(xp.max(R))
     if not (math.isfinite(r) and math.isfinite(scale)):
         return math.inf  # e.g. sigmoid at a range end: phi^{-1}(0) = -inf, certainly not optimal
     return r / (1.0 + scale)
+
+
+def natural_residual(block, Z):
+    """``(|Z - P(Z - g)|, max_i ||g_i||_inf)``: the elementwise residual and the scale of
+    ``kkt_residual``, for callers that need it per piece (column or row)."""
+    xp = array_namespace(Z)
+    parts = block.grad_parts(Z)
+    g = sum(parts[1:], parts[0])
+    return xp.abs(Z - block.project(Z - g)), max(float(xp.max(xp.abs(p))) for p in parts)
 
 
 class Block:

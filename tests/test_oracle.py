@@ -148,13 +148,17 @@ def test_template_is_reused():
 
 def test_parallel_equals_serial():
     block = make_block("x_last", "tanh", "cross_entropy", 0.0, seed=2)
+    net, X0, Y, Xs = instance("relu", "mse", seed=3, m=40)
+    nn_block = x_block(net, X0, Y, Xs, 2)                     # 40 columns: nnls in two workers
     a = OracleBackend(tol=TOL, budget=1).solve(block)
+    a2 = OracleBackend(tol=TOL).solve(nn_block)
     par = OracleBackend(tol=TOL, budget=1, n_jobs=2)
     try:
-        b = par.solve(block)
+        b, b2 = par.solve(block), par.solve(nn_block)
     finally:
         par.close()
     np.testing.assert_allclose(a.argmin, b.argmin, atol=1e-9)
+    np.testing.assert_allclose(a2.argmin, b2.argmin, atol=1e-12)
 
 
 def test_scs_and_osqp_work():
@@ -163,8 +167,11 @@ def test_scs_and_osqp_work():
         res = scs.solve(make_block(kind, act, loss, 0.0))
         assert res.status == "optimal" and res.residual <= TOL and res.info["solver"] == "SCS"
     osqp = OracleBackend(solver="osqp", tol=TOL)
-    res = osqp.solve(make_block("x_hidden", "relu", "mse", 0.0))
+    xb = make_block("x_hidden", "relu", "mse", 0.0)
+    res = osqp.solve(xb)
     assert res.status == "optimal" and res.residual <= TOL
+    again = osqp.solve(xb, start=res.argmin)                  # warm start from the argmin
+    assert again.residual <= TOL and again.iterations <= res.iterations
     with pytest.raises(ValueError, match="exponential cones"):
         osqp.solve(make_block("x_last", "sigmoid", "cross_entropy", 0.0))
 

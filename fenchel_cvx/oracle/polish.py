@@ -23,9 +23,11 @@ coordinates within eps of a bound whose gradient pushes outward take a projected
 (they land on the bound), the others a Newton-CG step.
 """
 import math
+from dataclasses import replace
 
 import numpy as np
 
+from ..blocks import natural_residual
 from ..losses import softmax
 from ..network import augment
 
@@ -146,44 +148,91 @@ def _bounds(block):
     return (-math.inf, math.inf), False
 
 
-def polish(block, Z, tol, max_steps=8, cg_rtol=1e-3, cg_maxiter=100):
-    """Projected Newton-CG from ``Z`` until ``block.kkt_residual <= tol``; returns ``(Z, steps)``."""
+def _restrict(block, idx, axis):
+    """The block of the pieces ``idx`` only: columns of an X-block (axis 0), rows of a W-block."""
+    if axis is None:
+        return block
+    if block.kind == "x_hidden":
+        return replace(block, U_prev=block.U_prev[:, idx], V_next=block.V_next[:, idx])
+    if block.kind == "x_last":
+        return replace(block, U_prev=block.U_prev[:, idx], Y=block.Y[:, idx])
+    W0 = None if block.W0 is None else block.W0[idx]
+    if block.kind == "w_hidden":
+        return replace(block, V=block.V[idx], W0=W0)
+    return replace(block, Y=block.Y[idx], W0=W0)
+
+
+def _newton_step(block, Z, cg_rtol, cg_maxiter):
+    """One projected Newton-CG step with per-piece backtracking; returns the new point."""
     (lo, hi), open_domain = _bounds(block)
+    hvp, diag, axis = _operator(block, Z)
+    res, g = _piece_residual(block, Z, axis)
+    eps = np.minimum(1e-8, res)
+    binding = ((Z <= lo + eps) & (g > 0)) | ((Z >= hi - eps) & (g < 0))
+    free = (~binding).astype(float)
+    # Newton on the free coordinates, a gradient step (then the projection) on the binding ones:
+    # a coordinate a hair above its bound with an outward gradient lands on the bound.
+    D = _cg(hvp, diag, -g, free, axis, cg_rtol, cg_maxiter) - g * (1.0 - free)
+    f0 = piece_values(block, Z, axis)
+    t = np.ones_like(f0, dtype=float)
+    todo = np.ones_like(f0, dtype=bool)
+    best = Z.copy()
+    for _ in range(30):
+        trial = Z + t * D
+        if open_domain:    # stay strictly inside: halve the distance to a bound instead of crossing
+            trial = np.where(trial <= lo, lo + 0.5 * (Z - lo), trial)
+            trial = np.where(trial >= hi, hi - 0.5 * (hi - Z), trial)
+        else:
+            trial = block.project(trial)
+        f1 = piece_values(block, trial, axis)
+        r1, _ = _piece_residual(block, trial, axis)
+        slack = 1e-13 * (1.0 + np.abs(f0))
+        ok = todo & np.isfinite(f1) & ((f1 < f0) | ((f1 <= f0 + slack) & (r1 < res)))
+        best = np.where(ok, trial, best)
+        todo &= ~ok
+        if not todo.any():
+            break
+        t = np.where(todo, 0.5 * t, t)
+    return best
+
+
+def polish(block, Z, tol, max_steps=8, cg_rtol=1e-3, cg_maxiter=100):
+    """Projected Newton-CG from ``Z`` until ``block.kkt_residual <= tol``; returns ``(Z, steps)``.
+
+    Each step works only on the pieces (columns, rows) whose own residual is above ``tol`` on the
+    block's scale, so a block where the solver missed a few pieces costs a few pieces.
+    """
     Z = np.array(Z, dtype=float)
+    axis = _operator_axis(block)
     steps = 0
     for _ in range(max_steps):
-        if block.kkt_residual(Z) <= tol:
+        R, scale = natural_residual(block, Z)
+        bound = tol * (1.0 + scale)
+        if not R.size or (math.isfinite(bound) and R.max() <= bound):
             break
-        hvp, diag, axis = _operator(block, Z)
-        res, g = _piece_residual(block, Z, axis)
-        eps = np.minimum(1e-8, res)
-        binding = ((Z <= lo + eps) & (g > 0)) | ((Z >= hi - eps) & (g < 0))
-        free = (~binding).astype(float)
-        # Newton on the free coordinates, a gradient step (then the projection) on the binding
-        # ones: a coordinate a hair above its bound with an outward gradient lands on the bound.
-        D = _cg(hvp, diag, -g, free, axis, cg_rtol, cg_maxiter) - g * (1.0 - free)
-        f0 = piece_values(block, Z, axis)
-        t = np.ones_like(f0, dtype=float)
-        todo = np.ones_like(f0, dtype=bool)
-        best = Z.copy()
-        for _ in range(30):
-            trial = Z + t * D
-            if open_domain:    # stay strictly inside: halve the distance to a bound instead of crossing
-                trial = np.where(trial <= lo, lo + 0.5 * (Z - lo), trial)
-                trial = np.where(trial >= hi, hi - 0.5 * (hi - Z), trial)
+        if axis is None or not math.isfinite(bound):   # an infinite gradient: every piece
+            new = _newton_step(block, Z, cg_rtol, cg_maxiter)
+            moved = not np.array_equal(new, Z)
+            Z = new
+        else:
+            idx = np.flatnonzero(R.max(axis=axis) > bound)
+            sub = _restrict(block, idx, axis)
+            old = Z[:, idx] if axis == 0 else Z[idx]
+            new = _newton_step(sub, old, cg_rtol, cg_maxiter)
+            moved = not np.array_equal(new, old)
+            if axis == 0:
+                Z[:, idx] = new
             else:
-                trial = block.project(trial)
-            f1 = piece_values(block, trial, axis)
-            r1, _ = _piece_residual(block, trial, axis)
-            slack = 1e-13 * (1.0 + np.abs(f0))
-            ok = todo & np.isfinite(f1) & ((f1 < f0) | ((f1 <= f0 + slack) & (r1 < res)))
-            best = np.where(ok, trial, best)
-            todo &= ~ok
-            if not todo.any():
-                break
-            t = np.where(todo, 0.5 * t, t)
-        if np.array_equal(best, Z):
+                Z[idx] = new
+        if not moved:
             break
-        Z = best
         steps += 1
     return Z, steps
+
+
+def _operator_axis(block):
+    if block.kind.startswith("x"):
+        return 0
+    if block.kind == "w_last" and block.loss.name != "mse":
+        return None
+    return 1
