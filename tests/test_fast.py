@@ -224,6 +224,42 @@ def test_w_steps_exact_count_and_descent():
     assert ridge.converged and ridge.iterations == 1 and ridge.info["method"] == "cholesky"
 
 
+def test_x_steps_caps_and_never_ends_above_the_start():
+    for kind in ("x_hidden", "x_last"):
+        block = case_block("tanh", "cross_entropy", kind, 0.0)
+        start = np.clip(block.U_prev, -0.9, 0.9)
+        before = float(block.value(start))
+        for k in (1, 2, 5):
+            res = FastBackend(x_steps=k).solve(block, start=start)
+            assert res.iterations <= k and not res.converged
+            assert res.value <= before
+        assert FastBackend(x_steps=500).solve(block, start=start).converged
+    # x_steps does not apply to W-blocks
+    assert FastBackend(x_steps=1).solve(case_block("relu", "mse", "w_hidden0", 0.3)).converged
+
+
+def test_inexact_w_solve_reports_its_residual():
+    """w_steps: the solver's residual (from W X~ updated in place) is the block's residual."""
+    for kind in ("w_hidden0", "w_last"):
+        block = case_block("relu", "cross_entropy", kind, 0.3)
+        res = FastBackend(w_steps=2).solve(block, start=block.W0)
+        assert not res.converged
+        assert res.residual == pytest.approx(block.kkt_residual(res.argmin), rel=1e-9)
+
+
+def test_last_x_block_has_a_certified_step_no_backtracking():
+    """W_p with few rows (the output layer): ||W_p|| exact, L certified, no line search; this is
+    what keeps float32 X-blocks from stalling on rounding in the value test."""
+    for dtype in (np.float64, np.float32):
+        block = case_block("relu", "cross_entropy", "x_last", 0.0)
+        block = blocks.XLast(**{f: (getattr(block, f).astype(dtype) if isinstance(
+            getattr(block, f), np.ndarray) else getattr(block, f)) for f in block.__dataclass_fields__})
+        res = FastBackend().solve(block)
+        assert res.converged and res.info["backtracks"] == 0 and res.argmin.dtype == dtype
+        Wp = block.W[:, :-1].astype(float)
+        assert res.info["lipschitz"] >= 0.5 * np.linalg.norm(Wp, 2) ** 2 * block.Y.sum(0).max()
+
+
 def test_w_steps_on_cross_entropy_last_layer():
     block = case_block("tanh", "cross_entropy", "w_last", 0.3)
     res = FastBackend(w_steps=2).solve(block, start=block.W0)
@@ -266,6 +302,22 @@ def test_gram_factor_is_reused_while_data_unchanged():
     assert be.solve(block).info["cached_factor"]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_lapack_inverse_matches_the_array_api_inverse(dtype):
+    from fenchel_cvx.fast._util import _generic_inverse, spd_inverse
+
+    rng = np.random.default_rng(0)
+    X = rng.random((40, 25)).astype(dtype)
+    G = X @ X.T                                     # rank 25 < 40: singular without the shift
+    fast, shift = spd_inverse(np, G, 0.5)
+    ref = _generic_inverse(np, G + shift * np.eye(40, dtype=dtype), np.eye(40, dtype=dtype))
+    assert fast.dtype == dtype and shift == 0.5 and np.array_equal(fast, fast.T)
+    rtol = 1e-3 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(fast, ref, rtol=rtol, atol=rtol * np.abs(ref).max())
+    Ginv, shift = spd_inverse(np, G, 0.0)           # singular: the shift grows until it factors
+    assert shift > 0 and np.all(np.isfinite(Ginv)) and np.linalg.eigvalsh(Ginv.astype(float)).min() > 0
+
+
 def test_large_w_hidden_converges_in_seconds():
     """A 100 x 301 hidden W-block on 500 points (ReLU features, ill-conditioned) to tol 1e-6."""
     rng = np.random.default_rng(0)
@@ -285,6 +337,7 @@ def test_large_w_hidden_converges_in_seconds():
 @pytest.mark.parametrize("kwargs,name", [(dict(tol=0), "tol"), (dict(tol=-1e-3), "tol"),
                                          (dict(max_iter=0), "max_iter"), (dict(max_iter=2.5), "max_iter"),
                                          (dict(w_steps=0), "w_steps"), (dict(w_steps=1.5), "w_steps"),
+                                         (dict(x_steps=0), "x_steps"), (dict(x_steps=2.0), "x_steps"),
                                          (dict(dtype="int32"), "dtype"), (dict(newton_cap=-1), "newton_cap")])
 def test_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):
@@ -298,5 +351,5 @@ def test_bad_start_shape():
 
 
 def test_name_and_repr():
-    be = FastBackend(w_steps=3)
-    assert be.name == "fast" and "w_steps=3" in repr(be)
+    be = FastBackend(w_steps=3, x_steps=7)
+    assert be.name == "fast" and "w_steps=3" in repr(be) and "x_steps=7" in repr(be)

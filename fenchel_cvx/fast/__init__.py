@@ -1,6 +1,6 @@
 """Fast array-API solvers for the four blocks (NumPy on a CPU, CuPy on a GPU).
 
-``FastBackend(tol, max_iter, w_steps, dtype).solve(block, start)`` solves one block of
+``FastBackend(tol, max_iter, w_steps, x_steps, dtype).solve(block, start)`` solves one block of
 ``fenchel_cvx.blocks`` (the paper's Sec. 3 subproblems) with batched matrix products, written
 once against the array API standard: the namespace is that of the block's arrays, so NumPy,
 CuPy and ``array_api_strict`` inputs all run the same code, in their own dtype (float32 stays
@@ -25,7 +25,8 @@ H100, float64): X_1 block 14 iterations, 0.04 s; W_0 (300 x 785) to 1e-6 in 137 
 
 Every loop stops when the block's own ``kkt_residual`` (``blocks.kkt_residual``) is ``<= tol``
 or after ``max_iter`` iterations; ``w_steps=k`` caps a W-block at ``k`` warm-started steps
-(inexact W solves, as in the paper's Algorithm 2 with K steps). ``tol`` below 64 machine
+and ``x_steps=k`` an X-block at ``k`` FISTA iterations (inexact solves, as in the paper's
+Algorithm 2 with K steps; an inexact X-block never ends above its start). ``tol`` below 64 machine
 epsilons cannot be reached and is raised to that floor (8e-6 in float32), reported in
 ``info["tol"]``. ``converged`` is True exactly when the returned point's residual is ``<= tol``;
 ``status`` is ``"optimal"`` then, else ``"max_iter"`` (the cap or ``w_steps`` was reached) or
@@ -75,6 +76,7 @@ class FastBackend:
     max_iter : the iteration cap of every loop, >= 1.
     w_steps : None (W-blocks solved to ``tol``) or a number of warm-started W steps >= 1
         (W-blocks only; the loop still stops early at ``tol``).
+    x_steps : the same for the X-blocks: None (to ``tol``) or at most that many FISTA steps.
     dtype : None (follow the block's arrays) or ``"float32"`` / ``"float64"``: the block's
         arrays are cast to it and the solve runs in it.
     newton_cap : WHidden rows whose active set (points with phi' > 0) has at most this many
@@ -85,14 +87,16 @@ class FastBackend:
 
     name = "fast"
 
-    def __init__(self, tol=1e-6, max_iter=500, w_steps=None, dtype=None, newton_cap=None):
+    def __init__(self, tol=1e-6, max_iter=500, w_steps=None, dtype=None, newton_cap=None,
+                 x_steps=None):
         if not (isinstance(tol, numbers.Real) and tol > 0):
             raise ValueError(f"tol must be > 0, got {tol!r}")
         if not (isinstance(max_iter, numbers.Integral) and max_iter >= 1):
             raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
-        if w_steps is not None and not (isinstance(w_steps, numbers.Integral) and w_steps >= 1):
-            raise ValueError(f"w_steps must be None or an integer >= 1, got {w_steps!r}")
-        self.tol, self.max_iter, self.w_steps = float(tol), int(max_iter), w_steps
+        for name, steps in (("w_steps", w_steps), ("x_steps", x_steps)):
+            if steps is not None and not (isinstance(steps, numbers.Integral) and steps >= 1):
+                raise ValueError(f"{name} must be None or an integer >= 1, got {steps!r}")
+        self.tol, self.max_iter, self.w_steps, self.x_steps = float(tol), int(max_iter), w_steps, x_steps
         self.dtype = _dtype_name(dtype)
         if newton_cap is not None and not (isinstance(newton_cap, numbers.Integral) and newton_cap >= 0):
             raise ValueError(f"newton_cap must be None or an integer >= 0, got {newton_cap!r}")
@@ -101,7 +105,7 @@ class FastBackend:
 
     def __repr__(self):
         return (f"FastBackend(tol={self.tol}, max_iter={self.max_iter}, w_steps={self.w_steps}, "
-                f"dtype={self.dtype!r}, newton_cap={self.newton_cap})")
+                f"x_steps={self.x_steps}, dtype={self.dtype!r}, newton_cap={self.newton_cap})")
 
     def solve(self, block, start=None):
         """Solve ``block`` from ``start`` (the current iterate; a default when None)."""
@@ -117,7 +121,8 @@ class FastBackend:
         Z = self._start(xp, block, start, dtype)
         kind = block.kind
         if kind in ("x_hidden", "x_last"):
-            Z, it, info = solve_x(xp, block, Z, tol, self.max_iter)
+            cap = self.max_iter if self.x_steps is None else min(self.max_iter, int(self.x_steps))
+            Z, it, info = solve_x(xp, block, Z, tol, cap)
         elif kind in ("w_hidden", "w_last"):
             cap = self.max_iter if self.w_steps is None else int(self.w_steps)
             if kind == "w_last" and block.loss.name == "mse":
@@ -129,8 +134,11 @@ class FastBackend:
             raise ValueError(f"block must be an XHidden, XLast, WHidden or WLast block, got {kind!r}")
         converged = bool(info.pop("converged"))
         status = "optimal" if converged else ("stalled" if info.get("stalled") else "max_iter")
-        residual = block.kkt_residual(Z)
-        info.update(tol=tol, dtype=str(dtype).rsplit(".", 1)[-1], w_steps=self.w_steps)
+        residual = info.pop("residual", None)  # a W solver's own, from the gradient it holds
+        if residual is None:
+            residual = block.kkt_residual(Z)
+        info.update(tol=tol, dtype=str(dtype).rsplit(".", 1)[-1], w_steps=self.w_steps,
+                    x_steps=self.x_steps)
         return BlockResult(argmin=Z, value=float(block.value(Z)),
                            status=status, residual=residual,
                            seconds=time.perf_counter() - t0, iterations=it, converged=converged,

@@ -313,7 +313,8 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=No
         r = residual(parts)
         if r <= tol:
             W_full = W if rows is None else _scatter_rows(xp, W_full, W, rows)
-            if kkt(xp, W_full, block.grad_parts(W_full)) <= tol:
+            r = block.kkt_residual(W_full)
+            if r <= tol:
                 converged = True
                 break
             U = prob.forward(W)
@@ -360,5 +361,8 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=No
         g, s, gs = gn, sn, prob.dot(gn, sn)
     if not converged:
         W_full = W if rows is None else _scatter_rows(xp, W_full, W, rows)
-    info.update(converged=converged, newton_rows=int(n_newton), restarts=int(n_restart))
+    # the residual at the returned point, from its gradient already at hand (an exact one when
+    # converged; otherwise from W X~ updated incrementally, re-synced every ``resync`` steps)
+    info.update(converged=converged, newton_rows=int(n_newton), restarts=int(n_restart),
+                residual=r)
     return W_full, it, info

@@ -19,8 +19,10 @@ with ``tau = lam_in / L``. ReLU: ``z = max(0, r / (1 + tau))``; leaky ReLU: ``r 
 which keeps ``z`` strictly inside the open range.
 
 ``L`` is ``sup phi_out' * lam_out * ||W_p||_2^2`` (``2 ||W_p||^2`` for MSE, ``max_j (1^T y_j) / 2
-||W_p||^2`` for cross-entropy, the softmax Hessian being ``<= I / 2``), with ``||W_p||_2`` from
-power iteration and a backtracking safeguard. Momentum restarts when it stops helping
+||W_p||^2`` for cross-entropy, the softmax Hessian being ``<= I / 2``). Where ``W_p`` has at most
+``EXACT_EIG_MAX`` rows or columns (the last X-block: 10 outputs), ``||W_p||_2`` is exact and ``L``
+a certified bound: no line search. Otherwise ``||W_p||_2`` comes from power iteration and a
+backtracking test on the smooth term's value guards it. Momentum restarts when it stops helping
 (O'Donoghue & Candes' gradient test). The loop stops when the block's own
 ``kkt_residual`` is ``<= tol``.
 """
@@ -83,16 +85,25 @@ class _Smooth:
         self.xp, self.block = xp, block
         p = block.U_prev.shape[0]
         self.Wp, self.b = block.W[:, :p], block.W[:, p:]
-        nrm2 = top_eig(xp, self.Wp)
+        small = min(self.Wp.shape)
+        exact = 0 < small <= EXACT_EIG_MAX
+        if exact:  # the top eigenvalue of the small Gram matrix: ||W_p||^2 itself
+            M = self.Wp @ self.Wp.T if self.Wp.shape[0] <= self.Wp.shape[1] else self.Wp.T @ self.Wp
+            nrm2 = 1.001 * float(xp.max(xp.linalg.eigvalsh(M)))  # 1.001: rounding of eigvalsh
+        else:      # power iteration approaches ||W_p||^2 from below
+            nrm2 = 1.02 * top_eig(xp, self.Wp)
+        curv = 1.0
         if block.kind == "x_hidden":
-            act = block.act_out
-            curv = DPHI_MAX.get(act.name)
+            curv = DPHI_MAX.get(block.act_out.name)
+            exact = exact and curv is not None
             self.L = block.lam_out * (curv if curv is not None else 1.0) * nrm2
         elif block.loss.name == "mse":
             self.L = 2.0 * nrm2
         else:
             self.L = 0.5 * float(xp.max(xp.sum(block.Y, axis=0))) * nrm2
-        self.L = 1.02 * self.L  # power iteration approaches ||W_p||^2 from below
+        # an exact ||W_p|| and a known curvature bound make L a certified Lipschitz constant: no
+        # backtracking (whose value test is at the mercy of rounding in float32)
+        self.certified = exact
 
     def forward(self, Z):
         return self.Wp @ Z + self.b
@@ -116,6 +127,7 @@ def default_start(xp, block):
     return block.act_in.phi(block.U_prev)
 
 
+EXACT_EIG_MAX = 64   # ||W_p||^2 by eigvalsh of the smaller Gram matrix up to this size
 MAX_BACKTRACKS = 60  # doublings of L in one iteration; past that the precision is exhausted
 
 
@@ -130,7 +142,7 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100):
     sm = _Smooth(xp, block)
     L = max(sm.L, 1e-12 * lam_in)
     eps = xp.finfo(Z.dtype).eps
-    z = _inside(xp, act, Z)
+    z = z0 = _inside(xp, act, Z)
     Uz = sm.forward(z)
     y, Uy, theta = z, Uz, 1.0
     state, restarts, backtracks, checks = None, 0, 0, 0
@@ -141,16 +153,19 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100):
         return z, 0, dict(method="fista", lipschitz=L, restarts=0, backtracks=0, converged=True)
     for it in range(1, max_iter + 1):
         Gy = sm.Wp.T @ sm.grad_U(Uy)
-        fy_d = sm.value(Uy)
+        fy_d = None if sm.certified else sm.value(Uy)
         for _ in range(MAX_BACKTRACKS):
             tau = lam_in / L
             zn, state_n = prox(xp, act, y - Gy / L + tau * U_prev, tau, state)
             Uzn = sm.forward(zn)
             D = zn - y
-            # every scalar of the iteration is computed on the device, then read at once
-            fy, fzn, gd, dd, maxD, maxG, uphill = (float(v) for v in (
-                fy_d, sm.value(Uzn), xp.sum(Gy * D), xp.sum(D * D), xp.max(xp.abs(D)),
-                xp.max(xp.abs(Gy)), xp.sum((y - zn) * (zn - z))))
+            # the scalars of the iteration are computed on the device, then read at once
+            maxD, maxG, uphill = (float(v) for v in (
+                xp.max(xp.abs(D)), xp.max(xp.abs(Gy)), xp.sum((y - zn) * (zn - z))))
+            if sm.certified:
+                break
+            fy, fzn, gd, dd = (float(v) for v in (
+                fy_d, sm.value(Uzn), xp.sum(Gy * D), xp.sum(D * D)))
             if fzn <= fy + gd + 0.5 * L * dd + 16 * eps * (1 + abs(fy)):
                 break
             L, backtracks = 2 * L, backtracks + 1
@@ -176,6 +191,8 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100):
             theta_n, beta, restarts = 1.0, 0.0, restarts + 1
         y, Uy = zn + beta * (zn - z), Uzn + beta * (Uzn - Uz)
         z, Uz, theta = zn, Uzn, theta_n
+    if not converged and float(block.value(z)) > float(block.value(z0)):
+        z = z0  # an inexact solve (a cap, a stall) never ends above its start: BCD descent holds
     info = dict(method="fista", lipschitz=L, restarts=restarts, backtracks=backtracks,
                 kkt_checks=checks, converged=converged, stalled=stalled)
     return z, it, info
