@@ -16,6 +16,8 @@ each batch in Algorithm 2. A record holds
 - ``blocks``: per block solve, its name (``"X_2"``, ``"W_0"``), kind, layer, value before and
   after, wall seconds, solver seconds, status, KKT residual, iterations, converged;
 - ``restarted``: the X-sweep started from the feed-forward point (see ``bcd.py``);
+- ``checked``: the whole certificate ran this round (``fit_bcd(check_every=k)`` checks every
+  k-th round; the others record None for the objectives and divergences);
 - ``certificate``: the outcome of the four checks (``certificate.Certificate.outcome``);
 - ``seconds``: wall time of the round.
 

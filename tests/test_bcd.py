@@ -273,6 +273,42 @@ def test_eval_every_evaluates_on_schedule():
         fit_bcd(net, X, Y, eval_every=0)
 
 
+@pytest.mark.parametrize("batch_size,alternations", [(40, 1), (40, 2), (None, 1)])
+def test_check_every_skips_only_the_checks(batch_size, alternations):
+    """check_every=k: the same iterates as checking every round; the whole certificate on every
+    k-th and on the last round, block statuses on the others, objectives None there."""
+    ds = load_digits()
+    X, Y = ds.X_train[:, :120], one_hot(ds.y_train[:120], 10)
+    runs = {}
+    for k in (1, 2):
+        net = LiftedNetwork([64, 8, 10], "relu", "cross_entropy", lam=1.0, rho=1e-3, seed=0)
+        runs[k] = fit_bcd(net, X, Y, batch_size=batch_size, epochs=1, iterations=3,
+                          alternations=alternations, gamma=1.0, backend="fast", check_every=k,
+                          eval_every=None)
+    every, sparse = runs[1].history.records, runs[2].history.records
+    for W1, W2 in zip(runs[1].net.W, runs[2].net.W):
+        np.testing.assert_array_equal(W1, W2)
+    n = len(every)
+    assert [r["checked"] for r in sparse] == [i % 2 == 0 or i == n for i in range(1, n + 1)]
+    assert all(r["checked"] for r in every) and runs[2].history.config["check_every"] == 2
+    for a, b in zip(every, sparse):
+        assert [x["residual"] for x in a["blocks"]] == [x["residual"] for x in b["blocks"]]
+        if b["checked"]:
+            assert (b["lifted_x"], b["network_x"], b["lifted_w"]) == (a["lifted_x"], a["network_x"], a["lifted_w"])
+            assert b["certificate"]["bound_gap"] == a["certificate"]["bound_gap"]
+        else:
+            assert b["lifted_x"] is None and b["network_w"] is None and b["divergence_x"] is None
+            assert b["certificate"]["bound_gap"] is None and b["certificate"]["max_residual"] > 0
+
+
+def test_check_every_is_validated():
+    net = LiftedNetwork([64, 8, 10], seed=0)
+    X, Y = np.zeros((64, 5)), one_hot(np.arange(5), 10)
+    for bad in (0, 1.5, None, True):
+        with pytest.raises(ValueError, match=f"check_every must be an integer >= 1, got {bad!r}"):
+            fit_bcd(net, X, Y, check_every=bad)
+
+
 def test_data_take_the_network_dtype():
     """A float32 network gets float32 data (no silent upcast); a float64 one float64."""
     ds = load_digits()
