@@ -1,0 +1,54 @@
+"""Smoke tests of the benchmark scripts: their ``--quick`` runs finish and write what they promise.
+
+The figures themselves are measured, never asserted (speed targets live in the benchmarks);
+what is asserted is that every method ran on the same schedule, the report files exist and
+agree with each other, and FLN's certificate ran and held on the rounds it checked.
+"""
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="the backprop baselines need PyTorch (fenchel_cvx[bench])")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
+    """Run as users run it (a script: each method in a spawned process)."""
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mnist_mlp.py"), "--quick",
+                          "--epochs", "1", "--threads", "1", "--eval-every", "4",
+                          "--check-every", "3", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads((tmp_path / "results.json").read_text())
+    assert (tmp_path / "accuracy.png").stat().st_size > 0
+    table = (tmp_path / "results.md").read_text()
+    assert set(summary["methods"]) == {"fln", "adam", "sgd"}
+    for name, row in summary["methods"].items():
+        assert 0.1 < row["final_test_accuracy"] <= 1 and row["seconds_per_epoch"] > 0
+        assert f"| {name} | {row['final_test_accuracy']:.4f} |" in table
+        batches = [c[0] for c in summary["raw"][name]["checkpoints"]]
+        assert batches == [4, 8]                        # 4,000 images: 8 batches of 500
+    assert summary["ratios"]["seconds_per_epoch_fln_over_adam"] == pytest.approx(
+        summary["methods"]["fln"]["seconds_per_epoch"] / summary["methods"]["adam"]["seconds_per_epoch"])
+    cert = summary["raw"]["fln"]["certificate"]
+    assert cert == dict(rounds=8, checked=3, violations=0, by_check=[],
+                        min_bound_gap=cert["min_bound_gap"])  # rounds 3, 6 and the last
+
+
+def test_mnist_mlp_rejects_bad_arguments():
+    bench = _load("mnist_mlp")
+    for argv in (["--check-every", "0"], ["--x-steps", "-1"], ["--methods", "fln,lbfgs"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(argv)
