@@ -273,7 +273,8 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
     progress : show a tqdm progress bar with the current objectives and accuracy.
     eval_every : evaluate train/test loss and accuracy (feed-forward, on all the data) every
         that many rounds and after the last round of every epoch; None never (the records
-        then hold None: a caller timing training evaluates in its callback instead).
+        and ``history.config["initial"]`` then hold None: a caller timing training evaluates
+        in its callback instead).
     check_every : run the whole certificate every that many rounds and on the last round
         (default 1: every round, as DESIGN.md asks). The other rounds check block statuses
         only and record None for the objectives: descent, the lower bound and Fenchel-Young
@@ -330,11 +331,14 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
                   batch_seed=seed, m=m, m_test=None if X_test is None else X_test.shape[1],
                   task="classification" if classification else "regression",
                   algorithm=1 if batch_size is None else 2)
-    tr_loss, tr_acc = evaluate(net, X0, Y, classification)
-    te_loss, te_acc = (evaluate(net, X_test, Y_test, classification) if X_test is not None
-                       else (None, None))
-    config["initial"] = dict(network_objective=net.network_objective(X0, Y), train_loss=tr_loss,
-                             train_accuracy=tr_acc, test_loss=te_loss, test_accuracy=te_acc)
+    config["initial"] = None  # eval_every=None: no pass over all the data inside a timed run
+    if eval_every is not None:
+        tr_loss, tr_acc = evaluate(net, X0, Y, classification)
+        te_loss, te_acc = (evaluate(net, X_test, Y_test, classification) if X_test is not None
+                           else (None, None))
+        config["initial"] = dict(network_objective=net.network_objective(X0, Y),
+                                 train_loss=tr_loss, train_accuracy=tr_acc, test_loss=te_loss,
+                                 test_accuracy=te_acc)
     history = History(config)
 
     bar = None

@@ -267,8 +267,10 @@ def test_eval_every_evaluates_on_schedule():
     res = fit_bcd(net, X, Y, batch_size=50, epochs=1, gamma=1.0, backend="fast", eval_every=2)
     acc = [r["train_accuracy"] for r in res.history.records]
     assert [a is not None for a in acc] == [False, True, True]  # rounds 2 and 3 (epoch end)
+    assert res.history.config["initial"]["train_accuracy"] is not None
     res = fit_bcd(net, X, Y, batch_size=50, epochs=1, gamma=1.0, backend="fast", eval_every=None)
     assert all(r["train_accuracy"] is None for r in res.history.records)
+    assert res.history.config["initial"] is None
     with pytest.raises(ValueError, match="eval_every must be an integer >= 1, got 0"):
         fit_bcd(net, X, Y, eval_every=0)
 
