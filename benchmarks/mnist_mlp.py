@@ -53,6 +53,8 @@ def parse_args(argv=None):
     p.add_argument("--w-steps", type=int, default=3, help="FLN W-block steps per batch")
     p.add_argument("--x-steps", type=int, default=None, help="FLN X-block FISTA steps per batch "
                    "(default: to the backend's tol)")
+    p.add_argument("--gram-reuse", type=int, default=1, help="FLN batches one Gram "
+                   "factorisation of a W-block preconditioner serves")
     p.add_argument("--check-every", type=int, default=20, help="FLN batches between full "
                    "certificate checks (block statuses are checked on every batch)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
@@ -63,7 +65,8 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="mnist5k (embedded), 2 epochs: a smoke run")
     p.add_argument("--out", default=str(ROOT / "runs" / "mnist_mlp"))
     args = p.parse_args(argv)
-    for name in ("epochs", "batch_size", "threads", "eval_every", "w_steps", "x_steps", "check_every"):
+    for name in ("epochs", "batch_size", "threads", "eval_every", "w_steps", "x_steps", "check_every",
+                 "gram_reuse"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     for name in ("lam", "rho", "gamma"):
@@ -133,7 +136,7 @@ def run_fln(args, ds, batches):
                 print(f"  fln epoch {rec['epoch']}: test accuracy {acc:.4f}, {train_s:.1f} s", flush=True)
         state["eval"] += time.perf_counter() - t
 
-    backend = FastBackend(w_steps=args.w_steps, x_steps=args.x_steps)
+    backend = FastBackend(w_steps=args.w_steps, x_steps=args.x_steps, gram_reuse=args.gram_reuse)
     acc0 = test_accuracy()
     state["t0"] = time.perf_counter()
     hist = fit_bcd(net, X, Y, batch_size=args.batch_size, epochs=args.epochs, alternations=1,
@@ -194,7 +197,7 @@ def run_method(method, args):
 # --- profile ------------------------------------------------------------------------------------
 def matmul_share(args):
     """Share of FLN's fit_bcd samples inside gemm / matmul frames (py-spy, native frames)."""
-    spy = shutil.which("py-spy")
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if spy is None:
         return None, "py-spy not installed (pip install py-spy)"
     argv = [a for a in sys.argv[1:] if a != "--profile"]

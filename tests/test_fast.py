@@ -302,6 +302,28 @@ def test_gram_factor_is_reused_while_data_unchanged():
     assert be.solve(block).info["cached_factor"]
 
 
+def test_gram_reuse_across_batches_still_descends_and_converges():
+    """gram_reuse=k: one factorisation serves k solves, also when X~ changed (a new batch); the
+    stale preconditioner still gives descent steps and exact solves still reach tol."""
+    for kind in ("w_hidden0", "w_last"):
+        b0, b1, b2 = (case_block("tanh", "cross_entropy", kind, 0.3, seed=s) for s in range(3))
+        be, infos = FastBackend(gram_reuse=2), []
+        for b in (b0, b1, b2, b2):
+            res = be.solve(b, start=b.W0)
+            assert res.converged
+            infos.append((res.info["cached_factor"], res.info["stale_factor"]))
+        assert infos == [(False, False), (True, True), (False, False), (True, False)]
+        stepper = FastBackend(w_steps=1, gram_reuse=2)
+        stepper.solve(b0, start=b0.W0)
+        res = stepper.solve(b1, start=b1.W0)
+        assert res.info["stale_factor"] and res.value < float(b1.value(b1.W0))
+    # the MSE closed form needs its exact factor: never a stale one
+    ridge = FastBackend(gram_reuse=5)
+    ridge.solve(case_block("relu", "mse", "w_last", 0.3, seed=0))
+    again = ridge.solve(case_block("relu", "mse", "w_last", 0.3, seed=1))
+    assert again.converged and not again.info["cached_factor"]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_lapack_inverse_matches_the_array_api_inverse(dtype):
     from fenchel_cvx.fast._util import _generic_inverse, spd_inverse
@@ -338,6 +360,7 @@ def test_large_w_hidden_converges_in_seconds():
                                          (dict(max_iter=0), "max_iter"), (dict(max_iter=2.5), "max_iter"),
                                          (dict(w_steps=0), "w_steps"), (dict(w_steps=1.5), "w_steps"),
                                          (dict(x_steps=0), "x_steps"), (dict(x_steps=2.0), "x_steps"),
+                                         (dict(gram_reuse=0), "gram_reuse"),
                                          (dict(dtype="int32"), "dtype"), (dict(newton_cap=-1), "newton_cap")])
 def test_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):

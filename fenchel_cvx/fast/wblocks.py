@@ -14,7 +14,9 @@ Polak-Ribiere+ nonlinear CG with an *exact* line search, preconditioned by
 
 - the *shared* Gram matrix ``G = lam sup(phi') X~ X~^T + 2c I`` (cross-entropy:
   ``1/2 X~ diag(1^T Y) X~^T + 2c I``), which majorises every row's Hessian; factorised once per
-  solve (cached while ``X~`` is unchanged) and applied as one matrix product;
+  solve (cached while ``X~`` is unchanged; ``gram_reuse=k``: reused for k solves also when
+  ``X~`` changes, as between the batches of a run: a stale preconditioner is still positive
+  definite, so every step still descends) and applied as one matrix product;
 - for the WHidden rows whose active set ``{j : phi'(u_ij) > 0}`` is small (a ReLU unit that
   fires on few points: exactly the rows that ``G`` preconditions badly, since every inactive
   point leaves a direction of curvature ``2c`` only) and has stopped changing, after the first
@@ -209,11 +211,14 @@ class LastCE(_Problem):
         return g @ self.Ginv, None, None
 
 
-def gram_preconditioner(xp, block, cache=None):
+def gram_preconditioner(xp, block, cache=None, reuse=1):
     """``(w X~ S X~^T + shift I)^{-1}`` for a W-block (cached while X~ is unchanged).
 
     ``w S``: ``lam sup(phi')`` for WHidden, ``1/2 diag(1^T Y)`` for cross-entropy, with shift
     ``2 (rho + gamma)``; for MSE ``w = 1`` and shift ``rho + gamma``: the ridge matrix itself.
+    ``reuse=k > 1``: a cached factor also serves a block whose X~ changed (same shape, weights
+    and shift), up to k solves in all: in batched training the next batch's Gram matrix is
+    close to the last one's. Returns ``(Ginv, hit)``, hit one of False, "same", "stale".
     """
     Xt = block.Xt
     c = block.rho + block.gamma
@@ -226,18 +231,21 @@ def gram_preconditioner(xp, block, cache=None):
     scalar_w = isinstance(weights, float)
     key = (kind, block.layer)
     if cache is not None and key in cache:
-        X_c, w_c, s_c, Ginv = cache[key]
+        X_c, w_c, s_c, Ginv, uses = cache[key]
         if (s_c == shift and type(X_c) is type(Xt) and X_c.shape == Xt.shape and X_c.dtype == Xt.dtype
                 and isinstance(w_c, float) == scalar_w
-                and (w_c == weights if scalar_w else bool(xp.all(w_c == weights)))
-                and bool(xp.all(X_c == Xt))):
-            return Ginv, True
+                and (w_c == weights if scalar_w else bool(xp.all(w_c == weights)))):
+            if bool(xp.all(X_c == Xt)):
+                return Ginv, "same"
+            if uses < reuse:
+                cache[key] = (X_c, w_c, s_c, Ginv, uses + 1)
+                return Ginv, "stale"
     G = weights * (Xt @ Xt.T) if scalar_w else (weights * Xt) @ Xt.T
     Ginv, _ = spd_inverse(xp, G, shift)
     if cache is not None:
         if len(cache) >= 8:
             cache.clear()
-        cache[key] = (xp.asarray(Xt, copy=True), weights, shift, Ginv)
+        cache[key] = (xp.asarray(Xt, copy=True), weights, shift, Ginv, 1)
     return Ginv, False
 
 
@@ -252,7 +260,7 @@ def solve_ridge(xp, block, W, tol, max_iter, cache=None):
     while res > tol and it < max_iter:  # iterative refinement (G^{-1} may be inexact in float32)
         W = W - 0.5 * block.grad(W) @ Ginv
         it, res = it + 1, kkt(xp, W, block.grad_parts(W))
-    return W, it, dict(method="cholesky", refinements=it - 1, cached_factor=hit,
+    return W, it, dict(method="cholesky", refinements=it - 1, cached_factor=bool(hit),
                        converged=res <= tol)
 
 
@@ -266,7 +274,7 @@ def _scatter_rows(xp, full, sub, rows):
 
 
 def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=None,
-               flip_tol=None, newton_start=10, compact_every=8, stall_window=50):
+               flip_tol=None, newton_start=10, compact_every=8, stall_window=50, gram_reuse=1):
     """Preconditioned PR+ nonlinear CG with exact line search (WHidden, WLast cross-entropy).
 
     WHidden rows whose gradient is below ``tol / 2`` are frozen every ``compact_every``
@@ -274,13 +282,14 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=No
     working precision's floor (residual below sqrt(eps)), ``stall_window`` iterations without
     halving the residual stop the loop (``info["stalled"]``).
     """
-    Ginv, hit = gram_preconditioner(xp, block, cache)
+    Ginv, hit = gram_preconditioner(xp, block, cache, reuse=gram_reuse)
     hidden = block.kind == "w_hidden"
     prob = (HiddenRows(xp, block, Ginv, newton_cap=newton_cap, flip_tol=flip_tol,
                        newton_start=newton_start) if hidden else LastCE(xp, block, Ginv))
     U = prob.forward(W)
     parts = prob.parts(W, U)
-    info = dict(method="pncg", cached_factor=hit, line_search_iterations=0, restarts=0,
+    info = dict(method="pncg", cached_factor=bool(hit), stale_factor=hit == "stale",
+                line_search_iterations=0, restarts=0,
                 newton_rows=0, row_iterations=0)
     if kkt(xp, W, parts) <= tol:
         info["converged"] = True
