@@ -199,20 +199,20 @@ def solve_chunk(cache, key, acts, consts, solver, opts, shared, pieces, warms=No
     template.set(shared)
     sequence = list(attempts[0] if template.problem.is_qp() else attempts[1]) or [{}]
     per_kind = BLOCK_OPTS.get(solver, {}).get(key[0][0], {})
-    out = []
+    out, start = [], 0   # the setting that succeeded last, within this chunk only
     for i, values in enumerate(pieces):
         template.set(values)
         warm = None if warms is None else warms[i]
         # start where the previous piece succeeded (a setting that failed on one piece of a
         # block usually fails on the next); the earlier settings are tried last
-        order = list(range(template.start, len(sequence))) + list(range(template.start))
+        order = list(range(start, len(sequence))) + list(range(start))
         res = None
         for tried, a in enumerate(order):
             again = solve_piece(template, solver, {**sequence[a], **per_kind, **opts}, warm)
             res = again if res is None else (again[0], again[1], res[2] + again[2], again[3],
                                              res[4] + again[4])
             if res[1] == "optimal" or res[1] in _FAILED:
-                template.start = a if res[1] == "optimal" else template.start
+                start = a if res[1] == "optimal" else start
                 break
         out.append(res + (tried,))
     return out

@@ -53,7 +53,6 @@ class Template:
     var: cp.Variable
     params: dict
     consts: dict = None      # data compiled in as constants (a template is rebuilt when they change)
-    start: int = 0           # the solver setting (index in the backend's sequence) to try first
 
     def matches(self, consts):
         """True if this template was compiled with exactly these constants."""
