@@ -98,6 +98,10 @@ def _check_int(name, value, minimum=1):
 
 
 def _as_matrix(name, A, dtype):
+    if hasattr(A, "__array_namespace__") and not isinstance(A, np.ndarray):
+        raise ValueError(f"{name} must be a NumPy array (the BCD driver works on NumPy arrays; "
+                         f"the fast backend's blocks also take CuPy), got "
+                         f"{type(A).__module__}.{type(A).__name__}")
     try:
         A = np.asarray(A, dtype=dtype)
     except (TypeError, ValueError):
@@ -275,8 +279,9 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
         that many rounds and after the last round of every epoch; None never (the records
         and ``history.config["initial"]`` then hold None: a caller timing training evaluates
         in its callback instead).
-    check_every : run the whole certificate every that many rounds and on the last round
-        (default 1: every round, as DESIGN.md asks). The other rounds check block statuses
+    check_every : run the whole certificate every that many rounds and on the last round of
+        the schedule (default 1: every round, as DESIGN.md asks; a run its callback stops
+        ends on whatever round it stopped). The other rounds check block statuses
         only and record None for the objectives: descent, the lower bound and Fenchel-Young
         need about eight extra forward passes, a large share of a fast-backend round.
 
@@ -349,7 +354,7 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
     it, Xs, batch, stop = 0, None, None, False
     # batches are column gathers: from a column-major copy each is one contiguous block per
     # point (MNIST, 784 x 60,000 float32: 0.1 ms a batch instead of 3 ms)
-    X0_cols = X0 if batch_size is None else np.asfortranarray(X0)
+    X0_cols = X0 if batch_size is None or batch_size >= m else np.asfortranarray(X0)
     try:
         for epoch, batches in enumerate(schedule, start=1):
             for b, idx in enumerate(batches, start=1):
@@ -361,9 +366,9 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
                     it += 1
                     if idx is None and any(gamma):
                         W0 = [W.copy() for W in net.W]
-                    cert.begin(it)
                     last = b == len(batches) and k == (1 if idx is None else alternations)
                     check = it % check_every == 0 or (last and epoch == len(schedule))
+                    cert.begin(it, full=check)
                     Xs, rec = _round(backend, net, cert, Xb, Yb, Xs, gamma, W0, fresh, check)
                     fresh = False
                     due = eval_every is not None and (it % eval_every == 0 or last)

@@ -72,9 +72,10 @@ class Certificate:
         self.begin(None)
 
     # --- bookkeeping --------------------------------------------------------------------------
-    def begin(self, iteration):
-        """Start the checks of a new iteration."""
+    def begin(self, iteration, full=True):
+        """Start the checks of a new iteration (``full=False``: block statuses only)."""
         self.iteration = iteration
+        self.full = bool(full)
         self.violations = []
         self.max_residual = 0.0
         self.min_divergence = []
@@ -93,6 +94,7 @@ class Certificate:
         """The iteration's certificate as a JSON-ready dict."""
         return {
             "held": not self.violations,
+            "checked": self.full,   # False: only block_optimality ran (fit_bcd's check_every)
             "violations": [v.to_dict() for v in self.violations],
             "max_residual": float(self.max_residual),
             "min_divergence": [float(b) for b in self.min_divergence],

@@ -77,8 +77,14 @@ class History:
 
     @property
     def certificate_held(self):
-        """True iff the certificate held at every round."""
+        """True iff every check that ran held at every round (with ``fit_bcd(check_every=k)``
+        the rounds in between ran block_optimality only: see :attr:`checked_rounds`)."""
         return all(r["certificate"]["held"] for r in self.records)
+
+    @property
+    def checked_rounds(self):
+        """The number of rounds on which the whole certificate ran."""
+        return sum(bool(r["certificate"].get("checked", True)) for r in self.records)
 
     @property
     def violations(self):

@@ -293,6 +293,8 @@ def test_check_every_skips_only_the_checks(batch_size, alternations):
     n = len(every)
     assert [r["checked"] for r in sparse] == [i % 2 == 0 or i == n for i in range(1, n + 1)]
     assert all(r["checked"] for r in every) and runs[2].history.config["check_every"] == 2
+    assert [r["certificate"]["checked"] for r in sparse] == [r["checked"] for r in sparse]
+    assert runs[1].history.checked_rounds == n and runs[2].history.checked_rounds == n // 2 + n % 2
     for a, b in zip(every, sparse):
         assert [x["residual"] for x in a["blocks"]] == [x["residual"] for x in b["blocks"]]
         if b["checked"]:
@@ -301,6 +303,14 @@ def test_check_every_skips_only_the_checks(batch_size, alternations):
         else:
             assert b["lifted_x"] is None and b["network_w"] is None and b["divergence_x"] is None
             assert b["certificate"]["bound_gap"] is None and b["certificate"]["max_residual"] > 0
+
+
+def test_non_numpy_arrays_get_a_clear_error():
+    xps = pytest.importorskip("array_api_strict")
+    net = LiftedNetwork([64, 8, 10], seed=0)
+    X, Y = np.zeros((64, 5)), one_hot(np.arange(5), 10)
+    with pytest.raises(ValueError, match="X0 must be a NumPy array .*array_api_strict"):
+        fit_bcd(net, xps.asarray(X), Y)
 
 
 def test_check_every_is_validated():
