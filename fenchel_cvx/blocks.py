@@ -210,7 +210,8 @@ class BlockResult:
     argmin: object
     value: float              # the block objective at argmin (Block.value)
     status: str               # "optimal" or the solver's status
-    residual: float           # kkt_residual(block, argmin)
+    residual: float           # kkt_residual(block, argmin); an inexact fast W solve reports
+                              # its own (from W X~ updated in place; exact when converged)
     seconds: float = 0.0
     iterations: int = 0
     converged: bool = True

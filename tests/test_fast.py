@@ -238,6 +238,21 @@ def test_x_steps_caps_and_never_ends_above_the_start():
     assert FastBackend(x_steps=1).solve(case_block("relu", "mse", "w_hidden0", 0.3)).converged
 
 
+def test_inexact_x_solve_that_would_rise_returns_its_start(monkeypatch):
+    """The guard behind BCD descent: a capped X solve whose last iterate is worse than the start
+    (here a prox map made to overshoot) returns the start and says so."""
+    from fenchel_cvx.fast import xblocks
+
+    block = case_block("relu", "cross_entropy", "x_last", 0.0)
+    start = np.maximum(block.U_prev, 0)
+    good = FastBackend(x_steps=2).solve(block, start=start)
+    assert not good.info["reverted"] and good.value < float(block.value(start))
+    monkeypatch.setitem(xblocks.PROX, "relu", lambda xp, act, r, tau, s: (xp.clip(r, 0, None) + 5.0, s))
+    bad = FastBackend(x_steps=2).solve(block, start=start)
+    assert bad.info["reverted"] and np.array_equal(bad.argmin, start)
+    assert bad.value == float(block.value(start))
+
+
 def test_inexact_w_solve_reports_its_residual():
     """w_steps: the solver's residual (from W X~ updated in place) is the block's residual."""
     for kind in ("w_hidden0", "w_last"):
@@ -245,6 +260,15 @@ def test_inexact_w_solve_reports_its_residual():
         res = FastBackend(w_steps=2).solve(block, start=block.W0)
         assert not res.converged
         assert res.residual == pytest.approx(block.kkt_residual(res.argmin), rel=1e-9)
+    # past the re-sync of W X~ (every 16 steps) and the freezing of converged rows (every 8)
+    rng = np.random.default_rng(0)
+    net = LiftedNetwork((60, 40, 10), "relu", "cross_entropy", lam=1.0, rho=1e-3, seed=0)
+    X0 = np.maximum(rng.standard_normal((60, 200)) + 0.3 * rng.standard_normal((60, 1)), 0)
+    V = np.maximum(net.forward(X0)[0][0] + 0.1 * rng.standard_normal((40, 200)), 0)
+    block = blocks.w_block(net, X0, None, [V], 0, gamma=0.01, W0=net.W[0])
+    res = FastBackend(w_steps=40, tol=1e-9).solve(block, start=net.W[0])
+    assert not res.converged and res.iterations == 40 and res.info["row_iterations"] < 40 * 40
+    assert res.residual == pytest.approx(block.kkt_residual(res.argmin), rel=1e-6)
 
 
 def test_last_x_block_has_a_certified_step_no_backtracking():
@@ -258,6 +282,28 @@ def test_last_x_block_has_a_certified_step_no_backtracking():
         assert res.converged and res.info["backtracks"] == 0 and res.argmin.dtype == dtype
         Wp = block.W[:, :-1].astype(float)
         assert res.info["lipschitz"] >= 0.5 * np.linalg.norm(Wp, 2) ** 2 * block.Y.sum(0).max()
+    # a hidden X-block: L = lam_out sup(phi') ||W_p||^2 (sigmoid: 1/4), also certified
+    hidden = case_block("sigmoid", "cross_entropy", "x_hidden", 0.0)
+    res = FastBackend().solve(hidden)
+    Wp = hidden.W[:, :-1]
+    assert res.converged and res.info["backtracks"] == 0
+    assert res.info["lipschitz"] >= hidden.lam_out * 0.25 * np.linalg.norm(Wp, 2) ** 2
+
+
+def test_wide_x_block_uses_power_iteration_and_backtracking():
+    """W_p with more than EXACT_EIG_MAX rows and columns: L from power iteration, guarded by the
+    backtracking test; the solve still matches the oracle's optimum."""
+    from fenchel_cvx.fast.xblocks import EXACT_EIG_MAX
+
+    net = LiftedNetwork((20, 70, 80, 5), "tanh", "mse", lam=1.0, rho=0.1, seed=1)
+    rng = np.random.default_rng(1)
+    X0, Y = rng.standard_normal((20, 30)), rng.standard_normal((5, 30))
+    Xs = [np.clip(X + 0.2 * rng.standard_normal(X.shape), -0.95, 0.95) for X in net.forward(X0)[0]]
+    block = blocks.x_block(net, X0, Y, Xs, 1)
+    assert min(block.W[:, :-1].shape) > EXACT_EIG_MAX
+    res = FastBackend().solve(block)
+    ref = _lbfgs(block, Xs[0], "tanh")
+    assert res.converged and res.value <= ref + REL * abs(ref)
 
 
 def test_w_steps_on_cross_entropy_last_layer():
@@ -336,6 +382,8 @@ def test_lapack_inverse_matches_the_array_api_inverse(dtype):
     assert fast.dtype == dtype and shift == 0.5 and np.array_equal(fast, fast.T)
     rtol = 1e-3 if dtype == np.float32 else 1e-10
     np.testing.assert_allclose(fast, ref, rtol=rtol, atol=rtol * np.abs(ref).max())
+    empty, _ = spd_inverse(np, np.zeros((0, 0), dtype=dtype), 1.0)
+    assert empty.shape == (0, 0) and empty.dtype == dtype
     Ginv, shift = spd_inverse(np, G, 0.0)           # singular: the shift grows until it factors
     assert shift > 0 and np.all(np.isfinite(Ginv)) and np.linalg.eigvalsh(Ginv.astype(float)).min() > 0
 
@@ -361,6 +409,8 @@ def test_large_w_hidden_converges_in_seconds():
                                          (dict(w_steps=0), "w_steps"), (dict(w_steps=1.5), "w_steps"),
                                          (dict(x_steps=0), "x_steps"), (dict(x_steps=2.0), "x_steps"),
                                          (dict(gram_reuse=0), "gram_reuse"),
+                                         (dict(gram_reuse=True), "gram_reuse"),
+                                         (dict(x_steps=True), "x_steps"),
                                          (dict(dtype="int32"), "dtype"), (dict(newton_cap=-1), "newton_cap")])
 def test_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):

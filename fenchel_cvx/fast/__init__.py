@@ -98,14 +98,16 @@ class FastBackend:
         if not (isinstance(max_iter, numbers.Integral) and max_iter >= 1):
             raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
         for name, steps in (("w_steps", w_steps), ("x_steps", x_steps)):
-            if steps is not None and not (isinstance(steps, numbers.Integral) and steps >= 1):
+            if steps is not None and (isinstance(steps, bool) or not (
+                    isinstance(steps, numbers.Integral) and steps >= 1)):
                 raise ValueError(f"{name} must be None or an integer >= 1, got {steps!r}")
         self.tol, self.max_iter, self.w_steps, self.x_steps = float(tol), int(max_iter), w_steps, x_steps
         self.dtype = _dtype_name(dtype)
         if newton_cap is not None and not (isinstance(newton_cap, numbers.Integral) and newton_cap >= 0):
             raise ValueError(f"newton_cap must be None or an integer >= 0, got {newton_cap!r}")
         self.newton_cap = newton_cap
-        if not (isinstance(gram_reuse, numbers.Integral) and gram_reuse >= 1):
+        if isinstance(gram_reuse, bool) or not (isinstance(gram_reuse, numbers.Integral)
+                                                 and gram_reuse >= 1):
             raise ValueError(f"gram_reuse must be an integer >= 1, got {gram_reuse!r}")
         self.gram_reuse = int(gram_reuse)
         self._cache = {}  # Gram factorisations, reused while X~ is unchanged

@@ -34,8 +34,10 @@ def spd_inverse(xp, G, shift=0.0):
     grows from ``n eps max(diag G)`` by factors of 10. Returns ``(inverse, shift used)``.
     """
     n = G.shape[0]
+    if n == 0:
+        return xp.zeros((0, 0), dtype=G.dtype), float(shift)
     eye = xp.eye(n, dtype=G.dtype)
-    dmax = float(xp.max(xp.abs(xp.linalg.diagonal(G)))) if n else 1.0
+    dmax = float(xp.max(xp.abs(xp.linalg.diagonal(G))))
     floor = n * xp.finfo(G.dtype).eps * max(dmax, 1e-300)
     shift = max(float(shift), 0.0)
     invert = _lapack_inverse if type(G) is np.ndarray else _generic_inverse

@@ -191,8 +191,10 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100):
             theta_n, beta, restarts = 1.0, 0.0, restarts + 1
         y, Uy = zn + beta * (zn - z), Uzn + beta * (Uzn - Uz)
         z, Uz, theta = zn, Uzn, theta_n
-    if not converged and float(block.value(z)) > float(block.value(z0)):
+    reverted = not converged and float(block.value(z)) > float(block.value(z0))
+    if reverted:
         z = z0  # an inexact solve (a cap, a stall) never ends above its start: BCD descent holds
     info = dict(method="fista", lipschitz=L, restarts=restarts, backtracks=backtracks,
+                reverted=reverted,
                 kkt_checks=checks, converged=converged, stalled=stalled)
     return z, it, info
