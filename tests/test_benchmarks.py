@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch", reason="the backprop baselines need PyTorch (fenchel_cvx[bench])")
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -26,6 +24,7 @@ def _load(name):
 
 def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
     """Run as users run it (a script: each method in a spawned process)."""
+    pytest.importorskip("torch", reason="the backprop baselines need PyTorch (fenchel_cvx[bench])")
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mnist_mlp.py"), "--quick",
                           "--epochs", "1", "--threads", "1", "--eval-every", "4",
                           "--check-every", "3", "--out", str(tmp_path)],
@@ -43,8 +42,9 @@ def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
     assert summary["ratios"]["seconds_per_epoch_fln_over_adam"] == pytest.approx(
         summary["methods"]["fln"]["seconds_per_epoch"] / summary["methods"]["adam"]["seconds_per_epoch"])
     cert = summary["raw"]["fln"]["certificate"]
-    assert cert == dict(rounds=8, checked=3, violations=0, by_check=[],
-                        min_bound_gap=cert["min_bound_gap"])  # rounds 3, 6 and the last
+    assert (cert["rounds"], cert["checked"]) == (8, 3)     # rounds 3, 6 and the last
+    assert cert["violations"] == 0 and cert["by_check"] == []
+    assert cert["min_bound_gap"] > 0                        # F < J after every checked X-sweep
 
 
 def test_mnist_mlp_rejects_bad_arguments():
