@@ -15,7 +15,6 @@ the current weights, with the proximal term gamma ||W - W0||^2), to ``--tol`` an
 import argparse
 import copy
 import functools
-import gzip
 import os
 import statistics
 import sys
@@ -29,23 +28,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fenchel_cvx.fast as fast  # noqa: E402
 from fenchel_cvx import blocks  # noqa: E402
 from fenchel_cvx.fast import FastBackend  # noqa: E402
+from fenchel_cvx.datasets import load_mnist  # noqa: E402
 from fenchel_cvx.network import LiftedNetwork  # noqa: E402
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
+# MNIST: --data, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
+os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 def load_batch(m, seed, data_dir):
     """``(X0, Y, source)``: m MNIST training images (columns, in [0, 1]) and one-hot labels."""
     rng = np.random.default_rng(seed)
-    img, lab = Path(data_dir) / "train-images-idx3-ubyte.gz", Path(data_dir) / "train-labels-idx1-ubyte.gz"
-    if img.exists() and lab.exists():
-        with gzip.open(img) as f:
-            X = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784)
-        with gzip.open(lab) as f:
-            y = np.frombuffer(f.read(), np.uint8, offset=8)
-        idx = rng.choice(len(y), m, replace=False)
-        X0, y, source = X[idx].T / 255.0, y[idx].astype(int), f"MNIST ({img})"
-    else:  # MNIST-like: sparse nonnegative pixels in [0, 1], 19% nonzero
+    try:
+        ds = load_mnist(data_dir)
+        idx = rng.choice(ds.y_train.shape[0], m, replace=False)
+        X0, y, source = ds.X_train[:, idx], ds.y_train[idx].astype(int), "MNIST"
+    except FileNotFoundError:  # MNIST-like: sparse nonnegative pixels in [0, 1], 19% nonzero
         X0 = np.clip(rng.uniform(-3.2, 1.2, (784, m)), 0, 1)
         y, source = rng.integers(0, 10, m), "random MNIST-like inputs (MNIST files not found)"
     Y = np.zeros((10, m))
@@ -107,7 +104,8 @@ def main(argv=None):
     ap.add_argument("--max-iter", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dtypes", default="float32,float64")
-    ap.add_argument("--data", default=os.environ.get("FENCHEL_DATA", str(DEFAULT_DATA)))
+    ap.add_argument("--data", default=None, help="folder of the MNIST IDX files (default: "
+                    "$FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--newton-cap", type=int, default=None,
                     help="FastBackend(newton_cap=...): None = default, 0 = no Newton rows")

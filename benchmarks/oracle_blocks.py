@@ -14,7 +14,6 @@ residual and the number of pieces. Speed goals are reported, not asserted.
     python benchmarks/oracle_blocks.py [--sizes digits,mnist] [--n-jobs 1] [--solver CLARABEL]
 """
 import argparse
-import gzip
 import os
 import sys
 import time
@@ -26,9 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fenchel_cvx import LiftedNetwork  # noqa: E402
 from fenchel_cvx.blocks import w_block, x_block  # noqa: E402
+from fenchel_cvx.datasets import load_mnist as _load_mnist  # noqa: E402
 from fenchel_cvx.oracle import OracleBackend  # noqa: E402
 
 GOALS = {"digits": 2.0, "mnist": 60.0}
+# MNIST: --data, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
+os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 def load_digits(m=1000):
@@ -38,15 +40,8 @@ def load_digits(m=1000):
 
 
 def load_mnist(m=500):
-    root = Path(os.environ.get("FENCHEL_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-    d = root / "mnist"
-    if not d.exists():
-        d = Path("/work/shared/data/mnist")
-    with gzip.open(d / "train-images-idx3-ubyte.gz") as f:
-        X = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784)[:m]
-    with gzip.open(d / "train-labels-idx1-ubyte.gz") as f:
-        y = np.frombuffer(f.read(), np.uint8, offset=8)[:m]
-    return np.asfortranarray(X.T / 255.0), y
+    ds = _load_mnist()   # $FENCHEL_DATA/mnist
+    return np.asfortranarray(ds.X_train[:, :m]), ds.y_train[:m]
 
 
 def lifted_point(net, X0, seed, noise=0.1):
