@@ -196,7 +196,7 @@ def _newton_step(block, Z, cg_rtol, cg_maxiter):
     return best
 
 
-def polish(block, Z, tol, max_steps=8, cg_rtol=1e-3, cg_maxiter=100):
+def polish(block, Z, tol, max_steps=30, cg_rtol=1e-3, cg_maxiter=100):
     """Projected Newton-CG from ``Z`` until ``block.kkt_residual <= tol``; returns ``(Z, steps)``.
 
     Each step works only on the pieces (columns, rows) whose own residual is above ``tol`` on the
