@@ -34,7 +34,10 @@ the last; the rounds between check block statuses only); ``strict`` (default: Tr
 backend's ``SolverError`` propagates in strict mode; otherwise it is recorded as a
 ``block_optimality`` violation and the block keeps its current value.
 
-The driver works on NumPy arrays. It returns ``BCDResult(net, Xs, history)``: the trained
+The driver works in the array library of ``X0`` (NumPy; CuPy on a GPU with ``backend="fast"``:
+any array-API library, ``array_api_strict`` in the tests); the network's weights move there
+(``net.W`` becomes arrays of that library) once every argument is validated. The oracle takes
+NumPy only. It returns ``BCDResult(net, Xs, history)``: the trained
 network (the same object, updated in place), the final lifted variables and the
 :class:`~fenchel_cvx.history.History`. After the last W-sweep every W-block is optimal at the
 returned ``(net.W, Xs)`` (W-blocks depend on X only), so anyone can re-check them with
@@ -48,6 +51,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from .blocks import w_block, x_block
 from .certificate import Certificate
@@ -97,25 +101,44 @@ def _check_int(name, value, minimum=1):
     return int(value)
 
 
-def _as_matrix(name, A, dtype):
-    if hasattr(A, "__array_namespace__") and not isinstance(A, np.ndarray):
-        raise ValueError(f"{name} must be a NumPy array (the BCD driver works on NumPy arrays; "
-                         f"the fast backend's blocks also take CuPy), got "
-                         f"{type(A).__module__}.{type(A).__name__}")
+def _namespace(A):
+    """The array library of the data: that of an array-API array (CuPy, ...), else NumPy."""
+    if isinstance(A, np.ndarray) or not hasattr(A, "__array_namespace__"):
+        return np
+    return array_namespace(A)
+
+
+def _dtype(xp, dtype):
+    """The float type named like ``dtype`` (NumPy's or another library's) in namespace ``xp``."""
+    return getattr(xp, str(dtype).rsplit(".", 1)[-1])
+
+
+def _as_matrix(name, A, dtype, xp):
     try:
-        A = np.asarray(A, dtype=dtype)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a 2-D array of numbers, got {type(A).__name__}") from None
+        A = np.asarray(A, dtype=dtype) if xp is np else xp.astype(xp.asarray(A), _dtype(xp, dtype))
+    except (TypeError, ValueError, AttributeError):
+        raise ValueError(f"{name} must be a 2-D array of numbers from the library of X0 "
+                         f"({xp.__name__}), got {type(A).__module__}.{type(A).__name__}") from None
     if A.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array (features x data points), got shape {A.shape}")
     return A
 
 
-def _check_data(net, X0, Y, xname="X0", yname="Y"):
+def _weights_in(xp, net):
+    """The network's weights as arrays of ``xp`` (the data's library), without changing net."""
+    try:
+        return [W if _namespace(W) is xp else xp.asarray(W) for W in net.W]
+    except (TypeError, ValueError):
+        raise ValueError(f"net.W must be arrays the data's library ({xp.__name__}) can take, got "
+                         f"{type(net.W[0]).__module__}.{type(net.W[0]).__name__}") from None
+
+
+def _check_data(net, X0, Y, xname="X0", yname="Y", xp=None):
+    xp = _namespace(X0) if xp is None else xp
     dtype = net.W[0].dtype  # data take the network's float type: no silent upcast of float32
-    X0, Y = _as_matrix(xname, X0, dtype), _as_matrix(yname, Y, dtype)
+    X0, Y = _as_matrix(xname, X0, dtype, xp), _as_matrix(yname, Y, dtype, xp)
     p_in, p_out = net.layer_sizes[0], net.layer_sizes[-1]
-    if X0.shape[1] == 0 or X0.size == 0:
+    if X0.shape[1] == 0 or X0.shape[0] == 0:
         raise ValueError(f"{xname} is empty (shape {X0.shape}): at least one data point is needed")
     if X0.shape[0] != p_in:
         raise ValueError(f"{xname} must have {p_in} rows (the network's input size; columns are "
@@ -127,7 +150,7 @@ def _check_data(net, X0, Y, xname="X0", yname="Y"):
         raise ValueError(f"{yname} must have one column per data point of {xname} "
                          f"({X0.shape[1]}), got shape {Y.shape}")
     for name, A in ((xname, X0), (yname, Y)):
-        if not np.all(np.isfinite(A)):
+        if not bool(xp.all(xp.isfinite(A))):
             raise ValueError(f"{name} must be finite, got NaN or inf entries")
     return X0, Y
 
@@ -144,8 +167,10 @@ def _check_gamma(gamma, n):
 
 def is_one_hot(Y):
     """True iff every column of Y is a standard basis vector (a classification target)."""
-    Y = np.asarray(Y)
-    return bool(Y.size) and bool(np.all((Y == 0) | (Y == 1))) and bool(np.all(Y.sum(axis=0) == 1))
+    xp = _namespace(Y)
+    Y = xp.asarray(Y)
+    return (math.prod(Y.shape) > 0 and bool(xp.all((Y == 0) | (Y == 1)))
+            and bool(xp.all(xp.sum(Y, axis=0) == 1)))
 
 
 # --- evaluation -----------------------------------------------------------------------------
@@ -155,7 +180,9 @@ def evaluate(net, X0, Y, classification=None):
         classification = is_one_hot(Y)
     Yhat = net.forward(X0)[1]
     loss = float(net.loss.value(Y, Yhat)) / Y.shape[1]
-    acc = float(np.mean(np.argmax(Yhat, axis=0) == np.argmax(Y, axis=0))) if classification else None
+    xp = _namespace(Yhat)
+    hit = xp.argmax(Yhat, axis=0) == xp.argmax(Y, axis=0)
+    acc = float(xp.mean(xp.astype(hit, Yhat.dtype))) if classification else None
     return loss, acc
 
 
@@ -173,7 +200,7 @@ class _Round:
         self.blocks = []
 
     def prox(self):
-        return float(sum(g * np.sum((W - W0) ** 2)
+        return float(sum(g * array_namespace(W).sum((W - W0) ** 2)
                          for g, W, W0 in zip(self.gamma, self.net.W, self.W0) if g))
 
     def _solve(self, name, block, current, scale):
@@ -291,13 +318,14 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
     # --- validate everything first ---
     if not (hasattr(net, "layer_sizes") and hasattr(net, "W") and hasattr(net, "forward")):
         raise ValueError(f"net must be a LiftedNetwork, got {type(net).__name__}")
-    X0, Y = _check_data(net, X0, Y)
+    xp = _namespace(X0)
+    X0, Y = _check_data(net, X0, Y, xp=xp)
     m = X0.shape[1]
     if (X_test is None) != (Y_test is None):
         raise ValueError("X_test and Y_test must be given together, got only "
                          + ("X_test" if Y_test is None else "Y_test"))
     if X_test is not None:
-        X_test, Y_test = _check_data(net, X_test, Y_test, "X_test", "Y_test")
+        X_test, Y_test = _check_data(net, X_test, Y_test, "X_test", "Y_test", xp=xp)
     if batch_size is not None:
         batch_size = _check_int("batch_size", batch_size)
     epochs = _check_int("epochs", epochs)
@@ -315,6 +343,10 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
         raise ValueError(f"tol must be > 0 and finite, got {tol!r}")
     backend = get_backend(backend, tol=tol) if isinstance(backend, str) else get_backend(backend)
     name = getattr(backend, "name", type(backend).__name__)
+    weights = _weights_in(xp, net)
+    if xp is not np and name == "cvxpy":
+        raise ValueError(f"backend 'cvxpy' (the oracle) takes NumPy data, got X0 from {xp.__name__}")
+    net.W = weights   # validation done: the weights live where the data live
     strict = (name == "cvxpy") if strict is None else strict
     cert = Certificate(strict=strict, tol=tol)
     classification = is_one_hot(Y)
@@ -354,18 +386,25 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
     it, Xs, batch, stop = 0, None, None, False
     # batches are column gathers: from a column-major copy each is one contiguous block per
     # point (MNIST, 784 x 60,000 float32: 0.1 ms a batch instead of 3 ms)
-    X0_cols = X0 if batch_size is None or batch_size >= m else np.asfortranarray(X0)
+    X0_cols = X0 if batch_size is None or batch_size >= m or xp is not np else np.asfortranarray(X0)
+
+    def gather(idx):
+        if xp is np:
+            return np.ascontiguousarray(X0_cols[:, idx]), Y[:, idx]
+        j = xp.asarray(idx)
+        return xp.take(X0, j, axis=1), xp.take(Y, j, axis=1)
+
     try:
         for epoch, batches in enumerate(schedule, start=1):
             for b, idx in enumerate(batches, start=1):
-                Xb, Yb = (X0, Y) if idx is None else (np.ascontiguousarray(X0_cols[:, idx]), Y[:, idx])
+                Xb, Yb = (X0, Y) if idx is None else gather(idx)
                 if idx is not None or Xs is None:
                     Xs, fresh = list(net.forward(Xb)[0]), True
-                W0 = [W.copy() for W in net.W] if any(gamma) else [None] * len(net.W)
+                W0 = [xp.asarray(W, copy=True) for W in net.W] if any(gamma) else [None] * len(net.W)
                 for k in range(1, (1 if idx is None else alternations) + 1):
                     it += 1
                     if idx is None and any(gamma):
-                        W0 = [W.copy() for W in net.W]
+                        W0 = [xp.asarray(W, copy=True) for W in net.W]
                     last = b == len(batches) and k == (1 if idx is None else alternations)
                     check = it % check_every == 0 or (last and epoch == len(schedule))
                     cert.begin(it, full=check)

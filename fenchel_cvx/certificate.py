@@ -25,7 +25,7 @@ outcome is a plain dict, so the history can be written as JSON.
 import math
 from dataclasses import asdict, dataclass
 
-import numpy as np
+from array_api_compat import array_namespace
 
 from .errors import CertificateError
 
@@ -109,17 +109,17 @@ class Certificate:
         X = [X0, *Xs]
         self.min_divergence = []
         for l, act in enumerate(net.activations):
-            V = np.asarray(X[l + 1])
-            inside = np.asarray(act.in_range(V))
-            if not inside.all():
+            V = X[l + 1]
+            xp = array_namespace(V)
+            if not bool(xp.all(act.in_range(V))):
                 lo, hi = act.v_range
-                out = float(np.max(np.maximum(lo - V, V - hi)))
+                out = float(xp.max(xp.maximum(lo - V, V - hi)))
                 self.min_divergence.append(-math.inf)
                 self._fail("fenchel_young", l, -out, 0.0, self.tol,
                            f"X_{l + 1} leaves the range {act.v_range} of {act.name} by {out:.3g}")
                 continue
-            B = np.asarray(act.divergence(V, net.pre_activation(l, X[l])))
-            bmin = float(B.min()) if B.size else 0.0
+            B = act.divergence(V, net.pre_activation(l, X[l]))
+            bmin = float(xp.min(B)) if math.prod(B.shape) else 0.0
             self.min_divergence.append(bmin)
             if not bmin >= -self.tol:
                 self._fail("fenchel_young", l, bmin, 0.0, self.tol,

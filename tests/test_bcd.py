@@ -305,12 +305,41 @@ def test_check_every_skips_only_the_checks(batch_size, alternations):
             assert b["certificate"]["bound_gap"] is None and b["certificate"]["max_residual"] > 0
 
 
-def test_non_numpy_arrays_get_a_clear_error():
+@pytest.mark.parametrize("batch_size", [40, None])
+def test_driver_runs_in_the_data_array_library(batch_size):
+    """X0 from array_api_strict (the standard API only, as CuPy on a GPU): the whole run, the
+    certificate included, stays in that library and gives the NumPy run's iterates."""
+    xps = pytest.importorskip("array_api_strict")
+    ds = load_digits()
+    X, Y = ds.X_train[:, :120], one_hot(ds.y_train[:120], 10)
+    Xt, Yt = ds.X_test[:, :50], one_hot(ds.y_test[:50], 10)
+    runs = {}
+    for lib in ("numpy", "strict"):
+        net = LiftedNetwork([64, 8, 10], "relu", "cross_entropy", lam=1.0, rho=1e-3, seed=0)
+        cast = (lambda A: A) if lib == "numpy" else xps.asarray
+        runs[lib] = fit_bcd(net, cast(X), Y, batch_size=batch_size, epochs=1, iterations=2,
+                            gamma=1.0, backend="fast", X_test=cast(Xt), Y_test=Yt)
+    strict, ref = runs["strict"], runs["numpy"]
+    assert all(type(W).__module__.startswith("array_api_strict") for W in strict.net.W)
+    assert all(type(X_).__module__.startswith("array_api_strict") for X_ in strict.Xs)
+    for W, W_ref in zip(strict.net.W, ref.net.W):
+        np.testing.assert_allclose(np.asarray(W), W_ref, rtol=1e-9, atol=1e-12)
+    for a, b in zip(strict.history.records, ref.history.records):
+        assert a["test_accuracy"] == b["test_accuracy"]
+        assert a["lifted_x"] == pytest.approx(b["lifted_x"], rel=1e-9)
+        assert a["certificate"]["held"] == b["certificate"]["held"]
+
+
+def test_foreign_arrays_get_a_clear_error():
     xps = pytest.importorskip("array_api_strict")
     net = LiftedNetwork([64, 8, 10], seed=0)
     X, Y = np.zeros((64, 5)), one_hot(np.arange(5), 10)
-    with pytest.raises(ValueError, match="X0 must be a NumPy array .*array_api_strict"):
+    with pytest.raises(ValueError, match="oracle.* takes NumPy data, got X0 from array_api_strict"):
         fit_bcd(net, xps.asarray(X), Y)
+    with pytest.raises(ValueError, match=r"X_test must be a 2-D array of numbers from the library of "
+                                         r"X0 \(numpy\), got builtins.str"):
+        fit_bcd(net, X, Y, X_test="pixels", Y_test=Y, backend="fast")
+    assert isinstance(net.W[0], np.ndarray)        # nothing moved before validation failed
 
 
 def test_check_every_is_validated():
