@@ -49,6 +49,9 @@ def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
 
 def test_mnist_mlp_rejects_bad_arguments():
     bench = _load("mnist_mlp")
-    for argv in (["--check-every", "0"], ["--x-steps", "-1"], ["--methods", "fln,lbfgs"]):
+    bad = [["--check-every", "0"], ["--x-steps", "-1"], ["--methods", "fln,lbfgs"]]
+    if importlib.util.find_spec("cupy") is None:
+        bad.append(["--device", "cupy"])
+    for argv in bad:
         with pytest.raises(SystemExit):
             bench.parse_args(argv)
