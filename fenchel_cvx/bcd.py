@@ -269,14 +269,15 @@ def _round(backend, net, cert, X0, Y, Xs, gamma, W0, fresh, check=True):
         F_x, B_x = net.lifted_objective(X0, Y, Xs), net.divergences(X0, Xs)
         cert.check_lower_bound(F_x, J)
     r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.prox())
+    after_w = dict(lifted_w=None, network_w=None, divergence_w=None)
     if check:
         cert.check_fenchel_young(net, X0, Xs)
-    record = dict(m=int(X0.shape[1]), lifted_x=F_x, network_x=J if check else None,
-                  lifted_w=net.lifted_objective(X0, Y, Xs) if check else None,
-                  network_w=net.network_objective(X0, Y) if check else None,
-                  prox=r.prox(), divergence_x=B_x,
-                  divergence_w=net.divergences(X0, Xs) if check else None,
-                  restarted=bool(cert.restarted), checked=check, blocks=r.blocks)
+        after_w = dict(lifted_w=net.lifted_objective(X0, Y, Xs),
+                       network_w=net.network_objective(X0, Y),
+                       divergence_w=net.divergences(X0, Xs))
+    record = dict(m=int(X0.shape[1]), lifted_x=F_x, network_x=J if check else None, **after_w,
+                  prox=r.prox(), divergence_x=B_x, restarted=bool(cert.restarted),
+                  checked=check, blocks=r.blocks)
     record["seconds"] = time.perf_counter() - t0
     return Xs, record
 
@@ -364,7 +365,8 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
     config = dict(layer_sizes=list(net.layer_sizes), activations=[a.name for a in net.activations],
                   loss=net.loss.name, lam=net.lam, rho=net.rho, gamma=gamma, batch_size=batch_size,
                   epochs=epochs, iterations=iterations, alternations=alternations, backend=name,
-                  strict=strict, tol=tol, check_every=check_every, seed=net.seed if isinstance(net.seed, int) else None,
+                  strict=strict, tol=tol, check_every=check_every,
+                  seed=net.seed if isinstance(net.seed, int) else None,
                   batch_seed=seed, m=m, m_test=None if X_test is None else X_test.shape[1],
                   task="classification" if classification else "regression",
                   algorithm=1 if batch_size is None else 2)

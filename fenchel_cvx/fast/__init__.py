@@ -101,7 +101,8 @@ class FastBackend:
             if steps is not None and (isinstance(steps, bool) or not (
                     isinstance(steps, numbers.Integral) and steps >= 1)):
                 raise ValueError(f"{name} must be None or an integer >= 1, got {steps!r}")
-        self.tol, self.max_iter, self.w_steps, self.x_steps = float(tol), int(max_iter), w_steps, x_steps
+        self.tol, self.max_iter = float(tol), int(max_iter)
+        self.w_steps, self.x_steps = w_steps, x_steps
         self.dtype = _dtype_name(dtype)
         if newton_cap is not None and not (isinstance(newton_cap, numbers.Integral) and newton_cap >= 0):
             raise ValueError(f"newton_cap must be None or an integer >= 0, got {newton_cap!r}")

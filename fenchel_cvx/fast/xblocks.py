@@ -92,7 +92,6 @@ class _Smooth:
             nrm2 = 1.001 * float(xp.max(xp.linalg.eigvalsh(M)))  # 1.001: rounding of eigvalsh
         else:      # power iteration approaches ||W_p||^2 from below
             nrm2 = 1.02 * top_eig(xp, self.Wp)
-        curv = 1.0
         if block.kind == "x_hidden":
             curv = DPHI_MAX.get(block.act_out.name)
             exact = exact and curv is not None
