@@ -55,6 +55,7 @@ from array_api_compat import array_namespace
 
 from .blocks import w_block, x_block
 from .certificate import Certificate
+from .datasets import batch_order, check_dtype
 from .errors import SolverError
 from .history import History
 
@@ -108,14 +109,9 @@ def _namespace(A):
     return array_namespace(A)
 
 
-def _dtype(xp, dtype):
-    """The float type named like ``dtype`` (NumPy's or another library's) in namespace ``xp``."""
-    return getattr(xp, str(dtype).rsplit(".", 1)[-1])
-
-
 def _as_matrix(name, A, dtype, xp):
     try:
-        A = np.asarray(A, dtype=dtype) if xp is np else xp.astype(xp.asarray(A), _dtype(xp, dtype))
+        A = np.asarray(A, dtype=dtype) if xp is np else xp.astype(xp.asarray(A), getattr(xp, check_dtype(dtype).name))
     except (TypeError, ValueError, AttributeError):
         raise ValueError(f"{name} must be a 2-D array of numbers from the library of X0 "
                          f"({xp.__name__}), got {type(A).__module__}.{type(A).__name__}") from None
@@ -356,8 +352,6 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
         schedule = [[None] * iterations]
         total = iterations
     else:
-        from .datasets import batch_order
-
         schedule = batch_order(m, batch_size, epochs, seed=seed)
         total = sum(len(e) for e in schedule) * alternations
 

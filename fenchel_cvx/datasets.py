@@ -72,11 +72,16 @@ def _check_fraction(name, value):
 
 
 def check_dtype(dtype):
-    """``dtype`` as a NumPy float32 or float64 dtype, or a ValueError naming it."""
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
+    """``dtype`` (a name, a NumPy / CuPy dtype or type, or another array library's float type
+    such as ``array_api_strict.float32``) as a NumPy float32 or float64 dtype, or a ValueError
+    naming it."""
+    dt = None
+    for candidate in (dtype, str(dtype).rsplit(".", 1)[-1]):
+        try:
+            dt = np.dtype(candidate)
+            break
+        except TypeError:
+            continue
     if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
     return dt

@@ -38,10 +38,10 @@ import dataclasses
 import numbers
 import time
 
-import numpy as np
 from array_api_compat import array_namespace
 
 from ..blocks import BlockResult
+from ..datasets import check_dtype
 from ._util import floor_tol
 from .wblocks import solve_pncg, solve_ridge
 from .xblocks import default_start, solve_x
@@ -56,15 +56,7 @@ def _block_arrays(block):
 
 def _dtype_name(dtype):
     """'float32' / 'float64' from a string, a NumPy / CuPy dtype or type, or an array-API dtype."""
-    if dtype is None:
-        return None
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:  # e.g. array_api_strict.float32
-        name = str(dtype).rsplit(".", 1)[-1]
-    if name not in ("float32", "float64"):
-        raise ValueError(f"dtype must be None, 'float32' or 'float64', got {dtype!r}")
-    return name
+    return None if dtype is None else check_dtype(dtype).name
 
 
 class FastBackend:
@@ -148,7 +140,7 @@ class FastBackend:
         residual = info.pop("residual", None)  # a W solver's own, from the gradient it holds
         if residual is None:
             residual = block.kkt_residual(Z)
-        info.update(tol=tol, dtype=str(dtype).rsplit(".", 1)[-1], w_steps=self.w_steps,
+        info.update(tol=tol, dtype=_dtype_name(dtype), w_steps=self.w_steps,
                     x_steps=self.x_steps)
         return BlockResult(argmin=Z, value=float(block.value(Z)),
                            status=status, residual=residual,
