@@ -1,6 +1,6 @@
 """fenchel_cvx: Fenchel lifted networks (Gu, Askari, El Ghaoui, AISTATS 2020), convex-optimization first.
 
-Public names only; see DESIGN.md / docs for the mathematics and the layout.
+Public names only; the docs pages hold the mathematics and the layout.
 """
 from .activations import ACTIVATIONS, Activation, activation, monotone
 from .bcd import BACKENDS, BCDResult, fit_bcd
@@ -8,10 +8,11 @@ from .estimator import FenchelClassifier, FenchelRegressor
 from .errors import CertificateError, FenchelError, SolverError
 from .history import History
 from .losses import LOSSES, loss
-from .network import LiftedNetwork
+from .layers import AvgPool2d, Conv2d, Dense, Flatten
+from .network import LiftedNetwork, lenet5
 from .predict import predict, predict_classes
 
 __version__ = "0.1.0"
 __all__ = ["ACTIVATIONS", "Activation", "activation", "monotone", "LOSSES", "loss",
-           "LiftedNetwork", "fit_bcd", "BCDResult", "BACKENDS", "History", "predict",
+           "LiftedNetwork", "lenet5", "Dense", "Conv2d", "AvgPool2d", "Flatten", "fit_bcd", "BCDResult", "BACKENDS", "History", "predict",
            "predict_classes", "FenchelClassifier", "FenchelRegressor", "FenchelError", "SolverError", "CertificateError"]

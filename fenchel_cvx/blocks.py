@@ -1,4 +1,4 @@
-"""The four convex blocks of the lifted objective (DESIGN.md, "Blocks"; the paper's Sec. 3).
+"""The four convex blocks of the lifted objective (docs page "Mathematics"; the paper's Sec. 3).
 
 Each block holds its data and gives, for any array-API namespace, the part of
 F(W, X) that depends on its variable (``value``), the gradient (``grad``), the projection
@@ -6,19 +6,25 @@ onto its domain (``project``) and the KKT residual of a candidate point. Every b
 (the CVXPY oracle, the fast array solvers) solves these same objects, and the driver uses
 ``value`` for its descent check, so "the same block" means the same code.
 
-    XHidden  (X_l, 1 <= l < L):  min_Z  lam_{l-1} B_{l-1}(Z, U_{l-1}) + lam_l B_l(X_{l+1}, W_l [Z; 1])
-    XLast    (X_L):              min_Z  L(Y, W_L [Z; 1])             + lam_{L-1} B_{L-1}(Z, U_{L-1})
+    XHidden  (X_l, 1 <= l < L):  min_Z  lam_{l-1} B_{l-1}(Z, U_{l-1}) + lam_l B_l(X_{l+1}, A(W_l, Z))
+    XLast    (X_L):              min_Z  L(Y, A(W_L, Z))              + lam_{L-1} B_{L-1}(Z, U_{L-1})
     WHidden  (W_l, l < L):       min_W  lam_l B_l(X_{l+1}, W X~_l)   + rho_l ||W||^2 + gamma_l ||W - W0||^2
     WLast    (W_L):              min_W  L(Y, W X~_L)                 + rho_L ||W||^2 + gamma_L ||W - W0||^2
 
-X-blocks separate by column (data point), hidden W-blocks by row (output unit).
+``A(W, Z)`` is the linear map of the layer that Z feeds (``layers.py``; dense: ``W [Z; 1]``),
+held by the X-blocks as ``map``. A W-block sees its layer as a product ``W X~``: ``X~`` is the
+layer's ``patches`` of its input (dense: ``[X_l; 1]``; a convolution: the im2col patches) and
+``V`` its output as ``rows`` (a convolution: one row per output channel), so a conv W-block is a
+dense W-block on patches. X-blocks separate by column (data point), hidden W-blocks by row
+(output unit, or output channel).
 """
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 from array_api_compat import array_namespace
 
-from .network import augment
+from .layers import Dense, LinearMap
 
 
 def _sq(xp, A):
@@ -53,6 +59,27 @@ def natural_residual(block, Z):
 
 class Block:
     kind = "block"
+    map = None
+
+    def forward(self, Z):
+        """X-blocks: ``A(W, Z)``, the pre-activation of the layer that Z feeds."""
+        return self.map.forward(self.W, Z)
+
+    def adjoint(self, G):
+        """X-blocks: ``A(W, .)^T G``."""
+        return self.map.adjoint_x(self.W, G)
+
+    def dense_W(self):
+        """X-blocks: ``[A | b]``, the map as explicit dense weights with the bias as last column
+        (``W`` itself for a dense layer; a convolution's Toeplitz matrix: small blocks only)."""
+        if self.map.is_dense:
+            return self.W
+        A, b = self.map.matrix(self.W)
+        return np.hstack([A, b])
+
+    def __post_init__(self):
+        if hasattr(self, "W") and hasattr(self, "U_prev") and self.map is None:
+            self.map = LinearMap((), Dense(self.W.shape[0]), (self.W.shape[1] - 1,))
 
     def grad(self, Z):
         parts = self.grad_parts(Z)
@@ -77,18 +104,18 @@ class XHidden(Block):
     W: object           # W_l
     V_next: object      # X_{l+1}
     lam_out: float
+    map: LinearMap = None   # the map of W_l (None: dense)
     kind = "x_hidden"
 
     def value(self, Z):
         xp = array_namespace(Z)
         return (self.lam_in * xp.sum(self.act_in.divergence(Z, self.U_prev))
-                + self.lam_out * xp.sum(self.act_out.divergence(self.V_next, self.W @ augment(Z))))
+                + self.lam_out * xp.sum(self.act_out.divergence(self.V_next, self.forward(Z))))
 
     def grad_parts(self, Z):
-        p = Z.shape[0]
-        G_out = self.act_out.grad_u(self.V_next, self.W @ augment(Z))
+        G_out = self.act_out.grad_u(self.V_next, self.forward(Z))
         return [self.lam_in * self.act_in.grad_v(Z, self.U_prev),
-                self.lam_out * (self.W[:, :p].T @ G_out)]
+                self.lam_out * self.adjoint(G_out)]
 
     def project(self, Z):
         return self.act_in.project(Z)
@@ -105,16 +132,16 @@ class XLast(Block):
     loss: object
     W: object           # W_L
     Y: object
+    map: LinearMap = None   # the map of W_L (None: dense)
     kind = "x_last"
 
     def value(self, Z):
         xp = array_namespace(Z)
-        return (self.loss.value(self.Y, self.W @ augment(Z))
+        return (self.loss.value(self.Y, self.forward(Z))
                 + self.lam_in * xp.sum(self.act_in.divergence(Z, self.U_prev)))
 
     def grad_parts(self, Z):
-        p = Z.shape[0]
-        return [self.W[:, :p].T @ self.loss.grad(self.Y, self.W @ augment(Z)),
+        return [self.adjoint(self.loss.grad(self.Y, self.forward(Z))),
                 self.lam_in * self.act_in.grad_v(Z, self.U_prev)]
 
     def project(self, Z):
@@ -182,8 +209,8 @@ def x_block(net, X0, Y, Xs, l):
                   lam_in=net.lam[l - 1])
     if l < L:
         return XHidden(**common, act_out=net.activations[l], W=net.W[l], V_next=X[l + 1],
-                       lam_out=net.lam[l])
-    return XLast(**common, loss=net.loss, W=net.W[L], Y=Y)
+                       lam_out=net.lam[l], map=net.layers[l])
+    return XLast(**common, loss=net.loss, W=net.W[L], Y=Y, map=net.layers[L])
 
 
 def w_block(net, X0, Y, Xs, l, gamma=0.0, W0=None):
@@ -195,12 +222,12 @@ def w_block(net, X0, Y, Xs, l, gamma=0.0, W0=None):
         raise ValueError(f"gamma must be >= 0 and finite, got {gamma!r}")
     if gamma and W0 is None:
         raise ValueError("W0 is required when gamma > 0")
-    X = [X0, *Xs]
-    common = dict(layer=l, Xt=augment(X[l]), rho=net.rho[l], gamma=float(gamma),
+    X, A = [X0, *Xs], net.layers[l]
+    common = dict(layer=l, Xt=A.patches(X[l]), rho=net.rho[l], gamma=float(gamma),
                   W0=W0 if gamma else None)
     if l < L:
-        return WHidden(**common, act=net.activations[l], V=X[l + 1], lam=net.lam[l])
-    return WLast(**common, loss=net.loss, Y=Y)
+        return WHidden(**common, act=net.activations[l], V=A.rows(X[l + 1]), lam=net.lam[l])
+    return WLast(**common, loss=net.loss, Y=A.rows(Y))
 
 
 @dataclass

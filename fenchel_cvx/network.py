@@ -1,17 +1,20 @@
-"""LiftedNetwork: a dense feed-forward network and its two objectives.
+"""LiftedNetwork: a feed-forward network as a sequence of linear maps, and its two objectives.
 
-Notation of the paper (columns are data points). Layer ``l = 0..L`` has weights
-``W[l]`` of shape ``(p_{l+1}, p_l + 1)`` whose last column is the bias, acting on
-``X~_l = [X_l; 1^T]``. Pre-activations ``U_l = W_l X~_l``; ``X_{l+1} = phi_l(U_l)`` for ``l < L``;
-output ``Yhat = W_L X~_L``.
+Notation of the paper (columns are data points). Layer ``l = 0..L`` has weights ``W[l]`` whose
+last column is the bias, and a linear map ``net.layers[l]`` (``layers.py``): dense,
+``U_l = W_l [X_l; 1^T]`` with ``W_l`` of shape ``(p_{l+1}, p_l + 1)``, or a 2-D convolution of the
+(pooled) image ``X_l``, ``U_l = conv(W_l, pool(X_l)) + b_l``. Pre-activations ``U_l``;
+``X_{l+1} = phi_l(U_l)`` for ``l < L``; output ``Yhat = U_L``.
 
-- network objective   J(W)    = L(Y, W_L X~_L^ff) + sum_l rho_l ||W_l||_F^2           (eq. (1))
-- lifted objective    F(W, X) = L(Y, W_L X~_L) + sum_l rho_l ||W_l||_F^2
-                                + sum_{l<L} lam_l B_l(X_{l+1}, W_l X~_l)               (eq. (5))
+- network objective   J(W)    = L(Y, U_L^ff) + sum_l rho_l ||W_l||_F^2                 (eq. (1))
+- lifted objective    F(W, X) = L(Y, U_L) + sum_l rho_l ||W_l||_F^2
+                                + sum_{l<L} lam_l B_l(X_{l+1}, U_l(W_l, X_l))          (eq. (5))
 
-In the API, ``Xs`` is the list of the lifted variables ``[X_1, ..., X_L]`` (``X_0`` is data);
-inside, ``X = [X0, *Xs]`` so that ``X[l]`` is the paper's ``X_l``. At the feed-forward point
-every B_l is 0 and F = J.
+In the API, ``Xs`` is the list of the lifted variables ``[X_1, ..., X_L]`` (``X_0`` is data), each
+2-D (features x m; an image's features in (C, H, W) order); inside, ``X = [X0, *Xs]`` so that
+``X[l]`` is the paper's ``X_l``. At the feed-forward point every B_l is 0 and F = J.
+``LiftedNetwork(layer_sizes)`` builds a dense network, ``LiftedNetwork.from_layers(input_shape,
+specs)`` any sequence of layer specs, and ``lenet5`` the paper's LeNet-5.
 """
 import math
 import numbers
@@ -20,6 +23,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from .activations import activation as _activation
+from .layers import AvgPool2d, Conv2d, Dense, Flatten, build_maps
 from .losses import loss as _loss
 
 
@@ -40,14 +44,17 @@ def _per_layer(value, n, name, positive=False):
     return [float(v) for v in vals]
 
 
-def check_data(name, A, rows=None, cols=None):
-    """Validate a finite 2-D data matrix; return it as a float array."""
+def check_data(name, A, rows=None, cols=None, shape=None):
+    """Validate a finite 2-D data matrix; return it as a float array.
+
+    ``shape``: the input shape whose flattened size is ``rows`` (named in the error)."""
     if isinstance(A, (list, tuple)) or (isinstance(A, np.ndarray) and A.dtype.kind in "biu"):
         A = np.asarray(A, dtype=float)  # integer pixels become float64; float32 stays float32
     if A.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array (features x data points), got shape {A.shape}")
     if rows is not None and A.shape[0] != rows:
-        raise ValueError(f"{name} must have {rows} rows, got shape {A.shape}")
+        what = "" if shape is None or len(shape) == 1 else f" (an input of shape {tuple(shape)}, flattened)"
+        raise ValueError(f"{name} must have {rows} rows{what}, got shape {A.shape}")
     if cols is not None and A.shape[1] != cols:
         raise ValueError(f"{name} must have {cols} columns (data points), got shape {A.shape}")
     if A.shape[1] == 0:
@@ -59,26 +66,45 @@ def check_data(name, A, rows=None, cols=None):
 
 
 class LiftedNetwork:
-    """A dense network ``layer_sizes = (p_0, ..., p_{L+1})`` with its lifted relaxation.
+    """A network of linear maps (dense: ``layer_sizes = (p_0, ..., p_{L+1})``) and its relaxation.
 
     Parameters
     ----------
-    layer_sizes : sequence of int, at least (input, output).
+    layer_sizes : sequence of int, at least (input, output): a dense network. (Any other
+        architecture: ``LiftedNetwork.from_layers(input_shape, specs, ...)``.)
     activation : name, ``Activation`` or a sequence of L of them (one per hidden layer).
     loss : ``"mse"`` or ``"cross_entropy"``.
     lam : lambda_l > 0 weighting B_l; a number or one per hidden layer (Appendix A: a single
         lambda loses no generality for ReLU).
     rho : rho_l >= 0, the Frobenius penalty of W_l; a number or one per layer (L + 1).
     seed : seed of the Xavier-uniform initialisation (biases start at 0).
-    dtype : NumPy dtype of the weights.
+    dtype : NumPy dtype (or its name) of the weights.
     """
 
     def __init__(self, layer_sizes, activation="relu", loss="mse", lam=1.0, rho=0.0, seed=0,
                  dtype=np.float64):
         sizes = list(layer_sizes)
-        if len(sizes) < 2 or not all(isinstance(p, numbers.Integral) and p > 0 for p in sizes):
+        if len(sizes) < 2 or not all(isinstance(p, numbers.Integral) and not isinstance(p, bool)
+                                     and p > 0 for p in sizes):
             raise ValueError(f"layer_sizes must be >= 2 positive integers, got {layer_sizes!r}")
-        self.layer_sizes = tuple(int(p) for p in sizes)
+        self._build((int(sizes[0]),), [Dense(int(p)) for p in sizes[1:]], activation, loss, lam,
+                    rho, seed, dtype)
+
+    @classmethod
+    def from_layers(cls, input_shape, layers, activation="relu", loss="mse", lam=1.0, rho=0.0,
+                    seed=0, dtype=np.float64):
+        """A network from layer specs (``layers.py``): ``Dense``, ``Conv2d``, ``AvgPool2d``,
+        ``Flatten`` or their dicts, on inputs of ``input_shape`` ((features,) or (C, H, W))."""
+        net = cls.__new__(cls)
+        net._build(input_shape, layers, activation, loss, lam, rho, seed, dtype)
+        return net
+
+    def _build(self, input_shape, specs, activation, loss, lam, rho, seed, dtype):
+        specs = list(specs)
+        self.layers = build_maps(input_shape, specs)
+        self.specs = [s for m in self.layers for s in m.specs]
+        self.input_shape = self.layers[0].in_shape
+        self.layer_sizes = (self.layers[0].n_in, *(m.n_out for m in self.layers))
         L = self.n_hidden
         acts = activation if isinstance(activation, (list, tuple)) else [activation] * L
         if len(acts) != L:
@@ -87,14 +113,31 @@ class LiftedNetwork:
         self.loss = _loss(loss)
         self.lam = _per_layer(lam, L, "lam", positive=True)
         self.rho = _per_layer(rho, L + 1, "rho")
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            raise ValueError(f"dtype must be float32 or float64, got {dtype!r}") from None
+        if dtype not in (np.float32, np.float64):
+            raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
         self.seed = seed
         rng = np.random.default_rng(seed)
-        self.W = []
-        for p_in, p_out in zip(self.layer_sizes[:-1], self.layer_sizes[1:]):
-            a = math.sqrt(6.0 / (p_in + p_out))
-            Wl = np.zeros((p_out, p_in + 1), dtype=dtype)
-            Wl[:, :p_in] = rng.uniform(-a, a, size=(p_out, p_in))
-            self.W.append(Wl)
+        self.W = [m.init(rng, dtype) for m in self.layers]
+
+    def get_config(self):
+        """The architecture and hyperparameters as a JSON-ready dict (``from_config`` inverts it)."""
+        return {"input_shape": list(self.input_shape), "layers": [s.to_dict() for s in self.specs],
+                "activations": [_activation_dict(a) for a in self.activations],
+                "loss": self.loss.name, "lam": list(self.lam), "rho": list(self.rho),
+                "seed": self.seed, "dtype": np.dtype(self.W[0].dtype).name}
+
+    @classmethod
+    def from_config(cls, config):
+        """A freshly initialised network with the architecture of ``config`` (``get_config``)."""
+        acts = [_activation(a["name"], **{k: v for k, v in a.items() if k != "name"})
+                for a in config["activations"]]
+        return cls.from_layers(config["input_shape"], config["layers"], activation=acts,
+                               loss=config["loss"], lam=config["lam"], rho=config["rho"],
+                               seed=config["seed"], dtype=config["dtype"])
 
     @property
     def n_hidden(self):
@@ -103,12 +146,17 @@ class LiftedNetwork:
 
     def __repr__(self):
         sizes = "-".join(map(str, self.layer_sizes))
-        return (f"LiftedNetwork({sizes}, activation={[a.name for a in self.activations]}, "
-                f"loss={self.loss.name!r}, lam={self.lam}, rho={self.rho})")
+        lines = [f"LiftedNetwork({sizes}, activation={[a.name for a in self.activations]}, "
+                 f"loss={self.loss.name!r}, lam={self.lam}, rho={self.rho})"]
+        if len(self.input_shape) > 1:   # an image network: one line per map, with its shapes
+            acts = [a.name for a in self.activations] + ["output"]
+            lines += [f"  W_{l}: {m.describe()}, {a}"
+                      for l, (m, a) in enumerate(zip(self.layers, acts))]
+        return "\n".join(lines)
 
     # --- validation -------------------------------------------------------------------------
     def check_inputs(self, X0, Y=None):
-        X0 = check_data("X0", X0, rows=self.layer_sizes[0])
+        X0 = check_data("X0", X0, rows=self.layer_sizes[0], shape=self.input_shape)
         if Y is not None:
             Y = check_data("Y", Y, rows=self.layer_sizes[-1], cols=X0.shape[1])
         return X0, Y
@@ -121,8 +169,8 @@ class LiftedNetwork:
 
     # --- the map ----------------------------------------------------------------------------
     def pre_activation(self, l, Xl):
-        """U_l = W_l [X_l; 1]."""
-        return self.W[l] @ augment(Xl)
+        """U_l = A_l(W_l, X_l) + b_l (dense: W_l [X_l; 1])."""
+        return self.layers[l].forward(self.W[l], Xl)
 
     def forward(self, X0):
         """Feed-forward pass: returns ``(Xs, Yhat)`` with ``Xs = [X_1, ..., X_L]``."""
@@ -162,3 +210,25 @@ class LiftedNetwork:
         B = self.divergences(X0, Xs)
         return float(self.loss.value(Y, out)) + self.penalty() + sum(
             lam * b for lam, b in zip(self.lam, B))
+
+
+def _activation_dict(act):
+    out = {"name": act.name}
+    if hasattr(act, "slope"):
+        out["slope"] = act.slope
+    return out
+
+
+def lenet5(input_shape=(1, 28, 28), n_classes=10, **kwargs):
+    """LeNet-5 as in the paper: conv 6@5x5, avg-pool 2, conv 16@5x5, avg-pool 2, fc 120, fc 84,
+    fc ``n_classes``, ReLU. A 28 x 28 input is zero-padded to 32 x 32 by the first convolution
+    (padding 2); a 32 x 32 input (CIFAR-10's (3, 32, 32)) is not. ``kwargs`` go to
+    ``LiftedNetwork.from_layers`` (activation, loss, lam, rho, seed, dtype)."""
+    shape = tuple(input_shape)
+    if len(shape) != 3 or shape[1:] not in ((28, 28), (32, 32)):
+        raise ValueError(f"input_shape must be (channels, 28, 28) or (channels, 32, 32) for "
+                         f"LeNet-5, got {input_shape!r}")
+    pad = 2 if shape[1] == 28 else 0
+    specs = [Conv2d(6, 5, padding=pad), AvgPool2d(2), Conv2d(16, 5), AvgPool2d(2), Flatten(),
+             Dense(120), Dense(84), Dense(n_classes)]
+    return LiftedNetwork.from_layers(shape, specs, **kwargs)

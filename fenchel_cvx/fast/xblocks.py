@@ -1,10 +1,11 @@
 """X-blocks by accelerated proximal gradient (FISTA with adaptive restart).
 
-    XHidden:  min_Z  lam_in B_in(Z, U_prev) + lam_out B_out(V_next, W [Z; 1])
-    XLast:    min_Z  L(Y, W [Z; 1])          + lam_in B_in(Z, U_prev)
+    XHidden:  min_Z  lam_in B_in(Z, U_prev) + lam_out B_out(V_next, A(W, Z))
+    XLast:    min_Z  L(Y, A(W, Z))           + lam_in B_in(Z, U_prev)
 
-The objective splits into a smooth part ``f`` (the term through ``W``: its gradient is
-``W_p^T grad_U``, ``W_p`` the weights without the bias column) and a separable part
+The objective splits into a smooth part ``f`` (the term through the layer's linear map ``A``:
+its gradient is ``A(W, .)^T grad_U``; dense: ``W_p^T grad_U``, ``W_p`` the weights without the
+bias column; a convolution: the transposed convolution of ``layers.py``) and a separable part
 
     h(Z) = lam_in [F_in(Z) - U_prev * Z]  (+ the indicator of phi_in's range),
 
@@ -21,7 +22,8 @@ which keeps ``z`` strictly inside the open range.
 ``L`` is ``sup phi_out' * lam_out * ||W_p||_2^2`` (``2 ||W_p||^2`` for MSE, ``max_j (1^T y_j) / 2
 ||W_p||^2`` for cross-entropy, the softmax Hessian being ``<= I / 2``). Where ``W_p`` has at most
 ``EXACT_EIG_MAX`` rows or columns (the last X-block: 10 outputs), ``||W_p||_2`` is exact and ``L``
-a certified bound: no line search. Otherwise ``||W_p||_2`` comes from power iteration and a
+a certified bound: no line search. Otherwise ``||W_p||_2`` (or a convolution's norm) comes
+from power iteration and a
 backtracking test on the smooth term's value guards it. Momentum restarts when it stops helping
 (O'Donoghue & Candes' gradient test). The loop stops when the block's own
 ``kkt_residual`` is ``<= tol``.
@@ -79,19 +81,25 @@ def _inside(xp, act, Z):
 
 
 class _Smooth:
-    """The smooth term of an X-block as a function of U = W_p Z + b: value, dvalue/dU, Lipschitz."""
+    """The smooth term of an X-block as a function of U = A(W, Z): value, dvalue/dU, Lipschitz."""
 
     def __init__(self, xp, block):
         self.xp, self.block = xp, block
-        p = block.U_prev.shape[0]
-        self.Wp, self.b = block.W[:, :p], block.W[:, p:]
-        small = min(self.Wp.shape)
-        exact = 0 < small <= EXACT_EIG_MAX
-        if exact:  # the top eigenvalue of the small Gram matrix: ||W_p||^2 itself
-            M = self.Wp @ self.Wp.T if self.Wp.shape[0] <= self.Wp.shape[1] else self.Wp.T @ self.Wp
-            nrm2 = 1.001 * float(xp.max(xp.linalg.eigvalsh(M)))  # 1.001: rounding of eigvalsh
-        else:      # power iteration approaches ||W_p||^2 from below
-            nrm2 = 1.02 * top_eig(xp, self.Wp)
+        A = block.map
+        if A.is_dense:
+            p = block.U_prev.shape[0]
+            self.Wp, self.b = block.W[:, :p], block.W[:, p:]
+            small = min(self.Wp.shape)
+            exact = 0 < small <= EXACT_EIG_MAX
+            if exact:  # the top eigenvalue of the small Gram matrix: ||W_p||^2 itself
+                M = (self.Wp @ self.Wp.T if self.Wp.shape[0] <= self.Wp.shape[1]
+                     else self.Wp.T @ self.Wp)
+                nrm2 = 1.001 * float(xp.max(xp.linalg.eigvalsh(M)))  # 1.001: rounding of eigvalsh
+            else:      # power iteration approaches ||W_p||^2 from below
+                nrm2 = 1.02 * top_eig(xp, self.Wp)
+        else:          # a convolution: power iteration on the map and its adjoint
+            self.Wp = None
+            exact, nrm2 = False, 1.05 * A.norm2(block.W, iters=50)
         if block.kind == "x_hidden":
             curv = DPHI_MAX.get(block.act_out.name)
             exact = exact and curv is not None
@@ -105,7 +113,10 @@ class _Smooth:
         self.certified = exact
 
     def forward(self, Z):
-        return self.Wp @ Z + self.b
+        return self.Wp @ Z + self.b if self.Wp is not None else self.block.forward(Z)
+
+    def adjoint(self, G):
+        return self.Wp.T @ G if self.Wp is not None else self.block.adjoint(G)
 
     def value(self, U):
         """The smooth term at U (up to a constant), as a 0-d array (no device sync)."""
@@ -151,7 +162,7 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100):
     if kkt(xp, z, block.grad_parts(z), block.project) <= tol:
         return z, 0, dict(method="fista", lipschitz=L, restarts=0, backtracks=0, converged=True)
     for it in range(1, max_iter + 1):
-        Gy = sm.Wp.T @ sm.grad_U(Uy)
+        Gy = sm.adjoint(sm.grad_U(Uy))
         fy_d = None if sm.certified else sm.value(Uy)
         for _ in range(MAX_BACKTRACKS):
             tau = lam_in / L

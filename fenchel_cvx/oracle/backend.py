@@ -329,7 +329,7 @@ class OracleBackend:
         if self.n_jobs == 1 or m < 8 * self.n_jobs:
             return _nnls.solve_x_last(block)
         bounds = np.linspace(0, m, self.n_jobs + 1).astype(int)
-        futures = [self._executor().submit(_nnls.solve_columns, block.W, block.Y[:, a:b],
+        futures = [self._executor().submit(_nnls.solve_columns, block.dense_W(), block.Y[:, a:b],
                                            block.U_prev[:, a:b], block.lam_in)
                    for a, b in zip(bounds[:-1], bounds[1:])]
         return np.concatenate([f.result() for f in futures], axis=1)

@@ -9,7 +9,8 @@ point j (column), up to a constant
 since lam B(z, u) = lam (z^2/2 + u_+^2/2 - u z) = (lam/2)||z - u||^2 + const on z >= 0. That is a
 nonnegative least squares problem, solved exactly (active set, finite termination) by
 ``scipy.optimize.nnls``; the tests cross-check it against the CVXPY form of the block.
-``W_x = W[:, :p]``, ``b = W[:, p]``: the weights and bias of the output layer.
+``W_x = W[:, :p]``, ``b = W[:, p]``: the weights and bias of the output layer (``block.dense_W()``:
+a convolution's explicit matrix).
 """
 import math
 
@@ -41,4 +42,4 @@ def solve_columns(W, Y, U, lam):
 
 def solve_x_last(block):
     """The argmin of the MSE + ReLU X-last block."""
-    return solve_columns(block.W, block.Y, block.U_prev, block.lam_in)
+    return solve_columns(block.dense_W(), block.Y, block.U_prev, block.lam_in)

@@ -62,9 +62,10 @@ def _operator(block, Z):
     kind = block.kind
     if kind in ("x_hidden", "x_last"):
         p = Z.shape[0]
-        Wx = block.W[:, :p]
+        W = block.dense_W()
+        Wx = W[:, :p]
         d_in = block.lam_in * _F2(block.act_in, Z)
-        U = block.W @ augment(Z)
+        U = W @ augment(Z)
         if kind == "x_hidden":
             d_out = block.lam_out * block.act_out.dphi(U)
             return (lambda D: d_in * D + Wx.T @ (d_out * (Wx @ D))), d_in + (Wx * Wx).T @ d_out, 0
@@ -119,7 +120,7 @@ def piece_values(block, Z, axis):
         return np.sum(A, axis=axis, keepdims=axis is not None)
 
     if kind in ("x_hidden", "x_last"):
-        U = block.W @ augment(Z)
+        U = block.forward(Z)
         v = block.lam_in * s(block.act_in.divergence(Z, block.U_prev))
         if kind == "x_hidden":
             return v + block.lam_out * s(block.act_out.divergence(block.V_next, U))

@@ -20,7 +20,8 @@ multiplies its nonlinear term so that every problem is DPP (``is_dcp(dpp=True)``
     w_last ce  (W, t)      <s, t> - <Q, W> + c ||W||^2,  lse(W x~_j - t_j) <= 0
                Q = Y X~^T + 2 gamma W0,  c = rho + gamma
 
-(``W_x = W[:, :p]`` and ``b = W[:, p]`` split the weights of the layer a Z feeds; ``F``, ``F*``
+(``W_x = W[:, :p]`` and ``b = W[:, p]`` split the weights of the layer a Z feeds, a convolution
+given by its explicit matrix ``block.dense_W()``; a conv W-block is a W-block on patches; ``F``, ``F*``
 are the Theorem-1 pair of the activation, ``activations.py``; ReLU's F* enters through its
 epigraph.) The cross-entropy W-block couples its rows through log-sum-exp, so it is one piece.
 
@@ -242,7 +243,7 @@ def plan(block, budget):
     """Split ``block`` into pieces whose parametrised problem has about ``budget`` coefficients."""
     kind = block.kind
     if kind in ("x_hidden", "x_last"):
-        U, W = block.U_prev, block.W
+        U, W = block.U_prev, block.dense_W()
         p, m = U.shape
         Wx, b = W[:, :p], W[:, p:p + 1]
         size = max(1, budget // max(1, Wx.size))
@@ -303,13 +304,14 @@ def block_problem(block):
     if kind in ("x_hidden", "x_last"):
         Z = cp.Variable(block.U_prev.shape, name="Z")
         Zt = cp.vstack([Z, np.ones((1, Z.shape[1]))])
+        W = block.dense_W()      # a convolution: its explicit (Toeplitz) matrix
         B_in, cons = block.act_in.divergence_cvx(Z, block.U_prev)
         obj = block.lam_in * B_in
         if kind == "x_hidden":
-            B_out, c2 = block.act_out.divergence_cvx(block.V_next, block.W @ Zt)
+            B_out, c2 = block.act_out.divergence_cvx(block.V_next, W @ Zt)
             obj, cons = obj + block.lam_out * B_out, cons + c2
         else:
-            obj = obj + block.loss.cvx(block.Y, block.W @ Zt)
+            obj = obj + block.loss.cvx(block.Y, W @ Zt)
         return cp.Problem(cp.Minimize(obj), cons), Z
     shape = (block.V.shape[0] if kind == "w_hidden" else block.Y.shape[0], block.Xt.shape[0])
     W = cp.Variable(shape, name="W")

@@ -1,0 +1,401 @@
+"""Layers as linear maps: dense, 2-D convolution, 2x2 average pooling, flatten.
+
+In the lifted model every layer is ``U_l = A_l(W_l, X_l) + b_l``, linear in ``W_l`` for fixed
+``X_l`` and in ``X_l`` for fixed ``W_l`` (the paper's Sec. 4 runs LeNet-5 this way; docs page
+"Convolutional layers"). The lifted variables stay 2-D, ``X_l`` of shape (features x m) with the
+features of an image in PyTorch's (C, H, W) flatten order, so the blocks of ``blocks.py`` never
+see a shape.
+
+A *spec* is what a user writes: ``Dense(120)``, ``Conv2d(6, 5, padding=2)``, ``AvgPool2d(2)``,
+``Flatten()``; ``LAYERS`` maps each spec's ``kind`` to its class (one more layer kind is one more
+class there). ``build_maps`` folds the weight-free specs (pooling, flatten) into the next weighted
+one and returns one :class:`LinearMap` per weight matrix ``W_l``, which gives
+
+- ``forward(W, X)``: ``U = A(W, X) + b``, from the weights with the bias as last column;
+- ``adjoint_x(W, G)``: ``A(W, .)^T G``, the gradient through the map for the X-blocks;
+- ``patches(X)`` and ``rows(U)``: the map as a product ``rows(U) = W patches(X)``; for a dense
+  layer ``patches(X) = [X; 1^T]`` and ``rows`` is the identity; for a convolution the im2col
+  patches ``(C_in k k + 1) x (m H_out W_out)`` and the output channels as rows. So a conv
+  W-block is a dense W-block on patches: it separates by output channel (row) and its Gram
+  matrix ``patches patches^T`` is 26 x 26 for LeNet-5's first layer, 151 x 151 for its second;
+- ``adjoint_w(G, X)``: ``rows(G) patches(X)^T``, the gradient in W;
+- ``matrix(W)``: the explicit (Toeplitz) matrix and bias of ``A(W, .)``, for the oracle's small
+  X-block templates and for tests.
+
+Everything is written on the array API (NumPy, CuPy, array-api-strict).
+"""
+import math
+import numbers
+
+import numpy as np
+from array_api_compat import array_namespace
+
+__all__ = ["Dense", "Conv2d", "AvgPool2d", "Flatten", "LAYERS", "LinearMap", "build_maps",
+           "layer_from_dict"]
+
+
+def _positive_int(kind, name, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{kind} {name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _image(kind, shape):
+    if len(shape) != 3:
+        raise ValueError(f"{kind} needs a (channels, height, width) input, got shape {shape}")
+    return shape
+
+
+class Spec:
+    """A layer as the user writes it; ``to_dict`` / ``layer_from_dict`` round-trip it as JSON."""
+
+    kind = "spec"
+    weighted = False
+
+    def to_dict(self):
+        return {"kind": self.kind, **self.params()}
+
+    def params(self):
+        return {}
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.params() == other.params()
+
+
+# --- weight-free specs: folded into the next weighted map ------------------------------------
+class AvgPool2d(Spec):
+    """``size x size`` average pooling (stride = size), a linear map folded into the next layer."""
+
+    kind = "avgpool2d"
+
+    def __init__(self, size=2):
+        self.size = _positive_int("avgpool2d", "size", size, 2)
+
+    def params(self):
+        return {"size": self.size}
+
+    def out_shape(self, shape):
+        C, H, W = _image("avgpool2d", shape)
+        s = self.size
+        if H % s or W % s:
+            raise ValueError(f"avgpool2d size {s} needs a map size divisible by {s}, got "
+                             f"{H}x{W} (input shape {shape})")
+        return (C, H // s, W // s)
+
+    def apply(self, xp, X, shape):
+        C, H, W = shape
+        s = self.size
+        m = X.shape[1]
+        X6 = xp.reshape(X, (C, H // s, s, W // s, s, m))
+        return xp.reshape(xp.mean(X6, axis=(2, 4)), (C * (H // s) * (W // s), m))
+
+    def adjoint(self, xp, G, shape):
+        C, H, W = shape
+        s = self.size
+        m = G.shape[1]
+        G4 = xp.reshape(G, (C, H // s, 1, W // s, 1, m)) / (s * s)
+        G6 = xp.broadcast_to(G4, (C, H // s, s, W // s, s, m))
+        return xp.reshape(G6, (C * H * W, m))
+
+
+class Flatten(Spec):
+    """(C, H, W) -> (C H W,): nothing moves, the features are already flat in that order."""
+
+    kind = "flatten"
+
+    def out_shape(self, shape):
+        return (math.prod(shape),)
+
+    def apply(self, xp, X, shape):
+        return X
+
+    def adjoint(self, xp, G, shape):
+        return G
+
+
+# --- weighted specs: one weight matrix each --------------------------------------------------
+class Dense(Spec):
+    """``U = W[:, :-1] X + W[:, -1]`` on the flattened input; ``W`` is ``units x (n_in + 1)``."""
+
+    kind = "dense"
+    weighted = True
+
+    def __init__(self, units):
+        self.units = _positive_int("dense", "units", units)
+
+    def params(self):
+        return {"units": self.units}
+
+    def out_shape(self, shape):
+        return (self.units,)
+
+    def weight_shape(self, shape):
+        return (self.units, math.prod(shape) + 1)
+
+    def fans(self, shape):
+        return math.prod(shape), self.units
+
+    def patches(self, xp, X, shape):
+        return xp.concat([X, xp.ones((1, X.shape[1]), dtype=X.dtype)], axis=0)
+
+    def forward(self, xp, W, X, shape):
+        p = X.shape[0]
+        return W[:, :p] @ X + W[:, p:]
+
+    def adjoint_x(self, xp, W, G, shape):
+        return W[:, :-1].T @ G
+
+    def rows(self, xp, U, shape):
+        return U
+
+    def unrows(self, xp, R, shape, m):
+        return R
+
+
+class Conv2d(Spec):
+    """Multi-channel 2-D convolution (PyTorch's cross-correlation), stride 1, zero padding.
+
+    ``W`` is ``channels x (C_in k k + 1)``: ``W[:, :-1].reshape(channels, C_in, k, k)`` is a
+    ``torch.nn.Conv2d`` weight and ``W[:, -1]`` its bias. ``in_channels`` (optional) is checked
+    against the input.
+    """
+
+    kind = "conv2d"
+    weighted = True
+
+    def __init__(self, channels, kernel, padding=0, in_channels=None):
+        self.channels = _positive_int("conv2d", "channels", channels)
+        self.kernel = _positive_int("conv2d", "kernel", kernel)
+        self.padding = _positive_int("conv2d", "padding", padding, 0)
+        self.in_channels = None if in_channels is None else _positive_int(
+            "conv2d", "in_channels", in_channels)
+
+    def params(self):
+        out = {"channels": self.channels, "kernel": self.kernel, "padding": self.padding}
+        if self.in_channels is not None:
+            out["in_channels"] = self.in_channels
+        return out
+
+    def _geometry(self, shape):
+        C, H, W = _image("conv2d", shape)
+        if self.in_channels is not None and self.in_channels != C:
+            raise ValueError(f"conv2d in_channels={self.in_channels} does not match the input's "
+                             f"{C} channels (input shape {shape})")
+        k, p = self.kernel, self.padding
+        Ho, Wo = H + 2 * p - k + 1, W + 2 * p - k + 1
+        if Ho < 1 or Wo < 1:
+            raise ValueError(f"conv2d kernel {k} exceeds its input {H}x{W} (padding {p}, input "
+                             f"shape {shape})")
+        return C, H, W, Ho, Wo
+
+    def out_shape(self, shape):
+        _, _, _, Ho, Wo = self._geometry(shape)
+        return (self.channels, Ho, Wo)
+
+    def weight_shape(self, shape):
+        return (self.channels, shape[0] * self.kernel ** 2 + 1)
+
+    def fans(self, shape):
+        k2 = self.kernel ** 2
+        return shape[0] * k2, self.channels * k2
+
+    def _padded(self, xp, X, shape):
+        C, H, W = shape
+        m, p = X.shape[1], self.padding
+        X4 = xp.reshape(X, (C, H, W, m))
+        if p == 0:
+            return X4
+        zr = xp.zeros((C, p, W, m), dtype=X.dtype)
+        X4 = xp.concat([zr, X4, zr], axis=1)
+        zc = xp.zeros((C, H + 2 * p, p, m), dtype=X.dtype)
+        return xp.concat([zc, X4, zc], axis=2)
+
+    def im2col(self, xp, X, shape):
+        """``(C_in k k) x (H_out W_out m)``: rows (c, i, j), columns (h, w, data point)."""
+        C, H, W, Ho, Wo = self._geometry(shape)
+        k, m = self.kernel, X.shape[1]
+        Xp = self._padded(xp, X, shape)
+        cols = xp.stack([Xp[:, i:i + Ho, j:j + Wo, :] for i in range(k) for j in range(k)],
+                        axis=1)                                   # (C, k k, Ho, Wo, m)
+        return xp.reshape(cols, (C * k * k, Ho * Wo * m))
+
+    def patches(self, xp, X, shape):
+        P = self.im2col(xp, X, shape)
+        return xp.concat([P, xp.ones((1, P.shape[1]), dtype=P.dtype)], axis=0)
+
+    def forward(self, xp, W, X, shape):
+        P = self.im2col(xp, X, shape)
+        return self.unrows(xp, W[:, :-1] @ P + W[:, -1:], shape, X.shape[1])
+
+    def adjoint_x(self, xp, W, G, shape):
+        C, H, Wd, Ho, Wo = self._geometry(shape)
+        k, p, m = self.kernel, self.padding, G.shape[1]
+        cols = xp.reshape(W[:, :-1].T @ self.rows(xp, G, shape), (C, k * k, Ho, Wo, m))
+        out = xp.zeros((C, H + 2 * p, Wd + 2 * p, m), dtype=G.dtype)
+        for i in range(k):
+            for j in range(k):
+                out[:, i:i + Ho, j:j + Wo, :] += cols[:, i * k + j, ...]
+        out = out[:, p:p + H, p:p + Wd, :]
+        return xp.reshape(out, (C * H * Wd, m))
+
+    def rows(self, xp, U, shape):
+        """``(channels H_out W_out) x m`` -> ``channels x (H_out W_out m)``: a reshape."""
+        return xp.reshape(U, (self.channels, U.shape[0] // self.channels * U.shape[1]))
+
+    def unrows(self, xp, R, shape, m):
+        return xp.reshape(R, (R.shape[0] * R.shape[1] // m, m))
+
+
+LAYERS = {cls.kind: cls for cls in (Dense, Conv2d, AvgPool2d, Flatten)}
+
+
+def layer_from_dict(d):
+    """The spec of ``{"kind": ..., **params}`` (the inverse of ``Spec.to_dict``)."""
+    if not isinstance(d, dict) or d.get("kind") not in LAYERS:
+        raise ValueError(f"a layer must be a dict with 'kind' one of {sorted(LAYERS)}, got {d!r}")
+    params = {k: v for k, v in d.items() if k != "kind"}
+    try:
+        return LAYERS[d["kind"]](**params)
+    except TypeError as err:
+        raise ValueError(f"bad parameters for layer {d!r}: {err}") from None
+
+
+# --- one weight matrix: the pre-ops folded into its weighted op -------------------------------
+class LinearMap:
+    """The map of one ``W_l``: weight-free specs ``pre`` (pooling, flatten), then ``op``."""
+
+    def __init__(self, pre, op, in_shape):
+        self.pre, self.op, self.in_shape = tuple(pre), op, tuple(in_shape)
+        shapes = [self.in_shape]
+        for spec in self.pre:
+            shapes.append(tuple(spec.out_shape(shapes[-1])))
+        self._shapes = shapes           # the input shape of every pre-op, then of op
+        self.op_shape = shapes[-1]
+        self.out_shape = tuple(op.out_shape(self.op_shape))
+        self.weight_shape = op.weight_shape(self.op_shape)
+        self.n_in, self.n_out = math.prod(self.in_shape), math.prod(self.out_shape)
+
+    @property
+    def specs(self):
+        return (*self.pre, self.op)
+
+    @property
+    def is_dense(self):
+        """A plain dense layer on an unpooled input: ``W @ [X; 1]``."""
+        return isinstance(self.op, Dense) and not any(isinstance(s, AvgPool2d) for s in self.pre)
+
+    def describe(self):
+        names = " + ".join(_short(s) for s in self.specs)
+        return f"{names}: {self.in_shape} -> {self.out_shape}, W {self.weight_shape}"
+
+    def __repr__(self):
+        return f"LinearMap({self.describe()})"
+
+    def _pre(self, xp, X):
+        for spec, shape in zip(self.pre, self._shapes):
+            X = spec.apply(xp, X, shape)
+        return X
+
+    def _pre_adjoint(self, xp, G):
+        for spec, shape in zip(reversed(self.pre), reversed(self._shapes[:-1])):
+            G = spec.adjoint(xp, G, shape)
+        return G
+
+    def forward(self, W, X):
+        """``U = A(W, X) + b`` (the pre-activation of this layer), ``(n_out, m)``."""
+        xp = array_namespace(W, X)
+        return self.op.forward(xp, W, self._pre(xp, X), self.op_shape)
+
+    def adjoint_x(self, W, G):
+        """``A(W, .)^T G``: ``(n_out, m)`` -> ``(n_in, m)``."""
+        xp = array_namespace(W, G)
+        return self._pre_adjoint(xp, self.op.adjoint_x(xp, W, G, self.op_shape))
+
+    def patches(self, X):
+        """``X~`` of the W-block: the input of ``W`` as a matrix product, bias row last."""
+        xp = array_namespace(X)
+        return self.op.patches(xp, self._pre(xp, X), self.op_shape)
+
+    def rows(self, U):
+        """An output ``(n_out, m)`` as the rows of ``W @ patches(X)``."""
+        return self.op.rows(array_namespace(U), U, self.op_shape)
+
+    def unrows(self, R, m):
+        """The inverse of ``rows`` for ``m`` data points."""
+        return self.op.unrows(array_namespace(R), R, self.op_shape, m)
+
+    def adjoint_w(self, G, X):
+        """The gradient in W of ``<G, A(W, X) + b>``: ``rows(G) patches(X)^T``."""
+        return self.rows(G) @ self.patches(X).T
+
+    def matrix(self, W):
+        """``(A, b)`` with ``A(W, X) + b = A @ X + b`` (dense NumPy; for small maps only)."""
+        W = np.asarray(W)
+        if self.is_dense:
+            return W[:, :-1], W[:, -1:]
+        b = self.forward(W, np.zeros((self.n_in, 1), dtype=W.dtype))
+        return self.forward(W, np.eye(self.n_in, dtype=W.dtype)) - b, b
+
+    def norm2(self, W, iters=30):
+        """An estimate of ``||A(W, .)||_2^2`` by power iteration on ``A^T A`` (from below)."""
+        xp = array_namespace(W)
+        x = xp.asarray(np.random.default_rng(0).standard_normal((self.n_in, 1)), dtype=W.dtype)
+        zero = xp.zeros((W.shape[0], 1), dtype=W.dtype)
+        Wa = xp.concat([W[:, :-1], zero], axis=1)       # the linear part: no bias
+        lam = 0.0
+        for _ in range(iters):
+            y = self.adjoint_x(Wa, self.forward(Wa, x))
+            lam = float(xp.sqrt(xp.sum(y * y)))
+            if not lam > 0:
+                return 0.0
+            x = y / lam
+        return lam
+
+    def init(self, rng, dtype):
+        """Xavier-uniform weights (PyTorch's fans for a convolution), zero bias."""
+        fan_in, fan_out = self.op.fans(self.op_shape)
+        a = math.sqrt(6.0 / (fan_in + fan_out))
+        W = np.zeros(self.weight_shape, dtype=dtype)
+        W[:, :-1] = rng.uniform(-a, a, size=(self.weight_shape[0], self.weight_shape[1] - 1))
+        return W
+
+
+def _short(spec):
+    if isinstance(spec, Conv2d):
+        pad = f" pad {spec.padding}" if spec.padding else ""
+        return f"conv2d {spec.channels}@{spec.kernel}x{spec.kernel}{pad}"
+    if isinstance(spec, AvgPool2d):
+        return f"avgpool {spec.size}x{spec.size}"
+    if isinstance(spec, Dense):
+        return f"dense {spec.units}"
+    return spec.kind
+
+
+def build_maps(input_shape, specs):
+    """Fold ``specs`` into one :class:`LinearMap` per weighted layer (bad shapes: ValueError)."""
+    if isinstance(input_shape, numbers.Integral) and not isinstance(input_shape, bool):
+        input_shape = (input_shape,)
+    shape = tuple(input_shape)
+    if not shape or len(shape) not in (1, 3) or not all(
+            isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1 for d in shape):
+        raise ValueError(f"input_shape must be (features,) or (channels, height, width) of "
+                         f"positive integers, got {input_shape!r}")
+    specs = [layer_from_dict(s) if isinstance(s, dict) else s for s in specs]
+    for s in specs:
+        if not isinstance(s, Spec):
+            raise ValueError(f"layers must be layer specs ({', '.join(sorted(LAYERS))}) or their "
+                             f"dicts, got {s!r}")
+    if not specs or not specs[-1].weighted:
+        raise ValueError(f"layers must end with a weighted layer (dense or conv2d), got {specs!r}")
+    maps, pre, in_shape = [], [], tuple(int(d) for d in shape)
+    for s in specs:
+        if s.weighted:
+            maps.append(LinearMap(pre, s, in_shape))
+            in_shape, pre = maps[-1].out_shape, []
+        else:
+            pre.append(s)
+    return maps

@@ -1,0 +1,162 @@
+"""Layers as linear maps (fenchel_cvx.layers): conv, pooling, flatten, dense.
+
+The convolution is checked against a direct loop over output pixels (PyTorch's cross-correlation
+written out), every map's adjoints against the inner-product identity, ``matrix`` against the
+map itself, and the shapes and errors of ``build_maps``, ``LiftedNetwork.from_layers`` and
+``lenet5``.
+"""
+import json
+
+import numpy as np
+import pytest
+
+from fenchel_cvx import AvgPool2d, Conv2d, Dense, Flatten, LiftedNetwork, lenet5
+from fenchel_cvx.layers import LAYERS, build_maps, layer_from_dict
+
+
+def conv_reference(W, X, shape, k, pad):
+    """Cross-correlation by explicit loops: U[o, h, w] = b_o + sum_{c,i,j} W[o,c,i,j] X[c,h+i,w+j]."""
+    C, H, Wd = shape
+    m = X.shape[1]
+    Xi = np.pad(X.reshape(C, H, Wd, m), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    K, b = W[:, :-1].reshape(W.shape[0], C, k, k), W[:, -1]
+    Ho, Wo = H + 2 * pad - k + 1, Wd + 2 * pad - k + 1
+    U = np.empty((W.shape[0], Ho, Wo, m))
+    for h in range(Ho):
+        for w in range(Wo):
+            U[:, h, w, :] = np.einsum("ocij,cijm->om", K, Xi[:, h:h + k, w:w + k, :]) + b[:, None]
+    return U.reshape(-1, m)
+
+
+MAPS = [  # (input shape, specs)
+    ((2, 6, 5), [Conv2d(3, 3)]),
+    ((2, 5, 5), [Conv2d(3, 3, padding=1)]),
+    ((1, 8, 8), [AvgPool2d(2), Conv2d(2, 3, padding=2)]),
+    ((3, 4, 4), [AvgPool2d(2), Flatten(), Dense(5)]),
+    ((7,), [Dense(4)]),
+]
+
+
+@pytest.mark.parametrize("shape,k,pad", [((2, 6, 5), 3, 0), ((1, 5, 5), 5, 2), ((3, 4, 6), 2, 1)])
+def test_conv_forward_matches_the_loop_reference(shape, k, pad, rng):
+    (A,) = build_maps(shape, [Conv2d(4, k, padding=pad)])
+    W = rng.standard_normal(A.weight_shape)
+    X = rng.standard_normal((A.n_in, 3))
+    np.testing.assert_allclose(A.forward(W, X), conv_reference(W, X, shape, k, pad), atol=1e-12)
+    assert A.out_shape == (4, shape[1] + 2 * pad - k + 1, shape[2] + 2 * pad - k + 1)
+
+
+@pytest.mark.parametrize("shape,specs", MAPS, ids=lambda v: repr(v))
+def test_adjoints_and_matrix(shape, specs, rng):
+    (A,) = build_maps(shape, specs)
+    W = rng.standard_normal(A.weight_shape)
+    W0 = W.copy()
+    W0[:, -1] = 0.0                       # the linear part (no bias)
+    X, G = rng.standard_normal((A.n_in, 4)), rng.standard_normal((A.n_out, 4))
+    # <A(W) X, G> = <X, A(W)^T G>
+    np.testing.assert_allclose(np.sum(A.forward(W0, X) * G), np.sum(X * A.adjoint_x(W0, G)),
+                               rtol=1e-12)
+    # <A(W) X + b, G> is linear in W with gradient adjoint_w(G, X) = rows(G) patches(X)^T
+    D = rng.standard_normal(W.shape)
+    lhs = np.sum(A.forward(W + D, X) * G) - np.sum(A.forward(W, X) * G)
+    np.testing.assert_allclose(lhs, np.sum(D * A.adjoint_w(G, X)), rtol=1e-10)
+    # the product form the W-blocks use
+    np.testing.assert_allclose(A.unrows(W @ A.patches(X), 4), A.forward(W, X), atol=1e-12)
+    M, b = A.matrix(W)
+    np.testing.assert_allclose(M @ X + b, A.forward(W, X), atol=1e-12)
+    top = np.linalg.norm(M, 2) ** 2       # power iteration approaches it from below
+    assert 0.95 * top <= A.norm2(W, iters=100) <= top * (1 + 1e-9)
+
+
+def test_pooling_folded_into_the_next_map(rng):
+    (A,) = build_maps((2, 4, 4), [AvgPool2d(2), Flatten(), Dense(3)])
+    W = rng.standard_normal(A.weight_shape)
+    X = rng.standard_normal((32, 2))
+    pooled = X.reshape(2, 2, 2, 2, 2, 2).mean(axis=(2, 4)).reshape(8, 2)
+    np.testing.assert_allclose(A.forward(W, X), W[:, :-1] @ pooled + W[:, -1:], atol=1e-12)
+    assert A.weight_shape == (3, 9) and not A.is_dense
+
+
+def test_lenet5_shapes_and_repr():
+    net = lenet5((1, 28, 28), loss="cross_entropy", lam=(5, 5, 1, 1))
+    assert net.layer_sizes == (784, 6 * 28 * 28, 16 * 10 * 10, 120, 84, 10)
+    assert [W.shape for W in net.W] == [(6, 26), (16, 151), (120, 401), (84, 121), (10, 85)]
+    text = repr(net)
+    assert "conv2d 6@5x5 pad 2: (1, 28, 28) -> (6, 28, 28)" in text
+    assert "avgpool 2x2 + conv2d 16@5x5: (6, 28, 28) -> (16, 10, 10)" in text
+    cifar = lenet5((3, 32, 32))
+    assert cifar.layer_sizes[:3] == (3072, 6 * 28 * 28, 1600) and cifar.W[0].shape == (6, 76)
+    assert lenet5(dtype="float32").W[0].dtype == np.float32
+
+
+def test_xavier_initialisation_uses_the_conv_fans():
+    net = lenet5((1, 28, 28), seed=3)
+    bound = np.sqrt(6.0 / (25 + 6 * 25))
+    assert np.abs(net.W[0][:, :-1]).max() <= bound and np.abs(net.W[0][:, :-1]).max() > 0.8 * bound
+    assert not net.W[0][:, -1].any()
+
+
+def test_dense_network_is_unchanged():
+    """The dense API: same weights as the formula it always used, same shapes, one-line repr."""
+    net = LiftedNetwork([5, 4, 3], seed=2)
+    rng = np.random.default_rng(2)
+    a = np.sqrt(6.0 / 9)
+    np.testing.assert_array_equal(net.W[0][:, :5], rng.uniform(-a, a, size=(4, 5)))
+    assert net.input_shape == (5,) and "\n" not in repr(net)
+    assert net.get_config()["layers"] == [{"kind": "dense", "units": 4},
+                                          {"kind": "dense", "units": 3}]
+
+
+def test_config_round_trip():
+    net = LiftedNetwork.from_layers((2, 6, 6), [Conv2d(3, 3, padding=1), AvgPool2d(2), Flatten(),
+                                                Dense(4), Dense(2)],
+                                    activation=["leaky_relu", "tanh"], loss="cross_entropy",
+                                    lam=(2.0, 3.0), rho=0.1, seed=5, dtype="float32")
+    cfg = json.loads(json.dumps(net.get_config()))
+    twin = LiftedNetwork.from_config(cfg)
+    assert twin.get_config() == cfg and repr(twin) == repr(net)
+    for A, B in zip(net.W, twin.W):
+        np.testing.assert_array_equal(A, B)
+    assert [layer_from_dict(s.to_dict()) for s in net.specs] == net.specs
+
+
+@pytest.mark.parametrize("shape,specs,match", [
+    ((1, 4, 4), [Conv2d(2, 5)], "kernel 5 exceeds its input 4x4"),
+    ((3, 8, 8), [Conv2d(2, 3, in_channels=1)], "in_channels=1 does not match the input's 3"),
+    ((1, 7, 7), [Conv2d(2, 3), AvgPool2d(2), Dense(2)], "divisible by 2, got 5x5"),
+    ((1, 5, 5), [AvgPool2d(2), Dense(2)], "divisible by 2, got 5x5"),
+    ((4,), [Dense(3), Conv2d(2, 3)], "conv2d needs a \\(channels, height, width\\) input"),
+    ((4,), [Dense(3), Flatten()], "must end with a weighted layer"),
+    ((0, 4, 4), [Dense(3)], "input_shape must be"),
+    ((4, 4), [Dense(3)], "input_shape must be"),
+    ((4,), ["dense"], "layers must be layer specs"),
+    ((4,), [{"kind": "pool"}], "'kind' one of"),
+    ((4,), [{"kind": "dense", "units": 3, "bias": False}], "bad parameters for layer"),
+])
+def test_bad_architectures_are_refused_by_name(shape, specs, match):
+    with pytest.raises(ValueError, match=match):
+        LiftedNetwork.from_layers(shape, specs)
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: Conv2d(0, 3), "conv2d channels must be an integer >= 1, got 0"),
+    (lambda: Conv2d(2, True), "conv2d kernel must be an integer >= 1, got True"),
+    (lambda: Conv2d(2, 3, padding=-1), "conv2d padding must be an integer >= 0, got -1"),
+    (lambda: AvgPool2d(1), "avgpool2d size must be an integer >= 2, got 1"),
+    (lambda: Dense(2.5), "dense units must be an integer >= 1, got 2.5"),
+    (lambda: lenet5((1, 30, 30)), "input_shape must be \\(channels, 28, 28\\)"),
+    (lambda: LiftedNetwork([3, 2], dtype="int32"), "dtype must be float32 or float64"),
+])
+def test_bad_layer_parameters(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_image_data_of_the_wrong_shape_is_refused_by_name():
+    net = lenet5((1, 28, 28))
+    with pytest.raises(ValueError, match=r"X0 must have 784 rows \(an input of shape \(1, 28, 28\)"):
+        net.predict(np.zeros((3072, 2)))
+
+
+def test_registry_holds_every_kind():
+    assert set(LAYERS) == {"dense", "conv2d", "avgpool2d", "flatten"}
