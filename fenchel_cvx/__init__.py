@@ -3,7 +3,8 @@
 Public names only; the docs pages hold the mathematics and the layout.
 """
 from .activations import ACTIVATIONS, Activation, activation, monotone
-from .bcd import BACKENDS, BCDResult, fit_bcd
+from .backends import BACKENDS
+from .bcd import BCDResult, fit_bcd
 from .estimator import FenchelClassifier, FenchelRegressor
 from .errors import CertificateError, FenchelError, SolverError
 from .history import History

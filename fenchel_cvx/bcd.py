@@ -44,7 +44,6 @@ returned ``(net.W, Xs)`` (W-blocks depend on X only), so anyone can re-check the
 ``blocks.w_block(net, X0, Y, Xs, l)``; in Algorithm 2, ``Xs`` belong to the last batch
 (``result.batch`` holds its column indices).
 """
-import importlib
 import math
 import numbers
 import time
@@ -53,35 +52,12 @@ from dataclasses import dataclass
 import numpy as np
 from array_api_compat import array_namespace
 
+from .backends import BACKENDS, get_backend  # noqa: F401 (BACKENDS: kept importable from bcd)
 from .blocks import w_block, x_block
 from .certificate import Certificate
 from .datasets import batch_order, check_dtype
 from .errors import SolverError
 from .history import History
-
-
-# --- backends -------------------------------------------------------------------------------
-def _lazy(module, cls):
-    def make(**kwargs):
-        return getattr(importlib.import_module(module, __package__), cls)(**kwargs)
-    make.__name__ = cls
-    return make
-
-
-BACKENDS = {"cvxpy": _lazy(".oracle", "OracleBackend"), "fast": _lazy(".fast", "FastBackend")}
-
-
-def get_backend(backend="cvxpy", **kwargs):
-    """A backend object from a registry name (``BACKENDS``) or an object with ``.solve``."""
-    if isinstance(backend, str):
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {sorted(BACKENDS)} or an object with a "
-                             f"solve(block, start) method, got {backend!r}")
-        return BACKENDS[backend](**kwargs)
-    if callable(getattr(backend, "solve", None)):
-        return backend
-    raise ValueError(f"backend must be one of {sorted(BACKENDS)} or an object with a "
-                     f"solve(block, start) method, got {backend!r}")
 
 
 # --- result ---------------------------------------------------------------------------------

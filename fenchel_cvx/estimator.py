@@ -36,7 +36,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .activations import ACTIVATIONS, Activation
-from .bcd import BACKENDS, fit_bcd, get_backend
+from .backends import check_backend, get_backend
+from .bcd import fit_bcd
 from .datasets import check_dtype as _check_dtype
 from .losses import LOSSES, softmax
 from .network import LiftedNetwork
@@ -101,12 +102,7 @@ class _FenchelBase(BaseEstimator):
         epochs = _check_int("epochs", self.epochs)
         alternations = _check_int("alternations", self.alternations)
         iterations = _check_int("iterations", self.iterations)
-        if isinstance(self.backend, str) and self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {sorted(BACKENDS)} or an object with a "
-                             f"solve(block, start) method, got {self.backend!r}")
-        if not isinstance(self.backend, str) and not callable(getattr(self.backend, "solve", None)):
-            raise ValueError(f"backend must be one of {sorted(BACKENDS)} or an object with a "
-                             f"solve(block, start) method, got {self.backend!r}")
+        check_backend(self.backend)
         if not _is_real(self.tol) or not math.isfinite(self.tol) or not self.tol > 0:
             raise ValueError(f"tol must be > 0 and finite, got {self.tol!r}")
         dtype = _check_dtype(self.dtype)

@@ -24,6 +24,7 @@ per-class minimisation described above, which is what ``rule="optimization"`` me
 """
 import numpy as np
 
+from .backends import get_backend
 from .blocks import x_block
 
 RULES = ("feedforward", "optimization")
@@ -65,8 +66,6 @@ def predict(net, X0, rule="feedforward", backend="cvxpy", sweeps=2, tol=1e-6):
     Xff, out = net.forward(X0)
     if rule == "feedforward":
         return out
-    from .bcd import get_backend
-
     backend = get_backend(backend, tol=tol) if isinstance(backend, str) else get_backend(backend)
     K, m = net.layer_sizes[-1], X0.shape[1]
     scores = np.empty((K, m))

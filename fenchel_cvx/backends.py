@@ -1,0 +1,51 @@
+"""The block-solver backends by name: the registry that the driver, ``predict`` and the estimator share.
+
+A backend solves one convex block of the lifted objective (the paper's Sec. 4: each block of
+Algorithms 1 and 2 is a convex problem) through ``solve(block, start)``. Two are registered:
+
+- ``"cvxpy"``: the CVXPY oracle (``fenchel_cvx.oracle.OracleBackend``), certified optimal blocks;
+- ``"fast"``: the batched array solvers (``fenchel_cvx.fast.FastBackend``), NumPy or CuPy.
+
+Each is imported only when it is built, so that importing the package (or its fast backend)
+loads no CVXPY. Any object with a ``solve`` method is accepted in place of a name.
+"""
+import importlib
+
+__all__ = ["BACKENDS", "check_backend", "get_backend", "register_backend"]
+
+
+def _lazy(module, cls):
+    """A factory that imports ``module`` (relative to this package) only when called."""
+    def make(**kwargs):
+        return getattr(importlib.import_module(module, __package__), cls)(**kwargs)
+    make.__name__ = cls
+    return make
+
+
+#: name -> factory(**kwargs) -> backend object
+BACKENDS = {}
+
+
+def register_backend(name, module, cls):
+    """Register the backend class ``cls`` of ``module`` (e.g. ``".fast"``) under ``name``."""
+    BACKENDS[name] = _lazy(module, cls)
+
+
+register_backend("cvxpy", ".oracle", "OracleBackend")
+register_backend("fast", ".fast", "FastBackend")
+
+
+def check_backend(backend):
+    """Refuse, by name, a backend that is neither a registered name nor an object with ``solve``."""
+    if isinstance(backend, str) and backend in BACKENDS:
+        return
+    if not isinstance(backend, str) and callable(getattr(backend, "solve", None)):
+        return
+    raise ValueError(f"backend must be one of {sorted(BACKENDS)} or an object with a "
+                     f"solve(block, start) method, got {backend!r}")
+
+
+def get_backend(backend="cvxpy", **kwargs):
+    """A backend object from a registry name (``BACKENDS``, built with ``kwargs``) or an object with ``.solve``."""
+    check_backend(backend)
+    return BACKENDS[backend](**kwargs) if isinstance(backend, str) else backend
