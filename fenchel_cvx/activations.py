@@ -10,7 +10,8 @@ network layer can be written as ``B_phi(v, u) <= 0`` and dualised (the paper's e
 
 Each activation here gives, elementwise and for any array-API namespace (NumPy, CuPy,
 array-api-strict): ``phi``, its derivative ``dphi``, ``phi_inv``, ``F``, ``Fstar``, the
-divergence and its partial gradients; and, for the CVXPY oracle, ``divergence_cvx(v, u)``.
+divergence and its partial gradients. Their CVXPY forms, for the oracle, are in
+``fenchel_cvx.oracle.atoms`` (``divergence_cvx(act, v, u)``), so this module needs no CVXPY.
 ReLU is not strictly increasing, but its B (``v >= 0`` domain) satisfies the same theorem.
 ``monotone(phi)`` builds F and F* by quadrature for any continuous strictly increasing phi
 (NumPy only, for theorem checks). Look activations up by name: ``activation("relu")``.
@@ -18,7 +19,6 @@ ReLU is not strictly increasing, but its B (``v >= 0`` domain) satisfies the sam
 import math
 import numbers
 
-import cvxpy as cp
 import numpy as np
 from array_api_compat import array_namespace
 from scipy import integrate
@@ -28,10 +28,6 @@ def _xlogx(xp, x):
     """x log x with the limit 0 at x = 0 (no warning, no NaN)."""
     pos = x > 0
     return xp.where(pos, x * xp.log(xp.where(pos, x, xp.ones_like(x))), xp.zeros_like(x))
-
-
-def _is_expr(x):
-    return isinstance(x, cp.Expression) and not isinstance(x, cp.Parameter) and bool(x.variables())
 
 
 class Activation:
@@ -86,54 +82,6 @@ class Activation:
         """dB/dv = phi^{-1}(v) - u (a subgradient for ReLU at v = 0)."""
         return self.phi_inv(v) - u
 
-    # --- CVXPY ------------------------------------------------------------------------------
-    def F_cvx(self, v):
-        raise NotImplementedError
-
-    def Fstar_cvx(self, u):
-        raise NotImplementedError
-
-    def divergence_cvx(self, v, u, linear=None):
-        """Summed B_phi(v, u) as a CVXPY expression, with the domain constraints on v.
-
-        Exactly one of ``v``, ``u`` is a CVXPY expression of variables; the other is a NumPy
-        array or a ``cp.Parameter``. The result is DCP. It is DPP when the expression side holds
-        no parameter; when it does (``u = W [Z; 1]`` with ``W`` a parameter) the bilinear term
-        ``<u, v>`` is a product of parameters, and the caller passes it in DPP form as
-        ``linear`` (e.g. ``cp.sum(cp.multiply(P, Zt))`` with the parameter ``P = W^T V``).
-        Returns ``(expression, constraints)``.
-        """
-        v_var, u_var = _is_expr(v), _is_expr(u)
-        if v_var == u_var:
-            raise ValueError(
-                "divergence_cvx needs exactly one of v, u to be a CVXPY expression of "
-                f"variables, got v={type(v).__name__}, u={type(u).__name__}"
-            )
-        cons = []
-        if v_var:
-            lo, hi = self.v_range
-            cons += [v >= lo] if not math.isinf(lo) else []
-            cons += [v <= hi] if not math.isinf(hi) else []
-            Fv = cp.sum(self.F_cvx(v))
-        else:
-            Fv = self._constant_part(v, "v", self.F, self.F_cvx, check_range=True)
-        if u_var:
-            Fs = cp.sum(self.Fstar_cvx(u))
-        else:
-            Fs = self._constant_part(u, "u", self.Fstar, self.Fstar_cvx)
-        if linear is None:
-            linear = cp.sum(cp.multiply(u, v))
-        return Fv + Fs - linear, cons
-
-    def _constant_part(self, x, name, f_np, f_cvx, check_range=False):
-        if isinstance(x, cp.Expression):  # a parameter (expression): F or F* stays symbolic
-            return cp.sum(f_cvx(x))
-        x = np.asarray(x, dtype=float)
-        if check_range and not np.all(self.in_range(x)):
-            bad = x[~self.in_range(x)].ravel()[0]
-            raise ValueError(f"{name} must lie in the range {self.v_range} of {self.name}, got {bad}")
-        return float(np.sum(f_np(x)))
-
 
 class ReLU(Activation):
     """phi(u) = max(u, 0).  B(v, u) = v^2/2 + u_+^2/2 - u v on v >= 0."""
@@ -158,12 +106,6 @@ class ReLU(Activation):
     def Fstar(self, u):
         p = self.phi(u)
         return 0.5 * p * p
-
-    def F_cvx(self, v):
-        return 0.5 * cp.square(v)
-
-    def Fstar_cvx(self, u):
-        return 0.5 * cp.square(cp.pos(u))
 
 
 class LeakyReLU(Activation):
@@ -202,12 +144,6 @@ class LeakyReLU(Activation):
         xp = array_namespace(u)
         return xp.where(u > 0, 0.5 * u * u, 0.5 * self.slope * u * u)
 
-    def F_cvx(self, v):
-        return 0.5 * cp.square(cp.pos(v)) + cp.square(cp.neg(v)) / (2 * self.slope)
-
-    def Fstar_cvx(self, u):
-        return 0.5 * cp.square(cp.pos(u)) + 0.5 * self.slope * cp.square(cp.neg(u))
-
 
 class Sigmoid(Activation):
     """phi(u) = 1 / (1 + e^-u).  F(v) = v log v + (1-v) log(1-v) on [0, 1], F*(u) = log(1 + e^u)."""
@@ -236,12 +172,6 @@ class Sigmoid(Activation):
         xp = array_namespace(u)
         return xp.logaddexp(xp.zeros_like(u), u)
 
-    def F_cvx(self, v):
-        return -cp.entr(v) - cp.entr(1 - v)
-
-    def Fstar_cvx(self, u):
-        return cp.logistic(u)
-
 
 class Tanh(Activation):
     """phi(u) = tanh u.  F(v) = [(1+v) log(1+v) + (1-v) log(1-v)]/2 on [-1, 1], F*(u) = log cosh u."""
@@ -267,13 +197,6 @@ class Tanh(Activation):
         xp = array_namespace(u)
         a = xp.abs(u)
         return a + xp.log1p(xp.exp(-2 * a)) - math.log(2.0)
-
-    def F_cvx(self, v):
-        return -0.5 * (cp.entr(1 + v) + cp.entr(1 - v))
-
-    def Fstar_cvx(self, u):
-        # log cosh u = log(1 + e^{2u}) - u - log 2
-        return cp.logistic(2 * u) - u - math.log(2.0)
 
 
 class Monotone(Activation):
@@ -342,9 +265,6 @@ class Monotone(Activation):
         uv = np.where(ok, uv, 0.0)
         B = self.Fstar(u) - self.Fstar(uv) - v * (u - uv)
         return np.where(ok, B, np.inf)
-
-    def divergence_cvx(self, v, u):
-        raise NotImplementedError("monotone(phi) has no closed form for CVXPY; it is NumPy only")
 
 
 ACTIVATIONS = {"relu": ReLU, "leaky_relu": LeakyReLU, "sigmoid": Sigmoid, "tanh": Tanh,

@@ -6,10 +6,9 @@ Columns are data points and losses are **sums** over them, as in the paper:
 - ``cross_entropy``:  L = -tr(Y^T log softmax(Yhat)) = sum_j [ (1^T y_j) lse(yhat_j) - y_j^T yhat_j ]
   (softmax over each column; numerically stable through log-sum-exp).
 
-Each loss gives its value and gradient in Yhat for any array-API namespace, and a CVXPY
-expression where Yhat is affine in the variable.
+Each loss gives its value and gradient in Yhat for any array-API namespace. Its CVXPY form,
+for the oracle, is ``fenchel_cvx.oracle.atoms.loss_cvx(loss, Y, Yhat)``.
 """
-import cvxpy as cp
 from array_api_compat import array_namespace
 
 
@@ -46,9 +45,6 @@ class MSE(Loss):
     def grad(self, Y, Yhat):
         return 2 * (Yhat - Y)
 
-    def cvx(self, Y, Yhat):
-        return cp.sum_squares(Yhat - Y)
-
 
 class CrossEntropy(Loss):
     """Softmax cross-entropy -tr(Y^T log softmax(Yhat)); Y's columns are (soft) one-hot labels."""
@@ -62,10 +58,6 @@ class CrossEntropy(Loss):
     def grad(self, Y, Yhat):
         xp = array_namespace(Y, Yhat)
         return softmax(Yhat) * xp.sum(Y, axis=0, keepdims=True) - Y
-
-    def cvx(self, Y, Yhat):
-        colsum = Y.sum(axis=0) if not isinstance(Y, cp.Expression) else cp.sum(Y, axis=0)
-        return cp.sum(cp.multiply(colsum, cp.log_sum_exp(Yhat, axis=0))) - cp.sum(cp.multiply(Y, Yhat))
 
 
 LOSSES = {"mse": MSE, "cross_entropy": CrossEntropy}

@@ -3,7 +3,7 @@
 Every closed form is checked against the defining properties of B_phi(v, u) = F(v) + F*(u) - uv
 (nonnegative, zero exactly on the graph v = phi(u), convex in each argument, +inf off phi's
 range), against its own gradients, against the generic quadrature ``monotone(phi)``, and its
-CVXPY form against its NumPy form.
+CVXPY form (``fenchel_cvx.oracle.atoms``) against its NumPy form.
 """
 import math
 
@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from fenchel_cvx.activations import (ACTIVATIONS, Activation, LeakyReLU, Monotone, ReLU, Sigmoid,
                                      Tanh, activation, monotone)
+from fenchel_cvx.oracle.atoms import divergence_cvx
 
 EPS = np.finfo(np.float64).eps
 R = 30.0          # |u|, |v| bound of the hypothesis draws
@@ -261,7 +262,7 @@ def test_monotone_rejects_bad_arguments(args, match):
 
 def test_monotone_has_no_cvxpy_form():
     with pytest.raises(NotImplementedError):
-        monotone(np.tanh).divergence_cvx(cp.Variable(2), np.zeros(2))
+        divergence_cvx(monotone(np.tanh), cp.Variable(2), np.zeros(2))
 
 
 # --- CVXPY forms --------------------------------------------------------------------------------
@@ -292,10 +293,10 @@ def test_cvxpy_value_equals_numpy(avu, which, use_param):
     expected = float(np.sum(act.divergence(v, u)))
     const = _param if use_param else (lambda x: x)
     if which == "v_var":
-        expr, cons = act.divergence_cvx(_var(v), const(u))
+        expr, cons = divergence_cvx(act, _var(v), const(u))
         assert all(bool(np.all(c.value())) for c in cons)  # v is in the range
     else:
-        expr, cons = act.divergence_cvx(const(v), _var(u))
+        expr, cons = divergence_cvx(act, const(v), _var(u))
         assert cons == []
     assert expr.shape == ()
     assert abs(expr.value - expected) <= 1e-9 * (1 + np.sum(tol(act, v, u, k=1)) / EPS)
@@ -307,16 +308,16 @@ def test_cvxpy_forms_are_dcp_and_dpp(name, which):
     act = activation(name)
     shape = (3, 4)
     if which == "v_var":
-        expr, cons = act.divergence_cvx(cp.Variable(shape), cp.Parameter(shape))
+        expr, cons = divergence_cvx(act, cp.Variable(shape), cp.Parameter(shape))
     else:
         W, Xt = cp.Variable((3, 5)), np.ones((5, 4))  # the W-block's u = W X~
-        expr, cons = act.divergence_cvx(cp.Parameter(shape), W @ Xt)
+        expr, cons = divergence_cvx(act, cp.Parameter(shape), W @ Xt)
     assert expr.is_dcp() and expr.is_convex()
     prob = cp.Problem(cp.Minimize(expr), cons)
     assert prob.is_dcp(dpp=True) and prob.is_dpp()
     # with NumPy constants in place of the parameters: DCP, no parameters
-    expr2, cons2 = act.divergence_cvx(cp.Variable(shape), np.full(shape, 0.5)) if which == "v_var" \
-        else act.divergence_cvx(np.full(shape, 0.5), cp.Variable(shape))
+    expr2, cons2 = divergence_cvx(act, cp.Variable(shape), np.full(shape, 0.5)) if which == "v_var" \
+        else divergence_cvx(act, np.full(shape, 0.5), cp.Variable(shape))
     assert cp.Problem(cp.Minimize(expr2), cons2).is_dcp()
 
 
@@ -328,11 +329,11 @@ def test_cvxpy_dpp_when_the_expression_side_carries_parameters(name):
     act = activation(name)
     Z, W, V = cp.Variable((3, 4)), cp.Parameter((2, 4)), cp.Parameter((2, 4))
     Zt = cp.vstack([Z, np.ones((1, 4))])
-    expr, cons = act.divergence_cvx(V, W @ Zt)
+    expr, cons = divergence_cvx(act, V, W @ Zt)
     assert cp.Problem(cp.Minimize(expr), cons).is_dcp()
     assert not cp.Problem(cp.Minimize(expr), cons).is_dpp()
     P = cp.Parameter((4, 4))
-    expr, cons = act.divergence_cvx(V, W @ Zt, linear=cp.sum(cp.multiply(P, Zt)))
+    expr, cons = divergence_cvx(act, V, W @ Zt, linear=cp.sum(cp.multiply(P, Zt)))
     assert cp.Problem(cp.Minimize(expr), cons).is_dpp()
 
 
@@ -342,9 +343,9 @@ def test_cvxpy_minimisers_are_the_graph(name):
     parameter values (the DPP workflow of the oracle)."""
     act = activation(name)
     v_par, u = cp.Parameter(3), cp.Variable(3)
-    prob_u = cp.Problem(cp.Minimize(act.divergence_cvx(v_par, u)[0]))
+    prob_u = cp.Problem(cp.Minimize(divergence_cvx(act, v_par, u)[0]))
     u_par, v = cp.Parameter(3), cp.Variable(3)
-    expr, cons = act.divergence_cvx(v, u_par)
+    expr, cons = divergence_cvx(act, v, u_par)
     prob_v = cp.Problem(cp.Minimize(expr), cons)
     lo, hi = _dom(act, bound=2.0, margin=0.2)
     for vals in (np.linspace(lo, hi, 3), np.array([lo + 0.1, hi - 0.2, 0.5 * (lo + hi)])):
@@ -366,7 +367,7 @@ def test_cvxpy_rejects_v_outside_range(name):
     lo, _ = act.v_range
     v = np.array([0.5 * (lo + act.v_range[1]) if math.isfinite(act.v_range[1]) else 1.0, lo - 0.25])
     with pytest.raises(ValueError, match=r"^v must lie in the range .* got -?[0-9.]+"):
-        act.divergence_cvx(v, cp.Variable(2))
+        divergence_cvx(act, v, cp.Variable(2))
 
 
 @pytest.mark.parametrize("name", CLOSED)
@@ -377,7 +378,7 @@ def test_cvxpy_rejects_two_variables_or_two_constants(name):
              (v_ok, _param(np.zeros(2))), (_param(v_ok), _param(np.zeros(2)))]
     for v, u in cases:
         with pytest.raises(ValueError, match="exactly one of v, u"):
-            act.divergence_cvx(v, u)
+            divergence_cvx(act, v, u)
 
 
 # --- array API and dtypes -----------------------------------------------------------------------

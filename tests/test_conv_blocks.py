@@ -17,6 +17,7 @@ from scipy import optimize
 from fenchel_cvx import AvgPool2d, Conv2d, Dense, Flatten, LiftedNetwork, blocks, fit_bcd
 from fenchel_cvx.fast import FastBackend
 from fenchel_cvx.oracle import OracleBackend
+from fenchel_cvx.oracle.atoms import divergence_cvx
 
 REL = 1e-6
 
@@ -83,7 +84,7 @@ def test_conv_w_block_equals_the_explicit_filter_problem():
     w = cp.Variable(n)
     V = Xs[1]
     act = net.activations[1]
-    B, cons = act.divergence_cvx(V.ravel(), M @ w)
+    B, cons = divergence_cvx(act, V.ravel(), M @ w)
     Wv, W0v = cp.reshape(w, A.weight_shape, order="C"), W0
     obj = net.lam[1] * B + net.rho[1] * cp.sum_squares(Wv) + 0.3 * cp.sum_squares(Wv - W0v)
     prob = cp.Problem(cp.Minimize(obj), cons)

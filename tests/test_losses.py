@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from scipy.special import log_softmax
 
 from fenchel_cvx.losses import LOSSES, CrossEntropy, Loss, MSE, loss, softmax
+from fenchel_cvx.oracle.atoms import loss_cvx
 
 NAMES = ("mse", "cross_entropy")
 
@@ -76,21 +77,12 @@ def test_cross_entropy_stable_for_huge_logits(big):
         pytest.approx(1e4, rel=1e-12)
 
 
-def _fd_grad(f, A, h):
-    G = np.zeros_like(A)
-    for idx in np.ndindex(A.shape):
-        E = np.zeros_like(A)
-        E[idx] = h
-        G[idx] = (f(A + E) - f(A - E)) / (2 * h)
-    return G
-
-
 @pytest.mark.parametrize("name", NAMES)
 @given(problems(scale=5.0))
-def test_gradient_matches_finite_differences(name, YYh):
+def test_gradient_matches_finite_differences(name, fd_grad, YYh):
     Y, Yhat = YYh
     L = loss(name)
-    fd = _fd_grad(lambda A: L.value(Y, A), Yhat, 1e-6)
+    fd = fd_grad(lambda A: L.value(Y, A), Yhat, 1e-6)
     np.testing.assert_allclose(L.grad(Y, Yhat), fd, rtol=1e-6, atol=1e-6)
 
 
@@ -112,7 +104,7 @@ def test_cvxpy_value_equals_numpy(name, YYh):
     L = loss(name)
     V = cp.Variable(Yhat.shape)
     V.value = Yhat
-    expr = L.cvx(Y, V)
+    expr = loss_cvx(L, Y, V)
     assert expr.shape == () and expr.is_convex()
     np.testing.assert_allclose(expr.value, L.value(Y, Yhat), rtol=1e-10, atol=1e-10)
 
@@ -126,7 +118,7 @@ def test_cvxpy_form_affine_yhat_dcp_dpp_and_solves(name):
         else rng.normal(size=(2, 6))
     W, X = cp.Variable((2, 4)), cp.Parameter((4, 6))
     L = loss(name)
-    prob = cp.Problem(cp.Minimize(L.cvx(Y, W @ X) + cp.sum_squares(W)))
+    prob = cp.Problem(cp.Minimize(loss_cvx(L, Y, W @ X) + cp.sum_squares(W)))
     assert prob.is_dcp(dpp=True) and prob.is_dpp()
     for _ in range(2):
         Xt = np.vstack([rng.normal(size=(3, 6)), np.ones((1, 6))])
@@ -143,7 +135,7 @@ def test_cvxpy_form_affine_yhat_dcp_dpp_and_solves(name):
 def test_cvxpy_form_with_label_parameter_is_dpp_when_yhat_is_parameter_free(name):
     """Y a (nonnegative) parameter and Yhat = W X~ with X~ NumPy data: DPP."""
     Y, W = cp.Parameter((2, 5), nonneg=True), cp.Variable((2, 3))
-    expr = loss(name).cvx(Y, W @ np.ones((3, 5)))
+    expr = loss_cvx(loss(name), Y, W @ np.ones((3, 5)))
     assert cp.Problem(cp.Minimize(expr)).is_dpp()
 
 

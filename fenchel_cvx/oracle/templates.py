@@ -39,6 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import FenchelError
+from .atoms import F_cvx, Fstar_cvx, divergence_cvx, loss_cvx
 
 
 class TemplateError(FenchelError):
@@ -88,7 +89,7 @@ def _fstar(act, U):
     if act.name == "relu":
         t = cp.Variable(U.shape, nonneg=True, name="t_relu")
         return 0.5 * cp.sum_squares(t), [t >= U]
-    return cp.sum(act.Fstar_cvx(U)), []
+    return cp.sum(Fstar_cvx(act, U)), []
 
 
 def _check_dpp(key, problem):
@@ -104,7 +105,7 @@ def x_hidden(p, q, k, act_in, act_out):
     P = dict(a=cp.Parameter(nonneg=True, name="a"), Q=cp.Parameter((p, k), name="Q"),
              Wx=cp.Parameter((q, p), name="Wx"), b=cp.Parameter((q, 1), name="b"))
     fstar, cons = _fstar(act_out, P["Wx"] @ Z + P["b"])
-    obj = P["a"] * cp.sum(act_in.F_cvx(Z)) - _linear(P["Q"], Z) + fstar
+    obj = P["a"] * cp.sum(F_cvx(act_in, Z)) - _linear(P["Q"], Z) + fstar
     return cp.Problem(cp.Minimize(obj), _domain(act_in, Z) + cons), Z, P
 
 
@@ -112,7 +113,7 @@ def x_last_mse(p, c, k, act_in):
     Z = cp.Variable((p, k), name="Z")
     P = dict(lam=cp.Parameter(nonneg=True, name="lam"), Q=cp.Parameter((p, k), name="Q"),
              Wx=cp.Parameter((c, p), name="Wx"), R=cp.Parameter((c, k), name="R"))
-    obj = (cp.sum_squares(P["Wx"] @ Z - P["R"]) + P["lam"] * cp.sum(act_in.F_cvx(Z))
+    obj = (cp.sum_squares(P["Wx"] @ Z - P["R"]) + P["lam"] * cp.sum(F_cvx(act_in, Z))
            - _linear(P["Q"], Z))
     return cp.Problem(cp.Minimize(obj), _domain(act_in, Z)), Z, P
 
@@ -122,7 +123,7 @@ def x_last_ce(p, c, k, act_in):
     P = dict(lam=cp.Parameter(nonneg=True, name="lam"), Q=cp.Parameter((p, k), name="Q"),
              Wx=cp.Parameter((c, p), name="Wx"), b=cp.Parameter((c, 1), name="b"),
              s=cp.Parameter(k, nonneg=True, name="s"))
-    obj = P["s"] @ t - _linear(P["Q"], Z) + P["lam"] * cp.sum(act_in.F_cvx(Z))
+    obj = P["s"] @ t - _linear(P["Q"], Z) + P["lam"] * cp.sum(F_cvx(act_in, Z))
     cons = _domain(act_in, Z) + _epigraph_lse(P["Wx"] @ Z + P["b"], t, k)
     return cp.Problem(cp.Minimize(obj), cons), Z, P
 
@@ -297,7 +298,7 @@ def block_problem(block):
     """The unsplit block as an explicit ``cp.Problem`` with NumPy data; returns ``(problem, var)``.
 
     Its optimal value *is* the block objective (constants included), written with the CVXPY
-    forms of ``activations.py`` (``divergence_cvx``) and ``losses.py`` (``loss.cvx``). It is
+    forms of ``atoms.py`` (``divergence_cvx``, ``loss_cvx``). It is
     canonicalised from scratch (no parameters): use it for small blocks, to read or print.
     """
     kind = block.kind
@@ -305,21 +306,21 @@ def block_problem(block):
         Z = cp.Variable(block.U_prev.shape, name="Z")
         Zt = cp.vstack([Z, np.ones((1, Z.shape[1]))])
         W = block.dense_W()      # a convolution: its explicit (Toeplitz) matrix
-        B_in, cons = block.act_in.divergence_cvx(Z, block.U_prev)
+        B_in, cons = divergence_cvx(block.act_in, Z, block.U_prev)
         obj = block.lam_in * B_in
         if kind == "x_hidden":
-            B_out, c2 = block.act_out.divergence_cvx(block.V_next, W @ Zt)
+            B_out, c2 = divergence_cvx(block.act_out, block.V_next, W @ Zt)
             obj, cons = obj + block.lam_out * B_out, cons + c2
         else:
-            obj = obj + block.loss.cvx(block.Y, W @ Zt)
+            obj = obj + loss_cvx(block.loss, block.Y, W @ Zt)
         return cp.Problem(cp.Minimize(obj), cons), Z
     shape = (block.V.shape[0] if kind == "w_hidden" else block.Y.shape[0], block.Xt.shape[0])
     W = cp.Variable(shape, name="W")
     if kind == "w_hidden":
-        B, cons = block.act.divergence_cvx(block.V, W @ block.Xt)
+        B, cons = divergence_cvx(block.act, block.V, W @ block.Xt)
         obj = block.lam * B
     else:
-        obj, cons = block.loss.cvx(block.Y, W @ block.Xt), []
+        obj, cons = loss_cvx(block.loss, block.Y, W @ block.Xt), []
     obj = obj + block.rho * cp.sum_squares(W)
     if block.gamma:
         obj = obj + block.gamma * cp.sum_squares(W - block.W0)

@@ -1,0 +1,143 @@
+"""The CVXPY forms of the activations' Theorem-1 pairs and of the losses, for the oracle.
+
+Theorem 1 of the paper writes a layer's constraint ``v = phi(u)`` as ``B_phi(v, u) <= 0`` with
+the biconvex divergence ``B_phi(v, u) = F(v) + F*(u) - u v`` (eq. (3)); the lifted objective
+(eq. (5)) adds ``lam_l B_l`` and the output loss ``L(Y, W_L X~_L)``. This module gives each as a
+DCP expression, so that the array-level math of ``activations.py`` and ``losses.py`` needs no
+CVXPY (importing ``fenchel_cvx`` or ``fenchel_cvx.fast`` does not load it).
+
+The forms dispatch on the type of the activation or loss (``functools.singledispatch``): a new
+activation registers ``F_cvx`` and ``Fstar_cvx`` for its class, a new loss ``loss_cvx``. A type
+with no registered form (``monotone(phi)``, defined by quadrature) raises ``NotImplementedError``.
+"""
+import math
+from functools import singledispatch
+
+import cvxpy as cp
+import numpy as np
+
+from ..activations import Activation, LeakyReLU, ReLU, Sigmoid, Tanh
+from ..losses import CrossEntropy, Loss, MSE
+
+__all__ = ["F_cvx", "Fstar_cvx", "divergence_cvx", "loss_cvx"]
+
+
+# --- F (the integral of phi^{-1}) and F* (the integral of phi), elementwise ------------------
+@singledispatch
+def F_cvx(act, v):
+    """Elementwise ``F(v)`` of ``act`` as a CVXPY expression (convex in ``v``)."""
+    raise NotImplementedError(f"{act!r} has no closed form for CVXPY; it is NumPy only")
+
+
+@singledispatch
+def Fstar_cvx(act, u):
+    """Elementwise ``F*(u)`` of ``act`` as a CVXPY expression (convex in ``u``)."""
+    raise NotImplementedError(f"{act!r} has no closed form for CVXPY; it is NumPy only")
+
+
+@F_cvx.register
+def _(act: ReLU, v):
+    return 0.5 * cp.square(v)
+
+
+@Fstar_cvx.register
+def _(act: ReLU, u):
+    return 0.5 * cp.square(cp.pos(u))
+
+
+@F_cvx.register
+def _(act: LeakyReLU, v):
+    return 0.5 * cp.square(cp.pos(v)) + cp.square(cp.neg(v)) / (2 * act.slope)
+
+
+@Fstar_cvx.register
+def _(act: LeakyReLU, u):
+    return 0.5 * cp.square(cp.pos(u)) + 0.5 * act.slope * cp.square(cp.neg(u))
+
+
+@F_cvx.register
+def _(act: Sigmoid, v):
+    return -cp.entr(v) - cp.entr(1 - v)
+
+
+@Fstar_cvx.register
+def _(act: Sigmoid, u):
+    return cp.logistic(u)
+
+
+@F_cvx.register
+def _(act: Tanh, v):
+    return -0.5 * (cp.entr(1 + v) + cp.entr(1 - v))
+
+
+@Fstar_cvx.register
+def _(act: Tanh, u):
+    # log cosh u = log(1 + e^{2u}) - u - log 2
+    return cp.logistic(2 * u) - u - math.log(2.0)
+
+
+# --- the divergence B_phi(v, u) of Theorem 1 ------------------------------------------------
+def _is_expr(x):
+    return isinstance(x, cp.Expression) and not isinstance(x, cp.Parameter) and bool(x.variables())
+
+
+def _constant_part(act, x, name, f_np, f_cvx, check_range=False):
+    """``sum f(x)`` for the side of B that holds no variable: a number, or symbolic for a parameter."""
+    if isinstance(x, cp.Expression):  # a parameter (expression): F or F* stays symbolic
+        return cp.sum(f_cvx(act, x))
+    x = np.asarray(x, dtype=float)
+    if check_range and not np.all(act.in_range(x)):
+        bad = x[~act.in_range(x)].ravel()[0]
+        raise ValueError(f"{name} must lie in the range {act.v_range} of {act.name}, got {bad}")
+    return float(np.sum(f_np(x)))
+
+
+def divergence_cvx(act: Activation, v, u, linear=None):
+    """Summed ``B_phi(v, u)`` of ``act`` as a CVXPY expression, with the domain constraints on v.
+
+    Exactly one of ``v``, ``u`` is a CVXPY expression of variables; the other is a NumPy
+    array or a ``cp.Parameter``. The result is DCP. It is DPP when the expression side holds
+    no parameter; when it does (``u = W [Z; 1]`` with ``W`` a parameter) the bilinear term
+    ``<u, v>`` is a product of parameters, and the caller passes it in DPP form as
+    ``linear`` (e.g. ``cp.sum(cp.multiply(P, Zt))`` with the parameter ``P = W^T V``).
+    Returns ``(expression, constraints)``.
+    """
+    v_var, u_var = _is_expr(v), _is_expr(u)
+    if v_var == u_var:
+        raise ValueError(
+            "divergence_cvx needs exactly one of v, u to be a CVXPY expression of "
+            f"variables, got v={type(v).__name__}, u={type(u).__name__}"
+        )
+    cons = []
+    if v_var:
+        lo, hi = act.v_range
+        cons += [v >= lo] if not math.isinf(lo) else []
+        cons += [v <= hi] if not math.isinf(hi) else []
+        Fv = cp.sum(F_cvx(act, v))
+    else:
+        Fv = _constant_part(act, v, "v", act.F, F_cvx, check_range=True)
+    if u_var:
+        Fs = cp.sum(Fstar_cvx(act, u))
+    else:
+        Fs = _constant_part(act, u, "u", act.Fstar, Fstar_cvx)
+    if linear is None:
+        linear = cp.sum(cp.multiply(u, v))
+    return Fv + Fs - linear, cons
+
+
+# --- the output losses L(Y, Yhat), Yhat affine in the variable ------------------------------
+@singledispatch
+def loss_cvx(loss: Loss, Y, Yhat):
+    """``L(Y, Yhat)`` summed over the columns, as a CVXPY expression (convex in ``Yhat``)."""
+    raise NotImplementedError(f"{loss!r} has no CVXPY form")
+
+
+@loss_cvx.register
+def _(loss: MSE, Y, Yhat):
+    return cp.sum_squares(Yhat - Y)
+
+
+@loss_cvx.register
+def _(loss: CrossEntropy, Y, Yhat):
+    colsum = cp.sum(Y, axis=0) if isinstance(Y, cp.Expression) else Y.sum(axis=0)
+    return cp.sum(cp.multiply(colsum, cp.log_sum_exp(Yhat, axis=0))) - cp.sum(cp.multiply(Y, Yhat))
