@@ -1,4 +1,7 @@
-"""Shared test configuration: hypothesis profiles and small-problem fixtures.
+"""Shared test configuration: hypothesis profiles, the ``slow`` marker and small-problem fixtures.
+
+``slow`` marks the docs build, the notebooks and the full-size runs: ``pytest -m "not slow"`` is
+the quick loop; plain ``pytest`` (what CI runs) runs everything.
 
 Hypothesis profiles (select with ``--hypothesis-profile NAME`` or ``HYPOTHESIS_PROFILE=NAME``):
 
@@ -60,6 +63,24 @@ def labels(loss_name, n_out, m, rng):
     return rng.normal(size=(n_out, m))
 
 
+def random_classification(n=4, k=3, m=24, seed=0):
+    """Standard-normal inputs ``X`` (n x m) and one-hot labels ``Y`` (k x m) of random classes."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, m))
+    Y = np.eye(k)[:, rng.integers(0, k, m)]
+    return X, Y
+
+
+def fd_grad(f, A, h=1e-6):
+    """The central-difference gradient of the scalar function ``f`` at the array ``A``."""
+    G = np.zeros_like(A)
+    for idx in np.ndindex(A.shape):
+        E = np.zeros_like(A)
+        E[idx] = h
+        G[idx] = (f(A + E) - f(A - E)) / (2 * h)
+    return G
+
+
 def make_problem(sizes=(3, 4, 3, 2), act="relu", loss="mse", m=5, lam=1.0, rho=0.1, seed=0,
                  lifted="interior"):
     """A small network and data: ``(net, X0, Y, Xs)``.
@@ -96,3 +117,15 @@ def problem_factory():
 def interior():
     """``interior_sample(act, shape, rng)`` as a fixture."""
     return interior_sample
+
+
+@pytest.fixture(scope="session")
+def random_data():
+    """``random_classification(n, k, m, seed)`` as a fixture (see its docstring)."""
+    return random_classification
+
+
+@pytest.fixture(name="fd_grad", scope="session")
+def fd_grad_fixture():
+    """``fd_grad(f, A, h)`` as a fixture (session-scoped, so hypothesis tests may use it)."""
+    return fd_grad

@@ -107,11 +107,8 @@ def test_returned_iterate_can_be_rechecked(digits, mse_run):
 
 # --- Algorithm 2 details, backends ------------------------------------------------------------
 @pytest.fixture(scope="module")
-def tiny():
-    rng = np.random.default_rng(1)
-    X = rng.standard_normal((4, 30))
-    Y = np.eye(3)[:, rng.integers(0, 3, 30)]
-    return X, Y
+def tiny(random_data):
+    return random_data(m=30, seed=1)
 
 
 def test_algorithm2_alternations_and_large_batch(tiny):

@@ -85,15 +85,6 @@ def cases(with_gamma=True):
     return out
 
 
-def _fd_grad(f, Z, h=1e-6):
-    G = np.zeros_like(Z)
-    for idx in np.ndindex(Z.shape):
-        E = np.zeros_like(Z)
-        E[idx] = h
-        G[idx] = (f(Z + E) - f(Z - E)) / (2 * h)
-    return G
-
-
 # --- the blocks -----------------------------------------------------------------------------
 @pytest.mark.parametrize("name,act,loss,gamma", cases())
 def test_block_kind_and_fields(name, act, loss, gamma):
@@ -107,11 +98,11 @@ def test_block_kind_and_fields(name, act, loss, gamma):
 
 
 @pytest.mark.parametrize("name,act,loss,gamma", cases())
-def test_gradient_matches_finite_differences(name, act, loss, gamma):
+def test_gradient_matches_finite_differences(name, act, loss, gamma, fd_grad):
     c = Case(name, act, loss, gamma, seed=4)
     for Z in (c.Z, c.random_point()):
         g = c.block.grad(Z)
-        fd = _fd_grad(lambda A: float(c.block.value(A)), Z)
+        fd = fd_grad(lambda A: float(c.block.value(A)), Z)
         np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-6 * (1 + np.max(np.abs(g))))
         parts = c.block.grad_parts(Z)
         np.testing.assert_allclose(sum(parts[1:], parts[0]), g)

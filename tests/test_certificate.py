@@ -46,11 +46,8 @@ class FailingOracle(OracleBackend):
 
 
 @pytest.fixture(scope="module")
-def data():
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((4, 24))
-    Y = np.eye(3)[:, rng.integers(0, 3, 24)]
-    return X, Y
+def data(random_data):
+    return random_data(m=24, seed=0)
 
 
 def small_net(loss="mse", act="relu", sizes=(4, 5, 3)):
