@@ -37,6 +37,7 @@ class RecoveryResult:
     nonconvex_failures: int = 0         # starts whose error exceeds fail_tol
     fail_tol: float = 1e-3
     tol: float = 1e-5
+    active_points: list = field(default_factory=list)  # per unit of W*: points with (W* X~)_ij > 0
 
     @property
     def recovered(self):
@@ -73,7 +74,7 @@ def one_layer_recovery(activation="relu", n=4, p=3, m=40, bias=True, restarts=10
 
     is solved by ``backend`` (the CVXPY oracle by default); its minimisers are exactly the W with
     ``phi(W X~) = Y`` (Theorem 1), which for generic data is W* alone (for ReLU: each unit is
-    active on more than n + 1 generic points). Beside it, ``restarts`` runs of L-BFGS on the
+    active on at least n + 1 generic points; ``active_points`` counts them). Beside it, ``restarts`` runs of L-BFGS on the
     non-convex least squares from random N(0, 1/n) starts; a start *fails* if its relative error
     exceeds ``fail_tol``. With ReLU such failures happen (units that start, or become, dead on
     the data receive no gradient); with strictly monotone phi they are rarer.
@@ -96,7 +97,8 @@ def one_layer_recovery(activation="relu", n=4, p=3, m=40, bias=True, restarts=10
         W = _nonconvex_ls(act, Xt, Y, rng.standard_normal(W_star.shape) / math.sqrt(n))
         errs.append(float(np.linalg.norm(W - W_star) / np.linalg.norm(W_star)))
     return RecoveryResult(act.name, n, p, m, bias, err, res.status, secs, errs,
-                          sum(e > fail_tol for e in errs), fail_tol, tol)
+                          sum(e > fail_tol for e in errs), fail_tol, tol,
+                          [int(k) for k in np.sum(W_star @ Xt > 0, axis=1)])
 
 
 # --- Appendix A: variable scaling -------------------------------------------------------------

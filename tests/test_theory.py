@@ -22,6 +22,18 @@ def test_one_layer_recovery_without_bias():
     assert r.recovered and r.nonconvex_errors == []
 
 
+def test_relu_recovery_needs_every_unit_active_on_n_plus_1_points():
+    """A unit of W* inactive on every data point (seed 1, m = 40) is not determined by the data:
+    any row nonpositive on all the points fits it, so the convex error is large; with every unit
+    active on more than n + 1 points (seed 1, m = 80) W* is recovered."""
+    dead = theory.one_layer_recovery("relu", n=4, p=3, m=40, restarts=0, seed=1)
+    assert len(dead.active_points) == 3 and min(dead.active_points) == 0
+    assert dead.convex_status == "optimal" and not dead.recovered
+    alive = theory.one_layer_recovery("relu", n=4, p=3, m=80, restarts=0, seed=1)
+    assert min(alive.active_points) > 4 + 1 and alive.recovered
+    assert sum(alive.active_points) <= 3 * 80
+
+
 def test_relu_least_squares_can_fail_where_the_convex_problem_does_not():
     # seed 0: 2 of 10 L-BFGS starts end at a wrong point (a unit dies); the convex problem is exact
     r = theory.one_layer_recovery("relu", restarts=10, seed=0)
