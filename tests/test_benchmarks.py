@@ -22,6 +22,7 @@ def _load(name):
     return module
 
 
+@pytest.mark.slow   # a (quick) benchmark run on MNIST, three methods in spawned processes
 def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
     """Run as users run it (a script: each method in a spawned process)."""
     pytest.importorskip("torch", reason="the backprop baselines need PyTorch (fenchel_cvx[bench])")
