@@ -1,4 +1,4 @@
-"""The block-solver backends by name: the registry that the driver, ``predict`` and the estimator share.
+"""The block-solver backends by name: one registry for the driver, ``predict`` and the estimator.
 
 A backend solves one convex block of the lifted objective (the paper's Sec. 4: each block of
 Algorithms 1 and 2 is a convex problem) through ``solve(block, start)``. Two are registered:
@@ -46,6 +46,6 @@ def check_backend(backend):
 
 
 def get_backend(backend="cvxpy", **kwargs):
-    """A backend object from a registry name (``BACKENDS``, built with ``kwargs``) or an object with ``.solve``."""
+    """A backend object: built from a registry name with ``kwargs``, or an object with ``.solve``."""
     check_backend(backend)
     return BACKENDS[backend](**kwargs) if isinstance(backend, str) else backend

@@ -82,7 +82,7 @@ def _is_expr(x):
 
 
 def _constant_part(act, x, name, f_np, f_cvx, check_range=False):
-    """``sum f(x)`` for the side of B that holds no variable: a number, or symbolic for a parameter."""
+    """``sum f(x)`` on the side of B with no variable: a number, or symbolic for a parameter."""
     if isinstance(x, cp.Expression):  # a parameter (expression): F or F* stays symbolic
         return cp.sum(f_cvx(act, x))
     x = np.asarray(x, dtype=float)
