@@ -16,6 +16,7 @@ import numpy as np
 from scipy import optimize
 
 from .activations import activation as _activation
+from .backends import get_backend
 from .blocks import WHidden
 from .network import LiftedNetwork, augment
 
@@ -79,8 +80,6 @@ def one_layer_recovery(activation="relu", n=4, p=3, m=40, bias=True, restarts=10
     exceeds ``fail_tol``. With ReLU such failures happen (units that start, or become, dead on
     the data receive no gradient); with strictly monotone phi they are rarer.
     """
-    from .bcd import get_backend
-
     act = _activation(activation)
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, m))
