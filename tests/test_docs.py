@@ -1,7 +1,8 @@
 """The documentation builds with ``mkdocs build --strict`` (every warning is an error).
 
-A real build into a temporary directory: the MkDocs pages, the API reference generated from the
-docstrings by mkdocstrings, and the notebooks rendered by mkdocs-jupyter (not executed).
+A real build into a temporary directory (``slow``): the MkDocs pages, the API reference generated
+from the docstrings by mkdocstrings, and the notebooks rendered by mkdocs-jupyter with their
+saved outputs (not executed).
 """
 import os
 import subprocess
@@ -34,6 +35,17 @@ def test_api_reference_covers_every_module():
     assert not missing, f"modules without an API page (add '::: name' to docs/api/*.md): {missing}"
 
 
+def test_every_notebook_is_in_the_nav():
+    yaml = pytest.importorskip("yaml")
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    section = next(item["Notebooks"] for item in nav if isinstance(item, dict) and "Notebooks" in item)
+    listed = {path for entry in section for path in entry.values()}
+    on_disk = {f"notebooks/{p.name}" for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
+    assert listed == on_disk, f"mkdocs.yml nav, Notebooks: add {sorted(on_disk - listed)}, " \
+                              f"remove {sorted(listed - on_disk)}"
+
+
+@pytest.mark.slow
 def test_docs_build_strict(tmp_path):
     site = tmp_path / "site"
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1",
@@ -52,4 +64,8 @@ def test_docs_build_strict(tmp_path):
     assert "FenchelClassifier" in api and "partial_fit" in api
     results = (site / "results" / "index.html").read_text()
     assert "Partly measured" in results and "0.9756" in results  # measured figures render
-    assert "What it teaches" in (site / "notebooks" / "04_certificate" / "index.html").read_text()
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        page = (site / "notebooks" / path.stem / "index.html").read_text()
+        assert "What it teaches" in page, path.stem
+        # the saved outputs are shown: printed text and the figures, inlined as PNG
+        assert "full settings" in page and "data:image/png;base64," in page, path.stem
