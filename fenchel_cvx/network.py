@@ -154,6 +154,20 @@ class LiftedNetwork:
                       for l, (m, a) in enumerate(zip(self.layers, acts))]
         return "\n".join(lines)
 
+    # --- persistence (``io.py``: one .npz of the weights and a JSON config, no pickle) -------
+    def save(self, path):
+        """Write the weights, architecture, activations, loss, hyperparameters and dtype."""
+        from .io import save_network
+
+        return save_network(self, path)
+
+    @classmethod
+    def load(cls, path):
+        """The network written by :meth:`save` at ``path``."""
+        from .io import load_network
+
+        return load_network(path)
+
     # --- validation -------------------------------------------------------------------------
     def check_inputs(self, X0, Y=None):
         X0 = check_data("X0", X0, rows=self.layer_sizes[0], shape=self.input_shape)
