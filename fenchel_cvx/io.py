@@ -48,15 +48,14 @@ def to_numpy(A) -> np.ndarray:
         return np.from_dlpack(A)
 
 
-def write_npz(path, arrays: dict[str, Any], meta: dict) -> Path:
-    """Write ``arrays`` and the JSON object ``meta`` to ``path`` atomically; returns the path."""
+def atomic_write(path, write) -> Path:
+    """Call ``write(binary_file)`` on a temporary file beside ``path``, then rename it over
+    ``path``: readers see the old file or the whole new one, never a half-written one."""
     path = Path(path)
-    payload = {k: to_numpy(v) for k, v in arrays.items()}
-    payload["meta"] = np.array(json.dumps(meta))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, allow_pickle=False, **payload)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -64,6 +63,23 @@ def write_npz(path, arrays: dict[str, Any], meta: dict) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def write_text(path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    return atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def write_json(path, obj) -> Path:
+    """Write ``obj`` as JSON to ``path`` atomically."""
+    return write_text(path, json.dumps(obj, indent=1))
+
+
+def write_npz(path, arrays: dict[str, Any], meta: dict) -> Path:
+    """Write ``arrays`` and the JSON object ``meta`` to ``path`` atomically; returns the path."""
+    payload = {k: to_numpy(v) for k, v in arrays.items()}
+    payload["meta"] = np.array(json.dumps(meta))
+    return atomic_write(path, lambda f: np.savez(f, allow_pickle=False, **payload))
 
 
 def read_npz(path, expected_format: str) -> tuple[dict[str, np.ndarray], dict]:
