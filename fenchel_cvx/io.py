@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from .network import LiftedNetwork
+
 NETWORK_FORMAT = "fenchel_cvx.LiftedNetwork/1"
 CHECKPOINT_FORMAT = "fenchel_cvx.BCDCheckpoint/1"
 CHECKPOINT_FILE = "checkpoint.npz"
@@ -119,10 +121,9 @@ def network_config(net) -> dict:
     return cfg
 
 
-def network_from_config(cfg: dict):
+def network_from_config(cfg: dict) -> LiftedNetwork:
     """A freshly initialised ``LiftedNetwork`` with the architecture of ``cfg``."""
     from .activations import activation
-    from .network import LiftedNetwork
 
     acts = [activation(a["name"], **{k: v for k, v in a.items() if k != "name"})
             for a in cfg["activations"]]
@@ -152,7 +153,7 @@ def save_network(net, path) -> Path:
     return write_npz(path, {f"W_{l}": W for l, W in enumerate(net.W)}, meta)
 
 
-def load_network(path):
+def load_network(path) -> LiftedNetwork:
     """The network saved at ``path`` by :func:`save_network` (NumPy weights)."""
     arrays, meta = read_npz(path, NETWORK_FORMAT)
     net = network_from_config(meta["config"])

@@ -79,7 +79,8 @@ def test_sigint_saves_a_checkpoint_and_resume_finishes_the_same_run(tmp_path):
     out = tmp_path / "cut"
     proc = subprocess.Popen([sys.executable, "-m", "fenchel_cvx", *map(str, args), "--out", out],
                             cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True,   # as from a terminal: a background job ignores SIGINT
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while "fenchel-cvx train:" not in (proc.stdout.readline() if proc.stdout else "") \
             and time.time() < deadline:
@@ -97,7 +98,7 @@ def test_sigint_saves_a_checkpoint_and_resume_finishes_the_same_run(tmp_path):
                                   np.load(tmp_path / "whole" / "model.npz")["W_0"])
 
 
-def test_help_is_fast_and_imports_no_solver(tmp_path):
+def test_help_is_fast_and_imports_no_solver():
     code = ("import sys, time; t = time.perf_counter(); from fenchel_cvx import cli\n"
             "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
             "print(time.perf_counter() - t, 'cvxpy' in sys.modules, 'torch' in sys.modules, "

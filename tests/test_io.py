@@ -72,3 +72,15 @@ def test_unwritable_checkpoint_folder_named_before_work(tmp_path):
     net = LiftedNetwork([3, 2])
     with pytest.raises(ValueError, match="checkpoint must be a writable folder"):
         fit_bcd(net, np.ones((3, 4)), np.ones((2, 4)), backend="fast", checkpoint=blocker / "d")
+
+
+def test_public_api_is_typed():
+    import typing
+    from pathlib import Path
+
+    import fenchel_cvx
+    from fenchel_cvx.io import load_network, save_network
+
+    assert (Path(fenchel_cvx.__file__).parent / "py.typed").is_file()
+    for f in (fit_bcd, LiftedNetwork.save, LiftedNetwork.load, save_network, load_network):
+        assert typing.get_type_hints(f)["return"] is not None

@@ -70,6 +70,7 @@ def test_schedule_positions():
 
 _CHILD = r"""
 import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job starts ignoring it
 sys.path.insert(0, sys.argv[1])
 import _history_cases as cases
 from threadpoolctl import threadpool_limits
