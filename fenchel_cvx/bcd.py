@@ -44,11 +44,17 @@ returned ``(net.W, Xs)`` (W-blocks depend on X only), so anyone can re-check the
 ``blocks.w_block(net, X0, Y, Xs, l)``; in Algorithm 2, ``Xs`` belong to the last batch
 (``result.batch`` holds its column indices).
 """
+from __future__ import annotations
+
 import importlib
 import math
+import os
 import numbers
 import time
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from array_api_compat import array_namespace
@@ -58,6 +64,7 @@ from .certificate import Certificate
 from .datasets import batch_order, check_dtype
 from .errors import SolverError
 from .history import History
+from .network import LiftedNetwork
 
 
 # --- backends -------------------------------------------------------------------------------
@@ -109,7 +116,18 @@ def _namespace(A):
     return array_namespace(A)
 
 
+def _refuse_sparse(name, A):
+    if type(A).__module__.startswith("scipy.sparse"):
+        raise ValueError(f"{name} must be a dense array, got a scipy.sparse "
+                         f"{type(A).__name__}: pass {name}.toarray() (every block is dense)")
+
+
 def _as_matrix(name, A, dtype, xp):
+    _refuse_sparse(name, A)
+    if getattr(getattr(A, "dtype", None), "itemsize", 8) == 2 and "float" in str(A.dtype):
+        warnings.warn(f"{name} is {A.dtype}: upcast to the network's {np.dtype(dtype).name} "
+                      "(half precision is too coarse for the block solvers' tolerances)",
+                      UserWarning, stacklevel=4)
     try:
         A = np.asarray(A, dtype=dtype) if xp is np else xp.astype(xp.asarray(A), getattr(xp, check_dtype(dtype).name))
     except (TypeError, ValueError, AttributeError):
@@ -148,6 +166,7 @@ def _check_data(net, X0, Y, xname="X0", yname="Y", xp=None):
     for name, A in ((xname, X0), (yname, Y)):
         if not bool(xp.all(xp.isfinite(A))):
             raise ValueError(f"{name} must be finite, got NaN or inf entries")
+    net.loss.check_targets(yname, Y, xp)
     return X0, Y
 
 
@@ -294,7 +313,8 @@ class Step:
     last: bool           # the last round of the run
 
 
-def schedule(m, batch_size, epochs, iterations, alternations, seed):
+def schedule(m: int, batch_size: int | None, epochs: int, iterations: int, alternations: int,
+             seed: int) -> list[Step]:
     """The rounds of Algorithm 1 (``batch_size=None``) or Algorithm 2, in order.
 
     Algorithm 2's batches are ``datasets.batch_order(m, batch_size, epochs, seed)``: a pure
@@ -543,10 +563,14 @@ def _initial(net, data, run):
 
 
 # --- the driver -----------------------------------------------------------------------------
-def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternations=1, gamma=0.0,
-            backend="cvxpy", strict=None, tol=1e-6, callback=None, X_test=None, Y_test=None,
-            progress=False, eval_every=1, check_every=1, checkpoint=None, checkpoint_every=1,
-            resume=None):
+def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = None, epochs: int = 1,
+            iterations: int = 10, alternations: int = 1, gamma: float | Sequence[float] = 0.0,
+            backend: str | Any = "cvxpy", strict: bool | None = None, tol: float = 1e-6,
+            callback: Callable[[LiftedNetwork, dict], bool | None] | None = None,
+            X_test: Any = None, Y_test: Any = None, progress: bool = False,
+            eval_every: int | None = 1, check_every: int = 1,
+            checkpoint: str | os.PathLike | None = None, checkpoint_every: int = 1,
+            resume: str | os.PathLike | None = None) -> BCDResult:
     """Train ``net`` (a ``LiftedNetwork``) by block coordinate descent on the lifted objective.
 
     Parameters
