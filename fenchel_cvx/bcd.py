@@ -1,6 +1,6 @@
 """Block coordinate descent on the lifted objective: the paper's Algorithms 1 and 2.
 
-``fit_bcd(net, X0, Y)`` minimises the lifted objective (DESIGN.md, eq. (5) of the paper)
+``fit_bcd(net, X0, Y)`` minimises the lifted objective (eq. (5) of the paper; docs/mathematics.md)
 
     F(W, X) = L(Y, W_L X~_L) + sum_l rho_l ||W_l||^2 + sum_{l<L} lam_l B_l(X_{l+1}, W_l X~_l)
 
@@ -33,6 +33,15 @@ the last; the rounds between check block statuses only); ``strict`` (default: Tr
 ``"cvxpy"`` oracle, False otherwise) raises ``CertificateError`` at the first violation. A
 backend's ``SolverError`` propagates in strict mode; otherwise it is recorded as a
 ``block_optimality`` violation and the block keeps its current value.
+
+**Structure.** ``fit_bcd`` validates its arguments, builds the run's ``schedule`` (a list of
+``Step``: position, whether a new batch starts) and a ``BCDState`` (weights, lifted X, W0,
+position, history), and runs ``_run``: for each step, X-sweep, W-sweep, record, then the
+observers (the callback, the progress bar, the checkpoint writer). A checkpoint
+(``fit_bcd(checkpoint=DIR)``, ``io.py``) stores the state; ``resume=DIR`` continues the same
+schedule from it, so an interrupted and resumed run ends bit-identical to an uninterrupted one
+(``tests/test_resume.py``). Ctrl-C (``KeyboardInterrupt``) between or inside rounds writes the
+state of the last finished round, then re-raises.
 
 The driver works in the array library of ``X0`` (NumPy; CuPy on a GPU with ``backend="fast"``:
 any array-API library, ``array_api_strict`` in the tests); the network's weights move there
