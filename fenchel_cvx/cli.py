@@ -1,6 +1,6 @@
 """The ``fenchel-cvx`` command: train, resume, evaluate and predict with Fenchel lifted networks.
 
-    fenchel-cvx train                         # digits, 64-32-10 ReLU, MSE, oracle, ~1 minute
+    fenchel-cvx train                         # digits, 64-32-10 ReLU, MSE, the oracle (see README)
     fenchel-cvx train --loss cross_entropy --iterations 3
     fenchel-cvx train --dataset mnist --data-dir ~/data --arch 784-300-10 --backend fast \\
         --batch-size 256 --epochs 2 --gamma 3 --w-steps 1 --x-steps 10 --check-every 20

@@ -231,3 +231,16 @@ def test_help_lists_the_options(capsys):
                 "--w-steps", "--x-steps", "--newton-cap", "--gram-reuse", "--max-iter",
                 "--strict", "--checkpoint-every"):
         assert opt in text
+
+
+def test_oracle_on_many_points_prints_an_estimate(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "LARGE", 100)     # "many" scaled down: 150 points count as many
+    code = cli.main(["train", "--train-size", "150", "--iterations", "2", "--arch", "64-8-10",
+                     "--out", str(tmp_path / "o"), *QUICK])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "the oracle took" in err and "for the 2 rounds" in err and "--backend fast" in err
+    capsys.readouterr()
+    assert cli.main(["train", "--train-size", "150", "--iterations", "1", "--arch", "64-8-10",
+                     "--backend", "fast", "--out", str(tmp_path / "f"), *QUICK]) == 0
+    assert "the oracle took" not in capsys.readouterr().err
