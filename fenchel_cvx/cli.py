@@ -40,6 +40,10 @@ DEFAULTS = dict(dataset="digits", activation="relu", loss="mse", lam="10", rho="
 #: (features, classes) of each data set, so that --arch is checked before any data is read
 SHAPES = {"digits": (64, 10), "mnist5k": (784, 10), "mnist": (784, 10),
           "fashion-mnist": (784, 10), "cifar10": (3072, 10)}
+#: the image shape (C, H, W) of the data sets --arch lenet5 takes
+IMAGES = {"mnist5k": (1, 28, 28), "mnist": (1, 28, 28), "fashion-mnist": (1, 28, 28),
+          "cifar10": (3, 32, 32)}
+LENET5_HIDDEN = 4   # conv, conv, fc 120, fc 84
 FAST_ONLY = ("max_iter", "w_steps", "x_steps", "newton_cap", "gram_reuse")
 LARGE = 3000   # the oracle on more training points prints an estimate and suggests --backend fast
 
@@ -112,7 +116,7 @@ def build_parser():
                    help="float type of the data and the weights")
     n = t.add_argument_group("network")
     n.add_argument("--arch", type=_arch, default=None,
-                   help="layer sizes like 64-32-10 (default: <features>-32-<classes>)")
+                   help="layer sizes like 64-32-10, or lenet5 on image data (default: <features>-32-<classes>)")
     n.add_argument("--activation", default=DEFAULTS["activation"], choices=ACTIVATIONS)
     n.add_argument("--loss", default=DEFAULTS["loss"], choices=["mse", "cross_entropy"])
     n.add_argument("--lam", type=_per_layer(True), default=DEFAULTS["lam"],
@@ -216,9 +220,11 @@ def _check_data_dir(args):
 
 
 def _check_train(args):
-    if args.arch == "lenet5":
-        _fail("--arch", "lenet5 needs the layer API (fenchel_cvx.layers), not in this version")
-    n_hidden = 1 if args.arch is None else len(args.arch) - 2
+    if args.arch == "lenet5" and args.dataset not in IMAGES:
+        _fail("--arch", f"lenet5 takes 28 x 28 or 32 x 32 images ({', '.join(IMAGES)}), "
+                        f"not {args.dataset}")
+    n_hidden = (1 if args.arch is None else LENET5_HIDDEN if args.arch == "lenet5"
+                else len(args.arch) - 2)
     for flag, value, n in (("--lam", args.lam, n_hidden), ("--rho", args.rho, n_hidden + 1),
                            ("--gamma", args.gamma, n_hidden + 1)):
         if isinstance(value, list) and len(value) != n:
@@ -229,7 +235,7 @@ def _check_train(args):
         if given:
             _fail("--" + given[0].replace("_", "-"), "needs --backend fast")
     p_in, k = SHAPES[args.dataset]
-    if args.arch is not None and (args.arch[0] != p_in or args.arch[-1] != k):
+    if args.arch not in (None, "lenet5") and (args.arch[0] != p_in or args.arch[-1] != k):
         _fail("--arch", f"{'-'.join(map(str, args.arch))} does not fit {args.dataset}: the input "
                         f"size must be {p_in} and the output size {k}")
     _check_data_dir(args)
@@ -267,7 +273,7 @@ def train(args, resume=False):
 
     from . import datasets
     from .bcd import fit_bcd
-    from .network import LiftedNetwork
+    from .network import LiftedNetwork, lenet5
     from .plotting import plot_accuracy, plot_objectives
 
     t0 = time.perf_counter()
@@ -287,8 +293,11 @@ def train(args, resume=False):
     dtype = np.dtype(args.dtype)
     X, X_test = X.astype(dtype, copy=False), data.X_test.astype(dtype, copy=False)
     Y, Y_test = datasets.one_hot(y, data.n_classes), datasets.one_hot(data.y_test, data.n_classes)
-    net = LiftedNetwork(arch, args.activation, args.loss, lam=args.lam, rho=args.rho,
-                        seed=args.seed, dtype=dtype)
+    kw = dict(activation=args.activation, loss=args.loss, lam=args.lam, rho=args.rho,
+              seed=args.seed, dtype=dtype)
+    net = (lenet5(IMAGES[args.dataset], data.n_classes, **kw) if arch == "lenet5"
+           else LiftedNetwork(arch, **kw))
+    arch = "-".join(map(str, net.layer_sizes)) + (" (LeNet-5)" if arch == "lenet5" else "")
     backend = args.backend
     if backend == "fast":
         from .fast import FastBackend
@@ -304,7 +313,7 @@ def train(args, resume=False):
             f"Algorithm 2, batch {args.batch_size}, {args.epochs} epochs x {args.alternations} "
             f"alternations, gamma={args.gamma}")
     print(f"fenchel-cvx {'resume' if resume else 'train'}: {args.dataset} ({X.shape[1]} train / "
-          f"{X_test.shape[1]} test), {'-'.join(map(str, arch))} {args.activation}, {args.loss}, "
+          f"{X_test.shape[1]} test), {arch} {args.activation}, {args.loss}, "
           f"lam={args.lam}, rho={args.rho}; {algo}; backend {args.backend}; {args.threads} "
           f"thread(s); output {out}", flush=True)
     try:  # fit_bcd checkpoints on Ctrl-C; before it starts there is nothing to save

@@ -101,39 +101,17 @@ def read_npz(path, expected_format: str) -> tuple[dict[str, np.ndarray], dict]:
 
 
 # --- networks ---------------------------------------------------------------------------------
-def _activation_spec(act) -> dict:
-    params = {k: v for k, v in vars(act).items() if not k.startswith("_")}
-    if not all(isinstance(v, (int, float, str, bool)) for v in params.values()):
-        raise ValueError(f"activation {act!r} has parameters that cannot be saved: {sorted(params)}")
-    return {"name": act.name, **params}
-
-
 def network_config(net) -> dict:
-    """The JSON-able architecture and hyperparameters of ``net`` (see the module docstring)."""
-    if hasattr(net, "get_config"):
-        cfg = dict(net.get_config())
-    else:
-        sizes = list(net.layer_sizes)
-        cfg = dict(input_shape=[sizes[0]], layers=[{"kind": "dense", "units": p} for p in sizes[1:]],
-                   lam=list(net.lam), rho=list(net.rho), seed=net.seed, loss=net.loss.name,
-                   dtype=np.dtype(to_numpy(net.W[0]).dtype).name)
-    cfg["activations"] = [_activation_spec(a) for a in net.activations]
-    return cfg
+    """The JSON-able architecture and hyperparameters of ``net`` (``LiftedNetwork.get_config``)."""
+    return net.get_config()
 
 
 def network_from_config(cfg: dict) -> LiftedNetwork:
     """A freshly initialised ``LiftedNetwork`` with the architecture of ``cfg``."""
-    from .activations import activation
-
-    acts = [activation(a["name"], **{k: v for k, v in a.items() if k != "name"})
-            for a in cfg["activations"]]
-    if hasattr(LiftedNetwork, "from_config"):
-        return LiftedNetwork.from_config({**cfg, "activations": acts})
-    if any(layer["kind"] != "dense" for layer in cfg["layers"]):
-        raise ValueError(f"this version builds dense layers only, got {cfg['layers']!r}")
-    sizes = [int(np.prod(cfg["input_shape"]))] + [int(layer["units"]) for layer in cfg["layers"]]
-    return LiftedNetwork(sizes, acts, cfg["loss"], lam=cfg["lam"], rho=cfg["rho"],
-                         seed=cfg["seed"], dtype=np.dtype(cfg["dtype"]))
+    try:
+        return LiftedNetwork.from_config(cfg)
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"not a network config (LiftedNetwork.get_config): {err!r}") from None
 
 
 def _weights(net, arrays: dict, prefix: str, source) -> list:

@@ -153,7 +153,9 @@ BAD = [  # (argv, the flag or argument the message names, a phrase of it)
     (["train", "--arch", "64-x-10"], "--arch", "64-32-10"),
     (["train", "--arch", "64"], "--arch", ">= 2 positive sizes"),
     (["train", "--arch", "64-0-10"], "--arch", ">= 2 positive sizes"),
-    (["train", "--arch", "lenet5"], "--arch", "lenet5"),
+    (["train", "--arch", "lenet5"], "--arch", "lenet5 takes 28 x 28 or 32 x 32 images"),
+    (["train", "--dataset", "mnist5k", "--arch", "lenet5", "--lam", "1,2"], "--lam",
+     "needs one value or 4"),
     (["train", "--dataset", "cifar"], "--dataset", "invalid choice"),
     (["train", "--batch-size", "-5"], "--batch-size", "integer >= 1, got '-5'"),
     (["train", "--batch-size", "1.5"], "--batch-size", "integer"),
@@ -244,3 +246,16 @@ def test_oracle_on_many_points_prints_an_estimate(tmp_path, monkeypatch, capsys)
     assert cli.main(["train", "--train-size", "150", "--iterations", "1", "--arch", "64-8-10",
                      "--backend", "fast", "--out", str(tmp_path / "f"), *QUICK]) == 0
     assert "the oracle took" not in capsys.readouterr().err
+
+
+def test_lenet5_trains_on_images(tmp_path, capsys):
+    code = cli.main(["train", "--dataset", "mnist5k", "--arch", "lenet5", "--backend", "fast",
+                     "--train-size", "60", "--batch-size", "30", "--lam", "5,5,1,1",
+                     "--loss", "cross_entropy", "--w-steps", "1", "--x-steps", "3",
+                     "--dtype", "float32", "--out", str(tmp_path / "l"), *QUICK])
+    assert code == 0
+    assert "784-4704-1600-120-84-10 (LeNet-5)" in capsys.readouterr().out
+    from fenchel_cvx.network import LiftedNetwork
+
+    net = LiftedNetwork.load(tmp_path / "l" / "model.npz")
+    assert net.input_shape == (1, 28, 28) and net.get_config()["layers"][0]["kind"] == "conv2d"

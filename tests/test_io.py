@@ -84,3 +84,15 @@ def test_public_api_is_typed():
     assert (Path(fenchel_cvx.__file__).parent / "py.typed").is_file()
     for f in (fit_bcd, LiftedNetwork.save, LiftedNetwork.load, save_network, load_network):
         assert typing.get_type_hints(f)["return"] is not None
+
+
+def test_conv_network_round_trip(tmp_path):
+    from fenchel_cvx.layers import AvgPool2d, Conv2d, Dense, Flatten
+
+    net = LiftedNetwork.from_layers((1, 8, 8), [Conv2d(2, 3), AvgPool2d(2), Flatten(), Dense(3)],
+                                    loss="cross_entropy", lam=2.0, seed=4, dtype="float32")
+    net.W = [W + 0.5 for W in net.W]       # not the initialisation: the file holds the weights
+    back = LiftedNetwork.load(net.save(tmp_path / "conv.npz"))
+    assert back.get_config() == net.get_config() and back.input_shape == (1, 8, 8)
+    X = np.random.default_rng(0).normal(size=(64, 5)).astype(np.float32)
+    np.testing.assert_array_equal(back.predict(X), net.predict(X))
