@@ -24,6 +24,12 @@ from array_api_compat import array_namespace
 from scipy import integrate
 
 
+def _ends(xp, v, lo, hi):
+    """phi^{-1} off the open range (lo, hi): -inf at lo, +inf at hi, NaN beyond (not attained)."""
+    inf = xp.full_like(v, math.inf)
+    return xp.where(v == lo, -inf, xp.where(v == hi, inf, xp.full_like(v, math.nan)))
+
+
 def _xlogx(xp, x):
     """x log x with the limit 0 at x = 0 (no warning, no NaN)."""
     pos = x > 0
@@ -161,8 +167,11 @@ class Sigmoid(Activation):
         return s * (1 - s)
 
     def phi_inv(self, v):
+        """log v - log(1 - v); -inf / +inf at the ends 0 / 1 (without a divide warning)."""
         xp = array_namespace(v)
-        return xp.log(v) - xp.log1p(-v)
+        inside = (v > 0) & (v < 1)
+        w = xp.where(inside, v, xp.full_like(v, 0.5))
+        return xp.where(inside, xp.log(w) - xp.log1p(-w), _ends(xp, v, 0.0, 1.0))
 
     def F(self, v):
         xp = array_namespace(v)
@@ -187,7 +196,11 @@ class Tanh(Activation):
         return 1 - t * t
 
     def phi_inv(self, v):
-        return array_namespace(v).atanh(v)
+        """atanh v; -inf / +inf at the ends -1 / 1 (without a divide warning)."""
+        xp = array_namespace(v)
+        inside = xp.abs(v) < 1
+        return xp.where(inside, xp.atanh(xp.where(inside, v, xp.zeros_like(v))),
+                        _ends(xp, v, -1.0, 1.0))
 
     def F(self, v):
         xp = array_namespace(v)

@@ -30,7 +30,10 @@ import math
 import numbers
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from scipy.special import log_softmax
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, is_classifier
+from sklearn.metrics import r2_score
+from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -67,6 +70,53 @@ def _check_int(name, value, minimum=1):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
+
+
+class _EpochMonitor:
+    """``fit_bcd``'s callback at the end of every epoch (``rounds`` rounds), as in scikit-learn's
+    ``MLPClassifier``: ``n_iter_`` (epochs), ``loss_curve_`` (the training loss per data point,
+    feed-forward, no penalty), ``validation_scores_`` and early stopping after
+    ``n_iter_no_change`` epochs without an improvement of more than ``IMPROVEMENT`` (then the
+    best weights are restored), and with ``verbose`` a line per epoch."""
+
+    IMPROVEMENT = 1e-4   # MLPClassifier's default tol (our ``tol`` is the block solvers')
+
+    def __init__(self, est, rounds, X_val, Y_val):
+        self.est, self.rounds, self.X_val, self.Y_val = est, rounds, X_val, Y_val
+        self.seen, self.stale, self.best_W = 0, 0, None
+
+    def __call__(self, net, record):
+        self.seen += 1
+        if self.seen % self.rounds:
+            return None
+        est = self.est
+        est.n_iter_ += 1
+        est.loss_curve_.append(record["train_loss"])
+        line = f"Iteration {est.n_iter_}, loss = {record['train_loss']:.8f}"
+        stop = False
+        if self.X_val is not None:
+            score = est._validation_score(net, self.X_val, self.Y_val)
+            est.validation_scores_.append(score)
+            line += f", validation score = {score:.6f}"
+            best = est.best_validation_score_
+            if best is None or score > best + self.IMPROVEMENT:
+                est.best_validation_score_, self.stale = score, 0
+                self.best_W = [W.copy() for W in net.W]
+            else:
+                self.stale += 1
+                stop = self.stale >= est.n_iter_no_change
+        if est.verbose:
+            print(line)
+        if stop and est.verbose:
+            print(f"Validation score did not improve more than tol={self.IMPROVEMENT} for "
+                  f"{est.n_iter_no_change} consecutive epochs. Stopping.")
+        return stop
+
+    def finish(self):
+        est = self.est
+        if self.best_W is not None:       # early stopping: keep the best epoch's weights
+            est.network_.W = self.best_W
+        est.best_loss_ = None if est.early_stopping or not est.loss_curve_ else min(est.loss_curve_)
 
 
 class _FenchelBase(BaseEstimator):
@@ -110,6 +160,13 @@ class _FenchelBase(BaseEstimator):
             raise ValueError(f"strict must be True, False or None, got {self.strict!r}")
         if not isinstance(self.verbose, (bool, numbers.Integral)):
             raise ValueError(f"verbose must be a bool or an integer, got {self.verbose!r}")
+        for name in ("warm_start", "early_stopping"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        vf = self.validation_fraction
+        if not _is_real(vf) or not 0 < vf < 1:
+            raise ValueError(f"validation_fraction must be in (0, 1), got {vf!r}")
+        _check_int("n_iter_no_change", self.n_iter_no_change)
         return dict(sizes=sizes, lam=lam or 1.0, rho=rho, gamma=gamma, batch_size=bs, epochs=epochs,
                     alternations=alternations, iterations=iterations, dtype=dtype)
 
@@ -131,6 +188,11 @@ class _FenchelBase(BaseEstimator):
 
     def _train(self, params, X, Y, partial):
         """Run the BCD driver on rows-are-samples ``X`` and ``Y``; set the learned attributes."""
+        X_val = Y_val = None
+        if self.early_stopping and not partial:
+            stratify = Y.argmax(axis=1) if is_classifier(self) else None
+            X, X_val, Y, Y_val = train_test_split(X, Y, test_size=self.validation_fraction,
+                                                  random_state=self._seed(), stratify=stratify)
         X0, Yc = X.T, Y.T          # the boundary: columns are data points from here on
         m = X0.shape[1]
         if partial:
@@ -141,17 +203,19 @@ class _FenchelBase(BaseEstimator):
             bs = min(200, m) if params["batch_size"] == "auto" else min(params["batch_size"], m)
             kwargs = dict(batch_size=bs, epochs=params["epochs"],
                           alternations=params["alternations"])
+        rounds = 1 if "iterations" in kwargs else -(-m // kwargs["batch_size"]) * kwargs["alternations"]
+        monitor = _EpochMonitor(self, rounds, X_val, Y_val)
         result = fit_bcd(self.network_, X0, Yc, gamma=params["gamma"],
                          backend=self._make_backend(params["dtype"]), strict=self.strict,
-                         progress=bool(self.verbose), **kwargs)
-        if getattr(self, "history_", None) is not None:    # partial_fit after the first call
+                         progress=int(self.verbose) >= 2, eval_every=1, callback=monitor, **kwargs)
+        if getattr(self, "history_", None) is not None:    # partial_fit or warm_start
+            offset = len(self.history_)
             for rec in result.history:
-                rec["iteration"] += self.n_iter_
+                rec["iteration"] += offset
                 self.history_.append(rec)
-            self.n_iter_ += len(result.history)
         else:
             self.history_ = result.history
-            self.n_iter_ = len(result.history)
+        monitor.finish()
         self.coefs_ = self.network_.W
         return self
 
@@ -165,7 +229,14 @@ class _FenchelBase(BaseEstimator):
         if reset:
             self.network_ = self._new_network(params, X.shape[1], Y.shape[1])
             self.history_ = None
+            self.n_iter_, self.loss_curve_ = 0, []
+            self.validation_scores_ = [] if self.early_stopping else None
+            self.best_validation_score_ = None
         return self._train(params, X, Y, partial=partial)
+
+    def _reset(self):
+        """``fit`` starts afresh unless ``warm_start`` and fitted (then it continues)."""
+        return not (self.warm_start and hasattr(self, "network_"))
 
     def _forward(self, X):
         """The feed-forward output, rows are samples: ``(n_samples, n_outputs)``."""
@@ -227,10 +298,22 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         Floating type of the weights and the data.
     strict : bool or None, default None
         Raise on a certificate violation (None: the backend's default; see ``bcd.fit_bcd``).
-    verbose : bool, default False
-        Show a progress bar.
+    verbose : bool or int, default False
+        Print ``Iteration n, loss = ...`` after every epoch, as ``MLPClassifier`` does; 2 or
+        more also shows a progress bar over the rounds.
     random_state : int, RandomState or None, default None
-        Seeds the initialisation and the order of the mini-batches.
+        Seeds the initialisation, the order of the mini-batches and the validation split.
+    warm_start : bool, default False
+        ``fit`` continues from the current network (and its ``history_``, ``n_iter_`` and
+        ``loss_curve_``) instead of starting afresh.
+    early_stopping : bool, default False
+        Hold out ``validation_fraction`` of the training data (stratified), score it after every
+        epoch, stop after ``n_iter_no_change`` epochs without an improvement of more than 1e-4,
+        and keep the weights of the best epoch. Without it every epoch runs.
+    validation_fraction : float in (0, 1), default 0.1
+        The held-out share for ``early_stopping``.
+    n_iter_no_change : int, default 10
+        Epochs without improvement before ``early_stopping`` stops.
 
     Attributes
     ----------
@@ -242,7 +325,16 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     history_ : History
         One record per BCD round: objectives, accuracies, the certificate.
     n_iter_ : int
-        Number of BCD rounds run.
+        Number of epochs run (passes over the training data; Algorithm 1: iterations; one per
+        ``partial_fit`` call). ``len(history_)`` counts the rounds.
+    loss_curve_ : list of float
+        The training loss per data point (feed-forward, without the penalty) after each epoch.
+    best_loss_ : float or None
+        The smallest entry of ``loss_curve_`` (None with ``early_stopping``).
+    validation_scores_ : list of float or None
+        Accuracy (regressor: R^2) on the held-out data after each epoch (``early_stopping``).
+    best_validation_score_ : float or None
+        The best of ``validation_scores_``; its weights are kept.
     n_features_in_ : int
     """
 
@@ -251,7 +343,8 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="cross_entropy",
                  lam=1.0, rho=1e-3, gamma=3.0, batch_size="auto", epochs=10, alternations=1,
                  iterations=10, backend="fast", tol=1e-3, dtype="float64", strict=None,
-                 verbose=False, random_state=None):
+                 verbose=False, random_state=None, warm_start=False,
+                 early_stopping=False, validation_fraction=0.1, n_iter_no_change=10):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -268,6 +361,10 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         self.strict = strict
         self.verbose = verbose
         self.random_state = random_state
+        self.warm_start = warm_start
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
 
     def _one_hot(self, y):
         idx = np.searchsorted(self.classes_, y)
@@ -278,13 +375,18 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     def fit(self, X, y):
         """Train on ``X`` (n_samples, n_features) and labels ``y``; returns ``self``."""
         self._checked_params()
-        X, y = validate_data(self, X, y, dtype=_check_dtype(self.dtype))
+        X, y = validate_data(self, X, y, dtype=_check_dtype(self.dtype), reset=self._reset())
         check_classification_targets(y)
-        self.classes_ = np.unique(y)
-        if len(self.classes_) < 2:
+        classes, reset = np.unique(y), self._reset()
+        if len(classes) < 2:
             raise ValueError(f"FenchelClassifier needs samples of at least 2 classes, got 1 class "
-                             f"({self.classes_[0]!r})")
-        return self._fit(X, self._one_hot(y), reset=True, partial=False)
+                             f"({classes[0]!r})")
+        if not reset and not np.isin(classes, self.classes_).all():
+            raise ValueError(f"warm_start can only continue on the classes of the first fit "
+                             f"({self.classes_!r}), got {classes!r}")
+        if reset:
+            self.classes_ = classes
+        return self._fit(X, self._one_hot(y), reset=reset, partial=False)
 
     def partial_fit(self, X, y, classes=None):
         """One update of the batched model (Algorithm 2) on the batch ``(X, y)``; returns ``self``.
@@ -318,6 +420,15 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         """Softmax of the feed-forward logits: ``(n_samples, n_classes)``, rows sum to 1."""
         return np.asarray(softmax(self._forward(X).T)).T
 
+    def predict_log_proba(self, X):
+        """Log of :meth:`predict_proba` (the log-softmax of the logits, computed stably)."""
+        return log_softmax(self._forward(X), axis=1)
+
+    def _validation_score(self, net, X_val, Y_val):
+        """Accuracy on the held-out part (early stopping), as MLPClassifier scores it."""
+        logits = np.asarray(net.forward(X_val.T)[1])
+        return float(np.mean(logits.argmax(axis=0) == Y_val.argmax(axis=1)))
+
     def predict(self, X):
         """The class with the largest logit."""
         scores = self._forward(X)
@@ -343,7 +454,8 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="mse", lam=1.0,
                  rho=1e-3, gamma=3.0, batch_size="auto", epochs=10, alternations=1, iterations=10,
                  backend="fast", tol=1e-3, dtype="float64", strict=None, verbose=False,
-                 random_state=None):
+                 random_state=None, warm_start=False,
+                 early_stopping=False, validation_fraction=0.1, n_iter_no_change=10):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -360,6 +472,10 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
         self.strict = strict
         self.verbose = verbose
         self.random_state = random_state
+        self.warm_start = warm_start
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
 
     def _targets(self, y, first):
         y = np.asarray(y)
@@ -376,9 +492,14 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
     def fit(self, X, y):
         """Train on ``X`` (n_samples, n_features) and targets ``y``; returns ``self``."""
         self._checked_params()
+        reset = self._reset()
         X, y = validate_data(self, X, y, dtype=_check_dtype(self.dtype), multi_output=True,
-                             y_numeric=True)
-        return self._fit(X, self._targets(y, True).astype(X.dtype), reset=True, partial=False)
+                             y_numeric=True, reset=reset)
+        return self._fit(X, self._targets(y, reset).astype(X.dtype), reset=reset, partial=False)
+
+    def _validation_score(self, net, X_val, Y_val):
+        """R^2 on the held-out part (early stopping), as MLPRegressor scores it."""
+        return float(r2_score(Y_val, np.asarray(net.forward(X_val.T)[1]).T))
 
     def partial_fit(self, X, y):
         """One update of the batched model (Algorithm 2) on the batch ``(X, y)``; returns ``self``.

@@ -31,6 +31,9 @@ class Loss:
     def __repr__(self):
         return f"loss({self.name!r})"
 
+    def check_targets(self, name, Y, xp):
+        """Raise ``ValueError`` (naming ``name``) if ``Y`` are not targets of this loss."""
+
 
 class MSE(Loss):
     """Squared error ||Y - Yhat||_F^2 (summed, no 1/2)."""
@@ -58,6 +61,14 @@ class CrossEntropy(Loss):
     def grad(self, Y, Yhat):
         xp = array_namespace(Y, Yhat)
         return softmax(Yhat) * xp.sum(Y, axis=0, keepdims=True) - Y
+
+    def check_targets(self, name, Y, xp):
+        """Each column of Y a probability vector: entries >= 0 summing to 1."""
+        tol = 1e3 * xp.finfo(Y.dtype).eps * Y.shape[0]
+        if not bool(xp.all(Y >= 0)) or not bool(xp.all(xp.abs(xp.sum(Y, axis=0) - 1) <= tol)):
+            raise ValueError(f"{name} must hold one probability vector per column for the "
+                             "cross_entropy loss (entries >= 0, each column summing to 1), "
+                             f"got entries in [{float(xp.min(Y)):g}, {float(xp.max(Y)):g}]")
 
 
 LOSSES = {"mse": MSE, "cross_entropy": CrossEntropy}

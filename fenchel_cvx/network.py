@@ -16,8 +16,12 @@ In the API, ``Xs`` is the list of the lifted variables ``[X_1, ..., X_L]`` (``X_
 ``LiftedNetwork(layer_sizes)`` builds a dense network, ``LiftedNetwork.from_layers(input_shape,
 specs)`` any sequence of layer specs, and ``lenet5`` the paper's LeNet-5.
 """
+from __future__ import annotations
+
 import math
 import numbers
+import os
+from pathlib import Path
 
 import numpy as np
 from array_api_compat import array_namespace
@@ -47,7 +51,14 @@ def _per_layer(value, n, name, positive=False):
 def check_data(name, A, rows=None, cols=None, shape=None):
     """Validate a finite 2-D data matrix; return it as a float array.
 
-    ``shape``: the input shape whose flattened size is ``rows`` (named in the error)."""
+    ``shape``: the input shape whose flattened size is ``rows`` (named in the error). Arrays of
+    a library without the array API (a PyTorch tensor, ...) become NumPy arrays; scipy.sparse
+    matrices are refused (every block of the lifted problem is dense)."""
+    if type(A).__module__.startswith("scipy.sparse"):
+        raise ValueError(f"{name} must be a dense array, got a scipy.sparse "
+                         f"{type(A).__name__}: pass {name}.toarray()")
+    if not isinstance(A, np.ndarray) and not hasattr(A, "__array_namespace__"):
+        A = np.asarray(A.detach().cpu() if hasattr(A, "detach") else A)
     if isinstance(A, (list, tuple)) or (isinstance(A, np.ndarray) and A.dtype.kind in "biu"):
         A = np.asarray(A, dtype=float)  # integer pixels become float64; float32 stays float32
     if A.ndim != 2:
@@ -153,6 +164,20 @@ class LiftedNetwork:
             lines += [f"  W_{l}: {m.describe()}, {a}"
                       for l, (m, a) in enumerate(zip(self.layers, acts))]
         return "\n".join(lines)
+
+    # --- persistence (``io.py``: one .npz of the weights and a JSON config, no pickle) -------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the weights, architecture, activations, loss, hyperparameters and dtype."""
+        from .io import save_network
+
+        return save_network(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> LiftedNetwork:
+        """The network written by :meth:`save` at ``path``."""
+        from .io import load_network
+
+        return load_network(path)
 
     # --- validation -------------------------------------------------------------------------
     def check_inputs(self, X0, Y=None):

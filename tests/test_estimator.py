@@ -42,7 +42,7 @@ def test_digits_at_least_logistic_regression(digits):
     ours, theirs = clf.score(Xt, yt), LogisticRegression().fit(X, y).score(Xt, yt)
     assert ours >= theirs, (ours, theirs)
     assert clf.history_.certificate_held
-    assert clf.n_iter_ == len(clf.history_) > 0
+    assert clf.n_iter_ == clf.epochs == len(clf.loss_curve_) and len(clf.history_) > clf.n_iter_
 
 
 def test_learned_attributes(small_digits):
@@ -190,3 +190,69 @@ def test_float32():
     y = (X[:, 0] + X[:, 1] > 0).astype(int)
     c32 = FenchelClassifier(hidden_layer_sizes=(4,), dtype="float32", random_state=0).fit(X, y)
     assert c32.coefs_[0].dtype == np.float32 and c32.score(X, y) > 0.8
+
+
+# --- scikit-learn parity (MLPClassifier's names and meanings) -------------------------------
+def test_loss_curve_and_n_iter_count_epochs(small_digits, capsys):
+    X, y, _, _ = small_digits
+    clf = FenchelClassifier(hidden_layer_sizes=(8,), epochs=3, batch_size=100, random_state=0,
+                            verbose=1).fit(X, y)
+    assert clf.n_iter_ == 3 and len(clf.history_) == 3 * 5
+    assert len(clf.loss_curve_) == 3 and clf.loss_curve_[-1] < clf.loss_curve_[0]
+    assert clf.best_loss_ == min(clf.loss_curve_) and clf.validation_scores_ is None
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("Iteration")]
+    assert lines == [f"Iteration {i + 1}, loss = {v:.8f}" for i, v in enumerate(clf.loss_curve_)]
+
+
+def test_warm_start_continues(small_digits):
+    X, y, _, _ = small_digits
+    kw = dict(hidden_layer_sizes=(8,), epochs=2, random_state=0)
+    cold = FenchelClassifier(**kw).fit(X, y)
+    warm = FenchelClassifier(warm_start=True, **kw).fit(X, y)
+    W = [w.copy() for w in warm.coefs_]
+    warm.fit(X, y)
+    assert warm.n_iter_ == 4 and len(warm.loss_curve_) == 4 and len(warm.history_) == 2 * len(cold.history_)
+    np.testing.assert_array_equal(warm.history_.series("iteration"), np.arange(1, len(warm.history_) + 1))
+    assert any(not np.array_equal(a, b) for a, b in zip(W, warm.coefs_))
+    np.testing.assert_array_equal(FenchelClassifier(**kw).fit(X, y).coefs_[0], cold.coefs_[0])
+    with pytest.raises(ValueError, match="warm_start can only continue on the classes"):
+        warm.fit(X, np.where(y == 0, 99, y))
+
+
+@pytest.mark.parametrize("Est, score", [(FenchelClassifier, "accuracy"), (FenchelRegressor, "r2")])
+def test_early_stopping_keeps_the_best_epoch(small_digits, Est, score):
+    X, y, _, _ = small_digits
+    target = y if Est is FenchelClassifier else y / 9.0
+    est = Est(hidden_layer_sizes=(8,), epochs=40, early_stopping=True, n_iter_no_change=2,
+              validation_fraction=0.2, random_state=0).fit(X, target)
+    v = est.validation_scores_
+    assert len(v) == est.n_iter_ and est.best_validation_score_ == max(v)
+    best = int(np.argmax(v))
+    assert est.n_iter_ < 40 and est.n_iter_ - 1 - best >= 2 or est.n_iter_ == 40
+    assert est.best_loss_ is None
+    if Est is FenchelClassifier:    # the kept weights are the best epoch's: rescore them
+        from sklearn.model_selection import train_test_split
+        _, Xv, _, yv = train_test_split(X, target, test_size=0.2, random_state=est._seed(),
+                                        stratify=target)
+        assert est.score(Xv, yv) == pytest.approx(est.best_validation_score_)
+
+
+def test_predict_log_proba(small_digits):
+    X, y, Xt, _ = small_digits
+    clf = FenchelClassifier(hidden_layer_sizes=(8,), epochs=1, random_state=0).fit(X, y)
+    L = clf.predict_log_proba(Xt)
+    np.testing.assert_allclose(np.exp(L), clf.predict_proba(Xt), rtol=1e-12)
+    assert np.all(np.isfinite(L)) and np.all(L <= 0)
+
+
+@pytest.mark.parametrize("param, value, match", [
+    ("warm_start", 1, "warm_start must be True or False"),
+    ("early_stopping", "yes", "early_stopping must be True or False"),
+    ("validation_fraction", 1.0, "validation_fraction must be in"),
+    ("validation_fraction", 0, "validation_fraction must be in"),
+    ("n_iter_no_change", 0, "n_iter_no_change must be an integer >= 1"),
+])
+def test_parity_parameters_validated(small_digits, param, value, match):
+    X, y, _, _ = small_digits
+    with pytest.raises(ValueError, match=match):
+        FenchelClassifier(**{param: value}).fit(X, y)

@@ -1,4 +1,5 @@
-// MathJax configuration for pymdownx.arithmatex (generic mode)
+// MathJax configuration for pymdownx.arithmatex (generic mode); MathJax itself is vendored
+// in javascripts/mathjax/ so that the docs render their math offline
 window.MathJax = {
   tex: {
     inlineMath: [["\\(", "\\)"]],
@@ -6,6 +7,7 @@ window.MathJax = {
     processEscapes: true,
     processEnvironments: true
   },
+  svg: { fontCache: "global" },
   options: {
     ignoreHtmlClass: ".*|",
     processHtmlClass: "arithmatex"

@@ -1,0 +1,76 @@
+"""The short runs whose histories ``tests/data/bcd_history_before.json`` pins.
+
+``python -m tests._history_cases`` (from the repository root) rewrites the fixture; it was
+written by the driver before ``fit_bcd`` was split into a schedule, a state and a loop, and
+``tests/test_resume.py`` checks that the driver still records the same histories, bit for bit.
+"""
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from fenchel_cvx.bcd import fit_bcd
+from fenchel_cvx.network import LiftedNetwork
+
+FIXTURE = Path(__file__).parent / "data" / "bcd_history_before.json"
+TIMINGS = ("seconds", "solver_seconds")
+
+CASES = {
+    "alg1_mse_gamma": dict(net=dict(layer_sizes=[6, 5, 4, 3], activation="relu", loss="mse",
+                                    lam=2.0, rho=0.1, seed=3),
+                           fit=dict(iterations=4, gamma=0.5, check_every=2)),
+    "alg2_ce_alternations": dict(net=dict(layer_sizes=[6, 5, 3], activation="relu",
+                                          loss="cross_entropy", lam=1.0, rho=0.01, seed=1),
+                                 fit=dict(batch_size=16, epochs=2, alternations=2, gamma=1.0,
+                                          eval_every=3)),
+    "alg2_tanh_test_set": dict(net=dict(layer_sizes=[6, 4, 3], activation="tanh", loss="mse",
+                                        lam=1.0, rho=0.0, seed=2),
+                               fit=dict(batch_size=20, epochs=2, test=True)),
+}
+
+
+def case_data(seed=0, m=40, p=6, k=3):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(p, m))
+    Y = np.eye(k)[:, rng.integers(0, k, size=m)]
+    return X, Y
+
+
+def strip_timings(x):
+    """A history's dict without wall-clock fields (they differ from run to run)."""
+    if isinstance(x, dict):
+        return {k: strip_timings(v) for k, v in x.items() if k not in TIMINGS}
+    if isinstance(x, list):
+        return [strip_timings(v) for v in x]
+    return x
+
+
+def weights_digest(W):
+    h = hashlib.sha256()
+    for Wl in W:
+        h.update(np.ascontiguousarray(Wl).tobytes())
+    return h.hexdigest()
+
+
+def run_case(name, **fit_extra):
+    spec = CASES[name]
+    X, Y = case_data()
+    fit = dict(spec["fit"])
+    test = fit.pop("test", False)
+    if test:
+        fit.update(X_test=X[:, :10] + 0.5, Y_test=Y[:, :10])
+    net = LiftedNetwork(**spec["net"])
+    res = fit_bcd(net, X, Y, backend="fast", **fit, **fit_extra)
+    return res
+
+
+def record(res):
+    return dict(history=strip_timings(res.history.to_dict()), weights=weights_digest(res.net.W))
+
+
+if __name__ == "__main__":
+    out = {name: record(run_case(name)) for name in CASES}
+    FIXTURE.write_text(json.dumps(out, indent=1))
+    print(f"wrote {FIXTURE}", file=sys.stderr)

@@ -1,0 +1,88 @@
+"""Bad input to the Python API is refused by name before any work (or converted, where that is
+the documented rule): sparse matrices, cross-entropy targets, half precision, foreign arrays,
+and no RuntimeWarning from the activations at the ends of their ranges."""
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from fenchel_cvx.activations import activation
+from fenchel_cvx.bcd import fit_bcd
+from fenchel_cvx.network import LiftedNetwork
+
+
+class _Counting:
+    """A backend that counts its solves: a refused input must reach none."""
+
+    name = "counting"
+
+    def __init__(self):
+        from fenchel_cvx.fast import FastBackend
+
+        self.inner, self.calls = FastBackend(), 0
+
+    def solve(self, block, start=None):
+        self.calls += 1
+        return self.inner.solve(block, start)
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(4, 8)), np.eye(3)[:, rng.integers(0, 3, 8)]
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda X, Y: (sp.csr_matrix(X), Y), "X0 must be a dense array, got a scipy.sparse csr_matrix"),
+    (lambda X, Y: (X, sp.coo_matrix(Y)), "Y must be a dense array"),
+    (lambda X, Y: (X, -Y), "Y must hold one probability vector per column"),
+    (lambda X, Y: (X, 2 * Y), "each column summing to 1"),
+    (lambda X, Y: (X, Y + 0.1), "each column summing to 1"),
+])
+def test_refused_before_any_solve(data, change, match):
+    X, Y = change(*data)
+    backend = _Counting()
+    with pytest.raises(ValueError, match=match):
+        fit_bcd(LiftedNetwork([4, 5, 3], loss="cross_entropy"), X, Y, backend=backend, iterations=1)
+    assert backend.calls == 0
+
+
+def test_soft_labels_are_cross_entropy_targets(data):
+    X, Y = data
+    soft = 0.8 * Y + 0.2 / 3
+    res = fit_bcd(LiftedNetwork([4, 5, 3], loss="cross_entropy"), X, soft, backend="fast",
+                  iterations=1)
+    assert len(res.history) == 1
+
+
+def test_mse_takes_any_real_targets(data):
+    X, Y = data
+    fit_bcd(LiftedNetwork([4, 5, 3]), X, -3 * Y, backend="fast", iterations=1)
+
+
+def test_float16_is_upcast_with_a_warning(data):
+    X, Y = data
+    net = LiftedNetwork([4, 5, 3], loss="cross_entropy")
+    with pytest.warns(UserWarning, match="X0 is float16: upcast to the network's float64"):
+        fit_bcd(net, X.astype(np.float16), Y, backend="fast", iterations=1)
+    assert net.W[0].dtype == np.float64
+
+
+def test_predict_takes_a_torch_tensor_and_refuses_sparse(data):
+    torch = pytest.importorskip("torch")
+    X, _ = data
+    net = LiftedNetwork([4, 5, 3])
+    np.testing.assert_array_equal(net.predict(torch.tensor(X)), net.predict(X))
+    with pytest.raises(ValueError, match="X0 must be a dense array"):
+        net.predict(sp.csr_matrix(X))
+
+
+@pytest.mark.parametrize("name", ["sigmoid", "tanh"])
+def test_inverse_at_the_ends_of_the_range_warns_nothing(name):
+    act = activation(name)
+    lo, hi = act.v_range
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        v = act.phi_inv(np.array([lo, hi, 0.5 * (lo + hi), hi + 1.0]))
+    assert v[0] == -np.inf and v[1] == np.inf and np.isfinite(v[2]) and np.isnan(v[3])

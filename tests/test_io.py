@@ -1,0 +1,98 @@
+"""Saving and loading networks (``LiftedNetwork.save`` / ``load``) and the file format."""
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from fenchel_cvx import __version__
+from fenchel_cvx.activations import activation
+from fenchel_cvx.bcd import fit_bcd
+from fenchel_cvx.io import load_checkpoint, read_npz, write_npz
+from fenchel_cvx.network import LiftedNetwork
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_save_load_round_trip(tmp_path, dtype):
+    net = LiftedNetwork([5, 4, 3, 2], [activation("leaky_relu", slope=0.2), "tanh"],
+                        "cross_entropy", lam=(2.0, 3.0), rho=(0.1, 0.2, 0.3), seed=7, dtype=dtype)
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(5, 12)), np.eye(2)[:, rng.integers(0, 2, 12)]
+    fit_bcd(net, X, Y, backend="fast", iterations=2)
+    path = net.save(tmp_path / "net.npz")
+    back = LiftedNetwork.load(path)
+    assert back.layer_sizes == net.layer_sizes and back.lam == net.lam and back.rho == net.rho
+    assert [a.name for a in back.activations] == ["leaky_relu", "tanh"]
+    assert back.activations[0].slope == 0.2 and back.loss.name == "cross_entropy"
+    assert back.seed == 7 and back.W[0].dtype == np.dtype(dtype)
+    for a, b in zip(back.W, net.W):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(back.predict(X), net.predict(X))
+
+
+def test_format_is_npz_plus_json_without_pickle(tmp_path):
+    path = LiftedNetwork([3, 2]).save(tmp_path / "n.npz")
+    with zipfile.ZipFile(path) as z:
+        assert sorted(z.namelist()) == ["W_0.npy", "meta.npy"]
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(str(z["meta"]))
+    assert meta["format"] == "fenchel_cvx.LiftedNetwork/1" and meta["version"] == __version__
+    assert meta["config"]["layers"] == [{"kind": "dense", "units": 2}]
+    assert meta["config"]["input_shape"] == [3] and meta["config"]["dtype"] == "float64"
+
+
+def test_atomic_write_leaves_the_old_file_on_failure(tmp_path):
+    path = write_npz(tmp_path / "a.npz", {"x": np.ones(2)}, {"format": "t"})
+    with pytest.raises(ValueError, match="allow_pickle=False"):   # fails after "x" is written
+        write_npz(path, {"x": np.ones(3), "y": np.array([None])}, {"format": "t"})
+    arrays, meta = read_npz(path, "t")
+    np.testing.assert_array_equal(arrays["x"], np.ones(2))
+    assert [p.name for p in tmp_path.iterdir()] == ["a.npz"]
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda p: p / "missing.npz", "existing file"),
+    (lambda p: (p / "junk.npz").write_text("not a zip") and p / "junk.npz", "not a fenchel_cvx file"),
+    (lambda p: write_npz(p / "other.npz", {}, {"format": "x"}), "expected 'fenchel_cvx.Lifted"),
+])
+def test_load_bad_files_named(tmp_path, make, match):
+    with pytest.raises(ValueError, match=match):
+        LiftedNetwork.load(make(tmp_path))
+
+
+def test_checkpoint_of_a_file_is_refused(tmp_path):
+    path = LiftedNetwork([3, 2]).save(tmp_path / "n.npz")
+    with pytest.raises(ValueError, match="BCDCheckpoint"):
+        load_checkpoint(path)
+
+
+def test_unwritable_checkpoint_folder_named_before_work(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    net = LiftedNetwork([3, 2])
+    with pytest.raises(ValueError, match="checkpoint must be a writable folder"):
+        fit_bcd(net, np.ones((3, 4)), np.ones((2, 4)), backend="fast", checkpoint=blocker / "d")
+
+
+def test_public_api_is_typed():
+    import typing
+    from pathlib import Path
+
+    import fenchel_cvx
+    from fenchel_cvx.io import load_network, save_network
+
+    assert (Path(fenchel_cvx.__file__).parent / "py.typed").is_file()
+    for f in (fit_bcd, LiftedNetwork.save, LiftedNetwork.load, save_network, load_network):
+        assert typing.get_type_hints(f)["return"] is not None
+
+
+def test_conv_network_round_trip(tmp_path):
+    from fenchel_cvx.layers import AvgPool2d, Conv2d, Dense, Flatten
+
+    net = LiftedNetwork.from_layers((1, 8, 8), [Conv2d(2, 3), AvgPool2d(2), Flatten(), Dense(3)],
+                                    loss="cross_entropy", lam=2.0, seed=4, dtype="float32")
+    net.W = [W + 0.5 for W in net.W]       # not the initialisation: the file holds the weights
+    back = LiftedNetwork.load(net.save(tmp_path / "conv.npz"))
+    assert back.get_config() == net.get_config() and back.input_shape == (1, 8, 8)
+    X = np.random.default_rng(0).normal(size=(64, 5)).astype(np.float32)
+    np.testing.assert_array_equal(back.predict(X), net.predict(X))

@@ -1,0 +1,106 @@
+"""The driver after its restructure, checkpoints and resume (``fit_bcd(checkpoint=, resume=)``)."""
+import json
+
+import numpy as np
+import pytest
+
+import _history_cases as cases
+from fenchel_cvx.bcd import BCDState, fit_bcd, schedule
+from fenchel_cvx.io import load_checkpoint
+from fenchel_cvx.network import LiftedNetwork
+
+
+@pytest.mark.parametrize("name", sorted(cases.CASES))
+def test_histories_bit_identical_to_the_driver_before_the_restructure(name):
+    before = json.loads(cases.FIXTURE.read_text())[name]
+    assert cases.record(cases.run_case(name)) == before
+
+
+def _stop_after(n):
+    return lambda net, rec: rec["iteration"] >= n
+
+
+@pytest.mark.parametrize("name", sorted(cases.CASES))
+def test_stop_then_resume_is_bit_identical(tmp_path, name):
+    whole = cases.record(cases.run_case(name))
+    cases.run_case(name, checkpoint=tmp_path, checkpoint_every=1, callback=_stop_after(3))
+    arrays, meta = load_checkpoint(tmp_path)
+    assert meta["iteration"] == 3 and len(meta["history"]["records"]) == 3
+    resumed = cases.run_case(name, resume=tmp_path, checkpoint=tmp_path)
+    assert cases.record(resumed) == whole
+    assert load_checkpoint(tmp_path)[1]["iteration"] == len(whole["history"]["records"])
+
+
+def test_checkpoint_every_k_rounds_and_at_the_end(tmp_path):
+    seen = []
+
+    def spy(net, rec):
+        seen.append(load_checkpoint(tmp_path)[1]["iteration"] if (tmp_path / "checkpoint.npz").exists() else 0)
+
+    res = cases.run_case("alg2_ce_alternations", checkpoint=tmp_path, checkpoint_every=3,
+                         callback=spy)
+    n = len(res.history)
+    assert seen == [3 * (i // 3) for i in range(1, n + 1)]
+    assert load_checkpoint(tmp_path)[1]["iteration"] == n
+    assert not [p for p in tmp_path.iterdir() if p.name != "checkpoint.npz"]  # no temp files
+
+
+def test_resume_refuses_another_run(tmp_path):
+    cases.run_case("alg1_mse_gamma", checkpoint=tmp_path, callback=_stop_after(2))
+    X, Y = cases.case_data()
+    net = LiftedNetwork(**cases.CASES["alg1_mse_gamma"]["net"])
+    with pytest.raises(ValueError, match="iterations=5"):
+        fit_bcd(net, X, Y, backend="fast", iterations=5, gamma=0.5, check_every=2, resume=tmp_path)
+    with pytest.raises(ValueError, match="other training data"):
+        fit_bcd(net, X + 1, Y, backend="fast", iterations=4, gamma=0.5, check_every=2,
+                resume=tmp_path)
+    with pytest.raises(ValueError, match="path must be an existing file"):
+        fit_bcd(net, X, Y, backend="fast", resume=tmp_path / "nowhere")
+
+
+def test_schedule_positions():
+    steps = schedule(10, 4, 2, None, 2, seed=0)
+    assert len(steps) == 2 * 3 * 2 and [s.iteration for s in steps] == list(range(1, 13))
+    assert [s.new_x for s in steps[:4]] == [True, False, True, False]
+    assert [s.last for s in steps].count(True) == 1 and steps[-1].last
+    assert sum(s.end_of_epoch for s in steps) == 2
+    alg1 = schedule(10, None, 1, 3, 1, seed=0)
+    assert [s.new_x for s in alg1] == [True, False, False] and all(s.new_w0 for s in alg1)
+
+
+_CHILD = r"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job starts ignoring it
+sys.path.insert(0, sys.argv[1])
+import _history_cases as cases
+from threadpoolctl import threadpool_limits
+
+def interrupt(net, rec):
+    if rec["iteration"] == 5:
+        os.kill(os.getpid(), signal.SIGINT)   # a real SIGINT, delivered between two rounds
+
+with threadpool_limits(1):
+    try:
+        cases.run_case("alg2_ce_alternations", checkpoint=sys.argv[2], checkpoint_every=2,
+                       callback=interrupt)
+    except KeyboardInterrupt:
+        sys.exit(3)
+sys.exit(0)
+"""
+
+
+def test_sigint_then_resume_is_bit_identical(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from threadpoolctl import threadpool_limits
+
+    child = subprocess.run([sys.executable, "-c", _CHILD, str(Path(__file__).parent),
+                            str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert child.returncode == 3, child.stderr
+    assert load_checkpoint(tmp_path)[1]["iteration"] == 5   # checkpoint_every=2 wrote 4; SIGINT 5
+    with threadpool_limits(1):
+        whole = cases.record(cases.run_case("alg2_ce_alternations"))
+        resumed = cases.record(cases.run_case("alg2_ce_alternations", resume=tmp_path))
+    assert resumed == whole
