@@ -29,10 +29,16 @@ point (recorded as ``restarted``). Restarting lowers F, so the run stays a desce
 the exact X-sweep from the feed-forward point keeps the lower bound F(W, X) <= J(W) (check 3).
 
 Every round runs the four checks of ``certificate.py`` (``check_every=k``: every k-th round and
-the last; the rounds between check block statuses only); ``strict`` (default: True for the
-``"cvxpy"`` oracle, False otherwise) raises ``CertificateError`` at the first violation. A
-backend's ``SolverError`` propagates in strict mode; otherwise it is recorded as a
-``block_optimality`` violation and the block keeps its current value.
+the last; the rounds between check block optimality only); ``strict`` (default: True for the
+``"cvxpy"`` oracle, False otherwise) raises ``CertificateError`` at the first violation. Block
+optimality trusts no backend: the driver checks that every returned argmin has the block's
+shape, is finite and lies in the block's domain, and recomputes its KKT residual
+(``blocks.kkt_residual``, against ``tol``) from the point itself. A backend's ``SolverError``
+propagates in strict mode; otherwise it is recorded as a ``block_optimality`` violation and the
+block keeps its current value. In recorded mode (``strict=False``) an unusable argmin (NaN, inf,
+outside the domain) is recorded against its own block, which keeps its value, and the run stops
+after that round (its record has ``halted`` = the block's name) with its history kept; an
+oracle built by name is then non-strict too, so inaccurate solves are recorded, not thrown away.
 
 The driver works in the array library of ``X0`` (NumPy; CuPy on a GPU with ``backend="fast"``:
 any array-API library, ``array_api_strict`` in the tests); the network's weights move there
@@ -53,7 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 from array_api_compat import array_namespace
 
-from .blocks import w_block, x_block
+from .blocks import kkt_residual, w_block, x_block
 from .certificate import Certificate
 from .datasets import batch_order, check_dtype
 from .errors import SolverError
@@ -69,6 +75,7 @@ def _lazy(module, cls):
 
 
 BACKENDS = {"cvxpy": _lazy(".oracle", "OracleBackend"), "fast": _lazy(".fast", "FastBackend")}
+STRICT_AWARE = {"cvxpy"}   # registry backends whose constructor takes ``strict``
 
 
 def get_backend(backend="cvxpy", **kwargs):
@@ -183,6 +190,14 @@ def evaluate(net, X0, Y, classification=None):
 
 
 # --- one round ------------------------------------------------------------------------------
+class _Halt(Exception):
+    """Recorded mode: a block returned a point that cannot be used (NaN, outside its domain)."""
+
+    def __init__(self, block):
+        super().__init__(block)
+        self.block = block
+
+
 class _Round:
     """The X-sweep, the W-sweep and the checks of one round on data (X0, Y).
 
@@ -216,19 +231,28 @@ class _Round:
             return current, 0.0
         wall = time.perf_counter() - t0
         Z = res.argmin
-        self.cert.check_block(name, res)
+        # the certificate trusts no report: the argmin must be usable, and its KKT residual is
+        # recomputed here, on every round, from the point itself
+        usable = self.cert.check_argmin(name, block, Z, current.shape)
+        residual = kkt_residual(block, Z) if usable else None
+        record = dict(block=name, kind=block.kind, layer=block.layer, value_before=before,
+                      value_after=before, seconds=wall, solver_seconds=float(res.seconds),
+                      status=res.status, residual=residual, reported_residual=float(res.residual),
+                      iterations=int(res.iterations), converged=bool(res.converged))
+        if not usable:          # recorded mode (strict raised): the block keeps its value, stop
+            self.blocks.append(record)
+            raise _Halt(name)
+        self.cert.check_block(name, res, residual)
         after = float(res.value)  # the backend's value; the descent check recomputes it
         if self.check:
             after = float(block.value(Z))
             self.cert.check_descent(name, before, after, scale)
-        self.blocks.append(dict(block=name, kind=block.kind, layer=block.layer,
-                                value_before=before, value_after=after, seconds=wall,
-                                solver_seconds=float(res.seconds), status=res.status,
-                                residual=float(res.residual), iterations=int(res.iterations),
-                                converged=bool(res.converged)))
+        record["value_after"] = after
+        self.blocks.append(record)
         return Z, (after - before) if self.check else 0.0
 
     def x_sweep(self, X0, Y, Xs, F):
+        """The X-blocks X_L, ..., X_1; updates the list ``Xs`` in place (kept if a block halts)."""
         for l in range(self.net.n_hidden, 0, -1):
             block = x_block(self.net, X0, Y, Xs, l)
             Xs[l - 1], delta = self._solve(f"X_{l}", block, Xs[l - 1], F)
@@ -259,21 +283,25 @@ def _round(backend, net, cert, X0, Y, Xs, gamma, W0, fresh, check=True):
         if F0 > J:  # the restart rule (carried-over X only: fresh X have F0 == J)
             Xs, F0 = list(net.forward(X0)[0]), J
             cert.restarted = True
-    Xs = r.x_sweep(X0, Y, list(Xs), None if F0 is None else F0 + r.prox())
+    Xs, halted = list(Xs), None
     F_x = B_x = None
-    if check:
-        F_x, B_x = net.lifted_objective(X0, Y, Xs), net.divergences(X0, Xs)
-        cert.check_lower_bound(F_x, J)
-    r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.prox())
     after_w = dict(lifted_w=None, network_w=None, divergence_w=None)
-    if check:
-        cert.check_fenchel_young(net, X0, Xs)
-        after_w = dict(lifted_w=net.lifted_objective(X0, Y, Xs),
-                       network_w=net.network_objective(X0, Y),
-                       divergence_w=net.divergences(X0, Xs))
+    try:
+        r.x_sweep(X0, Y, Xs, None if F0 is None else F0 + r.prox())
+        if check:
+            F_x, B_x = net.lifted_objective(X0, Y, Xs), net.divergences(X0, Xs)
+            cert.check_lower_bound(F_x, J)
+        r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.prox())
+        if check:
+            cert.check_fenchel_young(net, X0, Xs)
+            after_w = dict(lifted_w=net.lifted_objective(X0, Y, Xs),
+                           network_w=net.network_objective(X0, Y),
+                           divergence_w=net.divergences(X0, Xs))
+    except _Halt as stop:     # recorded mode: the run ends after this round, its history kept
+        halted = stop.block
     record = dict(m=int(X0.shape[1]), lifted_x=F_x, network_x=J if check else None, **after_w,
                   prox=r.prox(), divergence_x=B_x, restarted=bool(cert.restarted),
-                  checked=check, blocks=r.blocks)
+                  checked=check, blocks=r.blocks, halted=halted)
     record["seconds"] = time.perf_counter() - t0
     return Xs, record
 
@@ -293,7 +321,8 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
     gamma : gamma_l >= 0 of the proximal term, a number or one per layer (L + 1).
     backend : ``"cvxpy"``, ``"fast"`` or a backend object.
     strict : raise on a certificate violation; None = True for the oracle (``backend.name ==
-        "cvxpy"``), False otherwise.
+        "cvxpy"``), False otherwise. ``False`` with ``backend="cvxpy"`` builds a non-strict
+        oracle (inaccurate solves are recorded as violations and the run goes on).
     tol : tolerance of the certificate (``certificate.Certificate``) and, for a backend given
         by name, the largest accepted KKT residual of its block solves (its ``tol``).
     callback : ``callback(net, record)`` after every round; returning True stops the run.
@@ -338,14 +367,18 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
         raise ValueError(f"strict must be True, False or None, got {strict!r}")
     if not (isinstance(tol, numbers.Real) and math.isfinite(tol) and tol > 0):
         raise ValueError(f"tol must be > 0 and finite, got {tol!r}")
-    backend = get_backend(backend, tol=tol) if isinstance(backend, str) else get_backend(backend)
+    if isinstance(backend, str):   # recorded mode: an oracle that records inaccurate solves
+        opts = dict(strict=False) if strict is False and backend in STRICT_AWARE else {}
+        backend = get_backend(backend, tol=tol, **opts)
+    else:
+        backend = get_backend(backend)
     name = getattr(backend, "name", type(backend).__name__)
     weights = _weights_in(xp, net)
     if xp is not np and name == "cvxpy":
         raise ValueError(f"backend 'cvxpy' (the oracle) takes NumPy data, got X0 from {xp.__name__}")
     net.W = weights   # validation done: the weights live where the data live
     strict = (name == "cvxpy") if strict is None else strict
-    cert = Certificate(strict=strict, tol=tol)
+    cert = Certificate(strict=strict, tol=tol, residual_tol=tol)
     classification = is_one_hot(Y)
     seed = net.seed if isinstance(net.seed, numbers.Integral) and net.seed >= 0 else 0
     if batch_size is None:
@@ -427,6 +460,9 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
                             post["train_acc"] = f"{rec['train_accuracy']:.3f}"
                         bar.set_postfix(post, refresh=False)
                         bar.update(1)
+                    if rec["halted"] is not None:   # recorded mode: an unusable argmin
+                        stop = True
+                        break
                     if callback is not None and callback(net, history.records[-1]) is True:
                         stop = True
                         break
