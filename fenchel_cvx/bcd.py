@@ -91,6 +91,12 @@ def get_backend(backend="cvxpy", **kwargs):
                      f"solve(block, start) method, got {backend!r}")
 
 
+# Algorithm 2's default proximal weight: the paper's batched model has gamma > 0 ("introduced to
+# moderate the change of the W-variables between subsequent batches"); with gamma = 0 and a small
+# batch the W-blocks lose strict convexity (and, for cross-entropy, often their minimiser).
+DEFAULT_GAMMA = 1.0
+
+
 # --- result ---------------------------------------------------------------------------------
 @dataclass
 class BCDResult:
@@ -307,7 +313,7 @@ def _round(backend, net, cert, X0, Y, Xs, gamma, W0, fresh, check=True):
 
 
 # --- the driver -----------------------------------------------------------------------------
-def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternations=1, gamma=0.0,
+def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternations=1, gamma=None,
             backend="cvxpy", strict=None, tol=1e-6, callback=None, X_test=None, Y_test=None,
             progress=False, eval_every=1, check_every=1):
     """Train ``net`` (a ``LiftedNetwork``) by block coordinate descent on the lifted objective.
@@ -318,7 +324,9 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
     batch_size : None for Algorithm 1 (all data), an integer >= 1 for Algorithm 2.
     epochs, alternations : Algorithm 2's passes over the batches and rounds per batch (K).
     iterations : Algorithm 1's number of rounds.
-    gamma : gamma_l >= 0 of the proximal term, a number or one per layer (L + 1).
+    gamma : gamma_l >= 0 of the proximal term, a number or one per layer (L + 1); None (the
+        default): ``DEFAULT_GAMMA`` (> 0, as in the paper's batched model) for Algorithm 2, 0
+        for Algorithm 1.
     backend : ``"cvxpy"``, ``"fast"`` or a backend object.
     strict : raise on a certificate violation; None = True for the oracle (``backend.name ==
         "cvxpy"``), False otherwise. ``False`` with ``backend="cvxpy"`` builds a non-strict
@@ -357,6 +365,8 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
     epochs = _check_int("epochs", epochs)
     iterations = _check_int("iterations", iterations)
     alternations = _check_int("alternations", alternations)
+    if gamma is None:
+        gamma = 0.0 if batch_size is None else DEFAULT_GAMMA
     gamma = _check_gamma(gamma, net.n_hidden + 1)
     if eval_every is not None:
         eval_every = _check_int("eval_every", eval_every)
