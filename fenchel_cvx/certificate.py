@@ -1,4 +1,4 @@
-"""The per-iteration certificate of the BCD driver (DESIGN.md, "The per-iteration certificate").
+"""The per-iteration certificate of the BCD driver (docs/certificate.md; the paper's Algorithms 1-2).
 
 At every iteration (Algorithm 1) or every alternation of every batch (Algorithm 2) the driver
 asks a :class:`Certificate` four questions about the iterate ``(W, X)``:

@@ -1,6 +1,6 @@
 """The CVXPY correctness oracle: every block of the lifted objective solved to certified optimality.
 
-DESIGN.md, "Blocks" and "The per-iteration certificate" (check 4). ``OracleBackend`` solves the
+docs/mathematics.md, "The four blocks"; docs/certificate.md, check 4. ``OracleBackend`` solves the
 four blocks of ``blocks.py`` (X hidden, X last for MSE and cross-entropy, W hidden, W last, with
 the optional proximal term gamma ||W - W0||^2 and the penalty rho ||W||_F^2) by small DPP
 templates compiled once per shape (``templates.py``), and the MSE + ReLU X_L block by
