@@ -342,7 +342,7 @@ def fit_bcd(net, X0, Y, *, batch_size=None, epochs=1, iterations=10, alternation
         in its callback instead).
     check_every : run the whole certificate every that many rounds and on the last round of
         the schedule (default 1: every round, as DESIGN.md asks; a run its callback stops
-        ends on whatever round it stopped). The other rounds check block statuses
+        ends on whatever round it stopped). The other rounds check block optimality
         only and record None for the objectives: descent, the lower bound and Fenchel-Young
         need about eight extra forward passes, a large share of a fast-backend round.
 

@@ -77,7 +77,7 @@ class Certificate:
 
     # --- bookkeeping --------------------------------------------------------------------------
     def begin(self, iteration, full=True):
-        """Start the checks of a new iteration (``full=False``: block statuses only)."""
+        """Start the checks of a new iteration (``full=False``: block optimality only)."""
         self.iteration = iteration
         self.full = bool(full)
         self.violations = []
