@@ -12,6 +12,11 @@ repeated solve of the same-shape block with new values (lifted variables re-draw
 residual and the number of pieces. Speed goals are reported, not asserted.
 
     python benchmarks/oracle_blocks.py [--sizes digits,mnist] [--n-jobs 1] [--solver CLARABEL]
+                                       [--dask-workers N] [--scheduler tcp://host:8786]
+
+``--n-jobs k > 1`` solves the pieces on a Dask LocalCluster of k workers that the backend starts;
+``--dask-workers N`` on a LocalCluster of N workers started here (N = 1 and 2 give the 1 -> 2
+worker scaling on equal terms); ``--scheduler`` on a running Dask cluster.
 """
 import argparse
 import os
@@ -68,7 +73,7 @@ def run(size, sizes, loss, args, rows):
     again = blocks_of(net, X0, Y, lifted_point(net, X0, 2))
     if net.n_hidden > 1:      # the deep case only adds the hidden X-block
         first, again = ([(n, b) for n, b in blocks if b.kind == "x_hidden"] for blocks in (first, again))
-    backend = OracleBackend(solver=args.solver, n_jobs=args.n_jobs)
+    backend = OracleBackend(solver=args.solver, n_jobs=args.n_jobs, client=args.client)
     for (name, b1), (_, b2) in zip(first, again):
         c0 = time.process_time()
         r1 = backend.solve(b1)
@@ -93,7 +98,20 @@ def main(argv=None):
     ap.add_argument("--n-jobs", type=int, default=1)
     ap.add_argument("--solver", default=None)
     ap.add_argument("--no-deep", action="store_true", help="skip the three-layer (x_hidden) cases")
+    ap.add_argument("--dask-workers", type=int, default=None,
+                    help="solve on a Dask LocalCluster of this many single-threaded workers")
+    ap.add_argument("--scheduler", default=None, help="address of a running Dask scheduler")
     args = ap.parse_args(argv)
+    args.client = None
+    if args.dask_workers is not None or args.scheduler is not None:
+        from distributed import Client, LocalCluster
+        if args.scheduler is not None:
+            args.client = Client(args.scheduler)
+        else:
+            if args.dask_workers < 1:
+                raise ValueError(f"--dask-workers must be >= 1, got {args.dask_workers}")
+            args.client = Client(LocalCluster(n_workers=args.dask_workers, threads_per_worker=1,
+                                              dashboard_address=None))
     nets = {"digits": [(64, 32, 10), (64, 32, 32, 10)], "mnist": [(784, 300, 10), (784, 300, 100, 10)]}
     rows = []
     t0 = time.perf_counter()
@@ -117,7 +135,9 @@ def main(argv=None):
             met = "met" if rep <= GOALS[size] else "NOT met"
             print(f"  {net:>15s} {loss:13s} repeat {rep:7.2f} s (main-process cpu {cpu:6.2f} s), "
                   f"first {fst:7.2f} s  (goal {GOALS[size]:.0f} s: {met})")
-    print(f"total wall time {time.perf_counter() - t0:.1f} s, n_jobs={args.n_jobs}, "
+    where = ("" if args.client is None else
+             f", Dask workers={len(args.client.scheduler_info()['workers'])}")
+    print(f"total wall time {time.perf_counter() - t0:.1f} s, n_jobs={args.n_jobs}{where}, "
           f"load average {load0} -> {os.getloadavg()[0]:.2f} (other processes share the cores)")
 
 

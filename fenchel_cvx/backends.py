@@ -11,7 +11,7 @@ loads no CVXPY. Any object with a ``solve`` method is accepted in place of a nam
 """
 import importlib
 
-__all__ = ["BACKENDS", "check_backend", "get_backend", "register_backend"]
+__all__ = ["BACKENDS", "STRICT_AWARE", "check_backend", "get_backend", "register_backend"]
 
 
 def _lazy(module, cls):
@@ -33,6 +33,10 @@ def register_backend(name, module, cls):
 
 register_backend("cvxpy", ".oracle", "OracleBackend")
 register_backend("fast", ".fast", "FastBackend")
+
+#: registry names whose constructor takes ``strict`` (the driver's recorded mode builds them
+#: non-strict, so inaccurate solves are recorded instead of raised)
+STRICT_AWARE = {"cvxpy"}
 
 
 def check_backend(backend):

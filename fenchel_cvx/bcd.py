@@ -29,10 +29,16 @@ point (recorded as ``restarted``). Restarting lowers F, so the run stays a desce
 the exact X-sweep from the feed-forward point keeps the lower bound F(W, X) <= J(W) (check 3).
 
 Every round runs the four checks of ``certificate.py`` (``check_every=k``: every k-th round and
-the last; the rounds between check block statuses only); ``strict`` (default: True for the
-``"cvxpy"`` oracle, False otherwise) raises ``CertificateError`` at the first violation. A
-backend's ``SolverError`` propagates in strict mode; otherwise it is recorded as a
-``block_optimality`` violation and the block keeps its current value.
+the last; the rounds between check block optimality only); ``strict`` (default: True for the
+``"cvxpy"`` oracle, False otherwise) raises ``CertificateError`` at the first violation. Block
+optimality trusts no backend: the driver checks that every returned argmin has the block's
+shape, is finite and lies in the block's domain, and recomputes its KKT residual
+(``blocks.kkt_residual``, against ``tol``) from the point itself. A backend's ``SolverError``
+propagates in strict mode; otherwise it is recorded as a ``block_optimality`` violation and the
+block keeps its current value. In recorded mode (``strict=False``) an unusable argmin (NaN, inf,
+outside the domain) is recorded against its own block, which keeps its value, and the run stops
+after that round (its record has ``halted`` = the block's name) with its history kept; an
+oracle built by name is then non-strict too, so inaccurate solves are recorded, not thrown away.
 
 **Structure.** ``fit_bcd`` validates its arguments, builds the run's ``schedule`` (a list of
 ``Step``: position, whether a new batch starts) and a ``BCDState`` (weights, lifted X, W0,
@@ -67,13 +73,19 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace
 
-from .backends import BACKENDS, get_backend  # noqa: F401 (BACKENDS: kept importable from bcd)
-from .blocks import w_block, x_block
+from .backends import BACKENDS, STRICT_AWARE, get_backend  # noqa: F401 (kept importable from bcd)
+from .blocks import kkt_residual, w_block, x_block
 from .certificate import Certificate
 from .datasets import batch_order, check_dtype
 from .errors import SolverError
 from .history import History
 from .network import LiftedNetwork
+
+
+# Algorithm 2's default proximal weight: the paper's batched model has gamma > 0 ("introduced to
+# moderate the change of the W-variables between subsequent batches"); with gamma = 0 and a small
+# batch the W-blocks lose strict convexity (and, for cross-entropy, often their minimiser).
+DEFAULT_GAMMA = 1.0
 
 
 # --- result ---------------------------------------------------------------------------------
@@ -187,6 +199,14 @@ def evaluate(net, X0, Y, classification=None):
 
 
 # --- one round ------------------------------------------------------------------------------
+class _Halt(Exception):
+    """Recorded mode: a block returned a point that cannot be used (NaN, outside its domain)."""
+
+    def __init__(self, block):
+        super().__init__(block)
+        self.block = block
+
+
 class _Round:
     """The X-sweep, the W-sweep and the checks of one round on data (X0, Y).
 
@@ -220,19 +240,28 @@ class _Round:
             return current, 0.0
         wall = time.perf_counter() - t0
         Z = res.argmin
-        self.cert.check_block(name, res)
+        # the certificate trusts no report: the argmin must be usable, and its KKT residual is
+        # recomputed here, on every round, from the point itself
+        usable = self.cert.check_argmin(name, block, Z, current.shape)
+        residual = kkt_residual(block, Z) if usable else None
+        record = dict(block=name, kind=block.kind, layer=block.layer, value_before=before,
+                      value_after=before, seconds=wall, solver_seconds=float(res.seconds),
+                      status=res.status, residual=residual, reported_residual=float(res.residual),
+                      iterations=int(res.iterations), converged=bool(res.converged))
+        if not usable:          # recorded mode (strict raised): the block keeps its value, stop
+            self.blocks.append(record)
+            raise _Halt(name)
+        self.cert.check_block(name, res, residual)
         after = float(res.value)  # the backend's value; the descent check recomputes it
         if self.check:
             after = float(block.value(Z))
             self.cert.check_descent(name, before, after, scale)
-        self.blocks.append(dict(block=name, kind=block.kind, layer=block.layer,
-                                value_before=before, value_after=after, seconds=wall,
-                                solver_seconds=float(res.seconds), status=res.status,
-                                residual=float(res.residual), iterations=int(res.iterations),
-                                converged=bool(res.converged)))
+        record["value_after"] = after
+        self.blocks.append(record)
         return Z, (after - before) if self.check else 0.0
 
     def x_sweep(self, X0, Y, Xs, F):
+        """The X-blocks X_L, ..., X_1; updates the list ``Xs`` in place (kept if a block halts)."""
         for l in range(self.net.n_hidden, 0, -1):
             block = x_block(self.net, X0, Y, Xs, l)
             Xs[l - 1], delta = self._solve(f"X_{l}", block, Xs[l - 1], F)
@@ -263,21 +292,25 @@ def _round(backend, net, cert, X0, Y, Xs, gamma, W0, fresh, check=True):
         if F0 > J:  # the restart rule (carried-over X only: fresh X have F0 == J)
             Xs, F0 = list(net.forward(X0)[0]), J
             cert.restarted = True
-    Xs = r.x_sweep(X0, Y, list(Xs), None if F0 is None else F0 + r.prox())
+    Xs, halted = list(Xs), None
     F_x = B_x = None
-    if check:
-        F_x, B_x = net.lifted_objective(X0, Y, Xs), net.divergences(X0, Xs)
-        cert.check_lower_bound(F_x, J)
-    r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.prox())
     after_w = dict(lifted_w=None, network_w=None, divergence_w=None)
-    if check:
-        cert.check_fenchel_young(net, X0, Xs)
-        after_w = dict(lifted_w=net.lifted_objective(X0, Y, Xs),
-                       network_w=net.network_objective(X0, Y),
-                       divergence_w=net.divergences(X0, Xs))
+    try:
+        r.x_sweep(X0, Y, Xs, None if F0 is None else F0 + r.prox())
+        if check:
+            F_x, B_x = net.lifted_objective(X0, Y, Xs), net.divergences(X0, Xs)
+            cert.check_lower_bound(F_x, J)
+        r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.prox())
+        if check:
+            cert.check_fenchel_young(net, X0, Xs)
+            after_w = dict(lifted_w=net.lifted_objective(X0, Y, Xs),
+                           network_w=net.network_objective(X0, Y),
+                           divergence_w=net.divergences(X0, Xs))
+    except _Halt as stop:     # recorded mode: the run ends after this round, its history kept
+        halted = stop.block
     record = dict(m=int(X0.shape[1]), lifted_x=F_x, network_x=J if check else None, **after_w,
                   prox=r.prox(), divergence_x=B_x, restarted=bool(cert.restarted),
-                  checked=check, blocks=r.blocks)
+                  checked=check, blocks=r.blocks, halted=halted)
     record["seconds"] = time.perf_counter() - t0
     return Xs, record
 
@@ -381,8 +414,8 @@ def _run(net, data, steps, state, run, observers):
                    alternation=step.alternation, **rec, **run.evaluate(net, step))
         rec["certificate"] = run.cert.outcome()
         state.advance(net, Xs, rec)
-        if any([obs(net, state, step) is True for obs in observers]):
-            break
+        if any([obs(net, state, step) is True for obs in observers]) or rec["halted"]:
+            break   # a callback asked to stop, or recorded mode met an unusable argmin
     return step
 
 
@@ -430,6 +463,8 @@ def _validate(net, X0, Y, *, batch_size, epochs, iterations, alternations, gamma
     epochs = _check_int("epochs", epochs)
     iterations = _check_int("iterations", iterations)
     alternations = _check_int("alternations", alternations)
+    if gamma is None:
+        gamma = 0.0 if batch_size is None else DEFAULT_GAMMA
     gamma = _check_gamma(gamma, net.n_hidden + 1)
     if eval_every is not None:
         eval_every = _check_int("eval_every", eval_every)
@@ -450,7 +485,11 @@ def _validate(net, X0, Y, *, batch_size, epochs, iterations, alternations, gamma
         from .io import check_writable_dir
 
         checkpoint = check_writable_dir("checkpoint", checkpoint)
-    backend = get_backend(backend, tol=tol) if isinstance(backend, str) else get_backend(backend)
+    if isinstance(backend, str):   # recorded mode: an oracle that records inaccurate solves
+        opts = dict(strict=False) if strict is False and backend in STRICT_AWARE else {}
+        backend = get_backend(backend, tol=tol, **opts)
+    else:
+        backend = get_backend(backend)
     name = getattr(backend, "name", type(backend).__name__)
     weights = _weights_in(xp, net)
     if xp is not np and name == "cvxpy":
@@ -466,7 +505,7 @@ def _validate(net, X0, Y, *, batch_size, epochs, iterations, alternations, gamma
                   batch_seed=seed, m=X0.shape[1], m_test=None if X_test is None else X_test.shape[1],
                   task="classification" if classification else "regression",
                   algorithm=1 if batch_size is None else 2)
-    run = _Settings(backend, Certificate(strict=strict, tol=tol), gamma, check_every,
+    run = _Settings(backend, Certificate(strict=strict, tol=tol, residual_tol=tol), gamma, check_every,
                     _evaluator(X0, Y, X_test, Y_test, classification, eval_every), config,
                     (X_test, Y_test), eval_every)
     steps = schedule(X0.shape[1], batch_size, epochs, iterations, alternations, seed)
@@ -549,7 +588,7 @@ def _initial(net, data, run):
 
 # --- the driver -----------------------------------------------------------------------------
 def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = None, epochs: int = 1,
-            iterations: int = 10, alternations: int = 1, gamma: float | Sequence[float] = 0.0,
+            iterations: int = 10, alternations: int = 1, gamma: float | Sequence[float] | None = None,
             backend: str | Any = "cvxpy", strict: bool | None = None, tol: float = 1e-6,
             callback: Callable[[LiftedNetwork, dict], bool | None] | None = None,
             X_test: Any = None, Y_test: Any = None, progress: bool = False,
@@ -564,9 +603,13 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
     batch_size : None for Algorithm 1 (all data), an integer >= 1 for Algorithm 2.
     epochs, alternations : Algorithm 2's passes over the batches and rounds per batch (K).
     iterations : Algorithm 1's number of rounds.
-    gamma : gamma_l >= 0 of the proximal term, a number or one per layer (L + 1).
+    gamma : gamma_l >= 0 of the proximal term, a number or one per layer (L + 1); None (the
+        default): ``DEFAULT_GAMMA`` (> 0, as in the paper's batched model) for Algorithm 2, 0
+        for Algorithm 1.
     backend : ``"cvxpy"``, ``"fast"`` or a backend object.
     strict : raise on a certificate violation; None = True for the oracle, False otherwise.
+        ``False`` with ``backend="cvxpy"`` builds a non-strict oracle (inaccurate solves are
+        recorded as violations and the run goes on).
     tol : tolerance of the certificate and, for a backend given by name, its ``tol``.
     callback : ``callback(net, record)`` after every round; returning True stops the run.
     X_test, Y_test : held-out data, evaluated (feed-forward) with the training data.

@@ -1,4 +1,4 @@
-"""The per-iteration certificate of the BCD driver (DESIGN.md, "The per-iteration certificate").
+"""The per-iteration certificate of the BCD driver (docs/certificate.md; the paper's Algorithms 1-2).
 
 At every iteration (Algorithm 1) or every alternation of every batch (Algorithm 2) the driver
 asks a :class:`Certificate` four questions about the iterate ``(W, X)``:
@@ -13,9 +13,13 @@ asks a :class:`Certificate` four questions about the iterate ``(W, X)``:
    (a Lagrangian relaxation) lies below the network objective there. The driver starts each
    X-sweep from the feed-forward point whenever the carried-over X are worse than it (see
    ``bcd.py``), so exact X-blocks keep this bound.
-4. ``block_optimality``: every block solve reports status ``"optimal"`` (and ``converged``); its
-   KKT residual (``blocks.kkt_residual``) is recorded, the maximum reported, and checked against
-   ``residual_tol`` when one is given.
+4. ``block_optimality``: the certificate trusts no backend's report about its own point. The
+   returned argmin must have the block's shape, be finite and lie in the block's domain
+   (``check_argmin``: else the block fails at once, by name); its KKT residual
+   (``blocks.kkt_residual``) is recomputed here from the argmin, recorded, the maximum reported,
+   and checked against ``residual_tol`` (``fit_bcd`` sets it to ``tol``). The backend's status
+   can only fail a block (a status other than ``"optimal"``, or ``converged=False``), never pass
+   it.
 
 In strict mode (the oracle's default) the first violation raises
 :class:`~fenchel_cvx.errors.CertificateError` naming the check, the layer, the two numbers, the
@@ -73,7 +77,7 @@ class Certificate:
 
     # --- bookkeeping --------------------------------------------------------------------------
     def begin(self, iteration, full=True):
-        """Start the checks of a new iteration (``full=False``: block statuses only)."""
+        """Start the checks of a new iteration (``full=False``: block optimality only)."""
         self.iteration = iteration
         self.full = bool(full)
         self.violations = []
@@ -142,15 +146,56 @@ class Certificate:
             self._fail("lower_bound", None, F, J, tol,
                        "F(W, X) after the X-sweep exceeds J(W) at the same weights")
 
-    def check_block(self, name, result):
-        """Check 4: the block's solver status is optimal; record its KKT residual."""
-        res = float(result.residual)
-        if math.isfinite(res):
-            self.max_residual = max(self.max_residual, res)
+    def check_argmin(self, name, block, Z, shape):
+        """Check 4, first part: ``Z`` (a backend's argmin of ``block``) has ``shape``, is finite and
+        lies in the block's domain (``block.project(Z) == Z``).
+
+        Returns True when it does. Otherwise the block fails ``block_optimality`` by name at
+        once (strict: ``CertificateError``; recorded: the violation is kept) and False is
+        returned: the driver must not hand such a point to the next block.
+        """
+        problem = argmin_problem(block, Z, shape)
+        if problem is None:
+            return True
+        self.statuses_ok = False
+        self._fail("block_optimality", name, math.inf, self.residual_tol or 0.0, self.tol, problem)
+        return False
+
+    def check_block(self, name, result, residual=None):
+        """Check 4: ``residual`` is the KKT residual recomputed from the argmin (``None``: not
+        recomputed this round, so only the backend's status can fail the block); the backend's
+        status must be optimal. The backend's own ``result.residual`` is never used."""
+        if residual is not None:
+            residual = float(residual)
+            if not math.isnan(residual):
+                self.max_residual = max(self.max_residual, residual)
+        shown = math.nan if residual is None else residual
         if result.status != "optimal" or not result.converged:
             self.statuses_ok = False
-            self._fail("block_optimality", name, res, self.residual_tol or 0.0, self.tol,
+            self._fail("block_optimality", name, shown, self.residual_tol or 0.0, self.tol,
                        f"status {result.status!r}, converged={result.converged}")
-        elif self.residual_tol is not None and not res <= self.residual_tol:
-            self._fail("block_optimality", name, res, self.residual_tol, self.residual_tol,
-                       f"KKT residual {res:.3g} above residual_tol")
+        elif (residual is not None and self.residual_tol is not None
+              and not residual <= self.residual_tol):
+            self._fail("block_optimality", name, residual, self.residual_tol, self.residual_tol,
+                       f"KKT residual {residual:.3g} (recomputed from the argmin) above "
+                       f"residual_tol")
+
+
+def argmin_problem(block, Z, shape):
+    """Why ``Z`` cannot be the argmin of ``block`` at all, or None: not an array of ``shape``, a
+    NaN or inf entry, or a point outside the block's domain (``block.project`` moves it)."""
+    try:
+        xp = array_namespace(Z)
+    except TypeError:
+        return f"argmin is not an array (got {type(Z).__name__})"
+    if tuple(Z.shape) != tuple(shape):
+        return f"argmin has shape {tuple(Z.shape)}, the block's variable {tuple(shape)}"
+    if not bool(xp.all(xp.isfinite(Z))):
+        bad = int(xp.sum(xp.astype(~xp.isfinite(Z), xp.int64)))
+        return f"argmin has {bad} NaN or inf entries"
+    P = block.project(Z)
+    if not bool(xp.all(P == Z)):
+        out = float(xp.max(xp.abs(P - Z)))
+        return f"argmin leaves the block's domain by {out:.3g}"
+    return None
+

@@ -27,7 +27,7 @@ CASES = {
                                           eval_every=3)),
     "alg2_tanh_test_set": dict(net=dict(layer_sizes=[6, 4, 3], activation="tanh", loss="mse",
                                         lam=1.0, rho=0.0, seed=2),
-                               fit=dict(batch_size=20, epochs=2, test=True)),
+                               fit=dict(batch_size=20, epochs=2, gamma=0.0, test=True)),
 }
 
 

@@ -73,10 +73,26 @@ def test_certificate_holds_on_exact_runs(data, loss, act, sizes):
 
 
 @pytest.mark.parametrize("kind,name", [("w_last", "W_1"), ("w_hidden", "W_0"), ("x_last", "X_1")])
-def test_worse_update_raises_descent_in_strict_mode(data, kind, name):
+def test_worse_update_fails_its_block_in_strict_mode(data, kind, name):
+    # the worse point is not a minimiser: its recomputed KKT residual fails it first, by name
     X, Y = data
     with pytest.raises(CertificateError) as err:
         fit_bcd(small_net(), X, Y, iterations=2, backend=WorseningOracle(kind))
+    e = err.value
+    assert e.check == "block_optimality" and e.layer == name and e.iteration == 1
+    assert e.value > e.bound and "iteration 1" in str(e)
+
+
+@pytest.mark.parametrize("kind,name", [("w_last", "W_1"), ("w_hidden", "W_0"), ("x_last", "X_1")])
+def test_worse_update_raises_descent(data, kind, name):
+    # a certificate without the residual check: the descent check alone catches the update
+    X, Y = data
+    net = small_net()
+    cert = Certificate(strict=True)
+    cert.begin(1)
+    Xs = list(net.forward(X)[0])
+    with pytest.raises(CertificateError) as err:
+        bcd._round(WorseningOracle(kind), net, cert, X, Y, Xs, [0.0] * 2, [None] * 2, fresh=True)
     e = err.value
     assert e.check == "descent" and e.layer == name and e.iteration == 1
     assert e.value > e.bound + e.tol and "descent" in str(e) and "iteration 1" in str(e)
@@ -89,8 +105,9 @@ def test_worse_update_is_recorded_in_non_strict_mode(data):
     assert not h.certificate_held and len(h) == 2
     checks = {v["check"] for v in h.violations}
     # the X-sweep went up, so F after it can exceed J at the same weights as well
-    assert "descent" in checks and "lower_bound" in checks
-    assert all(v["layer"] == "X_1" for v in h.violations if v["check"] == "descent")
+    assert {"descent", "lower_bound", "block_optimality"} <= checks
+    assert all(v["layer"] == "X_1" for v in h.violations
+               if v["check"] in ("descent", "block_optimality"))
     assert [v["iteration"] for v in h.violations][0] == 1
     assert h[0]["lifted_x"] > h[0]["network_x"]
 
@@ -166,7 +183,7 @@ def test_certificate_checks_directly(data):
     assert err.value.check == "descent"
     bad = BlockResult(Xs[0], 0.0, "optimal_inaccurate", 1e-3, converged=False)
     with pytest.raises(CertificateError) as err:
-        cert.check_block("X_1", bad)
+        cert.check_block("X_1", bad, 1e-3)
     assert err.value.check == "block_optimality"
 
 
@@ -175,7 +192,7 @@ def test_certificate_non_strict_collects_and_residual_tol(data):
     cert.begin(1)
     cert.check_lower_bound(2.0, 1.0)
     cert.check_descent("W_1", 0.0, 1.0, 0.0)
-    cert.check_block("W_1", BlockResult(None, 0.0, "optimal", 1e-5))
+    cert.check_block("W_1", BlockResult(None, 0.0, "optimal", 0.0), residual=1e-5)
     out = cert.outcome()
     assert not out["held"] and [v["check"] for v in out["violations"]] == \
         ["lower_bound", "descent", "block_optimality"]

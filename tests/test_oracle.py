@@ -205,10 +205,14 @@ def test_bad_input():
 def test_non_optimal_status_raises_typed_error():
     block = make_block("w_hidden", "sigmoid", "mse", 0.0)
     with pytest.raises(SolverError, match=r"w_hidden block of layer 0: solver status"):
-        OracleBackend(solver="SCS", solver_opts=dict(max_iters=1)).solve(block)
+        OracleBackend(solver="SCS", solver_opts=dict(max_iters=1), polish=False).solve(block)
+    # with the polish, the solver's inaccurate point is refined and certified by its residual
+    res = OracleBackend(solver="SCS", solver_opts=dict(max_iters=1), tol=TOL).solve(block)
+    assert res.status == "optimal" and res.info["solver_status"] != "optimal"
+    assert res.residual <= TOL and res.info["polish_steps"] > 0
     xb = make_block("x_last", "tanh", "cross_entropy", 0.0)
     with pytest.raises(SolverError, match=r"x_last block of layer 2") as err:
-        OracleBackend(solver_opts=dict(max_iter=1)).solve(xb)
+        OracleBackend(solver_opts=dict(max_iter=1), polish=False).solve(xb)
     assert err.value.block == "x_last" and err.value.layer == 2 and err.value.status != "optimal"
 
 

@@ -10,10 +10,23 @@ from fenchel_cvx.io import load_checkpoint
 from fenchel_cvx.network import LiftedNetwork
 
 
+def _as_before(x):
+    """A history as the driver before the restructure recorded it. Since then the certificate
+    recomputes each block's KKT residual itself (``residual``) and keeps the backend's report as
+    ``reported_residual`` (the old ``residual``), and a round records ``halted``."""
+    if isinstance(x, dict):
+        if "reported_residual" in x:
+            x = {**x, "residual": x["reported_residual"]}
+        return {k: _as_before(v) for k, v in x.items() if k not in ("reported_residual", "halted")}
+    if isinstance(x, list):
+        return [_as_before(v) for v in x]
+    return x
+
+
 @pytest.mark.parametrize("name", sorted(cases.CASES))
 def test_histories_bit_identical_to_the_driver_before_the_restructure(name):
     before = json.loads(cases.FIXTURE.read_text())[name]
-    assert cases.record(cases.run_case(name)) == before
+    assert _as_before(cases.record(cases.run_case(name))) == before
 
 
 def _stop_after(n):

@@ -1,14 +1,16 @@
 """OracleBackend: every block of the lifted objective solved to certified optimality by CVXPY.
 
-``OracleBackend().solve(block)`` takes one of the four blocks of ``blocks.py`` (DESIGN.md,
-"Blocks"; the paper's Sec. 3), splits it into independent pieces (``templates.plan``: X-blocks
+``OracleBackend().solve(block)`` takes one of the four blocks of ``blocks.py`` (docs/mathematics.md,
+"The four blocks"; the paper's Sec. 3), splits it into independent pieces (``templates.plan``: X-blocks
 by column, hidden and MSE-last W-blocks by row), solves every piece on a cached DPP template
 (re-solves only set parameter values), and returns a ``BlockResult`` whose ``value`` and
 ``residual`` are ``block.value`` and ``block.kkt_residual`` at the assembled argmin, computed in
 NumPy. The MSE + ReLU X_L block is a nonnegative least squares (``nnls.py``).
 
-Certificate (DESIGN.md, check 4): every piece must end with solver status ``optimal`` and the
-scaled KKT residual of the whole block must be ``<= tol``; otherwise a typed ``SolverError``
+Certificate (the project's docs, "The per-iteration certificate", check 4): every piece must end
+with a usable point (status ``optimal``, or ``optimal_inaccurate`` / ``user_limit``, which the
+Newton polish then refines) and the scaled KKT residual of the whole block must be ``<= tol``:
+that residual, not the solver's status, is the proof; otherwise a typed ``SolverError``
 naming the block kind, the layer and the status is raised (``strict=False`` turns an inaccurate
 status or residual into ``converged=False`` with ``info["warning"]``; a failed or infeasible
 solve always raises). ``info`` holds the solver, the summed |primal - dual| objective gap of
@@ -25,11 +27,9 @@ an error is raised. OSQP solves the quadratic blocks only; SCS solves all blocks
 ~50x Clarabel's iterations, and is polished the same way.
 """
 import math
-import multiprocessing
 import os
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor
 
 import cvxpy as cp
 import numpy as np
@@ -39,6 +39,7 @@ from ..errors import SolverError, SolverInaccurate, SolverInfeasible
 from . import nnls as _nnls
 from . import polish as _polish
 from . import templates as _tpl
+from . import wellposed as _wp
 
 DEFAULT_SOLVER = "CLARABEL"
 
@@ -86,6 +87,8 @@ DEFAULT_BUDGET = 12_000
 # that a block it touched ends well inside the tolerance.
 POLISH_TARGET = 0.1
 
+# statuses whose point the Newton polish may finish (then certified by the KKT residual)
+_REFINABLE = {cp.OPTIMAL, cp.OPTIMAL_INACCURATE, cp.USER_LIMIT}
 _FAILED = {cp.INFEASIBLE, cp.UNBOUNDED, cp.INFEASIBLE_INACCURATE, cp.UNBOUNDED_INACCURATE}
 _BLOCKS = (XHidden, XLast, WHidden, WLast)
 
@@ -226,7 +229,14 @@ class TemplateCache(dict):
         self.builds = {}
 
 
-_WORKER_CACHE = TemplateCache()
+_WORKER_CACHE = TemplateCache()   # in each Dask worker process: its templates, kept between tasks
+DASK_RETRIES = 2
+
+
+def worker_cache_info():
+    """``{key: builds}`` of the templates compiled in this process (run it on the workers with
+    ``client.run(worker_cache_info)``)."""
+    return dict(_WORKER_CACHE.builds)
 
 
 def _worker(key, acts, consts, solver, opts, shared, pieces, warms, attempts):
@@ -241,10 +251,13 @@ class OracleBackend:
     ----------
     solver : CVXPY solver name, or None for the measured default (``"CLARABEL"``).
     tol : the largest accepted scaled KKT residual (``blocks.kkt_residual``) of a solve.
-    n_jobs : worker processes for the independent pieces of a block (1: in this process; -1:
-        one per core). Measured on 2 cores: n_jobs=2 halves the time of blocks with many pieces
-        (MNIST W-rows, digits X-columns). Workers start from a forkserver, so a script that uses
-        n_jobs > 1 needs the ``if __name__ == "__main__":`` guard; that is why 1 is the default.
+    n_jobs : Dask workers for the independent pieces of a block (1: in this process; -1: one
+        per core). ``n_jobs > 1`` starts a Dask ``LocalCluster`` of that many single-threaded
+        worker processes on first use (a script then needs the ``if __name__ == "__main__":``
+        guard; that is why 1 is the default). Each worker keeps its compiled templates.
+    client : a ``distributed.Client`` of your own cluster (``Client("tcp://scheduler:8786")``):
+        the pieces run on its workers, split in as many chunks as it has worker threads. It
+        overrides ``n_jobs``; the backend never closes a client it did not start.
     nnls : solve the MSE + ReLU X_L block by ``scipy.optimize.nnls`` (else by CVXPY).
     strict : raise ``SolverInaccurate`` on an inaccurate status or a residual above ``tol``;
         with ``False`` the result has ``converged=False`` and ``info["warning"]``.
@@ -258,7 +271,7 @@ class OracleBackend:
     name = "cvxpy"
 
     def __init__(self, solver=None, tol=1e-7, n_jobs=1, nnls=True, strict=True, solver_opts=None,
-                 budget=DEFAULT_BUDGET, polish=True):
+                 budget=DEFAULT_BUDGET, polish=True, client=None):
         installed = cp.installed_solvers()
         name = DEFAULT_SOLVER if solver is None else str(solver).upper()
         if name not in installed:
@@ -278,7 +291,11 @@ class OracleBackend:
         self.attempts = ATTEMPTS.get(name, ((), ()))
         self.budget, self.polish = budget, bool(polish)
         self._templates = TemplateCache()
-        self._pool = None
+        self._client, self._own = client, None
+        if client is not None:
+            if not callable(getattr(client, "submit", None)):
+                raise ValueError(f"client must be a distributed.Client, got {client!r}")
+            self.n_jobs = max(1, sum(client.nthreads().values()))
 
     def __repr__(self):
         return (f"OracleBackend(solver={self.solver!r}, tol={self.tol}, n_jobs={self.n_jobs}, "
@@ -294,10 +311,12 @@ class OracleBackend:
         return dict(self._templates.builds)
 
     def close(self, wait=True):
-        """Shut the worker processes down (if any)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=wait, cancel_futures=True)
-            self._pool = None
+        """Shut down the LocalCluster this backend started (a user's client is left alone)."""
+        if self._own is not None:
+            client, cluster = self._own
+            self._own, self._client = None, None
+            client.close()
+            cluster.close()
 
     def __del__(self):
         try:
@@ -307,9 +326,35 @@ class OracleBackend:
 
     # --- solving --------------------------------------------------------------------------
     def solve(self, block, start=None):
-        """Solve ``block`` exactly; ``start`` warm-starts solvers that can use it (OSQP, SCS)."""
+        """Solve ``block`` exactly; ``start`` warm-starts solvers that can use it (OSQP, SCS).
+
+        A W-block with ``rho + gamma = 0`` (not strictly convex) is first checked for a
+        minimiser (``wellposed.check_minimiser``: ``NoMinimiser`` with the remedy, before any
+        solve), then solved by proximal steps from ``start`` (``wellposed.proximal_point``) and
+        certified by its own KKT residual, which is zero at every minimiser, unique or not.
+        """
         t0 = time.perf_counter()
         check_block(block)
+        if block.kind.startswith("w") and block.rho + block.gamma == 0:
+            _wp.check_minimiser(block)
+            return self._solve_by_prox(block, start, t0)
+        return self._solve_exact(block, start, t0)
+
+    def _solve_by_prox(self, block, start, t0):
+        shape = ((block.V if block.kind == "w_hidden" else block.Y).shape[0], block.Xt.shape[0])
+        start = np.zeros(shape) if start is None else np.asarray(start, dtype=float)
+        W, residual, steps, iters = _wp.proximal_point(
+            block, start, lambda sub: self._solve_exact(sub, None, time.perf_counter()),
+            self.tol)
+        info = {"solver": f"{self.solver} proximal point", "proximal_steps": steps,
+                "duality_gap": None, "n_subproblems": steps}
+        if residual > self.tol:
+            info["solver"] += (f" after {steps} steps; rho + gamma = 0, so the block is not "
+                               "strictly convex and its minimisers lie far from the start: set "
+                               "rho > 0 or gamma > 0 for this layer")
+        return self._finish(block, W, "optimal", iters, info, t0, polish=False)
+
+    def _solve_exact(self, block, start, t0):
         info = {"solver": self.solver}
         if self.nnls and _nnls.applies(block):
             try:
@@ -329,19 +374,36 @@ class OracleBackend:
         if self.n_jobs == 1 or m < 8 * self.n_jobs:
             return _nnls.solve_x_last(block)
         bounds = np.linspace(0, m, self.n_jobs + 1).astype(int)
-        futures = [self._executor().submit(_nnls.solve_columns, block.dense_W(), block.Y[:, a:b],
-                                           block.U_prev[:, a:b], block.lam_in)
-                   for a, b in zip(bounds[:-1], bounds[1:])]
-        return np.concatenate([f.result() for f in futures], axis=1)
+        parts = self._run(block, [(_nnls.solve_columns, block.dense_W(), block.Y[:, a:b],
+                                   block.U_prev[:, a:b], block.lam_in)
+                                  for a, b in zip(bounds[:-1], bounds[1:])])
+        return np.concatenate(parts, axis=1)
 
-    def _executor(self):
-        if self._pool is None:
-            # forkserver, not fork: the parent may hold solver threads (Clarabel/faer, BLAS) that
-            # a forked child would inherit half-initialised; the server preloads this module.
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload([__name__])
-            self._pool = ProcessPoolExecutor(self.n_jobs, mp_context=ctx)
-        return self._pool
+    def _dask(self):
+        """The Dask client: the user's, or a LocalCluster of ``n_jobs`` workers started once."""
+        if self._client is None:
+            from distributed import Client, LocalCluster
+
+            cluster = LocalCluster(n_workers=self.n_jobs, threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
+            self._client = Client(cluster)
+            self._own = (self._client, cluster)
+        return self._client
+
+    def _run(self, block, tasks):
+        """Run ``(function, *args)`` tasks on the Dask workers; all results, or a SolverError.
+
+        A task whose worker is lost is retried (``DASK_RETRIES``) on another worker; if it still
+        fails, or the scheduler cannot be reached, the block fails as a whole: no partial block.
+        """
+        try:
+            client = self._dask()
+            futures = [client.submit(*task, pure=False, retries=DASK_RETRIES) for task in tasks]
+            return client.gather(futures)
+        except Exception as exc:     # lost workers, unreachable scheduler, errors in a task
+            raise SolverError(block.kind, block.layer, "distributed_error",
+                              f"Dask could not solve the pieces ({type(exc).__name__}: {exc}); "
+                              f"no partial block is returned") from exc
 
     def _solve_plan(self, block, plan, start):
         key, size = plan.key, plan.dims[-1]
@@ -357,7 +419,7 @@ class OracleBackend:
             results = solve_chunk(self._templates, key, plan.acts, plan.consts, self.solver,
                                   self.solver_opts, plan.shared, values, warms, self.attempts)
         else:
-            results = self._parallel(key, plan, values, warms)
+            results = self._parallel(block, key, plan, values, warms)
         shape = block.U_prev.shape if plan.axis == 1 else (
             (block.V if block.kind == "w_hidden" else block.Y).shape[0], block.Xt.shape[0])
         argmin = np.empty(shape)
@@ -368,12 +430,10 @@ class OracleBackend:
             retried += tried
             if status != "optimal":
                 where = f"{'columns' if plan.axis else 'rows'} {_describe(piece.index)}"
-                if x is None or status not in (cp.OPTIMAL_INACCURATE, cp.USER_LIMIT):
+                if x is None or status not in _REFINABLE:
                     cls = SolverInfeasible if status in _FAILED else SolverError
                     raise cls(block.kind, block.layer, status, f"{self.solver}, {where}")
-                if self.strict:
-                    raise SolverInaccurate(block.kind, block.layer, status, f"{self.solver}, {where}")
-                worst = status
+                worst = status   # refined and judged by its KKT residual in _finish
             if plan.axis == 1:
                 argmin[:, piece.index] = x[:, :piece.size]
             else:
@@ -382,22 +442,26 @@ class OracleBackend:
             argmin[:, cols] = Z
         return argmin, worst, iters, gaps, retried
 
-    def _parallel(self, key, plan, values, warms):
+    def _parallel(self, block, key, plan, values, warms):
         n = min(self.n_jobs, len(values))
         bounds = np.linspace(0, len(values), n + 1).astype(int)
-        futures = [self._executor().submit(_worker, key, plan.acts, plan.consts, self.solver,
-                                           self.solver_opts, plan.shared, values[a:b],
-                                           None if warms is None else warms[a:b], self.attempts)
-                   for a, b in zip(bounds[:-1], bounds[1:])]
-        return [r for f in futures for r in f.result()]
+        chunks = self._run(block, [(_worker, key, plan.acts, plan.consts, self.solver,
+                                    self.solver_opts, plan.shared, values[a:b],
+                                    None if warms is None else warms[a:b], self.attempts)
+                                   for a, b in zip(bounds[:-1], bounds[1:])])
+        return [r for chunk in chunks for r in chunk]
 
-    def _finish(self, block, argmin, status, iters, info, t0):
+    def _finish(self, block, argmin, status, iters, info, t0, polish=True):
         argmin, info["projected"] = _into_domain(block, argmin)
         residual = float(block.kkt_residual(argmin))
         info["solver_residual"], info["polish_steps"] = residual, 0
-        if residual > self.tol and self.polish and status == "optimal":
+        if residual > self.tol and polish and self.polish and status in _REFINABLE:
             argmin, info["polish_steps"] = _polish.polish(block, argmin, POLISH_TARGET * self.tol)
             residual = float(block.kkt_residual(argmin))
+        if status in _REFINABLE and residual <= self.tol:
+            # an inaccurate solver point that the Newton polish finished: its KKT residual is
+            # the proof of optimality, whatever the solver said
+            info["solver_status"], status = status, "optimal"
         value = float(block.value(argmin))
         converged = status == "optimal"
         if not math.isfinite(value):

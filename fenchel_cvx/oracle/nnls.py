@@ -1,4 +1,4 @@
-"""The MSE + ReLU last-layer X-block as nonnegative least squares (DESIGN.md, "X, last").
+"""The MSE + ReLU last-layer X-block as nonnegative least squares (docs/mathematics.md, "The nonnegative least squares reduction").
 
 With squared error and a ReLU in front of the output layer, the block of X_L is, per data
 point j (column), up to a constant

@@ -1,6 +1,6 @@
 """DPP templates: one small ``cp.Problem`` per (block kind, shape, activation, loss), built once.
 
-The four blocks of DESIGN.md ("Blocks"; the paper's Sec. 3, eq. (5)) are separable: X-blocks by
+The four blocks (docs/mathematics.md, "The four blocks"; the paper's Sec. 3, eq. (5)) are separable: X-blocks by
 data point (column), the hidden W-block and the MSE last W-block by output unit (row). A
 *template* is the problem of one *piece*: ``k`` columns or ``r`` rows. What changes from piece to
 piece is a ``cp.Parameter``; products of parameters are precomputed in NumPy into one parameter

@@ -1,0 +1,148 @@
+"""``certify(block, Z)``: check anyone's solution of a block against the oracle.
+
+For one of the four blocks of ``blocks.py`` (the paper's Sec. 3; X_l and W_l steps of
+Algorithms 1-2) and a candidate ``Z`` from any solver, on any array library (NumPy, PyTorch,
+CuPy, JAX: read through DLPack, copied to the host when it lives on a device), ``certify``
+returns a :class:`BlockCertificate`:
+
+* ``objective``: the block objective ``f(Z)`` (``block.value``);
+* ``optimum``: ``f(Z*)`` at the oracle's argmin ``Z*`` (``OracleBackend``), an upper bound on the
+  block's optimal value ``f*``;
+* ``lower_bound``: a certified ``L <= f*``. For a block that is ``mu``-strongly convex on its
+  domain ``C`` (every X-block: ``mu = lam_in / max phi'``; a W-block with ``rho + gamma > 0``:
+  ``mu = 2 (rho + gamma)``) the quadratic minorant at a point ``z`` gives
+  ``f* >= f(z) + min_{x in C} <g, x - z> + mu/2 ||x - z||^2`` (closed form on the box ``C``),
+  taken at ``Z*`` and at ``Z``; otherwise the solver's duality gap ``L = f(Z*) - gap`` (``None``
+  where no dual is available);
+* ``gap = objective - lower_bound``: a certified bound on the candidate's suboptimality, and
+  ``relative_gap = gap / (1 + |lower_bound|)``;
+* ``kkt_residual``: ``blocks.kkt_residual`` at ``Z`` (0 exactly at a minimiser).
+
+A candidate of the wrong shape, with NaN or inf entries, or outside the activation's range is a
+``ValueError`` naming it, before any solve. ``fenchel_cvx.testing.assert_block_optimal`` wraps
+this for test suites.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..blocks import kkt_residual
+from .backend import OracleBackend
+
+
+@dataclass
+class BlockCertificate:
+    """What ``certify`` returns (see the module docstring)."""
+
+    objective: float
+    optimum: float
+    lower_bound: object       # float, or None when no certified lower bound is available
+    gap: object               # objective - lower_bound (None with it)
+    relative_gap: object      # gap / (1 + |lower_bound|)
+    kkt_residual: float
+    argmin: object            # the oracle's argmin (NumPy)
+    bound: str                # how lower_bound was obtained: "strong convexity", "duality gap"
+
+
+def to_numpy(Z, name="Z"):
+    """A float64 NumPy copy of an array from any library (DLPack; host copy of device arrays)."""
+    if isinstance(Z, np.ndarray):
+        return np.array(Z, dtype=np.float64)
+    if hasattr(Z, "detach"):            # torch: a tensor that requires grad cannot be exported
+        Z = Z.detach()
+    if hasattr(Z, "__dlpack__"):
+        try:
+            return np.array(np.from_dlpack(Z), dtype=np.float64)
+        except (BufferError, RuntimeError, TypeError, ValueError):
+            pass                            # on a device: copy to the host first
+        for host in ("get", "cpu"):         # CuPy: .get(); torch: .cpu()
+            if callable(getattr(Z, host, None)):
+                return to_numpy(getattr(Z, host)(), name)
+    try:
+        return np.array(Z, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an array (NumPy, PyTorch, CuPy, ... through DLPack), "
+                         f"got {type(Z).__module__}.{type(Z).__name__}") from None
+
+
+def variable_shape(block):
+    """The shape of the block's variable."""
+    if block.kind in ("x_hidden", "x_last"):
+        return tuple(block.U_prev.shape)
+    rows = (block.V if block.kind == "w_hidden" else block.Y).shape[0]
+    return (rows, block.Xt.shape[0])
+
+
+def check_candidate(block, Z, name="Z"):
+    """``Z`` as NumPy, or a ``ValueError`` naming it: wrong shape, NaN / inf, outside the range."""
+    Z = to_numpy(Z, name)
+    shape = variable_shape(block)
+    if Z.shape != shape:
+        raise ValueError(f"{name} must have the shape {shape} of the {block.kind} block's "
+                         f"variable, got {Z.shape}")
+    if not np.all(np.isfinite(Z)):
+        raise ValueError(f"{name} must be finite, got {int(np.sum(~np.isfinite(Z)))} NaN or inf "
+                         f"entries")
+    if block.kind in ("x_hidden", "x_last") and not np.all(block.act_in.in_range(Z)):
+        bad = Z[~block.act_in.in_range(Z)].ravel()[0]
+        raise ValueError(f"{name} must lie in the range {block.act_in.v_range} of "
+                         f"{block.act_in.name}, got {float(bad)!r}")
+    return Z
+
+
+def max_slope(act):
+    """sup phi'(u) of an activation (the strong convexity of F is 1 / sup phi')."""
+    return float(act.dphi(np.array([0.0]))[0]) if act.name in ("sigmoid", "tanh") else max(
+        1.0, float(getattr(act, "slope", 1.0)))
+
+
+def strong_convexity(block):
+    """The modulus ``mu`` with ``f(x) >= f(z) + <g, x - z> + mu/2 ||x - z||^2`` (0: none)."""
+    if block.kind in ("x_hidden", "x_last"):
+        return block.lam_in / max_slope(block.act_in)
+    return 2.0 * (block.rho + block.gamma)
+
+
+def minorant_bound(block, Z, mu):
+    """``f(Z) + min_{x in C} <g, x - Z> + mu/2 ||x - Z||^2``: a lower bound on the block's
+    optimal value (``C`` the box of the block's domain; ``block.project`` projects on it)."""
+    g = block.grad(Z)
+    D = block.project(Z - g / mu) - Z
+    return float(block.value(Z)) + float(np.sum(g * D)) + 0.5 * mu * float(np.sum(D * D))
+
+
+def certify(block, Z, backend=None):
+    """Certify ``Z`` (any array library) as a solution of ``block``; see the module docstring.
+
+    ``backend``: the oracle to compare with (default ``OracleBackend(tol=1e-9)``).
+    """
+    Z = check_candidate(block, Z)
+    oracle = OracleBackend(tol=1e-9) if backend is None else backend
+    res = oracle.solve(block, start=Z)
+    Zs = np.asarray(res.argmin, dtype=np.float64)
+    objective, optimum = float(block.value(Z)), float(block.value(Zs))
+    mu = strong_convexity(block)
+    lower, how = None, "none"
+    if mu > 0:
+        lower = max(minorant_bound(block, Zs, mu), minorant_bound(block, Z, mu))
+        how = "strong convexity"
+    elif res.info.get("duality_gap") is not None:
+        lower, how = optimum - float(res.info["duality_gap"]), "duality gap"
+    if lower is not None:
+        lower = min(lower, optimum)
+    gap = None if lower is None else objective - lower
+    rel = None if gap is None else gap / (1.0 + abs(lower))
+    return BlockCertificate(objective, optimum, lower, gap, rel, float(kkt_residual(block, Z)),
+                            Zs, how)
+
+
+def optimality_report(cert):
+    """One line with the certificate's numbers (for error messages)."""
+    lb = "none" if cert.lower_bound is None else f"{cert.lower_bound:.10g}"
+    gap = "unknown" if cert.gap is None else f"{cert.gap:.3g} (relative {cert.relative_gap:.3g})"
+    return (f"objective {cert.objective:.10g}, oracle optimum {cert.optimum:.10g}, certified "
+            f"lower bound {lb} ({cert.bound}), suboptimality gap {gap}, KKT residual "
+            f"{cert.kkt_residual:.3g}")
+
+
+__all__ = ["certify", "BlockCertificate", "check_candidate", "to_numpy", "optimality_report"]

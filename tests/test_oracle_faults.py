@@ -1,0 +1,103 @@
+"""Fault injection: the certificate trusts no backend's report about its own argmin.
+
+A real backend (the CVXPY oracle, the fast array solvers) is wrapped so that, for the blocks of
+one kind, it returns its argmin perturbed by noise of size 1e-1 or 1e-3, or full of NaN, together
+with the untouched, honest-looking report (status "optimal", converged, the residual and value
+of the true solve). Every fault must be caught, by the name of its block, in the iteration it
+happened: in strict mode as a ``CertificateError``; in recorded mode as a ``block_optimality``
+violation against that block, the run ending cleanly with its history kept when the point
+cannot be used (NaN, outside the domain).
+"""
+import numpy as np
+import pytest
+
+from fenchel_cvx.bcd import fit_bcd
+from fenchel_cvx.blocks import BlockResult
+from fenchel_cvx.errors import CertificateError
+from fenchel_cvx.fast import FastBackend
+from fenchel_cvx.network import LiftedNetwork
+from fenchel_cvx.oracle import OracleBackend
+
+# 4-5-4-3: every kind of block, named as the driver names it; the faulty block is the first of
+# its kind in the sweep (X_L, ..., X_1, then W_L, ..., W_0)
+FIRST = {"x_last": "X_2", "x_hidden": "X_1", "w_last": "W_2", "w_hidden": "W_1"}
+FAULTS = [1e-1, 1e-3, "nan"]
+BACKENDS = {"oracle": lambda: OracleBackend(tol=1e-6),
+            "fast": lambda: FastBackend(tol=1e-6, max_iter=2000)}
+
+
+class Faulty:
+    """A real backend whose argmin for blocks of ``kind`` is corrupted; the report is kept."""
+
+    def __init__(self, inner, kind, fault, seed=0):
+        self.inner, self.kind, self.fault = inner, kind, fault
+        self.rng = np.random.default_rng(seed)
+        self.name = f"faulty-{getattr(inner, 'name', 'backend')}"
+
+    def solve(self, block, start=None):
+        res = self.inner.solve(block, start)
+        if block.kind != self.kind:
+            return res
+        Z = np.asarray(res.argmin, dtype=float)
+        if self.fault == "nan":
+            Z = np.full_like(Z, np.nan)
+        else:
+            Z = Z + self.fault * self.rng.standard_normal(Z.shape)
+        return BlockResult(Z, res.value, res.status, res.residual, res.seconds, res.iterations,
+                           res.converged, dict(res.info))
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((4, 24))
+    Y = np.eye(3)[:, rng.integers(0, 3, 24)]
+    return X, Y
+
+
+def net():
+    return LiftedNetwork([4, 5, 4, 3], "relu", "mse", lam=1.0, rho=0.1, seed=0)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("fault", FAULTS, ids=str)
+@pytest.mark.parametrize("kind", sorted(FIRST))
+def test_fault_is_caught_by_name_in_strict_mode(data, backend, fault, kind):
+    X, Y = data
+    faulty = Faulty(BACKENDS[backend](), kind, fault)
+    with pytest.raises(CertificateError) as err:
+        fit_bcd(net(), X, Y, iterations=2, backend=faulty, strict=True)
+    e = err.value
+    assert (e.check, e.layer, e.iteration) == ("block_optimality", FIRST[kind], 1)
+    assert FIRST[kind] in str(e) and "iteration 1" in str(e)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("fault", FAULTS, ids=str)
+@pytest.mark.parametrize("kind", sorted(FIRST))
+def test_fault_is_recorded_against_its_block(data, backend, fault, kind):
+    X, Y = data
+    network = net()
+    faulty = Faulty(BACKENDS[backend](), kind, fault)
+    res = fit_bcd(network, X, Y, iterations=2, backend=faulty, strict=False)   # no exception
+    h = res.history
+    first = h.violations[0]
+    assert (first["check"], first["layer"], first["iteration"]) == \
+        ("block_optimality", FIRST[kind], 1)
+    assert all(np.all(np.isfinite(W)) for W in network.W)
+    assert all(np.all(np.isfinite(A)) for A in res.Xs)
+    if fault == "nan":
+        # unusable point: the block kept its value and the run stopped after that round
+        assert len(h) == 1 and h[0]["halted"] == FIRST[kind]
+        assert "NaN" in first["detail"]
+        failed = [b for b in h[0]["blocks"] if b["block"] == FIRST[kind]]
+        assert failed and failed[0]["residual"] is None
+    else:
+        # a finite perturbed point either leaves the domain (stop at once) or is recorded and
+        # the run goes on; every block of that kind is recorded in every round it ran
+        assert h[0]["halted"] in (None, FIRST[kind])
+        if h[0]["halted"] is None:
+            assert len(h) == 2
+            named = {(v["layer"], v["iteration"]) for v in h.violations
+                     if v["check"] == "block_optimality"}
+            assert (FIRST[kind], 2) in named
