@@ -226,6 +226,38 @@ def run_method(method, args):
     return out
 
 
+# --- FLOPs and the GEMM floor -------------------------------------------------------------------
+def flops_per_batch(method, args, sizes=(784, 300, 10)):
+    """Floating-point operations of one batch, counted from the code (2 p n m per p x n x m product).
+
+    Backprop: the forward pass, the weight gradients and the hidden layers' input gradients.
+    FLN (fast backend, one round): the feed-forward pass twice (the driver's start of round and
+    its record), per W-block its Gram matrix ``X~ X~^T`` (full product), its Cholesky inverse
+    (n^3) and seven products of the block's size (gradient, preconditioning, line search,
+    residual); per X-block step two products with ``W_l`` and ``W_l^T``.
+    """
+    m = args.batch_size
+    dense = [(p, n + 1) for n, p in zip(sizes[:-1], sizes[1:])]   # W_l: p x (n + 1)
+    forward = sum(2 * p * n * m for p, n in dense)
+    if method != "fln":
+        return forward * 2 + sum(2 * p * n * m for p, n in dense[1:])
+    w_block = sum(2 * n * n * m + n ** 3 + 7 * 2 * p * n * m for p, n in dense)
+    x_block = args.x_steps * sum(2 * 2 * p * n * m for p, n in dense[1:])
+    return 2 * forward + args.alternations * (args.w_steps * w_block + x_block)
+
+
+def gemm_rate(dtype, repeats=20):
+    """Measured GEMM FLOP/s of a 300 x 785 x 500 product (FLN's W_0 size), best of ``repeats``."""
+    rng = np.random.default_rng(0)
+    A, B = (rng.standard_normal(s).astype(dtype) for s in ((300, 785), (785, 500)))
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        A @ B
+        best = min(best, time.perf_counter() - t)
+    return 2 * 300 * 785 * 500 / best
+
+
 # --- profile ------------------------------------------------------------------------------------
 def matmul_share(args):
     """Share of FLN's fit_bcd samples inside gemm / matmul frames (py-spy, native frames)."""
@@ -287,6 +319,11 @@ def summarise(results, args, data_desc):
                           peak_mib=max(r["peak_mib"] for r in per_seed))
         if "certificate" in runs[0]:
             rows[name]["certificate"] = [r["certificate"] for r in runs]
+    n_batches = -(-args.train_size // args.batch_size)
+    for name, r in rows.items():
+        r["gflop_per_batch"] = flops_per_batch(name, args) / 1e9
+        r["ms_per_batch"] = 1e3 * r["seconds_per_epoch"] / n_batches
+        r["fraction_of_gemm_floor"] = (r["gflop_per_batch"] / args.gemm_gflops) / (r["ms_per_batch"] / 1e3)
     ratios = {}
     if "fln" in rows and "adam" in rows:
         f, a = rows["fln"], rows["adam"]
@@ -307,12 +344,18 @@ def markdown(summary):
              f"device {summary['machine']['device']}", "",
              f"seeds {summary['settings']['seed']}..{summary['settings']['seed'] + summary['settings']['seeds'] - 1}"
              " (means; +- is the spread max - min)", "",
-             "| method | final test acc | s / epoch | time to 97% (s) | batches to 97% | peak MiB |",
-             "|---|---|---|---|---|---|"]
+             f"GEMM calibration ({summary['settings']['dtype']}, 300x785x500, "
+             f"{summary['machine']['threads']} threads): {summary['settings']['gemm_gflops']:.0f} GFLOP/s; "
+             "floor fraction = (GFLOP per batch / that rate) / time per batch", "",
+             "| method | final test acc | s / epoch | time to 97% (s) | batches to 97% | peak MiB "
+             "| GFLOP / batch | ms / batch | of GEMM floor |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, r in summary["methods"].items():
         lines.append(f"| {name} | {r['final_test_accuracy']:.4f} +- {r['final_test_accuracy_spread']:.4f} | "
                      f"{r['seconds_per_epoch']:.2f} | {fmt(r['time_to_97'])} | "
-                     f"{fmt(r['batches_to_97'], '{:.0f}')} | {r['peak_mib']:.0f} |")
+                     f"{fmt(r['batches_to_97'], '{:.0f}')} | {r['peak_mib']:.0f} | "
+                     f"{r['gflop_per_batch']:.2f} | {r['ms_per_batch']:.0f} | "
+                     f"{r['fraction_of_gemm_floor']:.0%} |")
     for k, v in summary["ratios"].items():
         lines.append(f"\n{k}: {v:.2f}")
     if summary.get("matmul_share") is not None:
@@ -345,7 +388,12 @@ def plot(summary, path):
 
 def main(argv=None):
     args = parse_args(argv)
-    _, data_desc = load(args)
+    ds, data_desc = load(args)
+    args.train_size = ds.X_train.shape[1]
+    with limit_threads(args.threads):
+        args.gemm_gflops = gemm_rate(np.dtype(args.dtype)) / 1e9
+    print(f"GEMM calibration: {args.gemm_gflops:.0f} GFLOP/s ({args.dtype}, {args.threads} threads)",
+          flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = {}
