@@ -232,18 +232,21 @@ def flops_per_batch(method, args, sizes=(784, 300, 10)):
 
     Backprop: the forward pass, the weight gradients and the hidden layers' input gradients.
     FLN (fast backend, one round): the feed-forward pass twice (the driver's start of round and
-    its record), per W-block its Gram matrix ``X~ X~^T`` (full product), its Cholesky inverse
-    (n^3) and seven products of the block's size (gradient, preconditioning, line search,
-    residual); per X-block step two products with ``W_l`` and ``W_l^T``.
+    its record); per W-block its Gram matrix ``X~ X~^T`` (counted as a full product, though
+    NumPy runs ``A @ A.T`` as a symmetric ``syrk`` at half the cost), its Cholesky inverse
+    (n^3), ``W X~`` and the gradient at the start, and per CG step the preconditioning
+    ``g G^{-1}`` (2 p n^2), the direction's ``d X~`` and the new gradient; per X-block step two
+    products with ``W_l`` and ``W_l^T``.
     """
     m = args.batch_size
     dense = [(p, n + 1) for n, p in zip(sizes[:-1], sizes[1:])]   # W_l: p x (n + 1)
     forward = sum(2 * p * n * m for p, n in dense)
     if method != "fln":
         return forward * 2 + sum(2 * p * n * m for p, n in dense[1:])
-    w_block = sum(2 * n * n * m + n ** 3 + 7 * 2 * p * n * m for p, n in dense)
+    w_block = sum(2 * n * n * m + n ** 3 + 2 * (2 * p * n * m)
+                  + args.w_steps * (2 * p * n * n + 2 * (2 * p * n * m)) for p, n in dense)
     x_block = args.x_steps * sum(2 * 2 * p * n * m for p, n in dense[1:])
-    return 2 * forward + args.alternations * (args.w_steps * w_block + x_block)
+    return 2 * forward + args.alternations * (w_block + x_block)
 
 
 def gemm_rate(dtype, repeats=20):

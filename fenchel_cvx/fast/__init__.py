@@ -155,9 +155,12 @@ class FastBackend:
         residual = info.pop("residual", None)  # a W solver's own, from the gradient it holds
         if residual is None:
             residual = block.kkt_residual(Z)
+        value = info.pop("value", None)        # a W solver's own, from the W X~ it holds
+        if value is None:
+            value = float(block.value(Z))
         info.update(tol=tol, dtype=_dtype_name(dtype), w_steps=self.w_steps,
                     x_steps=self.x_steps)
-        return BlockResult(argmin=Z, value=float(block.value(Z)),
+        return BlockResult(argmin=Z, value=value,
                            status=status, residual=residual,
                            seconds=time.perf_counter() - t0, iterations=it, converged=converged,
                            info=info)
