@@ -169,9 +169,8 @@ class ReLU(Activation):
         xp = array_namespace(v, u)
         ok = self.in_range(v)
         vin = xp.where(ok, v, xp.zeros_like(v))
-        zero = xp.zeros_like(u)
-        d = vin - xp.where(u > 0, u, zero)
-        B = 0.5 * d * d + vin * xp.where(u < 0, -u, zero)
+        d = vin - xp.clip(u, 0.0, None)                     # v - u_+
+        B = 0.5 * d * d - vin * xp.clip(u, None, 0.0)       # + v u_-  (u_- = -min(u, 0))
         return xp.where(ok, B, xp.full_like(B, math.inf))
 
     def F_cvx(self, v):
