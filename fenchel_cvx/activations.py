@@ -113,6 +113,20 @@ class ReLU(Activation):
         p = self.phi(u)
         return 0.5 * p * p
 
+    def divergence(self, v, u):
+        """B(v, u) = 1/2 (v - u_+)^2 + v u_- on v >= 0 (u_- = max(-u, 0)), +inf elsewhere.
+
+        The same value as ``F(v) + F*(u) - u v`` (expand: u v = u_+ v - u_- v), written as a sum
+        of nonnegative terms, so it is >= 0 in any precision: the general form cancels large
+        terms and goes below zero by rounding in float32 (the Fenchel-Young check, eq. (2)).
+        """
+        xp = array_namespace(v, u)
+        ok = self.in_range(v)
+        vin = xp.where(ok, v, xp.zeros_like(v))
+        d = vin - xp.clip(u, 0.0, None)                     # v - u_+
+        B = 0.5 * d * d - vin * xp.clip(u, None, 0.0)       # + v u_-  (u_- = -min(u, 0))
+        return xp.where(ok, B, xp.full_like(B, math.inf))
+
 
 class LeakyReLU(Activation):
     """phi(u) = u for u > 0, a u otherwise (0 < a < 1).

@@ -447,3 +447,19 @@ def test_registry_unknown_name():
 def test_leaky_relu_rejects_bad_slope(slope):
     with pytest.raises(ValueError, match=r"slope must be in \(0, 1\), got"):
         LeakyReLU(slope)
+
+
+def test_relu_divergence_is_cancellation_free_in_float32():
+    """B(v, u) = 1/2 (v - u_+)^2 + v u_-: equal to F + F* - uv, and >= 0 in float32 near the graph."""
+    relu = ReLU()
+    rng = np.random.default_rng(0)
+    u = rng.normal(0, 30, 100_000)
+    v = np.maximum(u, 0) + np.abs(rng.normal(0, 1e-3, u.shape))   # close to the graph, large
+    general = Activation.divergence(relu, v, u)                      # F(v) + F*(u) - u v
+    np.testing.assert_allclose(relu.divergence(v, u), general, rtol=1e-6, atol=1e-9)
+    v32, u32 = v.astype(np.float32), u.astype(np.float32)
+    B32 = relu.divergence(v32, u32)
+    assert B32.dtype == np.float32 and np.all(B32 >= 0)
+    exact = relu.divergence(v32.astype(np.float64), u32.astype(np.float64))
+    np.testing.assert_allclose(B32, exact, rtol=1e-5, atol=1e-12)
+    assert np.isinf(relu.divergence(np.array([-1.0]), np.array([0.5]))[0])

@@ -269,6 +269,16 @@ def test_inexact_w_solve_reports_its_residual():
     res = FastBackend(w_steps=40, tol=1e-9).solve(block, start=net.W[0])
     assert not res.converged and res.iterations == 40 and res.info["row_iterations"] < 40 * 40
     assert res.residual == pytest.approx(block.kkt_residual(res.argmin), rel=1e-6)
+    assert res.value == pytest.approx(float(block.value(res.argmin)), rel=1e-9)   # rows frozen
+
+
+@pytest.mark.parametrize("kind", ["w_hidden0", "w_last"])
+@pytest.mark.parametrize("w_steps", [1, 3, None])
+def test_w_solve_value_from_the_product_at_hand_is_the_blocks_value(kind, w_steps):
+    """The reported value comes from the solver's W X~ (no recomputed product): it is the block's."""
+    block = case_block("relu", "cross_entropy", kind, 0.3)
+    res = FastBackend(w_steps=w_steps).solve(block, start=block.W0)
+    assert res.value == pytest.approx(float(block.value(res.argmin)), rel=1e-10, abs=1e-12)
 
 
 def test_last_x_block_has_a_certified_step_no_backtracking():

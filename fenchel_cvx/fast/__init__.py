@@ -42,6 +42,7 @@ from array_api_compat import array_namespace
 
 from ..blocks import BlockResult
 from ..datasets import check_dtype
+from ..threads import per_library, controller, limit_threads
 from ._util import floor_tol
 from .wblocks import solve_pncg, solve_ridge
 from .xblocks import default_start, solve_x
@@ -79,12 +80,15 @@ class FastBackend:
         preconditioner of the CG W-blocks, not the MSE closed form): 1 refactors whenever X~
         changes; k > 1 reuses it across k batches of a run (its factorisation is ~40% of a
         one-step MNIST W_0 block on a CPU).
+    threads : None (leave the native thread pools as they are), an integer budget of cores
+        (``fenchel_cvx.threads.plan``: NumPy's BLAS gets them all, SciPy's BLAS one) or a dict
+        ``{"numpy": n, "scipy": k, ...}``; applied through threadpoolctl around every solve.
     """
 
     name = "fast"
 
     def __init__(self, tol=1e-6, max_iter=500, w_steps=None, dtype=None, newton_cap=None,
-                 x_steps=None, gram_reuse=1):
+                 x_steps=None, gram_reuse=1, threads=None):
         if not (isinstance(tol, numbers.Real) and tol > 0):
             raise ValueError(f"tol must be > 0, got {tol!r}")
         if not (isinstance(max_iter, numbers.Integral) and max_iter >= 1):
@@ -103,15 +107,26 @@ class FastBackend:
                                                  and gram_reuse >= 1):
             raise ValueError(f"gram_reuse must be an integer >= 1, got {gram_reuse!r}")
         self.gram_reuse = int(gram_reuse)
+        if threads is not None:
+            per_library(threads)   # a bad count fails here, before any work
+        self.threads, self._pools = threads, None
         self._cache = {}  # Gram factorisations, reused while X~ is unchanged
 
     def __repr__(self):
         return (f"FastBackend(tol={self.tol}, max_iter={self.max_iter}, w_steps={self.w_steps}, "
                 f"x_steps={self.x_steps}, dtype={self.dtype!r}, newton_cap={self.newton_cap}, "
-                f"gram_reuse={self.gram_reuse})")
+                f"gram_reuse={self.gram_reuse}, threads={self.threads!r})")
 
     def solve(self, block, start=None):
         """Solve ``block`` from ``start`` (the current iterate; a default when None)."""
+        if self.threads is None:
+            return self._solve(block, start)
+        if self._pools is None:
+            self._pools = controller()
+        with limit_threads(self.threads, self._pools):
+            return self._solve(block, start)
+
+    def _solve(self, block, start):
         t0 = time.perf_counter()
         arrays = _block_arrays(block)
         xp = array_namespace(*arrays.values())
@@ -140,9 +155,12 @@ class FastBackend:
         residual = info.pop("residual", None)  # a W solver's own, from the gradient it holds
         if residual is None:
             residual = block.kkt_residual(Z)
+        value = info.pop("value", None)        # a W solver's own, from the W X~ it holds
+        if value is None:
+            value = float(block.value(Z))
         info.update(tol=tol, dtype=_dtype_name(dtype), w_steps=self.w_steps,
                     x_steps=self.x_steps)
-        return BlockResult(argmin=Z, value=float(block.value(Z)),
+        return BlockResult(argmin=Z, value=value,
                            status=status, residual=residual,
                            seconds=time.perf_counter() - t0, iterations=it, converged=converged,
                            info=info)

@@ -54,6 +54,10 @@ class _Problem:
     def forward(self, W):
         return W @ self.Xt
 
+    def value(self, W, U):
+        """The block's value at W from ``U = W X~`` at hand (``block.value`` recomputes it)."""
+        return float(self.data_value(U) + self.block._reg_value(W))
+
     def reg_grad(self, W):
         g = 2 * self.rho * W
         return g + 2 * self.gamma * (W - self.W0) if self.gamma else g
@@ -102,6 +106,9 @@ class HiddenRows(_Problem):
 
     def parts(self, W, U):
         return [self.lam * (self.act.grad_u(self.V, U) @ self.Xt.T), self.reg_grad(W)]
+
+    def data_value(self, U):
+        return self.lam * self.xp.sum(self.act.divergence(self.V, U))
 
     def data_derivs(self, Ut, dU):
         xp, act = self.xp, self.act
@@ -185,6 +192,9 @@ class LastCE(_Problem):
 
     def parts(self, W, U):
         return [self.loss.grad(self.Y, U) @ self.Xt.T, self.reg_grad(W)]
+
+    def data_value(self, U):
+        return self.loss.value(self.Y, U)
 
     def _lse(self, U):
         xp = self.xp
@@ -292,7 +302,7 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=No
                 line_search_iterations=0, restarts=0,
                 newton_rows=0, row_iterations=0)
     if kkt(xp, W, parts) <= tol:
-        info["converged"] = True
+        info.update(converged=True, value=prob.value(W, U))
         return W, 0, info
     W_full, rows = W, None            # rows: global indices of the rows still iterated
     frozen_r = frozen_scale = 0.0     # max |grad| and max |part| over frozen rows
@@ -374,4 +384,6 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=No
     # converged; otherwise from W X~ updated incrementally, re-synced every ``resync`` steps)
     info.update(converged=converged, newton_rows=int(n_newton), restarts=int(n_restart),
                 residual=r)
+    if rows is None:   # U = W X~ is at hand (incrementally updated, re-synced every resync steps)
+        info["value"] = prob.value(W_full, U)
     return W_full, it, info

@@ -1,0 +1,103 @@
+"""Thread pools of the native libraries, limited per library (through threadpoolctl).
+
+A process that imports NumPy, SciPy and PyTorch holds several independent thread pools: NumPy's
+OpenBLAS, SciPy's own OpenBLAS (a second copy, used by ``scipy.linalg``), PyTorch's OpenMP. Each
+sizes itself to the CPU count, so on a 2-core machine two BLAS pools of 2 threads oversubscribe
+the cores whenever their work overlaps; a fast-backend batch (the paper's Algorithm 2 on MNIST)
+then runs 2-3x slower than with 1 thread each. ``limit_threads`` sets each pool separately:
+
+    with limit_threads(2):                       # the measured plan for 2 cores (``plan``)
+        ...
+    with limit_threads({"numpy": 2, "scipy": 1}):   # explicit, per library
+        ...
+
+Libraries are named by the package that ships the shared object (``numpy``, ``scipy``,
+``torch``; anything else is ``other``). A pool not named is left as it is.
+"""
+import contextlib
+import numbers
+from pathlib import PurePath
+
+__all__ = ["LIBRARIES", "controller", "limit_threads", "owner", "per_library", "plan", "pools"]
+
+LIBRARIES = ("numpy", "scipy", "torch", "other")
+
+
+def owner(filepath):
+    """The package whose files hold the shared object at ``filepath`` (``"other"`` if none)."""
+    for part in reversed(PurePath(filepath or "").parts[:-1]):
+        for name in LIBRARIES[:-1]:
+            if part == name or part.startswith(name + "."):   # numpy/, numpy.libs/, scipy.libs/
+                return name
+    return "other"
+
+
+def plan(threads):
+    """The per-library thread counts for a budget of ``threads`` cores.
+
+    NumPy's pool runs the large products (all of them, in the fast backend) and gets every core;
+    SciPy's pool (the Cholesky factorisation behind the W-block preconditioner) gets one. On a
+    2-core machine both pools at 2 threads made a 784-300-10 MNIST batch slower than both at 1,
+    and NumPy at 2 with SciPy at 1 was the fastest while the machine was otherwise idle; on a
+    loaded machine every pool at 1 was fastest by far (docs/results.md, "Threads"), so budgets
+    beyond the idle cores hurt. PyTorch's pools (the backprop baselines) and any other get
+    ``threads``.
+    """
+    _check_count("threads", threads)
+    return {"numpy": threads, "scipy": 1, "torch": threads, "other": threads}
+
+
+def _check_count(name, n):
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {n!r}")
+
+
+def per_library(threads):
+    """``{library: count}`` from an integer budget (``plan``) or a dict (checked)."""
+    if isinstance(threads, dict):
+        unknown = set(threads) - set(LIBRARIES)
+        if unknown:
+            raise ValueError(f"threads names unknown libraries {sorted(unknown)}; "
+                             f"expected some of {LIBRARIES}")
+        for name, n in threads.items():
+            _check_count(f"threads[{name!r}]", n)
+        return dict(threads)
+    return plan(threads)
+
+
+def pools():
+    """``[(library, internal_api, num_threads, filepath)]`` for every pool loaded now."""
+    from threadpoolctl import threadpool_info
+
+    return [(owner(i["filepath"]), i["internal_api"], i["num_threads"], i["filepath"])
+            for i in threadpool_info()]
+
+
+def controller():
+    """A ``threadpoolctl.ThreadpoolController`` of the pools loaded now (scanning them costs
+    time: callers that limit often, e.g. once per block solve, keep one)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+@contextlib.contextmanager
+def limit_threads(threads, pools_now=None):
+    """Limit each native thread pool for the duration of the block.
+
+    ``threads``: an integer budget of cores (the measured ``plan``) or a dict
+    ``{library: count}`` over ``LIBRARIES``. ``pools_now``: a ``controller()`` to reuse.
+    Yields the per-library counts applied; the original sizes are restored on exit.
+    """
+    per = per_library(threads)
+    controller_ = pools_now if pools_now is not None else controller()
+    limiters = []
+    try:
+        for lib in controller_.lib_controllers:
+            n = per.get(owner(lib.filepath))
+            if n is not None:
+                limiters.append(controller_.select(filepath=lib.filepath).limit(limits=n))
+        yield per
+    finally:
+        for limiter in reversed(limiters):
+            limiter.restore_original_limits()
