@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
+from tqdm.auto import tqdm
 
 # name -> (torch.optim class name, default learning rate)
 OPTIMIZERS = {"sgd": ("SGD", 1e-2), "adam": ("Adam", 1e-3)}
@@ -192,11 +193,9 @@ def _check_inputs(input_shape, n_out, X_train, y_train, X_test, y_test, batches)
                 raise ValueError(f"batches[{e}] must hold non-empty integer index arrays in 0..{m - 1}")
 
 
-def _check_args(optimizer, lr, activation, slope, threads, eval_every, seed):
+def _check_args(optimizer, lr, slope, threads, eval_every, seed):
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, got {optimizer!r}")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
     if isinstance(slope, bool) or not isinstance(slope, numbers.Real) or not 0 < slope < 1:
         raise ValueError(f"slope must be in (0, 1), got {slope!r}")
     lr = OPTIMIZERS[optimizer][1] if lr is None else lr
@@ -213,9 +212,28 @@ def _check_args(optimizer, lr, activation, slope, threads, eval_every, seed):
     return lr
 
 
+def torch_model(network, *, activation="relu", slope=0.01, seed=0, init_weights=None):
+    """``(model, input_shape, layer_sizes)``: the PyTorch ``nn.Sequential`` of ``network`` (layer
+    sizes, a config dict or a ``LiftedNetwork``) on inputs ``(n, *input_shape)``, its weights
+    ``init_weights`` (default: the ``LiftedNetwork``'s own, else Xavier-uniform from ``seed``);
+    ``model.weighted`` lists its dense and conv modules, one per ``W_l``."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
+    input_shape, layers, net_weights = _architecture(network)
+    init_weights = net_weights if init_weights is None else init_weights
+    torch = _torch()
+    nn = torch.nn
+    model, weighted, sizes = _build_model(nn, torch, input_shape, layers, activation, slope)
+    if init_weights is not None and len(init_weights) != len(weighted):
+        raise ValueError(f"init_weights must hold {len(weighted)} matrices, got {len(init_weights)}")
+    _set_weights(torch, nn, weighted, init_weights, torch.Generator().manual_seed(int(seed)))
+    model.weighted = weighted
+    return model, input_shape, sizes
+
+
 def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimizer="adam",
                    lr=None, activation="relu", slope=0.01, seed=0, threads=None, callback=None,
-                   eval_every=None, init_weights=None):
+                   eval_every=None, eval_at=(), init_weights=None, progress=False):
     """Train a network by backprop on the given batch schedule; return a :class:`BackpropResult`.
 
     ``network``: layer sizes (an MLP), a ``LiftedNetwork.get_config()`` dict, or a
@@ -225,18 +243,21 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
     ``threads``: ``torch.set_num_threads`` for this call (restored afterwards).
     ``callback(epoch, result)`` runs after every epoch (epoch counts from 1).
     ``eval_every``: record a checkpoint (batches seen, training seconds, test accuracy) every
-    that many batches (evaluation time excluded), for curves against batches and seconds.
+    that many batches (evaluation time excluded), for curves against batches and seconds;
+    ``eval_at``: more batch counts to checkpoint at (e.g. ``(1, 5, 20, 100)``).
+    ``progress``: a tqdm progress bar over the batches.
     ``init_weights``: the starting ``[W_l]`` in the package's convention (default: the
     network's own if a ``LiftedNetwork`` is given, else Xavier-uniform from ``seed``).
     """
-    lr = _check_args(optimizer, lr, activation, slope, threads, eval_every, seed)
-    input_shape, layers, net_weights = _architecture(network)
-    init_weights = net_weights if init_weights is None else init_weights
+    lr = _check_args(optimizer, lr, slope, threads, eval_every, seed)
+    eval_at = set(eval_at)
+    if not all(isinstance(b, numbers.Integral) and not isinstance(b, bool) and b >= 1 for b in eval_at):
+        raise ValueError(f"eval_at must hold positive batch counts, got {sorted(eval_at, key=str)!r}")
     torch = _torch()
     nn = torch.nn
-    model, weighted, sizes = _build_model(nn, torch, input_shape, layers, activation, slope)
-    if init_weights is not None and len(init_weights) != len(weighted):
-        raise ValueError(f"init_weights must hold {len(weighted)} matrices, got {len(init_weights)}")
+    model, input_shape, sizes = torch_model(network, activation=activation, slope=slope, seed=seed,
+                                            init_weights=init_weights)
+    weighted = model.weighted
     _check_inputs(input_shape, sizes[-1], X_train, y_train, X_test, y_test, batches)
 
     old_threads = torch.get_num_threads()
@@ -247,8 +268,6 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
                     .reshape(-1, *input_shape) for X in (X_train, X_test))
         ytr, yte = torch.as_tensor(np.asarray(y_train), dtype=torch.long), torch.as_tensor(
             np.asarray(y_test), dtype=torch.long)
-
-        _set_weights(torch, nn, weighted, init_weights, torch.Generator().manual_seed(int(seed)))
         opt = getattr(torch.optim, OPTIMIZERS[optimizer][0])(model.parameters(), lr=float(lr))
         loss_fn = nn.CrossEntropyLoss()
 
@@ -263,8 +282,9 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
 
         _, acc0 = evaluate(Xte, yte)
         result = BackpropResult(optimizer, float(lr), sizes, acc0, evaluate(Xtr, ytr)[0],
-                                checkpoints=[] if eval_every else None)
+                                checkpoints=[] if eval_every or eval_at else None)
         elapsed, seen = 0.0, 0
+        bar = tqdm(total=sum(map(len, batches)), desc=optimizer, disable=not progress)
         for epoch, epoch_batches in enumerate(batches, start=1):
             for idx in epoch_batches:
                 t0 = time.perf_counter()
@@ -274,15 +294,18 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
                 opt.step()
                 elapsed += time.perf_counter() - t0
                 seen += 1
-                if eval_every and seen % eval_every == 0:
+                bar.update()
+                if (eval_every and seen % eval_every == 0) or seen in eval_at:
                     result.checkpoints.append((seen, elapsed, evaluate(Xte, yte)[1]))
             loss, train_acc = evaluate(Xtr, ytr)
             result.train_loss.append(loss)
             result.train_accuracy.append(train_acc)
             result.test_accuracy.append(evaluate(Xte, yte)[1])
             result.seconds.append(elapsed)
+            bar.set_postfix(test_acc=result.test_accuracy[-1])
             if callback is not None:
                 callback(epoch, result)
+        bar.close()
         result.weights = _get_weights(weighted)
         return result
     finally:
