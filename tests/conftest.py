@@ -129,3 +129,26 @@ def random_data():
 def fd_grad_fixture():
     """``fd_grad(f, A, h)`` as a fixture (session-scoped, so hypothesis tests may use it)."""
     return fd_grad
+
+
+@pytest.fixture
+def write_cifar10():
+    """``write(folder, sizes, rng)``: CIFAR-10 python batches (data_batch_1..5, test_batch) of
+    ``sizes`` random images each, in the official pickle format; returns the written dicts."""
+    import pickle
+
+    def write(folder, sizes, rng):
+        folder.mkdir(parents=True)
+        names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+        batches = {}
+        for name, n in zip(names, sizes):
+            d = {b"batch_label": name.encode(),
+                 b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                 b"labels": [int(v) for v in rng.integers(0, 10, n)],
+                 b"filenames": [f"img_{i}.png".encode() for i in range(n)]}
+            with open(folder / name, "wb") as f:
+                pickle.dump(d, f, protocol=2)
+            batches[name] = d
+        return batches
+
+    return write

@@ -243,23 +243,9 @@ def test_mnist_download_rejects_bad_file(mnist_dir, tmp_path, monkeypatch):
 
 
 # --- CIFAR-10 on small files in the official format -----------------------------------------
-def _write_cifar(folder, sizes, rng):
-    folder.mkdir(parents=True)
-    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
-    batches = {}
-    for name, n in zip(names, sizes):
-        d = {b"batch_label": name.encode(), b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-             b"labels": [int(v) for v in rng.integers(0, 10, n)],
-             b"filenames": [f"img_{i}.png".encode() for i in range(n)]}
-        with open(folder / name, "wb") as f:
-            pickle.dump(d, f, protocol=2)
-        batches[name] = d
-    return batches
-
-
-def test_cifar10_loader(tmp_path, monkeypatch):
+def test_cifar10_loader(tmp_path, monkeypatch, write_cifar10):
     rng = np.random.default_rng(0)
-    batches = _write_cifar(tmp_path / "cifar10" / "cifar-10-batches-py", [3, 4, 2, 5, 1, 6], rng)
+    batches = write_cifar10(tmp_path / "cifar10" / "cifar-10-batches-py", [3, 4, 2, 5, 1, 6], rng)
     monkeypatch.setenv("FENCHEL_DATA", str(tmp_path))
     d = load_cifar10()
     train = [batches[f"data_batch_{i}"] for i in range(1, 6)]
@@ -272,9 +258,9 @@ def test_cifar10_loader(tmp_path, monkeypatch):
         == np.float32
 
 
-def test_cifar10_rejects_bad_batches(tmp_path):
+def test_cifar10_rejects_bad_batches(tmp_path, write_cifar10):
     rng = np.random.default_rng(1)
-    batches = _write_cifar(tmp_path / "c", [2] * 6, rng)
+    batches = write_cifar10(tmp_path / "c", [2] * 6, rng)
     bad = {**batches["test_batch"], b"data": np.zeros((2, 1024), np.uint8)}
     with open(tmp_path / "c" / "test_batch", "wb") as f:
         pickle.dump(bad, f)

@@ -1,9 +1,9 @@
 """Baselines the lifted networks are compared with: backprop (PyTorch SGD / Adam).
 
-``train_backprop`` trains an MLP on the same batch schedule (``datasets.batch_order``) as the
-lifted-network trainer; ``BASELINES["sgd"]`` / ``BASELINES["adam"]`` are the two optimizers.
+``train_backprop`` trains an MLP or a conv net (e.g. LeNet-5) on the same batch schedule
+(``datasets.batch_order``) as the lifted-network trainer; ``torch_model`` builds it in PyTorch; ``BASELINES["sgd"]`` / ``BASELINES["adam"]`` are the two optimizers.
 PyTorch is imported only when a baseline runs (``pip install "fenchel_cvx[bench]"``).
 """
-from .backprop import BASELINES, BackpropResult, train_backprop
+from .backprop import BASELINES, BackpropResult, torch_model, train_backprop
 
-__all__ = ["BASELINES", "BackpropResult", "train_backprop"]
+__all__ = ["BASELINES", "BackpropResult", "torch_model", "train_backprop"]

@@ -1,27 +1,37 @@
-"""Backpropagation baselines: an MLP trained by SGD or Adam in PyTorch, the paper's comparison.
+"""Backpropagation baselines: the same network trained by SGD or Adam in PyTorch, the paper's comparison.
 
-The network is the one the lifted model relaxes: ``layer_sizes = (p_0, ..., p_{L+1})``,
-Xavier-uniform weights, zero biases, ``activation`` between layers, softmax cross-entropy on
-the logits (the *mean* over the batch, as usual for backprop; learning rates are on that scale).
-It trains on ``batches = batch_order(...)`` so that it sees exactly the batches, in the same
-order, as the lifted-network trainer. Inputs follow the package's orientation (columns are data
-points) and are transposed once. Computation is in float32 on the CPU.
+The network is the one the lifted model relaxes. It is given either as ``layer_sizes = (p_0, ...,
+p_{L+1})`` (a dense MLP), as a ``LiftedNetwork``'s ``get_config()`` dict (any sequence of layer
+specs: dense, conv2d, avgpool2d, flatten; e.g. LeNet-5), or as the ``LiftedNetwork`` itself,
+whose initial weights are then copied so that both methods start from the same point.
+``activation`` follows every weighted layer but the last, before the pooling that the lifted
+model folds into the next map (``X_{l+1} = phi(U_l)``, then ``U_{l+1} = conv(W, pool(X_{l+1}))``).
+Without given weights: Xavier-uniform (PyTorch's fans for a convolution), zero biases. The loss
+is softmax cross-entropy on the logits (the *mean* over the batch, as usual for backprop;
+learning rates are on that scale). It trains on ``batches = batch_order(...)`` so that it sees
+exactly the batches, in the same order, as the lifted-network trainer. Inputs follow the
+package's orientation (columns are data points, an image's features in (C, H, W) order) and are
+transposed once. Computation is in float32 on the CPU.
 
 ``seconds`` counts training time only (forward, backward, optimizer steps); evaluations are
 excluded. The final weights come back in the package's convention: ``W_l`` of shape
-``(p_{l+1}, p_l + 1)``, the bias as its last column.
+``(p_{l+1}, p_l + 1)`` (a convolution: ``(C_out, C_in k k + 1)``), the bias as its last column.
 """
+import math
 import numbers
 import time
 from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
+from tqdm.auto import tqdm
 
 # name -> (torch.optim class name, default learning rate)
 OPTIMIZERS = {"sgd": ("SGD", 1e-2), "adam": ("Adam", 1e-3)}
 # name -> torch.nn module class name
 ACTIVATIONS = {"relu": "ReLU", "leaky_relu": "LeakyReLU", "sigmoid": "Sigmoid", "tanh": "Tanh"}
+# images per forward pass when evaluating (bounds the memory of a conv net on 60,000 images)
+EVAL_CHUNK = 5000
 
 
 def _torch():
@@ -30,6 +40,45 @@ def _torch():
     except ImportError:
         raise ImportError('the backprop baselines need PyTorch: pip install "fenchel_cvx[bench]"') from None
     return torch
+
+
+# --- layer kinds: the spec dict of layers.py -> a torch module on an input of ``shape`` --------
+class _TorchDense:
+    weighted = True
+
+    @staticmethod
+    def build(nn, d, shape):   # the lifted model's dense map flattens an image input
+        return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), int(d["units"])))
+
+
+class _TorchConv2d:
+    weighted = True
+
+    @staticmethod
+    def build(nn, d, shape):
+        if len(shape) != 3:
+            raise ValueError(f"conv2d needs a (channels, height, width) input, got shape {shape}")
+        return nn.Conv2d(shape[0], int(d["channels"]), int(d["kernel"]), padding=int(d.get("padding", 0)))
+
+
+class _TorchAvgPool2d:
+    weighted = False
+
+    @staticmethod
+    def build(nn, d, shape):
+        return nn.AvgPool2d(int(d["size"]))
+
+
+class _TorchFlatten:
+    weighted = False
+
+    @staticmethod
+    def build(nn, d, shape):
+        return nn.Flatten()
+
+
+TORCH_LAYERS = {"dense": _TorchDense, "conv2d": _TorchConv2d, "avgpool2d": _TorchAvgPool2d,
+                "flatten": _TorchFlatten}
 
 
 @dataclass
@@ -46,23 +95,90 @@ class BackpropResult:
     train_loss: list = field(default_factory=list)  # mean cross-entropy on the whole train set
     seconds: list = field(default_factory=list)  # cumulative training wall-clock time
     checkpoints: list = None  # [(batches seen, seconds, test accuracy)] every eval_every batches
-    weights: list = None  # final [W_l] of shape (p_{l+1}, p_l + 1), bias last column
+    weights: list = None  # final [W_l], bias last column (a conv: (C_out, C_in k k + 1))
 
 
-def _check_inputs(layer_sizes, X_train, y_train, X_test, y_test, batches):
-    sizes = tuple(layer_sizes)
+def _architecture(network):
+    """``(input_shape, layer dicts, initial weights or None)`` of sizes, a config or a network."""
+    init = None
+    if hasattr(network, "get_config") and hasattr(network, "W"):
+        init = [np.asarray(W) for W in network.W]
+        network = network.get_config()
+    if isinstance(network, dict):
+        if "input_shape" not in network or "layers" not in network:
+            raise ValueError("network must be layer sizes, a LiftedNetwork or its get_config() dict "
+                             f"(with 'input_shape' and 'layers'), got keys {sorted(network)}")
+        layers = list(network["layers"])
+        for d in layers:
+            if not isinstance(d, dict) or d.get("kind") not in TORCH_LAYERS:
+                raise ValueError(f"network layer must be a dict with 'kind' one of "
+                                 f"{sorted(TORCH_LAYERS)}, got {d!r}")
+        return tuple(int(n) for n in network["input_shape"]), layers, init
+    sizes = tuple(network)
     if len(sizes) < 2 or any(isinstance(p, bool) or not isinstance(p, numbers.Integral) or p < 1
                              for p in sizes):
-        raise ValueError(f"layer_sizes must be at least two positive integers, got {layer_sizes!r}")
+        raise ValueError(f"layer_sizes must be at least two positive integers, got {network!r}")
+    return (int(sizes[0]),), [{"kind": "dense", "units": int(p)} for p in sizes[1:]], init
+
+
+def _build_model(nn, torch, input_shape, layers, activation, slope):
+    """The torch model, its weighted modules, and the flattened feature count after each one."""
+    mods, weighted, sizes, shape = [], [], [math.prod(input_shape)], tuple(input_shape)
+    n_weighted = sum(TORCH_LAYERS[d["kind"]].weighted for d in layers)
+    for d in layers:
+        kind = TORCH_LAYERS[d["kind"]]
+        mod = kind.build(nn, d, shape)
+        try:
+            with torch.no_grad():
+                shape = tuple(mod(torch.zeros((1, *shape))).shape[1:])
+        except RuntimeError as err:
+            raise ValueError(f"network layer {d!r} does not fit its input of shape {shape}: {err}") from None
+        mods.append(mod)
+        if kind.weighted:
+            weighted.append(mod[-1] if isinstance(mod, nn.Sequential) else mod)
+            sizes.append(math.prod(shape))
+            if len(weighted) < n_weighted:
+                act = getattr(nn, ACTIVATIONS[activation])
+                mods.append(act(slope) if activation == "leaky_relu" else act())
+    if not weighted or not TORCH_LAYERS[layers[-1]["kind"]].weighted:
+        raise ValueError(f"network must end with a weighted layer (dense or conv2d), got {layers!r}")
+    return nn.Sequential(*mods), weighted, tuple(sizes)
+
+
+def _set_weights(torch, nn, modules, weights, gen):
+    """Copy the package's ``[W_l]`` (bias last column) into the modules, else Xavier-uniform."""
+    with torch.no_grad():
+        for l, mod in enumerate(modules):
+            if weights is None:
+                nn.init.xavier_uniform_(mod.weight, generator=gen)
+                nn.init.zeros_(mod.bias)
+                continue
+            W = np.asarray(weights[l])
+            want = (mod.weight.shape[0], mod.weight[0].numel() + 1)
+            if W.shape != want:
+                raise ValueError(f"init_weights[{l}] must have shape {want}, got {W.shape}")
+            mod.weight.copy_(torch.as_tensor(W[:, :-1], dtype=torch.float32).reshape(mod.weight.shape))
+            mod.bias.copy_(torch.as_tensor(W[:, -1], dtype=torch.float32))
+
+
+def _get_weights(modules):
+    return [np.hstack([mod.weight.detach().double().reshape(mod.weight.shape[0], -1).numpy(),
+                       mod.bias.detach().double().numpy()[:, None]]) for mod in modules]
+
+
+def _check_inputs(input_shape, n_out, X_train, y_train, X_test, y_test, batches):
+    n_in = math.prod(input_shape)
+    what = (f"layer_sizes[0]={n_in}" if len(input_shape) == 1
+            else f"{n_in} = {'x'.join(map(str, input_shape))} (the network's input shape, flattened)")
     for name, X, y in (("X_train", X_train, y_train), ("X_test", X_test, y_test)):
         X, y = np.asarray(X), np.asarray(y)
-        if X.ndim != 2 or X.shape[0] != sizes[0]:
-            raise ValueError(f"{name} must have shape (layer_sizes[0]={sizes[0]}, m) (columns are data "
+        if X.ndim != 2 or X.shape[0] != n_in:
+            raise ValueError(f"{name} must have shape ({what}, m) (columns are data "
                              f"points), got {X.shape}")
         if y.shape != (X.shape[1],) or not np.issubdtype(y.dtype, np.integer):
             raise ValueError(f"y_{name[2:]} must be {X.shape[1]} integer labels, got {y.dtype} {y.shape}")
-        if y.size and (y.min() < 0 or y.max() >= sizes[-1]):
-            raise ValueError(f"y_{name[2:]} must hold labels in 0..{sizes[-1] - 1} (layer_sizes[-1]), "
+        if y.size and (y.min() < 0 or y.max() >= n_out):
+            raise ValueError(f"y_{name[2:]} must hold labels in 0..{n_out - 1} (layer_sizes[-1]), "
                              f"got range {y.min()}..{y.max()}")
     m = np.asarray(X_train).shape[1]
     if not isinstance(batches, (list, tuple)) or not batches or not all(
@@ -75,25 +191,11 @@ def _check_inputs(layer_sizes, X_train, y_train, X_test, y_test, batches):
             if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer) or idx.size == 0 \
                     or idx.min() < 0 or idx.max() >= m:
                 raise ValueError(f"batches[{e}] must hold non-empty integer index arrays in 0..{m - 1}")
-    return sizes
 
 
-def train_backprop(layer_sizes, X_train, y_train, X_test, y_test, *, batches, optimizer="adam",
-                   lr=None, activation="relu", slope=0.01, seed=0, threads=None, callback=None,
-                   eval_every=None):
-    """Train an MLP by backprop on the given batch schedule; return a :class:`BackpropResult`.
-
-    ``optimizer``: ``"adam"`` (default lr 1e-3) or ``"sgd"`` (default lr 1e-2).
-    ``activation``: relu, leaky_relu (negative ``slope``), sigmoid or tanh.
-    ``threads``: ``torch.set_num_threads`` for this call (restored afterwards).
-    ``callback(epoch, result)`` runs after every epoch (epoch counts from 1).
-    ``eval_every``: record a checkpoint (batches seen, training seconds, test accuracy) every
-    that many batches (evaluation time excluded), for curves against batches and seconds.
-    """
+def _check_args(optimizer, lr, slope, threads, eval_every, seed):
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, got {optimizer!r}")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
     if isinstance(slope, bool) or not isinstance(slope, numbers.Real) or not 0 < slope < 1:
         raise ValueError(f"slope must be in (0, 1), got {slope!r}")
     lr = OPTIMIZERS[optimizer][1] if lr is None else lr
@@ -107,43 +209,82 @@ def train_backprop(layer_sizes, X_train, y_train, X_test, y_test, *, batches, op
         raise ValueError(f"eval_every must be a positive integer or None, got {eval_every!r}")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ValueError(f"seed must be an integer, got {seed!r}")
-    sizes = _check_inputs(layer_sizes, X_train, y_train, X_test, y_test, batches)
+    return lr
+
+
+def torch_model(network, *, activation="relu", slope=0.01, seed=0, init_weights=None):
+    """``(model, input_shape, layer_sizes)``: the PyTorch ``nn.Sequential`` of ``network`` (layer
+    sizes, a config dict or a ``LiftedNetwork``) on inputs ``(n, *input_shape)``, its weights
+    ``init_weights`` (default: the ``LiftedNetwork``'s own, else Xavier-uniform from ``seed``);
+    ``model.weighted`` lists its dense and conv modules, one per ``W_l``."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
+    input_shape, layers, net_weights = _architecture(network)
+    init_weights = net_weights if init_weights is None else init_weights
     torch = _torch()
     nn = torch.nn
+    model, weighted, sizes = _build_model(nn, torch, input_shape, layers, activation, slope)
+    if init_weights is not None and len(init_weights) != len(weighted):
+        raise ValueError(f"init_weights must hold {len(weighted)} matrices, got {len(init_weights)}")
+    _set_weights(torch, nn, weighted, init_weights, torch.Generator().manual_seed(int(seed)))
+    model.weighted = weighted
+    return model, input_shape, sizes
+
+
+def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimizer="adam",
+                   lr=None, activation="relu", slope=0.01, seed=0, threads=None, callback=None,
+                   eval_every=None, eval_at=(), init_weights=None, progress=False):
+    """Train a network by backprop on the given batch schedule; return a :class:`BackpropResult`.
+
+    ``network``: layer sizes (an MLP), a ``LiftedNetwork.get_config()`` dict, or a
+    ``LiftedNetwork`` (its architecture, and its current weights as the starting point).
+    ``optimizer``: ``"adam"`` (default lr 1e-3) or ``"sgd"`` (default lr 1e-2).
+    ``activation``: relu, leaky_relu (negative ``slope``), sigmoid or tanh.
+    ``threads``: ``torch.set_num_threads`` for this call (restored afterwards).
+    ``callback(epoch, result)`` runs after every epoch (epoch counts from 1).
+    ``eval_every``: record a checkpoint (batches seen, training seconds, test accuracy) every
+    that many batches (evaluation time excluded), for curves against batches and seconds;
+    ``eval_at``: more batch counts to checkpoint at (e.g. ``(1, 5, 20, 100)``).
+    ``progress``: a tqdm progress bar over the batches.
+    ``init_weights``: the starting ``[W_l]`` in the package's convention (default: the
+    network's own if a ``LiftedNetwork`` is given, else Xavier-uniform from ``seed``).
+    """
+    lr = _check_args(optimizer, lr, slope, threads, eval_every, seed)
+    eval_at = set(eval_at)
+    if not all(isinstance(b, numbers.Integral) and not isinstance(b, bool) and b >= 1 for b in eval_at):
+        raise ValueError(f"eval_at must hold positive batch counts, got {sorted(eval_at, key=str)!r}")
+    torch = _torch()
+    nn = torch.nn
+    model, input_shape, sizes = torch_model(network, activation=activation, slope=slope, seed=seed,
+                                            init_weights=init_weights)
+    weighted = model.weighted
+    _check_inputs(input_shape, sizes[-1], X_train, y_train, X_test, y_test, batches)
 
     old_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(int(threads))
     try:
         Xtr, Xte = (torch.from_numpy(np.ascontiguousarray(np.asarray(X).T, dtype=np.float32))
-                    for X in (X_train, X_test))
+                    .reshape(-1, *input_shape) for X in (X_train, X_test))
         ytr, yte = torch.as_tensor(np.asarray(y_train), dtype=torch.long), torch.as_tensor(
             np.asarray(y_test), dtype=torch.long)
-
-        gen = torch.Generator().manual_seed(int(seed))
-        layers = []
-        for i, (p_in, p_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-            lin = nn.Linear(p_in, p_out)
-            with torch.no_grad():
-                nn.init.xavier_uniform_(lin.weight, generator=gen)
-                nn.init.zeros_(lin.bias)
-            layers.append(lin)
-            if i < len(sizes) - 2:
-                act = getattr(nn, ACTIVATIONS[activation])
-                layers.append(act(slope) if activation == "leaky_relu" else act())
-        model = nn.Sequential(*layers)
         opt = getattr(torch.optim, OPTIMIZERS[optimizer][0])(model.parameters(), lr=float(lr))
         loss_fn = nn.CrossEntropyLoss()
 
         @torch.no_grad()
         def evaluate(X, y):
-            logits = model(X)
-            return loss_fn(logits, y).item(), (logits.argmax(1) == y).double().mean().item()
+            loss = hits = 0.0
+            for i in range(0, X.shape[0], EVAL_CHUNK):
+                logits = model(X[i:i + EVAL_CHUNK])
+                loss += nn.functional.cross_entropy(logits, y[i:i + EVAL_CHUNK], reduction="sum").item()
+                hits += (logits.argmax(1) == y[i:i + EVAL_CHUNK]).sum().item()
+            return loss / X.shape[0], hits / X.shape[0]
 
         _, acc0 = evaluate(Xte, yte)
         result = BackpropResult(optimizer, float(lr), sizes, acc0, evaluate(Xtr, ytr)[0],
-                                checkpoints=[] if eval_every else None)
+                                checkpoints=[] if eval_every or eval_at else None)
         elapsed, seen = 0.0, 0
+        bar = tqdm(total=sum(map(len, batches)), desc=optimizer, disable=not progress)
         for epoch, epoch_batches in enumerate(batches, start=1):
             for idx in epoch_batches:
                 t0 = time.perf_counter()
@@ -153,18 +294,19 @@ def train_backprop(layer_sizes, X_train, y_train, X_test, y_test, *, batches, op
                 opt.step()
                 elapsed += time.perf_counter() - t0
                 seen += 1
-                if eval_every and seen % eval_every == 0:
+                bar.update()
+                if (eval_every and seen % eval_every == 0) or seen in eval_at:
                     result.checkpoints.append((seen, elapsed, evaluate(Xte, yte)[1]))
             loss, train_acc = evaluate(Xtr, ytr)
             result.train_loss.append(loss)
             result.train_accuracy.append(train_acc)
             result.test_accuracy.append(evaluate(Xte, yte)[1])
             result.seconds.append(elapsed)
+            bar.set_postfix(test_acc=result.test_accuracy[-1])
             if callback is not None:
                 callback(epoch, result)
-        linears = [mod for mod in model if isinstance(mod, nn.Linear)]
-        result.weights = [np.hstack([lin.weight.detach().double().numpy(),
-                                     lin.bias.detach().double().numpy()[:, None]]) for lin in linears]
+        bar.close()
+        result.weights = _get_weights(weighted)
         return result
     finally:
         torch.set_num_threads(old_threads)

