@@ -20,6 +20,13 @@ import numpy as np
 
 # name -> (torch.optim class name, default learning rate)
 OPTIMIZERS = {"sgd": ("SGD", 1e-2), "adam": ("Adam", 1e-3)}
+# name -> the batch loss of (outputs, integer labels): the mean over the batch
+LOSSES = {
+    "cross_entropy": lambda torch, out, y: torch.nn.functional.cross_entropy(out, y),
+    # MSE on one-hot targets, summed over the classes (the paper's Figure 1 network)
+    "mse": lambda torch, out, y: ((out - torch.nn.functional.one_hot(y, out.shape[1]).to(out.dtype))
+                                  ** 2).sum(1).mean(),
+}
 # name -> torch.nn module class name
 ACTIVATIONS = {"relu": "ReLU", "leaky_relu": "LeakyReLU", "sigmoid": "Sigmoid", "tanh": "Tanh"}
 
@@ -43,7 +50,7 @@ class BackpropResult:
     initial_train_loss: float
     test_accuracy: list = field(default_factory=list)
     train_accuracy: list = field(default_factory=list)
-    train_loss: list = field(default_factory=list)  # mean cross-entropy on the whole train set
+    train_loss: list = field(default_factory=list)  # mean loss on the whole train set
     seconds: list = field(default_factory=list)  # cumulative training wall-clock time
     checkpoints: list = None  # [(batches seen, seconds, test accuracy)] every eval_every batches
     weights: list = None  # final [W_l] of shape (p_{l+1}, p_l + 1), bias last column
@@ -80,11 +87,14 @@ def _check_inputs(layer_sizes, X_train, y_train, X_test, y_test, batches):
 
 def train_backprop(layer_sizes, X_train, y_train, X_test, y_test, *, batches, optimizer="adam",
                    lr=None, activation="relu", slope=0.01, seed=0, threads=None, callback=None,
-                   eval_every=None):
+                   eval_every=None, loss="cross_entropy", weights=None):
     """Train an MLP by backprop on the given batch schedule; return a :class:`BackpropResult`.
 
     ``optimizer``: ``"adam"`` (default lr 1e-3) or ``"sgd"`` (default lr 1e-2).
     ``activation``: relu, leaky_relu (negative ``slope``), sigmoid or tanh.
+    ``loss``: ``"cross_entropy"`` (softmax on the logits) or ``"mse"`` (one-hot targets).
+    ``weights``: initial ``[W_l]`` of shape ``(p_{l+1}, p_l + 1)``, bias last column (e.g. a
+    ``LiftedNetwork``'s, to start where the lifted methods start); default Xavier from ``seed``.
     ``threads``: ``torch.set_num_threads`` for this call (restored afterwards).
     ``callback(epoch, result)`` runs after every epoch (epoch counts from 1).
     ``eval_every``: record a checkpoint (batches seen, training seconds, test accuracy) every
@@ -94,6 +104,8 @@ def train_backprop(layer_sizes, X_train, y_train, X_test, y_test, *, batches, op
         raise ValueError(f"optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, got {optimizer!r}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {', '.join(map(repr, LOSSES))}, got {loss!r}")
     if isinstance(slope, bool) or not isinstance(slope, numbers.Real) or not 0 < slope < 1:
         raise ValueError(f"slope must be in (0, 1), got {slope!r}")
     lr = OPTIMIZERS[optimizer][1] if lr is None else lr
@@ -108,6 +120,10 @@ def train_backprop(layer_sizes, X_train, y_train, X_test, y_test, *, batches, op
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ValueError(f"seed must be an integer, got {seed!r}")
     sizes = _check_inputs(layer_sizes, X_train, y_train, X_test, y_test, batches)
+    if weights is not None and [tuple(np.shape(W)) for W in weights] != [
+            (q, p + 1) for p, q in zip(sizes[:-1], sizes[1:])]:
+        raise ValueError(f"weights must be {len(sizes) - 1} arrays of shapes (p_(l+1), p_l + 1) for "
+                         f"layer_sizes {sizes}, got {[np.shape(W) for W in weights]}")
     torch = _torch()
     nn = torch.nn
 
@@ -127,13 +143,17 @@ def train_backprop(layer_sizes, X_train, y_train, X_test, y_test, *, batches, op
             with torch.no_grad():
                 nn.init.xavier_uniform_(lin.weight, generator=gen)
                 nn.init.zeros_(lin.bias)
+                if weights is not None:
+                    W = torch.as_tensor(np.asarray(weights[i], dtype=np.float32))
+                    lin.weight.copy_(W[:, :-1])
+                    lin.bias.copy_(W[:, -1])
             layers.append(lin)
             if i < len(sizes) - 2:
                 act = getattr(nn, ACTIVATIONS[activation])
                 layers.append(act(slope) if activation == "leaky_relu" else act())
         model = nn.Sequential(*layers)
         opt = getattr(torch.optim, OPTIMIZERS[optimizer][0])(model.parameters(), lr=float(lr))
-        loss_fn = nn.CrossEntropyLoss()
+        loss_fn = partial(LOSSES[loss], torch)
 
         @torch.no_grad()
         def evaluate(X, y):
