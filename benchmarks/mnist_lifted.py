@@ -40,11 +40,13 @@ from fenchel_cvx.datasets import load_mnist, load_mnist5k, one_hot  # noqa: E402
 os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 PAPER = dict(taylor=0.834, lau=0.914, askari=0.863, sgd=0.957, fln=0.961)
 ORDER = ("lau", "sgd", "fln", "askari", "taylor")
-# iterations (epochs for SGD) of the full run: sized so that the five finish in < 45 min on 2 cores
-FULL_ITERATIONS = dict(taylor=10, lau=20, askari=10, sgd=20, fln=10)
+# iterations (epochs for SGD) of the full run recorded in docs/results.md (a contended machine:
+# sized to finish within the session, not to convergence)
+FULL_ITERATIONS = dict(taylor=25, lau=20, askari=8, sgd=20, fln=10)
 QUICK_ITERATIONS = dict(taylor=8, lau=8, askari=8, sgd=8, fln=5)
 # the benchmark's FLN setting: inexact warm-started blocks (see docs/lifted.md for the search)
-SETTINGS = dict(fln=dict(w_steps=2, x_steps=10, check_every=5, max_iter=10))
+SETTINGS = dict(fln=dict(w_steps=2, x_steps=10, check_every=5, max_iter=10),
+                askari=dict(x_steps=10))
 
 
 def _pairs(text, flag, parse):
