@@ -41,7 +41,7 @@ def test_adam_learns_digits_quickly(digits):
     assert r.test_accuracy[-1] > 0.9
     assert r.train_loss[-1] < r.initial_train_loss
     assert len(r.test_accuracy) == len(r.train_loss) == len(r.seconds) == 15
-    assert np.all(np.diff(r.seconds) > 0) and r.seconds[-1] < 10  # training time only, seconds
+    assert np.all(np.diff(r.seconds) > 0)  # cumulative training time only (speed lives in benchmarks)
     assert [W.shape for W in r.weights] == [(32, 65), (10, 33)]
     assert abs(_accuracy(r.weights, digits.X_test, digits.y_test) - r.test_accuracy[-1]) <= 2 / 450
 
