@@ -96,8 +96,7 @@ class ReLU(Activation):
     v_range = (0.0, math.inf)
 
     def phi(self, u):
-        xp = array_namespace(u)
-        return xp.where(u > 0, u, xp.zeros_like(u))
+        return array_namespace(u).clip(u, 0, None)   # one pass, no mask (a hot path of FISTA)
 
     def dphi(self, u):
         xp = array_namespace(u)

@@ -240,10 +240,11 @@ class _Round:
             return current, 0.0
         wall = time.perf_counter() - t0
         Z = res.argmin
-        # the certificate trusts no report: the argmin must be usable, and its KKT residual is
-        # recomputed here, on every round, from the point itself
+        # the certificate trusts no report: the argmin must be usable (every round), and on every
+        # checked round (check_every) its KKT residual is recomputed here from the point itself;
+        # the rounds between check the point and the status only, and their records say so
         usable = self.cert.check_argmin(name, block, Z, current.shape)
-        residual = kkt_residual(block, Z) if usable else None
+        residual = kkt_residual(block, Z) if usable and self.check else None
         record = dict(block=name, kind=block.kind, layer=block.layer, value_before=before,
                       value_after=before, seconds=wall, solver_seconds=float(res.seconds),
                       status=res.status, residual=residual, reported_residual=float(res.residual),
