@@ -506,7 +506,11 @@ def _validate(net, X0, Y, *, batch_size, epochs, iterations, alternations, gamma
                   batch_seed=seed, m=X0.shape[1], m_test=None if X_test is None else X_test.shape[1],
                   task="classification" if classification else "regression",
                   algorithm=1 if batch_size is None else 2)
-    run = _Settings(backend, Certificate(strict=strict, tol=tol, residual_tol=tol), gamma, check_every,
+    # block optimality is judged at the accuracy asked of the backend (its ``tol``, e.g. a
+    # FastBackend(tol=1e-3)), never looser than the certificate's own tol
+    asked = getattr(backend, "tol", tol)
+    residual_tol = max(tol, float(asked)) if isinstance(asked, numbers.Real) else tol
+    run = _Settings(backend, Certificate(strict=strict, tol=tol, residual_tol=residual_tol), gamma, check_every,
                     _evaluator(X0, Y, X_test, Y_test, classification, eval_every), config,
                     (X_test, Y_test), eval_every)
     steps = schedule(X0.shape[1], batch_size, epochs, iterations, alternations, seed)
@@ -611,7 +615,8 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
     strict : raise on a certificate violation; None = True for the oracle, False otherwise.
         ``False`` with ``backend="cvxpy"`` builds a non-strict oracle (inaccurate solves are
         recorded as violations and the run goes on).
-    tol : tolerance of the certificate and, for a backend given by name, its ``tol``.
+    tol : tolerance of the certificate and, for a backend given by name, its ``tol``. A block
+        passes check 4 when its recomputed KKT residual is <= max(tol, backend.tol).
     callback : ``callback(net, record)`` after every round; returning True stops the run.
     X_test, Y_test : held-out data, evaluated (feed-forward) with the training data.
     progress : show a tqdm progress bar with the current objectives and accuracy.
