@@ -61,6 +61,7 @@ returned ``(net.W, Xs)`` (W-blocks depend on X only), so anyone can re-check the
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import numbers
@@ -395,6 +396,16 @@ class _Data:
 
 
 # --- the loop: Algorithms 1 and 2 -----------------------------------------------------------
+def _threads(backend):
+    """``limit_threads(backend.threads)`` (``threads.py``), or nothing if it sets none."""
+    threads = getattr(backend, "threads", None)
+    if threads is None:
+        return contextlib.nullcontext()
+    from .threads import limit_threads
+
+    return limit_threads(threads)
+
+
 def _run(net, data, steps, state, run, observers):
     """For each round of the schedule: on a new batch X <- feed-forward and W0 <- W; then the
     X-sweep and the W-sweep (``_round``, with the restart rule and the checks); then record.
@@ -648,7 +659,8 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
     step = None
     try:
         if state.iteration < len(steps):
-            step = _run(net, data, steps, state, run, observers)
+            with _threads(run.backend):   # the backend's thread budget over the whole run
+                step = _run(net, data, steps, state, run, observers)
     except KeyboardInterrupt:
         net.W = list(state.W)   # the last finished round, as the checkpoint holds it
         if ckpt is not None:

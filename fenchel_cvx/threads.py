@@ -76,6 +76,7 @@ def pools():
 def controller():
     """A ``threadpoolctl.ThreadpoolController`` of the pools loaded now (scanning them costs
     time: callers that limit often, e.g. once per block solve, keep one)."""
+    import scipy.linalg  # noqa: F401  (loads SciPy's own BLAS, so that its pool is seen too)
     from threadpoolctl import ThreadpoolController
 
     return ThreadpoolController()
