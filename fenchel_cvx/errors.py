@@ -1,7 +1,7 @@
 """Typed exceptions of fenchel_cvx.
 
-Solver failures name the block, the layer and the status; certificate violations (DESIGN.md,
-"The per-iteration certificate") name the check, the layer, the two numbers and the tolerance.
+Solver failures name the block, the layer and the status; certificate violations (docs page
+"The certificate") name the check, the layer, the two numbers and the tolerance.
 Bad user input is a plain ``ValueError`` whose message names the parameter and the value.
 """
 
