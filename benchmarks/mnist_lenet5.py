@@ -186,8 +186,9 @@ def summarise(results, args, data_desc):
     machine = dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
                    cpus=os.cpu_count(), threads=args.threads, python=platform.python_version(),
                    device="CPU")
+    # raw: one list of runs per method, as in benchmarks/mnist_mlp.py (one seed here)
     return dict(data=data_desc, settings=vars(args), machine=machine, methods=rows, ratios=ratios,
-                raw=results)
+                raw={name: [r] for name, r in results.items()})
 
 
 def markdown(summary):

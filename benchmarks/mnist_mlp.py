@@ -402,8 +402,7 @@ def plot(summary, path, target=TARGET, ylim=(0.85, 1.0), logx=False, title=None)
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
     for name, runs in summary["raw"].items():
-        r = runs[0] if isinstance(runs, list) else runs   # mnist_mlp keeps one run per seed
-        ck = np.array(r["checkpoints"])
+        ck = np.array(runs[0]["checkpoints"])          # the first seed's curve
         a1.plot(ck[:, 0], ck[:, 2], marker="." if logx else None, label=name)
         a2.plot(ck[:, 1], ck[:, 2], marker="." if logx else None, label=name)
     for ax, xl in ((a1, "batches"), (a2, "training seconds")):

@@ -27,6 +27,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from .activations import activation as _activation
+from .datasets import check_dtype
 from .layers import AvgPool2d, Conv2d, Dense, Flatten, build_maps
 from .losses import loss as _loss
 
@@ -124,12 +125,7 @@ class LiftedNetwork:
         self.loss = _loss(loss)
         self.lam = _per_layer(lam, L, "lam", positive=True)
         self.rho = _per_layer(rho, L + 1, "rho")
-        try:
-            dtype = np.dtype(dtype)
-        except TypeError:
-            raise ValueError(f"dtype must be float32 or float64, got {dtype!r}") from None
-        if dtype not in (np.float32, np.float64):
-            raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
+        dtype = check_dtype(dtype)
         self.seed = seed
         rng = np.random.default_rng(seed)
         self.W = [m.init(rng, dtype) for m in self.layers]

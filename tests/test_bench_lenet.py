@@ -28,13 +28,13 @@ def check_report(out, methods, batches):
     table = (out / "results.md").read_text()
     assert (out / "accuracy.png").stat().st_size > 0
     assert set(summary["methods"]) == set(methods)
-    inits = {summary["raw"][m]["initial_test_accuracy"] for m in methods}
+    inits = {summary["raw"][m][0]["initial_test_accuracy"] for m in methods}
     assert max(inits) - min(inits) <= 0.002            # one start: the lifted network's weights
     for name, row in summary["methods"].items():
         assert 0 <= row["final_test_accuracy"] <= 1 and row["seconds_per_epoch"] > 0
         assert f"| {row['final_test_accuracy']:.4f} | {row['seconds_per_epoch']:.2f} |" in table
-        assert [c[0] for c in summary["raw"][name]["checkpoints"]] == batches
-        assert row["accuracy_at_batches"]["1"] == summary["raw"][name]["checkpoints"][0][2]
+        assert [c[0] for c in summary["raw"][name][0]["checkpoints"]] == batches
+        assert row["accuracy_at_batches"]["1"] == summary["raw"][name][0]["checkpoints"][0][2]
     if "adam" in methods and "fln" in methods:
         assert summary["ratios"]["seconds_per_epoch_fln_over_adam"] == pytest.approx(
             summary["methods"]["fln"]["seconds_per_epoch"] / summary["methods"]["adam"]["seconds_per_epoch"])
@@ -52,7 +52,7 @@ def test_quick_run_writes_its_report(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     summary = check_report(tmp_path, ["fln", "adam", "sgd"], [1, 2, 3])
     assert summary["settings"]["gamma"] == [1e-4, 1e-2, 1, 1, 1] and summary["settings"]["lam"] == [5, 5, 1, 1]
-    cert = summary["raw"]["fln"]["certificate"]
+    cert = summary["raw"]["fln"][0]["certificate"]
     assert (cert["rounds"], cert["checked"]) == (3, 2)      # round 2 and the last
     assert cert["min_bound_gap"] > 0                        # F < J after every checked X-sweep
 

@@ -145,7 +145,7 @@ def test_bad_architectures_are_refused_by_name(shape, specs, match):
     (lambda: AvgPool2d(1), "avgpool2d size must be an integer >= 2, got 1"),
     (lambda: Dense(2.5), "dense units must be an integer >= 1, got 2.5"),
     (lambda: lenet5((1, 30, 30)), "input_shape must be \\(channels, 28, 28\\)"),
-    (lambda: LiftedNetwork([3, 2], dtype="int32"), "dtype must be float32 or float64"),
+    (lambda: LiftedNetwork([3, 2], dtype="int32"), "dtype must be 'float32' or 'float64', got 'int32'"),
 ])
 def test_bad_layer_parameters(make, match):
     with pytest.raises(ValueError, match=match):
