@@ -66,6 +66,7 @@ def test_algorithm1_mse_digits_certified_and_beats_logistic_regression(digits, m
     assert [b["block"] for b in h[0]["blocks"]] == ["X_1", "W_1", "W_0"]
 
 
+@pytest.mark.slow
 def test_algorithm1_cross_entropy_digits_certified_and_beats_logistic_regression(digits):
     # cross-entropy blocks are exponential-cone programs (slower): the first 200 points, both models
     X, y = digits["X"][:, :M_CE], digits["y"][:M_CE]

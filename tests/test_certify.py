@@ -71,6 +71,7 @@ def test_certify_refuses_bad_candidates_by_name():
         assert_block_optimal(block, Z, rtol=-1)
 
 
+@pytest.mark.slow
 def test_check_your_solver_page_runs_as_written(capsys):
     page = (ROOT / "docs" / "check_your_solver.md").read_text()
     code = re.findall(r"```python\n(.*?)```", page, re.S)[-1]

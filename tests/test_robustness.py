@@ -73,8 +73,8 @@ def sweep(oracle, seeds):
 
 
 def test_sweep_small(oracle):
-    counts = sweep(oracle, range(2))
-    assert sum(counts.values()) == 2 * 3 * 4 * 2 * 2 and counts["certified"] > 0
+    counts = sweep(oracle, range(1))
+    assert sum(counts.values()) == 3 * 4 * 2 * 2 and counts["certified"] > 0
 
 
 @pytest.mark.slow
