@@ -17,9 +17,15 @@ layer's ``patches`` of its input (dense: ``[X_l; 1]``; a convolution: the im2col
 ``V`` its output as ``rows`` (a convolution: one row per output channel), so a conv W-block is a
 dense W-block on patches. X-blocks separate by column (data point), hidden W-blocks by row
 (output unit, or output channel).
+
+Each block class owns what differs between blocks: the shape of its variable (``shape``), the
+activations it involves (``activations``), the axis along which it separates into independent
+pieces (``piece_axis``) and the block of a subset of those pieces (``restrict``). ``XBlock`` and
+``WBlock`` are the two families. ``kind`` only names a block in messages and histories:
+backends dispatch on the class (``functools.singledispatch``), never on ``kind``.
 """
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from array_api_compat import array_namespace
@@ -58,28 +64,24 @@ def natural_residual(block, Z):
 
 
 class Block:
-    kind = "block"
-    map = None
+    """The interface of a block; ``XBlock`` and ``WBlock`` are its two families."""
 
-    def forward(self, Z):
-        """X-blocks: ``A(W, Z)``, the pre-activation of the layer that Z feeds."""
-        return self.map.forward(self.W, Z)
+    kind = "block"      # a name for messages and histories; nothing branches on it
+    piece_axis = None   # the axis of the variable whose slices are independent pieces (None: one)
 
-    def adjoint(self, G):
-        """X-blocks: ``A(W, .)^T G``."""
-        return self.map.adjoint_x(self.W, G)
+    @property
+    def shape(self):
+        """The shape of the block's variable."""
+        raise NotImplementedError
 
-    def dense_W(self):
-        """X-blocks: ``[A | b]``, the map as explicit dense weights with the bias as last column
-        (``W`` itself for a dense layer; a convolution's Toeplitz matrix: small blocks only)."""
-        if self.map.is_dense:
-            return self.W
-        A, b = self.map.matrix(self.W)
-        return np.hstack([A, b])
+    @property
+    def activations(self):
+        """The activations the block involves."""
+        raise NotImplementedError
 
-    def __post_init__(self):
-        if hasattr(self, "W") and hasattr(self, "U_prev") and self.map is None:
-            self.map = LinearMap((), Dense(self.W.shape[0]), (self.W.shape[1] - 1,))
+    def restrict(self, index):
+        """The block of the pieces ``index`` (along ``piece_axis``) alone."""
+        raise NotImplementedError
 
     def grad(self, Z):
         parts = self.grad_parts(Z)
@@ -92,8 +94,43 @@ class Block:
         return kkt_residual(self, Z)
 
 
+class XBlock(Block):
+    """An X-block: ``Z`` (p x m) is the output of B_{l-1}, so it lies in the range of phi_{l-1}
+    (``act_in``); it feeds the layer ``map`` with weights ``W``; it separates by column."""
+
+    map = None
+    piece_axis = 1
+
+    def __post_init__(self):
+        if self.map is None:
+            self.map = LinearMap((), Dense(self.W.shape[0]), (self.W.shape[1] - 1,))
+
+    @property
+    def shape(self):
+        return tuple(self.U_prev.shape)
+
+    def forward(self, Z):
+        """``A(W, Z)``, the pre-activation of the layer that Z feeds."""
+        return self.map.forward(self.W, Z)
+
+    def adjoint(self, G):
+        """``A(W, .)^T G``."""
+        return self.map.adjoint_x(self.W, G)
+
+    def dense_W(self):
+        """``[A | b]``, the map as explicit dense weights with the bias as last column
+        (``W`` itself for a dense layer; a convolution's Toeplitz matrix: small blocks only)."""
+        if self.map.is_dense:
+            return self.W
+        A, b = self.map.matrix(self.W)
+        return np.hstack([A, b])
+
+    def project(self, Z):
+        return self.act_in.project(Z)
+
+
 @dataclass
-class XHidden(Block):
+class XHidden(XBlock):
     """X_l for 1 <= l < L: between B_{l-1} (Z is its output v) and B_l (Z feeds its input u)."""
 
     layer: int
@@ -117,12 +154,16 @@ class XHidden(Block):
         return [self.lam_in * self.act_in.grad_v(Z, self.U_prev),
                 self.lam_out * self.adjoint(G_out)]
 
-    def project(self, Z):
-        return self.act_in.project(Z)
+    @property
+    def activations(self):
+        return (self.act_in, self.act_out)
+
+    def restrict(self, index):
+        return replace(self, U_prev=self.U_prev[:, index], V_next=self.V_next[:, index])
 
 
 @dataclass
-class XLast(Block):
+class XLast(XBlock):
     """X_L: the loss of the output layer plus B_{L-1} (Z is its output v)."""
 
     layer: int
@@ -144,17 +185,27 @@ class XLast(Block):
         return [self.adjoint(self.loss.grad(self.Y, self.forward(Z))),
                 self.lam_in * self.act_in.grad_v(Z, self.U_prev)]
 
-    def project(self, Z):
-        return self.act_in.project(Z)
+    @property
+    def activations(self):
+        return (self.act_in,)
+
+    def restrict(self, index):
+        return replace(self, U_prev=self.U_prev[:, index], Y=self.Y[:, index])
 
 
 @dataclass
-class _WBlock(Block):
+class WBlock(Block):
+    """A W-block: ``W`` (rows x n) acts on ``Xt``; rows are independent pieces, except where a
+    loss couples them (``piece_axis`` None)."""
+
     layer: int
     Xt: object          # X~_l = [X_l; 1]
     rho: float
     gamma: float = 0.0
     W0: object = None   # the proximal centre (batched model); None when gamma = 0
+
+    def _W0_rows(self, index):
+        return None if self.W0 is None else self.W0[index]
 
     def _reg_value(self, W):
         xp = array_namespace(W)
@@ -167,13 +218,14 @@ class _WBlock(Block):
 
 
 @dataclass
-class WHidden(_WBlock):
+class WHidden(WBlock):
     """W_l for l < L: lam_l B_l(X_{l+1}, W X~_l) + rho_l ||W||^2 + gamma_l ||W - W0||^2."""
 
     act: object = None
     V: object = None    # X_{l+1}
     lam: float = 1.0
     kind = "w_hidden"
+    piece_axis = 0
 
     def value(self, W):
         xp = array_namespace(W)
@@ -182,9 +234,20 @@ class WHidden(_WBlock):
     def grad_parts(self, W):
         return [self.lam * (self.act.grad_u(self.V, W @ self.Xt) @ self.Xt.T), self._reg_grad(W)]
 
+    @property
+    def shape(self):
+        return (self.V.shape[0], self.Xt.shape[0])
+
+    @property
+    def activations(self):
+        return (self.act,)
+
+    def restrict(self, index):
+        return replace(self, V=self.V[index], W0=self._W0_rows(index))
+
 
 @dataclass
-class WLast(_WBlock):
+class WLast(WBlock):
     """W_L: L(Y, W X~_L) + rho_L ||W||^2 + gamma_L ||W - W0||^2."""
 
     loss: object = None
@@ -196,6 +259,24 @@ class WLast(_WBlock):
 
     def grad_parts(self, W):
         return [self.loss.grad(self.Y, W @ self.Xt) @ self.Xt.T, self._reg_grad(W)]
+
+    @property
+    def shape(self):
+        return (self.Y.shape[0], self.Xt.shape[0])
+
+    @property
+    def activations(self):
+        return ()
+
+    @property
+    def piece_axis(self):
+        """Rows for MSE; None for cross-entropy, whose log-sum-exp couples the rows."""
+        return 0 if self.loss.name == "mse" else None
+
+    def restrict(self, index):
+        if self.piece_axis is None:    # one piece: the block itself
+            return self
+        return replace(self, Y=self.Y[index], W0=self._W0_rows(index))
 
 
 # --- the blocks of a network at its current iterate ------------------------------------------

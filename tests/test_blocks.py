@@ -258,3 +258,41 @@ def test_kkt_residual_is_infinite_where_a_gradient_term_is():
     block = x_block(net, X0, Y, Xs, 1)
     assert block.kkt_residual(np.zeros_like(Xs[0])) == math.inf
     assert math.isfinite(block.kkt_residual(Xs[0]))
+
+
+# --- what each block class owns: shape, activations, pieces -----------------------------------
+@pytest.mark.parametrize("name,act,loss,gamma", cases(with_gamma=False))
+def test_block_owns_its_shape_and_activations(name, act, loss, gamma):
+    c = Case(name, act, loss, gamma)
+    assert c.block.shape == c.Z.shape            # the shape of X_l or W_l
+    phi, L = c.net.activations, c.net.n_hidden
+    expected = {XHidden: lambda: (phi[c.l - 1], phi[c.l]), XLast: lambda: (phi[L - 1],),
+                WHidden: lambda: (phi[c.l],), WLast: tuple}[c.cls]()
+    assert len(c.block.activations) == len(expected)
+    assert all(a is b for a, b in zip(c.block.activations, expected))
+
+
+@pytest.mark.parametrize("name,act,loss,gamma", cases())
+def test_block_separates_into_its_pieces(name, act, loss, gamma):
+    """The value is the sum of the values of the restricted blocks over a partition of the
+    pieces (columns of an X-block, rows of a W-block), and each piece's gradient is its slice
+    of the block's gradient; the cross-entropy W_L block is one piece."""
+    c = Case(name, act, loss, gamma, seed=2)
+    block, Z = c.block, c.random_point()
+    axis = block.piece_axis
+    if axis is None:
+        assert c.cls is WLast and loss == "cross_entropy"
+        assert block.restrict(np.arange(1)) is block
+        return
+    assert axis == (1 if c.kind == "x" else 0)
+    n = Z.shape[axis]
+    partition = [np.arange(0, n, 2), np.arange(1, n, 2)]       # interleaved, both non-empty
+    g = block.grad(Z)
+    total = 0.0
+    for idx in partition:
+        piece, Zp = block.restrict(idx), np.take(Z, idx, axis=axis)
+        assert type(piece) is c.cls and piece.shape == Zp.shape
+        total += float(piece.value(Zp))
+        np.testing.assert_allclose(piece.grad(Zp), np.take(g, idx, axis=axis), rtol=1e-12,
+                                   atol=1e-13)
+    np.testing.assert_allclose(total, float(block.value(Z)), rtol=1e-12)

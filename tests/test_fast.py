@@ -89,7 +89,7 @@ def _lbfgs(block, Z0, act, starts=3, seed=0):
     """Independent reference: L-BFGS-B from Z0 and random starts, bounded to the domain."""
     shape = Z0.shape
     bnd = (None, None)
-    if block.kind.startswith("x"):
+    if isinstance(block, blocks.XBlock):
         bnd = {"relu": (0, None), "sigmoid": (1e-9, 1 - 1e-9), "tanh": (-1 + 1e-9, 1 - 1e-9)}.get(act, bnd)
 
     def fun(z):

@@ -10,7 +10,7 @@ from scipy.optimize import minimize
 
 from fenchel_cvx import LiftedNetwork
 from fenchel_cvx.activations import LeakyReLU
-from fenchel_cvx.blocks import w_block, x_block
+from fenchel_cvx.blocks import XBlock, w_block, x_block
 from fenchel_cvx.errors import SolverError, SolverInaccurate
 from fenchel_cvx.oracle import OracleBackend, block_problem
 
@@ -52,7 +52,7 @@ def lbfgs_best(block, shape, starts=4, seed=0):
     """The best value L-BFGS-B finds on block.value / block.grad from several random starts."""
     rng = np.random.default_rng(seed)
     lo, hi = -np.inf, np.inf
-    if block.kind.startswith("x"):
+    if isinstance(block, XBlock):
         lo, hi = block.act_in.v_range
         if block.act_in.name in ("sigmoid", "tanh"):    # F' is infinite on the boundary
             lo, hi = lo + 1e-10, hi - 1e-10
@@ -65,12 +65,6 @@ def lbfgs_best(block, shape, starts=4, seed=0):
                        options=dict(maxiter=5000, ftol=1e-15, gtol=1e-11))
         best = min(best, float(res.fun))
     return best
-
-
-def _shape(block):
-    if block.kind.startswith("x"):
-        return block.U_prev.shape
-    return ((block.V if block.kind == "w_hidden" else block.Y).shape[0], block.Xt.shape[0])
 
 
 CASES = ([("x_hidden", a, "mse", 0.0) for a in ACTS]
@@ -86,8 +80,8 @@ def test_block_is_optimal(backend, kind, act, loss, gamma):
     assert res.status == "optimal" and res.converged
     assert res.residual <= TOL
     assert res.value == pytest.approx(float(block.value(res.argmin)), rel=1e-12, abs=1e-12)
-    assert res.argmin.shape == _shape(block)
-    best = lbfgs_best(block, _shape(block))
+    assert res.argmin.shape == block.shape
+    best = lbfgs_best(block, block.shape)
     assert res.value <= best + 1e-7 * (1 + abs(best)), (res.value, best)
     assert {"solver", "duality_gap", "n_subproblems"} <= set(res.info)
 
@@ -111,7 +105,7 @@ def test_nnls_matches_cvxpy():
 def test_split_equals_monolithic(kind, act, loss, gamma):
     block = make_block(kind, act, loss, gamma)
     split = OracleBackend(tol=TOL, budget=1).solve(block)      # one column / row per piece
-    assert split.info["n_subproblems"] == _shape(block)[1 if kind.startswith("x") else 0]
+    assert split.info["n_subproblems"] == block.shape[1 if kind.startswith("x") else 0]
     prob, var = block_problem(block)
     assert prob.is_dcp()
     prob.solve(solver=cp.CLARABEL)
@@ -134,7 +128,7 @@ def test_template_is_reused():
     res = backend.solve(second)
     assert backend.cache_info() == builds                # no recompilation
     assert res.residual <= TOL
-    best = lbfgs_best(second, _shape(second))
+    best = lbfgs_best(second, second.shape)
     assert res.value <= best + 1e-7 * (1 + abs(best))
     # W-blocks compile X~ in as a constant: same X~ reuses, a new X~ rebuilds in place
     wb = make_block("w_hidden", "relu", "mse", 0.5, seed=0)
@@ -241,5 +235,5 @@ def test_block_problem_value_is_block_value(act, loss):
     for block in [x_block(net, X0, Y, Xs, 1), x_block(net, X0, Y, Xs, 2),
                   w_block(net, X0, Y, Xs, 0, gamma=0.3, W0=net.W[0] * 0.5), w_block(net, X0, Y, Xs, 2)]:
         prob, var = block_problem(block)
-        var.value = block.project(Xs[block.layer - 1]) if block.kind.startswith("x") else net.W[block.layer]
+        var.value = block.project(Xs[block.layer - 1]) if isinstance(block, XBlock) else net.W[block.layer]
         assert prob.objective.value == pytest.approx(float(block.value(var.value)), rel=1e-9)

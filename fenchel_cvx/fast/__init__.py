@@ -19,6 +19,8 @@ WHidden, WLast cross-entropy   nonlinear CG (PR+) preconditioned by the shared G
                                settled active set, converged rows frozen (see ``wblocks``)
 =============================  ==============================================================
 
+Each row is a solver registered for its block class (``functools.singledispatch``).
+
 Measured on a 784-300-10 ReLU / cross-entropy network, 500 MNIST points (benchmarks/fast_blocks.py,
 H100, float64): X_1 block 14 iterations, 0.04 s; W_0 (300 x 785) to 1e-6 in 137 iterations,
 2.1 s, one warm-started step 0.013 s; W_1 cross-entropy to 1e-6 in 494 iterations, 2.7 s.
@@ -35,12 +37,13 @@ ill-conditioned W-block in float32 asked for 1e-6).
 See ``benchmarks/fast_blocks.py`` for timings on MNIST-sized blocks.
 """
 import dataclasses
+import functools
 import numbers
 import time
 
 from array_api_compat import array_namespace
 
-from ..blocks import BlockResult
+from ..blocks import BlockResult, WBlock, WHidden, WLast, XBlock
 from ..datasets import check_dtype
 from ..threads import per_library, controller, limit_threads
 from ._util import floor_tol
@@ -131,6 +134,7 @@ class FastBackend:
 
     def _solve(self, block, start):
         t0 = time.perf_counter()
+        solve = _solver_of(block)
         arrays = _block_arrays(block)
         xp = array_namespace(*arrays.values())
         if self.dtype is not None:
@@ -140,19 +144,7 @@ class FastBackend:
         dtype = xp.result_type(*arrays.values())
         tol = floor_tol(xp, dtype, self.tol)
         Z = self._start(xp, block, start, dtype)
-        kind = block.kind
-        if kind in ("x_hidden", "x_last"):
-            cap = self.max_iter if self.x_steps is None else min(self.max_iter, int(self.x_steps))
-            Z, it, info = solve_x(xp, block, Z, tol, cap)
-        elif kind in ("w_hidden", "w_last"):
-            cap = self.max_iter if self.w_steps is None else int(self.w_steps)
-            if kind == "w_last" and block.loss.name == "mse":
-                Z, it, info = solve_ridge(xp, block, Z, tol, self.max_iter, self._cache)
-            else:
-                Z, it, info = solve_pncg(xp, block, Z, tol, cap, self._cache,
-                                         newton_cap=self.newton_cap, gram_reuse=self.gram_reuse)
-        else:
-            raise ValueError(f"block must be an XHidden, XLast, WHidden or WLast block, got {kind!r}")
+        Z, it, info = solve(block, self, xp, Z, tol)
         converged = bool(info.pop("converged"))
         status = "optimal" if converged else ("stalled" if info.get("stalled") else "max_iter")
         residual = info.pop("residual", None)  # a W solver's own, from the gradient it holds
@@ -170,15 +162,68 @@ class FastBackend:
 
     def _start(self, xp, block, start, dtype):
         if start is None:
-            if block.kind.startswith("x"):
-                return xp.astype(default_start(xp, block), dtype)
-            W0 = block.W0
-            p = block.Y.shape[0] if block.kind == "w_last" else block.V.shape[0]
-            shape = (p, block.Xt.shape[0])
-            return xp.astype(W0, dtype) if W0 is not None else xp.zeros(shape, dtype=dtype)
-        start = xp.asarray(start)
-        expected = (block.U_prev.shape if block.kind.startswith("x") else
-                    ((block.Y if block.kind == "w_last" else block.V).shape[0], block.Xt.shape[0]))
-        if tuple(start.shape) != tuple(expected):
-            raise ValueError(f"start must have shape {tuple(expected)}, got {tuple(start.shape)}")
+            return _default_start(block, xp, dtype)
+        start, shape = xp.asarray(start), tuple(block.shape)
+        if tuple(start.shape) != shape:
+            raise ValueError(f"start must have shape {shape}, got {tuple(start.shape)}")
         return xp.astype(start, dtype)
+
+
+# --- the solver of each block class --------------------------------------------------------------
+def _unknown(block):
+    return ValueError(f"block must be an XHidden, XLast, WHidden or WLast block, "
+                      f"got {type(block).__name__}")
+
+
+@functools.singledispatch
+def _solve_block(block, backend, xp, Z, tol):
+    """``(Z, iterations, info)``: the block solved from ``Z`` by the solver of its class."""
+    raise _unknown(block)
+
+
+def _solver_of(block):
+    """The solver registered for the block's class; a ``ValueError`` naming it where none is."""
+    solve = _solve_block.dispatch(type(block))
+    if solve is _solve_block.dispatch(object):
+        raise _unknown(block)
+    return solve
+
+
+@_solve_block.register
+def _(block: XBlock, backend, xp, Z, tol):
+    steps = backend.x_steps
+    cap = backend.max_iter if steps is None else min(backend.max_iter, int(steps))
+    return solve_x(xp, block, Z, tol, cap)
+
+
+def _solve_pncg(block, backend, xp, Z, tol):
+    cap = backend.max_iter if backend.w_steps is None else int(backend.w_steps)
+    return solve_pncg(xp, block, Z, tol, cap, backend._cache, newton_cap=backend.newton_cap,
+                      gram_reuse=backend.gram_reuse)
+
+
+_solve_block.register(WHidden, _solve_pncg)
+
+
+@_solve_block.register
+def _(block: WLast, backend, xp, Z, tol):
+    if block.loss.name == "mse":   # a ridge regression: the normal equations
+        return solve_ridge(xp, block, Z, tol, backend.max_iter, backend._cache)
+    return _solve_pncg(block, backend, xp, Z, tol)
+
+
+@functools.singledispatch
+def _default_start(block, xp, dtype):
+    """The start of a solve given none: X-blocks the feed-forward value, W-blocks ``W0`` or 0."""
+    raise _unknown(block)
+
+
+@_default_start.register
+def _(block: XBlock, xp, dtype):
+    return xp.astype(default_start(xp, block), dtype)
+
+
+@_default_start.register
+def _(block: WBlock, xp, dtype):
+    W0 = block.W0
+    return xp.astype(W0, dtype) if W0 is not None else xp.zeros(block.shape, dtype=dtype)

@@ -39,6 +39,7 @@ steps are plain preconditioned CG, the cheap regime of inexact training steps.
 import dataclasses
 import math
 
+from ..blocks import WHidden
 from ._util import kkt, newton_1d, spd_inverse
 from .xblocks import DPHI_MAX
 
@@ -232,7 +233,7 @@ def gram_preconditioner(xp, block, cache=None, reuse=1):
     """
     Xt = block.Xt
     c = block.rho + block.gamma
-    if block.kind == "w_hidden":
+    if isinstance(block, WHidden):
         kind, weights, shift = "hidden", block.lam * DPHI_MAX.get(block.act.name, 1.0), 2 * c
     elif block.loss.name == "mse":
         kind, weights, shift = "ridge", 1.0, c
@@ -293,7 +294,7 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=No
     halving the residual stop the loop (``info["stalled"]``).
     """
     Ginv, hit = gram_preconditioner(xp, block, cache, reuse=gram_reuse)
-    hidden = block.kind == "w_hidden"
+    hidden = isinstance(block, WHidden)
     prob = (HiddenRows(xp, block, Ginv, newton_cap=newton_cap, flip_tol=flip_tol,
                        newton_start=newton_start) if hidden else LastCE(xp, block, Ginv))
     U = prob.forward(W)

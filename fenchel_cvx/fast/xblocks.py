@@ -28,8 +28,10 @@ backtracking test on the smooth term's value guards it. Momentum restarts when i
 (O'Donoghue & Candes' gradient test). The loop stops when the block's own
 ``kkt_residual`` is ``<= tol``.
 """
+import functools
 import math
 
+from ..blocks import XHidden, XLast
 from ._util import kkt, newton_1d, top_eig
 
 # sup phi'(u): the Lipschitz constant of phi (hence the curvature bound of F*)
@@ -100,14 +102,12 @@ class _Smooth:
         else:          # a convolution: power iteration on the map and its adjoint
             self.Wp = None
             exact, nrm2 = False, 1.05 * A.norm2(block.W, iters=50)
-        if block.kind == "x_hidden":
-            curv = DPHI_MAX.get(block.act_out.name)
-            exact = exact and curv is not None
-            self.L = block.lam_out * (curv if curv is not None else 1.0) * nrm2
-        elif block.loss.name == "mse":
-            self.L = 2.0 * nrm2
-        else:
-            self.L = 0.5 * float(xp.max(xp.sum(block.Y, axis=0))) * nrm2
+        curv, known = _curvature(block, xp)
+        self.L = curv * nrm2
+        exact = exact and known
+        # the smooth term of the block's class, looked up once (value and grad_U run every step)
+        self._value = _smooth_value.dispatch(type(block))
+        self._grad_U = _smooth_grad.dispatch(type(block))
         # an exact ||W_p|| and a known curvature bound make L a certified Lipschitz constant: no
         # backtracking (whose value test is at the mercy of rounding in float32)
         self.certified = exact
@@ -120,16 +120,62 @@ class _Smooth:
 
     def value(self, U):
         """The smooth term at U (up to a constant), as a 0-d array (no device sync)."""
-        xp, bl = self.xp, self.block
-        if bl.kind == "x_hidden":
-            return bl.lam_out * xp.sum(bl.act_out.Fstar(U) - bl.V_next * U)
-        return bl.loss.value(bl.Y, U)
+        return self._value(self.block, self.xp, U)
 
     def grad_U(self, U):
-        bl = self.block
-        if bl.kind == "x_hidden":
-            return bl.lam_out * bl.act_out.grad_u(bl.V_next, U)
-        return bl.loss.grad(bl.Y, U)
+        return self._grad_U(self.block, U)
+
+
+# --- the smooth term of each X-block class, as a function of U = A(W, Z) ---------------------
+@functools.singledispatch
+def _curvature(block, xp):
+    """``(c, known)``: the smooth term's curvature bound in U and whether it is certified."""
+    raise TypeError(f"no smooth term is registered for {type(block).__name__}")
+
+
+@_curvature.register
+def _(block: XHidden, xp):
+    """lam_out sup phi_out' (1 where phi_out has no known bound)."""
+    curv = DPHI_MAX.get(block.act_out.name)
+    return block.lam_out * (curv if curv is not None else 1.0), curv is not None
+
+
+@_curvature.register
+def _(block: XLast, xp):
+    """MSE: 2; cross-entropy: max_j (1^T y_j) / 2 (the softmax Hessian is <= I / 2)."""
+    if block.loss.name == "mse":
+        return 2.0, True
+    return 0.5 * float(xp.max(xp.sum(block.Y, axis=0))), True
+
+
+@functools.singledispatch
+def _smooth_value(block, xp, U):
+    raise TypeError(f"no smooth term is registered for {type(block).__name__}")
+
+
+@_smooth_value.register
+def _(block: XHidden, xp, U):
+    return block.lam_out * xp.sum(block.act_out.Fstar(U) - block.V_next * U)
+
+
+@_smooth_value.register
+def _(block: XLast, xp, U):
+    return block.loss.value(block.Y, U)
+
+
+@functools.singledispatch
+def _smooth_grad(block, U):
+    raise TypeError(f"no smooth term is registered for {type(block).__name__}")
+
+
+@_smooth_grad.register
+def _(block: XHidden, U):
+    return block.lam_out * block.act_out.grad_u(block.V_next, U)
+
+
+@_smooth_grad.register
+def _(block: XLast, U):
+    return block.loss.grad(block.Y, U)
 
 
 def default_start(xp, block):

@@ -5,7 +5,9 @@
 by column, hidden and MSE-last W-blocks by row), solves every piece on a cached DPP template
 (re-solves only set parameter values), and returns a ``BlockResult`` whose ``value`` and
 ``residual`` are ``block.value`` and ``block.kkt_residual`` at the assembled argmin, computed in
-NumPy. The MSE + ReLU X_L block is a nonnegative least squares (``nnls.py``).
+NumPy. The MSE + ReLU X_L block is a nonnegative least squares (``nnls.py``). Everything that
+differs between blocks (checks, plan, polish, route) is registered per block class
+(``functools.singledispatch``), never chosen by the block's ``kind``.
 
 Certificate (the project's docs, "The per-iteration certificate", check 4): every piece must end
 with a usable point (status ``optimal``, or ``optimal_inaccurate`` / ``user_limit``, which the
@@ -26,6 +28,7 @@ finishes the job. A non-optimal piece is re-solved with the next settings of ``A
 an error is raised. OSQP solves the quadratic blocks only; SCS solves all blocks, to ~1e-8 with
 ~50x Clarabel's iterations, and is polished the same way.
 """
+import functools
 import math
 import os
 import time
@@ -34,7 +37,7 @@ import warnings
 import cvxpy as cp
 import numpy as np
 
-from ..blocks import BlockResult, XHidden, XLast, WHidden, WLast
+from ..blocks import BlockResult, WBlock, WHidden, WLast, XBlock, XHidden, XLast
 from ..errors import SolverError, SolverInaccurate, SolverInfeasible
 from . import nnls as _nnls
 from . import polish as _polish
@@ -72,10 +75,11 @@ ATTEMPTS = {
          {"static_regularization_constant": 1e-11}])),
 }
 
-# Per block family ("x" / "w"), settings measured to be faster: Clarabel's QDLDL factorises the
-# X-block columns (a dense W_x coupling every coordinate) 3.4x faster than faer (MNIST X_1
-# columns: 86 vs 290 ms CPU); faer ("auto") is 2.5x faster on the W-rows (MNIST X~ 785 x 500).
-BLOCK_OPTS = {"CLARABEL": {"x": {"direct_solve_method": "qdldl"}, "w": {}}}
+# Per block family (the class XBlock / WBlock), settings measured to be faster: Clarabel's QDLDL
+# factorises the X-block columns (a dense W_x coupling every coordinate) 3.4x faster than faer
+# (MNIST X_1 columns: 86 vs 290 ms CPU); faer ("auto") is 2.5x faster on the W-rows (MNIST X~
+# 785 x 500).
+BLOCK_OPTS = {"CLARABEL": {XBlock: {"direct_solve_method": "qdldl"}, WBlock: {}}}
 
 # Parametrised coefficients per piece. CVXPY's DPP compile time grows faster than linearly in
 # the piece (digits CE X_L block: 31 columns 0.13 s, 125 columns 1.2 s, 500 columns 17 s CPU)
@@ -113,37 +117,77 @@ def check_block(block):
     """Validate a block's data before solving (``ValueError`` naming the parameter and value)."""
     if not isinstance(block, _BLOCKS):
         raise ValueError(f"block must be one of XHidden, XLast, WHidden, WLast, got {block!r}")
-    acts = ([block.act_in] if block.kind.startswith("x") else []) + (
-        [block.act_out] if block.kind == "x_hidden" else []) + (
-        [block.act] if block.kind == "w_hidden" else [])
-    for act in acts:
+    for act in block.activations:
         if act.name == "monotone":
             raise ValueError("the CVXPY oracle needs a closed-form activation, got monotone(phi) "
                              "(it is NumPy only)")
-    if block.kind == "x_hidden":
-        _check_in_range(block.act_out, block.V_next, "V_next")
-        if block.lam_in <= 0 or block.lam_out <= 0:
-            raise ValueError(f"lam_in and lam_out must be > 0, got {block.lam_in}, {block.lam_out}")
-    if block.kind == "w_hidden":
-        _check_in_range(block.act, block.V, "V")
-        if block.lam <= 0:
-            raise ValueError(f"lam must be > 0, got {block.lam}")
-    if block.kind.startswith("x"):
-        _check_finite("U_prev", block.U_prev)
-        _check_finite("W", block.W)
-    else:
-        _check_finite("Xt", block.Xt)
-        _check_finite("W0", block.W0)
-        if block.rho < 0 or block.gamma < 0:
-            raise ValueError(f"rho and gamma must be >= 0, got {block.rho}, {block.gamma}")
-    if block.kind in ("x_last", "w_last"):
-        _check_finite("Y", block.Y)
-        if block.loss.name == "cross_entropy" and np.any(block.Y < 0):
-            raise ValueError(f"Y must be >= 0 for cross_entropy (label weights), got "
-                             f"{block.Y[block.Y < 0].ravel()[0]!r}")
-        if block.kind == "w_last" and block.loss.name == "cross_entropy" and not block.Y.any():
-            raise ValueError("Y must hold some label mass for the cross_entropy W-block, "
-                             "got all zeros")
+    _check_data(block)
+
+
+@functools.singledispatch
+def _check_data(block):
+    """The checks of one block class (registered below, one per class of ``_BLOCKS``)."""
+    raise TypeError(f"no checks are registered for {type(block).__name__}")
+
+
+@_check_data.register
+def _(block: XHidden):
+    _check_hidden(block.act_out, block.V_next, "V_next", lam_in=block.lam_in,
+                  lam_out=block.lam_out)
+    _check_x(block)
+
+
+@_check_data.register
+def _(block: XLast):
+    _check_x(block)
+    _check_labels(block)
+
+
+@_check_data.register
+def _(block: WHidden):
+    _check_hidden(block.act, block.V, "V", lam=block.lam)
+    _check_w(block)
+
+
+@_check_data.register
+def _(block: WLast):
+    _check_w(block)
+    _check_labels(block)
+    if block.loss.name == "cross_entropy" and not block.Y.any():
+        raise ValueError("Y must hold some label mass for the cross_entropy W-block, got all zeros")
+
+
+def _check_hidden(act, V, name, **lams):
+    """The output ``V`` of a hidden layer in the range of its activation; its weights > 0."""
+    _check_in_range(act, V, name)
+    if any(lam <= 0 for lam in lams.values()):
+        raise ValueError(f"{' and '.join(lams)} must be > 0, got "
+                         f"{', '.join(str(lam) for lam in lams.values())}")
+
+
+def _check_x(block):
+    _check_finite("U_prev", block.U_prev)
+    _check_finite("W", block.W)
+
+
+def _check_w(block):
+    _check_finite("Xt", block.Xt)
+    _check_finite("W0", block.W0)
+    if block.rho < 0 or block.gamma < 0:
+        raise ValueError(f"rho and gamma must be >= 0, got {block.rho}, {block.gamma}")
+
+
+def _check_labels(block):
+    _check_finite("Y", block.Y)
+    if block.loss.name == "cross_entropy" and np.any(block.Y < 0):
+        raise ValueError(f"Y must be >= 0 for cross_entropy (label weights), got "
+                         f"{block.Y[block.Y < 0].ravel()[0]!r}")
+
+
+def _block_opts(solver, block):
+    """The settings of ``BLOCK_OPTS[solver]`` for the block's family (looked up by class)."""
+    table = BLOCK_OPTS.get(solver, {})
+    return next((table[c] for c in type(block).__mro__ if c in table), {})
 
 
 def _gap(raw):
@@ -193,7 +237,9 @@ def solve_chunk(cache, key, acts, consts, solver, opts, shared, pieces, warms=No
 
     A template whose compiled-in constants differ from ``consts`` is rebuilt in place (one
     template per key). ``attempts = (qp, conic)``: setting overrides tried in turn until a run
-    ends ``optimal``. Returns one ``(x, status, iterations, gap, seconds, retries)`` per piece.
+    ends ``optimal``; ``opts`` override them (the user's options and those of the block's
+    family, ``BLOCK_OPTS``). Returns one ``(x, status, iterations, gap, seconds, retries)`` per
+    piece.
     """
     template = cache.get(key)
     if template is None or not template.matches(consts):
@@ -201,7 +247,6 @@ def solve_chunk(cache, key, acts, consts, solver, opts, shared, pieces, warms=No
         cache.builds[key] = cache.builds.get(key, 0) + 1
     template.set(shared)
     sequence = list(attempts[0] if template.problem.is_qp() else attempts[1]) or [{}]
-    per_kind = BLOCK_OPTS.get(solver, {}).get(key[0][0], {})
     out, start = [], 0   # the setting that succeeded last, within this chunk only
     for i, values in enumerate(pieces):
         template.set(values)
@@ -211,7 +256,7 @@ def solve_chunk(cache, key, acts, consts, solver, opts, shared, pieces, warms=No
         order = list(range(start, len(sequence))) + list(range(start))
         res = None
         for tried, a in enumerate(order):
-            again = solve_piece(template, solver, {**sequence[a], **per_kind, **opts}, warm)
+            again = solve_piece(template, solver, {**sequence[a], **opts}, warm)
             res = again if res is None else (again[0], again[1], res[2] + again[2], again[3],
                                              res[4] + again[4])
             if res[1] == "optimal" or res[1] in _FAILED:
@@ -335,14 +380,13 @@ class OracleBackend:
         """
         t0 = time.perf_counter()
         check_block(block)
-        if block.kind.startswith("w") and block.rho + block.gamma == 0:
+        if _wp.by_proximal_point(block):
             _wp.check_minimiser(block)
             return self._solve_by_prox(block, start, t0)
         return self._solve_exact(block, start, t0)
 
     def _solve_by_prox(self, block, start, t0):
-        shape = ((block.V if block.kind == "w_hidden" else block.Y).shape[0], block.Xt.shape[0])
-        start = np.zeros(shape) if start is None else np.asarray(start, dtype=float)
+        start = np.zeros(block.shape) if start is None else np.asarray(start, dtype=float)
         W, residual, steps, iters = _wp.proximal_point(
             block, start, lambda sub: self._solve_exact(sub, None, time.perf_counter()),
             self.tol)
@@ -413,16 +457,15 @@ class OracleBackend:
             warms = [_tpl.pad(start[:, p.index] if plan.axis else start[p.index], plan.axis, size)
                      for p in plan.pieces]
         values = [p.values for p in plan.pieces]
+        opts = {**_block_opts(self.solver, block), **self.solver_opts}
         if not values:
             results = []
         elif self.n_jobs == 1 or len(values) == 1:
             results = solve_chunk(self._templates, key, plan.acts, plan.consts, self.solver,
-                                  self.solver_opts, plan.shared, values, warms, self.attempts)
+                                  opts, plan.shared, values, warms, self.attempts)
         else:
-            results = self._parallel(block, key, plan, values, warms)
-        shape = block.U_prev.shape if plan.axis == 1 else (
-            (block.V if block.kind == "w_hidden" else block.Y).shape[0], block.Xt.shape[0])
-        argmin = np.empty(shape)
+            results = self._parallel(block, key, plan, opts, values, warms)
+        argmin = np.empty(block.shape)
         worst, iters, gaps, retried = "optimal", 0, [], 0
         for piece, (x, status, it, gap, _, tried) in zip(plan.pieces, results):
             iters += it
@@ -442,11 +485,11 @@ class OracleBackend:
             argmin[:, cols] = Z
         return argmin, worst, iters, gaps, retried
 
-    def _parallel(self, block, key, plan, values, warms):
+    def _parallel(self, block, key, plan, opts, values, warms):
         n = min(self.n_jobs, len(values))
         bounds = np.linspace(0, len(values), n + 1).astype(int)
         chunks = self._run(block, [(_worker, key, plan.acts, plan.consts, self.solver,
-                                    self.solver_opts, plan.shared, values[a:b],
+                                    opts, plan.shared, values[a:b],
                                     None if warms is None else warms[a:b], self.attempts)
                                    for a, b in zip(bounds[:-1], bounds[1:])])
         return [r for chunk in chunks for r in chunk]
@@ -479,16 +522,21 @@ class OracleBackend:
                            converged=converged, info=info)
 
 
+@functools.singledispatch
 def _into_domain(block, Z):
     """Clip a solver's point into the block's domain (solvers are feasible only to their tolerance).
 
-    For sigmoid and tanh (F' is infinite on the boundary of [0, 1], [-1, 1]) the clip keeps 1e-12
-    inside. Returns the point and the largest distance moved (recorded in ``info["projected"]``).
+    An X-block's domain is the range of ``act_in``; for sigmoid and tanh (F' is infinite on the
+    boundary of [0, 1], [-1, 1]) the clip keeps 1e-12 inside; a W-block is unconstrained. Returns
+    the point and the largest distance moved (recorded in ``info["projected"]``).
     """
-    if block.kind not in ("x_hidden", "x_last"):
-        return Z, 0.0
+    return Z, 0.0
+
+
+@_into_domain.register
+def _(block: XBlock, Z):
     lo, hi = block.act_in.v_range
-    if block.act_in.name in ("sigmoid", "tanh"):
+    if _polish.open_range(block.act_in):
         lo, hi = lo + 1e-12, hi - 1e-12
     C = np.clip(Z, None if math.isinf(lo) else lo, None if math.isinf(hi) else hi)
     return C, float(np.max(np.abs(C - Z))) if Z.size else 0.0

@@ -22,11 +22,12 @@ A candidate of the wrong shape, with NaN or inf entries, or outside the activati
 ``ValueError`` naming it, before any solve. ``fenchel_cvx.testing.assert_block_optimal`` wraps
 this for test suites.
 """
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..blocks import kkt_residual
+from ..blocks import WBlock, XBlock, kkt_residual
 from .backend import OracleBackend
 
 
@@ -65,29 +66,31 @@ def to_numpy(Z, name="Z"):
                          f"got {type(Z).__module__}.{type(Z).__name__}") from None
 
 
-def variable_shape(block):
-    """The shape of the block's variable."""
-    if block.kind in ("x_hidden", "x_last"):
-        return tuple(block.U_prev.shape)
-    rows = (block.V if block.kind == "w_hidden" else block.Y).shape[0]
-    return (rows, block.Xt.shape[0])
-
-
 def check_candidate(block, Z, name="Z"):
     """``Z`` as NumPy, or a ``ValueError`` naming it: wrong shape, NaN / inf, outside the range."""
     Z = to_numpy(Z, name)
-    shape = variable_shape(block)
+    shape = block.shape
     if Z.shape != shape:
         raise ValueError(f"{name} must have the shape {shape} of the {block.kind} block's "
                          f"variable, got {Z.shape}")
     if not np.all(np.isfinite(Z)):
         raise ValueError(f"{name} must be finite, got {int(np.sum(~np.isfinite(Z)))} NaN or inf "
                          f"entries")
-    if block.kind in ("x_hidden", "x_last") and not np.all(block.act_in.in_range(Z)):
+    _check_in_domain(block, Z, name)
+    return Z
+
+
+@functools.singledispatch
+def _check_in_domain(block, Z, name):
+    """A ``ValueError`` naming ``Z`` outside the block's domain (W-blocks: unconstrained)."""
+
+
+@_check_in_domain.register
+def _(block: XBlock, Z, name):
+    if not np.all(block.act_in.in_range(Z)):
         bad = Z[~block.act_in.in_range(Z)].ravel()[0]
         raise ValueError(f"{name} must lie in the range {block.act_in.v_range} of "
                          f"{block.act_in.name}, got {float(bad)!r}")
-    return Z
 
 
 def max_slope(act):
@@ -96,10 +99,19 @@ def max_slope(act):
         1.0, float(getattr(act, "slope", 1.0)))
 
 
+@functools.singledispatch
 def strong_convexity(block):
     """The modulus ``mu`` with ``f(x) >= f(z) + <g, x - z> + mu/2 ||x - z||^2`` (0: none)."""
-    if block.kind in ("x_hidden", "x_last"):
-        return block.lam_in / max_slope(block.act_in)
+    raise TypeError(f"no strong convexity is registered for {type(block).__name__}")
+
+
+@strong_convexity.register
+def _(block: XBlock):
+    return block.lam_in / max_slope(block.act_in)
+
+
+@strong_convexity.register
+def _(block: WBlock):
     return 2.0 * (block.rho + block.gamma)
 
 

@@ -12,16 +12,24 @@ nonnegative least squares problem, solved exactly (active set, finite terminatio
 ``W_x = W[:, :p]``, ``b = W[:, p]``: the weights and bias of the output layer (``block.dense_W()``:
 a convolution's explicit matrix).
 """
+import functools
 import math
 
 import numpy as np
 from scipy.optimize import nnls as _nnls
 
+from ..blocks import XLast
 
+
+@functools.singledispatch
 def applies(block):
     """True for the X_L block of a ReLU network with squared-error loss."""
-    return (block.kind == "x_last" and block.loss.name == "mse"
-            and block.act_in.name == "relu")
+    return False
+
+
+@applies.register
+def _(block: XLast):
+    return block.loss.name == "mse" and block.act_in.name == "relu"
 
 
 def solve_columns(W, Y, U, lam):

@@ -20,14 +20,16 @@ Hessian-vector products (``F''(v) = 1/phi'(phi^{-1}(v))``, ``F*''(u) = phi'(u)``
 
 Bounds (the activation's range, X-blocks only) are handled as in Bertsekas' projected Newton:
 coordinates within eps of a bound whose gradient pushes outward take a projected gradient step
-(they land on the bound), the others a Newton-CG step.
+(they land on the bound), the others a Newton-CG step. The Hessian, the piece values and the
+bounds are registered per block class (``functools.singledispatch``); the pieces are the block's
+own (``block.piece_axis``, ``block.restrict``).
 """
+import functools
 import math
-from dataclasses import replace
 
 import numpy as np
 
-from ..blocks import natural_residual
+from ..blocks import WHidden, WLast, XBlock, XHidden, XLast, natural_residual
 from ..losses import softmax
 from ..network import augment
 
@@ -56,30 +58,57 @@ def _loss_diag(loss, Yhat, Y):
     return Y.sum(axis=0, keepdims=True) * P * (1.0 - P)
 
 
+def open_range(act):
+    """True where F' is infinite at the ends of phi's range (sigmoid, tanh): points stay inside."""
+    return act.name in ("sigmoid", "tanh")
+
+
+def _sum_axis(block):
+    """The axis summed to get one value per piece: the other axis of the variable (None: the
+    whole block is one piece)."""
+    return None if block.piece_axis is None else 1 - block.piece_axis
+
+
+@functools.singledispatch
 def _operator(block, Z):
-    """(hvp, diag, axis): the Hessian-vector product at Z, the Hessian's diagonal (the CG
-    preconditioner) and the axis along which pieces are separate (None: one piece)."""
-    kind = block.kind
-    if kind in ("x_hidden", "x_last"):
-        p = Z.shape[0]
-        W = block.dense_W()
-        Wx = W[:, :p]
-        d_in = block.lam_in * _F2(block.act_in, Z)
-        U = W @ augment(Z)
-        if kind == "x_hidden":
-            d_out = block.lam_out * block.act_out.dphi(U)
-            return (lambda D: d_in * D + Wx.T @ (d_out * (Wx @ D))), d_in + (Wx * Wx).T @ d_out, 0
-        diag = d_in + (Wx * Wx).T @ _loss_diag(block.loss, U, block.Y)
-        return (lambda D: d_in * D + Wx.T @ _loss_hvp(block.loss, U, block.Y, Wx @ D)), diag, 0
+    """(hvp, diag): the Hessian-vector product at Z and the Hessian's diagonal (the CG
+    preconditioner); one per block class, registered below."""
+    raise TypeError(f"no Newton polish is registered for {type(block).__name__}")
+
+
+def _x_curvature(block, Z):
+    """An X-block's ``W_x``, the diagonal ``lam_in F_in''(Z)`` and ``U = W [Z; 1]``."""
+    W = block.dense_W()
+    return W[:, :Z.shape[0]], block.lam_in * _F2(block.act_in, Z), W @ augment(Z)
+
+
+@_operator.register
+def _(block: XHidden, Z):
+    Wx, d_in, U = _x_curvature(block, Z)
+    d_out = block.lam_out * block.act_out.dphi(U)
+    return (lambda D: d_in * D + Wx.T @ (d_out * (Wx @ D))), d_in + (Wx * Wx).T @ d_out
+
+
+@_operator.register
+def _(block: XLast, Z):
+    Wx, d_in, U = _x_curvature(block, Z)
+    diag = d_in + (Wx * Wx).T @ _loss_diag(block.loss, U, block.Y)
+    return (lambda D: d_in * D + Wx.T @ _loss_hvp(block.loss, U, block.Y, Wx @ D)), diag
+
+
+@_operator.register
+def _(block: WHidden, Z):
+    Xt, c2 = block.Xt, 2.0 * (block.rho + block.gamma)
+    d = block.lam * block.act.dphi(Z @ Xt)
+    return (lambda D: (d * (D @ Xt)) @ Xt.T + c2 * D), d @ (Xt * Xt).T + c2
+
+
+@_operator.register
+def _(block: WLast, Z):
     Xt, c2 = block.Xt, 2.0 * (block.rho + block.gamma)
     S = Z @ Xt
-    X2 = (Xt * Xt).T
-    if kind == "w_hidden":
-        d = block.lam * block.act.dphi(S)
-        return (lambda D: (d * (D @ Xt)) @ Xt.T + c2 * D), d @ X2 + c2, 1
-    axis = 1 if block.loss.name == "mse" else None
-    diag = _loss_diag(block.loss, S, block.Y) @ X2 + c2
-    return (lambda D: _loss_hvp(block.loss, S, block.Y, D @ Xt) @ Xt.T + c2 * D), diag, axis
+    diag = _loss_diag(block.loss, S, block.Y) @ (Xt * Xt).T + c2
+    return (lambda D: _loss_hvp(block.loss, S, block.Y, D @ Xt) @ Xt.T + c2 * D), diag
 
 
 def _dot(A, B, axis):
@@ -113,25 +142,52 @@ def _cg(hvp, diag, b, mask, axis, rtol, maxiter):
     return x
 
 
+@functools.singledispatch
 def piece_values(block, Z, axis):
     """The block objective split by piece (summed along ``axis``; a scalar for ``None``)."""
-    kind = block.kind
-    def s(A):
-        return np.sum(A, axis=axis, keepdims=axis is not None)
+    raise TypeError(f"no piece values are registered for {type(block).__name__}")
 
-    if kind in ("x_hidden", "x_last"):
-        U = block.forward(Z)
-        v = block.lam_in * s(block.act_in.divergence(Z, block.U_prev))
-        if kind == "x_hidden":
-            return v + block.lam_out * s(block.act_out.divergence(block.V_next, U))
-        if block.loss.name == "mse":
-            return v + s((U - block.Y) ** 2)
-        lse = np.logaddexp.reduce(U, axis=0, keepdims=True)
-        return v + block.Y.sum(axis=0, keepdims=True) * lse - s(block.Y * U)
-    reg = block.rho * s(Z * Z) + (block.gamma * s((Z - block.W0) ** 2) if block.gamma else 0.0)
-    S = Z @ block.Xt
-    if kind == "w_hidden":
-        return reg + block.lam * s(block.act.divergence(block.V, S))
+
+def _summer(axis):
+    return lambda A: np.sum(A, axis=axis, keepdims=axis is not None)
+
+
+def _x_in_term(block, Z, s):
+    return block.lam_in * s(block.act_in.divergence(Z, block.U_prev))
+
+
+def _w_reg_term(block, Z, s):
+    return block.rho * s(Z * Z) + (block.gamma * s((Z - block.W0) ** 2) if block.gamma else 0.0)
+
+
+@piece_values.register
+def _(block: XHidden, Z, axis):
+    s = _summer(axis)
+    U = block.forward(Z)
+    return _x_in_term(block, Z, s) + block.lam_out * s(block.act_out.divergence(block.V_next, U))
+
+
+@piece_values.register
+def _(block: XLast, Z, axis):
+    s = _summer(axis)
+    U = block.forward(Z)
+    v = _x_in_term(block, Z, s)
+    if block.loss.name == "mse":
+        return v + s((U - block.Y) ** 2)
+    lse = np.logaddexp.reduce(U, axis=0, keepdims=True)
+    return v + block.Y.sum(axis=0, keepdims=True) * lse - s(block.Y * U)
+
+
+@piece_values.register
+def _(block: WHidden, Z, axis):
+    s = _summer(axis)
+    return _w_reg_term(block, Z, s) + block.lam * s(block.act.divergence(block.V, Z @ block.Xt))
+
+
+@piece_values.register
+def _(block: WLast, Z, axis):
+    s = _summer(axis)
+    reg, S = _w_reg_term(block, Z, s), Z @ block.Xt
     if block.loss.name == "mse":
         return reg + s((S - block.Y) ** 2)
     return reg + float(block.loss.value(block.Y, S))
@@ -143,30 +199,22 @@ def _piece_residual(block, Z, axis):
     return np.max(R, axis=axis, keepdims=axis is not None) if R.size else np.zeros(()), g
 
 
+@functools.singledispatch
 def _bounds(block):
-    if block.kind in ("x_hidden", "x_last"):
-        return block.act_in.v_range, block.act_in.name in ("sigmoid", "tanh")
+    """The box of the block's domain and whether it is open (W-blocks: unconstrained)."""
     return (-math.inf, math.inf), False
 
 
-def _restrict(block, idx, axis):
-    """The block of the pieces ``idx`` only: columns of an X-block (axis 0), rows of a W-block."""
-    if axis is None:
-        return block
-    if block.kind == "x_hidden":
-        return replace(block, U_prev=block.U_prev[:, idx], V_next=block.V_next[:, idx])
-    if block.kind == "x_last":
-        return replace(block, U_prev=block.U_prev[:, idx], Y=block.Y[:, idx])
-    W0 = None if block.W0 is None else block.W0[idx]
-    if block.kind == "w_hidden":
-        return replace(block, V=block.V[idx], W0=W0)
-    return replace(block, Y=block.Y[idx], W0=W0)
+@_bounds.register
+def _(block: XBlock):
+    return block.act_in.v_range, open_range(block.act_in)
 
 
 def _newton_step(block, Z, cg_rtol, cg_maxiter):
     """One projected Newton-CG step with per-piece backtracking; returns the new point."""
     (lo, hi), open_domain = _bounds(block)
-    hvp, diag, axis = _operator(block, Z)
+    hvp, diag = _operator(block, Z)
+    axis = _sum_axis(block)
     res, g = _piece_residual(block, Z, axis)
     eps = np.minimum(1e-8, res)
     binding = ((Z <= lo + eps) & (g > 0)) | ((Z >= hi - eps) & (g < 0))
@@ -204,7 +252,7 @@ def polish(block, Z, tol, max_steps=30, cg_rtol=1e-3, cg_maxiter=100):
     block's scale, so a block where the solver missed a few pieces costs a few pieces.
     """
     Z = np.array(Z, dtype=float)
-    axis = _operator_axis(block)
+    axis = _sum_axis(block)
     steps = 0
     for _ in range(max_steps):
         R, scale = natural_residual(block, Z)
@@ -217,7 +265,7 @@ def polish(block, Z, tol, max_steps=30, cg_rtol=1e-3, cg_maxiter=100):
             Z = new
         else:
             idx = np.flatnonzero(R.max(axis=axis) > bound)
-            sub = _restrict(block, idx, axis)
+            sub = block.restrict(idx)
             old = Z[:, idx] if axis == 0 else Z[idx]
             new = _newton_step(sub, old, cg_rtol, cg_maxiter)
             moved = not np.array_equal(new, old)
@@ -229,11 +277,3 @@ def polish(block, Z, tol, max_steps=30, cg_rtol=1e-3, cg_maxiter=100):
             break
         steps += 1
     return Z, steps
-
-
-def _operator_axis(block):
-    if block.kind.startswith("x"):
-        return 0
-    if block.kind == "w_last" and block.loss.name != "mse":
-        return None
-    return 1

@@ -29,8 +29,10 @@ X-blocks keep ``W_x`` as a parameter (it is small). W-blocks compile ``X~`` in a
 are rebuilt in place when it changes: a parameter ``X~`` made CVXPY's DPP compilation take
 seconds per MNIST row and 22 GB for the cross-entropy W_L block (docs/oracle.md).
 ``block_problem`` gives the whole, unsplit block as an explicit ``cp.Problem`` with NumPy
-constants, for teaching and for the tests.
+constants, for teaching and for the tests. ``plan`` and ``block_problem`` dispatch on the block's
+class (``functools.singledispatch``): one registered function per class of ``blocks.py``.
 """
+import functools
 import math
 from dataclasses import dataclass
 
@@ -38,6 +40,7 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
+from ..blocks import WBlock, WHidden, WLast, XBlock, XHidden, XLast
 from ..errors import FenchelError
 from .atoms import F_cvx, Fstar_cvx, divergence_cvx, loss_cvx
 
@@ -240,49 +243,67 @@ def _row_pieces(rows, size, per_row):
             for a, b in chunks], r
 
 
+@functools.singledispatch
 def plan(block, budget):
-    """Split ``block`` into pieces whose parametrised problem has about ``budget`` coefficients."""
-    kind = block.kind
-    if kind in ("x_hidden", "x_last"):
-        U, W = block.U_prev, block.dense_W()
-        p, m = U.shape
-        Wx, b = W[:, :p], W[:, p:p + 1]
-        size = max(1, budget // max(1, Wx.size))
-        cols = np.arange(m)
-        if kind == "x_hidden":
-            a = block.lam_in / block.lam_out
-            pieces, k = _column_pieces(cols, size, {"Q": a * U + Wx.T @ block.V_next})
-            return Plan("x_hidden", (p, Wx.shape[0], k), (block.act_in, block.act_out),
-                        {"a": a, "Wx": Wx, "b": b}, {}, pieces, 1, block.lam_out)
-        lam, Y = block.lam_in, block.Y
-        if block.loss.name == "mse":
-            pieces, k = _column_pieces(cols, size, {"Q": lam * U, "R": Y - b})
-            return Plan("x_last_mse", (p, Y.shape[0], k), (block.act_in,),
-                        {"lam": lam, "Wx": Wx}, {}, pieces, 1, 1.0)
-        s = Y.sum(axis=0)
-        fixed = []
-        if np.any(s == 0):    # no label mass: the column minimises lam B(z, u) alone, z = phi(u)
-            zero = np.flatnonzero(s == 0)
-            fixed.append((zero, block.act_in.phi(U[:, zero])))
-            cols = np.flatnonzero(s > 0)
-        pieces, k = _column_pieces(cols, size, {"Q": Wx.T @ Y + lam * U, "s": s})
-        return Plan("x_last_cross_entropy", (p, Y.shape[0], k), (block.act_in,),
-                    {"lam": lam, "Wx": Wx, "b": b}, {}, pieces, 1, 1.0, fixed)
-    Xt, W0 = block.Xt, block.W0
+    """Split ``block`` into pieces whose parametrised problem has about ``budget`` coefficients
+    (one planner per block class, registered below)."""
+    raise TypeError(f"no template plan is registered for {type(block).__name__}")
+
+
+def _x_setup(block, budget):
+    """An X-block's ``U_{l-1}``, ``W_x``, ``b``, the columns per piece and the column indices."""
+    U, W = block.U_prev, block.dense_W()
+    p, m = U.shape
+    Wx, b = W[:, :p], W[:, p:p + 1]
+    return U, Wx, b, max(1, budget // max(1, Wx.size)), np.arange(m)
+
+
+@plan.register
+def _(block: XHidden, budget):
+    U, Wx, b, size, cols = _x_setup(block, budget)
+    a = block.lam_in / block.lam_out
+    pieces, k = _column_pieces(cols, size, {"Q": a * U + Wx.T @ block.V_next})
+    return Plan("x_hidden", (U.shape[0], Wx.shape[0], k), (block.act_in, block.act_out),
+                {"a": a, "Wx": Wx, "b": b}, {}, pieces, 1, block.lam_out)
+
+
+@plan.register
+def _(block: XLast, budget):
+    U, Wx, b, size, cols = _x_setup(block, budget)
+    p, lam, Y = U.shape[0], block.lam_in, block.Y
+    if block.loss.name == "mse":
+        pieces, k = _column_pieces(cols, size, {"Q": lam * U, "R": Y - b})
+        return Plan("x_last_mse", (p, Y.shape[0], k), (block.act_in,),
+                    {"lam": lam, "Wx": Wx}, {}, pieces, 1, 1.0)
+    s = Y.sum(axis=0)
+    fixed = []
+    if np.any(s == 0):    # no label mass: the column minimises lam B(z, u) alone, z = phi(u)
+        zero = np.flatnonzero(s == 0)
+        fixed.append((zero, block.act_in.phi(U[:, zero])))
+        cols = np.flatnonzero(s > 0)
+    pieces, k = _column_pieces(cols, size, {"Q": Wx.T @ Y + lam * U, "s": s})
+    return Plan("x_last_cross_entropy", (p, Y.shape[0], k), (block.act_in,),
+                {"lam": lam, "Wx": Wx, "b": b}, {}, pieces, 1, 1.0, fixed)
+
+
+@plan.register
+def _(block: WHidden, budget):
+    Xt, W0, g, lam, V = block.Xt, block.W0, block.gamma, block.lam, block.V
     n, m = Xt.shape
-    g = block.gamma
-    size = max(1, budget // max(1, Xt.size))
-    if kind == "w_hidden":
-        lam, V = block.lam, block.V
-        Q = V @ Xt.T + ((2 * g / lam) * W0 if g else 0.0)
-        pieces, r = _row_pieces(V.shape[0], size, {"Q": Q})
-        return Plan("w_hidden", (n, m, r), (block.act,), {"c": (block.rho + g) / lam},
-                    {"Xt": Xt}, pieces, 0, lam)
-    Y = block.Y
+    Q = V @ Xt.T + ((2 * g / lam) * W0 if g else 0.0)
+    pieces, r = _row_pieces(V.shape[0], max(1, budget // max(1, Xt.size)), {"Q": Q})
+    return Plan("w_hidden", (n, m, r), (block.act,), {"c": (block.rho + g) / lam},
+                {"Xt": Xt}, pieces, 0, lam)
+
+
+@plan.register
+def _(block: WLast, budget):
+    Xt, W0, g, Y = block.Xt, block.W0, block.gamma, block.Y
+    n, m = Xt.shape
     c = block.rho + g
     if block.loss.name == "mse":
         Q = 2 * g * W0 if g else np.zeros((Y.shape[0], n))
-        pieces, r = _row_pieces(Y.shape[0], size, {"Q": Q, "Y": Y})
+        pieces, r = _row_pieces(Y.shape[0], max(1, budget // max(1, Xt.size)), {"Q": Q, "Y": Y})
         return Plan("w_last_mse", (n, m, r), (), {"c": c}, {"Xt": Xt}, pieces, 0, 1.0)
     s = Y.sum(axis=0)
     keep = np.flatnonzero(s > 0)   # columns without label mass do not enter the loss
@@ -294,6 +315,7 @@ def plan(block, budget):
 
 
 # --- the whole block, for teaching --------------------------------------------------------------
+@functools.singledispatch
 def block_problem(block):
     """The unsplit block as an explicit ``cp.Problem`` with NumPy data; returns ``(problem, var)``.
 
@@ -301,27 +323,48 @@ def block_problem(block):
     forms of ``atoms.py`` (``divergence_cvx``, ``loss_cvx``). It is
     canonicalised from scratch (no parameters): use it for small blocks, to read or print.
     """
-    kind = block.kind
-    if kind in ("x_hidden", "x_last"):
-        Z = cp.Variable(block.U_prev.shape, name="Z")
-        Zt = cp.vstack([Z, np.ones((1, Z.shape[1]))])
-        W = block.dense_W()      # a convolution: its explicit (Toeplitz) matrix
-        B_in, cons = divergence_cvx(block.act_in, Z, block.U_prev)
-        obj = block.lam_in * B_in
-        if kind == "x_hidden":
-            B_out, c2 = divergence_cvx(block.act_out, block.V_next, W @ Zt)
-            obj, cons = obj + block.lam_out * B_out, cons + c2
-        else:
-            obj = obj + loss_cvx(block.loss, block.Y, W @ Zt)
-        return cp.Problem(cp.Minimize(obj), cons), Z
-    shape = (block.V.shape[0] if kind == "w_hidden" else block.Y.shape[0], block.Xt.shape[0])
-    W = cp.Variable(shape, name="W")
-    if kind == "w_hidden":
-        B, cons = divergence_cvx(block.act, block.V, W @ block.Xt)
-        obj = block.lam * B
-    else:
-        obj, cons = loss_cvx(block.loss, block.Y, W @ block.Xt), []
+    raise TypeError(f"no CVXPY form is registered for {type(block).__name__}")
+
+
+@block_problem.register
+def _(block: XBlock):
+    Z = cp.Variable(block.shape, name="Z")
+    Zt = cp.vstack([Z, np.ones((1, Z.shape[1]))])
+    W = block.dense_W()      # a convolution: its explicit (Toeplitz) matrix
+    B_in, cons = divergence_cvx(block.act_in, Z, block.U_prev)
+    out, c2 = _outer_term(block, W @ Zt)
+    return cp.Problem(cp.Minimize(block.lam_in * B_in + out), cons + c2), Z
+
+
+@block_problem.register
+def _(block: WBlock):
+    W = cp.Variable(block.shape, name="W")
+    obj, cons = _outer_term(block, W @ block.Xt)
     obj = obj + block.rho * cp.sum_squares(W)
     if block.gamma:
         obj = obj + block.gamma * cp.sum_squares(W - block.W0)
     return cp.Problem(cp.Minimize(obj), cons), W
+
+
+@functools.singledispatch
+def _outer_term(block, U):
+    """The block's term in the pre-activation ``U`` it produces: ``(expression, constraints)``."""
+    raise TypeError(f"no CVXPY form is registered for {type(block).__name__}")
+
+
+@_outer_term.register
+def _(block: XHidden, U):
+    B, cons = divergence_cvx(block.act_out, block.V_next, U)
+    return block.lam_out * B, cons
+
+
+@_outer_term.register
+def _(block: WHidden, U):
+    B, cons = divergence_cvx(block.act, block.V, U)
+    return block.lam * B, cons
+
+
+@_outer_term.register(XLast)
+@_outer_term.register(WLast)
+def _(block, U):
+    return loss_cvx(block.loss, block.Y, U), []

@@ -16,6 +16,8 @@ one minimiser. With ``rho + gamma = 0`` it is not:
 
 ``ce_separating_direction`` decides the last case by one linear program (HiGHS) and
 ``check_minimiser`` raises :class:`NoMinimiser` with the remedy (``rho`` or ``gamma`` > 0).
+``by_proximal_point`` says which blocks the oracle solves by proximal steps (both dispatch on
+the block's class).
 
 ``proximal_point`` solves a block with ``rho + gamma = 0`` that has a minimiser: from the start
 ``W_0`` (the current weights) it solves the strongly convex blocks
@@ -24,12 +26,14 @@ KKT residual of the *original* block (``blocks.kkt_residual``: zero at every min
 not) is within tolerance. The iterates stay near the start (each step is a descent step of
 bounded length), instead of drifting along the flat directions of the block.
 """
+import functools
 from dataclasses import replace
 
 import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
+from ..blocks import WBlock, WLast
 from ..errors import SolverError
 
 # proximal point: the first weight c of ||W - W_k||^2 relative to the block's curvature scale,
@@ -86,15 +90,33 @@ def ce_separating_direction(Xt, Y):
         if res.status == 0:
             break
     if res.status != 0:
-        raise SolverError("w_last", None, f"lp_{res.status}", f"separability LP: {res.message}")
+        raise SolverError(WLast.kind, None, f"lp_{res.status}", f"separability LP: {res.message}")
     return float(-res.fun), res.x[:nD].reshape(K, n)
 
 
+@functools.singledispatch
+def by_proximal_point(block):
+    """True for a block the oracle solves by proximal steps: a W-block with ``rho + gamma = 0``
+    (not strictly convex). X-blocks are solved directly."""
+    return False
+
+
+@by_proximal_point.register
+def _(block: WBlock):
+    return block.rho + block.gamma == 0
+
+
+@functools.singledispatch
 def check_minimiser(block):
-    """Raise :class:`NoMinimiser` naming the block and the remedy when it has no minimiser."""
-    if block.kind != "w_last" or block.loss.name != "cross_entropy" or block.rho + block.gamma > 0:
+    """Raise :class:`NoMinimiser` naming the block and the remedy when it has no minimiser
+    (only the cross-entropy W_L block without ``rho``, ``gamma`` can lack one)."""
+
+
+@check_minimiser.register
+def _(block: WLast):
+    if block.loss.name != "cross_entropy" or block.rho + block.gamma > 0:
         return
-    score, _ = ce_separating_direction(block.Xt, block.Y)
+    score = ce_separating_direction(block.Xt, block.Y)[0]
     if score > 1e-9 * (1.0 + float(block.Y.sum())):   # score <= 2 K sum_j s_j (unit columns)
         raise NoMinimiser(block.kind, block.layer, "no_minimiser",
                           "cross-entropy on linearly separable X_L: the loss decreases forever "
