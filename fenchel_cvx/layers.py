@@ -38,8 +38,9 @@ import numpy as np
 from array_api_compat import array_namespace, device, is_numpy_namespace
 
 # NumPy: the bytes of im2col patches gathered and multiplied at a time (whole output rows, at
-# least one). Chunks that stay in the CPU cache between the gather and the GEMM make LeNet-5's
-# conv maps ~1.5x faster than one 30 MB patch matrix; other namespaces (CuPy) take one chunk.
+# least one). Patches that stay in the CPU cache between the gather and the GEMM took 8-14% off
+# LeNet-5's training time per batch of 500 against one 30 MB patch matrix (two runs side by side
+# in one process, one thread, load 3-6; docs page "Results"). Other namespaces (CuPy): one chunk.
 CHUNK_BYTES = 1 << 20
 
 __all__ = ["Dense", "Conv2d", "AvgPool2d", "Flatten", "LAYERS", "LinearMap", "build_maps",
@@ -187,6 +188,9 @@ class Conv2d(Spec):
         self.in_channels = None if in_channels is None else _positive_int(
             "conv2d", "in_channels", in_channels)
         self._plans = {}    # gather indices per input shape, namespace, device, chunk size
+
+    def __getstate__(self):     # the index cache is rebuilt where the spec is unpickled
+        return {**self.__dict__, "_plans": {}}
 
     def params(self):
         out = {"channels": self.channels, "kernel": self.kernel, "padding": self.padding}

@@ -214,3 +214,15 @@ def test_image_data_of_the_wrong_shape_is_refused_by_name():
 
 def test_registry_holds_every_kind():
     assert set(LAYERS) == {"dense", "conv2d", "avgpool2d", "flatten"}
+
+
+def test_a_conv_spec_pickles_without_its_index_cache(rng):
+    import pickle
+
+    (A,) = build_maps((1, 6, 6), [Conv2d(2, 3, padding=1)])
+    W, X = rng.standard_normal(A.weight_shape), rng.standard_normal((36, 2))
+    U = A.forward(W, X)
+    assert A.op._plans
+    twin = pickle.loads(pickle.dumps(A))
+    assert twin.op._plans == {} and twin.op == A.op
+    np.testing.assert_array_equal(twin.forward(W, X), U)
