@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from fenchel_cvx import AvgPool2d, Conv2d, Dense, Flatten, LiftedNetwork, lenet5
+from fenchel_cvx import AvgPool2d, Conv2d, Dense, Flatten, LiftedNetwork, layers, lenet5
 from fenchel_cvx.layers import LAYERS, build_maps, layer_from_dict
 
 
@@ -66,6 +66,60 @@ def test_adjoints_and_matrix(shape, specs, rng):
     np.testing.assert_allclose(M @ X + b, A.forward(W, X), atol=1e-12)
     top = np.linalg.norm(M, 2) ** 2       # power iteration approaches it from below
     assert 0.95 * top <= A.norm2(W, iters=100) <= top * (1 + 1e-9)
+
+
+def patches_reference(X, shape, k, pad):
+    """im2col by slicing the padded input: rows (c, i, j), columns (h, w, data point)."""
+    C, H, Wd = shape
+    m = X.shape[1]
+    Xi = np.pad(X.reshape(C, H, Wd, m), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    Ho, Wo = H + 2 * pad - k + 1, Wd + 2 * pad - k + 1
+    cols = np.stack([Xi[:, i:i + Ho, j:j + Wo, :] for i in range(k) for j in range(k)], axis=1)
+    return np.vstack([cols.reshape(C * k * k, -1), np.ones((1, Ho * Wo * m))])
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 3 * 18 * 6 * 5 * 8, 1 << 20])
+def test_chunked_conv_equals_the_references(chunk_bytes, rng, monkeypatch):
+    """On NumPy the conv runs a few output rows at a time (CHUNK_BYTES): one row, a few rows or
+    the whole map give the loop reference, the im2col reference and the adjoint identity."""
+    monkeypatch.setattr(layers, "CHUNK_BYTES", chunk_bytes)
+    shape, k, pad = (2, 7, 6), 3, 1
+    (A,) = build_maps(shape, [Conv2d(3, k, padding=pad)])
+    W, X = rng.standard_normal(A.weight_shape), rng.standard_normal((A.n_in, 5))
+    G = rng.standard_normal((A.n_out, 5))
+    # a row of patches: 18 x 6 columns of 5 points, 8 bytes each; 7 output rows
+    assert len(A.op._plan(np, X, shape)) == {1: 7, 3 * 18 * 6 * 5 * 8: 3, 1 << 20: 1}[chunk_bytes]
+    np.testing.assert_allclose(A.forward(W, X), conv_reference(W, X, shape, k, pad), atol=1e-12)
+    np.testing.assert_array_equal(A.patches(X), patches_reference(X, shape, k, pad))
+    # the adjoint is the transpose of the im2col product: rows(G)-weighted patches, summed
+    np.testing.assert_allclose(np.sum(A.adjoint_x(W, G) * X),
+                               np.sum(A.forward(W, X) * G) - np.sum(W[:, -1] @ A.rows(G)),
+                               rtol=1e-12)
+    M, _ = A.matrix(W)
+    np.testing.assert_allclose(A.adjoint_x(W, G), M.T @ G, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_lenet_maps_keep_the_dtype(dtype, rng):
+    """float32 stays float32 through every map (no hidden upcast), float64 stays float64."""
+    net = lenet5((1, 28, 28), dtype=np.dtype(dtype).name)
+    X = [rng.random((n, 3)).astype(dtype) for n in net.layer_sizes]
+    for l, A in enumerate(net.layers):
+        U = A.forward(net.W[l], X[l])
+        assert U.dtype == dtype and A.adjoint_x(net.W[l], U).dtype == dtype
+        assert A.patches(X[l]).dtype == dtype
+
+
+def test_conv_maps_run_on_the_array_api_standard(rng):
+    """Gather indices, chunks and col2im on array-api-strict arrays: the NumPy numbers."""
+    xps = pytest.importorskip("array_api_strict")
+    (A,) = build_maps((2, 6, 6), [AvgPool2d(2), Conv2d(3, 2, padding=1)])
+    W, X = rng.standard_normal(A.weight_shape), rng.standard_normal((A.n_in, 4))
+    G = rng.standard_normal((A.n_out, 4))
+    for name, args in (("forward", (W, X)), ("adjoint_x", (W, G)), ("patches", (X,))):
+        got = getattr(A, name)(*(xps.asarray(a) for a in args))
+        assert type(got).__module__.startswith("array_api_strict"), name
+        np.testing.assert_allclose(np.asarray(got), getattr(A, name)(*args), atol=1e-12)
 
 
 def test_pooling_folded_into_the_next_map(rng):
@@ -160,3 +214,15 @@ def test_image_data_of_the_wrong_shape_is_refused_by_name():
 
 def test_registry_holds_every_kind():
     assert set(LAYERS) == {"dense", "conv2d", "avgpool2d", "flatten"}
+
+
+def test_a_conv_spec_pickles_without_its_index_cache(rng):
+    import pickle
+
+    (A,) = build_maps((1, 6, 6), [Conv2d(2, 3, padding=1)])
+    W, X = rng.standard_normal(A.weight_shape), rng.standard_normal((36, 2))
+    U = A.forward(W, X)
+    assert A.op._plans
+    twin = pickle.loads(pickle.dumps(A))
+    assert twin.op._plans == {} and twin.op == A.op
+    np.testing.assert_array_equal(twin.forward(W, X), U)
