@@ -1,0 +1,259 @@
+"""Exact W-block methods that beat the CVXPY templates, each certified by the block's KKT residual.
+
+The CVXPY templates (``templates.py``) define the blocks and stay the reference; for the W-blocks
+of the paper's Sec. 3 (Algorithm 1-2 W-steps) with ``c = rho + gamma > 0`` (strongly convex: one
+minimiser) the structure below gives the minimiser by dense linear algebra instead:
+
+* **WHidden, ReLU** (docs/oracle.md, "Exact W-blocks"). Row ``i`` of ``W`` solves, with
+  ``q = lam X~ v_i + 2 gamma w0_i`` (the templates' ``Q``),
+
+      min_w  lam/2 ||(X~^T w)_+||^2 - q^T w + c ||w||^2 ,
+
+  and writing ``(X~^T w)_+`` as ``s >= X~^T w, s >= 0`` with multipliers ``mu >= 0`` gives the
+  dual  ``min_{mu >= 0} 1/2 mu^T H mu - b^T mu``,  ``H = X~^T X~ + (2c/lam) I``,
+  ``b = X~^T q``,  ``w = (q - X~ mu) / 2c``  and  ``mu = lam (X~^T w)_+``  at the optimum:
+  a nonnegative least squares in ``m`` (data points) variables whose Gram matrix ``H`` is the
+  same for every row. ``nnls.solve_gram`` solves all rows exactly (block principal pivoting,
+  one Cholesky of ``H_FF`` per pivoting round); then each row takes primal Newton steps on its
+  active set ``A = {j: x~_j.w > 0}``, ``(lam X~_A X~_A^T + 2c I)^{-1} = (I - X~_A H_AA^{-1}
+  X~_A^T) / 2c`` (Woodbury: the dual's matrix again), which remove the round-off that the
+  recovery ``w = (q - X~ mu) / 2c`` amplifies by ``||X~||^2 / 2c``.
+* **WLast, MSE**: a ridge regression, ``W (X~ X~^T + c I) = Y X~^T + gamma W0``, by Cholesky,
+  then the same Newton step on the recomputed gradient.
+* **WLast, cross-entropy**: smooth and strongly convex; Newton's method with the dense Hessian
+  ``sum_j s_j (diag p_j - p_j p_j^T) (x) x~_j x~_j^T + 2c I`` (``K n`` square: 3010 on MNIST)
+  and a backtracking line search, from the start (the current weights) or from ``gamma W0 / c``.
+
+``attempt(block, start, tol)`` picks the method by the block's type and its activation's or
+loss's type (``METHODS``: one entry per variant), runs it, and certifies the result by
+``blocks.kkt_residual <= tol``; the backend falls back to the CVXPY template when there is no
+method, or when the method fails or its certificate does not hold (``Exact.reason`` says why).
+"""
+import functools
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
+
+from ..activations import ReLU
+from ..blocks import WHidden, WLast, kkt_residual
+from ..losses import MSE, CrossEntropy, softmax
+from . import nnls as _nnls
+
+# The dual of a ReLU W-row has one variable per data point: its Gram matrix (m x m) is formed
+# only up to this m (a convolution's patches make m large: the CVXPY template solves those).
+DUAL_MAX = 4000
+# Newton's method on the cross-entropy W-block: the most steps
+NEWTON_STEPS = 50
+# pivoting rounds per ReLU W-row (None: nnls.solve_gram's default, 5 m + 20), and the primal
+# Newton steps on a row's active set after them (each removes the recovery's round-off)
+PIVOT_ROUNDS = None
+REFINE_STEPS = 3
+# Near the optimum the block value is a small difference of large sums (cross-entropy on MNIST:
+# 1e-12 of noise on a value of 2.4): a Newton step that changes the value by less than this
+# fraction of it is judged by its KKT residual instead.
+VALUE_NOISE = 1e-10
+# the residual the methods aim at, as a fraction of tol (so that a certified block ends well
+# inside the tolerance)
+TARGET = 0.01
+
+
+@dataclass
+class Exact:
+    """What ``attempt`` returns: the certified argmin, or why the method did not certify one."""
+
+    argmin: object            # None when the method failed before returning a point
+    residual: float           # blocks.kkt_residual at argmin (inf without one)
+    certified: bool           # residual <= tol
+    iterations: int
+    seconds: float
+    info: dict = field(default_factory=dict)   # the method's name and counts
+    reason: str = ""          # why not certified ("" when certified)
+
+
+def attempt(block, start=None, tol=1e-7):
+    """Solve ``block`` by its exact method and certify it; ``None`` when no method applies."""
+    method = method_for(block)
+    if method is None or not block.rho + block.gamma > 0:
+        return None
+    t0 = time.perf_counter()
+    start = None if start is None else np.asarray(start, dtype=float)
+    try:
+        out = method(block, start, TARGET * tol)
+    except (LinAlgError, np.linalg.LinAlgError, FloatingPointError) as exc:
+        return Exact(None, math.inf, False, 0, time.perf_counter() - t0,
+                     {"solver": getattr(method, "label", method.__name__)},
+                     f"{type(exc).__name__}: {exc}")
+    if out is None:
+        return None
+    W, iterations, info = out
+    residual = float(kkt_residual(block, W)) if np.all(np.isfinite(W)) else math.inf
+    ok = residual <= tol
+    reason = "" if ok else f"KKT residual {residual:.3g} > tol {tol:.3g} ({info['solver']})"
+    return Exact(W, residual, ok, iterations, time.perf_counter() - t0, info, reason)
+
+
+# --- which method solves which block: by type, one registry entry per variant --------------
+@functools.singledispatch
+def method_for(block):
+    """The exact method for ``block`` (``f(block, start, target) -> (W, iterations, info)``,
+    or ``None`` where it does not apply), or ``None``: X-blocks and other blocks use CVXPY."""
+    return None
+
+
+@method_for.register
+def _(block: WHidden):
+    return METHODS.get(type(block.act))
+
+
+@method_for.register
+def _(block: WLast):
+    return METHODS.get(type(block.loss))
+
+
+def _label(text):
+    def mark(f):
+        f.label = text
+        return f
+    return mark
+
+
+def _c(block):
+    return block.rho + block.gamma
+
+
+def _linear_term(block, T):
+    """``T X~^T + 2 gamma W0``: the linear coefficient of the block (``Q`` of the templates)."""
+    Q = T @ block.Xt.T
+    return Q + 2.0 * block.gamma * block.W0 if block.gamma else Q
+
+
+# --- WHidden, ReLU: the dual nonnegative least squares on the shared Gram matrix -----------
+@_label("exact: ReLU dual nnls (shared Gram)")
+def relu_rows(block, start, target):
+    Xt, lam, c = block.Xt, block.lam, _c(block)
+    n, m = Xt.shape
+    if m > DUAL_MAX:
+        return None
+    H = Xt.T @ Xt
+    H[np.diag_indices(m)] += 2.0 * c / lam
+    gram = _nnls.SharedGram(H)
+    Q = _linear_term(block, lam * block.V)
+    B = (Q @ Xt).T
+    passive = None if start is None else (start @ Xt > 0).T
+    M, pivots, unsolved = _nnls.solve_gram(gram, B, passive, PIVOT_ROUNDS)
+    W = (Q - (Xt @ M).T) / (2.0 * c)
+    W, steps = refine_rows(block, W, gram, target)
+    info = {"solver": relu_rows.label, "pivots": pivots, "newton_steps": steps,
+            "unsolved_rows": len(unsolved), "n_subproblems": W.shape[0], "duality_gap": None}
+    return W, pivots + steps, info
+
+
+def refine_rows(block, W, gram, target):
+    """Primal Newton steps, row by row on its active set, while a row's gradient exceeds
+    ``target`` on the block's scale (``blocks.kkt_residual``); returns ``(W, steps)``."""
+    Xt, c = block.Xt, _c(block)
+    steps = 0
+    for _ in range(REFINE_STEPS):
+        parts = block.grad_parts(W)
+        G = parts[0] + parts[1]
+        bound = target * (1.0 + max(float(np.max(np.abs(p))) for p in parts))
+        rows = np.flatnonzero(np.max(np.abs(G), axis=1) > bound)
+        if not rows.size:
+            break
+        for i in rows:     # (lam X~_A X~_A^T + 2c I)^{-1} g = (g - X~_A H_AA^{-1} X~_A^T g) / 2c
+            x, _ = gram.solve(Xt.T @ G[i], W[i] @ Xt > 0)
+            W[i] -= (G[i] - Xt @ x) / (2.0 * c)
+        steps += 1
+    return W, steps
+
+
+# --- WLast, MSE: ridge regression ------------------------------------------------------------
+@_label("exact: ridge (Cholesky)")
+def ridge(block, start, target):
+    Xt, c = block.Xt, _c(block)
+    factor = cho_factor(Xt @ Xt.T + c * np.eye(Xt.shape[0]), check_finite=False)
+    W = cho_solve(factor, 0.5 * _linear_term(block, 2.0 * block.Y).T, check_finite=False).T
+    steps = 0
+    for steps in range(1, REFINE_STEPS + 1):    # Newton on the recomputed gradient (2 x ridge)
+        if block.kkt_residual(W) <= target:
+            steps -= 1
+            break
+        W = W - 0.5 * cho_solve(factor, block.grad(W).T, check_finite=False).T
+    return W, 1 + steps, {"solver": ridge.label, "newton_steps": steps,
+                          "n_subproblems": W.shape[0], "duality_gap": None}
+
+
+# --- WLast, cross-entropy: Newton's method, the Hessian inverted by Woodbury ---------------
+def ce_direction(block, W, g):
+    """The Newton direction ``-H^{-1} g`` of the cross-entropy W-block at ``W``.
+
+    ``H = D - M M^T``: ``D`` block diagonal, ``D_k = X~ diag(s p_k) X~^T + 2c I`` (``n x n``),
+    and ``M`` the ``K n x m`` matrix of columns ``sqrt(s_j) p_j (x) x~_j``; by Woodbury
+    ``H^{-1} = D^{-1} + D^{-1} M C^{-1} M^T D^{-1}``, ``C = I - M^T D^{-1} M`` (``m x m``,
+    positive definite since ``H`` is): ``K`` factors of side ``n`` and one of side ``m``
+    instead of one of side ``K n``.
+    """
+    Xt, c = block.Xt, _c(block)
+    n, m = Xt.shape
+    P = softmax(W @ Xt)
+    s = block.Y.sum(axis=0)
+    C = np.eye(m)
+    factors, Z = [], []
+    for k in range(W.shape[0]):
+        Mk = Xt * (np.sqrt(s) * P[k])
+        Dk = Xt @ (Xt * (s * P[k])).T
+        Dk[np.diag_indices(n)] += 2.0 * c
+        factors.append(cho_factor(Dk, check_finite=False))
+        Z.append(cho_solve(factors[-1], Mk, check_finite=False))     # D_k^{-1} M_k
+        C -= Mk.T @ Z[-1]
+    h = np.stack([cho_solve(f, -gk, check_finite=False) for f, gk in zip(factors, g)])
+    t = cho_solve(cho_factor(C, check_finite=False),
+                  sum((Xt * (np.sqrt(s) * P[k])).T @ h[k] for k in range(len(h))),
+                  check_finite=False)
+    return h + np.stack([Zk @ t for Zk in Z])
+
+
+@_label("exact: cross-entropy Newton (Woodbury)")
+def softmax_newton(block, start, target):
+    K, n = block.Y.shape[0], block.Xt.shape[0]
+    if start is not None:
+        W = start.copy()
+    else:
+        W = (block.gamma / _c(block)) * block.W0 if block.gamma else np.zeros((K, n))
+    f, r = float(block.value(W)), float(block.kkt_residual(W))
+    steps = 0
+    while r > target and steps < NEWTON_STEPS:
+        g = block.grad(W)
+        D = ce_direction(block, W, g)
+        W, f, r, moved = _line_search(block, W, D, f, r, float(np.sum(g * D)))
+        steps += 1
+        if not moved:
+            break
+    return W, steps, {"solver": softmax_newton.label, "newton_steps": steps,
+                      "n_subproblems": W.shape[0], "duality_gap": None}
+
+
+def _line_search(block, W, D, f, r, slope):
+    """Backtracking from the Newton step: a decrease by Armijo's rule or, near the optimum,
+    where the value is flat to its round-off (``VALUE_NOISE``), a smaller KKT residual."""
+    t = 1.0
+    noise = VALUE_NOISE * (1.0 + abs(f))
+    for _ in range(40):
+        T = W + t * D
+        f1 = float(block.value(T))
+        if math.isfinite(f1):
+            if f1 < f and f1 <= f + 1e-4 * t * slope:
+                return T, f1, float(block.kkt_residual(T)), True
+            if f1 <= f + noise:
+                r1 = float(block.kkt_residual(T))
+                if r1 < r:
+                    return T, f1, r1, True
+        t *= 0.5
+    return W, f, r, False
+
+
+# One entry per variant: the activation (WHidden) or the loss (WLast) type -> its method.
+METHODS = {ReLU: relu_rows, MSE: ridge, CrossEntropy: softmax_newton}

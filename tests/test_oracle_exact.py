@@ -1,0 +1,142 @@
+"""The oracle's exact W-block methods (fenchel_cvx.oracle.exact) and the shared-Gram nonnegative
+least squares (fenchel_cvx.oracle.nnls) against the CVXPY templates, and their fallback."""
+import numpy as np
+import pytest
+from scipy.optimize import nnls as scipy_nnls
+
+from fenchel_cvx.activations import ReLU
+from fenchel_cvx.blocks import w_block, x_block
+from fenchel_cvx.losses import MSE, CrossEntropy
+from fenchel_cvx.oracle import OracleBackend
+from fenchel_cvx.oracle import exact, nnls
+from test_oracle import instance, make_block
+
+TOL = 1e-7
+EXACT = [("w_hidden", "relu", "mse", 0.0), ("w_hidden", "relu", "cross_entropy", 0.5),
+         ("w_last", "relu", "mse", 0.0), ("w_last", "tanh", "mse", 0.5),
+         ("w_last", "relu", "cross_entropy", 0.0), ("w_last", "sigmoid", "cross_entropy", 0.5)]
+
+
+@pytest.mark.parametrize("kind,act,loss,gamma", EXACT)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_exact_method_equals_cvxpy_template(kind, act, loss, gamma, seed):
+    block = make_block(kind, act, loss, gamma, seed=seed)
+    fast = OracleBackend(tol=TOL).solve(block)
+    ref = OracleBackend(tol=TOL, exact=False).solve(block)
+    assert fast.info["solver"].startswith("exact:") and not ref.info["solver"].startswith("exact")
+    assert fast.status == "optimal" and fast.converged and fast.residual <= 1e-9
+    assert fast.info["n_subproblems"] == ref.info["n_subproblems"] == fast.argmin.shape[0]
+    # strongly convex (rho > 0): one minimiser, reached by both
+    np.testing.assert_allclose(fast.argmin, ref.argmin, atol=1e-6)
+    assert fast.value == pytest.approx(ref.value, rel=1e-9, abs=1e-9)
+    assert fast.value <= ref.value + 1e-12 * (1 + abs(ref.value))
+
+
+def test_exact_methods_on_larger_blocks():
+    """More data points than unknowns and the other way round: both routes of SharedGram."""
+    for m, sizes in [(60, (12, 20, 4)), (15, (30, 25, 4))]:
+        net, X0, Y, Xs = instance("relu", "cross_entropy", seed=3, sizes=sizes, m=m)
+        for l in (0, 1):
+            block = w_block(net, X0, Y, Xs, l, gamma=0.3, W0=net.W[l])
+            fast = OracleBackend(tol=TOL).solve(block, start=net.W[l])
+            ref = OracleBackend(tol=TOL, exact=False).solve(block)
+            assert fast.info["solver"].startswith("exact:") and fast.residual <= 1e-9
+            np.testing.assert_allclose(fast.argmin, ref.argmin, atol=1e-6)
+
+
+def test_which_blocks_have_an_exact_method():
+    relu = make_block("w_hidden", "relu", "mse", 0.0)
+    assert exact.method_for(relu) is exact.relu_rows
+    assert exact.method_for(make_block("w_last", "relu", "mse", 0.0)) is exact.ridge
+    assert exact.method_for(make_block("w_last", "relu", "cross_entropy", 0.0)) is \
+        exact.softmax_newton
+    assert set(exact.METHODS) == {ReLU, MSE, CrossEntropy}
+    for kind, act in [("w_hidden", "sigmoid"), ("w_hidden", "leaky_relu"), ("x_last", "relu"),
+                      ("x_hidden", "relu")]:
+        assert exact.attempt(make_block(kind, act, "mse", 0.0)) is None
+    relu.rho = 0.0                         # not strictly convex: the proximal-point path
+    assert exact.attempt(relu) is None
+
+
+def test_warm_start_pivots_once_per_row():
+    block = make_block("w_hidden", "relu", "mse", 0.5, seed=1)
+    cold = exact.attempt(block, None, TOL)
+    warm = exact.attempt(block, cold.argmin, TOL)
+    assert cold.certified and warm.certified
+    assert warm.info["pivots"] == block.V.shape[0] <= cold.info["pivots"]
+    np.testing.assert_allclose(warm.argmin, cold.argmin, atol=1e-10)
+
+
+def test_fallback_when_the_certificate_fails(monkeypatch):
+    block = make_block("w_hidden", "relu", "mse", 0.5, seed=2)
+    ref = OracleBackend(tol=TOL, exact=False).solve(block)
+    monkeypatch.setattr(exact, "PIVOT_ROUNDS", 1)       # stop the pivoting after one round
+    monkeypatch.setattr(exact, "REFINE_STEPS", 0)
+    found = exact.attempt(block, None, TOL)
+    assert not found.certified and found.residual > TOL and "KKT residual" in found.reason
+    res = OracleBackend(tol=TOL).solve(block)
+    assert res.info["solver"] == "CLARABEL" and res.residual <= TOL
+    assert res.info["exact_fallback"] == found.reason
+    np.testing.assert_allclose(res.argmin, ref.argmin, atol=1e-9)
+
+    ce = make_block("w_last", "relu", "cross_entropy", 0.0, seed=2)
+    monkeypatch.setattr(exact, "NEWTON_STEPS", 1)
+    res = OracleBackend(tol=TOL).solve(ce)
+    assert res.info["solver"] == "CLARABEL" and "exact: cross-entropy" in res.info["exact_fallback"]
+    assert res.residual <= TOL
+
+    def broken(block, W, g):
+        raise np.linalg.LinAlgError("not positive definite")
+    monkeypatch.setattr(exact, "ce_direction", broken)
+    res = OracleBackend(tol=TOL).solve(ce)
+    assert "LinAlgError: not positive definite" in res.info["exact_fallback"]
+    assert res.info["solver"] == "CLARABEL" and res.residual <= TOL
+
+
+def _kkt(H, b, x):
+    y = H @ x - b
+    return x.min(), y.min(), np.abs(x * y).max()
+
+
+@pytest.mark.parametrize("m,r", [(30, 6), (7, 40)])
+def test_solve_gram_is_the_nonnegative_least_squares(m, r):
+    rng = np.random.default_rng(m)
+    A = rng.standard_normal((m + 5, m))
+    H, B = A.T @ A + 1e-2 * np.eye(m), A.T @ rng.standard_normal((m + 5, r))
+    X, rounds, unsolved = nnls.solve_gram(nnls.SharedGram(H), B)
+    assert not unsolved and rounds >= r
+    R = np.linalg.cholesky(H).T                      # 1/2 x'Hx - b'x = 1/2 ||R x - R^-T b||^2 + c
+    for j in range(r):
+        ref, _ = scipy_nnls(R, np.linalg.solve(R.T, B[:, j]), maxiter=50 * m)
+        np.testing.assert_allclose(X[:, j], ref, atol=1e-9)
+        xmin, ymin, comp = _kkt(H, B[:, j], X[:, j])
+        assert xmin >= 0 and ymin >= -1e-9 and comp <= 1e-9
+
+
+def test_shared_gram_routes_agree():
+    rng = np.random.default_rng(5)
+    A = rng.standard_normal((20, 12))
+    gram = nnls.SharedGram(A.T @ A + 0.1 * np.eye(12))
+    b = rng.standard_normal(12)
+    for k in (3, 9):                                   # the factor of H_FF, and of P_GG
+        F = np.zeros(12, dtype=bool)
+        F[rng.choice(12, k, replace=False)] = True
+        x, y = gram.solve(b, F)
+        ref = np.linalg.solve(gram.H[np.ix_(F, F)], b[F])
+        np.testing.assert_allclose(x[F], ref, rtol=1e-12, atol=1e-12)
+        assert np.all(x[~F] == 0) and np.all(y[F] == 0)
+        np.testing.assert_allclose(y[~F], (gram.H @ x - b)[~F], atol=1e-12)
+
+
+def test_nnls_x_last_falls_back_to_scipy(monkeypatch):
+    net, X0, Y, Xs = instance("relu", "mse", seed=4, m=30)
+    block = x_block(net, X0, Y, Xs, net.n_hidden)
+    shared = nnls.solve_x_last(block)
+    by_column = nnls.solve_x_last(block, shared=False)
+    np.testing.assert_allclose(shared, by_column, atol=1e-10)
+    solve_gram = nnls.solve_gram
+    monkeypatch.setattr(nnls, "solve_gram",
+                        lambda gram, B: solve_gram(gram, B, np.zeros(B.shape, bool), max_iter=1))
+    np.testing.assert_allclose(nnls.solve_x_last(block), by_column, atol=1e-10)
+    ref = OracleBackend(tol=TOL, nnls=False).solve(block)
+    np.testing.assert_allclose(shared, ref.argmin, atol=1e-6)
