@@ -1,10 +1,12 @@
 """The oracle's exact W-block methods (fenchel_cvx.oracle.exact) and the shared-Gram nonnegative
 least squares (fenchel_cvx.oracle.nnls) against the CVXPY templates, and their fallback."""
+import itertools
+
 import numpy as np
 import pytest
 from scipy.optimize import nnls as scipy_nnls
 
-from fenchel_cvx.activations import ReLU
+from fenchel_cvx.activations import LeakyReLU, ReLU
 from fenchel_cvx.blocks import w_block, x_block
 from fenchel_cvx.losses import MSE, CrossEntropy
 from fenchel_cvx.oracle import OracleBackend
@@ -13,6 +15,7 @@ from test_oracle import instance, make_block
 
 TOL = 1e-7
 EXACT = [("w_hidden", "relu", "mse", 0.0), ("w_hidden", "relu", "cross_entropy", 0.5),
+         ("w_hidden", "leaky_relu", "mse", 0.0), ("w_hidden", "leaky_relu", "mse", 0.5),
          ("w_last", "relu", "mse", 0.0), ("w_last", "tanh", "mse", 0.5),
          ("w_last", "relu", "cross_entropy", 0.0), ("w_last", "sigmoid", "cross_entropy", 0.5)]
 
@@ -34,8 +37,9 @@ def test_exact_method_equals_cvxpy_template(kind, act, loss, gamma, seed):
 
 def test_exact_methods_on_larger_blocks():
     """More data points than unknowns and the other way round: both routes of SharedGram."""
-    for m, sizes in [(60, (12, 20, 4)), (15, (30, 25, 4))]:
-        net, X0, Y, Xs = instance("relu", "cross_entropy", seed=3, sizes=sizes, m=m)
+    for act, (m, sizes) in itertools.product(["relu", "leaky_relu"],
+                                             [(60, (12, 20, 4)), (15, (30, 25, 4))]):
+        net, X0, Y, Xs = instance(act, "cross_entropy", seed=3, sizes=sizes, m=m)
         for l in (0, 1):
             block = w_block(net, X0, Y, Xs, l, gamma=0.3, W0=net.W[l])
             fast = OracleBackend(tol=TOL).solve(block, start=net.W[l])
@@ -47,19 +51,21 @@ def test_exact_methods_on_larger_blocks():
 def test_which_blocks_have_an_exact_method():
     relu = make_block("w_hidden", "relu", "mse", 0.0)
     assert exact.method_for(relu) is exact.relu_rows
+    assert exact.method_for(make_block("w_hidden", "leaky_relu", "mse", 0.0)) is exact.leaky_rows
     assert exact.method_for(make_block("w_last", "relu", "mse", 0.0)) is exact.ridge
     assert exact.method_for(make_block("w_last", "relu", "cross_entropy", 0.0)) is \
         exact.softmax_newton
-    assert set(exact.METHODS) == {ReLU, MSE, CrossEntropy}
-    for kind, act in [("w_hidden", "sigmoid"), ("w_hidden", "leaky_relu"), ("x_last", "relu"),
+    assert set(exact.METHODS) == {ReLU, LeakyReLU, MSE, CrossEntropy}
+    for kind, act in [("w_hidden", "sigmoid"), ("w_hidden", "tanh"), ("x_last", "relu"),
                       ("x_hidden", "relu")]:
         assert exact.attempt(make_block(kind, act, "mse", 0.0)) is None
     relu.rho = 0.0                         # not strictly convex: the proximal-point path
     assert exact.attempt(relu) is None
 
 
-def test_warm_start_pivots_once_per_row():
-    block = make_block("w_hidden", "relu", "mse", 0.5, seed=1)
+@pytest.mark.parametrize("act", ["relu", "leaky_relu"])
+def test_warm_start_pivots_once_per_row(act):
+    block = make_block("w_hidden", act, "mse", 0.5, seed=1)
     cold = exact.attempt(block, None, TOL)
     warm = exact.attempt(block, cold.argmin, TOL)
     assert cold.certified and warm.certified

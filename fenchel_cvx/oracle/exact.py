@@ -1,8 +1,9 @@
 """Exact W-block methods that beat the CVXPY templates, each certified by the block's KKT residual.
 
 The CVXPY templates (``templates.py``) define the blocks and stay the reference; for the W-blocks
-of the paper's Sec. 3 (Algorithm 1-2 W-steps) with ``c = rho + gamma > 0`` (strongly convex: one
-minimiser) the structure below gives the minimiser by dense linear algebra instead:
+of the paper's Sec. 3 ("Updating W-variables": the non-batched sub-problems and the batched
+ones with ``gamma ||W - W0||^2``) with ``c = rho + gamma > 0`` (strongly convex: one minimiser)
+the structure below gives the minimiser by dense linear algebra instead:
 
 * **WHidden, ReLU** (docs/oracle.md, "Exact W-blocks"). Row ``i`` of ``W`` solves, with
   ``q = lam X~ v_i + 2 gamma w0_i`` (the templates' ``Q``),
@@ -13,16 +14,20 @@ minimiser) the structure below gives the minimiser by dense linear algebra inste
   dual  ``min_{mu >= 0} 1/2 mu^T H mu - b^T mu``,  ``H = X~^T X~ + (2c/lam) I``,
   ``b = X~^T q``,  ``w = (q - X~ mu) / 2c``  and  ``mu = lam (X~^T w)_+``  at the optimum:
   a nonnegative least squares in ``m`` (data points) variables whose Gram matrix ``H`` is the
-  same for every row. ``nnls.solve_gram`` solves all rows exactly (block principal pivoting,
-  one Cholesky of ``H_FF`` per pivoting round); then each row takes primal Newton steps on its
-  active set ``A = {j: x~_j.w > 0}``, ``(lam X~_A X~_A^T + 2c I)^{-1} = (I - X~_A H_AA^{-1}
-  X~_A^T) / 2c`` (Woodbury: the dual's matrix again), which remove the round-off that the
-  recovery ``w = (q - X~ mu) / 2c`` amplifies by ``||X~||^2 / 2c``.
+  same for every row. ``nnls.solve_gram`` solves all rows exactly (block principal pivoting
+  on one ``SharedGram``); then each row takes primal Newton steps on its active set
+  ``A = {j: x~_j.w > 0}``, ``(lam X~_A X~_A^T + 2c I)^{-1} = (I - X~_A H_AA^{-1} X~_A^T) / 2c``
+  (Woodbury: the dual's matrix again), which remove the round-off that the recovery
+  ``w = (q - X~ mu) / 2c`` amplifies by ``||X~||^2 / 2c``.
+* **WHidden, leaky ReLU** (slope ``a``): the same with ``mu = lam phi(X~^T w)`` of either sign,
+  ``mu = p - q`` (``p, q >= 0``) and ``+ delta/2 ||q||^2``, ``delta = (1/a - 1) 2c / lam``: a
+  nonnegative least squares in ``2m`` variables on one shared matrix (``RowDual``).
 * **WLast, MSE**: a ridge regression, ``W (X~ X~^T + c I) = Y X~^T + gamma W0``, by Cholesky,
   then the same Newton step on the recomputed gradient.
-* **WLast, cross-entropy**: smooth and strongly convex; Newton's method with the dense Hessian
-  ``sum_j s_j (diag p_j - p_j p_j^T) (x) x~_j x~_j^T + 2c I`` (``K n`` square: 3010 on MNIST)
-  and a backtracking line search, from the start (the current weights) or from ``gamma W0 / c``.
+* **WLast, cross-entropy**: smooth and strongly convex; Newton's method with a backtracking
+  line search, from the start (the current weights) or from ``gamma W0 / c``. The Hessian
+  ``sum_j s_j (diag p_j - p_j p_j^T) (x) x~_j x~_j^T + 2c I`` (``K n`` square: 3010 on MNIST) is
+  inverted by Woodbury (``ce_direction``: ``K`` factors of side ``n``, one of side ``m``).
 
 ``attempt(block, start, tol)`` picks the method by the block's type and its activation's or
 loss's type (``METHODS``: one entry per variant), runs it, and certifies the result by
@@ -37,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
-from ..activations import ReLU
+from ..activations import LeakyReLU, ReLU
 from ..blocks import WHidden, WLast, kkt_residual
 from ..losses import MSE, CrossEntropy, softmax
 from . import nnls as _nnls
@@ -130,30 +135,65 @@ def _linear_term(block, T):
     return Q + 2.0 * block.gamma * block.W0 if block.gamma else Q
 
 
-# --- WHidden, ReLU: the dual nonnegative least squares on the shared Gram matrix -----------
-@_label("exact: ReLU dual nnls (shared Gram)")
-def relu_rows(block, start, target):
+# --- WHidden, ReLU and leaky ReLU: the dual nonnegative least squares on one Gram matrix ----
+@dataclass
+class RowDual:
+    """The dual of the rows of a (leaky) ReLU W-block: one ``SharedGram`` for every row.
+
+    ReLU (``slope = 0``): ``min_{mu >= 0} 1/2 mu^T H mu - b^T mu``. Leaky ReLU, ``mu = p - q``
+    with ``p, q >= 0``: ``min 1/2 (p - q)^T H (p - q) - b^T (p - q) + delta/2 ||q||^2``,
+    ``delta = (1/slope - 1) 2c / lam``, whose Gram matrix ``[[H, -H], [-H, H + delta I]]`` on a
+    passive set ``{p_j : u_j > 0} + {q_j : u_j <= 0}`` is ``H + delta diag(u <= 0)`` up to signs.
+    ``lift`` / ``lower`` map between ``mu``'s space and the split one.
+    """
+
+    gram: object
+    m: int
+    split: bool
+
+    def lift(self, b):
+        return np.concatenate([b, -b]) if self.split else b
+
+    def lower(self, x):
+        return x[:self.m] - x[self.m:] if self.split else x
+
+    def passive(self, pos):
+        return np.concatenate([pos, ~pos]) if self.split else pos
+
+    def inverse(self, z, pos):
+        """``(H + delta diag(~pos))^{-1} z`` on ``pos`` (ReLU: ``H_AA^{-1} z_A``, 0 elsewhere)."""
+        return self.lower(self.gram.solve(self.lift(z), self.passive(pos))[0])
+
+
+def dual_rows(block, start, target, slope):
     Xt, lam, c = block.Xt, block.lam, _c(block)
-    n, m = Xt.shape
-    if m > DUAL_MAX:
+    m = Xt.shape[1]
+    if m * (2 if slope else 1) > DUAL_MAX:
         return None
     H = Xt.T @ Xt
     H[np.diag_indices(m)] += 2.0 * c / lam
-    gram = _nnls.SharedGram(H)
+    if slope:
+        delta = (1.0 / slope - 1.0) * 2.0 * c / lam
+        H = np.block([[H, -H], [-H, H + delta * np.eye(m)]])
+    dual = RowDual(_nnls.SharedGram(H), m, bool(slope))
     Q = _linear_term(block, lam * block.V)
     B = (Q @ Xt).T
-    passive = None if start is None else (start @ Xt > 0).T
-    M, pivots, unsolved = _nnls.solve_gram(gram, B, passive, PIVOT_ROUNDS)
-    W = (Q - (Xt @ M).T) / (2.0 * c)
-    W, steps = refine_rows(block, W, gram, target)
-    info = {"solver": relu_rows.label, "pivots": pivots, "newton_steps": steps,
-            "unsolved_rows": len(unsolved), "n_subproblems": W.shape[0], "duality_gap": None}
+    passive = None if start is None else dual.passive((start @ Xt > 0).T)
+    M, pivots, unsolved = _nnls.solve_gram(dual.gram, dual.lift(B), passive, PIVOT_ROUNDS)
+    W = (Q - (Xt @ dual.lower(M)).T) / (2.0 * c)
+    W, steps = refine_rows(block, W, dual, target)
+    info = {"pivots": pivots, "newton_steps": steps, "unsolved_rows": len(unsolved),
+            "n_subproblems": W.shape[0], "duality_gap": None}
     return W, pivots + steps, info
 
 
-def refine_rows(block, W, gram, target):
+def refine_rows(block, W, dual, target):
     """Primal Newton steps, row by row on its active set, while a row's gradient exceeds
-    ``target`` on the block's scale (``blocks.kkt_residual``); returns ``(W, steps)``."""
+    ``target`` on the block's scale (``blocks.kkt_residual``); returns ``(W, steps)``.
+
+    ``(lam X~ D X~^T + 2c I)^{-1} g = (g - X~ (H + delta diag(~pos))^{-1} X~^T g) / 2c`` with
+    ``D = diag(phi'(X~^T w))`` (Woodbury; ReLU: the inverse of ``H_AA`` on the active set).
+    """
     Xt, c = block.Xt, _c(block)
     steps = 0
     for _ in range(REFINE_STEPS):
@@ -163,11 +203,22 @@ def refine_rows(block, W, gram, target):
         rows = np.flatnonzero(np.max(np.abs(G), axis=1) > bound)
         if not rows.size:
             break
-        for i in rows:     # (lam X~_A X~_A^T + 2c I)^{-1} g = (g - X~_A H_AA^{-1} X~_A^T g) / 2c
-            x, _ = gram.solve(Xt.T @ G[i], W[i] @ Xt > 0)
-            W[i] -= (G[i] - Xt @ x) / (2.0 * c)
+        for i in rows:
+            W[i] -= (G[i] - Xt @ dual.inverse(Xt.T @ G[i], W[i] @ Xt > 0)) / (2.0 * c)
         steps += 1
     return W, steps
+
+
+@_label("exact: ReLU dual nnls (shared Gram)")
+def relu_rows(block, start, target):
+    out = dual_rows(block, start, target, 0.0)
+    return out and (out[0], out[1], {"solver": relu_rows.label, **out[2]})
+
+
+@_label("exact: leaky ReLU dual nnls (shared Gram)")
+def leaky_rows(block, start, target):
+    out = dual_rows(block, start, target, block.act.slope)
+    return out and (out[0], out[1], {"solver": leaky_rows.label, **out[2]})
 
 
 # --- WLast, MSE: ridge regression ------------------------------------------------------------
@@ -256,4 +307,5 @@ def _line_search(block, W, D, f, r, slope):
 
 
 # One entry per variant: the activation (WHidden) or the loss (WLast) type -> its method.
-METHODS = {ReLU: relu_rows, MSE: ridge, CrossEntropy: softmax_newton}
+METHODS = {ReLU: relu_rows, LeakyReLU: leaky_rows, MSE: ridge,
+           CrossEntropy: softmax_newton}
