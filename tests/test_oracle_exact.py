@@ -71,6 +71,9 @@ def test_warm_start_pivots_once_per_row(act):
     assert cold.certified and warm.certified
     assert warm.info["pivots"] == block.V.shape[0] <= cold.info["pivots"]
     np.testing.assert_allclose(warm.argmin, cold.argmin, atol=1e-10)
+    for bad in (cold.argmin[:-1], np.full_like(cold.argmin, np.nan)):   # ignored: a cold start
+        again = exact.attempt(block, bad, TOL)
+        assert again.certified and again.info["pivots"] == cold.info["pivots"]
 
 
 def test_fallback_when_the_certificate_fails(monkeypatch):

@@ -129,6 +129,12 @@ def _c(block):
     return block.rho + block.gamma
 
 
+def _usable(start, shape):
+    """``start`` if it is a finite point of the block's shape, else None (a cold start)."""
+    ok = start is not None and start.shape == shape and bool(np.all(np.isfinite(start)))
+    return start if ok else None
+
+
 def _linear_term(block, T):
     """``T X~^T + 2 gamma W0``: the linear coefficient of the block (``Q`` of the templates)."""
     Q = T @ block.Xt.T
@@ -178,6 +184,7 @@ def dual_rows(block, start, target, slope):
     dual = RowDual(_nnls.SharedGram(H), m, bool(slope))
     Q = _linear_term(block, lam * block.V)
     B = (Q @ Xt).T
+    start = _usable(start, Q.shape)
     passive = None if start is None else dual.passive((start @ Xt > 0).T)
     M, pivots, unsolved = _nnls.solve_gram(dual.gram, dual.lift(B), passive, PIVOT_ROUNDS)
     W = (Q - (Xt @ dual.lower(M)).T) / (2.0 * c)
@@ -270,6 +277,7 @@ def ce_direction(block, W, g):
 @_label("exact: cross-entropy Newton (Woodbury)")
 def softmax_newton(block, start, target):
     K, n = block.Y.shape[0], block.Xt.shape[0]
+    start = _usable(start, (K, n))
     if start is not None:
         W = start.copy()
     else:
