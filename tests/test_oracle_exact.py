@@ -7,17 +7,18 @@ import pytest
 from scipy.optimize import nnls as scipy_nnls
 
 from fenchel_cvx.activations import LeakyReLU, ReLU
-from fenchel_cvx.blocks import w_block, x_block
+from fenchel_cvx.blocks import WHidden, WLast, XLast, w_block, x_block
 from fenchel_cvx.losses import MSE, CrossEntropy
 from fenchel_cvx.oracle import OracleBackend
-from fenchel_cvx.oracle import exact, nnls
+from fenchel_cvx.oracle import ce_columns, exact, nnls
 from test_oracle import instance, make_block
 
 TOL = 1e-7
 EXACT = [("w_hidden", "relu", "mse", 0.0), ("w_hidden", "relu", "cross_entropy", 0.5),
          ("w_hidden", "leaky_relu", "mse", 0.0), ("w_hidden", "leaky_relu", "mse", 0.5),
          ("w_last", "relu", "mse", 0.0), ("w_last", "tanh", "mse", 0.5),
-         ("w_last", "relu", "cross_entropy", 0.0), ("w_last", "sigmoid", "cross_entropy", 0.5)]
+         ("w_last", "relu", "cross_entropy", 0.0), ("w_last", "sigmoid", "cross_entropy", 0.5),
+         ("x_last", "relu", "cross_entropy", 0.0)]
 
 
 @pytest.mark.parametrize("kind,act,loss,gamma", EXACT)
@@ -28,7 +29,8 @@ def test_exact_method_equals_cvxpy_template(kind, act, loss, gamma, seed):
     ref = OracleBackend(tol=TOL, exact=False).solve(block)
     assert fast.info["solver"].startswith("exact:") and not ref.info["solver"].startswith("exact")
     assert fast.status == "optimal" and fast.converged and fast.residual <= 1e-9
-    assert fast.info["n_subproblems"] == ref.info["n_subproblems"] == fast.argmin.shape[0]
+    pieces = fast.argmin.shape[1 if kind.startswith("x") else 0]
+    assert fast.info["n_subproblems"] == ref.info["n_subproblems"] == pieces
     # strongly convex (rho > 0): one minimiser, reached by both
     np.testing.assert_allclose(fast.argmin, ref.argmin, atol=1e-6)
     assert fast.value == pytest.approx(ref.value, rel=1e-9, abs=1e-9)
@@ -55,10 +57,14 @@ def test_which_blocks_have_an_exact_method():
     assert exact.method_for(make_block("w_last", "relu", "mse", 0.0)) is exact.ridge
     assert exact.method_for(make_block("w_last", "relu", "cross_entropy", 0.0)) is \
         exact.softmax_newton
-    assert set(exact.METHODS) == {ReLU, LeakyReLU, MSE, CrossEntropy}
-    for kind, act in [("w_hidden", "sigmoid"), ("w_hidden", "tanh"), ("x_last", "relu"),
-                      ("x_hidden", "relu")]:
-        assert exact.attempt(make_block(kind, act, "mse", 0.0)) is None
+    assert exact.method_for(make_block("x_last", "relu", "cross_entropy", 0.0)) is \
+        exact.ce_relu_columns
+    assert set(exact.METHODS) == {(WHidden, ReLU), (WHidden, LeakyReLU), (WLast, MSE),
+                                  (WLast, CrossEntropy), (XLast, CrossEntropy, ReLU)}
+    for kind, act, loss in [("w_hidden", "sigmoid", "mse"), ("w_hidden", "tanh", "mse"),
+                            ("x_last", "relu", "mse"), ("x_last", "sigmoid", "cross_entropy"),
+                            ("x_hidden", "relu", "mse")]:
+        assert exact.attempt(make_block(kind, act, loss, 0.0)) is None
     relu.rho = 0.0                         # not strictly convex: the proximal-point path
     assert exact.attempt(relu) is None
 
@@ -93,6 +99,11 @@ def test_fallback_when_the_certificate_fails(monkeypatch):
     res = OracleBackend(tol=TOL).solve(ce)
     assert res.info["solver"] == "CLARABEL" and "exact: cross-entropy" in res.info["exact_fallback"]
     assert res.residual <= TOL
+
+    xce = make_block("x_last", "relu", "cross_entropy", 0.0, seed=2)
+    monkeypatch.setattr(ce_columns, "NEWTON_STEPS", 0)
+    res = OracleBackend(tol=TOL).solve(xce)
+    assert "exact: cross-entropy X_L" in res.info["exact_fallback"] and res.residual <= TOL
 
     def broken(block, W, g):
         raise np.linalg.LinAlgError("not positive definite")

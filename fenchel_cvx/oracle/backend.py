@@ -261,11 +261,12 @@ class OracleBackend:
         overrides ``n_jobs``; the backend never closes a client it did not start.
     nnls : solve the MSE + ReLU X_L block as a nonnegative least squares (``nnls.py``; else
         by CVXPY).
-    exact : solve the W-blocks that have a faster exact method (``exact.py``: ReLU hidden,
-        MSE and cross-entropy last, ``rho + gamma > 0``) by it, certified by the block's KKT
-        residual; the CVXPY template solves the block when that certificate fails. The nnls
-        X_L block then shares one Gram matrix between its columns (``False``: the CVXPY
-        templates and ``scipy.optimize.nnls`` column by column, as before these methods).
+    exact : solve the blocks that have a faster exact method (``exact.py``: the (leaky) ReLU
+        hidden, MSE and cross-entropy last W-blocks with ``rho + gamma > 0``, the
+        cross-entropy X_L block after a ReLU) by it, certified by the block's KKT residual;
+        the CVXPY template solves the block when that certificate fails. The nnls X_L block
+        then shares one Gram matrix between its columns (``False``: the CVXPY templates and
+        ``scipy.optimize.nnls`` column by column, as before these methods).
     strict : raise ``SolverInaccurate`` on an inaccurate status or a residual above ``tol``;
         with ``False`` the result has ``converged=False`` and ``info["warning"]``.
     solver_opts : options passed to the solver; they override ``SOLVER_OPTS[solver]`` and every

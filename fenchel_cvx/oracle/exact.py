@@ -1,11 +1,11 @@
-"""Exact W-block methods that beat the CVXPY templates, each certified by the block's KKT residual.
+"""Exact block methods that beat the CVXPY templates, each certified by the block's KKT residual.
 
 The CVXPY templates (``templates.py``) define the blocks and stay the reference; for the W-blocks
 of the paper's Sec. 3 ("Updating W-variables": the non-batched sub-problems and the batched
 ones with ``gamma ||W - W0||^2``) with ``c = rho + gamma > 0`` (strongly convex: one minimiser)
 the structure below gives the minimiser by dense linear algebra instead:
 
-* **WHidden, ReLU** (docs/oracle.md, "Exact W-blocks"). Row ``i`` of ``W`` solves, with
+* **WHidden, ReLU** (docs/oracle.md, "Exact methods"). Row ``i`` of ``W`` solves, with
   ``q = lam X~ v_i + 2 gamma w0_i`` (the templates' ``Q``),
 
       min_w  lam/2 ||(X~^T w)_+||^2 - q^T w + c ||w||^2 ,
@@ -28,6 +28,8 @@ the structure below gives the minimiser by dense linear algebra instead:
   line search, from the start (the current weights) or from ``gamma W0 / c``. The Hessian
   ``sum_j s_j (diag p_j - p_j p_j^T) (x) x~_j x~_j^T + 2c I`` (``K n`` square: 3010 on MNIST) is
   inverted by Woodbury (``ce_direction``: ``K`` factors of side ``n``, one of side ``m``).
+* **XLast, cross-entropy after a ReLU**: smooth and strongly convex on ``Z >= 0``, column by
+  column: projected Newton (``ce_columns.py``).
 
 ``attempt(block, start, tol)`` picks the method by the block's type and its activation's or
 loss's type (``METHODS``: one entry per variant), runs it, and certifies the result by
@@ -43,8 +45,9 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from ..activations import LeakyReLU, ReLU
-from ..blocks import WHidden, WLast, kkt_residual
+from ..blocks import WHidden, WLast, XLast, kkt_residual
 from ..losses import MSE, CrossEntropy, softmax
+from . import ce_columns as _ce_columns
 from . import nnls as _nnls
 
 # The dual of a ReLU W-row has one variable per data point: its Gram matrix (m x m) is formed
@@ -81,7 +84,7 @@ class Exact:
 def attempt(block, start=None, tol=1e-7):
     """Solve ``block`` by its exact method and certify it; ``None`` when no method applies."""
     method = method_for(block)
-    if method is None or not block.rho + block.gamma > 0:
+    if method is None:
         return None
     t0 = time.perf_counter()
     start = None if start is None else np.asarray(start, dtype=float)
@@ -93,29 +96,34 @@ def attempt(block, start=None, tol=1e-7):
                      f"{type(exc).__name__}: {exc}")
     if out is None:
         return None
-    W, iterations, info = out
-    residual = float(kkt_residual(block, W)) if np.all(np.isfinite(W)) else math.inf
+    Z, iterations, info = out
+    residual = float(kkt_residual(block, Z)) if np.all(np.isfinite(Z)) else math.inf
     ok = residual <= tol
     reason = "" if ok else f"KKT residual {residual:.3g} > tol {tol:.3g} ({info['solver']})"
-    return Exact(W, residual, ok, iterations, time.perf_counter() - t0, info, reason)
+    return Exact(Z, residual, ok, iterations, time.perf_counter() - t0, info, reason)
 
 
 # --- which method solves which block: by type, one registry entry per variant --------------
 @functools.singledispatch
 def method_for(block):
-    """The exact method for ``block`` (``f(block, start, target) -> (W, iterations, info)``,
-    or ``None`` where it does not apply), or ``None``: X-blocks and other blocks use CVXPY."""
+    """The exact method for ``block`` (``f(block, start, target) -> (Z, iterations, info)``,
+    or ``None`` where it does not apply), or ``None``: the CVXPY template solves it."""
     return None
 
 
 @method_for.register
-def _(block: WHidden):
-    return METHODS.get(type(block.act))
+def _(block: WHidden):      # strongly convex W-blocks only (else: the proximal-point path)
+    return METHODS.get((WHidden, type(block.act))) if _c(block) > 0 else None
 
 
 @method_for.register
 def _(block: WLast):
-    return METHODS.get(type(block.loss))
+    return METHODS.get((WLast, type(block.loss))) if _c(block) > 0 else None
+
+
+@method_for.register
+def _(block: XLast):
+    return METHODS.get((XLast, type(block.loss), type(block.act_in)))
 
 
 def _label(text):
@@ -314,6 +322,17 @@ def _line_search(block, W, D, f, r, slope):
     return W, f, r, False
 
 
-# One entry per variant: the activation (WHidden) or the loss (WLast) type -> its method.
-METHODS = {ReLU: relu_rows, LeakyReLU: leaky_rows, MSE: ridge,
-           CrossEntropy: softmax_newton}
+# --- XLast, cross-entropy after a ReLU: projected Newton by column (ce_columns.py) ---------
+@_label("exact: cross-entropy X_L projected Newton")
+def ce_relu_columns(block, start, target):
+    Z = _usable(start, block.U_prev.shape)
+    Z = np.maximum(block.U_prev, 0.0) if Z is None else np.maximum(Z, 0.0)   # phi(U): feed-forward
+    Z, steps = _ce_columns.solve(block, Z, target, VALUE_NOISE)
+    return Z, steps, {"solver": ce_relu_columns.label, "newton_steps": steps,
+                      "n_subproblems": Z.shape[1], "duality_gap": None}
+
+
+# One entry per variant: (block type, the activation's or the loss's type) -> its method.
+METHODS = {(WHidden, ReLU): relu_rows, (WHidden, LeakyReLU): leaky_rows, (WLast, MSE): ridge,
+           (WLast, CrossEntropy): softmax_newton,
+           (XLast, CrossEntropy, ReLU): ce_relu_columns}
