@@ -10,7 +10,7 @@ from fenchel_cvx.activations import LeakyReLU, ReLU
 from fenchel_cvx.blocks import WHidden, WLast, XLast, w_block, x_block
 from fenchel_cvx.losses import MSE, CrossEntropy
 from fenchel_cvx.oracle import OracleBackend
-from fenchel_cvx.oracle import ce_columns, exact, nnls
+from fenchel_cvx.oracle import ce_columns, exact, nnls, rows
 from test_oracle import instance, make_block
 
 TOL = 1e-7
@@ -85,8 +85,8 @@ def test_warm_start_pivots_once_per_row(act):
 def test_fallback_when_the_certificate_fails(monkeypatch):
     block = make_block("w_hidden", "relu", "mse", 0.5, seed=2)
     ref = OracleBackend(tol=TOL, exact=False).solve(block)
-    monkeypatch.setattr(exact, "PIVOT_ROUNDS", 1)       # stop the pivoting after one round
-    monkeypatch.setattr(exact, "REFINE_STEPS", 0)
+    monkeypatch.setattr(rows, "PIVOT_ROUNDS", 1)        # stop the pivoting after one round
+    monkeypatch.setattr(rows, "REFINE_STEPS", 0)
     found = exact.attempt(block, None, TOL)
     assert not found.certified and found.residual > TOL and "KKT residual" in found.reason
     res = OracleBackend(tol=TOL).solve(block)
@@ -160,3 +160,36 @@ def test_nnls_x_last_falls_back_to_scipy(monkeypatch):
     np.testing.assert_allclose(nnls.solve_x_last(block), by_column, atol=1e-10)
     ref = OracleBackend(tol=TOL, nnls=False).solve(block)
     np.testing.assert_allclose(shared, ref.argmin, atol=1e-6)
+
+
+@pytest.mark.parametrize("act", ["relu", "leaky_relu"])
+def test_dual_and_primal_routes_equal_the_template(act, monkeypatch):
+    """The rows by the dual nnls and by primal semismooth Newton: one argmin, the template's."""
+    for m, sizes in [(80, (5, 6, 3)), (12, (9, 7, 3))]:
+        net, X0, Y, Xs = instance(act, "mse", seed=m, sizes=sizes, m=m)
+        block = w_block(net, X0, Y, Xs, 0, gamma=0.2, W0=net.W[0])
+        ref = OracleBackend(tol=TOL, exact=False).solve(block)
+        for dual in (True, False):
+            monkeypatch.setattr(rows, "use_dual", lambda n, m, slope: dual)
+            for start in (None, net.W[0]):
+                found = exact.attempt(block, start, TOL)
+                assert found.certified and found.residual <= 1e-9
+                assert found.info["solver"].endswith("(dual)" if dual else "(primal)")
+                np.testing.assert_allclose(found.argmin, ref.argmin, atol=1e-6)
+
+
+def test_route_choice():
+    assert rows.use_dual(785, 500, 0.0) and rows.use_dual(785, 500, 0.01)    # MNIST W_0
+    assert not rows.use_dual(65, 1000, 0.0)                                 # digits W_0
+    assert not rows.use_dual(26, 3000, 0.0)                                 # conv patches
+    assert not rows.use_dual(5000, 4001, 0.0)                               # beyond DUAL_MAX
+
+
+def test_cross_entropy_newton_directions_agree():
+    for m, sizes in [(60, (12, 20, 4)), (15, (30, 25, 4))]:
+        net, X0, Y, Xs = instance("relu", "cross_entropy", seed=1, sizes=sizes, m=m)
+        block = w_block(net, X0, Y, Xs, 1, gamma=0.3, W0=net.W[1])
+        g = block.grad(net.W[1])
+        dense, woodbury = (exact.ce_direction(block, net.W[1], g, w) for w in (False, True))
+        np.testing.assert_allclose(woodbury, dense, rtol=1e-8, atol=1e-10)
+        assert float(np.sum(g * dense)) < 0                     # a descent direction

@@ -5,29 +5,18 @@ of the paper's Sec. 3 ("Updating W-variables": the non-batched sub-problems and 
 ones with ``gamma ||W - W0||^2``) with ``c = rho + gamma > 0`` (strongly convex: one minimiser)
 the structure below gives the minimiser by dense linear algebra instead:
 
-* **WHidden, ReLU** (docs/oracle.md, "Exact methods"). Row ``i`` of ``W`` solves, with
-  ``q = lam X~ v_i + 2 gamma w0_i`` (the templates' ``Q``),
-
-      min_w  lam/2 ||(X~^T w)_+||^2 - q^T w + c ||w||^2 ,
-
-  and writing ``(X~^T w)_+`` as ``s >= X~^T w, s >= 0`` with multipliers ``mu >= 0`` gives the
-  dual  ``min_{mu >= 0} 1/2 mu^T H mu - b^T mu``,  ``H = X~^T X~ + (2c/lam) I``,
-  ``b = X~^T q``,  ``w = (q - X~ mu) / 2c``  and  ``mu = lam (X~^T w)_+``  at the optimum:
-  a nonnegative least squares in ``m`` (data points) variables whose Gram matrix ``H`` is the
-  same for every row. ``nnls.solve_gram`` solves all rows exactly (block principal pivoting
-  on one ``SharedGram``); then each row takes primal Newton steps on its active set
-  ``A = {j: x~_j.w > 0}``, ``(lam X~_A X~_A^T + 2c I)^{-1} = (I - X~_A H_AA^{-1} X~_A^T) / 2c``
-  (Woodbury: the dual's matrix again), which remove the round-off that the recovery
-  ``w = (q - X~ mu) / 2c`` amplifies by ``||X~||^2 / 2c``.
-* **WHidden, leaky ReLU** (slope ``a``): the same with ``mu = lam phi(X~^T w)`` of either sign,
-  ``mu = p - q`` (``p, q >= 0``) and ``+ delta/2 ||q||^2``, ``delta = (1/a - 1) 2c / lam``: a
-  nonnegative least squares in ``2m`` variables on one shared matrix (``RowDual``).
+* **WHidden, ReLU and leaky ReLU** (``rows.py``): row by row, a strongly convex piecewise
+  quadratic. Its dual is a nonnegative least squares in the ``m`` data points (``2m`` for a
+  leaky ReLU) whose Gram matrix ``X~^T X~ + (2c/lam) I`` is the same for every row
+  (``nnls.solve_gram``), followed by a Newton step that removes the round-off of the primal
+  recovery; or, with few inputs and many points, semismooth Newton on the row itself.
 * **WLast, MSE**: a ridge regression, ``W (X~ X~^T + c I) = Y X~^T + gamma W0``, by Cholesky,
   then the same Newton step on the recomputed gradient.
 * **WLast, cross-entropy**: smooth and strongly convex; Newton's method with a backtracking
   line search, from the start (the current weights) or from ``gamma W0 / c``. The Hessian
   ``sum_j s_j (diag p_j - p_j p_j^T) (x) x~_j x~_j^T + 2c I`` (``K n`` square: 3010 on MNIST) is
-  inverted by Woodbury (``ce_direction``: ``K`` factors of side ``n``, one of side ``m``).
+  inverted by Woodbury with few points (``ce_direction``: ``K`` factors of side ``n``, one of
+  side ``m``), else formed and factored.
 * **XLast, cross-entropy after a ReLU**: smooth and strongly convex on ``Z >= 0``, column by
   column: projected Newton (``ce_columns.py``).
 
@@ -48,16 +37,11 @@ from ..activations import LeakyReLU, ReLU
 from ..blocks import WHidden, WLast, XLast, kkt_residual
 from ..losses import MSE, CrossEntropy, softmax
 from . import ce_columns as _ce_columns
-from . import nnls as _nnls
+from . import rows as _rows_mod
 
-# The dual of a ReLU W-row has one variable per data point: its Gram matrix (m x m) is formed
-# only up to this m (a convolution's patches make m large: the CVXPY template solves those).
-DUAL_MAX = 4000
 # Newton's method on the cross-entropy W-block: the most steps
 NEWTON_STEPS = 50
-# pivoting rounds per ReLU W-row (None: nnls.solve_gram's default, 5 m + 20), and the primal
-# Newton steps on a row's active set after them (each removes the recovery's round-off)
-PIVOT_ROUNDS = None
+# Newton steps on the recomputed gradient after the ridge solve
 REFINE_STEPS = 3
 # Near the optimum the block value is a small difference of large sums (cross-entropy on MNIST:
 # 1e-12 of noise on a value of 2.4): a Newton step that changes the value by less than this
@@ -149,91 +133,23 @@ def _linear_term(block, T):
     return Q + 2.0 * block.gamma * block.W0 if block.gamma else Q
 
 
-# --- WHidden, ReLU and leaky ReLU: the dual nonnegative least squares on one Gram matrix ----
-@dataclass
-class RowDual:
-    """The dual of the rows of a (leaky) ReLU W-block: one ``SharedGram`` for every row.
-
-    ReLU (``slope = 0``): ``min_{mu >= 0} 1/2 mu^T H mu - b^T mu``. Leaky ReLU, ``mu = p - q``
-    with ``p, q >= 0``: ``min 1/2 (p - q)^T H (p - q) - b^T (p - q) + delta/2 ||q||^2``,
-    ``delta = (1/slope - 1) 2c / lam``, whose Gram matrix ``[[H, -H], [-H, H + delta I]]`` on a
-    passive set ``{p_j : u_j > 0} + {q_j : u_j <= 0}`` is ``H + delta diag(u <= 0)`` up to signs.
-    ``lift`` / ``lower`` map between ``mu``'s space and the split one.
-    """
-
-    gram: object
-    m: int
-    split: bool
-
-    def lift(self, b):
-        return np.concatenate([b, -b]) if self.split else b
-
-    def lower(self, x):
-        return x[:self.m] - x[self.m:] if self.split else x
-
-    def passive(self, pos):
-        return np.concatenate([pos, ~pos]) if self.split else pos
-
-    def inverse(self, z, pos):
-        """``(H + delta diag(~pos))^{-1} z`` on ``pos`` (ReLU: ``H_AA^{-1} z_A``, 0 elsewhere)."""
-        return self.lower(self.gram.solve(self.lift(z), self.passive(pos))[0])
+# --- WHidden, ReLU and leaky ReLU: row by row (rows.py) --------------------------------------
+def _rows(block, start, target, slope, label):
+    Q = _linear_term(block, block.lam * block.V)
+    W, iterations, info = _rows_mod.solve(block, Q, _c(block), _usable(start, Q.shape), target,
+                                          slope, VALUE_NOISE)
+    return W, iterations, {"solver": f"{label} ({info.pop('route')})", **info,
+                           "n_subproblems": W.shape[0], "duality_gap": None}
 
 
-def dual_rows(block, start, target, slope):
-    Xt, lam, c = block.Xt, block.lam, _c(block)
-    m = Xt.shape[1]
-    if m * (2 if slope else 1) > DUAL_MAX:
-        return None
-    H = Xt.T @ Xt
-    H[np.diag_indices(m)] += 2.0 * c / lam
-    if slope:
-        delta = (1.0 / slope - 1.0) * 2.0 * c / lam
-        H = np.block([[H, -H], [-H, H + delta * np.eye(m)]])
-    dual = RowDual(_nnls.SharedGram(H), m, bool(slope))
-    Q = _linear_term(block, lam * block.V)
-    B = (Q @ Xt).T
-    start = _usable(start, Q.shape)
-    passive = None if start is None else dual.passive((start @ Xt > 0).T)
-    M, pivots, unsolved = _nnls.solve_gram(dual.gram, dual.lift(B), passive, PIVOT_ROUNDS)
-    W = (Q - (Xt @ dual.lower(M)).T) / (2.0 * c)
-    W, steps = refine_rows(block, W, dual, target)
-    info = {"pivots": pivots, "newton_steps": steps, "unsolved_rows": len(unsolved),
-            "n_subproblems": W.shape[0], "duality_gap": None}
-    return W, pivots + steps, info
-
-
-def refine_rows(block, W, dual, target):
-    """Primal Newton steps, row by row on its active set, while a row's gradient exceeds
-    ``target`` on the block's scale (``blocks.kkt_residual``); returns ``(W, steps)``.
-
-    ``(lam X~ D X~^T + 2c I)^{-1} g = (g - X~ (H + delta diag(~pos))^{-1} X~^T g) / 2c`` with
-    ``D = diag(phi'(X~^T w))`` (Woodbury; ReLU: the inverse of ``H_AA`` on the active set).
-    """
-    Xt, c = block.Xt, _c(block)
-    steps = 0
-    for _ in range(REFINE_STEPS):
-        parts = block.grad_parts(W)
-        G = parts[0] + parts[1]
-        bound = target * (1.0 + max(float(np.max(np.abs(p))) for p in parts))
-        rows = np.flatnonzero(np.max(np.abs(G), axis=1) > bound)
-        if not rows.size:
-            break
-        for i in rows:
-            W[i] -= (G[i] - Xt @ dual.inverse(Xt.T @ G[i], W[i] @ Xt > 0)) / (2.0 * c)
-        steps += 1
-    return W, steps
-
-
-@_label("exact: ReLU dual nnls (shared Gram)")
+@_label("exact: ReLU rows")
 def relu_rows(block, start, target):
-    out = dual_rows(block, start, target, 0.0)
-    return out and (out[0], out[1], {"solver": relu_rows.label, **out[2]})
+    return _rows(block, start, target, 0.0, relu_rows.label)
 
 
-@_label("exact: leaky ReLU dual nnls (shared Gram)")
+@_label("exact: leaky ReLU rows")
 def leaky_rows(block, start, target):
-    out = dual_rows(block, start, target, block.act.slope)
-    return out and (out[0], out[1], {"solver": leaky_rows.label, **out[2]})
+    return _rows(block, start, target, block.act.slope, leaky_rows.label)
 
 
 # --- WLast, MSE: ridge regression ------------------------------------------------------------
@@ -253,36 +169,44 @@ def ridge(block, start, target):
 
 
 # --- WLast, cross-entropy: Newton's method, the Hessian inverted by Woodbury ---------------
-def ce_direction(block, W, g):
+def ce_direction(block, W, g, woodbury=None):
     """The Newton direction ``-H^{-1} g`` of the cross-entropy W-block at ``W``.
 
     ``H = D - M M^T``: ``D`` block diagonal, ``D_k = X~ diag(s p_k) X~^T + 2c I`` (``n x n``),
-    and ``M`` the ``K n x m`` matrix of columns ``sqrt(s_j) p_j (x) x~_j``; by Woodbury
-    ``H^{-1} = D^{-1} + D^{-1} M C^{-1} M^T D^{-1}``, ``C = I - M^T D^{-1} M`` (``m x m``,
-    positive definite since ``H`` is): ``K`` factors of side ``n`` and one of side ``m``
-    instead of one of side ``K n``.
+    and ``M`` the ``K n x m`` matrix of columns ``sqrt(s_j) p_j (x) x~_j``. With few points
+    (``m``) Woodbury, ``H^{-1} = D^{-1} + D^{-1} M C^{-1} M^T D^{-1}``, ``C = I - M^T D^{-1} M``
+    (positive definite since ``H`` is), takes ``K`` factors of side ``n`` and one of side ``m``;
+    else ``H`` itself is formed and factored (side ``K n``), whichever costs fewer flops
+    (``woodbury=None``; ``True`` / ``False`` choose).
     """
     Xt, c = block.Xt, _c(block)
-    n, m = Xt.shape
+    (n, m), K = Xt.shape, W.shape[0]
     P = softmax(W @ Xt)
     s = block.Y.sum(axis=0)
-    C = np.eye(m)
-    factors, Z = [], []
-    for k in range(W.shape[0]):
-        Mk = Xt * (np.sqrt(s) * P[k])
-        Dk = Xt @ (Xt * (s * P[k])).T
-        Dk[np.diag_indices(n)] += 2.0 * c
-        factors.append(cho_factor(Dk, check_finite=False))
-        Z.append(cho_solve(factors[-1], Mk, check_finite=False))     # D_k^{-1} M_k
-        C -= Mk.T @ Z[-1]
+    M = [Xt * (np.sqrt(s) * P[k]) for k in range(K)]
+    D = []
+    for k in range(K):
+        D.append(Xt @ (Xt * (s * P[k])).T)
+        D[-1][np.diag_indices(n)] += 2.0 * c
+    if woodbury is None:
+        woodbury = (K * n) ** 3 / 3.0 + (K * n) ** 2 * m > (
+            K * (n ** 3 / 3.0 + 2 * n * n * m) + m ** 3 / 3.0 + 2.0 * K * n * m * m)
+    if not woodbury:
+        H = -np.vstack(M) @ np.vstack(M).T
+        for k in range(K):
+            H[k * n:(k + 1) * n, k * n:(k + 1) * n] += D[k]
+        return -cho_solve(cho_factor(H, check_finite=False), g.ravel(),
+                          check_finite=False).reshape(K, n)
+    factors = [cho_factor(Dk, check_finite=False) for Dk in D]
+    Z = [cho_solve(f, Mk, check_finite=False) for f, Mk in zip(factors, M)]   # D_k^{-1} M_k
+    C = np.eye(m) - sum(Mk.T @ Zk for Mk, Zk in zip(M, Z))
     h = np.stack([cho_solve(f, -gk, check_finite=False) for f, gk in zip(factors, g)])
-    t = cho_solve(cho_factor(C, check_finite=False),
-                  sum((Xt * (np.sqrt(s) * P[k])).T @ h[k] for k in range(len(h))),
+    t = cho_solve(cho_factor(C, check_finite=False), sum(Mk.T @ hk for Mk, hk in zip(M, h)),
                   check_finite=False)
     return h + np.stack([Zk @ t for Zk in Z])
 
 
-@_label("exact: cross-entropy Newton (Woodbury)")
+@_label("exact: cross-entropy Newton")
 def softmax_newton(block, start, target):
     K, n = block.Y.shape[0], block.Xt.shape[0]
     start = _usable(start, (K, n))
