@@ -193,3 +193,16 @@ def test_cross_entropy_newton_directions_agree():
         dense, woodbury = (exact.ce_direction(block, net.W[1], g, w) for w in (False, True))
         np.testing.assert_allclose(woodbury, dense, rtol=1e-8, atol=1e-10)
         assert float(np.sum(g * dense)) < 0                     # a descent direction
+
+
+def test_conv_w_blocks_equal_the_template():
+    """A convolution's W-block is a dense W-block on its patches (many more than inputs)."""
+    from test_conv_blocks import conv_state
+    net, X0, Y, Xs = conv_state(m=20)
+    for l in range(len(net.W)):
+        block = w_block(net, X0, Y, Xs, l, gamma=0.3, W0=net.W[l])
+        fast = OracleBackend(tol=TOL).solve(block, start=net.W[l])
+        ref = OracleBackend(tol=TOL, exact=False).solve(block)
+        assert fast.info["solver"].startswith("exact:") and fast.residual <= 1e-9
+        np.testing.assert_allclose(fast.argmin, ref.argmin, atol=1e-6)
+    assert "primal" in OracleBackend(tol=TOL).solve(w_block(net, X0, Y, Xs, 0)).info["solver"]
