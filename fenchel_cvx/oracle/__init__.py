@@ -3,8 +3,11 @@
 docs/mathematics.md, "The four blocks"; docs/certificate.md, check 4. ``OracleBackend`` solves the
 four blocks of ``blocks.py`` (X hidden, X last for MSE and cross-entropy, W hidden, W last, with
 the optional proximal term gamma ||W - W0||^2 and the penalty rho ||W||_F^2) by small DPP
-templates compiled once per shape (``templates.py``), and the MSE + ReLU X_L block by
-nonnegative least squares (``nnls.py``); ``polish.py`` takes Newton steps from the solver's point
+templates compiled once per shape (``templates.py``), the MSE + ReLU X_L block by
+nonnegative least squares (``nnls.py``), and the (leaky) ReLU hidden and the last W-blocks and
+the cross-entropy X_L block by exact methods certified by their KKT residual (``exact.py``,
+``ce_columns.py``; the templates are the fallback);
+``polish.py`` takes Newton steps from the solver's point
 where its residual exceeds the tolerance. ``block_problem(block)`` returns the whole block as one
 explicit ``cp.Problem`` for reading and printing. ``certify(block, Z)`` checks anyone's solution
 (``certify.py``); ``wellposed.py`` finds W-blocks without a minimiser before a solve and solves

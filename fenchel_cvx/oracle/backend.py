@@ -39,6 +39,7 @@ import numpy as np
 
 from ..blocks import BlockResult, WBlock, WHidden, WLast, XBlock, XHidden, XLast
 from ..errors import SolverError, SolverInaccurate, SolverInfeasible
+from . import exact as _exact
 from . import nnls as _nnls
 from . import polish as _polish
 from . import templates as _tpl
@@ -303,7 +304,14 @@ class OracleBackend:
     client : a ``distributed.Client`` of your own cluster (``Client("tcp://scheduler:8786")``):
         the pieces run on its workers, split in as many chunks as it has worker threads. It
         overrides ``n_jobs``; the backend never closes a client it did not start.
-    nnls : solve the MSE + ReLU X_L block by ``scipy.optimize.nnls`` (else by CVXPY).
+    nnls : solve the MSE + ReLU X_L block as a nonnegative least squares (``nnls.py``; else
+        by CVXPY).
+    exact : solve the blocks that have a faster exact method (``exact.py``: the (leaky) ReLU
+        hidden, MSE and cross-entropy last W-blocks with ``rho + gamma > 0``, the
+        cross-entropy X_L block after a ReLU) by it, certified by the block's KKT residual;
+        the CVXPY template solves the block when that certificate fails. The nnls X_L block
+        then shares one Gram matrix between its columns (``False``: the CVXPY templates and
+        ``scipy.optimize.nnls`` column by column, as before these methods).
     strict : raise ``SolverInaccurate`` on an inaccurate status or a residual above ``tol``;
         with ``False`` the result has ``converged=False`` and ``info["warning"]``.
     solver_opts : options passed to the solver; they override ``SOLVER_OPTS[solver]`` and every
@@ -316,7 +324,7 @@ class OracleBackend:
     name = "cvxpy"
 
     def __init__(self, solver=None, tol=1e-7, n_jobs=1, nnls=True, strict=True, solver_opts=None,
-                 budget=DEFAULT_BUDGET, polish=True, client=None):
+                 budget=DEFAULT_BUDGET, polish=True, client=None, exact=True):
         installed = cp.installed_solvers()
         name = DEFAULT_SOLVER if solver is None else str(solver).upper()
         if name not in installed:
@@ -331,7 +339,7 @@ class OracleBackend:
         if not (isinstance(budget, int) and budget >= 1):
             raise ValueError(f"budget must be a positive integer, got {budget!r}")
         self.solver, self.tol, self.n_jobs = name, float(tol), n_jobs
-        self.nnls, self.strict = bool(nnls), bool(strict)
+        self.nnls, self.strict, self.exact = bool(nnls), bool(strict), bool(exact)
         self.solver_opts = {**SOLVER_OPTS.get(name, {}), **(solver_opts or {})}
         self.attempts = ATTEMPTS.get(name, ((), ()))
         self.budget, self.polish = budget, bool(polish)
@@ -400,6 +408,11 @@ class OracleBackend:
 
     def _solve_exact(self, block, start, t0):
         info = {"solver": self.solver}
+        found = _exact.attempt(block, start, self.tol) if self.exact else None
+        if found is not None and found.certified:
+            return self._finish(block, found.argmin, "optimal", found.iterations, found.info, t0)
+        if found is not None:     # the method's certificate failed: the CVXPY template solves it
+            info["exact_fallback"] = found.reason
         if self.nnls and _nnls.applies(block):
             try:
                 Z = self._nnls(block)
@@ -416,10 +429,10 @@ class OracleBackend:
     def _nnls(self, block):
         m = block.U_prev.shape[1]
         if self.n_jobs == 1 or m < 8 * self.n_jobs:
-            return _nnls.solve_x_last(block)
+            return _nnls.solve_x_last(block, self.exact)
         bounds = np.linspace(0, m, self.n_jobs + 1).astype(int)
         parts = self._run(block, [(_nnls.solve_columns, block.dense_W(), block.Y[:, a:b],
-                                   block.U_prev[:, a:b], block.lam_in)
+                                   block.U_prev[:, a:b], block.lam_in, self.exact)
                                   for a, b in zip(bounds[:-1], bounds[1:])])
         return np.concatenate(parts, axis=1)
 

@@ -1,0 +1,262 @@
+"""Exact block methods that beat the CVXPY templates, each certified by the block's KKT residual.
+
+The CVXPY templates (``templates.py``) define the blocks and stay the reference; for the W-blocks
+of the paper's Sec. 3 ("Updating W-variables": the non-batched sub-problems and the batched
+ones with ``gamma ||W - W0||^2``) with ``c = rho + gamma > 0`` (strongly convex: one minimiser)
+the structure below gives the minimiser by dense linear algebra instead:
+
+* **WHidden, ReLU and leaky ReLU** (``rows.py``): row by row, a strongly convex piecewise
+  quadratic. Its dual is a nonnegative least squares in the ``m`` data points (``2m`` for a
+  leaky ReLU) whose Gram matrix ``X~^T X~ + (2c/lam) I`` is the same for every row
+  (``nnls.solve_gram``), followed by a Newton step that removes the round-off of the primal
+  recovery; or, with few inputs and many points, semismooth Newton on the row itself.
+* **WLast, MSE**: a ridge regression, ``W (X~ X~^T + c I) = Y X~^T + gamma W0``, by Cholesky,
+  then the same Newton step on the recomputed gradient.
+* **WLast, cross-entropy**: smooth and strongly convex; Newton's method with a backtracking
+  line search, from the start (the current weights) or from ``gamma W0 / c``. The Hessian
+  ``sum_j s_j (diag p_j - p_j p_j^T) (x) x~_j x~_j^T + 2c I`` (``K n`` square: 3010 on MNIST) is
+  inverted by Woodbury with few points (``ce_direction``: ``K`` factors of side ``n``, one of
+  side ``m``), else formed and factored.
+* **XLast, cross-entropy after a ReLU**: smooth and strongly convex on ``Z >= 0``, column by
+  column: projected Newton (``ce_columns.py``).
+
+``attempt(block, start, tol)`` picks the method by the block's type and its activation's or
+loss's type (``METHODS``: one entry per variant), runs it, and certifies the result by
+``blocks.kkt_residual <= tol``; the backend falls back to the CVXPY template when there is no
+method, or when the method fails or its certificate does not hold (``Exact.reason`` says why).
+"""
+import functools
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
+
+from ..activations import LeakyReLU, ReLU
+from ..blocks import WHidden, WLast, XLast, kkt_residual
+from ..losses import MSE, CrossEntropy, softmax
+from . import ce_columns as _ce_columns
+from . import rows as _rows_mod
+
+# Newton's method on the cross-entropy W-block: the most steps
+NEWTON_STEPS = 50
+# Newton steps on the recomputed gradient after the ridge solve
+REFINE_STEPS = 3
+# Near the optimum the block value is a small difference of large sums (cross-entropy on MNIST:
+# 1e-12 of noise on a value of 2.4): a Newton step that changes the value by less than this
+# fraction of it is judged by its KKT residual instead.
+VALUE_NOISE = 1e-10
+# the residual the methods aim at, as a fraction of tol (so that a certified block ends well
+# inside the tolerance)
+TARGET = 0.01
+
+
+@dataclass
+class Exact:
+    """What ``attempt`` returns: the certified argmin, or why the method did not certify one."""
+
+    argmin: object            # None when the method failed before returning a point
+    residual: float           # blocks.kkt_residual at argmin (inf without one)
+    certified: bool           # residual <= tol
+    iterations: int
+    seconds: float
+    info: dict = field(default_factory=dict)   # the method's name and counts
+    reason: str = ""          # why not certified ("" when certified)
+
+
+def attempt(block, start=None, tol=1e-7):
+    """Solve ``block`` by its exact method and certify it; ``None`` when no method applies."""
+    method = method_for(block)
+    if method is None:
+        return None
+    t0 = time.perf_counter()
+    start = None if start is None else np.asarray(start, dtype=float)
+    try:
+        out = method(block, start, TARGET * tol)
+    except (LinAlgError, np.linalg.LinAlgError, FloatingPointError) as exc:
+        return Exact(None, math.inf, False, 0, time.perf_counter() - t0,
+                     {"solver": getattr(method, "label", method.__name__)},
+                     f"{type(exc).__name__}: {exc}")
+    if out is None:
+        return None
+    Z, iterations, info = out
+    residual = float(kkt_residual(block, Z)) if np.all(np.isfinite(Z)) else math.inf
+    ok = residual <= tol
+    reason = "" if ok else f"KKT residual {residual:.3g} > tol {tol:.3g} ({info['solver']})"
+    return Exact(Z, residual, ok, iterations, time.perf_counter() - t0, info, reason)
+
+
+# --- which method solves which block: by type, one registry entry per variant --------------
+@functools.singledispatch
+def method_for(block):
+    """The exact method for ``block`` (``f(block, start, target) -> (Z, iterations, info)``,
+    or ``None`` where it does not apply), or ``None``: the CVXPY template solves it."""
+    return None
+
+
+@method_for.register
+def _(block: WHidden):      # strongly convex W-blocks only (else: the proximal-point path)
+    return METHODS.get((WHidden, type(block.act))) if _c(block) > 0 else None
+
+
+@method_for.register
+def _(block: WLast):
+    return METHODS.get((WLast, type(block.loss))) if _c(block) > 0 else None
+
+
+@method_for.register
+def _(block: XLast):
+    return METHODS.get((XLast, type(block.loss), type(block.act_in)))
+
+
+def _label(text):
+    def mark(f):
+        f.label = text
+        return f
+    return mark
+
+
+def _c(block):
+    return block.rho + block.gamma
+
+
+def _usable(start, shape):
+    """``start`` if it is a finite point of the block's shape, else None (a cold start)."""
+    ok = start is not None and start.shape == shape and bool(np.all(np.isfinite(start)))
+    return start if ok else None
+
+
+def _linear_term(block, T):
+    """``T X~^T + 2 gamma W0``: the linear coefficient of the block (``Q`` of the templates)."""
+    Q = T @ block.Xt.T
+    return Q + 2.0 * block.gamma * block.W0 if block.gamma else Q
+
+
+# --- WHidden, ReLU and leaky ReLU: row by row (rows.py) --------------------------------------
+def _rows(block, start, target, slope, label):
+    Q = _linear_term(block, block.lam * block.V)
+    W, iterations, info = _rows_mod.solve(block, Q, _c(block), _usable(start, Q.shape), target,
+                                          slope, VALUE_NOISE)
+    return W, iterations, {"solver": f"{label} ({info.pop('route')})", **info,
+                           "n_subproblems": W.shape[0], "duality_gap": None}
+
+
+@_label("exact: ReLU rows")
+def relu_rows(block, start, target):
+    return _rows(block, start, target, 0.0, relu_rows.label)
+
+
+@_label("exact: leaky ReLU rows")
+def leaky_rows(block, start, target):
+    return _rows(block, start, target, block.act.slope, leaky_rows.label)
+
+
+# --- WLast, MSE: ridge regression ------------------------------------------------------------
+@_label("exact: ridge (Cholesky)")
+def ridge(block, start, target):
+    Xt, c = block.Xt, _c(block)
+    factor = cho_factor(Xt @ Xt.T + c * np.eye(Xt.shape[0]), check_finite=False)
+    W = cho_solve(factor, 0.5 * _linear_term(block, 2.0 * block.Y).T, check_finite=False).T
+    steps = 0
+    for steps in range(1, REFINE_STEPS + 1):    # Newton on the recomputed gradient (2 x ridge)
+        if block.kkt_residual(W) <= target:
+            steps -= 1
+            break
+        W = W - 0.5 * cho_solve(factor, block.grad(W).T, check_finite=False).T
+    return W, 1 + steps, {"solver": ridge.label, "newton_steps": steps,
+                          "n_subproblems": W.shape[0], "duality_gap": None}
+
+
+# --- WLast, cross-entropy: Newton's method, the Hessian inverted by Woodbury ---------------
+def ce_direction(block, W, g, woodbury=None):
+    """The Newton direction ``-H^{-1} g`` of the cross-entropy W-block at ``W``.
+
+    ``H = D - M M^T``: ``D`` block diagonal, ``D_k = X~ diag(s p_k) X~^T + 2c I`` (``n x n``),
+    and ``M`` the ``K n x m`` matrix of columns ``sqrt(s_j) p_j (x) x~_j``. With few points
+    (``m``) Woodbury, ``H^{-1} = D^{-1} + D^{-1} M C^{-1} M^T D^{-1}``, ``C = I - M^T D^{-1} M``
+    (positive definite since ``H`` is), takes ``K`` factors of side ``n`` and one of side ``m``;
+    else ``H`` itself is formed and factored (side ``K n``), whichever costs fewer flops
+    (``woodbury=None``; ``True`` / ``False`` choose).
+    """
+    Xt, c = block.Xt, _c(block)
+    (n, m), K = Xt.shape, W.shape[0]
+    P = softmax(W @ Xt)
+    s = block.Y.sum(axis=0)
+    M = [Xt * (np.sqrt(s) * P[k]) for k in range(K)]
+    D = []
+    for k in range(K):
+        D.append(Xt @ (Xt * (s * P[k])).T)
+        D[-1][np.diag_indices(n)] += 2.0 * c
+    if woodbury is None:
+        woodbury = (K * n) ** 3 / 3.0 + (K * n) ** 2 * m > (
+            K * (n ** 3 / 3.0 + 2 * n * n * m) + m ** 3 / 3.0 + 2.0 * K * n * m * m)
+    if not woodbury:
+        H = -np.vstack(M) @ np.vstack(M).T
+        for k in range(K):
+            H[k * n:(k + 1) * n, k * n:(k + 1) * n] += D[k]
+        return -cho_solve(cho_factor(H, check_finite=False), g.ravel(),
+                          check_finite=False).reshape(K, n)
+    factors = [cho_factor(Dk, check_finite=False) for Dk in D]
+    Z = [cho_solve(f, Mk, check_finite=False) for f, Mk in zip(factors, M)]   # D_k^{-1} M_k
+    C = np.eye(m) - sum(Mk.T @ Zk for Mk, Zk in zip(M, Z))
+    h = np.stack([cho_solve(f, -gk, check_finite=False) for f, gk in zip(factors, g)])
+    t = cho_solve(cho_factor(C, check_finite=False), sum(Mk.T @ hk for Mk, hk in zip(M, h)),
+                  check_finite=False)
+    return h + np.stack([Zk @ t for Zk in Z])
+
+
+@_label("exact: cross-entropy Newton")
+def softmax_newton(block, start, target):
+    K, n = block.Y.shape[0], block.Xt.shape[0]
+    start = _usable(start, (K, n))
+    if start is not None:
+        W = start.copy()
+    else:
+        W = (block.gamma / _c(block)) * block.W0 if block.gamma else np.zeros((K, n))
+    f, r = float(block.value(W)), float(block.kkt_residual(W))
+    steps = 0
+    while r > target and steps < NEWTON_STEPS:
+        g = block.grad(W)
+        D = ce_direction(block, W, g)
+        W, f, r, moved = _line_search(block, W, D, f, r, float(np.sum(g * D)))
+        steps += 1
+        if not moved:
+            break
+    return W, steps, {"solver": softmax_newton.label, "newton_steps": steps,
+                      "n_subproblems": W.shape[0], "duality_gap": None}
+
+
+def _line_search(block, W, D, f, r, slope):
+    """Backtracking from the Newton step: a decrease by Armijo's rule or, near the optimum,
+    where the value is flat to its round-off (``VALUE_NOISE``), a smaller KKT residual."""
+    t = 1.0
+    noise = VALUE_NOISE * (1.0 + abs(f))
+    for _ in range(40):
+        T = W + t * D
+        f1 = float(block.value(T))
+        if math.isfinite(f1):
+            if f1 < f and f1 <= f + 1e-4 * t * slope:
+                return T, f1, float(block.kkt_residual(T)), True
+            if f1 <= f + noise:
+                r1 = float(block.kkt_residual(T))
+                if r1 < r:
+                    return T, f1, r1, True
+        t *= 0.5
+    return W, f, r, False
+
+
+# --- XLast, cross-entropy after a ReLU: projected Newton by column (ce_columns.py) ---------
+@_label("exact: cross-entropy X_L projected Newton")
+def ce_relu_columns(block, start, target):
+    Z = _usable(start, block.U_prev.shape)
+    Z = np.maximum(block.U_prev, 0.0) if Z is None else np.maximum(Z, 0.0)   # phi(U): feed-forward
+    Z, steps = _ce_columns.solve(block, Z, target, VALUE_NOISE)
+    return Z, steps, {"solver": ce_relu_columns.label, "newton_steps": steps,
+                      "n_subproblems": Z.shape[1], "duality_gap": None}
+
+
+# One entry per variant: (block type, the activation's or the loss's type) -> its method.
+METHODS = {(WHidden, ReLU): relu_rows, (WHidden, LeakyReLU): leaky_rows, (WLast, MSE): ridge,
+           (WLast, CrossEntropy): softmax_newton,
+           (XLast, CrossEntropy, ReLU): ce_relu_columns}

@@ -1,0 +1,150 @@
+"""The rows of a (leaky) ReLU hidden W-block, solved exactly: dual pivoting or primal Newton.
+
+Row ``i`` of the hidden W-block (the paper's Sec. 3, "Updating W-variables"; docs/oracle.md,
+"Exact methods") solves, with ``c = rho + gamma > 0`` and ``q = lam X~ v_i + 2 gamma w0_i``
+(the templates' ``Q``),
+
+    min_w  f(w) = lam sum_j F*(x~_j^T w) - q^T w + c ||w||^2 ,
+
+a strongly convex piecewise quadratic (``F*(u) = u_+^2/2 + a u_-^2/2``, ``a`` the slope:
+0 for ReLU). Two exact routes, the cheaper one by a flop count:
+
+* **dual** (``m`` data points fewer than the ``n`` inputs, as on MNIST): writing ``phi(X~^T w)``
+  through multipliers ``mu = lam phi(X~^T w)`` gives ``w = (q - X~ mu) / 2c`` and, for ReLU, the
+  nonnegative least squares ``min_{mu >= 0} 1/2 mu^T H mu - b^T mu``,  ``H = X~^T X~ + (2c/lam) I``,
+  ``b = X~^T q``, with one Gram matrix ``H`` for every row (``nnls.solve_gram``: block principal
+  pivoting). Leaky ReLU: ``mu = p - q`` with ``p, q >= 0`` and ``+ delta/2 ||q||^2``,
+  ``delta = (1/a - 1) 2c / lam``, a nonnegative least squares in ``2m`` variables on
+  ``[[H, -H], [-H, H + delta I]]`` (``RowDual``);
+* **primal** (few inputs, many points: the digits, a convolution's patches): from ``start``, or
+  from the point where every pre-activation is positive, semismooth Newton on ``f`` with the
+  generalised Hessian ``lam X~ D X~^T + 2c I``, ``D = diag(phi'(X~^T w))`` (``n x n``).
+
+Both end with the same loop (``newton_rows``): Newton steps on each row whose gradient exceeds
+the target on the block's scale, with a backtracking line search on the row's own ``f``. After
+the dual route the first full step lands on the optimum (it only removes the round-off that
+``w = (q - X~ mu) / 2c`` amplifies by ``||X~||^2 / 2c``); there the inverse comes from the dual's
+matrix by Woodbury, ``(lam X~ D X~^T + 2c I)^{-1} = (I - X~ (H + delta diag(u <= 0))^{-1}_A X~^T) / 2c``.
+"""
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import cho_factor, cho_solve
+
+from . import nnls as _nnls
+
+# the dual's Gram matrix has one row per data point (two with a leaky ReLU): formed up to this
+DUAL_MAX = 4000
+# pivoting rounds per row (None: nnls.solve_gram's default, 5 m + 20); Newton steps per row
+# after the dual route and for the primal route
+PIVOT_ROUNDS = None
+REFINE_STEPS = 3
+NEWTON_STEPS = 50
+ARMIJO = 1e-4
+
+
+@dataclass
+class RowDual:
+    """The dual of the rows: one ``SharedGram`` for every row; ``lift`` / ``lower`` map between
+    ``mu``'s space and the split one of a leaky ReLU (``split``)."""
+
+    gram: object
+    m: int
+    split: bool
+
+    def lift(self, b):
+        return np.concatenate([b, -b]) if self.split else b
+
+    def lower(self, x):
+        return x[:self.m] - x[self.m:] if self.split else x
+
+    def passive(self, pos):
+        return np.concatenate([pos, ~pos]) if self.split else pos
+
+    def inverse(self, z, pos):
+        """``(H + delta diag(~pos))^{-1} z`` on ``pos`` (ReLU: ``H_AA^{-1} z_A``, 0 elsewhere)."""
+        return self.lower(self.gram.solve(self.lift(z), self.passive(pos))[0])
+
+
+def use_dual(n, m, slope):
+    """The dual when its pivots (a factor of about half its side) cost less than primal
+    Newton steps (``n^2 m`` to form the Hessian, ``n^3 / 3`` to factor it)."""
+    md = m * (2 if slope else 1)
+    return md <= DUAL_MAX and (md / 2.0) ** 3 / 3.0 < n * n * m + n ** 3 / 3.0
+
+
+def solve(block, Q, c, start, target, slope, noise):
+    """The argmin of the rows; returns ``(W, iterations, info)``. ``noise``: the relative
+    round-off of a row's value near its optimum (the line search then judges by the gradient)."""
+    Xt, lam = block.Xt, block.lam
+    n, m = Xt.shape
+    if use_dual(n, m, slope):
+        H = Xt.T @ Xt
+        H[np.diag_indices(m)] += 2.0 * c / lam
+        if slope:
+            delta = (1.0 / slope - 1.0) * 2.0 * c / lam
+            H = np.block([[H, -H], [-H, H + delta * np.eye(m)]])
+        dual = RowDual(_nnls.SharedGram(H), m, bool(slope))
+        passive = None if start is None else dual.passive((start @ Xt > 0).T)
+        M, pivots, unsolved = _nnls.solve_gram(dual.gram, dual.lift((Q @ Xt).T), passive,
+                                               PIVOT_ROUNDS)
+        W = (Q - (Xt @ dual.lower(M)).T) / (2.0 * c)
+        W, steps = newton_rows(block, W, Q, c, target, REFINE_STEPS, noise, lambda w, g: (
+            g - Xt @ dual.inverse(Xt.T @ g, w @ Xt > 0)) / (2.0 * c))
+        return W, pivots + steps, {"route": "dual", "pivots": pivots, "newton_steps": steps,
+                                   "unsolved_rows": len(unsolved)}
+    if start is None:          # every pre-activation positive: (lam X~ X~^T + 2c I) w = q
+        H = lam * (Xt @ Xt.T)
+        H[np.diag_indices(n)] += 2.0 * c
+        start = cho_solve(cho_factor(H, check_finite=False), Q.T, check_finite=False).T
+    W, steps = newton_rows(block, np.array(start, dtype=float), Q, c, target, NEWTON_STEPS,
+                           noise, lambda w, g: _primal_inverse(block, c, w, g))
+    return W, steps, {"route": "primal", "newton_steps": steps}
+
+
+def _primal_inverse(block, c, w, g):
+    """``(lam X~ D X~^T + 2c I)^{-1} g`` with ``D = diag(phi'(X~^T w))``."""
+    Xt = block.Xt
+    H = block.lam * ((Xt * block.act.dphi(w @ Xt)) @ Xt.T)
+    H[np.diag_indices(Xt.shape[0])] += 2.0 * c
+    return cho_solve(cho_factor(H, check_finite=False), g, check_finite=False)
+
+
+def newton_rows(block, W, Q, c, target, max_steps, noise, inverse):
+    """Newton steps ``-inverse(w, g)`` with a line search, on every row whose gradient exceeds
+    ``target`` on the block's scale (``blocks.kkt_residual``); returns ``(W, steps)``."""
+    steps = 0
+    for _ in range(max_steps):
+        parts = block.grad_parts(W)
+        G = parts[0] + parts[1]
+        bound = target * (1.0 + max(float(np.max(np.abs(p))) for p in parts))
+        rows = np.flatnonzero(np.max(np.abs(G), axis=1) > bound)
+        if not rows.size:
+            break
+        for i in rows:
+            W[i] = _row_search(block, Q[i], c, W[i], -inverse(W[i], G[i]), G[i], noise)
+        steps += 1
+    return W, steps
+
+
+def _row(block, q, c, w):
+    """``(f(w), grad f(w))`` of one row."""
+    u = w @ block.Xt
+    f = block.lam * float(np.sum(block.act.Fstar(u))) - float(q @ w) + c * float(w @ w)
+    return f, block.lam * (block.Xt @ block.act.phi(u)) - q + 2.0 * c * w
+
+
+def _row_search(block, q, c, w, d, g, noise):
+    """Backtracking from the full step: Armijo, or (near the optimum, where ``f`` is flat to its
+    round-off) no increase beyond ``noise`` with a smaller gradient."""
+    f, _ = _row(block, q, c, w)
+    size, slope, t = float(np.max(np.abs(g))), float(g @ d), 1.0
+    for _ in range(40):
+        T = w + t * d
+        fT, gT = _row(block, q, c, T)
+        if math.isfinite(fT) and ((fT < f and fT <= f + ARMIJO * t * slope) or (
+                fT <= f + noise * (1.0 + abs(f)) and float(np.max(np.abs(gT))) < size)):
+            return T
+        t *= 0.5
+    return w
