@@ -351,6 +351,90 @@ def test_sigmoid_x_block_from_the_boundary_stays_inside():
         assert res.converged and np.all(res.argmin > 0) and np.all(res.argmin < 1)
 
 
+# --- the data-space (Woodbury) preconditioner: fewer points than rows of X~ --------------------
+WIDE = dict(sizes=(12, 10, 9, 3), m=7)   # every W-block's X~ (13, 11, 10 rows) has 7 columns
+
+
+@pytest.mark.parametrize("act,loss,kind,gamma", [("relu", "cross_entropy", "w_hidden0", 0.3),
+                                                 ("sigmoid", "mse", "w_hidden1", 0.3),
+                                                 ("tanh", "cross_entropy", "w_hidden0", 0.0),
+                                                 ("relu", "cross_entropy", "w_last", 0.3),
+                                                 ("leaky_relu", "cross_entropy", "w_last", 0.0)])
+def test_data_space_matches_oracle(oracle, act, loss, kind, gamma):
+    block = make_block(kind, *make_state(act, loss, seed=4, **WIDE), gamma=gamma)
+    c = block.rho + block.gamma
+    res = FastBackend().solve(block)
+    assert res.info["data_space"] == (c > 0)    # rho > 0 here: data space in every case
+    _assert_optimal(res, oracle.solve(block).value)
+    assert res.residual == block.kkt_residual(res.argmin)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_data_space_step_is_the_parameter_space_step(dtype):
+    """Woodbury in data space gives g G^{-1} and its image under X~; the same step as G^{-1}."""
+    from fenchel_cvx.fast.gram import DataGram, ParamGram
+
+    rng = np.random.default_rng(0)
+    Xt = np.vstack([rng.random((30, 12)), np.ones((1, 12))]).astype(dtype)
+    A, W, W0 = (rng.standard_normal(s).astype(dtype) for s in ((5, 12), (5, 31), (5, 31)))
+    rho, gamma, w = 0.01, 0.5, 0.7
+    R = 2 * rho * W + 2 * gamma * (W - W0)
+    g = A @ Xt.T + R
+    pg, dg = ParamGram(np, Xt, w, 2 * (rho + gamma)), DataGram(np, Xt, w, 2 * (rho + gamma))
+    assert DataGram.applies(Xt, w, 1.0) and not DataGram.applies(Xt.T, w, 1.0)
+    assert not DataGram.applies(Xt, None, 1.0) and not DataGram.applies(Xt, w, 0.0)
+    s, sU = dg.split(A, R, R @ Xt)
+    rtol = 1e-10 if dtype == np.float64 else 2e-3
+    for got, ref in ((s, pg.apply(g)), (dg.apply(g), pg.apply(g)), (sU, s @ Xt)):
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * np.abs(ref).max())
+
+
+def test_data_space_one_step_equals_parameter_space(monkeypatch):
+    """w_steps=1 from W0 (the driver's first round of a batch): the data-space solve takes the
+    parameter-space step, within rounding; a stale data-space factor is never reused."""
+    from fenchel_cvx.fast import gram
+
+    block = make_block("w_hidden0", *make_state("relu", "cross_entropy", seed=5, **WIDE), gamma=1.0)
+    fast = FastBackend(w_steps=1, gram_reuse=3)
+    data = fast.solve(block, start=block.W0)
+    monkeypatch.setattr(gram.DataGram, "applies", staticmethod(lambda *a: False))
+    param = FastBackend(w_steps=1).solve(block, start=block.W0)
+    assert data.info["data_space"] and not param.info["data_space"]
+    np.testing.assert_allclose(data.argmin, param.argmin, rtol=1e-9, atol=1e-12)
+    assert data.value == pytest.approx(param.value, rel=1e-12) and data.value < block.value(block.W0)
+    monkeypatch.undo()
+    other = make_block("w_hidden0", *make_state("relu", "cross_entropy", seed=6, **WIDE), gamma=1.0)
+    assert not fast.solve(other, start=other.W0).info["cached_factor"]
+
+
+def test_data_space_with_newton_rows_and_row_freezing():
+    from fenchel_cvx.fast import wblocks
+
+    state = make_state("relu", "mse", seed=3, sizes=(40, 12, 4, 3), m=10)
+    block = make_block("w_hidden0", *state, gamma=0.3)
+    ref = FastBackend(tol=1e-10, newton_cap=0).solve(block)
+    W, it, info = wblocks.solve_pncg(np, block, block.W0, 1e-8, 500, newton_cap=30,
+                                     newton_start=0, flip_tol=30, compact_every=1)
+    assert ref.info["data_space"] and info["data_space"]
+    assert info["converged"] and info["newton_rows"] > 0 and info["row_iterations"] < 12 * it
+    assert block.kkt_residual(W) <= 1e-8
+    assert float(block.value(W)) == pytest.approx(ref.value, rel=REL)
+
+
+@pytest.mark.parametrize("xp_name", ["numpy", "array_api_strict"])
+def test_data_space_float32_and_standard_api(xp_name):
+    xp = pytest.importorskip(xp_name)
+    ref = FastBackend().solve(make_block("w_hidden0", *make_state("tanh", "mse", seed=2, **WIDE),
+                                         gamma=0.3))
+    for dtype in ("float64", "float32"):
+        state = _to(xp, dtype, *make_state("tanh", "mse", seed=2, **WIDE))
+        res = FastBackend().solve(make_block("w_hidden0", *state, gamma=0.3))
+        assert res.info["data_space"] and res.argmin.dtype == getattr(xp, dtype)
+        assert res.converged and res.residual <= res.info["tol"]
+        assert res.value == pytest.approx(ref.value, rel=1e-9 if dtype == "float64" else 1e-5)
+
+
 def test_gram_factor_is_reused_while_data_unchanged():
     block = case_block("relu", "cross_entropy", "w_hidden0", 0.3)
     be = FastBackend()
