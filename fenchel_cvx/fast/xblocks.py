@@ -161,17 +161,22 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100):
     converged, it = False, 0
     if kkt(xp, z, block.grad_parts(z), block.project) <= tol:
         return z, 0, dict(method="fista", lipschitz=L, restarts=0, backtracks=0, converged=True)
+    tauU = (None, None)   # (L, tau U_prev): formed again only when L changes
     for it in range(1, max_iter + 1):
         Gy = sm.adjoint(sm.grad_U(Uy))
         fy_d = None if sm.certified else sm.value(Uy)
         for _ in range(MAX_BACKTRACKS):
             tau = lam_in / L
-            zn, state_n = prox(xp, act, y - Gy / L + tau * U_prev, tau, state)
+            if tauU[0] != L:
+                tauU = (L, tau * U_prev)
+            zn, state_n = prox(xp, act, y - Gy / L + tauU[1], tau, state)
             Uzn = sm.forward(zn)
-            D = zn - y
-            # the scalars of the iteration are computed on the device, then read at once
-            maxD, maxG, uphill = (float(v) for v in (
-                xp.max(xp.abs(D)), xp.max(xp.abs(Gy)), xp.sum((y - zn) * (zn - z))))
+            D, dz = zn - y, zn - z
+            # the scalars of the iteration are computed on the device, then read at once;
+            # max |A| as max(max A, -min A) (no temporary); (y - zn).(zn - z) = -D.dz exactly
+            hiD, loD, hiG, loG, Ddz = (float(v) for v in (
+                xp.max(D), xp.min(D), xp.max(Gy), xp.min(Gy), xp.sum(D * dz)))
+            maxD, maxG, uphill = max(hiD, -loD), max(hiG, -loG), -Ddz
             if sm.certified:
                 break
             fy, fzn, gd, dd = (float(v) for v in (
@@ -199,12 +204,13 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100):
         beta = (theta - 1) / theta_n
         if uphill > 0:  # momentum points uphill (O'Donoghue & Candes): restart
             theta_n, beta, restarts = 1.0, 0.0, restarts + 1
-        y, Uy = zn + beta * (zn - z), Uzn + beta * (Uzn - Uz)
+        y, Uy = zn + beta * dz, Uzn + beta * (Uzn - Uz)
         z, Uz, theta = zn, Uzn, theta_n
-    reverted = not converged and float(block.value(z)) > float(block.value(z0))
-    if reverted:
-        z = z0  # an inexact solve (a cap, a stall) never ends above its start: BCD descent holds
     info = dict(method="fista", lipschitz=L, restarts=restarts, backtracks=backtracks,
-                reverted=reverted,
-                kkt_checks=checks, converged=converged, stalled=stalled)
+                reverted=False, kkt_checks=checks, converged=converged, stalled=stalled)
+    if not converged:  # an inexact solve (a cap, a stall) never ends above its start: BCD descent
+        value, value0 = float(block.value(z)), float(block.value(z0))
+        reverted = value > value0
+        z, value = (z0, value0) if reverted else (z, value)
+        info.update(reverted=reverted, value=value)
     return z, it, info
