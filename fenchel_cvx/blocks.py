@@ -199,14 +199,18 @@ class WLast(_WBlock):
 
 
 # --- the blocks of a network at its current iterate ------------------------------------------
-def x_block(net, X0, Y, Xs, l):
-    """The block of the lifted variable X_l (1 <= l <= L) at the iterate (net.W, Xs)."""
+def x_block(net, X0, Y, Xs, l, U_prev=None):
+    """The block of the lifted variable X_l (1 <= l <= L) at the iterate (net.W, Xs).
+
+    ``U_prev``: ``W_{l-1} X~_{l-1}`` at this iterate if already at hand (the driver's
+    feed-forward pass), else computed here."""
     L = net.n_hidden
     if not 1 <= l <= L:
         raise ValueError(f"l must be in 1..{L} for an X-block, got {l}")
     X = [X0, *Xs]
-    common = dict(layer=l, act_in=net.activations[l - 1], U_prev=net.pre_activation(l - 1, X[l - 1]),
-                  lam_in=net.lam[l - 1])
+    if U_prev is None:
+        U_prev = net.pre_activation(l - 1, X[l - 1])
+    common = dict(layer=l, act_in=net.activations[l - 1], U_prev=U_prev, lam_in=net.lam[l - 1])
     if l < L:
         return XHidden(**common, act_out=net.activations[l], W=net.W[l], V_next=X[l + 1],
                        lam_out=net.lam[l], map=net.layers[l])
