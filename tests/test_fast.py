@@ -408,6 +408,30 @@ def test_data_space_one_step_equals_parameter_space(monkeypatch):
     assert not fast.solve(other, start=other.W0).info["cached_factor"]
 
 
+def test_data_space_start_bound_never_hides_an_optimal_start():
+    """In data space the first step's figures bound the start's KKT residual from below: where
+    the bound passes tol the start is not optimal; at the optimum no step is taken."""
+    from fenchel_cvx.fast import wblocks
+
+    for seed, (act, loss, kind) in enumerate([("relu", "cross_entropy", "w_hidden0"),
+                                              ("sigmoid", "mse", "w_hidden1"),
+                                              ("tanh", "cross_entropy", "w_last")]):
+        block = make_block(kind, *make_state(act, loss, seed=seed, **WIDE), gamma=0.3)
+        opt = FastBackend(tol=1e-12).solve(block)
+        for W, tol in ((block.W0, 1e-3), (block.W0, 1e2), (opt.argmin, 1e-10),
+                       (0.5 * (block.W0 + opt.argmin), 1e-4)):
+            pre, _ = wblocks.gram_preconditioner(np, block)
+            prob = (wblocks.HiddenRows(np, block, pre) if kind != "w_last"
+                    else wblocks.LastCE(np, block, pre))
+            cg = wblocks._CG(np, block, prob, W)
+            cg.optimal_at_start(np.inf)            # the first direction, and the bound's figures
+            if cg._above(tol):
+                assert block.kkt_residual(W) > tol
+        again = FastBackend(tol=1e-7).solve(block, start=opt.argmin)
+        assert opt.residual <= 1e-7 and again.iterations == 0 and again.converged
+        assert again.info["data_space"]
+
+
 def test_data_space_with_newton_rows_and_row_freezing():
     from fenchel_cvx.fast import wblocks
 

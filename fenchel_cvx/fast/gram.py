@@ -46,9 +46,11 @@ class DataGram:
     data_space = True
 
     def __init__(self, xp, Xt, w, shift):
-        self.Xt, self.w, self.c2 = Xt, float(w), float(shift)
+        self.Xt, self.w = Xt, float(w)
         self.K = Xt.T @ Xt                      # m x m; also the Newton rows' kernel (wblocks)
-        self.solve, _ = spd_solver(xp, self.K if self.w == 1.0 else self.w * self.K, self.c2)
+        # c2: the shift actually used (grown if M would not factorise): G = w X~ X~^T + c2 I
+        self.solve, self.c2 = spd_solver(xp, self.K if self.w == 1.0 else self.w * self.K,
+                                         float(shift))
 
     @staticmethod
     def applies(Xt, weights, shift):

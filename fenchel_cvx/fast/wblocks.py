@@ -66,9 +66,13 @@ class _Problem:
         return W @ self.Xt
 
     def gradient(self, W, U):
-        """``(parts, A)``: the gradient's terms ``[A X~^T, R]`` and ``A`` (``coef`` dL/dU)."""
+        """``(parts, A)``: the gradient's terms ``[coef A X~^T, R]`` and ``A`` (dL/dU / coef)."""
         A = self.data_grad(U)
-        return [self.coef * (A @ self.Xt.T), self.reg_grad(W)], A
+        return self.parts(A, self.reg_grad(W)), A
+
+    def parts(self, A, R):
+        G = A @ self.Xt.T
+        return [G if self.coef == 1 else self.coef * G, R]
 
     def base_step(self, g, A, R, U):
         """``(g G^{-1}, its image under X~ or None)``; ``A``, ``R``: ``gradient``'s parts."""
@@ -87,10 +91,11 @@ class _Problem:
         g = 2 * self.rho * W
         return g + 2 * self.gamma * (W - self.W0) if self.gamma else g
 
-    def line_search(self, W, U, d, dU, gd, rtol=0.1, max_iter=10):
-        """Minimise the objective along d from W (t >= 0); never increases it. -> (t, iterations)."""
+    def line_search(self, R, U, d, dU, gd, rtol=0.1, max_iter=10):
+        """Minimise the objective along d from W (t >= 0; ``R`` the regulariser's gradient at W,
+        ``U = W X~``); never increases it. -> (t, iterations)."""
         xp = self.xp
-        A = self.dot(self.reg_grad(W), d)       # d/dt of the regulariser at t = 0 ...
+        A = self.dot(R, d)                      # d/dt of the regulariser at t = 0 ...
         B = 2 * self.c * self.dot(d, d)         # ... and its (constant) curvature
 
         def derivs(t):
@@ -221,9 +226,8 @@ class LastCE(_Problem):
     def dot(self, A, B):
         return self.xp.reshape(self.xp.sum(A * B), (1, 1))
 
-    def gradient(self, W, U):
-        A = self.loss.grad(self.Y, U)
-        return [A @ self.Xt.T, self.reg_grad(W)], A
+    def data_grad(self, U):
+        return self.loss.grad(self.Y, U)
 
     def data_value(self, U):
         return self.loss.value(self.Y, U)
@@ -349,12 +353,11 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=No
     cg = _CG(xp, block, prob, W)
     cg.info.update(cached_factor=bool(hit), stale_factor=hit == "stale",
                    data_space=pre.data_space)
-    if kkt(xp, W, cg.parts) <= tol:
+    if cg.optimal_at_start(tol):
         cg.info.update(converged=True, value=prob.value(W, cg.U))
         return W, 0, cg.info
     best, best_it = math.inf, 0
     stall_level = math.sqrt(xp.finfo(W.dtype).eps)
-    cg.first_direction()
     converged, it = False, 0
     for it in range(1, max_iter + 1):
         cg.step(it, resync)
@@ -386,12 +389,51 @@ class _CG:
         self.xp, self.block, self.prob = xp, block, prob
         self.W, self.U = W, prob.forward(W)
         prob.start(W, self.U)
-        self.parts, self.A = prob.gradient(W, self.U)
-        self.W_full, self.rows = W, None      # rows: global indices of the rows still iterated
+        self.A, R = prob.data_grad(self.U), prob.reg_grad(W)
+        self.parts = [None, R]                    # the data part: formed when needed
+        self.W_full, self.rows = W, None          # rows: global indices of the rows still iterated
         self.frozen_r = self.frozen_scale = 0.0   # max |grad| and max |part| over frozen rows
         self.n_newton = self.n_restart = 0        # counters stay on the device until the end
+        self.g = None
         self.info = dict(method="pncg", line_search_iterations=0, restarts=0, newton_rows=0,
                          row_iterations=0)
+
+    def optimal_at_start(self, tol):
+        """Whether the start is optimal (no step then), and the first direction if not.
+
+        In data space the direction comes first and needs no parameter-space gradient; where
+        it proves the residual above ``tol`` (``_above``), that gradient is never formed."""
+        prob, R = self.prob, self.parts[1]
+        if prob.pre.data_space:
+            s, sU, self.newton, self.active = prob.precondition(None, self.A, R, self.U)
+            self.s, self.d, self.dU = s, -s, -sU
+            # g G^{-1} g^T = s G s^T = w |s X~|^2 + c2 |s|^2: no cancellation near the optimum
+            self.gs = prob.pre.w * prob.dot(sU, sU) + prob.pre.c2 * prob.dot(s, s)
+            if self._above(tol):
+                return False
+        self.parts = prob.parts(self.A, R)
+        self.g = self.parts[0] + self.parts[1]
+        if kkt(self.xp, self.W, self.parts) <= tol:
+            return True
+        if not prob.pre.data_space:
+            s, sU, self.newton, self.active = prob.precondition(self.g, self.A, R, self.U)
+            self.s, self.gs, self.d, self.dU = s, prob.dot(self.g, s), -s, None
+        return False
+
+    def _above(self, tol):
+        """A bound proving the KKT residual ``max|g| / (1 + max_i max|part_i|)`` above ``tol``
+        from data-space figures: ``G >= c2 I`` gives ``|g_i|_2^2 >= c2 g_i G^{-1} g_i^T``, and
+        ``|coef A X~^T|_max <= coef max_i |A_i|_2 max_j |X~_j|_2``; half the bound must pass.
+        Rounding in s can only make it pass where the residual is within a few eps of the
+        start's terms (the tol floor is 64 eps): then a step is taken, never a false optimum."""
+        xp, prob = self.xp, self.prob
+        gs = max(float(xp.max(self.gs)), 0.0)
+        per = math.prod(self.W.shape) // math.prod(self.gs.shape)  # entries per inner product
+        low = math.sqrt(prob.pre.c2 * gs / per)                     # <= max |g|
+        a2 = float(xp.max(xp.sum(self.A * self.A, axis=1)))
+        x2 = float(xp.max(xp.sum(prob.Xt * prob.Xt, axis=1)))
+        scale = max(abs(prob.coef) * math.sqrt(a2 * x2), float(xp.max(xp.abs(self.parts[1]))))
+        return 0.5 * low / (1.0 + scale) > tol
 
     def residual(self):
         """The KKT residual from the parts at hand, the frozen rows included."""
@@ -400,12 +442,6 @@ class _CG:
         scale = max(self.frozen_scale, *(float(xp.max(xp.abs(q))) for q in parts))
         return max(self.frozen_r, float(xp.max(g))) / (1.0 + scale)
 
-    def first_direction(self):
-        g = self.parts[0] + self.parts[1]
-        s, sU, self.newton, self.active = self.prob.precondition(g, self.A, self.parts[1], self.U)
-        self.g, self.s, self.gs = g, s, self.prob.dot(g, s)
-        self.d, self.dU = -s, (None if sU is None else -sU)
-
     def step(self, it, resync):
         """The exact line search along d, the move, and the gradient at the new point."""
         xp, prob = self.xp, self.prob
@@ -413,7 +449,8 @@ class _CG:
         if self.newton is not None:
             self.n_newton = self.n_newton + xp.sum(xp.astype(self.newton, xp.int64))
         dU = prob.forward(self.d) if self.dU is None else self.dU
-        t, nls = prob.line_search(self.W, self.U, self.d, dU, prob.dot(self.g, self.d))
+        gd = -self.gs if self.g is None else prob.dot(self.g, self.d)   # g.d, d = -s at first
+        t, nls = prob.line_search(self.parts[1], self.U, self.d, dU, gd)
         self.info["line_search_iterations"] += nls
         self.W, self.U, self.dU = self.W + t * self.d, self.U + t * dU, dU
         if it % resync == 0:
