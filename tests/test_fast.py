@@ -384,8 +384,11 @@ def test_data_space_step_is_the_parameter_space_step(dtype):
     assert DataGram.applies(Xt, w, 1.0) and not DataGram.applies(Xt.T, w, 1.0)
     assert not DataGram.applies(Xt, None, 1.0) and not DataGram.applies(Xt, w, 0.0)
     s, sU = dg.split(A, R, R @ Xt)
+    factor = ParamGram(np, Xt, w, 2 * (rho + gamma), inverse=False)   # Cholesky solves
+    assert not hasattr(factor, "Ginv") and ParamGram.inverse_pays(31, 31)
     rtol = 1e-10 if dtype == np.float64 else 2e-3
-    for got, ref in ((s, pg.apply(g)), (dg.apply(g), pg.apply(g)), (sU, s @ Xt)):
+    for got, ref in ((s, pg.apply(g)), (dg.apply(g), pg.apply(g)), (sU, s @ Xt),
+                     (factor.apply(g), pg.apply(g))):
         assert got.dtype == dtype
         np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * np.abs(ref).max())
 

@@ -258,7 +258,7 @@ class LastCE(_Problem):
         return s, sU, None, None
 
 
-def gram_preconditioner(xp, block, cache=None, reuse=1):
+def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):
     """The preconditioner ``(w X~ S X~^T + shift I)^{-1}`` of a W-block (``gram``), cached while
     X~ is unchanged.
 
@@ -269,7 +269,9 @@ def gram_preconditioner(xp, block, cache=None, reuse=1):
     closed form; in parameter space (``ParamGram``) otherwise. ``reuse=k > 1``: a cached
     parameter-space factor also serves a block whose X~ changed (same shape, weights and shift),
     up to k solves in all: in batched training the next batch's Gram matrix is close to the last
-    one's (a data-space factor, ~10x cheaper, is never reused stale). Returns ``(pre, hit)``,
+    one's (a data-space factor, ~10x cheaper, is never reused stale). ``rows``: how many rows
+    of gradient a solve preconditions at most (rows of W times the step cap; None: many), which
+    decides whether the parameter-space inverse pays (``ParamGram``). Returns ``(pre, hit)``,
     hit one of False, "same", "stale".
     """
     Xt = block.Xt
@@ -296,7 +298,8 @@ def gram_preconditioner(xp, block, cache=None, reuse=1):
     if DataGram.applies(Xt, w, shift):
         pre = DataGram(xp, Xt, w, shift)
     else:
-        pre = ParamGram(xp, Xt, weights, shift)
+        pays = rows is None or ParamGram.inverse_pays(Xt.shape[0], rows * reuse)
+        pre = ParamGram(xp, Xt, weights, shift, inverse=kind == "ridge" or pays)
     if cache is not None:
         if len(cache) >= 8:
             cache.clear()
@@ -346,7 +349,8 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=No
     working precision's floor (residual below sqrt(eps)), ``stall_window`` iterations without
     halving the residual stop the loop (``info["stalled"]``).
     """
-    pre, hit = gram_preconditioner(xp, block, cache, reuse=gram_reuse)
+    pre, hit = gram_preconditioner(xp, block, cache, reuse=gram_reuse,
+                                   rows=W.shape[0] * max_iter)
     hidden = block.kind == "w_hidden"
     prob = (HiddenRows(xp, block, pre, newton_cap=newton_cap, flip_tol=flip_tol,
                        newton_start=newton_start) if hidden else LastCE(xp, block, pre))
