@@ -26,7 +26,7 @@ def kkt(xp, Z, parts, project=None):
 
 def floor_tol(xp, dtype, tol):
     """The tolerance a loop can reach in ``dtype``: ``max(tol, 64 eps)`` (4e-13 / 8e-6)."""
-    return max(float(tol), 64 * xp.finfo(dtype).eps)
+    return max(float(tol), 64 * float(xp.finfo(dtype).eps))   # a Python float, not a NumPy scalar
 
 
 def spd_inverse(xp, G, shift=0.0):

@@ -102,16 +102,21 @@ class _Problem:
             d1, d2 = self.data_derivs(U + t * dU, dU)
             return d1 + A + B * t, d2 + B
 
-        curv0 = derivs(xp.zeros_like(gd))[1]
+        curv0 = self.data_curv(U, dU) + B     # derivs(0)[1]: U + 0 dU is U
         pos = curv0 > 0
         t0 = xp.where(pos, -gd / xp.where(pos, curv0, xp.ones_like(curv0)), xp.ones_like(gd))
         t0 = xp.where(t0 > 0, t0, xp.ones_like(t0))
         t, lo, nls = newton_1d(xp, derivs, t0, xp.zeros_like(t0), xp.full_like(t0, xp.inf),
                                tol=rtol * xp.abs(gd), max_iter=max_iter)
         # descent safeguard: lo < t* and the objective decreases on [0, t*]
-        rise = self.data_change(U, t * dU) + A * t + 0.5 * B * t * t
-        slack = 8 * xp.finfo(t.dtype).eps * (1 + xp.abs(self.data_scale(U)))
+        base = self.data_base(U)
+        rise = self.data_change(U, t * dU, base) + A * t + 0.5 * B * t * t
+        slack = 8 * xp.finfo(t.dtype).eps * (1 + xp.abs(self.data_scale(base)))
         return xp.where(rise <= slack, t, lo), nls
+
+    def data_curv(self, U, dU):
+        """The data term's second derivative along dU at U (``data_derivs``'s second part)."""
+        return self.data_derivs(U, dU)[1]
 
 
 class HiddenRows(_Problem):
@@ -147,13 +152,20 @@ class HiddenRows(_Problem):
         d2 = self.lam * xp.sum(act.dphi(Ut) * dU * dU, axis=1, keepdims=True)
         return d1, d2
 
-    def data_change(self, U, dU):
+    def data_curv(self, U, dU):
+        return self.lam * self.xp.sum(self.act.dphi(U) * dU * dU, axis=1, keepdims=True)
+
+    def data_base(self, U):
+        """F*(U), shared by ``data_change`` and ``data_scale``."""
+        return self.act.Fstar(U)
+
+    def data_change(self, U, dU, base):
         xp, act = self.xp, self.act
-        diff = act.Fstar(U + dU) - act.Fstar(U) - self.V * dU
+        diff = act.Fstar(U + dU) - base - self.V * dU
         return self.lam * xp.sum(diff, axis=1, keepdims=True)
 
-    def data_scale(self, U):
-        return self.lam * self.xp.sum(self.xp.abs(self.act.Fstar(U)), axis=1, keepdims=True)
+    def data_scale(self, base):
+        return self.lam * self.xp.sum(self.xp.abs(base), axis=1, keepdims=True)
 
     def precondition(self, g, A, R, U, prev_active=None):
         """``(s, s X~ or None, newton_rows, active)``: ``g G^{-1}``, with exact Newton rows where
@@ -245,13 +257,17 @@ class LastCE(_Problem):
         d2 = xp.sum(self.s * (xp.sum(P * dU * dU, axis=0, keepdims=True) - m1 * m1))
         return xp.reshape(d1, (1, 1)), xp.reshape(d2, (1, 1))
 
-    def data_change(self, U, dU):
+    def data_base(self, U):
+        """lse(U), shared by ``data_change`` and ``data_scale``."""
+        return self._lse(U)
+
+    def data_change(self, U, dU, base):
         xp = self.xp
-        diff = xp.sum(self.s * (self._lse(U + dU) - self._lse(U))) - xp.sum(self.Y * dU)
+        diff = xp.sum(self.s * (self._lse(U + dU) - base)) - xp.sum(self.Y * dU)
         return xp.reshape(diff, (1, 1))
 
-    def data_scale(self, U):
-        return self.xp.reshape(self.xp.sum(self.s * self.xp.abs(self._lse(U))), (1, 1))
+    def data_scale(self, base):
+        return self.xp.reshape(self.xp.sum(self.s * self.xp.abs(base)), (1, 1))
 
     def precondition(self, g, A, R, U, prev_active=None):
         s, sU = self.base_step(g, A, R, U)
