@@ -253,6 +253,23 @@ def test_inexact_x_solve_that_would_rise_returns_its_start(monkeypatch):
     assert bad.value == float(block.value(start))
 
 
+def test_capped_residual_false_skips_only_the_report():
+    """capped_residual=False: the same argmin and value, the residual of a capped solve NaN."""
+    cases = [("w_hidden0", dict(w_steps=1)), ("w_last", dict(w_steps=2)),
+             ("x_last", dict(x_steps=2)), ("x_hidden", dict(x_steps=1))]
+    for kind, steps in cases:
+        block = case_block("relu", "cross_entropy", kind, 0.3)
+        start = block.W0 if kind[0] == "w" else np.maximum(block.U_prev, 0) + 0.1
+        ref = FastBackend(**steps).solve(block, start=start)
+        lean = FastBackend(capped_residual=False, **steps).solve(block, start=start)
+        assert np.array_equal(lean.argmin, ref.argmin) and lean.value == ref.value
+        assert np.isnan(lean.residual) and not np.isnan(ref.residual)
+        assert lean.status == ref.status == "max_iter" and not lean.converged
+        assert lean.value == pytest.approx(float(block.value(lean.argmin)), rel=1e-12)
+    done = FastBackend(capped_residual=False).solve(case_block("relu", "cross_entropy", "w_last", 0.3))
+    assert done.converged and done.residual <= 1e-6     # not capped: reported as always
+
+
 def test_inexact_w_solve_reports_its_residual():
     """w_steps: the solver's residual (from W X~ updated in place) is the block's residual."""
     for kind in ("w_hidden0", "w_last"):
@@ -531,6 +548,7 @@ def test_large_w_hidden_converges_in_seconds():
                                          (dict(x_steps=0), "x_steps"), (dict(x_steps=2.0), "x_steps"),
                                          (dict(gram_reuse=0), "gram_reuse"),
                                          (dict(gram_reuse=True), "gram_reuse"),
+                                         (dict(capped_residual=1), "capped_residual"),
                                          (dict(x_steps=True), "x_steps"),
                                          (dict(dtype="int32"), "dtype"), (dict(newton_cap=-1), "newton_cap")])
 def test_bad_arguments(kwargs, name):

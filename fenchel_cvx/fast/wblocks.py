@@ -357,13 +357,15 @@ def _scatter_rows(xp, full, sub, rows):
 
 
 def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=None,
-               flip_tol=None, newton_start=10, compact_every=8, stall_window=50, gram_reuse=1):
+               flip_tol=None, newton_start=10, compact_every=8, stall_window=50, gram_reuse=1,
+               capped_residual=True):
     """Preconditioned PR+ nonlinear CG with exact line search (WHidden, WLast cross-entropy).
 
     WHidden rows whose gradient is below ``tol / 2`` are frozen every ``compact_every``
     iterations: the loop goes on with the remaining rows only (rows are independent). Near the
     working precision's floor (residual below sqrt(eps)), ``stall_window`` iterations without
-    halving the residual stop the loop (``info["stalled"]``).
+    halving the residual stop the loop (``info["stalled"]``). ``capped_residual=False``: the
+    gradient after the last allowed step is not formed, the residual is reported as NaN.
     """
     pre, hit = gram_preconditioner(xp, block, cache, reuse=gram_reuse,
                                    rows=W.shape[0] * max_iter)
@@ -380,7 +382,11 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=No
     stall_level = math.sqrt(xp.finfo(W.dtype).eps)
     converged, it = False, 0
     for it in range(1, max_iter + 1):
-        cg.step(it, resync)
+        final = it == max_iter and not capped_residual
+        cg.step(it, resync, gradient=not final)
+        if final:
+            r = math.nan
+            break
         r = cg.residual()
         if r <= tol:
             r = cg.confirm(tol)
@@ -462,7 +468,7 @@ class _CG:
         scale = max(self.frozen_scale, *(float(xp.max(xp.abs(q))) for q in parts))
         return max(self.frozen_r, float(xp.max(g))) / (1.0 + scale)
 
-    def step(self, it, resync):
+    def step(self, it, resync, gradient=True):
         """The exact line search along d, the move, and the gradient at the new point."""
         xp, prob = self.xp, self.prob
         self.info["row_iterations"] += self.W.shape[0]
@@ -475,7 +481,8 @@ class _CG:
         self.W, self.U, self.dU = self.W + t * self.d, self.U + t * dU, dU
         if it % resync == 0:
             self.U = prob.forward(self.W)  # no drift of the incrementally updated W X~
-        self.parts, self.A = prob.gradient(self.W, self.U)
+        if gradient:
+            self.parts, self.A = prob.gradient(self.W, self.U)
 
     def full(self):
         """The whole matrix: the rows iterated scattered back among the frozen ones."""

@@ -141,11 +141,13 @@ EXACT_EIG_MAX = 64   # ||W_p||^2 by eigvalsh of the smaller Gram matrix up to th
 MAX_BACKTRACKS = 60  # doublings of L in one iteration; past that the precision is exhausted
 
 
-def solve_x(xp, block, Z, tol, max_iter, stall_window=100):
+def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True):
     """FISTA with restart on an XHidden / XLast block from ``Z``. Returns ``(Z, iterations, info)``.
 
     Near the working precision's floor (gradient-mapping residual below sqrt(eps)),
     ``stall_window`` iterations without halving it stop the loop (``info["stalled"]``).
+    ``capped_residual=False``: stopped by ``max_iter``, ``info["residual"]`` is NaN (the caller
+    then does not evaluate it).
     """
     act, lam_in, U_prev = block.act_in, block.lam_in, block.U_prev
     prox = PROX.get(act.name, _prox_newton)
@@ -213,4 +215,6 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100):
         reverted = value > value0
         z, value = (z0, value0) if reverted else (z, value)
         info.update(reverted=reverted, value=value)
+        if not (stalled or capped_residual):
+            info["residual"] = math.nan
     return z, it, info
