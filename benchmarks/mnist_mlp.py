@@ -261,10 +261,11 @@ def flops_per_batch(method, args, sizes=(784, 300, 10)):
 
     Backprop: the forward pass, the weight gradients and the hidden layers' input gradients.
     FLN (fast backend, ``args.alternations`` rounds): the feed-forward pass of the new batch;
-    per round the X-blocks and the W-blocks (``_w_flops``); the X-blocks' ``U_{l-1}`` comes from
-    the feed-forward pass in the batch's first round. Per X-block FISTA step two products with
-    ``W_l`` (forward and adjoint), and five more: the start's forward, its optimality test (two),
-    the closing values of the start and of the end (its residual is not evaluated: capped).
+    per round the X-blocks and the W-blocks (``_w_flops``); in the batch's first round the
+    X-blocks' ``U_{l-1}`` and W_0's ``W_0 X~`` come from the feed-forward pass. Per X-block FISTA
+    step two products with ``W_l`` (forward and adjoint), and five more: the start's forward,
+    its optimality test (two), the closing values of the start and of the end (its residual is
+    not evaluated: capped).
     """
     m = args.batch_size
     dense = [(p, n + 1) for n, p in zip(sizes[:-1], sizes[1:])]   # W_l: p x (n + 1)
@@ -275,7 +276,7 @@ def flops_per_batch(method, args, sizes=(784, 300, 10)):
     x_block = sum(2 * p * n * m for p, n in dense[1:]) * (2 * args.x_steps + 5)
     u_prev = sum(2 * p * n * m for p, n in dense[:-1]) * (rounds - 1)
     w_blocks = sum(_w_flops(p, n, m, args.w_steps) for p, n in dense)
-    return forward + u_prev + rounds * (x_block + w_blocks)
+    return forward + u_prev + rounds * (x_block + w_blocks) - 2 * dense[0][0] * dense[0][1] * m
 
 
 def _w_flops(p, n, m, steps):

@@ -273,11 +273,14 @@ class _Round:
             F = None if F is None else F + delta
         return Xs
 
-    def w_sweep(self, X0, Y, Xs, F):
+    def w_sweep(self, X0, Y, Xs, F, Us=None):
+        """The W-blocks W_L, ..., W_0. ``Us`` (as in ``x_sweep``): W_0's block takes U_0 = W_0 X0~
+        from it (W_0 and the data are as the feed-forward pass saw them)."""
         net = self.net
         for l in range(net.n_hidden, -1, -1):
             g = self.gamma[l]
-            block = w_block(net, X0, Y, Xs, l, gamma=g, W0=self.W0[l] if g else None)
+            block = w_block(net, X0, Y, Xs, l, gamma=g, W0=self.W0[l] if g else None,
+                            U=Us[0] if Us is not None and l == 0 else None)
             net.W[l], delta = self._solve(f"W_{l}", block, net.W[l], F)
             F = None if F is None else F + delta
 
@@ -306,7 +309,7 @@ def _round(backend, net, cert, X0, Y, Xs, gamma, W0, fresh, check=True, Us=None)
         if check:
             F_x, B_x = net.lifted_objective(X0, Y, Xs), net.divergences(X0, Xs)
             cert.check_lower_bound(F_x, J)
-        r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.prox())
+        r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.prox(), Us)
         if check:
             cert.check_fenchel_young(net, X0, Xs)
             after_w = dict(lifted_w=net.lifted_objective(X0, Y, Xs),

@@ -253,6 +253,24 @@ def test_inexact_x_solve_that_would_rise_returns_its_start(monkeypatch):
     assert bad.value == float(block.value(start))
 
 
+def test_w_block_takes_the_callers_product():
+    """A W-block's U (W X~ at the start, e.g. the driver's feed-forward pass) replaces the
+    solver's own product; one of another shape is ignored."""
+    import dataclasses
+
+    for kind, gamma in (("w_hidden0", 0.3), ("w_last", 0.0)):
+        block = case_block("relu", "cross_entropy", kind, gamma)
+        start = block.W0 if gamma else np.zeros((block.Y.shape[0], block.Xt.shape[0]))
+        ref = FastBackend(w_steps=2).solve(block, start=start)
+        hinted = dataclasses.replace(block, U=start @ block.Xt)
+        assert np.array_equal(FastBackend(w_steps=2).solve(hinted, start=start).argmin, ref.argmin)
+        wrong = dataclasses.replace(block, U=np.full((1, 1), np.nan))
+        assert np.array_equal(FastBackend(w_steps=2).solve(wrong, start=start).argmin, ref.argmin)
+        poisoned = dataclasses.replace(block, U=start @ block.Xt + 1.0)   # it is used
+        assert not np.array_equal(FastBackend(w_steps=2).solve(poisoned, start=start).argmin,
+                                  ref.argmin)
+
+
 def test_capped_residual_false_skips_only_the_report():
     """capped_residual=False: the same argmin and value, the residual of a capped solve NaN."""
     cases = [("w_hidden0", dict(w_steps=1)), ("w_last", dict(w_steps=2)),

@@ -413,7 +413,9 @@ class _CG:
 
     def __init__(self, xp, block, prob, W):
         self.xp, self.block, self.prob = xp, block, prob
-        self.W, self.U = W, prob.forward(W)
+        U = getattr(block, "U", None)     # W X~ at the start, from the caller (bcd's forward pass)
+        ok = U is not None and tuple(U.shape) == (W.shape[0], block.Xt.shape[1])
+        self.W, self.U = W, U if ok else prob.forward(W)
         prob.start(W, self.U)
         self.A, R = prob.data_grad(self.U), prob.reg_grad(W)
         self.parts = [None, R]                    # the data part: formed when needed
@@ -513,7 +515,7 @@ class _CG:
         self.W_full = self.full()
         self.rows = keep if self.rows is None else xp.take(self.rows, keep)
         old, block = self.prob, self.block
-        sub = dict(V=xp.take(block.V, self.rows, axis=0))
+        sub = dict(V=xp.take(block.V, self.rows, axis=0), U=None)
         if block.W0 is not None:
             sub["W0"] = xp.take(block.W0, self.rows, axis=0)
 
