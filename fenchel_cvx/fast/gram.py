@@ -66,6 +66,12 @@ class DataGram:
         self.solve, self.c2 = spd_solver(xp, self.K if self.w == 1.0 else self.w * self.K,
                                          float(shift))
 
+    def xt_norm2(self, xp):
+        """``max_j |X~_j|_2^2`` over the rows of X~ (for the start bound of ``wblocks``), once."""
+        if getattr(self, "_xt_norm2", None) is None:
+            self._xt_norm2 = float(xp.max(xp.sum(self.Xt * self.Xt, axis=1)))
+        return self._xt_norm2
+
     @staticmethod
     def applies(Xt, weights, shift):
         """Fewer points than rows of X~, a positive scalar weight and a positive shift."""

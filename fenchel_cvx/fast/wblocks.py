@@ -79,7 +79,7 @@ class _Problem:
         if not self.pre.data_space:
             return self.pre.apply(g), None
         P = 2 * self.rho * U    # P = R X~ from U = W X~ (R = 2 rho W + 2 gamma (W - W0))
-        if self.gamma:
+        if self.gamma and U is not self.U0:     # W = W0 at the start: that term is 0
             P = P + 2 * self.gamma * (U - self.U0)
         return self.pre.split(A if self.coef == 1 else self.coef * A, R, P)
 
@@ -459,7 +459,7 @@ class _CG:
         per = math.prod(self.W.shape) // math.prod(self.gs.shape)  # entries per inner product
         low = math.sqrt(prob.pre.c2 * gs / per)                     # <= max |g|
         a2 = float(xp.max(xp.sum(self.A * self.A, axis=1)))
-        x2 = float(xp.max(xp.sum(prob.Xt * prob.Xt, axis=1)))
+        x2 = prob.pre.xt_norm2(xp)
         scale = max(abs(prob.coef) * math.sqrt(a2 * x2), float(xp.max(xp.abs(self.parts[1]))))
         return 0.5 * low / (1.0 + scale) > tol
 
