@@ -86,4 +86,5 @@ class DataGram:
     def split(self, A, R, P):
         """``(s, s X~)`` for ``g = A X~^T + R``, ``P = R X~`` (see the module docstring)."""
         B = self.solve(A - (self.w / self.c2) * P)
-        return R / self.c2 + B @ self.Xt.T, A / self.w - (self.c2 / self.w) * B
+        Aw = A if self.w == 1 else A / self.w
+        return R / self.c2 + B @ self.Xt.T, Aw - (self.c2 / self.w) * B
