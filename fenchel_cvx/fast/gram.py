@@ -67,10 +67,9 @@ class DataGram:
                                          float(shift))
 
     def xt_norm2(self, xp):
-        """``max_j |X~_j|_2^2`` over the rows of X~ (for the start bound of ``wblocks``), once."""
-        if getattr(self, "_xt_norm2", None) is None:
-            self._xt_norm2 = float(xp.max(xp.sum(self.Xt * self.Xt, axis=1)))
-        return self._xt_norm2
+        """An upper bound on ``max_j |X~_j|_2^2`` over the rows of X~ (for the start bound of
+        ``wblocks``): ``|X~|_F^2``, the trace of K, at hand."""
+        return float(xp.sum(xp.linalg.diagonal(self.K)))
 
     @staticmethod
     def applies(Xt, weights, shift):
