@@ -14,7 +14,9 @@ XHidden, XLast (any loss)      FISTA with adaptive restart; the separable B_in t
                                Newton for sigmoid / tanh), so its unbounded curvature is exact
 WLast, MSE                     ridge normal equations through a Cholesky inverse, refined
 WHidden, WLast cross-entropy   nonlinear CG (PR+) preconditioned by the shared Gram matrix
-                               ``G = c X~ X~^T + 2 (rho + gamma) I``, exact per-row line search;
+                               ``G = c X~ X~^T + 2 (rho + gamma) I`` (by Woodbury in data space
+                               where X~ has fewer columns than rows: ``gram``), exact per-row
+                               line search;
                                WHidden: batched semismooth-Newton rows for units with a small,
                                settled active set, converged rows frozen (see ``wblocks``)
 =============================  ==============================================================
@@ -77,9 +79,9 @@ class FastBackend:
         cost-balanced default ``(24 (p_in + 1) m)^(1/3)``, growing as converged rows are frozen;
         0: never (pure preconditioned CG). A GPU affords a larger cap.
     gram_reuse : how many W solves of a layer one Gram factorisation serves (the
-        preconditioner of the CG W-blocks, not the MSE closed form): 1 refactors whenever X~
-        changes; k > 1 reuses it across k batches of a run (its factorisation is ~40% of a
-        one-step MNIST W_0 block on a CPU).
+        parameter-space preconditioner of the CG W-blocks, not the MSE closed form nor the
+        data-space one, which costs less to form again): 1 refactors whenever X~ changes; k > 1
+        reuses it across k batches of a run.
     threads : an integer budget of cores (``fenchel_cvx.threads.plan``: NumPy's BLAS gets them
         all, SciPy's BLAS one), a dict ``{"numpy": n, "scipy": k, ...}``, or None (leave the
         native thread pools as they are); applied through threadpoolctl around every solve, and
