@@ -120,11 +120,17 @@ class ReLU(Activation):
         terms and goes below zero by rounding in float32 (the Fenchel-Young check, eq. (2)).
         """
         xp = array_namespace(v, u)
+        if bool(xp.all(v >= 0)):    # v in the domain (an X-block's iterate always is): no masks
+            return self._divergence_in(xp, v, u)
         ok = self.in_range(v)
-        vin = xp.where(ok, v, xp.zeros_like(v))
-        d = vin - xp.clip(u, 0.0, None)                     # v - u_+
-        B = 0.5 * d * d - vin * xp.clip(u, None, 0.0)       # + v u_-  (u_- = -min(u, 0))
+        B = self._divergence_in(xp, xp.where(ok, v, xp.zeros_like(v)), u)
         return xp.where(ok, B, xp.full_like(B, math.inf))
+
+    @staticmethod
+    def _divergence_in(xp, v, u):
+        """B(v, u) for v >= 0 (``where`` costs ~10 elementwise passes on a CPU: avoided here)."""
+        d = v - xp.clip(u, 0.0, None)                       # v - u_+
+        return 0.5 * d * d - v * xp.clip(u, None, 0.0)      # + v u_-  (u_- = -min(u, 0))
 
 
 class LeakyReLU(Activation):

@@ -262,28 +262,35 @@ class _Round:
         self.blocks.append(record)
         return Z, (after - before) if self.check else 0.0
 
-    def x_sweep(self, X0, Y, Xs, F):
-        """The X-blocks X_L, ..., X_1; updates the list ``Xs`` in place (kept if a block halts)."""
+    def x_sweep(self, X0, Y, Xs, F, Us=None):
+        """The X-blocks X_L, ..., X_1; updates the list ``Xs`` in place (kept if a block halts).
+
+        ``Us``: the pre-activations of the feed-forward pass that gave ``Xs`` at the current
+        weights (a fresh X): X_l's block takes U_{l-1} from it (X_{l-1} is solved after X_l)."""
         for l in range(self.net.n_hidden, 0, -1):
-            block = x_block(self.net, X0, Y, Xs, l)
+            block = x_block(self.net, X0, Y, Xs, l, U_prev=None if Us is None else Us[l - 1])
             Xs[l - 1], delta = self._solve(f"X_{l}", block, Xs[l - 1], F)
             F = None if F is None else F + delta
         return Xs
 
-    def w_sweep(self, X0, Y, Xs, F):
+    def w_sweep(self, X0, Y, Xs, F, Us=None):
+        """The W-blocks W_L, ..., W_0. ``Us`` (as in ``x_sweep``): W_0's block takes U_0 = W_0 X0~
+        from it (W_0 and the data are as the feed-forward pass saw them)."""
         net = self.net
         for l in range(net.n_hidden, -1, -1):
             g = self.gamma[l]
-            block = w_block(net, X0, Y, Xs, l, gamma=g, W0=self.W0[l] if g else None)
+            block = w_block(net, X0, Y, Xs, l, gamma=g, W0=self.W0[l] if g else None,
+                            U=Us[0] if Us is not None and l == 0 else None)
             net.W[l], delta = self._solve(f"W_{l}", block, net.W[l], F)
             F = None if F is None else F + delta
 
 
-def _round(backend, net, cert, X0, Y, Xs, gamma, W0, fresh, check=True):
+def _round(backend, net, cert, X0, Y, Xs, gamma, W0, fresh, check=True, Us=None):
     """One round on (X0, Y) from lifted variables Xs; returns (Xs, record).
 
     ``check=False``: no objective values and no objective-based checks (see ``fit_bcd``'s
-    ``check_every``); the restart rule on carried-over X still runs.
+    ``check_every``); the restart rule on carried-over X still runs. ``Us``: with fresh X, the
+    pre-activations of the feed-forward pass that gave them (``x_sweep``).
     """
     t0 = time.perf_counter()
     r = _Round(backend, net, cert, gamma, W0, check)
@@ -292,17 +299,17 @@ def _round(backend, net, cert, X0, Y, Xs, gamma, W0, fresh, check=True):
         J = net.network_objective(X0, Y)
         F0 = J if fresh else net.lifted_objective(X0, Y, Xs)
         if F0 > J:  # the restart rule (carried-over X only: fresh X have F0 == J)
-            Xs, F0 = list(net.forward(X0)[0]), J
+            (Xs, Us), F0 = net.feed_forward(X0), J
             cert.restarted = True
     Xs, halted = list(Xs), None
     F_x = B_x = None
     after_w = dict(lifted_w=None, network_w=None, divergence_w=None)
     try:
-        r.x_sweep(X0, Y, Xs, None if F0 is None else F0 + r.prox())
+        r.x_sweep(X0, Y, Xs, None if F0 is None else F0 + r.prox(), Us)
         if check:
             F_x, B_x = net.lifted_objective(X0, Y, Xs), net.divergences(X0, Xs)
             cert.check_lower_bound(F_x, J)
-        r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.prox())
+        r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.prox(), Us)
         if check:
             cert.check_fenchel_young(net, X0, Xs)
             after_w = dict(lifted_w=net.lifted_objective(X0, Y, Xs),
@@ -413,15 +420,17 @@ def _run(net, data, steps, state, run, observers):
     xp = data.xp
     for step in steps[state.iteration:]:
         Xb, Yb = data.batch(step.idx)
+        Us = None
         if step.new_x:
-            state.Xs = list(net.forward(Xb)[0])
+            Xs, Us = net.feed_forward(Xb)
+            state.Xs = list(Xs)
         if step.new_w0:
             state.W0 = ([xp.asarray(W, copy=True) for W in net.W] if any(run.gamma)
                         else [None] * len(net.W))
         check = step.iteration % run.check_every == 0 or step.last
         run.cert.begin(step.iteration, full=check)
         Xs, rec = _round(run.backend, net, run.cert, Xb, Yb, state.Xs, run.gamma, state.W0,
-                         step.new_x, check)
+                         step.new_x, check, Us)
         rec = dict(iteration=step.iteration, epoch=step.epoch, batch=step.batch,
                    alternation=step.alternation, **rec, **run.evaluate(net, step))
         rec["certificate"] = run.cert.outcome()

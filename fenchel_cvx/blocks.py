@@ -203,6 +203,8 @@ class WBlock(Block):
     rho: float
     gamma: float = 0.0
     W0: object = None   # the proximal centre (batched model); None when gamma = 0
+    U: object = None    # W X~ at the weights the solve starts from, when the caller has it
+                        # (the driver's feed-forward pass; a solver may use it, or ignore it)
 
     def _W0_rows(self, index):
         return None if self.W0 is None else self.W0[index]
@@ -280,22 +282,29 @@ class WLast(WBlock):
 
 
 # --- the blocks of a network at its current iterate ------------------------------------------
-def x_block(net, X0, Y, Xs, l):
-    """The block of the lifted variable X_l (1 <= l <= L) at the iterate (net.W, Xs)."""
+def x_block(net, X0, Y, Xs, l, U_prev=None):
+    """The block of the lifted variable X_l (1 <= l <= L) at the iterate (net.W, Xs).
+
+    ``U_prev``: ``W_{l-1} X~_{l-1}`` at this iterate if already at hand (the driver's
+    feed-forward pass), else computed here."""
     L = net.n_hidden
     if not 1 <= l <= L:
         raise ValueError(f"l must be in 1..{L} for an X-block, got {l}")
     X = [X0, *Xs]
-    common = dict(layer=l, act_in=net.activations[l - 1], U_prev=net.pre_activation(l - 1, X[l - 1]),
-                  lam_in=net.lam[l - 1])
+    if U_prev is None:
+        U_prev = net.pre_activation(l - 1, X[l - 1])
+    common = dict(layer=l, act_in=net.activations[l - 1], U_prev=U_prev, lam_in=net.lam[l - 1])
     if l < L:
         return XHidden(**common, act_out=net.activations[l], W=net.W[l], V_next=X[l + 1],
                        lam_out=net.lam[l], map=net.layers[l])
     return XLast(**common, loss=net.loss, W=net.W[L], Y=Y, map=net.layers[L])
 
 
-def w_block(net, X0, Y, Xs, l, gamma=0.0, W0=None):
-    """The block of the weights W_l (0 <= l <= L); ``gamma > 0`` adds gamma ||W - W0||^2."""
+def w_block(net, X0, Y, Xs, l, gamma=0.0, W0=None, U=None):
+    """The block of the weights W_l (0 <= l <= L); ``gamma > 0`` adds gamma ||W - W0||^2.
+
+    ``U``: ``W_l X~_l`` at the current weights if at hand (the feed-forward pre-activation
+    when X_l is data or feed-forward), for a solver that starts from ``net.W[l]``."""
     L = net.n_hidden
     if not 0 <= l <= L:
         raise ValueError(f"l must be in 0..{L} for a W-block, got {l}")
@@ -305,7 +314,7 @@ def w_block(net, X0, Y, Xs, l, gamma=0.0, W0=None):
         raise ValueError("W0 is required when gamma > 0")
     X, A = [X0, *Xs], net.layers[l]
     common = dict(layer=l, Xt=A.patches(X[l]), rho=net.rho[l], gamma=float(gamma),
-                  W0=W0 if gamma else None)
+                  W0=W0 if gamma else None, U=None if U is None else A.rows(U))
     if l < L:
         return WHidden(**common, act=net.activations[l], V=A.rows(X[l + 1]), lam=net.lam[l])
     return WLast(**common, loss=net.loss, Y=A.rows(Y))

@@ -195,11 +195,19 @@ class LiftedNetwork:
 
     def forward(self, X0):
         """Feed-forward pass: returns ``(Xs, Yhat)`` with ``Xs = [X_1, ..., X_L]``."""
-        Xs, Xl = [], X0
+        Xs, Us = self.feed_forward(X0)
+        return Xs, Us[-1]
+
+    def feed_forward(self, X0):
+        """Feed-forward pass keeping the pre-activations: ``(Xs, Us)``, ``Us = [U_0, ..., U_L]``
+        (``U_L = Yhat``); the BCD driver hands ``U_{l-1}`` to the X-block of ``X_l``."""
+        Xs, Us, Xl = [], [], X0
         for l, act in enumerate(self.activations):
-            Xl = act.phi(self.pre_activation(l, Xl))
+            Us.append(self.pre_activation(l, Xl))
+            Xl = act.phi(Us[-1])
             Xs.append(Xl)
-        return Xs, self.pre_activation(self.n_hidden, Xl)
+        Us.append(self.pre_activation(self.n_hidden, Xl))
+        return Xs, Us
 
     def predict(self, X0):
         """The network output Yhat = W_L X~_L^ff (logits for cross-entropy)."""

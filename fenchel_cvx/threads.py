@@ -15,6 +15,7 @@ Libraries are named by the package that ships the shared object (``numpy``, ``sc
 ``torch``; anything else is ``other``). A pool not named is left as it is.
 """
 import contextlib
+import functools
 import numbers
 from pathlib import PurePath
 
@@ -23,6 +24,7 @@ __all__ = ["LIBRARIES", "controller", "limit_threads", "owner", "per_library", "
 LIBRARIES = ("numpy", "scipy", "torch", "other")
 
 
+@functools.lru_cache(maxsize=64)
 def owner(filepath):
     """The package whose files hold the shared object at ``filepath`` (``"other"`` if none)."""
     for part in reversed(PurePath(filepath or "").parts[:-1]):
@@ -96,7 +98,7 @@ def limit_threads(threads, pools_now=None):
     try:
         for lib in controller_.lib_controllers:
             n = per.get(owner(lib.filepath))
-            if n is not None:
+            if n is not None and lib.num_threads != n:   # a pool already at n: nothing to do
                 limiters.append(controller_.select(filepath=lib.filepath).limit(limits=n))
         yield per
     finally:

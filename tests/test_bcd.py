@@ -146,6 +146,37 @@ def test_fast_backend_same_driver_non_strict_by_default(tiny):
     np.testing.assert_allclose(h.series("lifted_w"), exact.history.series("lifted_w"), rtol=1e-3)
 
 
+def test_fresh_rounds_hand_the_feed_forward_products_to_the_blocks(tiny):
+    """A batch's first round: X_l's U_{l-1} and W_0's W_0 X0~ come from the feed-forward pass
+    (no product repeated); later rounds and the other W-blocks compute their own."""
+    from fenchel_cvx.fast import FastBackend
+
+    seen = []
+
+    class Recording(FastBackend):
+        def solve(self, block, start=None):
+            if block.kind.startswith("w"):
+                hint = getattr(block, "U")
+                seen.append((block.layer, hint is not None))
+                if hint is not None:   # the product the block would form itself, up to rounding
+                    np.testing.assert_allclose(hint, start @ block.Xt, rtol=1e-12, atol=1e-12)
+            return super().solve(block, start)
+
+    X, Y = tiny
+    net = LiftedNetwork([4, 6, 5, 3], "relu", "mse", lam=1.0, rho=0.1, seed=2)
+    ref = fit_bcd(LiftedNetwork([4, 6, 5, 3], "relu", "mse", lam=1.0, rho=0.1, seed=2), X, Y,
+                  batch_size=12, epochs=1, alternations=2, gamma=0.5, backend="fast")
+    res = fit_bcd(net, X, Y, batch_size=12, epochs=1, alternations=2, gamma=0.5,
+                  backend=Recording())
+    per_round = [seen[i:i + 3] for i in range(0, len(seen), 3)]
+    assert len(per_round) == 3 * 2
+    for k, blocks in enumerate(per_round):
+        fresh = k % 2 == 0 or res.history[k]["restarted"]
+        assert blocks == [(2, False), (1, False), (0, fresh)]
+    for W, Wr in zip(res.net.W, ref.net.W):     # a hint changes no result (here: no rounding)
+        np.testing.assert_array_equal(W, Wr)
+
+
 def test_backend_registry():
     assert set(BACKENDS) == {"cvxpy", "fast"}
     assert get_backend("cvxpy").name == "cvxpy" and get_backend("fast").name == "fast"

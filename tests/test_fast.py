@@ -253,6 +253,41 @@ def test_inexact_x_solve_that_would_rise_returns_its_start(monkeypatch):
     assert bad.value == float(block.value(start))
 
 
+def test_w_block_takes_the_callers_product():
+    """A W-block's U (W X~ at the start, e.g. the driver's feed-forward pass) replaces the
+    solver's own product; one of another shape is ignored."""
+    import dataclasses
+
+    for kind, gamma in (("w_hidden0", 0.3), ("w_last", 0.0)):
+        block = case_block("relu", "cross_entropy", kind, gamma)
+        start = block.W0 if gamma else np.zeros((block.Y.shape[0], block.Xt.shape[0]))
+        ref = FastBackend(w_steps=2).solve(block, start=start)
+        hinted = dataclasses.replace(block, U=start @ block.Xt)
+        assert np.array_equal(FastBackend(w_steps=2).solve(hinted, start=start).argmin, ref.argmin)
+        wrong = dataclasses.replace(block, U=np.full((1, 1), np.nan))
+        assert np.array_equal(FastBackend(w_steps=2).solve(wrong, start=start).argmin, ref.argmin)
+        poisoned = dataclasses.replace(block, U=start @ block.Xt + 1.0)   # it is used
+        assert not np.array_equal(FastBackend(w_steps=2).solve(poisoned, start=start).argmin,
+                                  ref.argmin)
+
+
+def test_capped_residual_false_skips_only_the_report():
+    """capped_residual=False: the same argmin and value, the residual of a capped solve NaN."""
+    cases = [("w_hidden0", dict(w_steps=1)), ("w_last", dict(w_steps=2)),
+             ("x_last", dict(x_steps=2)), ("x_hidden", dict(x_steps=1))]
+    for kind, steps in cases:
+        block = case_block("relu", "cross_entropy", kind, 0.3)
+        start = block.W0 if kind[0] == "w" else np.maximum(block.U_prev, 0) + 0.1
+        ref = FastBackend(**steps).solve(block, start=start)
+        lean = FastBackend(capped_residual=False, **steps).solve(block, start=start)
+        assert np.array_equal(lean.argmin, ref.argmin) and lean.value == ref.value
+        assert np.isnan(lean.residual) and not np.isnan(ref.residual)
+        assert lean.status == ref.status == "max_iter" and not lean.converged
+        assert lean.value == pytest.approx(float(block.value(lean.argmin)), rel=1e-12)
+    done = FastBackend(capped_residual=False).solve(case_block("relu", "cross_entropy", "w_last", 0.3))
+    assert done.converged and done.residual <= 1e-6     # not capped: reported as always
+
+
 def test_inexact_w_solve_reports_its_residual():
     """w_steps: the solver's residual (from W X~ updated in place) is the block's residual."""
     for kind in ("w_hidden0", "w_last"):
@@ -351,6 +386,117 @@ def test_sigmoid_x_block_from_the_boundary_stays_inside():
         assert res.converged and np.all(res.argmin > 0) and np.all(res.argmin < 1)
 
 
+# --- the data-space (Woodbury) preconditioner: fewer points than rows of X~ --------------------
+WIDE = dict(sizes=(12, 10, 9, 3), m=7)   # every W-block's X~ (13, 11, 10 rows) has 7 columns
+
+
+@pytest.mark.parametrize("act,loss,kind,gamma", [("relu", "cross_entropy", "w_hidden0", 0.3),
+                                                 ("sigmoid", "mse", "w_hidden1", 0.3),
+                                                 ("tanh", "cross_entropy", "w_hidden0", 0.0),
+                                                 ("relu", "cross_entropy", "w_last", 0.3),
+                                                 ("leaky_relu", "cross_entropy", "w_last", 0.0)])
+def test_data_space_matches_oracle(oracle, act, loss, kind, gamma):
+    block = make_block(kind, *make_state(act, loss, seed=4, **WIDE), gamma=gamma)
+    c = block.rho + block.gamma
+    res = FastBackend().solve(block)
+    assert res.info["data_space"] == (c > 0)    # rho > 0 here: data space in every case
+    _assert_optimal(res, oracle.solve(block).value)
+    assert res.residual == block.kkt_residual(res.argmin)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_data_space_step_is_the_parameter_space_step(dtype):
+    """Woodbury in data space gives g G^{-1} and its image under X~; the same step as G^{-1}."""
+    from fenchel_cvx.fast.gram import DataGram, ParamGram
+
+    rng = np.random.default_rng(0)
+    Xt = np.vstack([rng.random((30, 12)), np.ones((1, 12))]).astype(dtype)
+    A, W, W0 = (rng.standard_normal(s).astype(dtype) for s in ((5, 12), (5, 31), (5, 31)))
+    rho, gamma, w = 0.01, 0.5, 0.7
+    R = 2 * rho * W + 2 * gamma * (W - W0)
+    g = A @ Xt.T + R
+    pg, dg = ParamGram(np, Xt, w, 2 * (rho + gamma)), DataGram(np, Xt, w, 2 * (rho + gamma))
+    assert DataGram.applies(Xt, w, 1.0) and not DataGram.applies(Xt.T, w, 1.0)
+    assert not DataGram.applies(Xt, None, 1.0) and not DataGram.applies(Xt, w, 0.0)
+    s, sU = dg.split(A, R, R @ Xt)
+    factor = ParamGram(np, Xt, w, 2 * (rho + gamma), inverse=False)   # Cholesky solves
+    assert not hasattr(factor, "Ginv") and ParamGram.inverse_pays(31, 31)
+    rtol = 1e-10 if dtype == np.float64 else 2e-3
+    for got, ref in ((s, pg.apply(g)), (dg.apply(g), pg.apply(g)), (sU, s @ Xt),
+                     (factor.apply(g), pg.apply(g))):
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * np.abs(ref).max())
+
+
+def test_data_space_one_step_equals_parameter_space(monkeypatch):
+    """w_steps=1 from W0 (the driver's first round of a batch): the data-space solve takes the
+    parameter-space step, within rounding; a stale data-space factor is never reused."""
+    from fenchel_cvx.fast import gram
+
+    block = make_block("w_hidden0", *make_state("relu", "cross_entropy", seed=5, **WIDE), gamma=1.0)
+    fast = FastBackend(w_steps=1, gram_reuse=3)
+    data = fast.solve(block, start=block.W0)
+    monkeypatch.setattr(gram.DataGram, "applies", staticmethod(lambda *a: False))
+    param = FastBackend(w_steps=1).solve(block, start=block.W0)
+    assert data.info["data_space"] and not param.info["data_space"]
+    np.testing.assert_allclose(data.argmin, param.argmin, rtol=1e-9, atol=1e-12)
+    assert data.value == pytest.approx(param.value, rel=1e-12) and data.value < block.value(block.W0)
+    monkeypatch.undo()
+    other = make_block("w_hidden0", *make_state("relu", "cross_entropy", seed=6, **WIDE), gamma=1.0)
+    assert not fast.solve(other, start=other.W0).info["cached_factor"]
+
+
+def test_data_space_start_bound_never_hides_an_optimal_start():
+    """In data space the first step's figures bound the start's KKT residual from below: where
+    the bound passes tol the start is not optimal; at the optimum no step is taken."""
+    from fenchel_cvx.fast import wblocks
+
+    for seed, (act, loss, kind) in enumerate([("relu", "cross_entropy", "w_hidden0"),
+                                              ("sigmoid", "mse", "w_hidden1"),
+                                              ("tanh", "cross_entropy", "w_last")]):
+        block = make_block(kind, *make_state(act, loss, seed=seed, **WIDE), gamma=0.3)
+        opt = FastBackend(tol=1e-12).solve(block)
+        for W, tol in ((block.W0, 1e-3), (block.W0, 1e2), (opt.argmin, 1e-10),
+                       (0.5 * (block.W0 + opt.argmin), 1e-4)):
+            pre, _ = wblocks.gram_preconditioner(np, block)
+            prob = (wblocks.HiddenRows(np, block, pre) if kind != "w_last"
+                    else wblocks.LastCE(np, block, pre))
+            cg = wblocks._CG(np, block, prob, W)
+            cg.optimal_at_start(np.inf)            # the first direction, and the bound's figures
+            if cg._above(tol):
+                assert block.kkt_residual(W) > tol
+        again = FastBackend(tol=1e-7).solve(block, start=opt.argmin)
+        assert opt.residual <= 1e-7 and again.iterations == 0 and again.converged
+        assert again.info["data_space"]
+
+
+def test_data_space_with_newton_rows_and_row_freezing():
+    from fenchel_cvx.fast import wblocks
+
+    state = make_state("relu", "mse", seed=3, sizes=(40, 12, 4, 3), m=10)
+    block = make_block("w_hidden0", *state, gamma=0.3)
+    ref = FastBackend(tol=1e-10, newton_cap=0).solve(block)
+    W, it, info = wblocks.solve_pncg(np, block, block.W0, 1e-8, 500, newton_cap=30,
+                                     newton_start=0, flip_tol=30, compact_every=1)
+    assert ref.info["data_space"] and info["data_space"]
+    assert info["converged"] and info["newton_rows"] > 0 and info["row_iterations"] < 12 * it
+    assert block.kkt_residual(W) <= 1e-8
+    assert float(block.value(W)) == pytest.approx(ref.value, rel=REL)
+
+
+@pytest.mark.parametrize("xp_name", ["numpy", "array_api_strict"])
+def test_data_space_float32_and_standard_api(xp_name):
+    xp = pytest.importorskip(xp_name)
+    ref = FastBackend().solve(make_block("w_hidden0", *make_state("tanh", "mse", seed=2, **WIDE),
+                                         gamma=0.3))
+    for dtype in ("float64", "float32"):
+        state = _to(xp, dtype, *make_state("tanh", "mse", seed=2, **WIDE))
+        res = FastBackend().solve(make_block("w_hidden0", *state, gamma=0.3))
+        assert res.info["data_space"] and res.argmin.dtype == getattr(xp, dtype)
+        assert res.converged and res.residual <= res.info["tol"]
+        assert res.value == pytest.approx(ref.value, rel=1e-9 if dtype == "float64" else 1e-5)
+
+
 def test_gram_factor_is_reused_while_data_unchanged():
     block = case_block("relu", "cross_entropy", "w_hidden0", 0.3)
     be = FastBackend()
@@ -420,6 +566,7 @@ def test_large_w_hidden_converges_in_seconds():
                                          (dict(x_steps=0), "x_steps"), (dict(x_steps=2.0), "x_steps"),
                                          (dict(gram_reuse=0), "gram_reuse"),
                                          (dict(gram_reuse=True), "gram_reuse"),
+                                         (dict(capped_residual=1), "capped_residual"),
                                          (dict(x_steps=True), "x_steps"),
                                          (dict(dtype="int32"), "dtype"), (dict(newton_cap=-1), "newton_cap")])
 def test_bad_arguments(kwargs, name):

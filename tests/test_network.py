@@ -90,6 +90,20 @@ def test_forward_matches_hand_written_loop(act):
                                    net.W[l][:, :-1] @ X + net.W[l][:, -1:], rtol=1e-14)
 
 
+def test_feed_forward_keeps_the_pre_activations_the_x_blocks_use():
+    """``feed_forward``'s U_{l-1} is, bit for bit, the U_prev an X-block computes itself."""
+    from fenchel_cvx.blocks import x_block
+
+    net, X0, Y, _ = make_problem(SIZES, act="tanh", m=7, seed=2)
+    Xs, Us = net.feed_forward(X0)
+    assert len(Us) == net.n_hidden + 1
+    np.testing.assert_array_equal(Us[-1], net.forward(X0)[1])
+    for l in range(1, net.n_hidden + 1):
+        np.testing.assert_array_equal(Us[l - 1], net.pre_activation(l - 1, [X0, *Xs][l - 1]))
+        np.testing.assert_array_equal(x_block(net, X0, Y, Xs, l).U_prev,
+                                      x_block(net, X0, Y, Xs, l, U_prev=Us[l - 1]).U_prev)
+
+
 def test_no_hidden_layer_is_a_linear_model():
     net, X0, Y, Xs = make_problem((3, 2), m=4)
     assert Xs == [] and net.forward(X0)[0] == []

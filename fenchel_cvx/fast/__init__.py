@@ -14,7 +14,9 @@ XHidden, XLast (any loss)      FISTA with adaptive restart; the separable B_in t
                                Newton for sigmoid / tanh), so its unbounded curvature is exact
 WLast, MSE                     ridge normal equations through a Cholesky inverse, refined
 WHidden, WLast cross-entropy   nonlinear CG (PR+) preconditioned by the shared Gram matrix
-                               ``G = c X~ X~^T + 2 (rho + gamma) I``, exact per-row line search;
+                               ``G = c X~ X~^T + 2 (rho + gamma) I`` (by Woodbury in data space
+                               where X~ has fewer columns than rows: ``gram``), exact per-row
+                               line search;
                                WHidden: batched semismooth-Newton rows for units with a small,
                                settled active set, converged rows frozen (see ``wblocks``)
 =============================  ==============================================================
@@ -80,21 +82,26 @@ class FastBackend:
         cost-balanced default ``(24 (p_in + 1) m)^(1/3)``, growing as converged rows are frozen;
         0: never (pure preconditioned CG). A GPU affords a larger cap.
     gram_reuse : how many W solves of a layer one Gram factorisation serves (the
-        preconditioner of the CG W-blocks, not the MSE closed form): 1 refactors whenever X~
-        changes; k > 1 reuses it across k batches of a run (its factorisation is ~40% of a
-        one-step MNIST W_0 block on a CPU).
+        parameter-space preconditioner of the CG W-blocks, not the MSE closed form nor the
+        data-space one, which costs less to form again): 1 refactors whenever X~ changes; k > 1
+        reuses it across k batches of a run.
     threads : an integer budget of cores (``fenchel_cvx.threads.plan``: NumPy's BLAS gets them
         all, SciPy's BLAS one), a dict ``{"numpy": n, "scipy": k, ...}``, or None (leave the
         native thread pools as they are); applied through threadpoolctl around every solve, and
         by ``fit_bcd`` around its whole run. Default 1, by measurement on a 2-core machine: the
         scikit-learn digits pipeline took 4.7 s with every pool at 1 thread against 19 s with
         the pools as they come, 11 s with NumPy at 2 (docs page "Installation", threads).
+    capped_residual : False: a solve that stops at its step cap (``w_steps``, ``x_steps``,
+        ``max_iter``) reports ``residual`` NaN instead of evaluating it at the returned point
+        (status ``"max_iter"``, ``converged`` False, also if that last step happened to reach
+        ``tol``): one gradient less per block, a 300 x 500 x 785 product on MNIST's W_0. The
+        certificate never uses the reported residual: it recomputes it on its checked rounds.
     """
 
     name = "fast"
 
     def __init__(self, tol=1e-6, max_iter=500, w_steps=None, dtype=None, newton_cap=None,
-                 x_steps=None, gram_reuse=1, threads=1):
+                 x_steps=None, gram_reuse=1, threads=1, capped_residual=True):
         if not (isinstance(tol, numbers.Real) and tol > 0):
             raise ValueError(f"tol must be > 0, got {tol!r}")
         if not (isinstance(max_iter, numbers.Integral) and max_iter >= 1):
@@ -116,12 +123,16 @@ class FastBackend:
         if threads is not None:
             per_library(threads)   # a bad count fails here, before any work
         self.threads, self._pools = threads, None
+        if not isinstance(capped_residual, bool):
+            raise ValueError(f"capped_residual must be True or False, got {capped_residual!r}")
+        self.capped_residual = capped_residual
         self._cache = {}  # Gram factorisations, reused while X~ is unchanged
 
     def __repr__(self):
         return (f"FastBackend(tol={self.tol}, max_iter={self.max_iter}, w_steps={self.w_steps}, "
                 f"x_steps={self.x_steps}, dtype={self.dtype!r}, newton_cap={self.newton_cap}, "
-                f"gram_reuse={self.gram_reuse}, threads={self.threads!r})")
+                f"gram_reuse={self.gram_reuse}, threads={self.threads!r}, "
+                f"capped_residual={self.capped_residual})")
 
     def solve(self, block, start=None):
         """Solve ``block`` from ``start`` (the current iterate; a default when None)."""
@@ -147,7 +158,7 @@ class FastBackend:
         Z, it, info = solve(block, self, xp, Z, tol)
         converged = bool(info.pop("converged"))
         status = "optimal" if converged else ("stalled" if info.get("stalled") else "max_iter")
-        residual = info.pop("residual", None)  # a W solver's own, from the gradient it holds
+        residual = info.pop("residual", None)  # a solver's own (W: from the gradient it holds)
         if residual is None:
             residual = block.kkt_residual(Z)
         value = info.pop("value", None)        # a W solver's own, from the W X~ it holds
@@ -193,13 +204,13 @@ def _solver_of(block):
 def _(block: XBlock, backend, xp, Z, tol):
     steps = backend.x_steps
     cap = backend.max_iter if steps is None else min(backend.max_iter, int(steps))
-    return solve_x(xp, block, Z, tol, cap)
+    return solve_x(xp, block, Z, tol, cap, capped_residual=backend.capped_residual)
 
 
 def _solve_pncg(block, backend, xp, Z, tol):
     cap = backend.max_iter if backend.w_steps is None else int(backend.w_steps)
     return solve_pncg(xp, block, Z, tol, cap, backend._cache, newton_cap=backend.newton_cap,
-                      gram_reuse=backend.gram_reuse)
+                      gram_reuse=backend.gram_reuse, capped_residual=backend.capped_residual)
 
 
 _solve_block.register(WHidden, _solve_pncg)

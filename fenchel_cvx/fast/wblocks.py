@@ -13,10 +13,13 @@ whose spectrum spans ``||X~||^2`` (1e4 on MNIST) down to ``2c`` (1e-2). The iter
 Polak-Ribiere+ nonlinear CG with an *exact* line search, preconditioned by
 
 - the *shared* Gram matrix ``G = lam sup(phi') X~ X~^T + 2c I`` (cross-entropy:
-  ``1/2 X~ diag(1^T Y) X~^T + 2c I``), which majorises every row's Hessian; factorised once per
-  solve (cached while ``X~`` is unchanged; ``gram_reuse=k``: reused for k solves also when
-  ``X~`` changes, as between the batches of a run: a stale preconditioner is still positive
-  definite, so every step still descends) and applied as one matrix product;
+  ``1/2 X~ diag(1^T Y) X~^T + 2c I``), which majorises every row's Hessian (``gram``): with at
+  least as many points as rows of ``X~``, inverted once per solve (cached while ``X~`` is
+  unchanged; ``gram_reuse=k``: reused for k solves also when ``X~`` changes, as between the
+  batches of a run: a stale preconditioner is still positive definite, so every step still
+  descends) and applied as one matrix product; with fewer points (a batch of 500 MNIST images
+  against W_0's 785 rows), by Woodbury in data space: an m x m factorisation per solve, and a
+  step that also gives ``d X~`` without a product;
 - for the WHidden rows whose active set ``{j : phi'(u_ij) > 0}`` is small (a ReLU unit that
   fires on few points: exactly the rows that ``G`` preconditions badly, since every inactive
   point leaves a direction of curvature ``2c`` only) and has stopped changing, after the first
@@ -37,23 +40,50 @@ is the majorise-minimise step ``-grad G^{-1}`` with an exact length (``w_steps=1
 steps are plain preconditioned CG, the cheap regime of inexact training steps.
 """
 import dataclasses
+import functools
 import math
 
-from ..blocks import WHidden
-from ._util import kkt, newton_1d, spd_inverse
+from ..blocks import WHidden, WLast
+from ._util import kkt, newton_1d
+from .gram import DataGram, ParamGram
 from .xblocks import DPHI_MAX
 
 
 class _Problem:
-    """Shared pieces: the regulariser (as in blocks._WBlock), forward map, line search."""
+    """Shared pieces: the regulariser (as in blocks.WBlock), forward map, line search."""
 
-    def __init__(self, xp, block, Ginv):
-        self.xp, self.block, self.Ginv = xp, block, Ginv
+    def __init__(self, xp, block, pre, U0=None):
+        self.xp, self.block, self.pre = xp, block, pre
         self.Xt, self.rho, self.gamma, self.W0 = block.Xt, block.rho, block.gamma, block.W0
         self.c = self.rho + self.gamma
+        self.U0 = U0   # W0 X~, for the data-space preconditioner's P (``start``)
+
+    def start(self, W, U):
+        """Before the first step: ``W0 X~`` where a data-space preconditioner needs it."""
+        xp = self.xp
+        if self.pre.data_space and self.gamma and self.U0 is None:
+            self.U0 = U if bool(xp.all(W == self.W0)) else self.forward(self.W0)
 
     def forward(self, W):
         return W @ self.Xt
+
+    def gradient(self, W, U):
+        """``(parts, A)``: the gradient's terms ``[coef A X~^T, R]`` and ``A`` (dL/dU / coef)."""
+        A = self.data_grad(U)
+        return self.parts(A, self.reg_grad(W)), A
+
+    def parts(self, A, R):
+        G = A @ self.Xt.T
+        return [G if self.coef == 1 else self.coef * G, R]
+
+    def base_step(self, g, A, R, U):
+        """``(g G^{-1}, its image under X~ or None)``; ``A``, ``R``: ``gradient``'s parts."""
+        if not self.pre.data_space:
+            return self.pre.apply(g), None
+        P = 2 * self.rho * U    # P = R X~ from U = W X~ (R = 2 rho W + 2 gamma (W - W0))
+        if self.gamma and U is not self.U0:     # W = W0 at the start: that term is 0
+            P = P + 2 * self.gamma * (U - self.U0)
+        return self.pre.split(A if self.coef == 1 else self.coef * A, R, P)
 
     def value(self, W, U):
         """The block's value at W from ``U = W X~`` at hand (``block.value`` recomputes it)."""
@@ -63,35 +93,42 @@ class _Problem:
         g = 2 * self.rho * W
         return g + 2 * self.gamma * (W - self.W0) if self.gamma else g
 
-    def line_search(self, W, U, d, dU, gd, rtol=0.1, max_iter=10):
-        """Minimise the objective along d from W (t >= 0); never increases it. -> (t, iterations)."""
+    def line_search(self, R, U, d, dU, gd, rtol=0.1, max_iter=10):
+        """Minimise the objective along d from W (t >= 0; ``R`` the regulariser's gradient at W,
+        ``U = W X~``); never increases it. -> (t, iterations)."""
         xp = self.xp
-        A = self.dot(self.reg_grad(W), d)       # d/dt of the regulariser at t = 0 ...
+        A = self.dot(R, d)                      # d/dt of the regulariser at t = 0 ...
         B = 2 * self.c * self.dot(d, d)         # ... and its (constant) curvature
 
         def derivs(t):
             d1, d2 = self.data_derivs(U + t * dU, dU)
             return d1 + A + B * t, d2 + B
 
-        curv0 = derivs(xp.zeros_like(gd))[1]
+        curv0 = self.data_curv(U, dU) + B     # derivs(0)[1]: U + 0 dU is U
         pos = curv0 > 0
         t0 = xp.where(pos, -gd / xp.where(pos, curv0, xp.ones_like(curv0)), xp.ones_like(gd))
         t0 = xp.where(t0 > 0, t0, xp.ones_like(t0))
         t, lo, nls = newton_1d(xp, derivs, t0, xp.zeros_like(t0), xp.full_like(t0, xp.inf),
                                tol=rtol * xp.abs(gd), max_iter=max_iter)
         # descent safeguard: lo < t* and the objective decreases on [0, t*]
-        rise = self.data_change(U, t * dU) + A * t + 0.5 * B * t * t
-        slack = 8 * xp.finfo(t.dtype).eps * (1 + xp.abs(self.data_scale(U)))
+        base = self.data_base(U)
+        rise = self.data_change(U, t * dU, base) + A * t + 0.5 * B * t * t
+        slack = 8 * xp.finfo(t.dtype).eps * (1 + xp.abs(self.data_scale(base)))
         return xp.where(rise <= slack, t, lo), nls
+
+    def data_curv(self, U, dU):
+        """The data term's second derivative along dU at U (``data_derivs``'s second part)."""
+        return self.data_derivs(U, dU)[1]
 
 
 class HiddenRows(_Problem):
     """WHidden: rows are independent; per-row inner products, step lengths and Newton rows."""
 
-    def __init__(self, xp, block, Ginv, K=None, newton_cap=None, flip_tol=None, p0=None,
-                 newton_start=10):
-        super().__init__(xp, block, Ginv)
-        self.act, self.V, self.lam, self.K = block.act, block.V, block.lam, K
+    def __init__(self, xp, block, pre, K=None, newton_cap=None, flip_tol=None, p0=None,
+                 newton_start=10, U0=None):
+        super().__init__(xp, block, pre, U0)
+        self.act, self.V, self.lam = block.act, block.V, block.lam
+        self.coef, self.K = block.lam, K if K is not None else getattr(pre, "K", None)
         n1, m = self.Xt.shape
         if newton_cap is None:  # a Newton row costs ~ (2/3) a^3, a CG row ~ 4 n1 m per iteration
             newton_cap = int(min(n1, m, round((24.0 * n1 * m) ** (1 / 3))))
@@ -105,8 +142,8 @@ class HiddenRows(_Problem):
     def dot(self, A, B):
         return self.xp.sum(A * B, axis=1, keepdims=True)
 
-    def parts(self, W, U):
-        return [self.lam * (self.act.grad_u(self.V, U) @ self.Xt.T), self.reg_grad(W)]
+    def data_grad(self, U):
+        return self.act.grad_u(self.V, U)
 
     def data_value(self, U):
         return self.lam * self.xp.sum(self.act.divergence(self.V, U))
@@ -117,22 +154,32 @@ class HiddenRows(_Problem):
         d2 = self.lam * xp.sum(act.dphi(Ut) * dU * dU, axis=1, keepdims=True)
         return d1, d2
 
-    def data_change(self, U, dU):
+    def data_curv(self, U, dU):
+        return self.lam * self.xp.sum(self.act.dphi(U) * dU * dU, axis=1, keepdims=True)
+
+    def data_base(self, U):
+        """F*(U), shared by ``data_change`` and ``data_scale``."""
+        return self.act.Fstar(U)
+
+    def data_change(self, U, dU, base):
         xp, act = self.xp, self.act
-        diff = act.Fstar(U + dU) - act.Fstar(U) - self.V * dU
+        diff = act.Fstar(U + dU) - base - self.V * dU
         return self.lam * xp.sum(diff, axis=1, keepdims=True)
 
-    def data_scale(self, U):
-        return self.lam * self.xp.sum(self.xp.abs(self.act.Fstar(U)), axis=1, keepdims=True)
+    def data_scale(self, base):
+        return self.lam * self.xp.sum(self.xp.abs(base), axis=1, keepdims=True)
 
-    def precondition(self, g, U, prev_active=None):
-        """``(s, newton_rows, active)``: ``g G^{-1}``, with exact Newton rows where the active set
-        is small and did not change since ``prev_active`` (the previous iterate's)."""
+    def precondition(self, g, A, R, U, prev_active=None):
+        """``(s, s X~ or None, newton_rows, active)``: ``g G^{-1}``, with exact Newton rows where
+        the active set is small and did not change since ``prev_active`` (the previous
+        iterate's; ``active`` is only formed once Newton rows may start)."""
         xp = self.xp
-        s = g @ self.Ginv
+        s, sU = self.base_step(g, A, R, U)
+        if self.newton_cap <= 0 or self.it + 1 < self.newton_start:
+            return s, sU, None, None
         active = self.act.dphi(U) > 0
-        if self.newton_cap <= 0 or prev_active is None or self.it < self.newton_start:
-            return s, None, active
+        if prev_active is None or self.it < self.newton_start:
+            return s, sU, None, active
         counts = xp.sum(xp.astype(active, xp.int64), axis=1)
         flips = xp.sum(xp.astype(active != prev_active, xp.int64), axis=1)
         # per-iteration Newton budget ~ p0 cap^3: the cap grows as rows are frozen
@@ -140,7 +187,7 @@ class HiddenRows(_Problem):
         small = (counts <= cap) & (flips <= self.flip_tol)
         k = int(xp.sum(xp.astype(small, xp.int64)))
         if k == 0:
-            return s, None, active
+            return s, sU, None, active
         if self.K is None:
             self.K = self.Xt.T @ self.Xt
         p = g.shape[0]
@@ -150,7 +197,7 @@ class HiddenRows(_Problem):
         rank = xp.cumulative_sum(xp.astype(small, xp.int64)) - 1
         where = xp.where(small, p + rank, xp.arange(p, dtype=rank.dtype))
         s = xp.take(xp.concat([s, sn], axis=0), where, axis=0)
-        return s, xp.reshape(small, (p, 1)), active
+        return s, None, xp.reshape(small, (p, 1)), active
 
     def newton_rows(self, g, U):
         """``H_i^{-1} g_i`` for the given rows, in data space restricted to their active points."""
@@ -183,16 +230,18 @@ class HiddenRows(_Problem):
 class LastCE(_Problem):
     """WLast with cross-entropy: one step length for the whole matrix."""
 
-    def __init__(self, xp, block, Ginv):
-        super().__init__(xp, block, Ginv)
+    coef = 1.0
+
+    def __init__(self, xp, block, pre):
+        super().__init__(xp, block, pre)
         self.loss, self.Y = block.loss, block.Y
         self.s = xp.sum(block.Y, axis=0, keepdims=True)
 
     def dot(self, A, B):
         return self.xp.reshape(self.xp.sum(A * B), (1, 1))
 
-    def parts(self, W, U):
-        return [self.loss.grad(self.Y, U) @ self.Xt.T, self.reg_grad(W)]
+    def data_grad(self, U):
+        return self.loss.grad(self.Y, U)
 
     def data_value(self, U):
         return self.loss.value(self.Y, U)
@@ -210,59 +259,98 @@ class LastCE(_Problem):
         d2 = xp.sum(self.s * (xp.sum(P * dU * dU, axis=0, keepdims=True) - m1 * m1))
         return xp.reshape(d1, (1, 1)), xp.reshape(d2, (1, 1))
 
-    def data_change(self, U, dU):
+    def data_base(self, U):
+        """lse(U), shared by ``data_change`` and ``data_scale``."""
+        return self._lse(U)
+
+    def data_change(self, U, dU, base):
         xp = self.xp
-        diff = xp.sum(self.s * (self._lse(U + dU) - self._lse(U))) - xp.sum(self.Y * dU)
+        diff = xp.sum(self.s * (self._lse(U + dU) - base)) - xp.sum(self.Y * dU)
         return xp.reshape(diff, (1, 1))
 
-    def data_scale(self, U):
-        return self.xp.reshape(self.xp.sum(self.s * self.xp.abs(self._lse(U))), (1, 1))
+    def data_scale(self, base):
+        return self.xp.reshape(self.xp.sum(self.s * self.xp.abs(base)), (1, 1))
 
-    def precondition(self, g, U, prev_active=None):
-        return g @ self.Ginv, None, None
+    def precondition(self, g, A, R, U, prev_active=None):
+        s, sU = self.base_step(g, A, R, U)
+        return s, sU, None, None
 
 
-def gram_preconditioner(xp, block, cache=None, reuse=1):
-    """``(w X~ S X~^T + shift I)^{-1}`` for a W-block (cached while X~ is unchanged).
+@functools.singledispatch
+def _gram_terms(block, xp, c):
+    """``(weights, shift, ridge)`` of the block's Gram matrix ``X~ diag(weights) X~^T + shift I``
+    (``ridge``: MSE's closed form, whose factor is the exact inverse)."""
+    raise TypeError(f"no Gram preconditioner for a {type(block).__name__}")
+
+
+@_gram_terms.register
+def _(block: WHidden, xp, c):
+    return block.lam * DPHI_MAX.get(block.act.name, 1.0), 2 * c, False
+
+
+@_gram_terms.register
+def _(block: WLast, xp, c):
+    if block.loss.name == "mse":
+        return 1.0, c, True
+    return 0.5 * xp.sum(block.Y, axis=0, keepdims=True), 2 * c, False
+
+
+def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):
+    """The preconditioner ``(w X~ S X~^T + shift I)^{-1}`` of a W-block (``gram``), cached while
+    X~ is unchanged.
 
     ``w S``: ``lam sup(phi')`` for WHidden, ``1/2 diag(1^T Y)`` for cross-entropy, with shift
     ``2 (rho + gamma)``; for MSE ``w = 1`` and shift ``rho + gamma``: the ridge matrix itself.
-    ``reuse=k > 1``: a cached factor also serves a block whose X~ changed (same shape, weights
-    and shift), up to k solves in all: in batched training the next batch's Gram matrix is
-    close to the last one's. Returns ``(Ginv, hit)``, hit one of False, "same", "stale".
+    In data space (``DataGram``) where X~ has fewer columns than rows, the weight is a positive
+    scalar (cross-entropy: one-hot targets) and the shift positive, and the block is not MSE's
+    closed form; in parameter space (``ParamGram``) otherwise. ``reuse=k > 1``: a cached
+    parameter-space factor also serves a block whose X~ changed (same shape, weights and shift),
+    up to k solves in all: in batched training the next batch's Gram matrix is close to the last
+    one's (a data-space factor, ~10x cheaper, is never reused stale). ``rows``: how many rows
+    of gradient a solve preconditions at most (rows of W times the step cap; None: many), which
+    decides whether the parameter-space inverse pays (``ParamGram``). Returns ``(pre, hit)``,
+    hit one of False, "same", "stale".
     """
     Xt = block.Xt
-    c = block.rho + block.gamma
-    if isinstance(block, WHidden):
-        kind, weights, shift = "hidden", block.lam * DPHI_MAX.get(block.act.name, 1.0), 2 * c
-    elif block.loss.name == "mse":
-        kind, weights, shift = "ridge", 1.0, c
-    else:
-        kind, weights, shift = "ce", 0.5 * xp.sum(block.Y, axis=0, keepdims=True), 2 * c
+    weights, shift, ridge = _gram_terms(block, xp, block.rho + block.gamma)
     scalar_w = isinstance(weights, float)
-    key = (kind, block.layer)
+    key = (type(block), ridge, block.layer)
     if cache is not None and key in cache:
-        X_c, w_c, s_c, Ginv, uses = cache[key]
+        X_c, w_c, s_c, pre, uses = cache[key]
         if (s_c == shift and type(X_c) is type(Xt) and X_c.shape == Xt.shape and X_c.dtype == Xt.dtype
                 and isinstance(w_c, float) == scalar_w
                 and (w_c == weights if scalar_w else bool(xp.all(w_c == weights)))):
-            if bool(xp.all(X_c == Xt)):
-                return Ginv, "same"
-            if uses < reuse:
-                cache[key] = (X_c, w_c, s_c, Ginv, uses + 1)
-                return Ginv, "stale"
-    G = weights * (Xt @ Xt.T) if scalar_w else (weights * Xt) @ Xt.T
-    Ginv, _ = spd_inverse(xp, G, shift)
+            # a new batch differs in its first point already: that test first (one column)
+            if bool(xp.all(X_c[:, :1] == Xt[:, :1])) and bool(xp.all(X_c == Xt)):
+                return pre, "same"
+            if uses < reuse and not pre.data_space:
+                cache[key] = (X_c, w_c, s_c, pre, uses + 1)
+                return pre, "stale"
+    w = _scalar(xp, weights) if not ridge and Xt.shape[1] < Xt.shape[0] else None
+    if DataGram.applies(Xt, w, shift):
+        pre = DataGram(xp, Xt, w, shift)
+    else:
+        pays = rows is None or ParamGram.inverse_pays(Xt.shape[0], rows * reuse)
+        pre = ParamGram(xp, Xt, weights, shift, inverse=ridge or pays)
     if cache is not None:
         if len(cache) >= 8:
             cache.clear()
-        cache[key] = (xp.asarray(Xt, copy=True), weights, shift, Ginv, 1)
-    return Ginv, False
+        cache[key] = (xp.asarray(Xt, copy=True), weights, shift, pre, 1)
+    return pre, False
+
+
+def _scalar(xp, weights):
+    """A float for scalar weights or a vector of equal entries (one-hot targets), else None."""
+    if isinstance(weights, float):
+        return weights
+    hi = float(xp.max(weights))
+    return hi if weights.shape[1] and float(xp.min(weights)) == hi else None
 
 
 def solve_ridge(xp, block, W, tol, max_iter, cache=None):
     """WLast with MSE: the normal equations through the Cholesky inverse, then refinement."""
-    Ginv, hit = gram_preconditioner(xp, block, cache)
+    pre, hit = gram_preconditioner(xp, block, cache)
+    Ginv = pre.Ginv
     R = block.Y @ block.Xt.T
     if block.gamma:
         R = R + block.gamma * block.W0
@@ -285,106 +373,206 @@ def _scatter_rows(xp, full, sub, rows):
 
 
 def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=None,
-               flip_tol=None, newton_start=10, compact_every=8, stall_window=50, gram_reuse=1):
+               flip_tol=None, newton_start=10, compact_every=8, stall_window=50, gram_reuse=1,
+               capped_residual=True):
     """Preconditioned PR+ nonlinear CG with exact line search (WHidden, WLast cross-entropy).
 
     WHidden rows whose gradient is below ``tol / 2`` are frozen every ``compact_every``
     iterations: the loop goes on with the remaining rows only (rows are independent). Near the
     working precision's floor (residual below sqrt(eps)), ``stall_window`` iterations without
-    halving the residual stop the loop (``info["stalled"]``).
+    halving the residual stop the loop (``info["stalled"]``). ``capped_residual=False``: the
+    gradient after the last allowed step is not formed, the residual is reported as NaN.
     """
-    Ginv, hit = gram_preconditioner(xp, block, cache, reuse=gram_reuse)
+    pre, hit = gram_preconditioner(xp, block, cache, reuse=gram_reuse,
+                                   rows=W.shape[0] * max_iter)
     hidden = isinstance(block, WHidden)
-    prob = (HiddenRows(xp, block, Ginv, newton_cap=newton_cap, flip_tol=flip_tol,
-                       newton_start=newton_start) if hidden else LastCE(xp, block, Ginv))
-    U = prob.forward(W)
-    parts = prob.parts(W, U)
-    info = dict(method="pncg", cached_factor=bool(hit), stale_factor=hit == "stale",
-                line_search_iterations=0, restarts=0,
-                newton_rows=0, row_iterations=0)
-    if kkt(xp, W, parts) <= tol:
-        info.update(converged=True, value=prob.value(W, U))
-        return W, 0, info
-    W_full, rows = W, None            # rows: global indices of the rows still iterated
-    frozen_r = frozen_scale = 0.0     # max |grad| and max |part| over frozen rows
-
-    def residual(parts):
-        g = xp.abs(parts[0] + parts[1])
-        scale = max(frozen_scale, *(float(xp.max(xp.abs(q))) for q in parts))
-        return max(frozen_r, float(xp.max(g))) / (1.0 + scale)
-
-    best, best_it, n_newton, n_restart = math.inf, 0, 0, 0
+    prob = (HiddenRows(xp, block, pre, newton_cap=newton_cap, flip_tol=flip_tol,
+                       newton_start=newton_start) if hidden else LastCE(xp, block, pre))
+    cg = _CG(xp, block, prob, W)
+    cg.info.update(cached_factor=bool(hit), stale_factor=hit == "stale",
+                   data_space=pre.data_space)
+    if cg.optimal_at_start(tol):
+        cg.info.update(converged=True, value=prob.value(W, cg.U))
+        return W, 0, cg.info
+    best, best_it = math.inf, 0
     stall_level = math.sqrt(xp.finfo(W.dtype).eps)
-    g = parts[0] + parts[1]
-    s, newton, active = prob.precondition(g, U)
-    d, gs = -s, prob.dot(g, s)
     converged, it = False, 0
     for it in range(1, max_iter + 1):
-        info["row_iterations"] += W.shape[0]
-        if newton is not None:  # counters stay on the device until the end
-            n_newton = n_newton + xp.sum(xp.astype(newton, xp.int64))
-        dU = prob.forward(d)
-        t, nls = prob.line_search(W, U, d, dU, prob.dot(g, d))
-        info["line_search_iterations"] += nls
-        W, U = W + t * d, U + t * dU
-        if it % resync == 0:
-            U = prob.forward(W)  # no drift of the incrementally updated W X~
-        parts = prob.parts(W, U)
-        r = residual(parts)
+        final = it == max_iter and not capped_residual
+        cg.step(it, resync, gradient=not final)
+        if final:
+            r = math.nan
+            break
+        r = cg.residual()
         if r <= tol:
-            W_full = W if rows is None else _scatter_rows(xp, W_full, W, rows)
-            r = block.kkt_residual(W_full)
+            r = cg.confirm(tol)
             if r <= tol:
                 converged = True
                 break
-            U = prob.forward(W)
-            parts = prob.parts(W, U)
         if r <= 0.5 * best:
             best, best_it = r, it
         elif r <= stall_level and it - best_it >= stall_window:
-            info["stalled"] = True  # at the working precision's floor: no halving in a window
+            cg.info["stalled"] = True  # at the working precision's floor: no halving in a window
             break
         if it == max_iter:
             break
-        gn = parts[0] + parts[1]
         if hidden and it % compact_every == 0:
-            row_g = xp.max(xp.abs(gn), axis=1)
-            done = row_g <= 0.5 * tol
-            n_done = int(xp.sum(xp.astype(done, xp.int64)))
-            if n_done >= max(1, W.shape[0] // 8) and n_done < W.shape[0]:
-                keep = xp.nonzero(xp.logical_not(done))[0]
-                drop = xp.nonzero(done)[0]
-                frozen_r = max(frozen_r, float(xp.max(xp.take(row_g, drop))))
-                frozen_scale = max(frozen_scale, *(float(xp.max(xp.abs(xp.take(q, drop, axis=0))))
-                                                   for q in parts))
-                W_full = W if rows is None else _scatter_rows(xp, W_full, W, rows)
-                rows = keep if rows is None else xp.take(rows, keep)
-                sub = dict(V=xp.take(block.V, rows, axis=0))
-                if block.W0 is not None:
-                    sub["W0"] = xp.take(block.W0, rows, axis=0)
-                prob = HiddenRows(xp, dataclasses.replace(block, **sub), Ginv, K=prob.K,
-                                  newton_cap=prob.newton_cap, flip_tol=prob.flip_tol, p0=prob.p0,
-                                  newton_start=prob.newton_start)
-                W, U, gn, d, s, gs, active = (xp.take(a, keep, axis=0)
-                                              for a in (W, U, gn, d, s, gs, active))
+            cg.compact(tol)
+        cg.next_direction(it)
+    return cg.finish(converged, r, it)
+
+
+class _CG:
+    """The state of one ``solve_pncg`` run: the iterate ``W`` and ``U = W X~`` (updated, re-synced
+    every ``resync`` steps), the gradient's parts, the direction ``d`` and, when known without a
+    product, ``dU = d X~``; WHidden rows still iterated (``rows``) and the frozen ones' figures."""
+
+    def __init__(self, xp, block, prob, W):
+        self.xp, self.block, self.prob = xp, block, prob
+        U = getattr(block, "U", None)     # W X~ at the start, from the caller (bcd's forward pass)
+        ok = U is not None and tuple(U.shape) == (W.shape[0], block.Xt.shape[1])
+        self.W, self.U = W, U if ok else prob.forward(W)
+        prob.start(W, self.U)
+        self.A, R = prob.data_grad(self.U), prob.reg_grad(W)
+        self.parts = [None, R]                    # the data part: formed when needed
+        self.W_full, self.rows = W, None          # rows: global indices of the rows still iterated
+        self.frozen_r = self.frozen_scale = 0.0   # max |grad| and max |part| over frozen rows
+        self.n_newton = self.n_restart = 0        # counters stay on the device until the end
+        self.g = None
+        self.info = dict(method="pncg", line_search_iterations=0, restarts=0, newton_rows=0,
+                         row_iterations=0)
+
+    def optimal_at_start(self, tol):
+        """Whether the start is optimal (no step then), and the first direction if not.
+
+        In data space the direction comes first and needs no parameter-space gradient; where
+        it proves the residual above ``tol`` (``_above``), that gradient is never formed."""
+        prob, R = self.prob, self.parts[1]
+        if prob.pre.data_space:
+            s, sU, self.newton, self.active = prob.precondition(None, self.A, R, self.U)
+            self.s, self.d, self.dU = s, -s, -sU
+            # g G^{-1} g^T = s G s^T = w |s X~|^2 + c2 |s|^2: no cancellation near the optimum
+            self.gs = prob.pre.w * prob.dot(sU, sU) + prob.pre.c2 * prob.dot(s, s)
+            if self._above(tol):
+                return False
+        self.parts = prob.parts(self.A, R)
+        self.g = self.parts[0] + self.parts[1]
+        if kkt(self.xp, self.W, self.parts) <= tol:
+            return True
+        if not prob.pre.data_space:
+            s, sU, self.newton, self.active = prob.precondition(self.g, self.A, R, self.U)
+            self.s, self.gs, self.d, self.dU = s, prob.dot(self.g, s), -s, None
+        return False
+
+    def _above(self, tol):
+        """A bound proving the KKT residual ``max|g| / (1 + max_i max|part_i|)`` above ``tol``
+        from data-space figures: ``G >= c2 I`` gives ``|g_i|_2^2 >= c2 g_i G^{-1} g_i^T``, and
+        ``|coef A X~^T|_max <= coef max_i |A_i|_2 max_j |X~_j|_2``; half the bound must pass.
+        Rounding in s can only make it pass where the residual is within a few eps of the
+        start's terms (the tol floor is 64 eps): then a step is taken, never a false optimum."""
+        xp, prob = self.xp, self.prob
+        gs = max(float(xp.max(self.gs)), 0.0)
+        per = math.prod(self.W.shape) // math.prod(self.gs.shape)  # entries per inner product
+        low = math.sqrt(prob.pre.c2 * gs / per)                     # <= max |g|
+        a2 = float(xp.max(xp.sum(self.A * self.A, axis=1)))
+        x2 = prob.pre.xt_norm2(xp)
+        scale = max(abs(prob.coef) * math.sqrt(a2 * x2), float(xp.max(xp.abs(self.parts[1]))))
+        return 0.5 * low / (1.0 + scale) > tol
+
+    def residual(self):
+        """The KKT residual from the parts at hand, the frozen rows included."""
+        xp, parts = self.xp, self.parts
+        g = xp.abs(parts[0] + parts[1])
+        scale = max(self.frozen_scale, *(float(xp.max(xp.abs(q))) for q in parts))
+        return max(self.frozen_r, float(xp.max(g))) / (1.0 + scale)
+
+    def step(self, it, resync, gradient=True):
+        """The exact line search along d, the move, and the gradient at the new point."""
+        xp, prob = self.xp, self.prob
+        self.info["row_iterations"] += self.W.shape[0]
+        if self.newton is not None:
+            self.n_newton = self.n_newton + xp.sum(xp.astype(self.newton, xp.int64))
+        dU = prob.forward(self.d) if self.dU is None else self.dU
+        gd = -self.gs if self.g is None else prob.dot(self.g, self.d)   # g.d, d = -s at first
+        t, nls = prob.line_search(self.parts[1], self.U, self.d, dU, gd)
+        self.info["line_search_iterations"] += nls
+        self.W, self.U, self.dU = self.W + t * self.d, self.U + t * dU, dU
+        if it % resync == 0:
+            self.U = prob.forward(self.W)  # no drift of the incrementally updated W X~
+        if gradient:
+            self.parts, self.A = prob.gradient(self.W, self.U)
+
+    def full(self):
+        """The whole matrix: the rows iterated scattered back among the frozen ones."""
+        return self.W if self.rows is None else _scatter_rows(self.xp, self.W_full, self.W,
+                                                               self.rows)
+
+    def confirm(self, tol):
+        """At a residual <= tol from the updated W X~: the block's own residual at W decides."""
+        self.W_full = self.full()
+        r = self.block.kkt_residual(self.W_full)
+        if r > tol:
+            self.U = self.prob.forward(self.W)
+            self.parts, self.A = self.prob.gradient(self.W, self.U)
+        return r
+
+    def compact(self, tol):
+        """Freeze the WHidden rows whose gradient is below ``tol / 2`` (if enough of them)."""
+        xp, parts = self.xp, self.parts
+        row_g = xp.max(xp.abs(parts[0] + parts[1]), axis=1)
+        done = row_g <= 0.5 * tol
+        n_done = int(xp.sum(xp.astype(done, xp.int64)))
+        if not (n_done >= max(1, self.W.shape[0] // 8) and n_done < self.W.shape[0]):
+            return
+        keep, drop = xp.nonzero(xp.logical_not(done))[0], xp.nonzero(done)[0]
+        self.frozen_r = max(self.frozen_r, float(xp.max(xp.take(row_g, drop))))
+        self.frozen_scale = max(self.frozen_scale,
+                                *(float(xp.max(xp.abs(xp.take(q, drop, axis=0)))) for q in parts))
+        self.W_full = self.full()
+        self.rows = keep if self.rows is None else xp.take(self.rows, keep)
+        old, block = self.prob, self.block
+        sub = dict(V=xp.take(block.V, self.rows, axis=0), U=None)
+        if block.W0 is not None:
+            sub["W0"] = xp.take(block.W0, self.rows, axis=0)
+
+        def rows_of(a):
+            return None if a is None else xp.take(a, keep, axis=0)
+        self.prob = HiddenRows(xp, dataclasses.replace(block, **sub), old.pre, K=old.K,
+                               newton_cap=old.newton_cap, flip_tol=old.flip_tol, p0=old.p0,
+                               newton_start=old.newton_start, U0=rows_of(old.U0))
+        self.W, self.U, self.A, self.d, self.dU, self.s, self.gs, self.active = (
+            rows_of(a) for a in (self.W, self.U, self.A, self.d, self.dU, self.s, self.gs,
+                                 self.active))
+        self.parts = [rows_of(q) for q in parts]
+
+    def next_direction(self, it):
+        """The PR+ direction from the preconditioned gradient (steepest where it points uphill)."""
+        xp, prob = self.xp, self.prob
+        gn = self.parts[0] + self.parts[1]
         prob.it = it
-        sn, newton, active = prob.precondition(gn, U, active)
-        beta = prob.dot(gn, sn - s)
+        sn, snU, newton, self.active = prob.precondition(gn, self.A, self.parts[1], self.U,
+                                                         self.active)
+        beta = prob.dot(gn, sn - self.s)
+        gs = self.gs
         beta = xp.where(gs > 0, beta / xp.where(gs > 0, gs, xp.ones_like(gs)), xp.zeros_like(gs))
         beta = xp.clip(beta, 0, None)
         if newton is not None:
             beta = xp.where(newton, xp.zeros_like(beta), beta)
-        d = -sn + beta * d
+        d = -sn + beta * self.d
         uphill = prob.dot(gn, d) >= 0
-        n_restart = n_restart + xp.sum(xp.astype(uphill, xp.int64))
-        d = xp.where(uphill, -sn, d)
-        g, s, gs = gn, sn, prob.dot(gn, sn)
-    if not converged:
-        W_full = W if rows is None else _scatter_rows(xp, W_full, W, rows)
-    # the residual at the returned point, from its gradient already at hand (an exact one when
-    # converged; otherwise from W X~ updated incrementally, re-synced every ``resync`` steps)
-    info.update(converged=converged, newton_rows=int(n_newton), restarts=int(n_restart),
-                residual=r)
-    if rows is None:   # U = W X~ is at hand (incrementally updated, re-synced every resync steps)
-        info["value"] = prob.value(W_full, U)
-    return W_full, it, info
+        self.n_restart = self.n_restart + xp.sum(xp.astype(uphill, xp.int64))
+        self.d = xp.where(uphill, -sn, d)
+        self.dU = (None if snU is None or self.dU is None
+                   else xp.where(uphill, -snU, -snU + beta * self.dU))
+        self.newton, self.g, self.s, self.gs = newton, gn, sn, prob.dot(gn, sn)
+
+    def finish(self, converged, r, it):
+        """``(W, iterations, info)``; the residual and value from what is at hand (exact when
+        converged; otherwise from W X~ updated in place, re-synced every ``resync`` steps)."""
+        if not converged:
+            self.W_full = self.full()
+        self.info.update(converged=converged, newton_rows=int(self.n_newton),
+                         restarts=int(self.n_restart), residual=r)
+        if self.rows is None:   # U = W X~ is at hand for all rows
+            self.info["value"] = self.prob.value(self.W_full, self.U)
+        return self.W_full, it, self.info

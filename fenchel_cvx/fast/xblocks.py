@@ -187,11 +187,13 @@ EXACT_EIG_MAX = 64   # ||W_p||^2 by eigvalsh of the smaller Gram matrix up to th
 MAX_BACKTRACKS = 60  # doublings of L in one iteration; past that the precision is exhausted
 
 
-def solve_x(xp, block, Z, tol, max_iter, stall_window=100):
+def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True):
     """FISTA with restart on an XHidden / XLast block from ``Z``. Returns ``(Z, iterations, info)``.
 
     Near the working precision's floor (gradient-mapping residual below sqrt(eps)),
     ``stall_window`` iterations without halving it stop the loop (``info["stalled"]``).
+    ``capped_residual=False``: stopped by ``max_iter``, ``info["residual"]`` is NaN (the caller
+    then does not evaluate it).
     """
     act, lam_in, U_prev = block.act_in, block.lam_in, block.U_prev
     prox = PROX.get(act.name, _prox_newton)
@@ -207,17 +209,29 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100):
     converged, it = False, 0
     if kkt(xp, z, block.grad_parts(z), block.project) <= tol:
         return z, 0, dict(method="fista", lipschitz=L, restarts=0, backtracks=0, converged=True)
+    tauU = (None, None)   # (L, tau U_prev): formed again only when L changes
+    # fewer steps than the stall window: the proxy only decides the KKT test, and max|Gy| is
+    # formed only where a bound (|W_p^T G| <= max_i |W_p e_i|_1 max|G|) lets it pass 2 tol
+    colsum = (float(xp.max(xp.sum(xp.abs(sm.Wp), axis=0)))
+              if max_iter < stall_window and sm.Wp is not None else None)
     for it in range(1, max_iter + 1):
-        Gy = sm.adjoint(sm.grad_U(Uy))
+        G = sm.grad_U(Uy)
+        Gy = sm.adjoint(G)
         fy_d = None if sm.certified else sm.value(Uy)
         for _ in range(MAX_BACKTRACKS):
             tau = lam_in / L
-            zn, state_n = prox(xp, act, y - Gy / L + tau * U_prev, tau, state)
+            if tauU[0] != L:
+                tauU = (L, tau * U_prev)
+            zn, state_n = prox(xp, act, y - Gy / L + tauU[1], tau, state)
             Uzn = sm.forward(zn)
-            D = zn - y
-            # the scalars of the iteration are computed on the device, then read at once
-            maxD, maxG, uphill = (float(v) for v in (
-                xp.max(xp.abs(D)), xp.max(xp.abs(Gy)), xp.sum((y - zn) * (zn - z))))
+            D, dz = zn - y, zn - z
+            # the scalars of the iteration are computed on the device, then read at once;
+            # max |A| as max(max A, -min A) (no temporary); (y - zn).(zn - z) = -D.dz exactly
+            hiD, loD, Ddz = (float(v) for v in (xp.max(D), xp.min(D), xp.sum(D * dz)))
+            maxD, maxG, uphill = max(hiD, -loD), None, -Ddz
+            if colsum is None or L * maxD <= 2 * tol * (1 + 1.001 * colsum * float(
+                    xp.max(xp.abs(G)))):
+                maxG = max(float(xp.max(Gy)), -float(xp.min(Gy)))
             if sm.certified:
                 break
             fy, fzn, gd, dd = (float(v) for v in (
@@ -230,13 +244,15 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100):
             break
         state = state_n
         # gradient-mapping proxy of the KKT residual; confirm with the block's own residual
-        proxy = L * maxD / (1 + maxG)
+        proxy = math.inf if maxG is None else L * maxD / (1 + maxG)   # inf: above 2 tol
         if proxy <= 2 * tol:
             checks += 1
             if kkt(xp, zn, block.grad_parts(zn), block.project) <= tol:
                 z, converged = zn, True
                 break
-        if proxy <= 0.5 * best:
+        if maxG is None:
+            pass        # no stall test can fire before max_iter
+        elif proxy <= 0.5 * best:
             best, best_it = proxy, it
         elif proxy <= stall_level and it - best_it >= stall_window:
             z, stalled = zn, True  # at the working precision's floor
@@ -245,12 +261,23 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100):
         beta = (theta - 1) / theta_n
         if uphill > 0:  # momentum points uphill (O'Donoghue & Candes): restart
             theta_n, beta, restarts = 1.0, 0.0, restarts + 1
-        y, Uy = zn + beta * (zn - z), Uzn + beta * (Uzn - Uz)
+        y, Uy = zn + beta * dz, Uzn + beta * (Uzn - Uz)
         z, Uz, theta = zn, Uzn, theta_n
-    reverted = not converged and float(block.value(z)) > float(block.value(z0))
-    if reverted:
-        z = z0  # an inexact solve (a cap, a stall) never ends above its start: BCD descent holds
     info = dict(method="fista", lipschitz=L, restarts=restarts, backtracks=backtracks,
-                reverted=reverted,
-                kkt_checks=checks, converged=converged, stalled=stalled)
-    return z, it, info
+                reverted=False, kkt_checks=checks, converged=converged, stalled=stalled)
+    return _closing(block, z, z0, info, capped_residual), it, info
+
+
+def _closing(block, z, z0, info, capped_residual):
+    """The returned point: an inexact solve (a cap, a stall) never ends above its start (BCD
+    descent holds); its value goes to ``info``, and NaN as residual for a cap with
+    ``capped_residual=False``."""
+    if info["converged"]:
+        return z
+    value, value0 = float(block.value(z)), float(block.value(z0))
+    reverted = value > value0
+    z, value = (z0, value0) if reverted else (z, value)
+    info.update(reverted=reverted, value=value)
+    if not (info["stalled"] or capped_residual):
+        info["residual"] = math.nan
+    return z
