@@ -467,7 +467,10 @@ def _validate(net, X0, Y, args):
     check_rounds(X0.shape[1], a["batch_size"], a["epochs"], a["alternations"])
     from .io import check_writable_dir, data_digest, load_checkpoint
 
-    saved = None if a["resume"] is None else load_checkpoint(a["resume"])
+    try:
+        saved = None if a["resume"] is None else load_checkpoint(a["resume"])
+    except ValueError as err:     # io names its argument "path"
+        raise ValueError(f"resume: {err}") from None
     ckpt = None if a["checkpoint"] is None else check_writable_dir("checkpoint", a["checkpoint"])
     backend, name = _backend(a["backend"], a["strict"], a["tol"], xp)
     weights = _weights_in(xp, net)

@@ -69,7 +69,7 @@ def _constraints(n_hidden, losses):
 def _real(name, A):
     """Refuse complex entries by name (scikit-learn refuses them naming neither X nor y)."""
     A = A if hasattr(A, "dtype") else np.asarray(A)
-    if np.dtype(A.dtype).kind == "c":
+    if np.iscomplexobj(A):
         check_real(name, A)
 
 

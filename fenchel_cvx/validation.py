@@ -33,8 +33,6 @@ import numbers
 import os
 import warnings
 
-import numpy as np
-
 __all__ = ["ALTERNATIONS", "BOOL", "CALLABLE", "COUNT", "GAMMA", "Interval", "LAM", "MAX_ROUNDS",
            "MAX_WEIGHT", "Options", "PATH", "PerLayer", "RHO", "ROUNDS", "SEED", "Sizes", "TOL", "WEIGHT",
            "check", "check_dtype", "failure", "check_matrix", "check_real", "check_rounds", "check_scale",
@@ -66,8 +64,18 @@ class Constraint:
         return value
 
 
-def _is_real(value):
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+def _is_bool(value):
+    """A Python or NumPy bool (NumPy is not imported for it: ``fenchel-cvx --help`` stays fast)."""
+    return isinstance(value, bool) or (type(value).__module__ == "numpy"
+                                       and type(value).__name__ in ("bool", "bool_"))
+
+
+def _is_vector(value):
+    """A list, tuple or 1-D NumPy array."""
+    if type(value).__module__ == "numpy":
+        return getattr(value, "ndim", None) == 1
+    return isinstance(value, (list, tuple)) and all(
+        not isinstance(v, (list, tuple)) for v in value)
 
 
 def _g(x):
@@ -75,16 +83,16 @@ def _g(x):
 
 
 class Interval(Constraint):
-    """A number of ``kind`` (``numbers.Integral`` or ``numbers.Real``; never a bool) between
+    """A number of type ``number`` (``numbers.Integral`` or ``numbers.Real``; never a bool) between
     ``low`` and ``high`` (None: unbounded); ``closed``: which ends belong to it ("both",
     "left", "right", "neither"). A Real must be finite. ``note`` explains an upper bound that
     only caps absurd values (a sane bound): the error then names the side the value fails."""
 
-    def __init__(self, kind, low, high, closed="both", note=""):
-        self.kind, self.low, self.high, self.closed, self.note = kind, low, high, closed, note
+    def __init__(self, number, low, high, closed="both", note=""):
+        self.number, self.low, self.high, self.closed, self.note = number, low, high, closed, note
 
     def applies(self, value):
-        return isinstance(value, self.kind) and not isinstance(value, (bool, np.bool_))
+        return isinstance(value, self.number) and not _is_bool(value)
 
     def _above_low(self, v):
         return self.low is None or (v >= self.low if self.closed in ("both", "left") else v > self.low)
@@ -93,35 +101,35 @@ class Interval(Constraint):
         return self.high is None or (v <= self.high if self.closed in ("both", "right") else v < self.high)
 
     def accepts(self, value):
-        return (self.applies(value) and (self.kind is numbers.Integral or math.isfinite(value))
+        return (self.applies(value) and (self.number is numbers.Integral or math.isfinite(value))
                 and self._above_low(value) and self._below_high(value))
 
     def _lower(self):
         op = ">=" if self.closed in ("both", "left") else ">"
-        if self.kind is numbers.Integral:
+        if self.number is numbers.Integral:
             return f"an integer {op} {self.low}"
         return f"{op} {_g(self.low)} and finite"
 
     def _upper(self):
         op = "<=" if self.closed in ("both", "right") else "<"
-        what = "an integer " if self.kind is numbers.Integral else ""
+        what = "an integer " if self.number is numbers.Integral else ""
         return f"{what}{op} {_g(self.high)}" + (f" ({self.note})" if self.note else "")
 
     def describe(self, value=None):
         if value is not None and self.applies(value) and (self.high is None or self.note):
-            finite = self.kind is numbers.Integral or math.isfinite(value)
+            finite = self.number is numbers.Integral or math.isfinite(value)
             if not finite or not self._above_low(value) or self.high is None:
                 return self._lower()
             return self._upper()
         if self.high is None:
-            return self._lower() if self.kind is numbers.Integral else f"a number {self._lower()}"
+            return self._lower() if self.number is numbers.Integral else f"a number {self._lower()}"
         left = "[" if self.closed in ("both", "left") else "("
         right = "]" if self.closed in ("both", "right") else ")"
-        what = "an integer" if self.kind is numbers.Integral else "a number"
+        what = "an integer" if self.number is numbers.Integral else "a number"
         return f"{what} in {left}{_g(self.low)}, {_g(self.high)}{right}"
 
     def convert(self, value):
-        return int(value) if self.kind is numbers.Integral else float(value)
+        return int(value) if self.number is numbers.Integral else float(value)
 
 
 class Options(Constraint):
@@ -142,7 +150,7 @@ class Options(Constraint):
 
 class _Boolean(Constraint):
     def accepts(self, value):
-        return isinstance(value, (bool, np.bool_))
+        return _is_bool(value)
 
     def describe(self, value=None):
         return "True or False"
@@ -184,8 +192,7 @@ class PerLayer(Constraint):
 
     def applies(self, value):
         return self.inner.applies(value) or (
-            isinstance(value, (list, tuple, np.ndarray)) and np.ndim(value) == 1
-            and (len(value) == self.n if self.n is not None else len(value) >= 1))
+            _is_vector(value) and (len(value) == self.n if self.n is not None else len(value) >= 1))
 
     def accepts(self, value):
         return self.applies(value) and all(self.inner.accepts(v) for v in self._values(value))
@@ -207,8 +214,7 @@ class Sizes(Constraint):
         self.min_len = min_len
 
     def accepts(self, value):
-        return (isinstance(value, (list, tuple, np.ndarray)) and np.ndim(value) == 1
-                and len(value) >= self.min_len and all(COUNT.accepts(p) for p in value))
+        return (_is_vector(value) and len(value) >= self.min_len and all(COUNT.accepts(p) for p in value))
 
     def describe(self, value=None):
         return ("a sequence of positive integers" if self.min_len <= 1 else
@@ -305,6 +311,8 @@ def check_dtype(dtype, name="dtype"):
     """``dtype`` (a name, a NumPy / CuPy dtype or type, or another array library's float type
     such as ``array_api_strict.float32``) as a NumPy float32 or float64 dtype, or a ValueError
     naming it."""
+    import numpy as np
+
     dt = None
     if not isinstance(dtype, (bool, numbers.Number)):
         for candidate in (dtype, str(dtype).rsplit(".", 1)[-1]):
@@ -321,6 +329,8 @@ def check_dtype(dtype, name="dtype"):
 # --- data -------------------------------------------------------------------------------------
 def _np_dtype(dt):
     """The NumPy dtype of an array's dtype (NumPy, CuPy, or an array-API library's)."""
+    import numpy as np
+
     try:
         return np.dtype(dt)
     except TypeError:
@@ -328,23 +338,27 @@ def _np_dtype(dt):
 
 
 def check_real(name, A):
-    """Refuse complex, string and object entries of the array ``A`` by name; return its dtype's
-    kind ("f" float, "i"/"u" integer, "b" bool)."""
+    """Refuse complex, string and object entries of the array ``A`` by name; return the NumPy
+    dtype of its entries (a float, integer or bool type)."""
+    import numpy as np
+
     try:
         dt = _np_dtype(A.dtype)
     except TypeError:
         dt = np.dtype(object)
-    if dt.kind == "c":
+    if np.issubdtype(dt, np.complexfloating):
         raise ValueError(f"{name} must be real (Complex data not supported), got {dt.name} "
                          f"entries: pass {name}.real if the imaginary part is meant to be dropped")
-    if dt.kind not in "fiub":
+    if not (np.issubdtype(dt, np.number) or np.issubdtype(dt, np.bool_)):
         raise ValueError(f"{name} must be an array of numbers, got entries of dtype {dt}")
-    return dt.kind
+    return dt
 
 
 def check_scale(name, A):
     """Refuse NaN, inf, and a scale that overflows ``A``'s dtype: ``max|A|^2 * A.size`` (a bound
     of the squared Frobenius norm and of every entry of ``A A^T``) must be finite in it."""
+    import numpy as np
+
     xp = np if isinstance(A, np.ndarray) else _namespace(A)
     if A.size == 0 if xp is np else math.prod(A.shape) == 0:
         return A
@@ -368,6 +382,8 @@ def _namespace(A):
 def _as_array(name, A, dtype, xp):
     """``A`` as an array of ``xp`` (default: its own library, NumPy for anything else) in the
     working dtype: ``dtype``, else A's float32 / float64, else float64."""
+    import numpy as np
+
     if type(A).__module__.startswith("scipy.sparse"):
         raise ValueError(f"{name} must be a dense array, got a scipy.sparse {type(A).__name__}: "
                          f"pass {name}.toarray() (every block of the lifted problem is dense)")
@@ -382,16 +398,17 @@ def _as_array(name, A, dtype, xp):
             A = np.asarray(A.detach().cpu() if hasattr(A, "detach") else A)
         else:
             A = xp.asarray(A)
-        if xp is np and A.dtype.kind == "O":   # Python numbers and None (NaN), pandas objects
+        if xp is np and A.dtype == object:     # Python numbers and None (NaN), pandas objects
             A = A.astype(np.float64)
-        if xp is np and A.dtype.kind in "USV":
+        if xp is np and (np.issubdtype(A.dtype, np.character) or np.issubdtype(A.dtype, np.void)):
             raise TypeError
     except (TypeError, ValueError, AttributeError, RuntimeError):
         raise ValueError(f"{name} must be a 2-D array of numbers{where}, got {given}") from None
-    kind, current = check_real(name, A), _np_dtype(A.dtype)
+    current = check_real(name, A)
+    floating = np.issubdtype(current, np.floating)
     target = check_dtype(dtype) if dtype is not None else (
-        current if kind == "f" and current.itemsize >= 4 else np.dtype(np.float64))
-    if kind == "f" and current.itemsize == 2:
+        current if floating and current.itemsize >= 4 else np.dtype(np.float64))
+    if floating and current.itemsize == 2:
         whose = "the network's " if dtype is not None else ""
         warnings.warn(f"{name} is {current.name}: upcast to {whose}{target.name} (half precision "
                       "is too coarse for the block solvers' tolerances)", UserWarning, stacklevel=4)
