@@ -17,7 +17,10 @@ on Ctrl-C), and at the end ``history.json`` (``History.load``), ``model.npz``
 ``accuracy.png``. Per-layer values (``--lam``, ``--rho``, ``--gamma``) take one number or a
 comma-separated list, one per layer. Losses and penalties are sums over the data points (as in
 the paper), so lam and rho are on the scale of the training set (of a batch in Algorithm 2).
-Every argument and the output folder are checked before any work; errors name the flag.
+The hyperparameters' defaults are the package's one set (``defaults.py``: lam 1, rho 1e-3,
+gamma 3 with ``--batch-size`` and 0 without, 1 W-step and 10 X-steps per batch on the fast
+backend). Every argument and the output folder are checked before any work (the constraints of
+``validation.py``); errors name the flag.
 BLAS runs on ``--threads`` threads (default 1: on 2 cores NumPy's and SciPy's two OpenBLAS
 pools oversubscribe the machine; see docs/installation.md).
 """
