@@ -611,8 +611,8 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
     resume : a checkpoint folder (or file) of this same run (same data and arguments): the run
         continues from it and ends as if it had never stopped.
 
-    Returns ``BCDResult(net, Xs, history)``. Every argument is validated (``PARAMETERS``,
-    ``validation.py``) before any solve; bad input raises ``ValueError`` naming it.
+    Returns ``BCDResult(net, Xs, history)``. Every argument is validated before any solve; bad
+    input raises ``ValueError`` naming the parameter and the value.
     """
     run = _validate(net, X0, Y, dict(
         batch_size=batch_size, epochs=epochs, iterations=iterations, alternations=alternations,
