@@ -63,10 +63,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import numbers
+import os
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -74,19 +73,17 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace
 
-from .backends import BACKENDS, STRICT_AWARE, get_backend  # noqa: F401 (kept importable from bcd)
+from . import defaults
+from .backends import (BACKENDS, STRICT_AWARE, check_backend,  # noqa: F401 (importable from bcd)
+                       get_backend)
 from .blocks import kkt_residual, w_block, x_block
 from .certificate import Certificate
-from .datasets import batch_order, check_dtype
+from .datasets import batch_order
 from .errors import SolverError
 from .history import History
 from .network import LiftedNetwork
-
-
-# Algorithm 2's default proximal weight: the paper's batched model has gamma > 0 ("introduced to
-# moderate the change of the W-variables between subsequent batches"); with gamma = 0 and a small
-# batch the W-blocks lose strict convexity (and, for cross-entropy, often their minimiser).
-DEFAULT_GAMMA = 1.0
+from .validation import (BOOL, CALLABLE, COUNT, GAMMA, PATH, ROUNDS, TOL, PerLayer, check,
+                         check_rounds, validate)
 
 
 # --- result ---------------------------------------------------------------------------------
@@ -100,40 +97,12 @@ class BCDResult:
     batch: object = None     # Algorithm 2: the column indices of the last batch (Xs's columns)
 
 
-# --- validation -----------------------------------------------------------------------------
-def _check_int(name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
+# --- validation (the checks themselves: validation.py) ---------------------------------------
 def _namespace(A):
     """The array library of the data: that of an array-API array (CuPy, ...), else NumPy."""
     if isinstance(A, np.ndarray) or not hasattr(A, "__array_namespace__"):
         return np
     return array_namespace(A)
-
-
-def _refuse_sparse(name, A):
-    if type(A).__module__.startswith("scipy.sparse"):
-        raise ValueError(f"{name} must be a dense array, got a scipy.sparse "
-                         f"{type(A).__name__}: pass {name}.toarray() (every block is dense)")
-
-
-def _as_matrix(name, A, dtype, xp):
-    _refuse_sparse(name, A)
-    if getattr(getattr(A, "dtype", None), "itemsize", 8) == 2 and "float" in str(A.dtype):
-        warnings.warn(f"{name} is {A.dtype}: upcast to the network's {np.dtype(dtype).name} "
-                      "(half precision is too coarse for the block solvers' tolerances)",
-                      UserWarning, stacklevel=4)
-    try:
-        A = np.asarray(A, dtype=dtype) if xp is np else xp.astype(xp.asarray(A), getattr(xp, check_dtype(dtype).name))
-    except (TypeError, ValueError, AttributeError):
-        raise ValueError(f"{name} must be a 2-D array of numbers from the library of X0 "
-                         f"({xp.__name__}), got {type(A).__module__}.{type(A).__name__}") from None
-    if A.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array (features x data points), got shape {A.shape}")
-    return A
 
 
 def _weights_in(xp, net):
@@ -146,36 +115,11 @@ def _weights_in(xp, net):
 
 
 def _check_data(net, X0, Y, xname="X0", yname="Y", xp=None):
+    """Data and targets in the network's dtype (no silent upcast of float32) and ``xp``."""
     xp = _namespace(X0) if xp is None else xp
-    dtype = net.W[0].dtype  # data take the network's float type: no silent upcast of float32
-    X0, Y = _as_matrix(xname, X0, dtype, xp), _as_matrix(yname, Y, dtype, xp)
-    p_in, p_out = net.layer_sizes[0], net.layer_sizes[-1]
-    if X0.shape[1] == 0 or X0.shape[0] == 0:
-        raise ValueError(f"{xname} is empty (shape {X0.shape}): at least one data point is needed")
-    if X0.shape[0] != p_in:
-        raise ValueError(f"{xname} must have {p_in} rows (the network's input size; columns are "
-                         f"data points), got shape {X0.shape}")
-    if Y.shape[0] != p_out:
-        raise ValueError(f"{yname} must have {p_out} rows (the network's output size), got shape "
-                         f"{Y.shape}")
-    if Y.shape[1] != X0.shape[1]:
-        raise ValueError(f"{yname} must have one column per data point of {xname} "
-                         f"({X0.shape[1]}), got shape {Y.shape}")
-    for name, A in ((xname, X0), (yname, Y)):
-        if not bool(xp.all(xp.isfinite(A))):
-            raise ValueError(f"{name} must be finite, got NaN or inf entries")
+    X0, Y = net.check_inputs(X0, Y, dtype=net.W[0].dtype, xp=xp, names=(xname, yname))
     net.loss.check_targets(yname, Y, xp)
     return X0, Y
-
-
-def _check_gamma(gamma, n):
-    vals = [gamma] * n if isinstance(gamma, numbers.Real) else list(gamma)
-    if len(vals) != n:
-        raise ValueError(f"gamma must be a number or a sequence of {n} numbers, got {gamma!r}")
-    for g in vals:
-        if isinstance(g, bool) or not isinstance(g, numbers.Real) or not math.isfinite(g) or g < 0:
-            raise ValueError(f"gamma must be >= 0 and finite, got {g!r}")
-    return [float(g) for g in vals]
 
 
 def is_one_hot(Y):
@@ -441,9 +385,19 @@ def _run(net, data, steps, state, run, observers):
 
 
 # --- validation of a run --------------------------------------------------------------------
+#: the constraints of ``fit_bcd``'s arguments (``validation.py``); gamma's, per layer, need the
+#: network, and the data's need its sizes
+PARAMETERS = dict(batch_size=[COUNT, None], epochs=ROUNDS, iterations=ROUNDS,
+                  alternations=ROUNDS, strict=[BOOL, None], tol=TOL, callback=[CALLABLE, None],
+                  progress=BOOL, eval_every=[COUNT, None], check_every=COUNT,
+                  checkpoint=[PATH, None], checkpoint_every=COUNT, resume=[PATH, None])
+
+
 @dataclass
 class _Settings:
-    """A run's validated settings: the backend, the certificate, gamma and the cadences."""
+    """A validated run: the backend, the certificate, gamma, the cadences, the data and its
+    schedule, the state to resume from (None: a fresh run) and the checkpoints'
+    ``(folder, every, data digest)``."""
 
     backend: object
     cert: Certificate
@@ -453,6 +407,10 @@ class _Settings:
     config: dict = None
     test: tuple = (None, None)   # (X_test, Y_test)
     eval_every: object = 1
+    data: object = None
+    steps: list = None
+    state: object = None
+    checkpoint: tuple = (None, 1, None)
 
 
 def _evaluator(X0, Y, X_test, Y_test, classification, eval_every):
@@ -467,82 +425,84 @@ def _evaluator(X0, Y, X_test, Y_test, classification, eval_every):
     return run
 
 
-def _validate(net, X0, Y, *, batch_size, epochs, iterations, alternations, gamma, backend,
-              strict, tol, callback, X_test, Y_test, eval_every, check_every, checkpoint,
-              checkpoint_every, resume):
+def _check_arguments(net, args):
+    """``fit_bcd``'s arguments but the data, checked and normalised (gamma=None: the default
+    of the algorithm, ``defaults.gamma_for``)."""
     if not (hasattr(net, "layer_sizes") and hasattr(net, "W") and hasattr(net, "forward")):
         raise ValueError(f"net must be a LiftedNetwork, got {type(net).__name__}")
-    xp = _namespace(X0)
-    X0, Y = _check_data(net, X0, Y, xp=xp)
-    if (X_test is None) != (Y_test is None):
+    args = dict(args, **validate(PARAMETERS, {k: args[k] for k in PARAMETERS}))
+    gamma = defaults.gamma_for(args["batch_size"]) if args["gamma"] is None else args["gamma"]
+    args["gamma"] = check("gamma", gamma, PerLayer(GAMMA, net.n_hidden + 1))
+    check_backend(args["backend"])
+    if (args["X_test"] is None) != (args["Y_test"] is None):
         raise ValueError("X_test and Y_test must be given together, got only "
-                         + ("X_test" if Y_test is None else "Y_test"))
-    if X_test is not None:
-        X_test, Y_test = _check_data(net, X_test, Y_test, "X_test", "Y_test", xp=xp)
-    if batch_size is not None:
-        batch_size = _check_int("batch_size", batch_size)
-    epochs = _check_int("epochs", epochs)
-    iterations = _check_int("iterations", iterations)
-    alternations = _check_int("alternations", alternations)
-    if gamma is None:
-        gamma = 0.0 if batch_size is None else DEFAULT_GAMMA
-    gamma = _check_gamma(gamma, net.n_hidden + 1)
-    if eval_every is not None:
-        eval_every = _check_int("eval_every", eval_every)
-    check_every = _check_int("check_every", check_every)
-    checkpoint_every = _check_int("checkpoint_every", checkpoint_every)
-    if callback is not None and not callable(callback):
-        raise ValueError(f"callback must be callable or None, got {callback!r}")
-    if strict is not None and not isinstance(strict, bool):
-        raise ValueError(f"strict must be True, False or None, got {strict!r}")
-    if not (isinstance(tol, numbers.Real) and math.isfinite(tol) and tol > 0):
-        raise ValueError(f"tol must be > 0 and finite, got {tol!r}")
-    saved = None
-    if resume is not None:
-        from .io import load_checkpoint
+                         + ("X_test" if args["Y_test"] is None else "Y_test"))
+    return args
 
-        saved = load_checkpoint(resume)
-    if checkpoint is not None:
-        from .io import check_writable_dir
 
-        checkpoint = check_writable_dir("checkpoint", checkpoint)
-    if isinstance(backend, str):   # recorded mode: an oracle that records inaccurate solves
+def _backend(backend, strict, tol, xp):
+    """The backend object and its name; a name is built with ``tol`` (and non-strict, so that
+    inaccurate solves are recorded, in recorded mode)."""
+    if isinstance(backend, str):
         opts = dict(strict=False) if strict is False and backend in STRICT_AWARE else {}
         backend = get_backend(backend, tol=tol, **opts)
     else:
         backend = get_backend(backend)
     name = getattr(backend, "name", type(backend).__name__)
-    weights = _weights_in(xp, net)
     if xp is not np and name == "cvxpy":
         raise ValueError(f"backend 'cvxpy' (the oracle) takes NumPy data, got X0 from {xp.__name__}")
-    strict = (name == "cvxpy") if strict is None else strict
+    return backend, name
+
+
+def _config(net, m, m_test, a, name, strict, classification):
+    """The run's settings as the history records them."""
+    return dict(layer_sizes=list(net.layer_sizes), activations=[x.name for x in net.activations],
+                loss=net.loss.name, lam=net.lam, rho=net.rho, gamma=a["gamma"],
+                batch_size=a["batch_size"], epochs=a["epochs"], iterations=a["iterations"],
+                alternations=a["alternations"], backend=name, strict=strict, tol=a["tol"],
+                check_every=a["check_every"], seed=net.seed, batch_seed=net.seed, m=m,
+                m_test=m_test, task="classification" if classification else "regression",
+                algorithm=1 if a["batch_size"] is None else 2)
+
+
+def _validate(net, X0, Y, args):
+    """Check every argument and the data, before any work; return the run's ``_Settings``."""
+    a = _check_arguments(net, args)
+    xp = _namespace(X0)
+    X0, Y = _check_data(net, X0, Y, xp=xp)
+    X_test, Y_test = a["X_test"], a["Y_test"]
+    if X_test is not None:
+        X_test, Y_test = _check_data(net, X_test, Y_test, "X_test", "Y_test", xp=xp)
+    check_rounds(X0.shape[1], a["batch_size"], a["epochs"], a["alternations"])
+    from .io import check_writable_dir, data_digest, load_checkpoint
+
+    try:
+        saved = None if a["resume"] is None else load_checkpoint(a["resume"])
+    except ValueError as err:     # io names its argument "path"
+        raise ValueError(f"resume: {err}") from None
+    ckpt = None if a["checkpoint"] is None else check_writable_dir("checkpoint", a["checkpoint"])
+    backend, name = _backend(a["backend"], a["strict"], a["tol"], xp)
+    weights = _weights_in(xp, net)
+    strict = (name == "cvxpy") if a["strict"] is None else a["strict"]
     classification = is_one_hot(Y)
-    seed = net.seed if isinstance(net.seed, numbers.Integral) and net.seed >= 0 else 0
-    config = dict(layer_sizes=list(net.layer_sizes), activations=[a.name for a in net.activations],
-                  loss=net.loss.name, lam=net.lam, rho=net.rho, gamma=gamma, batch_size=batch_size,
-                  epochs=epochs, iterations=iterations, alternations=alternations, backend=name,
-                  strict=strict, tol=tol, check_every=check_every,
-                  seed=net.seed if isinstance(net.seed, int) else None,
-                  batch_seed=seed, m=X0.shape[1], m_test=None if X_test is None else X_test.shape[1],
-                  task="classification" if classification else "regression",
-                  algorithm=1 if batch_size is None else 2)
+    config = _config(net, X0.shape[1], None if X_test is None else X_test.shape[1], a, name,
+                     strict, classification)
     # block optimality is judged at the accuracy asked of the backend (its ``tol``, e.g. a
     # FastBackend(tol=1e-3)), never looser than the certificate's own tol
-    asked = getattr(backend, "tol", tol)
-    residual_tol = max(tol, float(asked)) if isinstance(asked, numbers.Real) else tol
-    run = _Settings(backend, Certificate(strict=strict, tol=tol, residual_tol=residual_tol), gamma, check_every,
-                    _evaluator(X0, Y, X_test, Y_test, classification, eval_every), config,
-                    (X_test, Y_test), eval_every)
-    steps = schedule(X0.shape[1], batch_size, epochs, iterations, alternations, seed)
-    data = _Data(X0, Y, xp, batch_size is not None and batch_size < X0.shape[1])
-    digest = None
-    if checkpoint is not None or saved is not None:
-        from .io import data_digest
-
-        digest = data_digest(X0, Y)
-    state = _restore(net, saved, config, digest, xp) if saved is not None else None
-    net.W = weights if state is None else list(state.W)  # validation done: weights move now
-    return data, steps, state, run, (checkpoint, checkpoint_every, digest)
+    asked = getattr(backend, "tol", a["tol"])
+    residual_tol = max(a["tol"], float(asked)) if isinstance(asked, numbers.Real) else a["tol"]
+    run = _Settings(backend, Certificate(strict=strict, tol=a["tol"], residual_tol=residual_tol),
+                    a["gamma"], a["check_every"],
+                    _evaluator(X0, Y, X_test, Y_test, classification, a["eval_every"]), config,
+                    (X_test, Y_test), a["eval_every"])
+    run.steps = schedule(X0.shape[1], a["batch_size"], a["epochs"], a["iterations"],
+                         a["alternations"], net.seed)
+    run.data = _Data(X0, Y, xp, a["batch_size"] is not None and a["batch_size"] < X0.shape[1])
+    digest = None if ckpt is None and saved is None else data_digest(X0, Y)
+    run.state = None if saved is None else _restore(net, saved, config, digest, xp)
+    run.checkpoint = (ckpt, a["checkpoint_every"], digest)
+    net.W = weights if run.state is None else list(run.state.W)  # validation done: weights move
+    return run
 
 
 def _restore(net, saved, config, digest, xp):
@@ -611,10 +571,22 @@ def _initial(net, data, run):
     return config
 
 
+def _observers(run, callback, progress, state):
+    """What runs after every round: the checkpoint writer (first), the callback, the progress bar."""
+    observers = [] if callback is None else [lambda net, s, step: callback(net, s.history.records[-1])]
+    folder, every, digest = run.checkpoint
+    if folder is not None:
+        observers.insert(0, _checkpointer(folder, every, digest))
+    if progress:
+        observers.append(_progress_bar(len(run.steps), state.iteration, run.config["backend"]))
+    return observers
+
+
 # --- the driver -----------------------------------------------------------------------------
 def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = None, epochs: int = 1,
-            iterations: int = 10, alternations: int = 1, gamma: float | Sequence[float] | None = None,
-            backend: str | Any = "cvxpy", strict: bool | None = None, tol: float = 1e-6,
+            iterations: int = defaults.ITERATIONS, alternations: int = defaults.ALTERNATIONS,
+            gamma: float | Sequence[float] | None = None, backend: str | Any = "cvxpy",
+            strict: bool | None = None, tol: float = defaults.TOL,
             callback: Callable[[LiftedNetwork, dict], bool | None] | None = None,
             X_test: Any = None, Y_test: Any = None, progress: bool = False,
             eval_every: int | None = 1, check_every: int = 1,
@@ -628,13 +600,12 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
     batch_size : None for Algorithm 1 (all data), an integer >= 1 for Algorithm 2.
     epochs, alternations : Algorithm 2's passes over the batches and rounds per batch (K).
     iterations : Algorithm 1's number of rounds.
-    gamma : gamma_l >= 0 of the proximal term, a number or one per layer (L + 1); None (the
-        default): ``DEFAULT_GAMMA`` (> 0, as in the paper's batched model) for Algorithm 2, 0
+    gamma : gamma_l >= 0 of the proximal term, a number or one per layer (L + 1); None: the
+        defaults (``defaults.py``): 3 for Algorithm 2 (> 0, as in the paper's batched model), 0
         for Algorithm 1.
     backend : ``"cvxpy"``, ``"fast"`` or a backend object.
-    strict : raise on a certificate violation; None = True for the oracle, False otherwise.
-        ``False`` with ``backend="cvxpy"`` builds a non-strict oracle (inaccurate solves are
-        recorded as violations and the run goes on).
+    strict : raise on a certificate violation (None: for the oracle only); ``False`` with
+        ``"cvxpy"`` builds a non-strict oracle that records inaccurate solves and goes on.
     tol : tolerance of the certificate and, for a backend given by name, its ``tol``. A block
         passes check 4 when its recomputed KKT residual is <= max(tol, backend.tol).
     callback : ``callback(net, record)`` after every round; returning True stops the run.
@@ -642,8 +613,8 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
     progress : show a tqdm progress bar with the current objectives and accuracy.
     eval_every : evaluate train/test loss and accuracy every that many rounds and after the
         last round of every epoch; None never (the records then hold None).
-    check_every : run the whole certificate every that many rounds and on the last round
-        (default 1); the rounds between check block statuses only.
+    check_every : run the whole certificate every that many rounds and on the last; the
+        rounds between check block statuses only.
     checkpoint, checkpoint_every : a folder to write ``checkpoint.npz`` to (``io.py``) every
         that many rounds, at the end and on ``KeyboardInterrupt`` (then re-raised).
     resume : a checkpoint folder (or file) of this same run (same data and arguments): the run
@@ -652,31 +623,23 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
     Returns ``BCDResult(net, Xs, history)``. Every argument is validated before any solve; bad
     input raises ``ValueError`` naming the parameter and the value.
     """
-    data, steps, state, run, (ckpt, ckpt_every, digest) = _validate(
-        net, X0, Y, batch_size=batch_size, epochs=epochs, iterations=iterations,
-        alternations=alternations, gamma=gamma, backend=backend, strict=strict, tol=tol,
-        callback=callback, X_test=X_test, Y_test=Y_test, eval_every=eval_every,
-        check_every=check_every, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-        resume=resume)
-    if state is None:
-        state = BCDState(list(net.W), History(_initial(net, data, run)))
-    observers = [] if callback is None else [lambda net, s, step: callback(net, s.history.records[-1])]
-    if ckpt is not None:
-        observers.insert(0, _checkpointer(ckpt, ckpt_every, digest))
-    if progress:
-        observers.append(_progress_bar(len(steps), state.iteration, run.config["backend"]))
-    step = None
+    run = _validate(net, X0, Y, dict(
+        batch_size=batch_size, epochs=epochs, iterations=iterations, alternations=alternations,
+        gamma=gamma, backend=backend, strict=strict, tol=tol, callback=callback, X_test=X_test,
+        Y_test=Y_test, progress=progress, eval_every=eval_every, check_every=check_every,
+        checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume))
+    state = run.state or BCDState(list(net.W), History(_initial(net, run.data, run)))
+    observers, step = _observers(run, callback, progress, state), None
     try:
-        if state.iteration < len(steps):
+        if state.iteration < len(run.steps):
             with _threads(run.backend):   # the backend's thread budget over the whole run
-                step = _run(net, data, steps, state, run, observers)
+                step = _run(net, run.data, run.steps, state, run, observers)
     except KeyboardInterrupt:
         net.W = list(state.W)   # the last finished round, as the checkpoint holds it
-        if ckpt is not None:
+        if run.checkpoint[0] is not None:
             observers[0].save(net, state)
         raise
     finally:
         for obs in observers:
             getattr(obs, "close", lambda: None)()
-    batch = None if step is None else step.idx
-    return BCDResult(net, state.Xs, state.history, batch)
+    return BCDResult(net, state.Xs, state.history, None if step is None else step.idx)

@@ -17,29 +17,38 @@ on Ctrl-C), and at the end ``history.json`` (``History.load``), ``model.npz``
 ``accuracy.png``. Per-layer values (``--lam``, ``--rho``, ``--gamma``) take one number or a
 comma-separated list, one per layer. Losses and penalties are sums over the data points (as in
 the paper), so lam and rho are on the scale of the training set (of a batch in Algorithm 2).
-Every argument and the output folder are checked before any work; errors name the flag.
+The hyperparameters' defaults are the package's one set (``defaults.py``: lam 1, rho 1e-3,
+gamma 3 with ``--batch-size`` and 0 without, 1 W-step and 10 X-steps per batch on the fast
+backend). Every argument and the output folder are checked before any work (the constraints of
+``validation.py``); errors name the flag.
 BLAS runs on ``--threads`` threads (default 1: on 2 cores NumPy's and SciPy's two OpenBLAS
 pools oversubscribe the machine; see docs/installation.md).
 """
 import argparse
 import json
-import math
+import numbers
 import os
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
-from . import __version__
+from . import __version__, defaults
+from .validation import (COUNT, GAMMA, LAM, RHO, ROUNDS, SEED, TOL, Interval, PerLayer, check_rounds,
+                         failure)
 
 DATASETS = ("digits", "mnist5k", "mnist", "fashion-mnist", "cifar10")
 ACTIVATIONS = ("relu", "leaky_relu", "sigmoid", "tanh")
-# Defaults measured on digits (1,347 train / 450 test, the oracle, 2 cores); see the README.
-DEFAULTS = dict(dataset="digits", activation="relu", loss="mse", lam="10", rho="1", gamma="0",
-                epochs=1, iterations=10, alternations=1, backend="cvxpy", seed=0)
+# The command's own defaults (its data set, loss and oracle, measured on digits: see the README);
+# the hyperparameters (lam, rho, gamma, iterations, alternations, tol, the fast backend's steps)
+# are the package's one set, ``defaults.py``.
+DEFAULTS = dict(dataset="digits", activation="relu", loss="mse", epochs=1, backend="cvxpy", seed=0)
 #: (features, classes) of each data set, so that --arch is checked before any data is read
 SHAPES = {"digits": (64, 10), "mnist5k": (784, 10), "mnist": (784, 10),
           "fashion-mnist": (784, 10), "cifar10": (3072, 10)}
+#: training points of each data set (digits and mnist5k: their default split)
+TRAIN_SIZES = {"digits": 1347, "mnist5k": 4000, "mnist": 60000, "fashion-mnist": 60000,
+               "cifar10": 50000}
 #: the image shape (C, H, W) of the data sets --arch lenet5 takes
 IMAGES = {"mnist5k": (1, 28, 28), "mnist": (1, 28, 28), "fashion-mnist": (1, 28, 28),
           "cifar10": (3, 32, 32)}
@@ -48,43 +57,37 @@ FAST_ONLY = ("max_iter", "w_steps", "x_steps", "newton_cap", "gram_reuse")
 LARGE = 3000   # the oracle on more training points prints an estimate and suggests --backend fast
 
 
-# --- argument types: each names its flag through argparse ("argument --lam: ...") -------------
-def _integer(minimum):
-    def parse(text):
+# --- argument types: each checks its flag's constraint (validation.py); argparse names the flag
+def _flag(constraint, parse=int):
+    """An argparse type: ``parse`` the text, then check the value against ``constraint``; the
+    error (argparse writes "argument --flag: ...") says what it must be."""
+    def convert(text):
         try:
-            value = int(text)
+            value = parse(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
+            value = text        # unparsable: fails the constraint's type
+        failed = failure(value, constraint)
+        if failed is not None:
+            raise argparse.ArgumentTypeError(f"must be {failed[0]}, got {text!r}")
         return value
-    parse.__name__ = "integer"
-    return parse
+    convert.__name__ = "integer" if parse is int else "number"
+    return convert
 
 
-def _positive_float(text):
+def _numbers(text):
+    """``"1"`` -> 1.0, ``"1,100"`` -> [1.0, 100.0]: one value, or one per layer."""
     try:
-        value = float(text)
+        values = [float(v) for v in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
-    return value
+        raise argparse.ArgumentTypeError(
+            f"must be a number or a comma-separated list of numbers, got {text!r}") from None
+    return values[0] if len(values) == 1 else values
 
 
-def _per_layer(positive):
-    def parse(text):
-        try:
-            values = [float(v) for v in text.split(",")]
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"must be a number or a comma-separated list of numbers, got {text!r}") from None
-        if not all(math.isfinite(v) and (v > 0 if positive else v >= 0) for v in values):
-            raise argparse.ArgumentTypeError(
-                f"must be {'> 0' if positive else '>= 0'} and finite, got {text!r}")
-        return values[0] if len(values) == 1 else values
-    parse.__name__ = "per-layer list"
-    return parse
+def _per_layer(constraint):
+    convert = _flag(PerLayer(constraint), _numbers)
+    convert.__name__ = "per-layer list"
+    return convert
 
 
 def _arch(text):
@@ -99,18 +102,16 @@ def _arch(text):
     return sizes
 
 
-def build_parser():
-    parser = argparse.ArgumentParser(prog="fenchel-cvx", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--version", action="version", version=f"fenchel-cvx {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    fmt = argparse.ArgumentDefaultsHelpFormatter
-    t = sub.add_parser("train", help="train a lifted network by BCD; write its history, model and plots",
-                       formatter_class=fmt)
+COUNT_, ROUNDS_, SEED_ = _flag(COUNT), _flag(ROUNDS), _flag(SEED)
+
+
+def _train_arguments(t):
+    """The flags of ``train``: data, network, algorithm, fast backend, run."""
     d = t.add_argument_group("data")
     d.add_argument("--dataset", choices=DATASETS, default=DEFAULTS["dataset"])
     d.add_argument("--data-dir", type=Path, default=None,
                    help="folder of the data set's files (default $FENCHEL_DATA/<dataset>)")
-    d.add_argument("--train-size", type=_integer(1), default=None,
+    d.add_argument("--train-size", type=COUNT_, default=None,
                    help="use only the first N training points (quick runs)")
     d.add_argument("--dtype", choices=("float32", "float64"), default="float64",
                    help="float type of the data and the weights")
@@ -119,53 +120,70 @@ def build_parser():
                    help="layer sizes like 64-32-10, or lenet5 on image data (default: <features>-32-<classes>)")
     n.add_argument("--activation", default=DEFAULTS["activation"], choices=ACTIVATIONS)
     n.add_argument("--loss", default=DEFAULTS["loss"], choices=["mse", "cross_entropy"])
-    n.add_argument("--lam", type=_per_layer(True), default=DEFAULTS["lam"],
+    n.add_argument("--lam", type=_per_layer(LAM), default=defaults.LAM,
                    help="lambda_l > 0 of the divergences: one, or one per hidden layer")
-    n.add_argument("--rho", type=_per_layer(False), default=DEFAULTS["rho"],
+    n.add_argument("--rho", type=_per_layer(RHO), default=defaults.RHO,
                    help="rho_l >= 0, Frobenius penalty of W_l: one, or one per layer")
-    n.add_argument("--seed", type=_integer(0), default=DEFAULTS["seed"],
+    n.add_argument("--seed", type=SEED_, default=DEFAULTS["seed"],
                    help="seed of the split, the initialisation and the batches")
     a = t.add_argument_group("algorithm (fit_bcd)")
-    a.add_argument("--batch-size", type=_integer(1), default=None,
+    a.add_argument("--batch-size", type=COUNT_, default=None,
                    help="mini-batch size (Algorithm 2); omit for full-batch Algorithm 1")
-    a.add_argument("--epochs", type=_integer(1), default=DEFAULTS["epochs"], help="Algorithm 2 epochs")
-    a.add_argument("--iterations", type=_integer(1), default=DEFAULTS["iterations"],
+    a.add_argument("--epochs", type=ROUNDS_, default=DEFAULTS["epochs"], help="Algorithm 2 epochs")
+    a.add_argument("--iterations", type=ROUNDS_, default=defaults.ITERATIONS,
                    help="Algorithm 1 iterations")
-    a.add_argument("--alternations", type=_integer(1), default=DEFAULTS["alternations"],
+    a.add_argument("--alternations", type=ROUNDS_, default=defaults.ALTERNATIONS,
                    help="Algorithm 2 rounds per batch (K)")
-    a.add_argument("--gamma", type=_per_layer(False), default=DEFAULTS["gamma"],
-                   help="gamma_l >= 0 of the proximal term ||W_l - W0_l||^2: one, or one per layer")
+    a.add_argument("--gamma", type=_per_layer(GAMMA), default=None,
+                   help=f"gamma_l >= 0 of the proximal term ||W_l - W0_l||^2: one, or one per "
+                        f"layer (default: {defaults.GAMMA:g} with --batch-size, "
+                        f"{defaults.GAMMA_FULL_BATCH:g} without)")
     a.add_argument("--backend", choices=["cvxpy", "fast"], default=DEFAULTS["backend"])
-    a.add_argument("--tol", type=_positive_float, default=1e-6, help="certificate / block tolerance")
+    a.add_argument("--tol", type=_flag(TOL, float), default=defaults.TOL,
+                   help="certificate / block tolerance")
     a.add_argument("--strict", action=argparse.BooleanOptionalAction, default=None,
                    help="stop at the first certificate violation (default: only for cvxpy)")
-    a.add_argument("--check-every", type=_integer(1), default=1,
+    a.add_argument("--check-every", type=COUNT_, default=1,
                    help="run the whole certificate every N rounds (and on the last)")
-    a.add_argument("--eval-every", type=_integer(1), default=1,
+    a.add_argument("--eval-every", type=COUNT_, default=1,
                    help="evaluate train/test accuracy every N rounds (and at epoch ends)")
-    a.add_argument("--checkpoint-every", type=_integer(1), default=10,
+    a.add_argument("--checkpoint-every", type=COUNT_, default=10,
                    help="write checkpoint.npz every N rounds (and on Ctrl-C)")
-    f = t.add_argument_group("fast backend (FastBackend; --backend fast only)")
-    f.add_argument("--max-iter", type=_integer(1), default=None, help="iteration cap of every loop (500)")
-    f.add_argument("--w-steps", type=_integer(1), default=None,
-                   help="warm-started steps per W-block (default: to --tol)")
-    f.add_argument("--x-steps", type=_integer(1), default=None,
-                   help="FISTA steps per X-block (default: to --tol)")
-    f.add_argument("--newton-cap", type=_integer(0), default=None,
-                   help="active-set size up to which W rows take Newton steps (default: balanced)")
-    f.add_argument("--gram-reuse", type=_integer(1), default=None,
-                   help="W solves one Gram factorisation serves (1)")
+    _fast_arguments(t.add_argument_group("fast backend (FastBackend; --backend fast only)"))
     o = t.add_argument_group("run")
     o.add_argument("--out", type=Path, default=None, help="output folder (default runs/<timestamp>)")
-    o.add_argument("--threads", type=_integer(1), default=1, help="BLAS threads (threadpoolctl)")
+    o.add_argument("--threads", type=COUNT_, default=1, help="BLAS threads (threadpoolctl)")
     o.add_argument("--no-baseline", action="store_true",
                    help="skip the logistic-regression accuracy in the summary")
     o.add_argument("--quiet", action="store_true", help="no progress bar")
 
+
+def _fast_arguments(f):
+    f.add_argument("--max-iter", type=COUNT_, default=None, help="iteration cap of every loop (500)")
+    f.add_argument("--w-steps", type=COUNT_, default=None,
+                   help=f"warm-started steps per W-block (default: {defaults.W_STEPS} with "
+                        f"--batch-size, else to --tol)")
+    f.add_argument("--x-steps", type=COUNT_, default=None,
+                   help=f"FISTA steps per X-block (default: {defaults.X_STEPS} with --batch-size, "
+                        f"else to --tol)")
+    f.add_argument("--newton-cap", type=_flag(Interval(numbers.Integral, 0, None)), default=None,
+                   help="active-set size up to which W rows take Newton steps (default: balanced)")
+    f.add_argument("--gram-reuse", type=COUNT_, default=None,
+                   help="W solves one Gram factorisation serves (1)")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="fenchel-cvx", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"fenchel-cvx {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    _train_arguments(sub.add_parser(
+        "train", help="train a lifted network by BCD; write its history, model and plots",
+        formatter_class=fmt))
     r = sub.add_parser("resume", help="continue an interrupted train run from its folder",
                        formatter_class=fmt)
     r.add_argument("run", type=Path, help="the run's folder (holding run.json and checkpoint.npz)")
-    r.add_argument("--threads", type=_integer(1), default=None, help="BLAS threads (default: the run's)")
+    r.add_argument("--threads", type=COUNT_, default=None, help="BLAS threads (default: the run's)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
 
     e = sub.add_parser("evaluate", help="loss and accuracy of a saved model on a data set",
@@ -173,9 +191,9 @@ def build_parser():
     e.add_argument("model", type=Path, help="a model.npz, or a run folder holding one")
     e.add_argument("--dataset", choices=DATASETS, default=None, help="(default: the run's)")
     e.add_argument("--data-dir", type=Path, default=None, help="(default: the run's, or $FENCHEL_DATA)")
-    e.add_argument("--seed", type=_integer(0), default=None, help="seed of the split (default: the run's, or 0)")
+    e.add_argument("--seed", type=SEED_, default=None, help="seed of the split (default: the run's, or 0)")
     e.add_argument("--split", choices=("test", "train"), default="test")
-    e.add_argument("--threads", type=_integer(1), default=1, help="BLAS threads")
+    e.add_argument("--threads", type=COUNT_, default=1, help="BLAS threads")
 
     p = sub.add_parser("predict", help="predict from a saved model; rows of INPUT are data points",
                        formatter_class=fmt)
@@ -184,7 +202,7 @@ def build_parser():
     p.add_argument("--out", type=Path, default=None, help="CSV to write (default: standard output)")
     p.add_argument("--output", choices=("label", "proba", "raw"), default="label",
                    help="class labels, class probabilities (cross-entropy: softmax), or the network output")
-    p.add_argument("--threads", type=_integer(1), default=1, help="BLAS threads")
+    p.add_argument("--threads", type=COUNT_, default=1, help="BLAS threads")
     return parser
 
 
@@ -238,6 +256,12 @@ def _check_train(args):
     if args.arch not in (None, "lenet5") and (args.arch[0] != p_in or args.arch[-1] != k):
         _fail("--arch", f"{'-'.join(map(str, args.arch))} does not fit {args.dataset}: the input "
                         f"size must be {p_in} and the output size {k}")
+    m = TRAIN_SIZES[args.dataset]
+    if (args.train_size or 0) > m:
+        _fail("--train-size", f"{args.dataset} has {m} training points, got {args.train_size}")
+    check_rounds(args.train_size or m, args.batch_size, args.epochs, args.alternations,
+                 names={"epochs": "--epochs", "batch_size": "--batch-size",
+                        "alternations": "--alternations"})
     _check_data_dir(args)
 
 
@@ -268,75 +292,70 @@ def _oracle_estimate(total, m):
     return estimate
 
 
-def train(args, resume=False):
-    import numpy as np
+def _start(args, resume):
+    """The run's folder: for a new run, created now (empty) with ``run.json`` (the arguments)."""
+    if resume:
+        return args.out
+    from .io import write_json
 
-    from . import datasets
-    from .bcd import fit_bcd
+    out = _check_out("--out", args.out or _default_out(), must_not_exist=True)
+    saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    write_json(out / "run.json", dict(saved, out=str(out)))
+    return out
+
+
+def _network(args, data):
+    """The network of ``--arch`` (default <features>-32-<classes>) and its label for the banner."""
     from .network import LiftedNetwork, lenet5
-    from .plotting import plot_accuracy, plot_objectives
 
-    t0 = time.perf_counter()
-    _check_train(args)
-    out = args.out
-    if not resume:
-        out = _check_out("--out", args.out or _default_out(), must_not_exist=True)
-        saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-        from .io import write_json
-
-        write_json(out / "run.json", dict(saved, out=str(out)))
-    data = _load(args)
-    X, y = data.X_train, data.y_train
-    if args.train_size is not None:
-        X, y = X[:, :args.train_size], y[:args.train_size]
     arch = args.arch or [data.n_features, 32, data.n_classes]
-    dtype = np.dtype(args.dtype)
-    X, X_test = X.astype(dtype, copy=False), data.X_test.astype(dtype, copy=False)
-    Y, Y_test = datasets.one_hot(y, data.n_classes), datasets.one_hot(data.y_test, data.n_classes)
     kw = dict(activation=args.activation, loss=args.loss, lam=args.lam, rho=args.rho,
-              seed=args.seed, dtype=dtype)
+              seed=args.seed, dtype=args.dtype)
     net = (lenet5(IMAGES[args.dataset], data.n_classes, **kw) if arch == "lenet5"
            else LiftedNetwork(arch, **kw))
-    arch = "-".join(map(str, net.layer_sizes)) + (" (LeNet-5)" if arch == "lenet5" else "")
-    backend = args.backend
-    if backend == "fast":
-        from .fast import FastBackend
+    return net, "-".join(map(str, net.layer_sizes)) + (" (LeNet-5)" if arch == "lenet5" else "")
 
-        backend = FastBackend(tol=args.tol, **{k: getattr(args, k) for k in FAST_ONLY
-                                                if getattr(args, k) is not None})
-    total = args.iterations if args.batch_size is None else args.epochs * args.alternations * (
-        -(-X.shape[1] // args.batch_size))
-    callback = None
-    if args.backend == "cvxpy" and X.shape[1] > LARGE:
-        callback = _oracle_estimate(total, X.shape[1])
+
+def _backend(args):
+    """``--backend``: the oracle by name, or a FastBackend of the fast flags (a batched run
+    takes ``defaults.W_STEPS`` / ``X_STEPS`` inexact steps per batch unless they are given)."""
+    if args.backend != "fast":
+        return args.backend
+    from .fast import FastBackend
+
+    given = {k: getattr(args, k) for k in FAST_ONLY if getattr(args, k) is not None}
+    steps = {} if args.batch_size is None else dict(w_steps=defaults.W_STEPS, x_steps=defaults.X_STEPS)
+    return FastBackend(tol=args.tol, **{**steps, **given})
+
+
+def _banner(args, resume, n_train, n_test, arch, out):
+    gamma = defaults.gamma_for(args.batch_size) if args.gamma is None else args.gamma
     algo = (f"Algorithm 1, {args.iterations} iterations" if args.batch_size is None else
             f"Algorithm 2, batch {args.batch_size}, {args.epochs} epochs x {args.alternations} "
-            f"alternations, gamma={args.gamma}")
-    print(f"fenchel-cvx {'resume' if resume else 'train'}: {args.dataset} ({X.shape[1]} train / "
-          f"{X_test.shape[1]} test), {arch} {args.activation}, {args.loss}, "
-          f"lam={args.lam}, rho={args.rho}; {algo}; backend {args.backend}; {args.threads} "
-          f"thread(s); output {out}", flush=True)
-    try:  # fit_bcd checkpoints on Ctrl-C; before it starts there is nothing to save
-        res = fit_bcd(net, X, Y, batch_size=args.batch_size, epochs=args.epochs,
-                      iterations=args.iterations, alternations=args.alternations, gamma=args.gamma,
-                      backend=backend, strict=args.strict, tol=args.tol, X_test=X_test,
-                      Y_test=Y_test, progress=not args.quiet, eval_every=args.eval_every,
-                      check_every=args.check_every, callback=callback, checkpoint=out,
-                      checkpoint_every=args.checkpoint_every, resume=out if resume else None)
-    except KeyboardInterrupt:
-        from .io import load_checkpoint
+            f"alternations, gamma={gamma}")
+    print(f"fenchel-cvx {'resume' if resume else 'train'}: {args.dataset} ({n_train} train / "
+          f"{n_test} test), {arch} {args.activation}, {args.loss}, lam={args.lam}, "
+          f"rho={args.rho}; {algo}; backend {args.backend}; {args.threads} thread(s); "
+          f"output {out}", flush=True)
 
-        if not (out / "checkpoint.npz").is_file():
-            print("\nfenchel-cvx: interrupted before the first round; nothing to resume",
-                  file=sys.stderr)
-            return 130
-        done = load_checkpoint(out)[1]["iteration"]
-        print(f"\nfenchel-cvx: interrupted after round {done} of {total}; the state is saved in "
-              f"{out / 'checkpoint.npz'}.\nContinue with:  fenchel-cvx resume {out}",
-              file=sys.stderr)
+
+def _interrupted(out, total):
+    """Ctrl-C: say where the state is and how to resume (exit status 130)."""
+    from .io import load_checkpoint
+
+    if not (out / "checkpoint.npz").is_file():
+        print("\nfenchel-cvx: interrupted before the first round; nothing to resume", file=sys.stderr)
         return 130
-    h = res.history
-    h.config.update(dataset=args.dataset, train_size=int(X.shape[1]))
+    done = load_checkpoint(out)[1]["iteration"]
+    print(f"\nfenchel-cvx: interrupted after round {done} of {total}; the state is saved in "
+          f"{out / 'checkpoint.npz'}.\nContinue with:  fenchel-cvx resume {out}", file=sys.stderr)
+    return 130
+
+
+def _summary(args, net, h, out, train, test, t0):
+    """Write the history, the model and the plots; print the accuracies and the certificate."""
+    from .plotting import plot_accuracy, plot_objectives
+
     files = [h.save(out / "history.json"), net.save(out / "model.npz"), out / "objectives.png",
              out / "accuracy.png"]
     plot_objectives(h, files[2])
@@ -347,15 +366,48 @@ def train(args, resume=False):
     if not args.no_baseline:
         from sklearn.linear_model import LogisticRegression
 
-        lr = LogisticRegression(max_iter=5000).fit(X.T, y)
-        line += f" (logistic regression on the same split: {lr.score(X_test.T, data.y_test):.4f})"
+        lr = LogisticRegression(max_iter=5000).fit(train[0].T, train[1])
+        line += f" (logistic regression on the same split: {lr.score(test[0].T, test[1]):.4f})"
     print(line)
     if last["checked"]:
         print(f"lifted objective {last['lifted_x']:.6g} <= network objective "
               f"{last['network_x']:.6g} at the last X-sweep; ", end="")
+    inexact = sum(v["check"] == "block_optimality" for v in h.violations)
+    why = f"; {inexact} block-optimality: inexact blocks (--w-steps, --x-steps)" if inexact else ""
     print(f"certificate held at every iteration: "
-          f"{'yes' if h.certificate_held else 'no (' + str(len(h.violations)) + ' violations)'}")
+          f"{'yes' if h.certificate_held else f'no ({len(h.violations)} violations{why})'}")
     print(f"wrote {', '.join(str(f) for f in files)} in {time.perf_counter() - t0:.1f} s")
+
+
+def train(args, resume=False):
+    from . import datasets
+    from .bcd import fit_bcd
+
+    t0 = time.perf_counter()
+    _check_train(args)
+    out = _start(args, resume)
+    data = _load(args)
+    X, y = data.X_train[:, :args.train_size], data.y_train[:args.train_size]
+    X, X_test = X.astype(args.dtype, copy=False), data.X_test.astype(args.dtype, copy=False)
+    Y, Y_test = datasets.one_hot(y, data.n_classes), datasets.one_hot(data.y_test, data.n_classes)
+    net, arch = _network(args, data)
+    total = args.iterations if args.batch_size is None else args.epochs * args.alternations * (
+        -(-X.shape[1] // args.batch_size))
+    callback = None
+    if args.backend == "cvxpy" and X.shape[1] > LARGE:
+        callback = _oracle_estimate(total, X.shape[1])
+    _banner(args, resume, X.shape[1], X_test.shape[1], arch, out)
+    try:  # fit_bcd checkpoints on Ctrl-C; before it starts there is nothing to save
+        res = fit_bcd(net, X, Y, batch_size=args.batch_size, epochs=args.epochs,
+                      iterations=args.iterations, alternations=args.alternations, gamma=args.gamma,
+                      backend=_backend(args), strict=args.strict, tol=args.tol, X_test=X_test,
+                      Y_test=Y_test, progress=not args.quiet, eval_every=args.eval_every,
+                      check_every=args.check_every, callback=callback, checkpoint=out,
+                      checkpoint_every=args.checkpoint_every, resume=out if resume else None)
+    except KeyboardInterrupt:
+        return _interrupted(out, total)
+    res.history.config.update(dataset=args.dataset, train_size=int(X.shape[1]))
+    _summary(args, net, res.history, out, (X, y), (X_test, data.y_test), t0)
     return 0
 
 

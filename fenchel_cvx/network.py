@@ -18,63 +18,23 @@ specs)`` any sequence of layer specs, and ``lenet5`` the paper's LeNet-5.
 """
 from __future__ import annotations
 
-import math
-import numbers
 import os
 from pathlib import Path
 
 import numpy as np
 from array_api_compat import array_namespace
 
+from . import defaults
 from .activations import activation as _activation
-from .datasets import check_dtype
 from .layers import AvgPool2d, Conv2d, Dense, Flatten, build_maps
 from .losses import loss as _loss
+from .validation import COUNT, LAM, RHO, SEED, PerLayer, Sizes, check, check_dtype, check_matrix, validate
 
 
 def augment(X):
     """X~ = [X; 1^T]: append a row of ones (the bias input)."""
     xp = array_namespace(X)
     return xp.concat([X, xp.ones((1, X.shape[1]), dtype=X.dtype)], axis=0)
-
-
-def _per_layer(value, n, name, positive=False):
-    """A scalar or a length-n sequence of nonnegative (positive) finite numbers -> n floats."""
-    vals = [value] * n if isinstance(value, numbers.Real) else list(value)
-    if len(vals) != n:
-        raise ValueError(f"{name} must be a number or a sequence of {n} numbers, got {value!r}")
-    for v in vals:
-        if not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0 or (positive and v == 0):
-            raise ValueError(f"{name} must be {'>' if positive else '>='} 0 and finite, got {v!r}")
-    return [float(v) for v in vals]
-
-
-def check_data(name, A, rows=None, cols=None, shape=None):
-    """Validate a finite 2-D data matrix; return it as a float array.
-
-    ``shape``: the input shape whose flattened size is ``rows`` (named in the error). Arrays of
-    a library without the array API (a PyTorch tensor, ...) become NumPy arrays; scipy.sparse
-    matrices are refused (every block of the lifted problem is dense)."""
-    if type(A).__module__.startswith("scipy.sparse"):
-        raise ValueError(f"{name} must be a dense array, got a scipy.sparse "
-                         f"{type(A).__name__}: pass {name}.toarray()")
-    if not isinstance(A, np.ndarray) and not hasattr(A, "__array_namespace__"):
-        A = np.asarray(A.detach().cpu() if hasattr(A, "detach") else A)
-    if isinstance(A, (list, tuple)) or (isinstance(A, np.ndarray) and A.dtype.kind in "biu"):
-        A = np.asarray(A, dtype=float)  # integer pixels become float64; float32 stays float32
-    if A.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array (features x data points), got shape {A.shape}")
-    if rows is not None and A.shape[0] != rows:
-        what = "" if shape is None or len(shape) == 1 else f" (an input of shape {tuple(shape)}, flattened)"
-        raise ValueError(f"{name} must have {rows} rows{what}, got shape {A.shape}")
-    if cols is not None and A.shape[1] != cols:
-        raise ValueError(f"{name} must have {cols} columns (data points), got shape {A.shape}")
-    if A.shape[1] == 0:
-        raise ValueError(f"{name} must hold at least one data point, got shape {A.shape}")
-    xp = array_namespace(A)
-    if not bool(xp.all(xp.isfinite(A))):
-        raise ValueError(f"{name} must be finite, got NaN or inf entries")
-    return A
 
 
 class LiftedNetwork:
@@ -87,24 +47,24 @@ class LiftedNetwork:
     activation : name, ``Activation`` or a sequence of L of them (one per hidden layer).
     loss : ``"mse"`` or ``"cross_entropy"``.
     lam : lambda_l > 0 weighting B_l; a number or one per hidden layer (Appendix A: a single
-        lambda loses no generality for ReLU).
-    rho : rho_l >= 0, the Frobenius penalty of W_l; a number or one per layer (L + 1).
-    seed : seed of the Xavier-uniform initialisation (biases start at 0).
-    dtype : NumPy dtype (or its name) of the weights.
+        lambda loses no generality for ReLU). Default ``defaults.LAM`` (1).
+    rho : rho_l >= 0, the Frobenius penalty of W_l; a number or one per layer (L + 1). Default
+        ``defaults.RHO`` (1e-3).
+    seed : an integer >= 0, the seed of the Xavier-uniform initialisation (biases start at 0).
+    dtype : NumPy dtype (or its name) of the weights: float32 or float64.
+
+    Every argument is checked (``validation.py``) before the weights are drawn.
     """
 
-    def __init__(self, layer_sizes, activation="relu", loss="mse", lam=1.0, rho=0.0, seed=0,
-                 dtype=np.float64):
-        sizes = list(layer_sizes)
-        if len(sizes) < 2 or not all(isinstance(p, numbers.Integral) and not isinstance(p, bool)
-                                     and p > 0 for p in sizes):
-            raise ValueError(f"layer_sizes must be >= 2 positive integers, got {layer_sizes!r}")
-        self._build((int(sizes[0]),), [Dense(int(p)) for p in sizes[1:]], activation, loss, lam,
-                    rho, seed, dtype)
+    def __init__(self, layer_sizes, activation="relu", loss="mse", lam=defaults.LAM,
+                 rho=defaults.RHO, seed=0, dtype=np.float64):
+        sizes = check("layer_sizes", layer_sizes, Sizes(2))
+        self._build((sizes[0],), [Dense(p) for p in sizes[1:]], activation, loss, lam, rho, seed,
+                    dtype)
 
     @classmethod
-    def from_layers(cls, input_shape, layers, activation="relu", loss="mse", lam=1.0, rho=0.0,
-                    seed=0, dtype=np.float64):
+    def from_layers(cls, input_shape, layers, activation="relu", loss="mse", lam=defaults.LAM,
+                    rho=defaults.RHO, seed=0, dtype=np.float64):
         """A network from layer specs (``layers.py``): ``Dense``, ``Conv2d``, ``AvgPool2d``,
         ``Flatten`` or their dicts, on inputs of ``input_shape`` ((features,) or (C, H, W))."""
         net = cls.__new__(cls)
@@ -112,8 +72,8 @@ class LiftedNetwork:
         return net
 
     def _build(self, input_shape, specs, activation, loss, lam, rho, seed, dtype):
-        specs = list(specs)
-        self.layers = build_maps(input_shape, specs)
+        dtype, seed = check_dtype(dtype), check("seed", seed, SEED)
+        self.layers = build_maps(input_shape, list(specs))
         self.specs = [s for m in self.layers for s in m.specs]
         self.input_shape = self.layers[0].in_shape
         self.layer_sizes = (self.layers[0].n_in, *(m.n_out for m in self.layers))
@@ -123,9 +83,8 @@ class LiftedNetwork:
             raise ValueError(f"activation must be one or a sequence of {L}, got {activation!r}")
         self.activations = [_activation(a) for a in acts]
         self.loss = _loss(loss)
-        self.lam = _per_layer(lam, L, "lam", positive=True)
-        self.rho = _per_layer(rho, L + 1, "rho")
-        dtype = check_dtype(dtype)
+        hyper = validate(dict(lam=PerLayer(LAM, L), rho=PerLayer(RHO, L + 1)), dict(lam=lam, rho=rho))
+        self.lam, self.rho = hyper["lam"], hyper["rho"]
         self.seed = seed
         rng = np.random.default_rng(seed)
         self.W = [m.init(rng, dtype) for m in self.layers]
@@ -175,18 +134,25 @@ class LiftedNetwork:
 
         return load_network(path)
 
-    # --- validation -------------------------------------------------------------------------
-    def check_inputs(self, X0, Y=None):
-        X0 = check_data("X0", X0, rows=self.layer_sizes[0], shape=self.input_shape)
+    # --- validation (``validation.check_matrix``) ---------------------------------------------
+    def check_inputs(self, X0, Y=None, *, dtype=None, xp=None, names=("X0", "Y")):
+        """``(X0, Y)`` checked against the network's input and output sizes (``dtype``, ``xp``:
+        the working dtype and array library, see ``validation.check_matrix``)."""
+        shape = self.input_shape
+        what = ("the network's input size" if len(shape) == 1
+                else f"an input of shape {tuple(shape)}, flattened")
+        X0 = check_matrix(names[0], X0, dtype=dtype, xp=xp, rows=self.layer_sizes[0], rows_what=what)
         if Y is not None:
-            Y = check_data("Y", Y, rows=self.layer_sizes[-1], cols=X0.shape[1])
+            Y = check_matrix(names[1], Y, dtype=dtype, xp=xp, rows=self.layer_sizes[-1],
+                             cols=X0.shape[1], rows_what="the network's output size")
         return X0, Y
 
     def check_lifted(self, X0, Xs):
         if len(Xs) != self.n_hidden:
             raise ValueError(f"Xs must hold {self.n_hidden} matrices X_1..X_L, got {len(Xs)}")
-        return [check_data(f"Xs[{l}] (X_{l + 1})", Xl, rows=self.layer_sizes[l + 1],
-                           cols=X0.shape[1]) for l, Xl in enumerate(Xs)]
+        return [check_matrix(f"Xs[{l}] (X_{l + 1})", Xl, rows=self.layer_sizes[l + 1],
+                             cols=X0.shape[1], rows_what=f"the size of layer {l + 1}")
+                for l, Xl in enumerate(Xs)]
 
     # --- the map ----------------------------------------------------------------------------
     def pre_activation(self, l, Xl):
@@ -253,6 +219,7 @@ def lenet5(input_shape=(1, 28, 28), n_classes=10, **kwargs):
     fc ``n_classes``, ReLU. A 28 x 28 input is zero-padded to 32 x 32 by the first convolution
     (padding 2); a 32 x 32 input (CIFAR-10's (3, 32, 32)) is not. ``kwargs`` go to
     ``LiftedNetwork.from_layers`` (activation, loss, lam, rho, seed, dtype)."""
+    n_classes = check("n_classes", n_classes, COUNT)
     shape = tuple(input_shape)
     if len(shape) != 3 or shape[1:] not in ((28, 28), (32, 32)):
         raise ValueError(f"input_shape must be (channels, 28, 28) or (channels, 32, 32) for "

@@ -26,6 +26,7 @@ import numpy as np
 
 from .backends import get_backend
 from .blocks import x_block
+from .validation import COUNT, check
 
 RULES = ("feedforward", "optimization")
 
@@ -60,9 +61,8 @@ def predict(net, X0, rule="feedforward", backend="cvxpy", sweeps=2, tol=1e-6):
     """
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-    if isinstance(sweeps, bool) or not isinstance(sweeps, int) or sweeps < 1:
-        raise ValueError(f"sweeps must be an integer >= 1, got {sweeps!r}")
-    X0, _ = net.check_inputs(np.asarray(X0, dtype=float))
+    check("sweeps", sweeps, COUNT)
+    X0, _ = net.check_inputs(X0, dtype=np.float64)
     Xff, out = net.forward(X0)
     if rule == "feedforward":
         return out

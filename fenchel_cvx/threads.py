@@ -16,8 +16,9 @@ Libraries are named by the package that ships the shared object (``numpy``, ``sc
 """
 import contextlib
 import functools
-import numbers
 from pathlib import PurePath
+
+from .validation import COUNT, check
 
 __all__ = ["LIBRARIES", "controller", "limit_threads", "owner", "per_library", "plan", "pools"]
 
@@ -45,13 +46,8 @@ def plan(threads):
     beyond the idle cores hurt. PyTorch's pools (the backprop baselines) and any other get
     ``threads``.
     """
-    _check_count("threads", threads)
+    threads = check("threads", threads, COUNT)
     return {"numpy": threads, "scipy": 1, "torch": threads, "other": threads}
-
-
-def _check_count(name, n):
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {n!r}")
 
 
 def per_library(threads):
@@ -61,9 +57,7 @@ def per_library(threads):
         if unknown:
             raise ValueError(f"threads names unknown libraries {sorted(unknown)}; "
                              f"expected some of {LIBRARIES}")
-        for name, n in threads.items():
-            _check_count(f"threads[{name!r}]", n)
-        return dict(threads)
+        return {name: check(f"threads[{name!r}]", n, COUNT) for name, n in threads.items()}
     return plan(threads)
 
 

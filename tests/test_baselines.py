@@ -90,14 +90,14 @@ def test_activations_train(digits, activation):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(optimizer="rmsprop"), "optimizer must be one of 'sgd', 'adam', got 'rmsprop'"),
+    (dict(optimizer="rmsprop"), "optimizer must be one of \\['sgd', 'adam'\\], got 'rmsprop'"),
     (dict(activation="gelu"), "activation must be one of .*got 'gelu'"),
-    (dict(lr=-1.0), "lr must be a positive number, got -1.0"),
-    (dict(activation="leaky_relu", slope=2.0), "slope must be in \\(0, 1\\), got 2.0"),
-    (dict(threads=0), "threads must be a positive integer or None, got 0"),
-    (dict(layer_sizes=(63, 10)), "X_train must have shape \\(layer_sizes\\[0\\]=63, m\\)"),
+    (dict(lr=-1.0), "lr must be > 0 and finite or None, got -1.0"),
+    (dict(activation="leaky_relu", slope=2.0), "slope must be a number in \\(0, 1\\), got 2.0"),
+    (dict(threads=0), "threads must be an integer >= 1 or None, got 0"),
+    (dict(layer_sizes=(63, 10)), "X_train must have 63 rows \\(layer_sizes\\[0\\]=63\\)"),
     (dict(layer_sizes=(64, 5)), "y_train must hold labels in 0..4 \\(layer_sizes\\[-1\\]\\)"),
-    (dict(layer_sizes=(64,)), "layer_sizes must be at least two positive integers"),
+    (dict(layer_sizes=(64,)), "layer_sizes must be a sequence of at least 2 positive integers"),
     (dict(batches=[]), "batches must be a non-empty list of epochs"),
     (dict(batches=[[np.array([0, 5000])]]), "batches\\[0\\] must hold non-empty integer index arrays"),
 ])

@@ -201,14 +201,14 @@ def test_callback_can_stop_and_regression_history(tiny):
 
 # --- validation before any solve ---------------------------------------------------------------
 @pytest.mark.parametrize("change,match", [
-    (dict(X0=np.zeros((4, 0)), Y=np.zeros((3, 0))), r"X0 is empty"),
+    (dict(X0=np.zeros((4, 0)), Y=np.zeros((3, 0))), r"X0 must hold at least one data point"),
     (dict(Y=np.zeros((2, 30))), r"Y must have 3 rows \(the network's output size\)"),
-    (dict(Y=np.zeros((3, 29))), r"Y must have one column per data point"),
+    (dict(Y=np.zeros((3, 29))), r"Y must have 30 columns \(data points\)"),
     (dict(X0=np.full((4, 30), np.nan)), r"X0 must be finite"),
     (dict(X0=np.zeros((5, 30))), r"X0 must have 4 rows"),
-    (dict(batch_size=-5), r"batch_size must be an integer >= 1, got -5"),
-    (dict(batch_size=0), r"batch_size must be an integer >= 1, got 0"),
-    (dict(batch_size=2.5), r"batch_size must be an integer >= 1, got 2.5"),
+    (dict(batch_size=-5), r"batch_size must be an integer >= 1 or None, got -5"),
+    (dict(batch_size=0), r"batch_size must be an integer >= 1 or None, got 0"),
+    (dict(batch_size=2.5), r"batch_size must be an integer >= 1 or None, got 2.5"),
     (dict(gamma=-1.0), r"gamma must be >= 0 and finite, got -1.0"),
     (dict(gamma=[1.0, 2.0]), r"gamma must be a number or a sequence of 3 numbers"),
     (dict(iterations=0), r"iterations must be an integer >= 1, got 0"),
@@ -300,7 +300,7 @@ def test_eval_every_evaluates_on_schedule():
     res = fit_bcd(net, X, Y, batch_size=50, epochs=1, gamma=1.0, backend="fast", eval_every=None)
     assert all(r["train_accuracy"] is None for r in res.history.records)
     assert res.history.config["initial"] is None
-    with pytest.raises(ValueError, match="eval_every must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="eval_every must be an integer >= 1 or None, got 0"):
         fit_bcd(net, X, Y, eval_every=0)
 
 

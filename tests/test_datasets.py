@@ -303,7 +303,7 @@ def test_one_hot_properties(labels):
     ([-1, 0], 3, "got -1"),
     ([0.0, 1.0], 3, "y must be a 1-D array of integer labels"),
     ([[0, 1]], 3, "y must be a 1-D array"),
-    ([0, 1], 0, "n_classes must be a positive integer, got 0"),
+    ([0, 1], 0, "n_classes must be an integer >= 1, got 0"),
 ])
 def test_one_hot_rejects_bad_input(y, n_classes, message):
     with pytest.raises(ValueError, match=message):
@@ -332,11 +332,11 @@ def test_batch_order_epochs_and_seeds_differ():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(m=0, batch_size=1, epochs=1), "m must be a positive integer, got 0"),
-    (dict(m=10, batch_size=-3, epochs=1), "batch_size must be a positive integer, got -3"),
-    (dict(m=10, batch_size=2.0, epochs=1), "batch_size must be a positive integer, got 2.0"),
-    (dict(m=10, batch_size=2, epochs=0), "epochs must be a positive integer, got 0"),
-    (dict(m=10, batch_size=2, epochs=True), "epochs must be a positive integer, got True"),
+    (dict(m=0, batch_size=1, epochs=1), "m must be an integer >= 1, got 0"),
+    (dict(m=10, batch_size=-3, epochs=1), "batch_size must be an integer >= 1, got -3"),
+    (dict(m=10, batch_size=2.0, epochs=1), "batch_size must be an integer >= 1, got 2.0"),
+    (dict(m=10, batch_size=2, epochs=0), "epochs must be an integer >= 1, got 0"),
+    (dict(m=10, batch_size=2, epochs=True), "epochs must be an integer >= 1, got True"),
     (dict(m=10, batch_size=2, epochs=1, seed=-1), "seed must be an integer >= 0, got -1"),
 ])
 def test_batch_order_rejects_bad_arguments(kwargs, message):

@@ -254,8 +254,8 @@ def test_predict_log_proba(small_digits):
 @pytest.mark.parametrize("param, value, match", [
     ("warm_start", 1, "warm_start must be True or False"),
     ("early_stopping", "yes", "early_stopping must be True or False"),
-    ("validation_fraction", 1.0, "validation_fraction must be in"),
-    ("validation_fraction", 0, "validation_fraction must be in"),
+    ("validation_fraction", 1.0, r"validation_fraction must be a number in \(0, 1\), got 1.0"),
+    ("validation_fraction", 0, r"validation_fraction must be a number in \(0, 1\), got 0"),
     ("n_iter_no_change", 0, "n_iter_no_change must be an integer >= 1"),
 ])
 def test_parity_parameters_validated(small_digits, param, value, match):

@@ -10,7 +10,8 @@ from scipy.special import expit, log_softmax
 
 from conftest import ACTIVATION_NAMES, LOSS_NAMES, make_problem
 from fenchel_cvx.activations import LeakyReLU
-from fenchel_cvx.network import LiftedNetwork, augment, check_data
+from fenchel_cvx.network import LiftedNetwork, augment
+from fenchel_cvx.validation import check_matrix
 
 SIZES = (3, 4, 5, 2)
 
@@ -186,12 +187,12 @@ def test_list_input_accepted():
     net = LiftedNetwork((2, 3, 1), seed=0)
     X0 = [[0.0, 1.0], [2.0, -1.0]]
     np.testing.assert_allclose(net.predict(X0), net.predict(np.array(X0)))
-    assert check_data("X0", X0).dtype == np.float64
+    assert check_matrix("X0", X0).dtype == np.float64
 
 
 # --- bad input ------------------------------------------------------------------------------
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(layer_sizes=(3,)), r"layer_sizes must be >= 2 positive integers, got \(3,\)"),
+    (dict(layer_sizes=(3,)), r"layer_sizes must be a sequence of at least 2 positive integers, got \(3,\)"),
     (dict(layer_sizes=()), r"layer_sizes must be .* got \(\)"),
     (dict(layer_sizes=(3, 0, 2)), r"layer_sizes must be .* got \(3, 0, 2\)"),
     (dict(layer_sizes=(3, -4, 2)), r"layer_sizes must be .* got \(3, -4, 2\)"),
@@ -220,16 +221,16 @@ def test_constructor_rejects_bad_arguments(kwargs, match):
 def test_data_errors_name_the_parameter_and_value():
     net, X0, Y, Xs = make_problem(SIZES, m=5)
     cases = [
-        (lambda: net.network_objective(X0[:2], Y), r"X0 must have 3 rows, got shape \(2, 5\)"),
+        (lambda: net.network_objective(X0[:2], Y), r"X0 must have 3 rows \(the network's input size\), got shape \(2, 5\)"),
         (lambda: net.network_objective(X0, Y[:, :4]),
          r"Y must have 5 columns \(data points\), got shape \(2, 4\)"),
-        (lambda: net.network_objective(X0, Y[:1]), r"Y must have 2 rows, got shape \(1, 5\)"),
+        (lambda: net.network_objective(X0, Y[:1]), r"Y must have 2 rows \(the network's output size\), got shape \(1, 5\)"),
         (lambda: net.network_objective(X0[0], Y), r"X0 must be a 2-D array .* got shape \(5,\)"),
         (lambda: net.predict(X0[:, :0]), r"X0 must hold at least one data point, got shape \(3, 0\)"),
         (lambda: net.lifted_objective(X0, Y, Xs[:1]), r"Xs must hold 2 matrices X_1..X_L, got 1"),
         (lambda: net.lifted_objective(X0, Y, [*Xs, Xs[0]]), r"Xs must hold 2 matrices .* got 3"),
         (lambda: net.lifted_objective(X0, Y, [Xs[0][:3], Xs[1]]),
-         r"Xs\[0\] \(X_1\) must have 4 rows, got shape \(3, 5\)"),
+         r"Xs\[0\] \(X_1\) must have 4 rows \(the size of layer 1\), got shape \(3, 5\)"),
         (lambda: net.lifted_objective(X0, Y, [Xs[0], Xs[1][:, :2]]),
          r"Xs\[1\] \(X_2\) must have 5 columns \(data points\), got shape \(5, 2\)"),
     ]

@@ -1,10 +1,11 @@
 """The oracle is robust by construction: it meets its tolerance on ordinary input, or says why not.
 
 * The sweep: seeds x 3 shapes x {relu, leaky_relu, sigmoid, tanh} x {mse, cross_entropy} x
-  {batched, full}, with fit_bcd's and LiftedNetwork's defaults (rho = 0; gamma > 0 batched, 0
-  full): every run ends with the strict certificate held and every block's recomputed KKT
-  residual within tol, or stops with ``NoMinimiser`` (a cross-entropy W-block without rho and
-  gamma on separable data) before that block is solved. 2 seeds here; 50 seeds with ``-m slow``.
+  {batched, full}, with rho = 0 (the hard case: no strong convexity from the penalty) and
+  fit_bcd's default gamma (> 0 batched, 0 full): every run ends with the strict certificate
+  held and every block's recomputed KKT residual within tol, or stops with ``NoMinimiser``
+  (a cross-entropy W-block without rho and gamma on separable data) before that block is
+  solved. 2 seeds here; 50 seeds with ``-m slow``.
 * The issue's failing runs (batched, gamma = 0, rho = 0): MSE is now certified (proximal-point
   solves of the W-blocks that are not strictly convex); cross-entropy stops with the remedy.
 * The separability LP and the proximal-point solve checked against the explicit CVXPY block.
@@ -37,9 +38,10 @@ def data(shape, seed, m=12):
 
 
 def run_one(oracle, shape, act, loss, mode, seed):
-    """One run with the defaults; returns "certified" or "no minimiser" (anything else raises)."""
+    """One run with rho = 0 and the default gamma; returns "certified" or "no minimiser"
+    (anything else raises)."""
     X, Y = data(shape, seed)
-    net = LiftedNetwork(list(shape), act, loss, seed=seed)
+    net = LiftedNetwork(list(shape), act, loss, rho=0.0, seed=seed)
     try:
         res = fit_bcd(net, X, Y, batch_size=MODES[mode], iterations=1, epochs=1, backend=oracle,
                       tol=TOL, eval_every=None)

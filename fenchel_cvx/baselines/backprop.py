@@ -18,13 +18,15 @@ excluded. The final weights come back in the package's convention: ``W_l`` of sh
 ``(p_{l+1}, p_l + 1)`` (a convolution: ``(C_out, C_in k k + 1)``), the bias as its last column.
 """
 import math
-import numbers
 import time
 from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
 from tqdm.auto import tqdm
+
+from ..validation import (BOOL, CALLABLE, COUNT, FRACTION, SEED, WEIGHT, Options, Sizes, check,
+                          check_matrix, validate)
 
 # name -> (torch.optim class name, default learning rate)
 OPTIMIZERS = {"sgd": ("SGD", 1e-2), "adam": ("Adam", 1e-3)}
@@ -121,11 +123,8 @@ def _architecture(network):
                 raise ValueError(f"network layer must be a dict with 'kind' one of "
                                  f"{sorted(TORCH_LAYERS)}, got {d!r}")
         return tuple(int(n) for n in network["input_shape"]), layers, init
-    sizes = tuple(network)
-    if len(sizes) < 2 or any(isinstance(p, bool) or not isinstance(p, numbers.Integral) or p < 1
-                             for p in sizes):
-        raise ValueError(f"layer_sizes must be at least two positive integers, got {network!r}")
-    return (int(sizes[0]),), [{"kind": "dense", "units": int(p)} for p in sizes[1:]], init
+    sizes = check("layer_sizes", tuple(network) if isinstance(network, list) else network, Sizes(2))
+    return (sizes[0],), [{"kind": "dense", "units": p} for p in sizes[1:]], init
 
 
 def _build_model(nn, torch, input_shape, layers, activation, slope):
@@ -174,14 +173,12 @@ def _get_weights(modules):
 
 
 def _check_inputs(input_shape, n_out, X_train, y_train, X_test, y_test, batches):
+    """The data (``validation.check_matrix``), the integer labels and the batch schedule."""
     n_in = math.prod(input_shape)
     what = (f"layer_sizes[0]={n_in}" if len(input_shape) == 1
-            else f"{n_in} = {'x'.join(map(str, input_shape))} (the network's input shape, flattened)")
+            else f"{n_in} = {'x'.join(map(str, input_shape))}, the network's input shape, flattened")
     for name, X, y in (("X_train", X_train, y_train), ("X_test", X_test, y_test)):
-        X, y = np.asarray(X), np.asarray(y)
-        if X.ndim != 2 or X.shape[0] != n_in:
-            raise ValueError(f"{name} must have shape ({what}, m) (columns are data "
-                             f"points), got {X.shape}")
+        X, y = check_matrix(name, X, rows=n_in, rows_what=what), np.asarray(y)
         if y.shape != (X.shape[1],) or not np.issubdtype(y.dtype, np.integer):
             raise ValueError(f"y_{name[2:]} must be {X.shape[1]} integer labels, got {y.dtype} {y.shape}")
         if y.size and (y.min() < 0 or y.max() >= n_out):
@@ -200,25 +197,10 @@ def _check_inputs(input_shape, n_out, X_train, y_train, X_test, y_test, batches)
                 raise ValueError(f"batches[{e}] must hold non-empty integer index arrays in 0..{m - 1}")
 
 
-def _check_args(optimizer, lr, slope, threads, eval_every, seed, loss="cross_entropy"):
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, got {optimizer!r}")
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {', '.join(map(repr, LOSSES))}, got {loss!r}")
-    if isinstance(slope, bool) or not isinstance(slope, numbers.Real) or not 0 < slope < 1:
-        raise ValueError(f"slope must be in (0, 1), got {slope!r}")
-    lr = OPTIMIZERS[optimizer][1] if lr is None else lr
-    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not lr > 0:
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral)
-                                or threads < 1):
-        raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
-    if eval_every is not None and (isinstance(eval_every, bool) or not isinstance(
-            eval_every, numbers.Integral) or eval_every < 1):
-        raise ValueError(f"eval_every must be a positive integer or None, got {eval_every!r}")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    return lr
+#: the constraints of ``train_backprop``'s arguments (``validation.py``)
+PARAMETERS = dict(optimizer=Options(OPTIMIZERS), lr=[WEIGHT, None], activation=Options(ACTIVATIONS),
+                  slope=FRACTION, seed=SEED, threads=[COUNT, None], callback=[CALLABLE, None],
+                  eval_every=[COUNT, None], progress=BOOL, loss=Options(LOSSES))
 
 
 def torch_model(network, *, activation="relu", slope=0.01, seed=0, init_weights=None):
@@ -226,8 +208,7 @@ def torch_model(network, *, activation="relu", slope=0.01, seed=0, init_weights=
     sizes, a config dict or a ``LiftedNetwork``) on inputs ``(n, *input_shape)``, its weights
     ``init_weights`` (default: the ``LiftedNetwork``'s own, else Xavier-uniform from ``seed``);
     ``model.weighted`` lists its dense and conv modules, one per ``W_l``."""
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
+    check("activation", activation, Options(ACTIVATIONS))
     input_shape, layers, net_weights = _architecture(network)
     init_weights = net_weights if init_weights is None else init_weights
     torch = _torch()
@@ -260,17 +241,17 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
     ``init_weights``: the starting ``[W_l]`` in the package's convention (default: the
     network's own if a ``LiftedNetwork`` is given, else Xavier-uniform from ``seed``).
     """
-    lr = _check_args(optimizer, lr, slope, threads, eval_every, seed, loss)
+    a = validate(PARAMETERS, dict(optimizer=optimizer, lr=lr, activation=activation, slope=slope,
+                                  seed=seed, threads=threads, callback=callback,
+                                  eval_every=eval_every, progress=progress, loss=loss))
+    lr = OPTIMIZERS[optimizer][1] if a["lr"] is None else a["lr"]
     eval_at = set(eval_at)
-    if not all(isinstance(b, numbers.Integral) and not isinstance(b, bool) and b >= 1 for b in eval_at):
+    if not all(COUNT.accepts(b) for b in eval_at):
         raise ValueError(f"eval_at must hold positive batch counts, got {sorted(eval_at, key=str)!r}")
     torch = _torch()
-    nn = torch.nn
     model, input_shape, sizes = torch_model(network, activation=activation, slope=slope, seed=seed,
                                             init_weights=init_weights)
-    weighted = model.weighted
     _check_inputs(input_shape, sizes[-1], X_train, y_train, X_test, y_test, batches)
-
     old_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(int(threads))
@@ -281,46 +262,59 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
             np.asarray(y_test), dtype=torch.long)
         opt = getattr(torch.optim, OPTIMIZERS[optimizer][0])(model.parameters(), lr=float(lr))
         loss_fn = partial(LOSSES[loss], torch)
-
-        @torch.no_grad()
-        def evaluate(X, y):
-            total = hits = 0.0
-            for i in range(0, X.shape[0], EVAL_CHUNK):
-                logits = model(X[i:i + EVAL_CHUNK])
-                total += loss_fn(logits, y[i:i + EVAL_CHUNK]).item() * logits.shape[0]
-                hits += (logits.argmax(1) == y[i:i + EVAL_CHUNK]).sum().item()
-            return total / X.shape[0], hits / X.shape[0]
-
+        evaluate = _evaluator(torch, model, loss_fn)
         _, acc0 = evaluate(Xte, yte)
         result = BackpropResult(optimizer, float(lr), sizes, acc0, evaluate(Xtr, ytr)[0],
                                 checkpoints=[] if eval_every or eval_at else None)
-        elapsed, seen = 0.0, 0
-        bar = tqdm(total=sum(map(len, batches)), desc=optimizer, disable=not progress)
-        for epoch, epoch_batches in enumerate(batches, start=1):
-            for idx in epoch_batches:
-                t0 = time.perf_counter()
-                idx = torch.as_tensor(np.asarray(idx), dtype=torch.long)
-                opt.zero_grad(set_to_none=True)
-                loss_fn(model(Xtr[idx]), ytr[idx]).backward()
-                opt.step()
-                elapsed += time.perf_counter() - t0
-                seen += 1
-                bar.update()
-                if (eval_every and seen % eval_every == 0) or seen in eval_at:
-                    result.checkpoints.append((seen, elapsed, evaluate(Xte, yte)[1]))
-            loss, train_acc = evaluate(Xtr, ytr)
-            result.train_loss.append(loss)
-            result.train_accuracy.append(train_acc)
-            result.test_accuracy.append(evaluate(Xte, yte)[1])
-            result.seconds.append(elapsed)
-            bar.set_postfix(test_acc=result.test_accuracy[-1])
-            if callback is not None:
-                callback(epoch, result)
-        bar.close()
-        result.weights = _get_weights(weighted)
+        data = (Xtr, ytr, Xte, yte)
+        _epochs(torch, model, opt, loss_fn, evaluate, data, batches, result,
+                dict(eval_every=eval_every, eval_at=eval_at, callback=callback, progress=progress))
+        result.weights = _get_weights(model.weighted)
         return result
     finally:
         torch.set_num_threads(old_threads)
+
+
+def _evaluator(torch, model, loss_fn):
+    """``evaluate(X, y) -> (mean loss, accuracy)``, in chunks of ``EVAL_CHUNK`` images."""
+    @torch.no_grad()
+    def evaluate(X, y):
+        total = hits = 0.0
+        for i in range(0, X.shape[0], EVAL_CHUNK):
+            logits = model(X[i:i + EVAL_CHUNK])
+            total += loss_fn(logits, y[i:i + EVAL_CHUNK]).item() * logits.shape[0]
+            hits += (logits.argmax(1) == y[i:i + EVAL_CHUNK]).sum().item()
+        return total / X.shape[0], hits / X.shape[0]
+    return evaluate
+
+
+def _epochs(torch, model, opt, loss_fn, evaluate, data, batches, result, options):
+    """The training loop: one optimizer step per batch, the curves after every epoch and the
+    checkpoints of ``options`` (eval_every, eval_at, callback, progress) in ``result``."""
+    (Xtr, ytr, Xte, yte), o = data, options
+    elapsed, seen = 0.0, 0
+    bar = tqdm(total=sum(map(len, batches)), desc=result.optimizer, disable=not o["progress"])
+    for epoch, epoch_batches in enumerate(batches, start=1):
+        for idx in epoch_batches:
+            t0 = time.perf_counter()
+            idx = torch.as_tensor(np.asarray(idx), dtype=torch.long)
+            opt.zero_grad(set_to_none=True)
+            loss_fn(model(Xtr[idx]), ytr[idx]).backward()
+            opt.step()
+            elapsed += time.perf_counter() - t0
+            seen += 1
+            bar.update()
+            if (o["eval_every"] and seen % o["eval_every"] == 0) or seen in o["eval_at"]:
+                result.checkpoints.append((seen, elapsed, evaluate(Xte, yte)[1]))
+        loss, train_acc = evaluate(Xtr, ytr)
+        result.train_loss.append(loss)
+        result.train_accuracy.append(train_acc)
+        result.test_accuracy.append(evaluate(Xte, yte)[1])
+        result.seconds.append(elapsed)
+        bar.set_postfix(test_acc=result.test_accuracy[-1])
+        if o["callback"] is not None:
+            o["callback"](epoch, result)
+    bar.close()
 
 
 BASELINES = {name: partial(train_backprop, optimizer=name) for name in OPTIMIZERS}

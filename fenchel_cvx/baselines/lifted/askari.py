@@ -26,6 +26,7 @@ X-step is an exact NNLS; ours is exact in the limit of ``x_steps``: the tests ch
 from array_api_compat import array_namespace
 
 from ...network import augment
+from ...validation import COUNT, WEIGHT, PerLayer
 from .common import LiftedMethod, register, ridge, sqnorm
 
 
@@ -33,8 +34,7 @@ from .common import LiftedMethod, register, ridge, sqnorm
 class Askari(LiftedMethod):
     name = "askari"
     defaults = dict(lam=0.1, rho=(1e-2, 10.0), x_steps=50)
-    positive = ("lam", "rho")
-    counts = ("x_steps",)
+    constraints = dict(lam=WEIGHT, rho=PerLayer(WEIGHT), x_steps=COUNT)
 
     def start(self, net, X, Y):
         self.xp = array_namespace(X)

@@ -14,16 +14,15 @@ Two closed forms serve several peers (so each is written once):
 - :func:`relu_prox`: the entrywise ``argmin_u (v - max(u, 0))^2 + c (u - m)^2``, the best of the
   two pieces ``u >= 0`` and ``u <= 0`` (Taylor et al.'s z-step, Lau et al.'s U-step).
 """
-import numbers
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 from array_api_compat import array_namespace
 
-from ...datasets import check_dtype
 from ...history import _plain
 from ...network import LiftedNetwork
+from ...validation import CALLABLE, ROUNDS, SEED, Sizes, check_dtype, check_matrix, validate
 
 METHODS = {}
 
@@ -67,34 +66,19 @@ def sqnorm(A):
     return float(xp.sum(A * A))
 
 
-# --- validation -------------------------------------------------------------------------------
-def check_positive(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value) \
-            or value <= 0:
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return float(value)
-
-
-def check_count(name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 # --- the method interface ---------------------------------------------------------------------
 class LiftedMethod:
     """One training method: hyperparameters in, iterations out.
 
-    Subclasses set ``name``, ``defaults`` (hyperparameter -> default), ``positive`` (those that
-    must be > 0), ``counts`` (those that must be integers >= 1) and ``losses`` (the losses the
-    method defines), and implement ``start(net, X, Y)``, ``step()``, ``weights()`` (the network's
+    Subclasses set ``name``, ``defaults`` (hyperparameter -> default), ``constraints``
+    (hyperparameter -> what it must be: a constraint of ``validation.py``) and ``losses`` (the
+    losses the method defines), and implement ``start(net, X, Y)``, ``step()``, ``weights()`` (the network's
     ``[W_l]``, bias last column) and ``objective()``; or override :meth:`run` entirely.
     """
 
     name = None
     defaults = {}
-    positive = ()
-    counts = ()
+    constraints = {}
     losses = ("mse",)
 
     def __init__(self, loss="mse", **hyper):
@@ -107,12 +91,7 @@ class LiftedMethod:
                              f"unknown {sorted(unknown)}")
         self.loss = loss
         self.hyper = {**self.defaults, **hyper}
-        for k in self.positive:
-            vals = self.hyper[k]
-            for v in (vals if isinstance(vals, (list, tuple)) else [vals]):
-                check_positive(k, v)
-        for k in self.counts:
-            check_count(k, self.hyper[k])
+        validate(self.constraints, self.hyper)   # checked; kept as given
         for k, v in self.hyper.items():
             setattr(self, k, v)
 
@@ -184,19 +163,16 @@ def fit_lifted(method, X, Y, X_test, Y_test, *, hidden=(300,), iterations=10, se
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
     algo = METHODS[method](**hyper)
-    iterations = check_count("iterations", iterations)
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    for name, A in (("X", X), ("Y", Y), ("X_test", X_test), ("Y_test", Y_test)):
-        if getattr(A, "ndim", None) != 2:
-            raise ValueError(f"{name} must be a 2-D array (features x data points), got "
-                             f"{type(A).__name__} of shape {getattr(A, 'shape', None)}")
-    if Y.shape[1] != X.shape[1] or Y_test.shape[1] != X_test.shape[1] or X_test.shape[0] != X.shape[0] \
-            or Y_test.shape[0] != Y.shape[0]:
-        raise ValueError(f"X, Y, X_test, Y_test must be (p0, m), (p_out, m), (p0, m'), (p_out, m'), "
-                         f"got {X.shape}, {Y.shape}, {X_test.shape}, {Y_test.shape}")
+    args = validate(dict(iterations=ROUNDS, seed=SEED, hidden=Sizes(1), callback=[CALLABLE, None]),
+                    dict(iterations=iterations, seed=seed, hidden=hidden, callback=callback))
+    iterations, seed = args["iterations"], args["seed"]
+    X = check_matrix("X", X)
+    Y = check_matrix("Y", Y, cols=X.shape[1])
+    X_test = check_matrix("X_test", X_test, rows=X.shape[0], rows_what="the rows of X")
+    Y_test = check_matrix("Y_test", Y_test, rows=Y.shape[0], cols=X_test.shape[1],
+                          rows_what="the rows of Y")
     xp = array_namespace(X)
-    sizes = (X.shape[0], *(check_count("hidden", h) for h in hidden), Y.shape[0])
+    sizes = (X.shape[0], *args["hidden"], Y.shape[0])
     net = LiftedNetwork(sizes, "relu", algo.loss, seed=seed, dtype=check_dtype(X.dtype))
     net.W = [xp.asarray(W) for W in net.W]
     run = LiftedRun(method, dict(hyper=algo.hyper, loss=algo.loss, layer_sizes=sizes, seed=seed,

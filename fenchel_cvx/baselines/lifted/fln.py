@@ -15,6 +15,7 @@ import time
 from ...bcd import fit_bcd
 from ...fast import FastBackend
 from ...losses import LOSSES
+from ...validation import COUNT, LAM, RHO, TOL, PerLayer, validate
 from .common import LiftedMethod, register
 
 
@@ -23,15 +24,14 @@ class FLN(LiftedMethod):
     name = "fln"
     defaults = dict(lam=0.1, rho=(1e-2, 10.0), w_steps=None, x_steps=None, tol=1e-6, max_iter=500,
                     check_every=1)
-    positive = ("lam", "tol")
-    counts = ("max_iter", "check_every")
+    constraints = dict(lam=PerLayer(LAM), rho=PerLayer(RHO), w_steps=[COUNT, None],
+                       x_steps=[COUNT, None], tol=TOL, max_iter=COUNT, check_every=COUNT)
     losses = tuple(LOSSES)
 
     def run(self, net, X, Y, iterations, record, test=None):
-        from ...network import _per_layer
-
-        net.lam = _per_layer(self.lam, net.n_hidden, "lam", positive=True)
-        net.rho = _per_layer(self.rho, net.n_hidden + 1, "rho")
+        hyper = validate(dict(lam=PerLayer(LAM, net.n_hidden), rho=PerLayer(RHO, net.n_hidden + 1)),
+                         dict(lam=self.lam, rho=self.rho))
+        net.lam, net.rho = hyper["lam"], hyper["rho"]
         backend = FastBackend(tol=self.tol, max_iter=self.max_iter, w_steps=self.w_steps,
                               x_steps=self.x_steps)
         clock = dict(t=time.perf_counter())

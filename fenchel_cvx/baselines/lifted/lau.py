@@ -26,6 +26,7 @@ weights and zero biases; U and V start at the feed-forward values, as in the cod
 """
 from array_api_compat import array_namespace
 
+from ...validation import WEIGHT
 from .common import LiftedMethod, register, relu_prox, ridge, sqnorm
 
 
@@ -33,7 +34,7 @@ from .common import LiftedMethod, register, relu_prox, ridge, sqnorm
 class Lau(LiftedMethod):
     name = "lau"
     defaults = dict(gamma=1.0, rho=1.0, alpha=1e-2)
-    positive = ("gamma", "rho", "alpha")
+    constraints = dict(gamma=WEIGHT, rho=WEIGHT, alpha=WEIGHT)
 
     def start(self, net, X, Y):
         xp = self.xp = array_namespace(X)

@@ -8,6 +8,7 @@ of ``datasets.batch_order(m, batch_size, epochs, seed)``; the paper does not giv
 import numpy as np
 
 from ...datasets import batch_order
+from ...validation import COUNT, WEIGHT
 from .common import LiftedMethod, register
 
 
@@ -19,8 +20,7 @@ def _numpy(A):
 class SGD(LiftedMethod):
     name = "sgd"
     defaults = dict(lr=1e-2, batch_size=100, threads=None)
-    positive = ("lr",)
-    counts = ("batch_size",)
+    constraints = dict(lr=WEIGHT, batch_size=COUNT, threads=[COUNT, None])
 
     def run(self, net, X, Y, iterations, record, test):
         from ..backprop import train_backprop

@@ -24,8 +24,11 @@ the paper's binary hinge loss; no biases (the bias column stays 0). Unlike the c
 from the common Xavier weights with ``z, a`` at their feed-forward values and
 ``lam_mult = 0`` (the code: zero weights, random ``z, a``, ``lam_mult = 1``).
 """
+import numbers
+
 from array_api_compat import array_namespace
 
+from ...validation import WEIGHT, Interval
 from .common import LiftedMethod, register, relu_prox, ridge, sqnorm
 
 
@@ -37,12 +40,7 @@ def relu(A):
 class Taylor(LiftedMethod):
     name = "taylor"
     defaults = dict(beta=5.0, gamma=5.0, warm=5)
-    positive = ("beta", "gamma")
-
-    def __init__(self, **hyper):
-        super().__init__(**hyper)
-        if isinstance(self.warm, bool) or not isinstance(self.warm, int) or self.warm < 0:
-            raise ValueError(f"warm must be an integer >= 0, got {self.warm!r}")
+    constraints = dict(beta=WEIGHT, gamma=WEIGHT, warm=Interval(numbers.Integral, 0, None))
 
     def start(self, net, X, Y):
         self.xp = array_namespace(X)
