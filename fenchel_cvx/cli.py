@@ -120,10 +120,14 @@ def _train_arguments(t):
                    help="layer sizes like 64-32-10, or lenet5 on image data (default: <features>-32-<classes>)")
     n.add_argument("--activation", default=DEFAULTS["activation"], choices=ACTIVATIONS)
     n.add_argument("--loss", default=DEFAULTS["loss"], choices=["mse", "cross_entropy"])
-    n.add_argument("--lam", type=_per_layer(LAM), default=defaults.LAM,
-                   help="lambda_l > 0 of the divergences: one, or one per hidden layer")
-    n.add_argument("--rho", type=_per_layer(RHO), default=defaults.RHO,
-                   help="rho_l >= 0, Frobenius penalty of W_l: one, or one per layer")
+    n.add_argument("--lam", type=_per_layer(LAM), default=None,
+                   help="lambda_l > 0 of the divergences: one, or one per hidden layer "
+                        f"(default: {defaults.LAM:g} with --batch-size, "
+                        f"{defaults.LAM_FULL_BATCH:g} without)")
+    n.add_argument("--rho", type=_per_layer(RHO), default=None,
+                   help="rho_l >= 0, Frobenius penalty of W_l: one, or one per layer "
+                        f"(default: {defaults.RHO:g} with --batch-size, "
+                        f"{defaults.RHO_FULL_BATCH:g} without)")
     n.add_argument("--seed", type=SEED_, default=DEFAULTS["seed"],
                    help="seed of the split, the initialisation and the batches")
     a = t.add_argument_group("algorithm (fit_bcd)")
@@ -238,6 +242,9 @@ def _check_data_dir(args):
 
 
 def _check_train(args):
+    lam, rho, _ = defaults.for_run(args.batch_size)
+    args.lam = lam if args.lam is None else args.lam
+    args.rho = rho if args.rho is None else args.rho
     if args.arch == "lenet5" and args.dataset not in IMAGES:
         _fail("--arch", f"lenet5 takes 28 x 28 or 32 x 32 images ({', '.join(IMAGES)}), "
                         f"not {args.dataset}")

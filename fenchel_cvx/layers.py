@@ -37,6 +37,8 @@ import numbers
 import numpy as np
 from array_api_compat import array_namespace, device, is_numpy_namespace
 
+from .validation import Interval, check
+
 # NumPy: the bytes of im2col patches gathered and multiplied at a time (whole output rows, at
 # least one). Patches that stay in the CPU cache between the gather and the GEMM took 8-14% off
 # LeNet-5's training time per batch of 500 against one 30 MB patch matrix (two runs side by side
@@ -48,9 +50,7 @@ __all__ = ["Dense", "Conv2d", "AvgPool2d", "Flatten", "LAYERS", "LinearMap", "bu
 
 
 def _positive_int(kind, name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{kind} {name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+    return check(f"{kind} {name}", value, Interval(numbers.Integral, minimum, None))
 
 
 def _image(kind, shape):
