@@ -151,10 +151,16 @@ def test_shared_gram_routes_agree():
 def test_nnls_x_last_falls_back_to_scipy(monkeypatch):
     net, X0, Y, Xs = instance("relu", "mse", seed=4, m=30)
     block = x_block(net, X0, Y, Xs, net.n_hidden)
+    calls = []
+    solve_gram = nnls.solve_gram
+    monkeypatch.setattr(nnls, "solve_gram", lambda *a: calls.append(1) or solve_gram(*a))
+    nnls.solve_x_last(block)
+    assert not calls                                    # 3 unknowns: scipy's nnls is faster
+    monkeypatch.setattr(nnls, "SHARED_MIN", 1)
     shared = nnls.solve_x_last(block)
+    assert calls
     by_column = nnls.solve_x_last(block, shared=False)
     np.testing.assert_allclose(shared, by_column, atol=1e-10)
-    solve_gram = nnls.solve_gram
     monkeypatch.setattr(nnls, "solve_gram",
                         lambda gram, B: solve_gram(gram, B, np.zeros(B.shape, bool), max_iter=1))
     np.testing.assert_allclose(nnls.solve_x_last(block), by_column, atol=1e-10)

@@ -168,7 +168,7 @@ def ridge(block, start, target):
                           "n_subproblems": W.shape[0], "duality_gap": None}
 
 
-# --- WLast, cross-entropy: Newton's method, the Hessian inverted by Woodbury ---------------
+# --- WLast, cross-entropy: Newton's method (the Hessian by Woodbury or formed) ------------
 def ce_direction(block, W, g, woodbury=None):
     """The Newton direction ``-H^{-1} g`` of the cross-entropy W-block at ``W``.
 
