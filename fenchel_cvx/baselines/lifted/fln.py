@@ -9,13 +9,20 @@ with the paper's non-batched hyperparameters (Appendix, "Hyperparameters for Exp
 ``pi_l(W) = ||W||_F^2``, ``rho = (1e-2, 10)``, ``lam = 0.1``, losses summed over the data.
 ``w_steps`` / ``x_steps`` cap each block's warm-started inner iterations (None: to ``tol``).
 A record is one BCD round (X-sweep then W-sweep); ``objective`` is F after the round.
+
+``restart=True`` starts every round's X-sweep from the feed-forward point of the current weights
+instead of the last round's X (Algorithm 1 keeps X and restarts only when the feed-forward point
+is better, ``bcd.py``). That is Algorithm 2 with one batch of all the data, no proximal term
+(gamma = 0) and K = 1: ``fit_bcd(batch_size=m, epochs=iterations, gamma=0)``. Each round is
+still a descent step on F from its feed-forward start, and it keeps the lifted X from drifting
+away from the network that is scored (docs/lifted.md, "Tuning FLN").
 """
 import time
 
 from ...bcd import fit_bcd
 from ...fast import FastBackend
 from ...losses import LOSSES
-from ...validation import COUNT, LAM, RHO, TOL, PerLayer, validate
+from ...validation import BOOL, COUNT, LAM, RHO, TOL, PerLayer, validate
 from .common import LiftedMethod, register
 
 
@@ -23,9 +30,9 @@ from .common import LiftedMethod, register
 class FLN(LiftedMethod):
     name = "fln"
     defaults = dict(lam=0.1, rho=(1e-2, 10.0), w_steps=None, x_steps=None, tol=1e-6, max_iter=500,
-                    check_every=1)
+                    check_every=1, restart=False)
     constraints = dict(lam=PerLayer(LAM), rho=PerLayer(RHO), w_steps=[COUNT, None],
-                       x_steps=[COUNT, None], tol=TOL, max_iter=COUNT, check_every=COUNT)
+                       x_steps=[COUNT, None], tol=TOL, max_iter=COUNT, check_every=COUNT, restart=BOOL)
     losses = tuple(LOSSES)
 
     def run(self, net, X, Y, iterations, record, test=None):
@@ -42,5 +49,7 @@ class FLN(LiftedMethod):
             clock["t"] = time.perf_counter()
             return stop
 
-        fit_bcd(net, X, Y, batch_size=None, iterations=iterations, backend=backend, strict=False,
-                callback=callback, eval_every=None, check_every=self.check_every)
+        schedule = (dict(batch_size=X.shape[1], epochs=iterations, gamma=0.0) if self.restart
+                    else dict(batch_size=None, iterations=iterations))
+        fit_bcd(net, X, Y, backend=backend, strict=False, callback=callback, eval_every=None,
+                check_every=self.check_every, **schedule)
