@@ -184,13 +184,32 @@ def test_fit_lifted_records_the_same_history_for_every_method(method, data):
         np.mean(np.argmax(LiftedNetwork(SIZES, seed=3).forward(X)[1], 0) == np.argmax(Y, 0)))
 
 
+def test_fln_restart_is_algorithm_2_on_one_batch_of_all_the_data(data):
+    """restart=True: every round starts its X-sweep from the feed-forward point of the current
+    weights, which is fit_bcd(batch_size=m, epochs=n, gamma=0); restart=False keeps the lifted X."""
+    from fenchel_cvx import fit_bcd
+    from fenchel_cvx.fast import FastBackend
+
+    X, Y = data
+    hyper = dict(lam=0.1, rho=(1e-2, 10.0), w_steps=2, x_steps=10)
+    run = fit_lifted("fln", X, Y, X, Y, hidden=(5,), iterations=3, seed=3, restart=True, **hyper)
+    kept = fit_lifted("fln", X, Y, X, Y, hidden=(5,), iterations=3, seed=3, **hyper)
+    net = LiftedNetwork(SIZES, "relu", "mse", lam=0.1, rho=(1e-2, 10.0), seed=3)
+    fit_bcd(net, X, Y, batch_size=M, epochs=3, gamma=0.0, strict=False, eval_every=None,
+            backend=FastBackend(tol=1e-6, max_iter=500, w_steps=2, x_steps=10))
+    for a, b in zip(run.net.W, net.W):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
+    assert [r["iteration"] for r in run.records] == [1, 2, 3]
+    assert not all(np.allclose(a, b) for a, b in zip(run.net.W, kept.net.W))
+
+
 @pytest.mark.parametrize("method, hyper, word", [
     ("taylor", dict(beta=0.0), "beta"), ("taylor", dict(gamma=-1.0), "gamma"),
     ("lau", dict(rho=0), "rho"), ("lau", dict(gamma=-2), "gamma"), ("lau", dict(alpha=0.0), "alpha"),
     ("askari", dict(rho=(1.0, -1.0)), "rho"), ("askari", dict(lam=0), "lam"),
     ("askari", dict(x_steps=0), "x_steps"), ("taylor", dict(loss="cross_entropy"), "loss"),
     ("lau", dict(loss="hinge"), "loss"), ("sgd", dict(lr=0.0), "lr"), ("fln", dict(lam=0), "lam"),
-    ("lau", dict(eta=1.0), "eta")])
+    ("fln", dict(restart=1), "restart"), ("lau", dict(eta=1.0), "eta")])
 def test_bad_hyperparameters_are_refused_by_name(method, hyper, word, data):
     X, Y = data
     with pytest.raises(ValueError, match=word):
