@@ -15,6 +15,8 @@ and ``accuracy.png`` (test accuracy against iterations and against training seco
     python benchmarks/mnist_lifted.py --quick           # embedded 5k MNIST, about a minute
     python benchmarks/mnist_lifted.py --validation 10000 --methods fln --set fln.w_steps=4
                                                         # tune on the last 10,000 training images
+    python benchmarks/mnist_lifted.py --validation 10000 --train-size 10000 --methods fln \
+        --iterations fln=40 --set fln.restart=True     # a shorter tuning run on 10,000 images
 
 ``--set METHOD.NAME=VALUE`` overrides a hyperparameter (a Python literal); ``--iterations``
 takes ``METHOD=N`` pairs. With ``--validation N`` the last N training images are held out and
@@ -69,6 +71,8 @@ def parse_args(argv=None):
     p.add_argument("--set", action="append", default=[], help="METHOD.NAME=VALUE hyperparameter")
     p.add_argument("--validation", type=int, default=0, help="hold out the last N training images "
                    "and score on them instead of the test set (for tuning)")
+    p.add_argument("--train-size", type=int, default=0, help="train on the first N training images "
+                   "only (after the --validation split; 0: all), for short tuning runs")
     p.add_argument("--threads", type=int, default=1, help="BLAS threads (default 1: on a shared "
                    "2-core machine 2 threads ran 10x slower)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
@@ -101,8 +105,9 @@ def parse_args(argv=None):
             METHODS[m](**hyper[m])
         except ValueError as e:
             p.error(f"--set {m}: {e}")
-    if args.threads < 1 or args.validation < 0:
-        p.error(f"--threads must be >= 1 and --validation >= 0, got {args.threads}, {args.validation}")
+    if args.threads < 1 or args.validation < 0 or args.train_size < 0:
+        p.error(f"--threads must be >= 1, --validation and --train-size >= 0, got {args.threads}, "
+                f"{args.validation}, {args.train_size}")
     base = QUICK_ITERATIONS if args.quick else FULL_ITERATIONS
     args.method_list, args.hyper = methods, hyper
     args.iters = {m: iters.get(m, base[m]) for m in methods}
@@ -121,6 +126,11 @@ def load(args):
             raise SystemExit(f"--validation must be < the {X.shape[1]} training images, got {args.validation}")
         X, y, Xt, yt = X[:, :-args.validation], y[:-args.validation], X[:, -args.validation:], y[-args.validation:]
         desc += f"; validation: the last {args.validation} training images (test set unused)"
+    if args.train_size:
+        if args.train_size > X.shape[1]:
+            raise SystemExit(f"--train-size must be <= the {X.shape[1]} training images, got {args.train_size}")
+        X, y = X[:, :args.train_size], y[:args.train_size]
+        desc += f"; trained on the first {args.train_size} images"
     cast = lambda A: np.ascontiguousarray(A, dtype=dtype)  # noqa: E731
     return (cast(X), cast(one_hot(y, 10)), cast(Xt), cast(one_hot(yt, 10))), desc
 

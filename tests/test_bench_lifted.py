@@ -35,7 +35,7 @@ def test_quick_run_writes_one_entry_per_method(tmp_path):
     (["--methods", "lau,admm"], "--methods"), (["--set", "lau.rho=0"], "rho"),
     (["--set", "taylor.beta=-1", "--methods", "taylor"], "beta"),
     (["--set", "lau.loss='cross_entropy'"], "loss"), (["--iterations", "lau=0"], "--iterations"),
-    (["--set", "norho"], "--set")])
+    (["--set", "norho"], "--set"), (["--train-size", "-1"], "--train-size")])
 def test_bad_flags_are_refused_before_any_work(flags, word, tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("mnist_lifted", SCRIPT)
     bench = importlib.util.module_from_spec(spec)
