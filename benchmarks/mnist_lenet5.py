@@ -65,6 +65,8 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, default=None, help="default: 20 (MNIST), 80 (CIFAR-10)")
     p.add_argument("--train-size", type=int, default=None, help="use the first N training images "
                    "(short tuning runs)")
+    p.add_argument("--validation", type=int, default=0, help="hold out the last N training images "
+                   "and evaluate on them instead of the test set (tuning; the test set is not read)")
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--methods", default="fln,adam,sgd")
@@ -95,6 +97,8 @@ def parse_args(argv=None):
                 name != "rho" and getattr(args, name) == 0):
             p.error(f"--{name.replace('_', '-')} must be {'>=' if name == 'rho' else '>'} 0, "
                     f"got {getattr(args, name)}")
+    if args.validation < 0:
+        p.error(f"--validation must be >= 0, got {args.validation}")
     if min(args.lam) <= 0:
         p.error(f"--lam must be > 0, got {','.join(map(str, args.lam))}")
     unknown = set(args.methods.split(",")) - {"fln", "adam", "sgd"}
@@ -119,6 +123,14 @@ def load(args):
         ds, desc = load_cifar10(args.data_dir, dtype=dtype), "CIFAR-10"
     else:
         ds, desc = load_mnist(args.data_dir, dtype=dtype), "MNIST"
+    if args.validation:
+        n = ds.X_train.shape[1]
+        if args.validation >= n:
+            raise SystemExit(f"--validation must be < the {n} training images, got {args.validation}")
+        ds = type(ds)(ds.name, ds.X_train[:, :-args.validation], ds.y_train[:-args.validation],
+                      ds.X_train[:, -args.validation:], ds.y_train[-args.validation:], ds.n_classes,
+                      ds.image_shape)
+        desc += f" (validation: the last {args.validation:,} training images; test set unused)"
     if args.train_size is not None and args.train_size < ds.X_train.shape[1]:
         ds = type(ds)(ds.name, ds.X_train[:, :args.train_size], ds.y_train[:args.train_size],
                       ds.X_test, ds.y_test, ds.n_classes, ds.image_shape)

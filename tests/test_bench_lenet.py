@@ -66,6 +66,7 @@ def test_quick_run_writes_its_report(tmp_path):
     (["--methods", "fln,lbfgs"], "--methods must name fln, adam, sgd"),
     (["--dataset", "cifar10", "--quick"], "--quick runs the embedded 5k MNIST"),
     (["--dataset", "svhn"], "invalid choice: 'svhn'"),
+    (["--validation", "-5"], "--validation must be >= 0"),
 ])
 def test_bad_arguments_are_named(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -82,3 +83,15 @@ def test_defaults_are_the_papers():
     assert bench.parse_args(["--dataset", "cifar10"]).epochs == 80
     assert bench.parse_args(["--quick", "--epochs", "7"]).epochs == 2
     assert bench.parse_args(["--lam", "3"]).lam == (3.0,) * 4
+
+
+def test_validation_split_replaces_the_test_set():
+    """--validation N: the last N training images become the evaluation set, never the test set."""
+    bench = _load()
+    full, _ = bench.load(bench.parse_args(["--quick"]))
+    ds, desc = bench.load(bench.parse_args(["--quick", "--validation", "1000", "--train-size", "2000"]))
+    assert ds.X_train.shape[1] == 2000 and ds.X_test.shape[1] == 1000 and "test set unused" in desc
+    assert (ds.X_test == full.X_train[:, -1000:]).all() and (ds.y_test == full.y_train[-1000:]).all()
+    assert (ds.X_train == full.X_train[:, :2000]).all()
+    with pytest.raises(SystemExit, match="--validation must be < the 4000"):
+        bench.load(bench.parse_args(["--quick", "--validation", "4000"]))
