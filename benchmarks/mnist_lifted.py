@@ -3,7 +3,7 @@
 784-300-10 ReLU network, MSE on one-hot targets, all 60,000 training images in every
 iteration (non-batched). Five methods on one entry point (``fenchel_cvx.baselines.lifted``):
 Taylor et al. 2016 (ADMM), Lau et al. 2018 (proximal BCD), Askari et al. 2018 (lifted networks),
-FLN (Algorithm 1, fast backend) and SGD (backprop, lr 1e-2; iterations are epochs). All start
+FLN (non-batched, fast backend; its X re-fed forward every round, ``restart=True``) and SGD (backprop, lr 1e-2; iterations are epochs). All start
 from the same Xavier weights and are scored the same way: the test accuracy of the feed-forward
 network, after every iteration.
 
@@ -16,7 +16,7 @@ and ``accuracy.png`` (test accuracy against iterations and against training seco
     python benchmarks/mnist_lifted.py --validation 10000 --methods fln --set fln.w_steps=4
                                                         # tune on the last 10,000 training images
     python benchmarks/mnist_lifted.py --validation 10000 --train-size 10000 --methods fln \
-        --iterations fln=40 --set fln.restart=True     # a shorter tuning run on 10,000 images
+        --iterations fln=40 --set 'fln.rho=(1e-2,10)'  # a short tuning run on 10,000 images
 
 ``--set METHOD.NAME=VALUE`` overrides a hyperparameter (a Python literal); ``--iterations``
 takes ``METHOD=N`` pairs. With ``--validation N`` the last N training images are held out and
@@ -105,9 +105,11 @@ def parse_args(argv=None):
             METHODS[m](**hyper[m])
         except ValueError as e:
             p.error(f"--set {m}: {e}")
-    if args.threads < 1 or args.validation < 0 or args.train_size < 0:
-        p.error(f"--threads must be >= 1, --validation and --train-size >= 0, got {args.threads}, "
-                f"{args.validation}, {args.train_size}")
+    if args.threads < 1:
+        p.error(f"--threads must be >= 1, got {args.threads}")
+    for flag in ("validation", "train_size"):
+        if getattr(args, flag) < 0:
+            p.error(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
     base = QUICK_ITERATIONS if args.quick else FULL_ITERATIONS
     args.method_list, args.hyper = methods, hyper
     args.iters = {m: iters.get(m, base[m]) for m in methods}

@@ -56,7 +56,7 @@ print(data, f"-> training on {m}, testing on {m_test}; network {sizes}; {epochs}
 # `fit_bcd` draws its batches with `batch_order(m, batch_size, epochs, seed=net.seed)`: with
 # `seed=0` these are exactly `batches` above. As in the paper's batched algorithm, each block
 # takes a few warm-started steps per batch: one $W$-step and at most ten FISTA steps on each
-# $X$-block (`FastBackend(w_steps=1, x_steps=10)`, the setting of `benchmarks/mnist_mlp.py`). The
+# $X$-block (`FastBackend(w_steps=1, x_steps=10)`, the package's fast defaults; `benchmarks/mnist_mlp.py` solves further). The
 # certificate's block-optimality check then records the inexact steps, while descent, the lower
 # bound and Fenchel–Young still hold.
 

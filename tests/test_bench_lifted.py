@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +36,8 @@ def test_quick_run_writes_one_entry_per_method(tmp_path):
     (["--methods", "lau,admm"], "--methods"), (["--set", "lau.rho=0"], "rho"),
     (["--set", "taylor.beta=-1", "--methods", "taylor"], "beta"),
     (["--set", "lau.loss='cross_entropy'"], "loss"), (["--iterations", "lau=0"], "--iterations"),
-    (["--set", "norho"], "--set"), (["--train-size", "-1"], "--train-size")])
+    (["--set", "norho"], "--set"), (["--train-size", "-1"], "--train-size must be >= 0"),
+    (["--validation", "-1"], "--validation must be >= 0")])
 def test_bad_flags_are_refused_before_any_work(flags, word, tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("mnist_lifted", SCRIPT)
     bench = importlib.util.module_from_spec(spec)
@@ -44,3 +46,25 @@ def test_bad_flags_are_refused_before_any_work(flags, word, tmp_path, capsys):
         bench.parse_args([*flags, "--out", str(tmp_path / "o")])
     assert err.value.code == 2 and word in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("mnist_lifted", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_validation_and_train_size_split_the_training_images():
+    """--validation N scores on the last N training images; --train-size K trains on the first K."""
+    from fenchel_cvx.datasets import load_mnist5k
+
+    bench, full = _bench(), load_mnist5k()
+    (X, Y, Xv, Yv), desc = bench.load(bench.parse_args(["--quick", "--validation", "1000",
+                                                         "--train-size", "1500"]))
+    assert X.shape[1] == 1500 and Xv.shape[1] == 1000 and "test set unused" in desc
+    np.testing.assert_array_equal(Xv, full.X_train[:, -1000:].astype(np.float32))
+    np.testing.assert_array_equal(X, full.X_train[:, :1500].astype(np.float32))
+    np.testing.assert_array_equal(Yv.argmax(0), full.y_train[-1000:])
+    with pytest.raises(SystemExit, match="--train-size must be <= the 3000"):
+        bench.load(bench.parse_args(["--quick", "--validation", "1000", "--train-size", "3001"]))
