@@ -131,6 +131,9 @@ def load(args):
                       ds.X_train[:, -args.validation:], ds.y_train[-args.validation:], ds.n_classes,
                       ds.image_shape)
         desc += f" (validation: the last {args.validation:,} training images; test set unused)"
+    if args.train_size is not None and args.train_size > ds.X_train.shape[1]:
+        raise SystemExit(f"--train-size must be <= the {ds.X_train.shape[1]} training images, "
+                         f"got {args.train_size}")
     if args.train_size is not None and args.train_size < ds.X_train.shape[1]:
         ds = type(ds)(ds.name, ds.X_train[:, :args.train_size], ds.y_train[:args.train_size],
                       ds.X_test, ds.y_test, ds.n_classes, ds.image_shape)

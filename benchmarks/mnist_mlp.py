@@ -133,7 +133,7 @@ def load(args):
     if args.validation:   # tuning: a held-out part of the training set replaces the test set
         n = ds.X_train.shape[1]
         if args.validation >= n:
-            raise ValueError(f"--validation must be < the {n} training images, got {args.validation}")
+            raise SystemExit(f"--validation must be < the {n} training images, got {args.validation}")
         perm = np.random.default_rng(12345).permutation(n)
         tr, va = perm[:-args.validation], perm[-args.validation:]
         ds = Dataset(ds.name, ds.X_train[:, tr], ds.y_train[tr], ds.X_train[:, va], ds.y_train[va],

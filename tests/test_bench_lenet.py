@@ -95,3 +95,5 @@ def test_validation_split_replaces_the_test_set():
     assert (ds.X_train == full.X_train[:, :2000]).all()
     with pytest.raises(SystemExit, match="--validation must be < the 4000"):
         bench.load(bench.parse_args(["--quick", "--validation", "4000"]))
+    with pytest.raises(SystemExit, match="--train-size must be <= the 3000 training images, got 3001"):
+        bench.load(bench.parse_args(["--quick", "--validation", "1000", "--train-size", "3001"]))

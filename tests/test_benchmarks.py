@@ -117,3 +117,9 @@ def test_mnist_mlp_defaults_are_the_tuned_paper_setting():
     assert (args.lam, args.rho, args.gamma) == ([0.1], 0.0, [1.0, 100.0])
     assert (args.w_steps, args.x_steps, args.alternations) == (10, 50, 1)
     assert (args.epochs, args.batch_size) == (10, 500)
+
+
+def test_mnist_mlp_validation_larger_than_the_data_is_a_usage_error():
+    bench = _load("mnist_mlp")
+    with pytest.raises(SystemExit, match="--validation must be < the 4000 training images, got 4000"):
+        bench.load(bench.parse_args(["--quick", "--validation", "4000"]))
