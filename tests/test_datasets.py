@@ -342,3 +342,19 @@ def test_batch_order_epochs_and_seeds_differ():
 def test_batch_order_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         batch_order(**kwargs)
+
+
+def test_for_tuning_holds_out_the_last_training_points_and_names_bad_sizes():
+    rng = np.random.default_rng(0)
+    ds = Dataset("toy", rng.normal(size=(3, 10)), np.arange(10), rng.normal(size=(3, 4)),
+                 np.arange(4), 10)
+    tuned = ds.for_tuning(validation=3, train_size=5)
+    np.testing.assert_array_equal(tuned.X_test, ds.X_train[:, -3:])
+    np.testing.assert_array_equal(tuned.y_test, ds.y_train[-3:])
+    np.testing.assert_array_equal(tuned.X_train, ds.X_train[:, :5])
+    np.testing.assert_array_equal(tuned.y_train, ds.y_train[:5])
+    assert ds.for_tuning() is ds
+    with pytest.raises(ValueError, match="validation must be < the 10 training points, got 10"):
+        ds.for_tuning(validation=10)
+    with pytest.raises(ValueError, match="train_size must be <= the 7 training points, got 8"):
+        ds.for_tuning(validation=3, train_size=8)
