@@ -497,6 +497,84 @@ def test_data_space_float32_and_standard_api(xp_name):
         assert res.value == pytest.approx(ref.value, rel=1e-9 if dtype == "float64" else 1e-5)
 
 
+def _span_block(act, seed=0, rho=0.0, gamma=0.3):
+    """A hidden W-block with fewer points (7) than rows of X~ (13), rho = 0 as the paper's
+    batched runs: the case ``fast.span`` serves."""
+    import dataclasses
+
+    block = make_block("w_hidden0", *make_state(act, "cross_entropy", seed=seed, **WIDE),
+                       gamma=gamma)
+    return dataclasses.replace(block, rho=rho)
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("w_steps", [1, 3, 10])
+def test_span_steps_are_the_parameter_space_steps(monkeypatch, act, w_steps):
+    """Capped steps from W0 run on the coefficients Z of W = W0 + Z X~^T: the same iterates as
+    the parameter-space CG, within rounding, with the same reported value and residual."""
+    from fenchel_cvx.fast import span
+
+    block = _span_block(act)
+    res = FastBackend(w_steps=w_steps).solve(block, start=block.W0)
+    lean = FastBackend(w_steps=w_steps, capped_residual=False).solve(block, start=block.W0)
+    monkeypatch.setattr(span, "applies", lambda *a: False)
+    ref = FastBackend(w_steps=w_steps).solve(block, start=block.W0)
+    assert res.info["method"] == "pncg-span" and ref.info["method"] == "pncg"
+    assert res.iterations == ref.iterations
+    # near the optimum (10 steps) the exact line search's stopping test amplifies rounding
+    np.testing.assert_allclose(res.argmin, ref.argmin, rtol=0, atol=1e-6)
+    assert res.value == pytest.approx(ref.value, rel=1e-10)
+    assert res.value == pytest.approx(float(block.value(res.argmin)), rel=1e-12)
+    assert res.residual == pytest.approx(block.kkt_residual(res.argmin), rel=1e-9)
+    assert res.value < float(block.value(block.W0))
+    assert np.array_equal(lean.argmin, res.argmin) and np.isnan(lean.residual)
+
+
+def test_span_applies_only_where_it_reproduces_the_parameter_space_solve():
+    from fenchel_cvx.fast import span, wblocks
+
+    block = _span_block("relu")
+    pre, _ = wblocks.gram_preconditioner(np, block)
+    assert span.applies(np, block, block.W0, pre, 10, 10)
+    assert span.applies(np, block, block.W0.copy(), pre, 1, 10)
+    assert not span.applies(np, block, block.W0 + 1e-3, pre, 10, 10)     # not at the centre
+    assert not span.applies(np, block, block.W0, pre, 11, 10)            # Newton rows may start
+    rho = _span_block("relu", rho=0.1)
+    assert not span.applies(np, rho, rho.W0, wblocks.gram_preconditioner(np, rho)[0], 10, 10)
+    wide = make_block("w_hidden0", *make_state("relu", "cross_entropy"), gamma=0.3)
+    assert not wblocks.gram_preconditioner(np, wide)[0].data_space      # more points than rows
+    for other, start in ((block, block.W0 + 1e-3), (rho, rho.W0)):
+        assert FastBackend(w_steps=3).solve(other, start=start).info["method"] == "pncg"
+    assert FastBackend().solve(block).info["method"] == "pncg"           # to tol: uncapped
+
+
+def test_span_stops_at_tol_within_the_cap():
+    """A loose tol is met before the cap: the solve stops there, converged, and its residual is
+    the block's own at the returned point."""
+    block = _span_block("relu", seed=1)
+    capped = FastBackend(w_steps=10).solve(block, start=block.W0)
+    for tol, early in ((2 * capped.residual, False), (10 * capped.residual, True)):
+        res = FastBackend(w_steps=10, tol=tol).solve(block, start=block.W0)
+        assert res.info["method"] == capped.info["method"] == "pncg-span"
+        assert res.converged and res.status == "optimal"
+        assert res.residual == pytest.approx(block.kkt_residual(res.argmin), rel=1e-12)
+        assert res.residual <= tol and (res.iterations < 10) == early
+
+
+@pytest.mark.parametrize("xp_name", ["numpy", "array_api_strict"])
+def test_span_float32_and_standard_api(xp_name):
+    xp = pytest.importorskip(xp_name)
+    block = _span_block("tanh", seed=2)
+    ref = FastBackend(w_steps=5).solve(block, start=block.W0)
+    state = _to(xp, "float32", *make_state("tanh", "cross_entropy", seed=2, **WIDE))
+    import dataclasses
+
+    small = dataclasses.replace(make_block("w_hidden0", *state, gamma=0.3), rho=0.0)
+    res = FastBackend(w_steps=5).solve(small, start=small.W0)
+    assert res.info["method"] == "pncg-span" and res.argmin.dtype == xp.float32
+    assert res.value == pytest.approx(ref.value, rel=1e-5)
+
+
 def test_gram_factor_is_reused_while_data_unchanged():
     block = case_block("relu", "cross_entropy", "w_hidden0", 0.3)
     be = FastBackend()

@@ -18,7 +18,9 @@ WHidden, WLast cross-entropy   nonlinear CG (PR+) preconditioned by the shared G
                                where X~ has fewer columns than rows: ``gram``), exact per-row
                                line search;
                                WHidden: batched semismooth-Newton rows for units with a small,
-                               settled active set, converged rows frozen (see ``wblocks``)
+                               settled active set, converged rows frozen (see ``wblocks``);
+                               a few capped steps from W0 with rho = 0 and fewer points than
+                               inputs: the same CG on W = W0 + Z X~^T, in data space (``span``)
 =============================  ==============================================================
 
 Each row is a solver registered for its block class (``functools.singledispatch``).

@@ -37,7 +37,9 @@ recomputed), and a step that would raise a row's objective falls back to the bra
 every step decreases the objective (the BCD descent check holds for any ``w_steps``).
 Cross-entropy couples the rows and takes one step length for the whole matrix. The first step
 is the majorise-minimise step ``-grad G^{-1}`` with an exact length (``w_steps=1``); up to 10
-steps are plain preconditioned CG, the cheap regime of inexact training steps.
+steps are plain preconditioned CG, the cheap regime of inexact training steps. There, with
+``rho = 0`` and a data-space preconditioner, the iteration runs on the coefficients of
+``W = W0 + Z X~^T`` without a product per step (``span``).
 """
 import dataclasses
 import functools
@@ -45,6 +47,7 @@ import math
 
 from ..blocks import WHidden, WLast
 from ._util import kkt, newton_1d
+from . import span
 from .gram import DataGram, ParamGram
 from .xblocks import DPHI_MAX
 
@@ -93,12 +96,16 @@ class _Problem:
         g = 2 * self.rho * W
         return g + 2 * self.gamma * (W - self.W0) if self.gamma else g
 
-    def line_search(self, R, U, d, dU, gd, rtol=0.1, max_iter=10):
+    def line_search(self, R, U, d, dU, gd):
         """Minimise the objective along d from W (t >= 0; ``R`` the regulariser's gradient at W,
         ``U = W X~``); never increases it. -> (t, iterations)."""
+        # d/dt of the regulariser at t = 0, and its (constant) curvature
+        return self.search(self.dot(R, d), 2 * self.c * self.dot(d, d), U, dU, gd)
+
+    def search(self, A, B, U, dU, gd, rtol=0.1, max_iter=10):
+        """``line_search`` given the regulariser's slope A and curvature B along the direction
+        (``span`` computes them in data space)."""
         xp = self.xp
-        A = self.dot(R, d)                      # d/dt of the regulariser at t = 0 ...
-        B = 2 * self.c * self.dot(d, d)         # ... and its (constant) curvature
 
         def derivs(t):
             d1, d2 = self.data_derivs(U + t * dU, dU)
@@ -388,6 +395,10 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=No
     hidden = isinstance(block, WHidden)
     prob = (HiddenRows(xp, block, pre, newton_cap=newton_cap, flip_tol=flip_tol,
                        newton_start=newton_start) if hidden else LastCE(xp, block, pre))
+    if hidden and span.applies(xp, block, W, pre, max_iter, newton_start):
+        W, it, info = span.solve_span(xp, prob, W, tol, max_iter, resync, capped_residual)
+        info.update(cached_factor=bool(hit), stale_factor=hit == "stale", data_space=True)
+        return W, it, info
     cg = _CG(xp, block, prob, W)
     cg.info.update(cached_factor=bool(hit), stale_factor=hit == "stale",
                    data_space=pre.data_space)
