@@ -11,6 +11,8 @@ the current weights, with the proximal term gamma ||W - W0||^2), to ``--tol`` an
     python benchmarks/fast_blocks.py                       # NumPy, CPU
     python benchmarks/fast_blocks.py --device cupy         # CuPy, GPU
     python benchmarks/fast_blocks.py --sizes 784,300,100,10   # also an XHidden block
+    python benchmarks/fast_blocks.py --lam 0.1 --rho 0 --gamma 1 --dtypes float32 [--no-span]
+        # the MLP benchmark's W_0 block: capped steps in the span of the batch, or not (fast.span)
 """
 import argparse
 import copy
@@ -111,6 +113,9 @@ def main(argv=None):
                     help="FastBackend(newton_cap=...): None = default, 0 = no Newton rows")
     ap.add_argument("--baseline", action="store_true",
                     help="the first version: shared-Gram PNCG only (no Newton rows, no row freezing)")
+    ap.add_argument("--no-span", action="store_true",
+                    help="capped W-steps in parameter space also where fast.span applies (rho = 0, "
+                         "fewer points than inputs): the before of that change")
     args = ap.parse_args(argv)
 
     if args.device == "cupy":
@@ -127,10 +132,12 @@ def main(argv=None):
     if args.baseline:
         fast.solve_pncg = functools.partial(fast.solve_pncg, compact_every=10 ** 9)
         args.newton_cap = 0
+    if args.no_span:
+        fast.wblocks.span.applies = lambda *a: False
     sizes = tuple(int(s) for s in args.sizes.split(","))
     print(f"fast backend, {'-'.join(map(str, sizes))} ReLU, cross-entropy, m={args.m}, lam={args.lam}, "
           f"rho={args.rho}, gamma={args.gamma}, tol={args.tol}, newton_cap={args.newton_cap}"
-          f"{' (baseline)' if args.baseline else ''}; {device}")
+          f"{' (baseline)' if args.baseline else ''}{' (no span)' if args.no_span else ''}; {device}")
     base = make_state(sizes, args.m, args.lam, args.rho, args.seed, args.data)
     print(f"data: {base[-1]}; times: median of {args.repeats} cold solves (fresh backend each)\n")
     hdr = (f"{'block':28s} {'dtype':7s} {'mode':10s} {'seconds':>8s} {'iters':>6s} {'status':>8s} "

@@ -119,6 +119,19 @@ def test_mnist_mlp_defaults_are_the_tuned_paper_setting():
     assert (args.epochs, args.batch_size) == (10, 500)
 
 
+def test_mnist_mlp_flop_count_follows_the_span_path():
+    """W_0's capped steps from W0 run in the span of the batch (fast.span) only with rho = 0 and
+    at most 10 steps: only then does the count drop the per-step products by X~."""
+    bench = _load("mnist_mlp")
+    count = lambda *argv: bench.flops_per_batch("fln", bench.parse_args(list(argv)))
+    span, param = count(), count("--rho", "1e-3")
+    prod = 2 * 300 * 785 * 500               # one 300 x 785 x 500 product
+    # per step a product back and a gradient (none after the last), against one W at the end
+    assert param - span == pytest.approx((10 + 9 - 1) * prod)
+    assert count("--w-steps", "11") == count("--w-steps", "11", "--rho", "1e-3")
+    assert count("--alternations", "2") < count("--alternations", "2", "--rho", "1e-3")
+
+
 def test_mnist_mlp_validation_larger_than_the_data_is_a_usage_error():
     bench = _load("mnist_mlp")
     with pytest.raises(SystemExit, match="--validation must be < the 4000 training images, got 4000"):
