@@ -83,6 +83,9 @@ def parse_args(argv=None):
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--eval-every", type=int, default=20, help="batches between test evaluations "
                    f"(also after batches {', '.join(map(str, EARLY))} and every epoch)")
+    p.add_argument("--train-eval", type=int, default=0, help="after every FLN epoch, report the "
+                   "training accuracy on the first N training images and each layer's relative "
+                   "weight change |W - W_init| / |W_init| (diagnostics, untimed; 0: off)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--quick", action="store_true", help="embedded 5k MNIST, 2 epochs: a smoke run")
@@ -97,8 +100,9 @@ def parse_args(argv=None):
                 name != "rho" and getattr(args, name) == 0):
             p.error(f"--{name.replace('_', '-')} must be {'>=' if name == 'rho' else '>'} 0, "
                     f"got {getattr(args, name)}")
-    if args.validation < 0:
-        p.error(f"--validation must be >= 0, got {args.validation}")
+    for name in ("validation", "train_eval"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if min(args.lam) <= 0:
         p.error(f"--lam must be > 0, got {','.join(map(str, args.lam))}")
     unknown = set(args.methods.split(",")) - {"fln", "adam", "sgd"}
@@ -127,6 +131,9 @@ def load(args):
         ds = ds.for_tuning(args.validation, args.train_size)
     except ValueError as err:   # it names the parameter: say the flag
         raise SystemExit("--" + str(err).replace("_", "-", 1)) from None
+    if args.train_eval > ds.X_train.shape[1]:
+        raise SystemExit(f"--train-eval must be at most the {ds.X_train.shape[1]:,} training images, "
+                         f"got {args.train_eval}")
     if args.validation:
         desc += f" (validation: the last {args.validation:,} training images; test set unused)"
     return ds, f"{desc}, {ds.X_train.shape[1]:,} train / {ds.X_test.shape[1]:,} test"
@@ -148,14 +155,23 @@ def run_fln(args, ds, batches):
     Y = one_hot(ds.y_train, ds.n_classes).astype(dtype)
     net = network(args, ds)
 
-    def test_accuracy():   # in chunks: the im2col patches of 10,000 images would take GiBs
-        hits = sum(int(np.sum(np.argmax(net.forward(Xte[:, i:i + EVAL_CHUNK])[1], axis=0)
-                              == ds.y_test[i:i + EVAL_CHUNK])) for i in range(0, Xte.shape[1], EVAL_CHUNK))
-        return hits / Xte.shape[1]
+    def accuracy(Xe, ye):   # in chunks: the im2col patches of 10,000 images would take GiBs
+        hits = sum(int(np.sum(np.argmax(net.forward(Xe[:, i:i + EVAL_CHUNK])[1], axis=0)
+                              == ye[i:i + EVAL_CHUNK])) for i in range(0, Xe.shape[1], EVAL_CHUNK))
+        return hits / Xe.shape[1]
+
+    W_init = [np.array(W, copy=True) for W in net.W]
+
+    def report():   # --train-eval: under- or overfitting, and which layers learn
+        n = args.train_eval
+        change = [float(np.linalg.norm(W - W0) / np.linalg.norm(W0)) for W, W0 in zip(net.W, W_init)]
+        return dict(train_accuracy=accuracy(X[:, :n], ds.y_train[:n]),
+                    weight_change=[round(c, 4) for c in change])
 
     backend = FastBackend(dtype=args.dtype, w_steps=args.w_steps, x_steps=args.x_steps)
-    return train_fln(args, net, X, Y, test_accuracy, batches, backend,
-                     due=lambda seen: seen in EARLY or seen % args.eval_every == 0, announce=EARLY)
+    return train_fln(args, net, X, Y, lambda: accuracy(Xte, ds.y_test), batches, backend,
+                     due=lambda seen: seen in EARLY or seen % args.eval_every == 0, announce=EARLY,
+                     epoch_report=report if args.train_eval else None)
 
 
 def run_backprop(args, ds, batches, optimizer):
@@ -186,6 +202,8 @@ def summarise(results, args, data_desc):
                           accuracy_at_batches={b: accuracy_at(r["checkpoints"], b) for b in EARLY},
                           seconds_per_epoch=float(np.mean(per_epoch)), wall=r["wall"],
                           peak_mib=r["peak_mib"])
+        if "epoch_reports" in r:    # --train-eval
+            rows[name]["epoch_reports"] = r["epoch_reports"]
     ratios = {}
     if "fln" in rows and "adam" in rows:
         ratios["seconds_per_epoch_fln_over_adam"] = (rows["fln"]["seconds_per_epoch"]

@@ -180,18 +180,20 @@ def run_fln(args, ds, batches):
 
 
 def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announce=(),
-              epoch_accuracy=None, epoch_end=None):
+              epoch_accuracy=None, epoch_end=None, epoch_report=None):
     """``fit_bcd`` on the schedule ``batches``, timing training only: ``test_accuracy()`` after
     the batches where ``due(seen)`` (default: every ``args.eval_every``) and every epoch's end,
     evaluation time excluded; a line printed after each epoch and each batch in ``announce``.
     ``epoch_accuracy()``, if given, is the accuracy recorded after every epoch instead (another
     prediction rule; the checkpoints keep ``test_accuracy``); ``epoch_end(epoch)``, if given,
-    runs after every epoch but the last (a schedule), outside the timed training."""
+    runs after every epoch but the last (a schedule), outside the timed training.
+    ``epoch_report()``, if given, returns a dict of diagnostics after every epoch (untimed),
+    printed and returned as ``epoch_reports``."""
     from fenchel_cvx.bcd import fit_bcd
 
     per_epoch = len(batches[0])
     due = due or (lambda seen: seen % args.eval_every == 0)
-    state = dict(eval=0.0, t0=time.perf_counter(), ckpt=[], acc=[], sec=[], lam=[])
+    state = dict(eval=0.0, t0=time.perf_counter(), ckpt=[], acc=[], sec=[], lam=[], reports=[])
 
     def callback(net_, rec):
         if rec["alternation"] != args.alternations:  # a batch ends with its last round
@@ -212,6 +214,9 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
                 state["sec"].append(train_s)
                 state["lam"].append([float(lam) for lam in net.lam])
                 print(f"  fln epoch {rec['epoch']}: test accuracy {acc:.4f}, {train_s:.1f} s", flush=True)
+                if epoch_report is not None:
+                    state["reports"].append(epoch_report())
+                    print(f"  fln epoch {rec['epoch']}: {state['reports'][-1]}", flush=True)
                 if epoch_end is not None and rec["epoch"] < args.epochs:
                     epoch_end(rec["epoch"])
         state["eval"] += time.perf_counter() - t
@@ -225,8 +230,11 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
                    eval_every=None, check_every=args.check_every,
                    progress=not getattr(args, "no_progress", True)).history
     cert = certificate_summary(hist)
-    return dict(initial_test_accuracy=acc0, test_accuracy=state["acc"], seconds=state["sec"],
-                checkpoints=state["ckpt"], certificate=cert, lam_per_epoch=state["lam"])
+    out = dict(initial_test_accuracy=acc0, test_accuracy=state["acc"], seconds=state["sec"],
+               checkpoints=state["ckpt"], certificate=cert, lam_per_epoch=state["lam"])
+    if epoch_report is not None:
+        out["epoch_reports"] = state["reports"]
+    return out
 
 
 def certificate_summary(hist):

@@ -47,7 +47,8 @@ def test_quick_run_writes_its_report(tmp_path):
     pytest.importorskip("torch", reason="the backprop baselines need PyTorch (fenchel_cvx[bench])")
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mnist_lenet5.py"), "--quick",
                           "--epochs", "1", "--train-size", "1500", "--threads", "1", "--eval-every",
-                          "2", "--check-every", "2", "--no-progress", "--out", str(tmp_path)],
+                          "2", "--check-every", "2", "--train-eval", "500", "--no-progress",
+                          "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     summary = check_report(tmp_path, ["fln", "adam", "sgd"], [1, 2, 3])
@@ -55,6 +56,10 @@ def test_quick_run_writes_its_report(tmp_path):
     cert = summary["raw"]["fln"][0]["certificate"]
     assert (cert["rounds"], cert["checked"]) == (3, 2)      # round 2 and the last
     assert cert["min_bound_gap"] > 0                        # F < J after every checked X-sweep
+    (report,) = summary["methods"]["fln"]["epoch_reports"]  # --train-eval: one per epoch
+    assert 0.1 < report["train_accuracy"] <= 1
+    assert len(report["weight_change"]) == 5 and all(c > 0 for c in report["weight_change"])
+    assert "epoch_reports" not in summary["methods"]["adam"]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -67,6 +72,7 @@ def test_quick_run_writes_its_report(tmp_path):
     (["--dataset", "cifar10", "--quick"], "--quick runs the embedded 5k MNIST"),
     (["--dataset", "svhn"], "invalid choice: 'svhn'"),
     (["--validation", "-5"], "--validation must be >= 0"),
+    (["--train-eval", "-1"], "--train-eval must be >= 0, got -1"),
 ])
 def test_bad_arguments_are_named(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -97,3 +103,6 @@ def test_validation_split_replaces_the_test_set():
         bench.load(bench.parse_args(["--quick", "--validation", "4000"]))
     with pytest.raises(SystemExit, match="--train-size must be <= the 3000 training images, got 3001"):
         bench.load(bench.parse_args(["--quick", "--validation", "1000", "--train-size", "3001"]))
+    with pytest.raises(SystemExit, match="--train-eval must be at most the 2,000 training images, got 2001"):
+        bench.load(bench.parse_args(["--quick", "--validation", "1000", "--train-size", "2000",
+                                     "--train-eval", "2001"]))
