@@ -272,8 +272,9 @@ class WLast(WBlock):
 
     @property
     def piece_axis(self):
-        """Rows for MSE; None for cross-entropy, whose log-sum-exp couples the rows."""
-        return 0 if self.loss.name == "mse" else None
+        """Rows for a loss that is a sum over them (MSE); None for one that couples them
+        (cross-entropy's log-sum-exp)."""
+        return 0 if self.loss.separable_rows else None
 
     def restrict(self, index):
         if self.piece_axis is None:    # one piece: the block itself

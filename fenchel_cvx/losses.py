@@ -6,7 +6,11 @@ Columns are data points and losses are **sums** over them, as in the paper:
 - ``cross_entropy``:  L = -tr(Y^T log softmax(Yhat)) = sum_j [ (1^T y_j) lse(yhat_j) - y_j^T yhat_j ]
   (softmax over each column; numerically stable through log-sum-exp).
 
-Each loss gives its value and gradient in Yhat for any array-API namespace. Its CVXPY form,
+Each loss gives its value, its per-column values and its gradient in Yhat for any array-API
+namespace, and what the solvers need to know of its curvature: ``column_curvature`` (a bound on
+each column's Hessian in Yhat, ``<= c_j I``), ``quadratic`` (MSE: the last W-block is a ridge
+regression) and ``separable_rows`` (the loss is a sum over rows of Yhat as well, so the last
+W-block separates by rows). A new loss is one class here with these members. Its CVXPY form,
 for the oracle, is ``fenchel_cvx.oracle.atoms.loss_cvx(loss, Y, Yhat)``.
 """
 from array_api_compat import array_namespace
@@ -27,9 +31,21 @@ def softmax(A):
 
 class Loss:
     name = "loss"
+    quadratic = False        # a quadratic loss: the last W-block is a ridge regression
+    separable_rows = False   # a sum over the rows of Yhat too: the last W-block splits by rows
 
     def __repr__(self):
         return f"loss({self.name!r})"
+
+    def column_values(self, Y, Yhat):
+        """The loss of each column (data point); they sum to ``value``."""
+        xp = array_namespace(Y, Yhat)
+        return xp.stack([self.value(Y[:, j:j + 1], Yhat[:, j:j + 1]) for j in range(Y.shape[1])])
+
+    def curvature(self, Y, xp):
+        """A bound on the Hessian of the loss in Yhat over all columns (a float)."""
+        c = self.column_curvature(Y, xp)
+        return c if isinstance(c, float) else float(xp.max(c))
 
     def check_targets(self, name, Y, xp):
         """Raise ``ValueError`` (naming ``name``) if ``Y`` are not targets of this loss."""
@@ -39,11 +55,21 @@ class MSE(Loss):
     """Squared error ||Y - Yhat||_F^2 (summed, no 1/2)."""
 
     name = "mse"
+    quadratic = separable_rows = True
 
     def value(self, Y, Yhat):
         xp = array_namespace(Y, Yhat)
         R = Yhat - Y
         return xp.sum(R * R)
+
+    def column_values(self, Y, Yhat):
+        xp = array_namespace(Y, Yhat)
+        R = Yhat - Y
+        return xp.sum(R * R, axis=0)
+
+    def column_curvature(self, Y, xp):
+        """The Hessian is 2 I."""
+        return 2.0
 
     def grad(self, Y, Yhat):
         return 2 * (Yhat - Y)
@@ -57,6 +83,14 @@ class CrossEntropy(Loss):
     def value(self, Y, Yhat):
         xp = array_namespace(Y, Yhat)
         return xp.sum(xp.sum(Y, axis=0) * _logsumexp(xp, Yhat)) - xp.sum(Y * Yhat)
+
+    def column_values(self, Y, Yhat):
+        xp = array_namespace(Y, Yhat)
+        return xp.sum(Y, axis=0) * _logsumexp(xp, Yhat) - xp.sum(Y * Yhat, axis=0)
+
+    def column_curvature(self, Y, xp):
+        """``(1^T y_j) / 2`` per column (1 x m): the softmax Hessian is ``<= I / 2``."""
+        return 0.5 * xp.sum(Y, axis=0, keepdims=True)
 
     def grad(self, Y, Yhat):
         xp = array_namespace(Y, Yhat)

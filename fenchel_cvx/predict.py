@@ -31,22 +31,12 @@ from .validation import COUNT, check
 RULES = ("feedforward", "optimization")
 
 
-def _column_losses(loss, Y, Yhat):
-    """Per-column values of a loss that is a sum over columns."""
-    if loss.name == "mse":
-        return np.sum((Yhat - Y) ** 2, axis=0)
-    if loss.name == "cross_entropy":
-        a = np.max(Yhat, axis=0)
-        lse = a + np.log(np.sum(np.exp(Yhat - a), axis=0))
-        return np.sum(Y, axis=0) * lse - np.sum(Y * Yhat, axis=0)
-    return np.array([float(loss.value(Y[:, [j]], Yhat[:, [j]])) for j in range(Y.shape[1])])
-
 
 def column_objective(net, X0, Y, Xs):
     """Each data point's share of F(W, X) without the penalty: loss + sum_l lam_l B_l."""
     X = [X0, *Xs]
     out = net.pre_activation(net.n_hidden, X[-1])
-    val = _column_losses(net.loss, Y, out)
+    val = np.asarray(net.loss.column_values(Y, out))
     for l, act in enumerate(net.activations):
         B = act.divergence(X[l + 1], net.pre_activation(l, X[l]))
         val = val + net.lam[l] * np.sum(B, axis=0)

@@ -50,6 +50,27 @@ def test_cross_entropy_small_example_by_hand():
     assert MSE().value(Y, Yhat) == pytest.approx(1 + np.log(3.0) ** 2 + 4 + 1)
 
 
+@pytest.mark.parametrize("name", NAMES)
+@given(problems())
+def test_column_values_and_curvature(name, YYh):
+    """Per-column values sum to the loss (the generic loop agrees); each column's Hessian in Yhat
+    is at most the column's curvature bound (checked on a random direction); the flags say which
+    loss is quadratic and separable by rows."""
+    Y, Yhat = YYh
+    lo = loss(name)
+    cols = lo.column_values(Y, Yhat)
+    assert cols.shape == (Y.shape[1],)
+    np.testing.assert_allclose(cols, Loss.column_values(lo, Y, Yhat), rtol=1e-12, atol=1e-10)
+    np.testing.assert_allclose(float(np.sum(cols)), float(lo.value(Y, Yhat)), rtol=1e-12, atol=1e-9)
+    c = np.broadcast_to(np.asarray(lo.column_curvature(Y, np), dtype=float), (1, Y.shape[1]))
+    assert lo.curvature(Y, np) == pytest.approx(float(np.max(c)))
+    D = np.random.default_rng(Y.shape[1]).standard_normal(Yhat.shape)
+    h = 1e-4     # second difference of the loss along D, column by column
+    second = (lo.column_values(Y, Yhat + h * D) - 2 * cols + lo.column_values(Y, Yhat - h * D)) / h**2
+    assert np.all(second <= c[0] * np.sum(D * D, axis=0) * (1 + 1e-4) + 1e-5)
+    assert (lo.quadratic, lo.separable_rows) == ((True, True) if name == "mse" else (False, False))
+
+
 def test_losses_are_sums_over_data_points():
     rng = np.random.default_rng(0)
     Y, Yhat = np.eye(3)[:, [0, 1, 2, 1]], rng.normal(size=(3, 4))

@@ -220,7 +220,7 @@ _solve_block.register(WHidden, _solve_pncg)
 
 @_solve_block.register
 def _(block: WLast, backend, xp, Z, tol):
-    if block.loss.name == "mse":   # a ridge regression: the normal equations
+    if block.loss.quadratic:   # MSE: a ridge regression, the normal equations
         return solve_ridge(xp, block, Z, tol, backend.max_iter, backend._cache)
     return _solve_pncg(block, backend, xp, Z, tol)
 

@@ -297,9 +297,9 @@ def _(block: WHidden, xp, c):
 
 @_gram_terms.register
 def _(block: WLast, xp, c):
-    if block.loss.name == "mse":
+    if block.loss.quadratic:    # the ridge matrix itself (MSE's Hessian 2 X~ X~^T + 2c I, halved)
         return 1.0, c, True
-    return 0.5 * xp.sum(block.Y, axis=0, keepdims=True), 2 * c, False
+    return block.loss.column_curvature(block.Y, xp), 2 * c, False
 
 
 def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):

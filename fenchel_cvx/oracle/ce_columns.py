@@ -20,7 +20,6 @@ KKT residual and falls back to the CVXPY template.
 from dataclasses import replace
 
 import numpy as np
-from scipy.special import logsumexp
 
 from ..blocks import natural_residual
 from ..losses import softmax
@@ -31,8 +30,7 @@ ARMIJO = 1e-4
 
 def column_values(block, Z):
     """The block objective split by column (constants included, as in ``block.value``)."""
-    U = block.forward(Z)
-    loss = block.Y.sum(axis=0) * logsumexp(U, axis=0) - np.sum(block.Y * U, axis=0)
+    loss = block.loss.column_values(block.Y, block.forward(Z))
     return loss + block.lam_in * np.sum(block.act_in.divergence(Z, block.U_prev), axis=0)
 
 
