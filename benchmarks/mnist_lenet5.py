@@ -166,7 +166,7 @@ def run_fln(args, ds, batches):
         n = args.train_eval
         change = [float(np.linalg.norm(W - W0) / np.linalg.norm(W0)) for W, W0 in zip(net.W, W_init)]
         return dict(train_accuracy=accuracy(X[:, :n], ds.y_train[:n]),
-                    weight_change=[round(c, 4) for c in change])
+                    weight_change=[float(f"{c:.3g}") for c in change])
 
     backend = FastBackend(dtype=args.dtype, w_steps=args.w_steps, x_steps=args.x_steps)
     return train_fln(args, net, X, Y, lambda: accuracy(Xte, ds.y_test), batches, backend,

@@ -321,25 +321,26 @@ def flops_per_batch(method, args, sizes=(784, 300, 10)):
     # the batch's first round starts its hidden W-blocks at W0: in the span of X~ (``fast.span``)
     span = [l < len(dense) - 1 and args.rho == 0 and gammas[l] > 0 and args.w_steps <= 10
             for l in range(len(dense))]
-    w_first = sum(_w_flops(p, n, m, args.w_steps, s) for (p, n), s in zip(dense, span))
-    w_later = sum(_w_flops(p, n, m, args.w_steps) for p, n in dense)
+    shifted = [args.rho + g > 0 for g in gammas]   # a data-space Gram needs a positive shift
+    w_first = sum(_w_flops(p, n, m, args.w_steps, s, c) for (p, n), s, c in zip(dense, span, shifted))
+    w_later = sum(_w_flops(p, n, m, args.w_steps, False, c) for (p, n), c in zip(dense, shifted))
     return (forward + u_prev + rounds * x_block + w_first + (rounds - 1) * w_later
             - 2 * dense[0][0] * dense[0][1] * m)
 
 
-def _w_flops(p, n, m, steps, span=False):
+def _w_flops(p, n, m, steps, span=False, shifted=True):
     """One W-block of p x n weights on m points with ``steps`` steps (``fast.gram``): in data
     space (m < n) W X~, the syrk X~^T X~ (n m^2), Cholesky (m^3 / 3) and per step two triangular
     solves (2 p m^2) and one product back (2 p n m); else W X~, X~ S X~^T (2 n^2 m), Cholesky
     (n^3 / 3), the start's gradient and per step the preconditioning (2 p n^2) and d X~; a gradient
     after every step but the last (``capped_residual=False``: the benchmark's backend). ``span``
     (``fast.span``: data space, from W0): no product back and no gradient per step, one product
-    ``W0 + Z X~^T`` at the end."""
+    ``W0 + Z X~^T`` at the end. ``shifted``: rho + gamma > 0 (data space needs it)."""
     prod = 2 * p * n * m
     gradients = (steps - 1) * prod
     if m < n and span:
         return prod + n * m * m + m ** 3 / 3 + steps * 2 * p * m * m + prod
-    if m < n:
+    if m < n and shifted:
         return prod + n * m * m + m ** 3 / 3 + steps * (2 * p * m * m + prod) + gradients
     return prod + 2 * n * n * m + n ** 3 / 3 + prod + steps * (2 * p * n * n + prod) + gradients
 

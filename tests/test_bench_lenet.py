@@ -57,7 +57,7 @@ def test_quick_run_writes_its_report(tmp_path):
     assert (cert["rounds"], cert["checked"]) == (3, 2)      # round 2 and the last
     assert cert["min_bound_gap"] > 0                        # F < J after every checked X-sweep
     (report,) = summary["methods"]["fln"]["epoch_reports"]  # --train-eval: one per epoch
-    assert 0.1 < report["train_accuracy"] <= 1
+    assert 0.5 < report["train_accuracy"] <= 1
     assert len(report["weight_change"]) == 5 and all(c > 0 for c in report["weight_change"])
     assert "epoch_reports" not in summary["methods"]["adam"]
 

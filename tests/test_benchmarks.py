@@ -130,6 +130,8 @@ def test_mnist_mlp_flop_count_follows_the_span_path():
     assert param - span == pytest.approx((10 + 9 - 1) * prod)
     assert count("--w-steps", "11") == count("--w-steps", "11", "--rho", "1e-3")
     assert count("--alternations", "2") < count("--alternations", "2", "--rho", "1e-3")
+    # no proximal term and no penalty: no data-space Gram (it needs a positive shift)
+    assert count("--gamma", "0,0") > count("--gamma", "0,0", "--rho", "1e-3")
 
 
 def test_mnist_mlp_validation_larger_than_the_data_is_a_usage_error():

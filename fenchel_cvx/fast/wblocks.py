@@ -102,16 +102,16 @@ class _Problem:
         # d/dt of the regulariser at t = 0, and its (constant) curvature
         return self.search(self.dot(R, d), 2 * self.c * self.dot(d, d), U, dU, gd)
 
-    def search(self, A, B, U, dU, gd, rtol=0.1, max_iter=10):
-        """``line_search`` given the regulariser's slope A and curvature B along the direction
-        (``span`` computes them in data space)."""
+    def search(self, slope, curv, U, dU, gd, rtol=0.1, max_iter=10):
+        """``line_search`` given the regulariser's slope and (constant) curvature along the
+        direction (``span`` computes them in data space)."""
         xp = self.xp
 
         def derivs(t):
             d1, d2 = self.data_derivs(U + t * dU, dU)
-            return d1 + A + B * t, d2 + B
+            return d1 + slope + curv * t, d2 + curv
 
-        curv0 = self.data_curv(U, dU) + B     # derivs(0)[1]: U + 0 dU is U
+        curv0 = self.data_curv(U, dU) + curv    # derivs(0)[1]: U + 0 dU is U
         pos = curv0 > 0
         t0 = xp.where(pos, -gd / xp.where(pos, curv0, xp.ones_like(curv0)), xp.ones_like(gd))
         t0 = xp.where(t0 > 0, t0, xp.ones_like(t0))
@@ -119,7 +119,7 @@ class _Problem:
                                tol=rtol * xp.abs(gd), max_iter=max_iter)
         # descent safeguard: lo < t* and the objective decreases on [0, t*]
         base = self.data_base(U)
-        rise = self.data_change(U, t * dU, base) + A * t + 0.5 * B * t * t
+        rise = self.data_change(U, t * dU, base) + slope * t + 0.5 * curv * t * t
         slack = 8 * xp.finfo(t.dtype).eps * (1 + xp.abs(self.data_scale(base)))
         return xp.where(rise <= slack, t, lo), nls
 
