@@ -6,8 +6,8 @@ appendix setting (lam 0.1, gamma (1, 100), no Frobenius penalty) and its blocks 
 to completion (10 W-steps, 50 X-steps): tuned on a validation split, this is the setting that
 reaches the paper's 0.976 (docs/results.md, "MNIST MLP: threads, speed and tuning"); the
 package's faster defaults (``fenchel_cvx.defaults``: ``--lam 1 --rho 1e-3 --gamma 3 --w-steps 1
---x-steps 10``) are 0.4 points less accurate at a sixth of the FLOPs per batch. SGD (lr 1e-2) and Adam
-(lr 1e-3) train the same architecture in PyTorch on the same batches in the same order
+--x-steps 10``) are 0.4 points less accurate at 1 / 2.6 of the FLOPs per batch. SGD (lr 1e-2)
+and Adam (lr 1e-3) train the same architecture in PyTorch on the same batches in the same order
 (``datasets.batch_order``) with the same thread count. Each method runs in its own process, so
 its peak memory is its own.
 

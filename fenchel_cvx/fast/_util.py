@@ -1,7 +1,8 @@
 """Small array-API helpers shared by the fast solvers (standard functions, one NumPy shortcut).
 
 - ``kkt``: the scaled natural residual of ``blocks.kkt_residual``, from gradient parts already
-  at hand (same formula, no extra matrix product);
+  at hand (same formula, no extra matrix product); ``proves_above``: a lower bound of it from a
+  preconditioned gradient, with no product at all;
 - ``spd_inverse``: the inverse of a symmetric positive definite matrix through its Cholesky
   factor, ``G^{-1} = L^{-T} L^{-1}`` (positive semidefinite by construction, also in float32),
   with a diagonal shift added until the factorisation succeeds (NumPy arrays go straight to
@@ -22,6 +23,15 @@ def kkt(xp, Z, parts, project=None):
     r = xp.abs(g) if project is None else xp.abs(Z - project(Z - g))
     scale = max(float(xp.max(xp.abs(p))) for p in parts)
     return float(xp.max(r)) / (1.0 + scale)
+
+
+def proves_above(xp, gs, c2, per, scale, tol):
+    """Whether ``max|g| / (1 + scale) > tol`` follows from a Gram preconditioner ``G >= c2 I``:
+    ``|g_i|_2^2 >= c2 g_i G^{-1} g_i^T = c2 gs_i`` gives ``max|g| >= sqrt(c2 max_i gs_i / per)``
+    (``per`` entries in each ``g_i``; ``scale`` an upper bound of the residual's scale). Half the
+    bound must pass: rounding in gs can then not prove a residual that is not there."""
+    low = math.sqrt(c2 * max(float(xp.max(gs)), 0.0) / per)
+    return 0.5 * low / (1.0 + scale) > tol
 
 
 def floor_tol(xp, dtype, tol):

@@ -27,12 +27,12 @@ this path serves capped solves of at most ``newton_start`` steps (the training r
 differ and only cost work: rows whose gradient is below ``tol / 2`` are not frozen (the
 parameter-space loop drops them after 8 steps), and the stopping test at ``tol`` forms W and its
 residual only where a bound from data space cannot prove the residual above ``tol``
-(``_above``, the bound of ``wblocks._CG._above``). A solve never reports a ``tol`` it did not
+(``_util.proves_above``, as ``wblocks._CG._above``). A solve never reports a ``tol`` it did not
 reach: ``converged`` comes from the block's residual at the returned W.
 """
 import math
 
-from ._util import kkt
+from ._util import kkt, proves_above
 
 
 def applies(xp, block, W, pre, max_iter, newton_start):
@@ -110,14 +110,12 @@ def direction(pre, coef, two_g, A, Z, U, U0):
 
 def _residual_unless_above(xp, prob, W0, Z, A, gs, x2, tol):
     """``(W, residual)`` at ``W0 + Z X~^T``, or ``(None, inf)`` where data-space figures prove
-    the residual ``max|g| / (1 + scale)`` above ``tol`` without forming W: ``G >= c2 I`` gives
-    ``max|g| >= sqrt(c2 max_i gs_i / n)``, and ``|a X~^T|_max <= max_i |a_i| sqrt(x2)`` bounds
-    both terms of the scale (``x2 = max_j |X~_j|^2``)."""
-    pre, n = prob.pre, W0.shape[1]
-    low = math.sqrt(max(float(xp.max(gs)), 0.0) * pre.c2 / n)
+    the residual ``max|g| / (1 + scale)`` above ``tol`` without forming W (``proves_above``;
+    ``|a X~^T|_max <= max_i |a_i| sqrt(x2)`` bounds both terms of the scale, ``x2 = max_j
+    |X~_j|^2``)."""
     rows = lambda M: math.sqrt(float(xp.max(xp.sum(M * M, axis=1))) * x2)   # noqa: E731
     scale = max(abs(prob.coef) * rows(A), 2 * prob.block.gamma * rows(Z))
-    if 0.5 * low / (1.0 + scale) > tol:     # half the bound, as wblocks: rounding in gs
+    if proves_above(xp, gs, prob.pre.c2, W0.shape[1], scale, tol):
         return None, math.inf
     W = W0 + Z @ prob.block.Xt.T
     return W, kkt(xp, W, prob.block.grad_parts(W))

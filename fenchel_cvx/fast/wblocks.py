@@ -46,7 +46,7 @@ import functools
 import math
 
 from ..blocks import WHidden, WLast
-from ._util import kkt, newton_1d
+from ._util import kkt, newton_1d, proves_above
 from . import span
 from .gram import DataGram, ParamGram
 from .xblocks import DPHI_MAX
@@ -395,13 +395,12 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=No
     hidden = isinstance(block, WHidden)
     prob = (HiddenRows(xp, block, pre, newton_cap=newton_cap, flip_tol=flip_tol,
                        newton_start=newton_start) if hidden else LastCE(xp, block, pre))
+    factor = dict(cached_factor=bool(hit), stale_factor=hit == "stale", data_space=pre.data_space)
     if hidden and span.applies(xp, block, W, pre, max_iter, newton_start):
         W, it, info = span.solve_span(xp, prob, W, tol, max_iter, resync, capped_residual)
-        info.update(cached_factor=bool(hit), stale_factor=hit == "stale", data_space=True)
-        return W, it, info
+        return W, it, {**info, **factor}
     cg = _CG(xp, block, prob, W)
-    cg.info.update(cached_factor=bool(hit), stale_factor=hit == "stale",
-                   data_space=pre.data_space)
+    cg.info.update(factor)
     if cg.optimal_at_start(tol):
         cg.info.update(converged=True, value=prob.value(W, cg.U))
         return W, 0, cg.info
@@ -482,13 +481,11 @@ class _CG:
         Rounding in s can only make it pass where the residual is within a few eps of the
         start's terms (the tol floor is 64 eps): then a step is taken, never a false optimum."""
         xp, prob = self.xp, self.prob
-        gs = max(float(xp.max(self.gs)), 0.0)
         per = math.prod(self.W.shape) // math.prod(self.gs.shape)  # entries per inner product
-        low = math.sqrt(prob.pre.c2 * gs / per)                     # <= max |g|
         a2 = float(xp.max(xp.sum(self.A * self.A, axis=1)))
         x2 = prob.pre.xt_norm2(xp)
         scale = max(abs(prob.coef) * math.sqrt(a2 * x2), float(xp.max(xp.abs(self.parts[1]))))
-        return 0.5 * low / (1.0 + scale) > tol
+        return proves_above(xp, self.gs, prob.pre.c2, per, scale, tol)
 
     def residual(self):
         """The KKT residual from the parts at hand, the frozen rows included."""
