@@ -31,23 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from .arrays import to_numpy
 from .network import LiftedNetwork
 
 NETWORK_FORMAT = "fenchel_cvx.LiftedNetwork/1"
 CHECKPOINT_FORMAT = "fenchel_cvx.BCDCheckpoint/1"
 CHECKPOINT_FILE = "checkpoint.npz"
-
-
-def to_numpy(A) -> np.ndarray:
-    """A NumPy copy of an array of any array library (CuPy's ``.get()``, DLPack otherwise)."""
-    if isinstance(A, np.ndarray):
-        return A
-    if hasattr(A, "get") and type(A).__module__.startswith("cupy"):
-        return A.get()
-    try:
-        return np.asarray(A)
-    except (TypeError, ValueError, RuntimeError):
-        return np.from_dlpack(A)
 
 
 def atomic_write(path, write) -> Path:

@@ -37,6 +37,7 @@ import numbers
 import numpy as np
 from array_api_compat import array_namespace, device, is_numpy_namespace
 
+from .arrays import to_numpy
 from .validation import Interval, check
 
 # NumPy: the bytes of im2col patches gathered and multiplied at a time (whole output rows, at
@@ -99,6 +100,11 @@ class AvgPool2d(Spec):
                              f"{H}x{W} (input shape {shape})")
         return (C, H // s, W // s)
 
+    def gain2(self, shape):
+        """``||P||_2^2 = 1 / s^2`` (exact): every output averages ``s^2`` inputs that feed no
+        other output, so ``P P^T = I / s^2``."""
+        return 1.0 / self.size ** 2
+
     def apply(self, xp, X, shape):
         C, H, W = shape
         s = self.size
@@ -123,6 +129,9 @@ class Flatten(Spec):
 
     def out_shape(self, shape):
         return (math.prod(shape),)
+
+    def gain2(self, shape):
+        return 1.0
 
     def apply(self, xp, X, shape):
         return X
@@ -162,6 +171,15 @@ class Dense(Spec):
 
     def adjoint_x(self, xp, W, G, shape):
         return W[:, :-1].T @ G
+
+    def norm2_bound(self, W, shape, max_dim):
+        """``||W_p||_2^2`` (exact, float64 on the host) from the smaller Gram matrix, or None
+        where its side exceeds ``max_dim``."""
+        Wp = to_numpy(W)[:, :-1].astype(np.float64)
+        if min(Wp.shape) > max_dim:
+            return None
+        G = Wp @ Wp.T if Wp.shape[0] <= Wp.shape[1] else Wp.T @ Wp
+        return max(float(np.max(np.linalg.eigvalsh(G))), 0.0) if G.size else 0.0
 
     def rows(self, xp, U, shape):
         return U
@@ -309,6 +327,24 @@ class Conv2d(Spec):
         out = out[:, p:p + H, p:p + Wd, :] if p else out
         return xp.reshape(out, (C * H * Wd, m))
 
+    def norm2_bound(self, W, shape, max_dim):
+        """An upper bound of ``||A(W, .)||_2^2`` from the filters' spectrum (float64, host), or
+        None where ``min(channels, C_in)`` exceeds ``max_dim``.
+
+        The zero-padded input fits an ``N1 x N2 = (H + 2p) x (W + 2p)`` grid on which the map's
+        outputs read no wrapped-around pixel, so ``A`` is a block of the circular convolution on
+        that grid, whose norm is the largest singular value over the grid's frequencies of the
+        ``channels x C_in`` matrix of the filters' 2-D DFT."""
+        C, H, Wd, _, _ = self._geometry(shape)
+        if min(self.channels, C) > max_dim:
+            return None
+        k, p = self.kernel, self.padding
+        F = to_numpy(W)[:, :-1].astype(np.float64).reshape(self.channels, C, k, k)
+        M = np.moveaxis(np.fft.fft2(F, s=(H + 2 * p, Wd + 2 * p)), (0, 1), (-2, -1))
+        Mh = np.conj(np.swapaxes(M, -1, -2))
+        G = Mh @ M if C <= self.channels else M @ Mh       # the smaller side, per frequency
+        return max(float(np.max(np.linalg.eigvalsh(G))), 0.0)
+
     def rows(self, xp, U, shape):
         """``(channels H_out W_out) x m`` -> ``channels x (H_out W_out m)``: a reshape."""
         return xp.reshape(U, (self.channels, U.shape[0] // self.channels * U.shape[1]))
@@ -406,6 +442,16 @@ class LinearMap:
             return W[:, :-1], W[:, -1:]
         b = self.forward(W, np.zeros((self.n_in, 1), dtype=W.dtype))
         return self.forward(W, np.eye(self.n_in, dtype=W.dtype)) - b, b
+
+    def norm2_bound(self, W, max_dim):
+        """An upper bound of ``||A(W, .)||_2^2`` (a Python float), or None where the weighted
+        layer's eigenproblems would exceed ``max_dim`` (then see ``norm2``): the weighted
+        layer's bound (dense: exact; convolution: from its spectrum) times the pre-ops' exact
+        gains (pooling ``1 / s^2``)."""
+        bound = self.op.norm2_bound(W, self.op_shape, max_dim)
+        if bound is None:
+            return None
+        return bound * math.prod(s.gain2(shape) for s, shape in zip(self.pre, self._shapes))
 
     def norm2(self, W, iters=30):
         """An estimate of ``||A(W, .)||_2^2`` by power iteration on ``A^T A`` (from below)."""

@@ -340,7 +340,7 @@ def test_wide_x_block_uses_power_iteration_and_backtracking():
     backtracking test; the solve still matches the oracle's optimum."""
     from fenchel_cvx.fast.xblocks import EXACT_EIG_MAX
 
-    net = LiftedNetwork((20, 70, 80, 5), "tanh", "mse", lam=1.0, rho=0.1, seed=1)
+    net = LiftedNetwork((20, 140, 150, 5), "tanh", "mse", lam=1.0, rho=0.1, seed=1)
     rng = np.random.default_rng(1)
     X0, Y = rng.standard_normal((20, 30)), rng.standard_normal((5, 30))
     Xs = [np.clip(X + 0.2 * rng.standard_normal(X.shape), -0.95, 0.95) for X in net.forward(X0)[0]]

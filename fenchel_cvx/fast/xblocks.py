@@ -19,14 +19,15 @@ with ``tau = lam_in / L``. ReLU: ``z = max(0, r / (1 + tau))``; leaky ReLU: ``r 
 ``phi(s) + tau s = r``, a strictly monotone scalar equation solved by bracketed Newton in ``s``,
 which keeps ``z`` strictly inside the open range.
 
-``L`` is ``sup phi_out' * lam_out * ||W_p||_2^2`` (``2 ||W_p||^2`` for MSE, ``max_j (1^T y_j) / 2
-||W_p||^2`` for cross-entropy, the softmax Hessian being ``<= I / 2``). Where ``W_p`` has at most
-``EXACT_EIG_MAX`` rows or columns (the last X-block: 10 outputs), ``||W_p||_2`` is exact and ``L``
-a certified bound: no line search. Otherwise ``||W_p||_2`` (or a convolution's norm) comes
-from power iteration and a
-backtracking test on the smooth term's value guards it. Momentum restarts when it stops helping
-(O'Donoghue & Candes' gradient test). The loop stops when the block's own
-``kkt_residual`` is ``<= tol``.
+``L`` is ``sup phi_out' * lam_out * ||A||_2^2`` (``2 ||A||^2`` for MSE, ``max_j (1^T y_j) / 2
+||A||^2`` for cross-entropy, the softmax Hessian being ``<= I / 2``), ``A = A(W, .)`` the layer's
+map (dense: ``W_p``). Where its eigenproblems have at most ``EXACT_EIG_MAX`` rows
+(``LinearMap.norm2_bound``: ``W_p``'s smaller side; a convolution's channels, per frequency of
+its filters' DFT; LeNet-5's maps and the MLP's last layer), ``||A||_2^2`` has a certified upper
+bound and ``L`` is a certified Lipschitz constant: no line search. Otherwise ``||A||_2^2`` comes
+from power iteration and a backtracking test on the smooth term's value guards it. Momentum restarts when it stops helping
+(O'Donoghue & Candes' gradient test). The loop stops when the block's KKT residual
+(``kkt_residual``'s formula, with the ``A(W, Z)`` the loop holds) is ``<= tol``.
 """
 import functools
 import math
@@ -88,27 +89,28 @@ class _Smooth:
     def __init__(self, xp, block):
         self.xp, self.block = xp, block
         A = block.map
+        self.Wp = None
         if A.is_dense:
             p = block.U_prev.shape[0]
             self.Wp, self.b = block.W[:, :p], block.W[:, p:]
-            small = min(self.Wp.shape)
-            exact = 0 < small <= EXACT_EIG_MAX
-            if exact:  # the top eigenvalue of the small Gram matrix: ||W_p||^2 itself
-                M = (self.Wp @ self.Wp.T if self.Wp.shape[0] <= self.Wp.shape[1]
-                     else self.Wp.T @ self.Wp)
-                nrm2 = 1.001 * float(xp.max(xp.linalg.eigvalsh(M)))  # 1.001: rounding of eigvalsh
-            else:      # power iteration approaches ||W_p||^2 from below
-                nrm2 = 1.02 * top_eig(xp, self.Wp)
-        else:          # a convolution: power iteration on the map and its adjoint
-            self.Wp = None
-            exact, nrm2 = False, 1.05 * A.norm2(block.W, iters=50)
+        # ||A(W, .)||^2: a certified bound where its eigenproblems are small (dense: exact from
+        # the smaller Gram matrix; a convolution: from its filters' spectrum; pooling: exact),
+        # else power iteration, which approaches it from below
+        nrm2 = A.norm2_bound(block.W, EXACT_EIG_MAX)
+        exact = nrm2 is not None
+        if exact:
+            nrm2 *= 1.001           # 1.001: rounding of the eigensolver and of the map
+        elif self.Wp is not None:
+            nrm2 = 1.02 * top_eig(xp, self.Wp)
+        else:
+            nrm2 = 1.05 * A.norm2(block.W, iters=50)
         curv, known = _curvature(block, xp)
         self.L = curv * nrm2
         exact = exact and known
         # the smooth term of the block's class, looked up once (value and grad_U run every step)
         self._value = _smooth_value.dispatch(type(block))
         self._grad_U = _smooth_grad.dispatch(type(block))
-        # an exact ||W_p|| and a known curvature bound make L a certified Lipschitz constant: no
+        # a certified ||A|| and a known curvature bound make L a certified Lipschitz constant: no
         # backtracking (whose value test is at the mercy of rounding in float32)
         self.certified = exact
 
@@ -181,7 +183,7 @@ def default_start(xp, block):
     return block.act_in.phi(block.U_prev)
 
 
-EXACT_EIG_MAX = 64   # ||W_p||^2 by eigvalsh of the smaller Gram matrix up to this size
+EXACT_EIG_MAX = 128  # certified ||A(W, .)||^2 where its eigenproblems are at most this size
 MAX_BACKTRACKS = 60  # doublings of L in one iteration; past that the precision is exhausted
 
 
@@ -205,16 +207,20 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True)
     best, best_it, stalled = math.inf, 0, False
     stall_level = math.sqrt(eps)
     converged, it = False, 0
-    if kkt(xp, z, block.grad_parts(z), block.project) <= tol:
-        return z, 0, dict(method="fista", lipschitz=L, restarts=0, backtracks=0, converged=True)
+    G = sm.grad_U(Uz)
+    Gy = sm.adjoint(G)      # the smooth term's gradient at z: also the first step's (y = z)
+    if _optimal(xp, block, z, Gy, tol) and (res := block.kkt_residual(z)) <= tol:
+        return z, 0, dict(method="fista", lipschitz=L, restarts=0, backtracks=0, converged=True,
+                          residual=res)
     tauU = (None, None)   # (L, tau U_prev): formed again only when L changes
     # fewer steps than the stall window: the proxy only decides the KKT test, and max|Gy| is
     # formed only where a bound (|W_p^T G| <= max_i |W_p e_i|_1 max|G|) lets it pass 2 tol
     colsum = (float(xp.max(xp.sum(xp.abs(sm.Wp), axis=0)))
               if max_iter < stall_window and sm.Wp is not None else None)
     for it in range(1, max_iter + 1):
-        G = sm.grad_U(Uy)
-        Gy = sm.adjoint(G)
+        if it > 1:
+            G = sm.grad_U(Uy)
+            Gy = sm.adjoint(G)
         fy_d = None if sm.certified else sm.value(Uy)
         for _ in range(MAX_BACKTRACKS):
             tau = lam_in / L
@@ -241,11 +247,12 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True)
             stalled = True
             break
         state = state_n
-        # gradient-mapping proxy of the KKT residual; confirm with the block's own residual
+        # gradient-mapping proxy of the KKT residual; confirm with the block's KKT residual
         proxy = math.inf if maxG is None else L * maxD / (1 + maxG)   # inf: above 2 tol
         if proxy <= 2 * tol:
             checks += 1
-            if kkt(xp, zn, block.grad_parts(zn), block.project) <= tol:
+            if (_optimal(xp, block, zn, sm.adjoint(sm.grad_U(Uzn)), tol)
+                    and (res := block.kkt_residual(zn)) <= tol):
                 z, converged = zn, True
                 break
         if maxG is None:
@@ -263,7 +270,17 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True)
         z, Uz, theta = zn, Uzn, theta_n
     info = dict(method="fista", lipschitz=L, restarts=restarts, backtracks=backtracks,
                 reverted=False, kkt_checks=checks, converged=converged, stalled=stalled)
+    if converged:
+        info["residual"] = res
     return _closing(block, z, z0, info, capped_residual), it, info
+
+
+def _optimal(xp, block, Z, grad_smooth, tol):
+    """Whether the block's KKT residual at Z is ``<= tol``, from the smooth term's gradient
+    ``A^T grad_U`` at Z that the loop holds (no second ``A(W, Z)``). It decides whether to
+    evaluate ``block.kkt_residual(Z)``, which decides whether the loop stops (and is reported)."""
+    parts = [block.lam_in * block.act_in.grad_v(Z, block.U_prev), grad_smooth]
+    return kkt(xp, Z, parts, block.project) <= tol
 
 
 def _closing(block, z, z0, info, capped_residual):
