@@ -305,9 +305,9 @@ def flops_per_batch(method, args, sizes=(784, 300, 10)):
     FLN (fast backend, ``args.alternations`` rounds): the feed-forward pass of the new batch;
     per round the X-blocks and the W-blocks (``_w_flops``); in the batch's first round the
     X-blocks' ``U_{l-1}`` and W_0's ``W_0 X~`` come from the feed-forward pass. Per X-block FISTA
-    step two products with ``W_l`` (forward and adjoint), and five more: the start's forward,
-    its optimality test (two), the closing values of the start and of the end (its residual is
-    not evaluated: capped).
+    step two products with ``W_l`` (forward and adjoint), one less in all (the start's adjoint,
+    which its optimality test uses, is the first step's), and three more: the start's forward
+    and the closing values of the start and of the end (its residual is not evaluated: capped).
     """
     m = args.batch_size
     dense = [(p, n + 1) for n, p in zip(sizes[:-1], sizes[1:])]   # W_l: p x (n + 1)
@@ -315,7 +315,7 @@ def flops_per_batch(method, args, sizes=(784, 300, 10)):
     if method != "fln":
         return forward * 2 + sum(2 * p * n * m for p, n in dense[1:])
     rounds = args.alternations
-    x_block = sum(2 * p * n * m for p, n in dense[1:]) * (2 * args.x_steps + 5)
+    x_block = sum(2 * p * n * m for p, n in dense[1:]) * (2 * args.x_steps + 3)
     u_prev = sum(2 * p * n * m for p, n in dense[:-1]) * (rounds - 1)
     gammas = args.gamma if len(args.gamma) == len(dense) else args.gamma * len(dense)
     # the batch's first round starts its hidden W-blocks at W0: in the span of X~ (``fast.span``)

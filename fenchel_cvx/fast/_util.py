@@ -34,6 +34,27 @@ def proves_above(xp, gs, c2, per, scale, tol):
     return 0.5 * low / (1.0 + scale) > tol
 
 
+
+def pr_plus(xp, gs, cross, gs_old, g_d, zero=None):
+    """Nonlinear CG's PR+ coefficient, row by row (or one scalar), with its restarts.
+
+    ``beta = max(0, (gs - cross) / gs_old)``: Polak-Ribiere on the preconditioned gradient
+    ``s = g G^{-1}``, with ``gs = <g, s>``, ``cross = <g, s_old>`` (0 where ``gs_old`` is 0 or
+    ``zero`` holds). It is 0 too where the new direction ``-s + beta d`` would not descend: its
+    slope ``<g, -s + beta d> = beta g_d - gs`` (``g_d = <g, d>``) is >= 0; such a row restarts
+    at ``-s``. -> ``(beta, restarted, slope)``, the new direction's slope with no product.
+    """
+    pos = gs_old > 0
+    beta = xp.where(pos, (gs - cross) / xp.where(pos, gs_old, xp.ones_like(gs_old)),
+                    xp.zeros_like(gs_old))
+    beta = xp.clip(beta, 0, None)
+    if zero is not None:
+        beta = xp.where(zero, xp.zeros_like(beta), beta)
+    slope = beta * g_d - gs
+    uphill = slope >= 0
+    return xp.where(uphill, xp.zeros_like(beta), beta), uphill, xp.where(uphill, -gs, slope)
+
+
 def floor_tol(xp, dtype, tol):
     """The tolerance a loop can reach in ``dtype``: ``max(tol, 64 eps)`` (4e-13 / 8e-6)."""
     return max(float(tol), 64 * float(xp.finfo(dtype).eps))   # a Python float, not a NumPy scalar

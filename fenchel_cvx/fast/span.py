@@ -32,7 +32,7 @@ reach: ``converged`` comes from the block's residual at the returned W.
 """
 import math
 
-from ._util import kkt, proves_above
+from ._util import kkt, pr_plus, proves_above
 
 
 def applies(xp, block, W, pre, max_iter, newton_start):
@@ -61,10 +61,9 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=16, capped_residual=True):
     if res <= tol:                      # the start is optimal: no step, as solve_pncg
         info.update(converged=True, residual=res, value=prob.value(W0, U0))
         return W0, 0, info
-    d, dU = -sigma, -sigmaK
+    d, dU, gd = -sigma, -sigmaK, -gs    # gd: the slope <g, d> along d
     restarts, converged, res, it = 0, False, math.nan, 0
     for it in range(1, max_iter + 1):
-        gd = -gs if it == 1 else prob.dot(r, dU)
         t, nls = prob.search(two_g * prob.dot(Z, dU), 2 * prob.c * prob.dot(d, dU), U, dU, gd)
         info["line_search_iterations"] += nls
         info["row_iterations"] += Z.shape[0]
@@ -81,13 +80,9 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=16, capped_residual=True):
         if res <= tol:
             converged = True
             break
-        beta = gs_n - prob.dot(r, sigmaK)   # PR+: <g_new, s_new - s_old>
-        beta = xp.clip(xp.where(gs > 0, beta / xp.where(gs > 0, gs, xp.ones_like(gs)),
-                                xp.zeros_like(gs)), 0, None)
-        d, dU = -sigma_n + beta * d, -sigmaK_n + beta * dU
-        uphill = prob.dot(r, dU) >= 0
+        beta, uphill, gd = pr_plus(xp, gs_n, prob.dot(r, sigmaK), gs, prob.dot(r, dU))
         restarts = restarts + xp.sum(xp.astype(uphill, xp.int64))
-        d, dU = xp.where(uphill, -sigma_n, d), xp.where(uphill, -sigmaK_n, dU)
+        d, dU = -sigma_n + beta * d, -sigmaK_n + beta * dU
         sigmaK, gs = sigmaK_n, gs_n
     if not converged:
         W, res = W0 + Z @ block.Xt.T, math.nan

@@ -46,7 +46,7 @@ import functools
 import math
 
 from ..blocks import WHidden, WLast
-from ._util import kkt, newton_1d, proves_above
+from ._util import kkt, newton_1d, pr_plus, proves_above
 from . import span
 from .gram import DataGram, ParamGram
 from .xblocks import DPHI_MAX
@@ -448,7 +448,7 @@ class _CG:
         self.W_full, self.rows = W, None          # rows: global indices of the rows still iterated
         self.frozen_r = self.frozen_scale = 0.0   # max |grad| and max |part| over frozen rows
         self.n_newton = self.n_restart = 0        # counters stay on the device until the end
-        self.g = None
+        self.g = self.gd = None        # gd: the slope <g, d> along d (-gs at first: d = -s)
         self.info = dict(method="pncg", line_search_iterations=0, restarts=0, newton_rows=0,
                          row_iterations=0)
 
@@ -501,7 +501,7 @@ class _CG:
         if self.newton is not None:
             self.n_newton = self.n_newton + xp.sum(xp.astype(self.newton, xp.int64))
         dU = prob.forward(self.d) if self.dU is None else self.dU
-        gd = -self.gs if self.g is None else prob.dot(self.g, self.d)   # g.d, d = -s at first
+        gd = -self.gs if self.gd is None else self.gd
         t, nls = prob.line_search(self.parts[1], self.U, self.d, dU, gd)
         self.info["line_search_iterations"] += nls
         self.W, self.U, self.dU = self.W + t * self.d, self.U + t * dU, dU
@@ -516,11 +516,13 @@ class _CG:
                                                                self.rows)
 
     def confirm(self, tol):
-        """At a residual <= tol from the updated W X~: the block's own residual at W decides."""
+        """At a residual <= tol from the updated W X~: the block's own residual at W decides.
+        W X~ is formed again either way: the loop goes on from it, or ``finish`` reports the
+        value from it (exact, not drifted by the updates)."""
         self.W_full = self.full()
         r = self.block.kkt_residual(self.W_full)
+        self.U = self.prob.forward(self.W)
         if r > tol:
-            self.U = self.prob.forward(self.W)
             self.parts, self.A = self.prob.gradient(self.W, self.U)
         return r
 
@@ -560,19 +562,13 @@ class _CG:
         prob.it = it
         sn, snU, newton, self.active = prob.precondition(gn, self.A, self.parts[1], self.U,
                                                          self.active)
-        beta = prob.dot(gn, sn - self.s)
-        gs = self.gs
-        beta = xp.where(gs > 0, beta / xp.where(gs > 0, gs, xp.ones_like(gs)), xp.zeros_like(gs))
-        beta = xp.clip(beta, 0, None)
-        if newton is not None:
-            beta = xp.where(newton, xp.zeros_like(beta), beta)
-        d = -sn + beta * self.d
-        uphill = prob.dot(gn, d) >= 0
+        gs = prob.dot(gn, sn)
+        beta, uphill, self.gd = pr_plus(xp, gs, prob.dot(gn, self.s), self.gs,
+                                        prob.dot(gn, self.d), zero=newton)
         self.n_restart = self.n_restart + xp.sum(xp.astype(uphill, xp.int64))
-        self.d = xp.where(uphill, -sn, d)
-        self.dU = (None if snU is None or self.dU is None
-                   else xp.where(uphill, -snU, -snU + beta * self.dU))
-        self.newton, self.g, self.s, self.gs = newton, gn, sn, prob.dot(gn, sn)
+        self.d = -sn + beta * self.d
+        self.dU = None if snU is None or self.dU is None else -snU + beta * self.dU
+        self.newton, self.g, self.s, self.gs = newton, gn, sn, gs
 
     def finish(self, converged, r, it):
         """``(W, iterations, info)``; the residual and value from what is at hand (exact when
