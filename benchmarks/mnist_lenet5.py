@@ -8,7 +8,8 @@ paper's appendix hyperparameters as defaults: gamma = (1e-4, 1e-2, 1, 1, 1), lam
 no Frobenius penalty. SGD (lr 1e-2) and Adam (lr 1e-3) train the same LeNet-5 in PyTorch from
 the same initial weights (copied from the lifted network), on the same batches in the same order
 (``datasets.batch_order``), with the same thread count. Each method runs in its own process, so
-its peak memory is its own.
+its peak memory is its own; ``--jobs`` of them at once (default: cores // threads, so a 2-core
+machine runs FLN beside the baselines at ``--threads 1``; ``--jobs 1``: one after another).
 
 Prints and writes to ``--out``: ``results.json`` (the layout of ``mnist_mlp.py``'s),
 ``results.md`` (a markdown table) and ``accuracy.png`` (test accuracy against batches and
@@ -36,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fenchel_cvx.datasets import (batch_order, load_cifar10, load_mnist,  # noqa: E402
                                   load_mnist5k, one_hot)
-from mnist_mlp import backprop_record, plot, run_method, train_fln  # noqa: E402
+from mnist_mlp import backprop_record, default_jobs, plot, run_methods, train_fln  # noqa: E402
 
 EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}
@@ -70,6 +71,8 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--methods", default="fln,adam,sgd")
+    p.add_argument("--jobs", type=int, default=None, help="methods run at once, each in its own "
+                   "process on --threads cores (default: cores // threads; 1: one after another)")
     p.add_argument("--lam", type=_floats(4, "--lam"), default=(5.0, 5.0, 1.0, 1.0))
     p.add_argument("--gamma", type=_floats(5, "--gamma"), default=(1e-4, 1e-2, 1.0, 1.0, 1.0))
     p.add_argument("--rho", type=float, default=0.0)
@@ -92,7 +95,7 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="default: runs/lenet5_<dataset>")
     args = p.parse_args(argv)
     for name in ("epochs", "train_size", "batch_size", "threads", "eval_every", "w_steps", "x_steps",
-                 "check_every", "alternations"):
+                 "check_every", "alternations", "jobs"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     for name in ("rho", "adam_lr", "sgd_lr"):
@@ -116,6 +119,8 @@ def parse_args(argv=None):
         args.epochs = min(args.epochs, 2)
     if args.out is None:
         args.out = str(ROOT / "runs" / f"lenet5_{'quick' if args.quick else args.dataset}")
+    if args.jobs is None:
+        args.jobs = default_jobs(args.threads)
     return args
 
 
@@ -255,11 +260,11 @@ def main(argv=None):
     del ds
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = {}
-    for method in args.methods.split(","):
-        print(f"{method}:", flush=True)
-        results[method] = run_method(method, args, load=load, run_fln=run_fln,
-                                     run_backprop=run_backprop)
+    methods = args.methods.split(",")
+    print(f"running {', '.join(methods)}, {args.jobs} at a time ({args.threads} threads each)",
+          flush=True)
+    results = dict(zip(methods, run_methods([(m, args) for m in methods], args.jobs, load=load,
+                                            run_fln=run_fln, run_backprop=run_backprop)))
     summary = summarise(results, args, data_desc)
     _write(out / "results.json", json.dumps(summary, indent=1, default=str))
     table = markdown(summary)

@@ -9,7 +9,8 @@ package's faster defaults (``fenchel_cvx.defaults``: ``--lam 1 --rho 1e-3 --gamm
 --x-steps 10``) are 0.4 points less accurate at 1 / 2.6 of the FLOPs per batch. SGD (lr 1e-2)
 and Adam (lr 1e-3) train the same architecture in PyTorch on the same batches in the same order
 (``datasets.batch_order``) with the same thread count. Each method runs in its own process, so
-its peak memory is its own.
+its peak memory is its own; ``--jobs`` of them at once (default: cores // threads, so a 2-core
+machine runs FLN beside the baselines at ``--threads 1``; ``--jobs 1``: one after another).
 
 Prints and writes to ``--out``: ``results.json``, ``results.md`` (a markdown table) and
 ``accuracy.png`` (test accuracy against batches and against wall-clock seconds). Figures:
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +63,9 @@ def parse_args(argv=None):
                    "PyTorch get them all, SciPy's BLAS one (fenchel_cvx.threads.plan); 1 is fastest "
                    "on a shared machine (docs/results.md, Threads)")
     p.add_argument("--methods", default="fln,adam,sgd")
+    p.add_argument("--jobs", type=int, default=None, help="methods (and seeds) run at once, each "
+                   "in its own process on --threads cores (default: cores // threads; 1: one "
+                   "after another)")
     p.add_argument("--lam", type=_floats, default=[0.1],
                    help="lambda_l, one number or a comma list (one per hidden layer)")
     p.add_argument("--lam-growth", type=float, default=1.0, help="the lam schedule: epoch e "
@@ -93,9 +98,11 @@ def parse_args(argv=None):
     p.add_argument("--out", default=str(ROOT / "runs" / "mnist_mlp"))
     args = p.parse_args(argv)
     for name in ("epochs", "batch_size", "threads", "eval_every", "w_steps", "x_steps", "check_every",
-                 "gram_reuse", "alternations", "seeds"):
+                 "gram_reuse", "alternations", "seeds", "jobs"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.jobs is None:
+        args.jobs = default_jobs(args.threads)
     if args.rho < 0:
         p.error(f"--rho must be >= 0, got {args.rho}")
     if min(args.lam) <= 0 or len(args.lam) != 1:
@@ -273,7 +280,7 @@ def backprop_record(r, per_epoch):
                 seconds=r.seconds, checkpoints=sorted(ckpt))
 
 
-def _child(method, args, queue, load=load, run_fln=run_fln, run_backprop=run_backprop):
+def _child(method, args, load=load, run_fln=run_fln, run_backprop=run_backprop):
     """One method in this (spawned) process; a benchmark passes its own load / run_* functions."""
     with limit_threads(args.threads):
         ds, _ = load(args)
@@ -282,19 +289,24 @@ def _child(method, args, queue, load=load, run_fln=run_fln, run_backprop=run_bac
         out = run_fln(args, ds, batches) if method == "fln" else run_backprop(args, ds, batches, method)
         out["wall"] = time.perf_counter() - t
     out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    queue.put(out)
-
-
-def run_method(method, args, **hooks):
-    """``_child(method, args, queue, **hooks)`` in a fresh (spawned) process: its result, with
-    its peak memory."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(method, args, queue), kwargs=hooks)
-    proc.start()
-    out = queue.get()
-    proc.join()
+    out["seed"] = args.seed
     return out
+
+
+def run_methods(tasks, jobs=1, **hooks):
+    """``_child(method, args, **hooks)`` for each ``(method, args)`` of ``tasks``, each in a
+    fresh spawned process (its peak memory its own), at most ``jobs`` at once, started in the
+    order given: their results, in that order."""
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
+                               max_tasks_per_child=1)
+    with pool:
+        futures = [pool.submit(_child, method, args, **hooks) for method, args in tasks]
+        return [f.result() for f in futures]
+
+
+def default_jobs(threads):
+    """Methods run at once by default: as many as the machine has cores for, ``threads`` each."""
+    return max(1, (os.cpu_count() or 1) // threads)
 
 
 # --- FLOPs and the GEMM floor -------------------------------------------------------------------
@@ -501,12 +513,13 @@ def main(argv=None):
           flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = {}
-    for method in args.methods.split(","):
-        results[method] = []
-        for seed in range(args.seed, args.seed + args.seeds):
-            print(f"{method}, seed {seed}:", flush=True)
-            results[method].append(run_method(method, argparse.Namespace(**{**vars(args), "seed": seed})))
+    tasks = [(method, argparse.Namespace(**{**vars(args), "seed": seed}))
+             for method in args.methods.split(",") for seed in range(args.seed, args.seed + args.seeds)]
+    print(f"running {len(tasks)} method runs, {args.jobs} at a time ({args.threads} threads each)",
+          flush=True)
+    results = {method: [] for method in args.methods.split(",")}
+    for (method, _), result in zip(tasks, run_methods(tasks, args.jobs)):
+        results[method].append(result)
     summary = summarise(results, args, data_desc)
     if args.profile and "fln" in results:
         summary["matmul_share"], summary["profile_note"] = matmul_share(args)

@@ -73,6 +73,7 @@ def test_quick_run_writes_its_report(tmp_path):
     (["--dataset", "svhn"], "invalid choice: 'svhn'"),
     (["--validation", "-5"], "--validation must be >= 0"),
     (["--train-eval", "-1"], "--train-eval must be >= 0, got -1"),
+    (["--jobs", "0"], "--jobs must be >= 1, got 0"),
 ])
 def test_bad_arguments_are_named(argv, message, capsys):
     with pytest.raises(SystemExit):

@@ -30,7 +30,7 @@ def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mnist_mlp.py"), "--quick",
                           "--epochs", "1", "--threads", "1", "--eval-every", "4",
                           "--check-every", "3", "--seeds", "2", "--gamma", "3,30",
-                          "--methods", "fln,adam", "--out", str(tmp_path)],
+                          "--methods", "fln,adam", "--jobs", "2", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads((tmp_path / "results.json").read_text())
@@ -44,9 +44,12 @@ def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
         assert len(per_seed) == 2 and row["final_test_accuracy"] == pytest.approx(np.mean(per_seed))
         assert row["final_test_accuracy_spread"] == pytest.approx(max(per_seed) - min(per_seed))
         assert row["gflop_per_batch"] > 0 and 0 < row["fraction_of_gemm_floor"]
+        # two runs at a time (--jobs 2), reported in seed order
+        assert [run["seed"] for run in summary["raw"][name]] == [0, 1]
         for run in summary["raw"][name]:
             assert [c[0] for c in run["checkpoints"]] == [4, 8]   # 4,000 images: 8 batches of 500
     assert summary["settings"]["gamma"] == [3.0, 30.0] and summary["settings"]["gemm_gflops"] > 0
+    assert summary["settings"]["jobs"] == 2
     assert summary["methods"]["fln"]["gflop_per_batch"] > summary["methods"]["adam"]["gflop_per_batch"]
     assert summary["ratios"]["seconds_per_epoch_fln_over_adam"] == pytest.approx(
         summary["methods"]["fln"]["seconds_per_epoch"] / summary["methods"]["adam"]["seconds_per_epoch"])
@@ -62,7 +65,7 @@ def test_mnist_mlp_rejects_bad_arguments():
     bad = [["--check-every", "0"], ["--x-steps", "-1"], ["--methods", "fln,lbfgs"],
            ["--gamma", "1,x"], ["--gamma", "1,2,3"], ["--lam", "0"], ["--seeds", "0"],
            ["--validation", "-1"], ["--threads", "0"], ["--lam-growth", "0"],
-           ["--predict", "vote"]]
+           ["--predict", "vote"], ["--jobs", "0"]]
     if importlib.util.find_spec("cupy") is None:
         bad.append(["--device", "cupy"])
     for argv in bad:

@@ -226,7 +226,10 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True)
             tau = lam_in / L
             if tauU[0] != L:
                 tauU = (L, tau * U_prev)
-            zn, state_n = prox(xp, act, y - Gy / L + tauU[1], tau, state)
+            r = Gy * (-1.0 / L)     # y - Gy / L + tau U_prev, in place: one array, not three
+            r += y
+            r += tauU[1]
+            zn, state_n = prox(xp, act, r, tau, state)
             Uzn = sm.forward(zn)
             D, dz = zn - y, zn - z
             # the scalars of the iteration are computed on the device, then read at once;
@@ -266,7 +269,9 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True)
         beta = (theta - 1) / theta_n
         if uphill > 0:  # momentum points uphill (O'Donoghue & Candes): restart
             theta_n, beta, restarts = 1.0, 0.0, restarts + 1
-        y, Uy = zn + beta * dz, Uzn + beta * (Uzn - Uz)
+        dz *= beta              # y = zn + beta dz, in dz's array (dz is not used again)
+        dz += zn
+        y, Uy = dz, Uzn + beta * (Uzn - Uz)
         z, Uz, theta = zn, Uzn, theta_n
     info = dict(method="fista", lipschitz=L, restarts=restarts, backtracks=backtracks,
                 reverted=False, kkt_checks=checks, converged=converged, stalled=stalled)
