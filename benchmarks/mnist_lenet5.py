@@ -8,8 +8,8 @@ paper's appendix hyperparameters as defaults: gamma = (1e-4, 1e-2, 1, 1, 1), lam
 no Frobenius penalty. SGD (lr 1e-2) and Adam (lr 1e-3) train the same LeNet-5 in PyTorch from
 the same initial weights (copied from the lifted network), on the same batches in the same order
 (``datasets.batch_order``), with the same thread count. Each method runs in its own process, so
-its peak memory is its own; ``--jobs`` of them at once (default: cores // threads, so a 2-core
-machine runs FLN beside the baselines at ``--threads 1``; ``--jobs 1``: one after another).
+its peak memory is its own; one after another, or ``--jobs N`` at once (on a 2-core machine,
+``--threads 1 --jobs 2`` trains FLN beside the baselines).
 
 Prints and writes to ``--out``: ``results.json`` (the layout of ``mnist_mlp.py``'s),
 ``results.md`` (a markdown table) and ``accuracy.png`` (test accuracy against batches and
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fenchel_cvx.datasets import (batch_order, load_cifar10, load_mnist,  # noqa: E402
                                   load_mnist5k, one_hot)
-from mnist_mlp import backprop_record, default_jobs, plot, run_methods, train_fln  # noqa: E402
+from mnist_mlp import backprop_record, plot, run_methods, train_fln  # noqa: E402
 
 EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}
@@ -71,8 +71,9 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--methods", default="fln,adam,sgd")
-    p.add_argument("--jobs", type=int, default=None, help="methods run at once, each in its own "
-                   "process on --threads cores (default: cores // threads; 1: one after another)")
+    p.add_argument("--jobs", type=int, default=1, help="methods run at once, each in its own "
+                   "process on --threads cores (default 1: one after another, timings free of "
+                   "each other; --threads 1 --jobs 2 on 2 cores: FLN beside the baselines)")
     p.add_argument("--lam", type=_floats(4, "--lam"), default=(5.0, 5.0, 1.0, 1.0))
     p.add_argument("--gamma", type=_floats(5, "--gamma"), default=(1e-4, 1e-2, 1.0, 1.0, 1.0))
     p.add_argument("--rho", type=float, default=0.0)
@@ -119,8 +120,6 @@ def parse_args(argv=None):
         args.epochs = min(args.epochs, 2)
     if args.out is None:
         args.out = str(ROOT / "runs" / f"lenet5_{'quick' if args.quick else args.dataset}")
-    if args.jobs is None:
-        args.jobs = default_jobs(args.threads)
     return args
 
 

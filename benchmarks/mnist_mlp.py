@@ -9,8 +9,8 @@ package's faster defaults (``fenchel_cvx.defaults``: ``--lam 1 --rho 1e-3 --gamm
 --x-steps 10``) are 0.4 points less accurate at 1 / 2.6 of the FLOPs per batch. SGD (lr 1e-2)
 and Adam (lr 1e-3) train the same architecture in PyTorch on the same batches in the same order
 (``datasets.batch_order``) with the same thread count. Each method runs in its own process, so
-its peak memory is its own; ``--jobs`` of them at once (default: cores // threads, so a 2-core
-machine runs FLN beside the baselines at ``--threads 1``; ``--jobs 1``: one after another).
+its peak memory is its own; one after another, or ``--jobs N`` at once (on a 2-core machine,
+``--threads 1 --jobs 2`` trains FLN beside the baselines).
 
 Prints and writes to ``--out``: ``results.json``, ``results.md`` (a markdown table) and
 ``accuracy.png`` (test accuracy against batches and against wall-clock seconds). Figures:
@@ -37,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -63,9 +62,9 @@ def parse_args(argv=None):
                    "PyTorch get them all, SciPy's BLAS one (fenchel_cvx.threads.plan); 1 is fastest "
                    "on a shared machine (docs/results.md, Threads)")
     p.add_argument("--methods", default="fln,adam,sgd")
-    p.add_argument("--jobs", type=int, default=None, help="methods (and seeds) run at once, each "
-                   "in its own process on --threads cores (default: cores // threads; 1: one "
-                   "after another)")
+    p.add_argument("--jobs", type=int, default=1, help="methods (and seeds) run at once, each in "
+                   "its own process on --threads cores (default 1: one after another, timings "
+                   "free of each other)")
     p.add_argument("--lam", type=_floats, default=[0.1],
                    help="lambda_l, one number or a comma list (one per hidden layer)")
     p.add_argument("--lam-growth", type=float, default=1.0, help="the lam schedule: epoch e "
@@ -101,8 +100,6 @@ def parse_args(argv=None):
                  "gram_reuse", "alternations", "seeds", "jobs"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.jobs is None:
-        args.jobs = default_jobs(args.threads)
     if args.rho < 0:
         p.error(f"--rho must be >= 0, got {args.rho}")
     if min(args.lam) <= 0 or len(args.lam) != 1:
@@ -282,6 +279,7 @@ def backprop_record(r, per_epoch):
 
 def _child(method, args, load=load, run_fln=run_fln, run_backprop=run_backprop):
     """One method in this (spawned) process; a benchmark passes its own load / run_* functions."""
+    print(f"{method}, seed {args.seed}: started", flush=True)
     with limit_threads(args.threads):
         ds, _ = load(args)
         batches = batch_order(ds.X_train.shape[1], args.batch_size, args.epochs, seed=args.seed)
@@ -296,17 +294,10 @@ def _child(method, args, load=load, run_fln=run_fln, run_backprop=run_backprop):
 def run_methods(tasks, jobs=1, **hooks):
     """``_child(method, args, **hooks)`` for each ``(method, args)`` of ``tasks``, each in a
     fresh spawned process (its peak memory its own), at most ``jobs`` at once, started in the
-    order given: their results, in that order."""
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
-                               max_tasks_per_child=1)
-    with pool:
-        futures = [pool.submit(_child, method, args, **hooks) for method, args in tasks]
-        return [f.result() for f in futures]
-
-
-def default_jobs(threads):
-    """Methods run at once by default: as many as the machine has cores for, ``threads`` each."""
-    return max(1, (os.cpu_count() or 1) // threads)
+    order given: their results, in that order. A run that fails stops the others at once."""
+    with mp.get_context("spawn").Pool(jobs, maxtasksperchild=1) as pool:   # exit: terminate
+        runs = [pool.apply_async(_child, (method, args), hooks) for method, args in tasks]
+        return [run.get() for run in runs]
 
 
 # --- FLOPs and the GEMM floor -------------------------------------------------------------------

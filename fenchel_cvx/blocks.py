@@ -128,6 +128,10 @@ class XBlock(Block):
     def project(self, Z):
         return self.act_in.project(Z)
 
+    def grad_in(self, Z):
+        """The gradient of ``lam_in B_in(Z, U_prev)`` in Z, one of ``grad_parts``."""
+        return self.lam_in * self.act_in.grad_v(Z, self.U_prev)
+
 
 @dataclass
 class XHidden(XBlock):
@@ -151,8 +155,7 @@ class XHidden(XBlock):
 
     def grad_parts(self, Z):
         G_out = self.act_out.grad_u(self.V_next, self.forward(Z))
-        return [self.lam_in * self.act_in.grad_v(Z, self.U_prev),
-                self.lam_out * self.adjoint(G_out)]
+        return [self.grad_in(Z), self.lam_out * self.adjoint(G_out)]
 
     @property
     def activations(self):
@@ -182,8 +185,7 @@ class XLast(XBlock):
                 + self.lam_in * xp.sum(self.act_in.divergence(Z, self.U_prev)))
 
     def grad_parts(self, Z):
-        return [self.adjoint(self.loss.grad(self.Y, self.forward(Z))),
-                self.lam_in * self.act_in.grad_v(Z, self.U_prev)]
+        return [self.adjoint(self.loss.grad(self.Y, self.forward(Z))), self.grad_in(Z)]
 
     @property
     def activations(self):

@@ -45,6 +45,9 @@ from .validation import Interval, check
 # LeNet-5's training time per batch of 500 against one 30 MB patch matrix (two runs side by side
 # in one process, one thread, load 3-6; docs page "Results"). Other namespaces (CuPy): one chunk.
 CHUNK_BYTES = 1 << 20
+# Conv2d.norm2_bound: the most entries of a filter bank's spectrum (channels x C_in x grid; 64 MiB
+# of complex128), past which the X-blocks estimate the map's norm by power iteration instead
+SPECTRUM_MAX = 1 << 22
 
 __all__ = ["Dense", "Conv2d", "AvgPool2d", "Flatten", "LAYERS", "LinearMap", "build_maps",
            "layer_from_dict"]
@@ -175,9 +178,9 @@ class Dense(Spec):
     def norm2_bound(self, W, shape, max_dim):
         """``||W_p||_2^2`` (exact, float64 on the host) from the smaller Gram matrix, or None
         where its side exceeds ``max_dim``."""
-        Wp = to_numpy(W)[:, :-1].astype(np.float64)
-        if min(Wp.shape) > max_dim:
+        if min(W.shape[0], W.shape[1] - 1) > max_dim:
             return None
+        Wp = to_numpy(W)[:, :-1].astype(np.float64)
         G = Wp @ Wp.T if Wp.shape[0] <= Wp.shape[1] else Wp.T @ Wp
         return max(float(np.max(np.linalg.eigvalsh(G))), 0.0) if G.size else 0.0
 
@@ -329,16 +332,18 @@ class Conv2d(Spec):
 
     def norm2_bound(self, W, shape, max_dim):
         """An upper bound of ``||A(W, .)||_2^2`` from the filters' spectrum (float64, host), or
-        None where ``min(channels, C_in)`` exceeds ``max_dim``.
+        None where ``min(channels, C_in)`` exceeds ``max_dim`` or the spectrum would exceed
+        ``SPECTRUM_MAX`` entries.
 
         The zero-padded input fits an ``N1 x N2 = (H + 2p) x (W + 2p)`` grid on which the map's
         outputs read no wrapped-around pixel, so ``A`` is a block of the circular convolution on
         that grid, whose norm is the largest singular value over the grid's frequencies of the
         ``channels x C_in`` matrix of the filters' 2-D DFT."""
         C, H, Wd, _, _ = self._geometry(shape)
-        if min(self.channels, C) > max_dim:
-            return None
         k, p = self.kernel, self.padding
+        if (min(self.channels, C) > max_dim
+                or self.channels * C * (H + 2 * p) * (Wd + 2 * p) > SPECTRUM_MAX):
+            return None
         F = to_numpy(W)[:, :-1].astype(np.float64).reshape(self.channels, C, k, k)
         M = np.moveaxis(np.fft.fft2(F, s=(H + 2 * p, Wd + 2 * p)), (0, 1), (-2, -1))
         Mh = np.conj(np.swapaxes(M, -1, -2))

@@ -111,6 +111,26 @@ def test_fast_matches_the_oracle_on_conv_blocks(act, loss, which):
     assert block.kkt_residual(got.argmin) <= 1e-7
 
 
+
+@pytest.mark.parametrize("act", ["relu", "sigmoid"])
+@pytest.mark.parametrize("loss", ["mse", "cross_entropy"])
+@pytest.mark.parametrize("l", [1, 2])
+def test_fast_conv_x_blocks_step_from_a_certified_lipschitz_constant(act, loss, l):
+    """A pooled conv map (X_1) and a pooled dense one (X_2): FISTA's L is the curvature times
+    ``LinearMap.norm2_bound`` (not a power-iteration estimate), at least the curvature times
+    ``||A||_2^2`` of the explicit matrix, and no step backtracks."""
+    from fenchel_cvx.fast.xblocks import EXACT_EIG_MAX, _curvature
+
+    net, X0, Y, Xs = conv_state(act, loss, seed=2)
+    block = blocks.x_block(net, X0, Y, Xs, l)
+    res = FastBackend(tol=1e-9, max_iter=20000).solve(block, start=Xs[l - 1])
+    curv, known = _curvature(block, np)
+    top = np.linalg.norm(block.map.matrix(block.W)[0], 2) ** 2
+    assert known and res.converged and res.info["backtracks"] == 0
+    assert res.info["lipschitz"] == pytest.approx(
+        1.001 * curv * block.map.norm2_bound(block.W, EXACT_EIG_MAX), rel=1e-12)
+    assert res.info["lipschitz"] >= curv * top
+
 def test_fast_conv_x_block_runs_on_the_array_api_standard():
     xps = pytest.importorskip("array_api_strict")
     net, X0, Y, Xs = conv_state(seed=3)

@@ -693,3 +693,33 @@ def test_bad_start_shape():
 def test_name_and_repr():
     be = FastBackend(w_steps=3, x_steps=7)
     assert be.name == "fast" and "w_steps=3" in repr(be) and "x_steps=7" in repr(be)
+
+
+def test_pr_plus_matches_forming_the_direction():
+    """``_util.pr_plus`` decides beta, the restarts and the new slope per row from dots alone,
+    as forming ``-s + beta d`` and testing ``<g, d_new> >= 0`` does: rows with gs_old = 0, a
+    Newton row (``zero``), uphill rows and ordinary ones."""
+    from fenchel_cvx.fast._util import pr_plus
+
+    rng = np.random.default_rng(4)
+    g, s_old, d = (rng.standard_normal((40, 7)) for _ in range(3))
+    s = g * rng.uniform(0.5, 2.0, g.shape)  # a preconditioned gradient: <g, s> > 0
+    s_old[0] = 0.0                          # gs_old = 0: beta 0
+    s_old[1:8], d[1:8] = -g[1:8], 50 * g[1:8]   # beta > 0 along a d far uphill: restarts
+    zero = np.zeros((40, 1), dtype=bool)
+    zero[10] = zero[30] = True
+    dot = lambda a, b: np.sum(a * b, axis=1, keepdims=True)   # noqa: E731
+    gs, gs_old = dot(g, s), np.abs(dot(g, s_old))
+    # the old code: form the direction, then test its slope
+    beta0 = np.clip(np.where(gs_old > 0, dot(g, s - s_old) / np.where(gs_old > 0, gs_old, 1), 0),
+                    0, None)
+    beta0 = np.where(zero, 0, beta0)
+    d_new = -s + beta0 * d
+    uphill0 = dot(g, d_new) >= 0
+    d_new = np.where(uphill0, -s, d_new)
+    beta, uphill, slope = pr_plus(np, gs, dot(g, s_old), gs_old, dot(g, d), zero=zero)
+    assert uphill0[1:8].all() and not uphill0.all()
+    np.testing.assert_array_equal(uphill, uphill0)
+    np.testing.assert_allclose(-s + beta * d, d_new, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(slope, dot(g, d_new), rtol=1e-10, atol=1e-12)
+    assert (beta[[0, 10, 30]] == 0).all()

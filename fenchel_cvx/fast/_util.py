@@ -34,13 +34,12 @@ def proves_above(xp, gs, c2, per, scale, tol):
     return 0.5 * low / (1.0 + scale) > tol
 
 
-
 def pr_plus(xp, gs, cross, gs_old, g_d, zero=None):
     """Nonlinear CG's PR+ coefficient, row by row (or one scalar), with its restarts.
 
     ``beta = max(0, (gs - cross) / gs_old)``: Polak-Ribiere on the preconditioned gradient
-    ``s = g G^{-1}``, with ``gs = <g, s>``, ``cross = <g, s_old>`` (0 where ``gs_old`` is 0 or
-    ``zero`` holds). It is 0 too where the new direction ``-s + beta d`` would not descend: its
+    ``s = g G^{-1}``, with ``gs = <g, s>`` and ``cross = <g, s_old>``; 0 where ``gs_old`` is 0 or
+    ``zero`` holds. It is 0 too where the new direction ``-s + beta d`` would not descend: its
     slope ``<g, -s + beta d> = beta g_d - gs`` (``g_d = <g, d>``) is >= 0; such a row restarts
     at ``-s``. -> ``(beta, restarted, slope)``, the new direction's slope with no product.
     """

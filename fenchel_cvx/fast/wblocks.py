@@ -448,7 +448,7 @@ class _CG:
         self.W_full, self.rows = W, None          # rows: global indices of the rows still iterated
         self.frozen_r = self.frozen_scale = 0.0   # max |grad| and max |part| over frozen rows
         self.n_newton = self.n_restart = 0        # counters stay on the device until the end
-        self.g = self.gd = None        # gd: the slope <g, d> along d (-gs at first: d = -s)
+        self.gd = None                 # the slope <g, d> along d (None: -gs, d = -s at first)
         self.info = dict(method="pncg", line_search_iterations=0, restarts=0, newton_rows=0,
                          row_iterations=0)
 
@@ -466,12 +466,12 @@ class _CG:
             if self._above(tol):
                 return False
         self.parts = prob.parts(self.A, R)
-        self.g = self.parts[0] + self.parts[1]
+        g = self.parts[0] + self.parts[1]
         if kkt(self.xp, self.W, self.parts) <= tol:
             return True
         if not prob.pre.data_space:
-            s, sU, self.newton, self.active = prob.precondition(self.g, self.A, R, self.U)
-            self.s, self.gs, self.d, self.dU = s, prob.dot(self.g, s), -s, None
+            s, sU, self.newton, self.active = prob.precondition(g, self.A, R, self.U)
+            self.s, self.gs, self.d, self.dU = s, prob.dot(g, s), -s, None
         return False
 
     def _above(self, tol):
@@ -517,11 +517,12 @@ class _CG:
 
     def confirm(self, tol):
         """At a residual <= tol from the updated W X~: the block's own residual at W decides.
-        W X~ is formed again either way: the loop goes on from it, or ``finish`` reports the
-        value from it (exact, not drifted by the updates)."""
+        W X~ is formed again: the loop goes on from it, or ``finish`` reports the value from it
+        (exact, not drifted by the updates; all rows only, as ``finish`` needs)."""
         self.W_full = self.full()
         r = self.block.kkt_residual(self.W_full)
-        self.U = self.prob.forward(self.W)
+        if r > tol or self.rows is None:
+            self.U = self.prob.forward(self.W)
         if r > tol:
             self.parts, self.A = self.prob.gradient(self.W, self.U)
         return r
@@ -568,7 +569,7 @@ class _CG:
         self.n_restart = self.n_restart + xp.sum(xp.astype(uphill, xp.int64))
         self.d = -sn + beta * self.d
         self.dU = None if snU is None or self.dU is None else -snU + beta * self.dU
-        self.newton, self.g, self.s, self.gs = newton, gn, sn, gs
+        self.newton, self.s, self.gs = newton, sn, gs
 
     def finish(self, converged, r, it):
         """``(W, iterations, info)``; the residual and value from what is at hand (exact when

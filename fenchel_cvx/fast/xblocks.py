@@ -25,9 +25,10 @@ map (dense: ``W_p``). Where its eigenproblems have at most ``EXACT_EIG_MAX`` row
 (``LinearMap.norm2_bound``: ``W_p``'s smaller side; a convolution's channels, per frequency of
 its filters' DFT; LeNet-5's maps and the MLP's last layer), ``||A||_2^2`` has a certified upper
 bound and ``L`` is a certified Lipschitz constant: no line search. Otherwise ``||A||_2^2`` comes
-from power iteration and a backtracking test on the smooth term's value guards it. Momentum restarts when it stops helping
-(O'Donoghue & Candes' gradient test). The loop stops when the block's KKT residual
-(``kkt_residual``'s formula, with the ``A(W, Z)`` the loop holds) is ``<= tol``.
+from power iteration and a backtracking test on the smooth term's value guards it. Momentum
+restarts when it stops helping (O'Donoghue & Candes' gradient test). The loop stops when the block's own ``kkt_residual``
+is ``<= tol``; it is evaluated only where the same formula, with the gradient the loop holds,
+comes within ``2 tol``.
 """
 import functools
 import math
@@ -281,11 +282,11 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True)
 
 
 def _optimal(xp, block, Z, grad_smooth, tol):
-    """Whether the block's KKT residual at Z is ``<= tol``, from the smooth term's gradient
-    ``A^T grad_U`` at Z that the loop holds (no second ``A(W, Z)``). It decides whether to
-    evaluate ``block.kkt_residual(Z)``, which decides whether the loop stops (and is reported)."""
-    parts = [block.lam_in * block.act_in.grad_v(Z, block.U_prev), grad_smooth]
-    return kkt(xp, Z, parts, block.project) <= tol
+    """Whether the block's KKT residual at Z may be ``<= tol``, from the smooth term's gradient
+    ``A^T grad_U`` at Z that the loop holds (no second ``A(W, Z)``): that residual within 2 tol.
+    Only then is ``block.kkt_residual(Z)`` evaluated, which decides (the factor 2 keeps the
+    rounding of a differently ordered gradient from vetoing a point the block accepts)."""
+    return kkt(xp, Z, [block.grad_in(Z), grad_smooth], block.project) <= 2 * tol
 
 
 def _closing(block, z, z0, info, capped_residual):
