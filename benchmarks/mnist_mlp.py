@@ -9,8 +9,8 @@ package's faster defaults (``fenchel_cvx.defaults``: ``--lam 1 --rho 1e-3 --gamm
 --x-steps 10``) are 0.4 points less accurate at 1 / 2.6 of the FLOPs per batch. SGD (lr 1e-2)
 and Adam (lr 1e-3) train the same architecture in PyTorch on the same batches in the same order
 (``datasets.batch_order``) with the same thread count. Each method runs in its own process, so
-its peak memory is its own; one after another, or ``--jobs N`` at once (on a 2-core machine,
-``--threads 1 --jobs 2`` trains FLN beside the baselines).
+its peak memory is its own; one after another, or ``--jobs N`` at once, method by method and
+seed by seed in that order.
 
 Prints and writes to ``--out``: ``results.json``, ``results.md`` (a markdown table) and
 ``accuracy.png`` (test accuracy against batches and against wall-clock seconds). Figures:
@@ -295,7 +295,9 @@ def run_methods(tasks, jobs=1, **hooks):
     """``_child(method, args, **hooks)`` for each ``(method, args)`` of ``tasks``, each in a
     fresh spawned process (its peak memory its own), at most ``jobs`` at once, started in the
     order given: their results, in that order. A run that fails stops the others at once."""
-    with mp.get_context("spawn").Pool(jobs, maxtasksperchild=1) as pool:   # exit: terminate
+    # a Python exception in a run ends the pool (its exit terminates the other workers); a
+    # worker killed by the OS (out of memory) is not reported by Pool: its run.get() waits
+    with mp.get_context("spawn").Pool(jobs, maxtasksperchild=1) as pool:
         runs = [pool.apply_async(_child, (method, args), hooks) for method, args in tasks]
         return [run.get() for run in runs]
 
@@ -307,10 +309,11 @@ def flops_per_batch(method, args, sizes=(784, 300, 10)):
     Backprop: the forward pass, the weight gradients and the hidden layers' input gradients.
     FLN (fast backend, ``args.alternations`` rounds): the feed-forward pass of the new batch;
     per round the X-blocks and the W-blocks (``_w_flops``); in the batch's first round the
-    X-blocks' ``U_{l-1}`` and W_0's ``W_0 X~`` come from the feed-forward pass. Per X-block FISTA
-    step two products with ``W_l`` (forward and adjoint), one less in all (the start's adjoint,
-    which its optimality test uses, is the first step's), and three more: the start's forward
-    and the closing values of the start and of the end (its residual is not evaluated: capped).
+    X-blocks' ``U_{l-1}`` and W_0's ``W_0 X~`` come from the feed-forward pass. An X-block's
+    FISTA takes ``2 x_steps + 3`` products with ``W_l``: the start's forward and adjoint (its
+    optimality test, and the first step's gradient), per step a forward and (after the first)
+    an adjoint, and the closing values of the start and of the end (its residual is not
+    evaluated: capped).
     """
     m = args.batch_size
     dense = [(p, n + 1) for n, p in zip(sizes[:-1], sizes[1:])]   # W_l: p x (n + 1)
@@ -504,8 +507,9 @@ def main(argv=None):
           flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    seeds = range(args.seed, args.seed + args.seeds)
     tasks = [(method, argparse.Namespace(**{**vars(args), "seed": seed}))
-             for method in args.methods.split(",") for seed in range(args.seed, args.seed + args.seeds)]
+             for method in args.methods.split(",") for seed in seeds]
     print(f"running {len(tasks)} method runs, {args.jobs} at a time ({args.threads} threads each)",
           flush=True)
     results = {method: [] for method in args.methods.split(",")}

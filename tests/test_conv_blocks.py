@@ -111,7 +111,6 @@ def test_fast_matches_the_oracle_on_conv_blocks(act, loss, which):
     assert block.kkt_residual(got.argmin) <= 1e-7
 
 
-
 @pytest.mark.parametrize("act", ["relu", "sigmoid"])
 @pytest.mark.parametrize("loss", ["mse", "cross_entropy"])
 @pytest.mark.parametrize("l", [1, 2])
@@ -130,6 +129,7 @@ def test_fast_conv_x_blocks_step_from_a_certified_lipschitz_constant(act, loss, 
     assert res.info["lipschitz"] == pytest.approx(
         1.001 * curv * block.map.norm2_bound(block.W, EXACT_EIG_MAX), rel=1e-12)
     assert res.info["lipschitz"] >= curv * top
+
 
 def test_fast_conv_x_block_runs_on_the_array_api_standard():
     xps = pytest.importorskip("array_api_strict")

@@ -71,7 +71,8 @@ def test_adjoints_and_matrix(shape, specs, rng):
 LENET_X1_MAP = ((6, 28, 28), [AvgPool2d(2), Conv2d(16, 5)])   # LeNet-5: pool, its second conv
 
 
-@pytest.mark.parametrize("shape,specs", MAPS + [LENET_X1_MAP, ((4, 3, 3), [Conv2d(2, 3, padding=2)])],
+@pytest.mark.parametrize("shape,specs",
+                         MAPS + [LENET_X1_MAP, ((4, 3, 3), [Conv2d(2, 3, padding=2)])],
                          ids=lambda v: repr(v))
 def test_norm2_bound_is_an_upper_bound_close_to_the_norm(shape, specs, rng):
     """``norm2_bound`` (FISTA's certified Lipschitz constant) is never below the map's squared

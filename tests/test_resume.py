@@ -47,7 +47,7 @@ def _same(a, b, path="history"):
 
 
 @pytest.mark.parametrize("name", sorted(cases.CASES))
-def test_histories_bit_identical_to_the_driver_before_the_restructure(name):
+def test_histories_bit_identical_to_the_pinned_runs(name):
     before = json.loads(cases.FIXTURE.read_text())[name]
     now = cases.record(cases.run_case(name))
     assert now["weights"] == before["weights"]      # the iterates: bit for bit

@@ -26,9 +26,9 @@ map (dense: ``W_p``). Where its eigenproblems have at most ``EXACT_EIG_MAX`` row
 its filters' DFT; LeNet-5's maps and the MLP's last layer), ``||A||_2^2`` has a certified upper
 bound and ``L`` is a certified Lipschitz constant: no line search. Otherwise ``||A||_2^2`` comes
 from power iteration and a backtracking test on the smooth term's value guards it. Momentum
-restarts when it stops helping (O'Donoghue & Candes' gradient test). The loop stops when the block's own ``kkt_residual``
-is ``<= tol``; it is evaluated only where the same formula, with the gradient the loop holds,
-comes within ``2 tol``.
+restarts when it stops helping (O'Donoghue & Candes' gradient test). The loop stops when the
+block's own ``kkt_residual`` is ``<= tol``; it is evaluated only where the same formula, with
+the gradient the loop holds, comes within ``2 tol``.
 """
 import functools
 import math
@@ -205,9 +205,7 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True)
     Uz = sm.forward(z)
     y, Uy, theta = z, Uz, 1.0
     state, restarts, backtracks, checks = None, 0, 0, 0
-    best, best_it, stalled = math.inf, 0, False
-    stall_level = math.sqrt(eps)
-    converged, it = False, 0
+    best, best_it, stalled, converged, it = math.inf, 0, False, False, 0
     G = sm.grad_U(Uz)
     Gy = sm.adjoint(G)      # the smooth term's gradient at z: also the first step's (y = z)
     if _optimal(xp, block, z, Gy, tol) and (res := block.kkt_residual(z)) <= tol:
@@ -227,10 +225,7 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True)
             tau = lam_in / L
             if tauU[0] != L:
                 tauU = (L, tau * U_prev)
-            r = Gy * (-1.0 / L)     # y - Gy / L + tau U_prev, in place: one array, not three
-            r += y
-            r += tauU[1]
-            zn, state_n = prox(xp, act, r, tau, state)
+            zn, state_n = prox(xp, act, _combine(Gy, -1.0 / L, y, tauU[1]), tau, state)
             Uzn = sm.forward(zn)
             D, dz = zn - y, zn - z
             # the scalars of the iteration are computed on the device, then read at once;
@@ -259,26 +254,37 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True)
                     and (res := block.kkt_residual(zn)) <= tol):
                 z, converged = zn, True
                 break
-        if maxG is None:
-            pass        # no stall test can fire before max_iter
-        elif proxy <= 0.5 * best:
+        if proxy < 0.5 * best:      # (maxG None: proxy inf, and no stall test fires by max_iter)
             best, best_it = proxy, it
-        elif proxy <= stall_level and it - best_it >= stall_window:
+        elif proxy <= math.sqrt(eps) and it - best_it >= stall_window:
             z, stalled = zn, True  # at the working precision's floor
             break
-        theta_n = 0.5 * (1 + math.sqrt(1 + 4 * theta * theta))
-        beta = (theta - 1) / theta_n
-        if uphill > 0:  # momentum points uphill (O'Donoghue & Candes): restart
-            theta_n, beta, restarts = 1.0, 0.0, restarts + 1
-        dz *= beta              # y = zn + beta dz, in dz's array (dz is not used again)
-        dz += zn
-        y, Uy = dz, Uzn + beta * (Uzn - Uz)
+        theta_n, beta = _momentum(theta, uphill)
+        restarts += uphill > 0
+        y, Uy = _combine(dz, beta, zn), Uzn + beta * (Uzn - Uz)
         z, Uz, theta = zn, Uzn, theta_n
     info = dict(method="fista", lipschitz=L, restarts=restarts, backtracks=backtracks,
                 reverted=False, kkt_checks=checks, converged=converged, stalled=stalled)
     if converged:
         info["residual"] = res
     return _closing(block, z, z0, info, capped_residual), it, info
+
+
+def _combine(A, a, *terms):
+    """``a A + sum(terms)``, summed in place in one fresh array (not one per operation)."""
+    out = A * a
+    for T in terms:
+        out += T
+    return out
+
+
+def _momentum(theta, uphill):
+    """FISTA's next ``(theta, beta)``; a restart ``(1, 0)`` where the momentum points uphill
+    (``uphill > 0``: O'Donoghue & Candes' gradient test)."""
+    if uphill > 0:
+        return 1.0, 0.0
+    theta_n = 0.5 * (1 + math.sqrt(1 + 4 * theta * theta))
+    return theta_n, (theta - 1) / theta_n
 
 
 def _optimal(xp, block, Z, grad_smooth, tol):
