@@ -46,7 +46,8 @@ from .validation import Interval, check
 # in one process, one thread, load 3-6; docs page "Results"). Other namespaces (CuPy): one chunk.
 CHUNK_BYTES = 1 << 20
 # Conv2d.norm2_bound: the most entries of a filter bank's spectrum (channels x C_in x grid; 64 MiB
-# of complex128), past which the X-blocks estimate the map's norm by power iteration instead
+# of complex128), past which the X-blocks estimate the map's norm by power iteration instead,
+# and of a small map's explicit matrix (inputs x outputs), up to which its norm is exact
 SPECTRUM_MAX = 1 << 22
 
 __all__ = ["Dense", "Conv2d", "AvgPool2d", "Flatten", "LAYERS", "LinearMap", "build_maps",
@@ -180,9 +181,7 @@ class Dense(Spec):
         where its side exceeds ``max_dim``."""
         if min(W.shape[0], W.shape[1] - 1) > max_dim:
             return None
-        Wp = to_numpy(W)[:, :-1].astype(np.float64)
-        G = Wp @ Wp.T if Wp.shape[0] <= Wp.shape[1] else Wp.T @ Wp
-        return max(float(np.max(np.linalg.eigvalsh(G))), 0.0) if G.size else 0.0
+        return _top_sq_singular(to_numpy(W)[:, :-1].astype(np.float64))
 
     def rows(self, xp, U, shape):
         return U
@@ -331,16 +330,23 @@ class Conv2d(Spec):
         return xp.reshape(out, (C * H * Wd, m))
 
     def norm2_bound(self, W, shape, max_dim):
-        """An upper bound of ``||A(W, .)||_2^2`` from the filters' spectrum (float64, host), or
-        None where ``min(channels, C_in)`` exceeds ``max_dim`` or the spectrum would exceed
-        ``SPECTRUM_MAX`` entries.
+        """An upper bound of ``||A(W, .)||_2^2`` (float64, host): exact from the map's explicit
+        matrix where the map is small (``min(inputs, outputs) <= max_dim``, at most
+        ``SPECTRUM_MAX`` entries), else from the filters' spectrum; None where
+        ``min(channels, C_in)`` exceeds ``max_dim`` or the spectrum ``SPECTRUM_MAX`` entries.
 
         The zero-padded input fits an ``N1 x N2 = (H + 2p) x (W + 2p)`` grid on which the map's
         outputs read no wrapped-around pixel, so ``A`` is a block of the circular convolution on
         that grid, whose norm is the largest singular value over the grid's frequencies of the
-        ``channels x C_in`` matrix of the filters' 2-D DFT."""
-        C, H, Wd, _, _ = self._geometry(shape)
+        ``channels x C_in`` matrix of the filters' 2-D DFT. That bound is loosest on small maps
+        (the grid's edges weigh most there), which is where the explicit matrix is cheap."""
+        C, H, Wd, Ho, Wo = self._geometry(shape)
         k, p = self.kernel, self.padding
+        n_in, n_out = C * H * Wd, self.channels * Ho * Wo
+        if min(n_in, n_out) <= max_dim and n_in * n_out <= SPECTRUM_MAX:
+            Wl = to_numpy(W).astype(np.float64)
+            Wl[:, -1] = 0.0                                 # the linear part: no bias
+            return _top_sq_singular(self.forward(np, Wl, np.eye(n_in), shape))
         if (min(self.channels, C) > max_dim
                 or self.channels * C * (H + 2 * p) * (Wd + 2 * p) > SPECTRUM_MAX):
             return None
@@ -451,8 +457,8 @@ class LinearMap:
     def norm2_bound(self, W, max_dim):
         """An upper bound of ``||A(W, .)||_2^2`` (a Python float), or None where the weighted
         layer's eigenproblems would exceed ``max_dim`` (then see ``norm2``): the weighted
-        layer's bound (dense: exact; convolution: from its spectrum) times the pre-ops' exact
-        gains (pooling ``1 / s^2``)."""
+        layer's bound (dense and small convolutions: exact; larger ones: from the spectrum)
+        times the pre-ops' exact gains (pooling ``1 / s^2``)."""
         bound = self.op.norm2_bound(W, self.op_shape, max_dim)
         if bound is None:
             return None
@@ -480,6 +486,12 @@ class LinearMap:
         W = np.zeros(self.weight_shape, dtype=dtype)
         W[:, :-1] = rng.uniform(-a, a, size=(self.weight_shape[0], self.weight_shape[1] - 1))
         return W
+
+
+def _top_sq_singular(A):
+    """``||A||_2^2`` of a NumPy matrix: the top eigenvalue of its smaller Gram matrix."""
+    G = A @ A.T if A.shape[0] <= A.shape[1] else A.T @ A
+    return max(float(np.max(np.linalg.eigvalsh(G))), 0.0) if G.size else 0.0
 
 
 def _short(spec):
