@@ -61,15 +61,18 @@ class DataGram:
 
     def __init__(self, xp, Xt, w, shift):
         self.Xt, self.w = Xt, float(w)
+        self._xt_norm2 = None
         self.K = Xt.T @ Xt                      # m x m; also the Newton rows' kernel (wblocks)
         # c2: the shift actually used (grown if M would not factorise): G = w X~ X~^T + c2 I
         self.solve, self.c2 = spd_solver(xp, self.K if self.w == 1.0 else self.w * self.K,
                                          float(shift))
 
     def xt_norm2(self, xp):
-        """An upper bound on ``max_j |X~_j|_2^2`` over the rows of X~ (for the start bound of
-        ``wblocks``): ``|X~|_F^2``, the trace of K, at hand."""
-        return float(xp.sum(xp.linalg.diagonal(self.K)))
+        """``max_j |X~_j|_2^2`` over the rows of X~ (the data-space bounds of ``wblocks`` and
+        ``span``: ``|a X~^T|_max <= max_i |a_i| max_j |X~_j|``), formed once per factor."""
+        if self._xt_norm2 is None:
+            self._xt_norm2 = float(xp.max(xp.sum(self.Xt * self.Xt, axis=1)))
+        return self._xt_norm2
 
     @staticmethod
     def applies(Xt, weights, shift):

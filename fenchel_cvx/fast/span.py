@@ -50,7 +50,7 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=16, capped_residual=True):
         W0.shape[0], block.Xt.shape[1]) else prob.forward(W0)
     Z, U = xp.zeros_like(U0), U0
     two_g = 2 * block.gamma
-    x2 = float(xp.max(xp.sum(block.Xt * block.Xt, axis=1)))   # max_j |X~_j|^2, rows of X~
+    x2 = pre.xt_norm2(xp)               # max_j |X~_j|^2, rows of X~
     info = dict(method="pncg-span", line_search_iterations=0, restarts=0, newton_rows=0,
                 row_iterations=0)
     A = prob.data_grad(U)
