@@ -4,10 +4,14 @@ The figures themselves are measured, never asserted (speed targets live in the b
 what is asserted is that every method ran on the same schedule, the report files exist and
 agree with each other, and FLN's certificate ran and held on the rounds it checked.
 """
+import argparse
 import importlib.util
 import json
+import multiprocessing
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +62,32 @@ def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
         assert (cert["rounds"], cert["checked"]) == (8, 3)     # rounds 3, 6 and the last
         assert cert["violations"] == 0 and cert["by_check"] == []
         assert cert["min_bound_gap"] > 0                        # F < J after every checked X-sweep
+
+
+def _fated(args):
+    """A ``load`` hook for ``run_methods``: the run's ``args.fate`` decides how it ends."""
+    if args.fate == "die":
+        os._exit(7)                 # as the OS's out-of-memory killer leaves it: no result
+    if args.fate == "raise":
+        raise FloatingPointError("the run's own error")
+    time.sleep(600)
+
+
+@pytest.mark.parametrize("fate, message", [("die", "adam, seed 1: its process ended with exit "
+                                                   "code 7 and no result"),
+                                           ("raise", "adam, seed 1 failed:(.|\n)*FloatingPoint")])
+def test_run_methods_reports_a_failed_run_and_stops_the_others(monkeypatch, fate, message):
+    """A run that dies or raises ends ``run_methods`` at once with its name; the run beside it
+    (asleep for 10 minutes) is stopped, not waited for."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))   # the spawned runs import both
+    bench = importlib.import_module("mnist_mlp")
+    tasks = [("fln", argparse.Namespace(seed=0, threads=1, fate="sleep")),
+             ("adam", argparse.Namespace(seed=1, threads=1, fate=fate))]
+    t = time.perf_counter()
+    with pytest.raises(RuntimeError, match=message):
+        bench.run_methods(tasks, jobs=2, load=_fated)
+    assert time.perf_counter() - t < 300
+    assert multiprocessing.active_children() == []
 
 
 def test_mnist_mlp_rejects_bad_arguments():
@@ -114,7 +144,7 @@ def test_mnist_mlp_lam_schedule_and_lifted_prediction(monkeypatch):
 
 
 def test_mnist_mlp_defaults_are_the_tuned_paper_setting():
-    """The paper's appendix setting (lam 0.1, gamma (1, 100), rho 0) with blocks solved further
+    """The paper's appendix numbers (lam 0.1, gamma (1, 100), rho 0) with blocks solved further
     (10 W-steps, 50 X-steps): the setting that reached 0.976 (docs/results.md)."""
     args = _load("mnist_mlp").parse_args([])
     assert (args.lam, args.rho, args.gamma) == ([0.1], 0.0, [1.0, 100.0])
