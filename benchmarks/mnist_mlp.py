@@ -80,6 +80,9 @@ def parse_args(argv=None):
     p.add_argument("--alternations", type=int, default=1, help="FLN rounds per batch (K)")
     p.add_argument("--gram-reuse", type=int, default=1, help="FLN W-block solves (one per "
                    "round) one Gram factorisation of the preconditioner serves")
+    p.add_argument("--newton-cap", type=int, default=None, help="FLN W_0 rows with at most this "
+                   "many active points take Newton steps after the 10th step; 0: never, which "
+                   "keeps more than 10 W-steps in the batch's span (default: the package's)")
     p.add_argument("--check-every", type=int, default=20, help="FLN rounds (batches x "
                    "alternations) between full certificate checks (block statuses: every round)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
@@ -105,6 +108,8 @@ def parse_args(argv=None):
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.rho < 0:
         p.error(f"--rho must be >= 0, got {args.rho}")
+    if args.newton_cap is not None and args.newton_cap < 0:
+        p.error(f"--newton-cap must be >= 0, got {args.newton_cap}")
     if min(args.lam) <= 0 or len(args.lam) != 1:
         p.error(f"--lam must be one number > 0 (784-300-10 has one hidden layer), got {args.lam}")
     if min(args.gamma) < 0 or len(args.gamma) not in (1, 2):
@@ -180,7 +185,7 @@ def run_fln(args, ds, batches):
     # capped_residual=False: a capped block does not evaluate its final residual (reported NaN;
     # the certificate recomputes it on its checked rounds): one gradient less per W-block
     backend = FastBackend(w_steps=args.w_steps, x_steps=args.x_steps, gram_reuse=args.gram_reuse,
-                          capped_residual=False)
+                          newton_cap=args.newton_cap, capped_residual=False)
     return train_fln(args, net, X, Y, test_accuracy, batches, backend,
                      epoch_accuracy=lifted_accuracy if args.predict == "lifted" else None,
                      epoch_end=next_epoch if args.lam_growth != 1 else None)
@@ -364,8 +369,8 @@ def flops_per_batch(method, args, sizes=(784, 300, 10)):
     u_prev = sum(2 * p * n * m for p, n in dense[:-1]) * (rounds - 1)
     gammas = args.gamma if len(args.gamma) == len(dense) else args.gamma * len(dense)
     # the batch's first round starts its hidden W-blocks at W0: in the span of X~ (``fast.span``)
-    span = [l < len(dense) - 1 and args.rho == 0 and gammas[l] > 0 and args.w_steps <= 10
-            for l in range(len(dense))]
+    span = [l < len(dense) - 1 and args.rho == 0 and gammas[l] > 0
+            and (args.w_steps <= 10 or args.newton_cap == 0) for l in range(len(dense))]
     shifted = [args.rho + g > 0 for g in gammas]   # a data-space Gram needs a positive shift
     w_first = sum(_w_flops(p, n, m, args.w_steps, s, c) for (p, n), s, c in zip(dense, span, shifted))
     w_later = sum(_w_flops(p, n, m, args.w_steps, False, c) for (p, n), c in zip(dense, shifted))

@@ -555,6 +555,7 @@ def test_span_applies_only_where_it_reproduces_the_parameter_space_solve():
     assert span.applies(np, block, block.W0.copy(), pre, 1, 10)
     assert not span.applies(np, block, block.W0 + 1e-3, pre, 10, 10)     # not at the centre
     assert not span.applies(np, block, block.W0, pre, 11, 10)            # Newton rows may start
+    assert span.applies(np, block, block.W0, pre, 40, 10, newton_cap=0)  # they never do
     rho = _span_block("relu", rho=0.1)
     assert not span.applies(np, rho, rho.W0, wblocks.gram_preconditioner(np, rho)[0], 10, 10)
     wide = dataclasses.replace(make_block("w_hidden0", *make_state("relu", "cross_entropy"),
@@ -591,6 +592,33 @@ def test_span_stops_at_tol_within_the_cap(monkeypatch):
     start = FastBackend(w_steps=10, tol=0.9).solve(block, start=block.W0)
     assert start.info["method"] == "pncg-span" and start.iterations == 0 and start.converged
     assert np.array_equal(start.argmin, block.W0) and start.residual <= 0.9
+
+
+def test_span_past_its_resync_keeps_descending_in_float32(monkeypatch):
+    """More span steps than ``resync`` (16; Newton rows off): W_0 of an MNIST batch in float32.
+    Re-forming U moves the gradients of rows converged to rounding, and PR+ scaled that noise
+    up by 1e5 until the loop restarted there: the 20-step value was 7 % above the 16-step one.
+    Exact line searches never ascend; the value reported is the block's at the point returned,
+    and within float32 reach of the parameter-space loop's."""
+    from fenchel_cvx.blocks import w_block, x_block
+    from fenchel_cvx.datasets import load_mnist5k, one_hot
+    from fenchel_cvx.fast import span
+
+    ds = load_mnist5k()
+    X0 = ds.X_train[:, :500].astype(np.float32)
+    Y = one_hot(ds.y_train[:500], 10).astype(np.float32)
+    net = LiftedNetwork([784, 300, 10], activation="relu", loss="cross_entropy", lam=0.1, rho=0.0,
+                        dtype=np.float32)
+    Xs = net.forward(X0)[0]
+    Xs = [FastBackend(x_steps=50).solve(x_block(net, X0, Y, Xs, 1), start=Xs[0]).argmin]
+    block = w_block(net, X0, Y, Xs, 0, gamma=1.0, W0=net.W[0].copy())
+    runs = {k: FastBackend(w_steps=k, newton_cap=0).solve(block, start=block.W0) for k in (16, 20)}
+    assert {r.info["method"] for r in runs.values()} == {"pncg-span"}
+    assert runs[20].value <= runs[16].value * (1 + 1e-6)
+    assert runs[20].value == pytest.approx(float(block.value(runs[20].argmin)), rel=1e-5)
+    monkeypatch.setattr(span, "applies", lambda *a, **k: False)
+    ref = FastBackend(w_steps=20, newton_cap=0).solve(block, start=block.W0)
+    assert ref.info["method"] == "pncg" and runs[20].value == pytest.approx(ref.value, rel=1e-4)
 
 
 @pytest.mark.parametrize("xp_name", ["numpy", "array_api_strict"])

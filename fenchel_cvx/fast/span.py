@@ -23,7 +23,8 @@ is formed once, at the end.
 
 The iterates are ``solve_pncg``'s up to rounding as long as no semismooth-Newton row starts, so
 this path serves capped solves of at most ``newton_start`` steps (the training regime,
-``FastBackend(w_steps=k)``); longer solves and ``rho > 0`` stay in parameter space. Two things
+``FastBackend(w_steps=k)``), and solves of any length where Newton steps are off
+(``FastBackend(newton_cap=0)``); other solves and ``rho > 0`` stay in parameter space. Two things
 differ and only cost work: rows whose gradient is below ``tol / 2`` are not frozen (the
 parameter-space loop drops them after 8 steps), and the stopping test at ``tol`` forms W and its
 residual only where a bound from data space cannot prove the residual above ``tol``
@@ -35,10 +36,12 @@ import math
 from ._util import kkt, pr_plus, proves_above
 
 
-def applies(xp, block, W, pre, max_iter, newton_start):
+def applies(xp, block, W, pre, max_iter, newton_start, newton_cap=None):
     """Whether ``solve_span`` reproduces ``solve_pncg``'s capped solve: a data-space
-    preconditioner, ``rho = 0 < gamma``, the start at the proximal centre and no Newton row."""
-    return (pre.data_space and block.rho == 0 and block.gamma > 0 and max_iter <= newton_start
+    preconditioner, ``rho = 0 < gamma``, the start at the proximal centre and no Newton row
+    (at most ``newton_start`` steps, or Newton steps off: ``newton_cap == 0``)."""
+    no_newton = max_iter <= newton_start or newton_cap == 0
+    return (pre.data_space and block.rho == 0 and block.gamma > 0 and no_newton
             and tuple(W.shape) == tuple(block.W0.shape) and bool(xp.all(W == block.W0)))
 
 
@@ -68,8 +71,12 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=16, capped_residual=True):
         info["line_search_iterations"] += nls
         info["row_iterations"] += Z.shape[0]
         Z, U = Z + t * d, U + t * dU
+        restart = None
         if it % resync == 0:
             U = U0 + Z @ pre.K              # no drift of the incrementally updated U
+            # and CG restarts: the re-formed U moves the gradient of rows already converged to
+            # rounding by more than their gradient, and PR+ would scale that noise up by 1e5
+            restart = xp.ones(gs.shape, dtype=xp.bool)
         if it == max_iter:
             break
         A = prob.data_grad(U)
@@ -80,7 +87,7 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=16, capped_residual=True):
         if res <= tol:
             converged = True
             break
-        beta, uphill, gd = pr_plus(xp, gs_n, prob.dot(r, sigmaK), gs, prob.dot(r, dU))
+        beta, uphill, gd = pr_plus(xp, gs_n, prob.dot(r, sigmaK), gs, prob.dot(r, dU), restart)
         restarts = restarts + xp.sum(xp.astype(uphill, xp.int64))
         d, dU = -sigma_n + beta * d, -sigmaK_n + beta * dU
         sigmaK, gs = sigmaK_n, gs_n

@@ -396,7 +396,7 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=No
     prob = (HiddenRows(xp, block, pre, newton_cap=newton_cap, flip_tol=flip_tol,
                        newton_start=newton_start) if hidden else LastCE(xp, block, pre))
     factor = dict(cached_factor=bool(hit), stale_factor=hit == "stale", data_space=pre.data_space)
-    if hidden and span.applies(xp, block, W, pre, max_iter, newton_start):
+    if hidden and span.applies(xp, block, W, pre, max_iter, newton_start, newton_cap):
         W, it, info = span.solve_span(xp, prob, W, tol, max_iter, resync, capped_residual)
         return W, it, {**info, **factor}
     cg = _CG(xp, block, prob, W)
