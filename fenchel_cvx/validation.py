@@ -14,8 +14,7 @@ command line passes its flags (``--lam``). The constraints of the paper's hyperp
 defaults live in ``defaults.py``.
 
 **Sane bounds.** A weight (lam, rho, gamma, a learning rate) is at most :data:`MAX_WEIGHT` = 1e6,
-twenty times the largest value measured in use (the paper's output-layer gamma in its code's
-units, 5e4 at batch 500: ``units.from_reference``); a
+four orders of magnitude above the largest value measured useful (the paper's gamma 100); a
 tolerance (a scaled KKT residual, ``blocks.kkt_residual``) is at most 1; a run has at most
 :data:`MAX_ROUNDS` rounds. Beyond them a value is almost surely a typo (``--lam 1e308``
 overflows the objective).

@@ -1,8 +1,9 @@
 """Tests of fenchel_cvx.units: the first author's code's blocks are this package's blocks.
 
-Each block of the reference code is written here literally, from its TensorFlow objectives: the
-ReLU penalty ``sum(v^2 - 2uv + u_+^2)``, the X-blocks' ``lbd_coef`` on the next layer's term, the
-last W-block's loss averaged over the batch. With the hyperparameters ``from_reference`` returns,
+Each block of the reference code is written here from its TensorFlow objectives (the layer
+class its scripts build, ``use_neo=True``): the ReLU penalty ``sum(v^2 - 2uv + u_+^2)``, the
+X-blocks' ``lbd_coef`` on the next layer's term, losses summed over the batch, the proximal
+term on W and b. With the hyperparameters ``from_reference`` returns,
 each must equal a positive multiple of this package's block plus a constant, at every point of
 the block's domain: then both have the same minimisers, and the code's BCD is Algorithm 2 on the
 package's lifted objective.
@@ -22,12 +23,12 @@ M = 6
 
 
 def neo(V, U):
-    """The code's ReLU penalty (its ``nn.neo``)."""
+    """The code's ReLU penalty."""
     return np.sum(V ** 2 - 2 * U * V + np.maximum(U, 0) ** 2)
 
 
 def cross_entropy(Y, Yhat):
-    """Softmax cross-entropy summed over the columns (the code's X-blocks)."""
+    """Softmax cross-entropy summed over the columns (the code's blocks)."""
     return float(np.sum(logsumexp(Yhat, axis=0)) - np.sum(Y * Yhat))
 
 
@@ -54,7 +55,7 @@ class Reference:
     def w_value(self, l, W, W0):
         prox = self.rho[l] * np.sum((W - W0) ** 2)
         if l == self.L:
-            return cross_entropy(self.Y, pre(W, self.X[l])) / self.Y.shape[1] + prox
+            return cross_entropy(self.Y, pre(W, self.X[l])) + prox
         return self.lam[l] * neo(self.X[l + 1], pre(W, self.X[l])) + prox
 
 
@@ -75,7 +76,7 @@ SETTINGS = [([0.1, 1.0, 2.0], [1.0, 0.5, 3.0, 100.0], [1.0, 1.0, 1.0]),      # n
 def converted(lam, rho, c, seed, scale=1.0):
     """``(gamma', net, X0, Y, Xs, reference)``: a network with the lam' of ``from_reference``
     (its hidden layers' but the last times ``scale``) and the code's blocks at its iterate."""
-    lam_p, gamma = from_reference(lam, rho, c, batch_size=M)
+    lam_p, gamma = from_reference(lam, rho, c)
     lam_p = [v * scale for v in lam_p[:-1]] + [lam_p[-1]]
     net, X0, Y, Xs = make_problem(SIZES, act="relu", loss="cross_entropy", m=M, lam=lam_p,
                                   rho=0.0, seed=seed)
@@ -114,17 +115,29 @@ def test_a_wrong_factor_is_caught():
         assert_affine(lambda Z: ref.x_value(l, Z), block.value, points)
 
 
+def test_a_wrong_output_gamma_is_caught():
+    """... and gamma'_L taken per data point (times the batch size) breaks W_L's identity."""
+    gamma, net, X0, Y, Xs, ref = converted(*SETTINGS[1], seed=4)
+    L = net.n_hidden
+    rng = np.random.default_rng(8)
+    W0 = net.W[L] + rng.normal(size=net.W[L].shape)
+    block = w_block(net, X0, Y, Xs, L, gamma=gamma[L] * M, W0=W0)
+    with pytest.raises(AssertionError):
+        assert_affine(lambda W: ref.w_value(L, W, W0), block.value,
+                      [W0 + rng.normal(size=W0.shape) for _ in range(6)])
+
+
 def test_the_paper_settings():
-    """The appendix's batched settings: 784-300-10 and LeNet-5 (batch 500)."""
-    assert from_reference([0.1], [1, 100]) == ((0.2,), (1.0, 50000.0))
+    """The appendix's batched settings: 784-300-10 and LeNet-5."""
+    assert from_reference([0.1], [1, 100]) == ((0.2,), (1.0, 100.0))
     assert from_reference([5, 5, 1, 1], [1e-4, 1e-2, 1, 1, 1]) == (
-        (10.0, 10.0, 2.0, 2.0), (1e-4, 1e-2, 1.0, 1.0, 500.0))
+        (10.0, 10.0, 2.0, 2.0), (1e-4, 1e-2, 1.0, 1.0, 1.0))
     # the first author's scripts: 784-300-10 (lam 1, lbd_coef 10 on the output layer, rhod
     # (10, 100)) is the paper's setting; LeNet-5 (lam 1, lbd_coef (1, 5, 1, 5), rhod (1e-4,
     # 1e-2, 1, 1, 10)) is not
-    assert from_reference([1], [10, 100], [10]) == ((0.2,), (1.0, 50000.0))
+    assert from_reference([1], [10, 100], [10]) == ((0.2,), (1.0, 100.0))
     assert from_reference([1, 1, 1, 1], [1e-4, 1e-2, 1, 1, 10], [1, 5, 1, 5]) == (
-        (0.08, 0.08, 0.4, 0.4), (4e-6, 4e-4, 0.2, 0.2, 5000.0))
+        (0.08, 0.08, 0.4, 0.4), (4e-6, 4e-4, 0.2, 0.2, 10.0))
 
 
 @pytest.mark.parametrize("kwargs, name, value", [
@@ -132,7 +145,6 @@ def test_the_paper_settings():
     (dict(lam=[0.1], rho=[1, 1, 1]), "rho", "[1, 1, 1]"),
     (dict(lam=[0.1], rho=[1, -2]), "rho", "-2"),
     (dict(lam=[0.1], rho=[1, 2], lbd_coef=0), "lbd_coef", "0"),
-    (dict(lam=[0.1], rho=[1, 2], batch_size=0), "batch_size", "0"),
 ])
 def test_bad_input_names_the_parameter(kwargs, name, value):
     with pytest.raises(ValueError, match=rf"^{name} must .*got {re.escape(value)}$"):
