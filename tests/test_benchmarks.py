@@ -9,6 +9,7 @@ import importlib.util
 import json
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -66,15 +67,19 @@ def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
 
 def _fated(args):
     """A ``load`` hook for ``run_methods``: the run's ``args.fate`` decides how it ends."""
+    if args.fate == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)     # as the OS's out-of-memory killer does
     if args.fate == "die":
-        os._exit(7)                 # as the OS's out-of-memory killer leaves it: no result
+        os._exit(7)                 # an exit without a result
     if args.fate == "raise":
         raise FloatingPointError("the run's own error")
     time.sleep(600)
 
 
-@pytest.mark.parametrize("fate, message", [("die", "adam, seed 1: its process ended with exit "
-                                                   "code 7 and no result"),
+@pytest.mark.parametrize("fate, message", [("kill", "adam, seed 1: its process was killed by "
+                                                    "signal 9 without a result"),
+                                           ("die", "adam, seed 1: its process ended with exit "
+                                                   "code 7 without a result"),
                                            ("raise", "adam, seed 1 failed:(.|\n)*FloatingPoint")])
 def test_run_methods_reports_a_failed_run_and_stops_the_others(monkeypatch, fate, message):
     """A run that dies or raises ends ``run_methods`` at once with its name; the run beside it
