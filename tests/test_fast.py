@@ -597,7 +597,7 @@ def test_span_stops_at_tol_within_the_cap(monkeypatch):
 def test_span_past_its_resync_keeps_descending_in_float32(monkeypatch):
     """More span steps than ``resync`` (16; Newton rows off): W_0 of an MNIST batch in float32.
     Re-forming U moves the gradients of rows converged to rounding, and PR+ scaled that noise
-    up by 1e5 until the loop restarted there: the 20-step value was 7 % above the 16-step one.
+    by up to 4e5 until the loop restarted there: the 20-step value was 7 % above the 16-step one.
     Exact line searches never ascend; the value reported is the block's at the point returned,
     and within float32 reach of the parameter-space loop's."""
     from fenchel_cvx.blocks import w_block, x_block

@@ -21,11 +21,14 @@ known without a product, and every parameter-space inner product an elementwise 
 work; the two p x n x m products of a parameter-space step are gone, and ``W = W0 + Z X~^T``
 is formed once, at the end.
 
-The iterates are ``solve_pncg``'s up to rounding as long as no semismooth-Newton row starts, so
-this path serves capped solves of at most ``newton_start`` steps (the training regime,
-``FastBackend(w_steps=k)``), and solves of any length where Newton steps are off
-(``FastBackend(newton_cap=0)``); other solves and ``rho > 0`` stay in parameter space. Two things
-differ and only cost work: rows whose gradient is below ``tol / 2`` are not frozen (the
+The iterates are ``solve_pncg``'s up to rounding as long as no semismooth-Newton row starts and
+fewer than ``resync`` (16) steps are taken, so this path serves capped solves of at most
+``newton_start`` steps (the training regime, ``FastBackend(w_steps=k)``), and solves of any
+length where Newton steps are off (``FastBackend(newton_cap=0)``); other solves and ``rho > 0``
+stay in parameter space. Past 16 steps the step after U is formed again restarts every row
+(steepest direction): that re-forming moves the gradients of rows converged to rounding by more
+than the gradients themselves, and PR+ would scale the noise up. Two more things differ and only
+cost work: rows whose gradient is below ``tol / 2`` are not frozen (the
 parameter-space loop drops them after 8 steps), and the stopping test at ``tol`` forms W and its
 residual only where a bound from data space cannot prove the residual above ``tol``
 (``_util.proves_above``, as ``wblocks._CG._above``). A solve never reports a ``tol`` it did not
@@ -75,8 +78,8 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=16, capped_residual=True):
         if it % resync == 0:
             U = U0 + Z @ pre.K              # no drift of the incrementally updated U
             # and CG restarts: the re-formed U moves the gradient of rows already converged to
-            # rounding by more than their gradient, and PR+ would scale that noise up by 1e5
-            restart = xp.ones(gs.shape, dtype=xp.bool)
+            # rounding by more than their gradient, and PR+ scaled that noise by up to 4e5
+            restart = xp.ones_like(gs) > 0
         if it == max_iter:
             break
         A = prob.data_grad(U)
@@ -88,7 +91,7 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=16, capped_residual=True):
             converged = True
             break
         beta, uphill, gd = pr_plus(xp, gs_n, prob.dot(r, sigmaK), gs, prob.dot(r, dU), restart)
-        restarts = restarts + xp.sum(xp.astype(uphill, xp.int64))
+        restarts = restarts + xp.sum(xp.astype(uphill | (restart is not None), xp.int64))
         d, dU = -sigma_n + beta * d, -sigmaK_n + beta * dU
         sigmaK, gs = sigmaK_n, gs_n
     if not converged:
