@@ -4,9 +4,10 @@ LeNet-5 (``fenchel_cvx.lenet5``: conv 6@5x5, avg-pool 2, conv 16@5x5, avg-pool 2
 fc 84, fc 10, ReLU), cross-entropy, batch 500, K = 1 alternation; 20 epochs on the full MNIST
 (28x28 padded to 32), or 80 on CIFAR-10 with ``--dataset cifar10 --data-dir DIR`` (the python
 pickle batches). FLN is the batched model (Algorithm 2) on the fast array backend with the
-paper's appendix hyperparameters as defaults: gamma = (1e-4, 1e-2, 1, 1, 1), lam = (5, 5, 1, 1),
-no Frobenius penalty. SGD (lr 1e-2) and Adam (lr 1e-3) train the same LeNet-5 in PyTorch from
-the same initial weights (copied from the lifted network), on the same batches in the same order
+paper's appendix hyperparameters as defaults, in this package's units
+(``fenchel_cvx.units.from_reference``: the appendix's lam (5, 5, 1, 1) weigh its code's penalty,
+which is twice our B): gamma = (1e-4, 1e-2, 1, 1, 1), lam = (10, 10, 2, 2), no Frobenius penalty.
+SGD (lr 1e-2) and Adam (lr 1e-3) train the same LeNet-5 in PyTorch from the same initial weights (copied from the lifted network), on the same batches in the same order
 (``datasets.batch_order``), with the same thread count. Each method runs in its own process, so
 its peak memory is its own; one after another, or ``--jobs N`` at once (on a 2-core machine,
 ``--threads 1 --jobs 2`` trains FLN beside the baselines).
@@ -37,11 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fenchel_cvx.datasets import (batch_order, load_cifar10, load_mnist,  # noqa: E402
                                   load_mnist5k, one_hot)
+from fenchel_cvx.units import from_reference  # noqa: E402
 from mnist_mlp import backprop_record, plot, run_methods, train_fln  # noqa: E402
 
 EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}
 EVAL_CHUNK = 2000                  # images per FLN evaluation pass (bounds the im2col memory)
+#: the paper's appendix setting (its lambda_1..4, rho_1..5), in this package's units
+LAM, GAMMA = from_reference(lam=(5, 5, 1, 1), rho=(1e-4, 1e-2, 1, 1, 1))
 # MNIST: --data-dir, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
 os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -74,8 +78,8 @@ def parse_args(argv=None):
     p.add_argument("--jobs", type=int, default=1, help="methods run at once, each in its own "
                    "process on --threads cores (default 1: one after another, timings free of "
                    "each other; --threads 1 --jobs 2 on 2 cores: FLN beside the baselines)")
-    p.add_argument("--lam", type=_floats(4, "--lam"), default=(5.0, 5.0, 1.0, 1.0))
-    p.add_argument("--gamma", type=_floats(5, "--gamma"), default=(1e-4, 1e-2, 1.0, 1.0, 1.0))
+    p.add_argument("--lam", type=_floats(4, "--lam"), default=LAM)
+    p.add_argument("--gamma", type=_floats(5, "--gamma"), default=GAMMA)
     p.add_argument("--rho", type=float, default=0.0)
     p.add_argument("--w-steps", type=int, default=1, help="FLN W-block steps per round")
     p.add_argument("--x-steps", type=int, default=10, help="FLN X-block FISTA steps per round")
