@@ -7,7 +7,8 @@ pickle batches). FLN is the batched model (Algorithm 2) on the fast array backen
 paper's appendix hyperparameters as defaults, in this package's units
 (``fenchel_cvx.units.from_reference``: the appendix's lam (5, 5, 1, 1) weigh its code's penalty,
 which is twice our B): gamma = (1e-4, 1e-2, 1, 1, 1), lam = (10, 10, 2, 2), no Frobenius penalty.
-SGD (lr 1e-2) and Adam (lr 1e-3) train the same LeNet-5 in PyTorch from the same initial weights (copied from the lifted network), on the same batches in the same order
+SGD (lr 1e-2) and Adam (lr 1e-3) train the same LeNet-5 in PyTorch from the same initial
+weights (copied from the lifted network), on the same batches in the same order
 (``datasets.batch_order``), with the same thread count. Each method runs in its own process, so
 its peak memory is its own; one after another, or ``--jobs N`` at once (on a 2-core machine,
 ``--threads 1 --jobs 2`` trains FLN beside the baselines).
