@@ -2,10 +2,10 @@
 
 784-300-10, ReLU, cross-entropy, batch 500, K = 1 alternation, 10 epochs on the full MNIST.
 FLN is the batched model (Algorithm 2) on the fast array backend, by default with the paper's
-appendix numbers read in this package's units (lam 0.1, gamma (1, 100), no Frobenius penalty;
-in its code's units the appendix means lam 0.2: ``fenchel_cvx.units``) and its blocks solved nearly
-to completion (10 W-steps, 50 X-steps): tuned on a validation split, this is the setting that
-reaches the paper's 0.976 (docs/results.md, "MNIST MLP: threads, speed and tuning"); the
+appendix setting in this package's units (lam 0.2, gamma (1, 100), no Frobenius penalty: the
+appendix's lam 0.1 weighs its code's penalty, twice our B; ``fenchel_cvx.units``) and its blocks
+solved nearly to completion (10 W-steps, 50 X-steps): tuned on a validation split (docs/results.md,
+"MNIST MLP: threads, speed and tuning"); the
 package's faster defaults (``fenchel_cvx.defaults``: ``--lam 1 --rho 1e-3 --gamma 3 --w-steps 1
 --x-steps 10``) are 0.4 points less accurate at 1 / 2.6 of the FLOPs per batch. SGD (lr 1e-2)
 and Adam (lr 1e-3) train the same architecture in PyTorch on the same batches in the same order
@@ -49,6 +49,11 @@ sys.path.insert(0, str(ROOT))
 
 from fenchel_cvx.datasets import Dataset, batch_order, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.threads import limit_threads  # noqa: E402
+from fenchel_cvx.units import from_reference  # noqa: E402
+
+#: the paper's appendix setting (784-300-10, batched: its lambda and rho_1, rho_2), in this
+#: package's units
+LAM, GAMMA = from_reference(lam=[0.1], rho=[1, 100])
 
 TARGET = 0.97
 # MNIST: --data, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
@@ -68,12 +73,12 @@ def parse_args(argv=None):
     p.add_argument("--jobs", type=int, default=1, help="methods (and seeds) run at once, each in "
                    "its own process on --threads cores (default 1: one after another, timings "
                    "free of each other)")
-    p.add_argument("--lam", type=_floats, default=[0.1],
+    p.add_argument("--lam", type=_floats, default=list(LAM),
                    help="lambda_l, one number or a comma list (one per hidden layer)")
     p.add_argument("--lam-growth", type=float, default=1.0, help="the lam schedule: epoch e "
                    "trains with lam * growth^(e-1) (1: constant; > 1 tightens the relaxation)")
     p.add_argument("--rho", type=float, default=0.0)
-    p.add_argument("--gamma", type=_floats, default=[1.0, 100.0],
+    p.add_argument("--gamma", type=_floats, default=list(GAMMA),
                    help="proximal gamma_l, one number or a comma list (one per layer, e.g. 1,100)")
     p.add_argument("--w-steps", type=int, default=10, help="FLN W-block steps per round")
     p.add_argument("--x-steps", type=int, default=50, help="FLN X-block FISTA steps per round")
