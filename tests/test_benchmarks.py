@@ -145,7 +145,7 @@ def test_mnist_mlp_lam_schedule_and_lifted_prediction(monkeypatch):
 
     args = bench.parse_args(["--epochs", "2", "--batch-size", "100"])   # the defaults: constant
     out = bench.run_fln(args, ds, batch_order(300, 100, 2, seed=0))
-    assert out["lam_per_epoch"] == [[0.1], [0.1]] and len(calls) == 3
+    assert out["lam_per_epoch"] == [list(bench.LAM)] * 2 and len(calls) == 3
 
 
 def test_mnist_mlp_defaults_are_the_tuned_paper_setting():
