@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fenchel_cvx.datasets import Dataset, batch_order, load_mnist, load_mnist5k, one_hot  # noqa: E402
+from fenchel_cvx.fast.wblocks import NEWTON_START, RESYNC  # noqa: E402
 from fenchel_cvx.threads import limit_threads  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
 
@@ -384,7 +385,8 @@ def flops_per_batch(method, args, sizes=(784, 300, 10)):
     gammas = args.gamma if len(args.gamma) == len(dense) else args.gamma * len(dense)
     # the batch's first round starts its hidden W-blocks at W0: in the span of X~ (``fast.span``)
     span = [l < len(dense) - 1 and args.rho == 0 and gammas[l] > 0
-            and (args.w_steps <= 10 or args.newton_cap == 0) for l in range(len(dense))]
+            and (args.w_steps <= NEWTON_START or args.newton_cap == 0)
+            for l in range(len(dense))]
     shifted = [args.rho + g > 0 for g in gammas]   # a data-space Gram needs a positive shift
     w_first = sum(_w_flops(p, n, m, args.w_steps, s, c) for (p, n), s, c in zip(dense, span, shifted))
     w_later = sum(_w_flops(p, n, m, args.w_steps, False, c) for (p, n), c in zip(dense, shifted))
@@ -399,12 +401,12 @@ def _w_flops(p, n, m, steps, span=False, shifted=True):
     (n^3 / 3), the start's gradient and per step the preconditioning (2 p n^2) and d X~; a gradient
     after every step but the last (``capped_residual=False``: the benchmark's backend). ``span``
     (``fast.span``: data space, from W0): no product back and no gradient per step, one product
-    ``W0 + Z X~^T`` at the end, and every 16 steps (``resync``) U formed again as ``U0 + Z K``
+    ``W0 + Z X~^T`` at the end, and every ``RESYNC`` (16) steps U formed again as ``U0 + Z K``
     (2 p m^2). ``shifted``: rho + gamma > 0 (data space needs it)."""
     prod = 2 * p * n * m
     gradients = (steps - 1) * prod
     if m < n and span:
-        return prod + n * m * m + m ** 3 / 3 + (steps + steps // 16) * 2 * p * m * m + prod
+        return prod + n * m * m + m ** 3 / 3 + (steps + steps // RESYNC) * 2 * p * m * m + prod
     if m < n and shifted:
         return prod + n * m * m + m ** 3 / 3 + steps * (2 * p * m * m + prod) + gradients
     return prod + 2 * n * n * m + n ** 3 / 3 + prod + steps * (2 * p * n * n + prod) + gradients

@@ -167,6 +167,10 @@ def test_mnist_mlp_flop_count_follows_the_span_path():
     # per step a product back and a gradient (none after the last), against one W at the end
     assert param - span == pytest.approx((10 + 9 - 1) * prod)
     assert count("--w-steps", "11") == count("--w-steps", "11", "--rho", "1e-3")
+    # Newton rows off: longer solves stay in the span; step 16 also forms U again (U0 + Z K)
+    assert count("--w-steps", "20", "--newton-cap", "0") < count("--w-steps", "20")
+    w0 = [bench._w_flops(300, 785, 500, k, span=True) for k in (15, 16)]
+    assert w0[1] - w0[0] == pytest.approx(2 * (2 * 300 * 500 * 500))
     assert count("--alternations", "2") < count("--alternations", "2", "--rho", "1e-3")
     # no proximal term and no penalty: no data-space Gram (it needs a positive shift)
     assert count("--gamma", "0,0") > count("--gamma", "0,0", "--rho", "1e-3")

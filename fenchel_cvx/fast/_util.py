@@ -17,6 +17,10 @@ import math
 import numpy as np
 
 
+#: the CG W-loops (``wblocks``, ``span``) form W X~ again from W every this many steps, so that
+#: the incrementally updated one does not drift
+RESYNC = 16
+
 def kkt(xp, Z, parts, project=None):
     """``||Z - P(Z - g)||_inf / (1 + max_i ||g_i||_inf)`` with ``g = sum(parts)``."""
     g = sum(parts[1:], parts[0])

@@ -36,7 +36,7 @@ reach: ``converged`` comes from the block's residual at the returned W.
 """
 import math
 
-from ._util import kkt, pr_plus, proves_above
+from ._util import RESYNC, kkt, pr_plus, proves_above
 
 
 def applies(xp, block, W, pre, max_iter, newton_start, newton_cap=None):
@@ -48,7 +48,7 @@ def applies(xp, block, W, pre, max_iter, newton_start, newton_cap=None):
             and tuple(W.shape) == tuple(block.W0.shape) and bool(xp.all(W == block.W0)))
 
 
-def solve_span(xp, prob, W0, tol, max_iter, resync=16, capped_residual=True):
+def solve_span(xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True):
     """Up to ``max_iter`` PR+ CG steps of ``prob`` (a ``wblocks.HiddenRows``) from ``W0``, in
     the coefficients Z of ``W = W0 + Z X~^T``. -> ``(W, iterations, info)`` as ``solve_pncg``."""
     block, pre = prob.block, prob.pre

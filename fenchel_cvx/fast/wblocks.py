@@ -46,10 +46,14 @@ import functools
 import math
 
 from ..blocks import WHidden, WLast
-from ._util import kkt, newton_1d, pr_plus, proves_above
+from ._util import RESYNC, kkt, newton_1d, pr_plus, proves_above
 from . import span
 from .gram import DataGram, ParamGram
 from .xblocks import DPHI_MAX
+
+#: the CG step from which hidden W rows may take semismooth-Newton steps (early steps change
+#: the active sets too much); capped solves of at most this many steps stay in ``span``
+NEWTON_START = 10
 
 
 class _Problem:
@@ -132,7 +136,7 @@ class HiddenRows(_Problem):
     """WHidden: rows are independent; per-row inner products, step lengths and Newton rows."""
 
     def __init__(self, xp, block, pre, K=None, newton_cap=None, flip_tol=None, p0=None,
-                 newton_start=10, U0=None):
+                 newton_start=NEWTON_START, U0=None):
         super().__init__(xp, block, pre, U0)
         self.act, self.V, self.lam = block.act, block.V, block.lam
         self.coef, self.K = block.lam, K if K is not None else getattr(pre, "K", None)
@@ -379,9 +383,9 @@ def _scatter_rows(xp, full, sub, rows):
     return xp.take(xp.concat([full, sub], axis=0), xp.where(hit, p + pos, ar), axis=0)
 
 
-def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=16, newton_cap=None,
-               flip_tol=None, newton_start=10, compact_every=8, stall_window=50, gram_reuse=1,
-               capped_residual=True):
+def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=RESYNC, newton_cap=None,
+               flip_tol=None, newton_start=NEWTON_START, compact_every=8, stall_window=50,
+               gram_reuse=1, capped_residual=True):
     """Preconditioned PR+ nonlinear CG with exact line search (WHidden, WLast cross-entropy).
 
     WHidden rows whose gradient is below ``tol / 2`` are frozen every ``compact_every``
