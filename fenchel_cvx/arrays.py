@@ -1,5 +1,26 @@
-"""Host copies of arrays from any array library (NumPy, CuPy, array-api-strict, DLPack)."""
+"""Arrays of any array library (NumPy, CuPy, array-api-strict, DLPack): their library, host copies."""
 import numpy as np
+from array_api_compat import array_namespace, is_cupy_array
+
+
+def namespace(A):
+    """The array library of ``A``: that of a CuPy array (which has no ``__array_namespace__`` of
+    its own; array_api_compat's wrapper) or of an array-API array, else NumPy (NumPy arrays, and
+    anything NumPy converts: lists, numbers, PyTorch tensors, pandas frames)."""
+    if is_cupy_array(A) or (not isinstance(A, np.ndarray) and hasattr(A, "__array_namespace__")):
+        return array_namespace(A)
+    return np
+
+
+def clip(x, min=None, max=None):
+    """``x`` clipped to ``[min, max]`` (either may be None) in its own library. For CuPy arrays,
+    CuPy's own elementwise kernel: array_api_compat's portable ``clip`` compares, masks and
+    assigns there, several kernels and a host sync per call (0.3 ms; measured on an H100)."""
+    if is_cupy_array(x):
+        import cupy
+
+        return cupy.clip(x, min, max)
+    return array_namespace(x).clip(x, min, max)
 
 
 def to_numpy(A) -> np.ndarray:

@@ -74,6 +74,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from . import defaults
+from .arrays import namespace
 from .backends import (BACKENDS, STRICT_AWARE, check_backend,  # noqa: F401 (importable from bcd)
                        get_backend)
 from .blocks import kkt_residual, w_block, x_block
@@ -98,17 +99,10 @@ class BCDResult:
 
 
 # --- validation (the checks themselves: validation.py) ---------------------------------------
-def _namespace(A):
-    """The array library of the data: that of an array-API array (CuPy, ...), else NumPy."""
-    if isinstance(A, np.ndarray) or not hasattr(A, "__array_namespace__"):
-        return np
-    return array_namespace(A)
-
-
 def _weights_in(xp, net):
     """The network's weights as arrays of ``xp`` (the data's library), without changing net."""
     try:
-        return [W if _namespace(W) is xp else xp.asarray(W) for W in net.W]
+        return [W if namespace(W) is xp else xp.asarray(W) for W in net.W]
     except (TypeError, ValueError):
         raise ValueError(f"net.W must be arrays the data's library ({xp.__name__}) can take, got "
                          f"{type(net.W[0]).__module__}.{type(net.W[0]).__name__}") from None
@@ -116,7 +110,7 @@ def _weights_in(xp, net):
 
 def _check_data(net, X0, Y, xname="X0", yname="Y", xp=None):
     """Data and targets in the network's dtype (no silent upcast of float32) and ``xp``."""
-    xp = _namespace(X0) if xp is None else xp
+    xp = namespace(X0) if xp is None else xp
     X0, Y = net.check_inputs(X0, Y, dtype=net.W[0].dtype, xp=xp, names=(xname, yname))
     net.loss.check_targets(yname, Y, xp)
     return X0, Y
@@ -124,7 +118,7 @@ def _check_data(net, X0, Y, xname="X0", yname="Y", xp=None):
 
 def is_one_hot(Y):
     """True iff every column of Y is a standard basis vector (a classification target)."""
-    xp = _namespace(Y)
+    xp = namespace(Y)
     Y = xp.asarray(Y)
     return (math.prod(Y.shape) > 0 and bool(xp.all((Y == 0) | (Y == 1)))
             and bool(xp.all(xp.sum(Y, axis=0) == 1)))
@@ -137,7 +131,7 @@ def evaluate(net, X0, Y, classification=None):
         classification = is_one_hot(Y)
     Yhat = net.forward(X0)[1]
     loss = float(net.loss.value(Y, Yhat)) / Y.shape[1]
-    xp = _namespace(Yhat)
+    xp = namespace(Yhat)
     hit = xp.argmax(Yhat, axis=0) == xp.argmax(Y, axis=0)
     acc = float(xp.mean(xp.astype(hit, Yhat.dtype))) if classification else None
     return loss, acc
@@ -468,7 +462,7 @@ def _config(net, m, m_test, a, name, strict, classification):
 def _validate(net, X0, Y, args):
     """Check every argument and the data, before any work; return the run's ``_Settings``."""
     a = _check_arguments(net, args)
-    xp = _namespace(X0)
+    xp = namespace(X0)
     X0, Y = _check_data(net, X0, Y, xp=xp)
     X_test, Y_test = a["X_test"], a["Y_test"]
     if X_test is not None:

@@ -359,7 +359,9 @@ def check_scale(name, A):
     of the squared Frobenius norm and of every entry of ``A A^T``) must be finite in it."""
     import numpy as np
 
-    xp = np if isinstance(A, np.ndarray) else _namespace(A)
+    from .arrays import namespace
+
+    xp = namespace(A)
     if A.size == 0 if xp is np else math.prod(A.shape) == 0:
         return A
     big = float(xp.max(xp.abs(A)))
@@ -373,12 +375,6 @@ def check_scale(name, A):
     return A
 
 
-def _namespace(A):
-    from array_api_compat import array_namespace
-
-    return array_namespace(A)
-
-
 def _as_array(name, A, dtype, xp):
     """``A`` as an array of ``xp`` (default: its own library, NumPy for anything else) in the
     working dtype: ``dtype``, else A's float32 / float64, else float64."""
@@ -389,8 +385,9 @@ def _as_array(name, A, dtype, xp):
                          f"pass {name}.toarray() (every block of the lifted problem is dense)")
     where = "" if xp is None else f" from the library of X0 ({xp.__name__})"
     if xp is None:
-        native = not isinstance(A, np.ndarray) and hasattr(A, "__array_namespace__")
-        xp = _namespace(A) if native else np
+        from .arrays import namespace
+
+        xp = namespace(A)
     given = f"{type(A).__module__}.{type(A).__name__}" + (
         f" of dtype {A.dtype}" if hasattr(A, "dtype") else "")
     try:
