@@ -16,6 +16,8 @@ import math
 
 import numpy as np
 
+from ..arrays import clip
+
 
 #: the CG W-loops (``wblocks``, ``span``) form W X~ again from W every this many steps, so that
 #: the incrementally updated one does not drift
@@ -50,7 +52,7 @@ def pr_plus(xp, gs, cross, gs_old, g_d, zero=None):
     pos = gs_old > 0
     beta = xp.where(pos, (gs - cross) / xp.where(pos, gs_old, xp.ones_like(gs_old)),
                     xp.zeros_like(gs_old))
-    beta = xp.clip(beta, 0, None)
+    beta = clip(beta, 0, None)
     if zero is not None:
         beta = xp.where(zero, xp.zeros_like(beta), beta)
     slope = beta * g_d - gs

@@ -45,6 +45,7 @@ import dataclasses
 import functools
 import math
 
+from ..arrays import clip
 from ..blocks import WHidden, WLast
 from ._util import RESYNC, kkt, newton_1d, pr_plus, proves_above
 from . import span
@@ -378,7 +379,7 @@ def _scatter_rows(xp, full, sub, rows):
     """``full`` with its rows ``rows`` (sorted global indices) replaced by ``sub`` (no in-place writes)."""
     p, k = full.shape[0], rows.shape[0]
     ar = xp.arange(p, dtype=rows.dtype)
-    pos = xp.clip(xp.searchsorted(rows, ar), 0, k - 1)
+    pos = clip(xp.searchsorted(rows, ar), 0, k - 1)
     hit = xp.take(rows, pos) == ar
     return xp.take(xp.concat([full, sub], axis=0), xp.where(hit, p + pos, ar), axis=0)
 

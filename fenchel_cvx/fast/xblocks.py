@@ -33,6 +33,7 @@ the gradient the loop holds, comes within ``2 tol``.
 import functools
 import math
 
+from ..arrays import clip
 from ..blocks import XHidden, XLast
 from ._util import kkt, newton_1d, top_eig
 
@@ -41,7 +42,7 @@ DPHI_MAX = {"relu": 1.0, "leaky_relu": 1.0, "sigmoid": 0.25, "tanh": 1.0}
 
 
 def _prox_relu(xp, act, r, tau, state):
-    return xp.clip(r / (1 + tau), 0, None), state
+    return clip(r / (1 + tau), 0, None), state
 
 
 def _prox_leaky(xp, act, r, tau, state):
@@ -60,7 +61,7 @@ def _prox_newton(xp, act, r, tau, s):
         lo = xp.maximum(lo, (r - vhi) / tau)
     if math.isfinite(vlo):
         hi = xp.minimum(hi, (r - vlo) / tau)
-    s = xp.clip(s, lo, hi)
+    s = clip(s, lo, hi)
     tol = 8 * xp.finfo(r.dtype).eps * (1 + xp.abs(r))
 
     def derivs(s_):
@@ -81,7 +82,7 @@ def _inside(xp, act, Z):
     lo, hi = act.v_range
     lo = None if math.isinf(lo) else lo + max(abs(lo) * fi.eps, fi.smallest_normal)
     hi = None if math.isinf(hi) else hi - max(abs(hi) * fi.eps, fi.smallest_normal)
-    return xp.clip(Z, lo, hi)
+    return clip(Z, lo, hi)
 
 
 class _Smooth:
