@@ -95,6 +95,7 @@ def test_activations_train(digits, activation):
     (dict(lr=-1.0), "lr must be > 0 and finite or None, got -1.0"),
     (dict(activation="leaky_relu", slope=2.0), "slope must be a number in \\(0, 1\\), got 2.0"),
     (dict(threads=0), "threads must be an integer >= 1 or None, got 0"),
+    (dict(device="tpu"), "device must be one of \\['cpu', 'cuda'\\], got 'tpu'"),
     (dict(layer_sizes=(63, 10)), "X_train must have 63 rows \\(layer_sizes\\[0\\]=63\\)"),
     (dict(layer_sizes=(64, 5)), "y_train must hold labels in 0..4 \\(layer_sizes\\[-1\\]\\)"),
     (dict(layer_sizes=(64,)), "layer_sizes must be a sequence of at least 2 positive integers"),
@@ -107,6 +108,15 @@ def test_bad_arguments_are_named(digits, kwargs, message):
     with pytest.raises(ValueError, match=message):
         train_backprop(args.pop("layer_sizes"), digits.X_train, digits.y_train, digits.X_test,
                        digits.y_test, **args)
+
+
+def test_cuda_without_a_gpu_is_refused_before_any_work(digits):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: tests/test_gpu.py trains there")
+    with pytest.raises(ValueError, match="device='cuda' needs a CUDA build of PyTorch and a GPU"):
+        train_backprop(SIZES, digits.X_train, digits.y_train, digits.X_test, digits.y_test,
+                       batches=[[np.arange(5)]], device="cuda", callback=pytest.fail)
 
 
 def test_missing_torch_says_how_to_install(digits, monkeypatch):

@@ -11,10 +11,11 @@ is softmax cross-entropy on the logits (the *mean* over the batch, as usual for 
 learning rates are on that scale). It trains on ``batches = batch_order(...)`` so that it sees
 exactly the batches, in the same order, as the lifted-network trainer. Inputs follow the
 package's orientation (columns are data points, an image's features in (C, H, W) order) and are
-transposed once. Computation is in float32 on the CPU.
+transposed once. Computation is in float32, on the CPU or (``device="cuda"``) on a GPU.
 
 ``seconds`` counts training time only (forward, backward, optimizer steps); evaluations are
-excluded. The final weights come back in the package's convention: ``W_l`` of shape
+excluded. On a GPU the clock is read after ``torch.cuda.synchronize()``, so that it counts the
+device's work, not only its launch. The final weights come back in the package's convention: ``W_l`` of shape
 ``(p_{l+1}, p_l + 1)`` (a convolution: ``(C_out, C_in k k + 1)``), the bias as its last column.
 """
 import math
@@ -39,6 +40,11 @@ LOSSES = {
 }
 # name -> torch.nn module class name
 ACTIVATIONS = {"relu": "ReLU", "leaky_relu": "LeakyReLU", "sigmoid": "Sigmoid", "tanh": "Tanh"}
+# where the model and the data live: name -> the check that it can be used (None: it can)
+DEVICES = {"cpu": lambda torch: None,
+           "cuda": lambda torch: None if torch.cuda.is_available() else (
+               f"a CUDA build of PyTorch and a GPU (torch {torch.__version__}: "
+               "torch.cuda.is_available() is False)")}
 # images per forward pass when evaluating (bounds the memory of a conv net on 60,000 images)
 EVAL_CHUNK = 5000
 
@@ -168,8 +174,8 @@ def _set_weights(torch, nn, modules, weights, gen):
 
 
 def _get_weights(modules):
-    return [np.hstack([mod.weight.detach().double().reshape(mod.weight.shape[0], -1).numpy(),
-                       mod.bias.detach().double().numpy()[:, None]]) for mod in modules]
+    return [np.hstack([mod.weight.detach().cpu().double().reshape(mod.weight.shape[0], -1).numpy(),
+                       mod.bias.detach().cpu().double().numpy()[:, None]]) for mod in modules]
 
 
 def _check_inputs(input_shape, n_out, X_train, y_train, X_test, y_test, batches):
@@ -200,7 +206,8 @@ def _check_inputs(input_shape, n_out, X_train, y_train, X_test, y_test, batches)
 #: the constraints of ``train_backprop``'s arguments (``validation.py``)
 PARAMETERS = dict(optimizer=Options(OPTIMIZERS), lr=[WEIGHT, None], activation=Options(ACTIVATIONS),
                   slope=FRACTION, seed=SEED, threads=[COUNT, None], callback=[CALLABLE, None],
-                  eval_every=[COUNT, None], progress=BOOL, loss=Options(LOSSES))
+                  eval_every=[COUNT, None], progress=BOOL, loss=Options(LOSSES),
+                  device=Options(DEVICES))
 
 
 def torch_model(network, *, activation="relu", slope=0.01, seed=0, init_weights=None):
@@ -224,7 +231,7 @@ def torch_model(network, *, activation="relu", slope=0.01, seed=0, init_weights=
 def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimizer="adam",
                    lr=None, activation="relu", slope=0.01, seed=0, threads=None, callback=None,
                    eval_every=None, eval_at=(), init_weights=None, progress=False,
-                   loss="cross_entropy"):
+                   loss="cross_entropy", device="cpu"):
     """Train a network by backprop on the given batch schedule; return a :class:`BackpropResult`.
 
     ``network``: layer sizes (an MLP), a ``LiftedNetwork.get_config()`` dict, or a
@@ -233,6 +240,7 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
     ``activation``: relu, leaky_relu (negative ``slope``), sigmoid or tanh.
     ``loss``: ``"cross_entropy"`` (softmax on the logits) or ``"mse"`` (one-hot targets).
     ``threads``: ``torch.set_num_threads`` for this call (restored afterwards).
+    ``device``: ``"cpu"`` or ``"cuda"`` (a GPU: model, data and steps there).
     ``callback(epoch, result)`` runs after every epoch (epoch counts from 1).
     ``eval_every``: record a checkpoint (batches seen, training seconds, test accuracy) every
     that many batches (evaluation time excluded), for curves against batches and seconds;
@@ -243,23 +251,29 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
     """
     a = validate(PARAMETERS, dict(optimizer=optimizer, lr=lr, activation=activation, slope=slope,
                                   seed=seed, threads=threads, callback=callback,
-                                  eval_every=eval_every, progress=progress, loss=loss))
+                                  eval_every=eval_every, progress=progress, loss=loss,
+                                  device=device))
     lr = OPTIMIZERS[optimizer][1] if a["lr"] is None else a["lr"]
     eval_at = set(eval_at)
     if not all(COUNT.accepts(b) for b in eval_at):
         raise ValueError(f"eval_at must hold positive batch counts, got {sorted(eval_at, key=str)!r}")
     torch = _torch()
+    missing = DEVICES[device](torch)
+    if missing:
+        raise ValueError(f"device={device!r} needs {missing}")
     model, input_shape, sizes = torch_model(network, activation=activation, slope=slope, seed=seed,
                                             init_weights=init_weights)
     _check_inputs(input_shape, sizes[-1], X_train, y_train, X_test, y_test, batches)
+    dev = torch.device(device)
+    model.to(dev)
     old_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(int(threads))
     try:
         Xtr, Xte = (torch.from_numpy(np.ascontiguousarray(np.asarray(X).T, dtype=np.float32))
-                    .reshape(-1, *input_shape) for X in (X_train, X_test))
-        ytr, yte = torch.as_tensor(np.asarray(y_train), dtype=torch.long), torch.as_tensor(
-            np.asarray(y_test), dtype=torch.long)
+                    .reshape(-1, *input_shape).to(dev) for X in (X_train, X_test))
+        ytr, yte = (torch.as_tensor(np.asarray(y), dtype=torch.long, device=dev)
+                    for y in (y_train, y_test))
         opt = getattr(torch.optim, OPTIMIZERS[optimizer][0])(model.parameters(), lr=float(lr))
         loss_fn = partial(LOSSES[loss], torch)
         evaluate = _evaluator(torch, model, loss_fn)
@@ -268,7 +282,8 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
                                 checkpoints=[] if eval_every or eval_at else None)
         data = (Xtr, ytr, Xte, yte)
         _epochs(torch, model, opt, loss_fn, evaluate, data, batches, result,
-                dict(eval_every=eval_every, eval_at=eval_at, callback=callback, progress=progress))
+                dict(eval_every=eval_every, eval_at=eval_at, callback=callback, progress=progress,
+                     sync=torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)))
         result.weights = _get_weights(model.weighted)
         return result
     finally:
@@ -290,17 +305,19 @@ def _evaluator(torch, model, loss_fn):
 
 def _epochs(torch, model, opt, loss_fn, evaluate, data, batches, result, options):
     """The training loop: one optimizer step per batch, the curves after every epoch and the
-    checkpoints of ``options`` (eval_every, eval_at, callback, progress) in ``result``."""
+    checkpoints of ``options`` (eval_every, eval_at, callback, progress, and ``sync``, which waits
+    for the device before the clock is read) in ``result``."""
     (Xtr, ytr, Xte, yte), o = data, options
     elapsed, seen = 0.0, 0
     bar = tqdm(total=sum(map(len, batches)), desc=result.optimizer, disable=not o["progress"])
     for epoch, epoch_batches in enumerate(batches, start=1):
         for idx in epoch_batches:
             t0 = time.perf_counter()
-            idx = torch.as_tensor(np.asarray(idx), dtype=torch.long)
+            idx = torch.as_tensor(np.asarray(idx), dtype=torch.long, device=Xtr.device)
             opt.zero_grad(set_to_none=True)
             loss_fn(model(Xtr[idx]), ytr[idx]).backward()
             opt.step()
+            o["sync"]()
             elapsed += time.perf_counter() - t0
             seen += 1
             bar.update()
