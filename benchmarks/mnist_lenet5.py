@@ -37,10 +37,10 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fenchel_cvx.datasets import (batch_order, load_cifar10, load_mnist,  # noqa: E402
-                                  load_mnist5k, one_hot)
+from fenchel_cvx.datasets import load_cifar10, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
-from mnist_mlp import backprop_record, plot, run_methods, train_fln  # noqa: E402
+from mnist_mlp import (DEVICES, backprop_record, device_desc, device_lib,  # noqa: E402
+                       device_missing, peak_text, plot, run_methods, train_fln)
 
 EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}
@@ -90,6 +90,9 @@ def parse_args(argv=None):
     p.add_argument("--adam-lr", type=float, default=1e-3)
     p.add_argument("--sgd-lr", type=float, default=1e-2)
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--device", default="cpu", choices=sorted(DEVICES),
+                   help="where the methods run: the CPU, or a GPU (FLN in CuPy, the baselines in "
+                   "PyTorch on CUDA)")
     p.add_argument("--eval-every", type=int, default=20, help="batches between test evaluations "
                    f"(also after batches {', '.join(map(str, EARLY))} and every epoch)")
     p.add_argument("--train-eval", type=int, default=0, help="after every FLN epoch, report the "
@@ -117,6 +120,8 @@ def parse_args(argv=None):
     unknown = set(args.methods.split(",")) - {"fln", "adam", "sgd"}
     if unknown:
         p.error(f"--methods must name fln, adam, sgd; got {sorted(unknown)}")
+    if device_missing(args.device):
+        p.error(device_missing(args.device))
     if args.quick and args.dataset != "mnist":
         p.error(f"--quick runs the embedded 5k MNIST, got --dataset {args.dataset}")
     if args.epochs is None:
@@ -159,26 +164,32 @@ def network(args, ds):
 def run_fln(args, ds, batches):
     from fenchel_cvx.fast import FastBackend
 
+    from fenchel_cvx.arrays import to_numpy
+
     dtype = np.dtype(args.dtype)
-    X, Xte = ds.X_train.astype(dtype, copy=False), ds.X_test.astype(dtype, copy=False)
-    Y = one_hot(ds.y_train, ds.n_classes).astype(dtype)
+    xp, sync = device_lib(args.device)
+    X, Xte, Y, ytr, yte = (xp.asarray(A) for A in (
+        ds.X_train.astype(dtype, copy=False), ds.X_test.astype(dtype, copy=False),
+        one_hot(ds.y_train, ds.n_classes).astype(dtype), ds.y_train, ds.y_test))
     net = network(args, ds)
 
     def accuracy(Xe, ye):   # in chunks: the im2col patches of 10,000 images would take GiBs
-        hits = sum(int(np.sum(np.argmax(net.forward(Xe[:, i:i + EVAL_CHUNK])[1], axis=0)
+        hits = sum(int(xp.sum(xp.argmax(net.forward(Xe[:, i:i + EVAL_CHUNK])[1], axis=0)
                               == ye[i:i + EVAL_CHUNK])) for i in range(0, Xe.shape[1], EVAL_CHUNK))
         return hits / Xe.shape[1]
 
     W_init = [np.array(W, copy=True) for W in net.W]
+    net.W = [xp.asarray(W) for W in net.W]   # the untrained network's test accuracy, on the device
 
     def report():   # --train-eval: under- or overfitting, and which layers learn
         n = args.train_eval
-        change = [float(np.linalg.norm(W - W0) / np.linalg.norm(W0)) for W, W0 in zip(net.W, W_init)]
-        return dict(train_accuracy=accuracy(X[:, :n], ds.y_train[:n]),
+        change = [float(np.linalg.norm(to_numpy(W) - W0) / np.linalg.norm(W0))
+                  for W, W0 in zip(net.W, W_init)]
+        return dict(train_accuracy=accuracy(X[:, :n], ytr[:n]),
                     weight_change=[float(f"{c:.3g}") for c in change])
 
     backend = FastBackend(dtype=args.dtype, w_steps=args.w_steps, x_steps=args.x_steps)
-    return train_fln(args, net, X, Y, lambda: accuracy(Xte, ds.y_test), batches, backend,
+    return train_fln(args, net, X, Y, lambda: accuracy(Xte, yte), batches, backend, sync=sync,
                      due=lambda seen: seen in EARLY or seen % args.eval_every == 0, announce=EARLY,
                      epoch_report=report if args.train_eval else None)
 
@@ -190,6 +201,7 @@ def run_backprop(args, ds, batches, optimizer):
     r = train_backprop(network(args, ds), ds.X_train, ds.y_train, ds.X_test, ds.y_test,
                        batches=batches, optimizer=optimizer, lr=getattr(args, f"{optimizer}_lr"),
                        seed=args.seed, threads=args.threads, eval_every=args.eval_every,
+                       device=DEVICES[args.device],
                        eval_at=EARLY, progress=not args.no_progress,
                        callback=lambda e, res: print(f"  {optimizer} epoch {e}: test accuracy "
                                                      f"{res.test_accuracy[-1]:.4f}, "
@@ -210,7 +222,7 @@ def summarise(results, args, data_desc):
         rows[name] = dict(final_test_accuracy=r["test_accuracy"][-1], test_accuracy=r["test_accuracy"],
                           accuracy_at_batches={b: accuracy_at(r["checkpoints"], b) for b in EARLY},
                           seconds_per_epoch=float(np.mean(per_epoch)), wall=r["wall"],
-                          peak_mib=r["peak_mib"])
+                          peak_mib=r["peak_mib"], peak_gpu_mib=r.get("peak_gpu_mib"))
         if "epoch_reports" in r:    # --train-eval
             rows[name]["epoch_reports"] = r["epoch_reports"]
     ratios = {}
@@ -219,7 +231,7 @@ def summarise(results, args, data_desc):
                                                      / rows["adam"]["seconds_per_epoch"])
     machine = dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
                    cpus=os.cpu_count(), threads=args.threads, python=platform.python_version(),
-                   device="CPU")
+                   device=device_desc(args.device))
     # raw: one list of runs per method, as in benchmarks/mnist_mlp.py (one seed here)
     return dict(data=data_desc, settings=vars(args), machine=machine, methods=rows, ratios=ratios,
                 raw={name: [r] for name, r in results.items()})
@@ -238,7 +250,7 @@ def markdown(summary):
         e2 = r["test_accuracy"][1] if len(r["test_accuracy"]) > 1 else None
         lines.append(f"| {name} | " + " | ".join(fmt(r["accuracy_at_batches"][b]) for b in EARLY)
                      + f" | {fmt(e2)} | {r['final_test_accuracy']:.4f} | "
-                     f"{r['seconds_per_epoch']:.2f} | {r['peak_mib']:.0f} |")
+                     f"{r['seconds_per_epoch']:.2f} | {peak_text(r)} |")
     names = list(summary["methods"])
     lines += ["", "Test accuracy after every epoch:", "", "| epoch | " + " | ".join(names) + " |",
               "|---" * (len(names) + 1) + "|"]

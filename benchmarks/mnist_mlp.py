@@ -23,8 +23,9 @@ of FLN wall-clock time spent in matrix products (py-spy native samples in gemm /
     python benchmarks/mnist_mlp.py                 # the full run (MNIST from $FENCHEL_DATA or ../shared/data)
     python benchmarks/mnist_mlp.py --quick         # a reduced smoke run, well under a minute
 
-``--device cupy`` runs FLN on a GPU (the driver works in the data's array library); the
-backprop baselines always use PyTorch's CPU build, so the targets' ratios are CPU-only figures.
+``--device cupy`` runs every method on a GPU: FLN in CuPy (the driver works in the data's
+array library), SGD and Adam in PyTorch on CUDA; the clocks are read after the device finishes,
+the GEMM calibration is CuPy's, and the GPU's peak memory is reported beside the host's.
 """
 import argparse
 import importlib.util
@@ -57,6 +58,8 @@ from fenchel_cvx.units import from_reference  # noqa: E402
 LAM, GAMMA = from_reference(lam=[0.1], rho=[1, 100])
 
 TARGET = 0.97
+#: --device -> PyTorch's device for the backprop baselines (FLN: ``device_lib``)
+DEVICES = {"cpu": "cpu", "cupy": "cuda"}
 # MNIST: --data, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
 os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -97,8 +100,9 @@ def parse_args(argv=None):
                    help="FLN's prediction rule for the accuracy after every epoch: the network's "
                    "feed-forward pass, or the lifted rule of the paper's Sec. 4 (fenchel_cvx.predict, "
                    "rule 'optimization'); the checkpoints between epochs stay feed-forward")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cupy"],
-                   help="where FLN runs (the baselines use PyTorch's CPU build)")
+    p.add_argument("--device", default="cpu", choices=sorted(DEVICES),
+                   help="where the methods run: the CPU, or a GPU (FLN in CuPy, the baselines in "
+                   "PyTorch on CUDA)")
     p.add_argument("--seed", type=int, default=0, help="the first seed")
     p.add_argument("--seeds", type=int, default=1, help="run seeds seed..seed+N-1; report mean and "
                    "spread (max - min)")
@@ -127,8 +131,8 @@ def parse_args(argv=None):
     unknown = set(args.methods.split(",")) - {"fln", "adam", "sgd"}
     if unknown:
         p.error(f"--methods must name fln, adam, sgd; got {sorted(unknown)}")
-    if args.device == "cupy" and importlib.util.find_spec("cupy") is None:
-        p.error("--device cupy needs CuPy and a GPU (pip install -e '.[gpu]'), got no cupy module")
+    if device_missing(args.device):
+        p.error(device_missing(args.device))
     if args.quick:
         args.epochs = min(args.epochs, 2)
     return args
@@ -160,6 +164,47 @@ def load(args):
     return ds, desc
 
 
+# --- the device -----------------------------------------------------------------------------
+def device_missing(device):
+    """Why ``--device`` cannot run here (checked before any work), or None."""
+    if device == "cupy" and importlib.util.find_spec("cupy") is None:
+        return "--device cupy needs CuPy and a GPU (pip install -e '.[gpu]'), got no cupy module"
+    return None
+
+
+def device_lib(device):
+    """``(xp, sync)`` for ``--device``: NumPy and a no-op, or CuPy and a wait for the GPU (its
+    work is asynchronous: a clock read without it counts the launches only)."""
+    if device == "cupy":
+        import cupy
+
+        return cupy, cupy.cuda.Device().synchronize
+    return np, (lambda: None)
+
+
+def device_desc(device):
+    if device == "cupy":
+        import cupy
+
+        name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        return f"GPU: {name}, FLN in CuPy {cupy.__version__}, baselines in PyTorch on CUDA"
+    return "CPU"
+
+
+def gpu_peak_mib(method, device):
+    """The GPU memory a run held at its peak: CuPy's pool (it keeps what it allocated) for FLN,
+    PyTorch's peak reservation for the baselines; None on the CPU."""
+    if device != "cupy":
+        return None
+    if method == "fln":
+        import cupy
+
+        return cupy.get_default_memory_pool().total_bytes() / 2 ** 20
+    import torch
+
+    return torch.cuda.max_memory_reserved() / 2 ** 20
+
+
 # --- one method in its own process ------------------------------------------------------------
 def run_fln(args, ds, batches):
     from fenchel_cvx import LiftedNetwork
@@ -168,13 +213,11 @@ def run_fln(args, ds, batches):
     dtype = np.dtype(args.dtype)
     X, Xte = ds.X_train.astype(dtype, copy=False), ds.X_test.astype(dtype, copy=False)
     Y = one_hot(ds.y_train, 10).astype(dtype)
-    yte, xp = ds.y_test, np
-    if args.device == "cupy":   # fit_bcd moves the weights to the data's library
-        import cupy as xp
-
-        X, Xte, Y, yte = (xp.asarray(A) for A in (X, Xte, Y, yte))
+    xp, sync = device_lib(args.device)
+    X, Xte, Y, yte = (xp.asarray(A) for A in (X, Xte, Y, ds.y_test))
     net = LiftedNetwork([X.shape[0], 300, 10], "relu", "cross_entropy", lam=args.lam[0], rho=args.rho,
                         seed=args.seed, dtype=dtype)
+    net.W = [xp.asarray(W) for W in net.W]   # the untrained network's test accuracy, on the device
 
     def test_accuracy():
         return float(xp.mean(xp.argmax(net.forward(Xte)[1], axis=0) == yte))
@@ -192,13 +235,13 @@ def run_fln(args, ds, batches):
     # the certificate recomputes it on its checked rounds): one gradient less per W-block
     backend = FastBackend(w_steps=args.w_steps, x_steps=args.x_steps, gram_reuse=args.gram_reuse,
                           newton_cap=args.newton_cap, capped_residual=False)
-    return train_fln(args, net, X, Y, test_accuracy, batches, backend,
+    return train_fln(args, net, X, Y, test_accuracy, batches, backend, sync=sync,
                      epoch_accuracy=lifted_accuracy if args.predict == "lifted" else None,
                      epoch_end=next_epoch if args.lam_growth != 1 else None)
 
 
 def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announce=(),
-              epoch_accuracy=None, epoch_end=None, epoch_report=None):
+              epoch_accuracy=None, epoch_end=None, epoch_report=None, sync=lambda: None):
     """``fit_bcd`` on the schedule ``batches``, timing training only: ``test_accuracy()`` after
     the batches where ``due(seen)`` (default: every ``args.eval_every``) and every epoch's end,
     evaluation time excluded; a line printed after each epoch and each batch in ``announce``.
@@ -206,7 +249,8 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
     prediction rule; the checkpoints keep ``test_accuracy``); ``epoch_end(epoch)``, if given,
     runs after every epoch but the last (a schedule), outside the timed training.
     ``epoch_report()``, if given, returns a dict of diagnostics after every epoch (untimed),
-    printed and returned as ``epoch_reports``."""
+    printed and returned as ``epoch_reports``. ``sync()`` waits for the device before each clock
+    read (a GPU's work is asynchronous)."""
     from fenchel_cvx.bcd import fit_bcd
 
     per_epoch = len(batches[0])
@@ -216,6 +260,7 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
     def callback(net_, rec):
         if rec["alternation"] != args.alternations:  # a batch ends with its last round
             return
+        sync()
         t = time.perf_counter()
         train_s = t - state["t0"] - state["eval"]
         seen = (rec["epoch"] - 1) * per_epoch + rec["batch"]
@@ -237,9 +282,11 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
                     print(f"  fln epoch {rec['epoch']}: {state['reports'][-1]}", flush=True)
                 if epoch_end is not None and rec["epoch"] < args.epochs:
                     epoch_end(rec["epoch"])
+        sync()
         state["eval"] += time.perf_counter() - t
 
     acc0 = test_accuracy()
+    sync()
     state["t0"] = time.perf_counter()
     hist = fit_bcd(net, X, Y, batch_size=args.batch_size, epochs=args.epochs,
                    alternations=args.alternations,
@@ -274,7 +321,7 @@ def run_backprop(args, ds, batches, optimizer):
 
     r = train_backprop((ds.X_train.shape[0], 300, 10), ds.X_train, ds.y_train, ds.X_test, ds.y_test,
                        batches=batches, optimizer=optimizer, seed=args.seed, threads=args.threads,
-                       eval_every=args.eval_every,
+                       eval_every=args.eval_every, device=DEVICES[args.device],
                        callback=lambda e, res: print(f"  {optimizer} epoch {e}: test accuracy "
                                                      f"{res.test_accuracy[-1]:.4f}, "
                                                      f"{res.seconds[-1]:.1f} s", flush=True))
@@ -301,6 +348,7 @@ def _child(method, args, load=load, run_fln=run_fln, run_backprop=run_backprop):
         out = run_fln(args, ds, batches) if method == "fln" else run_backprop(args, ds, batches, method)
         out["wall"] = time.perf_counter() - t
     out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["peak_gpu_mib"] = gpu_peak_mib(method, getattr(args, "device", "cpu"))
     out["seed"] = args.seed
     return out
 
@@ -412,14 +460,19 @@ def _w_flops(p, n, m, steps, span=False, shifted=True):
     return prod + 2 * n * n * m + n ** 3 / 3 + prod + steps * (2 * p * n * n + prod) + gradients
 
 
-def gemm_rate(dtype, repeats=20):
-    """Measured GEMM FLOP/s of a 300 x 785 x 500 product (FLN's W_0 size), best of ``repeats``."""
+def gemm_rate(dtype, repeats=20, device="cpu"):
+    """Measured GEMM FLOP/s of a 300 x 785 x 500 product (FLN's W_0 size) on ``device``, best
+    of ``repeats`` (after one untimed product: a GPU loads its kernel on the first)."""
+    xp, sync = device_lib(device)
     rng = np.random.default_rng(0)
-    A, B = (rng.standard_normal(s).astype(dtype) for s in ((300, 785), (785, 500)))
+    A, B = (xp.asarray(rng.standard_normal(s).astype(dtype)) for s in ((300, 785), (785, 500)))
+    A @ B
     best = float("inf")
     for _ in range(repeats):
+        sync()
         t = time.perf_counter()
         A @ B
+        sync()
         best = min(best, time.perf_counter() - t)
     return 2 * 300 * 785 * 500 / best
 
@@ -459,7 +512,13 @@ def _row(r):
     t97, b97 = time_to(r["checkpoints"])
     return dict(final_test_accuracy=r["test_accuracy"][-1], test_accuracy=r["test_accuracy"],
                 seconds_per_epoch=float(np.mean(per_epoch)), time_to_97=t97, batches_to_97=b97,
-                peak_mib=r["peak_mib"])
+                peak_mib=r["peak_mib"], peak_gpu_mib=r.get("peak_gpu_mib"))
+
+
+def peak_text(r):
+    """A row's peak memory for the tables: the host's max RSS, and the GPU's where one ran."""
+    gpu = r.get("peak_gpu_mib")
+    return f"{r['peak_mib']:.0f}" + ("" if gpu is None else f" (GPU {gpu:.0f})")
 
 
 def _mean(values):
@@ -482,7 +541,9 @@ def summarise(results, args, data_desc):
                                       else _mean([r["time_to_97"] for r in per_seed])),
                           batches_to_97=(None if any(r["batches_to_97"] is None for r in per_seed)
                                          else _mean([r["batches_to_97"] for r in per_seed])),
-                          peak_mib=max(r["peak_mib"] for r in per_seed))
+                          peak_mib=max(r["peak_mib"] for r in per_seed),
+                          peak_gpu_mib=max((r["peak_gpu_mib"] for r in per_seed
+                                            if r["peak_gpu_mib"] is not None), default=None))
         if "certificate" in runs[0]:
             rows[name]["certificate"] = [r["certificate"] for r in runs]
     n_batches = -(-args.train_size // args.batch_size)
@@ -498,7 +559,7 @@ def summarise(results, args, data_desc):
             ratios["time_to_97_fln_over_adam"] = f["time_to_97"] / a["time_to_97"]
     machine = dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
                    cpus=os.cpu_count(), threads=args.threads, python=platform.python_version(),
-                   device=f"FLN on {args.device}, baselines on the CPU")
+                   device=device_desc(args.device))
     return dict(data=data_desc, settings=vars(args), machine=machine, methods=rows, ratios=ratios,
                 raw=results)
 
@@ -519,7 +580,7 @@ def markdown(summary):
     for name, r in summary["methods"].items():
         lines.append(f"| {name} | {r['final_test_accuracy']:.4f} +- {r['final_test_accuracy_spread']:.4f} | "
                      f"{r['seconds_per_epoch']:.2f} | {fmt(r['time_to_97'])} | "
-                     f"{fmt(r['batches_to_97'], '{:.0f}')} | {r['peak_mib']:.0f} | "
+                     f"{fmt(r['batches_to_97'], '{:.0f}')} | {peak_text(r)} | "
                      f"{r['gflop_per_batch']:.2f} | {r['ms_per_batch']:.0f} | "
                      f"{r['fraction_of_gemm_floor']:.0%} |")
     for k, v in summary["ratios"].items():
@@ -563,7 +624,7 @@ def main(argv=None):
     ds, data_desc = load(args)
     args.train_size = ds.X_train.shape[1]
     with limit_threads(args.threads):
-        args.gemm_gflops = gemm_rate(np.dtype(args.dtype)) / 1e9
+        args.gemm_gflops = gemm_rate(np.dtype(args.dtype), device=args.device) / 1e9
     print(f"GEMM calibration: {args.gemm_gflops:.0f} GFLOP/s ({args.dtype}, {args.threads} threads)",
           flush=True)
     out = Path(args.out)
