@@ -1,0 +1,136 @@
+"""The fast backend and the driver on a GPU (CuPy): the NumPy results, on the device.
+
+Every test skips, naming the reason, where CuPy or a CUDA device is absent (CI has none);
+docs/results.md ("On a GPU") records the runs on a GPU machine.
+
+- Each kind of block of a dense network (X hidden, X last, W hidden, W last; the X-blocks of
+  every activation): the value of the NumPy solve within 1e-8 in float64, 1e-5 in float32, and
+  the status of the NumPy solve in the same dtype; a float32 block stays float32 on the device.
+- The X- and W-blocks of a conv network (im2col and its adjoints on the device): the same.
+- ``fit_bcd`` (Algorithm 2) on a dense network and on LeNet-5: the run stays on the device
+  (weights and lifted X are CuPy arrays), ends at the NumPy run's weights in float64, and its
+  certificate gives the NumPy run's verdict on every round: descent, the lower bound and
+  Fenchel-Young hold.
+- The backprop baselines on CUDA (``train_backprop(device="cuda")``): the CPU run's weights
+  within float32 rounding, and its accuracies.
+"""
+import numpy as np
+import pytest
+from test_fast import CASES, _to, case_block, make_block, make_state
+
+from fenchel_cvx import AvgPool2d, Conv2d, Dense, Flatten, LiftedNetwork, blocks, fit_bcd, lenet5
+from fenchel_cvx.datasets import load_digits, load_mnist5k, one_hot
+from fenchel_cvx.fast import FastBackend
+
+
+@pytest.fixture(scope="module")
+def cp():
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    try:
+        n_dev = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver, no device
+        pytest.skip(f"no usable CUDA device for CuPy: {type(exc).__name__}: {exc}")
+    if n_dev == 0:
+        pytest.skip("no CUDA device for CuPy")
+    return cupy
+
+
+def _on_device(cp, A):
+    return isinstance(A, cp.ndarray) and A.device.id == cp.cuda.Device().id
+
+
+@pytest.mark.parametrize("dtype,rel", [("float64", 1e-8), ("float32", 1e-5)])
+@pytest.mark.parametrize("act,loss,kind,gamma", [c for c in CASES if c[3] or c[2][0] == "x"])
+def test_dense_blocks_match_numpy(cp, dtype, rel, act, loss, kind, gamma):
+    ref = FastBackend().solve(case_block(act, loss, kind, gamma))
+    cpu = FastBackend().solve(make_block(kind, *_to(np, dtype, *make_state(act, loss)), gamma=gamma))
+    block = make_block(kind, *_to(cp, dtype, *make_state(act, loss)), gamma=gamma)
+    res = FastBackend().solve(block)
+    assert _on_device(cp, res.argmin) and res.argmin.dtype == np.dtype(dtype)
+    # the same status as on the CPU in the same dtype: in float32 a block can stall at the
+    # rounding floor just above its tolerance, on either device (tanh, cross-entropy, X_1)
+    assert res.converged == cpu.converged and (res.converged or dtype == "float32")
+    assert res.value == pytest.approx(ref.value, rel=rel)
+
+
+def conv_net(dtype="float64"):
+    """(1, 8, 8) -> conv 3@3x3 pad 1 -> pool + conv 4@3x3 -> pool + flatten + dense 10."""
+    return LiftedNetwork.from_layers(
+        (1, 8, 8), [Conv2d(3, 3, padding=1), AvgPool2d(2), Conv2d(4, 3), AvgPool2d(2), Flatten(),
+                    Dense(10)], activation="relu", loss="cross_entropy", lam=(1.0, 0.5), rho=0.05,
+        seed=0, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype,rel", [("float64", 1e-8), ("float32", 1e-5)])
+def test_conv_blocks_match_numpy(cp, dtype, rel):
+    ds = load_digits()
+    X0, Y = ds.X_train[:, :40], one_hot(ds.y_train[:40], 10)
+    rng = np.random.default_rng(0)
+    net = conv_net()
+    Xs = [np.maximum(X + 0.1 * rng.standard_normal(X.shape), 0) for X in net.forward(X0)[0]]
+    W0s = [W + 0.05 * rng.standard_normal(W.shape) for W in net.W]
+    state_np = (net, X0, Y, Xs, W0s)
+    gpu = conv_net()
+    state_cp = _to(cp, dtype, gpu, X0, Y, Xs, W0s)
+    for kind, l in [("x", 1), ("x", 2), ("w", 0), ("w", 1), ("w", 2)]:
+        make = (lambda s: blocks.x_block(*s[:4], l)) if kind == "x" else (
+            lambda s: blocks.w_block(*s[:4], l, gamma=0.3, W0=s[4][l]))
+        ref, res = FastBackend().solve(make(state_np)), FastBackend().solve(make(state_cp))
+        assert _on_device(cp, res.argmin) and res.argmin.dtype == np.dtype(dtype), (kind, l)
+        assert res.converged, (kind, l, res.status)
+        assert res.value == pytest.approx(ref.value, rel=rel), (kind, l)
+
+
+def _fit(make_net, X, Y, Xt, Yt, xp, **kw):
+    net = make_net()
+    return fit_bcd(net, xp.asarray(X), xp.asarray(Y), X_test=xp.asarray(Xt), Y_test=xp.asarray(Yt),
+                   backend="fast", epochs=1, check_every=1, **kw)
+
+
+@pytest.mark.parametrize("network", ["dense", "lenet5"])
+def test_fit_bcd_runs_on_the_device(cp, network):
+    if network == "dense":
+        ds = load_digits()
+        make = lambda: LiftedNetwork([64, 16, 10], "relu", "cross_entropy", lam=0.2,  # noqa: E731
+                                     seed=0, dtype="float64")
+        X, y, Xt, yt, batch = ds.X_train[:, :200], ds.y_train[:200], ds.X_test, ds.y_test, 50
+    else:   # the real LeNet-5 on 28 x 28 digits: two batches of 100
+        ds = load_mnist5k()
+        make = lambda: lenet5(lam=(10, 10, 2, 2), rho=0.0, seed=0, dtype="float64")  # noqa: E731
+        X, y, Xt, yt, batch = ds.X_train[:, :200], ds.y_train[:200], ds.X_test[:, :100], \
+            ds.y_test[:100], 100
+    Y, Yt = one_hot(y, 10), one_hot(yt, 10)
+    gamma = (1e-4, 1e-2, 1, 1, 1) if network == "lenet5" else (1.0, 100.0)
+    ref = _fit(make, X, Y, Xt, Yt, np, batch_size=batch, gamma=gamma)
+    run = _fit(make, X, Y, Xt, Yt, cp, batch_size=batch, gamma=gamma)
+    assert all(_on_device(cp, W) for W in run.net.W)
+    assert all(_on_device(cp, X_) for X_ in run.Xs)
+    for W, W_ref in zip(run.net.W, ref.net.W):
+        np.testing.assert_allclose(cp.asnumpy(W), W_ref, rtol=1e-6, atol=1e-9)
+    assert len(run.history.records) == len(ref.history.records) == 200 // batch
+    for a, b in zip(run.history.records, ref.history.records):
+        found = [{(v["check"], v["layer"]) for v in r["certificate"]["violations"]} for r in (a, b)]
+        assert found[0] == found[1]    # the same verdict as on the CPU
+        # descent, lower bound, Fenchel-Young: never violated (a capped block may not be optimal)
+        assert {check for check, _ in found[0]} <= {"block_optimality"}
+        assert a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=0.011)
+        assert a["lifted_x"] == pytest.approx(b["lifted_x"], rel=1e-6)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_backprop_on_cuda_matches_the_cpu(optimizer):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device for PyTorch")
+    from fenchel_cvx.baselines import train_backprop
+    from fenchel_cvx.datasets import batch_order
+
+    ds = load_digits()
+    batches = batch_order(ds.X_train.shape[1], 100, 2, seed=0)
+    runs = [train_backprop((64, 16, 10), ds.X_train, ds.y_train, ds.X_test, ds.y_test,
+                           batches=batches, optimizer=optimizer, seed=0, device=device)
+            for device in ("cpu", "cuda")]
+    for W, W_ref in zip(runs[1].weights, runs[0].weights):
+        np.testing.assert_allclose(W, W_ref, rtol=1e-3, atol=1e-4)
+    assert runs[1].test_accuracy == pytest.approx(runs[0].test_accuracy, abs=0.01)
+    assert 0 < runs[1].seconds[0] <= runs[1].seconds[-1]
