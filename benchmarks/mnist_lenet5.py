@@ -12,6 +12,8 @@ weights (copied from the lifted network), on the same batches in the same order
 (``datasets.batch_order``), with the same thread count. Each method runs in its own process, so
 its peak memory is its own; one after another, or ``--jobs N`` at once (on a 2-core machine,
 ``--threads 1 --jobs 2`` trains FLN beside the baselines).
+``--device cupy`` runs every method on an NVIDIA GPU: FLN in CuPy, SGD and Adam in PyTorch on
+CUDA (``mnist_mlp.device_lib``; the tables then give the GPU's peak memory beside the host's).
 
 Prints and writes to ``--out``: ``results.json`` (the layout of ``mnist_mlp.py``'s),
 ``results.md`` (a markdown table) and ``accuracy.png`` (test accuracy against batches and
