@@ -122,13 +122,13 @@ class ReLU(Activation):
         """
         xp = array_namespace(v, u)
         if bool(xp.all(v >= 0)):    # v in the domain (an X-block's iterate always is): no masks
-            return self._divergence_in(xp, v, u)
+            return self._divergence_in(v, u)
         ok = self.in_range(v)
-        B = self._divergence_in(xp, xp.where(ok, v, xp.zeros_like(v)), u)
+        B = self._divergence_in(xp.where(ok, v, xp.zeros_like(v)), u)
         return xp.where(ok, B, xp.full_like(B, math.inf))
 
     @staticmethod
-    def _divergence_in(xp, v, u):
+    def _divergence_in(v, u):
         """B(v, u) for v >= 0 (``where`` costs ~10 elementwise passes on a CPU: avoided here)."""
         d = v - clip(u, 0.0, None)                          # v - u_+
         return 0.5 * d * d - v * clip(u, None, 0.0)         # + v u_-  (u_- = -min(u, 0))

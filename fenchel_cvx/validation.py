@@ -359,9 +359,9 @@ def check_scale(name, A):
     of the squared Frobenius norm and of every entry of ``A A^T``) must be finite in it."""
     import numpy as np
 
-    from .arrays import namespace
+    from array_api_compat import array_namespace
 
-    xp = namespace(A)
+    xp = np if isinstance(A, np.ndarray) else array_namespace(A)   # also a torch tensor's
     if A.size == 0 if xp is np else math.prod(A.shape) == 0:
         return A
     big = float(xp.max(xp.abs(A)))

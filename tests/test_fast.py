@@ -197,7 +197,8 @@ def test_array_library_helpers():
     A = np.linspace(-2, 2, 9).reshape(3, 3)
     assert namespace(A) is np and namespace([1.0, 2.0]) is np and namespace(3.0) is np
     assert namespace(xps.asarray(A)) is xps
-    for lo, hi in ((0, None), (None, 0.5), (-1, 1)):
+    assert namespace(np.float32(1.0)) is np
+    for lo, hi in ((0, None), (None, 0.5), (-1, 1), (None, None)):
         np.testing.assert_array_equal(clip(A, lo, hi), np.clip(A, lo, hi))
         got = clip(xps.asarray(A), lo, hi)
         assert namespace(got) is xps and got.dtype == xps.float64
