@@ -11,12 +11,14 @@ is softmax cross-entropy on the logits (the *mean* over the batch, as usual for 
 learning rates are on that scale). It trains on ``batches = batch_order(...)`` so that it sees
 exactly the batches, in the same order, as the lifted-network trainer. Inputs follow the
 package's orientation (columns are data points, an image's features in (C, H, W) order) and are
-transposed once. Computation is in float32, on the CPU or (``device="cuda"``) on a GPU.
+transposed once. Computation is in float32, on the CPU or (``device="cuda"``) on a GPU (where
+PyTorch's default lets cuDNN's convolutions use TF32).
 
 ``seconds`` counts training time only (forward, backward, optimizer steps); evaluations are
 excluded. On a GPU the clock is read after ``torch.cuda.synchronize()``, so that it counts the
-device's work, not only its launch. The final weights come back in the package's convention: ``W_l`` of shape
-``(p_{l+1}, p_l + 1)`` (a convolution: ``(C_out, C_in k k + 1)``), the bias as its last column.
+device's work, not only its launch. The final weights come back in the package's convention:
+``W_l`` of shape ``(p_{l+1}, p_l + 1)`` (a convolution: ``(C_out, C_in k k + 1)``), the bias as
+its last column.
 """
 import math
 import time
@@ -40,11 +42,12 @@ LOSSES = {
 }
 # name -> torch.nn module class name
 ACTIVATIONS = {"relu": "ReLU", "leaky_relu": "LeakyReLU", "sigmoid": "Sigmoid", "tanh": "Tanh"}
-# where the model and the data live: name -> the check that it can be used (None: it can)
-DEVICES = {"cpu": lambda torch: None,
-           "cuda": lambda torch: None if torch.cuda.is_available() else (
+# where the model and the data live: name -> (what it needs that is missing, or None;
+# the wait for its queued work), each of torch
+DEVICES = {"cpu": (lambda torch: None, lambda torch: lambda: None),
+           "cuda": (lambda torch: None if torch.cuda.is_available() else (
                f"a CUDA build of PyTorch and a GPU (torch {torch.__version__}: "
-               "torch.cuda.is_available() is False)")}
+               "torch.cuda.is_available() is False)"), lambda torch: torch.cuda.synchronize)}
 # images per forward pass when evaluating (bounds the memory of a conv net on 60,000 images)
 EVAL_CHUNK = 5000
 
@@ -258,7 +261,7 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
     if not all(COUNT.accepts(b) for b in eval_at):
         raise ValueError(f"eval_at must hold positive batch counts, got {sorted(eval_at, key=str)!r}")
     torch = _torch()
-    missing = DEVICES[device](torch)
+    missing = DEVICES[device][0](torch)
     if missing:
         raise ValueError(f"device={device!r} needs {missing}")
     model, input_shape, sizes = torch_model(network, activation=activation, slope=slope, seed=seed,
@@ -283,7 +286,7 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
         data = (Xtr, ytr, Xte, yte)
         _epochs(torch, model, opt, loss_fn, evaluate, data, batches, result,
                 dict(eval_every=eval_every, eval_at=eval_at, callback=callback, progress=progress,
-                     sync=torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)))
+                     sync=DEVICES[device][1](torch)))
         result.weights = _get_weights(model.weighted)
         return result
     finally:
@@ -306,23 +309,31 @@ def _evaluator(torch, model, loss_fn):
 def _epochs(torch, model, opt, loss_fn, evaluate, data, batches, result, options):
     """The training loop: one optimizer step per batch, the curves after every epoch and the
     checkpoints of ``options`` (eval_every, eval_at, callback, progress, and ``sync``, which waits
-    for the device before the clock is read) in ``result``."""
+    for the device) in ``result``. The clock runs over each stretch of steps between two
+    evaluations and stops after ``sync()``: a GPU queues the steps of a stretch without a wait."""
     (Xtr, ytr, Xte, yte), o = data, options
     elapsed, seen = 0.0, 0
     bar = tqdm(total=sum(map(len, batches)), desc=result.optimizer, disable=not o["progress"])
+
+    def stretch_ends(t0):   # the seconds since t0, once the device has done the stretch's work
+        o["sync"]()
+        return time.perf_counter() - t0
+
     for epoch, epoch_batches in enumerate(batches, start=1):
+        t0, running = time.perf_counter(), False
         for idx in epoch_batches:
-            t0 = time.perf_counter()
             idx = torch.as_tensor(np.asarray(idx), dtype=torch.long, device=Xtr.device)
             opt.zero_grad(set_to_none=True)
             loss_fn(model(Xtr[idx]), ytr[idx]).backward()
             opt.step()
-            o["sync"]()
-            elapsed += time.perf_counter() - t0
-            seen += 1
+            seen, running = seen + 1, True
             bar.update()
             if (o["eval_every"] and seen % o["eval_every"] == 0) or seen in o["eval_at"]:
+                elapsed += stretch_ends(t0)
                 result.checkpoints.append((seen, elapsed, evaluate(Xte, yte)[1]))
+                t0, running = time.perf_counter(), False
+        if running:     # the steps since the last checkpoint
+            elapsed += stretch_ends(t0)
         loss, train_acc = evaluate(Xtr, ytr)
         result.train_loss.append(loss)
         result.train_accuracy.append(train_acc)
