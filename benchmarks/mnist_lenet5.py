@@ -15,7 +15,7 @@ weights (copied from the lifted network), on the same batches in the same order
 its peak memory is its own; one after another, or ``--jobs N`` at once (on a 2-core machine,
 ``--threads 1 --jobs 2`` trains FLN beside the baselines).
 ``--device cupy`` runs every method on an NVIDIA GPU: FLN in CuPy, SGD and Adam in PyTorch on
-CUDA (``mnist_mlp.device_lib``; the tables then give the GPU's peak memory beside the host's).
+CUDA (``mnist_mlp.DEVICES``; the tables then give the GPU's peak memory beside the host's).
 
 Prints and writes to ``--out``: ``results.json`` (the layout of ``mnist_mlp.py``'s),
 ``results.md`` (a markdown table) and ``accuracy.png`` (test accuracy against batches and
@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fenchel_cvx.datasets import load_cifar10, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
-from mnist_mlp import (DEVICES, backprop_record, device_desc, device_lib,  # noqa: E402
-                       device_missing, peak_text, plot, run_methods, train_fln)
+from mnist_mlp import (DEVICES, backprop_record, peak_text, plot, run_methods,  # noqa: E402
+                       train_fln)
 
 EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}
@@ -127,8 +127,9 @@ def parse_args(argv=None):
     unknown = set(args.methods.split(",")) - {"fln", "adam", "sgd"}
     if unknown:
         p.error(f"--methods must name fln, adam, sgd; got {sorted(unknown)}")
-    if device_missing(args.device):
-        p.error(device_missing(args.device))
+    missing = DEVICES[args.device].missing(args.methods.split(","))
+    if missing:
+        p.error(missing)
     if args.quick and args.dataset != "mnist":
         p.error(f"--quick runs the embedded 5k MNIST, got --dataset {args.dataset}")
     if args.epochs is None:
@@ -174,7 +175,7 @@ def run_fln(args, ds, batches):
     from fenchel_cvx.arrays import to_numpy
 
     dtype = np.dtype(args.dtype)
-    xp, sync = device_lib(args.device)
+    xp, sync = DEVICES[args.device].lib()
     X, Xte, Y, ytr, yte = (xp.asarray(A) for A in (
         ds.X_train.astype(dtype, copy=False), ds.X_test.astype(dtype, copy=False),
         one_hot(ds.y_train, ds.n_classes).astype(dtype), ds.y_train, ds.y_test))
@@ -208,7 +209,7 @@ def run_backprop(args, ds, batches, optimizer):
     r = train_backprop(network(args, ds), ds.X_train, ds.y_train, ds.X_test, ds.y_test,
                        batches=batches, optimizer=optimizer, lr=getattr(args, f"{optimizer}_lr"),
                        seed=args.seed, threads=args.threads, eval_every=args.eval_every,
-                       device=DEVICES[args.device],
+                       device=DEVICES[args.device].torch,
                        eval_at=EARLY, progress=not args.no_progress,
                        callback=lambda e, res: print(f"  {optimizer} epoch {e}: test accuracy "
                                                      f"{res.test_accuracy[-1]:.4f}, "
@@ -238,7 +239,7 @@ def summarise(results, args, data_desc):
                                                      / rows["adam"]["seconds_per_epoch"])
     machine = dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
                    cpus=os.cpu_count(), threads=args.threads, python=platform.python_version(),
-                   device=device_desc(args.device))
+                   device=DEVICES[args.device].describe())
     # raw: one list of runs per method, as in benchmarks/mnist_mlp.py (one seed here)
     return dict(data=data_desc, settings=vars(args), machine=machine, methods=rows, ratios=ratios,
                 raw={name: [r] for name, r in results.items()})

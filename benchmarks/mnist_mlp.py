@@ -58,8 +58,6 @@ from fenchel_cvx.units import from_reference  # noqa: E402
 LAM, GAMMA = from_reference(lam=[0.1], rho=[1, 100])
 
 TARGET = 0.97
-#: --device -> PyTorch's device for the backprop baselines (FLN: ``device_lib``)
-DEVICES = {"cpu": "cpu", "cupy": "cuda"}
 # MNIST: --data, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
 os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -131,8 +129,9 @@ def parse_args(argv=None):
     unknown = set(args.methods.split(",")) - {"fln", "adam", "sgd"}
     if unknown:
         p.error(f"--methods must name fln, adam, sgd; got {sorted(unknown)}")
-    if device_missing(args.device):
-        p.error(device_missing(args.device))
+    missing = DEVICES[args.device].missing(args.methods.split(","))
+    if missing:
+        p.error(missing)
     if args.quick:
         args.epochs = min(args.epochs, 2)
     return args
@@ -164,45 +163,80 @@ def load(args):
     return ds, desc
 
 
-# --- the device -----------------------------------------------------------------------------
-def device_missing(device):
-    """Why ``--device`` cannot run here (checked before any work), or None."""
-    if device == "cupy" and importlib.util.find_spec("cupy") is None:
-        return "--device cupy needs CuPy and a GPU (pip install -e '.[gpu]'), got no cupy module"
-    return None
+# --- the device: one class per --device ---------------------------------------------------
+class Cpu:
+    """``--device cpu``: FLN in NumPy, the baselines in PyTorch on the CPU."""
+
+    torch = "cpu"   # PyTorch's device for the baselines
+
+    def missing(self, methods):
+        """Why ``methods`` cannot run here (checked before any work), or None."""
+        return None
+
+    def lib(self):
+        """``(xp, sync)``: FLN's array library, and a wait for its queued work before a clock read."""
+        return np, (lambda: None)
+
+    def describe(self):
+        return "CPU"
+
+    def gpu_peak_mib(self, method):
+        return None
 
 
-def device_lib(device):
-    """``(xp, sync)`` for ``--device``: NumPy and a no-op, or CuPy and a wait for the GPU (its
-    work is asynchronous: a clock read without it counts the launches only)."""
-    if device == "cupy":
+class CuPyGpu(Cpu):
+    """``--device cupy``: FLN in CuPy, the baselines in PyTorch on CUDA, on the current GPU (its
+    work is asynchronous: a clock read without ``sync`` counts the launches only)."""
+
+    torch = "cuda"
+
+    def missing(self, methods):
+        if importlib.util.find_spec("cupy") is None:
+            return "--device cupy needs CuPy and a GPU (pip install -e '.[gpu]'), got no cupy module"
+        import cupy
+
+        try:
+            gpus = cupy.cuda.runtime.getDeviceCount()
+        except Exception as exc:   # CuPy without a driver
+            return f"--device cupy needs a CUDA GPU: {type(exc).__name__}: {exc}"
+        if gpus == 0:
+            return "--device cupy needs a CUDA GPU, got none"
+        if not {"adam", "sgd"} & set(methods) or importlib.util.find_spec("torch") is None:
+            return None
+        import torch
+
+        from fenchel_cvx.baselines.backprop import DEVICES
+
+        need = DEVICES["cuda"][0](torch)
+        return need and (f"--device cupy trains the baselines in PyTorch on CUDA, which needs "
+                         f"{need}; or --methods fln")
+
+    def lib(self):
         import cupy
 
         return cupy, cupy.cuda.Device().synchronize
-    return np, (lambda: None)
 
-
-def device_desc(device):
-    if device == "cupy":
+    def describe(self):
         import cupy
 
-        name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-        return f"GPU: {name}, FLN in CuPy {cupy.__version__}, baselines in PyTorch on CUDA"
-    return "CPU"
+        gpu = cupy.cuda.Device()
+        name = cupy.cuda.runtime.getDeviceProperties(gpu.id)["name"].decode()
+        return f"GPU {gpu.id}: {name}, FLN in CuPy {cupy.__version__}, baselines in PyTorch on CUDA"
+
+    def gpu_peak_mib(self, method):
+        """The GPU memory the run held at its peak: CuPy's pool (it keeps what it allocated) for
+        FLN, PyTorch's peak reservation for the baselines."""
+        if method == "fln":
+            import cupy
+
+            return cupy.get_default_memory_pool().total_bytes() / 2 ** 20
+        import torch
+
+        return torch.cuda.max_memory_reserved() / 2 ** 20
 
 
-def gpu_peak_mib(method, device):
-    """The GPU memory a run held at its peak: CuPy's pool (it keeps what it allocated) for FLN,
-    PyTorch's peak reservation for the baselines; None on the CPU."""
-    if device != "cupy":
-        return None
-    if method == "fln":
-        import cupy
-
-        return cupy.get_default_memory_pool().total_bytes() / 2 ** 20
-    import torch
-
-    return torch.cuda.max_memory_reserved() / 2 ** 20
+#: --device -> where and how each method runs
+DEVICES = {"cpu": Cpu(), "cupy": CuPyGpu()}
 
 
 # --- one method in its own process ------------------------------------------------------------
@@ -213,7 +247,7 @@ def run_fln(args, ds, batches):
     dtype = np.dtype(args.dtype)
     X, Xte = ds.X_train.astype(dtype, copy=False), ds.X_test.astype(dtype, copy=False)
     Y = one_hot(ds.y_train, 10).astype(dtype)
-    xp, sync = device_lib(args.device)
+    xp, sync = DEVICES[args.device].lib()
     X, Xte, Y, yte = (xp.asarray(A) for A in (X, Xte, Y, ds.y_test))
     net = LiftedNetwork([X.shape[0], 300, 10], "relu", "cross_entropy", lam=args.lam[0], rho=args.rho,
                         seed=args.seed, dtype=dtype)
@@ -321,7 +355,7 @@ def run_backprop(args, ds, batches, optimizer):
 
     r = train_backprop((ds.X_train.shape[0], 300, 10), ds.X_train, ds.y_train, ds.X_test, ds.y_test,
                        batches=batches, optimizer=optimizer, seed=args.seed, threads=args.threads,
-                       eval_every=args.eval_every, device=DEVICES[args.device],
+                       eval_every=args.eval_every, device=DEVICES[args.device].torch,
                        callback=lambda e, res: print(f"  {optimizer} epoch {e}: test accuracy "
                                                      f"{res.test_accuracy[-1]:.4f}, "
                                                      f"{res.seconds[-1]:.1f} s", flush=True))
@@ -348,7 +382,7 @@ def _child(method, args, load=load, run_fln=run_fln, run_backprop=run_backprop):
         out = run_fln(args, ds, batches) if method == "fln" else run_backprop(args, ds, batches, method)
         out["wall"] = time.perf_counter() - t
     out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out["peak_gpu_mib"] = gpu_peak_mib(method, getattr(args, "device", "cpu"))
+    out["peak_gpu_mib"] = DEVICES[getattr(args, "device", "cpu")].gpu_peak_mib(method)
     out["seed"] = args.seed
     return out
 
@@ -463,7 +497,7 @@ def _w_flops(p, n, m, steps, span=False, shifted=True):
 def gemm_rate(dtype, repeats=20, device="cpu"):
     """Measured GEMM FLOP/s of a 300 x 785 x 500 product (FLN's W_0 size) on ``device``, best
     of ``repeats`` (after one untimed product: a GPU loads its kernel on the first)."""
-    xp, sync = device_lib(device)
+    xp, sync = DEVICES[device].lib()
     rng = np.random.default_rng(0)
     A, B = (xp.asarray(rng.standard_normal(s).astype(dtype)) for s in ((300, 785), (785, 500)))
     A @ B
@@ -559,7 +593,7 @@ def summarise(results, args, data_desc):
             ratios["time_to_97_fln_over_adam"] = f["time_to_97"] / a["time_to_97"]
     machine = dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
                    cpus=os.cpu_count(), threads=args.threads, python=platform.python_version(),
-                   device=device_desc(args.device))
+                   device=DEVICES[args.device].describe())
     return dict(data=data_desc, settings=vars(args), machine=machine, methods=rows, ratios=ratios,
                 raw=results)
 
