@@ -1,15 +1,22 @@
 """The short runs whose histories ``tests/data/bcd_history_before.json`` pins.
 
 ``python -m tests._history_cases`` (from the repository root) rewrites the fixture, and
-``tests/test_resume.py`` checks that the driver still records the same histories, bit for bit.
+``tests/test_resume.py`` checks that the driver still records the same histories: the same
+integers and strings, floats and weights to rounding (``RTOL`` relative, ``ATOL`` absolute).
 It was first written by the driver before ``fit_bcd`` was split into a schedule, a state and a
 loop, and pinned that restructure. It was written again when the fast solvers' PR+ restarts
 came to be decided from dots (``fast._util.pr_plus``), which moves the iterates by rounding
 only: every float of the three histories stayed within 1e-12 relative or 1e-14 absolute of
 the first recording (those past 1e-12 relative are KKT residuals, divergences and objective
 increases near zero). A change that moves them again rewrites it and says why.
+
+Until session 9 the fixture pinned a SHA-256 digest of the final weights, bit for bit. On
+another CPU (an AMD EPYC in place of the machine that wrote it) OpenBLAS takes other kernels
+and the digest changed, while every integer of the histories stayed the same and every float
+stayed within 1e-12 relative or 1.1e-14 absolute (KKT residuals near 1e-14). A bit-for-bit
+pin tested the CPU, not the driver, so the fixture now holds the weights themselves, compared
+to rounding, and was written again on that machine.
 """
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -21,6 +28,10 @@ from fenchel_cvx.network import LiftedNetwork
 
 FIXTURE = Path(__file__).parent / "data" / "bcd_history_before.json"
 TIMINGS = ("seconds", "solver_seconds")
+#: floats agree when within RTOL relative or ATOL absolute (KKT residuals and divergences near 0)
+RTOL, ATOL = 1e-12, 1e-13
+#: the weights agree when within WTOL of each layer's largest entry
+WTOL = 1e-10
 
 CASES = {
     "alg1_mse_gamma": dict(net=dict(layer_sizes=[6, 5, 4, 3], activation="relu", loss="mse",
@@ -52,11 +63,12 @@ def strip_timings(x):
     return x
 
 
-def weights_digest(W):
-    h = hashlib.sha256()
-    for Wl in W:
-        h.update(np.ascontiguousarray(Wl).tobytes())
-    return h.hexdigest()
+def weights_close(now, before):
+    """Whether two recorded weight lists agree layer by layer, to ``WTOL`` of the layer's scale."""
+    return len(now) == len(before) and all(
+        np.shape(a) == np.shape(b)
+        and np.max(np.abs(np.subtract(a, b))) <= WTOL * max(np.max(np.abs(b)), 1e-300)
+        for a, b in zip(now, before))
 
 
 def run_case(name, **fit_extra):
@@ -72,7 +84,7 @@ def run_case(name, **fit_extra):
 
 
 def record(res):
-    return dict(history=strip_timings(res.history.to_dict()), weights=weights_digest(res.net.W))
+    return dict(history=strip_timings(res.history.to_dict()), weights=[np.asarray(W).tolist() for W in res.net.W])
 
 
 if __name__ == "__main__":
