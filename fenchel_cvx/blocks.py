@@ -132,6 +132,9 @@ class XBlock(Block):
         """The gradient of ``lam_in B_in(Z, U_prev)`` in Z, one of ``grad_parts``."""
         return self.lam_in * self.act_in.grad_v(Z, self.U_prev)
 
+    def value(self, Z):
+        return self.value_at(Z, self.forward(Z))
+
 
 @dataclass
 class XHidden(XBlock):
@@ -148,10 +151,11 @@ class XHidden(XBlock):
     map: LinearMap = None   # the map of W_l (None: dense)
     kind = "x_hidden"
 
-    def value(self, Z):
+    def value_at(self, Z, U):
+        """The value at Z from ``U = A(W, Z)`` at hand (a solver that holds it)."""
         xp = array_namespace(Z)
         return (self.lam_in * xp.sum(self.act_in.divergence(Z, self.U_prev))
-                + self.lam_out * xp.sum(self.act_out.divergence(self.V_next, self.forward(Z))))
+                + self.lam_out * xp.sum(self.act_out.divergence(self.V_next, U)))
 
     def grad_parts(self, Z):
         G_out = self.act_out.grad_u(self.V_next, self.forward(Z))
@@ -179,10 +183,10 @@ class XLast(XBlock):
     map: LinearMap = None   # the map of W_L (None: dense)
     kind = "x_last"
 
-    def value(self, Z):
+    def value_at(self, Z, U):
+        """The value at Z from ``U = A(W, Z)`` at hand (a solver that holds it)."""
         xp = array_namespace(Z)
-        return (self.loss.value(self.Y, self.forward(Z))
-                + self.lam_in * xp.sum(self.act_in.divergence(Z, self.U_prev)))
+        return self.loss.value(self.Y, U) + self.lam_in * xp.sum(self.act_in.divergence(Z, self.U_prev))
 
     def grad_parts(self, Z):
         return [self.adjoint(self.loss.grad(self.Y, self.forward(Z))), self.grad_in(Z)]

@@ -131,6 +131,25 @@ def test_fast_conv_x_blocks_step_from_a_certified_lipschitz_constant(act, loss, 
     assert res.info["lipschitz"] >= curv * top
 
 
+@pytest.mark.parametrize("l", [1, 2])
+def test_capped_conv_x_solve_applies_its_map_once_per_step(monkeypatch, l):
+    """A capped FISTA solve forms A(W, z) at its start and once per step, and no more: its
+    closing values (the descent guard's) come from the products it holds, and equal the
+    block's own to rounding."""
+    from fenchel_cvx.layers import LinearMap
+
+    net, X0, Y, Xs = conv_state(seed=3)
+    block = blocks.x_block(net, X0, Y, Xs, l)
+    calls, forward = [], LinearMap.forward
+    monkeypatch.setattr(LinearMap, "forward", lambda self, W, X: calls.append(1) or forward(self, W, X))
+    for k in (1, 3):
+        calls.clear()
+        res = FastBackend(x_steps=k, capped_residual=False).solve(block, start=Xs[l - 1])
+        assert not res.converged and res.iterations == k and np.isnan(res.residual)
+        assert len(calls) == 1 + k
+        assert res.value == pytest.approx(float(block.value(res.argmin)), rel=1e-12)
+
+
 def test_fast_conv_x_block_runs_on_the_array_api_standard():
     xps = pytest.importorskip("array_api_strict")
     net, X0, Y, Xs = conv_state(seed=3)

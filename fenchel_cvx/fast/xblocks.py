@@ -203,7 +203,7 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True)
     L = max(sm.L, 1e-12 * lam_in)
     eps = xp.finfo(Z.dtype).eps
     z = z0 = _inside(xp, act, Z)
-    Uz = sm.forward(z)
+    Uz = Uz0 = sm.forward(z)
     y, Uy, theta = z, Uz, 1.0
     state, restarts, backtracks, checks = None, 0, 0, 0
     best, best_it, stalled, converged, it = math.inf, 0, False, False, 0
@@ -258,7 +258,7 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True)
         if proxy < 0.5 * best:      # (maxG None: proxy inf, and no stall test fires by max_iter)
             best, best_it = proxy, it
         elif proxy <= math.sqrt(eps) and it - best_it >= stall_window:
-            z, stalled = zn, True  # at the working precision's floor
+            z, Uz, stalled = zn, Uzn, True  # at the working precision's floor
             break
         theta_n, beta = _momentum(theta, uphill)
         restarts += uphill > 0
@@ -268,7 +268,7 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True)
                 reverted=False, kkt_checks=checks, converged=converged, stalled=stalled)
     if converged:
         info["residual"] = res
-    return _closing(block, z, z0, info, capped_residual), it, info
+    return _closing(block, (z, Uz), (z0, Uz0), info, capped_residual), it, info
 
 
 def _combine(A, a, *terms):
@@ -296,13 +296,15 @@ def _optimal(xp, block, Z, grad_smooth, tol):
     return kkt(xp, Z, [block.grad_in(Z), grad_smooth], block.project) <= 2 * tol
 
 
-def _closing(block, z, z0, info, capped_residual):
+def _closing(block, last, start, info, capped_residual):
     """The returned point: an inexact solve (a cap, a stall) never ends above its start (BCD
     descent holds); its value goes to ``info``, and NaN as residual for a cap with
-    ``capped_residual=False``."""
+    ``capped_residual=False``. ``last``, ``start``: ``(z, A(W, z))`` pairs the loop holds, so
+    that neither value needs the map again."""
+    (z, Uz), (z0, Uz0) = last, start
     if info["converged"]:
         return z
-    value, value0 = float(block.value(z)), float(block.value(z0))
+    value, value0 = float(block.value_at(z, Uz)), float(block.value_at(z0, Uz0))
     reverted = value > value0
     z, value = (z0, value0) if reverted else (z, value)
     info.update(reverted=reverted, value=value)
