@@ -434,15 +434,18 @@ def _check_arguments(net, args):
     return args
 
 
-def _backend(backend, strict, tol, xp):
+def _backend(backend, strict, tol, xp, net):
     """The backend object and its name; a name is built with ``tol`` (and non-strict, so that
-    inaccurate solves are recorded, in recorded mode)."""
+    inaccurate solves are recorded, in recorded mode). A backend with ``check_network``
+    (per-layer settings: ``FastBackend``) checks ``net`` here, before any work."""
     if isinstance(backend, str):
         opts = dict(strict=False) if strict is False and backend in STRICT_AWARE else {}
         backend = get_backend(backend, tol=tol, **opts)
     else:
         backend = get_backend(backend)
     name = getattr(backend, "name", type(backend).__name__)
+    if callable(getattr(backend, "check_network", None)):
+        backend.check_network(net)
     if xp is not np and name == "cvxpy":
         raise ValueError(f"backend 'cvxpy' (the oracle) takes NumPy data, got X0 from {xp.__name__}")
     return backend, name
@@ -475,7 +478,7 @@ def _validate(net, X0, Y, args):
     except ValueError as err:     # io names its argument "path"
         raise ValueError(f"resume: {err}") from None
     ckpt = None if a["checkpoint"] is None else check_writable_dir("checkpoint", a["checkpoint"])
-    backend, name = _backend(a["backend"], a["strict"], a["tol"], xp)
+    backend, name = _backend(a["backend"], a["strict"], a["tol"], xp, net)
     weights = _weights_in(xp, net)
     strict = (name == "cvxpy") if a["strict"] is None else a["strict"]
     classification = is_one_hot(Y)

@@ -704,10 +704,37 @@ def test_large_w_hidden_converges_in_seconds():
                                          (dict(gram_reuse=True), "gram_reuse"),
                                          (dict(capped_residual=1), "capped_residual"),
                                          (dict(x_steps=True), "x_steps"),
+                                         (dict(x_steps=(1, 0)), "x_steps"), (dict(x_steps=[]), "x_steps"),
+                                         (dict(x_steps="3"), "x_steps"), (dict(w_steps=(2, 1.5)), "w_steps"),
                                          (dict(dtype="int32"), "dtype"), (dict(newton_cap=-1), "newton_cap")])
 def test_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):
         FastBackend(**kwargs)
+
+
+def test_per_layer_steps_cap_each_block_by_its_layer():
+    """``x_steps=(k_1, ..., k_L)``: X_l takes at most k_l FISTA steps; ``w_steps`` likewise per
+    W_l; a tuple of another length than the network's blocks is refused by ``fit_bcd`` before
+    any work, naming the argument."""
+    from fenchel_cvx import fit_bcd
+
+    net = LiftedNetwork([6, 5, 4, 3], "relu", "cross_entropy", lam=1.0, rho=0.0, seed=0)
+    rng = np.random.default_rng(0)
+    X0, Y = rng.normal(size=(6, 30)), np.eye(3)[:, rng.integers(0, 3, 30)]
+    Xs, _ = net.forward(X0)
+    Xs = [np.maximum(X + 0.3 * rng.normal(size=X.shape), 0) for X in Xs]
+    be = FastBackend(x_steps=(1, 4), w_steps=(2, 1, 3), tol=1e-12)
+    for l, k in ((1, 1), (2, 4)):
+        res = be.solve(blocks.x_block(net, X0, Y, Xs, l), start=Xs[l - 1])
+        assert res.iterations == k and res.info["x_steps"] == k
+    for l, k in ((0, 2), (1, 1), (2, 3)):
+        res = be.solve(blocks.w_block(net, X0, Y, Xs, l, gamma=0.5, W0=net.W[l]), start=net.W[l])
+        assert res.iterations == k and res.info["w_steps"] == k
+    for bad, name in ((dict(x_steps=(1, 2, 3)), "x_steps"), (dict(w_steps=(1, 2)), "w_steps")):
+        W = [W.copy() for W in net.W]
+        with pytest.raises(ValueError, match=name):
+            fit_bcd(net, X0, Y, batch_size=10, backend=FastBackend(**bad))
+        assert all(np.array_equal(a, b) for a, b in zip(W, net.W))
 
 
 def test_bad_start_shape():

@@ -62,6 +62,18 @@ def _block_arrays(block):
             if hasattr(getattr(block, f.name), "shape") and hasattr(getattr(block, f.name), "dtype")}
 
 
+def _check_steps(name, steps):
+    """None, an integer >= 1, or a non-empty sequence of them (one per layer, as a tuple)."""
+    def one(v):
+        return not isinstance(v, bool) and isinstance(v, numbers.Integral) and v >= 1
+    if steps is None or one(steps):
+        return steps
+    if isinstance(steps, (list, tuple)) and steps and all(one(v) for v in steps):
+        return tuple(int(v) for v in steps)
+    raise ValueError(f"{name} must be None, an integer >= 1 or a sequence of them (one per "
+                     f"layer), got {steps!r}")
+
+
 def _dtype_name(dtype):
     """'float32' / 'float64' from a string, a NumPy / CuPy dtype or type, or an array-API dtype."""
     return None if dtype is None else check_dtype(dtype).name
@@ -75,8 +87,11 @@ class FastBackend:
     tol : the KKT-residual tolerance of every loop (``blocks.kkt_residual``), > 0.
     max_iter : the iteration cap of every loop, >= 1.
     w_steps : None (W-blocks solved to ``tol``) or a number of warm-started W steps >= 1
-        (W-blocks only; the loop still stops early at ``tol``).
-    x_steps : the same for the X-blocks: None (to ``tol``) or at most that many FISTA steps.
+        (W-blocks only; the loop still stops early at ``tol``), or one such number per layer,
+        ``(steps of W_0, ..., steps of W_L)``.
+    x_steps : the same for the X-blocks: None (to ``tol``) or at most that many FISTA steps,
+        or one number per X-block, ``(steps of X_1, ..., steps of X_L)``: LeNet-5's conv
+        X-blocks, which barely move, need fewer than its dense ones (docs page "Results").
     dtype : None (follow the block's arrays) or ``"float32"`` / ``"float64"``: the block's
         arrays are cast to it and the solve runs in it.
     newton_cap : WHidden rows whose active set (points with phi' > 0) has at most this many
@@ -108,12 +123,8 @@ class FastBackend:
             raise ValueError(f"tol must be > 0, got {tol!r}")
         if not (isinstance(max_iter, numbers.Integral) and max_iter >= 1):
             raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
-        for name, steps in (("w_steps", w_steps), ("x_steps", x_steps)):
-            if steps is not None and (isinstance(steps, bool) or not (
-                    isinstance(steps, numbers.Integral) and steps >= 1)):
-                raise ValueError(f"{name} must be None or an integer >= 1, got {steps!r}")
         self.tol, self.max_iter = float(tol), int(max_iter)
-        self.w_steps, self.x_steps = w_steps, x_steps
+        self.w_steps, self.x_steps = _check_steps("w_steps", w_steps), _check_steps("x_steps", x_steps)
         self.dtype = _dtype_name(dtype)
         if newton_cap is not None and not (isinstance(newton_cap, numbers.Integral) and newton_cap >= 0):
             raise ValueError(f"newton_cap must be None or an integer >= 0, got {newton_cap!r}")
@@ -129,6 +140,28 @@ class FastBackend:
             raise ValueError(f"capped_residual must be True or False, got {capped_residual!r}")
         self.capped_residual = capped_residual
         self._cache = {}  # Gram factorisations, reused while X~ is unchanged
+
+    def check_network(self, net):
+        """Refuse per-layer ``w_steps`` / ``x_steps`` of another length than ``net``'s blocks
+        (``fit_bcd`` calls it before any work)."""
+        for name, steps, n, first in (("w_steps", self.w_steps, net.n_hidden + 1, 0),
+                                      ("x_steps", self.x_steps, net.n_hidden, 1)):
+            if isinstance(steps, tuple) and len(steps) != n:
+                raise ValueError(f"{name} must have one entry per block of the network "
+                                 f"({n}: {name[0].upper()}_{first} to {name[0].upper()}_"
+                                 f"{first + n - 1}), got {len(steps)}: {steps!r}")
+
+    def steps_of(self, block):
+        """The step cap of ``block`` (``w_steps`` / ``x_steps``, per layer where a tuple), or None."""
+        steps = self.x_steps if isinstance(block, XBlock) else self.w_steps
+        if not isinstance(steps, tuple):
+            return steps
+        i = block.layer - 1 if isinstance(block, XBlock) else block.layer
+        if not 0 <= i < len(steps):
+            name = "x_steps" if isinstance(block, XBlock) else "w_steps"
+            raise ValueError(f"{name} has {len(steps)} entries, none for the block of layer "
+                             f"{block.layer}: {steps!r}")
+        return steps[i]
 
     def __repr__(self):
         return (f"FastBackend(tol={self.tol}, max_iter={self.max_iter}, w_steps={self.w_steps}, "
@@ -166,8 +199,9 @@ class FastBackend:
         value = info.pop("value", None)        # a W solver's own, from the W X~ it holds
         if value is None:
             value = float(block.value(Z))
-        info.update(tol=tol, dtype=_dtype_name(dtype), w_steps=self.w_steps,
-                    x_steps=self.x_steps)
+        steps = self.steps_of(block)
+        info.update(tol=tol, dtype=_dtype_name(dtype), **{
+            ("x_steps" if isinstance(block, XBlock) else "w_steps"): steps})
         return BlockResult(argmin=Z, value=value,
                            status=status, residual=residual,
                            seconds=time.perf_counter() - t0, iterations=it, converged=converged,
@@ -204,13 +238,14 @@ def _solver_of(block):
 
 @_solve_block.register
 def _(block: XBlock, backend, xp, Z, tol):
-    steps = backend.x_steps
+    steps = backend.steps_of(block)
     cap = backend.max_iter if steps is None else min(backend.max_iter, int(steps))
     return solve_x(xp, block, Z, tol, cap, capped_residual=backend.capped_residual)
 
 
 def _solve_pncg(block, backend, xp, Z, tol):
-    cap = backend.max_iter if backend.w_steps is None else int(backend.w_steps)
+    steps = backend.steps_of(block)
+    cap = backend.max_iter if steps is None else int(steps)
     return solve_pncg(xp, block, Z, tol, cap, backend._cache, newton_cap=backend.newton_cap,
                       gram_reuse=backend.gram_reuse, capped_residual=backend.capped_residual)
 
