@@ -185,7 +185,8 @@ class FastBackend:
         xp = array_namespace(*arrays.values())
         if self.dtype is not None:
             dt = getattr(xp, self.dtype)
-            block = dataclasses.replace(block, **{k: xp.astype(v, dt) for k, v in arrays.items()})
+            block = dataclasses.replace(block, **{k: xp.astype(v, dt, copy=False)
+                                                  for k, v in arrays.items()})
             arrays = _block_arrays(block)
         dtype = xp.result_type(*arrays.values())
         tol = floor_tol(xp, dtype, self.tol)

@@ -347,7 +347,12 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):
     if cache is not None:
         if len(cache) >= 8:
             cache.clear()
-        cache[key] = (xp.asarray(Xt, copy=True), weights, shift, pre, 1)
+        # the data-space factor's K serves the Newton rows and span's U = U0 + Z K, so it must
+        # be X~'s own: a copy (m < n columns: small); a parameter-space factor only
+        # preconditions, and a stale one still descends: a reference (LeNet-5's conv patches,
+        # 70 MB a batch, are not copied again)
+        kept = xp.asarray(Xt, copy=True) if pre.data_space else Xt
+        cache[key] = (kept, weights, shift, pre, 1)
     return pre, False
 
 
