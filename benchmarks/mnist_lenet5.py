@@ -8,7 +8,10 @@ paper's appendix hyperparameters in this package's units (``fenchel_cvx.units.fr
 the appendix's lam (5, 5, 1, 1) weigh its code's penalty, which is twice our B): lam = (10, 10,
 2, 2), gamma = (1e-4, 1e-2, 1, 1, 1), no Frobenius penalty; the defaults then take the hidden
 dense layers' gamma 0.3 instead of 1, chosen on a validation split (docs/results.md, "LeNet-5:
-the dense layers' proximal weight"): gamma = (1e-4, 1e-2, 0.3, 0.3, 1).
+the dense layers' proximal weight"): gamma = (1e-4, 1e-2, 0.3, 0.3, 1). Each round takes one
+W-step per W-block and (1, 1, 10, 10) FISTA steps for X_1 .. X_4: the conv X-blocks barely
+move, and one step does what ten did on validation, in 0.6 of the time (docs/results.md,
+"LeNet-5: FISTA steps per layer").
 SGD (lr 1e-2) and Adam (lr 1e-3) train the same LeNet-5 in PyTorch from the same initial
 weights (copied from the lifted network), on the same batches in the same order
 (``datasets.batch_order``), with the same thread count. Each method runs in its own process, so
@@ -54,20 +57,34 @@ PAPER_LAM, PAPER_GAMMA = from_reference(lam=(5, 5, 1, 1), rho=(1e-4, 1e-2, 1, 1,
 #: the defaults: the paper's, with gamma 0.3 for the dense layers fc 120 and fc 84 (validation:
 #: 0.9797 after 10 epochs against 0.9763; 0.1 gave 0.9793, the output layer's 0.3 too 0.9785)
 LAM, GAMMA = PAPER_LAM, PAPER_GAMMA[:2] + (0.3, 0.3) + PAPER_GAMMA[4:]
+#: FISTA steps per round of X_1 .. X_4 (validation: 0.9797 after 10 epochs, as with 10 each)
+X_STEPS = (1, 1, 10, 10)
 # MNIST: --data-dir, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
 os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
-def _floats(n, name):
+def _per_layer(n, name, integers=False):
+    """The parser of a flag with 1 or ``n`` comma-separated values (one: the same for all):
+    finite numbers >= 0, or ``integers`` >= 1."""
+    cast, what = (int, "integers") if integers else (float, "numbers")
+    bad = (lambda v: v < 1) if integers else (lambda v: not np.isfinite(v) or v < 0)
+    bound = "integers >= 1" if integers else "finite numbers >= 0"
+
     def parse(text):
         try:
-            vals = tuple(float(v) for v in text.split(","))
+            vals = tuple(cast(v) for v in text.split(","))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be {n} comma-separated numbers, got {text!r}")
-        if len(vals) not in (1, n) or any(not np.isfinite(v) or v < 0 for v in vals):
-            raise argparse.ArgumentTypeError(f"{name} must be 1 or {n} finite numbers >= 0, got {text!r}")
+            raise argparse.ArgumentTypeError(f"{name} must be {n} comma-separated {what}, got {text!r}")
+        if len(vals) not in (1, n) or any(bad(v) for v in vals):
+            raise argparse.ArgumentTypeError(f"{name} must be 1 or {n} {bound}, got {text!r}")
         return vals if len(vals) == n else vals * n
     return parse
+
+
+def _steps_text(steps):
+    """``10`` for equal per-layer steps, else ``(1, 3, 10, 10)``."""
+    steps = tuple(steps) if isinstance(steps, (list, tuple)) else (steps,)
+    return str(steps[0]) if len(set(steps)) == 1 else str(steps)
 
 
 def parse_args(argv=None):
@@ -86,11 +103,13 @@ def parse_args(argv=None):
     p.add_argument("--jobs", type=int, default=1, help="methods run at once, each in its own "
                    "process on --threads cores (default 1: one after another, timings free of "
                    "each other; --threads 1 --jobs 2 on 2 cores: FLN beside the baselines)")
-    p.add_argument("--lam", type=_floats(4, "--lam"), default=LAM)
-    p.add_argument("--gamma", type=_floats(5, "--gamma"), default=GAMMA)
+    p.add_argument("--lam", type=_per_layer(4, "--lam"), default=LAM)
+    p.add_argument("--gamma", type=_per_layer(5, "--gamma"), default=GAMMA)
     p.add_argument("--rho", type=float, default=0.0)
     p.add_argument("--w-steps", type=int, default=1, help="FLN W-block steps per round")
-    p.add_argument("--x-steps", type=int, default=10, help="FLN X-block FISTA steps per round")
+    p.add_argument("--x-steps", type=_per_layer(4, "--x-steps", integers=True), default=X_STEPS,
+                   help="FLN FISTA steps per round of each X-block, X_1 to X_4 (one number: all "
+                        "the same); default 1,1,10,10")
     p.add_argument("--alternations", type=int, default=1, help="FLN rounds per batch (K)")
     p.add_argument("--check-every", type=int, default=20, help="FLN rounds between full "
                    "certificate checks (block statuses: every round)")
@@ -110,7 +129,7 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="embedded 5k MNIST, 2 epochs: a smoke run")
     p.add_argument("--out", default=None, help="default: runs/lenet5_<dataset>")
     args = p.parse_args(argv)
-    for name in ("epochs", "train_size", "batch_size", "threads", "eval_every", "w_steps", "x_steps",
+    for name in ("epochs", "train_size", "batch_size", "threads", "eval_every", "w_steps",
                  "check_every", "alternations", "jobs"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -196,7 +215,10 @@ def run_fln(args, ds, batches):
         return dict(train_accuracy=accuracy(X[:, :n], ytr[:n]),
                     weight_change=[float(f"{c:.3g}") for c in change])
 
-    backend = FastBackend(dtype=args.dtype, w_steps=args.w_steps, x_steps=args.x_steps)
+    # capped_residual=False: a capped block does not evaluate its residual at the returned point
+    # (the certificate recomputes it on its checked rounds): one map and adjoint less per block
+    backend = FastBackend(dtype=args.dtype, w_steps=args.w_steps, x_steps=args.x_steps,
+                          capped_residual=False)
     return train_fln(args, net, X, Y, lambda: accuracy(Xte, yte), batches, backend, sync=sync,
                      due=lambda seen: seen in EARLY or seen % args.eval_every == 0, announce=EARLY,
                      epoch_report=report if args.train_eval else None)
@@ -250,7 +272,7 @@ def markdown(summary):
     s = summary["settings"]
     lines = [f"LeNet-5 on {summary['data']}, batch {s['batch_size']}, {s['epochs']} epochs, "
              f"{summary['machine']['threads']} threads; FLN gamma {s['gamma']}, lam {s['lam']}, "
-             f"rho {s['rho']}, {s['w_steps']} W-step(s), {s['x_steps']} X-steps", "",
+             f"rho {s['rho']}, {s['w_steps']} W-step(s), X-steps {_steps_text(s['x_steps'])}", "",
              "| method | " + " | ".join(f"acc after {b} batch{'es' * (b > 1)}" for b in EARLY)
              + " | acc after epoch 2 | final test acc | s / epoch | peak MiB |",
              "|---" * (len(EARLY) + 5) + "|"]
