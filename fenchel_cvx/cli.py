@@ -84,8 +84,14 @@ def _numbers(text):
     return values[0] if len(values) == 1 else values
 
 
-def _per_layer(constraint):
-    convert = _flag(PerLayer(constraint), _numbers)
+def _integers(text):
+    """``"10"`` -> 10, ``"1,1,10,10"`` -> [1, 1, 10, 10]: one count, or one per layer."""
+    values = [int(v) for v in text.split(",")]
+    return values[0] if len(values) == 1 else values
+
+
+def _per_layer(constraint, parse=_numbers):
+    convert = _flag(PerLayer(constraint), parse)
     convert.__name__ = "per-layer list"
     return convert
 
@@ -164,12 +170,12 @@ def _train_arguments(t):
 
 def _fast_arguments(f):
     f.add_argument("--max-iter", type=COUNT_, default=None, help="iteration cap of every loop (500)")
-    f.add_argument("--w-steps", type=COUNT_, default=None,
-                   help=f"warm-started steps per W-block (default: {defaults.W_STEPS} with "
-                        f"--batch-size, else to --tol)")
-    f.add_argument("--x-steps", type=COUNT_, default=None,
-                   help=f"FISTA steps per X-block (default: {defaults.X_STEPS} with --batch-size, "
-                        f"else to --tol)")
+    f.add_argument("--w-steps", type=_per_layer(COUNT, _integers), default=None,
+                   help=f"warm-started steps per W-block: one, or one per layer (default: "
+                        f"{defaults.W_STEPS} with --batch-size, else to --tol)")
+    f.add_argument("--x-steps", type=_per_layer(COUNT, _integers), default=None,
+                   help=f"FISTA steps per X-block: one, or one per hidden layer, X_1 first "
+                        f"(default: {defaults.X_STEPS} with --batch-size, else to --tol)")
     f.add_argument("--newton-cap", type=_flag(Interval(numbers.Integral, 0, None)), default=None,
                    help="active-set size up to which W rows take Newton steps (default: balanced)")
     f.add_argument("--gram-reuse", type=COUNT_, default=None,
@@ -251,10 +257,12 @@ def _check_train(args):
     n_hidden = (1 if args.arch is None else LENET5_HIDDEN if args.arch == "lenet5"
                 else len(args.arch) - 2)
     for flag, value, n in (("--lam", args.lam, n_hidden), ("--rho", args.rho, n_hidden + 1),
-                           ("--gamma", args.gamma, n_hidden + 1)):
+                           ("--gamma", args.gamma, n_hidden + 1),
+                           ("--w-steps", args.w_steps, n_hidden + 1),
+                           ("--x-steps", args.x_steps, n_hidden)):
         if isinstance(value, list) and len(value) != n:
-            _fail(flag, f"needs one value or {n} (one per {'hidden ' if flag == '--lam' else ''}"
-                        f"layer), got {len(value)}")
+            hidden = "hidden " if flag in ("--lam", "--x-steps") else ""
+            _fail(flag, f"needs one value or {n} (one per {hidden}layer), got {len(value)}")
     if args.backend != "fast":
         given = [k for k in FAST_ONLY if getattr(args, k) is not None]
         if given:

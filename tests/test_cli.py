@@ -186,6 +186,9 @@ BAD = [  # (argv, the flag or argument the message names, a phrase of it)
     (["train", "--backend", "torch"], "--backend", "invalid choice"),
     (["train", "--w-steps", "1"], "--w-steps", "needs --backend fast"),
     (["train", "--backend", "fast", "--x-steps", "0"], "--x-steps", "integer >= 1"),
+    (["train", "--backend", "fast", "--x-steps", "1,0"], "--x-steps", "integer >= 1"),
+    (["train", "--backend", "fast", "--x-steps", "1,2"], "--x-steps", "needs one value or 1"),
+    (["train", "--backend", "fast", "--w-steps", "1,2,3"], "--w-steps", "needs one value or 2"),
     (["train", "--backend", "fast", "--newton-cap", "-1"], "--newton-cap", "integer >= 0"),
     (["train", "--data-dir", "{tmp}"], "--data-dir", "embedded"),
     (["train", "--dataset", "mnist", "--data-dir", "{tmp}/nowhere"], "--data-dir", "not a folder"),
@@ -254,7 +257,7 @@ def test_oracle_on_many_points_prints_an_estimate(tmp_path, monkeypatch, capsys)
 def test_lenet5_trains_on_images(tmp_path, capsys):
     code = cli.main(["train", "--dataset", "mnist5k", "--arch", "lenet5", "--backend", "fast",
                      "--train-size", "60", "--batch-size", "30", "--lam", "5,5,1,1",
-                     "--loss", "cross_entropy", "--w-steps", "1", "--x-steps", "3",
+                     "--loss", "cross_entropy", "--w-steps", "1", "--x-steps", "1,1,3,3",
                      "--dtype", "float32", "--out", str(tmp_path / "l"), *QUICK])
     assert code == 0
     assert "784-4704-1600-120-84-10 (LeNet-5)" in capsys.readouterr().out
