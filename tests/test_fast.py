@@ -251,6 +251,33 @@ def test_inexact_x_solve_that_would_rise_returns_its_start(monkeypatch):
     assert bad.value == float(block.value(start))
 
 
+def test_cross_entropy_w_step_sees_small_changes_in_float32():
+    """The last layer's line search guards descent with the loss's change along the step. In
+    float32, at logits near 27 on 500 points, the change must come out to a few eps of the
+    terms it sums (as the float64 change of the same float32 arrays), not to the rounding of
+    two sums near 13,500 (3e-4, above a small step's true change)."""
+    import dataclasses
+    from scipy.special import logsumexp
+
+    from fenchel_cvx.fast.wblocks import LastCE
+
+    rng = np.random.default_rng(1)
+    m, k = 500, 10
+    y = rng.integers(0, k, m)
+    U = rng.normal(0, 1, (k, m)) + 18.0
+    U[y, np.arange(m)] += 7.0 + rng.exponential(2.0, m)
+    dU = 1e-3 * rng.normal(size=(k, m))
+    block = case_block("relu", "cross_entropy", "w_last", 0.0)
+    block = dataclasses.replace(block, Y=np.eye(k, dtype=np.float32)[:, y])
+    U32, dU32 = U.astype(np.float32), dU.astype(np.float32)
+    prob = LastCE(np, block, pre=None)
+    change, size = prob.data_change(U32, dU32, prob.data_base(U32))
+    u, du, Y = U32.astype(np.float64), dU32.astype(np.float64), block.Y.astype(np.float64)
+    exact = np.sum(logsumexp(u + du, axis=0) - logsumexp(u, axis=0)) - np.sum(Y * du)
+    assert abs(float(change[0, 0]) - exact) <= 1e-6 * abs(exact) + 64 * np.finfo(np.float32).eps * float(size[0, 0])
+    assert 64 * np.finfo(np.float32).eps * float(size[0, 0]) < 1e-2 * abs(exact)   # a sharp test
+
+
 def test_w_block_takes_the_callers_product():
     """A W-block's U (W X~ at the start, e.g. the driver's feed-forward pass) replaces the
     solver's own product; one of another shape is ignored."""

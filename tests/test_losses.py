@@ -109,6 +109,26 @@ def test_gradient_matches_finite_differences(name, fd_grad, YYh):
     np.testing.assert_allclose(L.grad(Y, Yhat), fd, rtol=1e-6, atol=1e-6)
 
 
+def test_cross_entropy_in_float32_keeps_its_digits_at_large_logits():
+    """A trained network's logits are large (here about 27) and its loss small (3.7 on 500
+    points): the textbook ``sum (1^T y) lse(u) - sum y^T u`` subtracts two sums near 13,500 and
+    loses 3e-4 in float32; the column-wise form, two terms >= 0, is the float64 value to 1e-6."""
+    rng = np.random.default_rng(0)
+    m, k = 500, 10
+    y = rng.integers(0, k, m)
+    Y = np.eye(k)[:, y]
+    U = rng.normal(0, 1, (k, m)) + 18.0
+    U[y, np.arange(m)] += 7.0 + rng.exponential(2.0, m)    # the label's logit near 27
+    U32, Y32 = U.astype(np.float32), Y.astype(np.float32)
+    exact = float(-np.sum(Y * log_softmax(U32.astype(np.float64), axis=0)))
+    assert 1 < exact < 10
+    ours = float(CrossEntropy().value(Y32, U32))
+    assert abs(ours - exact) <= 1e-6 * exact
+    a = U32.max(axis=0)
+    textbook = float(np.sum(a + np.log(np.exp(U32 - a).sum(axis=0))) - np.sum(Y32 * U32))
+    assert abs(textbook - exact) > 1e-5 * exact    # what the old form did
+
+
 @given(problems(scale=5.0))
 def test_cross_entropy_shift_invariance(YYh):
     """softmax - y sums to 0 per column when y is a probability vector: shift invariance."""
