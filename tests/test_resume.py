@@ -41,7 +41,7 @@ def _same(a, b, path="history"):
         for i, (u, v) in enumerate(zip(a, b)):
             _same(u, v, f"{path}[{i}]")
     elif isinstance(a, float) and isinstance(b, float):
-        assert abs(a - b) <= max(cases.RTOL * max(abs(a), abs(b)), cases.ATOL), (path, a, b)
+        assert a == b or abs(a - b) <= max(cases.RTOL * max(abs(a), abs(b)), cases.ATOL), (path, a, b)
     else:
         assert a == b, (path, a, b)
 

@@ -283,13 +283,14 @@ class LastCE(_Problem):
         expm1(du_k - c))`` with ``p = softmax(u)`` (summing to 1) and ``c = y^T du / s_j``:
         no two sums of the logits' size are subtracted, so the descent safeguard sees a rise
         of 1e-4 on a loss of 0.5 in float32 (the direct form's rounding was 1e-3 there). A
-        column whose change is not small (``sum_k p_k expm1(...) <= -1/2``) takes the direct
-        form, whose rounding is then small beside it."""
+        column whose change is not small (``sum_k p_k expm1(...)`` outside (-1/2, 1), or not
+        finite: a large step overflows expm1) takes the direct form, whose rounding is then
+        small beside it."""
         xp, s = self.xp, self.s
         c = xp.sum(self.Y * dU, axis=0, keepdims=True) / xp.where(s > 0, s, xp.ones_like(s))
         E = xp.exp(U - base) * xp.expm1(dU - c)
         inner = xp.sum(E, axis=0, keepdims=True)
-        small = inner > -0.5
+        small = (inner > -0.5) & (inner < 1.0)
         direct = s * (self._lse(U + dU) - base) - s * c
         col = xp.where(small, s * xp.log1p(xp.where(small, inner, xp.zeros_like(inner))), direct)
         size = xp.where(small, s * xp.sum(xp.abs(E), axis=0, keepdims=True), s * xp.abs(base))
@@ -359,11 +360,11 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):
     if cache is not None:
         if len(cache) >= 8:
             cache.clear()
-        # the data-space factor's K serves the Newton rows and span's U = U0 + Z K, so it must
-        # be X~'s own: a copy (m < n columns: small); a parameter-space factor only
-        # preconditions, and a stale one still descends: a reference (LeNet-5's conv patches,
-        # 70 MB a batch, are not copied again)
-        kept = xp.asarray(Xt, copy=True) if pre.data_space else Xt
+        # the data-space factor's K serves the Newton rows and span's U = U0 + Z K, and MSE's
+        # ridge inverse is the exact one, so those must be X~'s own: a copy (small X~); a CG
+        # parameter-space factor only preconditions, and a stale one still descends: a
+        # reference (LeNet-5's conv patches, 70 MB a batch, are not copied again)
+        kept = xp.asarray(Xt, copy=True) if pre.data_space or ridge else Xt
         cache[key] = (kept, weights, shift, pre, 1)
     return pre, False
 
