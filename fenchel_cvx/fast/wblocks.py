@@ -288,9 +288,10 @@ class LastCE(_Problem):
         small beside it."""
         xp, s = self.xp, self.s
         c = xp.sum(self.Y * dU, axis=0, keepdims=True) / xp.where(s > 0, s, xp.ones_like(s))
-        E = xp.exp(U - base) * xp.expm1(dU - c)
+        arg, top = dU - c, math.log(float(xp.finfo(U.dtype).max)) - 1   # expm1(top) is finite
+        E = xp.exp(U - base) * xp.expm1(clip(arg, None, top))
         inner = xp.sum(E, axis=0, keepdims=True)
-        small = (inner > -0.5) & (inner < 1.0)
+        small = (inner > -0.5) & (inner < 1.0) & ~xp.any(arg > top, axis=0, keepdims=True)
         direct = s * (self._lse(U + dU) - base) - s * c
         col = xp.where(small, s * xp.log1p(xp.where(small, inner, xp.zeros_like(inner))), direct)
         size = xp.where(small, s * xp.sum(xp.abs(E), axis=0, keepdims=True), s * xp.abs(base))
