@@ -83,8 +83,7 @@ def _per_layer(n, name, integers=False):
 
 def _steps_text(steps):
     """``10`` for equal per-layer steps, else ``(1, 3, 10, 10)``."""
-    steps = tuple(steps) if isinstance(steps, (list, tuple)) else (steps,)
-    return str(steps[0]) if len(set(steps)) == 1 else str(steps)
+    return str(steps[0]) if len(set(steps)) == 1 else str(tuple(steps))
 
 
 def parse_args(argv=None):

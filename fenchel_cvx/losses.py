@@ -16,12 +16,6 @@ for the oracle, is ``fenchel_cvx.oracle.atoms.loss_cvx(loss, Y, Yhat)``.
 from array_api_compat import array_namespace
 
 
-def _logsumexp(xp, A):
-    """Column-wise log-sum-exp of A (rows are classes)."""
-    a = xp.max(A, axis=0, keepdims=True)
-    return xp.squeeze(a, axis=0) + xp.log(xp.sum(xp.exp(A - a), axis=0))
-
-
 def softmax(A):
     """Column-wise softmax."""
     xp = array_namespace(A)

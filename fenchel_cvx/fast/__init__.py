@@ -152,16 +152,17 @@ class FastBackend:
                                  f"{first + n - 1}), got {len(steps)}: {steps!r}")
 
     def steps_of(self, block):
-        """The step cap of ``block`` (``w_steps`` / ``x_steps``, per layer where a tuple), or None."""
-        steps = self.x_steps if isinstance(block, XBlock) else self.w_steps
+        """``(name, cap)``: the block's step setting (``"w_steps"`` / ``"x_steps"``) and its
+        cap, per layer where a tuple (X_l: entry l - 1, W_l: entry l), or None."""
+        x = isinstance(block, XBlock)
+        name, steps = ("x_steps", self.x_steps) if x else ("w_steps", self.w_steps)
         if not isinstance(steps, tuple):
-            return steps
-        i = block.layer - 1 if isinstance(block, XBlock) else block.layer
+            return name, steps
+        i = block.layer - 1 if x else block.layer
         if not 0 <= i < len(steps):
-            name = "x_steps" if isinstance(block, XBlock) else "w_steps"
             raise ValueError(f"{name} has {len(steps)} entries, none for the block of layer "
                              f"{block.layer}: {steps!r}")
-        return steps[i]
+        return name, steps[i]
 
     def __repr__(self):
         return (f"FastBackend(tol={self.tol}, max_iter={self.max_iter}, w_steps={self.w_steps}, "
@@ -200,9 +201,8 @@ class FastBackend:
         value = info.pop("value", None)        # a W solver's own, from the W X~ it holds
         if value is None:
             value = float(block.value(Z))
-        steps = self.steps_of(block)
-        info.update(tol=tol, dtype=_dtype_name(dtype), **{
-            ("x_steps" if isinstance(block, XBlock) else "w_steps"): steps})
+        name, steps = self.steps_of(block)
+        info.update({"tol": tol, "dtype": _dtype_name(dtype), name: steps})
         return BlockResult(argmin=Z, value=value,
                            status=status, residual=residual,
                            seconds=time.perf_counter() - t0, iterations=it, converged=converged,
@@ -239,13 +239,13 @@ def _solver_of(block):
 
 @_solve_block.register
 def _(block: XBlock, backend, xp, Z, tol):
-    steps = backend.steps_of(block)
+    _, steps = backend.steps_of(block)
     cap = backend.max_iter if steps is None else min(backend.max_iter, int(steps))
     return solve_x(xp, block, Z, tol, cap, capped_residual=backend.capped_residual)
 
 
 def _solve_pncg(block, backend, xp, Z, tol):
-    steps = backend.steps_of(block)
+    _, steps = backend.steps_of(block)
     cap = backend.max_iter if steps is None else int(steps)
     return solve_pncg(xp, block, Z, tol, cap, backend._cache, newton_cap=backend.newton_cap,
                       gram_reuse=backend.gram_reuse, capped_residual=backend.capped_residual)

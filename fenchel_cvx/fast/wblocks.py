@@ -123,7 +123,7 @@ class _Problem:
         t, lo, nls = newton_1d(xp, derivs, t0, xp.zeros_like(t0), xp.full_like(t0, xp.inf),
                                tol=rtol * xp.abs(gd), max_iter=max_iter)
         # descent safeguard: lo < t* and the objective decreases on [0, t*]
-        change, size = self.data_change(U, t * dU, self.data_base(U))
+        change, size = self.data_change(U, t * dU)
         reg = (slope * t, 0.5 * curv * t * t)
         rise = change + reg[0] + reg[1]
         # the rounding of rise: a few eps of the terms it sums
@@ -171,14 +171,11 @@ class HiddenRows(_Problem):
     def data_curv(self, U, dU):
         return self.lam * self.xp.sum(self.act.dphi(U) * dU * dU, axis=1, keepdims=True)
 
-    def data_base(self, U):
-        """F*(U), for ``data_change``."""
-        return self.act.Fstar(U)
-
-    def data_change(self, U, dU, base):
+    def data_change(self, U, dU):
         """``(change, size)``: the data term's change from U to U + dU per row, and the size of
         the terms it sums (its rounding scale)."""
         xp, act = self.xp, self.act
+        base = act.Fstar(U)
         diff = act.Fstar(U + dU) - base - self.V * dU
         return (self.lam * xp.sum(diff, axis=1, keepdims=True),
                 self.lam * xp.sum(xp.abs(base), axis=1, keepdims=True))
@@ -273,11 +270,7 @@ class LastCE(_Problem):
         d2 = xp.sum(self.s * (xp.sum(P * dU * dU, axis=0, keepdims=True) - m1 * m1))
         return xp.reshape(d1, (1, 1)), xp.reshape(d2, (1, 1))
 
-    def data_base(self, U):
-        """lse(U), for ``data_change``."""
-        return self._lse(U)
-
-    def data_change(self, U, dU, base):
+    def data_change(self, U, dU):
         """``(change, size)``: the loss's change from U to U + dU and the size of the terms it
         sums. Per column, ``s_j [lse(u + du) - lse(u)] - y^T du = s_j log1p(sum_k p_k
         expm1(du_k - c))`` with ``p = softmax(u)`` (summing to 1) and ``c = y^T du / s_j``:
@@ -286,7 +279,7 @@ class LastCE(_Problem):
         column whose change is not small (``sum_k p_k expm1(...)`` outside (-1/2, 1), or not
         finite: a large step overflows expm1) takes the direct form, whose rounding is then
         small beside it."""
-        xp, s = self.xp, self.s
+        xp, s, base = self.xp, self.s, self._lse(U)
         c = xp.sum(self.Y * dU, axis=0, keepdims=True) / xp.where(s > 0, s, xp.ones_like(s))
         arg, top = dU - c, math.log(float(xp.finfo(U.dtype).max)) - 1   # expm1(top) is finite
         E = xp.exp(U - base) * xp.expm1(clip(arg, None, top))
