@@ -59,6 +59,8 @@ PAPER_LAM, PAPER_GAMMA = from_reference(lam=(5, 5, 1, 1), rho=(1e-4, 1e-2, 1, 1,
 LAM, GAMMA = PAPER_LAM, PAPER_GAMMA[:2] + (0.3, 0.3) + PAPER_GAMMA[4:]
 #: FISTA steps per round of X_1 .. X_4 (validation: 0.9797 after 10 epochs, as with 10 each)
 X_STEPS = (1, 1, 10, 10)
+#: W-block solves of a layer that one Gram factorisation serves (the conv layers' patch Grams)
+GRAM_REUSE = 1
 # MNIST: --data-dir, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
 os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -110,6 +112,9 @@ def parse_args(argv=None):
                    help="FLN FISTA steps per round of each X-block, X_1 to X_4 (one number: all "
                         "the same); default 1,1,10,10")
     p.add_argument("--alternations", type=int, default=1, help="FLN rounds per batch (K)")
+    p.add_argument("--gram-reuse", type=int, default=GRAM_REUSE, help="FLN W-block solves of a "
+                   "layer (one per batch) that one Gram factorisation of the preconditioner "
+                   f"serves (default {GRAM_REUSE})")
     p.add_argument("--check-every", type=int, default=20, help="FLN rounds between full "
                    "certificate checks (block statuses: every round)")
     p.add_argument("--adam-lr", type=float, default=1e-3)
@@ -129,7 +134,7 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="default: runs/lenet5_<dataset>")
     args = p.parse_args(argv)
     for name in ("epochs", "train_size", "batch_size", "threads", "eval_every", "w_steps",
-                 "check_every", "alternations", "jobs"):
+                 "check_every", "alternations", "jobs", "gram_reuse"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     for name in ("rho", "adam_lr", "sgd_lr"):
@@ -217,7 +222,7 @@ def run_fln(args, ds, batches):
     # capped_residual=False: a capped block does not evaluate its residual at the returned point
     # (the certificate recomputes it on its checked rounds): one map and adjoint less per block
     backend = FastBackend(dtype=args.dtype, w_steps=args.w_steps, x_steps=args.x_steps,
-                          capped_residual=False)
+                          gram_reuse=args.gram_reuse, capped_residual=False)
     return train_fln(args, net, X, Y, lambda: accuracy(Xte, yte), batches, backend, sync=sync,
                      due=lambda seen: seen in EARLY or seen % args.eval_every == 0, announce=EARLY,
                      epoch_report=report if args.train_eval else None)

@@ -251,6 +251,32 @@ def test_inexact_x_solve_that_would_rise_returns_its_start(monkeypatch):
     assert bad.value == float(block.value(start))
 
 
+@pytest.mark.parametrize("act", ACTS)
+def test_one_certified_x_step_descends_and_forms_one_value(monkeypatch, act):
+    """One FISTA step from the start with a certified L is a proximal-gradient step, which never
+    rises (Beck & Teboulle 2009, Lemma 2.3): such a solve forms the value of its returned point
+    only, not the start's. On every loss and X-block kind the value still comes out below the
+    start's, and two steps (momentum, no such guarantee) still form both values."""
+    values = []
+    for cls in (blocks.XHidden, blocks.XLast):
+        real = cls.value_at
+        monkeypatch.setattr(cls, "value_at", lambda self, Z, U, real=real: values.append(1) or real(self, Z, U))
+    rng = np.random.default_rng(3)
+    for loss in LOSSES:
+        for kind in X_KINDS:
+            block = case_block(act, loss, kind, 0.0)
+            start = block.act_in.phi(block.U_prev + 0.5 * rng.standard_normal(block.U_prev.shape))
+            before = float(block.value(start))
+            values.clear()
+            one = FastBackend(x_steps=1).solve(block, start=start)
+            assert one.iterations == 1 and len(values) == 1
+            assert one.value < before and not one.info["reverted"]
+            assert one.value == pytest.approx(float(block.value(one.argmin)), rel=1e-12)
+            values.clear()
+            FastBackend(x_steps=2).solve(block, start=start)
+            assert len(values) == 2
+
+
 def test_cross_entropy_w_step_sees_small_changes_in_float32():
     """The last layer's line search guards descent with the loss's change along the step. In
     float32, at logits near 27 on 500 points, the change must come out to a few eps of the

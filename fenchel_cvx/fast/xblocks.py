@@ -268,7 +268,11 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True)
                 reverted=False, kkt_checks=checks, converged=converged, stalled=stalled)
     if converged:
         info["residual"] = res
-    return _closing(block, (z, Uz), (z0, Uz0), info, capped_residual), it, info
+    # one step from z0 with a certified L is a proximal-gradient step, which descends:
+    # F(z1) <= F(z0) - L/2 |z1 - z0|^2 (Beck & Teboulle 2009, Lemma 2.3); no start value needed
+    descends = sm.certified and it == 1 and not stalled
+    start = None if descends else (z0, Uz0)
+    return _closing(block, (z, Uz), start, info, capped_residual), it, info
 
 
 def _combine(A, a, *terms):
@@ -300,13 +304,17 @@ def _closing(block, last, start, info, capped_residual):
     """The returned point: an inexact solve (a cap, a stall) never ends above its start (BCD
     descent holds); its value goes to ``info``, and NaN as residual for a cap with
     ``capped_residual=False``. ``last``, ``start``: ``(z, A(W, z))`` pairs the loop holds, so
-    that neither value needs the map again."""
-    (z, Uz), (z0, Uz0) = last, start
+    that neither value needs the map again; ``start`` None where the step is known to descend
+    (then only the last point's value is formed)."""
+    z, Uz = last
     if info["converged"]:
         return z
-    value, value0 = float(block.value_at(z, Uz)), float(block.value_at(z0, Uz0))
-    reverted = value > value0
-    z, value = (z0, value0) if reverted else (z, value)
+    value, reverted = float(block.value_at(z, Uz)), False
+    if start is not None:
+        z0, Uz0 = start
+        value0 = float(block.value_at(z0, Uz0))
+        reverted = value > value0
+        z, value = (z0, value0) if reverted else (z, value)
     info.update(reverted=reverted, value=value)
     if not (info["stalled"] or capped_residual):
         info["residual"] = math.nan
