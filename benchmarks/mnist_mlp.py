@@ -265,10 +265,11 @@ def run_fln(args, ds, batches):
     def next_epoch(epoch):   # the lam schedule: epoch e + 1 trains with lam * growth^e
         net.lam = [lam * args.lam_growth ** epoch for lam in args.lam]
 
-    # capped_residual=False: a capped block does not evaluate its final residual (reported NaN;
-    # the certificate recomputes it on its checked rounds): one gradient less per W-block
+    # capped_residual=False, capped_value=False: a capped block evaluates neither its final
+    # residual nor its value (reported NaN; the certificate recomputes both on its checked
+    # rounds): one gradient and one pass over the block's arrays less per block
     backend = FastBackend(w_steps=args.w_steps, x_steps=args.x_steps, gram_reuse=args.gram_reuse,
-                          newton_cap=args.newton_cap, capped_residual=False)
+                          newton_cap=args.newton_cap, capped_residual=False, capped_value=False)
     return train_fln(args, net, X, Y, test_accuracy, batches, backend, sync=sync,
                      epoch_accuracy=lifted_accuracy if args.predict == "lifted" else None,
                      epoch_end=next_epoch if args.lam_growth != 1 else None)

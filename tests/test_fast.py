@@ -344,6 +344,27 @@ def test_capped_residual_false_skips_only_the_report():
     assert done.converged and done.residual <= 1e-6     # not capped: reported as always
 
 
+def test_capped_value_false_skips_only_the_report():
+    """capped_value=False: the same argmin; a capped solve's value NaN where only the report
+    needed it (W-blocks, one certified X step), the value as before where the X solve's descent
+    guard formed it (two steps); a converged solve reports its value as always."""
+    cases = [("w_hidden0", dict(w_steps=1), True), ("w_last", dict(w_steps=2), True),
+             ("x_hidden", dict(x_steps=1), True), ("x_last", dict(x_steps=1), True),
+             ("x_last", dict(x_steps=2), False)]
+    for kind, steps, skipped in cases:
+        block = case_block("relu", "cross_entropy", kind, 0.3)
+        start = block.W0 if kind[0] == "w" else np.maximum(block.U_prev, 0) + 0.1
+        ref = FastBackend(capped_residual=False, **steps).solve(block, start=start)
+        lean = FastBackend(capped_residual=False, capped_value=False, **steps).solve(block, start=start)
+        assert np.array_equal(lean.argmin, ref.argmin) and lean.status == ref.status == "max_iter"
+        assert np.isnan(lean.value) == skipped and not np.isnan(ref.value)
+        assert skipped or lean.value == ref.value
+    for kind in ("w_last", "x_hidden"):
+        done = FastBackend(capped_value=False).solve(case_block("relu", "cross_entropy", kind, 0.3))
+        assert done.converged and done.value == pytest.approx(float(
+            case_block("relu", "cross_entropy", kind, 0.3).value(done.argmin)), rel=1e-12)
+
+
 def test_inexact_w_solve_reports_its_residual():
     """w_steps: the solver's residual (from W X~ updated in place) is the block's residual."""
     for kind in ("w_hidden0", "w_last"):
@@ -573,6 +594,8 @@ def test_span_steps_are_the_parameter_space_steps(monkeypatch, act, w_steps):
     block = _span_block(act)
     res = FastBackend(w_steps=w_steps).solve(block, start=block.W0)
     lean = FastBackend(w_steps=w_steps, capped_residual=False).solve(block, start=block.W0)
+    leaner = FastBackend(w_steps=w_steps, capped_residual=False, capped_value=False).solve(
+        block, start=block.W0)
     monkeypatch.setattr(span, "applies", lambda *a: False)
     ref = FastBackend(w_steps=w_steps).solve(block, start=block.W0)
     assert res.info["method"] == "pncg-span" and ref.info["method"] == "pncg"
@@ -584,6 +607,8 @@ def test_span_steps_are_the_parameter_space_steps(monkeypatch, act, w_steps):
     assert res.residual == pytest.approx(block.kkt_residual(res.argmin), rel=1e-9)
     assert res.value < float(block.value(block.W0))
     assert np.array_equal(lean.argmin, res.argmin) and np.isnan(lean.residual)
+    assert np.array_equal(leaner.argmin, res.argmin) and leaner.info["method"] == "pncg-span"
+    assert np.isnan(leaner.value) == (leaner.status == "max_iter") and not np.isnan(lean.value)
 
 
 @pytest.mark.parametrize("act, w_steps", [("sigmoid", 3)])
@@ -761,6 +786,7 @@ def test_large_w_hidden_converges_in_seconds():
                                          (dict(gram_reuse=0), "gram_reuse"),
                                          (dict(gram_reuse=True), "gram_reuse"),
                                          (dict(capped_residual=1), "capped_residual"),
+                                         (dict(capped_value=0), "capped_value"),
                                          (dict(x_steps=True), "x_steps"),
                                          (dict(x_steps=(1, 0)), "x_steps"), (dict(x_steps=[]), "x_steps"),
                                          (dict(x_steps="3"), "x_steps"), (dict(w_steps=(2, 1.5)), "w_steps"),

@@ -42,6 +42,7 @@ See ``benchmarks/fast_blocks.py`` for timings on MNIST-sized blocks.
 """
 import dataclasses
 import functools
+import math
 import numbers
 import time
 
@@ -113,12 +114,17 @@ class FastBackend:
         (status ``"max_iter"``, ``converged`` False, also if that last step happened to reach
         ``tol``): one gradient less per block, a 300 x 500 x 785 product on MNIST's W_0. The
         certificate never uses the reported residual: it recomputes it on its checked rounds.
+    capped_value : False: such a solve reports ``value`` NaN too, unless its descent guard
+        formed it (a capped X solve of more than one step compares its last value with its
+        start's): ``fit_bcd`` reads the blocks' values only on its checked rounds, and
+        recomputes them there (one pass over X_1, 4,704 x 500 on LeNet-5, per block).
     """
 
     name = "fast"
 
     def __init__(self, tol=1e-6, max_iter=500, w_steps=None, dtype=None, newton_cap=None,
-                 x_steps=None, gram_reuse=1, threads=1, capped_residual=True):
+                 x_steps=None, gram_reuse=1, threads=1, capped_residual=True,
+                 capped_value=True):
         if not (isinstance(tol, numbers.Real) and tol > 0):
             raise ValueError(f"tol must be > 0, got {tol!r}")
         if not (isinstance(max_iter, numbers.Integral) and max_iter >= 1):
@@ -136,9 +142,10 @@ class FastBackend:
         if threads is not None:
             per_library(threads)   # a bad count fails here, before any work
         self.threads, self._pools = threads, None
-        if not isinstance(capped_residual, bool):
-            raise ValueError(f"capped_residual must be True or False, got {capped_residual!r}")
-        self.capped_residual = capped_residual
+        for name, flag in (("capped_residual", capped_residual), ("capped_value", capped_value)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be True or False, got {flag!r}")
+        self.capped_residual, self.capped_value = capped_residual, capped_value
         self._cache = {}  # Gram factorisations, reused while X~ is unchanged
 
     def check_network(self, net):
@@ -168,7 +175,7 @@ class FastBackend:
         return (f"FastBackend(tol={self.tol}, max_iter={self.max_iter}, w_steps={self.w_steps}, "
                 f"x_steps={self.x_steps}, dtype={self.dtype!r}, newton_cap={self.newton_cap}, "
                 f"gram_reuse={self.gram_reuse}, threads={self.threads!r}, "
-                f"capped_residual={self.capped_residual})")
+                f"capped_residual={self.capped_residual}, capped_value={self.capped_value})")
 
     def solve(self, block, start=None):
         """Solve ``block`` from ``start`` (the current iterate; a default when None)."""
@@ -198,9 +205,10 @@ class FastBackend:
         residual = info.pop("residual", None)  # a solver's own (W: from the gradient it holds)
         if residual is None:
             residual = block.kkt_residual(Z)
-        value = info.pop("value", None)        # a W solver's own, from the W X~ it holds
+        value = info.pop("value", None)        # the solver's own, from the products it holds
         if value is None:
-            value = float(block.value(Z))
+            value = math.nan if status == "max_iter" and not self.capped_value else float(
+                block.value(Z))
         name, steps = self.steps_of(block)
         info.update({"tol": tol, "dtype": _dtype_name(dtype), name: steps})
         return BlockResult(argmin=Z, value=value,
@@ -241,14 +249,16 @@ def _solver_of(block):
 def _(block: XBlock, backend, xp, Z, tol):
     _, steps = backend.steps_of(block)
     cap = backend.max_iter if steps is None else min(backend.max_iter, int(steps))
-    return solve_x(xp, block, Z, tol, cap, capped_residual=backend.capped_residual)
+    return solve_x(xp, block, Z, tol, cap, capped_residual=backend.capped_residual,
+                   capped_value=backend.capped_value)
 
 
 def _solve_pncg(block, backend, xp, Z, tol):
     _, steps = backend.steps_of(block)
     cap = backend.max_iter if steps is None else int(steps)
     return solve_pncg(xp, block, Z, tol, cap, backend._cache, newton_cap=backend.newton_cap,
-                      gram_reuse=backend.gram_reuse, capped_residual=backend.capped_residual)
+                      gram_reuse=backend.gram_reuse, capped_residual=backend.capped_residual,
+                      capped_value=backend.capped_value)
 
 
 _solve_block.register(WHidden, _solve_pncg)

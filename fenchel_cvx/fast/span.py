@@ -48,7 +48,8 @@ def applies(xp, block, W, pre, max_iter, newton_start, newton_cap=None):
             and tuple(W.shape) == tuple(block.W0.shape) and bool(xp.all(W == block.W0)))
 
 
-def solve_span(xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True):
+def solve_span(xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True,
+               capped_value=True):
     """Up to ``max_iter`` PR+ CG steps of ``prob`` (a ``wblocks.HiddenRows``) from ``W0``, in
     the coefficients Z of ``W = W0 + Z X~^T``. -> ``(W, iterations, info)`` as ``solve_pncg``."""
     block, pre = prob.block, prob.pre
@@ -99,8 +100,9 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True)
         if capped_residual:
             res = kkt(xp, W, block.grad_parts(W))
             converged = res <= tol
-    info.update(converged=converged, restarts=int(restarts), residual=res,
-                value=prob.value(W, U))
+    info.update(converged=converged, restarts=int(restarts), residual=res)
+    if converged or capped_value:
+        info["value"] = prob.value(W, U)
     return W, it, info
 
 

@@ -398,14 +398,15 @@ def _scatter_rows(xp, full, sub, rows):
 
 def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=RESYNC, newton_cap=None,
                flip_tol=None, newton_start=NEWTON_START, compact_every=8, stall_window=50,
-               gram_reuse=1, capped_residual=True):
+               gram_reuse=1, capped_residual=True, capped_value=True):
     """Preconditioned PR+ nonlinear CG with exact line search (WHidden, WLast cross-entropy).
 
     WHidden rows whose gradient is below ``tol / 2`` are frozen every ``compact_every``
     iterations: the loop goes on with the remaining rows only (rows are independent). Near the
     working precision's floor (residual below sqrt(eps)), ``stall_window`` iterations without
     halving the residual stop the loop (``info["stalled"]``). ``capped_residual=False``: the
-    gradient after the last allowed step is not formed, the residual is reported as NaN.
+    gradient after the last allowed step is not formed, the residual is reported as NaN;
+    ``capped_value=False``: nor is the value at the returned point (``info`` has none).
     """
     pre, hit = gram_preconditioner(xp, block, cache, reuse=gram_reuse,
                                    rows=W.shape[0] * max_iter)
@@ -414,7 +415,8 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=RESYNC, newton_ca
                        newton_start=newton_start) if hidden else LastCE(xp, block, pre))
     factor = dict(cached_factor=bool(hit), stale_factor=hit == "stale", data_space=pre.data_space)
     if hidden and span.applies(xp, block, W, pre, max_iter, newton_start, newton_cap):
-        W, it, info = span.solve_span(xp, prob, W, tol, max_iter, resync, capped_residual)
+        W, it, info = span.solve_span(xp, prob, W, tol, max_iter, resync, capped_residual,
+                                      capped_value)
         return W, it, {**info, **factor}
     cg = _CG(xp, block, prob, W)
     cg.info.update(factor)
@@ -446,7 +448,7 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=RESYNC, newton_ca
         if hidden and it % compact_every == 0:
             cg.compact(tol)
         cg.next_direction(it)
-    return cg.finish(converged, r, it)
+    return cg.finish(converged, r, it, value=converged or capped_value or "stalled" in cg.info)
 
 
 class _CG:
@@ -588,13 +590,14 @@ class _CG:
         self.dU = None if snU is None or self.dU is None else -snU + beta * self.dU
         self.newton, self.s, self.gs = newton, sn, gs
 
-    def finish(self, converged, r, it):
-        """``(W, iterations, info)``; the residual and value from what is at hand (exact when
-        converged; otherwise from W X~ updated in place, re-synced every ``resync`` steps)."""
+    def finish(self, converged, r, it, value=True):
+        """``(W, iterations, info)``; the residual and, where ``value``, the value from what is
+        at hand (exact when converged; otherwise from W X~ updated in place, re-synced every
+        ``resync`` steps)."""
         if not converged:
             self.W_full = self.full()
         self.info.update(converged=converged, newton_rows=int(self.n_newton),
                          restarts=int(self.n_restart), residual=r)
-        if self.rows is None:   # U = W X~ is at hand for all rows
+        if value and self.rows is None:   # U = W X~ is at hand for all rows
             self.info["value"] = self.prob.value(self.W_full, self.U)
         return self.W_full, it, self.info

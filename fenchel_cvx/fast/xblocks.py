@@ -189,13 +189,15 @@ EXACT_EIG_MAX = 128  # certified ||A(W, .)||^2 where its eigenproblems are at mo
 MAX_BACKTRACKS = 60  # doublings of L in one iteration; past that the precision is exhausted
 
 
-def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True):
+def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
+            capped_value=True):
     """FISTA with restart on an XHidden / XLast block from ``Z``. Returns ``(Z, iterations, info)``.
 
     Near the working precision's floor (gradient-mapping residual below sqrt(eps)),
     ``stall_window`` iterations without halving it stop the loop (``info["stalled"]``).
     ``capped_residual=False``: stopped by ``max_iter``, ``info["residual"]`` is NaN (the caller
-    then does not evaluate it).
+    then does not evaluate it); ``capped_value=False``: ``info`` has no value then, unless the
+    descent guard formed it.
     """
     act, lam_in, U_prev = block.act_in, block.lam_in, block.U_prev
     prox = PROX.get(act.name, _prox_newton)
@@ -272,7 +274,7 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True)
     # F(z1) <= F(z0) - L/2 |z1 - z0|^2 (Beck & Teboulle 2009, Lemma 2.3); no start value needed
     descends = sm.certified and it == 1 and not stalled
     start = None if descends else (z0, Uz0)
-    return _closing(block, (z, Uz), start, info, capped_residual), it, info
+    return _closing(block, (z, Uz), start, info, capped_residual, capped_value), it, info
 
 
 def _combine(A, a, *terms):
@@ -300,22 +302,25 @@ def _optimal(xp, block, Z, grad_smooth, tol):
     return kkt(xp, Z, [block.grad_in(Z), grad_smooth], block.project) <= 2 * tol
 
 
-def _closing(block, last, start, info, capped_residual):
+def _closing(block, last, start, info, capped_residual, capped_value=True):
     """The returned point: an inexact solve (a cap, a stall) never ends above its start (BCD
     descent holds); its value goes to ``info``, and NaN as residual for a cap with
     ``capped_residual=False``. ``last``, ``start``: ``(z, A(W, z))`` pairs the loop holds, so
     that neither value needs the map again; ``start`` None where the step is known to descend
-    (then only the last point's value is formed)."""
+    (then only the last point's value is formed, and none for a cap with
+    ``capped_value=False``)."""
     z, Uz = last
     if info["converged"]:
         return z
-    value, reverted = float(block.value_at(z, Uz)), False
-    if start is not None:
-        z0, Uz0 = start
-        value0 = float(block.value_at(z0, Uz0))
-        reverted = value > value0
-        z, value = (z0, value0) if reverted else (z, value)
-    info.update(reverted=reverted, value=value)
-    if not (info["stalled"] or capped_residual):
+    capped = not info["stalled"]
+    if start is not None or not (capped and not capped_value):
+        value, reverted = float(block.value_at(z, Uz)), False
+        if start is not None:
+            z0, Uz0 = start
+            value0 = float(block.value_at(z0, Uz0))
+            reverted = value > value0
+            z, value = (z0, value0) if reverted else (z, value)
+        info.update(reverted=reverted, value=value)
+    if capped and not capped_residual:
         info["residual"] = math.nan
     return z
