@@ -59,8 +59,8 @@ PAPER_LAM, PAPER_GAMMA = from_reference(lam=(5, 5, 1, 1), rho=(1e-4, 1e-2, 1, 1,
 LAM, GAMMA = PAPER_LAM, PAPER_GAMMA[:2] + (0.3, 0.3) + PAPER_GAMMA[4:]
 #: FISTA steps per round of X_1 .. X_4 (validation: 0.9797 after 10 epochs, as with 10 each)
 X_STEPS = (1, 1, 10, 10)
-#: W-block solves of a layer that one Gram factorisation serves (the conv layers' patch Grams)
-GRAM_REUSE = 1
+#: W-block solves of W_0 .. W_4 that one Gram factorisation serves
+GRAM_REUSE = (1, 1, 1, 1, 1)
 # MNIST: --data-dir, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
 os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -112,9 +112,10 @@ def parse_args(argv=None):
                    help="FLN FISTA steps per round of each X-block, X_1 to X_4 (one number: all "
                         "the same); default 1,1,10,10")
     p.add_argument("--alternations", type=int, default=1, help="FLN rounds per batch (K)")
-    p.add_argument("--gram-reuse", type=int, default=GRAM_REUSE, help="FLN W-block solves of a "
-                   "layer (one per batch) that one Gram factorisation of the preconditioner "
-                   f"serves (default {GRAM_REUSE})")
+    p.add_argument("--gram-reuse", type=_per_layer(5, "--gram-reuse", integers=True),
+                   default=GRAM_REUSE, help="FLN W-block solves (one per batch) that one Gram "
+                   "factorisation of the preconditioner serves, W_0 to W_4 (one number: all the "
+                   f"same); default {','.join(map(str, GRAM_REUSE))}")
     p.add_argument("--check-every", type=int, default=20, help="FLN rounds between full "
                    "certificate checks (block statuses: every round)")
     p.add_argument("--adam-lr", type=float, default=1e-3)
@@ -134,7 +135,7 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="default: runs/lenet5_<dataset>")
     args = p.parse_args(argv)
     for name in ("epochs", "train_size", "batch_size", "threads", "eval_every", "w_steps",
-                 "check_every", "alternations", "jobs", "gram_reuse"):
+                 "check_every", "alternations", "jobs"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     for name in ("rho", "adam_lr", "sgd_lr"):

@@ -76,7 +76,8 @@ def test_quick_run_writes_its_report(tmp_path):
     (["--validation", "-5"], "--validation must be >= 0"),
     (["--train-eval", "-1"], "--train-eval must be >= 0, got -1"),
     (["--jobs", "0"], "--jobs must be >= 1, got 0"),
-    (["--gram-reuse", "0"], "--gram-reuse must be >= 1, got 0"),
+    (["--gram-reuse", "0"], "--gram-reuse must be 1 or 5 integers >= 1"),
+    (["--gram-reuse", "8,8"], "--gram-reuse must be 1 or 5 integers >= 1"),
     (["--device", "tpu"], "invalid choice: 'tpu'"),
 ] + ([(["--device", "cupy"], "--device cupy needs CuPy and a GPU")]
      if importlib.util.find_spec("cupy") is None else []))

@@ -785,6 +785,8 @@ def test_large_w_hidden_converges_in_seconds():
                                          (dict(x_steps=0), "x_steps"), (dict(x_steps=2.0), "x_steps"),
                                          (dict(gram_reuse=0), "gram_reuse"),
                                          (dict(gram_reuse=True), "gram_reuse"),
+                                         (dict(gram_reuse=None), "gram_reuse"),
+                                         (dict(gram_reuse=(2, 0)), "gram_reuse"),
                                          (dict(capped_residual=1), "capped_residual"),
                                          (dict(capped_value=0), "capped_value"),
                                          (dict(x_steps=True), "x_steps"),
@@ -814,7 +816,16 @@ def test_per_layer_steps_cap_each_block_by_its_layer():
     for l, k in ((0, 2), (1, 1), (2, 3)):
         res = be.solve(blocks.w_block(net, X0, Y, Xs, l, gamma=0.5, W0=net.W[l]), start=net.W[l])
         assert res.iterations == k and res.info["w_steps"] == k
-    for bad, name in ((dict(x_steps=(1, 2, 3)), "x_steps"), (dict(w_steps=(1, 2)), "w_steps")):
+    # gram_reuse=(r_0, ..., r_L): W_l's factor serves r_l solves (W_0's, stale, on a new X~)
+    be = FastBackend(w_steps=1, gram_reuse=(2, 1, 1))
+    for l, stale in ((0, True), (1, False)):
+        be.solve(blocks.w_block(net, X0, Y, Xs, l, gamma=0.5, W0=net.W[l]), start=net.W[l])
+        moved = [np.maximum(X + 0.1, 0) for X in Xs]
+        res = be.solve(blocks.w_block(net, X0 + 0.1, Y, moved, l, gamma=0.5, W0=net.W[l]),
+                       start=net.W[l])
+        assert res.info["stale_factor"] == stale
+    for bad, name in ((dict(x_steps=(1, 2, 3)), "x_steps"), (dict(w_steps=(1, 2)), "w_steps"),
+                      (dict(gram_reuse=(2, 2)), "gram_reuse")):
         W = [W.copy() for W in net.W]
         with pytest.raises(ValueError, match=name):
             fit_bcd(net, X0, Y, batch_size=10, backend=FastBackend(**bad))

@@ -75,6 +75,16 @@ def _check_steps(name, steps):
                      f"layer), got {steps!r}")
 
 
+def _of_layer(name, setting, block, i):
+    """A per-layer setting's entry ``i`` for ``block`` where it is a tuple, else the setting."""
+    if not isinstance(setting, tuple):
+        return setting
+    if not 0 <= i < len(setting):
+        raise ValueError(f"{name} has {len(setting)} entries, none for the block of layer "
+                         f"{block.layer}: {setting!r}")
+    return setting[i]
+
+
 def _dtype_name(dtype):
     """'float32' / 'float64' from a string, a NumPy / CuPy dtype or type, or an array-API dtype."""
     return None if dtype is None else check_dtype(dtype).name
@@ -102,7 +112,9 @@ class FastBackend:
     gram_reuse : how many W solves of a layer one Gram factorisation serves (the
         parameter-space preconditioner of the CG W-blocks, not the MSE closed form nor the
         data-space one, which costs less to form again): 1 refactors whenever X~ changes; k > 1
-        reuses it across k batches of a run.
+        reuses it across k batches of a run; or one count per W-block, ``(W_0, ..., W_L)``:
+        a conv layer's patch Gram sums 100,000s of columns and hardly changes from batch to
+        batch, a dense layer's 500 do (docs page "Results").
     threads : an integer budget of cores (``fenchel_cvx.threads.plan``: NumPy's BLAS gets them
         all, SciPy's BLAS one), a dict ``{"numpy": n, "scipy": k, ...}``, or None (leave the
         native thread pools as they are); applied through threadpoolctl around every solve, and
@@ -135,10 +147,10 @@ class FastBackend:
         if newton_cap is not None and not (isinstance(newton_cap, numbers.Integral) and newton_cap >= 0):
             raise ValueError(f"newton_cap must be None or an integer >= 0, got {newton_cap!r}")
         self.newton_cap = newton_cap
-        if isinstance(gram_reuse, bool) or not (isinstance(gram_reuse, numbers.Integral)
-                                                 and gram_reuse >= 1):
-            raise ValueError(f"gram_reuse must be an integer >= 1, got {gram_reuse!r}")
-        self.gram_reuse = int(gram_reuse)
+        if gram_reuse is None:
+            raise ValueError("gram_reuse must be an integer >= 1 or a sequence of them (one per "
+                             "layer), got None")
+        self.gram_reuse = _check_steps("gram_reuse", gram_reuse)
         if threads is not None:
             per_library(threads)   # a bad count fails here, before any work
         self.threads, self._pools = threads, None
@@ -152,7 +164,8 @@ class FastBackend:
         """Refuse per-layer ``w_steps`` / ``x_steps`` of another length than ``net``'s blocks
         (``fit_bcd`` calls it before any work)."""
         for name, steps, n, first in (("w_steps", self.w_steps, net.n_hidden + 1, 0),
-                                      ("x_steps", self.x_steps, net.n_hidden, 1)):
+                                      ("x_steps", self.x_steps, net.n_hidden, 1),
+                                      ("gram_reuse", self.gram_reuse, net.n_hidden + 1, 0)):
             if isinstance(steps, tuple) and len(steps) != n:
                 raise ValueError(f"{name} must have one entry per block of the network "
                                  f"({n}: {name[0].upper()}_{first} to {name[0].upper()}_"
@@ -163,13 +176,11 @@ class FastBackend:
         cap, per layer where a tuple (X_l: entry l - 1, W_l: entry l), or None."""
         x = isinstance(block, XBlock)
         name, steps = ("x_steps", self.x_steps) if x else ("w_steps", self.w_steps)
-        if not isinstance(steps, tuple):
-            return name, steps
-        i = block.layer - 1 if x else block.layer
-        if not 0 <= i < len(steps):
-            raise ValueError(f"{name} has {len(steps)} entries, none for the block of layer "
-                             f"{block.layer}: {steps!r}")
-        return name, steps[i]
+        return name, _of_layer(name, steps, block, block.layer - 1 if x else block.layer)
+
+    def reuse_of(self, block):
+        """The W-block's ``gram_reuse`` (its layer's entry where a tuple)."""
+        return _of_layer("gram_reuse", self.gram_reuse, block, block.layer)
 
     def __repr__(self):
         return (f"FastBackend(tol={self.tol}, max_iter={self.max_iter}, w_steps={self.w_steps}, "
@@ -257,7 +268,7 @@ def _solve_pncg(block, backend, xp, Z, tol):
     _, steps = backend.steps_of(block)
     cap = backend.max_iter if steps is None else int(steps)
     return solve_pncg(xp, block, Z, tol, cap, backend._cache, newton_cap=backend.newton_cap,
-                      gram_reuse=backend.gram_reuse, capped_residual=backend.capped_residual,
+                      gram_reuse=backend.reuse_of(block), capped_residual=backend.capped_residual,
                       capped_value=backend.capped_value)
 
 
