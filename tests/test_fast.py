@@ -456,6 +456,18 @@ def test_warm_start_at_optimum_takes_no_step():
         assert again.converged and again.iterations == 0
 
 
+def test_capped_x_solve_at_an_optimum_converges_in_one_step():
+    """A capped X solve does not test its start: its first step does. From an optimum the step
+    stays within rounding of it, and the solve reports convergence after that one step."""
+    for act in ("relu", "sigmoid"):
+        for kind in X_KINDS:
+            block = case_block(act, "cross_entropy", kind, 0.0)
+            first = FastBackend(tol=1e-10).solve(block)
+            again = FastBackend(x_steps=3).solve(block, start=first.argmin)
+            assert again.converged and again.iterations == 1 and again.residual <= 1e-6
+            np.testing.assert_allclose(again.argmin, first.argmin, rtol=0, atol=1e-9)
+
+
 def test_sigmoid_x_block_from_the_boundary_stays_inside():
     block = case_block("sigmoid", "cross_entropy", "x_last", 0.0)
     for start in (np.zeros(block.U_prev.shape), np.ones(block.U_prev.shape)):

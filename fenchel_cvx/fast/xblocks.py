@@ -211,14 +211,19 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
     best, best_it, stalled, converged, it = math.inf, 0, False, False, 0
     G = sm.grad_U(Uz)
     Gy = sm.adjoint(G)      # the smooth term's gradient at z: also the first step's (y = z)
-    if _optimal(xp, block, z, Gy, tol) and (res := block.kkt_residual(z)) <= tol:
+    # fewer steps than the stall window (a capped solve, as in batched training): the start is
+    # not tested, its first step is (an optimal start is a fixed point of the step, whose
+    # gradient mapping then passes the proxy test below); an uncapped solve tests it, and an
+    # optimal start takes no step
+    capped = max_iter < stall_window
+    if not capped and _optimal(xp, block, z, Gy, tol) and (res := block.kkt_residual(z)) <= tol:
         return z, 0, dict(method="fista", lipschitz=L, restarts=0, backtracks=0, converged=True,
                           residual=res)
     tauU = (None, None)   # (L, tau U_prev): formed again only when L changes
-    # fewer steps than the stall window: the proxy only decides the KKT test, and max|Gy| is
-    # formed only where a bound (|W_p^T G| <= max_i |W_p e_i|_1 max|G|) lets it pass 2 tol
+    # a capped solve: the proxy only decides the KKT test, and max|Gy| is formed only where a
+    # bound (|W_p^T G| <= max_i |W_p e_i|_1 max|G|) lets it pass 2 tol
     colsum = (float(xp.max(xp.sum(xp.abs(sm.Wp), axis=0)))
-              if max_iter < stall_window and sm.Wp is not None else None)
+              if capped and sm.Wp is not None else None)
     for it in range(1, max_iter + 1):
         if it > 1:
             G = sm.grad_U(Uy)
