@@ -235,7 +235,8 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
                 tauU = (L, tau * U_prev)
             zn, state_n = prox(xp, act, _combine(Gy, -1.0 / L, y, tauU[1]), tau, state)
             Uzn = sm.forward(zn)
-            D, dz = zn - y, zn - z
+            D = zn - y
+            dz = D if y is z else zn - z     # y is z: the first step, and after a restart
             # the scalars of the iteration are computed on the device, then read at once;
             # max |A| as max(max A, -min A) (no temporary); (y - zn).(zn - z) = -D.dz exactly
             hiD, loD, Ddz = (float(v) for v in (xp.max(D), xp.min(D), xp.sum(D * dz)))
@@ -267,9 +268,12 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
         elif proxy <= math.sqrt(eps) and it - best_it >= stall_window:
             z, Uz, stalled = zn, Uzn, True  # at the working precision's floor
             break
-        theta_n, beta = _momentum(theta, uphill)
         restarts += uphill > 0
-        y, Uy = _combine(dz, beta, zn), Uzn + beta * (Uzn - Uz)
+        if it == max_iter:          # no next step: no momentum to form
+            z, Uz = zn, Uzn
+            break
+        theta_n, beta = _momentum(theta, uphill)
+        y, Uy = (_combine(dz, beta, zn), Uzn + beta * (Uzn - Uz)) if beta else (zn, Uzn)
         z, Uz, theta = zn, Uzn, theta_n
     info = dict(method="fista", lipschitz=L, restarts=restarts, backtracks=backtracks,
                 reverted=False, kkt_checks=checks, converged=converged, stalled=stalled)
