@@ -157,6 +157,7 @@ class _Round:
         self.backend, self.net, self.cert, self.gamma, self.W0 = backend, net, cert, gamma, W0
         self.check = check
         self.blocks = []
+        self.U_out = {}     # layer l -> A(W_l, X_l) + b at the X-sweep's X_l, where a solver held it
 
     def prox(self):
         return float(sum(g * array_namespace(W).sum((W - W0) ** 2)
@@ -176,7 +177,7 @@ class _Round:
                                     seconds=time.perf_counter() - t0, solver_seconds=None,
                                     status=f"error: {err.status}", residual=None, iterations=None,
                                     converged=False))
-            return current, 0.0
+            return current, 0.0, None
         wall = time.perf_counter() - t0
         Z = res.argmin
         # the certificate trusts no report: the argmin must be usable (every round), and on every
@@ -198,28 +199,31 @@ class _Round:
             self.cert.check_descent(name, before, after, scale)
         record["value_after"] = after
         self.blocks.append(record)
-        return Z, (after - before) if self.check else 0.0
+        return Z, (after - before) if self.check else 0.0, res.U
 
     def x_sweep(self, X0, Y, Xs, F, Us=None):
         """The X-blocks X_L, ..., X_1; updates the list ``Xs`` in place (kept if a block halts).
 
         ``Us``: the pre-activations of the feed-forward pass that gave ``Xs`` at the current
-        weights (a fresh X): X_l's block takes U_{l-1} from it (X_{l-1} is solved after X_l)."""
+        weights (a fresh X): X_l's block takes U_{l-1} from it (X_{l-1} is solved after X_l).
+        A solver's ``A(W_l, X_l) + b`` at its returned X_l (``BlockResult.U``) is kept for the
+        W-block of layer l, whose W_l does not change before it."""
         for l in range(self.net.n_hidden, 0, -1):
             block = x_block(self.net, X0, Y, Xs, l, U_prev=None if Us is None else Us[l - 1])
-            Xs[l - 1], delta = self._solve(f"X_{l}", block, Xs[l - 1], F)
+            Xs[l - 1], delta, self.U_out[l] = self._solve(f"X_{l}", block, Xs[l - 1], F)
             F = None if F is None else F + delta
         return Xs
 
     def w_sweep(self, X0, Y, Xs, F, Us=None):
         """The W-blocks W_L, ..., W_0. ``Us`` (as in ``x_sweep``): W_0's block takes U_0 = W_0 X0~
-        from it (W_0 and the data are as the feed-forward pass saw them)."""
+        from it (W_0 and the data are as the feed-forward pass saw them); W_l's (l >= 1) takes
+        W_l X~_l from the X-sweep's solver where it held it."""
         net = self.net
         for l in range(net.n_hidden, -1, -1):
             g = self.gamma[l]
-            block = w_block(net, X0, Y, Xs, l, gamma=g, W0=self.W0[l] if g else None,
-                            U=Us[0] if Us is not None and l == 0 else None)
-            net.W[l], delta = self._solve(f"W_{l}", block, net.W[l], F)
+            U = (Us[0] if Us is not None else None) if l == 0 else self.U_out.get(l)
+            block = w_block(net, X0, Y, Xs, l, gamma=g, W0=self.W0[l] if g else None, U=U)
+            net.W[l], delta, _ = self._solve(f"W_{l}", block, net.W[l], F)
             F = None if F is None else F + delta
 
 

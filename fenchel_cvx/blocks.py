@@ -340,3 +340,5 @@ class BlockResult:
     iterations: int = 0
     converged: bool = True
     info: dict = field(default_factory=dict)   # solver-specific: duality gap, solver name, ...
+    U: object = None          # an X-block's A(W, argmin) + b where the solver holds it (the
+                              # W-block of the same layer starts from it), else None

@@ -213,6 +213,7 @@ class FastBackend:
         Z, it, info = solve(block, self, xp, Z, tol)
         converged = bool(info.pop("converged"))
         status = "optimal" if converged else ("stalled" if info.get("stalled") else "max_iter")
+        U = info.pop("U", None)                # an X solver's A(W, Z) + b
         residual = info.pop("residual", None)  # a solver's own (W: from the gradient it holds)
         if residual is None:
             residual = block.kkt_residual(Z)
@@ -225,7 +226,7 @@ class FastBackend:
         return BlockResult(argmin=Z, value=value,
                            status=status, residual=residual,
                            seconds=time.perf_counter() - t0, iterations=it, converged=converged,
-                           info=info)
+                           info=info, U=U)
 
     def _start(self, xp, block, start, dtype):
         if start is None:

@@ -218,7 +218,7 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
     capped = max_iter < stall_window
     if not capped and _optimal(xp, block, z, Gy, tol) and (res := block.kkt_residual(z)) <= tol:
         return z, 0, dict(method="fista", lipschitz=L, restarts=0, backtracks=0, converged=True,
-                          residual=res)
+                          residual=res, U=Uz)
     tauU = (None, None)   # (L, tau U_prev): formed again only when L changes
     # a capped solve: the proxy only decides the KKT test, and max|Gy| is formed only where a
     # bound (|W_p^T G| <= max_i |W_p e_i|_1 max|G|) lets it pass 2 tol
@@ -261,7 +261,7 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
             checks += 1
             if (_optimal(xp, block, zn, sm.adjoint(sm.grad_U(Uzn)), tol)
                     and (res := block.kkt_residual(zn)) <= tol):
-                z, converged = zn, True
+                z, Uz, converged = zn, Uzn, True
                 break
         if proxy < 0.5 * best:      # (maxG None: proxy inf, and no stall test fires by max_iter)
             best, best_it = proxy, it
@@ -283,7 +283,8 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
     # F(z1) <= F(z0) - L/2 |z1 - z0|^2 (Beck & Teboulle 2009, Lemma 2.3); no start value needed
     descends = sm.certified and it == 1 and not stalled
     start = None if descends else (z0, Uz0)
-    return _closing(block, (z, Uz), start, info, capped_residual, capped_value), it, info
+    z, info["U"] = _closing(block, (z, Uz), start, info, capped_residual, capped_value)
+    return z, it, info
 
 
 def _combine(A, a, *terms):
@@ -312,15 +313,14 @@ def _optimal(xp, block, Z, grad_smooth, tol):
 
 
 def _closing(block, last, start, info, capped_residual, capped_value=True):
-    """The returned point: an inexact solve (a cap, a stall) never ends above its start (BCD
-    descent holds); its value goes to ``info``, and NaN as residual for a cap with
-    ``capped_residual=False``. ``last``, ``start``: ``(z, A(W, z))`` pairs the loop holds, so
-    that neither value needs the map again; ``start`` None where the step is known to descend
-    (then only the last point's value is formed, and none for a cap with
-    ``capped_value=False``)."""
+    """``(z, A(W, z))`` of the returned point: an inexact solve (a cap, a stall) never ends above
+    its start (BCD descent holds); its value goes to ``info``, and NaN as residual for a cap
+    with ``capped_residual=False``. ``last``, ``start``: such pairs the loop holds, so that
+    neither value needs the map again; ``start`` None where the step is known to descend (then
+    only the last point's value is formed, and none for a cap with ``capped_value=False``)."""
     z, Uz = last
     if info["converged"]:
-        return z
+        return z, Uz
     capped = not info["stalled"]
     if start is not None or not (capped and not capped_value):
         value, reverted = float(block.value_at(z, Uz)), False
@@ -328,8 +328,8 @@ def _closing(block, last, start, info, capped_residual, capped_value=True):
             z0, Uz0 = start
             value0 = float(block.value_at(z0, Uz0))
             reverted = value > value0
-            z, value = (z0, value0) if reverted else (z, value)
+            z, Uz, value = (z0, Uz0, value0) if reverted else (z, Uz, value)
         info.update(reverted=reverted, value=value)
     if capped and not capped_residual:
         info["residual"] = math.nan
-    return z
+    return z, Uz
