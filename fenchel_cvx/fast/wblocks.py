@@ -435,7 +435,7 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=RESYNC, newton_ca
     converged, it = False, 0
     for it in range(1, max_iter + 1):
         final = it == max_iter and not capped_residual
-        cg.step(it, resync, gradient=not final)
+        cg.step(it, resync, gradient=not final, image=not final or capped_value)
         if final:
             r = math.nan
             break
@@ -520,8 +520,10 @@ class _CG:
         scale = max(self.frozen_scale, *(float(xp.max(xp.abs(q))) for q in parts))
         return max(self.frozen_r, float(xp.max(g))) / (1.0 + scale)
 
-    def step(self, it, resync, gradient=True):
-        """The exact line search along d, the move, and the gradient at the new point."""
+    def step(self, it, resync, gradient=True, image=True):
+        """The exact line search along d, the move, and the gradient at the new point (and
+        ``U = W X~`` there only where ``image``: the last step of a solve that reports neither
+        residual nor value needs neither)."""
         xp, prob = self.xp, self.prob
         self.info["row_iterations"] += self.W.shape[0]
         if self.newton is not None:
@@ -530,8 +532,8 @@ class _CG:
         gd = -self.gs if self.gd is None else self.gd
         t, nls = prob.line_search(self.parts[1], self.U, self.d, dU, gd)
         self.info["line_search_iterations"] += nls
-        self.W, self.U, self.dU = self.W + t * self.d, self.U + t * dU, dU
-        if it % resync == 0:
+        self.W, self.U, self.dU = self.W + t * self.d, self.U + t * dU if image else None, dU
+        if image and it % resync == 0:
             self.U = prob.forward(self.W)  # no drift of the incrementally updated W X~
         if gradient:
             self.parts, self.A = prob.gradient(self.W, self.U)

@@ -239,7 +239,9 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
             dz = D if y is z else zn - z     # y is z: the first step, and after a restart
             # the scalars of the iteration are computed on the device, then read at once;
             # max |A| as max(max A, -min A) (no temporary); (y - zn).(zn - z) = -D.dz exactly
-            hiD, loD, Ddz = (float(v) for v in (xp.max(D), xp.min(D), xp.sum(D * dz)))
+            # (D.dz decides the next step's momentum: none after the last)
+            Ddz = xp.sum(D * dz) if it < max_iter else xp.zeros((), dtype=D.dtype)
+            hiD, loD, Ddz = (float(v) for v in (xp.max(D), xp.min(D), Ddz))
             maxD, maxG, uphill = max(hiD, -loD), None, -Ddz
             if colsum is None or L * maxD <= 2 * tol * (1 + 1.001 * colsum * float(
                     xp.max(xp.abs(G)))):
