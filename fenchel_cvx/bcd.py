@@ -205,11 +205,13 @@ class _Round:
         """The X-blocks X_L, ..., X_1; updates the list ``Xs`` in place (kept if a block halts).
 
         ``Us``: the pre-activations of the feed-forward pass that gave ``Xs`` at the current
-        weights (a fresh X): X_l's block takes U_{l-1} from it (X_{l-1} is solved after X_l).
+        weights (a fresh X): X_l's block takes U_{l-1} and, for its start, U_l from it (X_{l-1}
+        is solved after X_l).
         A solver's ``A(W_l, X_l) + b`` at its returned X_l (``BlockResult.U``) is kept for the
         W-block of layer l, whose W_l does not change before it."""
         for l in range(self.net.n_hidden, 0, -1):
-            block = x_block(self.net, X0, Y, Xs, l, U_prev=None if Us is None else Us[l - 1])
+            block = x_block(self.net, X0, Y, Xs, l, U_prev=None if Us is None else Us[l - 1],
+                            U=None if Us is None else Us[l])
             Xs[l - 1], delta, self.U_out[l] = self._solve(f"X_{l}", block, Xs[l - 1], F)
             F = None if F is None else F + delta
         return Xs

@@ -149,6 +149,7 @@ class XHidden(XBlock):
     V_next: object      # X_{l+1}
     lam_out: float
     map: LinearMap = None   # the map of W_l (None: dense)
+    U: object = None    # A(W, Z) + b at the iterate the solve starts from, when the caller has it
     kind = "x_hidden"
 
     def value_at(self, Z, U):
@@ -166,7 +167,7 @@ class XHidden(XBlock):
         return (self.act_in, self.act_out)
 
     def restrict(self, index):
-        return replace(self, U_prev=self.U_prev[:, index], V_next=self.V_next[:, index])
+        return replace(self, U_prev=self.U_prev[:, index], V_next=self.V_next[:, index], U=None)
 
 
 @dataclass
@@ -181,6 +182,7 @@ class XLast(XBlock):
     W: object           # W_L
     Y: object
     map: LinearMap = None   # the map of W_L (None: dense)
+    U: object = None    # A(W, Z) + b at the iterate the solve starts from, when the caller has it
     kind = "x_last"
 
     def value_at(self, Z, U):
@@ -196,7 +198,7 @@ class XLast(XBlock):
         return (self.act_in,)
 
     def restrict(self, index):
-        return replace(self, U_prev=self.U_prev[:, index], Y=self.Y[:, index])
+        return replace(self, U_prev=self.U_prev[:, index], Y=self.Y[:, index], U=None)
 
 
 @dataclass
@@ -289,18 +291,20 @@ class WLast(WBlock):
 
 
 # --- the blocks of a network at its current iterate ------------------------------------------
-def x_block(net, X0, Y, Xs, l, U_prev=None):
+def x_block(net, X0, Y, Xs, l, U_prev=None, U=None):
     """The block of the lifted variable X_l (1 <= l <= L) at the iterate (net.W, Xs).
 
     ``U_prev``: ``W_{l-1} X~_{l-1}`` at this iterate if already at hand (the driver's
-    feed-forward pass), else computed here."""
+    feed-forward pass), else computed here; ``U``: ``W_l X~_l`` likewise, for a solver that
+    starts from ``Xs[l - 1]`` (else it forms it)."""
     L = net.n_hidden
     if not 1 <= l <= L:
         raise ValueError(f"l must be in 1..{L} for an X-block, got {l}")
     X = [X0, *Xs]
     if U_prev is None:
         U_prev = net.pre_activation(l - 1, X[l - 1])
-    common = dict(layer=l, act_in=net.activations[l - 1], U_prev=U_prev, lam_in=net.lam[l - 1])
+    common = dict(layer=l, act_in=net.activations[l - 1], U_prev=U_prev, lam_in=net.lam[l - 1],
+                  U=U)
     if l < L:
         return XHidden(**common, act_out=net.activations[l], W=net.W[l], V_next=X[l + 1],
                        lam_out=net.lam[l], map=net.layers[l])

@@ -148,19 +148,26 @@ def test_fast_backend_same_driver_non_strict_by_default(tiny):
 
 def test_fresh_rounds_hand_the_feed_forward_products_to_the_blocks(tiny):
     """A batch's first round: X_l's U_{l-1} and W_0's W_0 X0~ come from the feed-forward pass
-    (no product repeated); later rounds' W_0 computes its own. W_l X~_l (l >= 1) comes from the
-    X-sweep's solve of X_l in every round: the product its FISTA loop held at its point."""
+    (no product repeated), and so does X_l's A(W_l, X_l) at its start; later rounds' W_0 and
+    X-blocks compute their own. W_l X~_l (l >= 1) comes from the X-sweep's solve of X_l in every
+    round: the product its FISTA loop held at its point."""
     from fenchel_cvx.fast import FastBackend
 
     seen = []
 
+    seen_x = []
+
     class Recording(FastBackend):
         def solve(self, block, start=None):
+            hint = getattr(block, "U")
             if block.kind.startswith("w"):
-                hint = getattr(block, "U")
                 seen.append((block.layer, hint is not None))
                 if hint is not None:   # the product the block would form itself, up to rounding
                     np.testing.assert_allclose(hint, start @ block.Xt, rtol=1e-12, atol=1e-12)
+            else:
+                seen_x.append((block.layer, hint is not None))
+                if hint is not None:   # A(W, start) + b, as the block's own map gives it
+                    np.testing.assert_allclose(hint, block.forward(start), rtol=1e-12, atol=1e-12)
             return super().solve(block, start)
 
     X, Y = tiny
@@ -174,6 +181,7 @@ def test_fresh_rounds_hand_the_feed_forward_products_to_the_blocks(tiny):
     for k, blocks in enumerate(per_round):
         fresh = k % 2 == 0 or res.history[k]["restarted"]
         assert blocks == [(2, True), (1, True), (0, fresh)]
+        assert seen_x[2 * k:2 * k + 2] == [(2, fresh), (1, fresh)]
     for W, Wr in zip(res.net.W, ref.net.W):     # a hint changes no result (here: no rounding)
         np.testing.assert_array_equal(W, Wr)
 

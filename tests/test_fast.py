@@ -456,6 +456,27 @@ def test_warm_start_at_optimum_takes_no_step():
         assert again.converged and again.iterations == 0
 
 
+def test_x_solve_starts_from_the_callers_product_where_its_start_is_inside():
+    """``block.U = A(W, Z) + b`` at the start Z spares the solver that product: a hint of the
+    right shape is used (a poisoned one changes the step), and ignored where the start is
+    projected into the domain first (its product would no longer be A(W, start))."""
+    import dataclasses
+
+    block = case_block("relu", "cross_entropy", "x_hidden", 0.0)
+    start = np.maximum(block.U_prev, 0) + 0.1
+    ref = FastBackend(x_steps=1).solve(block, start=start)
+    hinted = FastBackend(x_steps=1).solve(dataclasses.replace(block, U=block.forward(start)), start=start)
+    np.testing.assert_allclose(hinted.argmin, ref.argmin, rtol=0, atol=1e-12)
+    poisoned = dataclasses.replace(block, U=block.forward(start) + 1.0)
+    assert not np.allclose(FastBackend(x_steps=1).solve(poisoned, start=start).argmin, ref.argmin)
+    outside = start - 0.2          # some entries < 0: projected first, the hint is not used
+    assert np.any(outside < 0)
+    wrong = dataclasses.replace(block, U=block.forward(outside))
+    np.testing.assert_allclose(FastBackend(x_steps=1).solve(wrong, start=outside).argmin,
+                               FastBackend(x_steps=1).solve(block, start=outside).argmin,
+                               rtol=0, atol=1e-12)
+
+
 def test_capped_x_solve_at_an_optimum_converges_in_one_step():
     """A capped X solve does not test its start: its first step does. From an optimum the step
     stays within rounding of it, and the solve reports convergence after that one step."""
