@@ -216,20 +216,22 @@ class _Round:
             F = None if F is None else F + delta
         return Xs
 
-    def w_sweep(self, X0, Y, Xs, F, Us=None):
+    def w_sweep(self, X0, Y, Xs, F, Us=None, Xt0=None):
         """The W-blocks W_L, ..., W_0. ``Us`` (as in ``x_sweep``): W_0's block takes U_0 = W_0 X0~
         from it (W_0 and the data are as the feed-forward pass saw them); W_l's (l >= 1) takes
-        W_l X~_l from the X-sweep's solver where it held it."""
+        W_l X~_l from the X-sweep's solver where it held it; ``Xt0``: the data's patches X~_0, if
+        at hand (the feed-forward pass formed U_0 from them)."""
         net = self.net
         for l in range(net.n_hidden, -1, -1):
             g = self.gamma[l]
             U = (Us[0] if Us is not None else None) if l == 0 else self.U_out.get(l)
-            block = w_block(net, X0, Y, Xs, l, gamma=g, W0=self.W0[l] if g else None, U=U)
+            block = w_block(net, X0, Y, Xs, l, gamma=g, W0=self.W0[l] if g else None, U=U,
+                            Xt=Xt0 if l == 0 else None)
             net.W[l], delta, _ = self._solve(f"W_{l}", block, net.W[l], F)
             F = None if F is None else F + delta
 
 
-def _round(backend, net, cert, X0, Y, Xs, gamma, W0, fresh, check=True, Us=None):
+def _round(backend, net, cert, X0, Y, Xs, gamma, W0, fresh, check=True, Us=None, Xt0=None):
     """One round on (X0, Y) from lifted variables Xs; returns (Xs, record).
 
     ``check=False``: no objective values and no objective-based checks (see ``fit_bcd``'s
@@ -253,7 +255,7 @@ def _round(backend, net, cert, X0, Y, Xs, gamma, W0, fresh, check=True, Us=None)
         if check:
             F_x, B_x = net.lifted_objective(X0, Y, Xs), net.divergences(X0, Xs)
             cert.check_lower_bound(F_x, J)
-        r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.prox(), Us)
+        r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.prox(), Us, Xt0)
         if check:
             cert.check_fenchel_young(net, X0, Xs)
             after_w = dict(lifted_w=net.lifted_objective(X0, Y, Xs),
@@ -364,9 +366,10 @@ def _run(net, data, steps, state, run, observers):
     xp = data.xp
     for step in steps[state.iteration:]:
         Xb, Yb = data.batch(step.idx)
-        Us = None
-        if step.new_x:
-            Xs, Us = net.feed_forward(Xb)
+        Us = Xt0 = None
+        if step.new_x:     # the data's patches serve the feed-forward pass and W_0's block
+            Xt0 = net.layers[0].patches(Xb)
+            Xs, Us = net.feed_forward(Xb, Xt0)
             state.Xs = list(Xs)
         if step.new_w0:
             state.W0 = ([xp.asarray(W, copy=True) for W in net.W] if any(run.gamma)
@@ -374,7 +377,7 @@ def _run(net, data, steps, state, run, observers):
         check = step.iteration % run.check_every == 0 or step.last
         run.cert.begin(step.iteration, full=check)
         Xs, rec = _round(run.backend, net, run.cert, Xb, Yb, state.Xs, run.gamma, state.W0,
-                         step.new_x, check, Us)
+                         step.new_x, check, Us, Xt0)
         rec = dict(iteration=step.iteration, epoch=step.epoch, batch=step.batch,
                    alternation=step.alternation, **rec, **run.evaluate(net, step))
         rec["certificate"] = run.cert.outcome()

@@ -311,11 +311,12 @@ def x_block(net, X0, Y, Xs, l, U_prev=None, U=None):
     return XLast(**common, loss=net.loss, W=net.W[L], Y=Y, map=net.layers[L])
 
 
-def w_block(net, X0, Y, Xs, l, gamma=0.0, W0=None, U=None):
+def w_block(net, X0, Y, Xs, l, gamma=0.0, W0=None, U=None, Xt=None):
     """The block of the weights W_l (0 <= l <= L); ``gamma > 0`` adds gamma ||W - W0||^2.
 
     ``U``: ``W_l X~_l`` at the current weights if at hand (the feed-forward pre-activation
-    when X_l is data or feed-forward), for a solver that starts from ``net.W[l]``."""
+    when X_l is data or feed-forward), for a solver that starts from ``net.W[l]``; ``Xt``: the
+    patches ``X~_l`` if at hand (else formed here)."""
     L = net.n_hidden
     if not 0 <= l <= L:
         raise ValueError(f"l must be in 0..{L} for a W-block, got {l}")
@@ -324,8 +325,9 @@ def w_block(net, X0, Y, Xs, l, gamma=0.0, W0=None, U=None):
     if gamma and W0 is None:
         raise ValueError("W0 is required when gamma > 0")
     X, A = [X0, *Xs], net.layers[l]
-    common = dict(layer=l, Xt=A.patches(X[l]), rho=net.rho[l], gamma=float(gamma),
-                  W0=W0 if gamma else None, U=None if U is None else A.rows(U))
+    common = dict(layer=l, Xt=A.patches(X[l]) if Xt is None else Xt, rho=net.rho[l],
+                  gamma=float(gamma), W0=W0 if gamma else None,
+                  U=None if U is None else A.rows(U))
     if l < L:
         return WHidden(**common, act=net.activations[l], V=A.rows(X[l + 1]), lam=net.lam[l])
     return WLast(**common, loss=net.loss, Y=A.rows(Y))

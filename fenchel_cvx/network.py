@@ -164,12 +164,15 @@ class LiftedNetwork:
         Xs, Us = self.feed_forward(X0)
         return Xs, Us[-1]
 
-    def feed_forward(self, X0):
+    def feed_forward(self, X0, Xt0=None):
         """Feed-forward pass keeping the pre-activations: ``(Xs, Us)``, ``Us = [U_0, ..., U_L]``
-        (``U_L = Yhat``); the BCD driver hands ``U_{l-1}`` to the X-block of ``X_l``."""
+        (``U_L = Yhat``); the BCD driver hands ``U_{l-1}`` to the X-block of ``X_l``. ``Xt0``:
+        X0's patches ``layers[0].patches(X0)`` if at hand (W_0's block needs them too), from
+        which U_0 = W_0 X~_0."""
         Xs, Us, Xl = [], [], X0
         for l, act in enumerate(self.activations):
-            Us.append(self.pre_activation(l, Xl))
+            Us.append(self.pre_activation(l, Xl) if l or Xt0 is None
+                      else self.layers[0].unrows(self.W[0] @ Xt0, X0.shape[1]))
             Xl = act.phi(Us[-1])
             Xs.append(Xl)
         Us.append(self.pre_activation(self.n_hidden, Xl))

@@ -105,6 +105,23 @@ def test_feed_forward_keeps_the_pre_activations_the_x_blocks_use():
                                       x_block(net, X0, Y, Xs, l, U_prev=Us[l - 1]).U_prev)
 
 
+def test_feed_forward_from_the_datas_patches():
+    """``feed_forward(X0, Xt0)`` forms U_0 from the patches the W_0 block uses (the BCD driver
+    shares them), the same pass to rounding for a dense and a convolutional first layer."""
+    from fenchel_cvx import lenet5
+
+    rng = np.random.default_rng(0)
+    dense, X0, _, _ = make_problem(SIZES, act="relu", m=7, seed=2)
+    conv = lenet5((1, 28, 28), n_classes=3, seed=0)
+    for net, X in ((dense, X0), (conv, rng.random((784, 3)))):
+        Xt0 = net.layers[0].patches(X)
+        Xs, Us = net.feed_forward(X)
+        Xs_p, Us_p = net.feed_forward(X, Xt0)
+        for a, b in zip([*Xs, *Us], [*Xs_p, *Us_p]):
+            np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12)
+        assert not np.allclose(net.feed_forward(X, 2 * Xt0)[1][0], Us[0])   # they are used
+
+
 def test_no_hidden_layer_is_a_linear_model():
     net, X0, Y, Xs = make_problem((3, 2), m=4)
     assert Xs == [] and net.forward(X0)[0] == []
