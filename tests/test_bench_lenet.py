@@ -100,7 +100,7 @@ def test_defaults_are_the_papers_but_the_dense_gammas():
     assert bench.parse_args(["--quick", "--epochs", "7"]).epochs == 2
     assert bench.parse_args(["--lam", "3"]).lam == (3.0,) * 4
     # the conv layers' patch Grams serve 8 batches, the dense layers' one
-    assert args.gram_reuse == (8, 8, 1, 1, 1) and bench.parse_args(["--gram-reuse", "2"]).gram_reuse == (2,) * 5
+    assert args.gram_reuse == (40, 40, 1, 1, 1) and bench.parse_args(["--gram-reuse", "2"]).gram_reuse == (2,) * 5
 
 
 def test_validation_split_replaces_the_test_set():
