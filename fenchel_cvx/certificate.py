@@ -190,7 +190,8 @@ def argmin_problem(block, Z, shape):
         return f"argmin is not an array (got {type(Z).__name__})"
     if tuple(Z.shape) != tuple(shape):
         return f"argmin has shape {tuple(Z.shape)}, the block's variable {tuple(shape)}"
-    if not bool(xp.all(xp.isfinite(Z))):
+    # NaN propagates through max and min, and an inf is one of them: two passes, no mask
+    if not all(math.isfinite(float(v)) for v in (xp.max(Z), xp.min(Z))):
         bad = int(xp.sum(xp.astype(~xp.isfinite(Z), xp.int64)))
         return f"argmin has {bad} NaN or inf entries"
     P = block.project(Z)

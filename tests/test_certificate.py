@@ -215,3 +215,21 @@ def test_x_block_value_change_is_the_change_of_F(data):
     new = [Xs[0] + 0.1, Xs[1]]
     dF = net.lifted_objective(X, Y, new) - net.lifted_objective(X, Y, Xs)
     assert dF == pytest.approx(float(blk.value(new[0]) - blk.value(Xs[0])), rel=1e-10)
+
+
+def test_argmin_problem_names_non_finite_entries():
+    """One NaN or one inf entry makes an argmin unusable, however large its finite entries."""
+    from fenchel_cvx import activation
+    from fenchel_cvx.blocks import WHidden
+    from fenchel_cvx.certificate import argmin_problem
+
+    block = WHidden(layer=0, Xt=np.ones((3, 2), np.float32), rho=0.0, act=activation("relu"),
+                    V=np.ones((2, 2), np.float32), lam=1.0)
+    Z = np.zeros((2, 3), np.float32)
+    assert argmin_problem(block, Z, (2, 3)) is None
+    big = np.full((2, 3), 3e38, np.float32)
+    assert argmin_problem(block, big, (2, 3)) is None
+    for bad in (np.nan, np.inf, -np.inf):
+        one = big.copy()
+        one[1, 2] = bad
+        assert argmin_problem(block, one, (2, 3)) == "argmin has 1 NaN or inf entries"

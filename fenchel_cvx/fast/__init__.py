@@ -234,7 +234,7 @@ class FastBackend:
         start, shape = xp.asarray(start), tuple(block.shape)
         if tuple(start.shape) != shape:
             raise ValueError(f"start must have shape {shape}, got {tuple(start.shape)}")
-        return xp.astype(start, dtype)
+        return xp.astype(start, dtype, copy=False)   # the solvers never write into it
 
 
 # --- the solver of each block class --------------------------------------------------------------

@@ -327,7 +327,7 @@ def _closing(block, last, start, info, capped_residual, capped_value=True):
     if info["converged"]:
         return z, Uz
     capped = not info["stalled"]
-    if start is not None or not (capped and not capped_value):
+    if start is not None or capped_value or not capped:
         value, reverted = float(block.value_at(z, Uz)), False
         if start is not None:
             z0, Uz0 = start
