@@ -75,13 +75,17 @@ PROX = {"relu": _prox_relu, "leaky_relu": _prox_leaky}
 
 
 def _inside(xp, act, Z):
-    """Clip Z into the range of phi, strictly inside where F' is unbounded (sigmoid, tanh)."""
-    if act.name in PROX:  # closed ranges (ReLU's [0, inf)): the plain projection
-        return act.project(Z)
-    fi = xp.finfo(Z.dtype)
+    """Clip Z into the range of phi, strictly inside where F' is unbounded (sigmoid, tanh); Z
+    itself where it is inside already (read, not copied: the usual start, a previous iterate)."""
     lo, hi = act.v_range
-    lo = None if math.isinf(lo) else lo + max(abs(lo) * fi.eps, fi.smallest_normal)
-    hi = None if math.isinf(hi) else hi - max(abs(hi) * fi.eps, fi.smallest_normal)
+    lo, hi = (None if math.isinf(lo) else lo), (None if math.isinf(hi) else hi)
+    if act.name not in PROX:  # open ranges: strictly inside; closed ones (ReLU's): the range
+        fi = xp.finfo(Z.dtype)
+        lo = None if lo is None else lo + max(abs(lo) * fi.eps, fi.smallest_normal)
+        hi = None if hi is None else hi - max(abs(hi) * fi.eps, fi.smallest_normal)
+    if ((lo is None or float(xp.min(Z)) >= lo)        # NaN fails both: clipped (and kept)
+            and (hi is None or float(xp.max(Z)) <= hi)):
+        return Z
     return clip(Z, lo, hi)
 
 
@@ -206,8 +210,7 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
     eps = xp.finfo(Z.dtype).eps
     z = z0 = _inside(xp, act, Z)
     U = block.U     # A(W, Z) + b from the caller (bcd's feed-forward pass), if Z is inside
-    held = U is not None and tuple(U.shape) == (block.map.n_out, Z.shape[1]) and bool(
-        xp.all(z == Z))
+    held = U is not None and tuple(U.shape) == (block.map.n_out, Z.shape[1]) and z is Z
     Uz = Uz0 = U if held else sm.forward(z)
     y, Uy, theta = z, Uz, 1.0
     state, restarts, backtracks, checks = None, 0, 0, 0
