@@ -477,6 +477,25 @@ def test_x_solve_starts_from_the_callers_product_where_its_start_is_inside():
                                rtol=0, atol=1e-12)
 
 
+def test_fista_start_is_read_not_copied_where_it_is_inside():
+    """``_inside`` returns the start itself where it lies in the domain (strictly inside an open
+    range), and a clipped copy otherwise (NaN kept), leaving the caller's array unchanged."""
+    from fenchel_cvx.fast.xblocks import _inside
+
+    relu, sigmoid = activation("relu"), activation("sigmoid")
+    Z = np.array([[0.0, 1.5], [2.0, 0.25]])
+    assert _inside(np, relu, Z) is Z
+    inner = np.array([[0.2, 0.7]])
+    assert _inside(np, sigmoid, inner) is inner
+    for act, bad in ((relu, np.array([[-1.0, 2.0]])), (sigmoid, np.array([[0.0, 0.5]])),
+                     (relu, np.array([[np.nan, 2.0]]))):
+        before = bad.copy()
+        out = _inside(np, act, bad)
+        assert out is not bad and np.array_equal(bad, before, equal_nan=True)
+        assert np.isnan(out[0, 0]) if np.isnan(before[0, 0]) else 0 <= out[0, 0] < before[0, 1]
+    assert 0 < _inside(np, sigmoid, np.array([[0.0]]))[0, 0] < 1e-300
+
+
 def test_capped_x_solve_at_an_optimum_converges_in_one_step():
     """A capped X solve does not test its start: its first step does. From an optimum the step
     stays within rounding of it, and the solve reports convergence after that one step."""
