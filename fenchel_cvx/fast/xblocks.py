@@ -195,39 +195,33 @@ MAX_BACKTRACKS = 60  # doublings of L in one iteration; past that the precision 
 
 def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
             capped_value=True):
-    """FISTA with restart on an XHidden / XLast block from ``Z``. Returns ``(Z, iterations, info)``.
+    """FISTA with restart on an XHidden / XLast block from ``Z``: ``(Z, iterations, info)``.
 
     Near the working precision's floor (gradient-mapping residual below sqrt(eps)),
-    ``stall_window`` iterations without halving it stop the loop (``info["stalled"]``).
-    ``capped_residual=False``: stopped by ``max_iter``, ``info["residual"]`` is NaN (the caller
-    then does not evaluate it); ``capped_value=False``: ``info`` has no value then, unless the
-    descent guard formed it.
-    """
+    ``stall_window`` iterations without halving it stop the loop (``info["stalled"]``). Stopped
+    by ``max_iter``: with ``capped_residual=False`` ``info["residual"]`` is NaN (the caller
+    does not evaluate it); with ``capped_value=False`` ``info`` has no value, unless the
+    descent guard formed it."""
     act, lam_in, U_prev = block.act_in, block.lam_in, block.U_prev
     prox = PROX.get(act.name, _prox_newton)
     sm = _Smooth(xp, block)
     L = max(sm.L, 1e-12 * lam_in)
     eps = xp.finfo(Z.dtype).eps
     z = z0 = _inside(xp, act, Z)
-    U = block.U     # A(W, Z) + b from the caller (bcd's feed-forward pass), if Z is inside
-    held = U is not None and tuple(U.shape) == (block.map.n_out, Z.shape[1]) and z is Z
-    Uz = Uz0 = U if held else sm.forward(z)
+    Uz = Uz0 = _image(xp, block, sm, Z, z)
     y, Uy, theta = z, Uz, 1.0
     state, restarts, backtracks, checks = None, 0, 0, 0
     best, best_it, stalled, converged, it = math.inf, 0, False, False, 0
     G = sm.grad_U(Uz)
     Gy = sm.adjoint(G)      # the smooth term's gradient at z: also the first step's (y = z)
-    # fewer steps than the stall window (a capped solve, as in batched training): the start is
-    # not tested, its first step is (an optimal start is a fixed point of the step, whose
-    # gradient mapping then passes the proxy test below); an uncapped solve tests it, and an
-    # optimal start takes no step
+    # a capped solve (fewer steps than the stall window) tests its first step, not its start:
+    # an optimal start is a fixed point of the step, whose gradient mapping passes the proxy
     capped = max_iter < stall_window
     if not capped and _optimal(xp, block, z, Gy, tol) and (res := block.kkt_residual(z)) <= tol:
         return z, 0, dict(method="fista", lipschitz=L, restarts=0, backtracks=0, converged=True,
                           residual=res, U=Uz)
     tauU = (None, None)   # (L, tau U_prev): formed again only when L changes
-    # a capped solve: the proxy only decides the KKT test, and max|Gy| is formed only where a
-    # bound (|W_p^T G| <= max_i |W_p e_i|_1 max|G|) lets it pass 2 tol
+    # capped: max|Gy| only where |W_p^T G| <= max_i |W_p e_i|_1 max|G| lets the proxy pass 2 tol
     colsum = (float(xp.max(xp.sum(xp.abs(sm.Wp), axis=0)))
               if capped and sm.Wp is not None else None)
     for it in range(1, max_iter + 1):
@@ -241,22 +235,9 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
                 tauU = (L, tau * U_prev)
             zn, state_n = prox(xp, act, _combine(Gy, -1.0 / L, y, tauU[1]), tau, state)
             Uzn = sm.forward(zn)
-            D = zn - y
-            dz = D if y is z else zn - z     # y is z: the first step, and after a restart
-            # the scalars of the iteration are computed on the device, then read at once;
-            # max |A| as max(max A, -min A) (no temporary); (y - zn).(zn - z) = -D.dz exactly
-            # (D.dz decides the next step's momentum: none after the last)
-            Ddz = xp.sum(D * dz) if it < max_iter else xp.zeros((), dtype=D.dtype)
-            hiD, loD, Ddz = (float(v) for v in (xp.max(D), xp.min(D), Ddz))
-            maxD, maxG, uphill = max(hiD, -loD), None, -Ddz
-            if colsum is None or L * maxD <= 2 * tol * (1 + 1.001 * colsum * float(
-                    xp.max(xp.abs(G)))):
-                maxG = max(float(xp.max(Gy)), -float(xp.min(Gy)))
-            if sm.certified:
-                break
-            fy, fzn, gd, dd = (float(v) for v in (
-                fy_d, sm.value(Uzn), xp.sum(Gy * D), xp.sum(D * D)))
-            if fzn <= fy + gd + 0.5 * L * dd + 16 * eps * (1 + abs(fy)):
+            D, dz, maxD, maxG, uphill = _step_figures(xp, (zn, y, z), (G, Gy), L, tol, colsum,
+                                                      momentum=it < max_iter)
+            if sm.certified or _sufficient(xp, sm, fy_d, Uzn, Gy, D, L, eps):
                 break
             L, backtracks = 2 * L, backtracks + 1
         else:  # no step passes the test at this precision (rounding, overflow): stop here
@@ -287,12 +268,43 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
                 reverted=False, kkt_checks=checks, converged=converged, stalled=stalled)
     if converged:
         info["residual"] = res
-    # one step from z0 with a certified L is a proximal-gradient step, which descends:
-    # F(z1) <= F(z0) - L/2 |z1 - z0|^2 (Beck & Teboulle 2009, Lemma 2.3); no start value needed
-    descends = sm.certified and it == 1 and not stalled
-    start = None if descends else (z0, Uz0)
+    # one step from z0 with a certified L is a proximal-gradient step, which descends (Beck &
+    # Teboulle 2009, Lemma 2.3: F(z1) <= F(z0) - L/2 |z1 - z0|^2): no start value is needed
+    start = None if sm.certified and it == 1 and not stalled else (z0, Uz0)
     z, info["U"] = _closing(block, (z, Uz), start, info, capped_residual, capped_value)
     return z, it, info
+
+
+def _image(xp, block, sm, Z, z):
+    """``A(W, z) + b`` at the start z: the caller's ``block.U`` (bcd's feed-forward pass) where
+    it is of the right shape and z is Z itself (inside the domain), else formed here."""
+    U = block.U
+    held = U is not None and tuple(U.shape) == (block.map.n_out, Z.shape[1]) and z is Z
+    return U if held else sm.forward(z)
+
+
+def _step_figures(xp, points, grads, L, tol, colsum, momentum):
+    """``(D, dz, max|D|, max|Gy| or None, uphill)`` of a step to ``zn`` from ``y`` (and ``z``):
+    ``D = zn - y`` and ``dz = zn - z`` (the same array where y is z: the first step, after a
+    restart). The scalars are computed on the device, then read at once; max |A| as max(max A,
+    -min A) (no temporary); (y - zn).(zn - z) = -D.dz exactly, only where a next step takes
+    ``momentum``; max|Gy| only where the bound ``colsum`` (None: always) lets the proxy pass."""
+    (zn, y, z), (G, Gy) = points, grads
+    D = zn - y
+    dz = D if y is z else zn - z
+    Ddz = xp.sum(D * dz) if momentum else xp.zeros((), dtype=D.dtype)
+    hiD, loD, Ddz = (float(v) for v in (xp.max(D), xp.min(D), Ddz))
+    maxD, maxG = max(hiD, -loD), None
+    if colsum is None or L * maxD <= 2 * tol * (1 + 1.001 * colsum * float(xp.max(xp.abs(G)))):
+        maxG = max(float(xp.max(Gy)), -float(xp.min(Gy)))
+    return D, dz, maxD, maxG, -Ddz
+
+
+def _sufficient(xp, sm, fy_d, Uzn, Gy, D, L, eps):
+    """The backtracking test of an uncertified L: the smooth term at the new point below its
+    quadratic model at y, ``f(zn) <= f(y) + <Gy, D> + L/2 |D|^2`` (to a few eps of f(y))."""
+    fy, fzn, gd, dd = (float(v) for v in (fy_d, sm.value(Uzn), xp.sum(Gy * D), xp.sum(D * D)))
+    return fzn <= fy + gd + 0.5 * L * dd + 16 * eps * (1 + abs(fy))
 
 
 def _combine(A, a, *terms):
