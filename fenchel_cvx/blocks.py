@@ -253,7 +253,7 @@ class WHidden(WBlock):
         return (self.act,)
 
     def restrict(self, index):
-        return replace(self, V=self.V[index], W0=self._W0_rows(index))
+        return replace(self, V=self.V[index], W0=self._W0_rows(index), U=None)
 
 
 @dataclass
@@ -287,7 +287,7 @@ class WLast(WBlock):
     def restrict(self, index):
         if self.piece_axis is None:    # one piece: the block itself
             return self
-        return replace(self, Y=self.Y[index], W0=self._W0_rows(index))
+        return replace(self, Y=self.Y[index], W0=self._W0_rows(index), U=None)
 
 
 # --- the blocks of a network at its current iterate ------------------------------------------
@@ -338,7 +338,8 @@ class BlockResult:
     """What every backend returns for one block solve."""
 
     argmin: object
-    value: float              # the block objective at argmin (Block.value)
+    value: float              # the block objective at argmin (Block.value); NaN where a capped
+                              # fast solve was asked not to form it (capped_value=False)
     status: str               # "optimal" or the solver's status
     residual: float           # kkt_residual(block, argmin); an inexact fast W solve reports
                               # its own (from W X~ updated in place; exact when converged)

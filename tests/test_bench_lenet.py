@@ -99,7 +99,7 @@ def test_defaults_are_the_papers_but_the_dense_gammas():
     assert bench.parse_args(["--dataset", "cifar10"]).epochs == 80
     assert bench.parse_args(["--quick", "--epochs", "7"]).epochs == 2
     assert bench.parse_args(["--lam", "3"]).lam == (3.0,) * 4
-    # the conv layers' patch Grams serve 8 batches, the dense layers' one
+    # the conv layers' patch Grams serve 40 batches, the dense layers' one
     assert args.gram_reuse == (40, 40, 1, 1, 1) and bench.parse_args(["--gram-reuse", "2"]).gram_reuse == (2,) * 5
 
 

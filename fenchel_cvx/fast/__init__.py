@@ -163,13 +163,13 @@ class FastBackend:
     def check_network(self, net):
         """Refuse per-layer ``w_steps`` / ``x_steps`` of another length than ``net``'s blocks
         (``fit_bcd`` calls it before any work)."""
-        for name, steps, n, first in (("w_steps", self.w_steps, net.n_hidden + 1, 0),
-                                      ("x_steps", self.x_steps, net.n_hidden, 1),
-                                      ("gram_reuse", self.gram_reuse, net.n_hidden + 1, 0)):
+        for name, steps, n, first in (("w_steps", self.w_steps, net.n_hidden + 1, "W_0"),
+                                      ("x_steps", self.x_steps, net.n_hidden, "X_1"),
+                                      ("gram_reuse", self.gram_reuse, net.n_hidden + 1, "W_0")):
             if isinstance(steps, tuple) and len(steps) != n:
+                last = f"{first[0]}_{int(first[2:]) + n - 1}"
                 raise ValueError(f"{name} must have one entry per block of the network "
-                                 f"({n}: {name[0].upper()}_{first} to {name[0].upper()}_"
-                                 f"{first + n - 1}), got {len(steps)}: {steps!r}")
+                                 f"({n}: {first} to {last}), got {len(steps)}: {steps!r}")
 
     def steps_of(self, block):
         """``(name, cap)``: the block's step setting (``"w_steps"`` / ``"x_steps"``) and its

@@ -268,9 +268,7 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
                 reverted=False, kkt_checks=checks, converged=converged, stalled=stalled)
     if converged:
         info["residual"] = res
-    # one step from z0 with a certified L is a proximal-gradient step, which descends (Beck &
-    # Teboulle 2009, Lemma 2.3: F(z1) <= F(z0) - L/2 |z1 - z0|^2): no start value is needed
-    start = None if sm.certified and it == 1 and not stalled else (z0, Uz0)
+    start = None if _descends(sm, act, it, stalled) else (z0, Uz0)   # no start value needed
     z, info["U"] = _closing(block, (z, Uz), start, info, capped_residual, capped_value)
     return z, it, info
 
@@ -305,6 +303,15 @@ def _sufficient(xp, sm, fy_d, Uzn, Gy, D, L, eps):
     quadratic model at y, ``f(zn) <= f(y) + <Gy, D> + L/2 |D|^2`` (to a few eps of f(y))."""
     fy, fzn, gd, dd = (float(v) for v in (fy_d, sm.value(Uzn), xp.sum(Gy * D), xp.sum(D * D)))
     return fzn <= fy + gd + 0.5 * L * dd + 16 * eps * (1 + abs(fy))
+
+
+def _descends(sm, act, it, stalled):
+    """Whether the returned point provably lies no higher than the start: one step from it with
+    a certified L and an exact prox (closed form: ReLU, leaky ReLU) is a proximal-gradient step,
+    which descends (Beck & Teboulle 2009, Lemma 2.3: F(z1) <= F(z0) - L/2 |z1 - z0|^2).
+    Sigmoid's and tanh's prox is an iterative solve, whose float32 rounding can raise the value
+    by more than the evaluation's: their descent guard stays."""
+    return sm.certified and act.name in PROX and it == 1 and not stalled
 
 
 def _combine(A, a, *terms):
