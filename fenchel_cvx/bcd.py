@@ -157,7 +157,7 @@ class _Round:
         self.backend, self.net, self.cert, self.gamma, self.W0 = backend, net, cert, gamma, W0
         self.check = check
         self.blocks = []
-        self.U_out = {}     # layer l -> A(W_l, X_l) + b at the X-sweep's X_l, where a solver held it
+        self.held = {}      # layer l -> W_l X~_l at the current W_l, X_l, where a pass held it
 
     def prox(self):
         return float(sum(g * array_namespace(W).sum((W - W0) ** 2)
@@ -207,26 +207,26 @@ class _Round:
         ``Us``: the pre-activations of the feed-forward pass that gave ``Xs`` at the current
         weights (a fresh X): X_l's block takes U_{l-1} and, for its start, U_l from it (X_{l-1}
         is solved after X_l).
-        A solver's ``A(W_l, X_l) + b`` at its returned X_l (``BlockResult.U``) is kept for the
-        W-block of layer l, whose W_l does not change before it."""
+        Kept for the W-blocks (``held``), whose weights do not change before them: U_0 from
+        ``Us``, and each solver's ``A(W_l, X_l) + b`` at its returned X_l (``BlockResult.U``)."""
+        if Us is not None:
+            self.held[0] = Us[0]
         for l in range(self.net.n_hidden, 0, -1):
             block = x_block(self.net, X0, Y, Xs, l, U_prev=None if Us is None else Us[l - 1],
                             U=None if Us is None else Us[l])
-            Xs[l - 1], delta, self.U_out[l] = self._solve(f"X_{l}", block, Xs[l - 1], F)
+            Xs[l - 1], delta, self.held[l] = self._solve(f"X_{l}", block, Xs[l - 1], F)
             F = None if F is None else F + delta
         return Xs
 
-    def w_sweep(self, X0, Y, Xs, F, Us=None, Xt0=None):
-        """The W-blocks W_L, ..., W_0. ``Us`` (as in ``x_sweep``): W_0's block takes U_0 = W_0 X0~
-        from it (W_0 and the data are as the feed-forward pass saw them); W_l's (l >= 1) takes
-        W_l X~_l from the X-sweep's solver where it held it; ``Xt0``: the data's patches X~_0, if
-        at hand (the feed-forward pass formed U_0 from them)."""
+    def w_sweep(self, X0, Y, Xs, F, Xt0=None):
+        """The W-blocks W_L, ..., W_0, each from the W_l X~_l the X-sweep ``held`` (W_0 and the
+        data as the feed-forward pass saw them; W_l as X_l's solver did); ``Xt0``: the data's
+        patches X~_0, if at hand (the feed-forward pass formed U_0 from them)."""
         net = self.net
         for l in range(net.n_hidden, -1, -1):
             g = self.gamma[l]
-            U = (Us[0] if Us is not None else None) if l == 0 else self.U_out.get(l)
-            block = w_block(net, X0, Y, Xs, l, gamma=g, W0=self.W0[l] if g else None, U=U,
-                            Xt=Xt0 if l == 0 else None)
+            block = w_block(net, X0, Y, Xs, l, gamma=g, W0=self.W0[l] if g else None,
+                            U=self.held.get(l), Xt=Xt0 if l == 0 else None)
             net.W[l], delta, _ = self._solve(f"W_{l}", block, net.W[l], F)
             F = None if F is None else F + delta
 
@@ -255,7 +255,7 @@ def _round(backend, net, cert, X0, Y, Xs, gamma, W0, fresh, check=True, Us=None,
         if check:
             F_x, B_x = net.lifted_objective(X0, Y, Xs), net.divergences(X0, Xs)
             cert.check_lower_bound(F_x, J)
-        r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.prox(), Us, Xt0)
+        r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.prox(), Xt0)
         if check:
             cert.check_fenchel_young(net, X0, Xs)
             after_w = dict(lifted_w=net.lifted_objective(X0, Y, Xs),

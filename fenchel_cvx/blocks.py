@@ -188,7 +188,8 @@ class XLast(XBlock):
     def value_at(self, Z, U):
         """The value at Z from ``U = A(W, Z)`` at hand (a solver that holds it)."""
         xp = array_namespace(Z)
-        return self.loss.value(self.Y, U) + self.lam_in * xp.sum(self.act_in.divergence(Z, self.U_prev))
+        return (self.loss.value(self.Y, U)
+                + self.lam_in * xp.sum(self.act_in.divergence(Z, self.U_prev)))
 
     def grad_parts(self, Z):
         return [self.adjoint(self.loss.grad(self.Y, self.forward(Z))), self.grad_in(Z)]
