@@ -22,6 +22,16 @@ each W-block. A ``batch_size >= m`` is allowed: every epoch is then one batch of
 ``iterations`` is used by Algorithm 1 only, ``epochs`` and ``alternations`` by Algorithm 2 only.
 A ``gamma > 0`` in Algorithm 1 makes it proximal: W0 is the W at the start of each iteration.
 
+**Momentum** (``momentum=beta``, a number or one per layer, in [0, 1); default 0: the paper's
+algorithms). Where W0 is set (a new batch; every iteration of Algorithm 1), W first moves on
+along its last change, ``W <- W + beta_l (W - W_prev)``, W_prev the weights the previous such
+point saw: the inertial (heavy-ball) extrapolation of proximal BCD (Pock & Sabach's iPALM). The
+feed-forward pass, the proximal centre W0 and the blocks' starts are all the extrapolated
+point, so every block is the same convex problem as without momentum and the four checks
+hold unchanged; only the run's objective may rise *between* rounds, at the extrapolation. It
+accumulates the small, steady steps of layers far from the loss (LeNet-5's conv layers,
+docs/results.md, "LeNet-5: momentum").
+
 **Restart rule.** Before each X-sweep on carried-over X (every round but the first of a run or a
 batch) the driver compares F(W, X) with J(W) = F(W, X^ff): after the W-sweep the old X may be
 worse than the feed-forward point of the new weights; then X restarts from the feed-forward
@@ -83,7 +93,7 @@ from .datasets import batch_order
 from .errors import SolverError
 from .history import History
 from .network import LiftedNetwork
-from .validation import (BOOL, CALLABLE, COUNT, GAMMA, PATH, ROUNDS, TOL, PerLayer, check,
+from .validation import (BOOL, CALLABLE, COUNT, GAMMA, MOMENTUM, PATH, ROUNDS, TOL, PerLayer, check,
                          check_rounds, validate)
 
 
@@ -314,7 +324,8 @@ class BCDState:
 
     ``W`` the weights after the last finished round, ``Xs`` the lifted variables of the
     current batch, ``W0`` the proximal centre, ``iteration`` the rounds done (the position in
-    the schedule), ``history`` the records so far.
+    the schedule), ``history`` the records so far, ``W_prev`` the weights before the last
+    extrapolation (``momentum``; None before the first).
     """
 
     W: list
@@ -322,6 +333,7 @@ class BCDState:
     Xs: object = None
     W0: object = None
     iteration: int = 0
+    W_prev: object = None
 
     def advance(self, net, Xs, record):
         self.W, self.Xs, self.iteration = list(net.W), Xs, record["iteration"]
@@ -367,6 +379,8 @@ def _run(net, data, steps, state, run, observers):
     for step in steps[state.iteration:]:
         Xb, Yb = data.batch(step.idx)
         Us = Xt0 = None
+        if step.new_w0 and any(run.momentum):
+            _extrapolate(net, state, run.momentum, xp)
         if step.new_x:     # the data's patches serve the feed-forward pass and W_0's block
             Xt0 = net.layers[0].patches(Xb)
             Xs, Us = net.feed_forward(Xb, Xt0)
@@ -385,6 +399,14 @@ def _run(net, data, steps, state, run, observers):
         if any([obs(net, state, step) is True for obs in observers]) or rec["halted"]:
             break   # a callback asked to stop, or recorded mode met an unusable argmin
     return step
+
+
+def _extrapolate(net, state, beta, xp):
+    """Momentum: ``W <- W + beta_l (W - W_prev)``, then ``W_prev <-`` the W before it."""
+    W = [xp.asarray(W, copy=True) for W in net.W]
+    if state.W_prev is not None:
+        net.W = [Wl + b * (Wl - Pl) if b else Wl for Wl, Pl, b in zip(W, state.W_prev, beta)]
+    state.W_prev = W
 
 
 # --- validation of a run --------------------------------------------------------------------
@@ -414,6 +436,7 @@ class _Settings:
     steps: list = None
     state: object = None
     checkpoint: tuple = (None, 1, None)
+    momentum: list = None
 
 
 def _evaluator(X0, Y, X_test, Y_test, classification, eval_every):
@@ -436,6 +459,7 @@ def _check_arguments(net, args):
     args = dict(args, **validate(PARAMETERS, {k: args[k] for k in PARAMETERS}))
     gamma = defaults.gamma_for(args["batch_size"]) if args["gamma"] is None else args["gamma"]
     args["gamma"] = check("gamma", gamma, PerLayer(GAMMA, net.n_hidden + 1))
+    args["momentum"] = check("momentum", args["momentum"], PerLayer(MOMENTUM, net.n_hidden + 1))
     check_backend(args["backend"])
     if (args["X_test"] is None) != (args["Y_test"] is None):
         raise ValueError("X_test and Y_test must be given together, got only "
@@ -464,6 +488,7 @@ def _config(net, m, m_test, a, name, strict, classification):
     """The run's settings as the history records them."""
     return dict(layer_sizes=list(net.layer_sizes), activations=[x.name for x in net.activations],
                 loss=net.loss.name, lam=net.lam, rho=net.rho, gamma=a["gamma"],
+                momentum=a["momentum"],
                 batch_size=a["batch_size"], epochs=a["epochs"], iterations=a["iterations"],
                 alternations=a["alternations"], backend=name, strict=strict, tol=a["tol"],
                 check_every=a["check_every"], seed=net.seed, batch_seed=net.seed, m=m,
@@ -500,7 +525,7 @@ def _validate(net, X0, Y, args):
     run = _Settings(backend, Certificate(strict=strict, tol=a["tol"], residual_tol=residual_tol),
                     a["gamma"], a["check_every"],
                     _evaluator(X0, Y, X_test, Y_test, classification, a["eval_every"]), config,
-                    (X_test, Y_test), a["eval_every"])
+                    (X_test, Y_test), a["eval_every"], momentum=a["momentum"])
     run.steps = schedule(X0.shape[1], a["batch_size"], a["epochs"], a["iterations"],
                          a["alternations"], net.seed)
     run.data = _Data(X0, Y, xp, a["batch_size"] is not None and a["batch_size"] < X0.shape[1])
@@ -528,8 +553,10 @@ def _restore(net, saved, config, digest, xp):
     L = len(net.W)
     Xs = [xp.asarray(arrays[f"X_{l}"]) for l in range(1, net.n_hidden + 1)] if meta["has_Xs"] else None
     W0 = [xp.asarray(arrays[f"W0_{l}"]) if f"W0_{l}" in arrays else None for l in range(L)]
+    W_prev = ([xp.asarray(arrays[f"W_prev_{l}"]) for l in range(L)] if "W_prev_0" in arrays
+              else None)
     return BCDState([xp.asarray(arrays[f"W_{l}"]) for l in range(L)],
-                    History.from_dict(meta["history"]), Xs, W0, int(meta["iteration"]))
+                    History.from_dict(meta["history"]), Xs, W0, int(meta["iteration"]), W_prev)
 
 
 def _checkpointer(directory, every, digest):
@@ -591,7 +618,8 @@ def _observers(run, callback, progress, state):
 # --- the driver -----------------------------------------------------------------------------
 def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = None, epochs: int = 1,
             iterations: int = defaults.ITERATIONS, alternations: int = defaults.ALTERNATIONS,
-            gamma: float | Sequence[float] | None = None, backend: str | Any = "cvxpy",
+            gamma: float | Sequence[float] | None = None, momentum: float | Sequence[float] = 0.0,
+            backend: str | Any = "cvxpy",
             strict: bool | None = None, tol: float = defaults.TOL,
             callback: Callable[[LiftedNetwork, dict], bool | None] | None = None,
             X_test: Any = None, Y_test: Any = None, progress: bool = False,
@@ -609,6 +637,9 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
     gamma : gamma_l >= 0 of the proximal term, a number or one per layer (L + 1); None: the
         defaults (``defaults.py``): 3 for Algorithm 2 (> 0, as in the paper's batched model), 0
         for Algorithm 1.
+    momentum : beta_l in [0, 1), a number or one per layer (L + 1): where W0 is set, W first
+        moves on along its last change, ``W <- W + beta_l (W - W_prev)`` (module doc); 0 (the
+        default) is the paper's algorithms.
     backend : ``"cvxpy"``, ``"fast"`` or a backend object.
     strict : raise on a certificate violation (None: for the oracle only); ``False`` with
         ``"cvxpy"`` builds a non-strict oracle that records inaccurate solves and goes on.
@@ -631,7 +662,8 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
     """
     run = _validate(net, X0, Y, dict(
         batch_size=batch_size, epochs=epochs, iterations=iterations, alternations=alternations,
-        gamma=gamma, backend=backend, strict=strict, tol=tol, callback=callback, X_test=X_test,
+        gamma=gamma, momentum=momentum, backend=backend, strict=strict, tol=tol,
+        callback=callback, X_test=X_test,
         Y_test=Y_test, progress=progress, eval_every=eval_every, check_every=check_every,
         checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume))
     state = run.state or BCDState(list(net.W), History(_initial(net, run.data, run)))

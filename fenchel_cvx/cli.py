@@ -34,8 +34,8 @@ from datetime import datetime
 from pathlib import Path
 
 from . import __version__, defaults
-from .validation import (COUNT, GAMMA, LAM, RHO, ROUNDS, SEED, TOL, Interval, PerLayer, check_rounds,
-                         failure)
+from .validation import (COUNT, GAMMA, LAM, MOMENTUM, RHO, ROUNDS, SEED, TOL, Interval, PerLayer,
+                         check_rounds, failure)
 
 DATASETS = ("digits", "mnist5k", "mnist", "fashion-mnist", "cifar10")
 ACTIVATIONS = ("relu", "leaky_relu", "sigmoid", "tanh")
@@ -148,6 +148,10 @@ def _train_arguments(t):
                    help=f"gamma_l >= 0 of the proximal term ||W_l - W0_l||^2: one, or one per "
                         f"layer (default: {defaults.GAMMA:g} with --batch-size, "
                         f"{defaults.GAMMA_FULL_BATCH:g} without)")
+    a.add_argument("--momentum", type=_per_layer(MOMENTUM), default=0.0,
+                   help="beta_l in [0, 1): each batch starts from W + beta_l (W - W_prev), the "
+                        "weights moved on along their last change; one, or one per layer "
+                        "(default 0: the paper's algorithms)")
     a.add_argument("--backend", choices=["cvxpy", "fast"], default=DEFAULTS["backend"])
     a.add_argument("--tol", type=_flag(TOL, float), default=defaults.TOL,
                    help="certificate / block tolerance")
@@ -258,6 +262,7 @@ def _check_train(args):
                 else len(args.arch) - 2)
     for flag, value, n in (("--lam", args.lam, n_hidden), ("--rho", args.rho, n_hidden + 1),
                            ("--gamma", args.gamma, n_hidden + 1),
+                           ("--momentum", args.momentum, n_hidden + 1),
                            ("--w-steps", args.w_steps, n_hidden + 1),
                            ("--x-steps", args.x_steps, n_hidden)):
         if isinstance(value, list) and len(value) != n:
@@ -347,7 +352,8 @@ def _banner(args, resume, n_train, n_test, arch, out):
     gamma = defaults.gamma_for(args.batch_size) if args.gamma is None else args.gamma
     algo = (f"Algorithm 1, {args.iterations} iterations" if args.batch_size is None else
             f"Algorithm 2, batch {args.batch_size}, {args.epochs} epochs x {args.alternations} "
-            f"alternations, gamma={gamma}")
+            f"alternations, gamma={gamma}"
+            + (f", momentum={args.momentum}" if args.momentum else ""))
     print(f"fenchel-cvx {'resume' if resume else 'train'}: {args.dataset} ({n_train} train / "
           f"{n_test} test), {arch} {args.activation}, {args.loss}, lam={args.lam}, "
           f"rho={args.rho}; {algo}; backend {args.backend}; {args.threads} thread(s); "
@@ -415,6 +421,7 @@ def train(args, resume=False):
     try:  # fit_bcd checkpoints on Ctrl-C; before it starts there is nothing to save
         res = fit_bcd(net, X, Y, batch_size=args.batch_size, epochs=args.epochs,
                       iterations=args.iterations, alternations=args.alternations, gamma=args.gamma,
+                      momentum=args.momentum,
                       backend=_backend(args), strict=args.strict, tol=args.tol, X_test=X_test,
                       Y_test=Y_test, progress=not args.quiet, eval_every=args.eval_every,
                       check_every=args.check_every, callback=callback, checkpoint=out,

@@ -43,7 +43,7 @@ from .backends import check_backend, get_backend
 from .bcd import fit_bcd
 from .losses import LOSSES, softmax
 from .network import LiftedNetwork
-from .validation import (BOOL, COUNT, FRACTION, GAMMA, LAM, RHO, ROUNDS, TOL, InstanceOf,
+from .validation import (BOOL, COUNT, FRACTION, GAMMA, LAM, MOMENTUM, RHO, ROUNDS, TOL, InstanceOf,
                          Interval, Options, PerLayer, Sizes, check, check_dtype, check_real,
                          check_scale, validate)
 
@@ -57,7 +57,8 @@ def _constraints(n_hidden, losses):
     L = n_hidden
     return dict(activation=[Options(ESTIMATOR_ACTIVATIONS), InstanceOf(Activation, "an Activation")],
                 loss=Options(losses), lam=PerLayer(LAM, max(L, 1)), rho=PerLayer(RHO, L + 1),
-                gamma=PerLayer(GAMMA, L + 1), batch_size=[None, Options(("auto",)), COUNT],
+                gamma=PerLayer(GAMMA, L + 1), momentum=PerLayer(MOMENTUM, L + 1),
+                batch_size=[None, Options(("auto",)), COUNT],
                 epochs=ROUNDS, alternations=ROUNDS, iterations=ROUNDS, tol=TOL,
                 strict=[BOOL, None], verbose=[BOOL, Interval(numbers.Integral, 0, None)],
                 warm_start=BOOL, early_stopping=BOOL, validation_fraction=FRACTION,
@@ -130,8 +131,8 @@ class _FenchelBase(BaseEstimator):
         """Validate every hyperparameter (``_constraints``); return them normalised in a dict."""
         sizes = self.hidden_layer_sizes
         sizes = check("hidden_layer_sizes", (sizes,) if COUNT.applies(sizes) else sizes, Sizes(0))
-        names = ("activation", "loss", "lam", "rho", "gamma", "batch_size", "epochs",
-                 "alternations", "iterations", "tol", "strict", "verbose", "warm_start",
+        names = ("activation", "loss", "lam", "rho", "gamma", "momentum", "batch_size",
+                 "epochs", "alternations", "iterations", "tol", "strict", "verbose", "warm_start",
                  "early_stopping", "validation_fraction", "n_iter_no_change", "random_state")
         p = validate(_constraints(len(sizes), self._losses), {k: getattr(self, k) for k in names})
         check_backend(self.backend)
@@ -174,6 +175,7 @@ class _FenchelBase(BaseEstimator):
         rounds = 1 if "iterations" in kwargs else -(-m // kwargs["batch_size"]) * kwargs["alternations"]
         monitor = _EpochMonitor(self, rounds, X_val, Y_val)
         result = fit_bcd(self.network_, X0, Yc, gamma=params["gamma"],
+                         momentum=params["momentum"],
                          backend=self._make_backend(params["dtype"]), strict=self.strict,
                          progress=int(self.verbose) >= 2, eval_every=1, callback=monitor, **kwargs)
         if getattr(self, "history_", None) is not None:    # partial_fit or warm_start
@@ -260,6 +262,10 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         The proximal weight gamma_l ||W_l - W0_l||^2 of Algorithm 2 (W0: the weights before the
         current batch); it keeps what earlier batches taught. Used by mini-batch training and
         ``partial_fit``; 0 turns it off.
+    momentum : float in [0, 1) or sequence of L + 1, default 0.0
+        beta_l: each mini-batch starts from ``W + beta_l (W - W_prev)``, the weights moved on
+        along their last change (``bcd.fit_bcd``); 0 is the paper's Algorithm 2. It lives within
+        one ``fit`` call: ``partial_fit`` calls and a ``warm_start`` fit start without it.
     batch_size : int, "auto" or None, default "auto"
         Mini-batch size of Algorithm 2 (``"auto"``: ``min(200, n_samples)``); ``None`` trains on
         all the data at once (Algorithm 1, ``iterations`` rounds).
@@ -322,8 +328,9 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     _losses = ("cross_entropy", "mse")
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="cross_entropy",
-                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA, batch_size="auto",
-                 epochs=10, alternations=defaults.ALTERNATIONS, iterations=defaults.ITERATIONS,
+                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA, momentum=0.0,
+                 batch_size="auto", epochs=10, alternations=defaults.ALTERNATIONS,
+                 iterations=defaults.ITERATIONS,
                  backend="fast", tol=1e-3, dtype="float64", strict=None,
                  verbose=False, random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10):
@@ -333,6 +340,7 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         self.lam = lam
         self.rho = rho
         self.gamma = gamma
+        self.momentum = momentum
         self.batch_size = batch_size
         self.epochs = epochs
         self.alternations = alternations
@@ -434,8 +442,9 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
     _losses = ("mse",)
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="mse",
-                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA, batch_size="auto",
-                 epochs=10, alternations=defaults.ALTERNATIONS, iterations=defaults.ITERATIONS,
+                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA, momentum=0.0,
+                 batch_size="auto", epochs=10, alternations=defaults.ALTERNATIONS,
+                 iterations=defaults.ITERATIONS,
                  backend="fast", tol=1e-3, dtype="float64", strict=None, verbose=False,
                  random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10):
@@ -445,6 +454,7 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
         self.lam = lam
         self.rho = rho
         self.gamma = gamma
+        self.momentum = momentum
         self.batch_size = batch_size
         self.epochs = epochs
         self.alternations = alternations

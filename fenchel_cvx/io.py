@@ -11,8 +11,8 @@ with a zip and an ``.npy`` reader):
   with any parameter such as a leaky ReLU's ``slope``), ``loss``, ``lam``, ``rho``, ``seed`` and
   ``dtype``;
 - a **checkpoint** (``fit_bcd(checkpoint=DIR)``) is ``DIR/checkpoint.npz``: the network's
-  arrays, the run's state (``X_1 .. X_L`` of the current batch, the proximal centre ``W0_l``)
-  and ``meta`` (format ``"fenchel_cvx.BCDCheckpoint/1"``): the network's config, the position
+  arrays, the run's state (``X_1 .. X_L`` of the current batch, the proximal centre ``W0_l``,
+  and with ``momentum`` the weights before the last extrapolation ``W_prev_l``) and ``meta`` (format ``"fenchel_cvx.BCDCheckpoint/1"``): the network's config, the position
   in the schedule (rounds done), the history so far, a digest of the training data and the
   settings of the run (``bcd.BCDState``).
 
@@ -150,6 +150,7 @@ def save_checkpoint(directory, net, state, settings: dict) -> Path:
     arrays = {f"W_{l}": W for l, W in enumerate(state.W)}
     arrays.update({f"X_{l + 1}": X for l, X in enumerate(state.Xs or [])})
     arrays.update({f"W0_{l}": W for l, W in enumerate(state.W0 or []) if W is not None})
+    arrays.update({f"W_prev_{l}": W for l, W in enumerate(state.W_prev or [])})
     meta = dict(format=CHECKPOINT_FORMAT, version=__version__, config=network_config(net),
                 iteration=state.iteration, has_Xs=state.Xs is not None,
                 history=state.history.to_dict(), settings=settings)

@@ -232,6 +232,8 @@ LAM = Interval(numbers.Real, 0, MAX_WEIGHT, closed="right", note=_TYPO)
 RHO = Interval(numbers.Real, 0, MAX_WEIGHT, note=_TYPO)
 #: gamma_l >= 0, the proximal weight of W_l (Algorithm 2)
 GAMMA = RHO
+#: beta_l in [0, 1), the inertia of W_l across batches (``fit_bcd(momentum=...)``)
+MOMENTUM = Interval(numbers.Real, 0, 1, closed="left")
 #: any other positive weight or step (a learning rate, a penalty of a peer method)
 WEIGHT = LAM
 #: a tolerance on a scaled KKT residual (``blocks.kkt_residual``: 1 is the gradient's own scale)

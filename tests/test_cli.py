@@ -74,7 +74,7 @@ def test_train_end_to_end_subprocess(tmp_path):
 @pytest.mark.slow
 def test_sigint_saves_a_checkpoint_and_resume_finishes_the_same_run(tmp_path):
     args = ["train", "--backend", "fast", "--batch-size", 50, "--epochs", 6, "--gamma", 1,
-            "--checkpoint-every", 5, "--eval-every", 5, *QUICK]
+            "--momentum", 0.5, "--checkpoint-every", 5, "--eval-every", 5, *QUICK]
     whole = _cli(*args, "--out", tmp_path / "whole", cwd=tmp_path)
     assert whole.returncode == 0, whole.stderr
     out = tmp_path / "cut"
@@ -172,6 +172,8 @@ BAD = [  # (argv, the flag or argument the message names, a phrase of it)
     (["train", "--rho", "1,2,3"], "--rho", "needs one value or 2"),
     (["train", "--gamma", "a,b"], "--gamma", "comma-separated"),
     (["train", "--arch", "64-9-9-10", "--gamma", "1,2"], "--gamma", "needs one value or 3"),
+    (["train", "--momentum", "1"], "--momentum", "[0, 1), got '1'"),
+    (["train", "--momentum", "0.5,0.5,0.5"], "--momentum", "needs one value or 2"),
     (["train", "--tol", "0"], "--tol", "> 0"),
     (["train", "--tol", "inf"], "--tol", "> 0"),
     (["train", "--seed", "-1"], "--seed", "integer >= 0"),
@@ -233,7 +235,7 @@ def test_help_lists_the_options(capsys):
         cli.main(["train", "--help"])
     text = capsys.readouterr().out
     for opt in ("--dataset", "--data-dir", "--arch", "--activation", "--loss", "--lam", "--rho",
-                "--gamma", "--batch-size", "--epochs", "--iterations", "--alternations",
+                "--gamma", "--momentum", "--batch-size", "--epochs", "--iterations", "--alternations",
                 "--backend", "--seed", "--out", "--threads", "--dtype", "--check-every",
                 "--w-steps", "--x-steps", "--newton-cap", "--gram-reuse", "--max-iter",
                 "--strict", "--checkpoint-every"):

@@ -147,6 +147,8 @@ def test_regressor_partial_fit_and_shapes():
     ("lam", 0.0, "lam must be > 0 and finite, got 0.0"),
     ("rho", -0.5, "rho must be >= 0 and finite, got -0.5"),
     ("gamma", float("nan"), "gamma must be >= 0 and finite, got nan"),
+    ("momentum", 1.0, r"momentum must be a number in \[0, 1\), got 1.0"),
+    ("momentum", (0.5,), "momentum must be a number or a sequence of 2 numbers"),
     ("activation", "swish", "activation must be one of .* got 'swish'"),
     ("backend", "torch", "backend must be one of .* got 'torch'"),
     ("hidden_layer_sizes", (10, 0), r"hidden_layer_sizes must be .* got \(10, 0\)"),

@@ -14,13 +14,16 @@ def _as_before(x, checked=True):
     """A history as the driver before the restructure recorded it. Since then the certificate
     recomputes each block's KKT residual itself on checked rounds (``residual``) and keeps the
     backend's report as ``reported_residual`` (the old ``residual``); a round records
-    ``halted``; an unchecked round's ``max_residual`` (of reports) is no longer kept."""
+    ``halted``; an unchecked round's ``max_residual`` (of reports) is no longer kept. A run's
+    config records its ``momentum`` (session 11; all 0, the paper's algorithms, in these runs)."""
     if isinstance(x, dict):
         checked = x.get("checked", checked)
+        if x.get("momentum", [0]) != [0] * len(x.get("momentum", [0])):
+            raise AssertionError(f"a pinned run with momentum {x['momentum']}")
         if "reported_residual" in x:
             x = {**x, "residual": x["reported_residual"]}
         return {k: _as_before(v, checked) for k, v in x.items()
-                if k not in ("reported_residual", "halted")
+                if k not in ("reported_residual", "halted", "momentum")
                 and not (k == "max_residual" and not checked)}
     if isinstance(x, list):
         return [_as_before(v, checked) for v in x]

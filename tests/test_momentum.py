@@ -1,0 +1,119 @@
+"""Momentum across batches: ``fit_bcd(momentum=beta)`` extrapolates W where W0 is set."""
+import json
+
+import numpy as np
+import pytest
+
+import _history_cases as cases
+from fenchel_cvx import lenet5
+from fenchel_cvx.bcd import fit_bcd
+from fenchel_cvx.io import load_checkpoint
+from fenchel_cvx.network import LiftedNetwork
+
+
+def _net(seed=1):
+    return LiftedNetwork([6, 5, 4, 3], "relu", "cross_entropy", lam=1.0, rho=0.01, seed=seed)
+
+
+def test_each_batch_starts_from_the_extrapolated_weights(tmp_path):
+    """W0 of batch b + 1 (the proximal centre, the blocks' start and the feed-forward weights)
+    is W_b + beta_l (W_b - W_{b-1}), W_b the weights batch b ended with and W_0 the initial
+    ones; a layer with beta_l = 0 starts where it ended."""
+    X, Y = cases.case_data()
+    beta = [0.5, 0.0, 0.9]
+    net = _net()
+    ended, centres = [[np.array(W) for W in net.W]], []
+
+    def spy(net_, rec):
+        arrays, _ = load_checkpoint(tmp_path)
+        if rec["alternation"] == 1:
+            centres.append([arrays[f"W0_{l}"] for l in range(3)])
+        if rec["alternation"] == 2:
+            ended.append([np.array(W) for W in net_.W])
+
+    fit_bcd(net, X, Y, batch_size=10, epochs=2, alternations=2, gamma=0.5, momentum=beta,
+            backend="fast", checkpoint=tmp_path, checkpoint_every=1, callback=spy)
+    assert len(centres) == len(ended) - 1 == 8
+    np.testing.assert_array_equal(centres[0][0], ended[0][0])    # the first batch: no history
+    for b in range(1, 8):
+        for l in range(3):
+            want = ended[b][l] + beta[l] * (ended[b][l] - ended[b - 1][l])
+            np.testing.assert_allclose(centres[b][l], want, rtol=1e-13, atol=1e-15)
+    assert not np.array_equal(centres[3][0], ended[3][0])        # it did move
+    np.testing.assert_array_equal(net.W[0], ended[-1][0])        # the result: the last solve
+
+
+def test_zero_momentum_is_the_papers_algorithm():
+    X, Y = cases.case_data()
+    a, b = _net(), _net()
+    fit_bcd(a, X, Y, batch_size=10, epochs=1, gamma=0.5, backend="fast")
+    fit_bcd(b, X, Y, batch_size=10, epochs=1, gamma=0.5, momentum=[0.0, 0.0, 0.0], backend="fast")
+    for Wa, Wb in zip(a.W, b.W):
+        np.testing.assert_array_equal(Wa, Wb)
+
+
+@pytest.mark.parametrize("stop", [3, 4])   # inside a batch; at a batch's end, before extrapolating
+def test_stop_then_resume_is_bit_identical(tmp_path, stop):
+    whole = cases.record(cases.run_case("alg2_ce_alternations", momentum=0.7))
+    cases.run_case("alg2_ce_alternations", momentum=0.7, checkpoint=tmp_path, checkpoint_every=1,
+                   callback=lambda net, rec: rec["iteration"] >= stop)
+    arrays, _ = load_checkpoint(tmp_path)
+    assert "W_prev_0" in arrays
+    resumed = cases.run_case("alg2_ce_alternations", momentum=0.7, resume=tmp_path)
+    assert cases.record(resumed) == whole
+    assert whole["history"]["config"]["momentum"] == [0.7, 0.7]
+
+
+def test_resume_refuses_another_momentum(tmp_path):
+    cases.run_case("alg2_ce_alternations", momentum=0.7, checkpoint=tmp_path,
+                   callback=lambda net, rec: rec["iteration"] >= 2)
+    with pytest.raises(ValueError, match=r"momentum=\[0.5, 0.5\] \(checkpoint: \[0.7, 0.7\]\)"):
+        cases.run_case("alg2_ce_alternations", momentum=0.5, resume=tmp_path)
+
+
+@pytest.mark.parametrize("momentum, message", [
+    (1.0, r"momentum must be a number in \[0, 1\), got 1.0"),
+    (-0.1, r"momentum must be a number in \[0, 1\), got -0.1"),
+    ([0.5, 0.5], r"momentum must be a number or a sequence of 3 numbers"),
+    ("0.5", r"momentum must be a number or a sequence of 3 numbers"),
+    (float("nan"), r"momentum must be a number in \[0, 1\), got nan"),
+])
+def test_bad_momentum_is_named_before_any_work(momentum, message):
+    X, Y = cases.case_data()
+    net = _net()
+    W = [np.array(Wl) for Wl in net.W]
+    with pytest.raises(ValueError, match=message):
+        fit_bcd(net, X, Y, batch_size=10, momentum=momentum, backend="fast")
+    assert all(np.array_equal(a, b) for a, b in zip(W, net.W))
+
+
+def test_the_certificate_holds_with_momentum():
+    """Every block is the same convex problem from an extrapolated start: the oracle, strict,
+    finishes; the fast backend on a small LeNet-5 records no violation on any checked round."""
+    X, Y = cases.case_data()
+    fit_bcd(_net(), X, Y, batch_size=20, epochs=2, gamma=0.5, momentum=0.9, backend="cvxpy",
+            strict=True)
+    rng = np.random.default_rng(0)
+    net = lenet5(input_shape=(1, 28, 28), loss="cross_entropy", seed=0)
+    X0 = rng.random((784, 60))
+    Y0 = np.eye(10)[:, rng.integers(0, 10, 60)]
+    res = fit_bcd(net, X0, Y0, batch_size=20, epochs=2, gamma=[1e-4, 1e-2, 0.3, 0.3, 1],
+                  momentum=[0.98, 0.98, 0.3, 0.3, 0], backend="fast", strict=True)
+    assert all(rec["certificate"]["held"] and rec["certificate"]["checked"]
+               for rec in res.history.records)
+
+
+def test_the_estimator_and_the_command_pass_it_on(tmp_path):
+    from fenchel_cvx import cli
+    from fenchel_cvx.estimator import FenchelClassifier
+
+    X, y = np.random.default_rng(0).normal(size=(120, 6)), np.arange(120) % 3
+    fits = [FenchelClassifier(hidden_layer_sizes=(8,), momentum=b, batch_size=20, epochs=2,
+                              random_state=0).fit(X, y) for b in (0.0, [0.9, 0.0])]
+    assert fits[1].history_.config["momentum"] == [0.9, 0.0]
+    assert not np.array_equal(fits[0].coefs_[0], fits[1].coefs_[0])
+    code = cli.main(["train", "--backend", "fast", "--batch-size", "100", "--train-size", "300",
+                     "--momentum", "0.8", "--quiet", "--out", str(tmp_path / "run")])
+    assert code == 0
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert history["config"]["momentum"] == [0.8, 0.8]
