@@ -12,9 +12,10 @@ with a zip and an ``.npy`` reader):
   ``dtype``;
 - a **checkpoint** (``fit_bcd(checkpoint=DIR)``) is ``DIR/checkpoint.npz``: the network's
   arrays, the run's state (``X_1 .. X_L`` of the current batch, the proximal centre ``W0_l``,
-  and with ``momentum`` the weights before the last extrapolation ``W_prev_l``) and ``meta`` (format ``"fenchel_cvx.BCDCheckpoint/1"``): the network's config, the position
-  in the schedule (rounds done), the history so far, a digest of the training data and the
-  settings of the run (``bcd.BCDState``).
+  and with ``momentum`` the weights before the last extrapolation ``W_prev_l``) and ``meta``
+  (format ``"fenchel_cvx.BCDCheckpoint/1"``): the network's config, the position in the
+  schedule (rounds done), the history so far, a digest of the training data and the settings
+  of the run (``bcd.BCDState``).
 
 Every file is written atomically: to a temporary file in the same folder, then renamed over
 the target, so an interrupted write never leaves a half-written file. Loading uses
