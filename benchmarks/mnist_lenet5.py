@@ -11,7 +11,9 @@ dense layers' gamma 0.3 instead of 1, chosen on a validation split (docs/results
 the dense layers' proximal weight"): gamma = (1e-4, 1e-2, 0.3, 0.3, 1). Each round takes one
 W-step per W-block and (1, 1, 10, 10) FISTA steps for X_1 .. X_4: the conv X-blocks barely
 move, and one step does what ten did on validation, in 0.6 of the time (docs/results.md,
-"LeNet-5: FISTA steps per layer").
+"LeNet-5: FISTA steps per layer"). Each batch starts from the weights moved on along their last
+change (``fit_bcd(momentum=...)``, not in the paper): beta = (0.98, 0.98, 0.3, 0.3, 0), so the
+conv layers' small, steady W-steps add up (docs/results.md, "LeNet-5: momentum").
 SGD (lr 1e-2) and Adam (lr 1e-3) train the same LeNet-5 in PyTorch from the same initial
 weights (copied from the lifted network), on the same batches in the same order
 (``datasets.batch_order``), with the same thread count. Each method runs in its own process, so
@@ -64,6 +66,9 @@ X_STEPS = (1, 1, 10, 10)
 #: epochs with 40 or 8, as with a fresh one every batch; the dense layers' 500 columns: 0.9785
 #: with 8 on every layer)
 GRAM_REUSE = (40, 40, 1, 1, 1)
+#: momentum beta_l of W_0 .. W_4 across batches (fit_bcd(momentum=...)): the conv layers'
+#: small, steady steps accumulate (validation: see docs/results.md, "LeNet-5: momentum")
+MOMENTUM = (0.98, 0.98, 0.3, 0.3, 0.0)
 # MNIST: --data-dir, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
 os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -115,6 +120,9 @@ def parse_args(argv=None):
                    help="FLN FISTA steps per round of each X-block, X_1 to X_4 (one number: all "
                         "the same); default 1,1,10,10")
     p.add_argument("--alternations", type=int, default=1, help="FLN rounds per batch (K)")
+    p.add_argument("--momentum", type=_per_layer(5, "--momentum"), default=MOMENTUM,
+                   help="FLN momentum beta_l in [0, 1) of W_0 .. W_4 across batches (one number: "
+                   f"all the same; 0: the paper's Algorithm 2); default {','.join(map(str, MOMENTUM))}")
     p.add_argument("--gram-reuse", type=_per_layer(5, "--gram-reuse", integers=True),
                    default=GRAM_REUSE, help="FLN W-block solves (one per batch) that one Gram "
                    "factorisation of the preconditioner serves, W_0 to W_4 (one number: all the "
@@ -151,6 +159,8 @@ def parse_args(argv=None):
             p.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if min(args.lam) <= 0:
         p.error(f"--lam must be > 0, got {','.join(map(str, args.lam))}")
+    if max(args.momentum) >= 1:
+        p.error(f"--momentum must be in [0, 1), got {','.join(map(str, args.momentum))}")
     unknown = set(args.methods.split(",")) - {"fln", "adam", "sgd"}
     if unknown:
         p.error(f"--methods must name fln, adam, sgd; got {sorted(unknown)}")
@@ -281,7 +291,8 @@ def markdown(summary):
     s = summary["settings"]
     lines = [f"LeNet-5 on {summary['data']}, batch {s['batch_size']}, {s['epochs']} epochs, "
              f"{summary['machine']['threads']} threads; FLN gamma {s['gamma']}, lam {s['lam']}, "
-             f"rho {s['rho']}, {s['w_steps']} W-step(s), X-steps {_steps_text(s['x_steps'])}", "",
+             f"rho {s['rho']}, momentum {tuple(s['momentum'])}, {s['w_steps']} W-step(s), "
+             f"X-steps {_steps_text(s['x_steps'])}", "",
              "| method | " + " | ".join(f"acc after {b} batch{'es' * (b > 1)}" for b in EARLY)
              + " | acc after epoch 2 | final test acc | s / epoch | peak MiB |",
              "|---" * (len(EARLY) + 5) + "|"]

@@ -82,6 +82,9 @@ def parse_args(argv=None):
     p.add_argument("--rho", type=float, default=0.0)
     p.add_argument("--gamma", type=_floats, default=list(GAMMA),
                    help="proximal gamma_l, one number or a comma list (one per layer, e.g. 1,100)")
+    p.add_argument("--momentum", type=_floats, default=[0.0], help="FLN momentum beta_l in [0, 1) "
+                   "across batches (fit_bcd(momentum=...)): one number or a comma list (one per "
+                   "layer); 0: the paper's Algorithm 2")
     p.add_argument("--w-steps", type=int, default=10, help="FLN W-block steps per round")
     p.add_argument("--x-steps", type=int, default=50, help="FLN X-block FISTA steps per round")
     p.add_argument("--alternations", type=int, default=1, help="FLN rounds per batch (K)")
@@ -122,6 +125,9 @@ def parse_args(argv=None):
         p.error(f"--lam must be one number > 0 (784-300-10 has one hidden layer), got {args.lam}")
     if min(args.gamma) < 0 or len(args.gamma) not in (1, 2):
         p.error(f"--gamma must be one number or 2 (one per layer), all >= 0, got {args.gamma}")
+    if not all(0 <= b < 1 for b in args.momentum) or len(args.momentum) not in (1, 2):
+        p.error(f"--momentum must be one number or 2 (one per layer), each in [0, 1), got "
+                f"{args.momentum}")
     if not args.lam_growth > 0:
         p.error(f"--lam-growth must be > 0, got {args.lam_growth}")
     if args.validation < 0:
@@ -326,6 +332,7 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
     hist = fit_bcd(net, X, Y, batch_size=args.batch_size, epochs=args.epochs,
                    alternations=args.alternations,
                    gamma=args.gamma[0] if len(args.gamma) == 1 else args.gamma,
+                   momentum=args.momentum[0] if len(args.momentum) == 1 else args.momentum,
                    backend=backend, strict=False, callback=callback,
                    eval_every=None, check_every=args.check_every,
                    progress=not getattr(args, "no_progress", True)).history

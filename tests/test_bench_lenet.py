@@ -77,6 +77,8 @@ def test_quick_run_writes_its_report(tmp_path):
     (["--train-eval", "-1"], "--train-eval must be >= 0, got -1"),
     (["--jobs", "0"], "--jobs must be >= 1, got 0"),
     (["--gram-reuse", "0"], "--gram-reuse must be 1 or 5 integers >= 1"),
+    (["--momentum", "0.9,0.9"], "--momentum must be 1 or 5 finite numbers >= 0"),
+    (["--momentum", "0.5,1,0,0,0"], "--momentum must be in [0, 1), got 0.5,1.0,0.0,0.0,0.0"),
     (["--gram-reuse", "8,8"], "--gram-reuse must be 1 or 5 integers >= 1"),
     (["--device", "tpu"], "invalid choice: 'tpu'"),
 ] + ([(["--device", "cupy"], "--device cupy needs CuPy and a GPU")]
@@ -87,15 +89,17 @@ def test_bad_arguments_are_named(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_defaults_are_the_papers_but_the_dense_gammas():
+def test_defaults_are_the_papers_but_the_dense_gammas_and_momentum():
     """The appendix's lam (5, 5, 1, 1) and rho (1e-4, 1e-2, 1, 1, 1) in this package's units;
-    the defaults change only the dense layers' gamma (tuned on validation)."""
+    the defaults change the dense layers' gamma and add momentum (tuned on validation)."""
     bench = _load()
     assert bench.PAPER_GAMMA == (1e-4, 1e-2, 1.0, 1.0, 1.0) and bench.PAPER_LAM == (10.0, 10.0, 2.0, 2.0)
     args = bench.parse_args([])
     assert (args.epochs, args.batch_size, args.alternations) == (20, 500, 1)
     assert args.gamma == (1e-4, 1e-2, 0.3, 0.3, 1.0) and args.lam == bench.PAPER_LAM
     assert args.rho == 0 and (args.adam_lr, args.sgd_lr) == (1e-3, 1e-2)
+    assert args.momentum == (0.98, 0.98, 0.3, 0.3, 0.0)
+    assert bench.parse_args(["--momentum", "0"]).momentum == (0.0,) * 5
     assert bench.parse_args(["--dataset", "cifar10"]).epochs == 80
     assert bench.parse_args(["--quick", "--epochs", "7"]).epochs == 2
     assert bench.parse_args(["--lam", "3"]).lam == (3.0,) * 4

@@ -100,7 +100,8 @@ def test_mnist_mlp_rejects_bad_arguments():
     bad = [["--check-every", "0"], ["--x-steps", "-1"], ["--methods", "fln,lbfgs"],
            ["--gamma", "1,x"], ["--gamma", "1,2,3"], ["--lam", "0"], ["--seeds", "0"],
            ["--validation", "-1"], ["--threads", "0"], ["--lam-growth", "0"],
-           ["--predict", "vote"], ["--jobs", "0"], ["--newton-cap", "-1"]]
+           ["--predict", "vote"], ["--jobs", "0"], ["--newton-cap", "-1"], ["--momentum", "1"],
+           ["--momentum", "-0.1"], ["--momentum", "0.5,0.5,0.5"]]
     if importlib.util.find_spec("cupy") is None:
         bad.append(["--device", "cupy"])
     for argv in bad:
