@@ -93,8 +93,8 @@ from .datasets import batch_order
 from .errors import SolverError
 from .history import History
 from .network import LiftedNetwork
-from .validation import (BOOL, CALLABLE, COUNT, GAMMA, MOMENTUM, PATH, ROUNDS, TOL, PerLayer, check,
-                         check_rounds, validate)
+from .validation import (BOOL, CALLABLE, COUNT, GAMMA, MOMENTUM, PATH, ROUNDS, TOL, PerLayer,
+                         check, check_rounds, validate)
 
 
 # --- result ---------------------------------------------------------------------------------
@@ -619,8 +619,7 @@ def _observers(run, callback, progress, state):
 def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = None, epochs: int = 1,
             iterations: int = defaults.ITERATIONS, alternations: int = defaults.ALTERNATIONS,
             gamma: float | Sequence[float] | None = None, momentum: float | Sequence[float] = 0.0,
-            backend: str | Any = "cvxpy",
-            strict: bool | None = None, tol: float = defaults.TOL,
+            backend: str | Any = "cvxpy", strict: bool | None = None, tol: float = defaults.TOL,
             callback: Callable[[LiftedNetwork, dict], bool | None] | None = None,
             X_test: Any = None, Y_test: Any = None, progress: bool = False,
             eval_every: int | None = 1, check_every: int = 1,
@@ -660,12 +659,8 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
     Returns ``BCDResult(net, Xs, history)``. Every argument is validated before any solve; bad
     input raises ``ValueError`` naming the parameter and the value.
     """
-    run = _validate(net, X0, Y, dict(
-        batch_size=batch_size, epochs=epochs, iterations=iterations, alternations=alternations,
-        gamma=gamma, momentum=momentum, backend=backend, strict=strict, tol=tol,
-        callback=callback, X_test=X_test,
-        Y_test=Y_test, progress=progress, eval_every=eval_every, check_every=check_every,
-        checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume))
+    keywords = {k: v for k, v in locals().items() if k not in ("net", "X0", "Y")}
+    run = _validate(net, X0, Y, keywords)
     state = run.state or BCDState(list(net.W), History(_initial(net, run.data, run)))
     observers, step = _observers(run, callback, progress, state), None
     try:

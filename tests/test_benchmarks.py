@@ -151,9 +151,11 @@ def test_mnist_mlp_lam_schedule_and_lifted_prediction(monkeypatch):
 
 def test_mnist_mlp_defaults_are_the_tuned_paper_setting():
     """The paper's appendix setting (lam 0.1, rho (1, 100)) in this package's units (lam 0.2,
-    gamma (1, 100), rho 0) with blocks solved further (10 W-steps, 50 X-steps)."""
+    gamma (1, 100), rho 0) with blocks solved further (10 W-steps, 50 X-steps), and momentum
+    0.5 on W_0 (tuned on validation)."""
     args = _load("mnist_mlp").parse_args([])
     assert (args.lam, args.rho, args.gamma) == ([0.2], 0.0, [1.0, 100.0])
+    assert args.momentum == [0.5, 0.0] and _load("mnist_mlp").parse_args(["--momentum", "0"]).momentum == [0.0]
     assert (args.w_steps, args.x_steps, args.alternations) == (10, 50, 1)
     assert (args.epochs, args.batch_size) == (10, 500)
 

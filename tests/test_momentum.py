@@ -93,6 +93,9 @@ def test_the_certificate_holds_with_momentum():
     X, Y = cases.case_data()
     fit_bcd(_net(), X, Y, batch_size=20, epochs=2, gamma=0.5, momentum=0.9, backend="cvxpy",
             strict=True)
+    # Algorithm 1: every iteration extrapolates, X carries over (the restart rule judges it)
+    res = fit_bcd(_net(), X, Y, iterations=8, gamma=0.5, momentum=0.7, backend="fast", strict=True)
+    assert all(rec["certificate"]["held"] for rec in res.history.records)
     rng = np.random.default_rng(0)
     net = lenet5(input_shape=(1, 28, 28), loss="cross_entropy", seed=0)
     X0 = rng.random((784, 60))
