@@ -335,8 +335,9 @@ class BCDState:
     iteration: int = 0
     W_prev: object = None
 
-    def advance(self, net, Xs, record):
+    def advance(self, net, Xs, record, W_prev=None):
         self.W, self.Xs, self.iteration = list(net.W), Xs, record["iteration"]
+        self.W_prev = self.W_prev if W_prev is None else W_prev
         self.history.append(record)
 
 
@@ -378,9 +379,9 @@ def _run(net, data, steps, state, run, observers):
     xp = data.xp
     for step in steps[state.iteration:]:
         Xb, Yb = data.batch(step.idx)
-        Us = Xt0 = None
-        if step.new_w0 and any(run.momentum):
-            _extrapolate(net, state, run.momentum, xp)
+        Us = Xt0 = W_prev = None
+        if step.new_w0 and any(run.momentum):   # the state takes W_prev once the round is done
+            W_prev = _extrapolate(net, state.W_prev, run.momentum, xp)
         if step.new_x:     # the data's patches serve the feed-forward pass and W_0's block
             Xt0 = net.layers[0].patches(Xb)
             Xs, Us = net.feed_forward(Xb, Xt0)
@@ -395,18 +396,19 @@ def _run(net, data, steps, state, run, observers):
         rec = dict(iteration=step.iteration, epoch=step.epoch, batch=step.batch,
                    alternation=step.alternation, **rec, **run.evaluate(net, step))
         rec["certificate"] = run.cert.outcome()
-        state.advance(net, Xs, rec)
+        state.advance(net, Xs, rec, W_prev)
         if any([obs(net, state, step) is True for obs in observers]) or rec["halted"]:
             break   # a callback asked to stop, or recorded mode met an unusable argmin
     return step
 
 
-def _extrapolate(net, state, beta, xp):
-    """Momentum: ``W <- W + beta_l (W - W_prev)``, then ``W_prev <-`` the W before it."""
+def _extrapolate(net, W_prev, beta, xp):
+    """Momentum: ``W <- W + beta_l (W - W_prev)`` (none before a first W_prev); returns the W
+    before it, the next W_prev."""
     W = [xp.asarray(W, copy=True) for W in net.W]
-    if state.W_prev is not None:
-        net.W = [Wl + b * (Wl - Pl) if b else Wl for Wl, Pl, b in zip(W, state.W_prev, beta)]
-    state.W_prev = W
+    if W_prev is not None:
+        net.W = [Wl + b * (Wl - Pl) if b else Wl for Wl, Pl, b in zip(W, W_prev, beta)]
+    return W
 
 
 # --- validation of a run --------------------------------------------------------------------

@@ -79,7 +79,7 @@ def run_case(name, **fit_extra):
     if test:
         fit.update(X_test=X[:, :10] + 0.5, Y_test=Y[:, :10])
     net = LiftedNetwork(**spec["net"])
-    res = fit_bcd(net, X, Y, backend="fast", **fit, **fit_extra)
+    res = fit_bcd(net, X, Y, **{"backend": "fast", **fit, **fit_extra})
     return res
 
 

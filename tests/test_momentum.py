@@ -64,6 +64,40 @@ def test_stop_then_resume_is_bit_identical(tmp_path, stop):
     assert whole["history"]["config"]["momentum"] == [0.7, 0.7]
 
 
+class _Interrupting:
+    """The fast backend, but Ctrl-C arrives inside solve number ``at``."""
+
+    def __init__(self, at):
+        from fenchel_cvx import defaults
+        from fenchel_cvx.backends import get_backend
+
+        self.inner, self.at, self.calls = get_backend("fast", tol=defaults.TOL), at, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def solve(self, block, start):
+        self.calls += 1
+        if self.calls == self.at:
+            raise KeyboardInterrupt
+        return self.inner.solve(block, start)
+
+
+# 3 solves a round (X_1, W_1, W_0), 2 rounds a batch: solve 5 is inside batch 1's second round,
+# 7 opens batch 2 (just extrapolated), 11 is inside batch 2's second round
+@pytest.mark.parametrize("at", [5, 7, 11])
+def test_ctrl_c_inside_a_round_then_resume_is_bit_identical(tmp_path, at):
+    """Ctrl-C inside a round saves the last finished round: the extrapolation of an unfinished
+    batch is done again on resume, from the same W_prev."""
+    whole = cases.record(cases.run_case("alg2_ce_alternations", momentum=0.7))
+    with pytest.raises(KeyboardInterrupt):
+        cases.run_case("alg2_ce_alternations", momentum=0.7, checkpoint=tmp_path,
+                       backend=_Interrupting(at))
+    assert load_checkpoint(tmp_path)[1]["iteration"] == (at - 1) // 3   # the rounds finished
+    resumed = cases.run_case("alg2_ce_alternations", momentum=0.7, resume=tmp_path)
+    assert cases.record(resumed) == whole
+
+
 def test_resume_refuses_another_momentum(tmp_path):
     cases.run_case("alg2_ce_alternations", momentum=0.7, checkpoint=tmp_path,
                    callback=lambda net, rec: rec["iteration"] >= 2)
