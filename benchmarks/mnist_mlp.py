@@ -9,7 +9,8 @@ solved nearly to completion (10 W-steps, 50 X-steps): tuned on a validation spli
 package's faster defaults (``fenchel_cvx.defaults``: ``--lam 1 --rho 1e-3 --gamma 3 --w-steps 1
 --x-steps 10``) are 0.4 points less accurate at 1 / 2.6 of the FLOPs per batch. Each batch
 starts from W_0 moved on along its last change (``fit_bcd(momentum=...)``, not in the paper):
-beta = (0.5, 0), validated as the LeNet-5 benchmark's (docs/results.md, "MNIST MLP: momentum").
+beta = (0.5, 0), validated as the LeNet-5 benchmark's (docs/results.md, "MNIST, fully
+connected", "Momentum, session 11").
 SGD (lr 1e-2)
 and Adam (lr 1e-3) train the same architecture in PyTorch on the same batches in the same order
 (``datasets.batch_order``) with the same thread count. Each method runs in its own process, so

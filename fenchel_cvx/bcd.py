@@ -35,8 +35,9 @@ docs/results.md, "LeNet-5: momentum").
 **Restart rule.** Before each X-sweep on carried-over X (every round but the first of a run or a
 batch) the driver compares F(W, X) with J(W) = F(W, X^ff): after the W-sweep the old X may be
 worse than the feed-forward point of the new weights; then X restarts from the feed-forward
-point (recorded as ``restarted``). Restarting lowers F, so the run stays a descent method, and
-the exact X-sweep from the feed-forward point keeps the lower bound F(W, X) <= J(W) (check 3).
+point (recorded as ``restarted``). Restarting lowers F, so the run (without momentum, above)
+stays a descent method, and the exact X-sweep from the feed-forward point keeps the lower bound
+F(W, X) <= J(W) (check 3).
 
 Every round runs the four checks of ``certificate.py`` (``check_every=k``: every k-th round and
 the last; the rounds between check block optimality only); ``strict`` (default: True for the
@@ -547,6 +548,7 @@ def _restore(net, saved, config, digest, xp):
         raise ValueError("resume: the checkpoint was written for other training data (X0, Y)")
     old = {k: v for k, v in meta["history"]["config"].items() if k != "initial"}
     new = History(config).config
+    old.setdefault("momentum", [0.0] * len(new["momentum"]))   # written before momentum existed
     diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if diff or meta["config"] != network_config(net):
         what = ", ".join(f"{k}={new.get(k)!r} (checkpoint: {old.get(k)!r})" for k in diff)
@@ -639,8 +641,8 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
         defaults (``defaults.py``): 3 for Algorithm 2 (> 0, as in the paper's batched model), 0
         for Algorithm 1.
     momentum : beta_l in [0, 1), a number or one per layer (L + 1): where W0 is set, W first
-        moves on along its last change, ``W <- W + beta_l (W - W_prev)`` (module doc); 0 (the
-        default) is the paper's algorithms.
+        moves on along its last change, ``W <- W + beta_l (W - W_prev)`` (module doc; each call
+        starts without a W_prev); 0 (the default) is the paper's algorithms.
     backend : ``"cvxpy"``, ``"fast"`` or a backend object.
     strict : raise on a certificate violation (None: for the oracle only); ``False`` with
         ``"cvxpy"`` builds a non-strict oracle that records inaccurate solves and goes on.

@@ -352,8 +352,9 @@ def _banner(args, resume, n_train, n_test, arch, out):
     gamma = defaults.gamma_for(args.batch_size) if args.gamma is None else args.gamma
     algo = (f"Algorithm 1, {args.iterations} iterations" if args.batch_size is None else
             f"Algorithm 2, batch {args.batch_size}, {args.epochs} epochs x {args.alternations} "
-            f"alternations, gamma={gamma}"
-            + (f", momentum={args.momentum}" if args.momentum else ""))
+            f"alternations, gamma={gamma}")
+    beta = args.momentum if isinstance(args.momentum, list) else [args.momentum]
+    algo += f", momentum={args.momentum}" if any(beta) else ""
     print(f"fenchel-cvx {'resume' if resume else 'train'}: {args.dataset} ({n_train} train / "
           f"{n_test} test), {arch} {args.activation}, {args.loss}, lam={args.lam}, "
           f"rho={args.rho}; {algo}; backend {args.backend}; {args.threads} thread(s); "

@@ -263,9 +263,10 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         current batch); it keeps what earlier batches taught. Used by mini-batch training and
         ``partial_fit``; 0 turns it off.
     momentum : float in [0, 1) or sequence of L + 1, default 0.0
-        beta_l: each mini-batch starts from ``W + beta_l (W - W_prev)``, the weights moved on
-        along their last change (``bcd.fit_bcd``); 0 is the paper's Algorithm 2. It lives within
-        one ``fit`` call: ``partial_fit`` calls and a ``warm_start`` fit start without it.
+        beta_l: each mini-batch (Algorithm 1: each iteration) starts from ``W + beta_l (W -
+        W_prev)``, the weights moved on along their last change (``bcd.fit_bcd``); 0 is the
+        paper's algorithms. It lives within one ``fit`` call: ``partial_fit`` calls and a
+        ``warm_start`` fit start without it.
     batch_size : int, "auto" or None, default "auto"
         Mini-batch size of Algorithm 2 (``"auto"``: ``min(200, n_samples)``); ``None`` trains on
         all the data at once (Algorithm 1, ``iterations`` rounds).
@@ -328,12 +329,13 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     _losses = ("cross_entropy", "mse")
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="cross_entropy",
-                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA, momentum=0.0,
+                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA,
                  batch_size="auto", epochs=10, alternations=defaults.ALTERNATIONS,
                  iterations=defaults.ITERATIONS,
                  backend="fast", tol=1e-3, dtype="float64", strict=None,
                  verbose=False, random_state=None, warm_start=False,
-                 early_stopping=False, validation_fraction=0.1, n_iter_no_change=10):
+                 early_stopping=False, validation_fraction=0.1, n_iter_no_change=10,
+                 momentum=0.0):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -442,12 +444,13 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
     _losses = ("mse",)
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="mse",
-                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA, momentum=0.0,
+                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA,
                  batch_size="auto", epochs=10, alternations=defaults.ALTERNATIONS,
                  iterations=defaults.ITERATIONS,
                  backend="fast", tol=1e-3, dtype="float64", strict=None, verbose=False,
                  random_state=None, warm_start=False,
-                 early_stopping=False, validation_fraction=0.1, n_iter_no_change=10):
+                 early_stopping=False, validation_fraction=0.1, n_iter_no_change=10,
+                 momentum=0.0):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss

@@ -34,7 +34,7 @@ import os
 import warnings
 
 __all__ = ["ALTERNATIONS", "BOOL", "CALLABLE", "COUNT", "GAMMA", "Interval", "LAM", "MAX_ROUNDS",
-           "MAX_WEIGHT", "Options", "PATH", "PerLayer", "RHO", "ROUNDS", "SEED", "Sizes", "TOL", "WEIGHT",
+           "MAX_WEIGHT", "MOMENTUM", "Options", "PATH", "PerLayer", "RHO", "ROUNDS", "SEED", "Sizes", "TOL", "WEIGHT",
            "check", "check_dtype", "failure", "check_matrix", "check_real", "check_rounds", "check_scale",
            "validate"]
 

@@ -43,13 +43,35 @@ def test_each_batch_starts_from_the_extrapolated_weights(tmp_path):
     np.testing.assert_array_equal(net.W[0], ended[-1][0])        # the result: the last solve
 
 
-def test_zero_momentum_is_the_papers_algorithm():
+def test_zero_momentum_is_the_papers_algorithm(tmp_path):
+    """beta = 0 extrapolates nothing and keeps no W_prev (the pinned histories of
+    tests/test_resume.py are the paper's algorithms, run with the default 0)."""
     X, Y = cases.case_data()
     a, b = _net(), _net()
     fit_bcd(a, X, Y, batch_size=10, epochs=1, gamma=0.5, backend="fast")
-    fit_bcd(b, X, Y, batch_size=10, epochs=1, gamma=0.5, momentum=[0.0, 0.0, 0.0], backend="fast")
+    fit_bcd(b, X, Y, batch_size=10, epochs=1, gamma=0.5, momentum=[0.0, 0.0, 0.0], backend="fast",
+            checkpoint=tmp_path)
     for Wa, Wb in zip(a.W, b.W):
         np.testing.assert_array_equal(Wa, Wb)
+    arrays, meta = load_checkpoint(tmp_path)
+    assert not [k for k in arrays if k.startswith("W_prev")]
+    assert meta["history"]["config"]["momentum"] == [0.0, 0.0, 0.0]
+
+
+def test_a_checkpoint_from_before_momentum_resumes(tmp_path):
+    """A checkpoint whose config has no momentum (written before it existed) is a run with 0."""
+    from fenchel_cvx.io import CHECKPOINT_FORMAT, checkpoint_path, read_npz, write_npz
+
+    whole = cases.record(cases.run_case("alg2_ce_alternations"))
+    cases.run_case("alg2_ce_alternations", checkpoint=tmp_path,
+                   callback=lambda net, rec: rec["iteration"] >= 3)
+    arrays, meta = read_npz(checkpoint_path(tmp_path), CHECKPOINT_FORMAT)
+    del meta["history"]["config"]["momentum"]
+    write_npz(checkpoint_path(tmp_path), arrays, meta)
+    resumed = cases.record(cases.run_case("alg2_ce_alternations", resume=tmp_path))
+    assert resumed["weights"] == whole["weights"]
+    with pytest.raises(ValueError, match=r"momentum=\[0.5, 0.5\] \(checkpoint: \[0.0, 0.0\]\)"):
+        cases.run_case("alg2_ce_alternations", momentum=0.5, resume=tmp_path)
 
 
 @pytest.mark.parametrize("stop", [3, 4])   # inside a batch; at a batch's end, before extrapolating
@@ -127,9 +149,12 @@ def test_the_certificate_holds_with_momentum():
     X, Y = cases.case_data()
     fit_bcd(_net(), X, Y, batch_size=20, epochs=2, gamma=0.5, momentum=0.9, backend="cvxpy",
             strict=True)
-    # Algorithm 1: every iteration extrapolates, X carries over (the restart rule judges it)
-    res = fit_bcd(_net(), X, Y, iterations=8, gamma=0.5, momentum=0.7, backend="fast", strict=True)
+    # Algorithm 1: every iteration extrapolates and X carries over; the restart rule sends X
+    # back to the feed-forward point where the extrapolated W made the old X worse
+    net = LiftedNetwork([6, 5, 4, 3], "relu", "cross_entropy", lam=10.0, rho=0.01, seed=1)
+    res = fit_bcd(net, X, Y, iterations=12, gamma=0.5, momentum=0.99, backend="fast", strict=True)
     assert all(rec["certificate"]["held"] for rec in res.history.records)
+    assert any(rec["certificate"]["restarted"] for rec in res.history.records)
     rng = np.random.default_rng(0)
     net = lenet5(input_shape=(1, 28, 28), loss="cross_entropy", seed=0)
     X0 = rng.random((784, 60))
