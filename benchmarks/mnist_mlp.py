@@ -40,9 +40,11 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -418,9 +420,11 @@ def run_methods(tasks, jobs=1, **hooks):
     order given: their results, in that order.
 
     A run that raises, or whose process dies without a result (killed by the OS for memory),
-    stops the others at once and raises a ``RuntimeError`` naming the method and seed."""
+    stops the others at once and raises a ``RuntimeError`` naming the method and seed. Ctrl-C
+    and SIGTERM (``kill``, ``pkill``) stop them too, instead of leaving them running."""
     ctx = mp.get_context("spawn")
     results, waiting, running = [None] * len(tasks), list(enumerate(tasks)), {}
+    previous = _sigterm_as_exit()
     try:
         while waiting or running:
             while waiting and len(running) < jobs:
@@ -455,7 +459,18 @@ def run_methods(tasks, jobs=1, **hooks):
                 proc.kill()
                 proc.join()
             recv.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return results
+
+
+def _sigterm_as_exit():
+    """Make SIGTERM raise ``SystemExit`` (in the main thread), so that ``run_methods``'s cleanup
+    runs: its default action ends the process at once and leaves the spawned runs orphaned,
+    each still holding a core. Returns the handler it replaced (None: not the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 # --- FLOPs and the GEMM floor -------------------------------------------------------------------

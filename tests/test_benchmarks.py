@@ -73,7 +73,41 @@ def _fated(args):
         os._exit(7)                 # an exit without a result
     if args.fate == "raise":
         raise FloatingPointError("the run's own error")
+    if getattr(args, "pidfile", None):
+        Path(args.pidfile).write_text(str(os.getpid()))
     time.sleep(600)
+
+
+def test_sigterm_stops_the_spawned_runs(tmp_path):
+    """``kill`` (SIGTERM) of a benchmark leaves none of its spawned runs behind (before, each
+    kept a core busy until it finished)."""
+    runs, log = tmp_path / "runs", tmp_path / "stderr.txt"   # a file: orphans would hold a pipe
+    runs.mkdir()
+    script = (f"import argparse, sys; sys.path[:0] = [{str(ROOT / 'benchmarks')!r}, "
+              f"{str(Path(__file__).parent)!r}]\n"
+              "import mnist_mlp, test_benchmarks\n"
+              "tasks = [(m, argparse.Namespace(seed=s, threads=1, fate='sleep', "
+              f"pidfile={str(runs)!r} + f'/{{m}}')) for s, m in enumerate(['fln', 'adam'])]\n"
+              "mnist_mlp.run_methods(tasks, jobs=2, load=test_benchmarks._fated)\n")
+    with open(log, "w") as err:
+        parent = subprocess.Popen([sys.executable, "-c", script], stderr=err)
+    deadline = time.time() + 120
+    while (sum(p.stat().st_size > 0 for p in runs.iterdir()) < 2 and time.time() < deadline
+           and parent.poll() is None):
+        time.sleep(0.1)
+    pids = [int((runs / m).read_text()) for m in ("fln", "adam")]
+    parent.send_signal(signal.SIGTERM)
+    try:
+        assert parent.wait(timeout=60) == 128 + signal.SIGTERM, log.read_text()
+        for pid in pids:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:            # a failure must not leave the runs asleep for 10 minutes
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 @pytest.mark.parametrize("fate, message", [("kill", "adam, seed 1: its process was killed by "
