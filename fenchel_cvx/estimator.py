@@ -329,9 +329,8 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     _losses = ("cross_entropy", "mse")
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="cross_entropy",
-                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA,
-                 batch_size="auto", epochs=10, alternations=defaults.ALTERNATIONS,
-                 iterations=defaults.ITERATIONS,
+                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA, batch_size="auto",
+                 epochs=10, alternations=defaults.ALTERNATIONS, iterations=defaults.ITERATIONS,
                  backend="fast", tol=1e-3, dtype="float64", strict=None,
                  verbose=False, random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10,
@@ -444,9 +443,8 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
     _losses = ("mse",)
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="mse",
-                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA,
-                 batch_size="auto", epochs=10, alternations=defaults.ALTERNATIONS,
-                 iterations=defaults.ITERATIONS,
+                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA, batch_size="auto",
+                 epochs=10, alternations=defaults.ALTERNATIONS, iterations=defaults.ITERATIONS,
                  backend="fast", tol=1e-3, dtype="float64", strict=None, verbose=False,
                  random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10,
