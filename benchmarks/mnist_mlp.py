@@ -290,6 +290,11 @@ def run_fln(args, ds, batches):
                      epoch_end=next_epoch if args.lam_growth != 1 else None)
 
 
+def _one_or_all(values):
+    """A per-layer flag's values as ``fit_bcd`` takes them: one number for all, or the list."""
+    return values[0] if len(values) == 1 else values
+
+
 def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announce=(),
               epoch_accuracy=None, epoch_end=None, epoch_report=None, sync=lambda: None):
     """``fit_bcd`` on the schedule ``batches``, timing training only: ``test_accuracy()`` after
@@ -340,8 +345,7 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
     state["t0"] = time.perf_counter()
     hist = fit_bcd(net, X, Y, batch_size=args.batch_size, epochs=args.epochs,
                    alternations=args.alternations,
-                   gamma=args.gamma[0] if len(args.gamma) == 1 else args.gamma,
-                   momentum=args.momentum[0] if len(args.momentum) == 1 else args.momentum,
+                   gamma=_one_or_all(args.gamma), momentum=_one_or_all(args.momentum),
                    backend=backend, strict=False, callback=callback,
                    eval_every=None, check_every=args.check_every,
                    progress=not getattr(args, "no_progress", True)).history

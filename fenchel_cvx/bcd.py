@@ -424,8 +424,8 @@ PARAMETERS = dict(batch_size=[COUNT, None], epochs=ROUNDS, iterations=ROUNDS,
 @dataclass
 class _Settings:
     """A validated run: the backend, the certificate, gamma, the cadences, the data and its
-    schedule, the state to resume from (None: a fresh run) and the checkpoints'
-    ``(folder, every, data digest)``."""
+    schedule, the state to resume from (None: a fresh run), the checkpoints'
+    ``(folder, every, data digest)`` and momentum's beta per layer."""
 
     backend: object
     cert: Certificate
