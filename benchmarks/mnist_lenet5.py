@@ -26,11 +26,14 @@ Prints and writes to ``--out``: ``results.json`` (the layout of ``mnist_mlp.py``
 ``results.md`` (a markdown table) and ``accuracy.png`` (test accuracy against batches and
 against training seconds). Figures: test accuracy after batches 1, 5, 20 and 100 and after every
 epoch, seconds per epoch (training only, evaluation excluded), peak memory (max RSS) and the
-FLN/Adam ratio of seconds per epoch.
+FLN/Adam ratio of seconds per epoch. ``--seeds N`` runs every method with N seeds (initial
+weights and batch order) and reports each figure's mean over them, with the spread (max - min)
+of the final test accuracy.
 
     python benchmarks/mnist_lenet5.py                     # full MNIST, 20 epochs
     python benchmarks/mnist_lenet5.py --dataset cifar10 --data-dir DIR   # CIFAR-10, 80 epochs
     python benchmarks/mnist_lenet5.py --quick             # embedded 5k MNIST, 2 epochs: a smoke run
+    python benchmarks/mnist_lenet5.py --seeds 3 --threads 1 --jobs 2   # mean and spread of 3 seeds
 """
 import argparse
 import json
@@ -48,8 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fenchel_cvx.datasets import load_cifar10, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
-from mnist_mlp import (DEVICES, backprop_record, peak_text, plot, run_methods,  # noqa: E402
-                       train_fln)
+from mnist_mlp import (DEVICES, _mean, backprop_record, peak_text, plot,  # noqa: E402
+                       run_methods, train_fln)
 
 EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}
@@ -140,13 +143,15 @@ def parse_args(argv=None):
     p.add_argument("--train-eval", type=int, default=0, help="after every FLN epoch, report the "
                    "training accuracy on the first N training images and each layer's relative "
                    "weight change |W - W_init| / |W_init| (diagnostics, untimed; 0: off)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the first seed")
+    p.add_argument("--seeds", type=int, default=1, help="run seeds seed..seed+N-1; report means "
+                   "and the final accuracy's spread (max - min)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--quick", action="store_true", help="embedded 5k MNIST, 2 epochs: a smoke run")
     p.add_argument("--out", default=None, help="default: runs/lenet5_<dataset>")
     args = p.parse_args(argv)
     for name in ("epochs", "train_size", "batch_size", "threads", "eval_every", "w_steps",
-                 "check_every", "alternations", "jobs"):
+                 "check_every", "alternations", "jobs", "seeds"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     for name in ("rho", "adam_lr", "sgd_lr"):
@@ -263,17 +268,38 @@ def accuracy_at(ckpt, batch):
     return next((acc for seen, _, acc in ckpt if seen == batch), None)
 
 
+def _row(r):
+    """One run's figures."""
+    sec = r["seconds"]
+    per_epoch = [b - a for a, b in zip([0.0] + sec[:-1], sec)]
+    row = dict(final_test_accuracy=r["test_accuracy"][-1], test_accuracy=r["test_accuracy"],
+               accuracy_at_batches={b: accuracy_at(r["checkpoints"], b) for b in EARLY},
+               seconds_per_epoch=float(np.mean(per_epoch)), wall=r["wall"],
+               peak_mib=r["peak_mib"], peak_gpu_mib=r.get("peak_gpu_mib"))
+    if "epoch_reports" in r:    # --train-eval
+        row["epoch_reports"] = r["epoch_reports"]
+    return row
+
+
 def summarise(results, args, data_desc):
+    """``results[method]``: one run per seed. Figures are seed means; the final test accuracy
+    also per seed and its spread (max - min); peak memory the largest."""
     rows = {}
-    for name, r in results.items():
-        sec = r["seconds"]
-        per_epoch = [b - a for a, b in zip([0.0] + sec[:-1], sec)]
-        rows[name] = dict(final_test_accuracy=r["test_accuracy"][-1], test_accuracy=r["test_accuracy"],
-                          accuracy_at_batches={b: accuracy_at(r["checkpoints"], b) for b in EARLY},
-                          seconds_per_epoch=float(np.mean(per_epoch)), wall=r["wall"],
-                          peak_mib=r["peak_mib"], peak_gpu_mib=r.get("peak_gpu_mib"))
-        if "epoch_reports" in r:    # --train-eval
-            rows[name]["epoch_reports"] = r["epoch_reports"]
+    for name, runs in results.items():
+        per_seed = [_row(r) for r in runs]
+        acc = [r["final_test_accuracy"] for r in per_seed]
+        rows[name] = dict(
+            final_test_accuracy=float(np.mean(acc)), final_test_accuracy_spread=float(np.ptp(acc)),
+            final_test_accuracy_per_seed=acc,
+            test_accuracy=np.mean([r["test_accuracy"] for r in per_seed], axis=0).tolist(),
+            accuracy_at_batches={b: _mean([r["accuracy_at_batches"][b] for r in per_seed])
+                                 for b in EARLY},
+            **{k: _mean([r[k] for r in per_seed]) for k in ("seconds_per_epoch", "wall")},
+            peak_mib=max(r["peak_mib"] for r in per_seed),
+            peak_gpu_mib=max((r["peak_gpu_mib"] for r in per_seed if r["peak_gpu_mib"] is not None),
+                             default=None))
+        if "epoch_reports" in per_seed[0]:
+            rows[name]["epoch_reports"] = per_seed[0]["epoch_reports"]   # the first seed's
     ratios = {}
     if "fln" in rows and "adam" in rows:
         ratios["seconds_per_epoch_fln_over_adam"] = (rows["fln"]["seconds_per_epoch"]
@@ -281,25 +307,28 @@ def summarise(results, args, data_desc):
     machine = dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
                    cpus=os.cpu_count(), threads=args.threads, python=platform.python_version(),
                    device=DEVICES[args.device].describe())
-    # raw: one list of runs per method, as in benchmarks/mnist_mlp.py (one seed here)
+    # raw: one list of runs per method (one per seed), as in benchmarks/mnist_mlp.py
     return dict(data=data_desc, settings=vars(args), machine=machine, methods=rows, ratios=ratios,
-                raw={name: [r] for name, r in results.items()})
+                raw=results)
 
 
 def markdown(summary):
     fmt = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
     s = summary["settings"]
+    spread = lambda r: f" +- {r['final_test_accuracy_spread']:.4f}" if s["seeds"] > 1 else ""  # noqa: E731
     lines = [f"LeNet-5 on {summary['data']}, batch {s['batch_size']}, {s['epochs']} epochs, "
              f"{summary['machine']['threads']} threads; FLN gamma {s['gamma']}, lam {s['lam']}, "
              f"rho {s['rho']}, momentum {tuple(s['momentum'])}, {s['w_steps']} W-step(s), "
              f"X-steps {_steps_text(s['x_steps'])}", "",
+             *([f"seeds {s['seed']}..{s['seed'] + s['seeds'] - 1}: means; +- is the final test "
+                "accuracy's spread (max - min)", ""] if s["seeds"] > 1 else []),
              "| method | " + " | ".join(f"acc after {b} batch{'es' * (b > 1)}" for b in EARLY)
              + " | acc after epoch 2 | final test acc | s / epoch | peak MiB |",
              "|---" * (len(EARLY) + 5) + "|"]
     for name, r in summary["methods"].items():
         e2 = r["test_accuracy"][1] if len(r["test_accuracy"]) > 1 else None
         lines.append(f"| {name} | " + " | ".join(fmt(r["accuracy_at_batches"][b]) for b in EARLY)
-                     + f" | {fmt(e2)} | {r['final_test_accuracy']:.4f} | "
+                     + f" | {fmt(e2)} | {r['final_test_accuracy']:.4f}{spread(r)} | "
                      f"{r['seconds_per_epoch']:.2f} | {peak_text(r)} |")
     names = list(summary["methods"])
     lines += ["", "Test accuracy after every epoch:", "", "| epoch | " + " | ".join(names) + " |",
@@ -327,10 +356,14 @@ def main(argv=None):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     methods = args.methods.split(",")
-    print(f"running {', '.join(methods)}, {args.jobs} at a time ({args.threads} threads each)",
-          flush=True)
-    results = dict(zip(methods, run_methods([(m, args) for m in methods], args.jobs, load=load,
-                                            run_fln=run_fln, run_backprop=run_backprop)))
+    tasks = [(m, argparse.Namespace(**{**vars(args), "seed": seed}))
+             for m in methods for seed in range(args.seed, args.seed + args.seeds)]
+    print(f"running {', '.join(methods)} ({args.seeds} seed(s) each), {args.jobs} at a time "
+          f"({args.threads} threads each)", flush=True)
+    results = {m: [] for m in methods}
+    for (m, _), result in zip(tasks, run_methods(tasks, args.jobs, load=load, run_fln=run_fln,
+                                                 run_backprop=run_backprop)):
+        results[m].append(result)
     summary = summarise(results, args, data_desc)
     _write(out / "results.json", json.dumps(summary, indent=1, default=str))
     table = markdown(summary)

@@ -62,6 +62,32 @@ def test_quick_run_writes_its_report(tmp_path):
     assert "epoch_reports" not in summary["methods"]["adam"]
 
 
+@pytest.mark.slow
+def test_seeds_report_their_mean_and_spread(tmp_path):
+    """--seeds 2: each method runs seeds 3 and 4 (its own start and batch order); the figures
+    are their means, the final accuracy's spread is max - min, and the table says so."""
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mnist_lenet5.py"), "--quick",
+                          "--methods", "fln", "--epochs", "1", "--train-size", "1000",
+                          "--threads", "1", "--jobs", "2", "--seed", "3", "--seeds", "2",
+                          "--eval-every", "2", "--check-every", "2", "--no-progress",
+                          "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads((tmp_path / "results.json").read_text())
+    runs, row = summary["raw"]["fln"], summary["methods"]["fln"]
+    assert [r["seed"] for r in runs] == [3, 4]
+    assert runs[0]["initial_test_accuracy"] != runs[1]["initial_test_accuracy"]   # two starts
+    finals = [r["test_accuracy"][-1] for r in runs]
+    assert row["final_test_accuracy_per_seed"] == finals
+    assert row["final_test_accuracy"] == pytest.approx(sum(finals) / 2)
+    assert row["final_test_accuracy_spread"] == pytest.approx(max(finals) - min(finals))
+    at1 = [r["checkpoints"][0][2] for r in runs]
+    assert row["accuracy_at_batches"]["1"] == pytest.approx(sum(at1) / 2)
+    table = (tmp_path / "results.md").read_text()
+    assert "seeds 3..4: means" in table
+    assert f"| {row['final_test_accuracy']:.4f} +- {row['final_test_accuracy_spread']:.4f} |" in table
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--lam", "5,5,1"], "--lam must be 1 or 4 finite numbers"),
     (["--gamma", "1,x"], "--gamma must be 5 comma-separated numbers"),
@@ -76,6 +102,7 @@ def test_quick_run_writes_its_report(tmp_path):
     (["--validation", "-5"], "--validation must be >= 0"),
     (["--train-eval", "-1"], "--train-eval must be >= 0, got -1"),
     (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+    (["--seeds", "0"], "--seeds must be >= 1, got 0"),
     (["--gram-reuse", "0"], "--gram-reuse must be 1 or 5 integers >= 1"),
     (["--momentum", "0.9,0.9"], "--momentum must be 1 or 5 finite numbers >= 0"),
     (["--momentum", "0.5,1,0,0,0"], "--momentum must be in [0, 1), got 0.5,1.0,0.0,0.0,0.0"),
