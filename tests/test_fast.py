@@ -568,7 +568,7 @@ def test_data_space_matches_oracle(oracle, act, loss, kind, gamma):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_data_space_step_is_the_parameter_space_step(dtype):
     """Woodbury in data space gives g G^{-1} and its image under X~; the same step as G^{-1}."""
-    from fenchel_cvx.fast.gram import DataGram, ParamGram
+    from fenchel_cvx.fast.gram import DataGram, ParamGram, inverse_pays
 
     rng = np.random.default_rng(0)
     Xt = np.vstack([rng.random((30, 12)), np.ones((1, 12))]).astype(dtype)
@@ -581,12 +581,26 @@ def test_data_space_step_is_the_parameter_space_step(dtype):
     assert not DataGram.applies(Xt, None, 1.0) and not DataGram.applies(Xt, w, 0.0)
     s, sU = dg.split(A, R, R @ Xt)
     factor = ParamGram(np, Xt, w, 2 * (rho + gamma), inverse=False)   # Cholesky solves
-    assert not hasattr(factor, "Ginv") and ParamGram.inverse_pays(31, 31)
+    assert not hasattr(factor, "Ginv") and inverse_pays(31, 31) and not inverse_pays(31, 30)
+    dgi = DataGram(np, Xt, w, 2 * (rho + gamma), inverse=True)      # M^{-1} formed
+    si, sUi = dgi.split(A, R, R @ Xt)
     rtol = 1e-10 if dtype == np.float64 else 2e-3
     for got, ref in ((s, pg.apply(g)), (dg.apply(g), pg.apply(g)), (sU, s @ Xt),
-                     (factor.apply(g), pg.apply(g))):
+                     (factor.apply(g), pg.apply(g)), (si, s), (sUi, sU), (dgi.apply(g), pg.apply(g))):
         assert got.dtype == dtype
         np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * np.abs(ref).max())
+
+
+def test_data_space_inverse_is_formed_where_it_pays():
+    """``gram_preconditioner``: M^{-1} is formed where the rows it will precondition (rows of W
+    times the step cap) reach its size m, else M is applied by Cholesky solves."""
+    from fenchel_cvx.fast.wblocks import gram_preconditioner
+
+    block = make_block("w_hidden0", *make_state("relu", "cross_entropy", seed=5, **WIDE), gamma=1.0)
+    m = block.Xt.shape[1]
+    few, many = (gram_preconditioner(np, block, rows=r)[0] for r in (m - 1, m))
+    assert few.data_space and few.Minv is None and many.Minv is not None
+    np.testing.assert_allclose(many.Minv @ (few.w * few.K + few.c2 * np.eye(m)), np.eye(m), atol=1e-8)
 
 
 def test_data_space_one_step_equals_parameter_space(monkeypatch):

@@ -8,11 +8,13 @@ A W-block (the paper's Sec. 3 subproblems in W_l) is preconditioned by the share
 ways to apply ``s = g G^{-1}``:
 
 - ``ParamGram`` (n <= m, the usual case): ``G^{-1}`` formed once (``spd_inverse``), one n x n
-  product per step;
+  product per step, or the Cholesky factor's two triangular solves (``spd_solver``) where the
+  inverse does not pay (``inverse_pays``);
 - ``DataGram`` (m < n: fewer points than inputs, as in a batch of 500 MNIST images against the
   785 rows of W_0's X~): by Woodbury, ``G^{-1} = (I - w X~ M^{-1} X~^T) / 2c`` with the m x m
   matrix ``M = 2c I + w K``, ``K = X~^T X~``. Forming and factorising K costs ``m^2 n + m^3/3``
-  against ``n^2 m + n^3`` for G (785 x 500: about 3 ms against 25 ms on one core).
+  against ``n^2 m + n^3`` for G (785 x 500: about 3 ms against 25 ms on one core); ``M^{-1}``
+  is formed, or applied by triangular solves, by the same rule as ``ParamGram``'s.
 
 With ``g = A X~^T + R`` (A the data-space gradient ``dL/dU``, R the regulariser's gradient) and
 ``P = R X~``, the data-space step needs one m x m solve and one product back to parameter space,
@@ -26,15 +28,32 @@ space, so no parameter-space gradient is needed to precondition it.
 from ._util import spd_inverse, spd_solver
 
 
+def inverse_pays(n, rows):
+    """Whether ``rows`` rows in all (over the solves one n x n factor serves) pay for its
+    inverse. It costs about n^3 more than the factor, and a product with it saves about p n^2
+    (p rows) against two triangular solves, in time more than in FLOPs: a GEMM runs faster than
+    a solve. Measured on one core, float32: n = 301, p = 10: factor + one solve 0.8 ms against
+    inverse + one product 2.1 ms; n = 785, p = 300: 17 ms against 51 ms; n = 500, p = 300:
+    potrf 0.8 ms, potri 2.5 ms more, a solve 2.6 ms against a product 1.4 ms."""
+    return rows >= n
+
+
+def _applier(xp, G, shift, inverse):
+    """``(B -> B (G + s I)^{-1}, s, the inverse or None)``: the inverse formed (``spd_inverse``)
+    and applied as one product, or the Cholesky factor's solves (``spd_solver``); s the shift
+    used, grown from ``shift`` if the factorisation needed it."""
+    if inverse:
+        Ginv, shift = spd_inverse(xp, G, shift)
+        return (lambda B: B @ Ginv), shift, Ginv
+    apply, shift = spd_solver(xp, G, shift)
+    return apply, shift, None
+
+
 class ParamGram:
     """``s = g G^{-1}`` in parameter space; no data-space image of s.
 
-    ``inverse=True``: ``G^{-1}`` formed once (``spd_inverse``), one product per step; False:
-    the Cholesky factor only, two triangular solves per step (``spd_solver``). The inverse costs
-    about n^3 more than the factor, a solve about as much as p n^2 (p rows of g) more than the
-    product, so it pays once applied to some n rows in all (``inverse_pays``). Measured on one
-    core, float32, n = 301, p = 10: factor + one solve 0.8 ms against inverse + one product
-    2.1 ms; n = 785, p = 300: 17 ms against 51 ms.
+    ``inverse=True``: ``G^{-1}`` formed once (``Ginv``), one product per step; False: the
+    Cholesky factor only, two triangular solves per step (``inverse_pays`` chooses).
     """
 
     data_space = False
@@ -42,30 +61,25 @@ class ParamGram:
     def __init__(self, xp, Xt, weights, shift, inverse=True):
         scalar = isinstance(weights, float)
         G = weights * (Xt @ Xt.T) if scalar else (weights * Xt) @ Xt.T
+        self.apply, self.shift, Ginv = _applier(xp, G, shift, inverse)
         if inverse:
-            self.Ginv, self.shift = spd_inverse(xp, G, shift)
-            self.apply = lambda g: g @ self.Ginv
-        else:
-            self.apply, self.shift = spd_solver(xp, G, shift)
-
-    @staticmethod
-    def inverse_pays(n, rows):
-        """Whether ``rows`` rows in all (over the solves one factor serves) pay for G^{-1}."""
-        return rows >= n
+            self.Ginv = Ginv
 
 
 class DataGram:
-    """Woodbury in data space (m < n), for a scalar weight ``w > 0`` and a shift ``2c > 0``."""
+    """Woodbury in data space (m < n), for a scalar weight ``w > 0`` and a shift ``2c > 0``;
+    ``inverse``: ``M^{-1}`` formed (``Minv``; ``inverse_pays``), else applied by Cholesky solves
+    (``Minv`` None)."""
 
     data_space = True
 
-    def __init__(self, xp, Xt, w, shift):
+    def __init__(self, xp, Xt, w, shift, inverse=False):
         self.Xt, self.w = Xt, float(w)
         self._xt_norm2 = None
         self.K = Xt.T @ Xt                      # m x m; also the Newton rows' kernel (wblocks)
         # c2: the shift actually used (grown if M would not factorise): G = w X~ X~^T + c2 I
-        self.solve, self.c2 = spd_solver(xp, self.K if self.w == 1.0 else self.w * self.K,
-                                         float(shift))
+        self.solve, self.c2, self.Minv = _applier(xp, self.K if self.w == 1.0 else self.w * self.K,
+                                                  float(shift), inverse)
 
     def xt_norm2(self, xp):
         """``max_j |X~_j|_2^2`` over the rows of X~ (the data-space bounds of ``wblocks`` and

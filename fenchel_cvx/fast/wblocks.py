@@ -49,7 +49,7 @@ from ..arrays import clip
 from ..blocks import WHidden, WLast
 from ._util import RESYNC, kkt, newton_1d, pr_plus, proves_above
 from . import span
-from .gram import DataGram, ParamGram
+from .gram import DataGram, ParamGram, inverse_pays
 from .xblocks import DPHI_MAX
 
 #: the CG step from which hidden W rows may take semismooth-Newton steps (early steps change
@@ -333,7 +333,7 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):
     up to k solves in all: in batched training the next batch's Gram matrix is close to the last
     one's (a data-space factor, ~10x cheaper, is never reused stale). ``rows``: how many rows
     of gradient a solve preconditions at most (rows of W times the step cap; None: many), which
-    decides whether the parameter-space inverse pays (``ParamGram``). Returns ``(pre, hit)``,
+    decides whether the inverse pays (``gram.inverse_pays``). Returns ``(pre, hit)``,
     hit one of False, "same", "stale".
     """
     Xt = block.Xt
@@ -355,9 +355,9 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):
                 return pre, "stale"
     w = _scalar(xp, weights) if not ridge and Xt.shape[1] < Xt.shape[0] else None
     if DataGram.applies(Xt, w, shift):
-        pre = DataGram(xp, Xt, w, shift)
+        pre = DataGram(xp, Xt, w, shift, inverse=rows is None or inverse_pays(Xt.shape[1], rows))
     else:
-        pays = rows is None or ParamGram.inverse_pays(Xt.shape[0], rows * reuse)
+        pays = rows is None or inverse_pays(Xt.shape[0], rows * reuse)
         pre = ParamGram(xp, Xt, weights, shift, inverse=ridge or pays)
     if cache is not None:
         if len(cache) >= 8:
