@@ -51,8 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fenchel_cvx.datasets import load_cifar10, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
-from mnist_mlp import (DEVICES, _mean, backprop_record, peak_text, plot,  # noqa: E402
-                       run_methods, train_fln)
+from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text, backprop_record,  # noqa: E402
+                       peak_text, plot, run_methods, train_fln)
 
 EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}
@@ -74,29 +74,6 @@ GRAM_REUSE = (40, 40, 1, 1, 1)
 MOMENTUM = (0.98, 0.98, 0.3, 0.3, 0.0)
 # MNIST: --data-dir, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
 os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
-
-
-def _per_layer(n, name, integers=False):
-    """The parser of a flag with 1 or ``n`` comma-separated values (one: the same for all):
-    finite numbers >= 0, or ``integers`` >= 1."""
-    cast, what = (int, "integers") if integers else (float, "numbers")
-    bad = (lambda v: v < 1) if integers else (lambda v: not np.isfinite(v) or v < 0)
-    bound = "integers >= 1" if integers else "finite numbers >= 0"
-
-    def parse(text):
-        try:
-            vals = tuple(cast(v) for v in text.split(","))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be {n} comma-separated {what}, got {text!r}")
-        if len(vals) not in (1, n) or any(bad(v) for v in vals):
-            raise argparse.ArgumentTypeError(f"{name} must be 1 or {n} {bound}, got {text!r}")
-        return vals if len(vals) == n else vals * n
-    return parse
-
-
-def _steps_text(steps):
-    """``10`` for equal per-layer steps, else ``(1, 3, 10, 10)``."""
-    return str(steps[0]) if len(set(steps)) == 1 else str(tuple(steps))
 
 
 def parse_args(argv=None):

@@ -135,7 +135,8 @@ def test_mnist_mlp_rejects_bad_arguments():
            ["--gamma", "1,x"], ["--gamma", "1,2,3"], ["--lam", "0"], ["--seeds", "0"],
            ["--validation", "-1"], ["--threads", "0"], ["--lam-growth", "0"],
            ["--predict", "vote"], ["--jobs", "0"], ["--newton-cap", "-1"], ["--momentum", "1"],
-           ["--momentum", "-0.1"], ["--momentum", "0.5,0.5,0.5"]]
+           ["--momentum", "-0.1"], ["--momentum", "0.5,0.5,0.5"], ["--w-steps", "0"],
+           ["--w-steps", "10,3,3"], ["--w-steps", "10,x"]]
     if importlib.util.find_spec("cupy") is None:
         bad.append(["--device", "cupy"])
     for argv in bad:
@@ -190,7 +191,8 @@ def test_mnist_mlp_defaults_are_the_tuned_paper_setting():
     args = _load("mnist_mlp").parse_args([])
     assert (args.lam, args.rho, args.gamma) == ([0.2], 0.0, [1.0, 100.0])
     assert args.momentum == [0.5, 0.0] and _load("mnist_mlp").parse_args(["--momentum", "0"]).momentum == [0.0]
-    assert (args.w_steps, args.x_steps, args.alternations) == (10, 50, 1)
+    assert (args.w_steps, args.x_steps, args.alternations) == ((10, 10), 50, 1)
+    assert _load("mnist_mlp").parse_args(["--w-steps", "10,3"]).w_steps == (10, 3)
     assert (args.epochs, args.batch_size) == (10, 500)
 
 
@@ -211,6 +213,12 @@ def test_mnist_mlp_flop_count_follows_the_span_path():
     assert count("--alternations", "2") < count("--alternations", "2", "--rho", "1e-3")
     # no proximal term and no penalty: no data-space Gram (it needs a positive shift)
     assert count("--gamma", "0,0") > count("--gamma", "0,0", "--rho", "1e-3")
+    # per-layer steps: W_1's (10 x 301, parameter space) fewer, W_0's the same
+    assert count("--w-steps", "10,1") < count() == count("--w-steps", "10,10")
+    # W_0's data-space inverse (2 m^3 / 3) is formed only where its 300 x steps rows reach m
+    one = bench._w_flops(300, 785, 500, 1, span=True)
+    assert bench._w_flops(300, 785, 500, 2, span=True) - one == pytest.approx(
+        2 * 300 * 500 * 500 + 2 * 500 ** 3 / 3)
 
 
 def test_mnist_mlp_validation_larger_than_the_data_is_a_usage_error():
