@@ -30,7 +30,9 @@ feed-forward pass, the proximal centre W0 and the blocks' starts are all the ext
 point, so every block is the same convex problem as without momentum and the four checks
 hold unchanged; only the run's objective may rise *between* rounds, at the extrapolation. It
 accumulates the small, steady steps of layers far from the loss (LeNet-5's conv layers,
-docs/results.md, "LeNet-5: momentum").
+docs/results.md, "LeNet-5: momentum"). A run returns its last W_prev (``BCDResult.W_prev``) and
+takes one (``W_prev=``), so that momentum goes on across runs on successive batches
+(``FenchelClassifier.partial_fit``) as within one.
 
 **Restart rule.** Before each X-sweep on carried-over X (every round but the first of a run or a
 batch) the driver compares F(W, X) with J(W) = F(W, X^ff): after the W-sweep the old X may be
@@ -107,6 +109,7 @@ class BCDResult:
     Xs: list
     history: History
     batch: object = None     # Algorithm 2: the column indices of the last batch (Xs's columns)
+    W_prev: object = None    # momentum: the weights before the last extrapolation (a next run's)
 
 
 # --- validation (the checks themselves: validation.py) ---------------------------------------
@@ -440,6 +443,7 @@ class _Settings:
     state: object = None
     checkpoint: tuple = (None, 1, None)
     momentum: list = None
+    W_prev: list = None          # the first batch's (fit_bcd(W_prev=...)), in the data's library
 
 
 def _evaluator(X0, Y, X_test, Y_test, classification, eval_every):
@@ -534,9 +538,31 @@ def _validate(net, X0, Y, args):
     run.data = _Data(X0, Y, xp, a["batch_size"] is not None and a["batch_size"] < X0.shape[1])
     digest = None if ckpt is None and saved is None else data_digest(X0, Y)
     run.state = None if saved is None else _restore(net, saved, config, digest, xp)
+    run.W_prev = _check_W_prev(a["W_prev"], weights, xp, saved is not None)
     run.checkpoint = (ckpt, a["checkpoint_every"], digest)
     net.W = weights if run.state is None else list(run.state.W)  # validation done: weights move
     return run
+
+
+def _check_W_prev(W_prev, weights, xp, resume):
+    """``fit_bcd``'s ``W_prev``: None, or one finite array per layer of the weights' shapes
+    (not with ``resume``: a checkpoint holds its own), in the data's library and dtype."""
+    if W_prev is None:
+        return None
+    if resume:
+        raise ValueError("W_prev and resume exclude each other: a checkpoint holds its own W_prev")
+    if (isinstance(W_prev, (str, bytes)) or not isinstance(W_prev, Sequence)
+            or len(W_prev) != len(weights)):
+        raise ValueError(f"W_prev must be a sequence of {len(weights)} arrays (one per layer, "
+                         f"as BCDResult.W_prev), got {type(W_prev).__name__}")
+    out = []
+    for l, (P, W) in enumerate(zip(W_prev, weights)):
+        P = xp.asarray(P, dtype=W.dtype)
+        if tuple(P.shape) != tuple(W.shape) or not bool(xp.all(xp.isfinite(P))):
+            raise ValueError(f"W_prev[{l}] must be a finite array of W_{l}'s shape "
+                             f"{tuple(W.shape)}, got shape {tuple(P.shape)}")
+        out.append(P)
+    return out
 
 
 def _restore(net, saved, config, digest, xp):
@@ -623,7 +649,7 @@ def _observers(run, callback, progress, state):
 def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = None, epochs: int = 1,
             iterations: int = defaults.ITERATIONS, alternations: int = defaults.ALTERNATIONS,
             gamma: float | Sequence[float] | None = None, momentum: float | Sequence[float] = 0.0,
-            backend: str | Any = "cvxpy", strict: bool | None = None, tol: float = defaults.TOL,
+            W_prev: Sequence[Any] | None = None, backend: str | Any = "cvxpy", strict: bool | None = None, tol: float = defaults.TOL,
             callback: Callable[[LiftedNetwork, dict], bool | None] | None = None,
             X_test: Any = None, Y_test: Any = None, progress: bool = False,
             eval_every: int | None = 1, check_every: int = 1,
@@ -640,9 +666,10 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
     gamma : gamma_l >= 0 of the proximal term, a number or one per layer (L + 1); None: the
         defaults (``defaults.py``): 3 for Algorithm 2 (> 0, as in the paper's batched model), 0
         for Algorithm 1.
-    momentum : beta_l in [0, 1), a number or one per layer (L + 1): where W0 is set, W first
-        moves on along its last change, ``W <- W + beta_l (W - W_prev)`` (module doc; each call
-        starts without a W_prev); 0 (the default) is the paper's algorithms.
+    momentum, W_prev : beta_l in [0, 1), a number or one per layer (L + 1): where W0 is set, W
+        first moves on along its last change, ``W <- W + beta_l (W - W_prev)`` (module doc); 0
+        (the default) is the paper's algorithms. ``W_prev`` (None: none before the first batch):
+        an earlier run's ``BCDResult.W_prev``, for momentum across runs (``partial_fit``).
     backend : ``"cvxpy"``, ``"fast"`` or a backend object.
     strict : raise on a certificate violation (None: for the oracle only); ``False`` with
         ``"cvxpy"`` builds a non-strict oracle that records inaccurate solves and goes on.
@@ -665,18 +692,29 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
     """
     keywords = {k: v for k, v in locals().items() if k not in ("net", "X0", "Y")}
     run = _validate(net, X0, Y, keywords)
-    state = run.state or BCDState(list(net.W), History(_initial(net, run.data, run)))
+    state = run.state or _fresh_state(net, run)
     observers, step = _observers(run, callback, progress, state), None
     try:
         if state.iteration < len(run.steps):
             with _threads(run.backend):   # the backend's thread budget over the whole run
                 step = _run(net, run.data, run.steps, state, run, observers)
     except KeyboardInterrupt:
-        net.W = list(state.W)   # the last finished round, as the checkpoint holds it
-        if run.checkpoint[0] is not None:
-            observers[0].save(net, state)
+        _interrupted(net, state, run, observers)
         raise
     finally:
         for obs in observers:
             getattr(obs, "close", lambda: None)()
-    return BCDResult(net, state.Xs, state.history, None if step is None else step.idx)
+    return BCDResult(net, state.Xs, state.history, None if step is None else step.idx,
+                     state.W_prev)
+
+
+def _fresh_state(net, run):
+    """A new run's state: the initial records, and momentum's ``W_prev`` if one was given."""
+    return BCDState(list(net.W), History(_initial(net, run.data, run)), W_prev=run.W_prev)
+
+
+def _interrupted(net, state, run, observers):
+    """Ctrl-C: the weights of the last finished round, as the checkpoint (written now) holds."""
+    net.W = list(state.W)
+    if run.checkpoint[0] is not None:
+        observers[0].save(net, state)

@@ -175,7 +175,7 @@ class _FenchelBase(BaseEstimator):
         rounds = 1 if "iterations" in kwargs else -(-m // kwargs["batch_size"]) * kwargs["alternations"]
         monitor = _EpochMonitor(self, rounds, X_val, Y_val)
         result = fit_bcd(self.network_, X0, Yc, gamma=params["gamma"],
-                         momentum=params["momentum"],
+                         momentum=params["momentum"], W_prev=self._W_prev,
                          backend=self._make_backend(params["dtype"]), strict=self.strict,
                          progress=int(self.verbose) >= 2, eval_every=1, callback=monitor, **kwargs)
         if getattr(self, "history_", None) is not None:    # partial_fit or warm_start
@@ -187,6 +187,7 @@ class _FenchelBase(BaseEstimator):
             self.history_ = result.history
         monitor.finish()
         self.coefs_ = self.network_.W
+        self._W_prev = result.W_prev   # momentum goes on in the next partial_fit / warm start
         return self
 
     def _fit(self, X, Y, reset, partial):
@@ -202,6 +203,7 @@ class _FenchelBase(BaseEstimator):
             self.n_iter_, self.loss_curve_ = 0, []
             self.validation_scores_ = [] if self.early_stopping else None
             self.best_validation_score_ = None
+            self._W_prev = None
         return self._train(params, X, Y, partial=partial)
 
     def _reset(self):
@@ -265,8 +267,8 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     momentum : float in [0, 1) or sequence of L + 1, default 0.0
         beta_l: each mini-batch (Algorithm 1: each iteration) starts from ``W + beta_l (W -
         W_prev)``, the weights moved on along their last change (``bcd.fit_bcd``); 0 is the
-        paper's algorithms. It lives within one ``fit`` call: ``partial_fit`` calls and a
-        ``warm_start`` fit start without it.
+        paper's algorithms. It goes on across ``partial_fit`` calls and into a ``warm_start``
+        fit as within one ``fit`` (the last change is kept with the fitted network).
     batch_size : int, "auto" or None, default "auto"
         Mini-batch size of Algorithm 2 (``"auto"``: ``min(200, n_samples)``); ``None`` trains on
         all the data at once (Algorithm 1, ``iterations`` rounds).

@@ -165,6 +165,82 @@ def test_the_certificate_holds_with_momentum():
                for rec in res.history.records)
 
 
+def test_runs_on_successive_batches_are_one_run():
+    """Each batch its own ``fit_bcd`` call, given the last one's ``BCDResult.W_prev``: the
+    same weights as one run over those batches in the same order (to rounding: one run gathers
+    the batch's columns itself; without momentum the two differ by 4e-15 too)."""
+    from fenchel_cvx.datasets import batch_order
+
+    X, Y = cases.case_data()
+    beta = [0.5, 0.0, 0.9]
+    kw = dict(alternations=2, gamma=0.5, momentum=beta, backend="fast")
+    whole, parts = _net(), _net()
+    res = fit_bcd(whole, X, Y, batch_size=10, epochs=2, **kw)
+    W_prev = None
+    for batches in batch_order(X.shape[1], 10, 2, seed=parts.seed):
+        for idx in batches:
+            res_b = fit_bcd(parts, X[:, idx], Y[:, idx], batch_size=10, W_prev=W_prev, **kw)
+            W_prev = res_b.W_prev
+    for a, b in [*zip(whole.W, parts.W), *zip(res.W_prev, W_prev)]:
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
+    # without it every call starts afresh: no extrapolation at all
+    fresh = _net()
+    for batches in batch_order(X.shape[1], 10, 2, seed=fresh.seed):
+        for idx in batches:
+            fit_bcd(fresh, X[:, idx], Y[:, idx], batch_size=10, **kw)
+    assert np.abs(fresh.W[0] - whole.W[0]).max() > 1e-4
+    assert fit_bcd(_net(), X, Y, batch_size=10, gamma=0.5, backend="fast").W_prev is None
+
+
+@pytest.mark.parametrize("W_prev, message", [
+    ([np.zeros((5, 7))], r"W_prev must be a sequence of 3 arrays \(one per layer"),
+    ("W", r"W_prev must be a sequence of 3 arrays"),
+    ([np.zeros((5, 7)), np.zeros((4, 6)), np.zeros((3, 4))],
+     r"W_prev\[1\] must be a finite array of W_1's shape \(4, 6\), got shape \(4, 6\)"),
+    ([np.zeros((5, 7)), np.zeros((4, 5)), np.zeros((3, 4))],
+     r"W_prev\[1\] must be a finite array of W_1's shape \(4, 6\), got shape \(4, 5\)"),
+])
+def test_bad_W_prev_is_named_before_any_work(W_prev, message):
+    X, Y = cases.case_data()
+    net = _net()
+    if len(W_prev) == 3 and W_prev[1].shape == (4, 6):
+        W_prev[1][0, 0] = np.inf
+    W = [np.array(Wl) for Wl in net.W]
+    with pytest.raises(ValueError, match=message):
+        fit_bcd(net, X, Y, batch_size=10, momentum=0.5, W_prev=W_prev, backend="fast")
+    assert all(np.array_equal(a, b) for a, b in zip(W, net.W))
+
+
+def test_W_prev_and_resume_exclude_each_other(tmp_path):
+    cases.run_case("alg2_ce_alternations", momentum=0.5, checkpoint=tmp_path,
+                   callback=lambda net, rec: rec["iteration"] >= 2)
+    arrays, _ = load_checkpoint(tmp_path)
+    W_prev = [arrays[f"W_prev_{l}"] for l in range(2)]
+    with pytest.raises(ValueError, match="W_prev and resume exclude each other"):
+        cases.run_case("alg2_ce_alternations", momentum=0.5, resume=tmp_path, W_prev=W_prev)
+
+
+def test_partial_fit_carries_momentum_from_call_to_call():
+    """The estimator keeps the last change with its network: successive ``partial_fit`` calls
+    extrapolate as one ``fit_bcd`` run would (before, each call started afresh and momentum did
+    nothing there)."""
+    from fenchel_cvx.estimator import FenchelClassifier
+
+    X, y = np.random.default_rng(0).normal(size=(120, 6)), np.arange(120) % 3
+    fits = []
+    for beta in (0.0, 0.9):
+        clf = FenchelClassifier(hidden_layer_sizes=(8,), momentum=beta, random_state=0)
+        for i in range(0, 120, 30):
+            clf.partial_fit(X[i:i + 30], y[i:i + 30], classes=[0, 1, 2])
+        fits.append(clf)
+    assert not np.array_equal(fits[0].coefs_[0], fits[1].coefs_[0])
+    assert fits[0]._W_prev is None and len(fits[1]._W_prev) == 2
+    refit = fits[1].fit(X, y)                  # a fresh fit forgets the last change
+    new = FenchelClassifier(hidden_layer_sizes=(8,), momentum=0.9, random_state=0).fit(X, y)
+    for a, b in zip(refit.coefs_, new.coefs_):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_the_estimator_and_the_command_pass_it_on(tmp_path):
     from fenchel_cvx import cli
     from fenchel_cvx.estimator import FenchelClassifier
