@@ -49,7 +49,12 @@ def check_backend(backend):
                      f"solve(block, start) method, got {backend!r}")
 
 
-def get_backend(backend="cvxpy", **kwargs):
-    """A backend object: built from a registry name with ``kwargs``, or an object with ``.solve``."""
+def get_backend(backend="cvxpy", net=None, **kwargs):
+    """A backend object: built from a registry name with ``kwargs``, or an object with ``.solve``.
+    ``net``: a backend with ``check_network`` (per-layer settings: ``FastBackend``) checks the
+    network it will solve the blocks of, before any work."""
     check_backend(backend)
-    return BACKENDS[backend](**kwargs) if isinstance(backend, str) else backend
+    obj = BACKENDS[backend](**kwargs) if isinstance(backend, str) else backend
+    if net is not None and callable(getattr(obj, "check_network", None)):
+        obj.check_network(net)
+    return obj

@@ -480,12 +480,10 @@ def _backend(backend, strict, tol, xp, net):
     (per-layer settings: ``FastBackend``) checks ``net`` here, before any work."""
     if isinstance(backend, str):
         opts = dict(strict=False) if strict is False and backend in STRICT_AWARE else {}
-        backend = get_backend(backend, tol=tol, **opts)
+        backend = get_backend(backend, net, tol=tol, **opts)
     else:
-        backend = get_backend(backend)
+        backend = get_backend(backend, net)
     name = getattr(backend, "name", type(backend).__name__)
-    if callable(getattr(backend, "check_network", None)):
-        backend.check_network(net)
     if xp is not np and name == "cvxpy":
         raise ValueError(f"backend 'cvxpy' (the oracle) takes NumPy data, got X0 from {xp.__name__}")
     return backend, name

@@ -53,10 +53,12 @@ def predict(net, X0, rule="feedforward", backend="cvxpy", sweeps=2, tol=1e-6):
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     check("sweeps", sweeps, COUNT)
     X0, _ = net.check_inputs(X0, dtype=np.float64)
+    if rule != "feedforward":   # a backend's per-layer settings must fit net (FastBackend)
+        backend = (get_backend(backend, net, tol=tol) if isinstance(backend, str)
+                   else get_backend(backend, net))
     Xff, out = net.forward(X0)
     if rule == "feedforward":
         return out
-    backend = get_backend(backend, tol=tol) if isinstance(backend, str) else get_backend(backend)
     K, m = net.layer_sizes[-1], X0.shape[1]
     scores = np.empty((K, m))
     for k in range(K):

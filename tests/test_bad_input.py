@@ -78,6 +78,20 @@ def test_predict_takes_a_torch_tensor_and_refuses_sparse(data):
         net.predict(sp.csr_matrix(X))
 
 
+def test_predict_checks_a_backends_per_layer_settings_first(data, monkeypatch):
+    """The optimisation rule refuses per-layer steps that do not fit the network before any
+    work (as fit_bcd does), not at the first block without an entry."""
+    from fenchel_cvx.predict import predict
+    from fenchel_cvx.fast import FastBackend
+
+    X, _ = data
+    net = LiftedNetwork([4, 5, 6, 3], loss="cross_entropy")
+    monkeypatch.setattr(net, "forward", lambda *a: pytest.fail("work started"))
+    with pytest.raises(ValueError, match=r"x_steps must have one entry per block of the network "
+                                         r"\(2: X_1 to X_2\), got 3"):
+        predict(net, X, rule="optimization", backend=FastBackend(x_steps=(1, 2, 3)))
+
+
 @pytest.mark.parametrize("name", ["sigmoid", "tanh"])
 def test_inverse_at_the_ends_of_the_range_warns_nothing(name):
     act = activation(name)
