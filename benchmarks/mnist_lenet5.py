@@ -51,8 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fenchel_cvx.datasets import load_cifar10, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
-from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text, backprop_record,  # noqa: E402
-                       peak_text, plot, run_methods, train_fln)
+from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text, _write,  # noqa: E402
+                       backprop_record, peak_text, plot, run_methods, train_fln)
 
 EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}
@@ -319,12 +319,6 @@ def markdown(summary):
     return "\n".join(lines) + "\n"
 
 
-def _write(path, text):
-    tmp = path.with_name(f".{path.name}.part")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def main(argv=None):
     args = parse_args(argv)
     ds, data_desc = load(args)      # bad data (a missing or truncated batch file) fails here
@@ -345,9 +339,8 @@ def main(argv=None):
     _write(out / "results.json", json.dumps(summary, indent=1, default=str))
     table = markdown(summary)
     _write(out / "results.md", table)
-    plot(summary, out / ".accuracy.part.png", target=None, ylim=None, logx=True,
+    plot(summary, out / "accuracy.png", target=None, ylim=None, logx=True,
          title=f"LeNet-5, {summary['data']}")
-    os.replace(out / ".accuracy.part.png", out / "accuracy.png")
     print(table)
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'accuracy.png'}")
 

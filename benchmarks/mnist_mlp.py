@@ -691,6 +691,13 @@ def markdown(summary):
     return "\n".join(lines) + "\n"
 
 
+def _write(path, text):
+    """``text`` to ``path`` through a temporary file and a rename: never half-written."""
+    tmp = path.with_name(f".{path.name}.part")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def plot(summary, path, target=TARGET, ylim=(0.85, 1.0), logx=False, title=None):
     """Test accuracy against batches and against training seconds, one line per method."""
     import matplotlib
@@ -715,8 +722,10 @@ def plot(summary, path, target=TARGET, ylim=(0.85, 1.0), logx=False, title=None)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    tmp = path.with_name(f".{path.stem}.part{path.suffix}")   # never a half-written plot
+    fig.savefig(tmp, dpi=110)
     plt.close(fig)
+    os.replace(tmp, path)
 
 
 def main(argv=None):
@@ -740,9 +749,9 @@ def main(argv=None):
     summary = summarise(results, args, data_desc)
     if args.profile and "fln" in results:
         summary["matmul_share"], summary["profile_note"] = matmul_share(args)
-    (out / "results.json").write_text(json.dumps(summary, indent=1, default=str))
+    _write(out / "results.json", json.dumps(summary, indent=1, default=str))
     table = markdown(summary)
-    (out / "results.md").write_text(table)
+    _write(out / "results.md", table)
     plot(summary, out / "accuracy.png")
     print(table)
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'accuracy.png'}")
