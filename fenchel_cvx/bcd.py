@@ -647,7 +647,8 @@ def _observers(run, callback, progress, state):
 def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = None, epochs: int = 1,
             iterations: int = defaults.ITERATIONS, alternations: int = defaults.ALTERNATIONS,
             gamma: float | Sequence[float] | None = None, momentum: float | Sequence[float] = 0.0,
-            W_prev: Sequence[Any] | None = None, backend: str | Any = "cvxpy", strict: bool | None = None, tol: float = defaults.TOL,
+            W_prev: Sequence[Any] | None = None, backend: str | Any = "cvxpy",
+            strict: bool | None = None, tol: float = defaults.TOL,
             callback: Callable[[LiftedNetwork, dict], bool | None] | None = None,
             X_test: Any = None, Y_test: Any = None, progress: bool = False,
             eval_every: int | None = 1, check_every: int = 1,
@@ -665,9 +666,8 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
         defaults (``defaults.py``): 3 for Algorithm 2 (> 0, as in the paper's batched model), 0
         for Algorithm 1.
     momentum, W_prev : beta_l in [0, 1), a number or one per layer (L + 1): where W0 is set, W
-        first moves on along its last change, ``W <- W + beta_l (W - W_prev)`` (module doc); 0
-        (the default) is the paper's algorithms. ``W_prev`` (None: none before the first batch):
-        an earlier run's ``BCDResult.W_prev``, for momentum across runs (``partial_fit``).
+        first moves on along its last change, ``W <- W + beta_l (W - W_prev)`` (module doc; 0,
+        the default: the paper's algorithms); ``W_prev``: an earlier run's ``BCDResult.W_prev``.
     backend : ``"cvxpy"``, ``"fast"`` or a backend object.
     strict : raise on a certificate violation (None: for the oracle only); ``False`` with
         ``"cvxpy"`` builds a non-strict oracle that records inaccurate solves and goes on.

@@ -78,8 +78,8 @@ class DataGram:
         self._xt_norm2 = None
         self.K = Xt.T @ Xt                      # m x m; also the Newton rows' kernel (wblocks)
         # c2: the shift actually used (grown if M would not factorise): G = w X~ X~^T + c2 I
-        self.solve, self.c2, self.Minv = _applier(xp, self.K if self.w == 1.0 else self.w * self.K,
-                                                  float(shift), inverse)
+        M = self.K if self.w == 1.0 else self.w * self.K
+        self.solve, self.c2, self.Minv = _applier(xp, M, float(shift), inverse)
 
     def xt_norm2(self, xp):
         """``max_j |X~_j|_2^2`` over the rows of X~ (the data-space bounds of ``wblocks`` and
