@@ -186,12 +186,14 @@ def test_mnist_mlp_lam_schedule_and_lifted_prediction(monkeypatch):
 
 def test_mnist_mlp_defaults_are_the_tuned_paper_setting():
     """The paper's appendix setting (lam 0.1, rho (1, 100)) in this package's units (lam 0.2,
-    gamma (1, 100), rho 0) with blocks solved further (10 W-steps, 50 X-steps), and momentum
-    0.5 on W_0 (tuned on validation)."""
-    args = _load("mnist_mlp").parse_args([])
-    assert (args.lam, args.rho, args.gamma) == ([0.2], 0.0, [1.0, 100.0])
-    assert args.momentum == [0.5, 0.0] and _load("mnist_mlp").parse_args(["--momentum", "0"]).momentum == [0.0]
-    assert (args.w_steps, args.x_steps, args.alternations) == ((10, 10), 50, 1)
+    gamma (1, 100), rho 0), tuned on validation: the output layer's gamma 30 with one W-step,
+    W_0's 10, 20 X-steps, and momentum 0.7 on W_0."""
+    bench = _load("mnist_mlp")
+    assert (bench.PAPER_LAM, bench.PAPER_GAMMA) == ((0.2,), (1.0, 100.0))
+    args = bench.parse_args([])
+    assert (args.lam, args.rho, args.gamma) == ([0.2], 0.0, [1.0, 30.0])
+    assert args.momentum == [0.7, 0.0] and bench.parse_args(["--momentum", "0"]).momentum == [0.0]
+    assert (args.w_steps, args.x_steps, args.alternations) == ((10, 1), 20, 1)
     assert _load("mnist_mlp").parse_args(["--w-steps", "10,3"]).w_steps == (10, 3)
     assert (args.epochs, args.batch_size) == (10, 500)
 
@@ -214,7 +216,7 @@ def test_mnist_mlp_flop_count_follows_the_span_path():
     # no proximal term and no penalty: no data-space Gram (it needs a positive shift)
     assert count("--gamma", "0,0") > count("--gamma", "0,0", "--rho", "1e-3")
     # per-layer steps: W_1's (10 x 301, parameter space) fewer, W_0's the same
-    assert count("--w-steps", "10,1") < count() == count("--w-steps", "10,10")
+    assert count("--w-steps", "10,1") < count("--w-steps", "10,10")
     # W_0's data-space inverse (2 m^3 / 3) is formed only where its 300 x steps rows reach m
     one = bench._w_flops(300, 785, 500, 1, span=True)
     assert bench._w_flops(300, 785, 500, 2, span=True) - one == pytest.approx(
