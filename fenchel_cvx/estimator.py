@@ -175,7 +175,7 @@ class _FenchelBase(BaseEstimator):
         rounds = 1 if "iterations" in kwargs else -(-m // kwargs["batch_size"]) * kwargs["alternations"]
         monitor = _EpochMonitor(self, rounds, X_val, Y_val)
         result = fit_bcd(self.network_, X0, Yc, gamma=params["gamma"],
-                         momentum=params["momentum"], W_prev=self._W_prev,
+                         momentum=params["momentum"], W_prev=getattr(self, "_W_prev", None),
                          backend=self._make_backend(params["dtype"]), strict=self.strict,
                          progress=int(self.verbose) >= 2, eval_every=1, callback=monitor, **kwargs)
         if getattr(self, "history_", None) is not None:    # partial_fit or warm_start
@@ -187,7 +187,9 @@ class _FenchelBase(BaseEstimator):
             self.history_ = result.history
         monitor.finish()
         self.coefs_ = self.network_.W
-        self._W_prev = result.W_prev   # momentum goes on in the next partial_fit / warm start
+        # momentum goes on in the next partial_fit / warm start, unless early stopping rewound
+        # the network to its best epoch (then there is no last change to go on along)
+        self._W_prev = result.W_prev if monitor.best_W is None else None
         return self
 
     def _fit(self, X, Y, reset, partial):
@@ -268,7 +270,8 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         beta_l: each mini-batch (Algorithm 1: each iteration) starts from ``W + beta_l (W -
         W_prev)``, the weights moved on along their last change (``bcd.fit_bcd``); 0 is the
         paper's algorithms. It goes on across ``partial_fit`` calls and into a ``warm_start``
-        fit as within one ``fit`` (the last change is kept with the fitted network).
+        fit as within one ``fit`` (the last change is kept with the fitted network; not after
+        ``early_stopping``, which rewinds the network to its best epoch).
     batch_size : int, "auto" or None, default "auto"
         Mini-batch size of Algorithm 2 (``"auto"``: ``min(200, n_samples)``); ``None`` trains on
         all the data at once (Algorithm 1, ``iterations`` rounds).

@@ -235,6 +235,9 @@ def test_partial_fit_carries_momentum_from_call_to_call():
         fits.append(clf)
     assert not np.array_equal(fits[0].coefs_[0], fits[1].coefs_[0])
     assert fits[0]._W_prev is None and len(fits[1]._W_prev) == 2
+    stopped = FenchelClassifier(hidden_layer_sizes=(8,), momentum=0.9, random_state=0,
+                                early_stopping=True, batch_size=20, epochs=3).fit(X, y)
+    assert stopped._W_prev is None             # rewound to its best epoch: no last change
     refit = fits[1].fit(X, y)                  # a fresh fit forgets the last change
     new = FenchelClassifier(hidden_layer_sizes=(8,), momentum=0.9, random_state=0).fit(X, y)
     for a, b in zip(refit.coefs_, new.coefs_):
