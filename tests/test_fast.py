@@ -603,6 +603,28 @@ def test_data_space_inverse_is_formed_where_it_pays():
     np.testing.assert_allclose(many.Minv @ (few.w * few.K + few.c2 * np.eye(m)), np.eye(m), atol=1e-8)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_data_space_inverse_only_where_well_conditioned(dtype):
+    """An explicit M^{-1} loses accuracy with M's condition number (float32: the span solver's
+    identity sigma K = (lam / w) A - (c2 / w) B); it is formed only where eps times the bound
+    (trace M + c2) / c2 is at most 1e-3, else M is applied by solves. Both apply M^{-1}."""
+    from fenchel_cvx.fast.gram import DataGram
+
+    rng = np.random.default_rng(0)
+    Xt = np.vstack([rng.random((60, 20)) * 10, np.ones((1, 20))]).astype(dtype)   # trace ~ 2e4
+    # a right-hand side in K's dominant eigenspace, as the span solver's (U - U0) = Z K term
+    A = (rng.standard_normal((3, 20)) @ (Xt.T @ Xt).astype(np.float64)).astype(dtype)
+    for c2, inverse in ((200.0, True), (2e-2, dtype == np.float64)):
+        dg = DataGram(np, Xt, 1.0, c2, inverse=True)
+        assert (dg.Minv is not None) == inverse
+        ref = np.linalg.solve((Xt.T @ Xt).astype(np.float64) + c2 * np.eye(20), A.T.astype(np.float64)).T
+        # the identity the span solver relies on: B K = A - c2 B for B = A M^{-1}
+        B = dg.solve(A)
+        resid = np.abs(B @ dg.K - (A - c2 * B)).max() / np.abs(A).max()
+        assert resid < (1e-6 if dtype == np.float32 else 1e-13), (c2, resid)
+        np.testing.assert_allclose(B, ref, rtol=0, atol=5e-3 * np.abs(ref).max())
+
+
 def test_data_space_one_step_equals_parameter_space(monkeypatch):
     """w_steps=1 from W0 (the driver's first round of a batch): the data-space solve takes the
     parameter-space step, within rounding; a stale data-space factor is never reused."""

@@ -14,7 +14,8 @@ ways to apply ``s = g G^{-1}``:
   785 rows of W_0's X~): by Woodbury, ``G^{-1} = (I - w X~ M^{-1} X~^T) / 2c`` with the m x m
   matrix ``M = 2c I + w K``, ``K = X~^T X~``. Forming and factorising K costs ``m^2 n + m^3/3``
   against ``n^2 m + n^3`` for G (785 x 500: about 3 ms against 25 ms on one core); ``M^{-1}``
-  is formed, or applied by triangular solves, by the same rule as ``ParamGram``'s.
+  is formed, or applied by triangular solves, by the same rule as ``ParamGram``'s, where M is
+  well conditioned for it.
 
 With ``g = A X~^T + R`` (A the data-space gradient ``dL/dU``, R the regulariser's gradient) and
 ``P = R X~``, the data-space step needs one m x m solve and one product back to parameter space,
@@ -36,6 +37,22 @@ def inverse_pays(n, rows):
     inverse + one product 2.1 ms; n = 785, p = 300: 17 ms against 51 ms; n = 500, p = 300:
     potrf 0.8 ms, potri 2.5 ms more, a solve 2.6 ms against a product 1.4 ms."""
     return rows >= n
+
+
+#: M^{-1} is formed only where eps times a bound of the condition number of ``M + shift I``,
+#: ``(trace M + shift) / shift``, is at most this: a product with an explicit inverse is not
+#: backward stable as triangular solves are, and its error grows with the condition number
+#: (float32, 500 MNIST images as W_0's X~: the span identity ``sigma K = (lam / w) A - (c2 / w)
+#: B`` held to 4e-5 with the inverse against 1e-6 with solves at cond 2e3, the benchmark's
+#: setting, whose bound is 4.5e3, within this 8.4e3; at cond 9e5, 6e-3 against 1e-6)
+INVERSE_COND_EPS = 1e-3
+
+
+def well_conditioned(xp, M, shift):
+    """Whether ``M + shift I`` (M symmetric positive semidefinite) may be inverted explicitly in
+    its dtype (``INVERSE_COND_EPS``)."""
+    bound = (float(xp.sum(xp.linalg.diagonal(M))) + shift) / shift
+    return bound * float(xp.finfo(M.dtype).eps) <= INVERSE_COND_EPS
 
 
 def _applier(xp, G, shift, inverse):
@@ -68,8 +85,8 @@ class ParamGram:
 
 class DataGram:
     """Woodbury in data space (m < n), for a scalar weight ``w > 0`` and a shift ``2c > 0``;
-    ``inverse``: ``M^{-1}`` formed (``Minv``; ``inverse_pays``), else applied by Cholesky solves
-    (``Minv`` None)."""
+    ``inverse``: ``M^{-1}`` formed (``Minv``; ``inverse_pays``) where M is well conditioned for
+    it (``well_conditioned``), else applied by Cholesky solves (``Minv`` None)."""
 
     data_space = True
 
@@ -79,6 +96,7 @@ class DataGram:
         self.K = Xt.T @ Xt                      # m x m; also the Newton rows' kernel (wblocks)
         # c2: the shift actually used (grown if M would not factorise): G = w X~ X~^T + c2 I
         M = self.K if self.w == 1.0 else self.w * self.K
+        inverse = inverse and well_conditioned(xp, M, float(shift))
         self.solve, self.c2, self.Minv = _applier(xp, M, float(shift), inverse)
 
     def xt_norm2(self, xp):
