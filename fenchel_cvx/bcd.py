@@ -703,7 +703,7 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
         for obs in observers:
             getattr(obs, "close", lambda: None)()
     return BCDResult(net, state.Xs, state.history, None if step is None else step.idx,
-                     state.W_prev)
+                     state.W_prev if any(run.momentum) else None)
 
 
 def _fresh_state(net, run):

@@ -85,7 +85,7 @@ class _EpochMonitor:
 
     def __init__(self, est, rounds, X_val, Y_val):
         self.est, self.rounds, self.X_val, self.Y_val = est, rounds, X_val, Y_val
-        self.seen, self.stale, self.best_W = 0, 0, None
+        self.seen, self.stale, self.best_W, self.best_epoch, self.rewound = 0, 0, None, 0, False
 
     def __call__(self, net, record):
         self.seen += 1
@@ -103,7 +103,7 @@ class _EpochMonitor:
             best = est.best_validation_score_
             if best is None or score > best + self.IMPROVEMENT:
                 est.best_validation_score_, self.stale = score, 0
-                self.best_W = [W.copy() for W in net.W]
+                self.best_W, self.best_epoch = [W.copy() for W in net.W], est.n_iter_
             else:
                 self.stale += 1
                 stop = self.stale >= est.n_iter_no_change
@@ -118,6 +118,7 @@ class _EpochMonitor:
         est = self.est
         if self.best_W is not None:       # early stopping: keep the best epoch's weights
             est.network_.W = self.best_W
+            self.rewound = self.best_epoch != est.n_iter_
         est.best_loss_ = None if est.early_stopping or not est.loss_curve_ else min(est.loss_curve_)
 
 
@@ -174,10 +175,16 @@ class _FenchelBase(BaseEstimator):
                           alternations=params["alternations"])
         rounds = 1 if "iterations" in kwargs else -(-m // kwargs["batch_size"]) * kwargs["alternations"]
         monitor = _EpochMonitor(self, rounds, X_val, Y_val)
-        result = fit_bcd(self.network_, X0, Yc, gamma=params["gamma"],
-                         momentum=params["momentum"], W_prev=getattr(self, "_W_prev", None),
-                         backend=self._make_backend(params["dtype"]), strict=self.strict,
-                         progress=int(self.verbose) >= 2, eval_every=1, callback=monitor, **kwargs)
+        # momentum's last change (None while fit_bcd runs: Ctrl-C or an error leaves none stale)
+        W_prev, self._W_prev = getattr(self, "_W_prev", None), None
+        try:
+            result = fit_bcd(self.network_, X0, Yc, gamma=params["gamma"],
+                             momentum=params["momentum"], W_prev=W_prev,
+                             backend=self._make_backend(params["dtype"]), strict=self.strict,
+                             progress=int(self.verbose) >= 2, eval_every=1, callback=monitor,
+                             **kwargs)
+        finally:
+            self.coefs_ = self.network_.W    # after Ctrl-C too: the last finished round's
         if getattr(self, "history_", None) is not None:    # partial_fit or warm_start
             offset = len(self.history_)
             for rec in result.history:
@@ -188,8 +195,8 @@ class _FenchelBase(BaseEstimator):
         monitor.finish()
         self.coefs_ = self.network_.W
         # momentum goes on in the next partial_fit / warm start, unless early stopping rewound
-        # the network to its best epoch (then there is no last change to go on along)
-        self._W_prev = result.W_prev if monitor.best_W is None else None
+        # the network to an earlier epoch (then there is no last change to go on along)
+        self._W_prev = None if monitor.rewound else result.W_prev
         return self
 
     def _fit(self, X, Y, reset, partial):

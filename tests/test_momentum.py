@@ -220,12 +220,21 @@ def test_W_prev_and_resume_exclude_each_other(tmp_path):
         cases.run_case("alg2_ce_alternations", momentum=0.5, resume=tmp_path, W_prev=W_prev)
 
 
-def test_partial_fit_carries_momentum_from_call_to_call():
-    """The estimator keeps the last change with its network: successive ``partial_fit`` calls
-    extrapolate as one ``fit_bcd`` run would (before, each call started afresh and momentum did
-    nothing there)."""
+def test_partial_fit_carries_momentum_from_call_to_call(monkeypatch):
+    """The estimator keeps the last change with its network and hands it to the next
+    ``partial_fit`` call, which then extrapolates as one ``fit_bcd`` run would (that equality:
+    ``test_runs_on_successive_batches_are_one_run``). Before, each call started afresh and
+    momentum did nothing there."""
+    from fenchel_cvx import estimator
     from fenchel_cvx.estimator import FenchelClassifier
 
+    real, calls = estimator.fit_bcd, []
+
+    def spy(*args, **kw):
+        res = real(*args, **kw)
+        calls.append((kw["W_prev"], res.W_prev))
+        return res
+    monkeypatch.setattr(estimator, "fit_bcd", spy)
     X, y = np.random.default_rng(0).normal(size=(120, 6)), np.arange(120) % 3
     fits = []
     for beta in (0.0, 0.9):
@@ -234,14 +243,53 @@ def test_partial_fit_carries_momentum_from_call_to_call():
             clf.partial_fit(X[i:i + 30], y[i:i + 30], classes=[0, 1, 2])
         fits.append(clf)
     assert not np.array_equal(fits[0].coefs_[0], fits[1].coefs_[0])
-    assert fits[0]._W_prev is None and len(fits[1]._W_prev) == 2
-    stopped = FenchelClassifier(hidden_layer_sizes=(8,), momentum=0.9, random_state=0,
-                                early_stopping=True, batch_size=20, epochs=3).fit(X, y)
-    assert stopped._W_prev is None             # rewound to its best epoch: no last change
+    zero, moving = calls[:4], calls[4:]
+    assert all(given is None and back is None for given, back in zero)   # beta 0: none kept
+    assert moving[0][0] is None and all(len(back) == 2 for _, back in moving)
+    for (_, back), (given, _) in zip(moving, moving[1:]):                 # handed on, as is
+        assert all(a is b for a, b in zip(back, given))
+    assert all(a is b for a, b in zip(moving[-1][1], fits[1]._W_prev))
     refit = fits[1].fit(X, y)                  # a fresh fit forgets the last change
+    assert calls[-1][0] is None
     new = FenchelClassifier(hidden_layer_sizes=(8,), momentum=0.9, random_state=0).fit(X, y)
     for a, b in zip(refit.coefs_, new.coefs_):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_estimator_keeps_no_stale_W_prev(monkeypatch):
+    """Ctrl-C inside a partial_fit, or early stopping that rewinds the network to an earlier
+    epoch, leaves no W_prev: the next call must not extrapolate along a change the network
+    no longer ends with."""
+    from fenchel_cvx import estimator
+    from fenchel_cvx.estimator import FenchelClassifier
+
+    X, y = np.random.default_rng(0).normal(size=(120, 6)), np.arange(120) % 3
+    clf = FenchelClassifier(hidden_layer_sizes=(8,), momentum=0.9, random_state=0, batch_size=20,
+                            epochs=2, warm_start=True).fit(X, y)
+    assert clf._W_prev is not None
+    real = estimator.fit_bcd
+
+    def interrupt(net, rec):
+        if rec["iteration"] == 3:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(estimator, "fit_bcd", lambda *a, **k: real(*a, **{**k, "callback": interrupt}))
+    with pytest.raises(KeyboardInterrupt):
+        clf.fit(X, y)
+    assert clf._W_prev is None and clf.coefs_ is clf.network_.W
+    monkeypatch.setattr(estimator, "fit_bcd", real)
+    stopped = FenchelClassifier(hidden_layer_sizes=(8,), momentum=0.9, random_state=0,
+                                early_stopping=True, batch_size=20, epochs=4).fit(X, y)
+    rewound = stopped.best_validation_score_ != stopped.validation_scores_[-1]
+    assert (stopped._W_prev is None) == rewound
+
+
+def test_a_run_without_momentum_returns_no_W_prev():
+    """With beta 0 nothing is extrapolated: a W_prev given is not handed back (a later run with
+    momentum would extrapolate along a change many batches old)."""
+    X, Y = cases.case_data()
+    first = fit_bcd(_net(), X, Y, batch_size=10, gamma=0.5, momentum=0.5, backend="fast")
+    again = fit_bcd(_net(), X, Y, batch_size=10, gamma=0.5, W_prev=first.W_prev, backend="fast")
+    assert first.W_prev is not None and again.W_prev is None
 
 
 def test_the_estimator_and_the_command_pass_it_on(tmp_path):
