@@ -551,14 +551,22 @@ def _check_W_prev(W_prev, weights, xp, resume):
         raise ValueError("W_prev and resume exclude each other: a checkpoint holds its own W_prev")
     if (isinstance(W_prev, (str, bytes)) or not isinstance(W_prev, Sequence)
             or len(W_prev) != len(weights)):
+        got = (f"{len(W_prev)} entries" if isinstance(W_prev, Sequence)
+               and not isinstance(W_prev, (str, bytes)) else type(W_prev).__name__)
         raise ValueError(f"W_prev must be a sequence of {len(weights)} arrays (one per layer, "
-                         f"as BCDResult.W_prev), got {type(W_prev).__name__}")
+                         f"as BCDResult.W_prev), got {got}")
     out = []
     for l, (P, W) in enumerate(zip(W_prev, weights)):
-        P = xp.asarray(P, dtype=W.dtype)
-        if tuple(P.shape) != tuple(W.shape) or not bool(xp.all(xp.isfinite(P))):
-            raise ValueError(f"W_prev[{l}] must be a finite array of W_{l}'s shape "
-                             f"{tuple(W.shape)}, got shape {tuple(P.shape)}")
+        try:
+            P = xp.asarray(P, dtype=W.dtype)
+        except (TypeError, ValueError):
+            raise ValueError(f"W_prev[{l}] must be an array the data's library ({xp.__name__}) "
+                             f"can take, got {type(P).__module__}.{type(P).__name__}") from None
+        if tuple(P.shape) != tuple(W.shape):
+            raise ValueError(f"W_prev[{l}] must have W_{l}'s shape {tuple(W.shape)}, got "
+                             f"{tuple(P.shape)}")
+        if not bool(xp.all(xp.isfinite(P))):
+            raise ValueError(f"W_prev[{l}] must be finite, got NaN or infinite entries")
         out.append(P)
     return out
 

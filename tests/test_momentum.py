@@ -193,18 +193,19 @@ def test_runs_on_successive_batches_are_one_run():
 
 
 @pytest.mark.parametrize("W_prev, message", [
-    ([np.zeros((5, 7))], r"W_prev must be a sequence of 3 arrays \(one per layer"),
-    ("W", r"W_prev must be a sequence of 3 arrays"),
-    ([np.zeros((5, 7)), np.zeros((4, 6)), np.zeros((3, 4))],
-     r"W_prev\[1\] must be a finite array of W_1's shape \(4, 6\), got shape \(4, 6\)"),
+    ([np.zeros((5, 7))], r"W_prev must be a sequence of 3 arrays \(one per layer, as "
+                         r"BCDResult.W_prev\), got 1 entries"),
+    ("W", r"W_prev must be a sequence of 3 arrays .*, got str"),
+    ([np.zeros((5, 7)), np.full((4, 6), np.inf), np.zeros((3, 4))],
+     r"W_prev\[1\] must be finite, got NaN or infinite entries"),
     ([np.zeros((5, 7)), np.zeros((4, 5)), np.zeros((3, 4))],
-     r"W_prev\[1\] must be a finite array of W_1's shape \(4, 6\), got shape \(4, 5\)"),
+     r"W_prev\[1\] must have W_1's shape \(4, 6\), got \(4, 5\)"),
+    ([np.zeros((5, 7)), "x", np.zeros((3, 4))],
+     r"W_prev\[1\] must be an array the data's library \(numpy\) can take, got builtins.str"),
 ])
 def test_bad_W_prev_is_named_before_any_work(W_prev, message):
     X, Y = cases.case_data()
     net = _net()
-    if len(W_prev) == 3 and W_prev[1].shape == (4, 6):
-        W_prev[1][0, 0] = np.inf
     W = [np.array(Wl) for Wl in net.W]
     with pytest.raises(ValueError, match=message):
         fit_bcd(net, X, Y, batch_size=10, momentum=0.5, W_prev=W_prev, backend="fast")
