@@ -17,8 +17,8 @@ batch: 500 against X~'s 785 rows for MNIST's W_0), with the images ``U = U0 + Z 
     sigma K = (lam / w) A - (c2 / w) B        (from ``w K M^{-1} = I - c2 M^{-1}``)
 
 known without a product, and every parameter-space inner product an elementwise one:
-``<a X~^T, b X~^T> = <a, b K>``. A step costs one m x m triangular-solve pair and elementwise
-work; the two p x n x m products of a parameter-space step are gone, and ``W = W0 + Z X~^T``
+``<a X~^T, b X~^T> = <a, b K>``. A step costs one m x m solve (a product with ``M^{-1}``
+where ``gram.DataGram`` formed it, else a triangular-solve pair) and elementwise work; the two p x n x m products of a parameter-space step are gone, and ``W = W0 + Z X~^T``
 is formed once, at the end.
 
 The iterates are ``solve_pncg``'s up to rounding as long as no semismooth-Newton row starts and
