@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fenchel_cvx.datasets import load_cifar10, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
 from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text, _write,  # noqa: E402
-                       backprop_record, peak_text, plot, run_methods, train_fln)
+                       backprop_record, peak_text, plot, run_methods, seed_summary, train_fln)
 
 EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}
@@ -264,17 +264,9 @@ def summarise(results, args, data_desc):
     rows = {}
     for name, runs in results.items():
         per_seed = [_row(r) for r in runs]
-        acc = [r["final_test_accuracy"] for r in per_seed]
-        rows[name] = dict(
-            final_test_accuracy=float(np.mean(acc)), final_test_accuracy_spread=float(np.ptp(acc)),
-            final_test_accuracy_per_seed=acc,
-            test_accuracy=np.mean([r["test_accuracy"] for r in per_seed], axis=0).tolist(),
-            accuracy_at_batches={b: _mean([r["accuracy_at_batches"][b] for r in per_seed])
-                                 for b in EARLY},
-            **{k: _mean([r[k] for r in per_seed]) for k in ("seconds_per_epoch", "wall")},
-            peak_mib=max(r["peak_mib"] for r in per_seed),
-            peak_gpu_mib=max((r["peak_gpu_mib"] for r in per_seed if r["peak_gpu_mib"] is not None),
-                             default=None))
+        rows[name] = dict(seed_summary(per_seed), wall=_mean([r["wall"] for r in per_seed]),
+                          accuracy_at_batches={b: _mean([r["accuracy_at_batches"][b] for r in per_seed])
+                                               for b in EARLY})
         if "epoch_reports" in per_seed[0]:
             rows[name]["epoch_reports"] = per_seed[0]["epoch_reports"]   # the first seed's
     ratios = {}

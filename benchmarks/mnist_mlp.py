@@ -630,8 +630,22 @@ def peak_text(r):
 
 
 def _mean(values):
-    values = [v for v in values if v is not None]
-    return float(np.mean(values)) if values else None
+    """The mean over seeds, or None where a seed lacks the figure (never the others' mean)."""
+    return None if any(v is None for v in values) else float(np.mean(values))
+
+
+def seed_summary(per_seed):
+    """The figures both benchmarks report over seeds, from one row per seed: the final test
+    accuracy's mean, spread (max - min) and values, the mean accuracy after every epoch and
+    seconds per epoch, and the largest peak memory (host, GPU)."""
+    acc = [r["final_test_accuracy"] for r in per_seed]
+    return dict(final_test_accuracy=float(np.mean(acc)), final_test_accuracy_spread=float(np.ptp(acc)),
+                final_test_accuracy_per_seed=acc,
+                test_accuracy=np.mean([r["test_accuracy"] for r in per_seed], axis=0).tolist(),
+                seconds_per_epoch=_mean([r["seconds_per_epoch"] for r in per_seed]),
+                peak_mib=max(r["peak_mib"] for r in per_seed),
+                peak_gpu_mib=max((r["peak_gpu_mib"] for r in per_seed
+                                  if r["peak_gpu_mib"] is not None), default=None))
 
 
 def summarise(results, args, data_desc):
@@ -639,19 +653,8 @@ def summarise(results, args, data_desc):
     rows = {}
     for name, runs in results.items():
         per_seed = [_row(r) for r in runs]
-        acc = [r["final_test_accuracy"] for r in per_seed]
-        rows[name] = dict(final_test_accuracy=float(np.mean(acc)),
-                          final_test_accuracy_spread=float(np.ptp(acc)),
-                          final_test_accuracy_per_seed=acc,
-                          test_accuracy=np.mean([r["test_accuracy"] for r in per_seed], axis=0).tolist(),
-                          seconds_per_epoch=_mean([r["seconds_per_epoch"] for r in per_seed]),
-                          time_to_97=(None if any(r["time_to_97"] is None for r in per_seed)
-                                      else _mean([r["time_to_97"] for r in per_seed])),
-                          batches_to_97=(None if any(r["batches_to_97"] is None for r in per_seed)
-                                         else _mean([r["batches_to_97"] for r in per_seed])),
-                          peak_mib=max(r["peak_mib"] for r in per_seed),
-                          peak_gpu_mib=max((r["peak_gpu_mib"] for r in per_seed
-                                            if r["peak_gpu_mib"] is not None), default=None))
+        rows[name] = dict(seed_summary(per_seed),
+                          **{k: _mean([r[k] for r in per_seed]) for k in ("time_to_97", "batches_to_97")})
         if "certificate" in runs[0]:
             rows[name]["certificate"] = [r["certificate"] for r in runs]
     n_batches = -(-args.train_size // args.batch_size)

@@ -227,3 +227,17 @@ def test_mnist_mlp_validation_larger_than_the_data_is_a_usage_error():
     bench = _load("mnist_mlp")
     with pytest.raises(SystemExit, match="--validation must be < the 4000 training images, got 4000"):
         bench.load(bench.parse_args(["--quick", "--validation", "4000"]))
+
+
+def test_seed_means_never_drop_a_seed():
+    """A figure one seed lacks (never reached 97 %, a checkpoint not taken) has no mean: the
+    others' mean would read as all seeds'. Both benchmarks aggregate through seed_summary."""
+    bench = _load("mnist_mlp")
+    assert bench._mean([1.0, None, 3.0]) is None and bench._mean([1.0, 3.0]) == 2.0
+    rows = [dict(final_test_accuracy=a, test_accuracy=[0.5, a], seconds_per_epoch=s, peak_mib=p,
+                 peak_gpu_mib=None) for a, s, p in ((0.97, 2.0, 10.0), (0.99, 4.0, 30.0))]
+    out = bench.seed_summary(rows)
+    assert out["final_test_accuracy"] == pytest.approx(0.98)
+    assert out["final_test_accuracy_spread"] == pytest.approx(0.02)
+    assert out["test_accuracy"] == pytest.approx([0.5, 0.98]) and out["seconds_per_epoch"] == 3.0
+    assert (out["peak_mib"], out["peak_gpu_mib"]) == (30.0, None)
