@@ -277,8 +277,8 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         beta_l: each mini-batch (Algorithm 1: each iteration) starts from ``W + beta_l (W -
         W_prev)``, the weights moved on along their last change (``bcd.fit_bcd``); 0 is the
         paper's algorithms. It goes on across ``partial_fit`` calls and into a ``warm_start``
-        fit as within one ``fit`` (the last change is kept with the fitted network; not after
-        ``early_stopping``, which rewinds the network to its best epoch).
+        fit as within one ``fit`` (the last change is kept with the fitted network; not where
+        ``early_stopping`` rewound the network to an earlier epoch).
     batch_size : int, "auto" or None, default "auto"
         Mini-batch size of Algorithm 2 (``"auto"``: ``min(200, n_samples)``); ``None`` trains on
         all the data at once (Algorithm 1, ``iterations`` rounds).
