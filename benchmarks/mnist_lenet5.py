@@ -264,9 +264,9 @@ def summarise(results, args, data_desc):
     rows = {}
     for name, runs in results.items():
         per_seed = [_row(r) for r in runs]
+        at = {b: _mean([r["accuracy_at_batches"][b] for r in per_seed]) for b in EARLY}
         rows[name] = dict(seed_summary(per_seed), wall=_mean([r["wall"] for r in per_seed]),
-                          accuracy_at_batches={b: _mean([r["accuracy_at_batches"][b] for r in per_seed])
-                                               for b in EARLY})
+                          accuracy_at_batches=at)
         if "epoch_reports" in per_seed[0]:
             rows[name]["epoch_reports"] = per_seed[0]["epoch_reports"]   # the first seed's
     ratios = {}

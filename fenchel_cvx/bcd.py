@@ -549,10 +549,9 @@ def _check_W_prev(W_prev, weights, xp, resume):
         return None
     if resume:
         raise ValueError("W_prev and resume exclude each other: a checkpoint holds its own W_prev")
-    if (isinstance(W_prev, (str, bytes)) or not isinstance(W_prev, Sequence)
-            or len(W_prev) != len(weights)):
-        got = (f"{len(W_prev)} entries" if isinstance(W_prev, Sequence)
-               and not isinstance(W_prev, (str, bytes)) else type(W_prev).__name__)
+    listed = isinstance(W_prev, Sequence) and not isinstance(W_prev, (str, bytes))
+    if not listed or len(W_prev) != len(weights):
+        got = f"{len(W_prev)} entries" if listed else type(W_prev).__name__
         raise ValueError(f"W_prev must be a sequence of {len(weights)} arrays (one per layer, "
                          f"as BCDResult.W_prev), got {got}")
     out = []

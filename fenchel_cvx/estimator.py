@@ -85,7 +85,7 @@ class _EpochMonitor:
 
     def __init__(self, est, rounds, X_val, Y_val):
         self.est, self.rounds, self.X_val, self.Y_val = est, rounds, X_val, Y_val
-        self.seen, self.stale, self.best_W, self.best_epoch, self.rewound = 0, 0, None, 0, False
+        self.seen, self.stale, self.best_W, self.best_epoch = 0, 0, None, 0
 
     def __call__(self, net, record):
         self.seen += 1
@@ -115,11 +115,13 @@ class _EpochMonitor:
         return stop
 
     def finish(self):
+        """The end of a run: early stopping keeps the best epoch's weights. Returns whether that
+        rewound the network to an earlier epoch than its last."""
         est = self.est
-        if self.best_W is not None:       # early stopping: keep the best epoch's weights
+        if self.best_W is not None:
             est.network_.W = self.best_W
-            self.rewound = self.best_epoch != est.n_iter_
         est.best_loss_ = None if est.early_stopping or not est.loss_curve_ else min(est.loss_curve_)
+        return self.best_W is not None and self.best_epoch != est.n_iter_
 
 
 class _FenchelBase(BaseEstimator):
@@ -192,11 +194,11 @@ class _FenchelBase(BaseEstimator):
                 self.history_.append(rec)
         else:
             self.history_ = result.history
-        monitor.finish()
+        rewound = monitor.finish()
         self.coefs_ = self.network_.W
         # momentum goes on in the next partial_fit / warm start, unless early stopping rewound
         # the network to an earlier epoch (then there is no last change to go on along)
-        self._W_prev = None if monitor.rewound else result.W_prev
+        self._W_prev = None if rewound else result.W_prev
         return self
 
     def _fit(self, X, Y, reset, partial):
