@@ -17,9 +17,15 @@ def clip(x, min=None, max=None):
     """``x`` clipped to ``[min, max]`` (either or both may be None; bounds are numbers or arrays
     of x's dtype) in its own library. For CuPy arrays, CuPy's own elementwise kernel:
     array_api_compat's portable ``clip`` compares, masks and assigns there, several kernels and a
-    host sync per call (0.3 ms; measured on an H100)."""
+    host sync per call (0.3 ms; measured on an H100). For NumPy arrays, NumPy's own ufuncs:
+    the portable ``clip`` broadcasts its bounds first, twice the time of ``np.maximum`` on a
+    300 x 500 float32 array (a hot path of the X- and W-blocks)."""
     if min is None and max is None:    # CuPy 13 refuses clip(x, None, None)
         return x
+    if isinstance(x, np.ndarray):
+        if max is None:
+            return np.maximum(x, min)
+        return np.minimum(x, max) if min is None else np.clip(x, min, max)
     if is_cupy_array(x):
         import cupy
 

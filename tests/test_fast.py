@@ -203,6 +203,11 @@ def test_array_library_helpers():
         got = clip(xps.asarray(A), lo, hi)
         assert namespace(got) is xps and got.dtype == xps.float64
         np.testing.assert_array_equal(np.asarray(got), np.clip(A, lo, hi))
+        A32 = A.astype(np.float32)     # NumPy's own path keeps the dtype and takes array bounds
+        assert clip(A32, lo, hi).dtype == np.float32
+    bounds = np.full_like(A, -0.5), np.full_like(A, 0.5)
+    np.testing.assert_array_equal(clip(A, *bounds), np.clip(A, -0.5, 0.5))
+    np.testing.assert_array_equal(clip(A, None, bounds[1]), np.minimum(A, 0.5))
 
 
 # --- iteration caps, tolerances, warm starts ----------------------------------------------------
