@@ -206,7 +206,7 @@ class _Round:
         if not usable:          # recorded mode (strict raised): the block keeps its value, stop
             self.blocks.append(record)
             raise _Halt(name)
-        self.cert.check_block(name, res, residual)
+        self.cert.check_block(name, res, residual, capped=_capped(self.backend, block, res))
         after = float(res.value)  # the backend's value; the descent check recomputes it
         if self.check:
             after = float(block.value(Z))
@@ -243,6 +243,14 @@ class _Round:
                             U=self.held.get(l), Xt=Xt0 if l == 0 else None)
             net.W[l], delta, _ = self._solve(f"W_{l}", block, net.W[l], F)
             F = None if F is None else F + delta
+
+
+def _capped(backend, block, res):
+    """Whether ``block`` stopped at the step cap its backend was configured with
+    (``FastBackend(w_steps=..., x_steps=...)``: ``steps_of``), status ``"max_iter"``."""
+    steps_of = getattr(backend, "steps_of", None)
+    cap = steps_of(block)[1] if callable(steps_of) else None
+    return cap is not None and res.status == "max_iter" and res.iterations == cap
 
 
 def _round(backend, net, cert, X0, Y, Xs, gamma, W0, fresh, check=True, Us=None, Xt0=None):

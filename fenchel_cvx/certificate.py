@@ -47,6 +47,7 @@ class Violation:
     tol: float
     iteration: int = None
     detail: str = ""
+    capped: bool = False  # a block stopped at the step cap it was given: inexact by design
 
     def to_dict(self):
         return asdict(self)
@@ -88,8 +89,9 @@ class Certificate:
         self.restarted = False
         self.statuses_ok = True
 
-    def _fail(self, check, layer, value, bound, tol, detail=""):
-        v = Violation(check, layer, float(value), float(bound), float(tol), self.iteration, detail)
+    def _fail(self, check, layer, value, bound, tol, detail="", capped=False):
+        v = Violation(check, layer, float(value), float(bound), float(tol), self.iteration, detail,
+                      capped)
         if self.strict:
             raise v.error()
         self.violations.append(v)
@@ -161,10 +163,12 @@ class Certificate:
         self._fail("block_optimality", name, math.inf, self.residual_tol or 0.0, self.tol, problem)
         return False
 
-    def check_block(self, name, result, residual=None):
+    def check_block(self, name, result, residual=None, capped=False):
         """Check 4: ``residual`` is the KKT residual recomputed from the argmin (``None``: not
         recomputed this round, so only the backend's status can fail the block); the backend's
-        status must be optimal. The backend's own ``result.residual`` is never used."""
+        status must be optimal. The backend's own ``result.residual`` is never used.
+        ``capped``: the block was given a step cap and stopped there (``fit_bcd`` asks the
+        backend's own setting), so its failure is marked as inexact by design; it still fails."""
         if residual is not None:
             residual = float(residual)
             if not math.isnan(residual):
@@ -173,7 +177,7 @@ class Certificate:
         if result.status != "optimal" or not result.converged:
             self.statuses_ok = False
             self._fail("block_optimality", name, shown, self.residual_tol or 0.0, self.tol,
-                       f"status {result.status!r}, converged={result.converged}")
+                       f"status {result.status!r}, converged={result.converged}", capped=capped)
         elif (residual is not None and self.residual_tol is not None
               and not residual <= self.residual_tol):
             self._fail("block_optimality", name, residual, self.residual_tol, self.residual_tol,

@@ -68,6 +68,8 @@ class History:
 
     def __repr__(self):
         held = "yes" if self.certificate_held else "no"
+        if not self.certificate_held and self.held_but_capped:
+            held += f", but for {len(self.violations)} capped blocks (inexact by design)"
         return f"History({len(self)} rounds, certificate held: {held})"
 
     def series(self, key):
@@ -80,6 +82,14 @@ class History:
         """True iff every check that ran held at every round (with ``fit_bcd(check_every=k)``
         the rounds in between ran block_optimality only: see :attr:`checked_rounds`)."""
         return all(r["certificate"]["held"] for r in self.records)
+
+    @property
+    def held_but_capped(self):
+        """True iff every check held at every round but the block optimality of blocks that
+        stopped at the step cap they were given (``FastBackend(w_steps=..., x_steps=...)``:
+        inexact by design, each recorded as a ``capped`` violation): so the Fenchel-Young,
+        descent and lower-bound checks held, and every argmin was usable."""
+        return all(v.get("capped", False) for v in self.violations)
 
     @property
     def checked_rounds(self):

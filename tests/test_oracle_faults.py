@@ -101,3 +101,26 @@ def test_fault_is_recorded_against_its_block(data, backend, fault, kind):
             named = {(v["layer"], v["iteration"]) for v in h.violations
                      if v["check"] == "block_optimality"}
             assert (FIRST[kind], 2) in named
+
+
+def test_capped_blocks_are_marked_and_excused_only_for_their_cap(data):
+    """A block stopped at the step cap it was given fails block optimality by design: the
+    driver marks that violation ``capped`` (asking the backend's own ``steps_of``), and
+    ``held_but_capped`` holds where nothing else failed. A capped block whose argmin is
+    unusable is not excused; a run to tol has no capped violation."""
+    X, Y = data
+    capped = FastBackend(w_steps=1, x_steps=1)
+    h = fit_bcd(net(), X, Y, batch_size=12, epochs=2, gamma=1.0, backend=capped,
+                strict=False).history
+    assert h.violations and not h.certificate_held and h.held_but_capped
+    assert all(v["capped"] and v["check"] == "block_optimality" for v in h.violations)
+    assert "capped blocks (inexact by design)" in repr(h)
+    exact = fit_bcd(net(), X, Y, batch_size=12, epochs=2, gamma=1.0,
+                    backend=FastBackend(tol=1e-6, max_iter=2000), strict=False).history
+    assert exact.certificate_held and exact.held_but_capped and "capped" not in repr(exact)
+    faulty = Faulty(FastBackend(w_steps=1, x_steps=1), "w_hidden", "nan")
+    faulty.steps_of = faulty.inner.steps_of      # the caps are known, the point is unusable
+    h = fit_bcd(net(), X, Y, batch_size=12, epochs=1, gamma=1.0, backend=faulty,
+                strict=False).history
+    bad = [v for v in h.violations if "NaN" in v["detail"]]
+    assert bad and not bad[0]["capped"] and not h.held_but_capped
