@@ -54,6 +54,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from fenchel_cvx import defaults  # noqa: E402
 from fenchel_cvx.datasets import Dataset, batch_order, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.fast.gram import inverse_pays  # noqa: E402
 from fenchel_cvx.fast.wblocks import NEWTON_START, RESYNC  # noqa: E402
@@ -63,18 +64,18 @@ from fenchel_cvx.units import from_reference  # noqa: E402
 #: the paper's appendix setting (784-300-10, batched: its lambda and rho_1, rho_2), in this
 #: package's units
 PAPER_LAM, PAPER_GAMMA = from_reference(lam=[0.1], rho=[1, 100])
-#: the defaults, chosen on the validation split (docs/results.md, "MNIST, fully connected",
-#: "Session 12 screens"; validation accuracy after 10 epochs): the paper's lam and W_0 gamma,
-#: the output layer's gamma 30 instead of 100 with one W_1-step (0.9781 against 0.9770 with
-#: gamma 100; 0.9761 with 300); 10 W_0-steps (the session-7 screen: 10 W- and 50 X-steps gain
-#: 0.7 points over 1 and 10) but one W_1-step (0.9770 against 0.9741 with 10, 0.9750 with 3)
-#: and 20 FISTA X-steps (0.9783 against 0.9781 with 30); momentum beta_l of W_0, W_1 across
-#: batches (0.7, 0): 0.9783 as with 0.5 and ahead of it after epochs 2 and 5 (0.3: 0.9767; 0.8:
-#: 0.9782; 0.9: below 0.973)
-LAM, GAMMA = PAPER_LAM, (PAPER_GAMMA[0], 30.0)
-W_STEPS = (10, 1)
-X_STEPS = 20
-MOMENTUM = (0.7, 0.0)
+#: the defaults: the package's dense training setting (``defaults.Dense``), chosen on the
+#: validation split (docs/results.md, "MNIST, fully connected", "Session 12 screens";
+#: validation accuracy after 10 epochs): the paper's lam and W_0 gamma, the output layer's gamma
+#: 30 instead of 100 with one W_1-step (0.9781 against 0.9770 with gamma 100; 0.9761 with 300);
+#: 10 W_0-steps (the session-7 screen: 10 W- and 50 X-steps gain 0.7 points over 1 and 10; 5:
+#: 0.9775, 3: 0.9766, session 13) but one W_1-step (0.9770 against 0.9741 with 10, 0.9750 with
+#: 3) and 20 FISTA X-steps (0.9783 against 0.9781 with 30, 0.9774 with 10); momentum beta_l of
+#: W_0, W_1 across batches (0.7, 0): 0.9783 as with 0.5 and ahead of it after epochs 2 and 5
+#: (0.3: 0.9767; 0.8: 0.9782; 0.9: below 0.973)
+_SETTING = defaults.training("dense", 1, batched=True)
+LAM, GAMMA, W_STEPS, MOMENTUM = _SETTING.lam, _SETTING.gamma, _SETTING.w_steps, _SETTING.momentum
+X_STEPS = _SETTING.x_steps[0]
 
 TARGET = 0.97
 # MNIST: --data, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository

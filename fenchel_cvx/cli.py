@@ -3,7 +3,7 @@
     fenchel-cvx train                         # digits, 64-32-10 ReLU, MSE, the oracle (see README)
     fenchel-cvx train --loss cross_entropy --iterations 3
     fenchel-cvx train --dataset mnist --data-dir ~/data --arch 784-300-10 --backend fast \\
-        --batch-size 256 --epochs 2 --gamma 3 --w-steps 1 --x-steps 10 --check-every 20
+        --batch-size 500 --epochs 2 --check-every 20   # the dense training setting
     fenchel-cvx resume runs/20260101-120000   # continue an interrupted run (Ctrl-C saves it)
     fenchel-cvx evaluate runs/20260101-120000 # loss and accuracy of its model on its test split
     fenchel-cvx predict runs/20260101-120000 points.csv --out labels.csv
@@ -17,9 +17,12 @@ on Ctrl-C), and at the end ``history.json`` (``History.load``), ``model.npz``
 ``accuracy.png``. Per-layer values (``--lam``, ``--rho``, ``--gamma``) take one number or a
 comma-separated list, one per layer. Losses and penalties are sums over the data points (as in
 the paper), so lam and rho are on the scale of the training set (of a batch in Algorithm 2).
-The hyperparameters' defaults are the package's one set (``defaults.py``: lam 1, rho 1e-3,
-gamma 3 with ``--batch-size`` and 0 without, 1 W-step and 10 X-steps per batch on the fast
-backend). Every argument and the output folder are checked before any work (the constraints of
+The hyperparameters' defaults are the package's training settings (``defaults.training``):
+with ``--batch-size``, the benchmarks' tuned setting of the network's kind (a dense network: lam
+0.2, rho 0, gamma 1 for the hidden layers and 30 for the output layer, momentum (0.7, 0), and on
+the fast backend 10 W-steps for the hidden layers and one for the output layer, 20 X-steps;
+``--arch lenet5``: the LeNet-5 benchmark's); without it, Algorithm 1 with lam 10, rho 1, every
+block solved to ``--tol``. Every argument and the output folder are checked before any work (the constraints of
 ``validation.py``); errors name the flag.
 BLAS runs on ``--threads`` threads (default 1: on 2 cores NumPy's and SciPy's two OpenBLAS
 pools oversubscribe the machine; see docs/installation.md).
@@ -40,8 +43,8 @@ from .validation import (COUNT, GAMMA, LAM, MOMENTUM, RHO, ROUNDS, SEED, TOL, In
 DATASETS = ("digits", "mnist5k", "mnist", "fashion-mnist", "cifar10")
 ACTIVATIONS = ("relu", "leaky_relu", "sigmoid", "tanh")
 # The command's own defaults (its data set, loss and oracle, measured on digits: see the README);
-# the hyperparameters (lam, rho, gamma, iterations, alternations, tol, the fast backend's steps)
-# are the package's one set, ``defaults.py``.
+# the hyperparameters (lam, rho, gamma, momentum, iterations, alternations, tol, the fast
+# backend's steps) are the package's, ``defaults.py``.
 DEFAULTS = dict(dataset="digits", activation="relu", loss="mse", epochs=1, backend="cvxpy", seed=0)
 #: (features, classes) of each data set, so that --arch is checked before any data is read
 SHAPES = {"digits": (64, 10), "mnist5k": (784, 10), "mnist": (784, 10),
@@ -54,6 +57,8 @@ IMAGES = {"mnist5k": (1, 28, 28), "mnist": (1, 28, 28), "fashion-mnist": (1, 28,
           "cifar10": (3, 32, 32)}
 LENET5_HIDDEN = 4   # conv, conv, fc 120, fc 84
 FAST_ONLY = ("max_iter", "w_steps", "x_steps", "newton_cap", "gram_reuse")
+#: the help's words for a default from the training setting (``defaults.training``)
+SETTING = "the network kind's training setting, defaults.py"
 LARGE = 3000   # the oracle on more training points prints an estimate and suggests --backend fast
 
 
@@ -128,12 +133,12 @@ def _train_arguments(t):
     n.add_argument("--loss", default=DEFAULTS["loss"], choices=["mse", "cross_entropy"])
     n.add_argument("--lam", type=_per_layer(LAM), default=None,
                    help="lambda_l > 0 of the divergences: one, or one per hidden layer "
-                        f"(default: {defaults.LAM:g} with --batch-size, "
-                        f"{defaults.LAM_FULL_BATCH:g} without)")
+                        f"(default: {SETTING} with --batch-size, "
+                        f"{defaults.FULL_BATCH.lam:g} without)")
     n.add_argument("--rho", type=_per_layer(RHO), default=None,
                    help="rho_l >= 0, Frobenius penalty of W_l: one, or one per layer "
-                        f"(default: {defaults.RHO:g} with --batch-size, "
-                        f"{defaults.RHO_FULL_BATCH:g} without)")
+                        f"(default: {SETTING} with --batch-size, "
+                        f"{defaults.FULL_BATCH.rho:g} without)")
     n.add_argument("--seed", type=SEED_, default=DEFAULTS["seed"],
                    help="seed of the split, the initialisation and the batches")
     a = t.add_argument_group("algorithm (fit_bcd)")
@@ -146,12 +151,12 @@ def _train_arguments(t):
                    help="Algorithm 2 rounds per batch (K)")
     a.add_argument("--gamma", type=_per_layer(GAMMA), default=None,
                    help=f"gamma_l >= 0 of the proximal term ||W_l - W0_l||^2: one, or one per "
-                        f"layer (default: {defaults.GAMMA:g} with --batch-size, "
+                        f"layer (default: {SETTING} with --batch-size, "
                         f"{defaults.GAMMA_FULL_BATCH:g} without)")
-    a.add_argument("--momentum", type=_per_layer(MOMENTUM), default=0.0,
+    a.add_argument("--momentum", type=_per_layer(MOMENTUM), default=None,
                    help="beta_l in [0, 1): each batch starts from W + beta_l (W - W_prev), the "
                         "weights moved on along their last change; one, or one per layer "
-                        "(default 0: the paper's algorithms)")
+                        f"(default: {SETTING} with --batch-size, 0 without; 0 is the paper's)")
     a.add_argument("--backend", choices=["cvxpy", "fast"], default=DEFAULTS["backend"])
     a.add_argument("--tol", type=_flag(TOL, float), default=defaults.TOL,
                    help="certificate / block tolerance")
@@ -176,14 +181,15 @@ def _fast_arguments(f):
     f.add_argument("--max-iter", type=COUNT_, default=None, help="iteration cap of every loop (500)")
     f.add_argument("--w-steps", type=_per_layer(COUNT, _integers), default=None,
                    help=f"warm-started steps per W-block: one, or one per layer (default: "
-                        f"{defaults.W_STEPS} with --batch-size, else to --tol)")
+                        f"{SETTING} with --batch-size, else to --tol)")
     f.add_argument("--x-steps", type=_per_layer(COUNT, _integers), default=None,
                    help=f"FISTA steps per X-block: one, or one per hidden layer, X_1 first "
-                        f"(default: {defaults.X_STEPS} with --batch-size, else to --tol)")
+                        f"(default: {SETTING} with --batch-size, else to --tol)")
     f.add_argument("--newton-cap", type=_flag(Interval(numbers.Integral, 0, None)), default=None,
                    help="active-set size up to which W rows take Newton steps (default: balanced)")
-    f.add_argument("--gram-reuse", type=COUNT_, default=None,
-                   help="W solves one Gram factorisation serves (1)")
+    f.add_argument("--gram-reuse", type=_per_layer(COUNT, _integers), default=None,
+                   help="W solves one Gram factorisation serves: one, or one per layer (default: "
+                        f"{SETTING} with --batch-size, else 1)")
 
 
 def build_parser():
@@ -252,19 +258,18 @@ def _check_data_dir(args):
 
 
 def _check_train(args):
-    lam, rho, _ = defaults.for_run(args.batch_size)
-    args.lam = lam if args.lam is None else args.lam
-    args.rho = rho if args.rho is None else args.rho
     if args.arch == "lenet5" and args.dataset not in IMAGES:
         _fail("--arch", f"lenet5 takes 28 x 28 or 32 x 32 images ({', '.join(IMAGES)}), "
                         f"not {args.dataset}")
     n_hidden = (1 if args.arch is None else LENET5_HIDDEN if args.arch == "lenet5"
                 else len(args.arch) - 2)
+    _fill_defaults(args, n_hidden)
     for flag, value, n in (("--lam", args.lam, n_hidden), ("--rho", args.rho, n_hidden + 1),
                            ("--gamma", args.gamma, n_hidden + 1),
                            ("--momentum", args.momentum, n_hidden + 1),
                            ("--w-steps", args.w_steps, n_hidden + 1),
-                           ("--x-steps", args.x_steps, n_hidden)):
+                           ("--x-steps", args.x_steps, n_hidden),
+                           ("--gram-reuse", args.gram_reuse, n_hidden + 1)):
         if isinstance(value, list) and len(value) != n:
             hidden = "hidden " if flag in ("--lam", "--x-steps") else ""
             _fail(flag, f"needs one value or {n} (one per {hidden}layer), got {len(value)}")
@@ -283,6 +288,19 @@ def _check_train(args):
                  names={"epochs": "--epochs", "batch_size": "--batch-size",
                         "alternations": "--alternations"})
     _check_data_dir(args)
+
+
+def _fill_defaults(args, n_hidden):
+    """Every hyperparameter flag not given takes the run's training setting
+    (``defaults.training``: the kind of network's with ``--batch-size``, Algorithm 1's without;
+    the fast backend's steps only on it), so that ``run.json`` records the values the run used."""
+    setting = defaults.training("lenet5" if args.arch == "lenet5" else "dense", n_hidden,
+                                batched=args.batch_size is not None)
+    names = ("lam", "rho", "gamma", "momentum") + (
+        ("w_steps", "x_steps", "gram_reuse") if args.backend == "fast" else ())
+    for k in names:
+        if getattr(args, k) is None and getattr(setting, k) is not None:
+            setattr(args, k, list(getattr(setting, k)))
 
 
 # --- the commands -------------------------------------------------------------------------------
@@ -338,18 +356,18 @@ def _network(args, data):
 
 def _backend(args):
     """``--backend``: the oracle by name, or a FastBackend of the fast flags (a batched run
-    takes ``defaults.W_STEPS`` / ``X_STEPS`` inexact steps per batch unless they are given)."""
+    takes its training setting's inexact steps per batch unless they are given: ``_check_train``
+    filled them in)."""
     if args.backend != "fast":
         return args.backend
     from .fast import FastBackend
 
     given = {k: getattr(args, k) for k in FAST_ONLY if getattr(args, k) is not None}
-    steps = {} if args.batch_size is None else dict(w_steps=defaults.W_STEPS, x_steps=defaults.X_STEPS)
-    return FastBackend(tol=args.tol, **{**steps, **given})
+    return FastBackend(tol=args.tol, **given)
 
 
 def _banner(args, resume, n_train, n_test, arch, out):
-    gamma = defaults.gamma_for(args.batch_size) if args.gamma is None else args.gamma
+    gamma = args.gamma
     algo = (f"Algorithm 1, {args.iterations} iterations" if args.batch_size is None else
             f"Algorithm 2, batch {args.batch_size}, {args.epochs} epochs x {args.alternations} "
             f"alternations, gamma={gamma}")

@@ -56,8 +56,10 @@ def _constraints(n_hidden, losses):
     """The constraints of the hyperparameters, for ``n_hidden`` hidden layers."""
     L = n_hidden
     return dict(activation=[Options(ESTIMATOR_ACTIVATIONS), InstanceOf(Activation, "an Activation")],
-                loss=Options(losses), lam=PerLayer(LAM, max(L, 1)), rho=PerLayer(RHO, L + 1),
-                gamma=PerLayer(GAMMA, L + 1), momentum=PerLayer(MOMENTUM, L + 1),
+                loss=Options(losses), lam=[None, PerLayer(LAM, max(L, 1))],
+                rho=[None, PerLayer(RHO, L + 1)], gamma=[None, PerLayer(GAMMA, L + 1)],
+                momentum=[None, PerLayer(MOMENTUM, L + 1)], w_steps=[None, PerLayer(COUNT, L + 1)],
+                x_steps=[None, PerLayer(COUNT, max(L, 1))],
                 batch_size=[None, Options(("auto",)), COUNT],
                 epochs=ROUNDS, alternations=ROUNDS, iterations=ROUNDS, tol=TOL,
                 strict=[BOOL, None], verbose=[BOOL, Interval(numbers.Integral, 0, None)],
@@ -130,23 +132,38 @@ class _FenchelBase(BaseEstimator):
     _losses = tuple(LOSSES)
 
     # --- validation -----------------------------------------------------------------------
-    def _checked_params(self):
-        """Validate every hyperparameter (``_constraints``); return them normalised in a dict."""
+    def _checked_params(self, partial=False):
+        """Validate every hyperparameter (``_constraints``); return them normalised in a dict,
+        those left None filled in from the training setting (``defaults.training``: a dense
+        network's for mini-batches and ``partial_fit``, Algorithm 1's for ``batch_size=None``;
+        the steps only for the fast backend by name)."""
         sizes = self.hidden_layer_sizes
         sizes = check("hidden_layer_sizes", (sizes,) if COUNT.applies(sizes) else sizes, Sizes(0))
-        names = ("activation", "loss", "lam", "rho", "gamma", "momentum", "batch_size",
-                 "epochs", "alternations", "iterations", "tol", "strict", "verbose", "warm_start",
-                 "early_stopping", "validation_fraction", "n_iter_no_change", "random_state")
+        names = ("activation", "loss", "lam", "rho", "gamma", "momentum", "w_steps", "x_steps",
+                 "batch_size", "epochs", "alternations", "iterations", "tol", "strict", "verbose",
+                 "warm_start", "early_stopping", "validation_fraction", "n_iter_no_change",
+                 "random_state")
         p = validate(_constraints(len(sizes), self._losses), {k: getattr(self, k) for k in names})
         check_backend(self.backend)
+        for name in ("w_steps", "x_steps"):
+            if p[name] is not None and self.backend != "fast":
+                raise ValueError(f"{name} sets the fast backend's steps: it needs backend='fast', "
+                                 f"got backend={self.backend!r}")
+        setting = defaults.training("dense", len(sizes),
+                                    batched=partial or p["batch_size"] is not None)
+        for name in ("lam", "rho", "gamma", "momentum") + (
+                ("w_steps", "x_steps") if self.backend == "fast" else ()):
+            if p[name] is None and getattr(setting, name) is not None:
+                p[name] = list(getattr(setting, name))
         return dict(p, sizes=sizes, lam=p["lam"][:len(sizes)] or 1.0,
                     dtype=check_dtype(self.dtype))
 
-    def _make_backend(self, dtype):
+    def _make_backend(self, params):
         if not isinstance(self.backend, str):
             return self.backend
         if self.backend == "fast":
-            return get_backend("fast", tol=self.tol, dtype=dtype.name)
+            return get_backend("fast", tol=self.tol, dtype=params["dtype"].name,
+                               w_steps=params["w_steps"], x_steps=params["x_steps"])
         return get_backend(self.backend, tol=self.tol)
 
     def _seed(self):
@@ -182,7 +199,7 @@ class _FenchelBase(BaseEstimator):
         try:
             result = fit_bcd(self.network_, X0, Yc, gamma=params["gamma"],
                              momentum=params["momentum"], W_prev=W_prev,
-                             backend=self._make_backend(params["dtype"]), strict=self.strict,
+                             backend=self._make_backend(params), strict=self.strict,
                              progress=int(self.verbose) >= 2, eval_every=1, callback=monitor,
                              **kwargs)
         finally:
@@ -207,7 +224,7 @@ class _FenchelBase(BaseEstimator):
         ``partial``: one Algorithm-2 update on the batch ``(X, Y)`` (``partial_fit``), else a
         whole training run (``fit``).
         """
-        params = self._checked_params()
+        params = self._checked_params(partial)
         if reset:
             self.network_ = self._new_network(params, X.shape[1], Y.shape[1])
             self.history_ = None
@@ -257,6 +274,12 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
 
     one convex block at a time (``bcd.fit_bcd``), ``Y`` the one-hot labels.
 
+    Every hyperparameter left None takes the training setting (``defaults.training``): with
+    mini-batches and in ``partial_fit`` the MNIST MLP benchmark's tuned setting (lam 0.2, rho 0,
+    gamma 1 for the hidden layers and 30 for the output layer, momentum (0.7, 0), 10 W-steps
+    for the hidden layers and one for the output layer, 20 X-steps); with ``batch_size=None``
+    (Algorithm 1) lam 10, rho 1, no proximal term, no momentum, every block solved to ``tol``.
+
     Parameters
     ----------
     hidden_layer_sizes : tuple of int, default (100,)
@@ -266,21 +289,28 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     loss : {"cross_entropy", "mse"}, default "cross_entropy"
         The output loss, a **sum** over the data points (softmax cross-entropy on the logits, or
         the squared error against the one-hot labels).
-    lam : float > 0 or sequence of one per hidden layer, default 1.0 (``defaults.LAM``)
+    lam : float > 0 or sequence of one per hidden layer, default None (0.2; Algorithm 1: 10)
         lambda_l, the weight of the divergence B_l of layer l (a sum over data points and units).
-    rho : float >= 0 or sequence of L + 1, default 1e-3 (``defaults.RHO``)
+    rho : float >= 0 or sequence of L + 1, default None (0; Algorithm 1: 1)
         The Frobenius penalty rho_l ||W_l||^2 of every weight matrix (not scaled by the number of
         data points: compare it with sums over the data or the batch).
-    gamma : float >= 0 or sequence of L + 1, default 3.0 (``defaults.GAMMA``)
+    gamma : float >= 0 or sequence of L + 1, default None (1 per hidden layer, 30 for the output)
         The proximal weight gamma_l ||W_l - W0_l||^2 of Algorithm 2 (W0: the weights before the
         current batch); it keeps what earlier batches taught. Used by mini-batch training and
         ``partial_fit``; 0 turns it off.
-    momentum : float in [0, 1) or sequence of L + 1, default 0.0
+    momentum : float in [0, 1) or sequence of L + 1, default None (0.7 per hidden layer, 0 for
+        the output; Algorithm 1: 0)
         beta_l: each mini-batch (Algorithm 1: each iteration) starts from ``W + beta_l (W -
         W_prev)``, the weights moved on along their last change (``bcd.fit_bcd``); 0 is the
         paper's algorithms. It goes on across ``partial_fit`` calls and into a ``warm_start``
         fit as within one ``fit`` (the last change is kept with the fitted network; not where
         ``early_stopping`` rewound the network to an earlier epoch).
+    w_steps, x_steps : int or sequence (L + 1 W-blocks; one per hidden layer's X-block),
+        default None (10 per hidden layer's W-block, 1 for the output layer's, 20 per X-block;
+        Algorithm 1: every block solved to ``tol``)
+        Warm-started steps per W-block and FISTA steps per X-block in each round, on the fast
+        backend by name (``FastBackend(w_steps=..., x_steps=...)``); a block stops earlier where
+        it reaches ``tol``.
     batch_size : int, "auto" or None, default "auto"
         Mini-batch size of Algorithm 2 (``"auto"``: ``min(200, n_samples)``); ``None`` trains on
         all the data at once (Algorithm 1, ``iterations`` rounds).
@@ -343,12 +373,12 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     _losses = ("cross_entropy", "mse")
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="cross_entropy",
-                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA, batch_size="auto",
+                 lam=None, rho=None, gamma=None, batch_size="auto",
                  epochs=10, alternations=defaults.ALTERNATIONS, iterations=defaults.ITERATIONS,
                  backend="fast", tol=1e-3, dtype="float64", strict=None,
                  verbose=False, random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10,
-                 momentum=0.0):
+                 momentum=None, w_steps=None, x_steps=None):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -356,6 +386,8 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         self.rho = rho
         self.gamma = gamma
         self.momentum = momentum
+        self.w_steps = w_steps
+        self.x_steps = x_steps
         self.batch_size = batch_size
         self.epochs = epochs
         self.alternations = alternations
@@ -457,12 +489,12 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
     _losses = ("mse",)
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="mse",
-                 lam=defaults.LAM, rho=defaults.RHO, gamma=defaults.GAMMA, batch_size="auto",
+                 lam=None, rho=None, gamma=None, batch_size="auto",
                  epochs=10, alternations=defaults.ALTERNATIONS, iterations=defaults.ITERATIONS,
                  backend="fast", tol=1e-3, dtype="float64", strict=None, verbose=False,
                  random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10,
-                 momentum=0.0):
+                 momentum=None, w_steps=None, x_steps=None):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -470,6 +502,8 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
         self.rho = rho
         self.gamma = gamma
         self.momentum = momentum
+        self.w_steps = w_steps
+        self.x_steps = x_steps
         self.batch_size = batch_size
         self.epochs = epochs
         self.alternations = alternations

@@ -28,6 +28,24 @@ def _load(name):
     return module
 
 
+def test_the_benchmarks_train_with_the_package_s_settings():
+    """The MLP and LeNet-5 benchmarks read their defaults from ``defaults.training``; the
+    paper's parts of them are ``units.from_reference`` of its appendix."""
+    from fenchel_cvx import defaults
+    from fenchel_cvx.units import from_reference
+
+    mlp, lenet = _load("mnist_mlp"), _load("mnist_lenet5")
+    d, le = defaults.training("dense", 1, batched=True), defaults.training("lenet5", 4, batched=True)
+    assert (mlp.LAM, mlp.GAMMA, mlp.W_STEPS, mlp.MOMENTUM, (mlp.X_STEPS,)) == (
+        d.lam, d.gamma, d.w_steps, d.momentum, d.x_steps)
+    assert (lenet.LAM, lenet.GAMMA, lenet.X_STEPS, lenet.GRAM_REUSE, lenet.MOMENTUM) == (
+        le.lam, le.gamma, le.x_steps, le.gram_reuse, le.momentum)
+    paper_lam, paper_gamma = from_reference([0.1], [1, 100])
+    assert d.lam == paper_lam and d.gamma[0] == paper_gamma[0]
+    paper_lam, paper_gamma = from_reference([5, 5, 1, 1], [1e-4, 1e-2, 1, 1, 1])
+    assert le.lam == paper_lam and le.gamma[:2] + le.gamma[4:] == paper_gamma[:2] + paper_gamma[4:]
+
+
 @pytest.mark.slow   # a (quick) benchmark run on MNIST, three methods in spawned processes
 def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
     """Run as users run it (a script: each method in a spawned process)."""

@@ -47,7 +47,10 @@ def test_digits_at_least_logistic_regression(digits):
     clf = FenchelClassifier(hidden_layer_sizes=(32,), random_state=0).fit(X, y)
     ours, theirs = clf.score(Xt, yt), LogisticRegression().fit(X, y).score(Xt, yt)
     assert ours >= theirs, (ours, theirs)
-    assert clf.history_.certificate_held
+    # the default blocks are inexact (the training setting's step caps): every violation is
+    # a capped block's, and every other check held
+    assert clf.history_.held_but_capped and not clf.history_.certificate_held
+    assert {v["check"] for v in clf.history_.violations} == {"block_optimality"}
     assert clf.n_iter_ == clf.epochs == len(clf.loss_curve_) and len(clf.history_) > clf.n_iter_
 
 
@@ -148,7 +151,9 @@ def test_regressor_partial_fit_and_shapes():
     ("rho", -0.5, "rho must be >= 0 and finite, got -0.5"),
     ("gamma", float("nan"), "gamma must be >= 0 and finite, got nan"),
     ("momentum", 1.0, r"momentum must be a number in \[0, 1\), got 1.0"),
-    ("momentum", (0.5,), "momentum must be a number or a sequence of 2 numbers"),
+    ("momentum", (0.5,), "momentum must be None or a number or a sequence of 2 numbers"),
+    ("w_steps", 0, "w_steps must be an integer >= 1, got 0"),
+    ("x_steps", (2, 2), "x_steps must be None or a number or a sequence of 1 numbers"),
     ("activation", "swish", "activation must be one of .* got 'swish'"),
     ("backend", "torch", "backend must be one of .* got 'torch'"),
     ("hidden_layer_sizes", (10, 0), r"hidden_layer_sizes must be .* got \(10, 0\)"),
@@ -181,12 +186,44 @@ def test_one_class_is_an_error():
         FenchelClassifier().fit(np.zeros((5, 2)), np.ones(5))
 
 
+def test_defaults_are_the_training_setting(small_digits):
+    """Hyperparameters left None take ``defaults.training``: the dense setting for mini-batches
+    (lam, rho, gamma, momentum and the fast backend's step caps per layer), Algorithm 1's on all
+    the data (no caps: every block to tol); ``get_params`` keeps the None given."""
+    from fenchel_cvx import defaults
+
+    X, y, _, _ = small_digits
+    clf = FenchelClassifier(hidden_layer_sizes=(16, 8), epochs=1, random_state=0).fit(X, y)
+    s = defaults.training("dense", 2, batched=True)
+    assert s.gamma == (1.0, 1.0, 30.0) and s.w_steps == (10, 10, 1) and s.x_steps == (20, 20)
+    cfg = clf.history_.config
+    assert (cfg["gamma"], cfg["momentum"]) == (list(s.gamma), list(s.momentum))
+    assert (cfg["lam"], cfg["rho"]) == (list(s.lam), list(s.rho))
+    names = ("lam", "rho", "gamma", "momentum", "w_steps", "x_steps")
+    assert all(clf.get_params()[k] is None for k in names)
+    iters = {}
+    for rec in clf.history_:
+        for b in rec["blocks"]:
+            iters[b["block"]] = max(iters.get(b["block"], 0), b["iterations"])
+    assert iters["W_2"] == 1 and max(iters["W_0"], iters["W_1"]) <= 10
+    assert max(iters["X_1"], iters["X_2"]) <= 20 and max(iters.values()) > 1
+    full = FenchelClassifier(hidden_layer_sizes=(16,), batch_size=None, iterations=1,
+                             random_state=0).fit(X, y)
+    f = defaults.training("dense", 1, batched=False)
+    cfg = full.history_.config
+    assert (cfg["lam"], cfg["rho"], cfg["gamma"]) == (list(f.lam), list(f.rho), list(f.gamma))
+    assert full.history_.certificate_held      # no caps: every block solved to tol
+    with pytest.raises(ValueError, match="w_steps sets the fast backend's steps: it needs "
+                                         "backend='fast', got backend='cvxpy'"):
+        FenchelClassifier(backend="cvxpy", w_steps=3).fit(X, y)
+
+
 def test_full_batch_oracle():
     rng = np.random.default_rng(2)
     X = rng.normal(size=(30, 3))
     y = (X[:, 0] + X[:, 1] > 0).astype(int)
     clf = FenchelClassifier(hidden_layer_sizes=(4,), batch_size=None, iterations=3, backend="cvxpy",
-                            random_state=0).fit(X, y)
+                            lam=1.0, rho=1e-3, random_state=0).fit(X, y)
     assert clf.n_iter_ == 3 and clf.history_.config["algorithm"] == 1
     assert clf.history_.config["backend"] == "cvxpy" and clf.history_.certificate_held
     assert clf.score(X, y) > 0.8

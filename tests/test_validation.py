@@ -322,7 +322,9 @@ def test_fit_bcd_is_at_most_60_lines():
 
 
 # --- one set of defaults ------------------------------------------------------------------------
-def test_every_consumer_reads_the_one_set_of_defaults():
+def test_every_consumer_reads_the_defaults():
+    """The network and the driver take ``defaults.py``'s constants; the estimators and the
+    command line leave every hyperparameter unset and fill it from ``defaults.training``."""
     import inspect
 
     from fenchel_cvx import defaults
@@ -330,30 +332,46 @@ def test_every_consumer_reads_the_one_set_of_defaults():
     sig = {name: inspect.signature(f).parameters for name, f in (
         ("net", LiftedNetwork), ("layers", LiftedNetwork.from_layers), ("fit", fit_bcd),
         ("clf", FenchelClassifier), ("reg", FenchelRegressor))}
-    for who in ("net", "layers", "clf", "reg"):
+    for who in ("net", "layers"):
         assert sig[who]["lam"].default == defaults.LAM and sig[who]["rho"].default == defaults.RHO
     for who in ("clf", "reg"):
-        assert sig[who]["gamma"].default == defaults.GAMMA
+        for name in ("lam", "rho", "gamma", "momentum", "w_steps", "x_steps"):
+            assert sig[who][name].default is None, (who, name)
     for who in ("fit", "clf", "reg"):
         assert sig[who]["iterations"].default == defaults.ITERATIONS
         assert sig[who]["alternations"].default == defaults.ALTERNATIONS
     assert sig["fit"]["tol"].default == defaults.TOL and sig["fit"]["gamma"].default is None
     assert defaults.gamma_for(None) == defaults.GAMMA_FULL_BATCH and defaults.gamma_for(8) == defaults.GAMMA
     args = cli.build_parser().parse_args(["train"])
-    assert (args.lam, args.rho, args.gamma, args.tol) == (None, None, None, defaults.TOL)
-    cli._check_train(args)       # Algorithm 1 (no --batch-size): the full-batch lam and rho
-    assert (args.lam, args.rho) == (defaults.LAM_FULL_BATCH, defaults.RHO_FULL_BATCH)
-    batched = cli.build_parser().parse_args(["train", "--batch-size", "50"])
-    cli._check_train(batched)
-    assert (batched.lam, batched.rho) == (defaults.LAM, defaults.RHO)
-    assert defaults.for_run(None) == (defaults.LAM_FULL_BATCH, defaults.RHO_FULL_BATCH,
-                                      defaults.GAMMA_FULL_BATCH)
+    assert (args.lam, args.rho, args.gamma, args.momentum) == (None,) * 4
+    assert args.tol == defaults.TOL
+    cli._check_train(args)       # Algorithm 1 (no --batch-size): the full-batch setting
+    full = defaults.training("dense", 1, batched=False)
+    assert (args.lam, args.rho, args.gamma, args.momentum) == (
+        [10.0], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0]) == tuple(
+        list(getattr(full, k)) for k in ("lam", "rho", "gamma", "momentum"))
     assert (args.iterations, args.alternations) == (defaults.ITERATIONS, defaults.ALTERNATIONS)
-    args = cli.build_parser().parse_args(["train", "--backend", "fast", "--batch-size", "9"])
+    batched = cli.build_parser().parse_args(["train", "--batch-size", "50", "--arch", "64-16-8-10"])
+    cli._check_train(batched)
+    assert (batched.lam, batched.rho, batched.gamma, batched.momentum) == (
+        [0.2, 0.2], [0.0] * 3, [1.0, 1.0, 30.0], [0.7, 0.7, 0.0])
+    assert (batched.w_steps, batched.x_steps) == (None, None)    # the oracle takes no steps
+    args = cli.build_parser().parse_args(["train", "--backend", "fast", "--batch-size", "9",
+                                          "--gamma", "2"])
+    cli._check_train(args)
     backend = cli._backend(args)
-    assert (backend.w_steps, backend.x_steps) == (defaults.W_STEPS, defaults.X_STEPS)
+    assert (backend.w_steps, backend.x_steps, args.gamma) == ((10, 1), (20,), 2.0)   # given: kept
     args = cli.build_parser().parse_args(["train", "--backend", "fast"])
+    cli._check_train(args)
     assert (cli._backend(args).w_steps, cli._backend(args).x_steps) == (None, None)   # to --tol
+    lenet = cli.build_parser().parse_args(["train", "--dataset", "mnist5k", "--arch", "lenet5",
+                                           "--backend", "fast", "--batch-size", "100"])
+    cli._check_train(lenet)
+    s = defaults.training("lenet5", 4, batched=True)
+    assert (lenet.lam, lenet.gamma, lenet.momentum, lenet.x_steps, lenet.gram_reuse) == (
+        list(s.lam), list(s.gamma), list(s.momentum), list(s.x_steps), list(s.gram_reuse))
+    with pytest.raises(ValueError, match="the lenet5 setting is for 4 hidden layers, got 2"):
+        defaults.training("lenet5", 2, batched=True)
 
 
 def test_the_documented_defaults_are_the_code_s():
@@ -364,10 +382,25 @@ def test_the_documented_defaults_are_the_code_s():
         cells = [c.strip() for c in line.strip("|").split("|")]
         if line.startswith("| `") and len(cells) == 3:
             rows[cells[0].replace("`", "")] = cells[1]
-    assert rows["lam"] == f"{defaults.LAM} batched, {defaults.LAM_FULL_BATCH} on all the data"
-    assert rows["rho"] == f"{defaults.RHO} batched, {defaults.RHO_FULL_BATCH} on all the data"
-    assert rows["gamma"].startswith(f"{defaults.GAMMA} batched")
-    assert f"{defaults.GAMMA_FULL_BATCH} on all the data" in rows["gamma"]
+        elif line.startswith("| ") and len(cells) == 8 and cells[0] in ("dense", "lenet5", "full batch"):
+            rows[cells[0]] = cells[1:]
+    assert rows["lam"] == str(defaults.LAM) and rows["rho"] == str(defaults.RHO)
+    assert rows["gamma"] == (f"{defaults.GAMMA} batched (Algorithm 2), "
+                             f"{defaults.GAMMA_FULL_BATCH} on all the data (Algorithm 1)")
     assert rows["iterations"] == str(defaults.ITERATIONS)
     assert rows["alternations"] == str(defaults.ALTERNATIONS) and rows["tol"] == str(defaults.TOL)
-    assert rows["w_steps, x_steps"] == f"{defaults.W_STEPS}, {defaults.X_STEPS}"
+
+    def text(values):
+        return "to `tol`" if values is None else ", ".join(map(str, dict.fromkeys(values)))
+
+    dense = defaults.SETTINGS["dense"]
+    pair = lambda v: f"{v[0]} hidden, {v[1]} output"   # noqa: E731
+    assert rows["dense"] == [str(dense.lam), str(dense.rho), pair(dense.gamma),
+                             pair(dense.momentum), pair(dense.w_steps), str(dense.x_steps), "1"]
+    le = defaults.training("lenet5", 4, batched=True)
+    assert rows["lenet5"] == [", ".join(map(str, le.lam)), text(le.rho), ", ".join(map(str, le.gamma)),
+                              ", ".join(map(str, le.momentum)), ", ".join(map(str, le.w_steps)),
+                              ", ".join(map(str, le.x_steps)), ", ".join(map(str, le.gram_reuse))]
+    full = defaults.training("dense", 1, batched=False)
+    assert rows["full batch"] == [text(full.lam), text(full.rho), text(full.gamma),
+                                  text(full.momentum), "to `tol`", "to `tol`", "1"]
