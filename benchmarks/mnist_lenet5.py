@@ -51,8 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fenchel_cvx import defaults  # noqa: E402
 from fenchel_cvx.datasets import load_cifar10, load_mnist, load_mnist5k, one_hot  # noqa: E402
+from fenchel_cvx.io import write_text  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
-from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text, _write,  # noqa: E402
+from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text,  # noqa: E402
                        backprop_record, peak_text, plot, run_methods, seed_summary, train_fln)
 
 EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
@@ -331,9 +332,9 @@ def main(argv=None):
                                                  run_backprop=run_backprop)):
         results[m].append(result)
     summary = summarise(results, args, data_desc)
-    _write(out / "results.json", json.dumps(summary, indent=1, default=str))
+    write_text(out / "results.json", json.dumps(summary, indent=1, default=str))
     table = markdown(summary)
-    _write(out / "results.md", table)
+    write_text(out / "results.md", table)
     plot(summary, out / "accuracy.png", target=None, ylim=None, logx=True,
          title=f"LeNet-5, {summary['data']}")
     print(table)

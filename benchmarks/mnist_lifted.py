@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from fenchel_cvx.baselines.lifted import METHODS, LiftedRun, fit_lifted  # noqa: E402
 from fenchel_cvx.datasets import load_mnist, load_mnist5k, one_hot  # noqa: E402
+from fenchel_cvx.io import atomic_write, write_text  # noqa: E402
 
 os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 PAPER = dict(taylor=0.834, lau=0.914, askari=0.863, sgd=0.957, fln=0.961)
@@ -181,18 +182,14 @@ def plot(summary, path):
         ax.set_ylim(0.5, 1.0)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))   # never half-written
     plt.close(fig)
-    tmp.replace(path)
 
 
 def write(out, summary):
     for name, text in (("results.json", json.dumps(summary, indent=1, default=str)),
                        ("results.md", markdown(summary))):
-        tmp = out / (name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(out / name)
+        write_text(out / name, text)
     plot(summary, out / "accuracy.png")
 
 

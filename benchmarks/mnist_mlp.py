@@ -57,6 +57,7 @@ sys.path.insert(0, str(ROOT))
 from fenchel_cvx import defaults  # noqa: E402
 from fenchel_cvx.datasets import Dataset, batch_order, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.fast.gram import inverse_pays  # noqa: E402
+from fenchel_cvx.io import atomic_write, write_text  # noqa: E402
 from fenchel_cvx.fast.wblocks import NEWTON_START, RESYNC  # noqa: E402
 from fenchel_cvx.threads import limit_threads  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
@@ -703,13 +704,6 @@ def markdown(summary):
     return "\n".join(lines) + "\n"
 
 
-def _write(path, text):
-    """``text`` to ``path`` through a temporary file and a rename: never half-written."""
-    tmp = path.with_name(f".{path.name}.part")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def plot(summary, path, target=TARGET, ylim=(0.85, 1.0), logx=False, title=None):
     """Test accuracy against batches and against training seconds, one line per method."""
     import matplotlib
@@ -734,10 +728,8 @@ def plot(summary, path, target=TARGET, ylim=(0.85, 1.0), logx=False, title=None)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.part{path.suffix}")   # never a half-written plot
-    fig.savefig(tmp, dpi=110)
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))   # never half-written
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def main(argv=None):
@@ -761,9 +753,9 @@ def main(argv=None):
     summary = summarise(results, args, data_desc)
     if args.profile and "fln" in results:
         summary["matmul_share"], summary["profile_note"] = matmul_share(args)
-    _write(out / "results.json", json.dumps(summary, indent=1, default=str))
+    write_text(out / "results.json", json.dumps(summary, indent=1, default=str))
     table = markdown(summary)
-    _write(out / "results.md", table)
+    write_text(out / "results.md", table)
     plot(summary, out / "accuracy.png")
     print(table)
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'accuracy.png'}")
