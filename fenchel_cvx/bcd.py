@@ -501,7 +501,7 @@ def _config(net, m, m_test, a, name, strict, classification):
     """The run's settings as the history records them."""
     return dict(layer_sizes=list(net.layer_sizes), activations=[x.name for x in net.activations],
                 loss=net.loss.name, lam=net.lam, rho=net.rho, gamma=a["gamma"],
-                momentum=a["momentum"],
+                momentum=a["momentum"], momentum_carried=a["W_prev"] is not None,
                 batch_size=a["batch_size"], epochs=a["epochs"], iterations=a["iterations"],
                 alternations=a["alternations"], backend=name, strict=strict, tol=a["tol"],
                 check_every=a["check_every"], seed=net.seed, batch_seed=net.seed, m=m,
@@ -585,8 +585,10 @@ def _restore(net, saved, config, digest, xp):
     arrays, meta = saved
     if meta["settings"]["data"] != digest:
         raise ValueError("resume: the checkpoint was written for other training data (X0, Y)")
-    old = {k: v for k, v in meta["history"]["config"].items() if k != "initial"}
-    new = History(config).config
+    # a run given W_prev (momentum_carried) is resumed without it: the checkpoint holds its own
+    old = {k: v for k, v in meta["history"]["config"].items()
+           if k not in ("initial", "momentum_carried")}
+    new = {k: v for k, v in History(config).config.items() if k != "momentum_carried"}
     old.setdefault("momentum", [0.0] * len(new["momentum"]))   # written before momentum existed
     diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if diff or meta["config"] != network_config(net):

@@ -190,6 +190,26 @@ def test_runs_on_successive_batches_are_one_run():
             fit_bcd(fresh, X[:, idx], Y[:, idx], batch_size=10, **kw)
     assert np.abs(fresh.W[0] - whole.W[0]).max() > 1e-4
     assert fit_bcd(_net(), X, Y, batch_size=10, gamma=0.5, backend="fast").W_prev is None
+    # the history says which runs went on along an earlier run's last change
+    assert res_b.history.config["momentum_carried"] and not res.history.config["momentum_carried"]
+
+
+def test_a_run_given_W_prev_resumes_from_its_checkpoint(tmp_path):
+    """A run given ``W_prev`` that writes checkpoints is resumed without it (the checkpoint
+    holds its own), to the same weights as the run left alone."""
+    X, Y = cases.case_data()
+    kw = dict(batch_size=10, epochs=2, gamma=0.5, momentum=[0.5, 0.0, 0.9], backend="fast")
+    W_prev = fit_bcd(_net(), X[:, :10], Y[:, :10], batch_size=10, gamma=0.5,
+                     momentum=[0.5, 0.0, 0.9], backend="fast").W_prev
+    whole = _net()
+    fit_bcd(whole, X, Y, W_prev=W_prev, **kw)
+    parts = _net()
+    fit_bcd(parts, X, Y, W_prev=W_prev, checkpoint=tmp_path, callback=lambda net, rec:
+            rec["iteration"] >= 3, **kw)
+    res = fit_bcd(parts, X, Y, resume=tmp_path, checkpoint=tmp_path, **kw)
+    assert res.history.config["momentum_carried"]     # the history the checkpoint began
+    for a, b in zip(whole.W, parts.W):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
 
 
 @pytest.mark.parametrize("W_prev, message", [

@@ -15,15 +15,19 @@ def _as_before(x, checked=True):
     recomputes each block's KKT residual itself on checked rounds (``residual``) and keeps the
     backend's report as ``reported_residual`` (the old ``residual``); a round records
     ``halted``; an unchecked round's ``max_residual`` (of reports) is no longer kept. A run's
-    config records its ``momentum`` (session 11; all 0, the paper's algorithms, in these runs)."""
+    config records its ``momentum`` (session 11; all 0, the paper's algorithms, in these runs)
+    and whether it went on from an earlier run's ``W_prev`` (``momentum_carried``, session 13;
+    never in these runs); a violation whether its block stopped at a step cap (``capped``)."""
     if isinstance(x, dict):
         checked = x.get("checked", checked)
         if x.get("momentum", [0]) != [0] * len(x.get("momentum", [0])):
             raise AssertionError(f"a pinned run with momentum {x['momentum']}")
+        if x.get("momentum_carried") or x.get("capped"):
+            raise AssertionError("a pinned run given W_prev, or with step caps")
         if "reported_residual" in x:
             x = {**x, "residual": x["reported_residual"]}
         return {k: _as_before(v, checked) for k, v in x.items()
-                if k not in ("reported_residual", "halted", "momentum")
+                if k not in ("reported_residual", "halted", "momentum", "momentum_carried", "capped")
                 and not (k == "max_residual" and not checked)}
     if isinstance(x, list):
         return [_as_before(v, checked) for v in x]
