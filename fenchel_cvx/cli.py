@@ -294,8 +294,8 @@ def _fill_defaults(args, n_hidden):
     """Every hyperparameter flag not given takes the run's training setting
     (``defaults.training``: the kind of network's with ``--batch-size``, Algorithm 1's without;
     the fast backend's steps only on it), so that ``run.json`` records the values the run used."""
-    setting = defaults.training("lenet5" if args.arch == "lenet5" else "dense", n_hidden,
-                                batched=args.batch_size is not None)
+    kind = args.arch if isinstance(args.arch, str) else "dense"   # --arch lenet5, or sizes
+    setting = defaults.training(kind, n_hidden, batched=args.batch_size is not None)
     names = ("lam", "rho", "gamma", "momentum") + (
         ("w_steps", "x_steps", "gram_reuse") if args.backend == "fast" else ())
     for k in names:
