@@ -22,8 +22,8 @@ with ``--batch-size``, the benchmarks' tuned setting of the network's kind (a de
 0.2, rho 0, gamma 1 for the hidden layers and 30 for the output layer, momentum (0.7, 0), and on
 the fast backend 10 W-steps for the hidden layers and one for the output layer, 20 X-steps;
 ``--arch lenet5``: the LeNet-5 benchmark's); without it, Algorithm 1 with lam 10, rho 1, every
-block solved to ``--tol``. Every argument and the output folder are checked before any work (the constraints of
-``validation.py``); errors name the flag.
+block solved to ``--tol``. Every argument and the output folder are checked before any work
+(the constraints of ``validation.py``); errors name the flag.
 BLAS runs on ``--threads`` threads (default 1: on 2 cores NumPy's and SciPy's two OpenBLAS
 pools oversubscribe the machine; see docs/installation.md).
 """
@@ -55,7 +55,11 @@ TRAIN_SIZES = {"digits": 1347, "mnist5k": 4000, "mnist": 60000, "fashion-mnist":
 #: the image shape (C, H, W) of the data sets --arch lenet5 takes
 IMAGES = {"mnist5k": (1, 28, 28), "mnist": (1, 28, 28), "fashion-mnist": (1, 28, 28),
           "cifar10": (3, 32, 32)}
-LENET5_HIDDEN = 4   # conv, conv, fc 120, fc 84
+LENET5_HIDDEN = defaults.LeNet5.n_hidden   # conv, conv, fc 120, fc 84
+#: what a batched run on the fast backend took where its flags were unset, before the training
+#: settings (session 13): fit_bcd's gamma, one W-step and 10 X-steps. ``resume`` of a run.json
+#: written then (its gamma unset) goes on with them.
+BEFORE_SETTINGS = dict(gamma=defaults.GAMMA, w_steps=1, x_steps=10)
 FAST_ONLY = ("max_iter", "w_steps", "x_steps", "newton_cap", "gram_reuse")
 #: the help's words for a default from the training setting (``defaults.training``)
 SETTING = "the network kind's training setting, defaults.py"
@@ -294,13 +298,10 @@ def _fill_defaults(args, n_hidden):
     """Every hyperparameter flag not given takes the run's training setting
     (``defaults.training``: the kind of network's with ``--batch-size``, Algorithm 1's without;
     the fast backend's steps only on it), so that ``run.json`` records the values the run used."""
-    kind = args.arch if isinstance(args.arch, str) else "dense"   # --arch lenet5, or sizes
-    setting = defaults.training(kind, n_hidden, batched=args.batch_size is not None)
-    names = ("lam", "rho", "gamma", "momentum") + (
-        ("w_steps", "x_steps", "gram_reuse") if args.backend == "fast" else ())
-    for k in names:
-        if getattr(args, k) is None and getattr(setting, k) is not None:
-            setattr(args, k, list(getattr(setting, k)))
+    network = args.arch if isinstance(args.arch, str) else "dense"   # --arch lenet5, or sizes
+    setting = defaults.training(network, n_hidden, batched=args.batch_size is not None)
+    setting.fill(vars(args), ("lam", "rho", "gamma", "momentum") + (
+        ("w_steps", "x_steps", "gram_reuse") if args.backend == "fast" else ()))
 
 
 # --- the commands -------------------------------------------------------------------------------
@@ -367,10 +368,9 @@ def _backend(args):
 
 
 def _banner(args, resume, n_train, n_test, arch, out):
-    gamma = args.gamma
     algo = (f"Algorithm 1, {args.iterations} iterations" if args.batch_size is None else
             f"Algorithm 2, batch {args.batch_size}, {args.epochs} epochs x {args.alternations} "
-            f"alternations, gamma={gamma}")
+            f"alternations, gamma={args.gamma}")
     beta = args.momentum if isinstance(args.momentum, list) else [args.momentum]
     algo += f", momentum={args.momentum}" if any(beta) else ""
     print(f"fenchel-cvx {'resume' if resume else 'train'}: {args.dataset} ({n_train} train / "
@@ -416,10 +416,10 @@ def _summary(args, net, h, out, train, test, t0):
     if h.certificate_held:
         held = "yes"
     elif h.held_but_capped:
-        held = (f"yes, but for the block optimality of {capped} capped blocks (inexact by "
-                f"design: --w-steps, --x-steps)")
+        held = (f"yes, but for the block optimality of {capped} capped block solves (inexact "
+                f"by design: --w-steps, --x-steps)")
     else:
-        held = f"no ({len(h.violations)} violations, {capped} of them capped blocks')"
+        held = f"no ({len(h.violations)} violations, {capped} of them capped block solves)"
     print(f"certificate held at every iteration: {held}")
     print(f"wrote {', '.join(str(f) for f in files)} in {time.perf_counter() - t0:.1f} s")
 
@@ -486,8 +486,19 @@ def resume(args):
     targs = build_parser().parse_args(["train"])
     vars(targs).update(saved, out=args.run, quiet=args.quiet,
                        threads=args.threads or saved.get("threads", 1))
+    _before_settings(targs)
     with _threads(targs.threads):
         return train(targs, resume=True)
+
+
+def _before_settings(args):
+    """A batched run's arguments from a run.json written before the training settings (its
+    gamma unset; since then every run.json records it): what that run took, ``BEFORE_SETTINGS``,
+    where they are unset, so that it resumes as it began."""
+    if args.batch_size is not None and args.gamma is None:
+        steps = ("w_steps", "x_steps") if args.backend == "fast" else ()
+        vars(args).update({k: BEFORE_SETTINGS[k] for k in ("gamma", *steps)
+                           if getattr(args, k) is None})
 
 
 def _model(flag, path):

@@ -18,8 +18,9 @@ sums. In Algorithm 2 every round sees one mini-batch, so the loss and the B-term
 ``batch_size`` points while ``rho ||W||^2`` and ``gamma ||W - W0||^2`` are not: a larger batch
 weighs the data more against the penalty and the proximal term.
 
-**Feature scale.** The defaults were chosen (measured on scikit-learn's digits) for features of
-order one, such as pixels / 16 or the output of ``StandardScaler``; as for any neural network,
+**Feature scale.** The defaults (the package's training settings, ``defaults.training``, tuned
+on MNIST pixels in [0, 1]) suit features of order one, such as pixels / 16 or the output of
+``StandardScaler``; as for any neural network,
 put the estimator after a scaler in a ``Pipeline`` when the raw features are large (on the raw
 0..16 digits pixels the defaults train slower and less accurately than on pixels / 16).
 
@@ -58,8 +59,9 @@ def _constraints(n_hidden, losses):
     return dict(activation=[Options(ESTIMATOR_ACTIVATIONS), InstanceOf(Activation, "an Activation")],
                 loss=Options(losses), lam=[None, PerLayer(LAM, max(L, 1))],
                 rho=[None, PerLayer(RHO, L + 1)], gamma=[None, PerLayer(GAMMA, L + 1)],
-                momentum=[None, PerLayer(MOMENTUM, L + 1)], w_steps=[None, PerLayer(COUNT, L + 1)],
-                x_steps=[None, PerLayer(COUNT, max(L, 1))],
+                momentum=[None, PerLayer(MOMENTUM, L + 1)],
+                w_steps=[None, Options(("tol",)), PerLayer(COUNT, L + 1)],
+                x_steps=[None, Options(("tol",)), PerLayer(COUNT, max(L, 1))],
                 batch_size=[None, Options(("auto",)), COUNT],
                 epochs=ROUNDS, alternations=ROUNDS, iterations=ROUNDS, tol=TOL,
                 strict=[BOOL, None], verbose=[BOOL, Interval(numbers.Integral, 0, None)],
@@ -143,19 +145,21 @@ class _FenchelBase(BaseEstimator):
                  "batch_size", "epochs", "alternations", "iterations", "tol", "strict", "verbose",
                  "warm_start", "early_stopping", "validation_fraction", "n_iter_no_change",
                  "random_state")
-        p = validate(_constraints(len(sizes), self._losses), {k: getattr(self, k) for k in names})
+        values = {k: getattr(self, k) for k in names}
         check_backend(self.backend)
+        by_name = isinstance(self.backend, str) and self.backend == "fast"
         for name in ("w_steps", "x_steps"):
-            if p[name] is not None and self.backend != "fast":
-                raise ValueError(f"{name} sets the fast backend's steps: it needs backend='fast', "
-                                 f"got backend={self.backend!r}")
-        setting = defaults.training("dense", len(sizes),
-                                    batched=partial or p["batch_size"] is not None)
-        for name in ("lam", "rho", "gamma", "momentum") + (
-                ("w_steps", "x_steps") if self.backend == "fast" else ()):
-            if p[name] is None and getattr(setting, name) is not None:
-                p[name] = list(getattr(setting, name))
-        return dict(p, sizes=sizes, lam=p["lam"][:len(sizes)] or 1.0,
+            if values[name] is not None and not by_name:
+                raise ValueError(f"{name}={values[name]!r} sets the steps of the fast backend by "
+                                 f"name: it needs backend='fast' (a backend object keeps its "
+                                 f"own), got backend={self.backend!r}")
+        # strict: every block must pass the certificate, so no step caps unless given
+        steps = ("w_steps", "x_steps") if by_name and self.strict is not True else ()
+        defaults.training("dense", len(sizes), batched=partial or values["batch_size"] is not None
+                          ).fill(values, ("lam", "rho", "gamma", "momentum") + steps)
+        p = validate(_constraints(len(sizes), self._losses), values)
+        to_tol = {k: None if p[k] == "tol" else p[k] for k in ("w_steps", "x_steps")}
+        return dict(p, **to_tol, sizes=sizes, lam=p["lam"][:len(sizes)] or 1.0,
                     dtype=check_dtype(self.dtype))
 
     def _make_backend(self, params):
@@ -232,6 +236,10 @@ class _FenchelBase(BaseEstimator):
             self.validation_scores_ = [] if self.early_stopping else None
             self.best_validation_score_ = None
             self._W_prev = None
+        else:   # a warm start or a later partial_fit: the objective of this call's setting
+            if params["sizes"]:
+                self.network_.lam = list(params["lam"])
+            self.network_.rho = list(params["rho"])
         return self._train(params, X, Y, partial=partial)
 
     def _reset(self):
@@ -279,6 +287,9 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     gamma 1 for the hidden layers and 30 for the output layer, momentum (0.7, 0), 10 W-steps
     for the hidden layers and one for the output layer, 20 X-steps); with ``batch_size=None``
     (Algorithm 1) lam 10, rho 1, no proximal term, no momentum, every block solved to ``tol``.
+    Each call trains with its own: a warm-start ``fit`` or a ``partial_fit`` after another
+    algorithm's run sets the network's lam and rho to the call's. ``FenchelRegressor`` takes the
+    same setting, which was tuned for classification.
 
     Parameters
     ----------
@@ -297,7 +308,8 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     gamma : float >= 0 or sequence of L + 1, default None (1 per hidden layer, 30 for the output)
         The proximal weight gamma_l ||W_l - W0_l||^2 of Algorithm 2 (W0: the weights before the
         current batch); it keeps what earlier batches taught. Used by mini-batch training and
-        ``partial_fit``; 0 turns it off.
+        ``partial_fit``; 0 turns it off (then keep ``rho > 0``: with neither term a W-block
+        on a batch need not be strictly convex, and for cross-entropy often has no minimiser).
     momentum : float in [0, 1) or sequence of L + 1, default None (0.7 per hidden layer, 0 for
         the output; Algorithm 1: 0)
         beta_l: each mini-batch (Algorithm 1: each iteration) starts from ``W + beta_l (W -
@@ -305,12 +317,14 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         paper's algorithms. It goes on across ``partial_fit`` calls and into a ``warm_start``
         fit as within one ``fit`` (the last change is kept with the fitted network; not where
         ``early_stopping`` rewound the network to an earlier epoch).
-    w_steps, x_steps : int or sequence (L + 1 W-blocks; one per hidden layer's X-block),
-        default None (10 per hidden layer's W-block, 1 for the output layer's, 20 per X-block;
-        Algorithm 1: every block solved to ``tol``)
+    w_steps, x_steps : int, sequence (L + 1 W-blocks; one per hidden layer's X-block), "tol"
+        or None, default None (10 per hidden layer's W-block, 1 for the output layer's, 20 per
+        X-block; Algorithm 1 and ``strict=True``: every block solved to ``tol``)
         Warm-started steps per W-block and FISTA steps per X-block in each round, on the fast
         backend by name (``FastBackend(w_steps=..., x_steps=...)``); a block stops earlier where
-        it reaches ``tol``.
+        it reaches ``tol``. ``"tol"``: no cap, every block solved to ``tol``. A capped block is
+        inexact by design: ``history_.held_but_capped`` says whether the rest of the
+        certificate held.
     batch_size : int, "auto" or None, default "auto"
         Mini-batch size of Algorithm 2 (``"auto"``: ``min(200, n_samples)``); ``None`` trains on
         all the data at once (Algorithm 1, ``iterations`` rounds).
@@ -324,12 +338,15 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         Block solver: the array backend (``fast.FastBackend``) or the CVXPY correctness oracle
         (``oracle.OracleBackend``; slow, for small data). A backend object is used as given.
     tol : float > 0, default 1e-3
-        The scaled KKT residual (``blocks.kkt_residual``) every block solve must reach: the fast
-        backend stops there, the oracle accepts up to it. Not used with a backend object.
+        The scaled KKT residual (``blocks.kkt_residual``) a block solve stops at (the fast
+        backend, unless its step cap comes first: ``w_steps``, ``x_steps``) or must reach (the
+        oracle). Not used with a backend object.
     dtype : {"float64", "float32"}, default "float64"
         Floating type of the weights and the data.
     strict : bool or None, default None
         Raise on a certificate violation (None: the backend's default; see ``bcd.fit_bcd``).
+        ``True`` also solves every block to ``tol`` where ``w_steps`` and ``x_steps`` are left
+        None: a capped block fails the certificate's block optimality by design.
     verbose : bool or int, default False
         Print ``Iteration n, loss = ...`` after every epoch, as ``MLPClassifier`` does; 2 or
         more also shows a progress bar over the rounds.
@@ -434,7 +451,7 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         required on the first call.
         """
         first = not hasattr(self, "network_")
-        self._checked_params()
+        self._checked_params(partial=True)
         X, y = self._data(X, y, reset=first)
         check_classification_targets(y)
         if first:
@@ -549,7 +566,7 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
         See :meth:`FenchelClassifier.partial_fit` (no ``classes``).
         """
         first = not hasattr(self, "network_")
-        self._checked_params()
+        self._checked_params(partial=True)
         X, y = self._data(X, y, reset=first, multi_output=True, y_numeric=True)
         Y = check_scale("y", self._targets(y, first).astype(X.dtype))
         return self._fit(X, Y, reset=first, partial=True)

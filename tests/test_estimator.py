@@ -152,8 +152,9 @@ def test_regressor_partial_fit_and_shapes():
     ("gamma", float("nan"), "gamma must be >= 0 and finite, got nan"),
     ("momentum", 1.0, r"momentum must be a number in \[0, 1\), got 1.0"),
     ("momentum", (0.5,), "momentum must be None or a number or a sequence of 2 numbers"),
-    ("w_steps", 0, "w_steps must be an integer >= 1, got 0"),
-    ("x_steps", (2, 2), "x_steps must be None or a number or a sequence of 1 numbers"),
+    ("w_steps", 0, "w_steps must be None, 'tol' or a number or a sequence of 2 numbers, got 0"),
+    ("x_steps", (2, 2), r"x_steps must be None, 'tol' or a number .*, got \(2, 2\)"),
+    ("w_steps", "all", "w_steps must be None, 'tol' or .*got 'all'"),
     ("activation", "swish", "activation must be one of .* got 'swish'"),
     ("backend", "torch", "backend must be one of .* got 'torch'"),
     ("hidden_layer_sizes", (10, 0), r"hidden_layer_sizes must be .* got \(10, 0\)"),
@@ -213,9 +214,44 @@ def test_defaults_are_the_training_setting(small_digits):
     cfg = full.history_.config
     assert (cfg["lam"], cfg["rho"], cfg["gamma"]) == (list(f.lam), list(f.rho), list(f.gamma))
     assert full.history_.certificate_held      # no caps: every block solved to tol
-    with pytest.raises(ValueError, match="w_steps sets the fast backend's steps: it needs "
-                                         "backend='fast', got backend='cvxpy'"):
+    with pytest.raises(ValueError, match=r"w_steps=3 sets the steps of the fast backend by name: "
+                                         r"it needs backend='fast' \(a backend object keeps its "
+                                         r"own\), got backend='cvxpy'"):
         FenchelClassifier(backend="cvxpy", w_steps=3).fit(X, y)
+
+
+def test_no_hidden_layer_strict_and_uncapped_blocks(small_digits):
+    """An estimator without a hidden layer trains with the setting (no X-block: no X-steps);
+    ``strict=True`` and ``"tol"`` drop the step caps, so every block passes the certificate."""
+    X, y, _, _ = small_digits
+    for kw in (dict(), dict(strict=True), dict(w_steps="tol", x_steps="tol")):
+        clf = FenchelClassifier(hidden_layer_sizes=(), epochs=1, random_state=0, **kw).fit(X, y)
+        assert clf.score(X, y) > 0.8 and clf.history_.held_but_capped
+    FenchelClassifier(hidden_layer_sizes=(), random_state=0).partial_fit(X[:50], y[:50],
+                                                                        classes=np.arange(10))
+    for kw in (dict(strict=True), dict(w_steps="tol", x_steps="tol")):
+        clf = FenchelClassifier(hidden_layer_sizes=(8,), epochs=1, random_state=0, **kw).fit(X, y)
+        assert clf.history_.certificate_held, kw
+        assert max(b["iterations"] for r in clf.history_ for b in r["blocks"]) > 20
+
+
+def test_each_call_trains_with_its_own_setting(small_digits):
+    """A ``partial_fit`` after a full-batch ``fit`` trains the network with the batched
+    setting's lam and rho, not those it was built with (a W-block with neither rho nor gamma
+    would lose strict convexity the other way round)."""
+    from fenchel_cvx import defaults
+
+    X, y, _, _ = small_digits
+    clf = FenchelClassifier(hidden_layer_sizes=(8,), batch_size=None, iterations=1,
+                            random_state=0).fit(X, y)
+    full = defaults.training("dense", 1, batched=False)
+    assert (clf.network_.lam, clf.network_.rho) == (list(full.lam), list(full.rho))
+    clf.partial_fit(X[:40], y[:40])
+    batched = defaults.training("dense", 1, batched=True)
+    assert (clf.network_.lam, clf.network_.rho) == (list(batched.lam), list(batched.rho))
+    cfg = clf.history_[-1]
+    assert clf.history_.config["gamma"] == list(full.gamma)   # the first run's config is kept
+    assert cfg["certificate"]["held"] or all(v["capped"] for v in cfg["certificate"]["violations"])
 
 
 def test_full_batch_oracle():

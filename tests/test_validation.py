@@ -372,6 +372,30 @@ def test_every_consumer_reads_the_defaults():
         list(s.lam), list(s.gamma), list(s.momentum), list(s.x_steps), list(s.gram_reuse))
     with pytest.raises(ValueError, match="the lenet5 setting is for 4 hidden layers, got 2"):
         defaults.training("lenet5", 2, batched=True)
+    with pytest.raises(ValueError, match=r"network must be one of \['dense', 'lenet5'\], got 'cnn'"):
+        defaults.training("cnn", 2, batched=True)
+    none = defaults.training("dense", 0, batched=True)     # no hidden layer: no X-block
+    assert (none.lam, none.x_steps, none.gamma, none.w_steps) == (0.2, None, (30.0,), (1,))
+    args = cli.build_parser().parse_args(["train", "--backend", "fast", "--batch-size", "9",
+                                          "--arch", "64-10"])
+    cli._check_train(args)
+    assert (args.lam, args.x_steps, cli._backend(args).w_steps) == (0.2, None, (1,))
+
+
+def test_a_run_json_from_before_the_settings_resumes_as_it_began():
+    """A batched run.json written before the training settings left gamma and the fast steps
+    unset (fit_bcd's gamma 3, one W-step, 10 X-steps then); ``resume`` fills those in, so that
+    the checkpoint's run goes on as it began, not with the new setting."""
+    old = cli.build_parser().parse_args(["train", "--backend", "fast", "--batch-size", "50",
+                                         "--lam", "1", "--rho", "1e-3", "--momentum", "0"])
+    cli._before_settings(old)
+    cli._check_train(old)
+    assert (old.gamma, old.w_steps, old.x_steps) == (3.0, 1, 10)
+    new = cli.build_parser().parse_args(["train", "--backend", "fast", "--batch-size", "50"])
+    cli._check_train(new)            # a run.json of today records every value: nothing to fill
+    before = dict(vars(new))
+    cli._before_settings(new)
+    assert vars(new) == before
 
 
 def test_the_documented_defaults_are_the_code_s():
