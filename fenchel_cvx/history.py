@@ -69,7 +69,7 @@ class History:
     def __repr__(self):
         held = "yes" if self.certificate_held else "no"
         if not self.certificate_held and self.held_but_capped:
-            held += f", but for {len(self.violations)} capped blocks (inexact by design)"
+            held += f", but for {len(self.violations)} capped block solves (inexact by design)"
         return f"History({len(self)} rounds, certificate held: {held})"
 
     def series(self, key):

@@ -57,7 +57,8 @@ def plot_objectives(history, path=None):
     vals = np.concatenate([F_x, J_x, F_w, J_w])
     if np.all(vals[np.isfinite(vals)] > 0):
         ax.set_yscale("log")
-    held = "held" if history.certificate_held else "VIOLATED"
+    held = ("held" if history.certificate_held else
+            "held but for capped blocks" if history.held_but_capped else "VIOLATED")
     ax.set_title(f"objectives (sums over the data / batch); certificate {held}", fontsize="medium")
     ax.set_ylabel("objective")
     return _finish(fig, ax, history, path)

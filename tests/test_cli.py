@@ -266,7 +266,7 @@ def test_lenet5_trains_on_images(tmp_path, capsys):
     assert "784-4704-1600-120-84-10 (LeNet-5)" in out
     # the capped blocks' block optimality is the only failure, and the summary says so
     assert "certificate held at every iteration: yes, but for the block optimality of" in out
-    assert "capped blocks (inexact by design" in out
+    assert "capped block solves (inexact by design" in out
     from fenchel_cvx.network import LiftedNetwork
 
     net = LiftedNetwork.load(tmp_path / "l" / "model.npz")

@@ -114,7 +114,7 @@ def test_capped_blocks_are_marked_and_excused_only_for_their_cap(data):
                 strict=False).history
     assert h.violations and not h.certificate_held and h.held_but_capped
     assert all(v["capped"] and v["check"] == "block_optimality" for v in h.violations)
-    assert "capped blocks (inexact by design)" in repr(h)
+    assert "capped block solves (inexact by design)" in repr(h)
     exact = fit_bcd(net(), X, Y, batch_size=12, epochs=2, gamma=1.0,
                     backend=FastBackend(tol=1e-6, max_iter=2000), strict=False).history
     assert exact.certificate_held and exact.held_but_capped and "capped" not in repr(exact)
@@ -124,3 +124,8 @@ def test_capped_blocks_are_marked_and_excused_only_for_their_cap(data):
                 strict=False).history
     bad = [v for v in h.violations if "NaN" in v["detail"]]
     assert bad and not bad[0]["capped"] and not h.held_but_capped
+    # a block stopped by the loop's own iteration cap, with no step cap given, is not excused
+    short = fit_bcd(net(), X, Y, batch_size=12, epochs=1, gamma=1.0, strict=False,
+                    backend=FastBackend(tol=1e-12, max_iter=1)).history
+    assert short.violations and not any(v["capped"] for v in short.violations)
+    assert not short.held_but_capped
