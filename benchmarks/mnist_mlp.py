@@ -100,7 +100,7 @@ def parse_args(argv=None):
                    help="lambda_l, one number or a comma list (one per hidden layer)")
     p.add_argument("--lam-growth", type=float, default=1.0, help="the lam schedule: epoch e "
                    "trains with lam * growth^(e-1) (1: constant; > 1 tightens the relaxation)")
-    p.add_argument("--rho", type=float, default=0.0)
+    p.add_argument("--rho", type=float, default=_SETTING.rho[0])
     p.add_argument("--gamma", type=_floats, default=list(GAMMA),
                    help="proximal gamma_l, one number or a comma list (one per layer, e.g. 1,100)")
     p.add_argument("--momentum", type=_floats, default=list(MOMENTUM), help="FLN momentum beta_l "
