@@ -155,6 +155,7 @@ def test_regressor_partial_fit_and_shapes():
     ("w_steps", 0, "w_steps must be None, 'tol' or a number or a sequence of 2 numbers, got 0"),
     ("x_steps", (2, 2), r"x_steps must be None, 'tol' or a number .*, got \(2, 2\)"),
     ("w_steps", "all", "w_steps must be None, 'tol' or .*got 'all'"),
+    ("check_every", 0, "check_every must be an integer >= 1, got 0"),
     ("activation", "swish", "activation must be one of .* got 'swish'"),
     ("backend", "torch", "backend must be one of .* got 'torch'"),
     ("hidden_layer_sizes", (10, 0), r"hidden_layer_sizes must be .* got \(10, 0\)"),
@@ -233,6 +234,23 @@ def test_no_hidden_layer_strict_and_uncapped_blocks(small_digits):
         clf = FenchelClassifier(hidden_layer_sizes=(8,), epochs=1, random_state=0, **kw).fit(X, y)
         assert clf.history_.certificate_held, kw
         assert max(b["iterations"] for r in clf.history_ for b in r["blocks"]) > 20
+
+
+def test_check_every_and_the_epoch_end_evaluation(small_digits):
+    """``check_every=k`` certifies every k-th round and the last; the training loss is
+    evaluated at the end of every epoch only (what ``loss_curve_`` reads), the same values as
+    an evaluation after every round gives there."""
+    X, y, _, _ = small_digits
+    kw = dict(hidden_layer_sizes=(8,), epochs=2, batch_size=100, random_state=0)
+    every = FenchelClassifier(**kw).fit(X, y)
+    sparse = FenchelClassifier(check_every=5, **kw).fit(X, y)
+    rounds = len(every.history_)
+    assert every.history_.checked_rounds == rounds
+    assert sparse.history_.checked_rounds == len(range(5, rounds + 1, 5)) + (rounds % 5 != 0)
+    np.testing.assert_array_equal(np.concatenate(sparse.coefs_[0]), np.concatenate(every.coefs_[0]))
+    ends = [r["train_loss"] is not None for r in every.history_]
+    assert sum(ends) == 2 and ends[rounds // 2 - 1] and ends[-1]
+    assert every.loss_curve_ == sparse.loss_curve_ and len(every.loss_curve_) == 2
 
 
 def test_each_call_trains_with_its_own_setting(small_digits):
