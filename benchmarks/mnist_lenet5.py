@@ -99,7 +99,7 @@ def parse_args(argv=None):
     p.add_argument("--lam", type=_per_layer(4, "--lam"), default=LAM)
     p.add_argument("--gamma", type=_per_layer(5, "--gamma"), default=GAMMA)
     p.add_argument("--rho", type=float, default=_SETTING.rho[0])
-    p.add_argument("--w-steps", type=int, default=_SETTING.w_steps[0], help="FLN W-steps a block")
+    p.add_argument("--w-steps", type=int, default=_SETTING.w_steps[0], help="W-steps per block")
     p.add_argument("--x-steps", type=_per_layer(4, "--x-steps", integers=True), default=X_STEPS,
                    help="FLN FISTA steps per round of each X-block, X_1 to X_4 (one number: all "
                         "the same); default 1,1,10,10")

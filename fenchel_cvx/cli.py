@@ -57,9 +57,9 @@ IMAGES = {"mnist5k": (1, 28, 28), "mnist": (1, 28, 28), "fashion-mnist": (1, 28,
           "cifar10": (3, 32, 32)}
 LENET5_HIDDEN = defaults.LeNet5.n_hidden   # conv, conv, fc 120, fc 84
 #: what a batched run on the fast backend took where its flags were unset, before the training
-#: settings (session 13): fit_bcd's gamma, one W-step and 10 X-steps. ``resume`` of a run.json
-#: written then (its gamma unset) goes on with them.
-BEFORE_SETTINGS = dict(gamma=defaults.GAMMA, w_steps=1, x_steps=10)
+#: settings (session 13): one W-step, 10 X-steps and a fresh Gram every solve (and every run
+#: fit_bcd's gamma and no momentum). ``resume`` of a run.json written then goes on with them.
+BEFORE_SETTINGS = dict(w_steps=1, x_steps=10, gram_reuse=1)
 FAST_ONLY = ("max_iter", "w_steps", "x_steps", "newton_cap", "gram_reuse")
 #: the help's words for a default from the training setting (``defaults.training``)
 SETTING = "the network kind's training setting, defaults.py"
@@ -302,6 +302,7 @@ def _fill_defaults(args, n_hidden):
     setting = defaults.training(network, n_hidden, batched=args.batch_size is not None)
     setting.fill(vars(args), ("lam", "rho", "gamma", "momentum") + (
         ("w_steps", "x_steps", "gram_reuse") if args.backend == "fast" else ()))
+    args.settings = getattr(args, "settings", None) or "defaults.training"   # run.json says so
 
 
 # --- the commands -------------------------------------------------------------------------------
@@ -492,13 +493,17 @@ def resume(args):
 
 
 def _before_settings(args):
-    """A batched run's arguments from a run.json written before the training settings (its
-    gamma unset; since then every run.json records it): what that run took, ``BEFORE_SETTINGS``,
-    where they are unset, so that it resumes as it began."""
-    if args.batch_size is not None and args.gamma is None:
-        steps = ("w_steps", "x_steps") if args.backend == "fast" else ()
-        vars(args).update({k: BEFORE_SETTINGS[k] for k in ("gamma", *steps)
-                           if getattr(args, k) is None})
+    """The arguments of a run.json written before the training settings (no ``settings``
+    entry; since then every run.json has one and records every value): what that run took
+    where they are unset (fit_bcd's gamma, no momentum, on the fast backend
+    ``BEFORE_SETTINGS``), so that it resumes as it began."""
+    if getattr(args, "settings", None) is not None:
+        return
+    before = dict(gamma=defaults.gamma_for(args.batch_size), momentum=0.0)
+    if args.backend == "fast":
+        before.update(BEFORE_SETTINGS if args.batch_size is not None else dict(gram_reuse=1))
+    vars(args).update({k: v for k, v in before.items() if getattr(args, k, None) is None},
+                      settings="before the training settings")
 
 
 def _model(flag, path):

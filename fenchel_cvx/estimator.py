@@ -61,7 +61,7 @@ def _constraints(n_hidden, losses):
                 rho=[None, PerLayer(RHO, L + 1)], gamma=[None, PerLayer(GAMMA, L + 1)],
                 momentum=[None, PerLayer(MOMENTUM, L + 1)],
                 w_steps=[None, Options(("tol",)), PerLayer(COUNT, L + 1)],
-                x_steps=[None, Options(("tol",)), PerLayer(COUNT, max(L, 1))],
+                x_steps=[None, Options(("tol",))] + ([PerLayer(COUNT, L)] if L else []),
                 batch_size=[None, Options(("auto",)), COUNT],
                 epochs=ROUNDS, alternations=ROUNDS, iterations=ROUNDS, tol=TOL, check_every=COUNT,
                 strict=[BOOL, None], verbose=[BOOL, Interval(numbers.Integral, 0, None)],
@@ -155,7 +155,8 @@ class _FenchelBase(BaseEstimator):
                                  f"name: it needs backend='fast' (a backend object keeps its "
                                  f"own), got backend={self.backend!r}")
         # strict: every block must pass the certificate, so no step caps unless given
-        steps = ("w_steps", "x_steps") if by_name and self.strict is not True else ()
+        strict = isinstance(self.strict, (bool, np.bool_)) and bool(self.strict)
+        steps = ("w_steps", "x_steps") if by_name and not strict else ()
         defaults.training("dense", len(sizes), batched=partial or values["batch_size"] is not None
                           ).fill(values, ("lam", "rho", "gamma", "momentum") + steps)
         p = validate(_constraints(len(sizes), self._losses), values)
@@ -238,7 +239,12 @@ class _FenchelBase(BaseEstimator):
             self.validation_scores_ = [] if self.early_stopping else None
             self.best_validation_score_ = None
             self._W_prev = None
-        else:   # a warm start or a later partial_fit: the objective of this call's setting
+        else:   # a warm start or a later partial_fit: the same network, this call's objective
+            fitted = tuple(self.network_.layer_sizes[1:-1])
+            if fitted != tuple(params["sizes"]):
+                raise ValueError(f"hidden_layer_sizes={tuple(params['sizes'])} differs from the "
+                                 f"fitted network's {fitted}: warm_start and partial_fit go on "
+                                 f"with the same network (warm_start=False fits a new one)")
             if params["sizes"]:
                 self.network_.lam = list(params["lam"])
             self.network_.rho = list(params["rho"])
@@ -346,10 +352,11 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     dtype : {"float64", "float32"}, default "float64"
         Floating type of the weights and the data.
     check_every : int, default 1
-        Run the whole certificate every that many rounds and on the last (``fit_bcd``'s
-        ``check_every``; 1: every round, its objectives and divergences about 40 % of a capped
-        fast round's time); the rounds between check that every argmin is usable and every
-        status optimal.
+        Run the whole certificate every that many rounds and on the last round of each
+        ``fit`` / ``partial_fit`` call (``fit_bcd``'s ``check_every``; 1: every round, its
+        objectives and divergences about 40 % of a capped fast round's time); the rounds
+        between check that every argmin is usable and every status optimal. A run that early
+        stopping ends is certified on its last round only where that is a multiple of it.
     strict : bool or None, default None
         Raise on a certificate violation (None: the backend's default; see ``bcd.fit_bcd``).
         ``True`` also solves every block to ``tol`` where ``w_steps`` and ``x_steps`` are left
@@ -379,8 +386,10 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     network_ : LiftedNetwork
         The trained network (columns-are-data-points convention).
     history_ : History
-        One record per BCD round: objectives and the certificate; the training loss and
-        accuracy after every epoch (the records between hold None).
+        One record per BCD round: the certificate, and the objectives on its checked rounds
+        (``check_every``); the training loss and accuracy after every epoch (the records
+        between hold None). Its ``config`` is the first run's: a warm start or a
+        ``partial_fit`` appends records.
     n_iter_ : int
         Number of epochs run (passes over the training data; Algorithm 1: iterations; one per
         ``partial_fit`` call). ``len(history_)`` counts the rounds.

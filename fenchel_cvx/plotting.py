@@ -68,17 +68,22 @@ def plot_accuracy(history, path=None):
     """Test (and train) accuracy per round; per-point losses for regression."""
     fig, ax = _figure()
     it = history.series("iteration")
+
+    def evaluated(key):     # the rounds where it was evaluated (eval_every, epoch ends)
+        values = history.series(key)
+        return it[np.isfinite(values)], values[np.isfinite(values)]
+
     if history.config.get("task") == "regression":
-        ax.plot(it, history.series("train_loss"), "-o", ms=3, label="train loss / point")
+        ax.plot(*evaluated("train_loss"), "-o", ms=3, label="train loss / point")
         if np.isfinite(history.series("test_loss")).any():
-            ax.plot(it, history.series("test_loss"), "-o", ms=3, label="test loss / point")
+            ax.plot(*evaluated("test_loss"), "-o", ms=3, label="test loss / point")
         ax.set_ylabel("loss per data point (feed-forward)")
         ax.set_title("loss per round", fontsize="medium")
         return _finish(fig, ax, history, path)
     test = history.series("test_accuracy")
     if np.isfinite(test).any():
-        ax.plot(it, test, "-o", color="tab:green", ms=3, label="test accuracy")
-    ax.plot(it, history.series("train_accuracy"), "--", color="tab:gray", label="train accuracy")
+        ax.plot(*evaluated("test_accuracy"), "-o", color="tab:green", ms=3, label="test accuracy")
+    ax.plot(*evaluated("train_accuracy"), "--", color="tab:gray", label="train accuracy")
     init = history.config.get("initial") or {}
     if init.get("test_accuracy") is not None:
         ax.axhline(init["test_accuracy"], color="tab:green", ls=":", lw=1,

@@ -228,8 +228,14 @@ def test_no_hidden_layer_strict_and_uncapped_blocks(small_digits):
     for kw in (dict(), dict(strict=True), dict(w_steps="tol", x_steps="tol")):
         clf = FenchelClassifier(hidden_layer_sizes=(), epochs=1, random_state=0, **kw).fit(X, y)
         assert clf.score(X, y) > 0.8 and clf.history_.held_but_capped
-    FenchelClassifier(hidden_layer_sizes=(), random_state=0).partial_fit(X[:50], y[:50],
-                                                                        classes=np.arange(10))
+        assert clf.history_.certificate_held == bool(kw), kw     # caps: inexact by design
+    online = FenchelClassifier(hidden_layer_sizes=(), random_state=0)
+    online.partial_fit(X[:50], y[:50], classes=np.arange(10))
+    assert online.n_iter_ == 1 and online.coefs_[0].shape == (10, 65)
+    with pytest.raises(ValueError, match="x_steps must be None or 'tol', got 5"):
+        FenchelClassifier(hidden_layer_sizes=(), x_steps=5).fit(X, y)
+    strict = FenchelClassifier(hidden_layer_sizes=(4,), epochs=1, strict=np.True_, random_state=0)
+    assert strict.fit(X, y).history_.certificate_held      # a NumPy bool drops the caps too
     for kw in (dict(strict=True), dict(w_steps="tol", x_steps="tol")):
         clf = FenchelClassifier(hidden_layer_sizes=(8,), epochs=1, random_state=0, **kw).fit(X, y)
         assert clf.history_.certificate_held, kw
@@ -238,8 +244,9 @@ def test_no_hidden_layer_strict_and_uncapped_blocks(small_digits):
 
 def test_check_every_and_the_epoch_end_evaluation(small_digits):
     """``check_every=k`` certifies every k-th round and the last; the training loss is
-    evaluated at the end of every epoch only (what ``loss_curve_`` reads), the same values as
-    an evaluation after every round gives there."""
+    evaluated at the end of every epoch only (what ``loss_curve_`` reads): after the last, the
+    feed-forward loss per point at the fitted weights; the accuracy plot draws those points."""
+    from fenchel_cvx.plotting import plot_accuracy
     X, y, _, _ = small_digits
     kw = dict(hidden_layer_sizes=(8,), epochs=2, batch_size=100, random_state=0)
     every = FenchelClassifier(**kw).fit(X, y)
@@ -247,10 +254,28 @@ def test_check_every_and_the_epoch_end_evaluation(small_digits):
     rounds = len(every.history_)
     assert every.history_.checked_rounds == rounds
     assert sparse.history_.checked_rounds == len(range(5, rounds + 1, 5)) + (rounds % 5 != 0)
-    np.testing.assert_array_equal(np.concatenate(sparse.coefs_[0]), np.concatenate(every.coefs_[0]))
+    for a, b in zip(sparse.coefs_, every.coefs_):
+        np.testing.assert_array_equal(a, b)
     ends = [r["train_loss"] is not None for r in every.history_]
     assert sum(ends) == 2 and ends[rounds // 2 - 1] and ends[-1]
     assert every.loss_curve_ == sparse.loss_curve_ and len(every.loss_curve_) == 2
+    net, Y = every.network_, np.eye(10)[np.searchsorted(every.classes_, y)].T
+    loss = float(net.loss.value(Y, net.forward(X.T)[1])) / X.shape[0]
+    assert every.loss_curve_[-1] == pytest.approx(loss, rel=1e-12)
+    fig = plot_accuracy(every.history_)
+    train = [ln for ln in fig.axes[0].lines if ln.get_label() == "train accuracy"][0]
+    assert len(train.get_xdata()) == 2 and np.isfinite(train.get_ydata()).all()
+
+
+def test_warm_start_with_other_hidden_layers_is_refused(small_digits):
+    X, y, _, _ = small_digits
+    clf = FenchelClassifier(hidden_layer_sizes=(8,), epochs=1, warm_start=True, random_state=0)
+    lam = list(clf.fit(X, y).network_.lam)
+    clf.set_params(hidden_layer_sizes=(8, 5))
+    with pytest.raises(ValueError, match=r"hidden_layer_sizes=\(8, 5\) differs from the fitted "
+                                         r"network's \(8,\)"):
+        clf.fit(X, y)
+    assert clf.network_.lam == lam and len(clf.network_.rho) == 2     # left as it was
 
 
 def test_each_call_trains_with_its_own_setting(small_digits):

@@ -383,16 +383,28 @@ def test_every_consumer_reads_the_defaults():
 
 
 def test_a_run_json_from_before_the_settings_resumes_as_it_began():
-    """A batched run.json written before the training settings left gamma and the fast steps
-    unset (fit_bcd's gamma 3, one W-step, 10 X-steps then); ``resume`` fills those in, so that
-    the checkpoint's run goes on as it began, not with the new setting."""
-    old = cli.build_parser().parse_args(["train", "--backend", "fast", "--batch-size", "50",
-                                         "--lam", "1", "--rho", "1e-3", "--momentum", "0"])
-    cli._before_settings(old)
-    cli._check_train(old)
-    assert (old.gamma, old.w_steps, old.x_steps) == (3.0, 1, 10)
+    """A run.json written before the training settings has no ``settings`` entry and left
+    gamma, momentum and the fast steps unset where not given (fit_bcd's gamma 3, no momentum,
+    one W-step, 10 X-steps, a fresh Gram then); ``resume`` fills in those, so that the
+    checkpoint's run goes on as it began, not with the new setting."""
+    def old(*flags):
+        args = cli.build_parser().parse_args(["train", "--backend", "fast", *flags])
+        args.momentum = None      # a run.json from before momentum has no entry: the parser's
+        cli._before_settings(args)
+        cli._check_train(args)
+        return args
+
+    a = old("--batch-size", "50", "--lam", "1", "--rho", "1e-3")
+    assert (a.gamma, a.momentum, a.w_steps, a.x_steps, a.gram_reuse) == (3.0, 0.0, 1, 10, 1)
+    a = old("--batch-size", "50", "--gamma", "1")          # gamma given: the steps still old
+    assert (a.gamma, a.w_steps, a.x_steps) == (1.0, 1, 10)
+    a = old("--dataset", "mnist5k", "--arch", "lenet5", "--batch-size", "100")
+    assert (a.gram_reuse, a.x_steps, a.momentum) == (1, 10, 0.0)   # not LeNet-5's (40, ...)
+    a = old()                                               # Algorithm 1: gamma 0, to --tol
+    assert (a.gamma, a.w_steps, a.x_steps) == (0.0, None, None)
     new = cli.build_parser().parse_args(["train", "--backend", "fast", "--batch-size", "50"])
     cli._check_train(new)            # a run.json of today records every value: nothing to fill
+    assert new.settings == "defaults.training"
     before = dict(vars(new))
     cli._before_settings(new)
     assert vars(new) == before
