@@ -193,8 +193,6 @@ def network(args, ds):
 
 # --- one method in its own process ------------------------------------------------------------
 def run_fln(args, ds, batches):
-    from fenchel_cvx.fast import FastBackend
-
     from fenchel_cvx.arrays import to_numpy
 
     dtype = np.dtype(args.dtype)
@@ -219,14 +217,23 @@ def run_fln(args, ds, batches):
         return dict(train_accuracy=accuracy(X[:, :n], ytr[:n]),
                     weight_change=[float(f"{c:.3g}") for c in change])
 
-    # capped_residual=False, capped_value=False: a capped block evaluates neither its residual
-    # nor its value at the returned point (the certificate recomputes both on its checked
-    # rounds): one map and adjoint, and a pass over X_1 (4,704 x 500), less per block
-    backend = FastBackend(dtype=args.dtype, w_steps=args.w_steps, x_steps=args.x_steps,
-                          gram_reuse=args.gram_reuse, capped_residual=False, capped_value=False)
-    return train_fln(args, net, X, Y, lambda: accuracy(Xte, yte), batches, backend, sync=sync,
+    return train_fln(args, net, X, Y, lambda: accuracy(Xte, yte), batches, fln_backend(args),
+                     sync=sync,
                      due=lambda seen: seen in EARLY or seen % args.eval_every == 0, announce=EARLY,
                      epoch_report=report if args.train_eval else None)
+
+
+def fln_backend(args):
+    """FLN's ``FastBackend``. capped_residual=False, capped_value=False: a capped block evaluates
+    neither its residual nor its value at the returned point (the certificate recomputes both
+    on its checked rounds): one map and adjoint, and a pass over X_1 (4,704 x 500), less per
+    block. ``threads``: the backend's budget, which ``fit_bcd`` applies over the whole run (the
+    default, 1, would override ``--threads``)."""
+    from fenchel_cvx.fast import FastBackend
+
+    return FastBackend(dtype=args.dtype, w_steps=args.w_steps, x_steps=args.x_steps,
+                       gram_reuse=args.gram_reuse, capped_residual=False, capped_value=False,
+                       threads=args.threads)
 
 
 def run_backprop(args, ds, batches, optimizer):

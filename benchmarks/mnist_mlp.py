@@ -313,20 +313,28 @@ def run_fln(args, ds, batches):
     def lifted_accuracy():   # the rule of the paper's Sec. 4 (fenchel_cvx.predict)
         from fenchel_cvx.predict import predict_classes
 
-        return float(np.mean(predict_classes(net, Xte, rule="optimization", backend=FastBackend(),
-                                             sweeps=1) == yte))
+        return float(np.mean(predict_classes(net, Xte, rule="optimization", sweeps=1,
+                                             backend=FastBackend(threads=args.threads)) == yte))
 
     def next_epoch(epoch):   # the lam schedule: epoch e + 1 trains with lam * growth^e
         net.lam = [lam * args.lam_growth ** epoch for lam in args.lam]
 
-    # capped_residual=False, capped_value=False: a capped block evaluates neither its final
-    # residual nor its value (reported NaN; the certificate recomputes both on its checked
-    # rounds): one gradient and one pass over the block's arrays less per block
-    backend = FastBackend(w_steps=args.w_steps, x_steps=args.x_steps, gram_reuse=args.gram_reuse,
-                          newton_cap=args.newton_cap, capped_residual=False, capped_value=False)
-    return train_fln(args, net, X, Y, test_accuracy, batches, backend, sync=sync,
+    return train_fln(args, net, X, Y, test_accuracy, batches, fln_backend(args), sync=sync,
                      epoch_accuracy=lifted_accuracy if args.predict == "lifted" else None,
                      epoch_end=next_epoch if args.lam_growth != 1 else None)
+
+
+def fln_backend(args):
+    """FLN's ``FastBackend``. capped_residual=False, capped_value=False: a capped block evaluates
+    neither its final residual nor its value (reported NaN; the certificate recomputes both on
+    its checked rounds): one gradient and one pass over the block's arrays less per block.
+    ``threads``: the backend's budget, which ``fit_bcd`` applies over the whole run (the
+    default, 1, would override ``--threads``)."""
+    from fenchel_cvx.fast import FastBackend
+
+    return FastBackend(w_steps=args.w_steps, x_steps=args.x_steps, gram_reuse=args.gram_reuse,
+                       newton_cap=args.newton_cap, capped_residual=False, capped_value=False,
+                       threads=args.threads)
 
 
 def _one_or_all(values):

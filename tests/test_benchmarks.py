@@ -51,6 +51,15 @@ def test_the_benchmarks_train_with_the_package_s_settings():
     assert le.lam == paper_lam and le.gamma[:2] + le.gamma[4:] == paper_gamma[:2] + paper_gamma[4:]
 
 
+def test_fln_runs_on_the_benchmark_s_threads():
+    """FLN's backend carries --threads: fit_bcd applies the backend's thread budget over the
+    whole run, so the backend's default (1) overrode --threads 2 before."""
+    for name in ("mnist_mlp", "mnist_lenet5"):
+        bench = _load(name)
+        for n in (1, 2):
+            assert bench.fln_backend(bench.parse_args(["--threads", str(n)])).threads == n
+
+
 @pytest.mark.slow   # a (quick) benchmark run on MNIST, three methods in spawned processes
 def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
     """Run as users run it (a script: each method in a spawned process)."""
