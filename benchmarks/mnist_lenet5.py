@@ -91,7 +91,8 @@ def parse_args(argv=None):
     p.add_argument("--validation", type=int, default=0, help="hold out the last N training images "
                    "and evaluate on them instead of the test set (tuning; the test set is not read)")
     p.add_argument("--batch-size", type=int, default=500)
-    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--threads", type=int, default=1, help="cores per method (2 slows FLN's "
+                   "epoch: docs/results.md, LeNet-5, 'Two threads')")
     p.add_argument("--methods", default="fln,adam,sgd")
     p.add_argument("--jobs", type=int, default=1, help="methods run at once, each in its own "
                    "process on --threads cores (default 1: one after another, timings free of "
