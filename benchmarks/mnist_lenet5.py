@@ -54,7 +54,8 @@ from fenchel_cvx.datasets import load_cifar10, load_mnist, load_mnist5k, one_hot
 from fenchel_cvx.io import write_text  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
 from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text,  # noqa: E402
-                       backprop_record, peak_text, plot, run_methods, seed_summary, train_fln)
+                       backprop_record, fln_backend, peak_text, plot, run_methods, seed_summary,
+                       train_fln)
 
 EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}
@@ -218,23 +219,11 @@ def run_fln(args, ds, batches):
         return dict(train_accuracy=accuracy(X[:, :n], ytr[:n]),
                     weight_change=[float(f"{c:.3g}") for c in change])
 
-    return train_fln(args, net, X, Y, lambda: accuracy(Xte, yte), batches, fln_backend(args),
+    return train_fln(args, net, X, Y, lambda: accuracy(Xte, yte), batches,
+                     fln_backend(args, dtype=args.dtype),
                      sync=sync,
                      due=lambda seen: seen in EARLY or seen % args.eval_every == 0, announce=EARLY,
                      epoch_report=report if args.train_eval else None)
-
-
-def fln_backend(args):
-    """FLN's ``FastBackend``. capped_residual=False, capped_value=False: a capped block evaluates
-    neither its residual nor its value at the returned point (the certificate recomputes both
-    on its checked rounds): one map and adjoint, and a pass over X_1 (4,704 x 500), less per
-    block. ``threads``: the backend's budget, which ``fit_bcd`` applies over the whole run (the
-    default, 1, would override ``--threads``)."""
-    from fenchel_cvx.fast import FastBackend
-
-    return FastBackend(dtype=args.dtype, w_steps=args.w_steps, x_steps=args.x_steps,
-                       gram_reuse=args.gram_reuse, capped_residual=False, capped_value=False,
-                       threads=args.threads)
 
 
 def run_backprop(args, ds, batches, optimizer):

@@ -7,10 +7,11 @@ appendix's lam 0.1 weighs its code's penalty, twice our B; ``fenchel_cvx.units``
 changes chosen on a validation split (docs/results.md, "MNIST, fully connected"): the output
 layer's gamma 30 with a single W_1-step per batch (W_0 takes 10 steps, X_1 20 FISTA steps),
 and each batch starting from W_0 moved on along its last change (``fit_bcd(momentum=...)``,
-not in the paper, beta = (0.7, 0)). The package's faster defaults (``fenchel_cvx.defaults``:
-``--lam 1 --rho 1e-3 --gamma 3 --w-steps 1 --x-steps 10 --momentum 0``) are 1.3 points less
-accurate on that split (0.9653 after 10 epochs in session 7's screen against 0.9783 in
-session 12's).
+not in the paper, beta = (0.7, 0)). This is the package's dense training setting
+(``defaults.training``), which the estimators and the command line train with; the package's
+earlier defaults (``--lam 1 --rho 1e-3 --gamma 3 --w-steps 1 --x-steps 10 --momentum 0``) are
+1.3 points less accurate on that split (0.9653 after 10 epochs in session 7's screen against
+0.9783 in session 12's).
 SGD (lr 1e-2)
 and Adam (lr 1e-3) train the same architecture in PyTorch on the same batches in the same order
 (``datasets.batch_order``) with the same thread count. Each method runs in its own process, so
@@ -319,22 +320,23 @@ def run_fln(args, ds, batches):
     def next_epoch(epoch):   # the lam schedule: epoch e + 1 trains with lam * growth^e
         net.lam = [lam * args.lam_growth ** epoch for lam in args.lam]
 
-    return train_fln(args, net, X, Y, test_accuracy, batches, fln_backend(args), sync=sync,
+    return train_fln(args, net, X, Y, test_accuracy, batches,
+                     fln_backend(args, newton_cap=args.newton_cap), sync=sync,
                      epoch_accuracy=lifted_accuracy if args.predict == "lifted" else None,
                      epoch_end=next_epoch if args.lam_growth != 1 else None)
 
 
-def fln_backend(args):
-    """FLN's ``FastBackend``. capped_residual=False, capped_value=False: a capped block evaluates
-    neither its final residual nor its value (reported NaN; the certificate recomputes both on
-    its checked rounds): one gradient and one pass over the block's arrays less per block.
-    ``threads``: the backend's budget, which ``fit_bcd`` applies over the whole run (the
-    default, 1, would override ``--threads``)."""
+def fln_backend(args, **options):
+    """FLN's ``FastBackend`` for both benchmarks (``options``: more of its settings).
+    capped_residual=False, capped_value=False: a capped block evaluates neither its final
+    residual nor its value (reported NaN; the certificate recomputes both on its checked
+    rounds): one gradient, or LeNet-5's map and adjoint, and a pass over the block's arrays
+    less per block. ``threads``: the backend's budget, which ``fit_bcd`` applies over the whole
+    run (the default, 1, would override ``--threads``)."""
     from fenchel_cvx.fast import FastBackend
 
     return FastBackend(w_steps=args.w_steps, x_steps=args.x_steps, gram_reuse=args.gram_reuse,
-                       newton_cap=args.newton_cap, capped_residual=False, capped_value=False,
-                       threads=args.threads)
+                       capped_residual=False, capped_value=False, threads=args.threads, **options)
 
 
 def _one_or_all(values):
@@ -563,8 +565,8 @@ def _w_flops(p, n, m, steps, span=False, shifted=True):
     space (m < n) W X~, the syrk X~^T X~ (n m^2), Cholesky (m^3 / 3), its inverse where the
     p steps rows pay for it (``gram.inverse_pays``: 2 m^3 / 3) and per step one product with it
     or two triangular solves (2 p m^2) and one product back (2 p n m); else W X~, X~ S X~^T
-    (2 n^2 m), Cholesky (n^3 / 3), the start's gradient and per step the preconditioning (2 p n^2) and d X~; a gradient
-    after every step but the last (``capped_residual=False``: the benchmark's backend). ``span``
+    (2 n^2 m), Cholesky (n^3 / 3), the start's gradient and per step the preconditioning
+    (2 p n^2) and d X~; a gradient after every step but the last (``capped_residual=False``: the benchmark's backend). ``span``
     (``fast.span``: data space, from W0): no product back and no gradient per step, one product
     ``W0 + Z X~^T`` at the end, and every ``RESYNC`` (16) steps U formed again as ``U0 + Z K``
     (2 p m^2). ``shifted``: rho + gamma > 0 (data space needs it)."""

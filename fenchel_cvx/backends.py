@@ -50,7 +50,8 @@ def check_backend(backend):
 
 
 def get_backend(backend="cvxpy", net=None, **kwargs):
-    """A backend object: built from a registry name with ``kwargs``, or an object with ``.solve``.
+    """A backend object: built from a registry name with ``kwargs``, or an object with ``.solve``
+    (used as given: ``kwargs`` only build a backend by name).
     ``net``: a backend with ``check_network`` (per-layer settings: ``FastBackend``) checks the
     network it will solve the blocks of, before any work."""
     check_backend(backend)

@@ -486,11 +486,9 @@ def _backend(backend, strict, tol, xp, net):
     """The backend object and its name; a name is built with ``tol`` (and non-strict, so that
     inaccurate solves are recorded, in recorded mode). A backend with ``check_network``
     (per-layer settings: ``FastBackend``) checks ``net`` here, before any work."""
-    if isinstance(backend, str):
-        opts = dict(strict=False) if strict is False and backend in STRICT_AWARE else {}
-        backend = get_backend(backend, net, tol=tol, **opts)
-    else:
-        backend = get_backend(backend, net)
+    by_name = isinstance(backend, str)
+    opts = dict(strict=False) if strict is False and by_name and backend in STRICT_AWARE else {}
+    backend = get_backend(backend, net, tol=tol, **opts)   # a backend object ignores them
     name = getattr(backend, "name", type(backend).__name__)
     if xp is not np and name == "cvxpy":
         raise ValueError(f"backend 'cvxpy' (the oracle) takes NumPy data, got X0 from {xp.__name__}")

@@ -141,12 +141,8 @@ class _FenchelBase(BaseEstimator):
         the steps only for the fast backend by name)."""
         sizes = self.hidden_layer_sizes
         sizes = check("hidden_layer_sizes", (sizes,) if COUNT.applies(sizes) else sizes, Sizes(0))
-        names = ("activation", "loss", "lam", "rho", "gamma", "momentum", "w_steps", "x_steps",
-                 "batch_size", "epochs", "alternations", "iterations", "tol", "check_every",
-                 "strict", "verbose",
-                 "warm_start", "early_stopping", "validation_fraction", "n_iter_no_change",
-                 "random_state")
-        values = {k: getattr(self, k) for k in names}
+        constraints = _constraints(len(sizes), self._losses)
+        values = {k: getattr(self, k) for k in constraints}
         check_backend(self.backend)
         by_name = isinstance(self.backend, str) and self.backend == "fast"
         for name in ("w_steps", "x_steps"):
@@ -159,7 +155,7 @@ class _FenchelBase(BaseEstimator):
         steps = ("w_steps", "x_steps") if by_name and not strict else ()
         defaults.training("dense", len(sizes), batched=partial or values["batch_size"] is not None
                           ).fill(values, ("lam", "rho", "gamma", "momentum") + steps)
-        p = validate(_constraints(len(sizes), self._losses), values)
+        p = validate(constraints, values)
         to_tol = {k: None if p[k] == "tol" else p[k] for k in ("w_steps", "x_steps")}
         return dict(p, **to_tol, sizes=sizes, lam=p["lam"][:len(sizes)] or 1.0,
                     dtype=check_dtype(self.dtype))

@@ -67,10 +67,7 @@ class History:
         return self.records[i]
 
     def __repr__(self):
-        held = "yes" if self.certificate_held else "no"
-        if not self.certificate_held and self.held_but_capped:
-            held += f", but for {len(self.violations)} capped block solves (inexact by design)"
-        return f"History({len(self)} rounds, certificate held: {held})"
+        return f"History({len(self)} rounds, certificate held: {self.verdict})"
 
     def series(self, key):
         """The values of ``key`` over the rounds as a float array (``None`` -> NaN)."""
@@ -90,6 +87,18 @@ class History:
         inexact by design, each recorded as a ``capped`` violation): so the Fenchel-Young,
         descent and lower-bound checks held, and every argmin was usable."""
         return all(v.get("capped", False) for v in self.violations)
+
+    @property
+    def verdict(self):
+        """Whether the certificate held, in words: ``"yes"``; ``"yes, but for ..."`` the block
+        optimality of capped blocks (``held_but_capped``); else ``"no (...)"``, counted."""
+        capped = sum(bool(v.get("capped")) for v in self.violations)
+        if self.certificate_held:
+            return "yes"
+        if self.held_but_capped:
+            return (f"yes, but for the block optimality of {capped} capped block solves "
+                    f"(inexact by design)")
+        return f"no ({len(self.violations)} violations, {capped} of them capped block solves)"
 
     @property
     def checked_rounds(self):

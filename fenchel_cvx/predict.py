@@ -54,8 +54,7 @@ def predict(net, X0, rule="feedforward", backend="cvxpy", sweeps=2, tol=1e-6):
     check("sweeps", sweeps, COUNT)
     X0, _ = net.check_inputs(X0, dtype=np.float64)
     if rule != "feedforward":   # a backend's per-layer settings must fit net (FastBackend)
-        backend = (get_backend(backend, net, tol=tol) if isinstance(backend, str)
-                   else get_backend(backend, net))
+        backend = get_backend(backend, net, tol=tol)
     Xff, out = net.forward(X0)
     if rule == "feedforward":
         return out

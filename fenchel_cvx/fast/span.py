@@ -18,8 +18,9 @@ batch: 500 against X~'s 785 rows for MNIST's W_0), with the images ``U = U0 + Z 
 
 known without a product, and every parameter-space inner product an elementwise one:
 ``<a X~^T, b X~^T> = <a, b K>``. A step costs one m x m solve (a product with ``M^{-1}``
-where ``gram.DataGram`` formed it, else a triangular-solve pair) and elementwise work; the two p x n x m products of a parameter-space step are gone, and ``W = W0 + Z X~^T``
-is formed once, at the end.
+where ``gram.DataGram`` formed it, else a triangular-solve pair) and elementwise work; the two
+p x n x m products of a parameter-space step are gone, and ``W = W0 + Z X~^T`` is formed once,
+at the end.
 
 The iterates are ``solve_pncg``'s up to rounding as long as no semismooth-Newton row starts and
 fewer than ``resync`` (16) steps are taken, so this path serves capped solves of at most
