@@ -101,7 +101,9 @@ def parse_args(argv=None):
     p.add_argument("--lam", type=_per_layer(4, "--lam"), default=LAM)
     p.add_argument("--gamma", type=_per_layer(5, "--gamma"), default=GAMMA)
     p.add_argument("--rho", type=float, default=_SETTING.rho[0])
-    p.add_argument("--w-steps", type=int, default=_SETTING.w_steps[0], help="W-steps per block")
+    p.add_argument("--w-steps", type=_per_layer(5, "--w-steps", integers=True),
+                   default=_SETTING.w_steps, help="FLN W-block steps per round, W_0 to W_4 (one "
+                   f"number: all the same); default {','.join(map(str, _SETTING.w_steps))}")
     p.add_argument("--x-steps", type=_per_layer(4, "--x-steps", integers=True), default=X_STEPS,
                    help="FLN FISTA steps per round of each X-block, X_1 to X_4 (one number: all "
                         "the same); default 1,1,10,10")
@@ -133,7 +135,7 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="embedded 5k MNIST, 2 epochs: a smoke run")
     p.add_argument("--out", default=None, help="default: runs/lenet5_<dataset>")
     args = p.parse_args(argv)
-    for name in ("epochs", "train_size", "batch_size", "threads", "eval_every", "w_steps",
+    for name in ("epochs", "train_size", "batch_size", "threads", "eval_every",
                  "check_every", "alternations", "jobs", "seeds"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -288,7 +290,7 @@ def markdown(summary):
     spread = lambda r: f" +- {r['final_test_accuracy_spread']:.4f}" if s["seeds"] > 1 else ""  # noqa: E731
     lines = [f"LeNet-5 on {summary['data']}, batch {s['batch_size']}, {s['epochs']} epochs, "
              f"{summary['machine']['threads']} threads; FLN gamma {s['gamma']}, lam {s['lam']}, "
-             f"rho {s['rho']}, momentum {tuple(s['momentum'])}, {s['w_steps']} W-step(s), "
+             f"rho {s['rho']}, momentum {tuple(s['momentum'])}, W-steps {_steps_text(s['w_steps'])}, "
              f"X-steps {_steps_text(s['x_steps'])}", "",
              *([f"seeds {s['seed']}..{s['seed'] + s['seeds'] - 1}: means; +- is the final test "
                 "accuracy's spread (max - min)", ""] if s["seeds"] > 1 else []),
