@@ -59,7 +59,8 @@ position, history), and runs ``_run``: for each step, X-sweep, W-sweep, record, 
 observers (the callback, the progress bar, the checkpoint writer). A checkpoint
 (``fit_bcd(checkpoint=DIR)``, ``io.py``) stores the state; ``resume=DIR`` continues the same
 schedule from it, so an interrupted and resumed run ends bit-identical to an uninterrupted one
-(``tests/test_resume.py``). Ctrl-C (``KeyboardInterrupt``) between or inside rounds writes the
+(``tests/test_resume.py``); it refuses a checkpoint of another run: other data, network or
+settings (the history's config, the backend's ``settings()`` among them). Ctrl-C (``KeyboardInterrupt``) between or inside rounds writes the
 state of the last finished round, then re-raises.
 
 The driver works in the array library of ``X0`` (NumPy; CuPy on a GPU with ``backend="fast"``:
@@ -495,13 +496,15 @@ def _backend(backend, strict, tol, xp, net):
     return backend, name
 
 
-def _config(net, m, m_test, a, name, strict, classification):
-    """The run's settings as the history records them."""
+def _config(net, m, m_test, a, backend, name, strict, classification):
+    """The run's settings as the history records them; ``backend_settings``: what the backend
+    solves its blocks with (its ``settings()``; empty for a backend object without one)."""
     return dict(layer_sizes=list(net.layer_sizes), activations=[x.name for x in net.activations],
                 loss=net.loss.name, lam=net.lam, rho=net.rho, gamma=a["gamma"],
                 momentum=a["momentum"], momentum_carried=a["W_prev"] is not None,
                 batch_size=a["batch_size"], epochs=a["epochs"], iterations=a["iterations"],
-                alternations=a["alternations"], backend=name, strict=strict, tol=a["tol"],
+                alternations=a["alternations"], backend=name,
+                backend_settings=getattr(backend, "settings", dict)(), strict=strict, tol=a["tol"],
                 check_every=a["check_every"], seed=net.seed, batch_seed=net.seed, m=m,
                 m_test=m_test, task="classification" if classification else "regression",
                 algorithm=1 if a["batch_size"] is None else 2)
@@ -527,8 +530,8 @@ def _validate(net, X0, Y, args):
     weights = _weights_in(xp, net)
     strict = (name == "cvxpy") if a["strict"] is None else a["strict"]
     classification = is_one_hot(Y)
-    config = _config(net, X0.shape[1], None if X_test is None else X_test.shape[1], a, name,
-                     strict, classification)
+    config = _config(net, X0.shape[1], None if X_test is None else X_test.shape[1], a, backend,
+                     name, strict, classification)
     # block optimality is judged at the accuracy asked of the backend (its ``tol``, e.g. a
     # FastBackend(tol=1e-3)), never looser than the certificate's own tol
     asked = getattr(backend, "tol", a["tol"])
@@ -588,6 +591,8 @@ def _restore(net, saved, config, digest, xp):
            if k not in ("initial", "momentum_carried")}
     new = {k: v for k, v in History(config).config.items() if k != "momentum_carried"}
     old.setdefault("momentum", [0.0] * len(new["momentum"]))   # written before momentum existed
+    # written before the backends' settings were recorded (session 14): taken as this run's
+    old.setdefault("backend_settings", new["backend_settings"])
     diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if diff or meta["config"] != network_config(net):
         what = ", ".join(f"{k}={new.get(k)!r} (checkpoint: {old.get(k)!r})" for k in diff)

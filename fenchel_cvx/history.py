@@ -1,8 +1,10 @@
 """History: what the BCD driver records at every iteration, as plain JSON-ready data.
 
-A :class:`History` is a ``config`` dict (the run's settings) and a list of ``records``, one per
-*round* (one X-sweep then one W-sweep): one per iteration in Algorithm 1, one per alternation of
-each batch in Algorithm 2. A record holds
+A :class:`History` is a ``config`` dict (the run's settings: the network's, the schedule's,
+``gamma``, ``momentum``, the ``backend``'s name and its ``backend_settings``, e.g. a
+``FastBackend``'s step caps and Gram reuse or the oracle's solver) and a list of ``records``,
+one per *round* (one X-sweep then one W-sweep): one per iteration in Algorithm 1, one per
+alternation of each batch in Algorithm 2. A record holds
 
 - ``iteration`` (1, 2, ... over the run), ``epoch``, ``batch``, ``alternation`` (Algorithm 2;
   ``None`` in Algorithm 1) and ``m`` (data points the round's objectives are summed over);

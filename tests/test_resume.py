@@ -17,7 +17,8 @@ def _as_before(x, checked=True):
     ``halted``; an unchecked round's ``max_residual`` (of reports) is no longer kept. A run's
     config records its ``momentum`` (session 11; all 0, the paper's algorithms, in these runs)
     and whether it went on from an earlier run's ``W_prev`` (``momentum_carried``, session 13;
-    never in these runs); a violation whether its block stopped at a step cap (``capped``)."""
+    never in these runs); a violation whether its block stopped at a step cap (``capped``); a
+    run's config its backend's settings (``backend_settings``, session 14)."""
     if isinstance(x, dict):
         checked = x.get("checked", checked)
         if x.get("momentum", [0]) != [0] * len(x.get("momentum", [0])):
@@ -27,7 +28,8 @@ def _as_before(x, checked=True):
         if "reported_residual" in x:
             x = {**x, "residual": x["reported_residual"]}
         return {k: _as_before(v, checked) for k, v in x.items()
-                if k not in ("reported_residual", "halted", "momentum", "momentum_carried", "capped")
+                if k not in ("reported_residual", "halted", "momentum", "momentum_carried", "capped",
+                             "backend_settings")
                 and not (k == "max_residual" and not checked)}
     if isinstance(x, list):
         return [_as_before(v, checked) for v in x]
@@ -114,6 +116,57 @@ def test_resume_refuses_another_run(tmp_path):
                 resume=tmp_path)
     with pytest.raises(ValueError, match="path must be an existing file"):
         fit_bcd(net, X, Y, backend="fast", resume=tmp_path / "nowhere")
+
+
+def test_history_records_the_backends_settings():
+    """The config says what the blocks were solved with: a FastBackend's step caps, Gram reuse,
+    dtype and tol (not its threads), the oracle's solver; a backend object without
+    ``settings()`` records none."""
+    from fenchel_cvx.fast import FastBackend
+
+    X, Y = cases.case_data()
+    spec = cases.CASES["alg2_ce_alternations"]
+    fast = FastBackend(w_steps=(3, 1), x_steps=2, gram_reuse=2, threads=2)
+    cfg = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=fast, batch_size=16,
+                  epochs=1).history.config
+    assert cfg["backend"] == "fast" and cfg["backend_settings"] == dict(
+        tol=1e-6, max_iter=500, w_steps=[3, 1], x_steps=2, dtype=None, newton_cap=None,
+        gram_reuse=2)
+    cfg = fit_bcd(LiftedNetwork(**spec["net"]), X[:, :8], Y[:, :8], backend="cvxpy",
+                  iterations=1).history.config
+    assert cfg["backend_settings"]["solver"] == "CLARABEL" and cfg["backend_settings"]["nnls"]
+
+    class Plain:                     # any object with solve(block, start) is a backend
+        def __init__(self):
+            self.fast = FastBackend()
+
+        def solve(self, block, start=None):
+            return self.fast.solve(block, start)
+    cfg = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=Plain(), iterations=1).history.config
+    assert cfg["backend"] == "Plain" and cfg["backend_settings"] == {}
+
+
+def test_resume_refuses_other_backend_settings_but_takes_a_checkpoint_without_them(tmp_path):
+    """Other step caps would be another run: refused, as another gamma is. A checkpoint
+    written before the settings were recorded resumes as before."""
+    from fenchel_cvx.fast import FastBackend
+    from fenchel_cvx.io import checkpoint_path, write_npz
+
+    X, Y = cases.case_data()
+    spec = cases.CASES["alg2_ce_alternations"]
+    fit = dict(batch_size=16, epochs=2, gamma=1.0)
+    full = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=2), **fit)
+    fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=2), **fit,
+            checkpoint=tmp_path, callback=_stop_after(3))
+    with pytest.raises(ValueError, match=r"backend_settings=.*'w_steps': 3.*'w_steps': 2"):
+        fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=3), **fit,
+                resume=tmp_path)
+    arrays, meta = load_checkpoint(tmp_path)
+    del meta["history"]["config"]["backend_settings"]
+    write_npz(checkpoint_path(tmp_path), arrays, meta)
+    res = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=2), **fit,
+                  resume=tmp_path)
+    assert all(np.array_equal(a, b) for a, b in zip(res.net.W, full.net.W))
 
 
 def test_schedule_positions():

@@ -182,6 +182,14 @@ class FastBackend:
         """The W-block's ``gram_reuse`` (its layer's entry where a tuple)."""
         return _of_layer("gram_reuse", self.gram_reuse, block, block.layer)
 
+    def settings(self):
+        """What decides the iterates of its solves, as a run's history records it
+        (``fit_bcd``'s config ``backend_settings``): not the threads, nor what a capped solve
+        reports."""
+        return dict(tol=self.tol, max_iter=self.max_iter, w_steps=self.w_steps,
+                    x_steps=self.x_steps, dtype=self.dtype, newton_cap=self.newton_cap,
+                    gram_reuse=self.gram_reuse)
+
     def __repr__(self):
         return (f"FastBackend(tol={self.tol}, max_iter={self.max_iter}, w_steps={self.w_steps}, "
                 f"x_steps={self.x_steps}, dtype={self.dtype!r}, newton_cap={self.newton_cap}, "

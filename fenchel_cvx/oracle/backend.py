@@ -350,6 +350,13 @@ class OracleBackend:
                 raise ValueError(f"client must be a distributed.Client, got {client!r}")
             self.n_jobs = max(1, sum(client.nthreads().values()))
 
+    def settings(self):
+        """What decides its solves, as a run's history records them (``fit_bcd``'s config
+        ``backend_settings``): not the workers, nor ``strict``, which only decides whether an
+        inaccurate solve raises."""
+        return dict(solver=self.solver, tol=self.tol, solver_opts=self.solver_opts,
+                    nnls=self.nnls, exact=self.exact, polish=self.polish, budget=self.budget)
+
     def __repr__(self):
         return (f"OracleBackend(solver={self.solver!r}, tol={self.tol}, n_jobs={self.n_jobs}, "
                 f"nnls={self.nnls}, strict={self.strict})")
