@@ -38,7 +38,6 @@ of the final test accuracy.
 import argparse
 import json
 import os
-import platform
 import sys
 from pathlib import Path
 
@@ -53,7 +52,7 @@ from fenchel_cvx import defaults  # noqa: E402
 from fenchel_cvx.datasets import load_cifar10, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.io import write_text  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
-from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text,  # noqa: E402
+from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text, machine, memory_text,  # noqa: E402
                        backprop_record, fln_backend, peak_text, plot, run_methods, seed_summary,
                        train_fln)
 
@@ -276,12 +275,9 @@ def summarise(results, args, data_desc):
     if "fln" in rows and "adam" in rows:
         ratios["seconds_per_epoch_fln_over_adam"] = (rows["fln"]["seconds_per_epoch"]
                                                      / rows["adam"]["seconds_per_epoch"])
-    machine = dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
-                   cpus=os.cpu_count(), threads=args.threads, python=platform.python_version(),
-                   device=DEVICES[args.device].describe())
     # raw: one list of runs per method (one per seed), as in benchmarks/mnist_mlp.py
-    return dict(data=data_desc, settings=vars(args), machine=machine, methods=rows, ratios=ratios,
-                raw=results)
+    return dict(data=data_desc, settings=vars(args), machine=machine(args, results), methods=rows,
+                ratios=ratios, raw=results)
 
 
 def markdown(summary):
@@ -294,6 +290,7 @@ def markdown(summary):
              f"X-steps {_steps_text(s['x_steps'])}", "",
              *([f"seeds {s['seed']}..{s['seed'] + s['seeds'] - 1}: means; +- is the final test "
                 "accuracy's spread (max - min)", ""] if s["seeds"] > 1 else []),
+             memory_text(summary), "",
              "| method | " + " | ".join(f"acc after {b} batch{'es' * (b > 1)}" for b in EARLY)
              + " | acc after epoch 2 | final test acc | s / epoch | peak MiB |",
              "|---" * (len(EARLY) + 5) + "|"]

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fenchel_cvx.memory import _mallopt
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -87,6 +89,7 @@ def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
             assert [c[0] for c in run["checkpoints"]] == [4, 8]   # 4,000 images: 8 batches of 500
     assert summary["settings"]["gamma"] == [3.0, 30.0] and summary["settings"]["gemm_gflops"] > 0
     assert summary["settings"]["jobs"] == 2
+    assert summary["machine"]["freed_memory_kept"] is (_mallopt() is not None)
     assert summary["methods"]["fln"]["gflop_per_batch"] > summary["methods"]["adam"]["gflop_per_batch"]
     assert summary["ratios"]["seconds_per_epoch_fln_over_adam"] == pytest.approx(
         summary["methods"]["fln"]["seconds_per_epoch"] / summary["methods"]["adam"]["seconds_per_epoch"])
