@@ -59,9 +59,10 @@ position, history), and runs ``_run``: for each step, X-sweep, W-sweep, record, 
 observers (the callback, the progress bar, the checkpoint writer). A checkpoint
 (``fit_bcd(checkpoint=DIR)``, ``io.py``) stores the state; ``resume=DIR`` continues the same
 schedule from it, so an interrupted and resumed run ends bit-identical to an uninterrupted one
-(``tests/test_resume.py``); it refuses a checkpoint of another run: other data, network or
-settings (the history's config, the backend's ``settings()`` among them). Ctrl-C (``KeyboardInterrupt``) between or inside rounds writes the
-state of the last finished round, then re-raises.
+on the same BLAS threads (``tests/test_resume.py``); it refuses a checkpoint of another run:
+other data, network or settings (the history's config, the backend's ``settings()`` among
+them). Ctrl-C (``KeyboardInterrupt``) between or inside rounds writes the state of the last
+finished round, then re-raises.
 
 The driver works in the array library of ``X0`` (NumPy; CuPy on a GPU with ``backend="fast"``:
 any array-API library, ``array_api_strict`` in the tests); the network's weights move there
@@ -76,6 +77,7 @@ returned ``(net.W, Xs)`` (W-blocks depend on X only), so anyone can re-check the
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import numbers
 import os
@@ -504,10 +506,25 @@ def _config(net, m, m_test, a, backend, name, strict, classification):
                 momentum=a["momentum"], momentum_carried=a["W_prev"] is not None,
                 batch_size=a["batch_size"], epochs=a["epochs"], iterations=a["iterations"],
                 alternations=a["alternations"], backend=name,
-                backend_settings=getattr(backend, "settings", dict)(), strict=strict, tol=a["tol"],
+                backend_settings=_backend_settings(backend), strict=strict, tol=a["tol"],
                 check_every=a["check_every"], seed=net.seed, batch_seed=net.seed, m=m,
                 m_test=m_test, task="classification" if classification else "regression",
                 algorithm=1 if a["batch_size"] is None else 2)
+
+
+def _backend_settings(backend):
+    """The backend's ``settings()`` as JSON data (none without such a method); a value that
+    JSON cannot hold is refused here, before any work, not at the first checkpoint."""
+    settings = getattr(backend, "settings", None)
+    if not callable(settings):
+        return {}
+    plain = History({"s": settings()}).config["s"]
+    try:
+        json.dumps(plain)
+    except (TypeError, ValueError):
+        raise ValueError(f"backend: settings() must return JSON data (numbers, strings, lists, "
+                         f"dicts), got {plain!r}") from None
+    return plain
 
 
 def _validate(net, X0, Y, args):
@@ -579,6 +596,19 @@ def _check_W_prev(W_prev, weights, xp, resume):
     return out
 
 
+def _differences(old, new, prefix=""):
+    """``[(name, new value, old value)]`` where two configs differ, entry by entry of the
+    entries that are dicts on both sides (``backend_settings.w_steps``)."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        o, n = old.get(k), new.get(k)
+        if isinstance(o, dict) and isinstance(n, dict):
+            out += _differences(o, n, f"{prefix}{k}.")
+        elif o != n:
+            out.append((prefix + k, n, o))
+    return out
+
+
 def _restore(net, saved, config, digest, xp):
     """The ``BCDState`` of a checkpoint, after checking it belongs to this run."""
     from .io import network_config
@@ -593,9 +623,9 @@ def _restore(net, saved, config, digest, xp):
     old.setdefault("momentum", [0.0] * len(new["momentum"]))   # written before momentum existed
     # written before the backends' settings were recorded (session 14): taken as this run's
     old.setdefault("backend_settings", new["backend_settings"])
-    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    diff = _differences(old, new)
     if diff or meta["config"] != network_config(net):
-        what = ", ".join(f"{k}={new.get(k)!r} (checkpoint: {old.get(k)!r})" for k in diff)
+        what = ", ".join(f"{k}={n!r} (checkpoint: {o!r})" for k, n, o in diff)
         raise ValueError(f"resume: the checkpoint was written by another run: "
                          f"{what or 'the network differs'}")
     L = len(net.W)

@@ -422,12 +422,11 @@ def _summary(args, net, h, out, train, test, t0):
 def train(args, resume=False):
     from . import datasets
     from .bcd import fit_bcd
-
     from .memory import keep_freed_memory
 
     t0 = time.perf_counter()
     _check_train(args)
-    keep_freed_memory()   # the command owns its process: freed arrays serve the next ones
+    keep_freed_memory()   # freed arrays serve the next ones (the whole process, for good)
     out = _start(args, resume)
     data = _load(args)
     X, y = data.X_train[:, :args.train_size], data.y_train[:args.train_size]

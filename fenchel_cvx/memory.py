@@ -11,10 +11,11 @@ the kernel again and again: 15-20 % of the batch on a 2-core VM (docs page "Resu
 ``keep_freed_memory()`` fixes the mmap threshold at glibc's largest (32 MiB on 64-bit systems:
 larger arrays are still mapped afresh) and the trim threshold far above it, so that freed blocks
 serve the next allocations. It changes the whole process, for good (glibc keeps no record of
-the adaptive state to go back to), so the package calls it only where it owns the process: the
-command line and the benchmarks. A script calls it once at its start.
+the adaptive state to go back to), so the package calls it only in ``fenchel-cvx train`` and
+``resume`` and in the two MNIST benchmarks' method processes. A script calls it once at its
+start. Its True says that glibc took the settings; an allocator preloaded in glibc's place
+(``LD_PRELOAD`` of jemalloc or tcmalloc) has its own policy and ignores them.
 """
-import ctypes
 import functools
 
 __all__ = ["keep_freed_memory"]
@@ -26,10 +27,13 @@ TRIM_THRESHOLD = 2 ** 30
 
 @functools.lru_cache(maxsize=1)
 def _mallopt():
-    """glibc's ``mallopt`` in this process, or None (another C library: macOS, musl, Windows)."""
+    """glibc's ``mallopt`` in this process, or None (another C library: macOS, musl, Windows;
+    or a Python without ctypes)."""
     try:
+        import ctypes
+
         libc = ctypes.CDLL(None)
-    except (OSError, TypeError):        # Windows: no process-wide handle
+    except (ImportError, OSError, TypeError):   # TypeError: Windows has no process-wide handle
         return None
     gnu = getattr(libc, "gnu_get_libc_version", None)   # musl has a mallopt that does nothing
     return getattr(libc, "mallopt", None) if gnu is not None else None
@@ -38,9 +42,9 @@ def _mallopt():
 def keep_freed_memory():
     """Keep freed memory for reuse (glibc only). Returns whether glibc took both settings.
 
-    The mmap threshold goes first: a trim threshold set alone also stops the mmap threshold's
-    adaptation, and every array above 128 KiB is then mapped afresh (LeNet-5's batch took twice
-    as long, measured)."""
+    The trim threshold is set only once the mmap threshold is: a trim threshold set alone also
+    stops the mmap threshold's adaptation, and every array above 128 KiB is then mapped afresh
+    (LeNet-5's batch took twice as long, measured)."""
     mallopt = _mallopt()
     if mallopt is None:
         return False

@@ -158,9 +158,20 @@ def test_resume_refuses_other_backend_settings_but_takes_a_checkpoint_without_th
     full = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=2), **fit)
     fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=2), **fit,
             checkpoint=tmp_path, callback=_stop_after(3))
-    with pytest.raises(ValueError, match=r"backend_settings=.*'w_steps': 3.*'w_steps': 2"):
+    with pytest.raises(ValueError, match=r"another run: backend_settings\.w_steps=3 \(checkpoint: 2\)$"):
         fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=3), **fit,
                 resume=tmp_path)
+    class Odd(FastBackend):        # settings JSON cannot hold: refused before any work
+        def settings(self):
+            return {"dtype": np.dtype("float32")}
+    with pytest.raises(ValueError, match=r"backend: settings\(\) must return JSON data"):
+        fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=Odd(), **fit, checkpoint=tmp_path / "odd")
+    assert not (tmp_path / "odd" / "checkpoint.npz").exists()
+
+    class Attribute(FastBackend):  # a settings that is not a method: none recorded
+        settings = {"mine": 1}
+    cfg = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=Attribute(), **fit).history.config
+    assert cfg["backend_settings"] == {}
     arrays, meta = load_checkpoint(tmp_path)
     del meta["history"]["config"]["backend_settings"]
     write_npz(checkpoint_path(tmp_path), arrays, meta)

@@ -184,8 +184,8 @@ class FastBackend:
 
     def settings(self):
         """What decides the iterates of its solves, as a run's history records it
-        (``fit_bcd``'s config ``backend_settings``): not the threads, nor what a capped solve
-        reports."""
+        (``fit_bcd``'s config ``backend_settings``): not the threads (they change the iterates
+        only by rounding, the order of BLAS's sums), nor what a capped solve reports."""
         return dict(tol=self.tol, max_iter=self.max_iter, w_steps=self.w_steps,
                     x_steps=self.x_steps, dtype=self.dtype, newton_cap=self.newton_cap,
                     gram_reuse=self.gram_reuse)
