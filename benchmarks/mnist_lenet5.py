@@ -52,7 +52,7 @@ from fenchel_cvx import defaults  # noqa: E402
 from fenchel_cvx.datasets import load_cifar10, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.io import write_text  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
-from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text, machine, memory_text,  # noqa: E402
+from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text, machine,  # noqa: E402
                        backprop_record, fln_backend, peak_text, plot, run_methods, seed_summary,
                        train_fln)
 
@@ -276,7 +276,7 @@ def summarise(results, args, data_desc):
         ratios["seconds_per_epoch_fln_over_adam"] = (rows["fln"]["seconds_per_epoch"]
                                                      / rows["adam"]["seconds_per_epoch"])
     # raw: one list of runs per method (one per seed), as in benchmarks/mnist_mlp.py
-    return dict(data=data_desc, settings=vars(args), machine=machine(args, results), methods=rows,
+    return dict(data=data_desc, settings=vars(args), machine=machine(args), methods=rows,
                 ratios=ratios, raw=results)
 
 
@@ -290,7 +290,6 @@ def markdown(summary):
              f"X-steps {_steps_text(s['x_steps'])}", "",
              *([f"seeds {s['seed']}..{s['seed'] + s['seeds'] - 1}: means; +- is the final test "
                 "accuracy's spread (max - min)", ""] if s["seeds"] > 1 else []),
-             memory_text(summary), "",
              "| method | " + " | ".join(f"acc after {b} batch{'es' * (b > 1)}" for b in EARLY)
              + " | acc after epoch 2 | final test acc | s / epoch | peak MiB |",
              "|---" * (len(EARLY) + 5) + "|"]

@@ -59,7 +59,6 @@ from fenchel_cvx import defaults  # noqa: E402
 from fenchel_cvx.datasets import Dataset, batch_order, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.fast.gram import inverse_pays  # noqa: E402
 from fenchel_cvx.io import atomic_write, write_text  # noqa: E402
-from fenchel_cvx.memory import keep_freed_memory  # noqa: E402
 from fenchel_cvx.fast.wblocks import NEWTON_START, RESYNC  # noqa: E402
 from fenchel_cvx.threads import limit_threads  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
@@ -446,7 +445,6 @@ def backprop_record(r, per_epoch):
 def _child(method, args, load=load, run_fln=run_fln, run_backprop=run_backprop):
     """One method in this (spawned) process; a benchmark passes its own load / run_* functions."""
     print(f"{method}, seed {args.seed}: started", flush=True)
-    kept = keep_freed_memory()   # every method alike: glibc's freed memory serves the next arrays
     with limit_threads(args.threads):
         ds, _ = load(args)
         batches = batch_order(ds.X_train.shape[1], args.batch_size, args.epochs, seed=args.seed)
@@ -455,7 +453,7 @@ def _child(method, args, load=load, run_fln=run_fln, run_backprop=run_backprop):
         out["wall"] = time.perf_counter() - t
     out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["peak_gpu_mib"] = DEVICES[getattr(args, "device", "cpu")].gpu_peak_mib(method)
-    out["seed"], out["freed_memory_kept"] = args.seed, kept
+    out["seed"] = args.seed
     return out
 
 
@@ -682,24 +680,15 @@ def summarise(results, args, data_desc):
         ratios["seconds_per_epoch_fln_over_adam"] = f["seconds_per_epoch"] / a["seconds_per_epoch"]
         if f["time_to_97"] is not None and a["time_to_97"] is not None:
             ratios["time_to_97_fln_over_adam"] = f["time_to_97"] / a["time_to_97"]
-    return dict(data=data_desc, settings=vars(args), machine=machine(args, results), methods=rows,
+    return dict(data=data_desc, settings=vars(args), machine=machine(args), methods=rows,
                 ratios=ratios, raw=results)
 
 
-def machine(args, results):
-    """The machine and process settings of a run (both benchmarks' summaries)."""
+def machine(args):
+    """The machine a run ran on, and its threads (both benchmarks' summaries)."""
     return dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
                 cpus=os.cpu_count(), threads=args.threads, python=platform.python_version(),
-                device=DEVICES[args.device].describe(),
-                freed_memory_kept=all(r.get("freed_memory_kept") for runs in results.values()
-                                      for r in runs))
-
-
-def memory_text(summary):
-    """The report's line on the allocator setting every method ran with."""
-    kept = summary["machine"].get("freed_memory_kept")
-    return ("freed memory kept for reuse (glibc mallopt, `fenchel_cvx.memory`): "
-            f"{'yes' if kept else 'no'}")
+                device=DEVICES[args.device].describe())
 
 
 def markdown(summary):
@@ -712,7 +701,6 @@ def markdown(summary):
              f"GEMM calibration ({summary['settings']['dtype']}, 300x785x500, "
              f"{summary['machine']['threads']} threads): {summary['settings']['gemm_gflops']:.0f} GFLOP/s; "
              "floor fraction = (GFLOP per batch / that rate) / time per batch", "",
-             memory_text(summary), "",
              "| method | final test acc | s / epoch | time to 97% (s) | batches to 97% | peak MiB "
              "| GFLOP / batch | ms / batch | of GEMM floor |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -25,9 +25,7 @@ the fast backend 10 W-steps for the hidden layers and one for the output layer, 
 block solved to ``--tol``. Every argument and the output folder are checked before any work
 (the constraints of ``validation.py``); errors name the flag.
 BLAS runs on ``--threads`` threads (default 1: on 2 cores NumPy's and SciPy's two OpenBLAS
-pools oversubscribe the machine; see docs/installation.md). ``train`` and ``resume`` keep freed
-memory for reuse (``memory.keep_freed_memory``: LeNet-5's large temporaries are then not
-page-faulted afresh).
+pools oversubscribe the machine; see docs/installation.md).
 """
 import argparse
 import json
@@ -422,11 +420,9 @@ def _summary(args, net, h, out, train, test, t0):
 def train(args, resume=False):
     from . import datasets
     from .bcd import fit_bcd
-    from .memory import keep_freed_memory
 
     t0 = time.perf_counter()
     _check_train(args)
-    keep_freed_memory()   # freed arrays serve the next ones (the whole process, for good)
     out = _start(args, resume)
     data = _load(args)
     X, y = data.X_train[:, :args.train_size], data.y_train[:args.train_size]
