@@ -542,7 +542,6 @@ def _validate(net, X0, Y, args):
         saved = None if a["resume"] is None else load_checkpoint(a["resume"])
     except ValueError as err:     # io names its argument "path"
         raise ValueError(f"resume: {err}") from None
-    ckpt = None if a["checkpoint"] is None else check_writable_dir("checkpoint", a["checkpoint"])
     backend, name = _backend(a["backend"], a["strict"], a["tol"], xp, net)
     weights = _weights_in(xp, net)
     strict = (name == "cvxpy") if a["strict"] is None else a["strict"]
@@ -560,9 +559,11 @@ def _validate(net, X0, Y, args):
     run.steps = schedule(X0.shape[1], a["batch_size"], a["epochs"], a["iterations"],
                          a["alternations"], net.seed)
     run.data = _Data(X0, Y, xp, a["batch_size"] is not None and a["batch_size"] < X0.shape[1])
-    digest = None if ckpt is None and saved is None else data_digest(X0, Y)
+    digest = None if a["checkpoint"] is None and saved is None else data_digest(X0, Y)
     run.state = None if saved is None else _restore(net, saved, config, digest, xp)
     run.W_prev = _check_W_prev(a["W_prev"], weights, xp, saved is not None)
+    # the checkpoint folder last, once every other check passed: a refused run makes none
+    ckpt = None if a["checkpoint"] is None else check_writable_dir("checkpoint", a["checkpoint"])
     run.checkpoint = (ckpt, a["checkpoint_every"], digest)
     net.W = weights if run.state is None else list(run.state.W)  # validation done: weights move
     return run
