@@ -58,10 +58,12 @@ oracle built by name is then non-strict too, so inaccurate solves are recorded, 
 position, history), and runs ``_run``: for each step, X-sweep, W-sweep, record, then the
 observers (the callback, the progress bar, the checkpoint writer). A checkpoint
 (``fit_bcd(checkpoint=DIR)``, ``io.py``) stores the state; ``resume=DIR`` continues the same
-schedule from it, so an interrupted and resumed run ends bit-identical to an uninterrupted one
-on the same BLAS threads (``tests/test_resume.py``); it refuses a checkpoint of another run:
-other data, network or settings (the history's config, the backend's ``settings()`` among
-them). Ctrl-C (``KeyboardInterrupt``) between or inside rounds writes the state of the last
+schedule from it, so an interrupted and resumed run ends bit-identical to the same run
+uninterrupted, on the same BLAS threads (``tests/test_resume.py``; a checkpoint also drops the
+fast backend's reused Gram factorisations, which a resumed run starts without). It refuses a
+checkpoint of another run: other data, network or settings (the history's config, the backend's
+``settings()`` among them; a checkpoint written before those were recorded is taken as this
+run's). Ctrl-C (``KeyboardInterrupt``) between or inside rounds writes the state of the last
 finished round, then re-raises.
 
 The driver works in the array library of ``X0`` (NumPy; CuPy on a GPU with ``backend="fast"``:
@@ -513,18 +515,12 @@ def _config(net, m, m_test, a, backend, name, strict, classification):
 
 
 def _backend_settings(backend):
-    """The backend's ``settings()`` as JSON data (none without such a method); a value that
-    JSON cannot hold is refused here, before any work, not at the first checkpoint."""
+    """The backend's ``settings()`` as JSON data (none without such a method); a value JSON
+    cannot hold (an oracle's ``solver_opts`` may pass a callback) is recorded as its repr."""
     settings = getattr(backend, "settings", None)
     if not callable(settings):
         return {}
-    plain = History({"s": settings()}).config["s"]
-    try:
-        json.dumps(plain)
-    except (TypeError, ValueError):
-        raise ValueError(f"backend: settings() must return JSON data (numbers, strings, lists, "
-                         f"dicts), got {plain!r}") from None
-    return plain
+    return json.loads(json.dumps(History({"s": settings()}).config["s"], default=repr))
 
 
 def _validate(net, X0, Y, args):
@@ -638,13 +634,20 @@ def _restore(net, saved, config, digest, xp):
                     History.from_dict(meta["history"]), Xs, W0, int(meta["iteration"]), W_prev)
 
 
-def _checkpointer(directory, every, digest):
-    """An observer writing the state every ``every`` rounds and at the end of the run."""
+def _checkpointer(directory, every, digest, backend):
+    """An observer writing the state every ``every`` rounds and at the end of the run. A backend
+    with ``forget()`` (``FastBackend``: its Gram factorisations, reused across batches with
+    ``gram_reuse > 1``) drops what it reuses there, as a run resumed from that checkpoint starts
+    without it: both go on alike."""
     from .io import save_checkpoint
+
+    forget = getattr(backend, "forget", None)
 
     def write(net, state, step):
         if step.iteration % every == 0 or step.last:
             save_checkpoint(directory, net, state, dict(data=digest))
+            if callable(forget):
+                forget()
     write.save = lambda net, state: save_checkpoint(directory, net, state, dict(data=digest))
     return write
 
@@ -688,7 +691,7 @@ def _observers(run, callback, progress, state):
     observers = [] if callback is None else [lambda net, s, step: callback(net, s.history.records[-1])]
     folder, every, digest = run.checkpoint
     if folder is not None:
-        observers.insert(0, _checkpointer(folder, every, digest))
+        observers.insert(0, _checkpointer(folder, every, digest, run.backend))
     if progress:
         observers.append(_progress_bar(len(run.steps), state.iteration, run.config["backend"]))
     return observers
@@ -732,7 +735,9 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
     check_every : run the whole certificate every that many rounds and on the last; the
         rounds between check block statuses only.
     checkpoint, checkpoint_every : a folder to write ``checkpoint.npz`` to (``io.py``) every
-        that many rounds, at the end and on ``KeyboardInterrupt`` (then re-raised).
+        that many rounds, at the end and on ``KeyboardInterrupt`` (then re-raised). A checkpoint
+        starts the fast backend's reused Gram factorisations afresh (``FastBackend.forget``), as
+        a run resumed from it does: with ``gram_reuse=k``, checkpoint every k rounds or more.
     resume : a checkpoint folder (or file) of this same run (same data and arguments): the run
         continues from it and ends as if it had never stopped.
 

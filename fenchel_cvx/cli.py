@@ -171,7 +171,8 @@ def _train_arguments(t):
     a.add_argument("--eval-every", type=COUNT_, default=1,
                    help="evaluate train/test accuracy every N rounds (and at epoch ends)")
     a.add_argument("--checkpoint-every", type=COUNT_, default=10,
-                   help="write checkpoint.npz every N rounds (and on Ctrl-C)")
+                   help="write checkpoint.npz every N rounds (and on Ctrl-C); each one also "
+                   "starts the fast backend's reused Gram factors afresh (--gram-reuse)")
     _fast_arguments(t.add_argument_group("fast backend (FastBackend; --backend fast only)"))
     o = t.add_argument_group("run")
     o.add_argument("--out", type=Path, default=None, help="output folder (default runs/<timestamp>)")

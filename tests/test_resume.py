@@ -161,12 +161,16 @@ def test_resume_refuses_other_backend_settings_but_takes_a_checkpoint_without_th
     with pytest.raises(ValueError, match=r"another run: backend_settings\.w_steps=3 \(checkpoint: 2\)$"):
         fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=3), **fit,
                 resume=tmp_path)
-    class Odd(FastBackend):        # settings JSON cannot hold: refused before any work
+    class Odd(FastBackend):        # a setting JSON cannot hold (a callback): its repr
         def settings(self):
-            return {"dtype": np.dtype("float32")}
-    with pytest.raises(ValueError, match=r"backend: settings\(\) must return JSON data"):
-        fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=Odd(), **fit, checkpoint=tmp_path / "odd")
-    assert not (tmp_path / "odd").exists()          # not even the folder
+            return {"callback": print}
+    res = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=Odd(), **fit,
+                  checkpoint=tmp_path / "odd")
+    assert res.history.config["backend_settings"] == {"callback": repr(print)}
+    with pytest.raises(ValueError, match="another run"):   # refused before any work: no folder
+        fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=3), **fit,
+                resume=tmp_path, checkpoint=tmp_path / "new")
+    assert not (tmp_path / "new").exists()
 
     class Attribute(FastBackend):  # a settings that is not a method: none recorded
         settings = {"mine": 1}
@@ -178,6 +182,30 @@ def test_resume_refuses_other_backend_settings_but_takes_a_checkpoint_without_th
     res = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=2), **fit,
                   resume=tmp_path)
     assert all(np.array_equal(a, b) for a, b in zip(res.net.W, full.net.W))
+
+
+def test_resume_with_reused_gram_factors_is_bit_identical(tmp_path):
+    """With gram_reuse > 1 the fast backend keeps Gram factorisations across batches, which a
+    checkpoint does not hold: every checkpoint drops them, so that the run resumed from it
+    (without them) and the uninterrupted run go on alike."""
+    from fenchel_cvx.fast import FastBackend
+
+    X, Y = cases.case_data()
+    spec = cases.CASES["alg2_ce_alternations"]
+    fit = dict(batch_size=16, epochs=3, gamma=1.0, checkpoint_every=2)
+
+    def backend():
+        return FastBackend(w_steps=2, gram_reuse=8)
+    whole = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=backend(), **fit,
+                    checkpoint=tmp_path / "whole")
+    fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=backend(), **fit, checkpoint=tmp_path / "cut",
+            callback=_stop_after(4))
+    resumed = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=backend(), **fit,
+                      resume=tmp_path / "cut", checkpoint=tmp_path / "cut")
+    assert all(np.array_equal(a, b) for a, b in zip(resumed.net.W, whole.net.W))
+    fresh = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=2), **fit,
+                    checkpoint=tmp_path / "fresh")     # a new factor every batch: other iterates,
+    assert not all(np.array_equal(a, b) for a, b in zip(fresh.net.W, whole.net.W))  # reuse counts
 
 
 def test_schedule_positions():

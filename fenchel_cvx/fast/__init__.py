@@ -114,7 +114,8 @@ class FastBackend:
         data-space one, which costs less to form again): 1 refactors whenever X~ changes; k > 1
         reuses it across k batches of a run; or one count per W-block, ``(W_0, ..., W_L)``:
         a conv layer's patch Gram sums 100,000s of columns and hardly changes from batch to
-        batch, a dense layer's 500 do (docs page "Results").
+        batch, a dense layer's 500 do (docs page "Results"). A checkpoint of ``fit_bcd`` starts
+        them afresh (``forget``), as a run resumed from it does.
     threads : an integer budget of cores (``fenchel_cvx.threads.plan``: NumPy's BLAS gets them
         all, SciPy's BLAS one), a dict ``{"numpy": n, "scipy": k, ...}``, or None (leave the
         native thread pools as they are); applied through threadpoolctl around every solve, and
@@ -181,6 +182,11 @@ class FastBackend:
     def reuse_of(self, block):
         """The W-block's ``gram_reuse`` (its layer's entry where a tuple)."""
         return _of_layer("gram_reuse", self.gram_reuse, block, block.layer)
+
+    def forget(self):
+        """Drop the Gram factorisations kept for reuse (``fit_bcd`` does at every checkpoint,
+        so that a run resumed from it goes on as the uninterrupted one)."""
+        self._cache.clear()
 
     def settings(self):
         """What decides the iterates of its solves, as a run's history records it
