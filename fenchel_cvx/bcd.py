@@ -735,11 +735,9 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
     check_every : run the whole certificate every that many rounds and on the last; the
         rounds between check block statuses only.
     checkpoint, checkpoint_every : a folder to write ``checkpoint.npz`` to (``io.py``) every
-        that many rounds, at the end and on ``KeyboardInterrupt`` (then re-raised). A checkpoint
-        starts the fast backend's reused Gram factorisations afresh (``FastBackend.forget``), as
-        a run resumed from it does: with ``gram_reuse=k``, checkpoint every k rounds or more.
-    resume : a checkpoint folder (or file) of this same run (same data and arguments): the run
-        continues from it and ends as if it had never stopped.
+        that many rounds, at the end and on ``KeyboardInterrupt`` (then re-raised).
+    resume : a checkpoint of this same run: it goes on and ends as if it had never stopped
+        (each checkpoint drops the fast backend's reused Gram factors: ``FastBackend.forget``).
 
     Returns ``BCDResult(net, Xs, history)``. Every argument is validated before any solve; bad
     input raises ``ValueError`` naming the parameter and the value.
