@@ -70,7 +70,7 @@ def test_seeds_report_their_mean_and_spread(tmp_path):
                           "--methods", "fln", "--epochs", "1", "--train-size", "1000",
                           "--threads", "1", "--jobs", "2", "--seed", "3", "--seeds", "2",
                           "--eval-every", "2", "--check-every", "2", "--no-progress",
-                          "--out", str(tmp_path)],
+                          "--w-steps", "2,1,1,1,1", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads((tmp_path / "results.json").read_text())
@@ -85,6 +85,7 @@ def test_seeds_report_their_mean_and_spread(tmp_path):
     assert row["accuracy_at_batches"]["1"] == pytest.approx(sum(at1) / 2)
     table = (tmp_path / "results.md").read_text()
     assert "seeds 3..4: means" in table
+    assert summary["settings"]["w_steps"] == [2, 1, 1, 1, 1] and "W-steps (2, 1, 1, 1, 1)," in table
     assert f"| {row['final_test_accuracy']:.4f} +- {row['final_test_accuracy_spread']:.4f} |" in table
 
 
