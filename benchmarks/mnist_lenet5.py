@@ -221,8 +221,7 @@ def run_fln(args, ds, batches):
                     weight_change=[float(f"{c:.3g}") for c in change])
 
     return train_fln(args, net, X, Y, lambda: accuracy(Xte, yte), batches,
-                     fln_backend(args, dtype=args.dtype),
-                     sync=sync,
+                     fln_backend(args, dtype=args.dtype), sync=sync,
                      due=lambda seen: seen in EARLY or seen % args.eval_every == 0, announce=EARLY,
                      epoch_report=report if args.train_eval else None)
 

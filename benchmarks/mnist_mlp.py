@@ -566,8 +566,8 @@ def _w_flops(p, n, m, steps, span=False, shifted=True):
     p steps rows pay for it (``gram.inverse_pays``: 2 m^3 / 3) and per step one product with it
     or two triangular solves (2 p m^2) and one product back (2 p n m); else W X~, X~ S X~^T
     (2 n^2 m), Cholesky (n^3 / 3), the start's gradient and per step the preconditioning
-    (2 p n^2) and d X~; a gradient after every step but the last (``capped_residual=False``: the benchmark's backend). ``span``
-    (``fast.span``: data space, from W0): no product back and no gradient per step, one product
+    (2 p n^2) and d X~; a gradient after every step but the last (``capped_residual=False``:
+    the benchmark's backend). ``span`` (``fast.span``: data space, from W0): no product back and no gradient per step, one product
     ``W0 + Z X~^T`` at the end, and every ``RESYNC`` (16) steps U formed again as ``U0 + Z K``
     (2 p m^2). ``shifted``: rho + gamma > 0 (data space needs it)."""
     prod = 2 * p * n * m

@@ -11,7 +11,8 @@ loads no CVXPY. Any object with a ``solve`` method is accepted in place of a nam
 """
 import importlib
 
-__all__ = ["BACKENDS", "STRICT_AWARE", "check_backend", "get_backend", "register_backend"]
+__all__ = ["BACKENDS", "STRICT_AWARE", "check_backend", "get_backend", "optional",
+           "register_backend"]
 
 
 def _lazy(module, cls):
@@ -49,6 +50,16 @@ def check_backend(backend):
                      f"solve(block, start) method, got {backend!r}")
 
 
+def optional(backend, name):
+    """The backend's optional method ``name``, or None where it has none. Beside ``solve``, a
+    backend may offer ``check_network(net)`` (per-layer settings checked before any work),
+    ``steps_of(block)`` (its step cap for the block), ``settings()`` (what decides its solves,
+    for the history) and ``forget()`` (drop what it reuses across solves, at a checkpoint):
+    ``FastBackend`` offers all four, ``OracleBackend`` ``settings``."""
+    method = getattr(backend, name, None)
+    return method if callable(method) else None
+
+
 def get_backend(backend="cvxpy", net=None, **kwargs):
     """A backend object: built from a registry name with ``kwargs``, or an object with ``.solve``
     (used as given: ``kwargs`` only build a backend by name).
@@ -56,6 +67,6 @@ def get_backend(backend="cvxpy", net=None, **kwargs):
     network it will solve the blocks of, before any work."""
     check_backend(backend)
     obj = BACKENDS[backend](**kwargs) if isinstance(backend, str) else backend
-    if net is not None and callable(getattr(obj, "check_network", None)):
+    if net is not None and optional(obj, "check_network") is not None:
         obj.check_network(net)
     return obj

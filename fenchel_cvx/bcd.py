@@ -94,12 +94,12 @@ from array_api_compat import array_namespace
 from . import defaults
 from .arrays import namespace
 from .backends import (BACKENDS, STRICT_AWARE, check_backend,  # noqa: F401 (importable from bcd)
-                       get_backend)
+                       get_backend, optional)
 from .blocks import kkt_residual, w_block, x_block
 from .certificate import Certificate
 from .datasets import batch_order
 from .errors import SolverError
-from .history import History
+from .history import History, _plain
 from .network import LiftedNetwork
 from .validation import (BOOL, CALLABLE, COUNT, GAMMA, MOMENTUM, PATH, ROUNDS, TOL, PerLayer,
                          check, check_rounds, validate)
@@ -253,8 +253,8 @@ class _Round:
 def _capped(backend, block, res):
     """Whether ``block`` stopped at the step cap its backend was configured with
     (``FastBackend(w_steps=..., x_steps=...)``: ``steps_of``), status ``"max_iter"``."""
-    steps_of = getattr(backend, "steps_of", None)
-    cap = steps_of(block)[1] if callable(steps_of) else None
+    steps_of = optional(backend, "steps_of")
+    cap = None if steps_of is None else steps_of(block)[1]
     return cap is not None and res.status == "max_iter" and res.iterations == cap
 
 
@@ -517,10 +517,8 @@ def _config(net, m, m_test, a, backend, name, strict, classification):
 def _backend_settings(backend):
     """The backend's ``settings()`` as JSON data (none without such a method); a value JSON
     cannot hold (an oracle's ``solver_opts`` may pass a callback) is recorded as its repr."""
-    settings = getattr(backend, "settings", None)
-    if not callable(settings):
-        return {}
-    return json.loads(json.dumps(History({"s": settings()}).config["s"], default=repr))
+    settings = optional(backend, "settings")
+    return {} if settings is None else json.loads(json.dumps(_plain(settings()), default=repr))
 
 
 def _validate(net, X0, Y, args):
@@ -641,13 +639,12 @@ def _checkpointer(directory, every, digest, backend):
     without it: both go on alike."""
     from .io import save_checkpoint
 
-    forget = getattr(backend, "forget", None)
+    forget = optional(backend, "forget") or (lambda: None)
 
     def write(net, state, step):
         if step.iteration % every == 0 or step.last:
             save_checkpoint(directory, net, state, dict(data=digest))
-            if callable(forget):
-                forget()
+            forget()
     write.save = lambda net, state: save_checkpoint(directory, net, state, dict(data=digest))
     return write
 
