@@ -56,14 +56,15 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True,
     block, pre = prob.block, prob.pre
     U0 = block.U if block.U is not None and tuple(block.U.shape) == (
         W0.shape[0], block.Xt.shape[1]) else prob.forward(W0)
-    Z, U = xp.zeros_like(U0), U0
+    # Z, U, d and dU are this loop's own arrays, updated in place (U0 may be the block's)
+    Z, U = xp.zeros_like(U0), xp.asarray(U0, copy=True)
     two_g = 2 * block.gamma
     x2 = pre.xt_norm2(xp)               # max_j |X~_j|^2, rows of X~
     info = dict(method="pncg-span", line_search_iterations=0, restarts=0, newton_rows=0,
                 row_iterations=0)
     A = prob.data_grad(U)
     r = prob.coef * A                   # g = r X~^T, r = lam A + 2 gamma Z (Z = 0 here)
-    sigma, sigmaK = direction(pre, prob.coef, two_g, A, Z, U, U0)
+    sigma, sigmaK = direction(pre, two_g, r, Z, U, U0)
     gs = prob.dot(r, sigmaK)            # g G^{-1} g^T, per row
     W, res = _residual_unless_above(xp, prob, W0, Z, A, gs, x2, tol)
     if res <= tol:                      # the start is optimal: no step, as solve_pncg
@@ -75,7 +76,8 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True,
         t, nls = prob.search(two_g * prob.dot(Z, dU), 2 * prob.c * prob.dot(d, dU), U, dU, gd)
         info["line_search_iterations"] += nls
         info["row_iterations"] += Z.shape[0]
-        Z, U = Z + t * d, U + t * dU
+        Z += t * d
+        U += t * dU
         restart = None
         if it % resync == 0:
             U = U0 + Z @ pre.K              # no drift of the incrementally updated U
@@ -85,8 +87,9 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True,
         if it == max_iter:
             break
         A = prob.data_grad(U)
-        r = prob.coef * A + two_g * Z
-        sigma_n, sigmaK_n = direction(pre, prob.coef, two_g, A, Z, U, U0)
+        cA = prob.coef * A
+        r = cA + two_g * Z
+        sigma_n, sigmaK_n = direction(pre, two_g, cA, Z, U, U0)
         gs_n = prob.dot(r, sigmaK_n)
         W, res = _residual_unless_above(xp, prob, W0, Z, A, gs_n, x2, tol)
         if res <= tol:
@@ -94,7 +97,10 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True,
             break
         beta, uphill, gd = pr_plus(xp, gs_n, prob.dot(r, sigmaK), gs, prob.dot(r, dU), restart)
         restarts = restarts + xp.sum(xp.astype(uphill | (restart is not None), xp.int64))
-        d, dU = -sigma_n + beta * d, -sigmaK_n + beta * dU
+        d *= beta
+        d -= sigma_n
+        dU *= beta
+        dU -= sigmaK_n
         sigmaK, gs = sigmaK_n, gs_n
     if not converged:
         W, res = W0 + Z @ block.Xt.T, math.nan
@@ -107,13 +113,21 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True,
     return W, it, info
 
 
-def direction(pre, coef, two_g, A, Z, U, U0):
+def direction(pre, two_g, cA, Z, U, U0):
     """``(sigma, sigma K)``: the preconditioned gradient ``s = sigma X~^T = g G^{-1}`` at
     ``W0 + Z X~^T`` and its image ``s X~``, from ``gram.DataGram``'s split with
-    ``R = 2 gamma Z X~^T`` and ``P = R X~ = 2 gamma (U - U0)``."""
+    ``R = 2 gamma Z X~^T`` and ``P = R X~ = 2 gamma (U - U0)``; ``cA = lam A``. Temporaries
+    are scaled in place: a step's elementwise passes over p x m arrays are most of its time."""
     w, c2 = pre.w, pre.c2
-    B = pre.solve(coef * A - (w * two_g / c2) * (U - U0))
-    return (two_g / c2) * Z + B, (coef / w) * A - (c2 / w) * B
+    P = U - U0
+    P *= -w * two_g / c2
+    P += cA
+    B = pre.solve(P)
+    sigma = (two_g / c2) * Z
+    sigma += B
+    sigmaK = B * (-c2 / w)
+    sigmaK += cA if w == 1 else cA / w
+    return sigma, sigmaK
 
 
 def _residual_unless_above(xp, prob, W0, Z, A, gs, x2, tol):
@@ -121,7 +135,7 @@ def _residual_unless_above(xp, prob, W0, Z, A, gs, x2, tol):
     the residual ``max|g| / (1 + scale)`` above ``tol`` without forming W (``proves_above``;
     ``|a X~^T|_max <= max_i |a_i| sqrt(x2)`` bounds both terms of the scale, ``x2 = max_j
     |X~_j|^2``)."""
-    rows = lambda M: math.sqrt(float(xp.max(xp.sum(M * M, axis=1))) * x2)   # noqa: E731
+    rows = lambda M: math.sqrt(float(xp.max(prob.dot(M, M))) * x2)   # noqa: E731
     scale = max(abs(prob.coef) * rows(A), 2 * prob.block.gamma * rows(Z))
     if proves_above(xp, gs, prob.pre.c2, W0.shape[1], scale, tol):
         return None, math.inf

@@ -155,7 +155,9 @@ class HiddenRows(_Problem):
         self.it = 0                       # set by the solver loop
 
     def dot(self, A, B):
-        return self.xp.sum(A * B, axis=1, keepdims=True)
+        """``sum_j A_ij B_ij`` per row, as a column (``vecdot``: no product array, one pass)."""
+        xp = self.xp
+        return xp.reshape(xp.vecdot(A, B, axis=-1), (-1, 1))
 
     def data_grad(self, U):
         return self.act.grad_u(self.V, U)
@@ -174,15 +176,15 @@ class HiddenRows(_Problem):
 
     def _rows(self, A, B):
         """``lam sum_j A_ij B_ij`` per row, as a column."""
-        xp = self.xp
-        return self.lam * xp.reshape(xp.vecdot(A, B, axis=-1), (-1, 1))
+        return self.lam * self.dot(A, B)
 
     def data_change(self, U, dU):
         """``(change, size)``: the data term's change from U to U + dU per row, and the size of
         the terms it sums (its rounding scale)."""
         xp, act = self.xp, self.act
         base = act.Fstar(U)
-        diff = act.Fstar(U + dU) - base - self.V * dU
+        diff = act.Fstar(U + dU) - base
+        diff -= self.V * dU
         return (self.lam * xp.sum(diff, axis=1, keepdims=True),
                 self.lam * xp.sum(xp.abs(base), axis=1, keepdims=True))
 

@@ -290,7 +290,7 @@ def _step_figures(xp, points, grads, L, tol, colsum, momentum):
     (zn, y, z), (G, Gy) = points, grads
     D = zn - y
     dz = D if y is z else zn - z
-    Ddz = xp.sum(D * dz) if momentum else xp.zeros((), dtype=D.dtype)
+    Ddz = xp.sum(xp.vecdot(D, dz, axis=-1)) if momentum else xp.zeros((), dtype=D.dtype)
     hiD, loD, Ddz = (float(v) for v in (xp.max(D), xp.min(D), Ddz))
     maxD, maxG = max(hiD, -loD), None
     if colsum is None or L * maxD <= 2 * tol * (1 + 1.001 * colsum * float(xp.max(xp.abs(G)))):
