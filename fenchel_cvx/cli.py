@@ -24,8 +24,9 @@ the fast backend 10 W-steps for the hidden layers and one for the output layer, 
 ``--arch lenet5``: the LeNet-5 benchmark's); without it, Algorithm 1 with lam 10, rho 1, every
 block solved to ``--tol``. Every argument and the output folder are checked before any work
 (the constraints of ``validation.py``); errors name the flag.
-BLAS runs on ``--threads`` threads (default 1: on 2 cores NumPy's and SciPy's two OpenBLAS
-pools oversubscribe the machine; see docs/installation.md).
+BLAS runs on ``--threads`` threads (default 1), in the fast backend's solves too: NumPy's pool
+gets them, SciPy's one (on 2 cores two pools of two oversubscribe the machine; see
+docs/installation.md).
 """
 import argparse
 import json
@@ -176,7 +177,8 @@ def _train_arguments(t):
     _fast_arguments(t.add_argument_group("fast backend (FastBackend; --backend fast only)"))
     o = t.add_argument_group("run")
     o.add_argument("--out", type=Path, default=None, help="output folder (default runs/<timestamp>)")
-    o.add_argument("--threads", type=COUNT_, default=1, help="BLAS threads (threadpoolctl)")
+    o.add_argument("--threads", type=COUNT_, default=1,
+                   help="BLAS threads: NumPy's pool and the fast backend's (SciPy's stays at 1)")
     o.add_argument("--no-baseline", action="store_true",
                    help="skip the logistic-regression accuracy in the summary")
     o.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -308,9 +310,12 @@ def _fill_defaults(args, n_hidden):
 
 # --- the commands -------------------------------------------------------------------------------
 def _threads(n):
-    from threadpoolctl import threadpool_limits
+    """``--threads``: each native pool limited by library as the fast backend's solves are
+    (``threads.plan``: NumPy's and PyTorch's n, SciPy's one; two pools of two threads each
+    oversubscribe two cores)."""
+    from .threads import limit_threads
 
-    return threadpool_limits(limits=n)
+    return limit_threads(n)
 
 
 def _load(args):
@@ -366,7 +371,7 @@ def _backend(args):
     from .fast import FastBackend
 
     given = {k: getattr(args, k) for k in FAST_ONLY if getattr(args, k) is not None}
-    return FastBackend(tol=args.tol, **given)
+    return FastBackend(tol=args.tol, threads=args.threads, **given)
 
 
 def _banner(args, resume, n_train, n_test, arch, out):
