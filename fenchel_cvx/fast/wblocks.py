@@ -114,7 +114,9 @@ class _Problem:
         xp = self.xp
 
         def derivs(t):
-            d1, d2 = self.data_derivs(U + t * dU, dU)
+            Ut = t * dU
+            Ut += U
+            d1, d2 = self.data_derivs(Ut, dU)
             return d1 + slope + curv * t, d2 + curv
 
         curv0 = self.data_curv(U, dU) + curv    # derivs(0)[1]: U + 0 dU is U
@@ -169,7 +171,7 @@ class HiddenRows(_Problem):
         # row dots by vecdot: no product array (LeNet-5's W_0 rows are 392,000 long); the
         # line search's Newton steps need them to 0.1 relative, its descent test sums exactly
         act = self.act
-        return self._rows(act.phi(Ut) - self.V, dU), self._rows(act.dphi(Ut) * dU, dU)
+        return self._rows(act.grad_u(self.V, Ut), dU), self._rows(act.dphi(Ut) * dU, dU)
 
     def data_curv(self, U, dU):
         return self._rows(self.act.dphi(U) * dU, dU)
@@ -183,7 +185,8 @@ class HiddenRows(_Problem):
         the terms it sums (its rounding scale)."""
         xp, act = self.xp, self.act
         base = act.Fstar(U)
-        diff = act.Fstar(U + dU) - base
+        diff = act.Fstar(U + dU)    # fresh (F* of a fresh array): worked in place
+        diff -= base
         diff -= self.V * dU
         return (self.lam * xp.sum(diff, axis=1, keepdims=True),
                 self.lam * xp.sum(xp.abs(base), axis=1, keepdims=True))

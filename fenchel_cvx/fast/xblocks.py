@@ -42,7 +42,8 @@ DPHI_MAX = {"relu": 1.0, "leaky_relu": 1.0, "sigmoid": 0.25, "tanh": 1.0}
 
 
 def _prox_relu(xp, act, r, tau, state):
-    return clip(r / (1 + tau), 0, None), state
+    r /= 1 + tau        # r: the step's fresh argument (``_combine``), scaled in place
+    return clip(r, 0, None), state
 
 
 def _prox_leaky(xp, act, r, tau, state):
