@@ -32,6 +32,16 @@ def _ends(xp, v, lo, hi):
     return xp.where(v == lo, -inf, xp.where(v == hi, inf, xp.full_like(v, math.nan)))
 
 
+def _in_place(a, b=None):
+    """Whether ``a op= b`` (``a`` a fresh array) gives what ``a op b`` gives: ``a`` of a real
+    floating dtype, and ``b`` an array of a's shape and of no wider dtype (or None)."""
+    xp = array_namespace(a)
+    if not xp.isdtype(a.dtype, "real floating"):
+        return False
+    return b is None or (hasattr(b, "shape") and tuple(b.shape) == tuple(a.shape)
+                         and xp.result_type(a, b) == a.dtype)
+
+
 def _xlogx(xp, x):
     """x log x with the limit 0 at x = 0 (no warning, no NaN)."""
     pos = x > 0
@@ -61,6 +71,8 @@ class Activation:
         raise NotImplementedError
 
     def Fstar(self, u):
+        """F*(u) elementwise, as a new array of u's shape (the fast W line search's descent test
+        works in it in place: ``fast.wblocks.HiddenRows.data_change``)."""
         raise NotImplementedError
 
     def in_range(self, v):
@@ -109,10 +121,14 @@ class ReLU(Activation):
     def F(self, v):
         return 0.5 * v * v
 
-    # phi's result is a fresh array: the two below work on it in place (on LeNet-5's 2.35 M
-    # entries a chain of fresh arrays takes twice the time of the same passes in place)
+    # phi's result is a fresh array: the two below work on it in place where that is exact
+    # (on LeNet-5's 2.35 M entries a chain of fresh arrays takes twice the time of the same
+    # passes in place), else as the base class does (an integer u, a v of another shape or a
+    # wider dtype: promoted and broadcast)
     def Fstar(self, u):
         p = self.phi(u)
+        if not _in_place(p):
+            return 0.5 * p * p
         p *= p
         p *= 0.5
         return p
@@ -120,6 +136,8 @@ class ReLU(Activation):
     def grad_u(self, v, u):
         """dB/du = phi(u) - v."""
         g = self.phi(u)
+        if not _in_place(g, v):
+            return g - v
         g -= v
         return g
 

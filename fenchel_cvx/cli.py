@@ -178,7 +178,8 @@ def _train_arguments(t):
     o = t.add_argument_group("run")
     o.add_argument("--out", type=Path, default=None, help="output folder (default runs/<timestamp>)")
     o.add_argument("--threads", type=COUNT_, default=1,
-                   help="BLAS threads: NumPy's pool and the fast backend's (SciPy's stays at 1)")
+                   help="BLAS threads of NumPy's pool, in the fast backend's solves too "
+                        "(SciPy's pool stays at 1)")
     o.add_argument("--no-baseline", action="store_true",
                    help="skip the logistic-regression accuracy in the summary")
     o.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -311,7 +312,7 @@ def _fill_defaults(args, n_hidden):
 # --- the commands -------------------------------------------------------------------------------
 def _threads(n):
     """``--threads``: each native pool limited by library as the fast backend's solves are
-    (``threads.plan``: NumPy's and PyTorch's n, SciPy's one; two pools of two threads each
+    (``threads.plan``: SciPy's one, every other pool n; two pools of two threads each
     oversubscribe two cores)."""
     from .threads import limit_threads
 

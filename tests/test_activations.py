@@ -463,3 +463,25 @@ def test_relu_divergence_is_cancellation_free_in_float32():
     exact = relu.divergence(v32.astype(np.float64), u32.astype(np.float64))
     np.testing.assert_allclose(B32, exact, rtol=1e-5, atol=1e-12)
     assert np.isinf(relu.divergence(np.array([-1.0]), np.array([0.5]))[0])
+
+
+@pytest.mark.parametrize("xp", [np, xps], ids=["numpy", "array_api_strict"])
+def test_relu_in_place_forms_promote_and_broadcast_as_the_general_ones(xp):
+    """ReLU's F* and dB/du work in phi's fresh array in place, only where that is exact: a v of
+    a wider dtype or of a larger shape, and an integer u, give what ``phi(u) - v`` and
+    ``0.5 phi(u)^2`` give (promoted, broadcast)."""
+    relu = ReLU()
+    u32 = xp.asarray(np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3))
+    v64 = xp.asarray(np.linspace(0, 1, 6).reshape(2, 3))
+    g = relu.grad_u(v64, u32)
+    assert g.dtype == xp.float64
+    assert np.allclose(np.asarray(g), np.maximum(np.asarray(u32), 0) - np.asarray(v64), atol=0)
+    row = u32[:1, :]
+    wide = relu.grad_u(xp.zeros((2, 3), dtype=xp.float32), row)
+    assert tuple(wide.shape) == (2, 3)
+    assert np.array_equal(np.asarray(relu.Fstar(u32)),
+                          0.5 * np.maximum(np.asarray(u32), 0) ** 2)
+    if xp is np:    # integer u: array-api-strict has no float * int
+        assert np.array_equal(relu.Fstar(np.arange(-2, 3)), 0.5 * np.maximum(np.arange(-2, 3), 0) ** 2)
+    same = relu.grad_u(v64, xp.asarray(np.asarray(u32), dtype=xp.float64))   # in place: exact
+    assert np.array_equal(np.asarray(same), np.maximum(np.asarray(u32, dtype=np.float64), 0) - np.asarray(v64))

@@ -275,16 +275,18 @@ def test_lenet5_trains_on_images(tmp_path, capsys):
 
 def test_threads_reach_the_fast_backend_and_limit_each_pool_by_library():
     """``--threads 2``: the fast backend solves on 2 threads (it kept its default of 1 before),
-    and around the command NumPy's pool gets 2 while SciPy's stays at 1 (``threads.plan``)."""
+    and around the command NumPy's pool gets 2 while SciPy's stays at 1 (``threads.plan``),
+    from pools at 1 (a 2-core machine starts both at 2)."""
     import scipy.linalg  # noqa: F401  (loads SciPy's own BLAS pool)
-    from fenchel_cvx.threads import pools
+    from fenchel_cvx.threads import limit_threads, pools
 
     args = cli.build_parser().parse_args(["train", "--backend", "fast", "--threads", "2"])
     assert cli._backend(args).threads == 2
     sizes = lambda lib: {n for name, _, n, _ in pools() if name == lib}   # noqa: E731
     if not sizes("numpy") or not sizes("scipy"):
         pytest.skip("NumPy and SciPy do not ship separate BLAS libraries in this install")
-    before = pools()
-    with cli._threads(2):
-        assert sizes("numpy") == {2} and sizes("scipy") == {1}
-    assert pools() == before
+    with limit_threads(1):
+        before = pools()
+        with cli._threads(2):
+            assert sizes("numpy") == {2} and sizes("scipy") == {1}
+        assert pools() == before

@@ -997,3 +997,31 @@ def test_pr_plus_matches_forming_the_direction():
     np.testing.assert_allclose(-s + beta * d, d_new, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(slope, dot(g, d_new), rtol=1e-10, atol=1e-12)
     assert (beta[[0, 10, 30]] == 0).all()
+
+
+@pytest.mark.parametrize("xp_name", ["numpy", "array_api_strict"])
+@pytest.mark.parametrize("kind", ["w_hidden0", "x_hidden"])
+def test_a_hint_of_another_dtype_is_cast_to_the_solve(xp_name, kind):
+    """A caller's ``A(W, X) + b`` hint (``block.U``) in float32 for a float64 block: the solve
+    runs in float64 as without the hint. The solvers update their state in place from it (the
+    span loop's U, ReLU's dB/du), where a float32 state would stay float32 (NumPy) or refuse
+    float32 -= float64 (array-api-strict)."""
+    import dataclasses
+
+    xp = pytest.importorskip(xp_name)
+    block = make_block(kind, *_to(xp, "float64", *make_state("relu", "cross_entropy", seed=0,
+                                                               **WIDE)), gamma=0.3)
+    if kind == "w_hidden0":
+        block = dataclasses.replace(block, rho=0.0)   # the span loop's setting
+        start, backend = block.W0, FastBackend(w_steps=5)
+        hint = block.W0 @ block.Xt
+    else:
+        start, backend = block.act_in.phi(block.U_prev), FastBackend(x_steps=3)
+        hint = block.forward(start)
+    ref = backend.solve(block, start=start)
+    res = backend.solve(dataclasses.replace(block, U=xp.astype(hint, xp.float32)), start=start)
+    assert res.argmin.dtype == xp.float64
+    if kind == "w_hidden0":
+        assert res.info["method"] == "pncg-span"
+    gap = float(xp.max(xp.abs(res.argmin - ref.argmin)))
+    assert gap <= 1e-6 * (1 + float(xp.max(xp.abs(ref.argmin))))   # the hint's float32 rounding

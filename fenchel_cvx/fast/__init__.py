@@ -222,6 +222,9 @@ class FastBackend:
                                                   for k, v in arrays.items()})
             arrays = _block_arrays(block)
         dtype = xp.result_type(*arrays.values())
+        if "U" in arrays and arrays["U"].dtype != dtype:   # a caller's hint of A(W, X) + b,
+            # cast as the rest: the solvers update their state in place from it
+            block = dataclasses.replace(block, U=xp.astype(arrays["U"], dtype))
         tol = floor_tol(xp, dtype, self.tol)
         Z = self._start(xp, block, start, dtype)
         Z, it, info = solve(block, self, xp, Z, tol)

@@ -56,7 +56,7 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True,
     block, pre = prob.block, prob.pre
     U0 = block.U if block.U is not None and tuple(block.U.shape) == (
         W0.shape[0], block.Xt.shape[1]) else prob.forward(W0)
-    # Z, U, d and dU are this loop's own arrays, updated in place (U0 may be the block's)
+    # Z, U, d and dU are this loop's own arrays, updated in place (U0 stays: U - U0 is P)
     Z, U = xp.zeros_like(U0), xp.asarray(U0, copy=True)
     two_g = 2 * block.gamma
     x2 = pre.xt_norm2(xp)               # max_j |X~_j|^2, rows of X~

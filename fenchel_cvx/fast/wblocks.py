@@ -157,7 +157,8 @@ class HiddenRows(_Problem):
         self.it = 0                       # set by the solver loop
 
     def dot(self, A, B):
-        """``sum_j A_ij B_ij`` per row, as a column (``vecdot``: no product array, one pass)."""
+        """``sum_j A_ij B_ij`` per row, as a column (``vecdot``: in NumPy one pass, no product
+        array)."""
         xp = self.xp
         return xp.reshape(xp.vecdot(A, B, axis=-1), (-1, 1))
 
