@@ -67,6 +67,7 @@ def get_backend(backend="cvxpy", net=None, **kwargs):
     network it will solve the blocks of, before any work."""
     check_backend(backend)
     obj = BACKENDS[backend](**kwargs) if isinstance(backend, str) else backend
-    if net is not None and optional(obj, "check_network") is not None:
-        obj.check_network(net)
+    check_network = optional(obj, "check_network")
+    if net is not None and check_network is not None:
+        check_network(net)
     return obj

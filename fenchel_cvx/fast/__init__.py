@@ -197,10 +197,9 @@ class FastBackend:
                     gram_reuse=self.gram_reuse)
 
     def __repr__(self):
-        return (f"FastBackend(tol={self.tol}, max_iter={self.max_iter}, w_steps={self.w_steps}, "
-                f"x_steps={self.x_steps}, dtype={self.dtype!r}, newton_cap={self.newton_cap}, "
-                f"gram_reuse={self.gram_reuse}, threads={self.threads!r}, "
-                f"capped_residual={self.capped_residual}, capped_value={self.capped_value})")
+        fields = dict(self.settings(), threads=self.threads,
+                      capped_residual=self.capped_residual, capped_value=self.capped_value)
+        return f"FastBackend({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
 
     def solve(self, block, start=None):
         """Solve ``block`` from ``start`` (the current iterate; a default when None)."""
