@@ -210,6 +210,25 @@ def test_array_library_helpers():
     np.testing.assert_array_equal(clip(A, None, bounds[1]), np.minimum(A, 0.5))
 
 
+@pytest.mark.parametrize("axis", [-1, -2])
+def test_vecdot_sums_the_products_in_the_arrays_library(axis):
+    """``arrays.vecdot``: ``sum(x1 * x2, axis)`` (axis negative, as the array API asks), in the
+    arrays' library and dtype."""
+    xps = pytest.importorskip("array_api_strict")
+    from fenchel_cvx.arrays import namespace, vecdot
+
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((2, 4, 7))
+    want = np.sum(A * B, axis=axis)
+    np.testing.assert_allclose(vecdot(A, B, axis=axis), want, rtol=1e-12)
+    got = vecdot(A.astype(np.float32), B.astype(np.float32), axis=axis)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    got = vecdot(xps.asarray(A), xps.asarray(B), axis=axis)
+    assert namespace(got) is xps
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+
+
 # --- iteration caps, tolerances, warm starts ----------------------------------------------------
 def test_w_steps_exact_count_and_descent():
     block = case_block("relu", "cross_entropy", "w_hidden0", 0.3)

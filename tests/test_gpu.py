@@ -53,6 +53,21 @@ def test_dense_blocks_match_numpy(cp, dtype, rel, act, loss, kind, gamma):
     assert res.value == pytest.approx(ref.value, rel=rel)
 
 
+@pytest.mark.parametrize("dtype,rel", [("float64", 1e-12), ("float32", 1e-5)])
+@pytest.mark.parametrize("shape,axis", [((300, 500), -1), ((300, 500), -2), ((6, 392_000), -1)])
+def test_vecdot_kernel_matches_numpy(cp, dtype, rel, shape, axis):
+    """``arrays.vecdot`` on CuPy arrays (its fused reduction kernel): NumPy's sums, on the device,
+    in the arrays' dtype."""
+    from fenchel_cvx.arrays import vecdot
+
+    rng = np.random.default_rng(1)
+    A, B = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+    got = vecdot(cp.asarray(A), cp.asarray(B), axis=axis)
+    assert _on_device(cp, got) and got.dtype == np.dtype(dtype)
+    want = np.sum(A.astype(np.float64) * B, axis=axis)
+    np.testing.assert_allclose(cp.asnumpy(got), want, rtol=rel, atol=rel * np.sqrt(shape[axis]))
+
+
 def conv_net(dtype="float64"):
     """(1, 8, 8) -> conv 3@3x3 pad 1 -> pool + conv 4@3x3 -> pool + flatten + dense 10."""
     return LiftedNetwork.from_layers(

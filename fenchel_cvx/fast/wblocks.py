@@ -45,7 +45,7 @@ import dataclasses
 import functools
 import math
 
-from ..arrays import clip
+from ..arrays import clip, vecdot
 from ..blocks import WHidden, WLast
 from ._util import RESYNC, kkt, newton_1d, pr_plus, proves_above
 from . import span
@@ -159,8 +159,7 @@ class HiddenRows(_Problem):
     def dot(self, A, B):
         """``sum_j A_ij B_ij`` per row, as a column (``vecdot``: in NumPy one pass, no product
         array)."""
-        xp = self.xp
-        return xp.reshape(xp.vecdot(A, B, axis=-1), (-1, 1))
+        return self.xp.reshape(vecdot(A, B), (-1, 1))
 
     def data_grad(self, U):
         return self.act.grad_u(self.V, U)

@@ -33,7 +33,7 @@ the gradient the loop holds, comes within ``2 tol``.
 import functools
 import math
 
-from ..arrays import clip
+from ..arrays import clip, vecdot
 from ..blocks import XHidden, XLast
 from ._util import kkt, newton_1d, top_eig
 
@@ -291,7 +291,7 @@ def _step_figures(xp, points, grads, L, tol, colsum, momentum):
     (zn, y, z), (G, Gy) = points, grads
     D = zn - y
     dz = D if y is z else zn - z
-    Ddz = xp.sum(xp.vecdot(D, dz, axis=-1)) if momentum else xp.zeros((), dtype=D.dtype)
+    Ddz = xp.sum(vecdot(D, dz)) if momentum else xp.zeros((), dtype=D.dtype)
     hiD, loD, Ddz = (float(v) for v in (xp.max(D), xp.min(D), Ddz))
     maxD, maxG = max(hiD, -loD), None
     if colsum is None or L * maxD <= 2 * tol * (1 + 1.001 * colsum * float(xp.max(xp.abs(G)))):
