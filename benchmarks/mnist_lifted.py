@@ -26,7 +26,6 @@ import argparse
 import ast
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -35,10 +34,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fenchel_cvx.baselines.lifted import METHODS, LiftedRun, fit_lifted  # noqa: E402
 from fenchel_cvx.datasets import load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.io import atomic_write, write_text  # noqa: E402
+from mnist_mlp import machine  # noqa: E402
 
 os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 PAPER = dict(taylor=0.834, lau=0.914, askari=0.863, sgd=0.957, fln=0.961)
@@ -142,10 +143,8 @@ def summarise(runs, args, desc, wall):
         rows[name] = dict(final_test_accuracy=run.final_test_accuracy, paper=PAPER[name],
                           iterations=len(run.records), seconds_per_iteration=run.seconds_per_iteration,
                           train_seconds=run.records[-1]["seconds"], wall=wall[name])
-    machine = dict(platform=platform.platform(), cpus=os.cpu_count(), threads=args.threads,
-                   python=platform.python_version())
     return dict(data=desc, settings={k: v for k, v in vars(args).items() if k != "method_list"},
-                machine=machine, methods=rows, total_seconds=sum(wall.values()),
+                machine=machine(args), methods=rows, total_seconds=sum(wall.values()),
                 raw={n: r.to_dict() for n, r in runs.items()})
 
 

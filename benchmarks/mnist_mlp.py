@@ -685,10 +685,11 @@ def summarise(results, args, data_desc):
 
 
 def machine(args):
-    """The machine a run ran on, and its threads (both benchmarks' summaries)."""
+    """The machine a run ran on, and its threads (the MNIST benchmarks' summaries; one without
+    ``--device`` runs on the CPU)."""
     return dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
                 cpus=os.cpu_count(), threads=args.threads, python=platform.python_version(),
-                device=DEVICES[args.device].describe())
+                device=DEVICES[getattr(args, "device", "cpu")].describe())
 
 
 def markdown(summary):
