@@ -59,7 +59,7 @@ def _constraints(n_hidden, losses):
     return dict(activation=[Options(ESTIMATOR_ACTIVATIONS), InstanceOf(Activation, "an Activation")],
                 loss=Options(losses), lam=[None, PerLayer(LAM, max(L, 1))],
                 rho=[None, PerLayer(RHO, L + 1)], gamma=[None, PerLayer(GAMMA, L + 1)],
-                momentum=[None, PerLayer(MOMENTUM, L + 1)],
+                momentum=[None, PerLayer(MOMENTUM, L + 1)], threads=[None, COUNT],
                 w_steps=[None, Options(("tol",)), PerLayer(COUNT, L + 1)],
                 x_steps=[None, Options(("tol",))] + ([PerLayer(COUNT, L)] if L else []),
                 batch_size=[None, Options(("auto",)), COUNT],
@@ -145,9 +145,9 @@ class _FenchelBase(BaseEstimator):
         values = {k: getattr(self, k) for k in constraints}
         check_backend(self.backend)
         by_name = isinstance(self.backend, str) and self.backend == "fast"
-        for name in ("w_steps", "x_steps"):
+        for name, what in (("w_steps", "steps"), ("x_steps", "steps"), ("threads", "threads")):
             if values[name] is not None and not by_name:
-                raise ValueError(f"{name}={values[name]!r} sets the steps of the fast backend by "
+                raise ValueError(f"{name}={values[name]!r} sets the {what} of the fast backend by "
                                  f"name: it needs backend='fast' (a backend object keeps its "
                                  f"own), got backend={self.backend!r}")
         # strict: every block must pass the certificate, so no step caps unless given
@@ -164,8 +164,9 @@ class _FenchelBase(BaseEstimator):
         if not isinstance(self.backend, str):
             return self.backend
         if self.backend == "fast":
+            threads = {} if params["threads"] is None else dict(threads=params["threads"])
             return get_backend("fast", tol=self.tol, dtype=params["dtype"].name,
-                               w_steps=params["w_steps"], x_steps=params["x_steps"])
+                               w_steps=params["w_steps"], x_steps=params["x_steps"], **threads)
         return get_backend(self.backend, tol=self.tol)
 
     def _seed(self):
@@ -357,6 +358,11 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         Raise on a certificate violation (None: the backend's default; see ``bcd.fit_bcd``).
         ``True`` also solves every block to ``tol`` where ``w_steps`` and ``x_steps`` are left
         None: a capped block fails the certificate's block optimality by design.
+    threads : int or None, default None
+        Cores of the fast backend by name (``FastBackend(threads=...)``, through threadpoolctl
+        around the run and every block solve: NumPy's BLAS gets them, SciPy's one;
+        ``fenchel_cvx.threads.plan``). None: the backend's default, one core. A backend object
+        keeps its own.
     verbose : bool or int, default False
         Print ``Iteration n, loss = ...`` after every epoch, as ``MLPClassifier`` does; 2 or
         more also shows a progress bar over the rounds.
@@ -408,7 +414,7 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
                  backend="fast", tol=1e-3, dtype="float64", strict=None,
                  verbose=False, random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10,
-                 momentum=None, w_steps=None, x_steps=None, check_every=1):
+                 momentum=None, w_steps=None, x_steps=None, check_every=1, threads=None):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -419,6 +425,7 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         self.w_steps = w_steps
         self.x_steps = x_steps
         self.check_every = check_every
+        self.threads = threads
         self.batch_size = batch_size
         self.epochs = epochs
         self.alternations = alternations
@@ -525,7 +532,7 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
                  backend="fast", tol=1e-3, dtype="float64", strict=None, verbose=False,
                  random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10,
-                 momentum=None, w_steps=None, x_steps=None, check_every=1):
+                 momentum=None, w_steps=None, x_steps=None, check_every=1, threads=None):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -536,6 +543,7 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
         self.w_steps = w_steps
         self.x_steps = x_steps
         self.check_every = check_every
+        self.threads = threads
         self.batch_size = batch_size
         self.epochs = epochs
         self.alternations = alternations

@@ -221,6 +221,43 @@ def test_defaults_are_the_training_setting(small_digits):
         FenchelClassifier(backend="cvxpy", w_steps=3).fit(X, y)
 
 
+def test_threads_reach_the_fast_backend(small_digits):
+    """``threads=N``: the fast backend by name solves every block with NumPy's BLAS pool at N
+    (its default: 1), and the pools are as before once the fit ends; refused with another
+    backend and for a bad count."""
+    from fenchel_cvx.threads import limit_threads, pools
+
+    X, y, _, _ = small_digits
+    numpy_pool = lambda: {n for name, _, n, _ in pools() if name == "numpy"}   # noqa: E731
+    if not numpy_pool():
+        pytest.skip("threadpoolctl finds no BLAS pool of NumPy's in this install")
+    seen = []
+
+    class Spy(FenchelClassifier):   # a real fit; NumPy's pool is read inside every block solve
+        def _make_backend(self, params):
+            backend = super()._make_backend(params)
+            solve = backend._solve
+            backend._solve = lambda block, start: (seen.append(numpy_pool()), solve(block, start))[1]
+            return backend
+
+    with limit_threads(1):
+        Spy(hidden_layer_sizes=(8,), epochs=1, random_state=0, threads=2).fit(X, y)
+        assert seen and all(n == {2} for n in seen)
+        seen.clear()
+        Spy(hidden_layer_sizes=(8,), epochs=1, random_state=0).fit(X, y)
+        assert seen and all(n == {1} for n in seen)
+        assert numpy_pool() == {1}      # restored after the fit
+    with limit_threads(2):
+        seen.clear()
+        Spy(hidden_layer_sizes=(8,), epochs=1, random_state=0).fit(X, y)
+        assert seen and all(n == {1} for n in seen)
+    with pytest.raises(ValueError, match=r"threads=2 sets the threads of the fast backend by "
+                                         r"name: it needs backend='fast'"):
+        FenchelClassifier(backend="cvxpy", threads=2).fit(X, y)
+    with pytest.raises(ValueError, match="threads"):
+        FenchelRegressor(threads=0).fit(X, y)
+
+
 def test_no_hidden_layer_strict_and_uncapped_blocks(small_digits):
     """An estimator without a hidden layer trains with the setting (no X-block: no X-steps);
     ``strict=True`` and ``"tol"`` drop the step caps, so every block passes the certificate."""
