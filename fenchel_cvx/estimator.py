@@ -361,7 +361,8 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     threads : int or None, default None
         Cores of the fast backend by name (``FastBackend(threads=...)``, through threadpoolctl
         around the run and every block solve: NumPy's BLAS gets them, SciPy's one;
-        ``fenchel_cvx.threads.plan``). None: the backend's default, one core. A backend object
+        ``fenchel_cvx.threads.plan``). None: the backend's default, one core (a backend with
+        the pools left as they are: ``backend=FastBackend(threads=None)``). A backend object
         keeps its own.
     verbose : bool or int, default False
         Print ``Iteration n, loss = ...`` after every epoch, as ``MLPClassifier`` does; 2 or

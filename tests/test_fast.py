@@ -213,8 +213,7 @@ def test_array_library_helpers():
 @pytest.mark.parametrize("axis", [-1, -2])
 def test_vecdot_sums_the_products_in_the_arrays_library(axis):
     """``arrays.vecdot``: ``sum(x1 * x2, axis)`` (axis negative, as the array API asks), in the
-    arrays' library and dtype."""
-    xps = pytest.importorskip("array_api_strict")
+    arrays' library and dtype; arrays of two libraries are refused."""
     from fenchel_cvx.arrays import namespace, vecdot
 
     rng = np.random.default_rng(0)
@@ -224,9 +223,13 @@ def test_vecdot_sums_the_products_in_the_arrays_library(axis):
     got = vecdot(A.astype(np.float32), B.astype(np.float32), axis=axis)
     assert got.dtype == np.float32 and got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert vecdot(A[0], B[0]) == pytest.approx(float(A[0] @ B[0]), rel=1e-12)   # 1-D: a number
+    xps = pytest.importorskip("array_api_strict")
     got = vecdot(xps.asarray(A), xps.asarray(B), axis=axis)
     assert namespace(got) is xps
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+    with pytest.raises(TypeError):
+        vecdot(A, xps.asarray(B), axis=axis)
 
 
 # --- iteration caps, tolerances, warm starts ----------------------------------------------------

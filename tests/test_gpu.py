@@ -66,6 +66,11 @@ def test_vecdot_kernel_matches_numpy(cp, dtype, rel, shape, axis):
     assert _on_device(cp, got) and got.dtype == np.dtype(dtype)
     want = np.sum(A.astype(np.float64) * B, axis=axis)
     np.testing.assert_allclose(cp.asnumpy(got), want, rtol=rel, atol=rel * np.sqrt(shape[axis]))
+    mixed = vecdot(cp.asarray(A), cp.asarray(B, dtype=np.float64), axis=axis)   # promoted
+    assert mixed.dtype == np.float64
+    np.testing.assert_allclose(cp.asnumpy(mixed), want, rtol=rel, atol=rel * np.sqrt(shape[axis]))
+    with pytest.raises(ValueError, match="one size along axis"):
+        vecdot(cp.asarray(A), cp.asarray(B[:1] if axis == -2 else B[:, :1]), axis=axis)
 
 
 def conv_net(dtype="float64"):
