@@ -99,7 +99,9 @@ def parse_args(argv=None):
                    "each other; --threads 1 --jobs 2 on 2 cores: FLN beside the baselines)")
     p.add_argument("--lam", type=_per_layer(4, "--lam"), default=LAM)
     p.add_argument("--gamma", type=_per_layer(5, "--gamma"), default=GAMMA)
-    p.add_argument("--rho", type=float, default=_SETTING.rho[0])
+    p.add_argument("--rho", type=_per_layer(5, "--rho"), default=tuple(_SETTING.rho),
+                   help="FLN Frobenius penalty rho_l of W_0 .. W_4 (one number: all the same; "
+                   "the paper's batched model: 0)")
     p.add_argument("--w-steps", type=_per_layer(5, "--w-steps", integers=True),
                    default=_SETTING.w_steps, help="FLN W-block steps per round, W_0 to W_4 (one "
                    f"number: all the same); default {','.join(map(str, _SETTING.w_steps))}")
@@ -138,11 +140,9 @@ def parse_args(argv=None):
                  "check_every", "alternations", "jobs", "seeds"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    for name in ("rho", "adam_lr", "sgd_lr"):
-        if not np.isfinite(getattr(args, name)) or getattr(args, name) < 0 or (
-                name != "rho" and getattr(args, name) == 0):
-            p.error(f"--{name.replace('_', '-')} must be {'>=' if name == 'rho' else '>'} 0, "
-                    f"got {getattr(args, name)}")
+    for name in ("adam_lr", "sgd_lr"):
+        if not np.isfinite(getattr(args, name)) or getattr(args, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     for name in ("validation", "train_eval"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")

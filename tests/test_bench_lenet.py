@@ -99,6 +99,8 @@ def test_seeds_report_their_mean_and_spread(tmp_path):
     (["--w-steps", "0"], "--w-steps must be 1 or 5 integers >= 1"),
     (["--w-steps", "2,2"], "--w-steps must be 1 or 5 integers >= 1"),
     (["--adam-lr", "0"], "--adam-lr must be > 0"),
+    (["--rho", "-1"], "--rho must be 1 or 5 finite numbers >= 0"),
+    (["--rho", "0,1"], "--rho must be 1 or 5 finite numbers >= 0"),
     (["--methods", "fln,lbfgs"], "--methods must name fln, adam, sgd"),
     (["--dataset", "cifar10", "--quick"], "--quick runs the embedded 5k MNIST"),
     (["--dataset", "svhn"], "invalid choice: 'svhn'"),
@@ -127,7 +129,8 @@ def test_defaults_are_the_papers_but_the_dense_gammas_and_momentum():
     args = bench.parse_args([])
     assert (args.epochs, args.batch_size, args.alternations) == (20, 500, 1)
     assert args.gamma == (1e-4, 1e-2, 0.3, 0.3, 1.0) and args.lam == bench.PAPER_LAM
-    assert args.rho == 0 and (args.adam_lr, args.sgd_lr) == (1e-3, 1e-2)
+    assert args.rho == (0.0,) * 5 and (args.adam_lr, args.sgd_lr) == (1e-3, 1e-2)
+    assert bench.parse_args(["--rho", "0,0,0,0,0.01"]).rho == (0.0, 0.0, 0.0, 0.0, 0.01)
     assert args.momentum == (0.98, 0.98, 0.3, 0.3, 0.0)
     assert args.w_steps == (1,) * 5 and bench.parse_args(["--w-steps", "2"]).w_steps == (2,) * 5
     assert bench.fln_backend(bench.parse_args(["--w-steps", "2,3,1,1,1"])).w_steps == (2, 3, 1, 1, 1)

@@ -42,7 +42,7 @@ def test_the_benchmarks_train_with_the_package_s_settings():
     assert (args.rho, tuple(args.w_steps), args.x_steps, tuple(args.gamma)) == (
         d.rho[0], d.w_steps, d.x_steps[0], d.gamma)
     assert (largs.rho, largs.w_steps, tuple(largs.momentum)) == (
-        le.rho[0], le.w_steps, le.momentum)
+        tuple(le.rho), le.w_steps, le.momentum)
     assert (lenet.LAM, lenet.GAMMA, lenet.X_STEPS, lenet.GRAM_REUSE, lenet.MOMENTUM) == (
         le.lam, le.gamma, le.x_steps, le.gram_reuse, le.momentum)
     paper_lam, paper_gamma = from_reference([0.1], [1, 100])
