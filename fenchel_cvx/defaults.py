@@ -30,7 +30,10 @@ Two kinds of default live here:
     rho 1e-3, gamma 3, one W-step and 10 X-steps: 0.9720 on one seed).
   - LeNet-5: the paper's appendix setting with gamma 0.3 for fc 120 and fc 84 (validation
     0.9797 against 0.9763), one FISTA step for the conv layers' X-blocks and 10 for the dense
-    ones, the conv Grams reused for 40 batches, momentum (0.98, 0.98, 0.3, 0.3, 0).
+    ones, the conv Grams reused for 40 batches, momentum (0.98, 0.98, 0.3, 0.3, 0), and a
+    Frobenius penalty rho 0.3 on the output layer fc 10 alone (validation after 20 epochs
+    0.9896 against 0.9863 without: its weights no longer grow once the training images are
+    fit).
 
 Change a value here and every consumer follows.
 """
@@ -112,7 +115,7 @@ class LeNet5:
     setting (``units.from_reference([5, 5, 1, 1], [1e-4, 1e-2, 1, 1, 1])``)."""
 
     n_hidden = 4
-    setting = Setting(lam=(10.0, 10.0, 2.0, 2.0), rho=(0.0,) * 5,
+    setting = Setting(lam=(10.0, 10.0, 2.0, 2.0), rho=(0.0, 0.0, 0.0, 0.0, 0.3),
                       gamma=(1e-4, 1e-2, 0.3, 0.3, 1.0), momentum=(0.98, 0.98, 0.3, 0.3, 0.0),
                       w_steps=(1,) * 5, x_steps=(1, 1, 10, 10), gram_reuse=(40, 40, 1, 1, 1))
 

@@ -368,8 +368,9 @@ def test_every_consumer_reads_the_defaults():
                                            "--backend", "fast", "--batch-size", "100"])
     cli._check_train(lenet)
     s = defaults.training("lenet5", 4, batched=True)
-    assert (lenet.lam, lenet.gamma, lenet.momentum, lenet.x_steps, lenet.gram_reuse) == (
-        list(s.lam), list(s.gamma), list(s.momentum), list(s.x_steps), list(s.gram_reuse))
+    assert (lenet.lam, lenet.rho, lenet.gamma, lenet.momentum, lenet.x_steps, lenet.gram_reuse) == (
+        list(s.lam), list(s.rho), list(s.gamma), list(s.momentum), list(s.x_steps),
+        list(s.gram_reuse))
     with pytest.raises(ValueError, match="the lenet5 setting is for 4 hidden layers, got 2"):
         defaults.training("lenet5", 2, batched=True)
     with pytest.raises(ValueError, match=r"network must be one of \['dense', 'lenet5'\], got 'cnn'"):
@@ -434,7 +435,8 @@ def test_the_documented_defaults_are_the_code_s():
     assert rows["dense"] == [str(dense.lam), str(dense.rho), pair(dense.gamma),
                              pair(dense.momentum), pair(dense.w_steps), str(dense.x_steps), "1"]
     le = defaults.training("lenet5", 4, batched=True)
-    assert rows["lenet5"] == [", ".join(map(str, le.lam)), text(le.rho), ", ".join(map(str, le.gamma)),
+    assert rows["lenet5"] == [", ".join(map(str, le.lam)), ", ".join(map(str, le.rho)),
+                              ", ".join(map(str, le.gamma)),
                               ", ".join(map(str, le.momentum)), ", ".join(map(str, le.w_steps)),
                               ", ".join(map(str, le.x_steps)), ", ".join(map(str, le.gram_reuse))]
     full = defaults.training("dense", 1, batched=False)
