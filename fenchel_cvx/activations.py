@@ -23,23 +23,13 @@ import numpy as np
 from array_api_compat import array_namespace
 from scipy import integrate
 
-from .arrays import clip
+from .arrays import clip, exact_in_place
 
 
 def _ends(xp, v, lo, hi):
     """phi^{-1} off the open range (lo, hi): -inf at lo, +inf at hi, NaN beyond (not attained)."""
     inf = xp.full_like(v, math.inf)
     return xp.where(v == lo, -inf, xp.where(v == hi, inf, xp.full_like(v, math.nan)))
-
-
-def _in_place(a, b=None):
-    """Whether ``a op= b`` (``a`` a fresh array) gives what ``a op b`` gives: ``a`` of a real
-    floating dtype, and ``b`` an array of a's shape and of no wider dtype (or None)."""
-    xp = array_namespace(a)
-    if not xp.isdtype(a.dtype, "real floating"):
-        return False
-    return b is None or (hasattr(b, "shape") and tuple(b.shape) == tuple(a.shape)
-                         and xp.result_type(a, b) == a.dtype)
 
 
 def _xlogx(xp, x):
@@ -127,7 +117,7 @@ class ReLU(Activation):
     # wider dtype: promoted and broadcast)
     def Fstar(self, u):
         p = self.phi(u)
-        if not _in_place(p):
+        if not exact_in_place(p):
             return 0.5 * p * p
         p *= p
         p *= 0.5
@@ -136,7 +126,7 @@ class ReLU(Activation):
     def grad_u(self, v, u):
         """dB/du = phi(u) - v."""
         g = self.phi(u)
-        if not _in_place(g, v):
+        if not exact_in_place(g, v):
             return g - v
         g -= v
         return g

@@ -37,7 +37,7 @@ import numbers
 import numpy as np
 from array_api_compat import array_namespace, device, is_numpy_namespace
 
-from .arrays import to_numpy
+from .arrays import exact_in_place, to_numpy
 from .validation import Interval, check
 
 # NumPy: the bytes of im2col patches gathered and multiplied at a time (whole output rows, at
@@ -116,7 +116,10 @@ class AvgPool2d(Spec):
         X6 = xp.reshape(X, (C, H // s, s, W // s, s, m))
         # sum / s^2 in X's dtype (NumPy's mean divides float32 sums in float64, a second pass)
         S = xp.sum(X6, axis=(2, 4))
-        S /= s * s
+        if exact_in_place(S, s * s):
+            S /= s * s
+        else:               # integer images: their mean in floating point, as ``/`` gives it
+            S = S / (s * s)
         return xp.reshape(S, (C * (H // s) * (W // s), m))
 
     def adjoint(self, xp, G, shape):

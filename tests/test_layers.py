@@ -150,6 +150,14 @@ def test_pooling_folded_into_the_next_map(rng):
     pooled = X.reshape(2, 2, 2, 2, 2, 2).mean(axis=(2, 4)).reshape(8, 2)
     np.testing.assert_allclose(A.forward(W, X), W[:, :-1] @ pooled + W[:, -1:], atol=1e-12)
     assert A.weight_shape == (3, 9) and not A.is_dense
+    # the pooled sums are divided in place only where that is exact: integer images (a pool
+    # as the first layer) average in floating point, float32 ones stay float32
+    pix = rng.integers(0, 256, size=(32, 2)).astype(np.uint8)
+    want = pix.reshape(2, 2, 2, 2, 2, 2).mean(axis=(2, 4)).reshape(8, 2)
+    np.testing.assert_allclose(AvgPool2d(2).apply(np, pix, (2, 4, 4)), want, atol=1e-12)
+    got32 = AvgPool2d(2).apply(np, X.astype(np.float32), (2, 4, 4))
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, pooled, rtol=1e-6, atol=1e-6)
 
 
 def test_lenet5_shapes_and_repr():
