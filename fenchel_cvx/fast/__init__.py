@@ -52,6 +52,7 @@ from ..blocks import BlockResult, WBlock, WHidden, WLast, XBlock
 from ..datasets import check_dtype
 from ..threads import per_library, controller, limit_threads
 from ._util import floor_tol
+from .fused import kernels
 from .wblocks import solve_pncg, solve_ridge
 from .xblocks import default_start, solve_x
 
@@ -131,13 +132,20 @@ class FastBackend:
         formed it (a capped X solve of more than one step compares its last value with its
         start's): ``fit_bcd`` reads the blocks' values only on its checked rounds, and
         recomputes them there (one pass over X_1, 4,704 x 500 on LeNet-5, per block).
+    compile : True: the solvers' elementwise chains (the W line search, the FISTA step) run as
+        fused kernels compiled by ``torch.compile`` (``fast.fused``) on the NumPy arrays, whose
+        matrix products stay in NumPy's BLAS; the same formulas as the eager reference, equal
+        up to rounding. It needs PyTorch and, on the CPU, a C++ compiler: without them it is
+        refused here, before any work, with what to install. Each chain compiles once per
+        layer shape, in the first batch (seconds; cached on disk for later processes).
+        False (the default): every chain eagerly, in the arrays' own library.
     """
 
     name = "fast"
 
     def __init__(self, tol=1e-6, max_iter=500, w_steps=None, dtype=None, newton_cap=None,
                  x_steps=None, gram_reuse=1, threads=1, capped_residual=True,
-                 capped_value=True):
+                 capped_value=True, compile=False):
         if not (isinstance(tol, numbers.Real) and tol > 0):
             raise ValueError(f"tol must be > 0, got {tol!r}")
         if not (isinstance(max_iter, numbers.Integral) and max_iter >= 1):
@@ -159,6 +167,8 @@ class FastBackend:
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} must be True or False, got {flag!r}")
         self.capped_residual, self.capped_value = capped_residual, capped_value
+        self.kernels = kernels(compile)   # refuses compile=True without torch.compile
+        self.compile = self.kernels.compiled
         self._cache = {}  # Gram factorisations, reused while X~ is unchanged
 
     def check_network(self, net):
@@ -198,7 +208,8 @@ class FastBackend:
 
     def __repr__(self):
         fields = dict(self.settings(), threads=self.threads,
-                      capped_residual=self.capped_residual, capped_value=self.capped_value)
+                      capped_residual=self.capped_residual, capped_value=self.capped_value,
+                      compile=self.compile)
         return f"FastBackend({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
 
     def solve(self, block, start=None):
@@ -215,6 +226,7 @@ class FastBackend:
         solve = _solver_of(block)
         arrays = _block_arrays(block)
         xp = array_namespace(*arrays.values())
+        self.kernels.check_arrays(xp)
         if self.dtype is not None:
             dt = getattr(xp, self.dtype)
             block = dataclasses.replace(block, **{k: xp.astype(v, dt, copy=False)
@@ -278,7 +290,7 @@ def _(block: XBlock, backend, xp, Z, tol):
     _, steps = backend.steps_of(block)
     cap = backend.max_iter if steps is None else min(backend.max_iter, int(steps))
     return solve_x(xp, block, Z, tol, cap, capped_residual=backend.capped_residual,
-                   capped_value=backend.capped_value)
+                   capped_value=backend.capped_value, kernels=backend.kernels)
 
 
 def _solve_pncg(block, backend, xp, Z, tol):
@@ -286,7 +298,7 @@ def _solve_pncg(block, backend, xp, Z, tol):
     cap = backend.max_iter if steps is None else int(steps)
     return solve_pncg(xp, block, Z, tol, cap, backend._cache, newton_cap=backend.newton_cap,
                       gram_reuse=backend.reuse_of(block), capped_residual=backend.capped_residual,
-                      capped_value=backend.capped_value)
+                      capped_value=backend.capped_value, kernels=backend.kernels)
 
 
 _solve_block.register(WHidden, _solve_pncg)

@@ -48,7 +48,8 @@ import math
 from ..arrays import clip, vecdot
 from ..blocks import WHidden, WLast
 from ._util import RESYNC, kkt, newton_1d, pr_plus, proves_above
-from . import span
+from . import fused, span
+from .fused import EAGER
 from .gram import DataGram, ParamGram, inverse_pays
 from .xblocks import DPHI_MAX
 
@@ -114,9 +115,7 @@ class _Problem:
         xp = self.xp
 
         def derivs(t):
-            Ut = t * dU
-            Ut += U
-            d1, d2 = self.data_derivs(Ut, dU)
+            d1, d2 = self.derivs_at(U, dU, t)
             return d1 + slope + curv * t, d2 + curv
 
         curv0 = self.data_curv(U, dU) + curv    # derivs(0)[1]: U + 0 dU is U
@@ -126,24 +125,35 @@ class _Problem:
         t, lo, nls = newton_1d(xp, derivs, t0, xp.zeros_like(t0), xp.full_like(t0, xp.inf),
                                tol=rtol * xp.abs(gd), max_iter=max_iter)
         # descent safeguard: lo < t* and the objective decreases on [0, t*]
-        change, size = self.data_change(U, t * dU)
+        change, size = self.change_along(U, dU, t)
         reg = (slope * t, 0.5 * curv * t * t)
         rise = change + reg[0] + reg[1]
         # the rounding of rise: a few eps of the terms it sums
         slack = 8 * xp.finfo(t.dtype).eps * (1 + xp.abs(size) + xp.abs(reg[0]) + xp.abs(reg[1]))
         return xp.where(rise <= slack, t, lo), nls
 
+    def derivs_at(self, U, dU, t):
+        """The data term's first and second derivatives in t at ``U + t dU`` along dU."""
+        Ut = t * dU
+        Ut += U
+        return self.data_derivs(Ut, dU)
+
     def data_curv(self, U, dU):
         """The data term's second derivative along dU at U (``data_derivs``'s second part)."""
         return self.data_derivs(U, dU)[1]
+
+    def change_along(self, U, dU, t):
+        """``data_change`` from U to ``U + t dU``."""
+        return self.data_change(U, t * dU)
 
 
 class HiddenRows(_Problem):
     """WHidden: rows are independent; per-row inner products, step lengths and Newton rows."""
 
     def __init__(self, xp, block, pre, K=None, newton_cap=None, flip_tol=None, p0=None,
-                 newton_start=NEWTON_START, U0=None):
+                 newton_start=NEWTON_START, U0=None, kernels=EAGER):
         super().__init__(xp, block, pre, U0)
+        self.kernels = kernels   # how the line search's chains run (``fused``)
         self.act, self.V, self.lam = block.act, block.V, block.lam
         self.coef, self.K = block.lam, K if K is not None else getattr(pre, "K", None)
         n1, m = self.Xt.shape
@@ -167,29 +177,18 @@ class HiddenRows(_Problem):
     def data_value(self, U):
         return self.lam * self.xp.sum(self.act.divergence(self.V, U))
 
-    def data_derivs(self, Ut, dU):
-        # row dots by vecdot: no product array (LeNet-5's W_0 rows are 392,000 long); the
-        # line search's Newton steps need them to 0.1 relative, its descent test sums exactly
-        act = self.act
-        return self._rows(act.grad_u(self.V, Ut), dU), self._rows(act.dphi(Ut) * dU, dU)
+    # the line search's chains on p x m arrays (most of a W solve's elementwise work), one
+    # fused kernel each where ``kernels`` compiles them (``fused``)
+    def derivs_at(self, U, dU, t):
+        return self.kernels(fused.row_derivs)(self.act, self.lam, self.V, U, dU, t)
 
     def data_curv(self, U, dU):
-        return self._rows(self.act.dphi(U) * dU, dU)
+        return self.kernels(fused.row_curv)(self.act, self.lam, U, dU)
 
-    def _rows(self, A, B):
-        """``lam sum_j A_ij B_ij`` per row, as a column."""
-        return self.lam * self.dot(A, B)
-
-    def data_change(self, U, dU):
-        """``(change, size)``: the data term's change from U to U + dU per row, and the size of
-        the terms it sums (its rounding scale)."""
-        xp, act = self.xp, self.act
-        base = act.Fstar(U)
-        diff = act.Fstar(U + dU)    # fresh (F* of a fresh array): worked in place
-        diff -= base
-        diff -= self.V * dU
-        return (self.lam * xp.sum(diff, axis=1, keepdims=True),
-                self.lam * xp.sum(xp.abs(base), axis=1, keepdims=True))
+    def change_along(self, U, dU, t):
+        """``(change, size)``: the data term's change from U to ``U + t dU`` per row, and the
+        size of the terms it sums (its rounding scale)."""
+        return self.kernels(fused.row_change)(self.act, self.lam, self.V, U, dU, t)
 
     def precondition(self, g, A, R, U, prev_active=None):
         """``(s, s X~ or None, newton_rows, active)``: ``g G^{-1}``, with exact Newton rows where
@@ -411,7 +410,7 @@ def _scatter_rows(xp, full, sub, rows):
 
 def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=RESYNC, newton_cap=None,
                flip_tol=None, newton_start=NEWTON_START, compact_every=8, stall_window=50,
-               gram_reuse=1, capped_residual=True, capped_value=True):
+               gram_reuse=1, capped_residual=True, capped_value=True, kernels=EAGER):
     """Preconditioned PR+ nonlinear CG with exact line search (WHidden, WLast cross-entropy).
 
     WHidden rows whose gradient is below ``tol / 2`` are frozen every ``compact_every``
@@ -420,12 +419,14 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=RESYNC, newton_ca
     halving the residual stop the loop (``info["stalled"]``). ``capped_residual=False``: the
     gradient after the last allowed step is not formed, the residual is reported as NaN;
     ``capped_value=False``: nor is the value at the returned point (``info`` has none).
+    ``kernels``: how the WHidden line search's elementwise chains run (``fused``).
     """
     pre, hit = gram_preconditioner(xp, block, cache, reuse=gram_reuse,
                                    rows=W.shape[0] * max_iter)
     hidden = isinstance(block, WHidden)
     prob = (HiddenRows(xp, block, pre, newton_cap=newton_cap, flip_tol=flip_tol,
-                       newton_start=newton_start) if hidden else LastCE(xp, block, pre))
+                       newton_start=newton_start, kernels=kernels) if hidden
+            else LastCE(xp, block, pre))
     factor = dict(cached_factor=bool(hit), stale_factor=hit == "stale", data_space=pre.data_space)
     if hidden and span.applies(xp, block, W, pre, max_iter, newton_start, newton_cap):
         W, it, info = span.solve_span(xp, prob, W, tol, max_iter, resync, capped_residual,
@@ -584,7 +585,8 @@ class _CG:
             return None if a is None else xp.take(a, keep, axis=0)
         self.prob = HiddenRows(xp, dataclasses.replace(block, **sub), old.pre, K=old.K,
                                newton_cap=old.newton_cap, flip_tol=old.flip_tol, p0=old.p0,
-                               newton_start=old.newton_start, U0=rows_of(old.U0))
+                               newton_start=old.newton_start, U0=rows_of(old.U0),
+                               kernels=old.kernels)
         self.W, self.U, self.A, self.d, self.dU, self.s, self.gs, self.active = (
             rows_of(a) for a in (self.W, self.U, self.A, self.d, self.dU, self.s, self.gs,
                                  self.active))

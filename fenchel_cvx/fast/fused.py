@@ -1,0 +1,274 @@
+"""The fast solvers' elementwise chains, run eagerly (the reference) or compiled into fused kernels.
+
+Between its matrix products a block solve spends most of its time in chains of elementwise
+operations and reductions over arrays of the block's size (300 x 500 for the MNIST MLP's
+hidden layer, 6 x 392,000 for LeNet-5's first convolution's W-block): the exact line search of
+the W-blocks along ``U + t dU`` and the FISTA step of the X-blocks. Eager NumPy runs each
+operation as its own pass over memory, with a temporary array each. Each chain here is one
+array-API function, and a ``Kernels`` object runs it one of two ways:
+
+- ``EAGER``: as written, in the arrays' own library (NumPy, CuPy, array-api-strict): the
+  readable reference, and the path where PyTorch is absent;
+- ``Compiled()``: through ``torch.compile`` (inductor) on zero-copy torch views of the NumPy
+  arrays (``torch.from_numpy``), so that each chain becomes one fused loop, C++ with OpenMP on
+  the CPU; the results come back as NumPy arrays over the same memory. The matrix products
+  stay in NumPy's BLAS. The same function is traced from its array-API code (PyTorch's
+  namespace through array_api_compat), so both ways compute the same formulas.
+
+Shapes are static (``dynamic=False``): each chain is compiled once per layer shape, in the
+first batch, and reused for every later batch (``Compiled.compiles`` counts them); numbers
+that change from call to call (a step length, a momentum weight) enter as 0-d tensors, so they
+never trigger a recompilation. Inductor's on-disk cache keeps the compiled kernels between
+processes. A chain that fails to compile runs eagerly from then on, with a warning that says
+why.
+
+The chains (the paper's Sec. 4 blocks, as ``fast.wblocks`` and ``fast.xblocks`` solve them):
+
+- ``row_derivs``, ``row_curv``, ``row_change``: a WHidden row's divergence term
+  ``lam sum_j B(v_j, u_j)`` along a direction: its first and second derivatives and its change;
+- ``fista_step``: the X-blocks' proximal-gradient step and the figures that FISTA's tests need;
+- ``scaled_grad_u``: the gradient ``lam (phi(U) - V)`` of a hidden X-block's smooth term.
+"""
+import functools
+import shutil
+import warnings
+
+from array_api_compat import array_namespace
+
+from ..arrays import vecdot
+
+__all__ = ["EAGER", "MIN_SIZE", "Compiled", "Kernels", "compiler_problem", "kernels"]
+
+#: chains whose largest array has fewer entries run eagerly also where compiled: a compiled
+#: call costs 50-100 us of dispatch, which NumPy's passes over such arrays, held in cache, do not
+#: (one core, float32: the MNIST MLP's 300 x 500 chains took as long either way over whole
+#: batches, LeNet-5's dense layers' 120 x 500 and 84 x 500 longer compiled, its convolutions'
+#: 4,704 x 500 and 6 x 392,000 4-15x less: docs page "Results", the compiled path)
+MIN_SIZE = 2 ** 18
+
+
+# --- the chains ----------------------------------------------------------------------------------
+def row_derivs(act, lam, V, U, dU, t):
+    """``(d1, d2)``, columns: ``lam sum_j (phi(u_j) - v_j) du_j`` and ``lam sum_j phi'(u_j)
+    du_j^2`` per row at ``U + t dU`` (the first and second derivatives in t of the rows'
+    divergence term ``lam sum_j B(v_j, u_j)``; row dots by ``vecdot``: no product array)."""
+    xp = array_namespace(U)
+    Ut = t * dU
+    Ut += U
+    d1 = vecdot(act.grad_u(V, Ut), dU)
+    d2 = vecdot(act.dphi(Ut) * dU, dU)
+    return lam * xp.reshape(d1, (-1, 1)), lam * xp.reshape(d2, (-1, 1))
+
+
+def row_curv(act, lam, U, dU):
+    """``row_derivs``'s second part at ``t = 0``: ``lam sum_j phi'(u_j) du_j^2`` per row."""
+    xp = array_namespace(U)
+    return lam * xp.reshape(vecdot(act.dphi(U) * dU, dU), (-1, 1))
+
+
+def row_change(act, lam, V, U, dU, t):
+    """``(change, size)``, columns: the rows' divergence term's change from U to ``U + t dU``,
+    ``lam sum_j [F*(u_j + t du_j) - F*(u_j) - v_j t du_j]``, and the size of the terms it sums,
+    ``lam sum_j |F*(u_j)|`` (its rounding scale). F*(u) of a fresh array is itself fresh: the
+    difference is formed in it in place."""
+    xp = array_namespace(U)
+    step = t * dU
+    base = act.Fstar(U)
+    diff = act.Fstar(U + step)
+    diff -= base
+    step *= V
+    diff -= step
+    return (lam * xp.sum(diff, axis=1, keepdims=True),
+            lam * xp.sum(xp.abs(base), axis=1, keepdims=True))
+
+
+def fista_step(prox, act, Gy, inv_L, y, tauU, tau, state=None, z=None, momentum=True):
+    """One proximal-gradient step of an X-block from ``y``: ``(zn, state, max D, min D, D . dz)``
+    with ``zn = prox(y - Gy / L + tau U_prev)`` (``tauU = tau U_prev``), ``D = zn - y`` and
+    ``dz = zn - z`` (``z`` None: z is y, and dz is D); D and dz are not kept (a pass each less
+    to write). ``D . dz`` (0 where no next step takes ``momentum``) decides FISTA's restart;
+    max D and min D its stopping proxy. ``prox(xp, act, r, tau, state) -> (z, state)`` may
+    scale its fresh argument ``r`` in place (``fast.xblocks``)."""
+    xp = array_namespace(y)
+    r = Gy * (-inv_L)
+    r += y
+    r += tauU
+    zn, state = prox(xp, act, r, tau, state)
+    D = zn - y
+    dz = D if z is None else zn - z
+    Ddz = _dot(xp, D, dz) if momentum else xp.zeros((), dtype=D.dtype)
+    return zn, state, xp.max(D), xp.min(D), Ddz
+
+
+def scaled_grad_u(act, lam, V, U):
+    """``lam (phi(U) - V)``: ``lam dB/du``, the smooth term's gradient of a hidden X-block in
+    ``U = A(W, Z)``."""
+    G = act.grad_u(V, U)
+    G *= lam
+    return G
+
+
+def _dot(xp, A, B):
+    """``sum(A * B)`` over all entries, as a 0-d array: one pass, no product array (a 1-D
+    ``vecdot`` of the flattened arrays)."""
+    return vecdot(xp.reshape(A, (-1,)), xp.reshape(B, (-1,)))
+
+
+# --- how they run ---------------------------------------------------------------------------------
+class Kernels:
+    """Runs the chains: ``kernels(chain)(*args)`` gives what ``chain(*args)`` gives."""
+
+    name = "eager"
+    compiled = False
+
+    def __call__(self, chain):
+        return chain
+
+    def check_arrays(self, xp):
+        """Refuse, before any work, arrays of a library this way of running cannot take."""
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
+
+
+#: the reference: each chain as written, in the arrays' own library
+EAGER = Kernels()
+
+
+def compiler_problem():
+    """Why ``torch.compile`` cannot run here (what to install), or None where it can: PyTorch
+    importable, and a C++ compiler on the PATH for inductor's CPU kernels."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return ("PyTorch is not installed: pip install torch (the CPU build: "
+                "pip install torch==2.13.0; or the extra: pip install 'fenchel_cvx[bench]')")
+    if not any(shutil.which(cc) for cc in ("c++", "g++", "clang++")):
+        return ("no C++ compiler on the PATH (c++, g++ or clang++), which torch.compile needs for "
+                "its CPU kernels: install one (Debian / Ubuntu: apt-get install g++)")
+    return None
+
+
+class Compiled(Kernels):
+    """Each chain through ``torch.compile(fullgraph=True, dynamic=False)`` on torch views of
+    NumPy arrays (or on torch tensors as given), once per distinct set of shapes, dtypes and
+    constant arguments (an activation, a prox). ``mode``: torch.compile's (None: its default).
+
+    Arguments: arrays become tensors (no copy), Python floats 0-d tensors of the first
+    array's dtype (so that a new step length is no new kernel), and anything else (activation
+    objects, functions, ints, bools, None) a constant of the trace. Results: tensors come back
+    as NumPy arrays (no copy) where the arguments were NumPy arrays.
+    """
+
+    name = "compiled"
+    compiled = True
+
+    def __init__(self, mode=None, min_size=MIN_SIZE):
+        problem = compiler_problem()
+        if problem is not None:
+            raise ValueError(f"compile=True needs torch.compile: {problem}")
+        import torch
+
+        self.torch, self.mode = torch, mode
+        # one compiled kernel per layer shape and chain: more than dynamo's default of 8 per
+        # function where a network has many layers (LeNet-5: 5 W-blocks, 4 X-blocks)
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        self._compiled, self._failed = {}, {}
+        self.min_size = min_size
+        # dynamo notes each of array_api_compat's lru_cache helpers that it traces through
+        # (harmless: they only map a type to its namespace); not repeated at every compile
+        warnings.filterwarnings("ignore", message="Dynamo detected a call to a",
+                                category=UserWarning)
+
+    def __repr__(self):
+        return f"Compiled(mode={self.mode!r}, min_size={self.min_size!r})"
+
+    def check_arrays(self, xp):
+        name = getattr(xp, "__name__", str(xp))
+        if not (name.endswith("numpy") or name.endswith("torch")):
+            raise ValueError(f"compile=True runs on NumPy arrays or PyTorch tensors, got arrays "
+                             f"of {name}: use compile=False for them")
+
+    @property
+    def compiles(self):
+        """How many kernels dynamo has compiled in this process (recompilations included)."""
+        return int(self.torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+    def __call__(self, chain):
+        if chain in self._failed:
+            return chain
+        run = self._compiled.get(chain)
+        if run is None:
+            run = self._compiled[chain] = self._wrap(chain)
+        return run
+
+    def _wrap(self, chain):
+        torch, np_ = self.torch, _numpy()
+        fn = torch.compile(chain, fullgraph=True, mode=self.mode)
+
+        @functools.wraps(chain)
+        def run(*args, **kwargs):
+            if self.min_size and max((a.size for a in args if type(a) is np_.ndarray),
+                                     default=0) < self.min_size:
+                return chain(*args, **kwargs)
+            conv, dtype, numpy_in = list(args), None, False
+            for i, a in enumerate(conv):
+                if type(a) is np_.ndarray:
+                    conv[i], numpy_in = _from_numpy(torch, a), True
+                    dtype = dtype or (conv[i].dtype if a.dtype.kind == "f" else None)
+            for i, a in enumerate(conv):
+                if type(a) is float:
+                    conv[i] = torch.tensor(a, dtype=dtype or torch.float64)
+            kwargs = {k: _from_numpy(torch, v) if type(v) is np_.ndarray else v
+                      for k, v in kwargs.items()}
+            try:
+                out = fn(*conv, **kwargs)
+            except Exception as err:   # noqa: BLE001 - any compiler failure: run eagerly
+                self._failed[chain] = f"{type(err).__name__}: {err}"
+                warnings.warn(f"torch.compile failed on fenchel_cvx.fast.fused.{chain.__name__} "
+                              f"({self._failed[chain].splitlines()[0][:300]}); it runs eagerly "
+                              f"from now on", RuntimeWarning, stacklevel=2)
+                return chain(*args, **kwargs)
+            return _to_numpy(out) if numpy_in else out
+
+        return run
+
+
+def _numpy():
+    import numpy
+
+    return numpy
+
+
+def _from_numpy(torch, a):
+    """A torch view of the NumPy array ``a`` (no copy; a read-only array is viewed all the same:
+    the chains never write into their arguments)."""
+    if not a.flags.writeable:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(a)
+    return torch.from_numpy(a)
+
+
+def _to_numpy(out):
+    if isinstance(out, tuple):
+        return tuple(_to_numpy(o) for o in out)
+    return out.numpy() if hasattr(out, "numpy") else out
+
+
+@functools.cache
+def _compiled_default():
+    return Compiled()
+
+
+def kernels(compile):
+    """The ``Kernels`` of a ``compile`` setting: False the reference ``EAGER``, True the
+    process's shared ``Compiled()`` (its kernels serve every backend), or a ``Kernels``."""
+    if isinstance(compile, Kernels):
+        return compile
+    if compile is True:
+        return _compiled_default()
+    if compile is False:
+        return EAGER
+    raise ValueError(f"compile must be True, False or a fenchel_cvx.fast.fused.Kernels, "
+                     f"got {compile!r}")
