@@ -18,7 +18,9 @@ on all the data. **Algorithm 2** (integer ``batch_size``): ``epochs`` passes ove
 ``datasets.batch_order(m, batch_size, epochs, seed=net.seed)`` (the schedule the backprop
 baselines share); per batch ``W0 <- W``, X <- the feed-forward pass on the batch, then
 ``alternations`` (K) rounds on the batch with the proximal term ``gamma_l ||W_l - W0_l||^2`` in
-each W-block. A ``batch_size >= m`` is allowed: every epoch is then one batch of all the data.
+each W-block. A ``batch_size >= m`` is allowed: every epoch is then one batch of all the data,
+taken in the data's own column order (the blocks' objectives are sums over the columns), so the
+driver trains on ``X0`` itself, not on a permuted copy.
 ``iterations`` is used by Algorithm 1 only, ``epochs`` and ``alternations`` by Algorithm 2 only.
 A ``gamma > 0`` in Algorithm 1 makes it proximal: W0 is the W at the start of each iteration.
 
@@ -319,13 +321,16 @@ def schedule(m: int, batch_size: int | None, epochs: int, iterations: int, alter
 
     Algorithm 2's batches are ``datasets.batch_order(m, batch_size, epochs, seed)``: a pure
     function of the seed, so a run's position in it (``BCDState.iteration``) is all the random
-    state a checkpoint needs.
+    state a checkpoint needs. A ``batch_size >= m`` gives every epoch the one batch
+    ``arange(m)``: all the data in their own order.
     """
     if batch_size is None:
         return [Step(i, None, None, None, None, i == 1, True, i == iterations, i == iterations)
                 for i in range(1, iterations + 1)]
+    order = (batch_order(m, batch_size, epochs, seed=seed) if batch_size < m
+             else [[np.arange(m)]] * epochs)
     steps = []
-    for e, batches in enumerate(batch_order(m, batch_size, epochs, seed=seed), start=1):
+    for e, batches in enumerate(order, start=1):
         for b, idx in enumerate(batches, start=1):
             for k in range(1, alternations + 1):
                 end = b == len(batches) and k == alternations
@@ -359,15 +364,19 @@ class BCDState:
 
 
 class _Data:
-    """The training data and its batches (column gathers, the last one cached)."""
+    """The training data and its batches (column gathers, the last one cached). Unbatched
+    (Algorithm 1, or ``batch_size >= m``, whose one batch is all the data in order:
+    ``schedule``) every round gets the data themselves."""
 
     def __init__(self, X0, Y, xp, batched):
-        self.X0, self.Y, self.xp, self._last = X0, Y, xp, (None, X0, Y)
+        self.X0, self.Y, self.xp, self.batched, self._last = X0, Y, xp, batched, (None, X0, Y)
         # from a column-major copy each batch is one contiguous block per point (MNIST, 784 x
         # 60,000 float32: 0.1 ms a batch instead of 3 ms)
         self.cols = np.asfortranarray(X0) if batched and xp is np else X0
 
     def batch(self, idx):
+        if not self.batched:
+            return self.X0, self.Y
         if idx is not self._last[0]:
             if self.xp is np:
                 Xb, Yb = np.ascontiguousarray(self.cols[:, idx]), self.Y[:, idx]

@@ -126,6 +126,43 @@ def test_algorithm2_alternations_and_large_batch(tiny):
     assert sorted(res.batch) == list(range(30))
 
 
+@pytest.mark.parametrize("batch_size", [30, 1000])
+def test_one_batch_of_all_the_data_is_the_data_in_order(tiny, batch_size):
+    """batch_size >= m: every epoch trains on the data themselves, in their own order (the
+    blocks get the caller's Y, not a permuted copy), so W_0's Gram factorisation, of an X~_0
+    that never changes, is formed in the first epoch and reused by every later one."""
+    from fenchel_cvx.fast import FastBackend
+
+    factors, targets = [], []
+
+    class Recording(FastBackend):
+        def solve(self, block, start=None):
+            res = super().solve(block, start)
+            if block.kind == "w_hidden" and block.layer == 0:
+                factors.append(res.info["cached_factor"])
+            if block.kind in ("x_last", "w_last"):
+                targets.append(block.Y is Y)
+            return res
+
+    X, Y = tiny
+    sizes = dict(layer_sizes=[4, 6, 5, 3], activation="relu", loss="mse", lam=1.0, rho=0.1,
+                 seed=2)
+    res = fit_bcd(LiftedNetwork(**sizes), X, Y, batch_size=batch_size, epochs=3, gamma=0.0,
+                  backend=Recording(w_steps=2, x_steps=3), strict=False)
+    assert len(res.history) == 3 and all(r["m"] == 30 for r in res.history)
+    assert factors == [False, True, True]
+    assert targets == [True] * 6
+    np.testing.assert_array_equal(res.batch, np.arange(30))
+    assert [s.idx.tolist() for s in bcd.schedule(30, batch_size, 2, None, 1, 0)] == [
+        list(range(30))] * 2
+    # the same rounds as Algorithm 1 with every round restarted from the feed-forward point
+    net = LiftedNetwork(**sizes)
+    for _ in range(3):
+        fit_bcd(net, X, Y, iterations=1, backend=FastBackend(w_steps=2, x_steps=3), strict=False)
+    for W, Wr in zip(res.net.W, net.W):
+        np.testing.assert_allclose(W, Wr, rtol=1e-12, atol=1e-14)
+
+
 def test_algorithm2_cross_entropy_certified(tiny):
     X, Y = tiny
     net = LiftedNetwork([4, 6, 5, 3], "tanh", "cross_entropy", lam=1.0, rho=0.1, seed=0)

@@ -203,13 +203,61 @@ def test_fln_restart_is_algorithm_2_on_one_batch_of_all_the_data(data):
     assert not all(np.allclose(a, b) for a, b in zip(run.net.W, kept.net.W))
 
 
+@pytest.mark.parametrize("capped_reports", [None, True])
+def test_fln_restart_factorises_w0_once_and_reports_capped_blocks_as_asked(
+        capped_reports, data, monkeypatch):
+    """restart=True: W_0's X~_0 is the data's in every round, so its Gram factorisation is
+    formed in the first round and reused after. capped_reports (default False): whether a block
+    stopped at its step cap reports its residual and value; the weights are the same."""
+    from fenchel_cvx.baselines.lifted import fln
+    from fenchel_cvx.fast import FastBackend
+
+    backends, factors, reports = [], [], []
+
+    class Recording(FastBackend):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            backends.append(self)
+
+        def solve(self, block, start=None):
+            res = super().solve(block, start)
+            if block.kind == "w_hidden" and block.layer == 0:
+                factors.append(res.info["cached_factor"])
+            if res.status == "max_iter":
+                reports.append((block.kind, bool(np.isfinite(res.residual)),
+                                bool(np.isfinite(res.value))))
+            return res
+
+    monkeypatch.setattr(fln, "FastBackend", Recording)
+    X, Y = data
+    hyper = dict(lam=0.1, rho=(1e-2, 10.0), w_steps=2, x_steps=10, check_every=2, restart=True)
+    if capped_reports is not None:
+        hyper["capped_reports"] = capped_reports
+    run = fit_lifted("fln", X, Y, X, Y, hidden=(5,), iterations=4, seed=3, **hyper)
+    lean = not capped_reports
+    assert [(b.capped_residual, b.capped_value) for b in backends] == [(not lean, not lean)]
+    assert factors == [False, True, True, True]
+    # a capped W-block reports no residual nor value (an X-block's descent guard may form its
+    # value: FastBackend's capped_value)
+    assert {kind for kind, _, _ in reports} == {"w_hidden", "x_last"}
+    assert all(res is not lean and (value is not lean or kind.startswith("x"))
+               for kind, res, value in reports)
+    monkeypatch.undo()
+    ref = fit_lifted("fln", X, Y, X, Y, hidden=(5,), iterations=4, seed=3,
+                     **dict(hyper, capped_reports=not lean))
+    for W, Wr in zip(run.net.W, ref.net.W):
+        np.testing.assert_array_equal(W, Wr)
+    assert run.series("test_accuracy").tolist() == ref.series("test_accuracy").tolist()
+
+
 @pytest.mark.parametrize("method, hyper, word", [
     ("taylor", dict(beta=0.0), "beta"), ("taylor", dict(gamma=-1.0), "gamma"),
     ("lau", dict(rho=0), "rho"), ("lau", dict(gamma=-2), "gamma"), ("lau", dict(alpha=0.0), "alpha"),
     ("askari", dict(rho=(1.0, -1.0)), "rho"), ("askari", dict(lam=0), "lam"),
     ("askari", dict(x_steps=0), "x_steps"), ("taylor", dict(loss="cross_entropy"), "loss"),
     ("lau", dict(loss="hinge"), "loss"), ("sgd", dict(lr=0.0), "lr"), ("fln", dict(lam=0), "lam"),
-    ("fln", dict(restart=1), "restart"), ("lau", dict(eta=1.0), "eta")])
+    ("fln", dict(restart=1), "restart"), ("fln", dict(capped_reports="no"), "capped_reports"),
+    ("lau", dict(eta=1.0), "eta")])
 def test_bad_hyperparameters_are_refused_by_name(method, hyper, word, data):
     X, Y = data
     with pytest.raises(ValueError, match=word):
