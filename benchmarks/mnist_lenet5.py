@@ -56,8 +56,8 @@ from fenchel_cvx.datasets import load_cifar10, load_mnist, load_mnist5k, one_hot
 from fenchel_cvx.io import write_text  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
 from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text, machine,  # noqa: E402
-                       backprop_record, fln_backend, peak_text, plot, run_methods, seed_summary,
-                       train_fln)
+                       backprop_record, fln_backend, level_figures, level_table, peak_text, plot,
+                       run_methods, seed_summary, train_fln)
 
 EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}
@@ -98,6 +98,9 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--threads", type=int, default=1, help="cores per method (2 slows FLN's "
                    "epoch: docs/results.md, LeNet-5, 'Two threads')")
+    p.add_argument("--compile", action="store_true", help="FLN's elementwise chains as fused "
+                   "kernels compiled by torch.compile (FastBackend(compile=True)); the compile runs "
+                   "on the first batch before the clock starts, and its seconds are reported")
     p.add_argument("--methods", default="fln,adam,sgd")
     p.add_argument("--jobs", type=int, default=1, help="methods run at once, each in its own "
                    "process on --threads cores (default 1: one after another, timings free of "
@@ -272,7 +275,7 @@ def summarise(results, args, data_desc):
         per_seed = [_row(r) for r in runs]
         at = {b: _mean([r["accuracy_at_batches"][b] for r in per_seed]) for b in EARLY}
         rows[name] = dict(seed_summary(per_seed), wall=_mean([r["wall"] for r in per_seed]),
-                          accuracy_at_batches=at)
+                          accuracy_at_batches=at, **level_figures(runs))
         if "epoch_reports" in per_seed[0]:
             rows[name]["epoch_reports"] = per_seed[0]["epoch_reports"]   # the first seed's
     ratios = {}
@@ -309,6 +312,7 @@ def markdown(summary):
         lines.append(f"| {e + 1} | " + " | ".join(
             fmt(r["test_accuracy"][e] if e < len(r["test_accuracy"]) else None)
             for r in summary["methods"].values()) + " |")
+    lines += level_table(summary)
     for k, v in summary["ratios"].items():
         lines.append(f"\n{k}: {v:.2f}")
     return "\n".join(lines) + "\n"

@@ -80,6 +80,8 @@ LAM, GAMMA, W_STEPS, MOMENTUM = _SETTING.lam, _SETTING.gamma, _SETTING.w_steps, 
 X_STEPS = _SETTING.x_steps[0]
 
 TARGET = 0.97
+#: the test accuracies whose first reaching both benchmarks time, per method
+LEVELS = (0.95, 0.97, 0.98, 0.985)
 # MNIST: --data, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
 os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -93,6 +95,9 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="cores per method: NumPy's BLAS and "
                    "PyTorch get them all, SciPy's BLAS one (fenchel_cvx.threads.plan); 1 is fastest "
                    "on a shared machine (docs/results.md, Threads)")
+    p.add_argument("--compile", action="store_true", help="FLN's elementwise chains as fused "
+                   "kernels compiled by torch.compile (FastBackend(compile=True)); the compile runs "
+                   "on the first batch before the clock starts, and its seconds are reported")
     p.add_argument("--methods", default="fln,adam,sgd")
     p.add_argument("--jobs", type=int, default=1, help="methods (and seeds) run at once, each in "
                    "its own process on --threads cores (default 1: one after another, timings "
@@ -336,7 +341,8 @@ def fln_backend(args, **options):
     from fenchel_cvx.fast import FastBackend
 
     return FastBackend(w_steps=args.w_steps, x_steps=args.x_steps, gram_reuse=args.gram_reuse,
-                       capped_residual=False, capped_value=False, threads=args.threads, **options)
+                       capped_residual=False, capped_value=False, threads=args.threads,
+                       compile=getattr(args, "compile", False), **options)
 
 
 def _one_or_all(values):
@@ -390,6 +396,7 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
         state["eval"] += time.perf_counter() - t
 
     acc0 = test_accuracy()
+    compile_s = warm_up(args, net, X, Y, backend, sync) if backend.compile else None
     sync()
     state["t0"] = time.perf_counter()
     hist = fit_bcd(net, X, Y, batch_size=args.batch_size, epochs=args.epochs,
@@ -400,10 +407,32 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
                    progress=not getattr(args, "no_progress", True)).history
     cert = certificate_summary(hist)
     out = dict(initial_test_accuracy=acc0, test_accuracy=state["acc"], seconds=state["sec"],
-               checkpoints=state["ckpt"], certificate=cert, lam_per_epoch=state["lam"])
+               checkpoints=state["ckpt"], certificate=cert, lam_per_epoch=state["lam"],
+               compile_seconds=compile_s)
     if epoch_report is not None:
         out["epoch_reports"] = state["reports"]
     return out
+
+
+def warm_up(args, net, X, Y, backend, sync=lambda: None):
+    """Compile FLN's kernels before the clock starts: one batch of the run's setting on a copy of
+    the network, whose Gram factors the backend then forgets (the run is the same as without it).
+    -> its seconds, the compile's cost (printed)."""
+    import copy
+
+    from fenchel_cvx.bcd import fit_bcd
+
+    t0 = time.perf_counter()
+    fit_bcd(copy.deepcopy(net), X[:, :args.batch_size], Y[:, :args.batch_size],
+            batch_size=args.batch_size, gamma=_one_or_all(args.gamma),
+            momentum=_one_or_all(args.momentum), backend=backend, strict=False, eval_every=None,
+            check_every=1)
+    sync()
+    backend.forget()
+    seconds = time.perf_counter() - t0
+    print(f"  fln: compiled its kernels on one batch in {seconds:.1f} s (before the clock)",
+          flush=True)
+    return seconds
 
 
 def certificate_summary(hist):
@@ -641,6 +670,37 @@ def peak_text(r):
     return f"{r['peak_mib']:.0f}" + ("" if gpu is None else f" (GPU {gpu:.0f})")
 
 
+def level_figures(runs):
+    """Per run of a method: seconds to each accuracy of ``LEVELS`` (None where not reached) and
+    the seconds its kernels took to compile before the clock (None: not compiled) -> seed means."""
+    seconds = [{lvl: time_to(r["checkpoints"], lvl)[0] for lvl in LEVELS} for r in runs]
+    compiled = [r.get("compile_seconds") for r in runs]
+    return dict(seconds_to={lvl: _mean([s[lvl] for s in seconds]) for lvl in LEVELS},
+                compile_seconds=None if None in compiled else max(compiled))
+
+
+def level_table(summary):
+    """Markdown: every method's seconds to each accuracy of ``LEVELS`` (seed means; "n/a": not
+    reached by every seed), FLN over Adam, and the compile's seconds where FLN compiled."""
+    rows = summary["methods"]
+    fmt = lambda x: "n/a" if x is None else f"{x:.1f}"  # noqa: E731
+    lines = ["", "Seconds of training to a test accuracy (first evaluation at or above it):", "",
+             "| method | " + " | ".join(f"{lvl:.1%}" for lvl in LEVELS) + " |",
+             "|---" * (len(LEVELS) + 1) + "|"]
+    for name, r in rows.items():
+        lines.append(f"| {name} | " + " | ".join(fmt(r["seconds_to"][lvl]) for lvl in LEVELS) + " |")
+    if "fln" in rows and "adam" in rows:
+        f, a = rows["fln"]["seconds_to"], rows["adam"]["seconds_to"]
+        lines.append("| fln / adam | " + " | ".join(
+            "n/a" if f[lvl] is None or a[lvl] is None else f"{f[lvl] / a[lvl]:.2f}"
+            for lvl in LEVELS) + " |")
+    for name, r in rows.items():
+        if r.get("compile_seconds") is not None:
+            lines.append(f"\n{name}: kernels compiled in {r['compile_seconds']:.1f} s on the "
+                         "first batch, before the clock")
+    return lines
+
+
 def _mean(values):
     """The mean over seeds, or None where a seed lacks the figure (never the others' mean)."""
     return None if any(v is None for v in values) else float(np.mean(values))
@@ -665,7 +725,7 @@ def summarise(results, args, data_desc):
     rows = {}
     for name, runs in results.items():
         per_seed = [_row(r) for r in runs]
-        rows[name] = dict(seed_summary(per_seed),
+        rows[name] = dict(seed_summary(per_seed), **level_figures(runs),
                           **{k: _mean([r[k] for r in per_seed]) for k in ("time_to_97", "batches_to_97")})
         if "certificate" in runs[0]:
             rows[name]["certificate"] = [r["certificate"] for r in runs]
@@ -711,6 +771,7 @@ def markdown(summary):
                      f"{fmt(r['batches_to_97'], '{:.0f}')} | {peak_text(r)} | "
                      f"{r['gflop_per_batch']:.2f} | {r['ms_per_batch']:.0f} | "
                      f"{r['fraction_of_gemm_floor']:.0%} |")
+    lines += level_table(summary)
     for k, v in summary["ratios"].items():
         lines.append(f"\n{k}: {v:.2f}")
     if summary.get("matmul_share") is not None:

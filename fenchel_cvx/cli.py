@@ -61,7 +61,7 @@ LENET5_HIDDEN = defaults.LeNet5.n_hidden   # conv, conv, fc 120, fc 84
 #: settings (session 13): one W-step, 10 X-steps and a fresh Gram every solve (and every run
 #: fit_bcd's gamma and no momentum). ``resume`` of a run.json written then goes on with them.
 BEFORE_SETTINGS = dict(w_steps=1, x_steps=10, gram_reuse=1)
-FAST_ONLY = ("max_iter", "w_steps", "x_steps", "newton_cap", "gram_reuse")
+FAST_ONLY = ("max_iter", "w_steps", "x_steps", "newton_cap", "gram_reuse", "compile")
 #: the help's words for a default from the training setting (``defaults.training``)
 SETTING = "the network kind's training setting, defaults.py"
 LARGE = 3000   # the oracle on more training points prints an estimate and suggests --backend fast
@@ -198,6 +198,10 @@ def _fast_arguments(f):
     f.add_argument("--gram-reuse", type=_per_layer(COUNT, _integers), default=None,
                    help="W solves one Gram factorisation serves: one, or one per layer (default: "
                         f"{SETTING} with --batch-size, else 1)")
+    f.add_argument("--compile", action="store_const", const=True, default=None,
+                   help="run the solvers' elementwise chains as fused kernels compiled by "
+                        "torch.compile (needs PyTorch and a C++ compiler; the first batch pays "
+                        "the compile, cached on disk for later runs; default: eager NumPy)")
 
 
 def build_parser():
@@ -285,6 +289,11 @@ def _check_train(args):
         given = [k for k in FAST_ONLY if getattr(args, k) is not None]
         if given:
             _fail("--" + given[0].replace("_", "-"), "needs --backend fast")
+    if args.compile:
+        from .fast.fused import compiler_problem
+
+        if (problem := compiler_problem()) is not None:
+            _fail("--compile", problem)
     p_in, k = SHAPES[args.dataset]
     if args.arch not in (None, "lenet5") and (args.arch[0] != p_in or args.arch[-1] != k):
         _fail("--arch", f"{'-'.join(map(str, args.arch))} does not fit {args.dataset}: the input "
@@ -383,7 +392,9 @@ def _banner(args, resume, n_train, n_test, arch, out):
     algo += f", momentum={args.momentum}" if any(beta) else ""
     print(f"fenchel-cvx {'resume' if resume else 'train'}: {args.dataset} ({n_train} train / "
           f"{n_test} test), {arch} {args.activation}, {args.loss}, lam={args.lam}, "
-          f"rho={args.rho}; {algo}; backend {args.backend}; {args.threads} thread(s); "
+          f"rho={args.rho}; {algo}; backend {args.backend}"
+          f"{' (compiled kernels)' if getattr(args, 'compile', None) else ''}; "
+          f"{args.threads} thread(s); "
           f"output {out}", flush=True)
 
 

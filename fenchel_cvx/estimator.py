@@ -60,6 +60,7 @@ def _constraints(n_hidden, losses):
                 loss=Options(losses), lam=[None, PerLayer(LAM, max(L, 1))],
                 rho=[None, PerLayer(RHO, L + 1)], gamma=[None, PerLayer(GAMMA, L + 1)],
                 momentum=[None, PerLayer(MOMENTUM, L + 1)], threads=[None, COUNT],
+                compile=BOOL,
                 w_steps=[None, Options(("tol",)), PerLayer(COUNT, L + 1)],
                 x_steps=[None, Options(("tol",))] + ([PerLayer(COUNT, L)] if L else []),
                 batch_size=[None, Options(("auto",)), COUNT],
@@ -145,11 +146,18 @@ class _FenchelBase(BaseEstimator):
         values = {k: getattr(self, k) for k in constraints}
         check_backend(self.backend)
         by_name = isinstance(self.backend, str) and self.backend == "fast"
-        for name, what in (("w_steps", "steps"), ("x_steps", "steps"), ("threads", "threads")):
-            if values[name] is not None and not by_name:
+        for name, what in (("w_steps", "steps"), ("x_steps", "steps"), ("threads", "threads"),
+                           ("compile", "kernels")):
+            if values[name] not in (None, False) and not by_name:
                 raise ValueError(f"{name}={values[name]!r} sets the {what} of the fast backend by "
                                  f"name: it needs backend='fast' (a backend object keeps its "
                                  f"own), got backend={self.backend!r}")
+        if by_name and values["compile"] is True:   # refused before any work, with what to install
+            from .fast.fused import compiler_problem
+
+            problem = compiler_problem()
+            if problem is not None:
+                raise ValueError(f"compile=True needs torch.compile: {problem}")
         # strict: every block must pass the certificate, so no step caps unless given
         strict = isinstance(self.strict, (bool, np.bool_)) and bool(self.strict)
         steps = ("w_steps", "x_steps") if by_name and not strict else ()
@@ -166,7 +174,8 @@ class _FenchelBase(BaseEstimator):
         if self.backend == "fast":
             threads = {} if params["threads"] is None else dict(threads=params["threads"])
             return get_backend("fast", tol=self.tol, dtype=params["dtype"].name,
-                               w_steps=params["w_steps"], x_steps=params["x_steps"], **threads)
+                               w_steps=params["w_steps"], x_steps=params["x_steps"],
+                               compile=params["compile"], **threads)
         return get_backend(self.backend, tol=self.tol)
 
     def _seed(self):
@@ -364,6 +373,11 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         ``fenchel_cvx.threads.plan``). None: the backend's default, one core (a backend with
         the pools left as they are: ``backend=FastBackend(threads=None)``). A backend object
         keeps its own.
+    compile : bool, default False
+        The fast backend by name with its elementwise chains compiled into fused kernels
+        (``FastBackend(compile=True)``: ``torch.compile``, which needs PyTorch and a C++
+        compiler; refused before any work without them). The same solves up to rounding; the
+        first batch pays the compile (seconds, cached on disk for later runs).
     verbose : bool or int, default False
         Print ``Iteration n, loss = ...`` after every epoch, as ``MLPClassifier`` does; 2 or
         more also shows a progress bar over the rounds.
@@ -415,7 +429,8 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
                  backend="fast", tol=1e-3, dtype="float64", strict=None,
                  verbose=False, random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10,
-                 momentum=None, w_steps=None, x_steps=None, check_every=1, threads=None):
+                 momentum=None, w_steps=None, x_steps=None, check_every=1, threads=None,
+                 compile=False):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -427,6 +442,7 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         self.x_steps = x_steps
         self.check_every = check_every
         self.threads = threads
+        self.compile = compile
         self.batch_size = batch_size
         self.epochs = epochs
         self.alternations = alternations
@@ -533,7 +549,8 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
                  backend="fast", tol=1e-3, dtype="float64", strict=None, verbose=False,
                  random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10,
-                 momentum=None, w_steps=None, x_steps=None, check_every=1, threads=None):
+                 momentum=None, w_steps=None, x_steps=None, check_every=1, threads=None,
+                 compile=False):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -545,6 +562,7 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
         self.x_steps = x_steps
         self.check_every = check_every
         self.threads = threads
+        self.compile = compile
         self.batch_size = batch_size
         self.epochs = epochs
         self.alternations = alternations

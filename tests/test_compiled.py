@@ -1,0 +1,262 @@
+"""The compiled path: ``FastBackend(compile=True)`` against the eager reference (``fast.fused``).
+
+- each fused chain gives what its eager form gives, on every activation, in float32 and float64;
+- each block kind of both benchmarks (the MLP's dense blocks, LeNet-5's convolution blocks),
+  solved from identical inputs by both paths with the benchmarks' capped settings, agrees to
+  1e-5 relative in float32 and 1e-10 in float64; solved to tolerance in float64 it matches the
+  eager solve to 1e-8 and the CVXPY oracle's optimum as the eager one does;
+- a batched run compiles in its first batch only (dynamo's counters), holds its certificate,
+  resumes from a checkpoint to the uninterrupted result and gives the same result twice;
+- bad input is refused before any work, with what to install; a chain that does not compile
+  runs eagerly with a warning that says why.
+
+The chains compile on arrays of any size here (``Compiled(min_size=0)``), so that small test
+arrays take the compiled kernels that MNIST-sized ones take.
+"""
+import dataclasses
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the compiled path needs PyTorch (the bench extra)")
+
+from fenchel_cvx import AvgPool2d, Conv2d, Dense, Flatten, LiftedNetwork, activation, blocks  # noqa: E402
+from fenchel_cvx.bcd import fit_bcd  # noqa: E402
+from fenchel_cvx.fast import FastBackend, fused  # noqa: E402
+from fenchel_cvx.fast.xblocks import PROX  # noqa: E402
+
+if fused.compiler_problem() is not None:
+    pytest.skip(f"torch.compile cannot run here: {fused.compiler_problem()}",
+                allow_module_level=True)
+
+ACTS = ("relu", "leaky_relu", "sigmoid", "tanh")
+RTOL = {np.float32: 1e-5, np.float64: 1e-10}
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """One compiled runner for the module: its kernels are reused across tests, as a process's
+    backends share them."""
+    return fused.Compiled(min_size=0)
+
+
+def _act(name):
+    return activation("leaky_relu", slope=0.1) if name == "leaky_relu" else activation(name)
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def _inside(act, A):
+    lo, hi = act.v_range
+    return np.clip(A, lo + 0.02 if np.isfinite(lo) else None, hi - 0.02 if np.isfinite(hi) else None)
+
+
+# --- the chains -------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ACTS)
+def test_each_chain_equals_its_eager_form(compiled, name, dtype):
+    act, rng = _act(name), np.random.default_rng(0)
+    V, U, dU = (rng.standard_normal((12, 40)).astype(dtype) for _ in range(3))
+    V = _inside(act, V)
+    t = rng.uniform(0.1, 1.0, (12, 1)).astype(dtype)
+    cases = [(fused.row_derivs, (act, 0.7, V, U, dU, t)), (fused.row_curv, (act, 0.7, U, dU)),
+             (fused.row_change, (act, 0.7, V, U, dU, t)),
+             (fused.scaled_grad_u, (act, 0.7, V, U))]
+    for chain, args in cases:
+        got, want = compiled(chain)(*args), chain(*args)
+        for g, w in zip(got if isinstance(got, tuple) else (got,),
+                        want if isinstance(want, tuple) else (want,)):
+            assert isinstance(g, np.ndarray) and g.dtype == dtype and g.shape == w.shape
+            assert _rel(g, w) <= RTOL[dtype], (chain.__name__, _rel(g, w))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(PROX))
+def test_fista_step_equals_its_eager_form(compiled, name, dtype):
+    act, rng = _act(name), np.random.default_rng(1)
+    Gy, y, z, tauU = (rng.standard_normal((20, 30)).astype(dtype) for _ in range(4))
+    for zz in (None, z):    # the first step (z is y) and a later one
+        got = compiled(fused.fista_step)(PROX[name], act, Gy, 0.3, y, tauU, 0.5, None, zz)
+        want = fused.fista_step(PROX[name], act, Gy, 0.3, y, tauU, 0.5, None, zz)
+        assert got[1] is None and want[1] is None          # a closed-form prox keeps no state
+        for g, w in zip(got[:1] + got[2:], want[:1] + want[2:]):
+            assert _rel(g, w) <= RTOL[dtype]
+
+
+def test_the_compiled_chain_neither_copies_nor_writes_its_arguments(compiled):
+    """Arguments are viewed, not copied, and never written: read-only arrays are taken."""
+    rng = np.random.default_rng(2)
+    V, U, dU = (rng.standard_normal((8, 16)) for _ in range(3))
+    before = [A.copy() for A in (V, U, dU)]
+    for A in (V, U, dU):
+        A.flags.writeable = False
+    compiled(fused.row_change)(activation("relu"), 1.0, V, U, dU, 0.5)
+    assert all(np.array_equal(A, B) for A, B in zip((V, U, dU), before))
+
+
+# --- whole block solves of both benchmarks --------------------------------------------------------
+def _mlp_state(dtype, seed=0, m=24):
+    """A dense ReLU / cross-entropy network (the MLP benchmark's kind, smaller), a batch of fewer
+    points than inputs (W_0's steps in the span of the batch) at a perturbed lifted point."""
+    rng = np.random.default_rng(seed)
+    net = LiftedNetwork([40, 16, 10], "relu", "cross_entropy", lam=0.2, rho=0.0, seed=seed,
+                        dtype=dtype)
+    X0 = rng.random((40, m)).astype(dtype)
+    Y = np.eye(10, dtype=dtype)[:, rng.integers(0, 10, m)]
+    Xs, _ = net.forward(X0)
+    Xs = [np.maximum(X + 0.2 * rng.standard_normal(X.shape).astype(dtype), 0) for X in Xs]
+    return net, X0, Y, Xs
+
+
+def _conv_state(dtype, seed=0, m=6):
+    """A LeNet-5-like network (convolution, average pooling, dense; ReLU, cross-entropy)."""
+    rng = np.random.default_rng(seed)
+    net = LiftedNetwork.from_layers(
+        (1, 8, 8), [Conv2d(3, 3, padding=1), AvgPool2d(2), Conv2d(4, 3), AvgPool2d(2), Flatten(),
+                    Dense(3)], activation="relu", loss="cross_entropy", lam=(10.0, 2.0), rho=0.0,
+        seed=seed, dtype=dtype)
+    X0 = rng.random((64, m)).astype(dtype)
+    Y = np.eye(3, dtype=dtype)[:, rng.integers(0, 3, m)]
+    Xs, _ = net.forward(X0)
+    Xs = [np.maximum(X + 0.2 * rng.standard_normal(X.shape).astype(dtype), 0) for X in Xs]
+    return net, X0, Y, Xs
+
+
+def _blocks(state):
+    net, X0, Y, Xs = state
+    L = net.n_hidden
+    xs = [blocks.x_block(net, X0, Y, Xs, l) for l in range(1, L + 1)]
+    ws = [blocks.w_block(net, X0, Y, Xs, l, gamma=0.3, W0=net.W[l]) for l in range(L + 1)]
+    return xs + ws
+
+
+def _pair(compiled, **settings):
+    return (FastBackend(compile=False, **settings), FastBackend(compile=compiled, **settings))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("network", ["mlp", "lenet5"])
+def test_capped_block_solves_agree(compiled, network, dtype):
+    """The benchmarks' capped steps (3 W-steps, 5 FISTA steps), every block of the network."""
+    state = (_mlp_state if network == "mlp" else _conv_state)(dtype)
+    eager, comp = _pair(compiled, w_steps=3, x_steps=5, capped_residual=False,
+                        capped_value=False)
+    methods = set()
+    for block in _blocks(state):
+        a, b = eager.solve(block), comp.solve(block)
+        methods.add(a.info["method"])
+        assert a.argmin.dtype == b.argmin.dtype == dtype
+        assert _rel(b.argmin, a.argmin) <= RTOL[dtype], (type(block).__name__, block.layer)
+    # the chains that the benchmarks fuse all ran: FISTA, the span CG and the parameter-space CG
+    assert methods >= ({"fista", "pncg-span", "pncg"} if network == "mlp" else {"fista", "pncg"})
+
+
+@pytest.mark.parametrize("network", ["mlp", "lenet5"])
+def test_solved_to_tolerance_the_paths_agree_and_reach_the_oracle(compiled, network):
+    from fenchel_cvx.oracle import OracleBackend
+
+    state = (_mlp_state if network == "mlp" else _conv_state)(np.float64, m=6)
+    eager, comp = _pair(compiled, tol=1e-7)
+    oracle = OracleBackend()
+    for block in _blocks(state):
+        a, b = eager.solve(block), comp.solve(block)
+        assert a.converged and b.converged
+        assert _rel(b.argmin, a.argmin) <= 1e-8
+        ref = oracle.solve(block)
+        assert ref.status == "optimal"
+        assert abs(b.value - ref.value) <= 1e-6 * abs(ref.value) + 1e-12
+
+
+# --- whole runs ------------------------------------------------------------------------------------
+def test_a_run_compiles_in_its_first_batch_only_and_holds_its_certificate(compiled):
+    _, X0, Y, _ = _mlp_state(np.float32, m=60)
+    backend = FastBackend(compile=compiled, w_steps=3, x_steps=5)
+    calls = []
+
+    def count(net_, rec):
+        calls.append(compiled.compiles)
+    res = fit_bcd(LiftedNetwork([40, 16, 10], "relu", "cross_entropy", lam=0.2, rho=0.0, seed=1,
+                                dtype=np.float32), X0, Y, batch_size=20, epochs=3, gamma=0.3,
+                  backend=backend, strict=False, eval_every=None, check_every=1, callback=count)
+    assert len(calls) == 9 and len(set(calls[1:])) == 1, calls   # no compile after batch 1
+    # every round checked: every check but the capped blocks' optimality (inexact by design)
+    broken = [v for r in res.history if r["checked"] for v in r["certificate"]["violations"]
+              if v["check"] != "block_optimality"]
+    assert len(res.history) == 9 and all(r["checked"] for r in res.history) and not broken
+
+
+def test_the_same_seed_gives_the_same_run_twice_and_resumes_to_it(compiled, tmp_path):
+    _, X0, Y, _ = _mlp_state(np.float64, m=60)
+
+    def run(**kw):
+        net = LiftedNetwork([40, 16, 10], "relu", "cross_entropy", lam=0.2, rho=0.0, seed=1)
+        fit_bcd(net, X0, Y, batch_size=20, epochs=2, gamma=0.3, strict=False, eval_every=None,
+                backend=FastBackend(compile=compiled, w_steps=3, x_steps=5), **kw)
+        return net.W
+
+    first, second = run(), run()
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+    # interrupted after 4 of the 6 rounds, then resumed from the checkpoint
+    stop = dict(n=0)
+
+    def interrupt(net_, rec):
+        stop["n"] += 1
+        if stop["n"] == 4:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        run(checkpoint=tmp_path, callback=interrupt)
+    resumed = run(resume=tmp_path / "checkpoint.npz")
+    assert all(np.array_equal(a, b) for a, b in zip(first, resumed))
+
+
+# --- bad input and fallbacks -------------------------------------------------------------------------
+def test_compile_is_refused_without_pytorch_or_a_compiler(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)     # import torch fails
+    with pytest.raises(ValueError, match="compile=True needs torch.compile: PyTorch is not "
+                                         "installed: pip install torch"):
+        FastBackend(compile=True)
+    monkeypatch.undo()
+    monkeypatch.setattr(fused.shutil, "which", lambda name: None)
+    with pytest.raises(ValueError, match="no C\\+\\+ compiler on the PATH.*apt-get install g\\+\\+"):
+        FastBackend(compile=True)
+    with pytest.raises(ValueError, match="compile must be True, False"):
+        FastBackend(compile="yes")
+
+
+def test_arrays_it_cannot_compile_are_refused_by_library(compiled):
+    xp = pytest.importorskip("array_api_strict")
+    net, X0, Y, Xs = _mlp_state(np.float64)
+    block = blocks.x_block(net, X0, Y, Xs, 1)
+    strict = dataclasses.replace(block, **{f: xp.asarray(getattr(block, f)) for f in
+                                           ("U_prev", "Y", "W")}, U=None)
+    with pytest.raises(ValueError, match="compile=True runs on NumPy arrays or PyTorch tensors, "
+                                         "got arrays of array_api_strict"):
+        FastBackend(compile=compiled).solve(strict)
+
+
+def test_a_chain_that_does_not_compile_runs_eagerly_with_a_warning(compiled):
+    def reads_back(A):           # a host list of a traced value: a graph break, refused
+        return A * (A.tolist()[0][1] + 1.0)   # by fullgraph=True
+
+    A = np.arange(6.0).reshape(2, 3)
+    with pytest.warns(RuntimeWarning, match="torch.compile failed on .*reads_back.*runs eagerly"):
+        out = compiled(reads_back)(A)
+    np.testing.assert_array_equal(out, reads_back(A))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                  # once only: no second warning
+        np.testing.assert_array_equal(compiled(reads_back)(A), reads_back(A))
+
+
+def test_small_arrays_stay_eager_below_min_size():
+    runner = fused.Compiled(min_size=10 ** 6)
+    rng = np.random.default_rng(4)
+    V, U, dU = (rng.standard_normal((8, 16)) for _ in range(3))
+    before = runner.compiles
+    out = runner(fused.row_curv)(activation("relu"), 1.0, U, dU)
+    assert runner.compiles == before        # nothing compiled for an 8 x 16 chain
+    np.testing.assert_array_equal(out, fused.row_curv(activation("relu"), 1.0, U, dU))
