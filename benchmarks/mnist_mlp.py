@@ -340,9 +340,9 @@ def fln_backend(args, **options):
     run (the default, 1, would override ``--threads``)."""
     from fenchel_cvx.fast import FastBackend
 
+    options = {"compile": getattr(args, "compile", False), **options}   # --compile unless given
     return FastBackend(w_steps=args.w_steps, x_steps=args.x_steps, gram_reuse=args.gram_reuse,
-                       capped_residual=False, capped_value=False, threads=args.threads,
-                       compile=getattr(args, "compile", False), **options)
+                       capped_residual=False, capped_value=False, threads=args.threads, **options)
 
 
 def _one_or_all(values):

@@ -273,3 +273,26 @@ def test_seed_means_never_drop_a_seed():
     assert out["final_test_accuracy_spread"] == pytest.approx(0.02)
     assert out["test_accuracy"] == pytest.approx([0.5, 0.98]) and out["seconds_per_epoch"] == 3.0
     assert (out["peak_mib"], out["peak_gpu_mib"]) == (30.0, None)
+
+
+@pytest.mark.slow   # compiles the MLP's kernels, then times 4 batches per path
+def test_compiled_ab_quick_run_prints_both_paths(capsys):
+    """The A/B benchmark runs both paths on the same batches and prints their medians, the BLAS
+    kernel and both libraries' GEMM rates."""
+    pytest.importorskip("torch", reason="the compiled path needs PyTorch (fenchel_cvx[bench])")
+    from fenchel_cvx.fast.fused import compiler_problem
+
+    if compiler_problem() is not None:
+        pytest.skip(compiler_problem())
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import compiled_ab
+
+    compiled_ab.main(["--quick", "--network", "mlp"])
+    out = capsys.readouterr().out
+    assert "NumPy's BLAS kernel:" in out and "GFLOP/s, PyTorch" in out
+    rows = [line for line in out.splitlines() if line.startswith(("| eager |", "| compiled |"))]
+    assert len(rows) == 2 and all(float(r.split("|")[2]) > 0 for r in rows)
+    ratio = float(out.split("compiled / eager: ")[1].split()[0])
+    assert 0 < ratio < 10
+    with pytest.raises(SystemExit):
+        compiled_ab.parse_args(["--rounds", "0"])

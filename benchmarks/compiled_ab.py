@@ -1,0 +1,169 @@
+"""A/B of the fast backend's two CPU paths on whole training batches: eager NumPy against compiled.
+
+Both MNIST benchmarks' FLN settings (the MLP 784-300-10 and LeNet-5, ``defaults.training``,
+float32, batch 500, ``fit_bcd`` with the benchmarks' capped, unreported blocks) run the same
+batches with ``FastBackend(compile=False)`` and ``FastBackend(compile=True)`` (``fast.fused``:
+the elementwise chains as fused torch.compile kernels, NumPy's BLAS keeping the products), in
+one process, round by round in turn, so that both see the same machine load. Before the clock
+each path trains two batches (the compiled one compiles there; its seconds are reported). Each
+round trains ``--batches`` fresh batches from the same initial network and times them; the
+table gives the median over ``--rounds`` of the ms per batch, and each block's ms per batch
+summed over all rounds. ``--check-every`` runs the certificate as the benchmarks do (20).
+
+    python benchmarks/compiled_ab.py                      # both networks, one thread
+    python benchmarks/compiled_ab.py --threads 2 --network lenet5
+    python benchmarks/compiled_ab.py --quick              # the embedded 5k sample: a smoke run
+
+It prints the BLAS kernel NumPy runs (threadpoolctl's ``architecture``) and NumPy's and
+PyTorch's float32 GEMM rate at the MLP's W_0 shape. MNIST from ``--data`` (default: ``$FENCHEL_DATA/mnist``,
+else ``../shared/data/mnist`` beside the repo).
+"""
+import argparse
+import collections
+import copy
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fenchel_cvx import LiftedNetwork, defaults  # noqa: E402
+from fenchel_cvx.bcd import fit_bcd  # noqa: E402
+from fenchel_cvx.datasets import load_mnist, load_mnist5k, one_hot  # noqa: E402
+from fenchel_cvx.fast import FastBackend  # noqa: E402
+from fenchel_cvx.threads import limit_threads  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", default=None, help="folder of the MNIST IDX files")
+    p.add_argument("--network", choices=["mlp", "lenet5", "both"], default="both")
+    p.add_argument("--threads", type=int, default=1, help="cores of each path (NumPy's BLAS, "
+                   "PyTorch's kernels)")
+    p.add_argument("--batches", type=int, default=10, help="batches a round times")
+    p.add_argument("--rounds", type=int, default=4, help="rounds per path, taken in turn")
+    p.add_argument("--check-every", type=int, default=20, help="fit_bcd's certificate schedule")
+    p.add_argument("--quick", action="store_true", help="the embedded 5k MNIST sample, 2 rounds "
+                   "of 2 batches: a smoke run")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.batches, args.rounds = 2, 2
+    for flag in ("threads", "batches", "rounds", "check_every"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    return args
+
+
+def setting(network, args, ds):
+    """``(net, gamma, momentum, make_backend(compile))`` of a network's FLN setting."""
+    if network == "mlp":
+        s = defaults.training("dense", 1, batched=True)
+        net = LiftedNetwork([784, 300, 10], "relu", "cross_entropy", lam=s.lam[0], rho=s.rho[0],
+                            seed=0, dtype=np.float32)
+        return net, s.gamma, s.momentum, lambda compile: FastBackend(
+            w_steps=s.w_steps, x_steps=s.x_steps, capped_residual=False, capped_value=False,
+            threads=args.threads, compile=compile)
+    import mnist_lenet5
+
+    largs = mnist_lenet5.parse_args(["--threads", str(args.threads)])
+    net = mnist_lenet5.network(largs, ds)
+    return net, largs.gamma, largs.momentum, lambda compile: mnist_lenet5.fln_backend(
+        largs, dtype="float32", compile=compile)
+
+
+def gemm_rates(threads):
+    """NumPy's and PyTorch's float32 GEMM rate (GFLOP/s) on 300 x 785 x 500, ``threads`` cores."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((300, 785), np.float32), rng.standard_normal((785, 500), np.float32)
+    rates = {}
+    with limit_threads(threads):
+        torch.set_num_threads(threads)
+        for name, (a, b) in (("numpy", (A, B)), ("torch", (torch.from_numpy(A), torch.from_numpy(B)))):
+            a @ b
+            t0, n = time.perf_counter(), 30
+            for _ in range(n):
+                a @ b
+            rates[name] = 2 * 300 * 785 * 500 * n / (time.perf_counter() - t0) / 1e9
+    return rates
+
+
+def run(network, args, ds):
+    net0, gamma, momentum, make = setting(network, args, ds)
+    X = ds.X_train.astype(np.float32, copy=False)
+    Y = one_hot(ds.y_train, 10).astype(np.float32)
+    paths = {"eager": make(False), "compiled": make(True)}
+    per_batch = collections.defaultdict(list)
+    blocks = {name: collections.defaultdict(float) for name in paths}
+    warm = {}
+
+    def fit(backend, cols):
+        fit_bcd(copy.deepcopy(net0), X[:, cols], Y[:, cols], batch_size=500, gamma=list(gamma),
+                momentum=list(momentum), backend=backend, strict=False, eval_every=None,
+                check_every=args.check_every)
+
+    for name, backend in paths.items():
+        solve = backend.solve
+
+        def timed(block, start=None, solve=solve, name=name):
+            t0 = time.perf_counter()
+            res = solve(block, start)
+            blocks[name][f"{type(block).__name__}{block.layer}"] += time.perf_counter() - t0
+            return res
+        backend.solve = timed
+        t0 = time.perf_counter()
+        fit(backend, slice(0, 1000))
+        warm[name] = time.perf_counter() - t0
+        blocks[name].clear()
+    n = args.batches * 500
+    for r in range(args.rounds):
+        for name, backend in paths.items():
+            backend.forget()
+            t0 = time.perf_counter()
+            fit(backend, slice(1000 + r * n, 1000 + (r + 1) * n))
+            per_batch[name].append(1e3 * (time.perf_counter() - t0) / args.batches)
+    total = args.rounds * args.batches
+    print(f"\n{network}, {args.threads} thread(s), {args.rounds} rounds x {args.batches} batches "
+          f"(check_every {args.check_every})")
+    print("| path | ms / batch (median) | per round | first two batches (s) | "
+          "blocks: ms / batch |")
+    print("|---|---|---|---|---|")
+    for name in paths:
+        parts = ", ".join(f"{k} {v / total * 1e3:.1f}" for k, v in sorted(blocks[name].items()))
+        print(f"| {name} | {np.median(per_batch[name]):.1f} | "
+              f"{', '.join(f'{v:.1f}' for v in per_batch[name])} | {warm[name]:.1f} | {parts} |")
+    return {name: float(np.median(v)) for name, v in per_batch.items()}
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from threadpoolctl import threadpool_info
+
+    import torch
+
+    data = args.data or (Path(os.environ["FENCHEL_DATA"]) / "mnist" if os.environ.get("FENCHEL_DATA")
+                         else ROOT.parent / "shared" / "data" / "mnist")
+    ds = load_mnist5k() if args.quick else load_mnist(data, dtype=np.float32)
+    if 1000 + args.rounds * args.batches * 500 > ds.X_train.shape[1]:
+        raise SystemExit(f"--rounds x --batches x 500 images must fit the {ds.X_train.shape[1]:,} "
+                         f"training images after the first 1,000, got {args.rounds} x {args.batches}")
+    arch = sorted({i.get("architecture") for i in threadpool_info() if i.get("architecture")})
+    rates = gemm_rates(args.threads)
+    print(f"NumPy's BLAS kernel: {', '.join(arch) or 'unknown'}; float32 GEMM 300 x 785 x 500 on "
+          f"{args.threads} thread(s): NumPy {rates['numpy']:.0f} GFLOP/s, PyTorch "
+          f"{rates['torch']:.0f} GFLOP/s (torch {torch.__version__})")
+    for network in (("mlp", "lenet5") if args.network == "both" else (args.network,)):
+        medians = run(network, args, ds)
+        print(f"compiled / eager: {medians['compiled'] / medians['eager']:.3f}")
+    print(f"kernels compiled in this process (dynamo graphs): "
+          f"{torch._dynamo.utils.counters['stats']['unique_graphs']}")
+
+
+if __name__ == "__main__":
+    main()
