@@ -658,12 +658,18 @@ def _checkpointer(directory, every, digest, backend):
     return write
 
 
-def _progress_bar(total, done, name):
+def _progress_bar(total, done, name, compiling=False):
+    """A tqdm bar over the rounds; ``compiling``: the backend compiles its kernels in the first
+    round (``FastBackend(compile=True)``), which the bar says until that round ends."""
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=total, initial=done, desc=f"BCD ({name})", unit="round")
+    desc = f"BCD ({name})"
+    bar = tqdm(total=total, initial=done, unit="round",
+               desc=desc + (": compiling kernels in the first round" if compiling else ""))
 
     def show(net, state, step):
+        if compiling and bar.desc != desc:
+            bar.set_description(desc, refresh=False)
         rec, post = state.history.records[-1], {}
         if rec["checked"]:
             post = dict(F=f"{rec['lifted_x']:.4g}", J=f"{rec['network_x']:.4g}")
@@ -699,7 +705,8 @@ def _observers(run, callback, progress, state):
     if folder is not None:
         observers.insert(0, _checkpointer(folder, every, digest, run.backend))
     if progress:
-        observers.append(_progress_bar(len(run.steps), state.iteration, run.config["backend"]))
+        observers.append(_progress_bar(len(run.steps), state.iteration, run.config["backend"],
+                                       compiling=bool(getattr(run.backend, "compile", False))))
     return observers
 
 
