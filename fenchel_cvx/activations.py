@@ -23,7 +23,7 @@ import numpy as np
 from array_api_compat import array_namespace
 from scipy import integrate
 
-from .arrays import clip, exact_in_place
+from .arrays import cheap_reads, clip, exact_in_place
 
 
 def _ends(xp, v, lo, hi):
@@ -139,7 +139,9 @@ class ReLU(Activation):
         terms and goes below zero by rounding in float32 (the Fenchel-Young check, eq. (2)).
         """
         xp = array_namespace(v, u)
-        if bool(xp.all(v >= 0)):    # v in the domain (an X-block's iterate always is): no masks
+        # v in the domain (an X-block's iterate always is): no masks; the test is a host read,
+        # made only where reads are cheap (``arrays.cheap_reads``)
+        if cheap_reads(xp) and bool(xp.all(v >= 0)):
             return self._divergence_in(v, u)
         ok = self.in_range(v)
         B = self._divergence_in(xp.where(ok, v, xp.zeros_like(v)), u)

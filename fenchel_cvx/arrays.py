@@ -2,7 +2,7 @@
 import functools
 
 import numpy as np
-from array_api_compat import array_namespace, is_cupy_array
+from array_api_compat import array_namespace, is_cupy_array, is_numpy_namespace
 
 
 def namespace(A):
@@ -13,6 +13,22 @@ def namespace(A):
                             and hasattr(A, "__array_namespace__")):
         return array_namespace(A)
     return np
+
+
+def cheap_reads(xp):
+    """Whether reading a value of ``xp``'s arrays back to the host (``float(x)``, ``bool(x)``)
+    costs nothing worth avoiding: NumPy, whose arrays are on the host. Elsewhere (CuPy on a GPU;
+    array_api_strict, which stands in for one in the tests) each read waits for the device and
+    keeps a batch from running as one captured graph, so the fast solvers take their decisions
+    there on the device (``fast.reads`` counts the reads that remain)."""
+    return is_numpy_namespace(xp)
+
+
+def host_if_cheap(xp, x, cast=float):
+    """The 0-d array ``x`` as a Python number (``cast``) where reads are cheap
+    (``cheap_reads``), else ``x`` itself, left on the device: a figure that decides nothing on
+    the host (a bound, a counter) is read back only where that costs nothing."""
+    return cast(x) if cheap_reads(xp) else x
 
 
 def clip(x, min=None, max=None):

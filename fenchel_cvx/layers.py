@@ -37,7 +37,7 @@ import numbers
 import numpy as np
 from array_api_compat import array_namespace, device, is_numpy_namespace
 
-from .arrays import exact_in_place, to_numpy
+from .arrays import clip, exact_in_place, host_if_cheap
 from .validation import Interval, check
 
 # NumPy: the bytes of im2col patches gathered and multiplied at a time (whole output rows, at
@@ -182,11 +182,12 @@ class Dense(Spec):
         return W[:, :-1].T @ G
 
     def norm2_bound(self, W, shape, max_dim):
-        """``||W_p||_2^2`` (exact, float64 on the host) from the smaller Gram matrix, or None
-        where its side exceeds ``max_dim``."""
+        """``||W_p||_2^2`` (exact, in float64) from the smaller Gram matrix, or None where its
+        side exceeds ``max_dim``."""
         if min(W.shape[0], W.shape[1] - 1) > max_dim:
             return None
-        return _top_sq_singular(to_numpy(W)[:, :-1].astype(np.float64))
+        xp = array_namespace(W)
+        return _top_sq_singular(xp, xp.astype(W[:, :-1], xp.float64))
 
     def rows(self, xp, U, shape):
         return U
@@ -336,7 +337,7 @@ class Conv2d(Spec):
         return xp.reshape(out, (C * H * Wd, m))
 
     def norm2_bound(self, W, shape, max_dim):
-        """An upper bound of ``||A(W, .)||_2^2`` (float64, host): exact from the map's explicit
+        """An upper bound of ``||A(W, .)||_2^2`` (in float64): exact from the map's explicit
         matrix where the map is small (``min(inputs, outputs) <= max_dim``, at most
         ``SPECTRUM_MAX`` entries), else from the filters' spectrum; None where
         ``min(channels, C_in)`` exceeds ``max_dim`` or the spectrum ``SPECTRUM_MAX`` entries.
@@ -349,18 +350,22 @@ class Conv2d(Spec):
         C, H, Wd, Ho, Wo = self._geometry(shape)
         k, p = self.kernel, self.padding
         n_in, n_out = C * H * Wd, self.channels * Ho * Wo
+        xp = array_namespace(W)
         if min(n_in, n_out) <= max_dim and n_in * n_out <= SPECTRUM_MAX:
-            Wl = to_numpy(W).astype(np.float64)
-            Wl[:, -1] = 0.0                                 # the linear part: no bias
-            return _top_sq_singular(self.forward(np, Wl, np.eye(n_in), shape))
+            f64, dev = xp.float64, device(W)
+            Wl = xp.astype(W[:, :-1], f64)                  # the linear part: no bias
+            Wl = xp.concat([Wl, xp.zeros((Wl.shape[0], 1), dtype=f64, device=dev)], axis=1)
+            A = self.forward(xp, Wl, xp.eye(n_in, dtype=f64, device=dev), shape)
+            return _top_sq_singular(xp, A)
         if (min(self.channels, C) > max_dim
                 or self.channels * C * (H + 2 * p) * (Wd + 2 * p) > SPECTRUM_MAX):
             return None
-        F = to_numpy(W)[:, :-1].astype(np.float64).reshape(self.channels, C, k, k)
-        M = np.moveaxis(np.fft.fft2(F, s=(H + 2 * p, Wd + 2 * p)), (0, 1), (-2, -1))
-        Mh = np.conj(np.swapaxes(M, -1, -2))
+        F = xp.reshape(xp.astype(W[:, :-1], xp.complex128), (self.channels, C, k, k))
+        M = xp.fft.fftn(F, s=(H + 2 * p, Wd + 2 * p), axes=(-2, -1))
+        M = xp.permute_dims(M, (2, 3, 0, 1))               # channels x C_in per frequency
+        Mh = xp.conj(xp.matrix_transpose(M))
         G = Mh @ M if C <= self.channels else M @ Mh       # the smaller side, per frequency
-        return max(float(np.max(np.linalg.eigvalsh(G))), 0.0)
+        return _top_eigenvalue(xp, G)
 
     def rows(self, xp, U, shape):
         """``(channels H_out W_out) x m`` -> ``channels x (H_out W_out m)``: a reshape."""
@@ -461,10 +466,12 @@ class LinearMap:
         return self.forward(W, np.eye(self.n_in, dtype=W.dtype)) - b, b
 
     def norm2_bound(self, W, max_dim):
-        """An upper bound of ``||A(W, .)||_2^2`` (a Python float), or None where the weighted
-        layer's eigenproblems would exceed ``max_dim`` (then see ``norm2``): the weighted
-        layer's bound (dense and small convolutions: exact; larger ones: from the spectrum)
-        times the pre-ops' exact gains (pooling ``1 / s^2``)."""
+        """An upper bound of ``||A(W, .)||_2^2``, or None where the weighted layer's
+        eigenproblems would exceed ``max_dim`` (then see ``norm2``): the weighted layer's bound
+        (dense and small convolutions: exact; larger ones: from the spectrum) times the
+        pre-ops' exact gains (pooling ``1 / s^2``). Computed in float64 in W's library: a
+        Python float from NumPy arrays, a 0-d array on the device from others, not read back
+        (``arrays.host_if_cheap``)."""
         bound = self.op.norm2_bound(W, self.op_shape, max_dim)
         if bound is None:
             return None
@@ -494,10 +501,16 @@ class LinearMap:
         return W
 
 
-def _top_sq_singular(A):
-    """``||A||_2^2`` of a NumPy matrix: the top eigenvalue of its smaller Gram matrix."""
+def _top_sq_singular(xp, A):
+    """``||A||_2^2``: the top eigenvalue of A's smaller Gram matrix (``_top_eigenvalue``)."""
     G = A @ A.T if A.shape[0] <= A.shape[1] else A.T @ A
-    return max(float(np.max(np.linalg.eigvalsh(G))), 0.0) if G.size else 0.0
+    return _top_eigenvalue(xp, G) if math.prod(G.shape) else 0.0
+
+
+def _top_eigenvalue(xp, G):
+    """``max(0, the largest eigenvalue)`` of the Hermitian matrices G: a Python float where
+    reads are cheap, else a 0-d array on the device (``arrays.host_if_cheap``)."""
+    return host_if_cheap(xp, clip(xp.max(xp.linalg.eigvalsh(G)), 0.0, None))
 
 
 def _short(spec):

@@ -15,6 +15,8 @@ for the oracle, is ``fenchel_cvx.oracle.atoms.loss_cvx(loss, Y, Yhat)``.
 """
 from array_api_compat import array_namespace
 
+from .arrays import host_if_cheap
+
 
 def softmax(A):
     """Column-wise softmax."""
@@ -37,9 +39,10 @@ class Loss:
         return xp.stack([self.value(Y[:, j:j + 1], Yhat[:, j:j + 1]) for j in range(Y.shape[1])])
 
     def curvature(self, Y, xp):
-        """A bound on the Hessian of the loss in Yhat over all columns (a float)."""
+        """A bound on the Hessian of the loss in Yhat over all columns: a float, or a 0-d array
+        on the device where reads are not cheap (``arrays.host_if_cheap``)."""
         c = self.column_curvature(Y, xp)
-        return c if isinstance(c, float) else float(xp.max(c))
+        return c if isinstance(c, float) else host_if_cheap(xp, xp.max(c))
 
     def check_targets(self, name, Y, xp):
         """Raise ``ValueError`` (naming ``name``) if ``Y`` are not targets of this loss."""

@@ -128,6 +128,11 @@ class FastBackend:
         (status ``"max_iter"``, ``converged`` False, also if that last step happened to reach
         ``tol``): one gradient less per block, a 300 x 500 x 785 product on MNIST's W_0. The
         certificate never uses the reported residual: it recomputes it on its checked rounds.
+        A capped solve (fewer steps than the loops' stall windows) that reports no residual also
+        tests none on the way: it takes all its steps, with no early stop at ``tol`` and no
+        rows frozen, so that off NumPy it reads nothing back to the host (``fast.reads``); its
+        ``info``'s ``restarts``, ``lipschitz`` and ``reverted`` may then be 0-d arrays, and a
+        descent guard's value goes unreported with ``capped_value=False``.
     capped_value : False: such a solve reports ``value`` NaN too, unless its descent guard
         formed it (a capped X solve of more than one step compares its last value with its
         start's): ``fit_bcd`` reads the blocks' values only on its checked rounds, and

@@ -10,13 +10,15 @@
 - ``spd_solver``: ``B -> B G^{-1}`` for the same matrices without forming the inverse where
   LAPACK is at hand (NumPy: ``potrf`` once, ``potrs`` per call), the same shift rule;
 - ``top_eig``: a power-iteration estimate of ``||A||_2^2``;
-- ``newton_1d``: a batched, bracketed Newton method for the exact line searches.
+- ``newton_1d``: a batched, bracketed Newton method for the exact line searches;
+- ``select``: a choice between two tuples of arrays on a 0-d condition, without a host read
+  where reads are not cheap.
 """
 import math
 
 import numpy as np
 
-from ..arrays import clip
+from ..arrays import cheap_reads, clip
 
 
 #: the CG W-loops (``wblocks``, ``span``) form W X~ again from W every this many steps, so that
@@ -104,26 +106,26 @@ def _shifted(xp, G, shift, attempt):
     if n == 0:
         return xp.zeros((0, 0), dtype=G.dtype), float(shift)
     eye = xp.eye(n, dtype=G.dtype)
-    dmax = float(xp.max(xp.abs(xp.linalg.diagonal(G))))
-    floor = n * xp.finfo(G.dtype).eps * max(dmax, 1e-300)
-    shift = max(float(shift), 0.0)
+    shift, floor = max(float(shift), 0.0), None
     for _ in range(40):
         out = attempt(xp, G + shift * eye, eye)
-        if out is not None and bool(xp.all(xp.isfinite(out))):
+        if out is not None and bool(xp.all(xp.isfinite(out))):   # one read where it succeeds
             return out, shift
+        if floor is None:
+            dmax = float(xp.max(xp.abs(xp.linalg.diagonal(G))))
+            floor = n * xp.finfo(G.dtype).eps * max(dmax, 1e-300)
         shift = max(10 * shift, floor)
     raise FloatingPointError("could not factorise the preconditioner: not finite")
 
 
 def _generic_inverse(xp, A, eye):
-    """``L^{-T} L^{-1}`` from the standard ``cholesky`` and ``solve`` (None if not PD)."""
+    """``L^{-T} L^{-1}`` from the standard ``cholesky`` and ``solve`` (None if not PD; not finite
+    where the factor is not: CuPy returns NaN for a matrix that is not PD)."""
     try:
         L = xp.linalg.cholesky(A)
-    except Exception:  # numpy / array-api-strict raise LinAlgError on a non-PD matrix
+        Linv = xp.linalg.solve(L, eye)
+    except Exception:  # numpy / array-api-strict raise LinAlgError on a non-PD (singular) matrix
         return None
-    if not bool(xp.all(xp.isfinite(L))):
-        return None
-    Linv = xp.linalg.solve(L, eye)
     return Linv.T @ Linv
 
 
@@ -173,31 +175,55 @@ def top_eig(xp, A, iters=30):
     return lam if math.isfinite(lam) and lam > 0 else bound
 
 
-def newton_1d(xp, derivs, t, lo, hi, tol, max_iter=50):
+def newton_1d(xp, derivs, t, lo, hi, tol, max_iter=50, fixed=None):
     """Minimise convex 1-D functions elementwise: find ``t`` in ``[lo, hi]`` with ``f'(t) = 0``.
 
     ``derivs(t) -> (d1, d2)`` gives ``f'`` and ``f''`` at ``t`` (arrays shaped like ``t``);
     ``lo < t`` with ``f'(lo) < 0`` and ``hi`` (possibly ``inf``) bracket the root. Newton steps
     that leave the bracket are replaced by bisection (or doubling while ``hi`` is infinite).
-    Stops where ``|f'(t)| <= tol`` (elementwise, broadcast) or the step is below rounding.
-    Returns ``(t, lo, iterations)``: ``lo`` is the largest point seen with ``f' < 0``.
+    An element stops for good where ``|f'(t)| <= tol`` (elementwise, broadcast) or its step is
+    below rounding: its ``t`` and bracket are frozen from then on. The loop ends when every
+    element has stopped, or after ``max_iter`` iterations; ``fixed`` (None: where host reads are
+    not cheap, ``arrays.cheap_reads``) runs all ``max_iter`` with no test read back, which
+    returns the same ``t`` and ``lo`` (the stopped elements frozen by the mask).
+    Returns ``(t, lo, iterations)``: ``lo`` is the largest point seen with ``f' < 0`` and
+    ``iterations`` those until every element stopped (a 0-d array where ``fixed``).
     """
+    fixed = not cheap_reads(xp) if fixed is None else fixed
     eps = xp.finfo(t.dtype).eps
+    stopped, count = None, 0
     for it in range(1, max_iter + 1):
         d1, d2 = derivs(t)
-        lo = xp.where(d1 < 0, t, lo)
-        hi = xp.where(d1 > 0, t, hi)
+        lo_n = xp.where(d1 < 0, t, lo)
+        hi_n = xp.where(d1 > 0, t, hi)
         step = xp.where(d2 > 0, d1 / xp.where(d2 > 0, d2, xp.ones_like(d2)), xp.zeros_like(d1))
         tn = t - step
-        inside = (tn > lo) & (tn < hi) & (d2 > 0)
-        fallback = xp.where(xp.isinf(hi), xp.where(t > 0, 2 * t, xp.ones_like(t)), 0.5 * (lo + hi))
+        inside = (tn > lo_n) & (tn < hi_n) & (d2 > 0)
+        fallback = xp.where(xp.isinf(hi_n), xp.where(t > 0, 2 * t, xp.ones_like(t)),
+                            0.5 * (lo_n + hi_n))
         tn = xp.where(inside, tn, fallback)
-        done = (xp.abs(d1) <= tol) | (hi - lo <= 4 * eps * xp.abs(hi))
+        done = (xp.abs(d1) <= tol) | (hi_n - lo_n <= 4 * eps * xp.abs(hi_n))
         small = xp.abs(tn - t) <= 4 * eps * xp.abs(t)
-        t = xp.where(done, t, tn)
-        if bool(xp.all(done | small)):
+        tn = xp.where(done, t, tn)
+        if stopped is None:
+            t, lo, hi, stopped = tn, lo_n, hi_n, done | small
+        else:
+            if fixed:   # this iteration counts where an element had not stopped before it
+                count = count + xp.astype(xp.any(~stopped), xp.int64)
+            t, lo, hi = (xp.where(stopped, a, b) for a, b in ((t, tn), (lo, lo_n), (hi, hi_n)))
+            stopped = stopped | done | small
+        if not fixed and bool(xp.all(stopped)):
             return t, lo, it
-    return t, lo, max_iter
+    return t, lo, (count + 1 if fixed else max_iter)
+
+
+def select(xp, cond, a, b):
+    """``a`` where the 0-d boolean array ``cond`` holds, else ``b`` (tuples of arrays, entry by
+    entry): a Python branch where reads are cheap (``arrays.cheap_reads``), elsewhere ``where``
+    on the device, with nothing read back."""
+    if cheap_reads(xp):
+        return a if bool(cond) else b
+    return tuple(xp.where(cond, u, v) for u, v in zip(a, b))
 
 
 def sqnorm(xp, A):

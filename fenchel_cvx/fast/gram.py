@@ -26,6 +26,7 @@ and gives ``s X~`` (the direction's image ``d X~``, which the line search needs)
 (from ``w K M^{-1} = I - 2c M^{-1}``). ``P = 2 rho U + 2 gamma (U - W0 X~)`` is itself in data
 space, so no parameter-space gradient is needed to precondition it.
 """
+from ..arrays import cheap_reads
 from ._util import spd_inverse, spd_solver
 
 
@@ -96,7 +97,9 @@ class DataGram:
         self.K = Xt.T @ Xt                      # m x m; also the Newton rows' kernel (wblocks)
         # c2: the shift actually used (grown if M would not factorise): G = w X~ X~^T + c2 I
         M = self.K if self.w == 1.0 else self.w * self.K
-        inverse = inverse and well_conditioned(xp, M, float(shift))
+        # the choice is between an inverse and LAPACK's solves where those are at hand (NumPy);
+        # elsewhere ``spd_solver`` applies an inverse too, and the test would only read back
+        inverse = inverse and (not cheap_reads(xp) or well_conditioned(xp, M, float(shift)))
         self.solve, self.c2, self.Minv = _applier(xp, M, float(shift), inverse)
 
     def xt_norm2(self, xp):

@@ -33,10 +33,13 @@ cost work: rows whose gradient is below ``tol / 2`` are not frozen (the
 parameter-space loop drops them after 8 steps), and the stopping test at ``tol`` forms W and its
 residual only where a bound from data space cannot prove the residual above ``tol``
 (``_util.proves_above``, as ``wblocks._CG._above``). A solve never reports a ``tol`` it did not
-reach: ``converged`` comes from the block's residual at the returned W.
+reach: ``converged`` comes from the block's residual at the returned W. An untested solve (a
+capped one that reports no residual, ``solve_pncg``) runs all its steps with no stopping test,
+and reads nothing back to the host where reads are not cheap (``arrays.cheap_reads``).
 """
 import math
 
+from ..arrays import host_if_cheap
 from ._util import RESYNC, kkt, pr_plus, proves_above
 
 
@@ -46,27 +49,31 @@ def applies(xp, block, W, pre, max_iter, newton_start, newton_cap=None):
     (at most ``newton_start`` steps, or Newton steps off: ``newton_cap == 0``)."""
     no_newton = max_iter <= newton_start or newton_cap == 0
     return (pre.data_space and block.rho == 0 and block.gamma > 0 and no_newton
-            and tuple(W.shape) == tuple(block.W0.shape) and bool(xp.all(W == block.W0)))
+            and tuple(W.shape) == tuple(block.W0.shape)
+            and (W is block.W0 or bool(xp.all(W == block.W0))))
 
 
 def solve_span(xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True,
-               capped_value=True):
+               capped_value=True, tested=True):
     """Up to ``max_iter`` PR+ CG steps of ``prob`` (a ``wblocks.HiddenRows``) from ``W0``, in
-    the coefficients Z of ``W = W0 + Z X~^T``. -> ``(W, iterations, info)`` as ``solve_pncg``."""
+    the coefficients Z of ``W = W0 + Z X~^T``. -> ``(W, iterations, info)`` as ``solve_pncg``;
+    ``tested=False``: all ``max_iter`` steps, no stopping test."""
     block, pre = prob.block, prob.pre
     U0 = block.U if block.U is not None and tuple(block.U.shape) == (
         W0.shape[0], block.Xt.shape[1]) else prob.forward(W0)
     # Z, U, d and dU are this loop's own arrays, updated in place (U0 stays: U - U0 is P)
     Z, U = xp.zeros_like(U0), xp.asarray(U0, copy=True)
     two_g = 2 * block.gamma
-    x2 = pre.xt_norm2(xp)               # max_j |X~_j|^2, rows of X~
+    x2 = pre.xt_norm2(xp) if tested else None   # max_j |X~_j|^2, rows of X~
     info = dict(method="pncg-span", line_search_iterations=0, restarts=0, newton_rows=0,
                 row_iterations=0)
     A = prob.data_grad(U)
     r = prob.coef * A                   # g = r X~^T, r = lam A + 2 gamma Z (Z = 0 here)
     sigma, sigmaK = direction(pre, two_g, r, Z, U, U0)
     gs = prob.dot(r, sigmaK)            # g G^{-1} g^T, per row
-    W, res = _residual_unless_above(xp, prob, W0, Z, A, gs, x2, tol)
+    W, res = None, math.inf
+    if tested:
+        W, res = _residual_unless_above(xp, prob, W0, Z, A, gs, x2, tol)
     if res <= tol:                      # the start is optimal: no step, as solve_pncg
         info.update(converged=True, residual=res, value=prob.value(W0, U0))
         return W0, 0, info
@@ -91,10 +98,11 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True,
         r = cA + two_g * Z
         sigma_n, sigmaK_n = direction(pre, two_g, cA, Z, U, U0)
         gs_n = prob.dot(r, sigmaK_n)
-        W, res = _residual_unless_above(xp, prob, W0, Z, A, gs_n, x2, tol)
-        if res <= tol:
-            converged = True
-            break
+        if tested:
+            W, res = _residual_unless_above(xp, prob, W0, Z, A, gs_n, x2, tol)
+            if res <= tol:
+                converged = True
+                break
         beta, uphill, gd = pr_plus(xp, gs_n, prob.dot(r, sigmaK), gs, prob.dot(r, dU), restart)
         restarts = restarts + xp.sum(xp.astype(uphill | (restart is not None), xp.int64))
         d *= beta
@@ -107,7 +115,7 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True,
         if capped_residual:
             res = kkt(xp, W, block.grad_parts(W))
             converged = res <= tol
-    info.update(converged=converged, restarts=int(restarts), residual=res)
+    info.update(converged=converged, restarts=host_if_cheap(xp, restarts, int), residual=res)
     if converged or capped_value:
         info["value"] = prob.value(W, U)
     return W, it, info

