@@ -94,11 +94,11 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from . import defaults
-from .arrays import namespace
+from .arrays import cheap_reads, namespace
 from .backends import (BACKENDS, STRICT_AWARE, check_backend,  # noqa: F401 (importable from bcd)
                        get_backend, optional)
 from .blocks import kkt_residual, w_block, x_block
-from .certificate import Certificate
+from .certificate import Certificate, argmin_usable
 from .datasets import batch_order
 from .errors import SolverError
 from .history import History, _plain
@@ -179,12 +179,19 @@ class _Round:
         self.check = check
         self.blocks = []
         self.held = {}      # layer l -> W_l X~_l at the current W_l, X_l, where a pass held it
+        # an unchecked round where reads are not cheap (a GPU) reads its blocks' argmin checks
+        # at once, at its end (``settle``): (name, block, argmin, start, its slot, the check's
+        # 0-d flag, the records and violations before it)
+        self.defer = not check and not cheap_reads(array_namespace(net.W[0]))
+        self.pending = []
 
     def prox(self):
         return float(sum(g * array_namespace(W).sum((W - W0) ** 2)
                          for g, W, W0 in zip(self.gamma, self.net.W, self.W0) if g))
 
-    def _solve(self, name, block, current, scale):
+    def _solve(self, name, block, current, scale, slot):
+        """Solve ``block`` from ``current`` (``slot[0][slot[1]]``, where the caller puts the
+        result): ``(argmin, value change or 0, A(W, X) + b or None)``."""
         before = float(block.value(current)) if self.check else None
         t0 = time.perf_counter()
         try:
@@ -204,7 +211,7 @@ class _Round:
         # the certificate trusts no report: the argmin must be usable (every round), and on every
         # checked round (check_every) its KKT residual is recomputed here from the point itself;
         # the rounds between check the point and the status only, and their records say so
-        usable = self.cert.check_argmin(name, block, Z, current.shape)
+        usable = self._argmin_check(name, block, Z, current, slot)
         residual = kkt_residual(block, Z) if usable and self.check else None
         record = dict(block=name, kind=block.kind, layer=block.layer, value_before=before,
                       value_after=before, seconds=wall, solver_seconds=float(res.seconds),
@@ -222,6 +229,38 @@ class _Round:
         self.blocks.append(record)
         return Z, (after - before) if self.check else 0.0, res.U
 
+    def _argmin_check(self, name, block, Z, current, slot):
+        """The certificate's argmin check (finite, in the block's domain), read at once, or
+        deferred to ``settle`` (``defer``): then True, unless Z is no array of the block's
+        shape."""
+        flag = argmin_usable(block, Z, current.shape) if self.defer else False
+        if flag is False:
+            return self.cert.check_argmin(name, block, Z, current.shape)
+        self.pending.append((name, block, Z, current, slot, flag, len(self.blocks),
+                             len(self.cert.violations)))
+        return True
+
+    def settle(self):
+        """The deferred argmin checks, in one read. Where one fails, the round goes back to
+        where that block began (every block from it on keeps its start: the later ones were
+        solved from an unusable point) and the block fails by name (strict: raises; recorded:
+        the run halts after the round)."""
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        xp = array_namespace(pending[0][2])
+        if bool(xp.all(xp.stack([flag for *_, flag, _, _ in pending]))):
+            return
+        first = next(i for i, p in enumerate(pending) if not bool(p[5]))
+        for _, _, _, current, (seq, i), *_ in reversed(pending[first:]):
+            seq[i] = current
+        name, block, Z, current, _, _, n_blocks, n_violations = pending[first]
+        del self.blocks[n_blocks + 1:]
+        self.blocks[n_blocks]["value_after"] = self.blocks[n_blocks]["value_before"]
+        del self.cert.violations[n_violations:]
+        self.cert.check_argmin(name, block, Z, current.shape)
+        raise _Halt(name)
+
     def x_sweep(self, X0, Y, Xs, F, Us=None):
         """The X-blocks X_L, ..., X_1; updates the list ``Xs`` in place (kept if a block halts).
 
@@ -235,7 +274,8 @@ class _Round:
         for l in range(self.net.n_hidden, 0, -1):
             block = x_block(self.net, X0, Y, Xs, l, U_prev=None if Us is None else Us[l - 1],
                             U=None if Us is None else Us[l])
-            Xs[l - 1], delta, self.held[l] = self._solve(f"X_{l}", block, Xs[l - 1], F)
+            Xs[l - 1], delta, self.held[l] = self._solve(f"X_{l}", block, Xs[l - 1], F,
+                                                         (Xs, l - 1))
             F = None if F is None else F + delta
         return Xs
 
@@ -248,7 +288,7 @@ class _Round:
             g = self.gamma[l]
             block = w_block(net, X0, Y, Xs, l, gamma=g, W0=self.W0[l] if g else None,
                             U=self.held.get(l), Xt=Xt0 if l == 0 else None)
-            net.W[l], delta, _ = self._solve(f"W_{l}", block, net.W[l], F)
+            net.W[l], delta, _ = self._solve(f"W_{l}", block, net.W[l], F, (net.W, l))
             F = None if F is None else F + delta
 
 
@@ -280,21 +320,27 @@ def _round(backend, net, cert, X0, Y, Xs, gamma, W0, fresh, check=True, Us=None,
     F_x = B_x = None
     after_w = dict(lifted_w=None, network_w=None, divergence_w=None)
     try:
-        r.x_sweep(X0, Y, Xs, None if F0 is None else F0 + r.prox(), Us)
-        if check:
-            F_x, B_x = net.lifted_objective(X0, Y, Xs), net.divergences(X0, Xs)
-            cert.check_lower_bound(F_x, J)
-        r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.prox(), Xt0)
-        if check:
-            cert.check_fenchel_young(net, X0, Xs)
-            after_w = dict(lifted_w=net.lifted_objective(X0, Y, Xs),
-                           network_w=net.network_objective(X0, Y),
-                           divergence_w=net.divergences(X0, Xs))
+        try:
+            r.x_sweep(X0, Y, Xs, None if F0 is None else F0 + r.prox(), Us)
+            if check:
+                F_x, B_x = net.lifted_objective(X0, Y, Xs), net.divergences(X0, Xs)
+                cert.check_lower_bound(F_x, J)
+            r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.prox(), Xt0)
+            if check:
+                cert.check_fenchel_young(net, X0, Xs)
+                after_w = dict(lifted_w=net.lifted_objective(X0, Y, Xs),
+                               network_w=net.network_objective(X0, Y),
+                               divergence_w=net.divergences(X0, Xs))
+        except Exception:
+            r.settle()        # an unusable argmin earlier in the round fails by name instead
+            raise
+        r.settle()
     except _Halt as stop:     # recorded mode: the run ends after this round, its history kept
         halted = stop.block
+    # the proximal term's value (a read: where reads are not cheap, on checked rounds only)
     record = dict(m=int(X0.shape[1]), lifted_x=F_x, network_x=J if check else None, **after_w,
-                  prox=r.prox(), divergence_x=B_x, restarted=bool(cert.restarted),
-                  checked=check, blocks=r.blocks, halted=halted)
+                  prox=None if r.defer else r.prox(), divergence_x=B_x,
+                  restarted=bool(cert.restarted), checked=check, blocks=r.blocks, halted=halted)
     record["seconds"] = time.perf_counter() - t0
     return Xs, record
 

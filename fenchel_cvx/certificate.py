@@ -185,24 +185,36 @@ class Certificate:
                        f"residual_tol")
 
 
+def argmin_usable(block, Z, shape):
+    """Whether ``Z`` can be the argmin of ``block``: False where it is not an array of ``shape``,
+    else a 0-d boolean array, on the device, that holds where Z is finite and in the block's
+    domain (``block.project`` leaves it). ``argmin_problem`` says why not."""
+    try:
+        xp = array_namespace(Z)
+    except TypeError:
+        return False
+    if tuple(Z.shape) != tuple(shape):
+        return False
+    # NaN propagates through max and min, and an inf is one of them: two passes, no mask
+    finite = xp.isfinite(xp.max(Z)) & xp.isfinite(xp.min(Z))
+    return finite & xp.all(block.project(Z) == Z)
+
+
 def argmin_problem(block, Z, shape):
     """Why ``Z`` cannot be the argmin of ``block`` at all, or None: not an array of ``shape``, a
-    NaN or inf entry, or a point outside the block's domain (``block.project`` moves it)."""
+    NaN or inf entry, or a point outside the block's domain (``block.project`` moves it). One
+    host read where the point is usable."""
     try:
         xp = array_namespace(Z)
     except TypeError:
         return f"argmin is not an array (got {type(Z).__name__})"
     if tuple(Z.shape) != tuple(shape):
         return f"argmin has shape {tuple(Z.shape)}, the block's variable {tuple(shape)}"
-    # NaN propagates through max and min, and an inf is one of them: two passes, no mask; both
-    # tests read back together (one host read where the point is usable)
-    P = block.project(Z)
-    finite = xp.isfinite(xp.max(Z)) & xp.isfinite(xp.min(Z))
-    if bool(finite & xp.all(P == Z)):
+    if bool(argmin_usable(block, Z, shape)):
         return None
-    if not bool(finite):
+    if not bool(xp.isfinite(xp.max(Z)) & xp.isfinite(xp.min(Z))):
         bad = int(xp.sum(xp.astype(~xp.isfinite(Z), xp.int64)))
         return f"argmin has {bad} NaN or inf entries"
-    out = float(xp.max(xp.abs(P - Z)))
+    out = float(xp.max(xp.abs(block.project(Z) - Z)))
     return f"argmin leaves the block's domain by {out:.3g}"
 

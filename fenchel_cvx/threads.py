@@ -35,7 +35,7 @@ def owner(filepath):
     return "other"
 
 
-def plan(threads):
+def plan(threads, compiled=False):
     """The per-library thread counts for a budget of ``threads`` cores.
 
     NumPy's pool runs the large products (all of them, in the fast backend) and gets every core;
@@ -45,9 +45,15 @@ def plan(threads):
     loaded machine every pool at 1 was fastest by far (docs/results.md, "Threads"), so budgets
     beyond the idle cores hurt. PyTorch's pools (the backprop baselines) and any other get
     ``threads``.
+
+    ``compiled``: the fast backend's fused kernels (``FastBackend(compile=True)``) run in
+    PyTorch's OpenMP pool, between NumPy's products; they get one thread. With both pools at 2
+    on 2 cores, each pool's threads spin, waiting for work, on the core the other needs: a
+    LeNet-5 batch took 198 ms against 145 ms with the kernels on one thread and 161 ms eager
+    (docs page "Results", "The compiled path").
     """
     threads = check("threads", threads, COUNT)
-    return {"numpy": threads, "scipy": 1, "torch": threads, "other": threads}
+    return {"numpy": threads, "scipy": 1, "torch": 1 if compiled else threads, "other": threads}
 
 
 def per_library(threads):

@@ -129,3 +129,54 @@ def test_capped_blocks_are_marked_and_excused_only_for_their_cap(data):
                     backend=FastBackend(tol=1e-12, max_iter=1)).history
     assert short.violations and not any(v["capped"] for v in short.violations)
     assert not short.held_but_capped
+
+
+class _OnStrict:
+    """A fast backend whose block of ``kind`` returns NaN from the round ``at`` on, in the
+    blocks' own library (array_api_strict here: its argmin checks are read once per round)."""
+
+    def __init__(self, inner, kind, at):
+        self.inner, self.kind, self.at, self.round = inner, kind, at, 0
+        self.steps_of, self.name = self.inner.steps_of, "faulty-fast"
+
+    def solve(self, block, start=None):
+        res = self.inner.solve(block, start)
+        self.round += block.kind == "x_last"        # X_L opens every round
+        if block.kind != self.kind or self.round < self.at:
+            return res
+        Z = res.argmin * float("nan")
+        return BlockResult(Z, res.value, res.status, res.residual, res.seconds, res.iterations,
+                           res.converged, dict(res.info))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("kind", ["x_hidden", "w_last", "w_hidden"])
+def test_argmin_checks_read_at_a_rounds_end_reach_the_same_verdict(data, kind, strict):
+    """Off NumPy an unchecked round reads its blocks' argmin checks once, at its end: a NaN
+    argmin in its middle fails that block by name, and the round goes back to where that block
+    began, as the checks read after every block (NumPy) do: the same weights, the same records.
+    (Strict: blocks solved to tol, whose statuses pass; recorded: capped ones.)"""
+    xps = pytest.importorskip("array_api_strict")
+    X, Y = data
+    out = {}
+    for name, lib in (("numpy", np), ("strict", xps)):
+        model = net()
+        model.W = [lib.asarray(W) for W in model.W]
+        inner = (FastBackend(tol=1e-6, max_iter=2000) if strict
+                 else FastBackend(w_steps=1, x_steps=2))
+        kw = dict(batch_size=12, epochs=2, gamma=1.0, backend=_OnStrict(inner, kind, at=3),
+                  strict=strict, check_every=4, eval_every=None)
+        if strict:
+            with pytest.raises(CertificateError, match=f"iteration 3, layer {FIRST[kind]}"):
+                fit_bcd(model, lib.asarray(X), lib.asarray(Y), **kw)
+            out[name] = ([np.asarray(W) for W in model.W], None)
+        else:
+            h = fit_bcd(model, lib.asarray(X), lib.asarray(Y), **kw).history
+            out[name] = ([np.asarray(W) for W in model.W], h)
+    (W_np, h_np), (W_st, h_st) = out["numpy"], out["strict"]
+    assert all(np.allclose(a, b, rtol=1e-12, atol=1e-14) for a, b in zip(W_np, W_st))
+    if not strict:
+        assert len(h_st) == 3 and h_st[2]["halted"] == FIRST[kind] == h_np[2]["halted"]
+        assert [b["block"] for b in h_st[2]["blocks"]] == [b["block"] for b in h_np[2]["blocks"]]
+        assert ([v["layer"] for v in h_st[2]["certificate"]["violations"]]
+                == [v["layer"] for v in h_np[2]["certificate"]["violations"]])

@@ -50,7 +50,7 @@ from array_api_compat import array_namespace
 
 from ..blocks import BlockResult, WBlock, WHidden, WLast, XBlock
 from ..datasets import check_dtype
-from ..threads import per_library, controller, limit_threads
+from ..threads import per_library, plan, controller, limit_threads
 from ._util import floor_tol
 from .fused import kernels
 from .wblocks import solve_pncg, solve_ridge
@@ -118,7 +118,8 @@ class FastBackend:
         batch, a dense layer's 500 do (docs page "Results"). A checkpoint of ``fit_bcd`` starts
         them afresh (``forget``), as a run resumed from it does.
     threads : an integer budget of cores (``fenchel_cvx.threads.plan``: NumPy's BLAS gets them
-        all, SciPy's BLAS one), a dict ``{"numpy": n, "scipy": k, ...}``, or None (leave the
+        all, SciPy's BLAS one, and with ``compile=True`` the compiled kernels one: ``threads``
+        is then that plan's dict), a dict ``{"numpy": n, "scipy": k, ...}``, or None (leave the
         native thread pools as they are); applied through threadpoolctl around every solve, and
         by ``fit_bcd`` around its whole run. Default 1, by measurement on a 2-core machine: the
         scikit-learn digits pipeline took 4.7 s with every pool at 1 thread against 19 s with
@@ -165,15 +166,17 @@ class FastBackend:
             raise ValueError("gram_reuse must be an integer >= 1 or a sequence of them (one per "
                              "layer), got None")
         self.gram_reuse = _check_steps("gram_reuse", gram_reuse)
+        self.kernels = kernels(compile)   # refuses compile=True without torch.compile
+        self.compile = self.kernels.compiled
         if threads is not None:
             per_library(threads)   # a bad count fails here, before any work
+            if self.compile and not isinstance(threads, dict):   # the kernels on one thread
+                threads = plan(threads, compiled=True)
         self.threads, self._pools = threads, None
         for name, flag in (("capped_residual", capped_residual), ("capped_value", capped_value)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} must be True or False, got {flag!r}")
         self.capped_residual, self.capped_value = capped_residual, capped_value
-        self.kernels = kernels(compile)   # refuses compile=True without torch.compile
-        self.compile = self.kernels.compiled
         self._cache = {}  # Gram factorisations, reused while X~ is unchanged
 
     def check_network(self, net):
