@@ -14,8 +14,10 @@ summed over all rounds. ``--check-every`` runs the certificate as the benchmarks
     python benchmarks/compiled_ab.py --threads 2 --network lenet5
     python benchmarks/compiled_ab.py --quick              # the embedded 5k sample: a smoke run
 
-It prints the BLAS kernel NumPy runs (threadpoolctl's ``architecture``) and NumPy's and
-PyTorch's float32 GEMM rate at the MLP's W_0 shape. MNIST from ``--data`` (default: ``$FENCHEL_DATA/mnist``,
+It prints the BLAS kernel NumPy runs (threadpoolctl's ``architecture``), NumPy's and
+PyTorch's float32 GEMM rate at the MLP's W_0 shape, and each network's host reads per
+unchecked batch (``fenchel_cvx.fast.reads``, on array_api_strict arrays: what a GPU would wait
+for). MNIST from ``--data`` (default: ``$FENCHEL_DATA/mnist``,
 else ``../shared/data/mnist`` beside the repo).
 """
 import argparse
@@ -94,6 +96,24 @@ def gemm_rates(threads):
     return rates
 
 
+def host_reads(network, args, ds):
+    """The host reads of one unchecked batch of the network's setting (``fast.reads``: the same
+    solvers on ``array_api_strict`` arrays, which stand in for a GPU library), by source; None
+    where array_api_strict is not installed (the ``test`` extra)."""
+    try:
+        import array_api_strict as xps
+    except ImportError:
+        return None
+    from fenchel_cvx.fast.reads import unchecked_batch
+
+    net, gamma, momentum, make = setting(network, args, ds)
+    X = xps.asarray(ds.X_train[:, :1500].astype(np.float32))
+    Y = xps.asarray(one_hot(ds.y_train[:1500], 10).astype(np.float32))
+    net.W = [xps.asarray(np.asarray(W)) for W in net.W]
+    return unchecked_batch(net, X, Y, make(False), 500, gamma=list(gamma),
+                           momentum=list(momentum))
+
+
 def run(network, args, ds):
     net0, gamma, momentum, make = setting(network, args, ds)
     X = ds.X_train.astype(np.float32, copy=False)
@@ -161,6 +181,11 @@ def main(argv=None):
     for network in (("mlp", "lenet5") if args.network == "both" else (args.network,)):
         medians = run(network, args, ds)
         print(f"compiled / eager: {medians['compiled'] / medians['eager']:.3f}")
+        reads = host_reads(network, args, ds)
+        if reads is not None:
+            sources = ", ".join(f"{k} {v}" for k, v in reads.by_function().items())
+            print(f"host reads of an unchecked batch (array_api_strict): {reads.total} "
+                  f"({sources})")
     print(f"kernels compiled in this process (dynamo graphs): "
           f"{torch._dynamo.utils.counters['stats']['unique_graphs']}")
 

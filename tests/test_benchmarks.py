@@ -294,5 +294,7 @@ def test_compiled_ab_quick_run_prints_both_paths(capsys):
     assert len(rows) == 2 and all(float(r.split("|")[2]) > 0 for r in rows)
     ratio = float(out.split("compiled / eager: ")[1].split()[0])
     assert 0 < ratio < 10
+    reads = int(out.split("host reads of an unchecked batch (array_api_strict): ")[1].split()[0])
+    assert 0 <= reads <= 5
     with pytest.raises(SystemExit):
         compiled_ab.parse_args(["--rounds", "0"])
