@@ -15,10 +15,11 @@ array-API function, and a ``Kernels`` object runs it one of two ways:
   stay in NumPy's BLAS. The same function is traced from its array-API code (PyTorch's
   namespace through array_api_compat), so both ways compute the same formulas.
 
-Shapes are static (``dynamic=False``): each chain is compiled once per layer shape, in the
-first batch, and reused for every later batch (``Compiled.compiles`` counts them); numbers
-that change from call to call (a step length, a momentum weight) enter as 0-d tensors, so they
-never trigger a recompilation. Inductor's on-disk cache keeps the compiled kernels between
+Each chain compiles for the first shape it meets; a second shape (another layer, or fewer rows
+in a W solve to tolerance) compiles it once more with symbolic sizes (dynamo's automatic
+dynamic shapes), which then serves every shape: all in the first batch, none after it
+(``Compiled.compiles`` counts them). Numbers that change from call to call (a step length, a
+momentum weight) enter as 0-d tensors, so they never trigger a recompilation. Inductor's on-disk cache keeps the compiled kernels between
 processes. A chain that fails to compile runs eagerly from then on, with a warning that says
 why.
 
@@ -150,9 +151,11 @@ def compiler_problem():
 
 
 class Compiled(Kernels):
-    """Each chain through ``torch.compile(fullgraph=True, dynamic=False)`` on torch views of
-    NumPy arrays (or on torch tensors as given), once per distinct set of shapes, dtypes and
-    constant arguments (an activation, a prox). ``mode``: torch.compile's (None: its default).
+    """Each chain through ``torch.compile(fullgraph=True)`` on torch views of NumPy arrays (or
+    on torch tensors as given), once per dtype and set of constant arguments (an activation's
+    class and parameters, a prox) and for the shapes met (module doc). ``mode``: torch.compile's
+    (None: its default). ``min_size``: chains whose largest NumPy array has fewer entries run
+    eagerly (``MIN_SIZE``; 0: every chain compiled).
 
     Arguments: arrays become tensors (no copy), Python floats 0-d tensors of the first
     array's dtype (so that a new step length is no new kernel), and anything else (activation
@@ -170,8 +173,8 @@ class Compiled(Kernels):
         import torch
 
         self.torch, self.mode = torch, mode
-        # one compiled kernel per layer shape and chain: more than dynamo's default of 8 per
-        # function where a network has many layers (LeNet-5: 5 W-blocks, 4 X-blocks)
+        # room for every dtype and activation a process trains with, beyond dynamo's default
+        # of 8 compiled variants per function
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         self._compiled, self._failed = {}, {}
         self.min_size = min_size
