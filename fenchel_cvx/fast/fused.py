@@ -150,6 +150,13 @@ def compiler_problem():
     return None
 
 
+def _require_compiler():
+    """Refuse ``compile=True``, naming what to install, where ``compiler_problem`` finds one."""
+    problem = compiler_problem()
+    if problem is not None:
+        raise ValueError(f"compile=True needs torch.compile: {problem}")
+
+
 class Compiled(Kernels):
     """Each chain through ``torch.compile(fullgraph=True)`` on torch views of NumPy arrays (or
     on torch tensors as given), once per dtype and set of constant arguments (an activation's
@@ -167,9 +174,7 @@ class Compiled(Kernels):
     compiled = True
 
     def __init__(self, mode=None, min_size=MIN_SIZE):
-        problem = compiler_problem()
-        if problem is not None:
-            raise ValueError(f"compile=True needs torch.compile: {problem}")
+        _require_compiler()
         import torch
 
         self.torch, self.mode = torch, mode
@@ -270,6 +275,7 @@ def kernels(compile):
     if isinstance(compile, Kernels):
         return compile
     if compile is True:
+        _require_compiler()     # checked at every request: the shared runner may exist already
         return _compiled_default()
     if compile is False:
         return EAGER
