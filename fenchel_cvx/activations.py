@@ -62,7 +62,7 @@ class Activation:
 
     def Fstar(self, u):
         """F*(u) elementwise, as a new array of u's shape (the fast W line search's descent test
-        works in it in place: ``fast.wblocks.HiddenRows.data_change``)."""
+        works in it in place: ``fast.fused.row_change``)."""
         raise NotImplementedError
 
     def in_range(self, v):

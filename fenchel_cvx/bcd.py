@@ -256,7 +256,8 @@ class _Round:
             seq[i] = current
         name, block, Z, current, _, _, n_blocks, n_violations = pending[first]
         del self.blocks[n_blocks + 1:]
-        self.blocks[n_blocks]["value_after"] = self.blocks[n_blocks]["value_before"]
+        if n_blocks < len(self.blocks):     # (strict: its status may have raised before it)
+            self.blocks[n_blocks]["value_after"] = self.blocks[n_blocks]["value_before"]
         del self.cert.violations[n_violations:]
         self.cert.check_argmin(name, block, Z, current.shape)
         raise _Halt(name)
@@ -713,9 +714,12 @@ def _progress_bar(total, done, name, compiling=False):
     bar = tqdm(total=total, initial=done, unit="round",
                desc=desc + (": compiling kernels in the first round" if compiling else ""))
 
+    first = [compiling]
+
     def show(net, state, step):
-        if compiling and bar.desc != desc:
+        if first[0]:
             bar.set_description(desc, refresh=False)
+            first[0] = False
         rec, post = state.history.records[-1], {}
         if rec["checked"]:
             post = dict(F=f"{rec['lifted_x']:.4g}", J=f"{rec['network_x']:.4g}")
@@ -752,7 +756,8 @@ def _observers(run, callback, progress, state):
         observers.insert(0, _checkpointer(folder, every, digest, run.backend))
     if progress:
         observers.append(_progress_bar(len(run.steps), state.iteration, run.config["backend"],
-                                       compiling=bool(getattr(run.backend, "compile", False))))
+                                       compiling=getattr(getattr(run.backend, "kernels", None),
+                                                         "compiled", False) is True))
     return observers
 
 

@@ -153,11 +153,9 @@ class _FenchelBase(BaseEstimator):
                                  f"name: it needs backend='fast' (a backend object keeps its "
                                  f"own), got backend={self.backend!r}")
         if by_name and values["compile"] is True:   # refused before any work, with what to install
-            from .fast.fused import compiler_problem
+            from .fast.fused import require_compiler
 
-            problem = compiler_problem()
-            if problem is not None:
-                raise ValueError(f"compile=True needs torch.compile: {problem}")
+            require_compiler()
         # strict: every block must pass the certificate, so no step caps unless given
         strict = isinstance(self.strict, (bool, np.bool_)) and bool(self.strict)
         steps = ("w_steps", "x_steps") if by_name and not strict else ()

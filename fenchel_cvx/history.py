@@ -10,7 +10,8 @@ alternation of each batch in Algorithm 2. A record holds
   ``None`` in Algorithm 1) and ``m`` (data points the round's objectives are summed over);
 - ``lifted_x`` = F(W, X) after the X-sweep and ``network_x`` = J(W) at the same weights (before
   the W-sweep); ``lifted_w`` = F(W', X) and ``network_w`` = J(W') after the W-sweep; ``prox`` the
-  proximal term sum_l gamma_l ||W'_l - W0_l||^2 (Algorithm 2; not part of F or J);
+  proximal term sum_l gamma_l ||W'_l - W0_l||^2 (Algorithm 2; not part of F or J; ``None`` on
+  the unchecked rounds of arrays whose reads are not cheap, ``arrays.cheap_reads``: a GPU's);
 - ``divergence_x`` / ``divergence_w``: each layer's summed B_l after the X- and the W-sweep;
 - ``train_accuracy``, ``test_accuracy`` (classification: argmax of the feed-forward output vs
   argmax of Y; ``None`` otherwise or without test data) and ``train_loss``, ``test_loss`` (the

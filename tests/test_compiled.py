@@ -152,8 +152,10 @@ def test_capped_block_solves_agree(compiled, network, dtype):
         methods.add(a.info["method"])
         assert a.argmin.dtype == b.argmin.dtype == dtype
         assert _rel(b.argmin, a.argmin) <= RTOL[dtype], (type(block).__name__, block.layer)
-    # the chains that the benchmarks fuse all ran: FISTA, the span CG and the parameter-space CG
+    # the chains that the benchmarks fuse all ran: FISTA, the span CG and the parameter-space CG,
+    # compiled (none fell back to its eager form)
     assert methods >= ({"fista", "pncg-span", "pncg"} if network == "mlp" else {"fista", "pncg"})
+    assert compiled.compiles > 0 and not compiled._failed
 
 
 @pytest.mark.parametrize("network", ["mlp", "lenet5"])
@@ -184,6 +186,7 @@ def test_a_run_compiles_in_its_first_batch_only_and_holds_its_certificate(compil
                                 dtype=np.float32), X0, Y, batch_size=20, epochs=3, gamma=0.3,
                   backend=backend, strict=False, eval_every=None, check_every=1, callback=count)
     assert len(calls) == 9 and len(set(calls[1:])) == 1, calls   # no compile after batch 1
+    assert not compiled._failed
     # every round checked: every check but the capped blocks' optimality (inexact by design)
     broken = [v for r in res.history if r["checked"] for v in r["certificate"]["violations"]
               if v["check"] != "block_optimality"]
@@ -250,6 +253,61 @@ def test_a_chain_that_does_not_compile_runs_eagerly_with_a_warning(compiled):
     with warnings.catch_warnings():
         warnings.simplefilter("error")                  # once only: no second warning
         np.testing.assert_array_equal(compiled(reads_back)(A), reads_back(A))
+
+
+def test_the_compiled_kernels_get_one_thread_beside_numpys_blas():
+    """An integer budget gives NumPy's BLAS every core and the compiled kernels' pool one
+    (``threads.plan(compiled=True)``); a dict is kept as given."""
+    from fenchel_cvx.threads import plan
+
+    assert plan(2, compiled=True) == {"numpy": 2, "scipy": 1, "torch": 1, "other": 2}
+    assert plan(2)["torch"] == 2
+    assert FastBackend(compile=True, threads=2).threads == plan(2, compiled=True)
+    assert FastBackend(compile=False, threads=2).threads == 2
+    own = {"numpy": 1, "torch": 2}
+    assert FastBackend(compile=True, threads=own).threads == own
+
+
+def test_a_failed_chain_runs_eagerly_for_its_arguments_only(compiled):
+    """A chain that cannot compile for one activation class still compiles for another."""
+    class HostReLU(type(activation("relu"))):
+        def dphi(self, u):               # through a host list: no trace through it
+            return (np.asarray(u.tolist()) > 0).astype(u.dtype)
+
+    rng = np.random.default_rng(5)
+    U, dU = rng.standard_normal((6, 9)), rng.standard_normal((6, 9))
+    odd = HostReLU()
+    with pytest.warns(RuntimeWarning, match="row_curv.*for these arguments"):
+        got = compiled(fused.row_curv)(odd, 1.0, U, dU)
+    np.testing.assert_allclose(got, fused.row_curv(odd, 1.0, U, dU), rtol=1e-12)
+    before = compiled.compiles
+    relu = compiled(fused.row_curv)(activation("relu"), 1.0, U + 1.0, dU)
+    assert not any(key[0] is fused.row_curv and key[1] == (type(activation("relu")),)
+                   for key in compiled._failed)
+    np.testing.assert_allclose(relu, fused.row_curv(activation("relu"), 1.0, U + 1.0, dU),
+                               rtol=1e-12)
+    assert compiled.compiles >= before
+
+
+def test_the_estimators_and_the_command_line_refuse_compile_before_any_work(monkeypatch,
+                                                                             tmp_path):
+    from fenchel_cvx import FenchelClassifier
+    from fenchel_cvx.cli import main
+
+    X, y = np.random.default_rng(0).random((20, 4)), np.arange(20) % 2
+    with pytest.raises(ValueError, match="compile must be True or False, got 'yes'"):
+        FenchelClassifier(compile="yes").fit(X, y)
+    with pytest.raises(ValueError, match="compile=True sets the kernels of the fast backend by "
+                                         "name: it needs backend='fast'"):
+        FenchelClassifier(compile=True, backend="cvxpy").fit(X, y)
+    with pytest.raises(SystemExit):
+        main(["train", "--compile", "--out", str(tmp_path / "a")])          # --backend cvxpy
+    monkeypatch.setattr(fused.shutil, "which", lambda name: None)
+    with pytest.raises(ValueError, match="no C\\+\\+ compiler on the PATH"):
+        FenchelClassifier(compile=True).fit(X, y)
+    with pytest.raises(SystemExit):
+        main(["train", "--backend", "fast", "--compile", "--out", str(tmp_path / "b")])
+    assert not (tmp_path / "b").exists() or not any((tmp_path / "b").iterdir())
 
 
 def test_small_arrays_stay_eager_below_min_size():

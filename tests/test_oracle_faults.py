@@ -135,8 +135,8 @@ class _OnStrict:
     """A fast backend whose block of ``kind`` returns NaN from the round ``at`` on, in the
     blocks' own library (array_api_strict here: its argmin checks are read once per round)."""
 
-    def __init__(self, inner, kind, at):
-        self.inner, self.kind, self.at, self.round = inner, kind, at, 0
+    def __init__(self, inner, kind, at, status=None):
+        self.inner, self.kind, self.at, self.round, self.status = inner, kind, at, 0, status
         self.steps_of, self.name = self.inner.steps_of, "faulty-fast"
 
     def solve(self, block, start=None):
@@ -145,17 +145,20 @@ class _OnStrict:
         if block.kind != self.kind or self.round < self.at:
             return res
         Z = res.argmin * float("nan")
-        return BlockResult(Z, res.value, res.status, res.residual, res.seconds, res.iterations,
-                           res.converged, dict(res.info))
+        status, converged = (res.status, res.converged) if self.status is None else (
+            self.status, False)
+        return BlockResult(Z, res.value, status, res.residual, res.seconds, res.iterations,
+                           converged, dict(res.info))
 
 
-@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("strict,status", [(False, None), (True, None), (True, "max_iter")])
 @pytest.mark.parametrize("kind", ["x_hidden", "w_last", "w_hidden"])
-def test_argmin_checks_read_at_a_rounds_end_reach_the_same_verdict(data, kind, strict):
+def test_argmin_checks_read_at_a_rounds_end_reach_the_same_verdict(data, kind, strict, status):
     """Off NumPy an unchecked round reads its blocks' argmin checks once, at its end: a NaN
     argmin in its middle fails that block by name, and the round goes back to where that block
     began, as the checks read after every block (NumPy) do: the same weights, the same records.
-    (Strict: blocks solved to tol, whose statuses pass; recorded: capped ones.)"""
+    (Strict: blocks solved to tol, whose statuses pass, or the faulty one reporting a failed
+    status as well; recorded: capped ones.)"""
     xps = pytest.importorskip("array_api_strict")
     X, Y = data
     out = {}
@@ -164,7 +167,7 @@ def test_argmin_checks_read_at_a_rounds_end_reach_the_same_verdict(data, kind, s
         model.W = [lib.asarray(W) for W in model.W]
         inner = (FastBackend(tol=1e-6, max_iter=2000) if strict
                  else FastBackend(w_steps=1, x_steps=2))
-        kw = dict(batch_size=12, epochs=2, gamma=1.0, backend=_OnStrict(inner, kind, at=3),
+        kw = dict(batch_size=12, epochs=2, gamma=1.0, backend=_OnStrict(inner, kind, 3, status),
                   strict=strict, check_every=4, eval_every=None)
         if strict:
             with pytest.raises(CertificateError, match=f"iteration 3, layer {FIRST[kind]}"):
@@ -180,3 +183,8 @@ def test_argmin_checks_read_at_a_rounds_end_reach_the_same_verdict(data, kind, s
         assert [b["block"] for b in h_st[2]["blocks"]] == [b["block"] for b in h_np[2]["blocks"]]
         assert ([v["layer"] for v in h_st[2]["certificate"]["violations"]]
                 == [v["layer"] for v in h_np[2]["certificate"]["violations"]])
+        for a, b in zip(h_st[2]["blocks"], h_np[2]["blocks"]):
+            assert a["status"] == b["status"]
+            assert (a["value_after"] is None) == (b["value_after"] is None)
+            if a["value_after"] is not None:
+                assert a["value_after"] == pytest.approx(b["value_after"], rel=1e-12, nan_ok=True)

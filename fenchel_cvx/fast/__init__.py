@@ -142,8 +142,8 @@ class FastBackend:
         fused kernels compiled by ``torch.compile`` (``fast.fused``) on the NumPy arrays, whose
         matrix products stay in NumPy's BLAS; the same formulas as the eager reference, equal
         up to rounding. It needs PyTorch and, on the CPU, a C++ compiler: without them it is
-        refused here, before any work, with what to install. Each chain compiles once per
-        layer shape, in the first batch (seconds; cached on disk for later processes).
+        refused here, before any work, with what to install. The chains compile in a run's
+        first batch (seconds; cached on disk for later processes).
         False (the default): every chain eagerly, in the arrays' own library.
     """
 

@@ -17,9 +17,11 @@ array-API function, and a ``Kernels`` object runs it one of two ways:
 
 Each chain compiles for the first shape it meets; a second shape (another layer, or fewer rows
 in a W solve to tolerance) compiles it once more with symbolic sizes (dynamo's automatic
-dynamic shapes), which then serves every shape: all in the first batch, none after it
-(``Compiled.compiles`` counts them). Numbers that change from call to call (a step length, a
-momentum weight) enter as 0-d tensors, so they never trigger a recompilation. Inductor's on-disk cache keeps the compiled kernels between
+dynamic shapes), which then serves the shapes that follow: in a training run, all in its
+first batch (``Compiled.compiles`` counts them; tests/test_compiled.py checks it). Python
+floats that change from call to call (a step length) enter as 0-d tensors, so they never
+trigger a recompilation; pass numbers as Python floats (a NumPy scalar or a 0-d array would
+promote as NumPy does in the eager form, not as PyTorch does). Inductor's on-disk cache keeps the compiled kernels between
 processes. A chain that fails to compile runs eagerly from then on, with a warning that says
 why.
 
@@ -38,7 +40,8 @@ from array_api_compat import array_namespace
 
 from ..arrays import vecdot
 
-__all__ = ["EAGER", "MIN_SIZE", "Compiled", "Kernels", "compiler_problem", "kernels"]
+__all__ = ["EAGER", "MIN_SIZE", "Compiled", "Kernels", "compiler_problem", "kernels",
+           "require_compiler"]
 
 #: chains whose largest array has fewer entries run eagerly also where compiled: a compiled
 #: call costs 50-100 us of dispatch, which NumPy's passes over such arrays, held in cache, do not
@@ -150,7 +153,7 @@ def compiler_problem():
     return None
 
 
-def _require_compiler():
+def require_compiler():
     """Refuse ``compile=True``, naming what to install, where ``compiler_problem`` finds one."""
     problem = compiler_problem()
     if problem is not None:
@@ -174,7 +177,7 @@ class Compiled(Kernels):
     compiled = True
 
     def __init__(self, mode=None, min_size=MIN_SIZE):
-        _require_compiler()
+        require_compiler()
         import torch
 
         self.torch, self.mode = torch, mode
@@ -192,8 +195,10 @@ class Compiled(Kernels):
         return f"Compiled(mode={self.mode!r}, min_size={self.min_size!r})"
 
     def check_arrays(self, xp):
-        name = getattr(xp, "__name__", str(xp))
-        if not (name.endswith("numpy") or name.endswith("torch")):
+        from array_api_compat import is_numpy_namespace, is_torch_namespace
+
+        if not (is_numpy_namespace(xp) or is_torch_namespace(xp)):
+            name = getattr(xp, "__name__", str(xp))
             raise ValueError(f"compile=True runs on NumPy arrays or PyTorch tensors, got arrays "
                              f"of {name}: use compile=False for them")
 
@@ -203,8 +208,6 @@ class Compiled(Kernels):
         return int(self.torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
     def __call__(self, chain):
-        if chain in self._failed:
-            return chain
         run = self._compiled.get(chain)
         if run is None:
             run = self._compiled[chain] = self._wrap(chain)
@@ -216,8 +219,16 @@ class Compiled(Kernels):
 
         @functools.wraps(chain)
         def run(*args, **kwargs):
-            if self.min_size and max((a.size for a in args if type(a) is np_.ndarray),
+            if self.min_size and max((a.size if type(a) is np_.ndarray else a.numel()
+                                      for a in args if type(a) is np_.ndarray
+                                      or isinstance(a, torch.Tensor)),
                                      default=0) < self.min_size:
+                return chain(*args, **kwargs)
+            # a failure is kept by chain and by the classes of its constant arguments (an
+            # activation, a prox): another activation may still compile
+            key = (chain, tuple(type(a) for a in args
+                                if not (type(a) in (np_.ndarray, float) or hasattr(a, "shape"))))
+            if key in self._failed:
                 return chain(*args, **kwargs)
             conv, dtype, numpy_in = list(args), None, False
             for i, a in enumerate(conv):
@@ -232,10 +243,10 @@ class Compiled(Kernels):
             try:
                 out = fn(*conv, **kwargs)
             except Exception as err:   # noqa: BLE001 - any compiler failure: run eagerly
-                self._failed[chain] = f"{type(err).__name__}: {err}"
-                warnings.warn(f"torch.compile failed on fenchel_cvx.fast.fused.{chain.__name__} "
-                              f"({self._failed[chain].splitlines()[0][:300]}); it runs eagerly "
-                              f"from now on", RuntimeWarning, stacklevel=2)
+                self._failed[key] = f"{type(err).__name__}: {err}"
+                warnings.warn(f"torch.compile failed on {chain.__module__}.{chain.__qualname__} "
+                              f"({self._failed[key].splitlines()[0][:300]}); it runs eagerly "
+                              f"from now on for these arguments", RuntimeWarning, stacklevel=2)
                 return chain(*args, **kwargs)
             return _to_numpy(out) if numpy_in else out
 
@@ -275,7 +286,7 @@ def kernels(compile):
     if isinstance(compile, Kernels):
         return compile
     if compile is True:
-        _require_compiler()     # checked at every request: the shared runner may exist already
+        require_compiler()      # checked at every request: the shared runner may exist already
         return _compiled_default()
     if compile is False:
         return EAGER

@@ -409,17 +409,18 @@ def solve_ridge(xp, block, W, tol, max_iter, cache=None):
     parts = block.grad_parts(W)
     it, res, stalled = 1, kkt(xp, W, parts), False
     # iterative refinement (G^{-1} may be inexact in float32) with the gradient the residual
-    # was formed from, while each step at least halves the residual: past the working
-    # precision's floor it only stirs rounding (a step that does not lower it is not taken)
-    while res > tol and it < max_iter and not stalled:
+    # was formed from, while each step lowers the residual: a step that does not is at the
+    # working precision's floor, where it only stirs rounding (and is not taken)
+    while res > tol and it < max_iter:
         Wn = W - 0.5 * sum(parts[1:], parts[0]) @ Ginv
         parts_n = block.grad_parts(Wn)
-        it, res_n = it + 1, kkt(xp, Wn, parts_n)
-        stalled = not res_n <= 0.5 * res
-        if res_n < res:
-            W, parts, res = Wn, parts_n, res_n
+        res_n = kkt(xp, Wn, parts_n)
+        if not res_n < res:
+            stalled = True
+            break
+        it, W, parts, res = it + 1, Wn, parts_n, res_n
     return W, it, dict(method="cholesky", refinements=it - 1, cached_factor=bool(hit),
-                       converged=res <= tol, stalled=stalled and res > tol)
+                       converged=res <= tol, stalled=stalled)
 
 
 def _scatter_rows(xp, full, sub, rows):

@@ -22,8 +22,10 @@ once per run and reused by every round (the fast backend's cache).
 ``capped_reports=False`` (the default) has a block that stops at its step cap (``w_steps``,
 ``x_steps``, ``max_iter``) report neither its KKT residual nor its value at the returned point
 (``FastBackend(capped_residual=False, capped_value=False)``): ``fit_bcd`` recomputes both on its
-checked rounds (``check_every``) and reads neither on the others, so the iterates are the same
-and each capped block saves a gradient and a value (on W_0, products of 300 x 785 x m).
+checked rounds (``check_every``) and reads neither on the others, and each capped block saves a
+gradient and a value (on W_0, products of 300 x 785 x m). Such a block also takes all its
+steps, with no early stop at ``tol`` (``FastBackend``'s ``capped_residual``): where a block
+would have reached ``tol`` before its cap, its iterates differ.
 """
 import time
 
