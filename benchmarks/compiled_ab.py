@@ -34,10 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fenchel_cvx import LiftedNetwork, defaults  # noqa: E402
+from fenchel_cvx import LiftedNetwork  # noqa: E402
 from fenchel_cvx.bcd import fit_bcd  # noqa: E402
 from fenchel_cvx.datasets import load_mnist, load_mnist5k, one_hot  # noqa: E402
-from fenchel_cvx.fast import FastBackend  # noqa: E402
 from fenchel_cvx.threads import limit_threads  # noqa: E402
 
 
@@ -62,14 +61,16 @@ def parse_args(argv=None):
 
 
 def setting(network, args, ds):
-    """``(net, gamma, momentum, make_backend(compile))`` of a network's FLN setting."""
+    """``(net, gamma, momentum, make_backend(compile))`` of a network's FLN setting: the MNIST
+    benchmark's own (its defaults, network and ``fln_backend``)."""
     if network == "mlp":
-        s = defaults.training("dense", 1, batched=True)
-        net = LiftedNetwork([784, 300, 10], "relu", "cross_entropy", lam=s.lam[0], rho=s.rho[0],
-                            seed=0, dtype=np.float32)
-        return net, s.gamma, s.momentum, lambda compile: FastBackend(
-            w_steps=s.w_steps, x_steps=s.x_steps, capped_residual=False, capped_value=False,
-            threads=args.threads, compile=compile)
+        import mnist_mlp
+
+        margs = mnist_mlp.parse_args(["--threads", str(args.threads)])
+        net = LiftedNetwork([784, 300, 10], "relu", "cross_entropy", lam=margs.lam[0],
+                            rho=margs.rho, seed=margs.seed, dtype=np.float32)
+        return net, margs.gamma, margs.momentum, lambda compile: mnist_mlp.fln_backend(
+            margs, newton_cap=margs.newton_cap, compile=compile)
     import mnist_lenet5
 
     largs = mnist_lenet5.parse_args(["--threads", str(args.threads)])

@@ -55,9 +55,9 @@ from fenchel_cvx import defaults  # noqa: E402
 from fenchel_cvx.datasets import load_cifar10, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.io import write_text  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
-from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text, machine,  # noqa: E402
-                       backprop_record, fln_backend, level_figures, level_table, peak_text, plot,
-                       run_methods, seed_summary, train_fln)
+from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text, add_compile_flag,  # noqa: E402
+                       backprop_record, fln_backend, level_figures, level_table, machine,
+                       peak_text, plot, run_methods, seed_summary, train_fln)
 
 EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}
@@ -98,9 +98,7 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--threads", type=int, default=1, help="cores per method (2 slows FLN's "
                    "epoch: docs/results.md, LeNet-5, 'Two threads')")
-    p.add_argument("--compile", action="store_true", help="FLN's elementwise chains as fused "
-                   "kernels compiled by torch.compile (FastBackend(compile=True)); the compile runs "
-                   "on the first batch before the clock starts, and its seconds are reported")
+    add_compile_flag(p)
     p.add_argument("--methods", default="fln,adam,sgd")
     p.add_argument("--jobs", type=int, default=1, help="methods run at once, each in its own "
                    "process on --threads cores (default 1: one after another, timings free of "

@@ -95,9 +95,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="cores per method: NumPy's BLAS and "
                    "PyTorch get them all, SciPy's BLAS one (fenchel_cvx.threads.plan); 1 is fastest "
                    "on a shared machine (docs/results.md, Threads)")
-    p.add_argument("--compile", action="store_true", help="FLN's elementwise chains as fused "
-                   "kernels compiled by torch.compile (FastBackend(compile=True)); the compile runs "
-                   "on the first batch before the clock starts, and its seconds are reported")
+    add_compile_flag(p)
     p.add_argument("--methods", default="fln,adam,sgd")
     p.add_argument("--jobs", type=int, default=1, help="methods (and seeds) run at once, each in "
                    "its own process on --threads cores (default 1: one after another, timings "
@@ -172,6 +170,13 @@ def parse_args(argv=None):
     if args.quick:
         args.epochs = min(args.epochs, 2)
     return args
+
+
+def add_compile_flag(p):
+    """``--compile``, as both MNIST benchmarks take it."""
+    p.add_argument("--compile", action="store_true", help="FLN's elementwise chains as fused "
+                   "kernels compiled by torch.compile (FastBackend(compile=True)); the compile runs "
+                   "on the first batch before the clock starts, and its seconds are reported")
 
 
 def _per_layer(n, name, integers=False):

@@ -233,8 +233,8 @@ class _Round:
         """The certificate's argmin check (finite, in the block's domain), read at once, or
         deferred to ``settle`` (``defer``): then True, unless Z is no array of the block's
         shape."""
-        flag = argmin_usable(block, Z, current.shape) if self.defer else False
-        if flag is False:
+        flag = argmin_usable(block, Z, current.shape) if self.defer else None
+        if flag is None or flag is False:   # not deferred, or not even an array of the shape
             return self.cert.check_argmin(name, block, Z, current.shape)
         self.pending.append((name, block, Z, current, slot, flag, len(self.blocks),
                              len(self.cert.violations)))
@@ -714,12 +714,11 @@ def _progress_bar(total, done, name, compiling=False):
     bar = tqdm(total=total, initial=done, unit="round",
                desc=desc + (": compiling kernels in the first round" if compiling else ""))
 
-    first = [compiling]
-
     def show(net, state, step):
-        if first[0]:
+        nonlocal compiling
+        if compiling:
             bar.set_description(desc, refresh=False)
-            first[0] = False
+            compiling = False
         rec, post = state.history.records[-1], {}
         if rec["checked"]:
             post = dict(F=f"{rec['lifted_x']:.4g}", J=f"{rec['network_x']:.4g}")
