@@ -98,21 +98,24 @@ def gemm_rates(threads):
 
 
 def host_reads(network, args, ds):
-    """The host reads of one unchecked batch of the network's setting (``fast.reads``: the same
-    solvers on ``array_api_strict`` arrays, which stand in for a GPU library), by source; None
-    where array_api_strict is not installed (the ``test`` extra)."""
+    """``(reads, flops)``: the host reads and the products' FLOPs of one unchecked batch of the
+    network's setting (``fast.reads``: the same solvers on ``array_api_strict`` arrays, which
+    stand in for a GPU library), by source; None where array_api_strict is not installed (the
+    ``test`` extra)."""
     try:
         import array_api_strict as xps
     except ImportError:
         return None
-    from fenchel_cvx.fast.reads import unchecked_batch
+    from fenchel_cvx.fast.reads import ProductFlops, unchecked_batch
 
     net, gamma, momentum, make = setting(network, args, ds)
     X = xps.asarray(ds.X_train[:, :1500].astype(np.float32))
     Y = xps.asarray(one_hot(ds.y_train[:1500], 10).astype(np.float32))
     net.W = [xps.asarray(np.asarray(W)) for W in net.W]
-    return unchecked_batch(net, X, Y, make(False), 500, gamma=list(gamma),
-                           momentum=list(momentum))
+    flops = ProductFlops()
+    reads = unchecked_batch(net, X, Y, make(False), 500, flops=flops, gamma=list(gamma),
+                            momentum=list(momentum))
+    return reads, flops
 
 
 def run(network, args, ds):
@@ -182,11 +185,17 @@ def main(argv=None):
     for network in (("mlp", "lenet5") if args.network == "both" else (args.network,)):
         medians = run(network, args, ds)
         print(f"compiled / eager: {medians['compiled'] / medians['eager']:.3f}")
-        reads = host_reads(network, args, ds)
-        if reads is not None:
+        counted = host_reads(network, args, ds)
+        if counted is not None:
+            reads, flops = counted
             sources = ", ".join(f"{k} {v}" for k, v in reads.by_function().items())
             print(f"host reads of an unchecked batch (array_api_strict): {reads.total} "
                   f"({sources})")
+            print(f"products of an unchecked batch: {flops.total / 1e9:.2f} GFLOP, "
+                  f"{flops.total / rates['numpy'] / 1e6:.1f} ms at NumPy's GEMM rate above; "
+                  f"by source (MFLOP): " + ", ".join(f"{k.removeprefix('fenchel_cvx.')} "
+                                                    f"{v / 1e6:.0f}" for k, v in
+                                                    list(flops.by_function().items())[:6]))
     print(f"kernels compiled in this process (dynamo graphs): "
           f"{torch._dynamo.utils.counters['stats']['unique_graphs']}")
 

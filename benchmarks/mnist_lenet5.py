@@ -1,4 +1,4 @@
-"""The paper's LeNet-5 comparison (Sec. 4): FLN against backprop with SGD and Adam, MNIST or CIFAR-10.
+"""The paper's LeNet-5 comparisons (Secs. 5.2-5.3, Figures 3 and 4): FLN against backprop with SGD and Adam, MNIST or CIFAR-10.
 
 LeNet-5 (``fenchel_cvx.lenet5``: conv 6@5x5, avg-pool 2, conv 16@5x5, avg-pool 2, fc 120,
 fc 84, fc 10, ReLU), cross-entropy, batch 500, K = 1 alternation; 20 epochs on the full MNIST
@@ -17,9 +17,12 @@ conv layers' small, steady W-steps add up (docs/results.md, "LeNet-5: momentum")
 layer fc 10 alone takes a Frobenius penalty, rho = (0, 0, 0, 0, 0.3), where the paper's batched
 model has none: once FLN fits the training images its output weights grow, and the test
 accuracy stalls from epoch 4 (docs/results.md, "LeNet-5: the output layer's Frobenius penalty").
-SGD (lr 1e-2) and Adam (lr 1e-3) train the same LeNet-5 in PyTorch from the same initial
+SGD and Adam train the same LeNet-5 in PyTorch from the same initial
 weights (copied from the lifted network), on the same batches in the same order
-(``datasets.batch_order``), with the same thread count. Each method runs in its own process, so
+(``datasets.batch_order``), with the same thread count, at the learning rates chosen on the
+validation split (``TUNED_LR``: ``benchmarks/tune_baselines.py``, docs/tuning.md; on CIFAR-10,
+which was not tuned, and with ``--paper-lr``: the paper's, SGD 1e-2 and Adam 1e-3;
+``--sgd-momentum 0.9``: SGD with heavy-ball momentum). Each method runs in its own process, so
 its peak memory is its own; one after another, or ``--jobs N`` at once (on a 2-core machine,
 ``--threads 1 --jobs 2`` trains FLN beside the baselines).
 ``--device cupy`` runs every method on an NVIDIA GPU: FLN in CuPy, SGD and Adam in PyTorch on
@@ -55,9 +58,10 @@ from fenchel_cvx import defaults  # noqa: E402
 from fenchel_cvx.datasets import load_cifar10, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.io import write_text  # noqa: E402
 from fenchel_cvx.units import from_reference  # noqa: E402
-from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text, add_compile_flag,  # noqa: E402
-                       backprop_record, fln_backend, level_figures, level_table, machine,
-                       peak_text, plot, run_methods, seed_summary, train_fln)
+from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text, add_baseline_flags,  # noqa: E402
+                       add_compile_flag, backprop_record, baseline_options, baseline_rates,
+                       fln_backend, level_figures, level_table, machine, peak_text, plot,
+                       rates_text, run_methods, seed_summary, train_fln)
 
 EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}
@@ -79,6 +83,11 @@ PAPER_LAM, PAPER_GAMMA = from_reference(lam=(5, 5, 1, 1), rho=(1e-4, 1e-2, 1, 1,
 #: - rho of W_0 .. W_4: 0.3 on the output layer alone (validation after 20 epochs: 0.9896
 #:   against 0.9863 without; 0.1 and 1 gave 0.9890 and 0.9888).
 _SETTING = defaults.training("lenet5", 4, batched=True)
+#: the baselines' learning rates chosen on the validation split (``--validation 10000
+#: --train-size 20000``, 10 epochs, seed 0, the FLN screens' protocol: benchmarks/tune_baselines.py,
+#: docs/tuning.md); "sgd_momentum": SGD with
+#: momentum 0.9 (mnist_mlp.TUNED_MOMENTUM); the paper's: mnist_mlp.PAPER_LR
+TUNED_LR = {"sgd": 0.3, "sgd_momentum": 0.03, "adam": 1e-2}
 LAM, GAMMA, X_STEPS = _SETTING.lam, _SETTING.gamma, _SETTING.x_steps
 GRAM_REUSE, MOMENTUM = _SETTING.gram_reuse, _SETTING.momentum
 # MNIST: --data-dir, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
@@ -124,8 +133,7 @@ def parse_args(argv=None):
                    f"same); default {','.join(map(str, GRAM_REUSE))}")
     p.add_argument("--check-every", type=int, default=20, help="FLN rounds between full "
                    "certificate checks (block statuses: every round)")
-    p.add_argument("--adam-lr", type=float, default=1e-3)
-    p.add_argument("--sgd-lr", type=float, default=1e-2)
+    add_baseline_flags(p, TUNED_LR)
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--device", default="cpu", choices=sorted(DEVICES),
                    help="where the methods run: the CPU, or a GPU (FLN in CuPy, the baselines in "
@@ -146,9 +154,6 @@ def parse_args(argv=None):
                  "check_every", "alternations", "jobs", "seeds"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    for name in ("adam_lr", "sgd_lr"):
-        if not np.isfinite(getattr(args, name)) or getattr(args, name) <= 0:
-            p.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     for name in ("validation", "train_eval"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
@@ -170,6 +175,7 @@ def parse_args(argv=None):
         args.epochs = min(args.epochs, 2)
     if args.out is None:
         args.out = str(ROOT / "runs" / f"lenet5_{'quick' if args.quick else args.dataset}")
+    baseline_rates(p, args, TUNED_LR if args.dataset == "mnist" else None)   # tuned on MNIST
     return args
 
 
@@ -237,7 +243,7 @@ def run_backprop(args, ds, batches, optimizer):
 
     per_epoch = len(batches[0])
     r = train_backprop(network(args, ds), ds.X_train, ds.y_train, ds.X_test, ds.y_test,
-                       batches=batches, optimizer=optimizer, lr=getattr(args, f"{optimizer}_lr"),
+                       batches=batches, optimizer=optimizer, **baseline_options(args, optimizer),
                        seed=args.seed, threads=args.threads, eval_every=args.eval_every,
                        device=DEVICES[args.device].torch,
                        eval_at=EARLY, progress=not args.no_progress,
@@ -292,7 +298,7 @@ def markdown(summary):
     lines = [f"LeNet-5 on {summary['data']}, batch {s['batch_size']}, {s['epochs']} epochs, "
              f"{summary['machine']['threads']} threads; FLN gamma {s['gamma']}, lam {s['lam']}, "
              f"rho {s['rho']}, momentum {tuple(s['momentum'])}, W-steps {_steps_text(s['w_steps'])}, "
-             f"X-steps {_steps_text(s['x_steps'])}", "",
+             f"X-steps {_steps_text(s['x_steps'])}", "", rates_text(s), "",
              *([f"seeds {s['seed']}..{s['seed'] + s['seeds'] - 1}: means; +- is the final test "
                 "accuracy's spread (max - min)", ""] if s["seeds"] > 1 else []),
              "| method | " + " | ".join(f"acc after {b} batch{'es' * (b > 1)}" for b in EARLY)

@@ -10,13 +10,15 @@ and each batch starting from W_0 moved on along its last change (``fit_bcd(momen
 not in the paper, beta = (0.7, 0)). This is the package's dense training setting
 (``defaults.training``), which the estimators and the command line train with; the package's
 earlier defaults (``--lam 1 --rho 1e-3 --gamma 3 --w-steps 1 --x-steps 10 --momentum 0``) are
-1.3 points less accurate on that split (0.9653 after 10 epochs in session 7's screen against
-0.9783 in session 12's).
-SGD (lr 1e-2)
-and Adam (lr 1e-3) train the same architecture in PyTorch on the same batches in the same order
+1.3 points less accurate on that split (0.9653 after 10 epochs against 0.9783; docs page
+"Tuning").
+SGD and Adam train the same architecture in PyTorch on the same batches in the same order
 (``datasets.batch_order``) with the same thread count. Each method runs in its own process, so
 its peak memory is its own; one after another, or ``--jobs N`` at once, method by method and
-seed by seed in that order.
+seed by seed in that order. Their learning rates are by default the ones chosen on the same
+validation split (``benchmarks/tune_baselines.py``; docs/tuning.md, "Backprop baselines"):
+``TUNED_LR``; ``--paper-lr`` takes the paper's (SGD 1e-2, Adam 1e-3), ``--sgd-momentum 0.9`` SGD
+with heavy-ball momentum (its own tuned rate). The results record both sets of rates.
 
 Prints and writes to ``--out``: ``results.json``, ``results.md`` (a markdown table) and
 ``accuracy.png`` (test accuracy against batches and against wall-clock seconds). Figures:
@@ -67,17 +69,25 @@ from fenchel_cvx.units import from_reference  # noqa: E402
 #: package's units
 PAPER_LAM, PAPER_GAMMA = from_reference(lam=[0.1], rho=[1, 100])
 #: the defaults: the package's dense training setting (``defaults.Dense``), chosen on the
-#: validation split (docs/results.md, "MNIST, fully connected", "Session 12 screens";
+#: validation split (docs/tuning.md, the MNIST MLP's screens;
 #: validation accuracy after 10 epochs): the paper's lam and W_0 gamma, the output layer's gamma
 #: 30 instead of 100 with one W_1-step (0.9781 against 0.9770 with gamma 100; 0.9761 with 300);
-#: 10 W_0-steps (the session-7 screen: 10 W- and 50 X-steps gain 0.7 points over 1 and 10; 5:
-#: 0.9775, 3: 0.9766, session 13) but one W_1-step (0.9770 against 0.9741 with 10, 0.9750 with
+#: 10 W_0-steps (10 W- and 50 X-steps gain 0.7 points over 1 and 10; 5: 0.9775, 3: 0.9766)
+#: but one W_1-step (0.9770 against 0.9741 with 10, 0.9750 with
 #: 3) and 20 FISTA X-steps (0.9783 against 0.9781 with 30, 0.9774 with 10); momentum beta_l of
 #: W_0, W_1 across batches (0.7, 0): 0.9783 as with 0.5 and ahead of it after epochs 2 and 5
 #: (0.3: 0.9767; 0.8: 0.9782; 0.9: below 0.973)
 _SETTING = defaults.training("dense", 1, batched=True)
 LAM, GAMMA, W_STEPS, MOMENTUM = _SETTING.lam, _SETTING.gamma, _SETTING.w_steps, _SETTING.momentum
 X_STEPS = _SETTING.x_steps[0]
+
+#: the baselines' learning rates: the paper's (its appendix: picked from 1e-1 .. 1e-4 on the
+#: test set), and the ones chosen on the validation split above (``--validation 10000``, 10
+#: epochs, seed 0: benchmarks/tune_baselines.py, docs/tuning.md); "sgd_momentum": SGD with
+#: momentum TUNED_MOMENTUM
+PAPER_LR = {"sgd": 1e-2, "adam": 1e-3}
+TUNED_LR = {"sgd": 1.0, "sgd_momentum": 0.3, "adam": 3e-3}
+TUNED_MOMENTUM = 0.9
 
 TARGET = 0.97
 #: the test accuracies whose first reaching both benchmarks time, per method
@@ -96,6 +106,7 @@ def parse_args(argv=None):
                    "PyTorch get them all, SciPy's BLAS one (fenchel_cvx.threads.plan); 1 is fastest "
                    "on a shared machine (docs/results.md, Threads)")
     add_compile_flag(p)
+    add_baseline_flags(p, TUNED_LR)
     p.add_argument("--methods", default="fln,adam,sgd")
     p.add_argument("--jobs", type=int, default=1, help="methods (and seeds) run at once, each in "
                    "its own process on --threads cores (default 1: one after another, timings "
@@ -128,7 +139,7 @@ def parse_args(argv=None):
     p.add_argument("--eval-every", type=int, default=20, help="batches between test evaluations")
     p.add_argument("--predict", default="feedforward", choices=["feedforward", "lifted"],
                    help="FLN's prediction rule for the accuracy after every epoch: the network's "
-                   "feed-forward pass, or the lifted rule of the paper's Sec. 4 (fenchel_cvx.predict, "
+                   "feed-forward pass, or the lifted rule of the paper's Sec. 4.3 (fenchel_cvx.predict, "
                    "rule 'optimization'); the checkpoints between epochs stay feed-forward")
     p.add_argument("--device", default="cpu", choices=sorted(DEVICES),
                    help="where the methods run: the CPU, or a GPU (FLN in CuPy, the baselines in "
@@ -169,14 +180,72 @@ def parse_args(argv=None):
         p.error(missing)
     if args.quick:
         args.epochs = min(args.epochs, 2)
+    baseline_rates(p, args, TUNED_LR)
     return args
 
 
+def add_baseline_flags(p, tuned):
+    """The baselines' flags, as both MNIST benchmarks take them: ``--sgd-lr``, ``--adam-lr``
+    (default: ``tuned``, the rates chosen on the validation split), ``--sgd-momentum`` and
+    ``--paper-lr``."""
+    p.add_argument("--sgd-lr", type=float, default=None, help="SGD's learning rate (default: "
+                   f"the choice on the MNIST validation split, {tuned['sgd']:g} without momentum, "
+                   f"{tuned['sgd_momentum']:g} with --sgd-momentum {TUNED_MOMENTUM:g}; with "
+                   f"--paper-lr the paper's {PAPER_LR['sgd']:g})")
+    p.add_argument("--adam-lr", type=float, default=None, help="Adam's learning rate (default: "
+                   f"the choice on the MNIST validation split, {tuned['adam']:g}; with --paper-lr the "
+                   f"paper's {PAPER_LR['adam']:g})")
+    p.add_argument("--sgd-momentum", type=float, default=0.0, help="SGD's heavy-ball momentum "
+                   f"in [0, 1) (0: plain SGD, the paper's; {TUNED_MOMENTUM:g} has a tuned rate)")
+    p.add_argument("--paper-lr", action="store_true", help="the paper's learning rates "
+                   f"(SGD {PAPER_LR['sgd']:g}, Adam {PAPER_LR['adam']:g}) instead of the tuned ones")
+
+
+def baseline_rates(p, args, tuned):
+    """Check the baselines' flags (``p.error`` names the flag) and fill in ``args.sgd_lr`` and
+    ``args.adam_lr`` from ``tuned`` (None: no tuned rates, the paper's);
+    ``args.learning_rates`` records the paper's, the tuned and the used ones."""
+    for name in ("sgd_lr", "adam_lr"):
+        value = getattr(args, name)
+        if value is not None and (not np.isfinite(value) or value <= 0):
+            p.error(f"--{name.replace('_', '-')} must be > 0, got {value}")
+    if not 0 <= args.sgd_momentum < 1:
+        p.error(f"--sgd-momentum must be in [0, 1), got {args.sgd_momentum}")
+    paper = args.paper_lr or tuned is None
+    sgd_key = {0.0: "sgd", **({} if paper else {TUNED_MOMENTUM: "sgd_momentum"})}.get(args.sgd_momentum)
+    if args.sgd_lr is None and sgd_key is None and "sgd" in args.methods.split(","):
+        p.error(f"--sgd-momentum {args.sgd_momentum} has no {'paper' if paper else 'tuned'} "
+                "learning rate: give --sgd-lr")
+    source = PAPER_LR if paper else {"sgd": tuned.get(sgd_key), "adam": tuned["adam"]}
+    args.sgd_lr = source["sgd"] if args.sgd_lr is None else args.sgd_lr
+    args.adam_lr = source["adam"] if args.adam_lr is None else args.adam_lr
+    args.learning_rates = dict(paper=PAPER_LR, tuned=tuned and dict(tuned, momentum=TUNED_MOMENTUM),
+                               used=dict(sgd=args.sgd_lr, sgd_momentum=args.sgd_momentum,
+                                         adam=args.adam_lr))
+
+
+def rates_text(settings):
+    """The baselines' learning rates of a run, for its report's header."""
+    rates = settings["learning_rates"]
+    return (f"Baselines: SGD lr {rates['used']['sgd']:g} (momentum {rates['used']['sgd_momentum']:g}), "
+            f"Adam lr {rates['used']['adam']:g}; paper's: SGD {rates['paper']['sgd']:g}, Adam "
+            f"{rates['paper']['adam']:g}")
+
+
+def baseline_options(args, optimizer):
+    """``train_backprop``'s learning rate and momentum for ``optimizer`` from the flags."""
+    return dict(lr=getattr(args, f"{optimizer}_lr"),
+                momentum=args.sgd_momentum if optimizer == "sgd" else 0.0)
+
+
 def add_compile_flag(p):
-    """``--compile``, as both MNIST benchmarks take it."""
-    p.add_argument("--compile", action="store_true", help="FLN's elementwise chains as fused "
-                   "kernels compiled by torch.compile (FastBackend(compile=True)); the compile runs "
-                   "on the first batch before the clock starts, and its seconds are reported")
+    """``--compile`` / ``--no-compile``, as both MNIST benchmarks take them."""
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default="auto",
+                   help="FLN's elementwise chains as fused kernels compiled by torch.compile "
+                   "(FastBackend(compile=True)), or all eager NumPy (--no-compile); default: the "
+                   "fast backend's \"auto\", compiled where PyTorch and a C++ compiler are present "
+                   "and the arrays large enough to gain. A compile runs on one batch before the "
+                   "clock starts, and its seconds are reported")
 
 
 def _per_layer(n, name, integers=False):
@@ -321,7 +390,7 @@ def run_fln(args, ds, batches):
     def test_accuracy():
         return float(xp.mean(xp.argmax(net.forward(Xte)[1], axis=0) == yte))
 
-    def lifted_accuracy():   # the rule of the paper's Sec. 4 (fenchel_cvx.predict)
+    def lifted_accuracy():   # the rule of the paper's Sec. 4.3, eq. (12) (fenchel_cvx.predict)
         from fenchel_cvx.predict import predict_classes
 
         return float(np.mean(predict_classes(net, Xte, rule="optimization", sweeps=1,
@@ -345,7 +414,7 @@ def fln_backend(args, **options):
     run (the default, 1, would override ``--threads``)."""
     from fenchel_cvx.fast import FastBackend
 
-    options = {"compile": getattr(args, "compile", False), **options}   # --compile unless given
+    options = {"compile": getattr(args, "compile", "auto"), **options}   # --compile unless given
     return FastBackend(w_steps=args.w_steps, x_steps=args.x_steps, gram_reuse=args.gram_reuse,
                        capped_residual=False, capped_value=False, threads=args.threads, **options)
 
@@ -401,7 +470,7 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
         state["eval"] += time.perf_counter() - t
 
     acc0 = test_accuracy()
-    compile_s = warm_up(args, net, X, Y, backend, sync) if backend.compile else None
+    compile_s = warm_up(args, net, X, Y, backend, sync) if backend.kernels.compiled else None
     sync()
     state["t0"] = time.perf_counter()
     hist = fit_bcd(net, X, Y, batch_size=args.batch_size, epochs=args.epochs,
@@ -422,12 +491,14 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
 def warm_up(args, net, X, Y, backend, sync=lambda: None):
     """Compile FLN's kernels before the clock starts: one batch of the run's setting on a copy of
     the network, whose Gram factors the backend then forgets (the run is the same as without it).
-    -> its seconds, the compile's cost (printed)."""
+    -> its seconds, the compile's cost (printed), or None where no kernel compiled (every chain
+    below ``fused.MIN_SIZE`` under ``compile="auto"``)."""
     import copy
 
     from fenchel_cvx.bcd import fit_bcd
+    from fenchel_cvx.fast.fused import compiled_graphs
 
-    t0 = time.perf_counter()
+    t0, graphs = time.perf_counter(), compiled_graphs()
     fit_bcd(copy.deepcopy(net), X[:, :args.batch_size], Y[:, :args.batch_size],
             batch_size=args.batch_size, gamma=_one_or_all(args.gamma),
             momentum=_one_or_all(args.momentum), backend=backend, strict=False, eval_every=None,
@@ -435,6 +506,10 @@ def warm_up(args, net, X, Y, backend, sync=lambda: None):
     sync()
     backend.forget()
     seconds = time.perf_counter() - t0
+    if compiled_graphs() == graphs:
+        print(f"  fln: no kernel compiled (its chains run eagerly: below fused.MIN_SIZE); the "
+              f"warm-up batch took {seconds:.1f} s", flush=True)
+        return None
     print(f"  fln: compiled its kernels on one batch in {seconds:.1f} s (before the clock)",
           flush=True)
     return seconds
@@ -458,7 +533,8 @@ def run_backprop(args, ds, batches, optimizer):
     from fenchel_cvx.baselines import train_backprop
 
     r = train_backprop((ds.X_train.shape[0], 300, 10), ds.X_train, ds.y_train, ds.X_test, ds.y_test,
-                       batches=batches, optimizer=optimizer, seed=args.seed, threads=args.threads,
+                       batches=batches, optimizer=optimizer, **baseline_options(args, optimizer),
+                       seed=args.seed, threads=args.threads,
                        eval_every=args.eval_every, device=DEVICES[args.device].torch,
                        callback=lambda e, res: print(f"  {optimizer} epoch {e}: test accuracy "
                                                      f"{res.test_accuracy[-1]:.4f}, "
@@ -761,7 +837,7 @@ def markdown(summary):
     fmt = lambda x, f="{:.1f}": "n/a" if x is None else f.format(x)  # noqa: E731
     lines = [f"MNIST MLP 784-300-10 ({summary['data']}), batch {summary['settings']['batch_size']}, "
              f"{summary['settings']['epochs']} epochs, {summary['machine']['threads']} threads, "
-             f"device {summary['machine']['device']}", "",
+             f"device {summary['machine']['device']}", "", rates_text(summary["settings"]), "",
              f"seeds {summary['settings']['seed']}..{summary['settings']['seed'] + summary['settings']['seeds'] - 1}"
              " (means; +- is the spread max - min)", "",
              f"GEMM calibration ({summary['settings']['dtype']}, 300x785x500, "

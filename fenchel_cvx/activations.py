@@ -6,7 +6,7 @@ For a continuous, strictly increasing activation phi, with ``F(v) = int phi^{-1}
     B_phi(v, u) = F(v) + F*(u) - u v  >= 0,      with equality iff  v = phi(u)
 
 (Fenchel-Young) is convex in v and in u separately, so the constraint ``v = phi(u)`` of a
-network layer can be written as ``B_phi(v, u) <= 0`` and dualised (the paper's eq. (3)-(5)).
+network layer can be written as ``B_phi(v, u) <= 0`` and dualised (the paper's eqs. (4)-(7)).
 
 Each activation here gives, elementwise and for any array-API namespace (NumPy, CuPy,
 array-api-strict): ``phi``, its derivative ``dphi``, ``phi_inv``, ``F``, ``Fstar``, the
@@ -14,7 +14,20 @@ divergence and its partial gradients. Their CVXPY forms, for the oracle, are in
 ``fenchel_cvx.oracle.atoms`` (``divergence_cvx(act, v, u)``), so this module needs no CVXPY.
 ReLU is not strictly increasing, but its B (``v >= 0`` domain) satisfies the same theorem.
 ``monotone(phi)`` builds F and F* by quadrature for any continuous strictly increasing phi
-(NumPy only, for theorem checks). Look activations up by name: ``activation("relu")``.
+(NumPy only, for theorem checks).
+
+Each activation is one class that carries every fact the solvers ask for: the elementwise
+functions above; ``dphi_max`` (sup phi', the curvature bound of F*), ``v_range`` and
+``open_range`` (F' infinite at a finite end of the range: iterates stay strictly inside) with
+the range check ``check_range``; ``d2F`` and ``d2Fstar`` (the Hessians the oracle's Newton polish
+multiplies by); ``x_prox`` (the X-blocks' proximal map in closed form, or None: the fast backend
+then solves it by Newton); ``torch_module`` (its PyTorch counterpart, for the baselines); and
+``params`` / ``config`` (its parameters, for save / load). A class that lacks one of
+``CORE_FACTS`` is refused where a network is built (``activation``), naming the class and the
+fact; a backend refuses one that lacks a fact of its own (``require``). The one table keyed by
+names is the registry ``ACTIVATIONS``: ``register_activation`` adds a class under its ``name``
+(every module of ``fenchel_cvx.extensions`` registers its classes when this module loads), and
+``activation("relu")`` looks one up.
 """
 import math
 import numbers
@@ -24,6 +37,7 @@ from array_api_compat import array_namespace
 from scipy import integrate
 
 from .arrays import cheap_reads, clip, exact_in_place
+from .facts import Named, Registry, stub
 
 
 def _ends(xp, v, lo, hi):
@@ -38,32 +52,49 @@ def _xlogx(xp, x):
     return xp.where(pos, x * xp.log(xp.where(pos, x, xp.ones_like(x))), xp.zeros_like(x))
 
 
-class Activation:
-    """An activation phi with its Theorem-1 divergence. Subclasses fill in the closed forms."""
+#: the facts every solver needs, checked where a network is built (``activation``)
+CORE_FACTS = ("phi", "dphi", "phi_inv", "F", "Fstar")
 
-    name = "activation"
+
+class Activation(Named):
+    """An activation phi with its Theorem-1 divergence. Subclasses fill in the closed forms
+    (``CORE_FACTS``) and whichever further facts they have (module docstring)."""
+
+    name = kind = "activation"
     v_range = (-math.inf, math.inf)  # the closed range of phi: the domain of v in B(v, u)
+    dphi_max = None                  # sup phi' (None: not known)
+    open_range = False               # F' infinite at a finite end of the range
+    x_prox = None                    # prox(xp, act, r, tau, state) -> (z, state), or None
+    torch_module = None              # a method returning the torch.nn module, or None
 
-    def __repr__(self):
-        return f"activation({self.name!r})"
+    def check_range(self, name, V):
+        """Raise ``ValueError`` naming ``name`` and its first entry outside phi's closed range."""
+        ok = self.in_range(V)
+        xp = array_namespace(ok)
+        if not bool(xp.all(ok)):
+            bad = float(xp.reshape(V[~ok], (-1,))[0])
+            raise ValueError(f"{name} must lie in the range {self.v_range} of {self.name}, "
+                             f"got {bad!r}")
+
+    def d2F(self, v):
+        """F''(v) = 1 / phi'(phi^{-1}(v)), with 1 where phi' vanishes (ReLU at v = 0)."""
+        xp = array_namespace(v)
+        d = self.dphi(self.phi_inv(v))
+        pos = d > 0
+        return xp.where(pos, 1.0 / xp.where(pos, d, xp.ones_like(d)), xp.ones_like(d))
+
+    def d2Fstar(self, u):
+        """F*''(u) = phi'(u)."""
+        return self.dphi(u)
 
     # --- elementwise, array-API -----------------------------------------------------------
-    def phi(self, u):
-        raise NotImplementedError
-
-    def dphi(self, u):
-        raise NotImplementedError
-
-    def phi_inv(self, v):
-        raise NotImplementedError
-
-    def F(self, v):
-        raise NotImplementedError
-
-    def Fstar(self, u):
-        """F*(u) elementwise, as a new array of u's shape (the fast W line search's descent test
-        works in it in place: ``fast.fused.row_change``)."""
-        raise NotImplementedError
+    phi = stub("phi")
+    dphi = stub("dphi")
+    phi_inv = stub("phi_inv")
+    F = stub("F")
+    #: F*(u) elementwise, as a new array of u's shape (the fast W line search's descent test
+    #: works in it in place: ``fast.fused.row_change``)
+    Fstar = stub("Fstar")
 
     def in_range(self, v):
         """Boolean mask: v inside the closed range of phi (the domain of F)."""
@@ -97,6 +128,19 @@ class ReLU(Activation):
 
     name = "relu"
     v_range = (0.0, math.inf)
+    dphi_max = 1.0
+
+    @staticmethod
+    def x_prox(xp, act, r, tau, state):
+        """``max(0, r / (1 + tau))``; r (the step's fresh argument, ``fast.fused.fista_step``)
+        is scaled in place."""
+        r /= 1 + tau
+        return clip(r, 0, None), state
+
+    def torch_module(self):
+        import torch
+
+        return torch.nn.ReLU()
 
     def phi(self, u):
         return clip(u, 0, None)   # one pass, no mask (a hot path of FISTA)
@@ -136,7 +180,7 @@ class ReLU(Activation):
 
         The same value as ``F(v) + F*(u) - u v`` (expand: u v = u_+ v - u_- v), written as a sum
         of nonnegative terms, so it is >= 0 in any precision: the general form cancels large
-        terms and goes below zero by rounding in float32 (the Fenchel-Young check, eq. (2)).
+        terms and goes below zero by rounding in float32 (the Fenchel-Young check, eq. (4)).
         """
         xp = array_namespace(v, u)
         # v in the domain (an X-block's iterate always is): no masks; the test is a host read,
@@ -161,14 +205,25 @@ class LeakyReLU(Activation):
     """
 
     name = "leaky_relu"
+    dphi_max = 1.0
 
     def __init__(self, slope=0.01):
         if not (isinstance(slope, numbers.Real) and 0 < slope < 1):
             raise ValueError(f"slope must be in (0, 1), got {slope!r}")
         self.slope = float(slope)
 
-    def __repr__(self):
-        return f"activation('leaky_relu', slope={self.slope})"
+    def params(self):
+        return {"slope": self.slope}
+
+    @staticmethod
+    def x_prox(xp, act, r, tau, state):
+        """``r / (1 + tau)`` where r > 0, ``r / (1 + tau / a)`` elsewhere."""
+        return xp.where(r > 0, r / (1 + tau), r / (1 + tau / act.slope)), state
+
+    def torch_module(self):
+        import torch
+
+        return torch.nn.LeakyReLU(self.slope)
 
     def phi(self, u):
         xp = array_namespace(u)
@@ -196,6 +251,13 @@ class Sigmoid(Activation):
 
     name = "sigmoid"
     v_range = (0.0, 1.0)
+    dphi_max = 0.25
+    open_range = True
+
+    def torch_module(self):
+        import torch
+
+        return torch.nn.Sigmoid()
 
     def phi(self, u):
         xp = array_namespace(u)
@@ -227,6 +289,13 @@ class Tanh(Activation):
 
     name = "tanh"
     v_range = (-1.0, 1.0)
+    dphi_max = 1.0
+    open_range = True
+
+    def torch_module(self):
+        import torch
+
+        return torch.nn.Tanh()
 
     def phi(self, u):
         return array_namespace(u).tanh(u)
@@ -272,6 +341,12 @@ class Monotone(Activation):
         if not float(phi(np.asarray(1.0))) > float(phi(np.asarray(-1.0))):
             raise ValueError("phi must be strictly increasing, got phi(1) <= phi(-1)")
         self._phi, self.v_range = phi, (lo, hi)
+
+    def __repr__(self):
+        return "activation('monotone')"
+
+    def params(self):
+        return {"phi": self._phi, "v_range": self.v_range}
 
     def phi(self, u):
         return np.asarray(self._phi(np.asarray(u, dtype=float)), dtype=float)
@@ -320,19 +395,46 @@ class Monotone(Activation):
         return np.where(ok, B, np.inf)
 
 
-ACTIVATIONS = {"relu": ReLU, "leaky_relu": LeakyReLU, "sigmoid": Sigmoid, "tanh": Tanh,
-               "monotone": Monotone}
+#: the registry: name -> activation class (the one table keyed by activation names)
+ACTIVATIONS = Registry("activation", Activation, CORE_FACTS)
+#: class decorator: add an activation class under its ``name`` (``facts.Registry.register``)
+register_activation = ACTIVATIONS.register
+
+
+for _cls in (ReLU, LeakyReLU, Sigmoid, Tanh, Monotone):
+    register_activation(_cls)
+
+
+def activation_names(by_name=True):
+    """The registered names, sorted; ``by_name``: only those ``activation(name)`` builds without
+    a parameter (``monotone`` needs a function)."""
+    return sorted(n for n, c in ACTIVATIONS.items()
+                  if not by_name or _defaults_ok(c))
+
+
+def _defaults_ok(cls):
+    try:
+        cls()
+    except TypeError:
+        return False
+    return True
 
 
 def activation(name, **params):
-    """The activation registered under ``name`` (an ``Activation`` is passed through)."""
-    if isinstance(name, Activation):
-        return name
-    if name not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
-    return ACTIVATIONS[name](**params)
+    """The activation registered under ``name`` built with ``params``; an ``Activation`` is
+    passed through. Either way it carries the ``CORE_FACTS`` (a ``ValueError`` naming the class
+    and the fact it lacks)."""
+    return ACTIVATIONS.build(name, params)
+
+
+def activation_from_config(config):
+    """The activation a saved ``config()`` describes (``{"name": ..., **params}``)."""
+    return activation(config["name"], **{k: v for k, v in config.items() if k != "name"})
 
 
 def monotone(phi, v_range=(-math.inf, math.inf)):
     """The Theorem-1 divergence of any continuous strictly increasing ``phi`` (by quadrature)."""
     return Monotone(phi, v_range)
+
+
+from . import extensions  # noqa: E402,F401  (its modules register their classes)

@@ -70,7 +70,7 @@ def vecdot(x1, x2, axis=-1):
     pass, no product array) and, for CuPy arrays, one fused reduction kernel in their common
     dtype; other libraries' own ``vecdot``. array_api_compat's portable ``vecdot``, which CuPy
     gets, moves the axis last and runs a batched matrix product of 1 x n by n x 1: 58 us of
-    host time a call where the kernel's launch takes a few (an H200, session 16; the fast
+    host time a call where the kernel's launch takes a few (measured on an H200; the fast
     backend calls it 124 times an MLP batch, 43 times a LeNet-5 batch)."""
     if isinstance(x1, np.ndarray) and isinstance(x2, np.ndarray):
         return np.vecdot(x1, x2, axis=axis)

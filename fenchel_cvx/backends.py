@@ -1,6 +1,6 @@
 """The block-solver backends by name: one registry for the driver, ``predict`` and the estimator.
 
-A backend solves one convex block of the lifted objective (the paper's Sec. 4: each block of
+A backend solves one convex block of the lifted objective (the paper's Sec. 4.5: each block of
 Algorithms 1 and 2 is a convex problem) through ``solve(block, start)``. Two are registered:
 
 - ``"cvxpy"``: the CVXPY oracle (``fenchel_cvx.oracle.OracleBackend``), certified optimal blocks;

@@ -1,6 +1,6 @@
 """Block coordinate descent on the lifted objective: the paper's Algorithms 1 and 2.
 
-``fit_bcd(net, X0, Y)`` minimises the lifted objective (eq. (5) of the paper; docs/mathematics.md)
+``fit_bcd(net, X0, Y)`` minimises the lifted objective (eq. (7) of the paper; docs/mathematics.md)
 
     F(W, X) = L(Y, W_L X~_L) + sum_l rho_l ||W_l||^2 + sum_{l<L} lam_l B_l(X_{l+1}, W_l X~_l)
 
@@ -586,12 +586,11 @@ def _validate(net, X0, Y, args):
     if X_test is not None:
         X_test, Y_test = _check_data(net, X_test, Y_test, "X_test", "Y_test", xp=xp)
     check_rounds(X0.shape[1], a["batch_size"], a["epochs"], a["alternations"])
-    from .io import check_writable_dir, data_digest, load_checkpoint
+    from .io import check_writable_dir, data_digest, load_checkpoint, remove_temporaries
 
-    try:
-        saved = None if a["resume"] is None else load_checkpoint(a["resume"])
-    except ValueError as err:     # io names its argument "path"
-        raise ValueError(f"resume: {err}") from None
+    # a checkpoint failing the checked reader raises FileFormatError, which names the file
+    resume = None if a["resume"] is None else _resume_file(a["resume"])
+    saved = None if resume is None else load_checkpoint(resume)
     backend, name = _backend(a["backend"], a["strict"], a["tol"], xp, net)
     weights = _weights_in(xp, net)
     strict = (name == "cvxpy") if a["strict"] is None else a["strict"]
@@ -610,10 +609,13 @@ def _validate(net, X0, Y, args):
                          a["alternations"], net.seed)
     run.data = _Data(X0, Y, xp, a["batch_size"] is not None and a["batch_size"] < X0.shape[1])
     digest = None if a["checkpoint"] is None and saved is None else data_digest(X0, Y)
-    run.state = None if saved is None else _restore(net, saved, config, digest, xp)
+    run.state = None if saved is None else _restore(net, saved, config, digest, xp, run.steps)
     run.W_prev = _check_W_prev(a["W_prev"], weights, xp, saved is not None)
     # the checkpoint folder last, once every other check passed: a refused run makes none
     ckpt = None if a["checkpoint"] is None else check_writable_dir("checkpoint", a["checkpoint"])
+    for folder in {ckpt, None if resume is None else resume.parent}:
+        if folder is not None:      # what a run killed while writing there left
+            remove_temporaries(folder)
     run.checkpoint = (ckpt, a["checkpoint_every"], digest)
     net.W = weights if run.state is None else list(run.state.W)  # validation done: weights move
     return run
@@ -660,19 +662,46 @@ def _differences(old, new, prefix=""):
     return out
 
 
-def _restore(net, saved, config, digest, xp):
-    """The ``BCDState`` of a checkpoint, after checking it belongs to this run."""
+def _resume_file(resume):
+    """``fit_bcd``'s ``resume``: a checkpoint file, or a folder holding ``checkpoint.npz``; a
+    ValueError naming ``resume`` where it is neither."""
+    from pathlib import Path
+
+    from .io import checkpoint_path
+
+    path = Path(resume)
+    file = checkpoint_path(path) if path.is_dir() else path
+    if not file.is_file():
+        raise ValueError(f"resume must be a checkpoint file or a folder holding "
+                         f"checkpoint.npz, got {str(resume)!r}")
+    return file
+
+
+def _restore(net, saved, config, digest, xp, steps):
+    """The ``BCDState`` of a checkpoint (``io.load_checkpoint`` checked its structure), after
+    checking it belongs to this run: same data, settings and network, a round counter within
+    the run's schedule ``steps`` and lifted variables of the last round's batch size."""
     from .io import network_config
 
     arrays, meta = saved
     if meta["settings"]["data"] != digest:
         raise ValueError("resume: the checkpoint was written for other training data (X0, Y)")
+    done = meta["iteration"]
+    if done > len(steps):
+        raise ValueError(f"resume: the checkpoint's round counter (meta.iteration) is {done}, "
+                         f"past the {len(steps)} rounds of this run's schedule")
+    last = steps[done - 1].idx if done else None
+    m = config["m"] if last is None else len(last)
+    bad = [k for k, A in arrays.items() if k.startswith("X_") and A.shape[1] != m]
+    if bad:
+        raise ValueError(f"resume: the checkpoint's {bad[0]} has {arrays[bad[0]].shape[1]} "
+                         f"columns, the batch of its round {done} {m}")
     # a run given W_prev (momentum_carried) is resumed without it: the checkpoint holds its own
     old = {k: v for k, v in meta["history"]["config"].items()
            if k not in ("initial", "momentum_carried")}
     new = {k: v for k, v in History(config).config.items() if k != "momentum_carried"}
     old.setdefault("momentum", [0.0] * len(new["momentum"]))   # written before momentum existed
-    # written before the backends' settings were recorded (session 14): taken as this run's
+    # a checkpoint whose history records no backend settings: taken as this run's
     old.setdefault("backend_settings", new["backend_settings"])
     diff = _differences(old, new)
     if diff or meta["config"] != network_config(net):
@@ -685,7 +714,7 @@ def _restore(net, saved, config, digest, xp):
     W_prev = ([xp.asarray(arrays[f"W_prev_{l}"]) for l in range(L)] if "W_prev_0" in arrays
               else None)
     return BCDState([xp.asarray(arrays[f"W_{l}"]) for l in range(L)],
-                    History.from_dict(meta["history"]), Xs, W0, int(meta["iteration"]), W_prev)
+                    History.from_dict(meta["history"]), Xs, W0, meta["iteration"], W_prev)
 
 
 def _checkpointer(directory, every, digest, backend):
@@ -756,7 +785,7 @@ def _observers(run, callback, progress, state):
     if progress:
         observers.append(_progress_bar(len(run.steps), state.iteration, run.config["backend"],
                                        compiling=getattr(getattr(run.backend, "kernels", None),
-                                                         "compiled", False) is True))
+                                                         "name", None) == "compiled"))
     return observers
 
 

@@ -1,4 +1,4 @@
-"""The four convex blocks of the lifted objective (docs page "Mathematics"; the paper's Sec. 3).
+"""The four convex blocks of the lifted objective (docs page "Mathematics"; the paper's Sec. 4.5, eqs. (14)-(20)).
 
 Each block holds its data and gives, for any array-API namespace, the part of
 F(W, X) that depends on its variable (``value``), the gradient (``grad``), the projection
@@ -57,10 +57,16 @@ def kkt_residual(block, Z):
 def natural_residual(block, Z):
     """``(|Z - P(Z - g)|, max_i ||g_i||_inf)``: the elementwise residual and the scale of
     ``kkt_residual``, for callers that need it per piece (column or row)."""
-    xp = array_namespace(Z)
-    parts = block.grad_parts(Z)
+    return residual_parts(array_namespace(Z), Z, block.grad_parts(Z), block.project)
+
+
+def residual_parts(xp, Z, parts, project=None):
+    """``(|Z - P(Z - g)|, max_i ||g_i||_inf)`` from the gradient's terms ``parts`` (``g`` their
+    sum) and the projection ``P`` (None: none, the residual is ``|g|``): what
+    ``natural_residual`` forms, for a solver that holds the parts already."""
     g = sum(parts[1:], parts[0])
-    return xp.abs(Z - block.project(Z - g)), max(float(xp.max(xp.abs(p))) for p in parts)
+    R = xp.abs(g) if project is None else xp.abs(Z - project(Z - g))
+    return R, max(float(xp.max(xp.abs(p))) for p in parts)
 
 
 class Block:

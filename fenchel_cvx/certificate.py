@@ -17,7 +17,8 @@ asks a :class:`Certificate` four questions about the iterate ``(W, X)``:
    returned argmin must have the block's shape, be finite and lie in the block's domain
    (``check_argmin``: else the block fails at once, by name); its KKT residual
    (``blocks.kkt_residual``) is recomputed here from the argmin, recorded, the maximum reported,
-   and checked against ``residual_tol`` (``fit_bcd`` sets it to ``tol``). The backend's status
+   and checked against ``residual_tol`` (``fit_bcd`` sets it to the larger of its ``tol`` and the
+   backend's). The backend's status
    can only fail a block (a status other than ``"optimal"``, or ``converged=False``), never pass
    it.
 
@@ -32,6 +33,7 @@ from dataclasses import asdict, dataclass
 from array_api_compat import array_namespace
 
 from .errors import CertificateError
+from .validation import TOL, check
 
 CHECKS = ("fenchel_young", "descent", "lower_bound", "block_optimality")
 
@@ -69,8 +71,7 @@ class Certificate:
     """
 
     def __init__(self, strict=True, tol=1e-6, residual_tol=None):
-        if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol > 0):
-            raise ValueError(f"tol must be > 0 and finite, got {tol!r}")
+        tol = check("tol", tol, TOL)     # the one tolerance rule (validation.TOL)
         if residual_tol is not None and not residual_tol > 0:
             raise ValueError(f"residual_tol must be > 0 or None, got {residual_tol!r}")
         self.strict, self.tol, self.residual_tol = bool(strict), float(tol), residual_tol
@@ -117,7 +118,7 @@ class Certificate:
         for l, act in enumerate(net.activations):
             V = X[l + 1]
             xp = array_namespace(V)
-            if not bool(xp.all(act.in_range(V))):
+            if not bool(xp.all(act.in_range(V))):   # (the range check, by its distance)
                 lo, hi = act.v_range
                 out = float(xp.max(xp.maximum(lo - V, V - hi)))
                 self.min_divergence.append(-math.inf)

@@ -9,9 +9,11 @@
     fenchel-cvx predict runs/20260101-120000 points.csv --out labels.csv
 
 Data sets: ``digits`` and ``mnist5k`` are embedded; ``mnist``, ``fashion-mnist`` and ``cifar10``
-are read from ``--data-dir`` (default: ``$FENCHEL_DATA/<name>``; see ``datasets.py``).
+are read from ``--data-dir`` (default: ``$FENCHEL_DATA/<name>``; see ``datasets.py``), and with
+``--verify`` checked against the official release's checksums.
 ``train`` (``bcd.fit_bcd``) writes to ``--out`` (default ``runs/<timestamp>``): ``run.json``
-(the arguments, for ``resume``), ``checkpoint.npz`` (every ``--checkpoint-every`` rounds and
+(format ``fenchel_cvx.Run/1``: the arguments, for ``resume``, and the data's preprocessing, which
+``predict`` applies to its input), ``checkpoint.npz`` (every ``--checkpoint-every`` rounds and
 on Ctrl-C), and at the end ``history.json`` (``History.load``), ``model.npz``
 (``LiftedNetwork.load``), ``objectives.png`` (lifted vs network objective: the gap) and
 ``accuracy.png``. Per-layer values (``--lam``, ``--rho``, ``--gamma``) take one number or a
@@ -23,7 +25,10 @@ with ``--batch-size``, the benchmarks' tuned setting of the network's kind (a de
 the fast backend 10 W-steps for the hidden layers and one for the output layer, 20 X-steps;
 ``--arch lenet5``: the LeNet-5 benchmark's); without it, Algorithm 1 with lam 10, rho 1, every
 block solved to ``--tol``. Every argument and the output folder are checked before any work
-(the constraints of ``validation.py``); errors name the flag.
+(the constraints of ``validation.py``); errors name the flag. ``run.json`` is written once the
+data is read and the network built, so a ``train`` that fails on its data leaves an empty
+folder, and one that fails later a folder that ``train --out`` reuses; temporary files that a
+killed run left there are removed.
 BLAS runs on ``--threads`` threads (default 1), in the fast backend's solves too: NumPy's pool
 gets them, SciPy's one (on 2 cores two pools of two oversubscribe the machine; see
 docs/installation.md).
@@ -38,11 +43,13 @@ from datetime import datetime
 from pathlib import Path
 
 from . import __version__, defaults
+from .activations import activation_names
+from .losses import loss_names
 from .validation import (COUNT, GAMMA, LAM, MOMENTUM, RHO, ROUNDS, SEED, TOL, Interval, PerLayer,
                          check_rounds, failure)
 
 DATASETS = ("digits", "mnist5k", "mnist", "fashion-mnist", "cifar10")
-ACTIVATIONS = ("relu", "leaky_relu", "sigmoid", "tanh")
+ACTIVATIONS = tuple(activation_names())
 # The command's own defaults (its data set, loss and oracle, measured on digits: see the README);
 # the hyperparameters (lam, rho, gamma, momentum, iterations, alternations, tol, the fast
 # backend's steps) are the package's, ``defaults.py``.
@@ -57,13 +64,18 @@ TRAIN_SIZES = {"digits": 1347, "mnist5k": 4000, "mnist": 60000, "fashion-mnist":
 IMAGES = {"mnist5k": (1, 28, 28), "mnist": (1, 28, 28), "fashion-mnist": (1, 28, 28),
           "cifar10": (3, 32, 32)}
 LENET5_HIDDEN = defaults.LeNet5.n_hidden   # conv, conv, fc 120, fc 84
-#: what a batched run on the fast backend took where its flags were unset, before the training
-#: settings (session 13): one W-step, 10 X-steps and a fresh Gram every solve (and every run
-#: fit_bcd's gamma and no momentum). ``resume`` of a run.json written then goes on with them.
+#: what a batched run on the fast backend took where its flags were unset in a run.json without
+#: a ``settings`` entry: one W-step, 10 X-steps and a fresh Gram every solve (and every run
+#: fit_bcd's gamma and no momentum). ``resume`` of such a run.json goes on with them.
 BEFORE_SETTINGS = dict(w_steps=1, x_steps=10, gram_reuse=1)
 FAST_ONLY = ("max_iter", "w_steps", "x_steps", "newton_cap", "gram_reuse", "compile")
-#: the help's words for a default from the training setting (``defaults.training``)
-SETTING = "the network kind's training setting, defaults.py"
+#: the format and version of run.json (a run.json without it is read as version 1)
+RUN_FORMAT = "fenchel_cvx.Run/1"
+#: the data sets whose files --verify checks
+VERIFIABLE = ("mnist", "fashion-mnist", "cifar10")
+DESCRIPTION = ("Train, resume, evaluate and predict with Fenchel lifted networks (Gu, Askari and "
+               "El Ghaoui, AISTATS 2020), trained by block-coordinate descent with a certificate "
+               "checked at every round. 'fenchel-cvx COMMAND --help' describes each command.")
 LARGE = 3000   # the oracle on more training points prints an estimate and suggests --backend fast
 
 
@@ -121,52 +133,98 @@ def _arch(text):
 COUNT_, ROUNDS_, SEED_ = _flag(COUNT), _flag(ROUNDS), _flag(SEED)
 
 
+def _values(v):
+    """A setting's per-layer values in words: one number, or the list."""
+    if v is None:
+        return None
+    v = v if isinstance(v, (tuple, list)) else (v,)
+    return f"{v[0]:g}" if len(set(v)) == 1 else ",".join(f"{x:g}" for x in v)
+
+
+def _tuned(name, without):
+    """The help's default of a hyperparameter flag: ``without`` for Algorithm 1 (no
+    --batch-size), and the tuned setting of each kind of network (``defaults.training``)."""
+    dense, lenet = defaults.SETTINGS["dense"].for_layers(1), defaults.LeNet5.setting
+    d, le = getattr(dense, name), getattr(lenet, name)
+    if isinstance(d, tuple) and len(d) == 2 and d[0] != d[1]:
+        d = f"{d[0]:g} for the hidden layers and {d[1]:g} for the output layer"
+    else:
+        d = _values(d) or "1"
+    return (f"default: {without} without --batch-size; with it, the tuned setting: {d} on a "
+            f"dense network, {_values(le)} on lenet5")
+
+
+class _Help(argparse.HelpFormatter):
+    """Each flag's help once: its sentence, then its default unless the sentence gives it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        shown = (action.option_strings and action.default is not None
+                 and action.default is not False and action.default is not argparse.SUPPRESS)
+        if shown and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
 def _train_arguments(t):
     """The flags of ``train``: data, network, algorithm, fast backend, run."""
     d = t.add_argument_group("data")
-    d.add_argument("--dataset", choices=DATASETS, default=DEFAULTS["dataset"])
+    d.add_argument("--dataset", choices=DATASETS, default=DEFAULTS["dataset"],
+                   help="the data set: digits (scikit-learn's 8x8 digits) and mnist5k (5,000 MNIST "
+                        "digits) are embedded; mnist, fashion-mnist and cifar10 are read from "
+                        "--data-dir")
     d.add_argument("--data-dir", type=Path, default=None,
-                   help="folder of the data set's files (default $FENCHEL_DATA/<dataset>)")
+                   help="folder of the data set's files (default: $FENCHEL_DATA/<dataset>)")
+    d.add_argument("--verify", action="store_true",
+                   help="check the data set's files against the official release's checksums "
+                        "before training (mnist, fashion-mnist, cifar10)")
     d.add_argument("--train-size", type=COUNT_, default=None,
-                   help="use only the first N training points (quick runs)")
+                   help="train on the first N training points only, for quick runs (default: "
+                        "all of them)")
     d.add_argument("--dtype", choices=("float32", "float64"), default="float64",
                    help="float type of the data and the weights")
     n = t.add_argument_group("network")
     n.add_argument("--arch", type=_arch, default=None,
-                   help="layer sizes like 64-32-10, or lenet5 on image data (default: <features>-32-<classes>)")
-    n.add_argument("--activation", default=DEFAULTS["activation"], choices=ACTIVATIONS)
-    n.add_argument("--loss", default=DEFAULTS["loss"], choices=["mse", "cross_entropy"])
+                   help="layer sizes like 64-32-10, or lenet5 on image data (default: "
+                        "<features>-32-<classes>)")
+    n.add_argument("--activation", default=DEFAULTS["activation"], choices=ACTIVATIONS,
+                   help="activation of every hidden layer")
+    n.add_argument("--loss", default=DEFAULTS["loss"], choices=loss_names(),
+                   help="training loss: mse (squared error to the one-hot labels, the quick "
+                        "start's) or cross_entropy (softmax, the benchmarks')")
     n.add_argument("--lam", type=_per_layer(LAM), default=None,
-                   help="lambda_l > 0 of the divergences: one, or one per hidden layer "
-                        f"(default: {SETTING} with --batch-size, "
-                        f"{defaults.FULL_BATCH.lam:g} without)")
+                   help="lambda_l > 0, the weight of the divergences: one, or one per hidden "
+                        f"layer ({_tuned('lam', f'{defaults.FULL_BATCH.lam:g}')})")
     n.add_argument("--rho", type=_per_layer(RHO), default=None,
-                   help="rho_l >= 0, Frobenius penalty of W_l: one, or one per layer "
-                        f"(default: {SETTING} with --batch-size, "
-                        f"{defaults.FULL_BATCH.rho:g} without)")
+                   help="rho_l >= 0, the Frobenius penalty of W_l: one, or one per layer "
+                        f"({_tuned('rho', f'{defaults.FULL_BATCH.rho:g}')})")
     n.add_argument("--seed", type=SEED_, default=DEFAULTS["seed"],
                    help="seed of the split, the initialisation and the batches")
     a = t.add_argument_group("algorithm (fit_bcd)")
     a.add_argument("--batch-size", type=COUNT_, default=None,
-                   help="mini-batch size (Algorithm 2); omit for full-batch Algorithm 1")
-    a.add_argument("--epochs", type=ROUNDS_, default=DEFAULTS["epochs"], help="Algorithm 2 epochs")
+                   help="mini-batch size: Algorithm 2 (default: none, full-batch Algorithm 1)")
+    a.add_argument("--epochs", type=ROUNDS_, default=DEFAULTS["epochs"],
+                   help="passes over the training data (Algorithm 2)")
     a.add_argument("--iterations", type=ROUNDS_, default=defaults.ITERATIONS,
-                   help="Algorithm 1 iterations")
+                   help="rounds on all the data (Algorithm 1)")
     a.add_argument("--alternations", type=ROUNDS_, default=defaults.ALTERNATIONS,
-                   help="Algorithm 2 rounds per batch (K)")
+                   help="rounds per batch, the paper's K (Algorithm 2)")
     a.add_argument("--gamma", type=_per_layer(GAMMA), default=None,
-                   help=f"gamma_l >= 0 of the proximal term ||W_l - W0_l||^2: one, or one per "
-                        f"layer (default: {SETTING} with --batch-size, "
-                        f"{defaults.GAMMA_FULL_BATCH:g} without)")
+                   help="gamma_l >= 0, the weight of the proximal term ||W_l - W0_l||^2: one, "
+                        f"or one per layer ({_tuned('gamma', f'{defaults.GAMMA_FULL_BATCH:g}')})")
     a.add_argument("--momentum", type=_per_layer(MOMENTUM), default=None,
                    help="beta_l in [0, 1): each batch starts from W + beta_l (W - W_prev), the "
-                        "weights moved on along their last change; one, or one per layer "
-                        f"(default: {SETTING} with --batch-size, 0 without; 0 is the paper's)")
-    a.add_argument("--backend", choices=["cvxpy", "fast"], default=DEFAULTS["backend"])
+                        "weights moved on along their last change; one, or one per layer; 0 is "
+                        f"the paper's ({_tuned('momentum', '0')})")
+    a.add_argument("--backend", choices=["cvxpy", "fast"], default=DEFAULTS["backend"],
+                   help="block solver: cvxpy (the CVXPY oracle, every block solved to --tol; "
+                        "slow beyond a few thousand points) or fast (the package's own solvers)")
     a.add_argument("--tol", type=_flag(TOL, float), default=defaults.TOL,
-                   help="certificate / block tolerance")
+                   help="tolerance of the certificate's checks and of every block's scaled KKT "
+                        "residual")
     a.add_argument("--strict", action=argparse.BooleanOptionalAction, default=None,
-                   help="stop at the first certificate violation (default: only for cvxpy)")
+                   help="stop at the first certificate violation (default: on with --backend "
+                        "cvxpy, off with fast)")
     a.add_argument("--check-every", type=COUNT_, default=1,
                    help="run the whole certificate every N rounds (and on the last)")
     a.add_argument("--eval-every", type=COUNT_, default=1,
@@ -176,64 +234,93 @@ def _train_arguments(t):
                    "starts the fast backend's reused Gram factors afresh (--gram-reuse)")
     _fast_arguments(t.add_argument_group("fast backend (FastBackend; --backend fast only)"))
     o = t.add_argument_group("run")
-    o.add_argument("--out", type=Path, default=None, help="output folder (default runs/<timestamp>)")
+    o.add_argument("--out", type=Path, default=None,
+                   help="output folder, new or empty (default: runs/<timestamp>)")
     o.add_argument("--threads", type=COUNT_, default=1,
                    help="BLAS threads of NumPy's pool, in the fast backend's solves too "
                         "(SciPy's pool stays at 1)")
     o.add_argument("--no-baseline", action="store_true",
                    help="skip the logistic-regression accuracy in the summary")
-    o.add_argument("--quiet", action="store_true", help="no progress bar")
+    o.add_argument("--quiet", action="store_true", help="show no progress bar")
 
 
 def _fast_arguments(f):
-    f.add_argument("--max-iter", type=COUNT_, default=None, help="iteration cap of every loop (500)")
+    f.add_argument("--max-iter", type=COUNT_, default=None,
+                   help="iteration cap of every loop of the solvers (default: 500)")
     f.add_argument("--w-steps", type=_per_layer(COUNT, _integers), default=None,
-                   help=f"warm-started steps per W-block: one, or one per layer (default: "
-                        f"{SETTING} with --batch-size, else to --tol)")
+                   help="warm-started steps per W-block: one, or one per layer "
+                        f"({_tuned('w_steps', 'solved to --tol')})")
     f.add_argument("--x-steps", type=_per_layer(COUNT, _integers), default=None,
-                   help=f"FISTA steps per X-block: one, or one per hidden layer, X_1 first "
-                        f"(default: {SETTING} with --batch-size, else to --tol)")
+                   help="FISTA steps per X-block: one, or one per hidden layer, X_1 first "
+                        f"({_tuned('x_steps', 'solved to --tol')})")
     f.add_argument("--newton-cap", type=_flag(Interval(numbers.Integral, 0, None)), default=None,
-                   help="active-set size up to which W rows take Newton steps (default: balanced)")
+                   help="active-set size up to which W rows take Newton steps (default: the "
+                        "backend's balance of the two kinds of step)")
     f.add_argument("--gram-reuse", type=_per_layer(COUNT, _integers), default=None,
-                   help="W solves one Gram factorisation serves: one, or one per layer (default: "
-                        f"{SETTING} with --batch-size, else 1)")
-    f.add_argument("--compile", action="store_const", const=True, default=None,
+                   help="W solves one Gram factorisation serves: one, or one per layer "
+                        f"({_tuned('gram_reuse', '1')})")
+    f.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="run the solvers' elementwise chains as fused kernels compiled by "
                         "torch.compile (needs PyTorch and a C++ compiler; the first batch pays "
-                        "the compile, cached on disk for later runs; default: eager NumPy)")
+                        "the compile, cached on disk for later runs), or all eager NumPy "
+                        "(--no-compile); default: compiled where PyTorch and a C++ compiler are "
+                        "present and the arrays are large enough to gain")
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="fenchel-cvx", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="fenchel-cvx", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"fenchel-cvx {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    fmt = argparse.ArgumentDefaultsHelpFormatter
     _train_arguments(sub.add_parser(
         "train", help="train a lifted network by BCD; write its history, model and plots",
-        formatter_class=fmt))
+        description="Train a lifted network by block-coordinate descent and write run.json, "
+                    "checkpoint.npz, history.json, model.npz and two plots to --out. Without "
+                    "flags: digits, 64-32-10 ReLU, mse, the cvxpy oracle, Algorithm 1.",
+        formatter_class=_Help))
     r = sub.add_parser("resume", help="continue an interrupted train run from its folder",
-                       formatter_class=fmt)
+                       description="Continue a train run from its folder's run.json and "
+                                   "checkpoint.npz, to the same result as an uninterrupted run.",
+                       formatter_class=_Help)
     r.add_argument("run", type=Path, help="the run's folder (holding run.json and checkpoint.npz)")
-    r.add_argument("--threads", type=COUNT_, default=None, help="BLAS threads (default: the run's)")
-    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--threads", type=COUNT_, default=None,
+                   help="BLAS threads (default: the run's --threads)")
+    r.add_argument("--quiet", action="store_true", help="show no progress bar")
 
     e = sub.add_parser("evaluate", help="loss and accuracy of a saved model on a data set",
-                       formatter_class=fmt)
-    e.add_argument("model", type=Path, help="a model.npz, or a run folder holding one")
-    e.add_argument("--dataset", choices=DATASETS, default=None, help="(default: the run's)")
-    e.add_argument("--data-dir", type=Path, default=None, help="(default: the run's, or $FENCHEL_DATA)")
-    e.add_argument("--seed", type=SEED_, default=None, help="seed of the split (default: the run's, or 0)")
-    e.add_argument("--split", choices=("test", "train"), default="test")
+                       description="Loss per point and accuracy of a saved model on a data "
+                                   "set's test or training split.", formatter_class=_Help)
+    e.add_argument("model", type=Path,
+                   help="a run folder, a model.npz inside one, or any model.npz (then give "
+                        "--dataset)")
+    e.add_argument("--dataset", choices=DATASETS, default=None,
+                   help="the data set (default: the run's)")
+    e.add_argument("--data-dir", type=Path, default=None,
+                   help="folder of the data set's files (default: the run's, else "
+                        "$FENCHEL_DATA/<dataset>)")
+    e.add_argument("--verify", action="store_true",
+                   help="check the data set's files against the official release's checksums "
+                        "(mnist, fashion-mnist, cifar10)")
+    e.add_argument("--seed", type=SEED_, default=None,
+                   help="seed of the split of digits and mnist5k (default: the run's, else 0)")
+    e.add_argument("--split", choices=("test", "train"), default="test",
+                   help="which split to evaluate on")
     e.add_argument("--threads", type=COUNT_, default=1, help="BLAS threads")
 
     p = sub.add_parser("predict", help="predict from a saved model; rows of INPUT are data points",
-                       formatter_class=fmt)
-    p.add_argument("model", type=Path, help="a model.npz, or a run folder holding one")
+                       description="Predict from a saved model, one row of INPUT per data point. "
+                                   "A model in a run folder first gets the run's preprocessing "
+                                   "(recorded in run.json, e.g. digits' pixels / 16) applied to "
+                                   "INPUT, as its training data had; --raw skips it.",
+                       formatter_class=_Help)
+    p.add_argument("model", type=Path, help="a run folder, a model.npz inside one, or any model.npz")
     p.add_argument("input", type=Path, help=".npy or .csv file, one data point per row")
-    p.add_argument("--out", type=Path, default=None, help="CSV to write (default: standard output)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="CSV file to write (default: standard output)")
     p.add_argument("--output", choices=("label", "proba", "raw"), default="label",
-                   help="class labels, class probabilities (cross-entropy: softmax), or the network output")
+                   help="class labels, class probabilities (softmax of a cross-entropy model), "
+                        "or the network output")
+    p.add_argument("--raw", action="store_true",
+                   help="INPUT is preprocessed already: do not apply the run's preprocessing")
     p.add_argument("--threads", type=COUNT_, default=1, help="BLAS threads")
     return parser
 
@@ -244,10 +331,15 @@ def _fail(flag, message):
 
 
 def _check_out(flag, path, must_not_exist=False):
-    """Create the output folder now and prove it writable, so no run is lost at its end."""
+    """Create the output folder now and prove it writable, so no run is lost at its end.
+    ``must_not_exist``: the folder must be new, empty, or hold only what a run that failed
+    before its first checkpoint leaves (``run.json``, temporary files): it is reused."""
     from .io import check_writable_dir
 
-    if must_not_exist and path.exists() and any(path.iterdir()):
+    left = [] if not (must_not_exist and path.is_dir()) else [
+        p.name for p in path.iterdir() if p.name != "run.json" and not
+        (p.name.startswith(".") and p.name.endswith(".tmp"))]
+    if left or (must_not_exist and path.is_dir() and (path / "checkpoint.npz").exists()):
         _fail(flag, f"{str(path)!r} already holds files (a run there is resumed with "
                     f"'fenchel-cvx resume {path}'); choose another folder")
     try:
@@ -257,6 +349,9 @@ def _check_out(flag, path, must_not_exist=False):
 
 
 def _check_data_dir(args):
+    if getattr(args, "verify", False) and args.dataset not in VERIFIABLE:
+        _fail("--verify", f"{args.dataset} is embedded in the package: there are no files to "
+                          f"verify (--verify checks {', '.join(VERIFIABLE)})")
     if args.dataset in ("digits", "mnist5k"):
         if args.data_dir is not None:
             _fail("--data-dir", f"{args.dataset} is embedded and reads no folder")
@@ -332,8 +427,8 @@ def _load(args):
     from . import datasets
 
     kw = dict(seed=args.seed) if args.dataset in ("digits", "mnist5k") else dict(data_dir=args.data_dir)
-    if args.dataset in ("mnist", "fashion-mnist", "cifar10"):
-        kw["dtype"] = getattr(args, "dtype", "float64")
+    if args.dataset in VERIFIABLE:
+        kw.update(dtype=getattr(args, "dtype", "float64"), verify=bool(getattr(args, "verify", False)))
     return datasets.load_dataset(args.dataset, **kw)
 
 
@@ -349,15 +444,27 @@ def _oracle_estimate(total, m):
 
 
 def _start(args, resume):
-    """The run's folder: for a new run, created now (empty) with ``run.json`` (the arguments)."""
-    if resume:
-        return args.out
+    """The run's folder, without the temporary files a killed run left there: for a new run,
+    created now (or reused: ``_check_out``), ``run.json`` comes once the data is read
+    (``_record``)."""
+    from .io import remove_temporaries
+
+    out = args.out if resume else _check_out("--out", args.out or _default_out(),
+                                             must_not_exist=True)
+    remove_temporaries(out)
+    return out
+
+
+def _record(args, out):
+    """Write ``out/run.json``: the arguments (for ``resume``) and the data's preprocessing (for
+    ``predict``)."""
+    from .datasets import PIXEL_SCALE
     from .io import write_json
 
-    out = _check_out("--out", args.out or _default_out(), must_not_exist=True)
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    write_json(out / "run.json", dict(saved, out=str(out)))
-    return out
+    scale = PIXEL_SCALE[args.dataset]
+    write_json(out / "run.json", dict(saved, out=str(out), format=RUN_FORMAT, preprocessing=dict(
+        divide_by=scale, what=f"the pixels of {args.dataset} divided by {scale:g}, to [0, 1]")))
 
 
 def _network(args, data):
@@ -441,12 +548,20 @@ def train(args, resume=False):
 
     t0 = time.perf_counter()
     _check_train(args)
+    new = not resume and not (args.out or Path("/nonexistent")).exists()
     out = _start(args, resume)
-    data = _load(args)
+    try:
+        data = _load(args)
+        net, arch = _network(args, data)
+    except BaseException:   # a run that fails on its data leaves no folder it created
+        if new and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
+    if not resume:
+        _record(args, out)
     X, y = data.X_train[:, :args.train_size], data.y_train[:args.train_size]
     X, X_test = X.astype(args.dtype, copy=False), data.X_test.astype(args.dtype, copy=False)
     Y, Y_test = datasets.one_hot(y, data.n_classes), datasets.one_hot(data.y_test, data.n_classes)
-    net, arch = _network(args, data)
     total = args.iterations if args.batch_size is None else args.epochs * args.alternations * (
         -(-X.shape[1] // args.batch_size))
     callback = None
@@ -477,18 +592,49 @@ def _default_out():
 
 
 def _run_args(folder):
-    """The arguments a ``train`` run saved in ``folder/run.json``."""
-    try:
-        saved = json.loads((folder / "run.json").read_text())
-    except (OSError, ValueError):
+    """The arguments a ``train`` run saved in ``folder/run.json`` (None where there is none),
+    each checked as its flag is (``_check_saved``)."""
+    from .files import check_format, read_json
+
+    path = folder / "run.json"
+    if not path.is_file():
         return None
+    saved = read_json(path, "run.json (fenchel-cvx train)")
+    if "format" in saved:
+        check_format(path, saved, RUN_FORMAT)
+    _check_saved(path, saved)
     for k in ("out", "data_dir"):
         saved[k] = None if saved.get(k) is None else Path(saved[k])
     return saved
 
 
+def _check_saved(path, saved):
+    """Each value of a run.json that ``train`` has a flag for, checked by that flag's own
+    conversion and choices: an edited run.json is refused by its entry's name."""
+    from .errors import FileFormatError
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    for action in train._actions:
+        value = saved.get(action.dest)
+        if value is None or not action.option_strings or action.dest == "help":
+            continue
+        if isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
+            text = ("-" if action.dest == "arch" else ",").join(str(v) for v in value)
+        else:
+            text = value if isinstance(value, str) else json.dumps(value)
+        ok = isinstance(value, (str, int, float, list)) and not isinstance(value, bool) \
+            if action.type is not None or action.choices else isinstance(value, bool)
+        try:
+            ok = ok and (action.type is None or action.type(text) is not None)
+        except (argparse.ArgumentTypeError, ValueError):
+            ok = False
+        if not ok or (action.choices and value not in action.choices):
+            raise FileFormatError(path, action.dest, f"a value {action.option_strings[0]} takes",
+                                  repr(value)[:200])
+
+
 def resume(args):
-    saved = _run_args(args.run)
+    saved = _run_args(args.run) if args.run.is_dir() else None
     if saved is None:
         _fail("run", f"{str(args.run)!r} holds no run.json of a 'fenchel-cvx train' run")
     if not (args.run / "checkpoint.npz").is_file():
@@ -517,13 +663,18 @@ def _before_settings(args):
 
 
 def _model(flag, path):
+    """The network of ``path`` (a run folder, or a model file) and the arguments of the run
+    whose folder holds it (``{}`` for a model outside a run folder)."""
     from .network import LiftedNetwork
 
-    folder = path if path.is_dir() else None
-    file = path / "model.npz" if folder else path
+    file = path / "model.npz" if path.is_dir() else path
     if not file.is_file():
         _fail(flag, f"{str(path)!r} is neither a model.npz nor a run folder holding one")
-    return LiftedNetwork.load(file), (_run_args(folder) if folder else None) or {}
+    try:
+        net = LiftedNetwork.load(file)
+    except ValueError as err:   # FileFormatError: named as the argument
+        _fail(flag, str(err))
+    return net, _run_args(file.parent) or {}
 
 
 def evaluate(args):
@@ -533,7 +684,8 @@ def evaluate(args):
     net, run = _model("model", args.model)
     args.dataset = args.dataset or run.get("dataset")
     if args.dataset is None:
-        _fail("--dataset", "needed: the model is not in a run folder that names its data set")
+        _fail("--dataset", "needed: the model is not in a run folder (one holding the run.json "
+                           "of 'fenchel-cvx train') that names its data set")
     args.data_dir = args.data_dir or run.get("data_dir") if args.dataset == run.get("dataset") else args.data_dir
     args.seed = run.get("seed", 0) if args.seed is None else args.seed
     p_in, k = SHAPES[args.dataset]
@@ -549,40 +701,51 @@ def evaluate(args):
     return 0
 
 
-def _read_points(path, features):
-    import numpy as np
+def _destination(flag, path):
+    """``io.check_destination`` with the error in argparse's words, naming ``flag``."""
+    from .io import check_destination
 
-    if not path.is_file():
-        _fail("input", f"{str(path)!r} is not a file")
     try:
-        A = (np.load(path, allow_pickle=False) if path.suffix == ".npy"
-             else np.loadtxt(path, delimiter=",", ndmin=2))
-    except (OSError, ValueError) as err:
-        _fail("input", f"{str(path)!r} is not a .npy or a numeric .csv file ({err})")
-    A = np.atleast_2d(A)
-    if A.ndim != 2 or A.shape[1] != features or not np.issubdtype(A.dtype, np.number):
-        _fail("input", f"needs rows of {features} numbers (one data point per row), got shape {A.shape}")
-    if not np.all(np.isfinite(A)):
-        _fail("input", "holds NaN or inf")
-    return A
+        return check_destination(flag, path)
+    except ValueError as err:
+        _fail(flag, str(err).removeprefix(f"{flag} "))
+
+
+def _preprocess(args, run, A):
+    """``A`` with the run's recorded preprocessing applied (``run.json``'s ``preprocessing``;
+    from its data set where an older run.json has none), said on standard error; as it is with
+    ``--raw`` or for a model outside a run folder."""
+    from .datasets import PIXEL_SCALE
+
+    scale = (run.get("preprocessing") or {}).get("divide_by", PIXEL_SCALE.get(run.get("dataset")))
+    if args.raw or scale is None:
+        return A
+    print(f"fenchel-cvx predict: input divided by {scale:g}, the run's preprocessing (the "
+          f"pixels of {run.get('dataset')} to [0, 1]); pass --raw if it is applied already",
+          file=sys.stderr)
+    return A / scale
 
 
 def predict(args):
     import numpy as np
 
-    net, _ = _model("model", args.model)
-    A = _read_points(args.input, net.layer_sizes[0])
-    if args.out is not None:
-        _check_out("--out", args.out.parent if str(args.out.parent) else Path("."))
-    Yhat = net.predict(A.T.astype(net.W[0].dtype))
+    from .files import read_points
+
+    if args.out is not None:   # before any work
+        _destination("--out", args.out)
+    net, run = _model("model", args.model)
+    try:
+        A = read_points(args.input, net.layer_sizes[0])
+    except ValueError as err:   # FileFormatError: named as the argument INPUT
+        _fail("input", str(err))
+    Yhat = net.predict(_preprocess(args, run, A).T.astype(net.W[0].dtype))
     if args.output == "label":
         table, fmt = Yhat.argmax(axis=0)[:, None], "%d"
     elif args.output == "proba":
-        if net.loss.name != "cross_entropy":
-            _fail("--output", "proba needs a cross-entropy model (this one is "
-                              f"{net.loss.name}); use --output raw")
-        Z = np.exp(Yhat - Yhat.max(axis=0))
-        table, fmt = (Z / Z.sum(axis=0)).T, "%.8g"
+        if net.loss.probabilities is None:
+            _fail("--output", "proba needs a loss with class probabilities, such as "
+                              f"cross_entropy (this model's is {net.loss.name}); use --output raw")
+        table, fmt = net.loss.probabilities(Yhat).T, "%.8g"
     else:
         table, fmt = Yhat.T, "%.8g"
     if args.out is None:

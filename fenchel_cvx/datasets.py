@@ -10,7 +10,8 @@ Every loader returns a :class:`Dataset` whose ``X_train`` / ``X_test`` have shap
   the ``data_dir`` argument, else ``$FENCHEL_DATA/mnist`` (``fashion-mnist``). With
   ``download=True`` missing files are fetched from the standard mirror and kept only once their
   checksum is verified.
-- ``load_cifar10``: the CIFAR-10 "python version" pickle batches from a directory.
+- ``load_cifar10``: the CIFAR-10 batches from a directory: the binary version (raw bytes), or
+  the python version's pickles through a restricted unpickler that runs nothing from the file.
 
 ``one_hot`` builds the ``(n_classes, m)`` target matrix and ``batch_order`` the mini-batch
 schedule that the lifted-network trainer and the backprop baselines share, so both see the same
@@ -18,6 +19,7 @@ batches in the same order. Look data sets up by name: ``load_dataset("mnist5k")`
 """
 import gzip
 import hashlib
+import io
 import math
 import os
 import pickle
@@ -29,13 +31,20 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import FenchelError
+from .errors import FenchelError, FileFormatError
+from .files import check_file
 from .validation import (BOOL, COUNT, FRACTION, PATH, SEED, check, check_dtype,  # noqa: F401
                          validate)
 
 
 class ChecksumError(FenchelError, ValueError):
     """A data file's content does not match its published (or verified) checksum."""
+
+
+#: what each data set's pixels are divided by (to [0, 1]): the preprocessing a run records and
+#: ``fenchel-cvx predict`` applies to its input
+PIXEL_SCALE = {"digits": 16.0, "mnist5k": 255.0, "mnist": 255.0, "fashion-mnist": 255.0,
+               "cifar10": 255.0}
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: == on arrays would be ambiguous
@@ -98,7 +107,7 @@ def load_digits(test_size=0.25, seed=0):
     from sklearn import datasets
 
     d = datasets.load_digits()
-    return _split("digits", d.data / 16.0, d.target, 10, test_size, seed, (1, 8, 8))
+    return _split("digits", d.data / PIXEL_SCALE["digits"], d.target, 10, test_size, seed, (1, 8, 8))
 
 
 def load_mnist5k(test_size=0.2, seed=0):
@@ -110,7 +119,7 @@ def load_mnist5k(test_size=0.2, seed=0):
     # reads the same file, to the same values, in about 0.4 s
     data = np.loadtxt(DATA_PATH, delimiter=",", dtype=np.uint8)
     X, y = data[:, :-1], data[:, -1].astype(np.int64)
-    return _split("mnist5k", X.astype(np.float64) / 255.0, y, 10, test_size, seed, (1, 28, 28))
+    return _split("mnist5k", X.astype(np.float64) / PIXEL_SCALE["mnist5k"], y, 10, test_size, seed, (1, 28, 28))
 
 
 # --- IDX files (MNIST, Fashion-MNIST) -------------------------------------------------------
@@ -118,22 +127,24 @@ _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 
 
 
 def parse_idx(data, source="<bytes>"):
-    """Parse the bytes of an IDX file (magic 0 0 dtype-code ndim, big-endian uint32 dims, data)."""
+    """Parse the bytes of an IDX file (magic 0 0 dtype-code ndim, big-endian uint32 dims, data);
+    a file that fails a check raises ``FileFormatError`` naming ``source``."""
     if len(data) < 4 or data[0] != 0 or data[1] != 0:
-        raise ValueError(f"{source}: not an IDX file (magic number {data[:4].hex() or 'empty'!r} "
-                         "does not start with two zero bytes)")
+        raise FileFormatError(source, "magic", "an IDX file (a magic number starting with two "
+                              "zero bytes)", repr(data[:4].hex() or "empty"))
     code, ndim = data[2], data[3]
     if code not in _IDX_DTYPES:
-        raise ValueError(f"{source}: unknown IDX dtype code 0x{code:02x} "
-                         f"(known: {', '.join(f'0x{c:02x}' for c in _IDX_DTYPES)})")
+        raise FileFormatError(source, "dtype code", f"one of {', '.join(f'0x{c:02x}' for c in _IDX_DTYPES)}",
+                              f"unknown IDX dtype code 0x{code:02x}")
     if ndim == 0 or len(data) < 4 + 4 * ndim:
-        raise ValueError(f"{source}: IDX header truncated or with ndim={ndim}")
+        raise FileFormatError(source, "header", f"{max(ndim, 1)} dimensions of 4 bytes",
+                              f"an IDX header truncated or with ndim={ndim}")
     dims = tuple(int(d) for d in np.frombuffer(data, ">u4", count=ndim, offset=4))
     dtype = np.dtype(_IDX_DTYPES[code])
     expected = 4 + 4 * ndim + math.prod(dims) * dtype.itemsize
     if len(data) != expected:
-        raise ValueError(f"{source}: IDX header says shape {dims} ({expected} bytes) "
-                         f"but the file has {len(data)} bytes")
+        raise FileFormatError(source, "size", f"{expected} bytes (its header: shape {dims})",
+                              f"{len(data)} bytes")
     return np.frombuffer(data, dtype, offset=4 + 4 * ndim).reshape(dims).astype(dtype.newbyteorder("="))
 
 
@@ -184,15 +195,26 @@ def _resolve_dir(data_dir, subdir, loader):
         f"FENCHEL_DATA to a folder that contains '{subdir}/' (e.g. FENCHEL_DATA=../shared/data).")
 
 
+#: the largest IDX content read (MNIST's training images: 47 MB)
+_IDX_MAX_BYTES = 256 << 20
+
+
 def _read_bytes(path, gz=None):
-    """(content, file bytes) of a raw or gzipped (``gz``, default: by suffix) file."""
-    raw = path.read_bytes()
+    """(content, file bytes) of a raw or gzipped (``gz``, default: by suffix) file, neither
+    larger than ``_IDX_MAX_BYTES``."""
+    raw = check_file(path, "IDX", _IDX_MAX_BYTES).read_bytes()
     if not (path.suffix == ".gz" if gz is None else gz):
         return raw, raw
     try:
-        return gzip.decompress(raw), raw
-    except (OSError, EOFError, zlib.error) as err:
-        raise ValueError(f"{path}: corrupt gzip file ({err})") from None
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as f:
+            content = f.read(_IDX_MAX_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as err:   # gzip's own errors: a corrupt or cut file
+        raise FileFormatError(path, "gzip", "a complete gzip file",
+                              f"a corrupt gzip file ({err})") from None
+    if len(content) > _IDX_MAX_BYTES:
+        raise FileFormatError(path, "gzip", f"at most {_IDX_MAX_BYTES} bytes uncompressed",
+                              "more")
+    return content, raw
 
 
 def _verify(kind, name, path, content, archive_bytes):
@@ -259,11 +281,11 @@ def _load_idx_set(kind, data_dir, download, verify, dtype):
     for split, m in (("train", 60000), ("t10k", 10000)):
         (ipath, X), (lpath, y) = arrays[f"{split}-images-idx3-ubyte"], arrays[f"{split}-labels-idx1-ubyte"]
         if X.shape != (m, 28, 28) or X.dtype != np.uint8:
-            raise ValueError(f"{ipath}: expected uint8 images of shape {(m, 28, 28)}, "
-                             f"got {X.dtype} {X.shape}")
+            raise FileFormatError(ipath, "images", f"uint8 images of shape {(m, 28, 28)}",
+                                  f"{X.dtype} {X.shape}")
         if y.shape != (m,) or y.dtype != np.uint8 or y.max() > 9:
-            raise ValueError(f"{lpath}: expected {m} uint8 labels in 0..9, got {y.dtype} {y.shape}"
-                             + (f" with max {y.max()}" if y.size else ""))
+            raise FileFormatError(lpath, "labels", f"{m} uint8 labels in 0..9", f"{y.dtype} {y.shape}"
+                                  + (f" with max {y.max()}" if y.size else ""))
         out += [(X.reshape(m, 784).T / np.asarray(255, dtype)).astype(dtype, copy=False), y.astype(np.int64)]
     return Dataset(kind, out[0], out[1], out[2], out[3], 10, (1, 28, 28))
 
@@ -287,45 +309,197 @@ def load_fashion_mnist(data_dir=None, download=False, *, verify=False, dtype=np.
 
 # --- CIFAR-10 -------------------------------------------------------------------------------
 _CIFAR_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
+#: md5 of each batch of the official python version (cifar-10-python.tar.gz, the digests
+#: published with it and used by torchvision)
+_CIFAR_MD5 = {"data_batch_1": "c99cafc152244af753f735de768cd75f",
+              "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+              "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+              "data_batch_4": "634d18415352ddfa80567beed471001a",
+              "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+              "test_batch": "40351d587109b95175f43aff81a1287e"}
+#: images per batch, and images per class in the test batch and in the five training batches
+#: together, in the official release (binary version: 10,000 records of 3,073 bytes a file)
+_CIFAR_RELEASE = dict(images=10000, test_per_class=1000, train_per_class=5000)
+_CIFAR_RECORD = 1 + 3072
+#: the largest batch file read: four times the official python batch (31 MB)
+_CIFAR_MAX_BYTES = 128 << 20
+_CIFAR_KEYS = {"data", "labels", "batch_label", "filenames"}
+_INTEGER_DTYPES = {f"{e}{k}{n}" for e in ("", "<", ">", "|", "=") for k in "iu" for n in (1, 2, 4, 8)}
+
+
+def _safe_dtype(name, align=False, copy=True):
+    """``numpy.dtype`` for the unpickler: integer dtypes only (uint8 pixels, integer labels)."""
+    if not isinstance(name, str) or name not in _INTEGER_DTYPES:
+        raise pickle.UnpicklingError(f"refused the dtype {name!r} (a CIFAR-10 batch holds "
+                                     f"integers only)")
+    return np.dtype(name, align, copy)
+
+
+def _safe_reconstruct(cls, shape, typecode):
+    """NumPy's ``_reconstruct`` of a plain ``ndarray`` (no subclass)."""
+    if cls is not np.ndarray or shape != (0,):   # NumPy pickles an empty array, then its state
+        raise pickle.UnpicklingError(f"refused reconstructing {cls!r} of shape {shape!r}")
+    return np.ndarray.__new__(np.ndarray, (0,), np.uint8)
+
+
+def _safe_frombuffer(buf, dtype, shape, order):
+    """NumPy's ``_frombuffer`` (pickle protocol 5) of a buffer of an admitted dtype."""
+    if not isinstance(dtype, np.dtype) or dtype.name not in ("uint8", "int8", "int16", "int32",
+                                                             "int64", "uint16", "uint32", "uint64"):
+        raise pickle.UnpicklingError(f"refused the dtype {dtype!r}")
+    return np.frombuffer(buf, dtype).reshape(shape, order=order)
+
+
+def _latin1(text, encoding):
+    """``_codecs.encode(text, "latin1")``: how Python 3's protocol 2 pickles bytes."""
+    if not isinstance(text, str) or encoding != "latin1":
+        raise pickle.UnpicklingError(f"refused _codecs.encode of {type(text).__name__} "
+                                     f"to {encoding!r}")
+    return text.encode("latin1")
+
+
+class _BatchUnpickler(pickle.Unpickler):
+    """An unpickler that admits only what a CIFAR-10 python batch holds: dicts, lists, ints,
+    bytes and str (built by the pickle opcodes themselves), and NumPy integer arrays through
+    the reconstructors NumPy's pickles name. Any other global is refused by its name when the
+    pickle names it, before any object is built from it: no code in a data file runs."""
+
+    _ADMITTED = {("numpy.core.multiarray", "_reconstruct"): _safe_reconstruct,
+                 ("numpy._core.multiarray", "_reconstruct"): _safe_reconstruct,
+                 ("numpy", "ndarray"): np.ndarray,
+                 ("numpy", "dtype"): _safe_dtype,
+                 ("numpy.core.numeric", "_frombuffer"): _safe_frombuffer,
+                 ("numpy._core.numeric", "_frombuffer"): _safe_frombuffer,
+                 ("_codecs", "encode"): _latin1}
+
+    def find_class(self, module, name):
+        if (module, name) not in self._ADMITTED:
+            raise pickle.UnpicklingError(f"refused the global {module}.{name} (a CIFAR-10 batch "
+                                         f"holds only NumPy integer arrays, lists and text)")
+        return self._ADMITTED[(module, name)]
+
+
+def _unpickle_batch(path):
+    """The object of the python batch ``path`` through :class:`_BatchUnpickler`."""
+    with open(path, "rb") as f:
+        try:
+            return _BatchUnpickler(f, encoding="bytes").load()
+        except pickle.UnpicklingError as err:
+            if str(err).startswith("refused"):
+                raise FileFormatError(path, "pickle", "a CIFAR-10 python batch", str(err),
+                                      "nothing from the file was run") from None
+            raise FileFormatError(path, "pickle", "a complete CIFAR-10 python batch",
+                                  f"a truncated or foreign pickle of {path.stat().st_size} "
+                                  f"bytes ({err})") from None
+        except (EOFError, ValueError, TypeError) as err:  # cut short; an array's bad state
+            raise FileFormatError(path, "pickle", "a complete CIFAR-10 python batch",
+                                  f"a truncated or foreign pickle of {path.stat().st_size} "
+                                  f"bytes ({type(err).__name__}: {err})") from None
 
 
 def _read_cifar_batch(path):
-    try:
-        with open(path, "rb") as f:  # pickle: only load files from a source you trust
-            d = pickle.load(f, encoding="bytes")
-    except (EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError,
-            IndexError) as err:   # what a truncated or foreign pickle raises
-        raise ValueError(f"{path}: truncated or not a CIFAR-10 python batch ({path.stat().st_size} "
-                         f"bytes; unpickling failed: {type(err).__name__}: {err})") from None
-    if not isinstance(d, dict) or b"data" not in d or b"labels" not in d:
-        raise ValueError(f"{path}: not a CIFAR-10 batch (a dict with b'data' and b'labels')")
-    X, y = np.asarray(d[b"data"]), np.asarray(d[b"labels"])
-    if X.dtype != np.uint8 or X.ndim != 2 or X.shape[1] != 3072:
-        raise ValueError(f"{path}: b'data' must be uint8 of shape (N, 3072), got {X.dtype} {X.shape}")
-    ok = y.shape == (X.shape[0],) and np.issubdtype(y.dtype, np.integer)
-    if not ok or (y.size and not 0 <= y.min() <= y.max() <= 9):
-        raise ValueError(f"{path}: b'labels' must be {X.shape[0]} integers in 0..9")
-    return X, y.astype(np.int64)
+    """``(images (N, 3072) uint8, labels (N,) int64)`` of a python batch, checked strictly."""
+    d = _unpickle_batch(check_file(path, "CIFAR-10 python batch", _CIFAR_MAX_BYTES))
+    if not isinstance(d, dict):
+        raise FileFormatError(path, "", "a dict (a CIFAR-10 python batch)", type(d).__name__)
+    keys = {k.decode("latin1") if isinstance(k, bytes) else k for k in d}
+    if not all(isinstance(k, (bytes, str)) for k in d) or not {"data", "labels"} <= keys <= _CIFAR_KEYS:
+        raise FileFormatError(path, "keys", f"'data' and 'labels' (and at most "
+                              f"{sorted(_CIFAR_KEYS - {'data', 'labels'})})", sorted(map(str, d)))
+    d = {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in d.items()}
+    X, labels = d["data"], d["labels"]
+    if not isinstance(X, np.ndarray) or X.dtype != np.uint8 or X.ndim != 2 or X.shape[1] != 3072:
+        found = f"{X.dtype} {X.shape}" if isinstance(X, np.ndarray) else type(X).__name__
+        raise FileFormatError(path, "data", "uint8 images of shape (N, 3072)", found)
+    ints = isinstance(labels, list) and all(type(v) is int for v in labels)
+    ints = ints or (isinstance(labels, np.ndarray) and labels.dtype.kind in "iu" and labels.ndim == 1)
+    if not ints or len(labels) != X.shape[0]:
+        raise FileFormatError(path, "labels", f"a list of {X.shape[0]} integers",
+                              f"{type(labels).__name__} of {len(labels) if ints else '?'} entries")
+    return X, _cifar_labels(path, np.asarray(labels, dtype=np.int64))
 
 
-def load_cifar10(data_dir=None, *, dtype=np.float64):
-    """CIFAR-10 from its python pickle batches: X is (3072, m) in [0, 1].
+def _cifar_labels(path, y):
+    if y.size and not 0 <= y.min() <= y.max() <= 9:
+        bad = y[(y < 0) | (y > 9)][0]
+        raise FileFormatError(path, "labels", "classes 0..9", f"the label {bad}")
+    return y
+
+
+def _read_cifar_bin(path):
+    """``(images, labels)`` of a binary batch: records of one label byte and 3072 pixel bytes."""
+    path = check_file(path, "CIFAR-10 binary batch", _CIFAR_MAX_BYTES)
+    size = path.stat().st_size
+    if size % _CIFAR_RECORD:
+        raise FileFormatError(path, "size", f"a multiple of {_CIFAR_RECORD} bytes (records of a "
+                              f"label and 3072 pixels)", f"{size} bytes")
+    raw = np.fromfile(path, np.uint8).reshape(-1, _CIFAR_RECORD)
+    return raw[:, 1:], _cifar_labels(path, raw[:, 0].astype(np.int64))
+
+
+def _cifar_files(data_dir):
+    """``(version, [paths])`` of the batches in ``data_dir``: the binary version where its six
+    files are present (in ``cifar-10-batches-bin`` or in the folder), else the python one."""
+    for folder in (data_dir / "cifar-10-batches-bin", data_dir):
+        paths = [folder / f"{n}.bin" for n in _CIFAR_BATCHES]
+        if all(p.is_file() for p in paths):
+            return "binary", paths
+    folder = data_dir / "cifar-10-batches-py"
+    folder = folder if folder.is_dir() else data_dir
+    missing = [str(folder / n) for n in _CIFAR_BATCHES if not (folder / n).is_file()]
+    if missing:   # before reading anything
+        raise FileNotFoundError(f"load_cifar10: {', '.join(missing)} not found (expected the "
+                                f"CIFAR-10 python batches {', '.join(_CIFAR_BATCHES)} in "
+                                f"{folder}, or the binary ones, <name>.bin, in "
+                                f"{data_dir / 'cifar-10-batches-bin'})")
+    return "python", [folder / n for n in _CIFAR_BATCHES]
+
+
+def _verify_cifar(version, paths, batches):
+    """Refuse, naming the file, a batch that is not the official release's: the python
+    version's md5s; the binary version's record count and class counts (no per-file digest of
+    it is published)."""
+    if version == "python":
+        for path in paths:
+            got = hashlib.md5(path.read_bytes()).hexdigest()
+            if got != _CIFAR_MD5[path.name]:
+                raise ChecksumError(f"{path}: md5 is {got}, expected {_CIFAR_MD5[path.name]}; "
+                                    f"the file is corrupt or not the official CIFAR-10 release")
+        return
+    for path, (X, _) in zip(paths, batches):
+        if X.shape[0] != _CIFAR_RELEASE["images"]:
+            raise ChecksumError(f"{path}: {X.shape[0]} images, expected the official release's "
+                                f"{_CIFAR_RELEASE['images']}")
+    for which, ys, n in (("test", [batches[-1][1]], "test_per_class"),
+                         ("training", [y for _, y in batches[:-1]], "train_per_class")):
+        counts = np.bincount(np.concatenate(ys), minlength=10)
+        if not np.all(counts == _CIFAR_RELEASE[n]):
+            raise ChecksumError(f"{paths[-1] if which == 'test' else paths[0].parent}: the "
+                                f"{which} images per class are {counts.tolist()}, expected "
+                                f"{_CIFAR_RELEASE[n]} each (the official release)")
+
+
+def load_cifar10(data_dir=None, *, verify=False, dtype=np.float64):
+    """CIFAR-10 from its binary or python batches: X is (3072, m) in [0, 1].
 
     Features are in CIFAR's order: 1024 red, 1024 green, 1024 blue values, each 32x32 row-major.
     ``data_dir``: the folder of the batches, default ``$FENCHEL_DATA/cifar10``; a
-    ``cifar-10-batches-py`` folder inside it (as the official tarball extracts) is used if present.
+    ``cifar-10-batches-bin`` or ``cifar-10-batches-py`` folder inside it (as the official
+    tarballs extract) is used if present, the binary version (raw bytes) where both are. The
+    python batches are read by a restricted unpickler that admits only NumPy's integer-array
+    reconstructors: a batch that names anything else is refused before any object is built.
+    ``verify``: check the files against the official release (python: its md5s; binary: its
+    10,000 records a file and 1,000 test and 5,000 training images per class).
     """
-    check("data_dir", data_dir, [PATH, None])
+    validate(dict(data_dir=[PATH, None], verify=BOOL), dict(data_dir=data_dir, verify=verify))
     dtype = check_dtype(dtype)
     data_dir = _resolve_dir(data_dir, "cifar10", "load_cifar10")
-    if (data_dir / "cifar-10-batches-py").is_dir():
-        data_dir = data_dir / "cifar-10-batches-py"
-    missing = [name for name in _CIFAR_BATCHES if not (data_dir / name).is_file()]
-    if missing:   # before reading anything
-        raise FileNotFoundError(f"load_cifar10: {', '.join(str(data_dir / n) for n in missing)} not "
-                                f"found (expected the CIFAR-10 python batches "
-                                f"{', '.join(_CIFAR_BATCHES)} in {data_dir})")
-    *train, (Xte, yte) = [_read_cifar_batch(data_dir / name) for name in _CIFAR_BATCHES]
+    version, paths = _cifar_files(data_dir)
+    read = _read_cifar_bin if version == "binary" else _read_cifar_batch
+    batches = [read(p) for p in paths]
+    if verify:
+        _verify_cifar(version, paths, batches)
+    *train, (Xte, yte) = batches
     Xtr, ytr = np.concatenate([X for X, _ in train]), np.concatenate([y for _, y in train])
     scale = lambda X: (X.T / np.asarray(255, dtype)).astype(dtype, copy=False)  # noqa: E731
     return Dataset("cifar10", scale(Xtr), ytr, scale(Xte), yte, 10, (3, 32, 32))

@@ -1,7 +1,7 @@
 """The package's default hyperparameters: the network's and the driver's, and the tuned
 training settings that the estimators and the command line start from.
 
-The lifted objective (eq. (5) of the paper; docs/mathematics.md)
+The lifted objective (eq. (7) of the paper; docs/mathematics.md)
 
     F(W, X) = L(Y, W_L X~_L) + sum_l rho_l ||W_l||^2 + sum_{l<L} lam_l B_l(X_{l+1}, W_l X~_l)
 

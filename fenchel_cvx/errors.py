@@ -3,6 +3,9 @@
 Solver failures name the block, the layer and the status; certificate violations (docs page
 "The certificate") name the check, the layer, the two numbers and the tolerance.
 Bad user input is a plain ``ValueError`` whose message names the parameter and the value.
+A file that fails a check of the package's one checked reader (``files.py``) raises
+:class:`FileFormatError`, which names the file, the field or array, and what was expected
+against what was found.
 """
 
 
@@ -38,3 +41,18 @@ class CertificateError(FenchelError):
             f"certificate check {check!r} failed ({where}layer {layer}): "
             f"{value:.10g} vs bound {bound:.10g}, tolerance {tol:.3g}"
         )
+
+
+class FileFormatError(FenchelError, ValueError):
+    """A file the package reads (a network, a checkpoint, a run's ``run.json``, a history, a
+    data set, the input of ``predict``) failed one of the checks made before it is used.
+
+    ``path``: the file; ``field``: the array, key or byte range that failed; ``expected`` and
+    ``found``: what the check wanted and what the file holds (both in words). A ``ValueError``
+    too, so that code catching bad input catches it."""
+
+    def __init__(self, path, field, expected, found, hint=""):
+        self.path, self.field, self.expected, self.found = str(path), field, expected, found
+        where = f"{self.path}: {field}" if field else self.path
+        super().__init__(f"{where}: expected {expected}, found {found}"
+                         + (f"; {hint}" if hint else ""))

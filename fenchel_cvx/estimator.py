@@ -1,6 +1,6 @@
 """scikit-learn estimators: ``FenchelClassifier`` and ``FenchelRegressor``.
 
-A Fenchel lifted network (the paper's eq. (5)) trained by block coordinate descent
+A Fenchel lifted network (the paper's eq. (7)) trained by block coordinate descent
 (``bcd.fit_bcd``: Algorithm 1 on all the data, or Algorithm 2 on mini-batches), wrapped in
 scikit-learn's contract:
 
@@ -39,17 +39,17 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import defaults
-from .activations import ACTIVATIONS, Activation
+from .activations import Activation, activation_names
 from .backends import check_backend, get_backend
 from .bcd import fit_bcd
-from .losses import LOSSES, softmax
+from .losses import LOSSES, loss_names, softmax
 from .network import LiftedNetwork
 from .validation import (BOOL, COUNT, FRACTION, GAMMA, LAM, MOMENTUM, RHO, ROUNDS, TOL, InstanceOf,
-                         Interval, Options, PerLayer, Sizes, check, check_dtype, check_real,
-                         check_scale, validate)
+                         Interval, Options, PerLayer, Sizes, check, check_dtype, check_plain,
+                         check_real, check_scale, validate)
 
 #: activations an estimator accepts by name (``monotone`` needs a function: pass an Activation)
-ESTIMATOR_ACTIVATIONS = tuple(a for a in ACTIVATIONS if a != "monotone")
+ESTIMATOR_ACTIVATIONS = tuple(activation_names())
 
 
 # --- parameter checks (validation.py) ---------------------------------------------------------
@@ -60,7 +60,7 @@ def _constraints(n_hidden, losses):
                 loss=Options(losses), lam=[None, PerLayer(LAM, max(L, 1))],
                 rho=[None, PerLayer(RHO, L + 1)], gamma=[None, PerLayer(GAMMA, L + 1)],
                 momentum=[None, PerLayer(MOMENTUM, L + 1)], threads=[None, COUNT],
-                compile=BOOL,
+                compile=[Options(("auto",)), BOOL],
                 w_steps=[None, Options(("tol",)), PerLayer(COUNT, L + 1)],
                 x_steps=[None, Options(("tol",))] + ([PerLayer(COUNT, L)] if L else []),
                 batch_size=[None, Options(("auto",)), COUNT],
@@ -148,7 +148,7 @@ class _FenchelBase(BaseEstimator):
         by_name = isinstance(self.backend, str) and self.backend == "fast"
         for name, what in (("w_steps", "steps"), ("x_steps", "steps"), ("threads", "threads"),
                            ("compile", "kernels")):
-            if values[name] not in (None, False) and not by_name:
+            if values[name] not in (None, False, "auto") and not by_name:
                 raise ValueError(f"{name}={values[name]!r} sets the {what} of the fast backend by "
                                  f"name: it needs backend='fast' (a backend object keeps its "
                                  f"own), got backend={self.backend!r}")
@@ -262,9 +262,11 @@ class _FenchelBase(BaseEstimator):
         """scikit-learn's ``validate_data``, with the package's own checks (``validation.py``)
         around it: complex entries and a scale that overflows the working dtype are refused by
         the name of ``X`` or ``y``."""
-        _real("X", X)
+        _real("X", check_plain("X", X))    # no mask dropped, no numeric string parsed
         if y is not None and not isinstance(y, str):
             _real("y", y)
+            if isinstance(y, np.ma.MaskedArray):   # (labels may be strings: y's objects pass)
+                check_plain("y", y)
         dtype = check_dtype(self.dtype) if dtype is None else dtype
         if isinstance(y, str) and y == "no_validation":
             return check_scale("X", validate_data(self, X, reset=reset, dtype=dtype, **kwargs))
@@ -371,11 +373,12 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         ``fenchel_cvx.threads.plan``). None: the backend's default, one core (a backend with
         the pools left as they are: ``backend=FastBackend(threads=None)``). A backend object
         keeps its own.
-    compile : bool, default False
-        The fast backend by name with its elementwise chains compiled into fused kernels
-        (``FastBackend(compile=True)``: ``torch.compile``, which needs PyTorch and a C++
-        compiler; refused before any work without them). The same solves up to rounding; the
-        first batch pays the compile (seconds, cached on disk for later runs).
+    compile : "auto" or bool, default "auto"
+        The fast backend by name with its elementwise chains compiled into fused kernels by
+        ``torch.compile`` (``FastBackend(compile=...)``): "auto" where PyTorch and a C++
+        compiler are present and the arrays are large enough to gain, True always (refused
+        before any work without them), False never. The same solves up to rounding; the
+        first batch that compiles pays the compile (seconds, cached on disk for later runs).
     verbose : bool or int, default False
         Print ``Iteration n, loss = ...`` after every epoch, as ``MLPClassifier`` does; 2 or
         more also shows a progress bar over the rounds.
@@ -419,7 +422,7 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     n_features_in_ : int
     """
 
-    _losses = ("cross_entropy", "mse")
+    _losses = tuple(loss_names("classification"))
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="cross_entropy",
                  lam=None, rho=None, gamma=None, batch_size="auto",
@@ -428,7 +431,7 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
                  verbose=False, random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10,
                  momentum=None, w_steps=None, x_steps=None, check_every=1, threads=None,
-                 compile=False):
+                 compile="auto"):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -539,7 +542,7 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
     loss is ``"mse"``), plus ``n_outputs_``. A 1-D ``y`` gives 1-D predictions.
     """
 
-    _losses = ("mse",)
+    _losses = tuple(loss_names("regression"))
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="mse",
                  lam=None, rho=None, gamma=None, batch_size="auto",
@@ -548,7 +551,7 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
                  random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10,
                  momentum=None, w_steps=None, x_steps=None, check_every=1, threads=None,
-                 compile=False):
+                 compile="auto"):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss

@@ -19,18 +19,25 @@ alternation of each batch in Algorithm 2. A record holds
 - ``blocks``: per block solve, its name (``"X_2"``, ``"W_0"``), kind, layer, value before and
   after, wall seconds, solver seconds, status, KKT residual, iterations, converged;
 - ``restarted``: the X-sweep started from the feed-forward point (see ``bcd.py``);
+- ``halted``: the block whose failure ended a recorded (non-strict) run after this round, else
+  ``None``;
 - ``checked``: the whole certificate ran this round (``fit_bcd(check_every=k)`` checks every
   k-th round; the others record None for the objectives and divergences);
 - ``certificate``: the outcome of the four checks (``certificate.Certificate.outcome``);
 - ``seconds``: wall time of the round.
 
-``save(path)`` writes JSON; ``History.load(path)`` reads it back (the round trip is exact).
+``save(path)`` writes JSON (format ``"fenchel_cvx.History/1"``) atomically: to a temporary file
+then renamed (``io.atomic_write``); ``History.load(path)`` reads it back through the checked
+reader (``files.read_json``) and the round trip is exact. A history without ``format`` (as
+the earliest releases wrote it) loads as version 1.
 """
-import json
 import math
 from pathlib import Path
 
 import numpy as np
+
+#: the format and version of what ``to_dict`` and ``save`` write
+FORMAT = "fenchel_cvx.History/1"
 
 
 def _plain(x):
@@ -119,22 +126,40 @@ class History:
 
     # --- JSON ---------------------------------------------------------------------------------
     def to_dict(self):
-        return {"format": "fenchel_cvx.History/1", "config": self.config, "records": self.records}
+        return {"format": FORMAT, "config": self.config, "records": self.records}
 
     @classmethod
-    def from_dict(cls, d):
-        if not isinstance(d, dict) or "records" not in d:
-            raise ValueError("not a History: expected a dict with 'config' and 'records'")
+    def from_dict(cls, d, source="history"):
+        """The history of ``to_dict``'s dict ``d``; ``source``: the file it came from (named
+        by a ``FileFormatError`` when ``d`` is not one)."""
+        from .errors import FileFormatError
+        from .files import check_format
+
+        if not isinstance(d, dict) or not isinstance(d.get("records"), list):
+            found = "not a History: " + (f"the keys {sorted(d)}" if isinstance(d, dict)
+                                         else type(d).__name__)
+            raise FileFormatError(source, "", "a History: an object with 'config' and 'records'",
+                                  found)
+        if "format" in d:
+            check_format(source, d, FORMAT)
+        if not isinstance(d.get("config", {}), dict) or not all(isinstance(r, dict)
+                                                                for r in d["records"]):
+            raise FileFormatError(source, "records", "an object per round and a config object",
+                                  "other JSON values")
         return cls(d.get("config"), d["records"])
 
     def save(self, path):
-        """Write the history as JSON to ``path``; returns the path."""
+        """Write the history as JSON to ``path`` atomically; returns the path."""
+        from .io import write_json
+
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1))
-        return path
+        return write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path):
-        """Read a history written by :meth:`save`."""
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """Read a history written by :meth:`save` (``files.read_json``: a named
+        ``FileFormatError`` for anything else)."""
+        from .files import read_json
+
+        return cls.from_dict(read_json(path, "history (History.save)"), source=path)

@@ -1,7 +1,7 @@
 """Layers as linear maps: dense, 2-D convolution, 2x2 average pooling, flatten.
 
 In the lifted model every layer is ``U_l = A_l(W_l, X_l) + b_l``, linear in ``W_l`` for fixed
-``X_l`` and in ``X_l`` for fixed ``W_l`` (the paper's Sec. 4 runs LeNet-5 this way; docs page
+``X_l`` and in ``X_l`` for fixed ``W_l`` (the paper's Sec. 4.2, eqs. (10)-(11), runs LeNet-5 this way; docs page
 "Convolutional layers"). The lifted variables stay 2-D, ``X_l`` of shape (features x m) with the
 features of an image in PyTorch's (C, H, W) flatten order, so the blocks of ``blocks.py`` never
 see a shape.

@@ -1,4 +1,4 @@
-"""Output losses L(Y, Yhat) of the lifted objective (the paper's eq. (2) and (5)).
+"""Output losses L(Y, Yhat) of the lifted objective (the paper's eqs. (3) and (7)).
 
 Columns are data points and losses are **sums** over them, as in the paper:
 
@@ -6,16 +6,30 @@ Columns are data points and losses are **sums** over them, as in the paper:
 - ``cross_entropy``:  L = -tr(Y^T log softmax(Yhat)) = sum_j [ (1^T y_j) lse(yhat_j) - y_j^T yhat_j ]
   (softmax over each column; numerically stable through log-sum-exp).
 
-Each loss gives its value, its per-column values and its gradient in Yhat for any array-API
-namespace, and what the solvers need to know of its curvature: ``column_curvature`` (a bound on
-each column's Hessian in Yhat, ``<= c_j I``), ``quadratic`` (MSE: the last W-block is a ridge
-regression) and ``separable_rows`` (the loss is a sum over rows of Yhat as well, so the last
-W-block separates by rows). A new loss is one class here with these members. Its CVXPY form,
-for the oracle, is ``fenchel_cvx.oracle.atoms.loss_cvx(loss, Y, Yhat)``.
+Each loss is one class that carries every fact the solvers ask for, for any array-API
+namespace: its value, per-column values and gradient in Yhat (``CORE_FACTS``); its curvature:
+``column_curvature`` (a bound on each column's Hessian in Yhat, ``<= c_j I``), ``hvp`` and
+``hess_diag`` (the Hessian's products and diagonal: the oracle's Newton polish), ``line_derivs``
+and ``line_change`` (the fast last W-block's exact line search along a direction), ``quadratic``
+(MSE: the last W-block is a ridge regression, solved in closed form) and ``separable_rows`` (a
+sum over the rows of Yhat as well: the last W-block separates by rows, with ``elementwise``
+terms); its targets: ``check_targets``, ``check_labels``, ``targets_from``, ``tasks``
+(classification, regression), ``probabilities`` (a classifier's output, or None); its PyTorch
+counterpart ``torch_loss`` (the baselines) and its ``params`` (save / load). Its CVXPY form, for
+the oracle, is ``fenchel_cvx.oracle.atoms.loss_cvx(loss, Y, Yhat)`` (registered there by type,
+or the class's own ``value_cvxpy``). The one table keyed by names is the registry ``LOSSES``
+(``register_loss``; ``loss("mse")`` looks one up); ``fenchel_cvx.extensions`` adds the Huber
+loss.
 """
+import math
+
 from array_api_compat import array_namespace
 
-from .arrays import host_if_cheap
+from .arrays import clip, host_if_cheap
+from .facts import Named, Registry, require, stub
+
+#: the facts every solver needs, checked where a network is built (``loss``)
+CORE_FACTS = ("value", "grad", "column_curvature", "hvp")
 
 
 def softmax(A):
@@ -25,13 +39,62 @@ def softmax(A):
     return E / xp.sum(E, axis=0, keepdims=True)
 
 
-class Loss:
-    name = "loss"
+class Loss(Named):
+    """An output loss ``L(Y, Yhat)``, summed over the columns (data points) of Yhat."""
+
+    name = kind = "loss"
     quadratic = False        # a quadratic loss: the last W-block is a ridge regression
     separable_rows = False   # a sum over the rows of Yhat too: the last W-block splits by rows
+    tasks = ("regression",)  # what the estimators may use it for
+    #: the fast backend's method for the last W-block: "newton" (the general path, Newton-CG
+    #: on ``grad`` and ``hvp``), "pncg" (nonlinear CG), "ridge" (closed form: ``quadratic``)
+    last_w_solver = "newton"
+    probabilities = None     # a method: the class probabilities of outputs Yhat, or None
+    elementwise = None       # a separable loss's terms, a method ``(Y, Yhat) -> array``
+    torch_loss = None        # a method: the PyTorch loss of outputs and targets (rows: samples)
+    value = stub("value")
+    grad = stub("grad")
+    column_curvature = stub("column_curvature")
+    hvp = stub("hvp")
 
-    def __repr__(self):
-        return f"loss({self.name!r})"
+    def hess_diag(self, Y, Yhat):
+        """The diagonal of the Hessian in Yhat, per entry (from ``hvp``: a separable loss's
+        Hessian is diagonal; others give their own)."""
+        xp = array_namespace(Y, Yhat)
+        return self.hvp(Y, Yhat, xp.ones_like(Yhat))
+
+    def line_derivs(self, Y, U, dU):
+        """The first and second derivatives, as 0-d arrays, of ``t -> L(Y, U + t dU)`` at 0."""
+        xp = array_namespace(Y, U)
+        return xp.sum(self.grad(Y, U) * dU), xp.sum(dU * self.hvp(Y, U, dU))
+
+    def line_change(self, Y, U, dU):
+        """``(change, size)``, 0-d arrays: ``L(Y, U + dU) - L(Y, U)`` and the size of the terms
+        it subtracts (its rounding scale)."""
+        xp = array_namespace(Y, U)
+        base = self.value(Y, U)
+        return self.value(Y, U + dU) - base, xp.abs(base)
+
+    def piece_values(self, Y, Yhat, axis):
+        """The loss summed along ``axis`` (kept as a 1 x m or k x 1 array), or all of it
+        (``axis`` None): the oracle's Newton polish compares pieces. Rows (``axis`` 1) need a
+        loss with ``elementwise`` terms."""
+        xp = array_namespace(Y, Yhat)
+        if axis is None:
+            return self.value(Y, Yhat)
+        if axis == 0:
+            return xp.reshape(self.column_values(Y, Yhat), (1, -1))
+        return xp.sum(require(self, ("elementwise",), "a loss split by rows").elementwise(Y, Yhat),
+                      axis=1, keepdims=True)
+
+    def check_labels(self, name, Y, w_block=False):
+        """Raise ``ValueError`` (naming ``name``) where Y are not weights this loss's formulas
+        take (the oracle's check of a block's labels; ``w_block``: the last W-block's)."""
+
+    def targets_from(self, outputs, noise):
+        """Targets of this loss from a teacher network's ``outputs``, with ``noise`` added where
+        the targets are real numbers (the theorem checks' data)."""
+        return outputs + noise
 
     def column_values(self, Y, Yhat):
         """The loss of each column (data point); they sum to ``value``."""
@@ -53,11 +116,25 @@ class MSE(Loss):
 
     name = "mse"
     quadratic = separable_rows = True
+    last_w_solver = "ridge"
+    tasks = ("classification", "regression")
 
     def value(self, Y, Yhat):
         xp = array_namespace(Y, Yhat)
         R = Yhat - Y
         return xp.sum(R * R)
+
+    def elementwise(self, Y, Yhat):
+        R = Yhat - Y
+        return R * R
+
+    def hvp(self, Y, Yhat, A):
+        """The Hessian is 2 I."""
+        return 2.0 * A
+
+    def torch_loss(self, out, target):
+        """Squared error summed over the outputs, the mean over the batch."""
+        return ((out - target) ** 2).sum(1).mean()
 
     def column_values(self, Y, Yhat):
         xp = array_namespace(Y, Yhat)
@@ -76,6 +153,8 @@ class CrossEntropy(Loss):
     """Softmax cross-entropy -tr(Y^T log softmax(Yhat)); Y's columns are (soft) one-hot labels."""
 
     name = "cross_entropy"
+    tasks = ("classification",)
+    last_w_solver = "pncg"
 
     def value(self, Y, Yhat):
         xp = array_namespace(Y, Yhat)
@@ -103,6 +182,79 @@ class CrossEntropy(Loss):
         xp = array_namespace(Y, Yhat)
         return softmax(Yhat) * xp.sum(Y, axis=0, keepdims=True) - Y
 
+    def probabilities(self, Yhat):
+        """The softmax of the logits, per column."""
+        return softmax(Yhat)
+
+    def hvp(self, Y, Yhat, A):
+        """``s_j (diag p_j - p_j p_j^T) a_j`` per column, ``p = softmax(Yhat)``, ``s = 1^T Y``."""
+        xp = array_namespace(Y, Yhat)
+        P = softmax(Yhat)
+        PA = P * A
+        return xp.sum(Y, axis=0, keepdims=True) * (PA - P * xp.sum(PA, axis=0, keepdims=True))
+
+    def hess_diag(self, Y, Yhat):
+        xp = array_namespace(Y, Yhat)
+        P = softmax(Yhat)
+        return xp.sum(Y, axis=0, keepdims=True) * P * (1.0 - P)
+
+    @staticmethod
+    def _lse(U):
+        xp = array_namespace(U)
+        a = xp.max(U, axis=0, keepdims=True)
+        return a + xp.log(xp.sum(xp.exp(U - a), axis=0, keepdims=True))
+
+    def line_derivs(self, Y, U, dU):
+        xp = array_namespace(Y, U)
+        s = xp.sum(Y, axis=0, keepdims=True)
+        P = xp.exp(U - self._lse(U))
+        d1 = xp.sum((P * s - Y) * dU)
+        m1 = xp.sum(P * dU, axis=0, keepdims=True)
+        return d1, xp.sum(s * (xp.sum(P * dU * dU, axis=0, keepdims=True) - m1 * m1))
+
+    def line_change(self, Y, U, dU):
+        """``(change, size)``. Per column, ``s_j [lse(u + du) - lse(u)] - y^T du = s_j log1p(
+        sum_k p_k expm1(du_k - c))`` with ``p = softmax(u)`` (summing to 1) and ``c = y^T du /
+        s_j``: no two sums of the logits' size are subtracted, so the descent safeguard sees a
+        rise of 1e-4 on a loss of 0.5 in float32 (the direct form's rounding was 1e-3 there). A
+        column whose change is not small (``sum_k p_k expm1(...)`` outside (-1/2, 1), or not
+        finite: a large step overflows expm1) takes the direct form, whose rounding is then
+        small beside it."""
+        xp = array_namespace(Y, U)
+        s, base = xp.sum(Y, axis=0, keepdims=True), self._lse(U)
+        c = xp.sum(Y * dU, axis=0, keepdims=True) / xp.where(s > 0, s, xp.ones_like(s))
+        arg, top = dU - c, math.log(float(xp.finfo(U.dtype).max)) - 1   # expm1(top) is finite
+        E = xp.exp(U - base) * xp.expm1(clip(arg, None, top))
+        inner = xp.sum(E, axis=0, keepdims=True)
+        small = (inner > -0.5) & (inner < 1.0) & ~xp.any(arg > top, axis=0, keepdims=True)
+        direct = s * (self._lse(U + dU) - base) - s * c
+        col = xp.where(small, s * xp.log1p(xp.where(small, inner, xp.zeros_like(inner))), direct)
+        size = xp.where(small, s * xp.sum(xp.abs(E), axis=0, keepdims=True), s * xp.abs(base))
+        return xp.sum(col), xp.sum(size)
+
+    def check_labels(self, name, Y, w_block=False):
+        """Label weights >= 0 (columns without mass drop out); the W-block needs some mass."""
+        xp = array_namespace(Y)
+        if bool(xp.any(Y < 0)):
+            raise ValueError(f"{name} must be >= 0 for cross_entropy (label weights), got "
+                             f"{float(xp.reshape(Y[Y < 0], (-1,))[0])!r}")
+        if w_block and not bool(xp.any(Y != 0)):
+            raise ValueError(f"{name} must hold some label mass for the cross_entropy W-block, "
+                             "got all zeros")
+
+    def targets_from(self, outputs, noise):
+        """One-hot labels of the teacher's largest output (noise unused)."""
+        xp = array_namespace(outputs)
+        k = outputs.shape[0]
+        top = xp.argmax(outputs, axis=0)
+        return xp.astype(xp.arange(k)[:, None] == top[None, :], outputs.dtype)
+
+    def torch_loss(self, out, target):
+        """Softmax cross-entropy on the logits against probability targets, the batch mean."""
+        import torch
+
+        return torch.nn.functional.cross_entropy(out, target)
+
     def check_targets(self, name, Y, xp):
         """Each column of Y a probability vector: entries >= 0 summing to 1."""
         tol = 1e3 * xp.finfo(Y.dtype).eps * Y.shape[0]
@@ -112,13 +264,27 @@ class CrossEntropy(Loss):
                              f"got entries in [{float(xp.min(Y)):g}, {float(xp.max(Y)):g}]")
 
 
-LOSSES = {"mse": MSE, "cross_entropy": CrossEntropy}
+#: the registry: name -> loss class (the one table keyed by loss names)
+LOSSES = Registry("loss", Loss, CORE_FACTS)
+#: class decorator: add a loss class under its ``name`` (``facts.Registry.register``)
+register_loss = LOSSES.register
 
 
-def loss(name):
-    """The loss registered under ``name`` (a ``Loss`` is passed through)."""
-    if isinstance(name, Loss):
-        return name
-    if name not in LOSSES:
-        raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {name!r}")
-    return LOSSES[name]()
+register_loss(MSE)
+register_loss(CrossEntropy)
+
+
+def loss_names(task=None):
+    """The registered names, sorted; ``task``: only the losses for it ("classification",
+    "regression")."""
+    return sorted(n for n, c in LOSSES.items() if task is None or task in c.tasks)
+
+
+def loss(name, **params):
+    """The loss registered under ``name`` built with ``params``; a ``Loss`` is passed through.
+    Either way it carries the ``CORE_FACTS`` (a ``ValueError`` naming the class and the fact it
+    lacks)."""
+    return LOSSES.build(name, params)
+
+
+from . import extensions  # noqa: E402,F401  (its modules register their classes)

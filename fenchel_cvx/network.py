@@ -6,9 +6,9 @@ last column is the bias, and a linear map ``net.layers[l]`` (``layers.py``): den
 (pooled) image ``X_l``, ``U_l = conv(W_l, pool(X_l)) + b_l``. Pre-activations ``U_l``;
 ``X_{l+1} = phi_l(U_l)`` for ``l < L``; output ``Yhat = U_L``.
 
-- network objective   J(W)    = L(Y, U_L^ff) + sum_l rho_l ||W_l||_F^2                 (eq. (1))
+- network objective   J(W)    = L(Y, U_L^ff) + sum_l rho_l ||W_l||_F^2                 (eq. (3))
 - lifted objective    F(W, X) = L(Y, U_L) + sum_l rho_l ||W_l||_F^2
-                                + sum_{l<L} lam_l B_l(X_{l+1}, U_l(W_l, X_l))          (eq. (5))
+                                + sum_{l<L} lam_l B_l(X_{l+1}, U_l(W_l, X_l))          (eq. (7))
 
 In the API, ``Xs`` is the list of the lifted variables ``[X_1, ..., X_L]`` (``X_0`` is data), each
 2-D (features x m; an image's features in (C, H, W) order); inside, ``X = [X0, *Xs]`` so that
@@ -18,6 +18,7 @@ specs)`` any sequence of layer specs, and ``lenet5`` the paper's LeNet-5.
 """
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -28,7 +29,8 @@ from . import defaults
 from .activations import activation as _activation
 from .layers import AvgPool2d, Conv2d, Dense, Flatten, build_maps
 from .losses import loss as _loss
-from .validation import COUNT, LAM, RHO, SEED, PerLayer, Sizes, check, check_dtype, check_matrix, validate
+from .validation import (COUNT, LAM, RHO, SEED, PerLayer, Sizes, check, check_dtype, check_matrix,
+                         check_memory, validate)
 
 
 def augment(X):
@@ -60,7 +62,7 @@ class LiftedNetwork:
                  rho=defaults.RHO, seed=0, dtype=np.float64):
         sizes = check("layer_sizes", layer_sizes, Sizes(2))
         self._build((sizes[0],), [Dense(p) for p in sizes[1:]], activation, loss, lam, rho, seed,
-                    dtype)
+                    dtype, name="layer_sizes")
 
     @classmethod
     def from_layers(cls, input_shape, layers, activation="relu", loss="mse", lam=defaults.LAM,
@@ -71,9 +73,11 @@ class LiftedNetwork:
         net._build(input_shape, layers, activation, loss, lam, rho, seed, dtype)
         return net
 
-    def _build(self, input_shape, specs, activation, loss, lam, rho, seed, dtype):
+    def _build(self, input_shape, specs, activation, loss, lam, rho, seed, dtype, name="layers"):
         dtype, seed = check_dtype(dtype), check("seed", seed, SEED)
         self.layers = build_maps(input_shape, list(specs))
+        check_memory(name, sum(math.prod(m.weight_shape) for m in self.layers) * dtype.itemsize,
+                     f"the {dtype.name} weights")
         self.specs = [s for m in self.layers for s in m.specs]
         self.input_shape = self.layers[0].in_shape
         self.layer_sizes = (self.layers[0].n_in, *(m.n_out for m in self.layers))

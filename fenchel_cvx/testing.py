@@ -1,7 +1,7 @@
 """Assertions for other people's test suites, like ``numpy.testing``: is this block solved?
 
 ``assert_block_optimal(block, Z, rtol=1e-6)`` passes when the candidate ``Z`` (NumPy, PyTorch,
-CuPy, ... through DLPack) of one of the four blocks of the lifted objective (the paper's Sec. 3,
+CuPy, ... through DLPack) of one of the four blocks of the lifted objective (the paper's Sec. 4.5,
 ``blocks.py``) is certified optimal by the oracle: its suboptimality gap against a certified
 lower bound on the block's optimal value is at most ``rtol * (1 + |lower bound|) + atol``
 (``oracle.certify``). It raises ``AssertionError`` with every number otherwise.

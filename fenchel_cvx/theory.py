@@ -5,7 +5,7 @@
   ``min_W ||Y - phi(W X~)||^2`` from random starts may not.
 - :func:`variable_scaling` (Appendix A): with (leaky) ReLU, per-layer ``lam_l`` reduce to a
   single ``lam`` by rescaling the variables; checked at random points.
-- :func:`weak_duality` (Sec. 3): along a BCD run, the lifted objective after each X-sweep lies
+- :func:`weak_duality` (Sec. 4.2, eq. (8)): along a BCD run, the lifted objective after each X-sweep lies
   below the network objective at the same weights, and ``min F <= min J``.
 """
 import math
@@ -158,9 +158,7 @@ def variable_scaling(layer_sizes=(5, 4, 3, 2), lam=(0.3, 2.5), rho=(0.7, 0.2, 1.
     F, F_bar, J, J_bar = [], [], [], []
     for k in range(n_points + 1):
         X0 = rng.standard_normal((layer_sizes[0], m))
-        Y = rng.standard_normal((layer_sizes[-1], m))
-        if loss == "cross_entropy":
-            Y = np.abs(Y)
+        Y = net.loss.targets_from(rng.standard_normal((layer_sizes[-1], m)), 0.0)
         if k == 0:
             Xs = net.forward(X0)[0]
         else:
@@ -192,7 +190,7 @@ def weak_duality(layer_sizes=(4, 6, 5, 3), m=30, iterations=4, activation="relu"
     - ``min F <= min J`` over the run (both taken at the weights of the X-sweeps).
 
     Data: standard-normal X, targets from a random teacher network of the same shape (plus
-    noise) for MSE, its argmax one-hot for cross-entropy. Returns a dict of the series and flags.
+    noise) for MSE, its argmax one-hot for cross-entropy (the loss's ``targets_from``). Returns a dict of the series and flags.
     """
     from .bcd import fit_bcd
 
@@ -200,10 +198,7 @@ def weak_duality(layer_sizes=(4, 6, 5, 3), m=30, iterations=4, activation="relu"
     X0 = rng.standard_normal((layer_sizes[0], m))
     teacher = LiftedNetwork(layer_sizes, activation, loss, seed=seed + 1)
     out = teacher.forward(X0)[1]
-    if loss == "cross_entropy":
-        Y = np.eye(layer_sizes[-1])[:, np.argmax(out, axis=0)]
-    else:
-        Y = out + 0.1 * rng.standard_normal(out.shape)
+    Y = teacher.loss.targets_from(out, 0.1 * rng.standard_normal(out.shape))
     net = LiftedNetwork(layer_sizes, activation, loss, lam=lam, rho=rho, seed=seed)
     res = fit_bcd(net, X0, Y, iterations=iterations, backend=backend, strict=False, tol=tol)
     h = res.history

@@ -1,4 +1,4 @@
-"""The paper's batched hyperparameters in this package's units (Algorithm 2, eq. (5)).
+"""The paper's batched hyperparameters in this package's units (Algorithm 2, eq. (13); Appendix C).
 
 The paper's appendix and the first author's TensorFlow code state lam, rho and a per-layer
 ``lbd_coef`` in the code's units, which differ from this package's in two ways:

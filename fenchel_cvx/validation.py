@@ -10,7 +10,7 @@ dict of constraints before any work::
 Every error is a ``ValueError`` that names the parameter and the value: ``"lam must be > 0 and
 finite, got -1"``. The name is the Python keyword, or whatever the caller maps it to: the
 command line passes its flags (``--lam``). The constraints of the paper's hyperparameters (eq.
-(5): lam_l > 0, rho_l >= 0, gamma_l >= 0) are :data:`LAM`, :data:`RHO` and :data:`GAMMA`; their
+(7): lam_l > 0, rho_l >= 0, gamma_l >= 0) are :data:`LAM`, :data:`RHO` and :data:`GAMMA`; their
 defaults live in ``defaults.py``.
 
 **Sane bounds.** A weight (lam, rho, gamma, a learning rate) is at most :data:`MAX_WEIGHT` = 1e6,
@@ -21,10 +21,16 @@ overflows the objective).
 
 **Data** (:func:`check_matrix`): a dense, real, finite 2-D array (features x data points). Integer
 and boolean entries become floats (the working dtype: the network's, else float64); half
-precision is upcast with a warning; complex, object and string entries are refused, and so is
-data whose scale overflows the working precision: its squared Frobenius norm, bounded by
-``max|A|^2 * A.size``, must be finite in the working dtype (every Gram product ``A A^T`` of the
-blocks then is).
+precision is upcast with a warning; complex, object, string and masked arrays, and sparse
+matrices, are refused by name; so is data whose scale the working precision cannot carry
+(:func:`check_scale`): ``max|A|^2 * A.size``, a bound of the squared Frobenius norm of ``A``
+and of every entry of the Gram product ``A A^T`` of the blocks, must be at most the square root
+of the dtype's largest number, so that the Gram's own squared norm (the blocks' step sizes and
+spectral bounds are computed from it) is finite too.
+
+**Memory** (:func:`check_memory`): a network whose weights alone would not fit in this
+machine's memory (:func:`memory_budget`) is refused before any array is allocated, with the
+GiB it would need.
 """
 from __future__ import annotations
 
@@ -35,8 +41,8 @@ import warnings
 
 __all__ = ["ALTERNATIONS", "BOOL", "CALLABLE", "COUNT", "GAMMA", "Interval", "LAM", "MAX_ROUNDS",
            "MAX_WEIGHT", "MOMENTUM", "Options", "PATH", "PerLayer", "RHO", "ROUNDS", "SEED", "Sizes", "TOL", "WEIGHT",
-           "check", "check_dtype", "failure", "check_matrix", "check_real", "check_rounds", "check_scale",
-           "validate"]
+           "check", "check_dtype", "check_memory", "check_plain", "failure", "check_matrix", "check_real", "check_rounds",
+           "check_scale", "memory_budget", "scale_problem", "validate"]
 
 MAX_WEIGHT = 1e6
 MAX_ROUNDS = 10 ** 6
@@ -226,7 +232,7 @@ class Sizes(Constraint):
 
 # --- the constraints of the package's parameters ---------------------------------------------
 _TYPO = "fenchel_cvx.validation.MAX_WEIGHT: a larger weight is almost surely a typo"
-#: lambda_l > 0, the weight of B_l (eq. (5))
+#: lambda_l > 0, the weight of B_l (eq. (7))
 LAM = Interval(numbers.Real, 0, MAX_WEIGHT, closed="right", note=_TYPO)
 #: rho_l >= 0, the Frobenius penalty of W_l
 RHO = Interval(numbers.Real, 0, MAX_WEIGHT, note=_TYPO)
@@ -356,25 +362,61 @@ def check_real(name, A):
     return dt
 
 
-def check_scale(name, A):
-    """Refuse NaN, inf, and a scale that overflows ``A``'s dtype: ``max|A|^2 * A.size`` (a bound
-    of the squared Frobenius norm and of every entry of ``A A^T``) must be finite in it."""
+def scale_problem(A, dtype=None):
+    """Why the array ``A`` cannot be computed with in ``dtype`` (default: its own), in words,
+    or None: NaN or inf entries, or ``max|A|^2 * A.size`` above the square root of the dtype's
+    largest number (the module docstring's bound)."""
     import numpy as np
 
     from array_api_compat import array_namespace
 
     xp = np if isinstance(A, np.ndarray) else array_namespace(A)   # also a torch tensor's
     if A.size == 0 if xp is np else math.prod(A.shape) == 0:
-        return A
+        return None
     big = float(xp.max(xp.abs(A)))
     if not math.isfinite(big):
-        raise ValueError(f"{name} must be finite, got NaN or inf entries")
-    limit = float(np.finfo(_np_dtype(A.dtype)).max)
+        return "NaN or inf entries"
+    name = _np_dtype(dtype if dtype is not None else A.dtype).name
+    limit = math.sqrt(float(np.finfo(name).max))
     if big * big * math.prod(A.shape) > limit:
-        raise ValueError(f"{name} overflows {_np_dtype(A.dtype).name}: its largest entry "
-                         f"{big:.3g} squared, times its {math.prod(A.shape)} entries, exceeds "
-                         f"{limit:.3g}; rescale it (features of order one, e.g. StandardScaler)")
-    return A
+        return (f"a scale that overflows {name}: its largest entry {big:.3g} squared, times its "
+                f"{math.prod(A.shape)} entries, exceeds {limit:.3g} (the square root of "
+                f"{name}'s largest number, so that the Gram A A^T and its norm stay finite)")
+    return None
+
+
+def check_scale(name, A, dtype=None):
+    """Refuse, naming ``name``, NaN, inf, and a scale that ``dtype`` (the dtype the run
+    computes in; default ``A``'s own) cannot carry (:func:`scale_problem`); returns ``A``."""
+    problem = scale_problem(A, dtype)
+    if problem is None:
+        return A
+    if problem.startswith("NaN"):
+        raise ValueError(f"{name} must be finite, got NaN or inf entries")
+    raise ValueError(f"{name} has {problem}; rescale it (features of order one, e.g. "
+                     f"StandardScaler)")
+
+
+def memory_budget():
+    """The bytes of this machine's physical memory (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):   # no sysconf (Windows) or no such name
+        try:
+            import psutil
+        except ImportError:
+            return None
+        return psutil.virtual_memory().total
+
+
+def check_memory(name, nbytes, what):
+    """Refuse, naming ``name``, ``nbytes`` (of ``what``, in words) beyond :func:`memory_budget`,
+    with the GiB needed, before anything is allocated."""
+    budget = memory_budget()
+    if budget is not None and nbytes > budget:
+        raise ValueError(f"{name} needs {nbytes / 2**30:.3g} GiB for {what}, more than this "
+                         f"machine's {budget / 2**30:.3g} GiB of memory")
+    return nbytes
 
 
 def _as_array(name, A, dtype, xp):
@@ -382,9 +424,12 @@ def _as_array(name, A, dtype, xp):
     working dtype: ``dtype``, else A's float32 / float64, else float64."""
     import numpy as np
 
-    if type(A).__module__.startswith("scipy.sparse"):
-        raise ValueError(f"{name} must be a dense array, got a scipy.sparse {type(A).__name__}: "
-                         f"pass {name}.toarray() (every block of the lifted problem is dense)")
+    module = type(A).__module__
+    if module.startswith("scipy.sparse") or module.split(".")[0] == "sparse":
+        raise ValueError(f"{name} must be a dense array, got a {module.split('.')[0]}.sparse "
+                         f"{type(A).__name__}: pass {name}.toarray() (every block of the lifted "
+                         f"problem is dense)".replace("sparse.sparse", "sparse"))
+    check_plain(name, A)
     where = "" if xp is None else f" from the library of X0 ({xp.__name__})"
     if xp is None:
         from .arrays import namespace
@@ -397,12 +442,12 @@ def _as_array(name, A, dtype, xp):
             A = np.asarray(A.detach().cpu() if hasattr(A, "detach") else A)
         else:
             A = xp.asarray(A)
-        if xp is np and A.dtype == object:     # Python numbers and None (NaN), pandas objects
-            A = A.astype(np.float64)
         if xp is np and (np.issubdtype(A.dtype, np.character) or np.issubdtype(A.dtype, np.void)):
             raise TypeError
     except (TypeError, ValueError, AttributeError, RuntimeError):
         raise ValueError(f"{name} must be a 2-D array of numbers{where}, got {given}") from None
+    if xp is np and A.dtype == object:     # Python numbers only: never a parsed string
+        A = _object_numbers(name, A)
     current = check_real(name, A)
     floating = np.issubdtype(current, np.floating)
     target = check_dtype(dtype) if dtype is not None else (
@@ -414,6 +459,40 @@ def _as_array(name, A, dtype, xp):
     if current != target:
         A = A.astype(target) if xp is np else xp.astype(A, getattr(xp, target.name))
     return A
+
+
+def check_plain(name, A):
+    """Refuse, naming ``name``, a masked array (its mask would be dropped) and an object array
+    holding anything but real numbers (a string such as ``"1.5"`` is never parsed); returns
+    ``A``."""
+    import numpy as np
+
+    if isinstance(A, np.ma.MaskedArray):
+        raise ValueError(f"{name} must be a plain array, got a masked array with "
+                         f"{int(np.ma.count_masked(A))} masked entries: the mask would be "
+                         f"dropped; pass {name}.filled(value) or drop the masked data points")
+    if isinstance(A, np.ndarray) and A.dtype == object:
+        _object_numbers(name, A)
+    return A
+
+
+def _object_numbers(name, A):
+    """An object array of real Python or NumPy numbers as float64, or a ValueError naming
+    ``name`` and the first entry that is not one (a string such as ``"1.5"`` is never parsed)."""
+    import numpy as np
+
+    for index, v in np.ndenumerate(A):
+        if not isinstance(v, numbers.Real) or _is_bool(v):
+            raise NotNumbersError(f"{name} must be an array of numbers, got an object array "
+                                  f"holding {type(v).__name__} {v!r} at {index}: each argument "
+                                  f"must be a real number, not a string or another object; "
+                                  f"convert it to numbers first")
+    return A.astype(np.float64)
+
+
+class NotNumbersError(ValueError, TypeError):
+    """An array holding entries that are not numbers: a ``ValueError`` like every refusal of
+    bad input, and a ``TypeError`` as NumPy's and scikit-learn's own conversions raise."""
 
 
 def check_matrix(name, A, *, dtype=None, xp=None, rows=None, cols=None, rows_what=None):

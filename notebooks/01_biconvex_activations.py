@@ -23,12 +23,16 @@
 # $$B_\phi(v, u) = F(v) + F^*(u) - u v \;\ge\; 0, \qquad B_\phi(v,u) = 0 \iff v = \phi(u)$$
 #
 # (the Fenchel–Young inequality). $B_\phi$ is convex in $v$ for fixed $u$ and convex in $u$ for fixed
-# $v$. This is **Theorem 1** of the paper (Section 3); Fenchel lifted networks replace each layer's
+# $v$. This is **Theorem 1** of the paper (Section 4.1); Fenchel lifted networks replace each layer's
 # equality by the penalty $\lambda_l B_l(X_{l+1}, W_l \tilde X_l)$.
 #
 # We draw $B_\phi$ over the $(u, v)$ plane for ReLU, leaky ReLU, sigmoid and tanh, check that it is
 # nonnegative and zero exactly on the graph of $\phi$, look at its convex slices, and build $B_\phi$
 # for an activation with no closed form by quadrature (`fenchel_cvx.monotone`).
+#
+# **Running it.** By default the notebook runs small sizes, in under a minute on one core. The
+# outputs shown here come from its full sizes: set `FENCHEL_NOTEBOOK_FULL=1` in the environment
+# of the kernel (for example `FENCHEL_NOTEBOOK_FULL=1 jupyter lab`) to run those.
 
 # %%
 # %matplotlib inline
@@ -38,8 +42,9 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
-SMALL = os.environ.get("FENCHEL_NOTEBOOK_SMALL", "0") not in ("", "0")  # small settings for the tests
-print("small settings" if SMALL else "full settings")
+FULL = os.environ.get("FENCHEL_NOTEBOOK_FULL", "0") not in ("", "0")  # the sizes of the saved outputs
+SMALL = not FULL  # the default: small sizes, under a minute
+print("full settings" if FULL else "small settings")
 
 from fenchel_cvx import activation, monotone
 

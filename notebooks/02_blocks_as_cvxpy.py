@@ -16,12 +16,12 @@
 # %% [markdown]
 # # 02 · The four blocks as CVXPY problems
 #
-# **What it teaches.** Fixing all but one variable, the lifted objective (the paper's eq. (5))
+# **What it teaches.** Fixing all but one variable, the lifted objective (the paper's eq. (7))
 #
 # $$F(W, X) = L(Y, W_L \tilde X_L) + \sum_l \rho_l \|W_l\|_F^2 + \sum_{l<L} \lambda_l B_l(X_{l+1}, W_l \tilde X_l)$$
 #
 # is convex in that variable (Theorem 1: each $B_l$ is convex in each argument). The paper's block
-# coordinate descent (Section 4, Algorithm 1) solves four kinds of convex blocks:
+# coordinate descent (Section 4.5, Algorithm 1) solves four kinds of convex blocks:
 #
 # | block | problem |
 # |---|---|
@@ -36,6 +36,10 @@
 # the solver's point with Newton steps on the block's own objective). For MSE with ReLU the last
 # $X$-block is a **nonnegative least squares** problem, solved by `scipy.optimize.nnls`; we compare
 # it with CVXPY.
+#
+# **Running it.** By default the notebook runs small sizes, in under a minute on one core. The
+# outputs shown here come from its full sizes: set `FENCHEL_NOTEBOOK_FULL=1` in the environment
+# of the kernel (for example `FENCHEL_NOTEBOOK_FULL=1 jupyter lab`) to run those.
 
 # %%
 # %matplotlib inline
@@ -45,8 +49,9 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
-SMALL = os.environ.get("FENCHEL_NOTEBOOK_SMALL", "0") not in ("", "0")  # small settings for the tests
-print("small settings" if SMALL else "full settings")
+FULL = os.environ.get("FENCHEL_NOTEBOOK_FULL", "0") not in ("", "0")  # the sizes of the saved outputs
+SMALL = not FULL  # the default: small sizes, under a minute
+print("full settings" if FULL else "small settings")
 
 import warnings
 

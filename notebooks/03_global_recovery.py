@@ -27,6 +27,10 @@
 # alone. The usual non-convex least squares $\min_W \|Y - \phi(W \tilde X)\|^2$, solved by a gradient
 # method from random starts, can get stuck (a ReLU unit that is inactive on the data gets no
 # gradient). This follows **Appendix B** of the paper; the experiment is `fenchel_cvx.theory.one_layer_recovery`.
+#
+# **Running it.** By default the notebook runs small sizes, in under a minute on one core. The
+# outputs shown here come from its full sizes: set `FENCHEL_NOTEBOOK_FULL=1` in the environment
+# of the kernel (for example `FENCHEL_NOTEBOOK_FULL=1 jupyter lab`) to run those.
 
 # %%
 # %matplotlib inline
@@ -36,8 +40,9 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
-SMALL = os.environ.get("FENCHEL_NOTEBOOK_SMALL", "0") not in ("", "0")  # small settings for the tests
-print("small settings" if SMALL else "full settings")
+FULL = os.environ.get("FENCHEL_NOTEBOOK_FULL", "0") not in ("", "0")  # the sizes of the saved outputs
+SMALL = not FULL  # the default: small sizes, under a minute
+print("full settings" if FULL else "small settings")
 
 from fenchel_cvx.theory import one_layer_recovery
 

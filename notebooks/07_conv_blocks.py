@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 07 · Conv blocks as CVXPY problems
 #
-# **What it teaches.** The paper's convolutional model (Sec. 3, "Convolutional model"): a
+# **What it teaches.** The paper's convolutional model (Sec. 4.2, "Convolutional model", eqs. (10)-(11)): a
 # convolution and an average pooling are linear maps, so the Conv → Activation constraint
 # $B_l(X_{l+1}, W_l \ast X_l) \le 0$ and the Pool → Conv → Activation constraint
 # $B_l(X_{l+1}, W_l \ast \mathrm{Pool}(X_l)) \le 0$ keep every block of the BCD convex. On one
@@ -30,6 +30,10 @@
 # print them, solve them with CVXPY and check them against the oracle; then run one BCD round
 # (Algorithm 1) and show the filters and feature maps before and after it. The derivation is on
 # the docs page *Convolutional layers*.
+#
+# **Running it.** By default the notebook runs small sizes, in under a minute on one core. The
+# outputs shown here come from its full sizes: set `FENCHEL_NOTEBOOK_FULL=1` in the environment
+# of the kernel (for example `FENCHEL_NOTEBOOK_FULL=1 jupyter lab`) to run those.
 
 # %%
 # %matplotlib inline
@@ -39,8 +43,9 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
-SMALL = os.environ.get("FENCHEL_NOTEBOOK_SMALL", "0") not in ("", "0")  # small settings for the tests
-print("small settings" if SMALL else "full settings")
+FULL = os.environ.get("FENCHEL_NOTEBOOK_FULL", "0") not in ("", "0")  # the sizes of the saved outputs
+SMALL = not FULL  # the default: small sizes, under a minute
+print("full settings" if FULL else "small settings")
 
 import warnings
 

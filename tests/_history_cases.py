@@ -10,12 +10,10 @@ only: every float of the three histories stayed within 1e-12 relative or 1e-14 a
 the first recording (those past 1e-12 relative are KKT residuals, divergences and objective
 increases near zero). A change that moves them again rewrites it and says why.
 
-Until session 9 the fixture pinned a SHA-256 digest of the final weights, bit for bit. On
-another CPU (an AMD EPYC in place of the machine that wrote it) OpenBLAS takes other kernels
-and the digest changed, while every integer of the histories stayed the same and every float
-stayed within 1e-12 relative or 1.1e-14 absolute (KKT residuals near 1e-14). A bit-for-bit
-pin tested the CPU, not the driver, so the fixture now holds the weights themselves, compared
-to rounding, and was written again on that machine.
+The fixture holds the final weights themselves, compared to rounding, not a digest of their
+bits: on another CPU OpenBLAS takes other kernels, where every integer of the histories stays
+the same and every float within 1e-12 relative or 1.1e-14 absolute (KKT residuals near 1e-14),
+so a bit-for-bit pin would test the CPU, not the driver.
 """
 import json
 import sys

@@ -485,3 +485,83 @@ def test_relu_in_place_forms_promote_and_broadcast_as_the_general_ones(xp):
         assert np.array_equal(relu.Fstar(np.arange(-2, 3)), 0.5 * np.maximum(np.arange(-2, 3), 0) ** 2)
     same = relu.grad_u(v64, xp.asarray(np.asarray(u32), dtype=xp.float64))   # in place: exact
     assert np.array_equal(np.asarray(same), np.maximum(np.asarray(u32, dtype=np.float64), 0) - np.asarray(v64))
+
+
+# --- the facts each class carries (``fenchel_cvx.facts``) -----------------------------------------
+FACT_NAMES = CLOSED + ("elu",)
+
+
+@pytest.mark.parametrize("name", FACT_NAMES)
+def test_dphi_max_is_the_supremum_of_dphi(name):
+    act = activation(name)
+    u = np.linspace(-30, 30, 60001)
+    assert float(np.max(act.dphi(u))) == pytest.approx(act.dphi_max, rel=1e-6)
+    assert np.all(act.dphi(u) <= act.dphi_max)
+
+
+@pytest.mark.parametrize("name", FACT_NAMES)
+def test_d2F_is_the_derivative_of_phi_inverse(name):
+    act = activation(name)
+    lo, hi = act.v_range
+    v = np.linspace(max(lo, -5) + 0.05, min(hi, 5) - 0.05, 101)
+    v = v[np.abs(v) > 1e-3]                     # ReLU's and leaky ReLU's kink at 0
+    h = 1e-6
+    fd = (act.phi_inv(v + h) - act.phi_inv(v - h)) / (2 * h)
+    np.testing.assert_allclose(act.d2F(v), fd, rtol=1e-6)
+    np.testing.assert_allclose(act.d2Fstar(v), act.dphi(v), rtol=0)
+
+
+@pytest.mark.parametrize("name", FACT_NAMES)
+def test_open_range_says_where_F_prime_is_infinite(name):
+    act = activation(name)
+    ends = [e for e in act.v_range if math.isfinite(e)]
+    infinite = any(np.isinf(act.phi_inv(np.array([e])))[0] for e in ends)
+    assert act.open_range == infinite
+
+
+@pytest.mark.parametrize("name", FACT_NAMES)
+def test_closed_form_prox_solves_its_equation(name):
+    """Where a class gives ``x_prox``: z minimises L/2 (z - r)^2 + lam (F(z) - u z), i.e.
+    z + tau phi^{-1}(z) = r + tau u (``fast.xblocks``), here with u = 0."""
+    act = activation(name)
+    if act.x_prox is None:
+        assert act.open_range or name == "elu"        # the Newton prox serves it
+        return
+    r, tau = np.linspace(-4, 4, 33), 0.7
+    z, state = act.x_prox(np, act, r.copy(), tau, None)
+    assert state is None
+    inside = z > 0 if act.v_range[0] == 0 else np.ones_like(z, bool)
+    np.testing.assert_allclose((z + tau * act.phi_inv(z))[inside], r[inside], rtol=1e-14, atol=1e-14)
+    assert np.all(r[~inside] <= 0)                   # at ReLU's bound: r pushes outward
+
+
+@pytest.mark.parametrize("name", FACT_NAMES)
+def test_config_rebuilds_the_activation(name):
+    from fenchel_cvx.activations import activation_from_config
+
+    act = activation(name, slope=0.2) if name == "leaky_relu" else activation(name)
+    again = activation_from_config(act.config())
+    assert type(again) is type(act) and repr(again) == repr(act)
+
+
+@pytest.mark.parametrize("name", FACT_NAMES)
+def test_torch_counterpart_computes_phi(name):
+    torch = pytest.importorskip("torch")
+    act = activation(name)
+    u = np.linspace(-4, 4, 17)
+    got = act.torch_module()(torch.from_numpy(u)).numpy()
+    np.testing.assert_allclose(got, act.phi(u), rtol=1e-12, atol=1e-15)
+
+
+def test_check_range_names_the_parameter_and_the_value():
+    with pytest.raises(ValueError, match=r"^Z must lie in the range \(0.0, 1.0\) of sigmoid, got 1.5$"):
+        activation("sigmoid").check_range("Z", np.array([[0.5, 1.5]]))
+    activation("tanh").check_range("Z", np.array([-1.0, 0.0, 1.0]))    # the closed range
+    with pytest.raises(ValueError, match=r"got -0.5"):
+        activation("relu").check_range("V", xps.asarray([1.0, -0.5]))
+
+
+def test_monotone_carries_the_core_facts_only():
+    act = monotone(np.arctan, (-math.pi / 2, math.pi / 2))
+    assert activation(act) is act and act.dphi_max is None and act.x_prox is None
+    assert act.torch_module is None

@@ -21,7 +21,7 @@ def digits():
 
 def _run(d, epochs=10, batch_size=32, seed=0, **kwargs):
     kwargs.setdefault("threads", THREADS)
-    batches = batch_order(d.X_train.shape[1], batch_size, epochs, seed=seed)
+    batches = kwargs.pop("batches", None) or batch_order(d.X_train.shape[1], batch_size, epochs, seed=seed)
     return train_backprop(SIZES, d.X_train, d.y_train, d.X_test, d.y_test, batches=batches,
                           seed=seed, **kwargs)
 
@@ -52,6 +52,42 @@ def test_sgd_improves(digits):
     assert r.optimizer == "sgd" and r.lr == 1e-2
     assert r.test_accuracy[-1] > r.initial_test_accuracy + 0.2
     assert r.train_loss[-1] < r.initial_train_loss
+
+
+def test_sgd_momentum_takes_heavy_ball_steps(digits):
+    """Two steps on one batch with momentum mu: w1 = w0 - lr g0, w2 = w1 - lr (mu g0 + g1), the
+    gradients of the mean cross-entropy computed here from the same initial weights."""
+    import torch
+
+    from fenchel_cvx.baselines import torch_model
+
+    idx, lr, mu = np.arange(40), 0.05, 0.9
+    r = _run(digits, optimizer="sgd", lr=lr, momentum=mu, batches=[[idx], [idx]])
+    assert r.momentum == mu and r.lr == lr
+    model, _, _ = torch_model(SIZES, seed=0)
+    X = torch.from_numpy(np.ascontiguousarray(digits.X_train[:, idx].T, dtype=np.float32))
+    y = torch.as_tensor(digits.y_train[idx], dtype=torch.long)
+    params = list(model.parameters())
+
+    def gradient():
+        for q in params:
+            q.grad = None
+        torch.nn.functional.cross_entropy(model(X), y).backward()
+        return [q.grad.clone() for q in params]
+
+    g0 = gradient()
+    with torch.no_grad():
+        for q, g in zip(params, g0):
+            q -= lr * g
+    g1 = gradient()
+    with torch.no_grad():
+        for q, a, b in zip(params, g0, g1):
+            q -= lr * (mu * a + b)
+    want = [np.hstack([m.weight.detach().double().numpy(), m.bias.detach().double().numpy()[:, None]])
+            for m in model.weighted]
+    assert all(np.allclose(W, V, atol=1e-6) for W, V in zip(r.weights, want))
+    plain = _run(digits, optimizer="sgd", lr=lr, batches=[[idx], [idx]])
+    assert plain.momentum == 0.0 and not np.allclose(plain.weights[0], r.weights[0], atol=1e-6)
 
 
 def test_same_seed_same_run_and_threads_restored(digits):
@@ -95,6 +131,10 @@ def test_activations_train(digits, activation):
     (dict(lr=-1.0), "lr must be > 0 and finite or None, got -1.0"),
     (dict(activation="leaky_relu", slope=2.0), "slope must be a number in \\(0, 1\\), got 2.0"),
     (dict(threads=0), "threads must be an integer >= 1 or None, got 0"),
+    (dict(optimizer="sgd", momentum=1.0), "momentum must be a number in \\[0, 1\\), got 1.0"),
+    (dict(optimizer="sgd", momentum=-0.1), "momentum must be a number in \\[0, 1\\), got -0.1"),
+    (dict(optimizer="adam", momentum=0.9), "momentum applies to optimizer in \\('sgd',\\), got "
+                                           "momentum=0.9 with optimizer='adam'"),
     (dict(device="tpu"), "device must be one of \\['cpu', 'cuda'\\], got 'tpu'"),
     (dict(layer_sizes=(63, 10)), "X_train must have 63 rows \\(layer_sizes\\[0\\]=63\\)"),
     (dict(layer_sizes=(64, 5)), "y_train must hold labels in 0..4 \\(layer_sizes\\[-1\\]\\)"),

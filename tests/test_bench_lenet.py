@@ -48,7 +48,7 @@ def test_quick_run_writes_its_report(tmp_path):
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mnist_lenet5.py"), "--quick",
                           "--epochs", "1", "--train-size", "1500", "--threads", "1", "--eval-every",
                           "2", "--check-every", "2", "--train-eval", "500", "--no-progress",
-                          "--out", str(tmp_path)],
+                          "--sgd-momentum", "0.9", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     summary = check_report(tmp_path, ["fln", "adam", "sgd"], [1, 2, 3])
@@ -60,6 +60,12 @@ def test_quick_run_writes_its_report(tmp_path):
     assert 0.5 < report["train_accuracy"] <= 1
     assert len(report["weight_change"]) == 5 and all(c > 0 for c in report["weight_change"])
     assert "epoch_reports" not in summary["methods"]["adam"]
+    tuned = _load().TUNED_LR      # SGD with momentum at its own tuned rate, recorded beside the paper's
+    rates = summary["settings"]["learning_rates"]
+    assert rates["used"] == dict(sgd=tuned["sgd_momentum"], sgd_momentum=0.9, adam=tuned["adam"])
+    assert rates["paper"] == {"sgd": 1e-2, "adam": 1e-3}
+    assert (f"Baselines: SGD lr {tuned['sgd_momentum']:g} (momentum 0.9), Adam lr {tuned['adam']:g}; "
+            "paper's: SGD 0.01, Adam 0.001") in (tmp_path / "results.md").read_text()
 
 
 @pytest.mark.slow
@@ -99,6 +105,7 @@ def test_seeds_report_their_mean_and_spread(tmp_path):
     (["--w-steps", "0"], "--w-steps must be 1 or 5 integers >= 1"),
     (["--w-steps", "2,2"], "--w-steps must be 1 or 5 integers >= 1"),
     (["--adam-lr", "0"], "--adam-lr must be > 0"),
+    (["--sgd-momentum", "0.95"], "--sgd-momentum 0.95 has no tuned learning rate"),
     (["--rho", "-1"], "--rho must be 1 or 5 finite numbers >= 0"),
     (["--rho", "0,1"], "--rho must be 1 or 5 finite numbers >= 0"),
     (["--methods", "fln,lbfgs"], "--methods must name fln, adam, sgd"),
@@ -130,7 +137,8 @@ def test_defaults_are_the_papers_but_the_dense_gammas_momentum_and_the_output_pe
     args = bench.parse_args([])
     assert (args.epochs, args.batch_size, args.alternations) == (20, 500, 1)
     assert args.gamma == (1e-4, 1e-2, 0.3, 0.3, 1.0) and args.lam == bench.PAPER_LAM
-    assert args.rho == (0.0, 0.0, 0.0, 0.0, 0.3) and (args.adam_lr, args.sgd_lr) == (1e-3, 1e-2)
+    assert args.rho == (0.0, 0.0, 0.0, 0.0, 0.3)
+    assert (args.adam_lr, args.sgd_lr) == (bench.TUNED_LR["adam"], bench.TUNED_LR["sgd"])
     assert bench.parse_args(["--rho", "0,0,0,0,0.01"]).rho == (0.0, 0.0, 0.0, 0.0, 0.01)
     assert args.momentum == (0.98, 0.98, 0.3, 0.3, 0.0)
     assert args.w_steps == (1,) * 5 and bench.parse_args(["--w-steps", "2"]).w_steps == (2,) * 5

@@ -52,12 +52,19 @@ def test_the_benchmarks_train_with_the_package_s_settings():
 
 
 def test_fln_runs_on_the_benchmark_s_threads():
-    """FLN's backend carries --threads: fit_bcd applies the backend's thread budget over the
-    whole run, so the backend's default (1) overrode --threads 2 before."""
+    """FLN's backend carries --threads (fit_bcd applies the backend's thread budget over the
+    whole run, which the backend's default, 1, would otherwise set): NumPy's BLAS gets them all,
+    and where the chains may compile their pool gets one (``threads.plan``)."""
+    from fenchel_cvx.threads import plan
+
     for name in ("mnist_mlp", "mnist_lenet5"):
         bench = _load(name)
         for n in (1, 2):
-            assert bench.fln_backend(bench.parse_args(["--threads", str(n)])).threads == n
+            for flags in ([], ["--no-compile"]):
+                backend = bench.fln_backend(bench.parse_args(["--threads", str(n), *flags]))
+                assert backend.threads == (plan(n, compiled=True) if backend.kernels.compiled
+                                           else n)
+                assert backend.compile == ("auto" if not flags else False)
 
 
 @pytest.mark.slow   # a (quick) benchmark run on MNIST, three methods in spawned processes
@@ -298,3 +305,43 @@ def test_compiled_ab_quick_run_prints_both_paths(capsys):
     assert 0 <= reads <= 5
     with pytest.raises(SystemExit):
         compiled_ab.parse_args(["--rounds", "0"])
+
+
+def test_baselines_default_to_the_tuned_learning_rates():
+    """Both benchmarks train SGD and Adam at the rates chosen on the validation split
+    (``TUNED_LR``), ``--paper-lr`` at the paper's; the results record both."""
+    mlp, lenet = _load("mnist_mlp"), _load("mnist_lenet5")
+    for bench in (mlp, lenet):
+        tuned = bench.TUNED_LR
+        args = bench.parse_args([])
+        assert (args.sgd_lr, args.adam_lr, args.sgd_momentum) == (tuned["sgd"], tuned["adam"], 0.0)
+        assert args.learning_rates["paper"] == {"sgd": 1e-2, "adam": 1e-3}
+        assert args.learning_rates["tuned"] == dict(tuned, momentum=0.9)
+        assert args.learning_rates["used"] == dict(sgd=tuned["sgd"], sgd_momentum=0.0, adam=tuned["adam"])
+        assert bench.baseline_options(args, "sgd") == dict(lr=tuned["sgd"], momentum=0.0)
+        heavy = bench.parse_args(["--sgd-momentum", "0.9"])
+        assert bench.baseline_options(heavy, "sgd") == dict(lr=tuned["sgd_momentum"], momentum=0.9)
+        assert bench.baseline_options(heavy, "adam") == dict(lr=tuned["adam"], momentum=0.0)
+        paper = bench.parse_args(["--paper-lr"])
+        assert (paper.sgd_lr, paper.adam_lr) == (1e-2, 1e-3)
+        assert mlp.rates_text(vars(paper)) == ("Baselines: SGD lr 0.01 (momentum 0), Adam lr 0.001; "
+                                               "paper's: SGD 0.01, Adam 0.001")
+        assert bench.parse_args(["--paper-lr", "--adam-lr", "0.002"]).adam_lr == 0.002
+        assert bench.parse_args(["--sgd-momentum", "0.5", "--sgd-lr", "0.02"]).sgd_lr == 0.02
+    # CIFAR-10 was not tuned: the paper's rates
+    cifar = lenet.parse_args(["--dataset", "cifar10"])
+    assert (cifar.sgd_lr, cifar.adam_lr) == (1e-2, 1e-3) and cifar.learning_rates["tuned"] is None
+
+
+@pytest.mark.parametrize("name", ["mnist_mlp", "mnist_lenet5"])
+@pytest.mark.parametrize("argv, message", [
+    (["--sgd-lr", "0"], "--sgd-lr must be > 0, got 0.0"),
+    (["--adam-lr", "nan"], "--adam-lr must be > 0, got nan"),
+    (["--sgd-momentum", "1"], "--sgd-momentum must be in [0, 1), got 1.0"),
+    (["--sgd-momentum", "0.5"], "--sgd-momentum 0.5 has no tuned learning rate: give --sgd-lr"),
+    (["--paper-lr", "--sgd-momentum", "0.9"], "--sgd-momentum 0.9 has no paper learning rate"),
+])
+def test_baseline_flags_are_checked(name, argv, message, capsys):
+    with pytest.raises(SystemExit):
+        _load(name).parse_args(argv)
+    assert message in capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""CIFAR-10 on small generated files in the official python-pickle format: the loader, its
-errors, and the LeNet-5 benchmark's CIFAR-10 path end to end (CIFAR-10 itself cannot be had here)."""
+"""CIFAR-10 on small generated files in the official python-pickle and binary formats: the
+loader, its errors, and the LeNet-5 benchmark's CIFAR-10 path end to end (CIFAR-10 itself cannot be had here)."""
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +9,7 @@ import pytest
 
 from fenchel_cvx import lenet5
 from fenchel_cvx.datasets import load_cifar10
+from fenchel_cvx.errors import FileFormatError
 
 from test_bench_lenet import check_report
 
@@ -31,10 +32,13 @@ def test_a_truncated_batch_is_named(tmp_path, write_cifar10):
     write_cifar10(tmp_path / "c", [4] * 6, np.random.default_rng(1))
     path = tmp_path / "c" / "data_batch_2"
     path.write_bytes(path.read_bytes()[:5000])
-    with pytest.raises(ValueError, match=f"{path}: truncated or not a CIFAR-10 python batch \\(5000 bytes"):
+    with pytest.raises(FileFormatError, match=f"{path}: pickle: expected a complete CIFAR-10 "
+                                              f"python batch, found a truncated or foreign "
+                                              f"pickle of 5000 bytes"):
         load_cifar10(tmp_path / "c")
     path.write_bytes(b"")
-    with pytest.raises(ValueError, match=f"{path}: truncated"):
+    with pytest.raises(FileFormatError, match=f"{path}: expected a CIFAR-10 python batch file, "
+                                              f"found an empty file"):
         load_cifar10(tmp_path / "c")
 
 
@@ -79,5 +83,5 @@ def test_benchmark_names_a_truncated_batch_before_training(tmp_path, write_cifar
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mnist_lenet5.py"), "--dataset",
                           "cifar10", "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "o")],
                          capture_output=True, text=True, timeout=300)
-    assert run.returncode != 0 and "test_batch: truncated or not a CIFAR-10 python batch" in run.stderr
+    assert run.returncode != 0 and "test_batch: pickle: expected a complete CIFAR-10" in run.stderr
     assert not (tmp_path / "o").exists()

@@ -61,14 +61,24 @@ def test_train_end_to_end_subprocess(tmp_path):
 
     from sklearn.datasets import load_digits
 
-    np.savetxt(tmp_path / "x.csv", load_digits().data[:7] / 16, delimiter=",")
-    pr = _cli("predict", out, tmp_path / "x.csv", "--out", tmp_path / "y.csv", cwd=tmp_path)
-    assert pr.returncode == 0, pr.stderr
-    labels = np.loadtxt(tmp_path / "y.csv", dtype=int)
     from fenchel_cvx.network import LiftedNetwork
 
     net = LiftedNetwork.load(out / "model.npz")
-    np.testing.assert_array_equal(labels, net.predict(load_digits().data[:7].T / 16).argmax(0))
+    expected = net.predict(load_digits().data[:7].T / 16).argmax(0)
+    # raw pixels (0..16): predict applies the run's recorded preprocessing, and says so
+    assert json.loads((out / "run.json").read_text())["preprocessing"]["divide_by"] == 16
+    np.savetxt(tmp_path / "x.csv", load_digits().data[:7], delimiter=",")
+    pr = _cli("predict", out, tmp_path / "x.csv", "--out", tmp_path / "y.csv", cwd=tmp_path)
+    assert pr.returncode == 0, pr.stderr
+    assert "input divided by 16, the run's preprocessing" in pr.stderr
+    np.testing.assert_array_equal(np.loadtxt(tmp_path / "y.csv", dtype=int), expected)
+    # already scaled: --raw skips it; a model file inside the run folder finds its run
+    np.savetxt(tmp_path / "s.csv", load_digits().data[:7] / 16, delimiter=",")
+    pr = _cli("predict", out / "model.npz", tmp_path / "s.csv", "--raw", cwd=tmp_path)
+    assert pr.returncode == 0 and "divided" not in pr.stderr, pr.stderr
+    np.testing.assert_array_equal(np.loadtxt(pr.stdout.splitlines(), dtype=int), expected)
+    ev = _cli("evaluate", out / "model.npz", cwd=tmp_path)
+    assert ev.returncode == 0 and f"accuracy {h.last['test_accuracy']:.4f}" in ev.stdout, ev.stderr
 
 
 @pytest.mark.slow
@@ -145,6 +155,11 @@ def _setup_paths(tmp):
     LiftedNetwork([64, 8, 10]).save(tmp / "model.npz")
     LiftedNetwork([64, 8, 10], loss="mse").save(tmp / "mse.npz")
     np.save(tmp / "ok.npy", np.ones((2, 64)))
+    (tmp / "empty.npz").write_bytes(b"")
+    for name, edit in (("run_cut", {}), ("run_edited", {"lam": "abc"})):
+        (tmp / name).mkdir()
+        (tmp / name / "run.json").write_text(json.dumps({"dataset": "digits", **edit}))
+        (tmp / name / "checkpoint.npz").write_bytes((tmp / "model.npz").read_bytes()[:300])
 
 
 BAD = [  # (argv, the flag or argument the message names, a phrase of it)
@@ -200,16 +215,27 @@ BAD = [  # (argv, the flag or argument the message names, a phrase of it)
     (["resume", "{tmp}/nowhere"], "run", "no run.json"),
     (["resume", "{tmp}/run_no_ckpt"], "run", "no checkpoint.npz"),
     (["evaluate", "{tmp}/nowhere.npz"], "model", "neither a model.npz"),
-    (["evaluate", "{tmp}/afile"], "model", "not a fenchel_cvx file"),
+    (["evaluate", "{tmp}/afile"], "model", "no zip directory"),
+    (["evaluate", "{tmp}/empty.npz"], "model", "found an empty file (0 bytes)"),
+    (["predict", "{tmp}/empty.npz", "{tmp}/ok.npy"], "model", "found an empty file (0 bytes)"),
+    (["evaluate", "{tmp}/model.npz", "--dataset", "digits", "--verify"], "--verify",
+     "no files to verify"),
+    (["train", "--verify"], "--verify", "no files to verify"),
+    (["resume", "{tmp}/run_cut"], "checkpoint.npz", "no zip directory"),
+    (["resume", "{tmp}/run_edited"], "run.json: lam", "a value --lam takes"),
     (["evaluate", "{tmp}/model.npz"], "--dataset", "needed"),
     (["evaluate", "{tmp}/model.npz", "--dataset", "mnist5k"], "--dataset", "the model takes 64"),
     (["evaluate", "{tmp}/model.npz", "--split", "val"], "--split", "invalid choice"),
-    (["predict", "{tmp}/model.npz", "{tmp}/nothing.csv"], "input", "is not a file"),
-    (["predict", "{tmp}/model.npz", "{tmp}/bad.csv"], "input", "numeric .csv"),
+    (["predict", "{tmp}/model.npz", "{tmp}/nothing.csv"], "input", "found nothing there"),
+    (["predict", "{tmp}/model.npz", "{tmp}/bad.csv"], "input", "row 2: expected comma-separated"),
     (["predict", "{tmp}/model.npz", "{tmp}/wrong.npy"], "input", "rows of 64 numbers"),
-    (["predict", "{tmp}/mse.npz", "{tmp}/ok.npy", "--output", "proba"], "--output", "cross-entropy"),
+    (["predict", "{tmp}/model.npz", "{tmp}/ok.npy", "--out", "{tmp}/full"], "--out",
+     "which is a folder"),
+    (["predict", "{tmp}/model.npz", "{tmp}/ok.npy", "--out", "{tmp}/nowhere/x.csv"], "--out",
+     "does not exist"),
+    (["predict", "{tmp}/mse.npz", "{tmp}/ok.npy", "--output", "proba"], "--output", "class probabilities"),
     (["predict", "{tmp}/model.npz", "{tmp}/ok.npy", "--out", "{tmp}/afile/x.csv"], "--out",
-     "not writable"),
+     "is a file"),
 ]
 
 
@@ -281,7 +307,8 @@ def test_threads_reach_the_fast_backend_and_limit_each_pool_by_library():
     from fenchel_cvx.threads import limit_threads, pools
 
     args = cli.build_parser().parse_args(["train", "--backend", "fast", "--threads", "2"])
-    assert cli._backend(args).threads == 2
+    threads = cli._backend(args).threads   # a count, or the plan of compiled kernels' pools
+    assert threads == 2 or (threads["numpy"] == 2 and threads["scipy"] == 1)
     sizes = lambda lib: {n for name, _, n, _ in pools() if name == lib}   # noqa: E731
     if not sizes("numpy") or not sizes("scipy"):
         pytest.skip("NumPy and SciPy do not ship separate BLAS libraries in this install")
@@ -290,3 +317,42 @@ def test_threads_reach_the_fast_backend_and_limit_each_pool_by_library():
         with cli._threads(2):
             assert sizes("numpy") == {2} and sizes("scipy") == {1}
         assert pools() == before
+
+
+@pytest.mark.parametrize("command", ["train", "resume", "evaluate", "predict"])
+def test_every_flag_has_a_sentence_and_its_default_once(command, capsys):
+    sub = cli.build_parser()._subparsers._group_actions[0].choices[command]
+    for action in sub._actions:
+        if action.dest == "help":
+            continue
+        text = sub._get_formatter()._expand_help(action) if action.help else ""
+        assert len(text.split()) >= 2, f"{action.dest} has no help sentence"
+        assert text.count("default") <= 1, f"{action.dest}: {text}"
+        if action.option_strings and action.default not in (None, False):
+            assert "default" in text, f"{action.dest} does not show its default"
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    out = capsys.readouterr().out
+    assert "``" not in out and ".py" not in out and "(default: None)" not in out
+
+
+def test_a_train_that_fails_on_its_data_leaves_nothing_or_a_reusable_folder(tmp_path, capsys):
+    data = tmp_path / "mnist"
+    data.mkdir()
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte"):
+        (data / name).write_bytes(b"\x00\x00\x08\x01\x00\x00\x00\x05abc")   # cut short
+    argv = ["train", "--dataset", "mnist", "--data-dir", str(data), "--out", str(tmp_path / "o"),
+            "--arch", "784-4-10", "--iterations", "1", "--backend", "fast", *QUICK]
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    assert "size: expected 13 bytes" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    # a folder a failed run left (run.json, a killed write's temporary) is reused
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "run.json").write_text("{}")
+    (tmp_path / "r" / ".checkpoint.npz.x1.tmp").write_bytes(b"half")
+    assert cli.main(["train", "--train-size", "30", "--iterations", "1", "--arch", "64-4-10",
+                     "--backend", "fast", "--out", str(tmp_path / "r"), *QUICK]) == 0
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["format"] == "fenchel_cvx.Run/1"
+    assert not list((tmp_path / "r").glob(".*.tmp")) and (tmp_path / "r" / "model.npz").is_file()

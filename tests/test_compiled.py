@@ -8,7 +8,9 @@
 - a batched run compiles in its first batch only (dynamo's counters), holds its certificate,
   resumes from a checkpoint to the uninterrupted result and gives the same result twice;
 - bad input is refused before any work, with what to install; a chain that does not compile
-  runs eagerly with a warning that says why.
+  runs eagerly with a warning that says why;
+- the default, ``compile="auto"``, compiles the chains that reach ``MIN_SIZE`` entries where
+  PyTorch and a C++ compiler are present, and runs the rest eagerly without loading PyTorch.
 
 The chains compile on arrays of any size here (``Compiled(min_size=0)``), so that small test
 arrays take the compiled kernels that MNIST-sized ones take.
@@ -25,7 +27,7 @@ torch = pytest.importorskip("torch", reason="the compiled path needs PyTorch (th
 from fenchel_cvx import AvgPool2d, Conv2d, Dense, Flatten, LiftedNetwork, activation, blocks  # noqa: E402
 from fenchel_cvx.bcd import fit_bcd  # noqa: E402
 from fenchel_cvx.fast import FastBackend, fused  # noqa: E402
-from fenchel_cvx.fast.xblocks import PROX  # noqa: E402
+from fenchel_cvx.activations import ACTIVATIONS  # noqa: E402
 
 if fused.compiler_problem() is not None:
     pytest.skip(f"torch.compile cannot run here: {fused.compiler_problem()}",
@@ -76,13 +78,13 @@ def test_each_chain_equals_its_eager_form(compiled, name, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("name", sorted(PROX))
+@pytest.mark.parametrize("name", sorted(n for n, c in ACTIVATIONS.items() if c.x_prox is not None))
 def test_fista_step_equals_its_eager_form(compiled, name, dtype):
     act, rng = _act(name), np.random.default_rng(1)
     Gy, y, z, tauU = (rng.standard_normal((20, 30)).astype(dtype) for _ in range(4))
     for zz in (None, z):    # the first step (z is y) and a later one
-        got = compiled(fused.fista_step)(PROX[name], act, Gy, 0.3, y, tauU, 0.5, None, zz)
-        want = fused.fista_step(PROX[name], act, Gy, 0.3, y, tauU, 0.5, None, zz)
+        got = compiled(fused.fista_step)(act.x_prox, act, Gy, 0.3, y, tauU, 0.5, None, zz)
+        want = fused.fista_step(act.x_prox, act, Gy, 0.3, y, tauU, 0.5, None, zz)
         assert got[1] is None and want[1] is None          # a closed-form prox keeps no state
         for g, w in zip(got[:1] + got[2:], want[:1] + want[2:]):
             assert _rel(g, w) <= RTOL[dtype]
@@ -227,7 +229,7 @@ def test_compile_is_refused_without_pytorch_or_a_compiler(monkeypatch):
     monkeypatch.setattr(fused.shutil, "which", lambda name: None)
     with pytest.raises(ValueError, match="no C\\+\\+ compiler on the PATH.*apt-get install g\\+\\+"):
         FastBackend(compile=True)
-    with pytest.raises(ValueError, match="compile must be True, False"):
+    with pytest.raises(ValueError, match="compile must be 'auto', True, False"):
         FastBackend(compile="yes")
 
 
@@ -295,7 +297,7 @@ def test_the_estimators_and_the_command_line_refuse_compile_before_any_work(monk
     from fenchel_cvx.cli import main
 
     X, y = np.random.default_rng(0).random((20, 4)), np.arange(20) % 2
-    with pytest.raises(ValueError, match="compile must be True or False, got 'yes'"):
+    with pytest.raises(ValueError, match="compile must be .*'auto'.*got 'yes'"):
         FenchelClassifier(compile="yes").fit(X, y)
     with pytest.raises(ValueError, match="compile=True sets the kernels of the fast backend by "
                                          "name: it needs backend='fast'"):
@@ -318,3 +320,58 @@ def test_small_arrays_stay_eager_below_min_size():
     out = runner(fused.row_curv)(activation("relu"), 1.0, U, dU)
     assert runner.compiles == before        # nothing compiled for an 8 x 16 chain
     np.testing.assert_array_equal(out, fused.row_curv(activation("relu"), 1.0, U, dU))
+
+
+# --- compile="auto", the default ----------------------------------------------------------------
+def test_auto_is_the_default_and_compiles_only_chains_of_min_size_entries():
+    auto = FastBackend().kernels
+    assert isinstance(auto, fused.Auto) and auto.compiled
+    rng = np.random.default_rng(6)
+    act = activation("relu")
+    small = [rng.standard_normal((8, 16)) for _ in range(2)]
+    before = fused.compiled_graphs()
+    np.testing.assert_array_equal(auto(fused.row_curv)(act, 0.5, *small),
+                                  fused.row_curv(act, 0.5, *small))
+    assert fused.compiled_graphs() == before           # below MIN_SIZE: the eager chain itself
+    rows = fused.MIN_SIZE // 500 + 1
+    large = [rng.standard_normal((rows, 500)).astype(np.float32) for _ in range(2)]
+    got = auto(fused.row_curv)(act, 0.5, *large)
+    shared = fused._compiled_default()             # the process's compiled runner took it
+    assert fused.row_curv in shared._compiled
+    assert not any(key[0] is fused.row_curv for key in shared._failed)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32
+    np.testing.assert_allclose(got, fused.row_curv(act, 0.5, *large), rtol=1e-5)
+    from fenchel_cvx.threads import plan
+    assert FastBackend(threads=2).threads == plan(2, compiled=True)
+
+
+def test_auto_runs_eagerly_without_a_compiler_or_on_other_libraries(monkeypatch):
+    xp = pytest.importorskip("array_api_strict")
+    A = xp.asarray(np.arange(6.0).reshape(2, 3))
+    auto = fused.kernels("auto")
+    assert auto(fused.row_curv)(activation("relu"), 1.0, A, A).shape == (2, 1)   # no refusal
+    monkeypatch.setattr(fused.shutil, "which", lambda name: None)
+    bare = FastBackend()
+    assert not bare.kernels.compiled and bare.kernels(fused.row_curv) is fused.row_curv
+    assert bare.threads == 1                            # no kernels' pool to plan for
+
+
+def test_auto_never_loads_pytorch_for_chains_below_min_size():
+    """A default run of the MNIST MLP's size class (every chain below ``MIN_SIZE``) trains
+    without importing PyTorch at all (a fresh process)."""
+    import subprocess
+    code = ("import sys, numpy as np\n"
+            "from fenchel_cvx import LiftedNetwork\n"
+            "from fenchel_cvx.bcd import fit_bcd\n"
+            "from fenchel_cvx.fast import FastBackend\n"
+            "rng = np.random.default_rng(0)\n"
+            "X, Y = rng.random((30, 60)), np.eye(3)[:, rng.integers(0, 3, 60)]\n"
+            "net = LiftedNetwork([30, 20, 3], 'relu', 'cross_entropy', lam=0.2, rho=0.0, seed=0)\n"
+            "fit_bcd(net, X, Y, batch_size=30, epochs=1, gamma=0.3, strict=False,\n"
+            "        backend=FastBackend(w_steps=2, x_steps=3))\n"
+            "assert FastBackend().kernels.compiled\n"
+            "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -14,6 +14,7 @@ from fenchel_cvx import datasets
 from fenchel_cvx.datasets import (DATASETS, ChecksumError, Dataset, batch_order, load_cifar10,
                                   load_dataset, load_digits, load_fashion_mnist, load_mnist,
                                   load_mnist5k, one_hot, parse_idx)
+from fenchel_cvx.errors import FileFormatError
 
 REPO = Path(__file__).resolve().parents[1]
 IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
@@ -92,11 +93,11 @@ def test_parse_idx_roundtrip(dtype, code):
 
 
 @pytest.mark.parametrize("data, message", [
-    (b"\x01\x00\x08\x01\x00\x00\x00\x00", "not an IDX file"),
-    (b"", "not an IDX file"),
+    (b"\x01\x00\x08\x01\x00\x00\x00\x00", "magic: expected an IDX file"),
+    (b"", "magic: expected an IDX file .*found 'empty'"),
     (b"\x00\x00\x07\x01\x00\x00\x00\x00", "unknown IDX dtype code 0x07"),
     (b"\x00\x00\x08\x03\x00\x00\x00\x02", "header truncated"),
-    (b"\x00\x00\x08\x01\x00\x00\x00\x05abc", "shape \\(5,\\).*has 11 bytes"),
+    (b"\x00\x00\x08\x01\x00\x00\x00\x05abc", "size: expected 13 bytes \\(its header: shape \\(5,\\)\\), found 11 bytes"),
 ])
 def test_parse_idx_rejects_bad_headers(data, message):
     with pytest.raises(ValueError, match=message):
@@ -112,15 +113,16 @@ def _write_fake_idx_dir(path, shapes):
 
 def test_loader_checks_shapes_and_magic(tmp_path):
     small = _write_fake_idx_dir(tmp_path / "small", [(6, 28, 28), (6,), (2, 28, 28), (2,)])
-    with pytest.raises(ValueError, match="train-images-idx3-ubyte: expected uint8 images of shape "
-                                         "\\(60000, 28, 28\\), got uint8 \\(6, 28, 28\\)"):
+    with pytest.raises(FileFormatError, match="train-images-idx3-ubyte: images: expected uint8 "
+                                              "images of shape \\(60000, 28, 28\\), found uint8 "
+                                              "\\(6, 28, 28\\)"):
         load_mnist(small)
     (small / "train-images-idx3-ubyte").write_bytes(b"\x08\x03\x00\x00" + bytes(12))
-    with pytest.raises(ValueError, match="train-images-idx3-ubyte: not an IDX file"):
+    with pytest.raises(ValueError, match="train-images-idx3-ubyte: magic: expected an IDX file"):
         load_mnist(small)
     (small / "train-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8bgarbage")
     (small / "train-images-idx3-ubyte").unlink()
-    with pytest.raises(ValueError, match="train-images-idx3-ubyte.gz: corrupt gzip file"):
+    with pytest.raises(ValueError, match="train-images-idx3-ubyte.gz: gzip: expected a complete gzip file, found a corrupt"):
         load_mnist(small)
 
 
@@ -218,8 +220,8 @@ def test_mnist_label_range_checked(raw_mnist_dir, tmp_path):
     labels = np.zeros(10000, np.uint8)
     labels[7] = 10
     (tmp_path / "t10k-labels-idx1-ubyte").write_bytes(_idx_bytes(labels, 0x08))
-    with pytest.raises(ValueError, match="t10k-labels-idx1-ubyte: expected 10000 uint8 labels in 0..9, "
-                                         "got uint8 \\(10000,\\) with max 10"):
+    with pytest.raises(ValueError, match="t10k-labels-idx1-ubyte: labels: expected 10000 uint8 labels in 0..9, "
+                                         "found uint8 \\(10000,\\) with max 10"):
         load_mnist(tmp_path)
 
 
@@ -278,11 +280,12 @@ def test_cifar10_rejects_bad_batches(tmp_path, write_cifar10):
     bad = {**batches["test_batch"], b"data": np.zeros((2, 1024), np.uint8)}
     with open(tmp_path / "c" / "test_batch", "wb") as f:
         pickle.dump(bad, f)
-    with pytest.raises(ValueError, match="test_batch: b'data' must be uint8 of shape \\(N, 3072\\)"):
+    with pytest.raises(ValueError, match=r"test_batch: data: expected uint8 images of shape \(N, 3072\), "
+                                         r"found uint8 \(2, 1024\)"):
         load_cifar10(tmp_path / "c")
     with open(tmp_path / "c" / "test_batch", "wb") as f:
         pickle.dump({**batches["test_batch"], b"labels": [0, 10]}, f)
-    with pytest.raises(ValueError, match="b'labels' must be 2 integers in 0..9"):
+    with pytest.raises(ValueError, match="test_batch: labels: expected classes 0..9, found the label 10"):
         load_cifar10(tmp_path / "c")
     (tmp_path / "c" / "data_batch_3").unlink()
     with pytest.raises(FileNotFoundError, match="data_batch_3 not found"):

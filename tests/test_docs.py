@@ -63,7 +63,9 @@ def test_docs_build_strict(tmp_path):
     api = (site / "api" / "estimator" / "index.html").read_text()
     assert "FenchelClassifier" in api and "partial_fit" in api
     results = (site / "results" / "index.html").read_text()
-    assert "Partly measured" in results and "0.9756" in results  # measured figures render
+    assert "Where the figures come from" in results and "0.9790" in results  # measured figures
+    assert (site / "results" / "mlp.png").is_file()               # and the plots
+    assert (site / "tuning" / "index.html").is_file()
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         page = (site / "notebooks" / path.stem / "index.html").read_text()
         assert "What it teaches" in page, path.stem

@@ -1,11 +1,21 @@
-"""The docs render their mathematics offline: MathJax is vendored (docs/javascripts/mathjax/),
-no page loads a script from the network, and one page, rendered in headless Chromium with the
-network cut off, shows typeset math (SVG) and not raw TeX. The screenshot is kept in the test's
-temporary folder (and copied to ``$FENCHEL_SCREENSHOT_DIR`` when that is set)."""
+"""The docs render their mathematics offline, on every page of the built site.
+
+MathJax is vendored (docs/javascripts/mathjax/) and no page loads a script from the network.
+The ``slow`` tests build the site with ``mkdocs build`` and open every page in headless Chromium
+with the network cut off: after MathJax has run, no page shows raw TeX outside its code (the
+Markdown pages' ``\\(...\\)``, the notebook pages' ``$...$``, the table of contents), every page
+with math shows typeset math, the notebook pages wrap their code and outputs instead of cutting
+them, and a screenshot of the Mathematics page is not blank (kept in the test's temporary folder,
+and copied to ``$FENCHEL_SCREENSHOT_DIR`` when that is set).
+
+Without Chromium these tests skip, unless ``FENCHEL_REQUIRE_BROWSER=1`` (set by ``.ci/run``):
+then they fail, so that CI cannot pass without having looked at the pages.
+"""
 import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +24,26 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
                  if shutil.which(n)), None)
+#: TeX left for a reader: a command, \( or \[, $$, or a $...$ span (text outside code only)
+RAW_TEX = re.compile(r"\\[a-zA-Z]+|\\[(\[]|\$\$|\$[^$\s][^$]*?\$")
+#: the elements whose text is not prose: code, scripts, MathJax's own output, and the hidden
+#: copy of each notebook code cell that mkdocs-jupyter keeps for its copy button
+NOT_PROSE = ("script", "style", "pre", "code", "textarea", "mjx-container", "svg")
+HIDDEN_CODE = ".clipboard-copy-txt"
+#: a script added to a copy of a notebook page: the code and output blocks cut at the right edge
+OVERFLOW_PROBE = """<script>window.addEventListener("load", () => setTimeout(() => {
+  const cut = [...document.querySelectorAll(".jupyter-wrapper pre")]
+    .filter(e => e.offsetWidth > 0 && e.scrollWidth > e.clientWidth + 1).length;
+  document.body.setAttribute("data-cut-blocks", String(cut));
+}, 500));</script></body>"""
+
+
+def _require_browser():
+    if CHROMIUM is None:
+        message = "headless check needs chromium (apt-get install chromium)"
+        if os.environ.get("FENCHEL_REQUIRE_BROWSER", "0") not in ("", "0"):
+            pytest.fail(message + "; FENCHEL_REQUIRE_BROWSER is set")
+        pytest.skip(message)
 
 
 def test_mkdocs_loads_no_script_from_the_network():
@@ -26,20 +56,27 @@ def test_mkdocs_loads_no_script_from_the_network():
             assert (ROOT / "docs" / path).is_file(), path
 
 
-def _page(tmp_path):
-    """docs/mathematics.md as a standalone page with the docs' MathJax set-up."""
-    markdown = pytest.importorskip("markdown")
-    pytest.importorskip("pymdownx")
-    body = markdown.markdown((ROOT / "docs" / "mathematics.md").read_text(),
-                             extensions=["tables", "pymdownx.arithmatex"],
-                             extension_configs={"pymdownx.arithmatex": {"generic": True}})
-    js = ROOT / "docs" / "javascripts"
-    html = tmp_path / "page.html"
-    html.write_text(f"<!doctype html><html><head><meta charset='utf-8'>"
-                    f"<script src='{(js / 'mathjax.js').as_uri()}'></script>"
-                    f"<script src='{(js / 'mathjax' / 'tex-svg-full.js').as_uri()}'></script>"
-                    f"</head><body style='background:white'>{body}</body></html>")
-    return html
+def test_raw_tex_pattern_finds_each_kind_of_leftover():
+    for raw in ("one \\(\\lambda\\) is enough", "the $B_\\phi$ plane", "$x$", "$$a$$", "\\alpha"):
+        assert RAW_TEX.search(raw), raw
+    for prose in ("costs 5 $ each", "a path C:/data", "plain text (with brackets) [1]"):
+        assert not RAW_TEX.search(prose), prose
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The documentation built with ``mkdocs build --strict`` into a temporary folder."""
+    _require_browser()
+    for module in ("mkdocs", "material", "mkdocstrings", "mkdocs_jupyter", "bs4"):
+        pytest.importorskip(module)
+    out = tmp_path_factory.mktemp("site")
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
+                           str(ROOT / "mkdocs.yml"), "--site-dir", str(out)],
+                          cwd=out.parent, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
 
 
 def _chromium(*args):
@@ -49,18 +86,69 @@ def _chromium(*args):
     return subprocess.run(base + list(args), capture_output=True, text=True, timeout=180)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="headless check needs chromium (apt-get install chromium)")
+def _prose(dom):
+    """The page's visible text outside code, scripts and typeset math."""
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(dom, "html.parser")
+    for tag in soup.find_all(NOT_PROSE) + soup.select(HIDDEN_CODE):
+        tag.decompose()
+    return soup.get_text(" ")
+
+
+def _pages(site):
+    return sorted(p for p in site.rglob("index.html") if p.parent.name != "404")
+
+
 @pytest.mark.slow
-def test_math_renders_offline_in_headless_chromium(tmp_path):
-    html = _page(tmp_path)
-    assert html.read_text().count('class="arithmatex"') > 10
-    dom = _chromium("--dump-dom", html.as_uri())
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    typeset = dom.stdout.count("<mjx-container")
-    assert typeset > 10 and "<svg" in dom.stdout, "MathJax did not typeset the page"
-    assert "\\(" not in re.sub(r"<script.*?</script>", "", dom.stdout, flags=re.S)  # no raw TeX left
+def test_every_page_shows_typeset_math_and_no_raw_tex(site):
+    pages = _pages(site)
+    assert len(pages) >= 30, [str(p.relative_to(site)) for p in pages]   # guides, notebooks, API
+    failures = []
+    for page in pages:
+        source = page.read_text()
+        has_math = 'class="arithmatex"' in source or bool(
+            re.search(r'jp-RenderedMarkdown[^>]*>.*?\$[^$\s]', source, flags=re.S))
+        dom = _chromium("--dump-dom", page.as_uri())
+        name = str(page.relative_to(site))
+        if dom.returncode != 0:
+            failures.append(f"{name}: chromium failed: {dom.stderr[-500:]}")
+            continue
+        raw = [m.group(0) for m in RAW_TEX.finditer(_prose(dom.stdout))]
+        if raw:
+            failures.append(f"{name}: raw TeX after MathJax: {raw[:5]}")
+        if has_math and "<mjx-container" not in dom.stdout:
+            failures.append(f"{name}: has math but MathJax typeset none")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.slow
+def test_the_table_of_contents_is_typeset(site):
+    dom = _chromium("--dump-dom", (site / "mathematics" / "index.html").as_uri()).stdout
+    from bs4 import BeautifulSoup
+
+    toc = BeautifulSoup(dom, "html.parser").select("nav.md-nav--secondary")
+    assert toc and any(nav.find("mjx-container") for nav in toc)   # "one \(\lambda\) is enough"
+
+
+@pytest.mark.slow
+def test_notebook_pages_wrap_code_and_outputs(site, tmp_path):
+    pages = sorted((site / "notebooks").glob("*/index.html"))
+    assert len(pages) >= 6
+    for page in pages:
+        probe = page.with_name("probe.html")
+        probe.write_text(page.read_text().replace("</body>", OVERFLOW_PROBE, 1))
+        dom = _chromium("--window-size=1000,1400", "--dump-dom", probe.as_uri()).stdout
+        cut = re.search(r'data-cut-blocks="(\d+)"', dom)
+        assert cut, f"{page.parent.name}: the probe did not run"
+        assert cut.group(1) == "0", f"{page.parent.name}: {cut.group(1)} blocks cut at the edge"
+
+
+@pytest.mark.slow
+def test_math_page_screenshot_is_not_blank(site, tmp_path):
     shot = tmp_path / "mathematics.png"
-    proc = _chromium(f"--screenshot={shot}", "--window-size=1000,1400", html.as_uri())
+    proc = _chromium(f"--screenshot={shot}", "--window-size=1000,1400",
+                     (site / "mathematics" / "index.html").as_uri())
     assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
     from matplotlib.image import imread
 

@@ -266,13 +266,12 @@ def test_x_steps_caps_and_never_ends_above_the_start():
 def test_inexact_x_solve_that_would_rise_returns_its_start(monkeypatch):
     """The guard behind BCD descent: a capped X solve whose last iterate is worse than the start
     (here a prox map made to overshoot) returns the start and says so."""
-    from fenchel_cvx.fast import xblocks
-
     block = case_block("relu", "cross_entropy", "x_last", 0.0)
     start = np.maximum(block.U_prev, 0)
     good = FastBackend(x_steps=2).solve(block, start=start)
     assert not good.info["reverted"] and good.value < float(block.value(start))
-    monkeypatch.setitem(xblocks.PROX, "relu", lambda xp, act, r, tau, s: (xp.clip(r, 0, None) + 5.0, s))
+    monkeypatch.setattr(type(block.act_in), "x_prox",
+                        staticmethod(lambda xp, act, r, tau, s: (xp.clip(r, 0, None) + 5.0, s)))
     bad = FastBackend(x_steps=2).solve(block, start=start)
     assert bad.info["reverted"] and np.array_equal(bad.argmin, start)
     assert bad.value == float(block.value(start))
@@ -307,14 +306,15 @@ def test_one_certified_x_step_descends_and_forms_one_value(monkeypatch, act):
 
 
 def test_cross_entropy_w_step_sees_small_changes_in_float32():
-    """The last layer's line search guards descent with the loss's change along the step. In
+    """The last layer's line search guards descent with the loss's change along the step
+    (``CrossEntropy.line_change``, through ``LastLoss.data_change``). In
     float32, at logits near 27 on 500 points, the change must come out to a few eps of the
     terms it sums (as the float64 change of the same float32 arrays), not to the rounding of
     two sums near 13,500 (3e-4, above a small step's true change)."""
     import dataclasses
     from scipy.special import logsumexp
 
-    from fenchel_cvx.fast.wblocks import LastCE
+    from fenchel_cvx.fast.wblocks import LastLoss
 
     rng = np.random.default_rng(1)
     m, k = 500, 10
@@ -325,7 +325,7 @@ def test_cross_entropy_w_step_sees_small_changes_in_float32():
     block = case_block("relu", "cross_entropy", "w_last", 0.0)
     block = dataclasses.replace(block, Y=np.eye(k, dtype=np.float32)[:, y])
     U32, dU32 = U.astype(np.float32), dU.astype(np.float32)
-    prob = LastCE(np, block, pre=None)
+    prob = LastLoss(np, block, pre=None)
     change, size = prob.data_change(U32, dU32)
     u, du, Y = U32.astype(np.float64), dU32.astype(np.float64), block.Y.astype(np.float64)
     exact = np.sum(logsumexp(u + du, axis=0) - logsumexp(u, axis=0)) - np.sum(Y * du)
@@ -684,7 +684,7 @@ def test_data_space_start_bound_never_hides_an_optimal_start():
                        (0.5 * (block.W0 + opt.argmin), 1e-4)):
             pre, _ = wblocks.gram_preconditioner(np, block)
             prob = (wblocks.HiddenRows(np, block, pre) if kind != "w_last"
-                    else wblocks.LastCE(np, block, pre))
+                    else wblocks.LastLoss(np, block, pre))
             cg = wblocks._CG(np, block, prob, W)
             cg.optimal_at_start(np.inf)            # the first direction, and the bound's figures
             if cg._above(tol):
@@ -1047,3 +1047,23 @@ def test_a_hint_of_another_dtype_is_cast_to_the_solve(xp_name, kind):
         assert res.info["method"] == "pncg-span"
     gap = float(xp.max(xp.abs(res.argmin - ref.argmin)))
     assert gap <= 1e-6 * (1 + float(xp.max(xp.abs(ref.argmin))))   # the hint's float32 rounding
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.3])
+def test_the_general_last_w_path_is_newton_on_the_losss_own_hessian(gamma):
+    """A loss that is neither quadratic nor solved by its own method (Huber: ``last_w_solver``
+    "newton") takes Newton-CG on its ``hvp``: to 1e-10 in a few steps, at the oracle's optimum;
+    one capped step from W0 never rises."""
+    from fenchel_cvx.oracle import OracleBackend
+
+    rng = np.random.default_rng(7)
+    net = LiftedNetwork((5, 4, 3), "relu", "huber", rho=[0.1, 0.05], seed=7)
+    X0 = rng.standard_normal((5, 30))
+    Y = 3.0 * rng.standard_normal((3, 30))             # residuals in both of Huber's pieces
+    Xs = net.forward(X0)[0]
+    block = blocks.w_block(net, X0, Y, Xs, 1, gamma=gamma, W0=net.W[1] if gamma else None)
+    res = FastBackend(tol=1e-10).solve(block)
+    assert res.info["method"] == "newton" and res.converged and res.iterations <= 20
+    assert res.value == pytest.approx(OracleBackend(tol=1e-9).solve(block).value, rel=1e-9)
+    one = FastBackend(w_steps=1).solve(block, start=net.W[1])
+    assert one.iterations == 1 and one.value <= float(block.value(net.W[1]))

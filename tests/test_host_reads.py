@@ -26,7 +26,7 @@ from fenchel_cvx import LiftedNetwork, defaults, lenet5  # noqa: E402
 from fenchel_cvx.datasets import load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.fast import FastBackend  # noqa: E402
 from fenchel_cvx.fast._util import newton_1d, select  # noqa: E402
-from fenchel_cvx.fast.reads import HostReads, count, unchecked_batch  # noqa: E402
+from fenchel_cvx.fast.reads import HostReads, ProductFlops, count, unchecked_batch  # noqa: E402
 
 #: the reads each network's unchecked batch may make, by source (see the module docstring)
 ALLOWED = {
@@ -210,3 +210,37 @@ def test_a_capped_solve_without_residual_runs_its_steps_untested(lib):
     assert float(block.value(np.asarray(res.argmin))) <= float(block.value(opt)) * (1 + 1e-12)
     if lib is xps:
         assert reads.total == 0, reads.table()
+
+
+def test_product_flops_counts_each_product_by_its_caller():
+    a, b = xps.ones((3, 4)), xps.ones((4, 5))
+    v, stack = xps.ones(4), xps.ones((2, 3, 4))
+
+    def products():
+        return a @ b, a @ v, v @ b, v @ v, stack @ b
+
+    with ProductFlops() as flops:
+        products()
+        flops.counting = False
+        a @ b                                               # paused: not counted
+    # 2 k per entry of each result: 3 x 5, 3, 5, 1 and 2 x 3 x 5 entries, k = 4
+    assert flops.total == 2 * 4 * (15 + 3 + 5 + 1 + 30)
+    assert flops.by_function() == {f"{__name__}.{products.__qualname__}": flops.total}
+    assert type(a).__matmul__.__qualname__ == "Array.__matmul__"   # the class's own again
+
+
+def test_the_mlp_batch_products_follow_its_blocks(digits):
+    """The MNIST MLP's unchecked batch (784-300-10, batch 500): W_0's ten capped steps in the
+    batch's span each apply M^{-1} once (300 x 500 x 500), its data Gram K = X~^T X~ (500 x 785
+    x 500) is formed once, and so is the feed-forward W_0 X~ (300 x 785 x 500): the products
+    that bound the batch's time from below at the GEMM rate."""
+    X, Y = (xps.asarray(A.astype("float32")) for A in digits)
+    net, backend, args = training("mlp", "float32")
+    flops = ProductFlops()
+    unchecked_batch(net, X, Y, backend, 500, flops=flops, **args)
+    by = flops.by_function()
+    p, n, m = 300, 785, 500
+    assert backend.w_steps[0] == 10
+    assert by["fenchel_cvx.fast.gram._applier.<locals>.<lambda>"] == 10 * 2 * p * m * m
+    assert by["fenchel_cvx.fast.gram.DataGram.__init__"] == 2 * m * n * m
+    assert by["fenchel_cvx.network.LiftedNetwork.feed_forward"] == 2 * p * n * m

@@ -42,18 +42,18 @@ def test_format_is_npz_plus_json_without_pickle(tmp_path):
 
 
 def test_atomic_write_leaves_the_old_file_on_failure(tmp_path):
-    path = write_npz(tmp_path / "a.npz", {"x": np.ones(2)}, {"format": "t"})
+    path = write_npz(tmp_path / "a.npz", {"x": np.ones(2)}, {"format": "t/1"})
     with pytest.raises(ValueError, match="allow_pickle=False"):   # fails after "x" is written
-        write_npz(path, {"x": np.ones(3), "y": np.array([None])}, {"format": "t"})
-    arrays, meta = read_npz(path, "t")
+        write_npz(path, {"x": np.ones(3), "y": np.array([None])}, {"format": "t/1"})
+    arrays, meta = read_npz(path, "t/1")
     np.testing.assert_array_equal(arrays["x"], np.ones(2))
     assert [p.name for p in tmp_path.iterdir()] == ["a.npz"]
 
 
 @pytest.mark.parametrize("make, match", [
-    (lambda p: p / "missing.npz", "existing file"),
-    (lambda p: (p / "junk.npz").write_text("not a zip") and p / "junk.npz", "not a fenchel_cvx file"),
-    (lambda p: write_npz(p / "other.npz", {}, {"format": "x"}), "expected 'fenchel_cvx.Lifted"),
+    (lambda p: p / "missing.npz", "expected an existing network"),
+    (lambda p: (p / "junk.npz").write_text("not a zip") and p / "junk.npz", "no zip directory"),
+    (lambda p: write_npz(p / "other.npz", {}, {"format": "x/1"}), "expected the format 'fenchel_cvx.Lifted"),
 ])
 def test_load_bad_files_named(tmp_path, make, match):
     with pytest.raises(ValueError, match=match):

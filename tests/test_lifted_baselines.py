@@ -168,7 +168,19 @@ def test_askari_w_step_and_descent(data):
 
 
 # --- the common entry point -------------------------------------------------------------------------
-@pytest.mark.parametrize("method", sorted(METHODS))
+def _needs_torch(method):
+    """The SGD baseline trains by backprop in PyTorch (the bench extra); the lifted methods not."""
+    if method != "sgd":
+        return method
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return pytest.param(method, marks=pytest.mark.skip(
+            reason="the SGD baseline needs PyTorch (fenchel_cvx[bench])"))
+    return method
+
+
+@pytest.mark.parametrize("method", [_needs_torch(m) for m in sorted(METHODS)])
 def test_fit_lifted_records_the_same_history_for_every_method(method, data):
     X, Y = data
     run = fit_lifted(method, X, Y, X, Y, hidden=(5,), iterations=3, seed=3,

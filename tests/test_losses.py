@@ -198,7 +198,7 @@ def test_array_api_strict_and_float32(name, rng):
 
 
 def test_registry():
-    assert set(LOSSES) == set(NAMES)
+    assert set(LOSSES) == set(NAMES) | {"huber"}     # huber: fenchel_cvx.extensions
     for name in NAMES:
         L = loss(name)
         assert isinstance(L, Loss) and L.name == name and name in repr(L)
@@ -207,6 +207,84 @@ def test_registry():
 
 @pytest.mark.parametrize("bad", ["hinge", "MSE", None])
 def test_unknown_loss_names_parameter_and_value(bad):
-    with pytest.raises(ValueError, match=r"loss must be one of \['cross_entropy', 'mse'\], got "
+    with pytest.raises(ValueError, match=r"loss must be one of \['cross_entropy', 'huber', 'mse'\], got "
                                          + repr(bad).replace("(", r"\(")):
         loss(bad)
+
+
+# --- the facts each class carries (``fenchel_cvx.facts``) -----------------------------------------
+FACT_NAMES = NAMES + ("huber",)
+
+
+def _problem(name, seed=0, k=3, m=5):
+    rng = np.random.default_rng(seed)
+    Yhat, D = rng.normal(scale=2.0, size=(k, m)), rng.normal(size=(k, m))
+    Y = np.eye(k)[:, rng.integers(0, k, m)] if name == "cross_entropy" else rng.normal(size=(k, m))
+    return Y, Yhat, D
+
+
+@pytest.mark.parametrize("name", FACT_NAMES)
+def test_hvp_and_diagonal_are_the_hessians(name):
+    L, (Y, Yhat, D) = loss(name), _problem(name)
+    h = 1e-6
+    fd = (L.grad(Y, Yhat + h * D) - L.grad(Y, Yhat - h * D)) / (2 * h)
+    np.testing.assert_allclose(L.hvp(Y, Yhat, D), fd, rtol=1e-6, atol=1e-8)
+    E = np.zeros_like(Yhat)
+    E[1, 2] = 1.0
+    assert L.hess_diag(Y, Yhat)[1, 2] == pytest.approx(L.hvp(Y, Yhat, E)[1, 2], rel=1e-12)
+    bound = L.curvature(Y, np)           # column_curvature: a bound on every column's Hessian
+    eig = max(np.max(np.linalg.eigvalsh(np.stack([L.hvp(Y, Yhat, np.eye(3)[:, [i]] @ np.eye(5)[[j]])
+                                                  [:, j] for i in range(3)], axis=1)))
+              for j in range(5))
+    assert eig <= bound + 1e-12
+
+
+@pytest.mark.parametrize("name", FACT_NAMES)
+def test_line_search_derivatives_and_change(name):
+    L, (Y, Yhat, D) = loss(name), _problem(name, 1)
+    f = lambda t: float(L.value(Y, Yhat + t * D))   # noqa: E731
+    h = 1e-5
+    d1, d2 = L.line_derivs(Y, Yhat, D)
+    assert float(d1) == pytest.approx((f(h) - f(-h)) / (2 * h), rel=1e-7)
+    assert float(d2) == pytest.approx((f(h) - 2 * f(0) + f(-h)) / h ** 2, rel=1e-3)
+    change, size = L.line_change(Y, Yhat, 0.3 * D)
+    assert float(change) == pytest.approx(f(0.3) - f(0), rel=1e-12)
+    assert float(size) > 0
+
+
+@pytest.mark.parametrize("name", FACT_NAMES)
+def test_piece_values_sum_to_the_value(name):
+    L, (Y, Yhat, _) = loss(name), _problem(name, 2)
+    total = float(L.value(Y, Yhat))
+    assert float(np.sum(L.piece_values(Y, Yhat, 0))) == pytest.approx(total, rel=1e-13)
+    assert L.piece_values(Y, Yhat, 0).shape == (1, 5)
+    if L.separable_rows:
+        assert L.piece_values(Y, Yhat, 1).shape == (3, 1)
+        assert float(np.sum(L.piece_values(Y, Yhat, 1))) == pytest.approx(total, rel=1e-13)
+    else:
+        with pytest.raises(ValueError, match="lacks the fact 'elementwise'"):
+            L.piece_values(Y, Yhat, 1)
+
+
+@pytest.mark.parametrize("name", FACT_NAMES)
+def test_torch_loss_is_the_batch_mean(name):
+    torch = pytest.importorskip("torch")
+    L, (Y, Yhat, _) = loss(name), _problem(name, 3)
+    got = float(L.torch_loss(torch.from_numpy(Yhat.T), torch.from_numpy(Y.T)))
+    assert got == pytest.approx(float(L.value(Y, Yhat)) / Y.shape[1], rel=1e-12)
+
+
+def test_targets_labels_and_probabilities():
+    out = np.array([[1.0, -2.0], [3.0, 0.5]])
+    np.testing.assert_array_equal(loss("cross_entropy").targets_from(out, 9.0), [[0, 0], [1, 1]])
+    np.testing.assert_array_equal(loss("mse").targets_from(out, 1.0), out + 1.0)
+    np.testing.assert_allclose(loss("cross_entropy").probabilities(out), softmax(out))
+    assert loss("mse").probabilities is None and loss("huber").probabilities is None
+    with pytest.raises(ValueError, match=r"^Y must be >= 0 for cross_entropy .*got -1.0"):
+        loss("cross_entropy").check_labels("Y", np.array([[1.0, -1.0]]))
+    with pytest.raises(ValueError, match=r"some label mass"):
+        loss("cross_entropy").check_labels("Y", np.zeros((2, 3)), w_block=True)
+    loss("mse").check_labels("Y", np.array([[-5.0]]))
+    assert loss("cross_entropy").tasks == ("classification",)
+    assert loss("mse").config() == {"name": "mse"}
+    assert loss("huber", delta=0.5).config() == {"name": "huber", "delta": 0.5}

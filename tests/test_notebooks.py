@@ -1,9 +1,10 @@
 """The teaching notebooks (``notebooks/README.md``): jupytext sources, paired and executed.
 
 Every ``notebooks/NN_*.py`` is found automatically. Each must have its paired ``.ipynb`` with the
-same cells and saved outputs without errors (the docs render those outputs), open with what it
-teaches, and define no algorithm of its own. The ``slow`` test executes each *source* with
-nbclient under ``FENCHEL_NOTEBOOK_SMALL=1`` (the notebooks' small settings); any error fails it.
+same cells and saved outputs without errors (the docs render those outputs, from the notebook's
+full sizes, ``FENCHEL_NOTEBOOK_FULL=1``), open with what it teaches and how to run it, import
+what it uses, and define no algorithm of its own. The ``slow`` test executes each *source* with
+nbclient as a reader would open it: with its default small sizes; any error fails it.
 """
 import os
 from pathlib import Path
@@ -66,9 +67,32 @@ def test_notebook_opens_with_what_it_teaches(source):
     first = nb.cells[0]
     assert first.cell_type == "markdown" and first.source.startswith(f"# {source.stem[:2]} · ")
     assert "What it teaches" in first.source
+    # its own text says how to run it: small sizes by default, the full ones by the variable
+    assert "By default" in first.source and "FENCHEL_NOTEBOOK_FULL=1" in first.source
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    assert "fenchel_cvx" in code and "FENCHEL_NOTEBOOK_SMALL" in code
+    assert "fenchel_cvx" in code and 'os.environ.get("FENCHEL_NOTEBOOK_FULL"' in code
     assert "def " not in code, "no algorithm is defined in a notebook: import it from the package"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_notebook_imports_what_it_calls(source):
+    """Every name a code cell calls is defined by the notebook (an import or an assignment) or
+    is a builtin: ``display`` is IPython's, and a notebook that calls it imports it."""
+    import ast
+    import builtins
+
+    code = "\n".join(c.source for c in jupytext.read(source).cells if c.cell_type == "code")
+    tree = ast.parse("\n".join(line for line in code.splitlines() if not line.startswith("%")))
+    defined = set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+        elif isinstance(node, ast.arg):
+            defined.add(node.arg)
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert not called - defined, f"{source.stem} calls names it never imports: {sorted(called - defined)}"
 
 
 @pytest.mark.slow
@@ -76,7 +100,7 @@ def test_notebook_opens_with_what_it_teaches(source):
 def test_notebook_source_runs(source, tmp_path, monkeypatch):
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
-    monkeypatch.setenv("FENCHEL_NOTEBOOK_SMALL", "1")
+    monkeypatch.delenv("FENCHEL_NOTEBOOK_FULL", raising=False)   # the default: small sizes
     # the kernel is a separate process: give it the suite's BLAS thread limit (conftest.py) too
     threads = os.environ.get("FENCHEL_TEST_BLAS_THREADS", "1")
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):

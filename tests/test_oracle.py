@@ -174,8 +174,10 @@ def test_scs_and_osqp_work():
 def test_bad_input():
     with pytest.raises(ValueError, match="solver must be one of .*CLARABEL.*got 'nope'"):
         OracleBackend(solver="nope")
-    with pytest.raises(ValueError, match="tol must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="tol must be > 0 and finite, got -1"):
         OracleBackend(tol=-1)
+    with pytest.raises(ValueError, match=r"tol must be <= 1 \(a residual relative to the "):
+        OracleBackend(tol=2.0)
     with pytest.raises(ValueError, match="n_jobs"):
         OracleBackend(n_jobs=0)
     backend = OracleBackend()

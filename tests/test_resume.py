@@ -15,10 +15,10 @@ def _as_before(x, checked=True):
     recomputes each block's KKT residual itself on checked rounds (``residual``) and keeps the
     backend's report as ``reported_residual`` (the old ``residual``); a round records
     ``halted``; an unchecked round's ``max_residual`` (of reports) is no longer kept. A run's
-    config records its ``momentum`` (session 11; all 0, the paper's algorithms, in these runs)
-    and whether it went on from an earlier run's ``W_prev`` (``momentum_carried``, session 13;
-    never in these runs); a violation whether its block stopped at a step cap (``capped``); a
-    run's config its backend's settings (``backend_settings``, session 14)."""
+    config records its ``momentum`` (all 0, the paper's algorithms, in these runs) and whether it
+    went on from an earlier run's ``W_prev`` (``momentum_carried``, never in these runs); a
+    violation whether its block stopped at a step cap (``capped``); a run's config its
+    backend's settings (``backend_settings``)."""
     if isinstance(x, dict):
         checked = x.get("checked", checked)
         if x.get("momentum", [0]) != [0] * len(x.get("momentum", [0])):
@@ -114,7 +114,7 @@ def test_resume_refuses_another_run(tmp_path):
     with pytest.raises(ValueError, match="other training data"):
         fit_bcd(net, X + 1, Y, backend="fast", iterations=4, gamma=0.5, check_every=2,
                 resume=tmp_path)
-    with pytest.raises(ValueError, match="path must be an existing file"):
+    with pytest.raises(ValueError, match="resume must be a checkpoint file or a folder holding checkpoint.npz"):
         fit_bcd(net, X, Y, backend="fast", resume=tmp_path / "nowhere")
 
 

@@ -289,11 +289,11 @@ def test_data_rules():
     assert check_matrix("X0", X > 0).dtype == np.float64                   # booleans: 0 and 1
     with pytest.warns(UserWarning, match="X0 is float16: upcast to float64"):
         check_matrix("X0", X.astype(np.float16))
-    big = np.sqrt(np.finfo(np.float32).max / X.size)                       # the overflow bound
+    big = np.sqrt(np.sqrt(np.finfo(np.float32).max) / X.size)              # the overflow bound
     check_matrix("X0", np.full(X.shape, 0.99 * big, dtype=np.float32))
-    with pytest.raises(ValueError, match="X0 overflows float32"):
+    with pytest.raises(ValueError, match="X0 has a scale that overflows float32"):
         check_matrix("X0", np.full(X.shape, 1.01 * big, dtype=np.float32))
-    with pytest.raises(ValueError, match="X0 overflows float32"):          # cast first, then checked
+    with pytest.raises(ValueError, match="X0 has a scale that overflows float32"):  # cast, then checked
         check_matrix("X0", np.full(X.shape, 1.01 * big), dtype="float32")
 
 

@@ -28,11 +28,13 @@ from functools import partial
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..validation import (BOOL, CALLABLE, COUNT, FRACTION, SEED, WEIGHT, Options, Sizes, check,
-                          check_matrix, validate)
+from ..validation import (BOOL, CALLABLE, COUNT, FRACTION, MOMENTUM, SEED, WEIGHT, Options, Sizes,
+                          check, check_matrix, validate)
 
-# name -> (torch.optim class name, default learning rate)
+# name -> (torch.optim class name, default learning rate: the paper's)
 OPTIMIZERS = {"sgd": ("SGD", 1e-2), "adam": ("Adam", 1e-3)}
+#: the optimizers that take a heavy-ball ``momentum`` (PyTorch's SGD: v <- mu v + g, w <- w - lr v)
+WITH_MOMENTUM = ("sgd",)
 # name -> the batch loss of (outputs, integer labels): the mean over the batch
 LOSSES = {
     "cross_entropy": lambda torch, out, y: torch.nn.functional.cross_entropy(out, y),
@@ -114,6 +116,7 @@ class BackpropResult:
     seconds: list = field(default_factory=list)  # cumulative training wall-clock time
     checkpoints: list = None  # [(batches seen, seconds, test accuracy)] every eval_every batches
     weights: list = None  # final [W_l], bias last column (a conv: (C_out, C_in k k + 1))
+    momentum: float = 0.0  # SGD's heavy-ball momentum (0: plain SGD; Adam: 0)
 
 
 def _architecture(network):
@@ -207,7 +210,8 @@ def _check_inputs(input_shape, n_out, X_train, y_train, X_test, y_test, batches)
 
 
 #: the constraints of ``train_backprop``'s arguments (``validation.py``)
-PARAMETERS = dict(optimizer=Options(OPTIMIZERS), lr=[WEIGHT, None], activation=Options(ACTIVATIONS),
+PARAMETERS = dict(optimizer=Options(OPTIMIZERS), lr=[WEIGHT, None], momentum=MOMENTUM,
+                  activation=Options(ACTIVATIONS),
                   slope=FRACTION, seed=SEED, threads=[COUNT, None], callback=[CALLABLE, None],
                   eval_every=[COUNT, None], progress=BOOL, loss=Options(LOSSES),
                   device=Options(DEVICES))
@@ -232,14 +236,17 @@ def torch_model(network, *, activation="relu", slope=0.01, seed=0, init_weights=
 
 
 def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimizer="adam",
-                   lr=None, activation="relu", slope=0.01, seed=0, threads=None, callback=None,
+                   lr=None, momentum=0.0, activation="relu", slope=0.01, seed=0, threads=None,
+                   callback=None,
                    eval_every=None, eval_at=(), init_weights=None, progress=False,
                    loss="cross_entropy", device="cpu"):
     """Train a network by backprop on the given batch schedule; return a :class:`BackpropResult`.
 
     ``network``: layer sizes (an MLP), a ``LiftedNetwork.get_config()`` dict, or a
     ``LiftedNetwork`` (its architecture, and its current weights as the starting point).
-    ``optimizer``: ``"adam"`` (default lr 1e-3) or ``"sgd"`` (default lr 1e-2).
+    ``optimizer``: ``"adam"`` (default lr 1e-3) or ``"sgd"`` (default lr 1e-2): the paper's rates.
+    ``momentum``: SGD's heavy-ball momentum in [0, 1) (``torch.optim.SGD(momentum=...)``; 0:
+    plain SGD, the paper's); Adam takes none (its betas are PyTorch's defaults).
     ``activation``: relu, leaky_relu (negative ``slope``), sigmoid or tanh.
     ``loss``: ``"cross_entropy"`` (softmax on the logits) or ``"mse"`` (one-hot targets).
     ``threads``: ``torch.set_num_threads`` for this call (restored afterwards).
@@ -252,11 +259,16 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
     ``init_weights``: the starting ``[W_l]`` in the package's convention (default: the
     network's own if a ``LiftedNetwork`` is given, else Xavier-uniform from ``seed``).
     """
-    a = validate(PARAMETERS, dict(optimizer=optimizer, lr=lr, activation=activation, slope=slope,
+    a = validate(PARAMETERS, dict(optimizer=optimizer, lr=lr, momentum=momentum,
+                                  activation=activation, slope=slope,
                                   seed=seed, threads=threads, callback=callback,
                                   eval_every=eval_every, progress=progress, loss=loss,
                                   device=device))
     lr = OPTIMIZERS[optimizer][1] if a["lr"] is None else a["lr"]
+    if momentum and optimizer not in WITH_MOMENTUM:
+        raise ValueError(f"momentum applies to optimizer in {WITH_MOMENTUM}, got momentum={momentum!r} "
+                         f"with optimizer={optimizer!r}")
+    steps = dict(momentum=float(momentum)) if optimizer in WITH_MOMENTUM else {}
     eval_at = set(eval_at)
     if not all(COUNT.accepts(b) for b in eval_at):
         raise ValueError(f"eval_at must hold positive batch counts, got {sorted(eval_at, key=str)!r}")
@@ -277,12 +289,13 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
                     .reshape(-1, *input_shape).to(dev) for X in (X_train, X_test))
         ytr, yte = (torch.as_tensor(np.asarray(y), dtype=torch.long, device=dev)
                     for y in (y_train, y_test))
-        opt = getattr(torch.optim, OPTIMIZERS[optimizer][0])(model.parameters(), lr=float(lr))
+        opt = getattr(torch.optim, OPTIMIZERS[optimizer][0])(model.parameters(), lr=float(lr), **steps)
         loss_fn = partial(LOSSES[loss], torch)
         evaluate = _evaluator(torch, model, loss_fn)
         _, acc0 = evaluate(Xte, yte)
         result = BackpropResult(optimizer, float(lr), sizes, acc0, evaluate(Xtr, ytr)[0],
-                                checkpoints=[] if eval_every or eval_at else None)
+                                checkpoints=[] if eval_every or eval_at else None,
+                                momentum=float(momentum))
         data = (Xtr, ytr, Xte, yte)
         _epochs(torch, model, opt, loss_fn, evaluate, data, batches, result,
                 dict(eval_every=eval_every, eval_at=eval_at, callback=callback, progress=progress,

@@ -1,7 +1,7 @@
 """Fast array-API solvers for the four blocks (NumPy on a CPU, CuPy on a GPU).
 
 ``FastBackend(tol, max_iter, w_steps, x_steps, dtype).solve(block, start)`` solves one block of
-``fenchel_cvx.blocks`` (the paper's Sec. 3 subproblems) with batched matrix products, written
+``fenchel_cvx.blocks`` (the paper's Sec. 4.5 subproblems) with batched matrix products, written
 once against the array API standard: the namespace is that of the block's arrays, so NumPy,
 CuPy and ``array_api_strict`` inputs all run the same code, in their own dtype (float32 stays
 float32).
@@ -44,6 +44,7 @@ import dataclasses
 import functools
 import math
 import numbers
+import sys
 import time
 
 from array_api_compat import array_namespace
@@ -51,6 +52,7 @@ from array_api_compat import array_namespace
 from ..blocks import BlockResult, WBlock, WHidden, WLast, XBlock
 from ..datasets import check_dtype
 from ..threads import per_library, plan, controller, limit_threads
+from ..validation import TOL, check
 from ._util import floor_tol
 from .fused import kernels
 from .wblocks import solve_pncg, solve_ridge
@@ -101,21 +103,21 @@ class FastBackend:
     w_steps : None (W-blocks solved to ``tol``) or a number of warm-started W steps >= 1
         (W-blocks only; the loop still stops early at ``tol``), or one such number per layer,
         ``(steps of W_0, ..., steps of W_L)``.
-    x_steps : the same for the X-blocks: None (to ``tol``) or at most that many FISTA steps,
-        or one number per X-block, ``(steps of X_1, ..., steps of X_L)``: LeNet-5's conv
-        X-blocks, which barely move, need fewer than its dense ones (docs page "Results").
     dtype : None (follow the block's arrays) or ``"float32"`` / ``"float64"``: the block's
         arrays are cast to it and the solve runs in it.
     newton_cap : WHidden rows whose active set (points with phi' > 0) has at most this many
         points take exact semismooth-Newton steps (cost ~ cap^3 per row); None: the
         cost-balanced default ``(24 (p_in + 1) m)^(1/3)``, growing as converged rows are frozen;
         0: never (pure preconditioned CG). A GPU affords a larger cap.
+    x_steps : the same for the X-blocks: None (to ``tol``) or at most that many FISTA steps,
+        or one number per X-block, ``(steps of X_1, ..., steps of X_L)``: LeNet-5's conv
+        X-blocks, which barely move, need fewer than its dense ones (docs page "Tuning").
     gram_reuse : how many W solves of a layer one Gram factorisation serves (the
         parameter-space preconditioner of the CG W-blocks, not the MSE closed form nor the
         data-space one, which costs less to form again): 1 refactors whenever X~ changes; k > 1
         reuses it across k batches of a run; or one count per W-block, ``(W_0, ..., W_L)``:
         a conv layer's patch Gram sums 100,000s of columns and hardly changes from batch to
-        batch, a dense layer's 500 do (docs page "Results"). A checkpoint of ``fit_bcd`` starts
+        batch, a dense layer's 500 do (docs page "Tuning"). A checkpoint of ``fit_bcd`` starts
         them afresh (``forget``), as a run resumed from it does.
     threads : an integer budget of cores (``fenchel_cvx.threads.plan``: NumPy's BLAS gets them
         all, SciPy's BLAS one, and with ``compile=True`` the compiled kernels one: ``threads``
@@ -138,22 +140,24 @@ class FastBackend:
         formed it (a capped X solve of more than one step compares its last value with its
         start's): ``fit_bcd`` reads the blocks' values only on its checked rounds, and
         recomputes them there (one pass over X_1, 4,704 x 500 on LeNet-5, per block).
-    compile : True: the solvers' elementwise chains (the W line search, the FISTA step) run as
-        fused kernels compiled by ``torch.compile`` (``fast.fused``) on the NumPy arrays, whose
-        matrix products stay in NumPy's BLAS; the same formulas as the eager reference, equal
-        up to rounding. It needs PyTorch and, on the CPU, a C++ compiler: without them it is
-        refused here, before any work, with what to install. The chains compile in a run's
-        first batch (seconds; cached on disk for later processes).
-        False (the default): every chain eagerly, in the arrays' own library.
+    compile : ``"auto"`` (the default): the solvers' elementwise chains (the W line search, the
+        FISTA step) run as fused kernels compiled by ``torch.compile`` (``fast.fused``) where
+        PyTorch and a C++ compiler are present and the chain's NumPy arrays are large enough to
+        gain (``fused.MIN_SIZE``: LeNet-5's convolution blocks, not the MNIST MLP's 300 x 500),
+        eagerly otherwise; PyTorch is imported only if a chain compiles. The matrix products
+        stay in NumPy's BLAS; the results equal the eager reference's up to rounding. A chain
+        compiles in a run's first batch (seconds; cached on disk for later processes).
+        True: the same, and refused here, before any work, without PyTorch or a C++ compiler,
+        with what to install. False: every chain eagerly, in the arrays' own library (the
+        readable reference).
     """
 
     name = "fast"
 
     def __init__(self, tol=1e-6, max_iter=500, w_steps=None, dtype=None, newton_cap=None,
                  x_steps=None, gram_reuse=1, threads=1, capped_residual=True,
-                 capped_value=True, compile=False):
-        if not (isinstance(tol, numbers.Real) and tol > 0):
-            raise ValueError(f"tol must be > 0, got {tol!r}")
+                 capped_value=True, compile="auto"):
+        tol = check("tol", tol, TOL)
         if not (isinstance(max_iter, numbers.Integral) and max_iter >= 1):
             raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
         self.tol, self.max_iter = float(tol), int(max_iter)
@@ -167,12 +171,12 @@ class FastBackend:
                              "layer), got None")
         self.gram_reuse = _check_steps("gram_reuse", gram_reuse)
         self.kernels = kernels(compile)   # refuses compile=True without torch.compile
-        self.compile = self.kernels.compiled
+        self.compile = compile if isinstance(compile, (bool, str)) else self.kernels.compiled
         if threads is not None:
             per_library(threads)   # a bad count fails here, before any work
-            if self.compile and not isinstance(threads, dict):   # the kernels on one thread
+            if self.kernels.compiled and not isinstance(threads, dict):   # kernels: one thread
                 threads = plan(threads, compiled=True)
-        self.threads, self._pools = threads, None
+        self.threads, self._pools, self._pools_torch = threads, None, False
         for name, flag in (("capped_residual", capped_residual), ("capped_value", capped_value)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} must be True or False, got {flag!r}")
@@ -224,8 +228,10 @@ class FastBackend:
         """Solve ``block`` from ``start`` (the current iterate; a default when None)."""
         if self.threads is None:
             return self._solve(block, start)
-        if self._pools is None:
-            self._pools = controller()
+        if self._pools is None or (not self._pools_torch and "torch" in sys.modules):
+            # PyTorch's pool (the compiled kernels') is seen from when it is loaded (``fused.Auto``
+            # imports PyTorch at the first chain it compiles)
+            self._pools, self._pools_torch = controller(), "torch" in sys.modules
         with limit_threads(self.threads, self._pools):
             return self._solve(block, start)
 

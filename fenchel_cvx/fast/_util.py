@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from ..arrays import cheap_reads, clip
+from ..blocks import residual_parts
 
 
 #: the CG W-loops (``wblocks``, ``span``) form W X~ again from W every this many steps, so that
@@ -26,10 +27,9 @@ from ..arrays import cheap_reads, clip
 RESYNC = 16
 
 def kkt(xp, Z, parts, project=None):
-    """``||Z - P(Z - g)||_inf / (1 + max_i ||g_i||_inf)`` with ``g = sum(parts)``."""
-    g = sum(parts[1:], parts[0])
-    r = xp.abs(g) if project is None else xp.abs(Z - project(Z - g))
-    scale = max(float(xp.max(xp.abs(p))) for p in parts)
+    """``||Z - P(Z - g)||_inf / (1 + max_i ||g_i||_inf)`` with ``g = sum(parts)``
+    (``blocks.residual_parts``; ``blocks.kkt_residual`` forms the parts itself)."""
+    r, scale = residual_parts(xp, Z, parts, project)
     return float(xp.max(r)) / (1.0 + scale)
 
 

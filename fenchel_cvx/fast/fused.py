@@ -13,7 +13,11 @@ array-API function, and a ``Kernels`` object runs it one of two ways:
   arrays (``torch.from_numpy``), so that each chain becomes one fused loop, C++ with OpenMP on
   the CPU; the results come back as NumPy arrays over the same memory. The matrix products
   stay in NumPy's BLAS. The same function is traced from its array-API code (PyTorch's
-  namespace through array_api_compat), so both ways compute the same formulas.
+  namespace through array_api_compat), so both ways compute the same formulas;
+- ``Auto()``, the fast backend's default (``compile="auto"``): compiled where PyTorch and a C++
+  compiler are present and the chain's NumPy arrays are large enough to gain (``MIN_SIZE``),
+  eagerly otherwise (small chains, other array libraries, no compiler). PyTorch is imported
+  only when a chain first compiles.
 
 Each chain compiles for the first shape it meets; a second shape (another layer, or fewer rows
 in a W solve to tolerance) compiles it once more with symbolic sizes (dynamo's automatic
@@ -25,7 +29,7 @@ promote as NumPy does in the eager form, not as PyTorch does). Inductor's on-dis
 processes. A chain that fails to compile runs eagerly from then on, with a warning that says
 why.
 
-The chains (the paper's Sec. 4 blocks, as ``fast.wblocks`` and ``fast.xblocks`` solve them):
+The chains (the paper's Sec. 4.5 blocks, as ``fast.wblocks`` and ``fast.xblocks`` solve them):
 
 - ``row_derivs``, ``row_curv``, ``row_change``: a WHidden row's divergence term
   ``lam sum_j B(v_j, u_j)`` along a direction: its first and second derivatives and its change;
@@ -33,15 +37,17 @@ The chains (the paper's Sec. 4 blocks, as ``fast.wblocks`` and ``fast.xblocks`` 
 - ``scaled_grad_u``: the gradient ``lam (phi(U) - V)`` of a hidden X-block's smooth term.
 """
 import functools
+import importlib.util
 import shutil
+import sys
 import warnings
 
 from array_api_compat import array_namespace
 
 from ..arrays import vecdot
 
-__all__ = ["EAGER", "MIN_SIZE", "Compiled", "Kernels", "compiler_problem", "kernels",
-           "require_compiler"]
+__all__ = ["EAGER", "MIN_SIZE", "Auto", "Compiled", "Kernels", "compiled_graphs",
+           "compiler_available", "compiler_problem", "kernels", "require_compiler"]
 
 #: chains whose largest array has fewer entries run eagerly also where compiled: a compiled
 #: call costs 50-100 us of dispatch, which NumPy's passes over such arrays, held in cache, do not
@@ -139,6 +145,17 @@ class Kernels:
 EAGER = Kernels()
 
 
+#: the C++ compilers inductor's CPU kernels can use, any one on the PATH
+CXX = ("c++", "g++", "clang++")
+
+
+def compiler_available():
+    """Whether PyTorch is installed and a C++ compiler is on the PATH, found without importing
+    PyTorch (``Auto``; ``compiler_problem`` imports it and says what is missing)."""
+    return (importlib.util.find_spec("torch") is not None
+            and any(shutil.which(cc) for cc in CXX))
+
+
 def compiler_problem():
     """Why ``torch.compile`` cannot run here (what to install), or None where it can: PyTorch
     importable, and a C++ compiler on the PATH for inductor's CPU kernels."""
@@ -147,7 +164,7 @@ def compiler_problem():
     except ImportError:
         return ("PyTorch is not installed: pip install torch (the CPU build: "
                 "pip install torch==2.13.0; or the extra: pip install 'fenchel_cvx[bench]')")
-    if not any(shutil.which(cc) for cc in ("c++", "g++", "clang++")):
+    if not any(shutil.which(cc) for cc in CXX):
         return ("no C++ compiler on the PATH (c++, g++ or clang++), which torch.compile needs for "
                 "its CPU kernels: install one (Debian / Ubuntu: apt-get install g++)")
     return None
@@ -205,7 +222,7 @@ class Compiled(Kernels):
     @property
     def compiles(self):
         """How many kernels dynamo has compiled in this process (recompilations included)."""
-        return int(self.torch._dynamo.utils.counters["stats"]["unique_graphs"])
+        return compiled_graphs()
 
     def __call__(self, chain):
         run = self._compiled.get(chain)
@@ -253,6 +270,48 @@ class Compiled(Kernels):
         return run
 
 
+class Auto(Kernels):
+    """``compile="auto"``: each chain through the process's shared ``Compiled()`` where PyTorch
+    and a C++ compiler are present (``compiler_available``) and the chain's largest NumPy array
+    has at least ``MIN_SIZE`` entries, eagerly otherwise: chains too small to gain, arrays of
+    other libraries (CuPy, array-api-strict), a machine without the compiler. PyTorch is
+    imported at the first chain that compiles: a run that meets none never loads it. A chain
+    that fails to compile runs eagerly, with ``Compiled``'s warning."""
+
+    name = "auto"
+
+    def __init__(self):
+        self.compiled = compiler_available()   # may compile: the chains' fixed-shape forms
+        self._runs = {}
+
+    def __call__(self, chain):
+        if not self.compiled:
+            return chain
+        run = self._runs.get(chain)
+        if run is None:
+            run = self._runs[chain] = self._wrap(chain)
+        return run
+
+    @staticmethod
+    def _wrap(chain):
+        np_ = _numpy()
+
+        @functools.wraps(chain)
+        def run(*args, **kwargs):
+            if max((a.size for a in args if type(a) is np_.ndarray), default=0) < MIN_SIZE:
+                return chain(*args, **kwargs)
+            return _compiled_default()(chain)(*args, **kwargs)
+
+        return run
+
+
+def compiled_graphs():
+    """How many kernels dynamo has compiled in this process (0 where PyTorch was never loaded:
+    ``Auto`` loads it at the first chain it compiles)."""
+    torch = sys.modules.get("torch")
+    return 0 if torch is None else int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
 def _numpy():
     import numpy
 
@@ -281,14 +340,18 @@ def _compiled_default():
 
 
 def kernels(compile):
-    """The ``Kernels`` of a ``compile`` setting: False the reference ``EAGER``, True the
-    process's shared ``Compiled()`` (its kernels serve every backend), or a ``Kernels``."""
+    """The ``Kernels`` of a ``compile`` setting: ``"auto"`` an ``Auto()`` (compiled where that
+    is possible and gains), False the reference ``EAGER``, True the process's shared
+    ``Compiled()`` (its kernels serve every backend; refused without PyTorch and a C++
+    compiler), or a ``Kernels``."""
     if isinstance(compile, Kernels):
         return compile
+    if isinstance(compile, str) and compile == "auto":
+        return Auto()
     if compile is True:
         require_compiler()      # checked at every request: the shared runner may exist already
         return _compiled_default()
     if compile is False:
         return EAGER
-    raise ValueError(f"compile must be True, False or a fenchel_cvx.fast.fused.Kernels, "
+    raise ValueError(f"compile must be 'auto', True, False or a fenchel_cvx.fast.fused.Kernels, "
                      f"got {compile!r}")

@@ -1,6 +1,6 @@
 """A few warm-started WHidden steps in the span of the batch: ``W = W0 + Z X~^T``.
 
-The batched model's hidden W-block (the paper's Sec. 3 W-update with its proximal term)
+The batched model's hidden W-block (the paper's Sec. 4.5.2 W-update with its proximal term, eq. (19))
 
     min_W  lam B(V, W X~) + gamma ||W - W0||^2        (rho = 0, as in the paper's batched runs)
 

@@ -35,7 +35,13 @@ WHidden is separable by rows, so every row gets its own step length from a brack
 method that only needs ``phi``, ``phi'`` on ``U + t dU`` (``W X~`` and ``d X~`` are updated, not
 recomputed), and a step that would raise a row's objective falls back to the bracket's left end:
 every step decreases the objective (the BCD descent check holds for any ``w_steps``).
-Cross-entropy couples the rows and takes one step length for the whole matrix. The first step
+Cross-entropy couples the rows and takes one step length for the whole matrix (``LastLoss``: the
+line search asks the loss for its derivatives along the direction and its change,
+``Loss.line_derivs`` and ``Loss.line_change``, stable in float32 for cross-entropy). The loss
+chooses its last W-block's method (``Loss.last_w_solver``): MSE's closed form, cross-entropy's
+nonlinear CG, and for any other loss the general path ``solve_newton``, Newton-CG on its own
+gradient and Hessian products, preconditioned by the Gram matrix of its curvature bound
+(``Loss.column_curvature``). The first step
 is the majorise-minimise step ``-grad G^{-1}`` with an exact length (``w_steps=1``); up to 10
 steps are plain preconditioned CG, the cheap regime of inexact training steps. There, with
 ``rho = 0`` and a data-space preconditioner, the iteration runs on the coefficients of
@@ -51,7 +57,6 @@ from ._util import RESYNC, kkt, newton_1d, pr_plus, proves_above
 from . import fused, span
 from .fused import EAGER
 from .gram import DataGram, ParamGram, inverse_pays
-from .xblocks import DPHI_MAX
 
 #: the CG step from which hidden W rows may take semismooth-Newton steps (early steps change
 #: the active sets too much); capped solves of at most this many steps stay in ``span``
@@ -101,8 +106,7 @@ class _Problem:
         return float(self.data_value(U) + self.block._reg_value(W))
 
     def reg_grad(self, W):
-        g = 2 * self.rho * W
-        return g + 2 * self.gamma * (W - self.W0) if self.gamma else g
+        return self.block._reg_grad(W)
 
     def line_search(self, R, U, d, dU, gd):
         """Minimise the objective along d from W (t >= 0; ``R`` the regulariser's gradient at W,
@@ -249,15 +253,16 @@ class HiddenRows(_Problem):
         return (g - z @ self.Xt.T) / (2 * c)
 
 
-class LastCE(_Problem):
-    """WLast with cross-entropy: one step length for the whole matrix."""
+class LastLoss(_Problem):
+    """WLast with a loss that is not quadratic: one step length for the whole matrix, the
+    exact line search on the loss's own derivatives along the direction (``line_derivs``) and
+    its change (``line_change``: cross-entropy's is stable in float32)."""
 
     coef = 1.0
 
     def __init__(self, xp, block, pre):
         super().__init__(xp, block, pre)
         self.loss, self.Y = block.loss, block.Y
-        self.s = xp.sum(block.Y, axis=0, keepdims=True)
 
     def dot(self, A, B):
         return self.xp.reshape(self.xp.sum(A * B), (1, 1))
@@ -268,38 +273,15 @@ class LastCE(_Problem):
     def data_value(self, U):
         return self.loss.value(self.Y, U)
 
-    def _lse(self, U):
-        xp = self.xp
-        a = xp.max(U, axis=0, keepdims=True)
-        return a + xp.log(xp.sum(xp.exp(U - a), axis=0, keepdims=True))
-
     def data_derivs(self, Ut, dU):
-        xp = self.xp
-        P = xp.exp(Ut - self._lse(Ut))
-        d1 = xp.sum((P * self.s - self.Y) * dU)
-        m1 = xp.sum(P * dU, axis=0, keepdims=True)
-        d2 = xp.sum(self.s * (xp.sum(P * dU * dU, axis=0, keepdims=True) - m1 * m1))
-        return xp.reshape(d1, (1, 1)), xp.reshape(d2, (1, 1))
+        d1, d2 = self.loss.line_derivs(self.Y, Ut, dU)
+        return self.xp.reshape(d1, (1, 1)), self.xp.reshape(d2, (1, 1))
 
     def data_change(self, U, dU):
         """``(change, size)``: the loss's change from U to U + dU and the size of the terms it
-        sums. Per column, ``s_j [lse(u + du) - lse(u)] - y^T du = s_j log1p(sum_k p_k
-        expm1(du_k - c))`` with ``p = softmax(u)`` (summing to 1) and ``c = y^T du / s_j``:
-        no two sums of the logits' size are subtracted, so the descent safeguard sees a rise
-        of 1e-4 on a loss of 0.5 in float32 (the direct form's rounding was 1e-3 there). A
-        column whose change is not small (``sum_k p_k expm1(...)`` outside (-1/2, 1), or not
-        finite: a large step overflows expm1) takes the direct form, whose rounding is then
-        small beside it."""
-        xp, s, base = self.xp, self.s, self._lse(U)
-        c = xp.sum(self.Y * dU, axis=0, keepdims=True) / xp.where(s > 0, s, xp.ones_like(s))
-        arg, top = dU - c, math.log(float(xp.finfo(U.dtype).max)) - 1   # expm1(top) is finite
-        E = xp.exp(U - base) * xp.expm1(clip(arg, None, top))
-        inner = xp.sum(E, axis=0, keepdims=True)
-        small = (inner > -0.5) & (inner < 1.0) & ~xp.any(arg > top, axis=0, keepdims=True)
-        direct = s * (self._lse(U + dU) - base) - s * c
-        col = xp.where(small, s * xp.log1p(xp.where(small, inner, xp.zeros_like(inner))), direct)
-        size = xp.where(small, s * xp.sum(xp.abs(E), axis=0, keepdims=True), s * xp.abs(base))
-        return xp.reshape(xp.sum(col), (1, 1)), xp.reshape(xp.sum(size), (1, 1))
+        sums (``loss.line_change``)."""
+        change, size = self.loss.line_change(self.Y, U, dU)
+        return self.xp.reshape(change, (1, 1)), self.xp.reshape(size, (1, 1))
 
     def precondition(self, g, A, R, U, prev_active=None):
         s, sU = self.base_step(g, A, R, U)
@@ -315,7 +297,8 @@ def _gram_terms(block, xp, c):
 
 @_gram_terms.register
 def _(block: WHidden, xp, c):
-    return block.lam * DPHI_MAX.get(block.act.name, 1.0), 2 * c, False
+    sup = block.act.dphi_max
+    return block.lam * (1.0 if sup is None else sup), 2 * c, False
 
 
 @_gram_terms.register
@@ -423,6 +406,79 @@ def solve_ridge(xp, block, W, tol, max_iter, cache=None):
                        converged=res <= tol, stalled=stalled)
 
 
+def solve_newton(xp, block, W, tol, max_iter, cache=None, cg_iter=50, stall_window=10,
+                 capped_residual=True, capped_value=True):
+    """WLast with a loss that is neither quadratic nor solved by its own method: Newton-CG on
+    the loss's own gradient and Hessian products (``Loss.grad``, ``Loss.hvp``).
+
+    Each step solves ``H d = -g`` for the block's Hessian ``H D = hvp(Y, W X~, D X~) X~^T +
+    2 (rho + gamma) D`` by conjugate gradients preconditioned by the Gram matrix ``X~
+    diag(column_curvature) X~^T + 2c I`` (``gram_preconditioner``), to a relative residual of
+    ``min(1/2, sqrt(|g|))`` (superlinear near the optimum), then takes the exact line search of
+    ``LastLoss`` along d (never a rise). Stops at a KKT residual ``<= tol``, after ``max_iter``
+    steps, or where ``stall_window`` steps do not lower the residual (``info["stalled"]``).
+    ``capped_residual=False``: a capped solve reports the residual as NaN; ``capped_value=False``:
+    no value."""
+    pre, hit = gram_preconditioner(xp, block, cache)
+    prob = LastLoss(xp, block, pre)
+    U = prob.forward(W)
+    parts, _ = prob.gradient(W, U)
+    res, best, best_it = kkt(xp, W, parts), math.inf, 0
+    info = dict(method="newton", cached_factor=bool(hit), line_search_iterations=0,
+                cg_iterations=0, stalled=False)
+    it = 0
+    while res > tol and it < max_iter:
+        g = parts[0] + parts[1]
+        d, k = _newton_direction(xp, prob, U, g, cg_iter)
+        dU = prob.forward(d)
+        t, nls = prob.line_search(parts[1], U, d, dU, prob.dot(g, d))
+        W, it = W + t * d, it + 1
+        U = prob.forward(W)
+        parts, _ = prob.gradient(W, U)
+        res = kkt(xp, W, parts)
+        info["line_search_iterations"] += nls
+        info["cg_iterations"] += k
+        if res < 0.5 * best:
+            best, best_it = res, it
+        elif it - best_it >= stall_window:
+            info["stalled"] = True
+            break
+    converged = res <= tol
+    info.update(converged=converged, residual=res if converged or capped_residual else math.nan)
+    if converged or capped_value:
+        info["value"] = prob.value(W, U)
+    return W, it, info
+
+
+def _newton_direction(xp, prob, U, g, cg_iter):
+    """``(d, iterations)``: ``d ~ -H^{-1} g`` by preconditioned CG from 0 (``solve_newton``);
+    the preconditioned gradient step where CG meets no positive curvature at once."""
+    block, c2 = prob.block, 2 * prob.c
+    loss, Y, Xt = block.loss, block.Y, block.Xt
+
+    def hess(D):
+        return loss.hvp(Y, U, D @ Xt) @ Xt.T + c2 * D
+
+    gnorm = math.sqrt(float(xp.sum(g * g)))
+    stop = min(0.5, math.sqrt(gnorm)) * gnorm
+    x, r = xp.zeros_like(g), -g
+    z = prob.pre.apply(r)
+    p, rz = z, float(xp.sum(r * z))
+    for k in range(1, cg_iter + 1):
+        Hp = hess(p)
+        pHp = float(xp.sum(p * Hp))
+        if not pHp > 0:
+            return (x, k) if k > 1 else (z, k)
+        alpha = rz / pHp
+        x, r = x + alpha * p, r - alpha * Hp
+        if math.sqrt(float(xp.sum(r * r))) <= stop:
+            return x, k
+        z = prob.pre.apply(r)
+        rz_n = float(xp.sum(r * z))
+        p, rz = z + (rz_n / rz) * p, rz_n
+    return x, cg_iter
+
+
 def _scatter_rows(xp, full, sub, rows):
     """``full`` with its rows ``rows`` (sorted global indices) replaced by ``sub`` (no in-place writes)."""
     p, k = full.shape[0], rows.shape[0]
@@ -435,7 +491,10 @@ def _scatter_rows(xp, full, sub, rows):
 def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=RESYNC, newton_cap=None,
                flip_tol=None, newton_start=NEWTON_START, compact_every=8, stall_window=50,
                gram_reuse=1, capped_residual=True, capped_value=True, kernels=EAGER):
-    """Preconditioned PR+ nonlinear CG with exact line search (WHidden, WLast cross-entropy).
+    """Preconditioned PR+ nonlinear CG with exact line search (WHidden; WLast with a loss whose
+    ``last_w_solver`` is ``"pncg"``: cross-entropy). A loss whose ``last_w_solver`` is
+    ``"newton"`` (the general path: Huber, any loss with ``grad`` and ``hvp``) goes to
+    ``solve_newton``.
 
     WHidden rows whose gradient is below ``tol / 2`` are frozen every ``compact_every``
     iterations: the loop goes on with the remaining rows only (rows are independent). Near the
@@ -451,12 +510,15 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=RESYNC, newton_ca
     (``arrays.cheap_reads``), its steps read nothing back to the host (the line search's Newton
     iterations run a fixed count, ``newton_1d``; ``info``'s counters stay 0-d arrays).
     """
+    hidden = isinstance(block, WHidden)
+    if not hidden and block.loss.last_w_solver == "newton":    # the loss's own choice
+        return solve_newton(xp, block, W, tol, max_iter, cache, capped_residual=capped_residual,
+                            capped_value=capped_value)
     pre, hit = gram_preconditioner(xp, block, cache, reuse=gram_reuse,
                                    rows=W.shape[0] * max_iter)
-    hidden = isinstance(block, WHidden)
     prob = (HiddenRows(xp, block, pre, newton_cap=newton_cap, flip_tol=flip_tol,
                        newton_start=newton_start, kernels=kernels) if hidden
-            else LastCE(xp, block, pre))
+            else LastLoss(xp, block, pre))
     factor = dict(cached_factor=bool(hit), stale_factor=hit == "stale", data_space=pre.data_space)
     tested = capped_residual or max_iter >= stall_window
     if hidden and span.applies(xp, block, W, pre, max_iter, newton_start, newton_cap):

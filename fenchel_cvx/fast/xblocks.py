@@ -14,12 +14,13 @@ So ``h`` is never linearised: it enters through its proximal map, which is eleme
 
     prox(R) = argmin_z  L/2 (z - R)^2 + lam_in (F(z) - u z)   <=>   z + tau phi^{-1}(z) = R + tau u,
 
-with ``tau = lam_in / L``. ReLU: ``z = max(0, r / (1 + tau))``; leaky ReLU: ``r / (1 + tau)`` or
-``r / (1 + tau / a)``; any other activation (sigmoid, tanh, ...): ``z = phi(s)`` with
-``phi(s) + tau s = r``, a strictly monotone scalar equation solved by bracketed Newton in ``s``,
-which keeps ``z`` strictly inside the open range.
+with ``tau = lam_in / L``: the activation's own closed form where it has one (``act.x_prox``;
+ReLU: ``z = max(0, r / (1 + tau))``; leaky ReLU: ``r / (1 + tau)`` or ``r / (1 + tau / a)``); for
+any other activation (sigmoid, tanh, ELU, ...) ``z = phi(s)`` with ``phi(s) + tau s = r``, a
+strictly monotone scalar equation solved by bracketed Newton in ``s``, which keeps ``z``
+strictly inside an open range (``act.open_range``).
 
-``L`` is ``sup phi_out' * lam_out * ||A||_2^2`` (``2 ||A||^2`` for MSE, ``max_j (1^T y_j) / 2
+``L`` is ``sup phi_out' * lam_out * ||A||_2^2`` (``act.dphi_max``) (``2 ||A||^2`` for MSE, ``max_j (1^T y_j) / 2
 ||A||^2`` for cross-entropy, the softmax Hessian being ``<= I / 2``), ``A = A(W, .)`` the layer's
 map (dense: ``W_p``). Where its eigenproblems have at most ``EXACT_EIG_MAX`` rows
 (``LinearMap.norm2_bound``: ``W_p``'s smaller side; a convolution's channels, per frequency of
@@ -40,19 +41,6 @@ from ..blocks import XHidden, XLast
 from . import fused
 from ._util import kkt, newton_1d, select, top_eig
 from .fused import EAGER
-
-# sup phi'(u): the Lipschitz constant of phi (hence the curvature bound of F*)
-DPHI_MAX = {"relu": 1.0, "leaky_relu": 1.0, "sigmoid": 0.25, "tanh": 1.0}
-
-
-def _prox_relu(xp, act, r, tau, state):
-    r /= 1 + tau        # r: the step's fresh argument (``fused.fista_step``), scaled in place
-    return clip(r, 0, None), state
-
-
-def _prox_leaky(xp, act, r, tau, state):
-    return xp.where(r > 0, r / (1 + tau), r / (1 + tau / act.slope)), state
-
 
 def _prox_newton(xp, act, r, tau, s):
     """Solve phi(s) + tau s = r elementwise (bracketed Newton) and return z = phi(s) inside the range."""
@@ -76,7 +64,9 @@ def _prox_newton(xp, act, r, tau, s):
     return _inside(xp, act, act.phi(s)), s
 
 
-PROX = {"relu": _prox_relu, "leaky_relu": _prox_leaky}
+def _prox(act):
+    """The X-blocks' proximal map of ``act``: its closed form, else the Newton solve."""
+    return act.x_prox if act.x_prox is not None else _prox_newton
 
 
 def _inside(xp, act, Z, tested=True):
@@ -89,7 +79,7 @@ def _inside(xp, act, Z, tested=True):
     Z's value is +inf, so the descent guard never returns it."""
     lo, hi = act.v_range
     lo, hi = (None if math.isinf(lo) else lo), (None if math.isinf(hi) else hi)
-    if act.name not in PROX:  # open ranges: strictly inside; closed ones (ReLU's): the range
+    if act.open_range:  # open ranges: strictly inside; closed ones (ReLU's): the range
         fi = xp.finfo(Z.dtype)
         lo = None if lo is None else lo + max(abs(lo) * fi.eps, fi.smallest_normal)
         hi = None if hi is None else hi - max(abs(hi) * fi.eps, fi.smallest_normal)
@@ -156,7 +146,7 @@ def _curvature(block, xp):
 @_curvature.register
 def _(block: XHidden, xp):
     """lam_out sup phi_out' (1 where phi_out has no known bound)."""
-    curv = DPHI_MAX.get(block.act_out.name)
+    curv = block.act_out.dphi_max
     return block.lam_out * (curv if curv is not None else 1.0), curv is not None
 
 
@@ -223,7 +213,7 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
     device as 0-d arrays and ``where`` (``info``'s ``lipschitz``, ``restarts`` and
     ``reverted`` are then 0-d arrays)."""
     act, lam_in, U_prev = block.act_in, block.lam_in, block.U_prev
-    prox, step = PROX.get(act.name, _prox_newton), _stepper(kernels, act)
+    prox, step = _prox(act), _stepper(kernels, act)
     sm = _Smooth(xp, block, kernels)
     L = _lipschitz(xp, sm.L, lam_in, Z.dtype)
     eps = xp.finfo(Z.dtype).eps
@@ -290,7 +280,7 @@ def _stepper(kernels, act):
     ``kernels`` compiles and the prox has a closed form (compiled, it forms D.dz at every step,
     so that one kernel per shape serves them all); the Newton prox iterates with tests of its
     own, eagerly."""
-    return (kernels if act.name in PROX else EAGER)(fused.fista_step)
+    return (kernels if act.x_prox is not None else EAGER)(fused.fista_step)
 
 
 def _lipschitz(xp, L, lam_in, dtype):
@@ -361,11 +351,11 @@ def _sufficient(xp, sm, fy_d, Uzn, Gy, D, L, eps):
 
 def _descends(sm, act, it, stalled):
     """Whether the returned point provably lies no higher than the start: one step from it with
-    a certified L and an exact prox (closed form: ReLU, leaky ReLU) is a proximal-gradient step,
+    a certified L and an exact prox (``act.x_prox``: ReLU, leaky ReLU) is a proximal-gradient step,
     which descends (Beck & Teboulle 2009, Lemma 2.3: F(z1) <= F(z0) - L/2 |z1 - z0|^2).
     Sigmoid's and tanh's prox is an iterative solve, whose float32 rounding can raise the value
     by more than the evaluation's: their descent guard stays."""
-    return sm.certified and act.name in PROX and it == 1 and not stalled
+    return sm.certified and act.x_prox is not None and it == 1 and not stalled
 
 
 def _extrapolate(beta, zn, z, Uzn, Uz):

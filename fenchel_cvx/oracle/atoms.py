@@ -1,14 +1,18 @@
 """The CVXPY forms of the activations' Theorem-1 pairs and of the losses, for the oracle.
 
 Theorem 1 of the paper writes a layer's constraint ``v = phi(u)`` as ``B_phi(v, u) <= 0`` with
-the biconvex divergence ``B_phi(v, u) = F(v) + F*(u) - u v`` (eq. (3)); the lifted objective
-(eq. (5)) adds ``lam_l B_l`` and the output loss ``L(Y, W_L X~_L)``. This module gives each as a
+the biconvex divergence ``B_phi(v, u) = F(v) + F*(u) - u v`` (eq. (4)); the lifted objective
+(eq. (7)) adds ``lam_l B_l`` and the output loss ``L(Y, W_L X~_L)``. This module gives each as a
 DCP expression, so that the array-level math of ``activations.py`` and ``losses.py`` needs no
 CVXPY (importing ``fenchel_cvx`` or ``fenchel_cvx.fast`` does not load it).
 
-The forms dispatch on the type of the activation or loss (``functools.singledispatch``): a new
-activation registers ``F_cvx`` and ``Fstar_cvx`` for its class, a new loss ``loss_cvx``. A type
-with no registered form (``monotone(phi)``, defined by quadrature) raises ``NotImplementedError``.
+The forms dispatch on the type of the activation or loss (``functools.singledispatch``): the
+built-in classes are registered here. A class registered nowhere here gives its own forms as
+methods that import CVXPY themselves, so that its file is the only one it needs
+(``fenchel_cvx.extensions``): an activation ``F_cvxpy(v)`` (elementwise) and ``Fstar_cvxpy(u)``
+(``(sum F*(u), constraints)``: an epigraph where no atom writes F*), a loss
+``value_cvxpy(Y, Yhat)``. A type with neither (``monotone(phi)``, defined by quadrature) raises
+``NotImplementedError``; ``require_forms`` refuses it before any solve.
 """
 import math
 from functools import singledispatch
@@ -17,22 +21,52 @@ import cvxpy as cp
 import numpy as np
 
 from ..activations import Activation, LeakyReLU, ReLU, Sigmoid, Tanh
+from ..facts import require
 from ..losses import CrossEntropy, Loss, MSE
 
-__all__ = ["F_cvx", "Fstar_cvx", "divergence_cvx", "loss_cvx"]
+__all__ = ["F_cvx", "Fstar_cvx", "Fstar_sum_cvx", "divergence_cvx", "loss_cvx", "require_forms",
+           "ACTIVATION_FORMS", "LOSS_FORMS"]
+
+
+def _no_form(obj, fact):
+    return NotImplementedError(f"{obj!r} has no closed form for CVXPY ({type(obj).__name__} "
+                               f"lacks the fact {fact!r}); it is NumPy only")
+
+
+def require_forms(obj, forms):
+    """``obj``, or a ``ValueError`` naming its class and the fact where it has neither a form
+    registered here nor its own: ``forms`` pairs a generic form with the fact that stands in
+    for it (``ACTIVATION_FORMS``, ``LOSS_FORMS``)."""
+    for generic, fact in forms:
+        if generic.dispatch(type(obj)) is generic.dispatch(object):
+            require(obj, (fact,), "the CVXPY oracle")
+    return obj
 
 
 # --- F (the integral of phi^{-1}) and F* (the integral of phi), elementwise ------------------
 @singledispatch
 def F_cvx(act, v):
-    """Elementwise ``F(v)`` of ``act`` as a CVXPY expression (convex in ``v``)."""
-    raise NotImplementedError(f"{act!r} has no closed form for CVXPY; it is NumPy only")
+    """Elementwise ``F(v)`` of ``act`` as a CVXPY expression (convex in ``v``); the class's own
+    ``F_cvxpy`` where none is registered here."""
+    if getattr(act, "F_cvxpy", None) is not None:
+        return act.F_cvxpy(v)
+    raise _no_form(act, "F_cvxpy")
 
 
 @singledispatch
 def Fstar_cvx(act, u):
     """Elementwise ``F*(u)`` of ``act`` as a CVXPY expression (convex in ``u``)."""
-    raise NotImplementedError(f"{act!r} has no closed form for CVXPY; it is NumPy only")
+    raise _no_form(act, "Fstar_cvxpy")
+
+
+@singledispatch
+def Fstar_sum_cvx(act, u):
+    """``(sum F*(u), constraints)``: the elementwise form summed, or the class's own
+    ``Fstar_cvxpy`` (an epigraph with its constraints) where no elementwise one is registered."""
+    if Fstar_cvx.dispatch(type(act)) is Fstar_cvx.dispatch(object) \
+            and getattr(act, "Fstar_cvxpy", None) is not None:
+        return act.Fstar_cvxpy(u)
+    return cp.sum(Fstar_cvx(act, u)), []
 
 
 @F_cvx.register
@@ -76,6 +110,10 @@ def _(act: Tanh, u):
     return cp.logistic(2 * u) - u - math.log(2.0)
 
 
+#: the oracle's forms of an activation, each with the class's own method that stands in for it
+ACTIVATION_FORMS = ((F_cvx, "F_cvxpy"), (Fstar_cvx, "Fstar_cvxpy"))
+
+
 # --- the divergence B_phi(v, u) of Theorem 1 ------------------------------------------------
 def _is_expr(x):
     return isinstance(x, cp.Expression) and not isinstance(x, cp.Parameter) and bool(x.variables())
@@ -86,9 +124,8 @@ def _constant_part(act, x, name, f_np, f_cvx, check_range=False):
     if isinstance(x, cp.Expression):  # a parameter (expression): F or F* stays symbolic
         return cp.sum(f_cvx(act, x))
     x = np.asarray(x, dtype=float)
-    if check_range and not np.all(act.in_range(x)):
-        bad = x[~act.in_range(x)].ravel()[0]
-        raise ValueError(f"{name} must lie in the range {act.v_range} of {act.name}, got {bad}")
+    if check_range:
+        act.check_range(name, x)
     return float(np.sum(f_np(x)))
 
 
@@ -117,7 +154,8 @@ def divergence_cvx(act: Activation, v, u, linear=None):
     else:
         Fv = _constant_part(act, v, "v", act.F, F_cvx, check_range=True)
     if u_var:
-        Fs = cp.sum(Fstar_cvx(act, u))
+        Fs, more = Fstar_sum_cvx(act, u)
+        cons += more
     else:
         Fs = _constant_part(act, u, "u", act.Fstar, Fstar_cvx)
     if linear is None:
@@ -128,8 +166,12 @@ def divergence_cvx(act: Activation, v, u, linear=None):
 # --- the output losses L(Y, Yhat), Yhat affine in the variable ------------------------------
 @singledispatch
 def loss_cvx(loss: Loss, Y, Yhat):
-    """``L(Y, Yhat)`` summed over the columns, as a CVXPY expression (convex in ``Yhat``)."""
-    raise NotImplementedError(f"{loss!r} has no CVXPY form")
+    """``L(Y, Yhat)`` summed over the columns, as a CVXPY expression (convex in ``Yhat``); the
+    class's own ``value_cvxpy`` where none is registered here."""
+    if getattr(loss, "value_cvxpy", None) is not None:
+        return loss.value_cvxpy(Y, Yhat)
+    raise NotImplementedError(f"{loss!r} has no CVXPY form ({type(loss).__name__} lacks the "
+                              "fact 'value_cvxpy')")
 
 
 @loss_cvx.register
@@ -141,3 +183,7 @@ def _(loss: MSE, Y, Yhat):
 def _(loss: CrossEntropy, Y, Yhat):
     colsum = cp.sum(Y, axis=0) if isinstance(Y, cp.Expression) else Y.sum(axis=0)
     return cp.sum(cp.multiply(colsum, cp.log_sum_exp(Yhat, axis=0))) - cp.sum(cp.multiply(Y, Yhat))
+
+
+#: the oracle's form of a loss, with the class's own method that stands in for it
+LOSS_FORMS = ((loss_cvx, "value_cvxpy"),)

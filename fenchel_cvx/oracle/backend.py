@@ -1,7 +1,7 @@
 """OracleBackend: every block of the lifted objective solved to certified optimality by CVXPY.
 
 ``OracleBackend().solve(block)`` takes one of the four blocks of ``blocks.py`` (docs/mathematics.md,
-"The four blocks"; the paper's Sec. 3), splits it into independent pieces (``templates.plan``: X-blocks
+"The four blocks"; the paper's Sec. 4.5), splits it into independent pieces (``templates.plan``: X-blocks
 by column, hidden and MSE-last W-blocks by row), solves every piece on a cached DPP template
 (re-solves only set parameter values), and returns a ``BlockResult`` whose ``value`` and
 ``residual`` are ``block.value`` and ``block.kkt_residual`` at the assembled argmin, computed in
@@ -39,6 +39,8 @@ import numpy as np
 
 from ..blocks import BlockResult, WBlock, WHidden, WLast, XBlock, XHidden, XLast
 from ..errors import SolverError, SolverInaccurate, SolverInfeasible
+from ..validation import TOL, check
+from . import atoms as _atoms
 from . import exact as _exact
 from . import nnls as _nnls
 from . import polish as _polish
@@ -98,17 +100,6 @@ _FAILED = {cp.INFEASIBLE, cp.UNBOUNDED, cp.INFEASIBLE_INACCURATE, cp.UNBOUNDED_I
 _BLOCKS = (XHidden, XLast, WHidden, WLast)
 
 
-def _check_in_range(act, V, name):
-    V = np.asarray(V)
-    if not np.all(np.isfinite(V)):
-        raise ValueError(f"{name} must be finite, got NaN or inf entries")
-    ok = act.in_range(V)
-    if not np.all(ok):
-        bad = V[~ok].ravel()[0]
-        raise ValueError(f"{name} must lie in the range {act.v_range} of {act.name}, "
-                         f"got {float(bad)!r}")
-
-
 def _check_finite(name, A):
     if A is not None and not np.all(np.isfinite(np.asarray(A))):
         raise ValueError(f"{name} must be finite, got NaN or inf entries")
@@ -119,9 +110,7 @@ def check_block(block):
     if not isinstance(block, _BLOCKS):
         raise ValueError(f"block must be one of XHidden, XLast, WHidden, WLast, got {block!r}")
     for act in block.activations:
-        if act.name == "monotone":
-            raise ValueError("the CVXPY oracle needs a closed-form activation, got monotone(phi) "
-                             "(it is NumPy only)")
+        _atoms.require_forms(act, _atoms.ACTIVATION_FORMS)
     _check_data(block)
 
 
@@ -153,14 +142,13 @@ def _(block: WHidden):
 @_check_data.register
 def _(block: WLast):
     _check_w(block)
-    _check_labels(block)
-    if block.loss.name == "cross_entropy" and not block.Y.any():
-        raise ValueError("Y must hold some label mass for the cross_entropy W-block, got all zeros")
+    _check_labels(block, w_block=True)
 
 
 def _check_hidden(act, V, name, **lams):
     """The output ``V`` of a hidden layer in the range of its activation; its weights > 0."""
-    _check_in_range(act, V, name)
+    _check_finite(name, V)
+    act.check_range(name, np.asarray(V))
     if any(lam <= 0 for lam in lams.values()):
         raise ValueError(f"{' and '.join(lams)} must be > 0, got "
                          f"{', '.join(str(lam) for lam in lams.values())}")
@@ -178,11 +166,10 @@ def _check_w(block):
         raise ValueError(f"rho and gamma must be >= 0, got {block.rho}, {block.gamma}")
 
 
-def _check_labels(block):
+def _check_labels(block, w_block=False):
     _check_finite("Y", block.Y)
-    if block.loss.name == "cross_entropy" and np.any(block.Y < 0):
-        raise ValueError(f"Y must be >= 0 for cross_entropy (label weights), got "
-                         f"{block.Y[block.Y < 0].ravel()[0]!r}")
+    _atoms.require_forms(block.loss, _atoms.LOSS_FORMS)
+    block.loss.check_labels("Y", np.asarray(block.Y), w_block)
 
 
 def _block_opts(solver, block):
@@ -330,8 +317,7 @@ class OracleBackend:
         if name not in installed:
             raise ValueError(f"solver must be one of the installed solvers {installed}, "
                              f"got {solver!r}")
-        if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
-            raise ValueError(f"tol must be >= 0, got {tol!r}")
+        tol = check("tol", tol, TOL)     # the one tolerance rule (validation.TOL)
         if n_jobs == -1:
             n_jobs = os.cpu_count() or 1
         if not (isinstance(n_jobs, int) and n_jobs >= 1):
@@ -556,7 +542,7 @@ def _into_domain(block, Z):
 @_into_domain.register
 def _(block: XBlock, Z):
     lo, hi = block.act_in.v_range
-    if _polish.open_range(block.act_in):
+    if block.act_in.open_range:
         lo, hi = lo + 1e-12, hi - 1e-12
     C = np.clip(Z, None if math.isinf(lo) else lo, None if math.isinf(hi) else hi)
     return C, float(np.max(np.abs(C - Z))) if Z.size else 0.0

@@ -1,6 +1,6 @@
 """The cross-entropy + ReLU last X-block by projected Newton, column by column (exact method).
 
-With a ReLU in front of the softmax output layer, the block of X_L (the paper's Sec. 3, the
+With a ReLU in front of the softmax output layer, the block of X_L (the paper's Sec. 4.5.1, eq. (16), the
 X_L sub-problem for a cross-entropy loss; docs/oracle.md, "Exact methods") is, per data
 point j, with ``s_j = 1^T y_j`` and ``W_L = [W_x, b]``,
 

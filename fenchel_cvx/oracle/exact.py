@@ -1,7 +1,7 @@
 """Exact block methods that beat the CVXPY templates, each certified by the block's KKT residual.
 
 The CVXPY templates (``templates.py``) define the blocks and stay the reference; for the W-blocks
-of the paper's Sec. 3 ("Updating W-variables": the non-batched sub-problems and the batched
+of the paper's Sec. 4.5.2 ("Updating W-variables": the non-batched sub-problems and the batched
 ones with ``gamma ||W - W0||^2``) with ``c = rho + gamma > 0`` (strongly convex: one minimiser)
 the structure below gives the minimiser by dense linear algebra instead:
 

@@ -37,7 +37,9 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 from scipy.optimize import nnls as _nnls
 
+from ..activations import ReLU
 from ..blocks import XLast
+from ..losses import MSE
 
 # Kim & Park's number of full exchanges allowed without fewer violations before Murty's rule
 BACKUP_EXCHANGES = 3
@@ -55,7 +57,12 @@ def applies(block):
 
 @applies.register
 def _(block: XLast):
-    return block.loss.name == "mse" and block.act_in.name == "relu"
+    return (type(block.loss), type(block.act_in)) in PAIRS
+
+
+#: the (loss, activation) types whose X_L block is this nonnegative least squares, registered
+#: by type as the exact methods are (``exact.METHODS``)
+PAIRS = {(MSE, ReLU)}
 
 
 class SharedGram:

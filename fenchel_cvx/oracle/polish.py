@@ -11,7 +11,8 @@ W-block) only where that lowers the piece's objective (or keeps it within round-
 lowering its residual), and the backend reports both residuals (``info["solver_residual"]``,
 ``info["polish_steps"]``).
 
-Hessian-vector products (``F''(v) = 1/phi'(phi^{-1}(v))``, ``F*''(u) = phi'(u)``):
+Hessian-vector products (the activation's ``d2F(v) = 1/phi'(phi^{-1}(v))`` and
+``d2Fstar(u) = phi'(u)``, the loss's ``hvp`` and ``hess_diag``):
 
     x_hidden  lam_in F_in''(Z) o D + lam_out W_x^T (phi_out'(U) o W_x D)
     x_last    lam_in F_in''(Z) o D + W_x^T H_loss[W_x D]      (mse: 2 I; ce: s (diag pi - pi pi^T))
@@ -30,37 +31,7 @@ import math
 import numpy as np
 
 from ..blocks import WHidden, WLast, XBlock, XHidden, XLast, natural_residual
-from ..losses import softmax
 from ..network import augment
-
-
-def _F2(act, V):
-    """F''(v) = 1 / phi'(phi^{-1}(v)), with 1 where phi' vanishes (ReLU at v = 0: F = v^2/2)."""
-    d = act.dphi(act.phi_inv(V))
-    with np.errstate(divide="ignore"):
-        return np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 1.0)
-
-
-def _loss_hvp(loss, Yhat, Y, A):
-    """The loss Hessian at Yhat applied to A (columns are data points)."""
-    if loss.name == "mse":
-        return 2.0 * A
-    P = softmax(Yhat)
-    PA = P * A
-    return Y.sum(axis=0, keepdims=True) * (PA - P * PA.sum(axis=0, keepdims=True))
-
-
-def _loss_diag(loss, Yhat, Y):
-    """The diagonal of the loss Hessian at Yhat, per entry."""
-    if loss.name == "mse":
-        return np.full(Yhat.shape, 2.0)
-    P = softmax(Yhat)
-    return Y.sum(axis=0, keepdims=True) * P * (1.0 - P)
-
-
-def open_range(act):
-    """True where F' is infinite at the ends of phi's range (sigmoid, tanh): points stay inside."""
-    return act.name in ("sigmoid", "tanh")
 
 
 def _sum_axis(block):
@@ -79,36 +50,37 @@ def _operator(block, Z):
 def _x_curvature(block, Z):
     """An X-block's ``W_x``, the diagonal ``lam_in F_in''(Z)`` and ``U = W [Z; 1]``."""
     W = block.dense_W()
-    return W[:, :Z.shape[0]], block.lam_in * _F2(block.act_in, Z), W @ augment(Z)
+    return W[:, :Z.shape[0]], block.lam_in * block.act_in.d2F(Z), W @ augment(Z)
 
 
 @_operator.register
 def _(block: XHidden, Z):
     Wx, d_in, U = _x_curvature(block, Z)
-    d_out = block.lam_out * block.act_out.dphi(U)
+    d_out = block.lam_out * block.act_out.d2Fstar(U)
     return (lambda D: d_in * D + Wx.T @ (d_out * (Wx @ D))), d_in + (Wx * Wx).T @ d_out
 
 
 @_operator.register
 def _(block: XLast, Z):
     Wx, d_in, U = _x_curvature(block, Z)
-    diag = d_in + (Wx * Wx).T @ _loss_diag(block.loss, U, block.Y)
-    return (lambda D: d_in * D + Wx.T @ _loss_hvp(block.loss, U, block.Y, Wx @ D)), diag
+    loss, Y = block.loss, block.Y
+    diag = d_in + (Wx * Wx).T @ loss.hess_diag(Y, U)
+    return (lambda D: d_in * D + Wx.T @ loss.hvp(Y, U, Wx @ D)), diag
 
 
 @_operator.register
 def _(block: WHidden, Z):
     Xt, c2 = block.Xt, 2.0 * (block.rho + block.gamma)
-    d = block.lam * block.act.dphi(Z @ Xt)
+    d = block.lam * block.act.d2Fstar(Z @ Xt)
     return (lambda D: (d * (D @ Xt)) @ Xt.T + c2 * D), d @ (Xt * Xt).T + c2
 
 
 @_operator.register
 def _(block: WLast, Z):
     Xt, c2 = block.Xt, 2.0 * (block.rho + block.gamma)
-    S = Z @ Xt
-    diag = _loss_diag(block.loss, S, block.Y) @ (Xt * Xt).T + c2
-    return (lambda D: _loss_hvp(block.loss, S, block.Y, D @ Xt) @ Xt.T + c2 * D), diag
+    S, loss, Y = Z @ Xt, block.loss, block.Y
+    diag = loss.hess_diag(Y, S) @ (Xt * Xt).T + c2
+    return (lambda D: loss.hvp(Y, S, D @ Xt) @ Xt.T + c2 * D), diag
 
 
 def _dot(A, B, axis):
@@ -171,11 +143,7 @@ def _(block: XHidden, Z, axis):
 def _(block: XLast, Z, axis):
     s = _summer(axis)
     U = block.forward(Z)
-    v = _x_in_term(block, Z, s)
-    if block.loss.name == "mse":
-        return v + s((U - block.Y) ** 2)
-    lse = np.logaddexp.reduce(U, axis=0, keepdims=True)
-    return v + block.Y.sum(axis=0, keepdims=True) * lse - s(block.Y * U)
+    return _x_in_term(block, Z, s) + block.loss.piece_values(block.Y, U, axis)
 
 
 @piece_values.register
@@ -188,9 +156,7 @@ def _(block: WHidden, Z, axis):
 def _(block: WLast, Z, axis):
     s = _summer(axis)
     reg, S = _w_reg_term(block, Z, s), Z @ block.Xt
-    if block.loss.name == "mse":
-        return reg + s((S - block.Y) ** 2)
-    return reg + float(block.loss.value(block.Y, S))
+    return reg + block.loss.piece_values(block.Y, S, axis)
 
 
 def _piece_residual(block, Z, axis):
@@ -207,7 +173,7 @@ def _bounds(block):
 
 @_bounds.register
 def _(block: XBlock):
-    return block.act_in.v_range, open_range(block.act_in)
+    return block.act_in.v_range, block.act_in.open_range
 
 
 def _newton_step(block, Z, cg_rtol, cg_maxiter):
@@ -229,8 +195,10 @@ def _newton_step(block, Z, cg_rtol, cg_maxiter):
     for _ in range(30):
         trial = Z + t * D
         if open_domain:    # stay strictly inside: halve the distance to a bound instead of crossing
-            trial = np.where(trial <= lo, lo + 0.5 * (Z - lo), trial)
-            trial = np.where(trial >= hi, hi - 0.5 * (hi - Z), trial)
+            if math.isfinite(lo):
+                trial = np.where(trial <= lo, lo + 0.5 * (Z - lo), trial)
+            if math.isfinite(hi):
+                trial = np.where(trial >= hi, hi - 0.5 * (hi - Z), trial)
         else:
             trial = block.project(trial)
         f1 = piece_values(block, trial, axis)

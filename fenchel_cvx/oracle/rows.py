@@ -1,6 +1,6 @@
 """The rows of a (leaky) ReLU hidden W-block, solved exactly: dual pivoting or primal Newton.
 
-Row ``i`` of the hidden W-block (the paper's Sec. 3, "Updating W-variables"; docs/oracle.md,
+Row ``i`` of the hidden W-block (the paper's Sec. 4.5.2, "Updating W-variables", eqs. (17) and (19); docs/oracle.md,
 "Exact methods") solves, with ``c = rho + gamma > 0`` and ``q = lam X~ v_i + 2 gamma w0_i``
 (the templates' ``Q``),
 

@@ -1,6 +1,6 @@
 """Which W-blocks have a minimiser, checked before any solve; proximal-point solves of the others.
 
-A W-block (the paper's Sec. 3, Algorithm 1-2 W-steps) with ``rho + gamma > 0`` is strongly convex:
+A W-block (the paper's Sec. 4.5.2, eqs. (17)-(20), the W-steps of Algorithms 1-2) with ``rho + gamma > 0`` is strongly convex:
 one minimiser. With ``rho + gamma = 0`` it is not:
 
 * hidden W-blocks (every activation) and the MSE last W-block are bounded below and either
@@ -35,6 +35,7 @@ from scipy.sparse import coo_matrix
 
 from ..blocks import WBlock, WLast
 from ..errors import SolverError
+from ..losses import CrossEntropy
 
 # proximal point: the first weight c of ||W - W_k||^2 relative to the block's curvature scale,
 # the factor it shrinks by at every step (so that directions of small curvature h converge too:
@@ -114,14 +115,27 @@ def check_minimiser(block):
 
 @check_minimiser.register
 def _(block: WLast):
-    if block.loss.name != "cross_entropy" or block.rho + block.gamma > 0:
+    if block.rho + block.gamma > 0:
         return
-    score = ce_separating_direction(block.Xt, block.Y)[0]
+    score = recession_score(block.loss, block.Xt, block.Y)
     if score > 1e-9 * (1.0 + float(block.Y.sum())):   # score <= 2 K sum_j s_j (unit columns)
         raise NoMinimiser(block.kind, block.layer, "no_minimiser",
                           "cross-entropy on linearly separable X_L: the loss decreases forever "
                           "along a separating direction and the W-block has no minimiser; "
                           "set rho > 0 or gamma > 0 for this layer")
+
+
+@functools.singledispatch
+def recession_score(loss, Xt, Y):
+    """A score > 0 iff the last W-block of ``loss`` without ``rho``, ``gamma`` has no minimiser
+    (registered by the loss's type; 0 for a loss whose block always has one: MSE, Huber, bounded
+    below and coercive in ``W X~``)."""
+    return 0.0
+
+
+@recession_score.register
+def _(loss: CrossEntropy, Xt, Y):
+    return ce_separating_direction(Xt, Y)[0]
 
 
 def curvature_scale(block):

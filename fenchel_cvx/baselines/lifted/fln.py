@@ -1,7 +1,7 @@
 """Fenchel lifted networks, non-batched (the paper's Algorithm 1), as a ``fit_lifted`` method.
 
 ``fenchel_cvx.fit_bcd(net, X, Y, batch_size=None, iterations=n, backend=FastBackend(...))`` on
-the lifted objective (eq. (5) of the paper)
+the lifted objective (eq. (7) of the paper)
 
     F(W, X) = L(Y, W_L X~_L) + sum_l rho_l ||W_l||^2 + lam sum_{l<L} B_l(X_{l+1}, W_l X~_l)
 

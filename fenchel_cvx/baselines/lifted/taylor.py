@@ -8,7 +8,7 @@ Lagrange multiplier ``lam_mult`` on that output constraint only. The augmented L
     1/2 ||z_{L+1} - Y||^2 + <lam_mult, z_{L+1} - W_L a_L> + beta/2 ||z_{L+1} - W_L a_L||^2
       + sum_{l=1..L} gamma/2 ||a_l - h(z_l)||^2 + beta/2 ||z_l - W_{l-1} a_{l-1}||^2
 
-One iteration, layer by layer from the input, every step in closed form (the paper's Sec. 4):
+One iteration, layer by layer from the input, every step in closed form (Taylor et al.'s Sec. 4):
 
     W_{l-1} <- z_l a_{l-1}^+                                   (least squares, ``ridge``)
     a_l     <- (beta W_l^T W_l + gamma I)^{-1} (beta W_l^T z_{l+1} + gamma h(z_l))

@@ -1,0 +1,241 @@
+"""The generated tables and plots of docs/results.md, from the benchmarks' JSON output.
+
+The MNIST benchmarks (``mnist_mlp.py``, ``mnist_lenet5.py``, ``mnist_lifted.py``) write
+``results.json`` to their ``--out`` folder. The runs quoted on the results page are copied, as
+they were written, to ``docs/results/NAME.json``; this script reads them and rewrites every block
+of docs/results.md between ``<!-- generated: TABLE -->`` and ``<!-- end generated -->``, and
+draws ``docs/results/TABLE.png``. ``tests/test_results_tables.py`` checks that the committed
+tables are this script's output.
+
+    python benchmarks/results_tables.py            # rewrite the tables (and --plots: the PNGs)
+    python benchmarks/results_tables.py --check    # exit 1 if a committed table differs
+
+The paper's figures are the final test accuracies in the captions of its Figures 1-3.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "docs" / "results"
+PAGE = ROOT / "docs" / "results.md"
+#: final test accuracies in the captions of the paper's figures
+PAPER = {"mlp": {"fln": 0.976, "adam": 0.976, "sgd": 0.943},
+         "lenet5": {"fln": 0.990, "adam": 0.989, "sgd": 0.986},
+         "lifted": {"taylor": 0.834, "lau": 0.914, "askari": 0.863, "sgd": 0.957, "fln": 0.961}}
+NAMES = {"fln": "FLN", "adam": "Adam", "sgd": "SGD", "lau": "Lau et al. (proximal BCD)",
+         "taylor": "Taylor et al. (ADMM)", "askari": "Askari et al. (lifted networks)"}
+BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end generated -->)", re.S)
+
+
+def load(name):
+    """One run's results.json, as the benchmark wrote it."""
+    path = DATA / f"{name}.json"
+    with open(path, encoding="utf-8") as f:
+        run = json.load(f)
+    if not isinstance(run, dict) or "methods" not in run or "settings" not in run:
+        raise ValueError(f"{path} is not a benchmark's results.json (no 'methods' or 'settings')")
+    return run
+
+
+def acc(x):
+    return "n/a" if x is None else f"{x:.4f}"
+
+
+def paper_cell(x):
+    return "" if x is None else f"{x:.3f}"
+
+
+def secs(x):
+    return "not reached" if x is None else f"{x:.1f}"
+
+
+def row(cells):
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def table(head, rows):
+    return "\n".join([row(head), row(["---"] * len(head))] + [row(r) for r in rows]) + "\n"
+
+
+def seeds_cell(m):
+    n = len(m["final_test_accuracy_per_seed"])
+    mean = acc(m["final_test_accuracy"])
+    return mean if n == 1 else f"{mean} ± {m['final_test_accuracy_spread']:.4f} ({n} seeds)"
+
+
+def time_to(m, levels):
+    return " / ".join(secs(m["seconds_to"].get(level)) for level in levels)
+
+
+def figure_table(run, paper, levels):
+    """Paper against ours: final accuracy (mean ± spread over seeds), epoch time, time to levels."""
+    rows = []
+    for key, m in run["methods"].items():
+        per_seed = ", ".join(acc(a) for a in m["final_test_accuracy_per_seed"])
+        rows.append([NAMES[key], paper_cell(paper.get(key)), seeds_cell(m), per_seed,
+                     f"{m['seconds_per_epoch']:.2f}", time_to(m, levels)])
+    pct = " / ".join(f"{100 * float(level):g}" for level in levels)
+    return table(["method", "paper", "ours: mean ± spread (max − min)", "per seed", "s / epoch",
+                  f"s to {pct} % test accuracy"], rows)
+
+
+def curve_table(run):
+    """Test accuracy after each epoch, the mean over seeds."""
+    epochs = len(next(iter(run["methods"].values()))["test_accuracy"])
+    rows = [[NAMES[k]] + [acc(a) for a in m["test_accuracy"]] for k, m in run["methods"].items()]
+    return table(["epoch"] + [str(e + 1) for e in range(epochs)], rows)
+
+
+def table_mlp():
+    return figure_table(load("mlp_seeds3"), PAPER["mlp"], ("0.95", "0.97"))
+
+
+def table_mlp_epochs():
+    return curve_table(load("mlp_seeds3"))
+
+
+def table_lenet5_short():
+    rows = []
+    for name in ("lenet_eager_t1", "adam_lenet_t1"):
+        run = load(name)
+        for key, m in run["methods"].items():
+            rows.append([NAMES[key], run["settings"]["epochs"], " / ".join(acc(a) for a in m["test_accuracy"][:3]),
+                         " / ".join(acc(m["accuracy_at_batches"].get(b)) for b in ("1", "5", "20", "100")),
+                         f"{m['seconds_per_epoch']:.2f}", time_to(m, ("0.95", "0.97", "0.98", "0.985"))])
+    return table(["method", "epochs run", "test acc. after epochs 1 / 2 / 3",
+                  "after batches 1 / 5 / 20 / 100", "s / epoch", "s to 95 / 97 / 98 / 98.5 %"], rows)
+
+
+COMPILED_RUNS = [("mlp", 1, "mlp_eager_t1"), ("mlp", 1, "mlp_comp_t1"), ("mlp", 2, "mlp_eager_t2"),
+                 ("mlp", 2, "mlp_comp_t2"), ("mlp", 2, "mlp_comp_t2_rerun"),
+                 ("lenet5", 1, "lenet_eager_t1"), ("lenet5", 1, "lenet_comp_t1"),
+                 ("lenet5", 2, "lenet_eager_t2"), ("lenet5", 2, "lenet_eager_t2_rerun"),
+                 ("lenet5", 2, "lenet_comp_t2"), ("lenet5", 2, "lenet_comp_t2_rerun")]
+ADAM_RUNS = {("mlp", 1): "adam_mlp_t1", ("mlp", 2): "adam_mlp_t2",
+             ("lenet5", 1): "adam_lenet_t1", ("lenet5", 2): "adam_lenet_t2"}
+
+
+def table_compiled():
+    """FLN's eager and compiled paths, 3 epochs each, beside Adam's run on as many threads."""
+    rows = []
+    for net, threads, name in COMPILED_RUNS:
+        run = load(name)
+        assert run["settings"]["threads"] == threads, name
+        fln = run["methods"]["fln"]
+        adam = load(ADAM_RUNS[net, threads])["methods"]["adam"]
+        path = "compiled" if run["settings"].get("compile") else "eager"
+        compile_s = fln.get("compile_seconds")
+        rows.append(["MLP 784-300-10" if net == "mlp" else "LeNet-5", threads, path,
+                     acc(fln["final_test_accuracy"]), f"{fln['seconds_per_epoch']:.2f}",
+                     f"{fln['seconds_per_epoch'] / adam['seconds_per_epoch']:.2f}",
+                     time_to(fln, ("0.95", "0.97", "0.98", "0.985")),
+                     "" if compile_s is None else f"{compile_s:.1f}", f"`{name}`"])
+    return table(["network", "threads", "FLN path", "test acc. after 3 epochs", "s / epoch",
+                  "÷ Adam's s / epoch (reference run)", "s to 95 / 97 / 98 / 98.5 %", "compile s",
+                  "run (docs/results/)"], rows)
+
+
+def table_adam_reference():
+    rows = []
+    for (net, threads), name in ADAM_RUNS.items():
+        run = load(name)
+        m = run["methods"]["adam"]
+        rows.append(["MLP 784-300-10" if net == "mlp" else "LeNet-5", threads, run["settings"]["epochs"],
+                     acc(m["final_test_accuracy"]), f"{m['seconds_per_epoch']:.2f}",
+                     time_to(m, ("0.95", "0.97", "0.98", "0.985"))])
+    return table(["network", "threads", "epochs", "Adam's test acc.", "s / epoch",
+                  "s to 95 / 97 / 98 / 98.5 %"], rows)
+
+
+def table_lifted_short():
+    run = load("lifted_short")
+    rows = [[NAMES[k], paper_cell(PAPER["lifted"].get(k)), m["iterations"], acc(m["final_test_accuracy"]),
+             f"{m['seconds_per_iteration']:.2f}", f"{m['train_seconds']:.1f}"]
+            for k, m in run["methods"].items()]
+    return table(["method", "paper (final)", "iterations run", "test acc.", "s / iteration",
+                  "train s"], rows)
+
+
+TABLES = {"mlp": table_mlp, "mlp_epochs": table_mlp_epochs, "lenet5_short": table_lenet5_short,
+          "compiled": table_compiled, "adam_reference": table_adam_reference,
+          "lifted_short": table_lifted_short}
+#: the plot of each experiment: the runs it draws, and the lowest accuracy it shows
+PLOTS = {"mlp": (["mlp_seeds3"], 0.8), "lenet5_short": (["lenet_eager_t1", "adam_lenet_t1"], 0.8),
+         "lifted_short": (["lifted_short"], 0.5)}
+
+
+def render(text):
+    """The page with every generated block replaced by its table; unknown names are an error."""
+    def fill(match):
+        name = match.group(2)
+        if name not in TABLES:
+            raise KeyError(f"docs/results.md names a generated table {name!r}; known: {sorted(TABLES)}")
+        return match.group(1) + TABLES[name]() + match.group(4)
+    return BLOCK.sub(fill, text)
+
+
+def _curves(run):
+    """(label, seconds, accuracy) of each method of a run: seed 0's checkpoints or records."""
+    for key, raw in run["raw"].items():
+        if isinstance(raw, list):      # the MNIST benchmarks: one entry per seed
+            points = [(0.0, raw[0]["initial_test_accuracy"])] + [(s, a) for _, s, a in raw[0]["checkpoints"]]
+            points += list(zip(raw[0]["seconds"], raw[0]["test_accuracy"]))
+        else:                          # mnist_lifted.py: one LiftedRun per method
+            points = [(0.0, raw["initial_test_accuracy"])] + [(r["seconds"], r["test_accuracy"])
+                                                               for r in raw["records"]]
+        points.sort()
+        yield NAMES[key], [p[0] for p in points], [p[1] for p in points]
+
+
+def plot(name):
+    """docs/results/NAME.png: test accuracy against training seconds, seed 0 of each run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.0, 3.0), dpi=80)
+    runs, lowest = PLOTS[name]
+    for run_name in runs:
+        for label, seconds, accuracy in _curves(load(run_name)):
+            ax.plot(seconds, accuracy, label=label)
+    ax.set(xlabel="training seconds", ylabel="test accuracy", ylim=(lowest, 1.0))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = DATA / f"{name}.png"
+    tmp = out.with_name(out.name + ".tmp")
+    fig.savefig(tmp, format="png")
+    plt.close(fig)
+    os.replace(tmp, out)
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a committed table differs")
+    parser.add_argument("--plots", action="store_true", help="also draw docs/results/*.png")
+    args = parser.parse_args(argv)
+    text = PAGE.read_text(encoding="utf-8")
+    new = render(text)
+    if args.check:
+        if new != text:
+            print("docs/results.md: a generated table differs; run python benchmarks/results_tables.py")
+            return 1
+        return 0
+    if new != text:
+        tmp = PAGE.with_name(PAGE.name + ".tmp")
+        tmp.write_text(new, encoding="utf-8")
+        os.replace(tmp, PAGE)
+    if args.plots:
+        for name in PLOTS:
+            print(plot(name))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
