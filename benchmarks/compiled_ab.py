@@ -167,9 +167,8 @@ def run(network, args, ds):
 
 def main(argv=None):
     args = parse_args(argv)
-    from threadpoolctl import threadpool_info
-
     import torch
+    from threadpoolctl import threadpool_info
 
     data = args.data or (Path(os.environ["FENCHEL_DATA"]) / "mnist" if os.environ.get("FENCHEL_DATA")
                          else ROOT.parent / "shared" / "data" / "mnist")

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fenchel_cvx.fast as fast  # noqa: E402
 from fenchel_cvx import blocks  # noqa: E402
-from fenchel_cvx.fast import FastBackend  # noqa: E402
 from fenchel_cvx.datasets import load_mnist  # noqa: E402
+from fenchel_cvx.fast import FastBackend  # noqa: E402
 from fenchel_cvx.network import LiftedNetwork  # noqa: E402
 
 # MNIST: --data, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
@@ -65,7 +65,9 @@ def make_state(sizes, m, lam, rho, seed, data_dir):
 
 
 def to_device(xp, net, X0, Y, Xs, dtype):
-    conv = (lambda A: xp.asarray(A.astype(dtype)))
+    def conv(A):
+        return xp.asarray(A.astype(dtype))
+
     net.W = [conv(W) for W in net.W]
     return net, conv(X0), conv(Y), [conv(X) for X in Xs]
 

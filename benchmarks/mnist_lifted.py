@@ -3,7 +3,8 @@
 784-300-10 ReLU network, MSE on one-hot targets, all 60,000 training images in every
 iteration (non-batched). Five methods on one entry point (``fenchel_cvx.baselines.lifted``):
 Taylor et al. 2016 (ADMM), Lau et al. 2018 (proximal BCD), Askari et al. 2018 (lifted networks),
-FLN (non-batched, fast backend; its X re-fed forward every round, ``restart=True``) and SGD (backprop, lr 1e-2; iterations are epochs). All start
+FLN (non-batched, fast backend; its X re-fed forward every round, ``restart=True``) and SGD
+(backprop, lr 1e-2; iterations are epochs). All start
 from the same Xavier weights and are scored the same way: the test accuracy of the feed-forward
 network, after every iteration.
 

@@ -425,7 +425,8 @@ def _one_or_all(values):
 
 
 def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announce=(),
-              epoch_accuracy=None, epoch_end=None, epoch_report=None, sync=lambda: None):
+              epoch_accuracy=None, epoch_end=None, epoch_report=None, sync=lambda: None,
+              relaxation=False):
     """``fit_bcd`` on the schedule ``batches``, timing training only: ``test_accuracy()`` after
     the batches where ``due(seen)`` (default: every ``args.eval_every``) and every epoch's end,
     evaluation time excluded; a line printed after each epoch and each batch in ``announce``.
@@ -434,7 +435,7 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
     runs after every epoch but the last (a schedule), outside the timed training.
     ``epoch_report()``, if given, returns a dict of diagnostics after every epoch (untimed),
     printed and returned as ``epoch_reports``. ``sync()`` waits for the device before each clock
-    read (a GPU's work is asynchronous)."""
+    read (a GPU's work is asynchronous). ``relaxation``: also return ``relaxation_log(history)``."""
     from fenchel_cvx.bcd import fit_bcd
 
     per_epoch = len(batches[0])
@@ -485,7 +486,18 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
                compile_seconds=compile_s)
     if epoch_report is not None:
         out["epoch_reports"] = state["reports"]
+    if relaxation:
+        out["relaxation"] = relaxation_log(hist)
     return out
+
+
+def relaxation_log(hist):
+    """Per checked round of an FLN run: its epoch and batch, each layer's divergence B_l after
+    the X-sweep (``divergence_x``) and the relaxation gap ``J - F`` (``network_x - lifted_x``:
+    the network objective above its lifted lower bound, eqs. (3) and (7), on the round's batch)."""
+    return [dict(epoch=r["epoch"], batch=r["batch"], divergences=list(r["divergence_x"]),
+                 gap=r["network_x"] - r["lifted_x"])
+            for r in hist if r["checked"] and r["network_x"] is not None]
 
 
 def warm_up(args, net, X, Y, backend, sync=lambda: None):
@@ -910,12 +922,17 @@ def main(argv=None):
     summary = summarise(results, args, data_desc)
     if args.profile and "fln" in results:
         summary["matmul_share"], summary["profile_note"] = matmul_share(args)
+    write_report(out, summary, markdown(summary), lambda path: plot(summary, path))
+
+
+def write_report(out, summary, table, draw, figure="accuracy.png"):
+    """Write ``results.json`` (the summary), ``results.md`` (``table``) and the ``figure``
+    (``draw(path)``) to the folder ``out``, and print the table and what was written."""
     write_text(out / "results.json", json.dumps(summary, indent=1, default=str))
-    table = markdown(summary)
     write_text(out / "results.md", table)
-    plot(summary, out / "accuracy.png")
+    draw(out / figure)
     print(table)
-    print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'accuracy.png'}")
+    print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / figure}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 
 for the mse and the cross_entropy loss. A two-layer network has no hidden X-block, so a
 three-layer case of each size (64-32-32-10, 784-300-100-10) adds its X_1 block (only that block
-is solved there; it is reported, not counted in the goals). Lifted variables: the feed-forward point plus Gaussian noise (0.1 x the
+is solved there; it is reported, not counted in the goals). Lifted variables: the feed-forward
+point plus Gaussian noise (0.1 x the
 layer's standard deviation), projected into the activation's range, so no block is trivial.
 For each block: the first solve with a fresh backend (template compilation included) and a
 repeated solve of the same-shape block with new values (lifted variables re-drawn), the KKT

@@ -22,7 +22,9 @@ setting).
         --adam-lrs 0.03,0.01,0.003,0.001,3e-4,1e-4
     python benchmarks/tune_baselines.py --network mlp --quick  # embedded 5k MNIST, 2 epochs
 
-``--resume`` a previous report widens its grid without training its rates again.
+``--resume`` a previous report widens its grid without training its rates again. The reports of
+the two commands above, whose choices are the benchmarks' ``TUNED_LR``, are
+``benchmarks/results/tune_baselines_<network>.json``.
 """
 import argparse
 import json

@@ -62,7 +62,7 @@ class Activation(Named):
 
     name = kind = "activation"
     v_range = (-math.inf, math.inf)  # the closed range of phi: the domain of v in B(v, u)
-    dphi_max = None                  # sup phi' (None: not known)
+    dphi_max: float | None = None    # sup phi' (None: not known)
     open_range = False               # F' infinite at a finite end of the range
     x_prox = None                    # prox(xp, act, r, tau, state) -> (z, state), or None
     torch_module = None              # a method returning the torch.nn module, or None

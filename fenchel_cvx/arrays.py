@@ -1,8 +1,13 @@
 """Arrays of any array library (NumPy, CuPy, array-api-strict, DLPack): their library, host copies."""
 import functools
+from typing import Any, TypeAlias
 
 import numpy as np
 from array_api_compat import array_namespace, is_cupy_array, is_numpy_namespace
+
+# An array of any array library (NumPy, CuPy, array-api-strict, a PyTorch tensor): the array API
+# has no static type that all of them share, so type hints name it for the reader only.
+Array: TypeAlias = Any
 
 
 def namespace(A):

@@ -1,30 +1,144 @@
-"""The block-solver backends by name: one registry for the driver, ``predict`` and the estimator.
+"""The block-solver backends: the protocol they implement and one registry by name.
 
 A backend solves one convex block of the lifted objective (the paper's Sec. 4.5: each block of
-Algorithms 1 and 2 is a convex problem) through ``solve(block, start)``. Two are registered:
+Algorithms 1 and 2 is a convex problem, eqs. (14)-(20)) through ``solve(block, start)``. What
+the BCD driver asks of it beside that is the :class:`Backend` protocol; :class:`BackendDefaults`
+gives every method but ``solve`` a default, for a backend to inherit. Two are registered:
 
 - ``"cvxpy"``: the CVXPY oracle (``fenchel_cvx.oracle.OracleBackend``), certified optimal blocks;
 - ``"fast"``: the batched array solvers (``fenchel_cvx.fast.FastBackend``), NumPy or CuPy.
 
 Each is imported only when it is built, so that importing the package (or its fast backend)
-loads no CVXPY. Any object with a ``solve`` method is accepted in place of a name.
+loads no CVXPY. Any object with a ``solve`` method is accepted in place of a name
+(:func:`as_backend` gives it the defaults).
 """
-import importlib
+from __future__ import annotations
 
-__all__ = ["BACKENDS", "STRICT_AWARE", "check_backend", "get_backend", "optional",
-           "register_backend"]
+import importlib
+import inspect
+import warnings
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["BACKENDS", "METHODS", "Backend", "BackendDefaults", "as_backend", "check_backend",
+           "get_backend", "register_backend"]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the BCD driver asks of a block solver.
+
+    ``name`` names it in the history; ``tol`` is the accuracy asked of it (None: none, the
+    certificate's own); ``threads`` its thread budget over a run (None: leave the pools alone).
+    """
+
+    name: str
+    tol: Any
+    threads: Any
+
+    def solve(self, block: Any, start: Any = None) -> Any:
+        """The block's argmin from ``start``: a ``blocks.BlockResult``."""
+
+    def check_network(self, net: Any) -> None:
+        """Refuse, before any work, a network its settings do not fit (per-layer settings)."""
+
+    def step_setting(self, block: Any) -> tuple[str, int | None]:
+        """``(the setting's name, its step cap for block)``; the cap None where it has none."""
+
+    def settings(self) -> dict:
+        """What decides its solves, as a run's history records it (``backend_settings``)."""
+
+    def forget(self) -> None:
+        """Drop what it reuses across solves (``fit_bcd`` does at every checkpoint)."""
+
+    def compiles_kernels(self) -> bool:
+        """Whether its first solves compile kernels (the progress bar says so)."""
+
+
+class _ClassName:
+    """A default ``name``: the class's own name (an instance or subclass may set its own)."""
+
+    def __get__(self, obj, cls=None):
+        return (cls or type(obj)).__name__
+
+
+class BackendDefaults:
+    """Every method of :class:`Backend` but ``solve``, with its default: no settings, no step
+    cap, nothing to check, reuse or compile; ``tol`` and ``threads`` None; ``name`` the
+    class's."""
+
+    name: Any = _ClassName()
+    tol: Any = None
+    threads: Any = None
+
+    def check_network(self, net: Any) -> None:
+        return None
+
+    def step_setting(self, block: Any) -> tuple[str, int | None]:
+        return "steps", None
+
+    def settings(self) -> dict:
+        return {}
+
+    def forget(self) -> None:
+        return None
+
+    def compiles_kernels(self) -> bool:
+        return False
+
+
+#: the methods of :class:`Backend`
+METHODS = ("solve", "check_network", "step_setting", "settings", "forget", "compiles_kernels")
+
+
+class _Adapted(BackendDefaults):
+    """A backend object that does not implement all of :class:`Backend`: its own methods where
+    it has them (callable), the defaults of :class:`BackendDefaults` elsewhere; its own
+    ``name``, ``tol`` and ``threads`` where it has them."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = getattr(inner, "name", type(inner).__name__)
+        self.tol, self.threads = getattr(inner, "tol", None), getattr(inner, "threads", None)
+        for method in METHODS:
+            own = getattr(inner, method, None)
+            if callable(own):
+                setattr(self, method, own)
+
+    def solve(self, block: Any, start: Any = None) -> Any:
+        return self.inner.solve(block, start=start)
+
+
+def as_backend(obj: Any) -> Backend:
+    """``obj`` itself where it implements :class:`Backend`, else ``obj`` with the defaults.
+
+    Examples
+    --------
+    >>> class Nothing:
+    ...     def solve(self, block, start=None): ...
+    >>> backend = as_backend(Nothing())
+    >>> backend.name, backend.settings(), backend.step_setting(None)
+    ('Nothing', {}, ('steps', None))
+    """
+    if isinstance(obj, Backend) and all(callable(getattr(obj, m)) for m in METHODS):
+        return obj
+    return _Adapted(obj)
 
 
 def _lazy(module, cls):
-    """A factory that imports ``module`` (relative to this package) only when called."""
+    """A factory that imports ``module`` (relative to this package) only when called; the
+    keyword ``strict`` goes to a class whose constructor takes it and is dropped otherwise."""
     def make(**kwargs):
-        return getattr(importlib.import_module(module, __package__), cls)(**kwargs)
+        klass = getattr(importlib.import_module(module, __package__), cls)
+        if "strict" in kwargs and "strict" not in inspect.signature(klass).parameters:
+            kwargs.pop("strict")
+        return klass(**kwargs)
     make.__name__ = cls
     return make
 
 
 #: name -> factory(**kwargs) -> backend object
-BACKENDS = {}
+BACKENDS: dict[str, Callable[..., Any]] = {}
 
 
 def register_backend(name, module, cls):
@@ -34,10 +148,6 @@ def register_backend(name, module, cls):
 
 register_backend("cvxpy", ".oracle", "OracleBackend")
 register_backend("fast", ".fast", "FastBackend")
-
-#: registry names whose constructor takes ``strict`` (the driver's recorded mode builds them
-#: non-strict, so inaccurate solves are recorded instead of raised)
-STRICT_AWARE = {"cvxpy"}
 
 
 def check_backend(backend):
@@ -50,24 +160,33 @@ def check_backend(backend):
                      f"solve(block, start) method, got {backend!r}")
 
 
-def optional(backend, name):
-    """The backend's optional method ``name``, or None where it has none. Beside ``solve``, a
-    backend may offer ``check_network(net)`` (per-layer settings checked before any work),
-    ``steps_of(block)`` (its step cap for the block), ``settings()`` (what decides its solves,
-    for the history) and ``forget()`` (drop what it reuses across solves, at a checkpoint):
-    ``FastBackend`` offers all four, ``OracleBackend`` ``settings``."""
+def get_backend(backend="cvxpy", net=None, **kwargs) -> Backend:
+    """A backend object: built from a registry name with ``kwargs`` (``strict`` only where its
+    constructor takes it), or an object with ``.solve`` (used as given, with the defaults of
+    :class:`BackendDefaults` where it lacks a method: ``kwargs`` only build a backend by name).
+    ``net``: the backend checks the network it will solve the blocks of, before any work."""
+    check_backend(backend)
+    obj = as_backend(BACKENDS[backend](**kwargs) if isinstance(backend, str) else backend)
+    if net is not None:
+        obj.check_network(net)
+    return obj
+
+
+def _optional(backend, name):
+    """Deprecated: the backend's method ``name``, or None (a backend implements
+    :class:`Backend`, or inherits :class:`BackendDefaults`)."""
     method = getattr(backend, name, None)
     return method if callable(method) else None
 
 
-def get_backend(backend="cvxpy", net=None, **kwargs):
-    """A backend object: built from a registry name with ``kwargs``, or an object with ``.solve``
-    (used as given: ``kwargs`` only build a backend by name).
-    ``net``: a backend with ``check_network`` (per-layer settings: ``FastBackend``) checks the
-    network it will solve the blocks of, before any work."""
-    check_backend(backend)
-    obj = BACKENDS[backend](**kwargs) if isinstance(backend, str) else backend
-    check_network = optional(obj, "check_network")
-    if net is not None and check_network is not None:
-        check_network(net)
-    return obj
+_DEPRECATED = {"optional": ("use the Backend protocol's methods", lambda: _optional),
+               "STRICT_AWARE": ("get_backend passes strict to a constructor that takes it",
+                                lambda: {"cvxpy"})}
+
+
+def __getattr__(name):
+    if name in _DEPRECATED:
+        why, value = _DEPRECATED[name]
+        warnings.warn(f"backends.{name} is deprecated: {why}", DeprecationWarning, stacklevel=2)
+        return value()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,20 +24,30 @@ pieces (``piece_axis``) and the block of a subset of those pieces (``restrict``)
 ``WBlock`` are the two families. ``kind`` only names a block in messages and histories:
 backends dispatch on the class (``functools.singledispatch``), never on ``kind``.
 """
+from __future__ import annotations
+
 import math
+import warnings
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from array_api_compat import array_namespace
 
+from .arrays import Array
 from .layers import Dense, LinearMap
+
+if TYPE_CHECKING:
+    from .activations import Activation
+    from .losses import Loss
+    from .network import LiftedNetwork
 
 
 def _sq(xp, A):
     return xp.sum(A * A)
 
 
-def kkt_residual(block, Z):
+def kkt_residual(block: Block, Z: Array) -> float:
     """Scaled natural residual  ||Z - P(Z - g)||_inf / (1 + max_i ||g_i||_inf)  at Z.
 
     ``g = sum_i g_i`` is the block's gradient split into its terms (``grad_parts``), ``P`` the
@@ -54,7 +64,7 @@ def kkt_residual(block, Z):
     return r / (1.0 + scale)
 
 
-def natural_residual(block, Z):
+def natural_residual(block: Block, Z: Array) -> tuple[Array, float]:
     """``(|Z - P(Z - g)|, max_i ||g_i||_inf)``: the elementwise residual and the scale of
     ``kkt_residual``, for callers that need it per piece (column or row)."""
     return residual_parts(array_namespace(Z), Z, block.grad_parts(Z), block.project)
@@ -73,30 +83,40 @@ class Block:
     """The interface of a block; ``XBlock`` and ``WBlock`` are its two families."""
 
     kind = "block"      # a name for messages and histories; nothing branches on it
-    piece_axis = None   # the axis of the variable whose slices are independent pieces (None: one)
+    layer: int          # l of the block's variable (X_l, W_l): a field of each block class
+    #: the axis of the variable whose slices are independent pieces (None: one)
+    piece_axis: int | None = None
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         """The shape of the block's variable."""
         raise NotImplementedError
 
     @property
-    def activations(self):
+    def activations(self) -> tuple[Activation, ...]:
         """The activations the block involves."""
         raise NotImplementedError
 
-    def restrict(self, index):
+    def restrict(self, index: Array) -> Block:
         """The block of the pieces ``index`` (along ``piece_axis``) alone."""
         raise NotImplementedError
 
-    def grad(self, Z):
+    def value(self, Z: Array) -> Array:
+        """The block's objective at ``Z`` (a 0-d array of Z's namespace)."""
+        raise NotImplementedError
+
+    def grad_parts(self, Z: Array) -> list[Array]:
+        """The gradient at ``Z`` split into its terms (``grad`` is their sum)."""
+        raise NotImplementedError
+
+    def grad(self, Z: Array) -> Array:
         parts = self.grad_parts(Z)
         return sum(parts[1:], parts[0])
 
-    def project(self, Z):
+    def project(self, Z: Array) -> Array:
         return Z
 
-    def kkt_residual(self, Z):
+    def kkt_residual(self, Z: Array) -> float:
         return kkt_residual(self, Z)
 
 
@@ -104,26 +124,42 @@ class XBlock(Block):
     """An X-block: ``Z`` (p x m) is the output of B_{l-1}, so it lies in the range of phi_{l-1}
     (``act_in``); it feeds the layer ``map`` with weights ``W``; it separates by column."""
 
-    map = None
     piece_axis = 1
+    # the fields both X-blocks have (their dataclasses declare them)
+    act_in: Activation
+    U_prev: Array
+    lam_in: float
+    W: Array
+    map: LinearMap      # set by __post_init__ where the dataclass got None (dense)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.map is None:
             self.map = LinearMap((), Dense(self.W.shape[0]), (self.W.shape[1] - 1,))
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         return tuple(self.U_prev.shape)
 
-    def forward(self, Z):
+    def forward(self, Z: Array) -> Array:
         """``A(W, Z)``, the pre-activation of the layer that Z feeds."""
         return self.map.forward(self.W, Z)
 
-    def adjoint(self, G):
+    def adjoint(self, G: Array) -> Array:
         """``A(W, .)^T G``."""
         return self.map.adjoint_x(self.W, G)
 
-    def dense_W(self):
+    def value_with_forward(self, Z: Array, U: Array) -> Array:
+        """The value at Z from its forward image ``U = A(W, Z)`` at hand (a solver that holds
+        it): :meth:`value` without forming ``U`` again."""
+        raise NotImplementedError
+
+    def value_at(self, Z: Array, U: Array) -> Array:
+        """Deprecated name of :meth:`value_with_forward`."""
+        warnings.warn("value_at is deprecated; use value_with_forward", DeprecationWarning,
+                      stacklevel=2)
+        return self.value_with_forward(Z, U)
+
+    def dense_W(self) -> Array:
         """``[A | b]``, the map as explicit dense weights with the bias as last column
         (``W`` itself for a dense layer; a convolution's Toeplitz matrix: small blocks only)."""
         if self.map.is_dense:
@@ -131,15 +167,15 @@ class XBlock(Block):
         A, b = self.map.matrix(self.W)
         return np.hstack([A, b])
 
-    def project(self, Z):
+    def project(self, Z: Array) -> Array:
         return self.act_in.project(Z)
 
-    def grad_in(self, Z):
+    def grad_in(self, Z: Array) -> Array:
         """The gradient of ``lam_in B_in(Z, U_prev)`` in Z, one of ``grad_parts``."""
         return self.lam_in * self.act_in.grad_v(Z, self.U_prev)
 
-    def value(self, Z):
-        return self.value_at(Z, self.forward(Z))
+    def value(self, Z: Array) -> Array:
+        return self.value_with_forward(Z, self.forward(Z))
 
 
 @dataclass
@@ -147,32 +183,31 @@ class XHidden(XBlock):
     """X_l for 1 <= l < L: between B_{l-1} (Z is its output v) and B_l (Z feeds its input u)."""
 
     layer: int
-    act_in: object      # phi_{l-1}
-    U_prev: object      # U_{l-1} = W_{l-1} X~_{l-1}
+    act_in: Activation  # phi_{l-1}
+    U_prev: Array       # U_{l-1} = W_{l-1} X~_{l-1}
     lam_in: float
-    act_out: object     # phi_l
-    W: object           # W_l
-    V_next: object      # X_{l+1}
+    act_out: Activation  # phi_l
+    W: Array            # W_l
+    V_next: Array       # X_{l+1}
     lam_out: float
-    map: LinearMap = None   # the map of W_l (None: dense)
-    U: object = None    # A(W, Z) + b at the iterate the solve starts from, when the caller has it
+    map: LinearMap = None  # type: ignore[assignment]  # the map of W_l (None: dense)
+    U: Array | None = None  # A(W, Z) + b at the iterate the solve starts from, where at hand
     kind = "x_hidden"
 
-    def value_at(self, Z, U):
-        """The value at Z from ``U = A(W, Z)`` at hand (a solver that holds it)."""
+    def value_with_forward(self, Z: Array, U: Array) -> Array:
         xp = array_namespace(Z)
         return (self.lam_in * xp.sum(self.act_in.divergence(Z, self.U_prev))
                 + self.lam_out * xp.sum(self.act_out.divergence(self.V_next, U)))
 
-    def grad_parts(self, Z):
+    def grad_parts(self, Z: Array) -> list[Array]:
         G_out = self.act_out.grad_u(self.V_next, self.forward(Z))
         return [self.grad_in(Z), self.lam_out * self.adjoint(G_out)]
 
     @property
-    def activations(self):
+    def activations(self) -> tuple[Activation, ...]:
         return (self.act_in, self.act_out)
 
-    def restrict(self, index):
+    def restrict(self, index: Array) -> XHidden:
         return replace(self, U_prev=self.U_prev[:, index], V_next=self.V_next[:, index], U=None)
 
 
@@ -181,30 +216,29 @@ class XLast(XBlock):
     """X_L: the loss of the output layer plus B_{L-1} (Z is its output v)."""
 
     layer: int
-    act_in: object
-    U_prev: object
+    act_in: Activation
+    U_prev: Array
     lam_in: float
-    loss: object
-    W: object           # W_L
-    Y: object
-    map: LinearMap = None   # the map of W_L (None: dense)
-    U: object = None    # A(W, Z) + b at the iterate the solve starts from, when the caller has it
+    loss: Loss
+    W: Array            # W_L
+    Y: Array
+    map: LinearMap = None  # type: ignore[assignment]  # the map of W_L (None: dense)
+    U: Array | None = None  # A(W, Z) + b at the iterate the solve starts from, where at hand
     kind = "x_last"
 
-    def value_at(self, Z, U):
-        """The value at Z from ``U = A(W, Z)`` at hand (a solver that holds it)."""
+    def value_with_forward(self, Z: Array, U: Array) -> Array:
         xp = array_namespace(Z)
         return (self.loss.value(self.Y, U)
                 + self.lam_in * xp.sum(self.act_in.divergence(Z, self.U_prev)))
 
-    def grad_parts(self, Z):
+    def grad_parts(self, Z: Array) -> list[Array]:
         return [self.adjoint(self.loss.grad(self.Y, self.forward(Z))), self.grad_in(Z)]
 
     @property
-    def activations(self):
+    def activations(self) -> tuple[Activation, ...]:
         return (self.act_in,)
 
-    def restrict(self, index):
+    def restrict(self, index: Array) -> XLast:
         return replace(self, U_prev=self.U_prev[:, index], Y=self.Y[:, index], U=None)
 
 
@@ -214,22 +248,22 @@ class WBlock(Block):
     loss couples them (``piece_axis`` None)."""
 
     layer: int
-    Xt: object          # X~_l = [X_l; 1]
+    Xt: Array           # X~_l = [X_l; 1]
     rho: float
     gamma: float = 0.0
-    W0: object = None   # the proximal centre (batched model); None when gamma = 0
-    U: object = None    # W X~ at the weights the solve starts from, when the caller has it
+    W0: Array = None    # the proximal centre (batched model); None when gamma = 0
+    U: Array | None = None  # W X~ at the weights the solve starts from, when the caller has it
                         # (the driver's feed-forward pass; a solver may use it, or ignore it)
 
-    def _W0_rows(self, index):
+    def _W0_rows(self, index: Array) -> Array | None:
         return None if self.W0 is None else self.W0[index]
 
-    def _reg_value(self, W):
+    def _reg_value(self, W: Array) -> Array:
         xp = array_namespace(W)
         val = self.rho * _sq(xp, W)
         return val + self.gamma * _sq(xp, W - self.W0) if self.gamma else val
 
-    def _reg_grad(self, W):
+    def _reg_grad(self, W: Array) -> Array:
         g = 2 * self.rho * W
         return g + 2 * self.gamma * (W - self.W0) if self.gamma else g
 
@@ -238,28 +272,28 @@ class WBlock(Block):
 class WHidden(WBlock):
     """W_l for l < L: lam_l B_l(X_{l+1}, W X~_l) + rho_l ||W||^2 + gamma_l ||W - W0||^2."""
 
-    act: object = None
-    V: object = None    # X_{l+1}
+    act: Activation = None  # type: ignore[assignment]  # phi_l (a default: W0, U have one)
+    V: Array = None     # X_{l+1}
     lam: float = 1.0
     kind = "w_hidden"
     piece_axis = 0
 
-    def value(self, W):
+    def value(self, W: Array) -> Array:
         xp = array_namespace(W)
         return self.lam * xp.sum(self.act.divergence(self.V, W @ self.Xt)) + self._reg_value(W)
 
-    def grad_parts(self, W):
+    def grad_parts(self, W: Array) -> list[Array]:
         return [self.lam * (self.act.grad_u(self.V, W @ self.Xt) @ self.Xt.T), self._reg_grad(W)]
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         return (self.V.shape[0], self.Xt.shape[0])
 
     @property
-    def activations(self):
+    def activations(self) -> tuple[Activation, ...]:
         return (self.act,)
 
-    def restrict(self, index):
+    def restrict(self, index: Array) -> WHidden:
         return replace(self, V=self.V[index], W0=self._W0_rows(index), U=None)
 
 
@@ -267,43 +301,58 @@ class WHidden(WBlock):
 class WLast(WBlock):
     """W_L: L(Y, W X~_L) + rho_L ||W||^2 + gamma_L ||W - W0||^2."""
 
-    loss: object = None
-    Y: object = None
+    loss: Loss = None  # type: ignore[assignment]  # (a default: W0, U have one)
+    Y: Array = None
     kind = "w_last"
 
-    def value(self, W):
+    def value(self, W: Array) -> Array:
         return self.loss.value(self.Y, W @ self.Xt) + self._reg_value(W)
 
-    def grad_parts(self, W):
+    def grad_parts(self, W: Array) -> list[Array]:
         return [self.loss.grad(self.Y, W @ self.Xt) @ self.Xt.T, self._reg_grad(W)]
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         return (self.Y.shape[0], self.Xt.shape[0])
 
     @property
-    def activations(self):
+    def activations(self) -> tuple[Activation, ...]:
         return ()
 
     @property
-    def piece_axis(self):
+    def piece_axis(self) -> int | None:  # type: ignore[override]  # the other blocks': a field
         """Rows for a loss that is a sum over them (MSE); None for one that couples them
         (cross-entropy's log-sum-exp)."""
         return 0 if self.loss.separable_rows else None
 
-    def restrict(self, index):
+    def restrict(self, index: Array) -> WLast:
         if self.piece_axis is None:    # one piece: the block itself
             return self
         return replace(self, Y=self.Y[index], W0=self._W0_rows(index), U=None)
 
 
 # --- the blocks of a network at its current iterate ------------------------------------------
-def x_block(net, X0, Y, Xs, l, U_prev=None, U=None):
+def x_block(net: LiftedNetwork, X0: Array, Y: Array, Xs: list[Array], l: int,
+            U_prev: Array | None = None, U: Array | None = None) -> XHidden | XLast:
     """The block of the lifted variable X_l (1 <= l <= L) at the iterate (net.W, Xs).
 
     ``U_prev``: ``W_{l-1} X~_{l-1}`` at this iterate if already at hand (the driver's
     feed-forward pass), else computed here; ``U``: ``W_l X~_l`` likewise, for a solver that
-    starts from ``Xs[l - 1]`` (else it forms it)."""
+    starts from ``Xs[l - 1]`` (else it forms it).
+
+    >>> import numpy as np
+    >>> from fenchel_cvx.network import LiftedNetwork
+    >>> net = LiftedNetwork([3, 4, 2], seed=0)
+    >>> X0, Y = np.arange(12.0).reshape(3, 4) / 10, np.ones((2, 4))
+    >>> Xs, _ = net.forward(X0)
+    >>> block = x_block(net, X0, Y, Xs, 1)
+    >>> type(block).__name__, block.shape, block.piece_axis   # X_1 = X_L: 4 units x 4 points
+    ('XLast', (4, 4), 1)
+    >>> round(float(block.value(Xs[0])), 4)        # L(Y, W_1 X~_1) + lam B_0 (0 here)
+    15.9746
+    >>> block.restrict([0, 2]).shape                 # two columns: two independent pieces
+    (4, 2)
+    """
     L = net.n_hidden
     if not 1 <= l <= L:
         raise ValueError(f"l must be in 1..{L} for an X-block, got {l}")
@@ -318,12 +367,31 @@ def x_block(net, X0, Y, Xs, l, U_prev=None, U=None):
     return XLast(**common, loss=net.loss, W=net.W[L], Y=Y, map=net.layers[L])
 
 
-def w_block(net, X0, Y, Xs, l, gamma=0.0, W0=None, U=None, Xt=None):
+def w_block(net: LiftedNetwork, X0: Array, Y: Array, Xs: list[Array], l: int,
+            gamma: float = 0.0, W0: Array | None = None, U: Array | None = None,
+            Xt: Array | None = None) -> WHidden | WLast:
     """The block of the weights W_l (0 <= l <= L); ``gamma > 0`` adds gamma ||W - W0||^2.
 
     ``U``: ``W_l X~_l`` at the current weights if at hand (the feed-forward pre-activation
     when X_l is data or feed-forward), for a solver that starts from ``net.W[l]``; ``Xt``: the
-    patches ``X~_l`` if at hand (else formed here)."""
+    patches ``X~_l`` if at hand (else formed here).
+
+    >>> import numpy as np
+    >>> from fenchel_cvx.network import LiftedNetwork
+    >>> net = LiftedNetwork([3, 4, 2], seed=0)
+    >>> X0, Y = np.arange(12.0).reshape(3, 4) / 10, np.ones((2, 4))
+    >>> Xs, _ = net.forward(X0)
+    >>> block = w_block(net, X0, Y, Xs, 0, gamma=0.5, W0=net.W[0])
+    >>> type(block).__name__, block.shape, block.piece_axis   # W_0: one piece per row
+    ('WHidden', (4, 4), 0)
+    >>> B = float(block.value(net.W[0]) - block.rho * np.sum(net.W[0] ** 2))
+    >>> abs(B) < 1e-12               # B_0(X_1, W_0 X~_0) = 0 at the feed-forward X_1
+    True
+    >>> w_block(net, X0, Y, Xs, 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: l must be in 0..1 for a W-block, got 2
+    """
     L = net.n_hidden
     if not 0 <= l <= L:
         raise ValueError(f"l must be in 0..{L} for a W-block, got {l}")
@@ -334,17 +402,17 @@ def w_block(net, X0, Y, Xs, l, gamma=0.0, W0=None, U=None, Xt=None):
     X, A = [X0, *Xs], net.layers[l]
     common = dict(layer=l, Xt=A.patches(X[l]) if Xt is None else Xt, rho=net.rho[l],
                   gamma=float(gamma), W0=W0 if gamma else None,
-                  U=None if U is None else A.rows(U))
+                  U=None if U is None else A.to_rows(U))
     if l < L:
-        return WHidden(**common, act=net.activations[l], V=A.rows(X[l + 1]), lam=net.lam[l])
-    return WLast(**common, loss=net.loss, Y=A.rows(Y))
+        return WHidden(**common, act=net.activations[l], V=A.to_rows(X[l + 1]), lam=net.lam[l])
+    return WLast(**common, loss=net.loss, Y=A.to_rows(Y))
 
 
 @dataclass
 class BlockResult:
     """What every backend returns for one block solve."""
 
-    argmin: object
+    argmin: Array
     value: float              # the block objective at argmin (Block.value); NaN where a capped
                               # fast solve was asked not to form it (capped_value=False)
     status: str               # "optimal" or the solver's status
@@ -353,6 +421,6 @@ class BlockResult:
     seconds: float = 0.0
     iterations: int = 0
     converged: bool = True
-    info: dict = field(default_factory=dict)   # solver-specific: duality gap, solver name, ...
-    U: object = None          # an X-block's A(W, argmin) + b where the solver holds it (the
+    info: dict[str, Any] = field(default_factory=dict)  # solver-specific: duality gap, name, ...
+    U: Array | None = None          # an X-block's A(W, argmin) + b where the solver holds it (the
                               # W-block of the same layer starts from it), else None

@@ -22,6 +22,10 @@ asks a :class:`Certificate` four questions about the iterate ``(W, X)``:
    can only fail a block (a status other than ``"optimal"``, or ``converged=False``), never pass
    it.
 
+The certificate is handed what it checks (the lifted variables, the pre-activations, the
+blocks' values, argmins and residuals) and reaches back into no network or block solver; the
+driver (``bcd.py``) computes them.
+
 In strict mode (the oracle's default) the first violation raises
 :class:`~fenchel_cvx.errors.CertificateError` naming the check, the layer, the two numbers, the
 tolerance and the iteration; otherwise violations are recorded and the run goes on. Every
@@ -47,7 +51,7 @@ class Violation:
     value: float
     bound: float
     tol: float
-    iteration: int = None
+    iteration: int | None = None
     detail: str = ""
     capped: bool = False  # a block stopped at the step cap it was given: inexact by design
 
@@ -78,8 +82,9 @@ class Certificate:
         self.begin(None)
 
     # --- bookkeeping --------------------------------------------------------------------------
-    def begin(self, iteration, full=True):
-        """Start the checks of a new iteration (``full=False``: block optimality only)."""
+    def begin(self, iteration, full=True, restarted=False):
+        """Start the checks of a new iteration (``full=False``: block optimality only);
+        ``restarted``: its X-sweep starts from the feed-forward point (the restart rule)."""
         self.iteration = iteration
         self.full = bool(full)
         self.violations = []
@@ -87,10 +92,11 @@ class Certificate:
         self.min_divergence = []
         self.max_increase = -math.inf
         self.bound_gap = None
-        self.restarted = False
+        self.restarted = bool(restarted)
         self.statuses_ok = True
 
     def _fail(self, check, layer, value, bound, tol, detail="", capped=False):
+        """A violation: raised (strict) or recorded."""
         v = Violation(check, layer, float(value), float(bound), float(tol), self.iteration, detail,
                       capped)
         if self.strict:
@@ -111,12 +117,11 @@ class Certificate:
         }
 
     # --- the four checks ----------------------------------------------------------------------
-    def check_fenchel_young(self, net, X0, Xs):
-        """Check 1: ``X_{l+1}`` in the range of ``phi_l`` and every ``B_l >= -tol`` elementwise."""
-        X = [X0, *Xs]
+    def check_fenchel_young(self, activations, Xs, Us):
+        """Check 1: ``X_{l+1}`` (``Xs[l]``) in the range of ``phi_l`` (``activations[l]``) and
+        every ``B_l(X_{l+1}, U_l) >= -tol`` elementwise, ``U_l = W_l X~_l`` (``Us[l]``)."""
         self.min_divergence = []
-        for l, act in enumerate(net.activations):
-            V = X[l + 1]
+        for l, (act, V, U) in enumerate(zip(activations, Xs, Us)):
             xp = array_namespace(V)
             if not bool(xp.all(act.in_range(V))):   # (the range check, by its distance)
                 lo, hi = act.v_range
@@ -125,7 +130,7 @@ class Certificate:
                 self._fail("fenchel_young", l, -out, 0.0, self.tol,
                            f"X_{l + 1} leaves the range {act.v_range} of {act.name} by {out:.3g}")
                 continue
-            B = act.divergence(V, net.pre_activation(l, X[l]))
+            B = act.divergence(V, U)
             bmin = float(xp.min(B)) if math.prod(B.shape) else 0.0
             self.min_divergence.append(bmin)
             if not bmin >= -self.tol:
@@ -148,6 +153,12 @@ class Certificate:
         if not float(F) <= float(J) + tol:
             self._fail("lower_bound", None, F, J, tol,
                        "F(W, X) after the X-sweep exceeds J(W) at the same weights")
+
+    def solver_failed(self, name, error):
+        """Check 4 for a block whose backend raised ``SolverError`` ``error``: a
+        ``block_optimality`` violation (recorded mode; strict mode re-raises the error before)."""
+        self.statuses_ok = False
+        self._fail("block_optimality", name, math.nan, 0.0, self.tol, str(error))
 
     def check_argmin(self, name, block, Z, shape):
         """Check 4, first part: ``Z`` (a backend's argmin of ``block``) has ``shape``, is finite and

@@ -45,8 +45,20 @@ from pathlib import Path
 from . import __version__, defaults
 from .activations import activation_names
 from .losses import loss_names
-from .validation import (COUNT, GAMMA, LAM, MOMENTUM, RHO, ROUNDS, SEED, TOL, Interval, PerLayer,
-                         check_rounds, failure)
+from .validation import (
+    COUNT,
+    GAMMA,
+    LAM,
+    MOMENTUM,
+    RHO,
+    ROUNDS,
+    SEED,
+    TOL,
+    Interval,
+    PerLayer,
+    check_rounds,
+    failure,
+)
 
 DATASETS = ("digits", "mnist5k", "mnist", "fashion-mnist", "cifar10")
 ACTIVATIONS = tuple(activation_names())
@@ -507,7 +519,7 @@ def _banner(args, resume, n_train, n_test, arch, out):
 
 def _interrupted(out, total):
     """Ctrl-C: say where the state is and how to resume (exit status 130)."""
-    from .io import load_checkpoint
+    from .checkpoints import load_checkpoint
 
     if not (out / "checkpoint.npz").is_file():
         print("\nfenchel-cvx: interrupted before the first round; nothing to resume", file=sys.stderr)
@@ -751,9 +763,9 @@ def predict(args):
     if args.out is None:
         np.savetxt(sys.stdout, table, fmt=fmt, delimiter=",")
     else:
-        from .io import write_text
-
         import io as _io
+
+        from .io import write_text
 
         buf = _io.StringIO()
         np.savetxt(buf, table, fmt=fmt, delimiter=",")

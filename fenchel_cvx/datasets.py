@@ -23,6 +23,7 @@ import io
 import math
 import os
 import pickle
+import pickletools
 import tempfile
 import urllib.request
 import zlib
@@ -33,8 +34,7 @@ import numpy as np
 
 from .errors import FenchelError, FileFormatError
 from .files import check_file
-from .validation import (BOOL, COUNT, FRACTION, PATH, SEED, check, check_dtype,  # noqa: F401
-                         validate)
+from .validation import BOOL, COUNT, FRACTION, PATH, SEED, check, check_dtype, validate  # noqa: F401
 
 
 class ChecksumError(FenchelError, ValueError):
@@ -57,7 +57,7 @@ class Dataset:
     X_test: np.ndarray
     y_test: np.ndarray
     n_classes: int
-    image_shape: tuple = None  # (channels, height, width) of an image data set, else None
+    image_shape: tuple | None = None  # (channels, height, width) of an image data set, else None
 
     @property
     def n_features(self):
@@ -328,26 +328,116 @@ _INTEGER_DTYPES = {f"{e}{k}{n}" for e in ("", "<", ">", "|", "=") for k in "iu" 
 
 
 def _safe_dtype(name, align=False, copy=True):
-    """``numpy.dtype`` for the unpickler: integer dtypes only (uint8 pixels, integer labels)."""
+    """``numpy.dtype`` for the unpickler: integer dtypes only (uint8 pixels, integer labels).
+    A Python 2 pickle (the official release) names it as a byte string, ``b'u1'``."""
+    if isinstance(name, bytes):
+        name = name.decode("latin1")
     if not isinstance(name, str) or name not in _INTEGER_DTYPES:
         raise pickle.UnpicklingError(f"refused the dtype {name!r} (a CIFAR-10 batch holds "
                                      f"integers only)")
-    return np.dtype(name, align, copy)
+    if align not in (0, 1) or copy not in (0, 1):   # Python 2 pickles pass the ints 0 and 1
+        raise pickle.UnpicklingError(f"refused numpy.dtype's flags align={align!r}, "
+                                     f"copy={copy!r}")
+    return _Built(np.dtype(name))
+
+
+class _Built:
+    """What the unpickler builds in place of a dtype or an array: the pickle's state (BUILD)
+    goes to :meth:`__setstate__`, which checks it and builds ``value`` itself, so no state
+    from the file reaches NumPy's own ``__setstate__`` (which takes, on a dtype, the flags of
+    one holding Python objects). ``value``: the dtype (its state sets only the byte order), or
+    the array (``None`` until its state is set)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        object.__setattr__(self, "value", value)
+
+    def __setattr__(self, key, value):
+        raise AttributeError("the state of a dtype or an array is set by __setstate__ only")
+
+    def __setstate__(self, state):
+        if isinstance(self.value, np.dtype):
+            object.__setattr__(self, "value", _dtype_state(self.value, state))
+        elif self.value is None:
+            object.__setattr__(self, "value", _array_state(state))
+        else:
+            raise pickle.UnpicklingError("refused a second state for an array")
+
+
+def _dtype_state(dtype, state):
+    """``dtype`` in the byte order of the state NumPy pickles for an integer dtype:
+    ``(3, byteorder, None, None, None, -1, -1, 0)``; any other state is refused."""
+    order = state[1] if isinstance(state, tuple) and len(state) == 8 else None
+    order = order.decode("latin1") if isinstance(order, bytes) else order
+    if order not in ("<", ">", "|", "=") or state[0] != 3 or \
+            state[2:] != (None, None, None, -1, -1, 0):
+        raise pickle.UnpicklingError(f"refused the dtype state {state!r} (a plain integer "
+                                     f"dtype's is (3, byteorder, None, None, None, -1, -1, 0))")
+    return dtype.newbyteorder(order) if order in "<>" else dtype
+
+
+def _array_state(state):
+    """The array of NumPy's pickled state ``(1, shape, dtype, is_fortran, raw bytes)``, built
+    from the bytes (which must be exactly the shape's)."""
+    if not (isinstance(state, tuple) and len(state) == 5 and state[0] == 1
+            and isinstance(state[1], tuple) and all(type(n) is int and n >= 0 for n in state[1])
+            and isinstance(state[2], _Built) and isinstance(state[2].value, np.dtype)
+            and state[3] in (0, 1) and isinstance(state[4], bytes)):
+        raise pickle.UnpicklingError(f"refused the array state {str(state)[:200]} (NumPy "
+                                     f"pickles (1, shape, dtype, is_fortran, bytes))")
+    shape, dtype, data = state[1], state[2].value, state[4]
+    if math.prod(shape) * dtype.itemsize != len(data):
+        raise pickle.UnpicklingError(f"refused an array of shape {shape} and dtype {dtype} from "
+                                     f"{len(data)} bytes")
+    return np.frombuffer(data, dtype).reshape(shape, order="F" if state[3] else "C")
+
+
+class _Admitted:
+    """A global the unpickler admits: calling it calls ``fn``. It has no state a pickle can
+    set (BUILD on a plain function would set its ``__defaults__``, process-wide)."""
+
+    __slots__ = ("fn", "name")
+
+    def __init__(self, fn, name):
+        object.__setattr__(self, "fn", fn)
+        object.__setattr__(self, "name", name)
+
+    def __setattr__(self, key, value):
+        raise AttributeError(f"{self.name} has no attribute to set")
+
+    def __repr__(self):
+        return self.name
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+
+def _refuse_ndarray_call(*args):
+    raise pickle.UnpicklingError("refused calling numpy.ndarray directly (a CIFAR-10 batch "
+                                 "builds its arrays through _reconstruct)")
+
+
+#: what the global ``numpy.ndarray`` unpickles to: accepted as ``_reconstruct``'s first
+#: argument only; called, it refuses (``ndarray(shape, dtype, buffer, offset, strides)`` builds
+#: any size, or views of 0 strides, from a few bytes)
+_NDARRAY = _Admitted(_refuse_ndarray_call, "numpy.ndarray")
 
 
 def _safe_reconstruct(cls, shape, typecode):
-    """NumPy's ``_reconstruct`` of a plain ``ndarray`` (no subclass)."""
-    if cls is not np.ndarray or shape != (0,):   # NumPy pickles an empty array, then its state
+    """NumPy's ``_reconstruct`` of a plain ``ndarray`` (no subclass): an array to be built
+    from its state (:class:`_Built`)."""
+    if cls is not _NDARRAY or shape != (0,):   # NumPy pickles an empty array, then its state
         raise pickle.UnpicklingError(f"refused reconstructing {cls!r} of shape {shape!r}")
-    return np.ndarray.__new__(np.ndarray, (0,), np.uint8)
+    return _Built(None)
 
 
 def _safe_frombuffer(buf, dtype, shape, order):
-    """NumPy's ``_frombuffer`` (pickle protocol 5) of a buffer of an admitted dtype."""
-    if not isinstance(dtype, np.dtype) or dtype.name not in ("uint8", "int8", "int16", "int32",
-                                                             "int64", "uint16", "uint32", "uint64"):
-        raise pickle.UnpicklingError(f"refused the dtype {dtype!r}")
-    return np.frombuffer(buf, dtype).reshape(shape, order=order)
+    """NumPy's ``_frombuffer`` (pickle protocol 5) of the bytes of a dtype the unpickler built."""
+    if not isinstance(dtype, _Built) or not isinstance(dtype.value, np.dtype) or \
+            not isinstance(buf, (bytes, bytearray)) or order not in ("C", "F"):
+        raise pickle.UnpicklingError(f"refused _frombuffer of {type(buf).__name__} as {dtype!r}")
+    return _array_state((1, shape, dtype, order == "F", bytes(buf)))
 
 
 def _latin1(text, encoding):
@@ -361,40 +451,115 @@ def _latin1(text, encoding):
 class _BatchUnpickler(pickle.Unpickler):
     """An unpickler that admits only what a CIFAR-10 python batch holds: dicts, lists, ints,
     bytes and str (built by the pickle opcodes themselves), and NumPy integer arrays through
-    the reconstructors NumPy's pickles name. Any other global is refused by its name when the
-    pickle names it, before any object is built from it: no code in a data file runs."""
+    the reconstructors NumPy's pickles name, built by :class:`_Built` from their checked state.
+    Any other global is refused by its name when the pickle names it, before any object is
+    built from it: no code in a data file runs."""
 
-    _ADMITTED = {("numpy.core.multiarray", "_reconstruct"): _safe_reconstruct,
-                 ("numpy._core.multiarray", "_reconstruct"): _safe_reconstruct,
-                 ("numpy", "ndarray"): np.ndarray,
-                 ("numpy", "dtype"): _safe_dtype,
-                 ("numpy.core.numeric", "_frombuffer"): _safe_frombuffer,
-                 ("numpy._core.numeric", "_frombuffer"): _safe_frombuffer,
-                 ("_codecs", "encode"): _latin1}
+    ADMITTED = {("numpy", "ndarray"): _NDARRAY} | {
+        (module, name): _Admitted(fn, f"{module}.{name}") for module, name, fn in [
+            ("numpy.core.multiarray", "_reconstruct", _safe_reconstruct),
+            ("numpy._core.multiarray", "_reconstruct", _safe_reconstruct),
+            ("numpy", "dtype", _safe_dtype),
+            ("numpy.core.numeric", "_frombuffer", _safe_frombuffer),
+            ("numpy._core.numeric", "_frombuffer", _safe_frombuffer),
+            ("_codecs", "encode", _latin1)]}
 
     def find_class(self, module, name):
-        if (module, name) not in self._ADMITTED:
+        if (module, name) not in self.ADMITTED:
             raise pickle.UnpicklingError(f"refused the global {module}.{name} (a CIFAR-10 batch "
                                          f"holds only NumPy integer arrays, lists and text)")
-        return self._ADMITTED[(module, name)]
+        return self.ADMITTED[(module, name)]
+
+
+#: the arguments of a declared length of 4 or 8 bytes (long strings, bytes), by their ``n``
+_LONG_ARGS = {pickletools.TAKEN_FROM_ARGUMENT4: 4, pickletools.TAKEN_FROM_ARGUMENT4U: 4,
+              pickletools.TAKEN_FROM_ARGUMENT8U: 8}
+#: opcodes that store into the unpickler's memo, whose index must stay below the opcode count
+_MEMO_PUTS = {"PUT", "BINPUT", "LONG_BINPUT"}
+
+
+def _opcodes(data):
+    """``(opcode, argument, position)`` of the pickle ``data``, as ``pickletools.genops``
+    yields them, except that a protocol-0 STRING's argument stays raw bytes (genops decodes it
+    as ASCII, which the string of a Python 2 pickle of pixels is not)."""
+    f = io.BytesIO(data)
+    while True:
+        pos, code = f.tell(), f.read(1)
+        op = pickletools.code2op.get(code.decode("latin1"))
+        if op is None:
+            raise ValueError(f"at byte {pos}: " + (f"the unknown opcode {code!r}" if code
+                                                   else "no STOP opcode"))
+        width = _LONG_ARGS.get(op.arg.n) if op.arg else None
+        try:   # a length past the end of the data: ValueError, before anything is read
+            if width:                   # a long string or bytes: its length, then skipped
+                n = int.from_bytes(f.read(width), "little",
+                                   signed=op.arg.n == pickletools.TAKEN_FROM_ARGUMENT4)
+                if not 0 <= n <= len(data) - f.tell():
+                    raise ValueError(f"a length of {n} bytes, {len(data) - f.tell()} remain")
+                f.seek(n, 1)
+                arg = None
+            else:
+                arg = (pickletools.read_stringnl(f, decode=False) if op.name == "STRING"
+                       else op.arg and op.arg.reader(f))
+        except ValueError as err:
+            raise ValueError(f"at byte {pos}: {err}") from None
+        yield op, arg, pos
+        if op.name == "STOP":
+            return
+
+
+def _scan_pickle(path, data):
+    """Walk the opcodes of the pickle ``data`` before anything is built: every declared length
+    (strings, bytes, longs, frames) must fit in what remains of the file, memo indices must
+    stay below the number of opcodes read (a large one would make the unpickler grow its memo
+    to gigabytes), and every global, where the pickle spells it out, must be an admitted one."""
+    strings, memo = [None, None], {}   # the last two values pushed, where known text
+    try:
+        for count, (op, arg, pos) in enumerate(_opcodes(data)):
+            if op.name == "FRAME" and arg > len(data) - pos - 9:
+                raise ValueError(f"at byte {pos}: a frame of {arg} bytes, "
+                                 f"{len(data) - pos - 9} remain")
+            if op.name in _MEMO_PUTS and arg > count:
+                raise ValueError(f"at byte {pos}: the memo index {arg} after {count} opcodes")
+            if op.name in _MEMO_PUTS or op.name == "MEMOIZE":
+                memo[len(memo) if arg is None else arg] = strings[-1]
+                continue
+            name = (tuple(arg.split(" ")) if op.name == "GLOBAL" else
+                    tuple(strings) if op.name == "STACK_GLOBAL" else None)
+            if name and None not in name and name not in _BatchUnpickler.ADMITTED:
+                raise pickle.UnpicklingError(f"refused the global {'.'.join(name)} (a CIFAR-10 "
+                                             f"batch holds only NumPy integer arrays, lists and "
+                                             f"text)")
+            strings = [strings[-1], memo.get(arg) if "GET" in op.name else
+                       arg if isinstance(arg, str) and "UNICODE" in op.name else None]
+    except pickle.UnpicklingError as err:
+        raise FileFormatError(path, "pickle", "a CIFAR-10 python batch", str(err),
+                              "nothing from the file was run") from None
+    except ValueError as err:       # a length past the end of the file, an unknown opcode
+        raise FileFormatError(path, "pickle", "a complete CIFAR-10 python batch",
+                              f"a truncated or foreign pickle of {len(data)} bytes ({err})") from None
 
 
 def _unpickle_batch(path):
-    """The object of the python batch ``path`` through :class:`_BatchUnpickler`."""
-    with open(path, "rb") as f:
-        try:
-            return _BatchUnpickler(f, encoding="bytes").load()
-        except pickle.UnpicklingError as err:
-            if str(err).startswith("refused"):
-                raise FileFormatError(path, "pickle", "a CIFAR-10 python batch", str(err),
-                                      "nothing from the file was run") from None
-            raise FileFormatError(path, "pickle", "a complete CIFAR-10 python batch",
-                                  f"a truncated or foreign pickle of {path.stat().st_size} "
-                                  f"bytes ({err})") from None
-        except (EOFError, ValueError, TypeError) as err:  # cut short; an array's bad state
-            raise FileFormatError(path, "pickle", "a complete CIFAR-10 python batch",
-                                  f"a truncated or foreign pickle of {path.stat().st_size} "
-                                  f"bytes ({type(err).__name__}: {err})") from None
+    """The object of the python batch ``path`` through :class:`_BatchUnpickler`, once
+    :func:`_scan_pickle` has passed its opcodes."""
+    data = path.read_bytes()
+    _scan_pickle(path, data)
+    try:
+        batch = _BatchUnpickler(io.BytesIO(data), encoding="bytes").load()
+        if isinstance(batch, dict):   # the arrays built from their state, in place of _Built
+            return {k: v.value if isinstance(v, _Built) else v for k, v in batch.items()}
+        return batch
+    except pickle.UnpicklingError as err:
+        if str(err).startswith("refused"):
+            raise FileFormatError(path, "pickle", "a CIFAR-10 python batch", str(err),
+                                  "nothing from the file was run") from None
+        raise FileFormatError(path, "pickle", "a complete CIFAR-10 python batch",
+                              f"a truncated or foreign pickle of {len(data)} bytes ({err})") from None
+    except Exception as err:  # noqa: BLE001 -- any other failure of load() on a checked pickle
+        raise FileFormatError(path, "pickle", "a complete CIFAR-10 python batch",
+                              f"a truncated or foreign pickle of {len(data)} bytes "
+                              f"({type(err).__name__}: {err})") from None
 
 
 def _read_cifar_batch(path):
@@ -411,12 +576,25 @@ def _read_cifar_batch(path):
     if not isinstance(X, np.ndarray) or X.dtype != np.uint8 or X.ndim != 2 or X.shape[1] != 3072:
         found = f"{X.dtype} {X.shape}" if isinstance(X, np.ndarray) else type(X).__name__
         raise FileFormatError(path, "data", "uint8 images of shape (N, 3072)", found)
+    _check_stored(path, "data", X)
     ints = isinstance(labels, list) and all(type(v) is int for v in labels)
     ints = ints or (isinstance(labels, np.ndarray) and labels.dtype.kind in "iu" and labels.ndim == 1)
     if not ints or len(labels) != X.shape[0]:
         raise FileFormatError(path, "labels", f"a list of {X.shape[0]} integers",
                               f"{type(labels).__name__} of {len(labels) if ints else '?'} entries")
+    if isinstance(labels, np.ndarray):
+        _check_stored(path, "labels", labels)
     return X, _cifar_labels(path, np.asarray(labels, dtype=np.int64))
+
+
+def _check_stored(path, field, A):
+    """Refuse an array that the file cannot hold: one not contiguous (a view with 0 strides
+    repeats a few bytes as terabytes) or of more bytes than the file has."""
+    size = path.stat().st_size
+    if not (A.flags.c_contiguous or A.flags.f_contiguous) or A.nbytes > size:
+        raise FileFormatError(path, field, f"a contiguous array of at most the file's {size} "
+                              f"bytes", f"{A.nbytes} bytes of shape {A.shape} and strides "
+                              f"{A.strides}")
 
 
 def _cifar_labels(path, y):
@@ -486,8 +664,10 @@ def load_cifar10(data_dir=None, *, verify=False, dtype=np.float64):
     ``data_dir``: the folder of the batches, default ``$FENCHEL_DATA/cifar10``; a
     ``cifar-10-batches-bin`` or ``cifar-10-batches-py`` folder inside it (as the official
     tarballs extract) is used if present, the binary version (raw bytes) where both are. The
-    python batches are read by a restricted unpickler that admits only NumPy's integer-array
-    reconstructors: a batch that names anything else is refused before any object is built.
+    python batches (Python 2 pickles in the release) are read by a restricted unpickler that
+    admits only NumPy's integer-array reconstructors, after a walk of their opcodes (every
+    declared length within the file): a batch that names anything else is refused before any
+    object is built, and each array is built from its checked state by this module, not NumPy.
     ``verify``: check the files against the official release (python: its md5s; binary: its
     10,000 records a file and 1,000 test and 5,000 training images per class).
     """

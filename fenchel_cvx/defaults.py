@@ -22,7 +22,7 @@ Two kinds of default live here:
   which ``benchmarks/mnist_mlp.py`` and ``benchmarks/mnist_lenet5.py`` read from here:
 
   - dense (784-300-10 on MNIST, cross-entropy, batch 500): the paper's lam 0.1 (0.2 here,
-    ``units.from_reference``) and rho 0; gamma 1 for the hidden layers (the paper's) and 30
+    ``paper_hyperparameters.from_reference``) and rho 0; gamma 1 for the hidden layers (the paper's) and 30
     for the output layer (the paper's 100: 0.9770 on the validation split, 30: 0.9781); 10
     W-steps for the hidden layers (in the span of the batch, ``fast.span``) and one for the
     output layer (0.9770 against 0.9741 with 10); 20 FISTA X-steps; momentum (0.7, 0) across
@@ -112,7 +112,7 @@ class Dense:
 class LeNet5:
     """Algorithm 2 on LeNet-5 (conv, conv, fc 120, fc 84, fc 10: ``network.lenet5``), the LeNet-5
     benchmark's tuned setting; lam and the conv layers' gamma are the paper's appendix
-    setting (``units.from_reference([5, 5, 1, 1], [1e-4, 1e-2, 1, 1, 1])``)."""
+    setting (``paper_hyperparameters.from_reference([5, 5, 1, 1], [1e-4, 1e-2, 1, 1, 1])``)."""
 
     n_hidden = 4
     setting = Setting(lam=(10.0, 10.0, 2.0, 2.0), rho=(0.0, 0.0, 0.0, 0.0, 0.3),

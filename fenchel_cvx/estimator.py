@@ -27,7 +27,11 @@ put the estimator after a scaler in a ``Pipeline`` when the raw features are lar
 ``predict`` uses the feed-forward network ``W_L X~_L^ff`` (the lifted variables are a training
 device); the classifier's ``predict_proba`` is the softmax of those logits.
 """
+from __future__ import annotations
+
 import numbers
+from collections.abc import Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 from scipy.special import log_softmax
@@ -44,9 +48,31 @@ from .backends import check_backend, get_backend
 from .bcd import fit_bcd
 from .losses import LOSSES, loss_names, softmax
 from .network import LiftedNetwork
-from .validation import (BOOL, COUNT, FRACTION, GAMMA, LAM, MOMENTUM, RHO, ROUNDS, TOL, InstanceOf,
-                         Interval, Options, PerLayer, Sizes, check, check_dtype, check_plain,
-                         check_real, check_scale, validate)
+from .validation import (
+    BOOL,
+    COUNT,
+    FRACTION,
+    GAMMA,
+    LAM,
+    MOMENTUM,
+    RHO,
+    ROUNDS,
+    TOL,
+    InstanceOf,
+    Interval,
+    Options,
+    PerLayer,
+    Sizes,
+    check,
+    check_dtype,
+    check_plain,
+    check_real,
+    check_scale,
+    validate,
+)
+
+LayerValues: TypeAlias = "float | Sequence[float] | None"  # a number, one per layer, or the default
+Steps: TypeAlias = "int | Sequence[int] | str | None"     # a cap, one per block, "tol" or default
 
 #: activations an estimator accepts by name (``monotone`` needs a function: pass an Activation)
 ESTIMATOR_ACTIVATIONS = tuple(activation_names())
@@ -420,18 +446,46 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     best_validation_score_ : float or None
         The best of ``validation_scores_``; its weights are kept.
     n_features_in_ : int
+
+    Examples
+    --------
+    Two Gaussian blobs in the plane, trained on all the data at once (Algorithm 1) and by
+    mini-batches (Algorithm 2):
+
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.vstack([rng.normal(-1, 0.5, (20, 2)), rng.normal(1, 0.5, (20, 2))])
+    >>> y = np.repeat(["a", "b"], 20)
+    >>> clf = FenchelClassifier(hidden_layer_sizes=(8,), batch_size=None, iterations=5,
+    ...                         random_state=0).fit(X, y)
+    >>> clf.classes_, [W.shape for W in clf.coefs_], clf.n_iter_, len(clf.history_)
+    (array(['a', 'b'], dtype='<U1'), [(8, 3), (2, 9)], 5, 5)
+    >>> float(clf.score(X, y)), clf.predict([[-1.0, -1.0], [1.0, 1.0]]).tolist()
+    (1.0, ['a', 'b'])
+    >>> print(clf.predict_proba([[-1.0, -1.0]]).round(2))
+    [[0.87 0.13]]
+    >>> clf = FenchelClassifier(hidden_layer_sizes=(8,), batch_size=10, epochs=3,
+    ...                         random_state=0).fit(X, y)
+    >>> float(clf.score(X, y)), clf.n_iter_, len(clf.history_)    # 3 epochs of 4 batches
+    (1.0, 3, 12)
     """
 
     _losses = tuple(loss_names("classification"))
+    classes_: np.ndarray   # set by fit (a fitted attribute: no class-level value)
 
-    def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="cross_entropy",
-                 lam=None, rho=None, gamma=None, batch_size="auto",
-                 epochs=10, alternations=defaults.ALTERNATIONS, iterations=defaults.ITERATIONS,
-                 backend="fast", tol=1e-3, dtype="float64", strict=None,
-                 verbose=False, random_state=None, warm_start=False,
-                 early_stopping=False, validation_fraction=0.1, n_iter_no_change=10,
-                 momentum=None, w_steps=None, x_steps=None, check_every=1, threads=None,
-                 compile="auto"):
+    def __init__(self, hidden_layer_sizes: Sequence[int] = (100,),
+                 activation: str | Activation = "relu", loss: str = "cross_entropy",
+                 lam: LayerValues = None, rho: LayerValues = None, gamma: LayerValues = None,
+                 batch_size: int | str | None = "auto", epochs: int = 10,
+                 alternations: int = defaults.ALTERNATIONS,
+                 iterations: int = defaults.ITERATIONS, backend: Any = "fast",
+                 tol: float = 1e-3, dtype: str = "float64", strict: bool | None = None,
+                 verbose: bool | int = False, random_state: Any = None,
+                 warm_start: bool = False, early_stopping: bool = False,
+                 validation_fraction: float = 0.1, n_iter_no_change: int = 10,
+                 momentum: LayerValues = None, w_steps: Steps = None, x_steps: Steps = None,
+                 check_every: int = 1, threads: int | dict[str, int] | None = None,
+                 compile: bool | str = "auto") -> None:
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -465,7 +519,7 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         Y[np.arange(y.shape[0]), idx] = 1
         return Y
 
-    def fit(self, X, y):
+    def fit(self, X: Any, y: Any) -> FenchelClassifier:
         """Train on ``X`` (n_samples, n_features) and labels ``y``; returns ``self``."""
         self._checked_params()
         X, y = self._data(X, y, reset=self._reset())
@@ -481,7 +535,7 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
             self.classes_ = classes
         return self._fit(X, self._one_hot(y), reset=reset, partial=False)
 
-    def partial_fit(self, X, y, classes=None):
+    def partial_fit(self, X: Any, y: Any, classes: Any = None) -> FenchelClassifier:
         """One update of the batched model (Algorithm 2) on the batch ``(X, y)``; returns ``self``.
 
         The batch is one mini-batch: X starts at its feed-forward point and ``alternations``
@@ -509,11 +563,11 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
                              f"{unknown!r}")
         return self._fit(X, self._one_hot(y), reset=first, partial=True)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: Any) -> np.ndarray:
         """Softmax of the feed-forward logits: ``(n_samples, n_classes)``, rows sum to 1."""
         return np.asarray(softmax(self._forward(X).T)).T
 
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X: Any) -> np.ndarray:
         """Log of :meth:`predict_proba` (the log-softmax of the logits, computed stably)."""
         return log_softmax(self._forward(X), axis=1)
 
@@ -522,7 +576,7 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         logits = np.asarray(net.forward(X_val.T)[1])
         return float(np.mean(logits.argmax(axis=0) == Y_val.argmax(axis=1)))
 
-    def predict(self, X):
+    def predict(self, X: Any) -> np.ndarray:
         """The class with the largest logit."""
         scores = self._forward(X)
         return self.classes_[np.argmax(scores, axis=1)]
@@ -540,18 +594,34 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
     and the squared error ``||Y - Yhat||_F^2`` summed over the data points (no 1/2, no mean).
     Parameters and attributes are those of :class:`FenchelClassifier` (no ``classes_``; the
     loss is ``"mse"``), plus ``n_outputs_``. A 1-D ``y`` gives 1-D predictions.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(30, 3))
+    >>> y = X @ np.array([1.0, -2.0, 0.5])
+    >>> reg = FenchelRegressor(hidden_layer_sizes=(16,), batch_size=None, iterations=20,
+    ...                        random_state=0).fit(X, y)
+    >>> round(float(reg.score(X, y)), 2), reg.predict(X[:2]).shape, reg.n_outputs_
+    (0.99, (2,), 1)
     """
 
     _losses = tuple(loss_names("regression"))
 
-    def __init__(self, hidden_layer_sizes=(100,), activation="relu", loss="mse",
-                 lam=None, rho=None, gamma=None, batch_size="auto",
-                 epochs=10, alternations=defaults.ALTERNATIONS, iterations=defaults.ITERATIONS,
-                 backend="fast", tol=1e-3, dtype="float64", strict=None, verbose=False,
-                 random_state=None, warm_start=False,
-                 early_stopping=False, validation_fraction=0.1, n_iter_no_change=10,
-                 momentum=None, w_steps=None, x_steps=None, check_every=1, threads=None,
-                 compile="auto"):
+    def __init__(self, hidden_layer_sizes: Sequence[int] = (100,),
+                 activation: str | Activation = "relu", loss: str = "mse",
+                 lam: LayerValues = None, rho: LayerValues = None, gamma: LayerValues = None,
+                 batch_size: int | str | None = "auto", epochs: int = 10,
+                 alternations: int = defaults.ALTERNATIONS,
+                 iterations: int = defaults.ITERATIONS, backend: Any = "fast",
+                 tol: float = 1e-3, dtype: str = "float64", strict: bool | None = None,
+                 verbose: bool | int = False, random_state: Any = None,
+                 warm_start: bool = False, early_stopping: bool = False,
+                 validation_fraction: float = 0.1, n_iter_no_change: int = 10,
+                 momentum: LayerValues = None, w_steps: Steps = None, x_steps: Steps = None,
+                 check_every: int = 1, threads: int | dict[str, int] | None = None,
+                 compile: bool | str = "auto") -> None:
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -591,7 +661,7 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
                              f"shape {y.shape}")
         return Y
 
-    def fit(self, X, y):
+    def fit(self, X: Any, y: Any) -> FenchelRegressor:
         """Train on ``X`` (n_samples, n_features) and targets ``y``; returns ``self``."""
         self._checked_params()
         reset = self._reset()
@@ -603,7 +673,7 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
         """R^2 on the held-out part (early stopping), as MLPRegressor scores it."""
         return float(r2_score(Y_val, np.asarray(net.forward(X_val.T)[1]).T))
 
-    def partial_fit(self, X, y):
+    def partial_fit(self, X: Any, y: Any) -> FenchelRegressor:
         """One update of the batched model (Algorithm 2) on the batch ``(X, y)``; returns ``self``.
 
         See :meth:`FenchelClassifier.partial_fit` (no ``classes``).
@@ -614,7 +684,7 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
         Y = check_scale("y", self._targets(y, first).astype(X.dtype))
         return self._fit(X, Y, reset=first, partial=True)
 
-    def predict(self, X):
+    def predict(self, X: Any) -> np.ndarray:
         """The feed-forward output: ``(n_samples,)`` if fitted on 1-D y, else ``(n_samples, n_outputs)``."""
         out = self._forward(X)
         return out.ravel() if self._y_1d else out

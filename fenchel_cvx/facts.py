@@ -62,8 +62,9 @@ class Registry(dict):
 
     ``register(cls)`` adds a subclass of ``base`` under ``cls.name`` once it carries ``facts``
     (a ``ValueError`` naming the class and the fact it lacks); a name another class holds is
-    refused. ``build(name, params)`` makes the registered class with ``params``, or passes an
-    instance of ``base`` through once it carries ``facts``."""
+    refused (a class counts as the one it replaces where its module and qualified name are the
+    same: a module reloaded). ``build(name, params)`` makes the registered class with
+    ``params``, or passes an instance of ``base`` through once it carries ``facts``."""
 
     def __init__(self, kind, base, facts):
         super().__init__()
@@ -75,8 +76,10 @@ class Registry(dict):
                              f"got {cls!r}")
         require(cls, self.facts, "every solver")
         held = self.get(cls.name)
-        if held is not None and held.__qualname__ != cls.__qualname__:
-            raise ValueError(f"the {self.kind} name {cls.name!r} is taken by {held.__name__}")
+        if held is not None and _where(held) != _where(cls):
+            raise ValueError(f"the {self.kind} name {cls.name!r} is taken by "
+                             f"{held.__qualname__} of {held.__module__}, refused for "
+                             f"{cls.__qualname__} of {cls.__module__}: give it another name")
         self[cls.name] = cls
         return cls
 
@@ -86,3 +89,9 @@ class Registry(dict):
         if not isinstance(name, str) or name not in self:
             raise ValueError(f"{self.kind} must be one of {sorted(self)}, got {name!r}")
         return self[name](**params)
+
+
+def _where(cls):
+    """``(module, qualname)``: what tells two classes of one name apart (a reloaded module's
+    class is the same one)."""
+    return cls.__module__, cls.__qualname__

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import tokenize
 import zipfile
 import zlib
 from pathlib import Path
@@ -133,7 +134,7 @@ def _member_header(zf, info, path):
                 else np.lib.format.read_array_header_2_0)
         try:
             shape, fortran, dtype = read(f)
-        except ValueError as err:
+        except (ValueError, tokenize.TokenError) as err:   # numpy tokenizes the header
             raise FileFormatError(path, field, "a .npy header", str(err)) from None
         return shape, dtype, fortran, f.tell()
 
@@ -151,9 +152,9 @@ class NpzFile:
                                   "no zip directory: the file is cut short or not an .npz")
         try:
             self.zip = zipfile.ZipFile(self.path)
-        except zipfile.BadZipFile as err:
+        except (zipfile.BadZipFile, NotImplementedError) as err:   # e.g. "zip file version 17.5"
             raise FileFormatError(self.path, "zip directory", "a readable zip directory",
-                                  str(err)) from None
+                                  f"{type(err).__name__}: {err}") from None
         try:
             self.headers = self._read_headers()
         except BaseException:
@@ -175,9 +176,12 @@ class NpzFile:
             if info.header_offset + info.compress_size > size:
                 raise FileFormatError(self.path, name, "a member inside the file",
                                       "a member that runs past the end of the file (cut short)")
+            if info.header_offset < 0:          # the directory's offset of itself is damaged
+                raise FileFormatError(self.path, name, "a member inside the file", f"a member "
+                                      f"at the offset {info.header_offset}, before its start")
             try:
                 shape, dtype, fortran, header = _member_header(self.zip, info, self.path)
-            except (zipfile.BadZipFile, zlib.error, EOFError) as err:
+            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as err:
                 raise FileFormatError(self.path, name, "a readable zip member",
                                       f"{type(err).__name__}: {err}") from None
             if dtype.hasobject:
@@ -220,6 +224,9 @@ class NpzFile:
         except (zipfile.BadZipFile, zlib.error, EOFError) as err:   # CRC or deflate failure
             raise FileFormatError(self.path, name, "data that passes the zip's CRC check",
                                   f"{type(err).__name__}: {err}") from None
+        except ValueError as err:   # read_array: the member ends before its header's bytes
+            raise FileFormatError(self.path, name, "the bytes its .npy header announces",
+                                  str(err)) from None
 
     def array(self, name, shape, dtype):
         """The array ``name``, once its header shows ``shape`` (a tuple; ``None`` entries take
@@ -267,7 +274,7 @@ def read_points(path, features):
                 version = np.lib.format.read_magic(f)
                 shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
                                    else np.lib.format.read_array_header_2_0(f))
-            except ValueError as err:
+            except (ValueError, tokenize.TokenError) as err:
                 raise FileFormatError(path, "header", "a .npy header", str(err)) from None
             header = f.tell()
         if not (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)

@@ -10,12 +10,12 @@ with a zip and an ``.npy`` reader):
   (``[{"kind": "dense", "units": 300}, ...]``), ``activations`` (``[{"name": "relu"}, ...]``,
   with any parameter such as a leaky ReLU's ``slope``), ``loss``, ``lam``, ``rho``, ``seed`` and
   ``dtype``;
-- a **checkpoint** (``fit_bcd(checkpoint=DIR)``) is ``DIR/checkpoint.npz``: the network's
-  arrays, the run's state (``X_1 .. X_L`` of the current batch, the proximal centre ``W0_l``,
-  and with ``momentum`` the weights before the last extrapolation ``W_prev_l``) and ``meta``
-  (format ``"fenchel_cvx.BCDCheckpoint/1"``): the network's config, the position in the
-  schedule (rounds done), the history so far, a digest of the training data and the settings
-  of the run (``bcd.BCDState``).
+- a **checkpoint** (``fit_bcd(checkpoint=DIR)``): ``checkpoints.py``, written by
+  :func:`write_npz`.
+
+``LiftedNetwork.save`` and ``LiftedNetwork.load`` call :func:`save_network` and
+:func:`load_network`; this module imports no network (it is handed the class to build), so
+``network`` imports ``io`` and nothing imports back.
 
 Every file is written atomically: to a temporary file ``.<name>.<random>.tmp`` in the same
 folder, then renamed over the target, so an interrupted write never leaves a half-written file;
@@ -45,13 +45,10 @@ import numpy as np
 from .arrays import to_numpy
 from .errors import FileFormatError
 from .files import NpzFile
-from .network import LiftedNetwork
 
 NETWORK_FORMAT = "fenchel_cvx.LiftedNetwork/1"
-CHECKPOINT_FORMAT = "fenchel_cvx.BCDCheckpoint/1"
-CHECKPOINT_FILE = "checkpoint.npz"
 #: the files a run writes in its folder (``fenchel-cvx train``; ``fit_bcd(checkpoint=DIR)``)
-RUN_FILES = (CHECKPOINT_FILE, "history.json", "model.npz", "run.json", "objectives.png",
+RUN_FILES = ("checkpoint.npz", "history.json", "model.npz", "run.json", "objectives.png",
              "accuracy.png")
 
 
@@ -110,9 +107,10 @@ _CONFIG = {"input_shape": list, "layers": list, "activations": list, "loss": str
            "lam": list, "rho": list, "seed": int, "dtype": str}
 
 
-def network_from_config(cfg: dict, path=None, field="config") -> LiftedNetwork:
-    """A freshly initialised ``LiftedNetwork`` with the architecture of ``cfg``; a config that
-    fails a check raises ``FileFormatError`` naming ``path`` (default: "config") and ``field``."""
+def network_from_config(cfg: dict, network_class: Any, path=None, field="config") -> Any:
+    """A freshly initialised network of ``network_class`` (``LiftedNetwork``) with the
+    architecture of ``cfg``; a config that fails a check raises ``FileFormatError`` naming
+    ``path`` (default: "config") and ``field``."""
     path = "config" if path is None else path
     if not isinstance(cfg, dict):
         raise FileFormatError(path, field, "a JSON object (LiftedNetwork.get_config)",
@@ -125,7 +123,7 @@ def network_from_config(cfg: dict, path=None, field="config") -> LiftedNetwork:
         raise FileFormatError(path, f"{field}.activations", "a list of objects with a name",
                               repr(cfg["activations"])[:200])
     try:   # the network's own checks (validation.py, layers.build_maps, check_memory): each names
-        return LiftedNetwork.from_config(cfg)   # the parameter and the value it was given
+        return network_class.from_config(cfg)   # the parameter and the value it was given
     except (ValueError, TypeError) as err:   # TypeError: an activation's unknown parameter
         raise FileFormatError(path, field, "a valid network config", str(err)) from None
 
@@ -161,18 +159,19 @@ def save_network(net, path) -> Path:
     return write_npz(path, {f"W_{l}": W for l, W in enumerate(net.W)}, meta)
 
 
-def load_network(path) -> LiftedNetwork:
-    """The network saved at ``path`` by :func:`save_network` (NumPy weights), checked as the
-    module docstring says before any weight is read."""
+def load_network(path, network_class: Any) -> Any:
+    """The network saved at ``path`` by :func:`save_network` (NumPy weights), a
+    ``network_class`` (``LiftedNetwork``), checked as the module docstring says before any
+    weight is read."""
     with NpzFile(path, "network (LiftedNetwork.save)") as f:
         meta = f.meta(NETWORK_FORMAT)
-        net = network_from_config(meta.get("config"), f.path, "meta.config")
+        net = network_from_config(meta.get("config"), network_class, f.path, "meta.config")
         f.require({f"W_{l}" for l in range(len(net.W))} | {"meta"})
         net.W = _weights(f, net, "W_")
     return net
 
 
-# --- checkpoints ------------------------------------------------------------------------------
+# --- run folders ------------------------------------------------------------------------------
 def data_digest(*arrays) -> str:
     """A SHA-256 of the arrays' shapes, dtypes and bytes (resume checks it is the same data)."""
     h = hashlib.sha256()
@@ -181,85 +180,6 @@ def data_digest(*arrays) -> str:
         h.update(f"{A.shape}{A.dtype.str}".encode())
         h.update(A.tobytes())
     return h.hexdigest()
-
-
-def checkpoint_path(directory) -> Path:
-    return Path(directory) / CHECKPOINT_FILE
-
-
-def save_checkpoint(directory, net, state, settings: dict) -> Path:
-    """Write the state of a run (``bcd.BCDState``) to ``directory/checkpoint.npz``."""
-    from . import __version__
-
-    arrays = {f"W_{l}": W for l, W in enumerate(state.W)}
-    arrays.update({f"X_{l + 1}": X for l, X in enumerate(state.Xs or [])})
-    arrays.update({f"W0_{l}": W for l, W in enumerate(state.W0 or []) if W is not None})
-    arrays.update({f"W_prev_{l}": W for l, W in enumerate(state.W_prev or [])})
-    meta = dict(format=CHECKPOINT_FORMAT, version=__version__, config=network_config(net),
-                iteration=state.iteration, has_Xs=state.Xs is not None,
-                history=state.history.to_dict(), settings=settings)
-    return write_npz(checkpoint_path(directory), arrays, meta)
-
-
-def load_checkpoint(path) -> tuple[dict, dict]:
-    """``(arrays, meta)`` of a checkpoint: ``path`` is its folder or its ``.npz`` file. Checked
-    before use: the meta's fields and their types, the network config (``network_from_config``),
-    every array's shape and dtype against it and its finiteness, and a round counter
-    ``iteration``, an integer >= 0 matched by a history of as many rounds. (That the counter is
-    within the run's schedule, and the data and settings those of the run, ``fit_bcd`` checks.)"""
-    path = Path(path)
-    with NpzFile(checkpoint_path(path) if path.is_dir() else path, "checkpoint (fit_bcd)") as f:
-        meta = f.meta(CHECKPOINT_FORMAT)
-        _check_checkpoint_meta(f.path, meta)
-        net = network_from_config(meta["config"], f.path, "meta.config")
-        names = _checkpoint_arrays(f, net, meta["has_Xs"])
-        f.require(names | {"meta"})
-        arrays = {}
-        for name in sorted(names):
-            prefix, _, l = name.rpartition("_")
-            if prefix == "X":    # X_l: the layer's size by the current batch's columns
-                arrays[name] = f.array(name, (net.layer_sizes[int(l)], None), net.W[0].dtype)
-            else:
-                arrays[name] = f.array(name, net.W[int(l)].shape, net.W[0].dtype)
-    return arrays, meta
-
-
-def _checkpoint_arrays(f, net, has_Xs) -> set:
-    """The arrays a checkpoint of ``net`` holds: ``W_l``; ``X_1 .. X_L`` where it says it has
-    them; ``W0_l`` and ``W_prev_l`` of the layers (all or none) the file has them for."""
-    L = len(net.W)
-    names = {f"W_{l}" for l in range(L)}
-    names |= {f"X_{l}" for l in range(1, net.n_hidden + 1)} if has_Xs else set()
-    names |= {f"W0_{l}" for l in range(L) if f"W0_{l}" in f.headers}
-    if any(f"W_prev_{l}" in f.headers for l in range(L)):
-        names |= {f"W_prev_{l}" for l in range(L)}
-    return names
-
-
-def _check_checkpoint_meta(path, meta) -> None:
-    """The fields of a checkpoint's meta: their types, and a history of ``iteration`` rounds."""
-    fields = {"config": (dict, "an object"), "iteration": (int, "an integer >= 0"),
-              "has_Xs": (bool, "true or false"), "history": (dict, "an object"),
-              "settings": (dict, "an object")}
-    for key, (cls, words) in fields.items():
-        value = meta.get(key)
-        if not isinstance(value, cls) or (cls is int and (isinstance(value, bool) or value < 0)):
-            raise FileFormatError(path, f"meta.{key}", words,
-                                  "nothing" if key not in meta else repr(value)[:200])
-    if not isinstance(meta["settings"].get("data"), str):
-        raise FileFormatError(path, "meta.settings.data", "the training data's digest (text)",
-                              repr(meta["settings"].get("data"))[:200])
-    history = meta["history"]
-    records = history.get("records")
-    if not isinstance(history.get("config"), dict) or not isinstance(records, list):
-        raise FileFormatError(path, "meta.history", "an object with 'config' and 'records'",
-                              f"the keys {sorted(history)}")
-    rounds = [r.get("iteration") if isinstance(r, dict) else None for r in records]
-    if len(rounds) != meta["iteration"] or rounds != list(range(1, len(rounds) + 1)):
-        raise FileFormatError(path, "meta.history.records",
-                              f"rounds 1..{meta['iteration']} (meta.iteration)",
-                              f"{len(records)} records, rounds {rounds[:3]}"
-                              f"{'...' if len(rounds) > 3 else ''}")
 
 
 def remove_temporaries(directory) -> list:

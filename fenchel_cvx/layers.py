@@ -13,12 +13,13 @@ one and returns one :class:`LinearMap` per weight matrix ``W_l``, which gives
 
 - ``forward(W, X)``: ``U = A(W, X) + b``, from the weights with the bias as last column;
 - ``adjoint_x(W, G)``: ``A(W, .)^T G``, the gradient through the map for the X-blocks;
-- ``patches(X)`` and ``rows(U)``: the map as a product ``rows(U) = W patches(X)``; for a dense
-  layer ``patches(X) = [X; 1^T]`` and ``rows`` is the identity; for a convolution the im2col
+- ``patches(X)`` and ``to_rows(U)``: the map as a product ``to_rows(U) = W patches(X)``; for a
+  dense layer ``patches(X) = [X; 1^T]`` and ``to_rows`` is the identity (``from_rows``: the
+  inverse); for a convolution the im2col
   patches ``(C_in k k + 1) x (m H_out W_out)`` and the output channels as rows. So a conv
   W-block is a dense W-block on patches: it separates by output channel (row) and its Gram
   matrix ``patches patches^T`` is 26 x 26 for LeNet-5's first layer, 151 x 151 for its second;
-- ``adjoint_w(G, X)``: ``rows(G) patches(X)^T``, the gradient in W;
+- ``adjoint_w(G, X)``: ``to_rows(G) patches(X)^T``, the gradient in W;
 - ``matrix(W)``: the explicit (Toeplitz) matrix and bias of ``A(W, .)``, for the oracle's small
   X-block templates and for tests.
 
@@ -33,6 +34,7 @@ whatever the chunks.
 """
 import math
 import numbers
+import warnings
 
 import numpy as np
 from array_api_compat import array_namespace, device, is_numpy_namespace
@@ -189,10 +191,10 @@ class Dense(Spec):
         xp = array_namespace(W)
         return _top_sq_singular(xp, xp.astype(W[:, :-1], xp.float64))
 
-    def rows(self, xp, U, shape):
+    def to_rows(self, xp, U, shape):
         return U
 
-    def unrows(self, xp, R, shape, m):
+    def from_rows(self, xp, R, shape, m):
         return R
 
 
@@ -313,18 +315,18 @@ class Conv2d(Spec):
             U = K @ xp.reshape(xp.take(Xe, idx, axis=0), (k2, (h1 - h0) * Wo * m))
             U += b
             if h1 - h0 == Ho:
-                return self.unrows(xp, U, shape, m)
+                return self.from_rows(xp, U, shape, m)
             if out is None:
                 out = xp.empty((self.channels, Ho * Wo * m), dtype=U.dtype, device=device(X))
             out[:, h0 * Wo * m:h1 * Wo * m] = U
-        return self.unrows(xp, out, shape, m)
+        return self.from_rows(xp, out, shape, m)
 
     def adjoint_x(self, xp, W, G, shape):
-        """``col2im(W[:, :-1]^T rows(G))``, a chunk of output rows at a time: each chunk's
+        """``col2im(W[:, :-1]^T to_rows(G))``, a chunk of output rows at a time: each chunk's
         columns are added into the input pixels they came from, k^2 shifted slices."""
         C, H, Wd, Ho, Wo = self._geometry(shape)
         k, p, m = self.kernel, self.padding, G.shape[1]
-        R, KT = self.rows(xp, G, shape), W[:, :-1].T
+        R, KT = self.to_rows(xp, G, shape), W[:, :-1].T
         out = xp.zeros((C, H + 2 * p, Wd + 2 * p, m), dtype=xp.result_type(W, G),
                        device=device(G))
         # chunks from the last: every pixel sums its terms in (i, j) order, as one chunk would
@@ -367,11 +369,11 @@ class Conv2d(Spec):
         G = Mh @ M if C <= self.channels else M @ Mh       # the smaller side, per frequency
         return _top_eigenvalue(xp, G)
 
-    def rows(self, xp, U, shape):
+    def to_rows(self, xp, U, shape):
         """``(channels H_out W_out) x m`` -> ``channels x (H_out W_out m)``: a reshape."""
         return xp.reshape(U, (self.channels, U.shape[0] // self.channels * U.shape[1]))
 
-    def unrows(self, xp, R, shape, m):
+    def from_rows(self, xp, R, shape, m):
         return xp.reshape(R, (R.shape[0] * R.shape[1] // m, m))
 
 
@@ -445,17 +447,28 @@ class LinearMap:
         xp = array_namespace(X)
         return self.op.patches(xp, self._pre(xp, X), self.op_shape)
 
+    def to_rows(self, U):
+        """An output ``(n_out, m)`` as the rows of ``W @ patches(X)`` (one row per output
+        channel)."""
+        return self.op.to_rows(array_namespace(U), U, self.op_shape)
+
+    def from_rows(self, R, m):
+        """The inverse of ``to_rows`` for ``m`` data points: an output ``(n_out, m)``."""
+        return self.op.from_rows(array_namespace(R), R, self.op_shape, m)
+
     def rows(self, U):
-        """An output ``(n_out, m)`` as the rows of ``W @ patches(X)``."""
-        return self.op.rows(array_namespace(U), U, self.op_shape)
+        """Deprecated name of :meth:`to_rows`."""
+        warnings.warn("rows is deprecated; use to_rows", DeprecationWarning, stacklevel=2)
+        return self.to_rows(U)
 
     def unrows(self, R, m):
-        """The inverse of ``rows`` for ``m`` data points."""
-        return self.op.unrows(array_namespace(R), R, self.op_shape, m)
+        """Deprecated name of :meth:`from_rows`."""
+        warnings.warn("unrows is deprecated; use from_rows", DeprecationWarning, stacklevel=2)
+        return self.from_rows(R, m)
 
     def adjoint_w(self, G, X):
-        """The gradient in W of ``<G, A(W, X) + b>``: ``rows(G) patches(X)^T``."""
-        return self.rows(G) @ self.patches(X).T
+        """The gradient in W of ``<G, A(W, X) + b>``: ``to_rows(G) patches(X)^T``."""
+        return self.to_rows(G) @ self.patches(X).T
 
     def matrix(self, W):
         """``(A, b)`` with ``A(W, X) + b = A @ X + b`` (dense NumPy; for small maps only)."""

@@ -10,16 +10,17 @@ Each loss is one class that carries every fact the solvers ask for, for any arra
 namespace: its value, per-column values and gradient in Yhat (``CORE_FACTS``); its curvature:
 ``column_curvature`` (a bound on each column's Hessian in Yhat, ``<= c_j I``), ``hvp`` and
 ``hess_diag`` (the Hessian's products and diagonal: the oracle's Newton polish), ``line_derivs``
-and ``line_change`` (the fast last W-block's exact line search along a direction), ``quadratic``
-(MSE: the last W-block is a ridge regression, solved in closed form) and ``separable_rows`` (a
-sum over the rows of Yhat as well: the last W-block separates by rows, with ``elementwise``
-terms); its targets: ``check_targets``, ``check_labels``, ``targets_from``, ``tasks``
-(classification, regression), ``probabilities`` (a classifier's output, or None); its PyTorch
-counterpart ``torch_loss`` (the baselines) and its ``params`` (save / load). Its CVXPY form, for
-the oracle, is ``fenchel_cvx.oracle.atoms.loss_cvx(loss, Y, Yhat)`` (registered there by type,
-or the class's own ``value_cvxpy``). The one table keyed by names is the registry ``LOSSES``
-(``register_loss``; ``loss("mse")`` looks one up); ``fenchel_cvx.extensions`` adds the Huber
-loss.
+and ``line_change`` (the fast last W-block's exact line search along a direction),
+``last_w_solver`` (the fast backend's method for the last W-block: ``"ridge"``, MSE's closed
+form; ``"pncg"``; ``"newton"``, the general path), ``may_lack_minimiser`` (cross-entropy: the
+oracle checks the last W-block for a minimiser) and ``separable_rows`` (a sum over the rows of
+Yhat as well: the last W-block separates by rows, with ``elementwise`` terms); its targets:
+``check_targets``, ``check_labels``, ``targets_from``, ``tasks`` (classification, regression),
+``probabilities`` (a classifier's output, or None); its PyTorch counterpart ``torch_loss`` (the
+baselines) and its ``params`` (save / load). Its CVXPY form, for the oracle, is
+``fenchel_cvx.oracle.atoms.loss_cvx(loss, Y, Yhat)`` (registered there by type, or the class's
+own ``value_cvxpy``). The one table keyed by names is the registry ``LOSSES`` (``register_loss``;
+``loss("mse")`` looks one up); ``fenchel_cvx.extensions`` adds the Huber loss.
 """
 import math
 
@@ -43,11 +44,15 @@ class Loss(Named):
     """An output loss ``L(Y, Yhat)``, summed over the columns (data points) of Yhat."""
 
     name = kind = "loss"
-    quadratic = False        # a quadratic loss: the last W-block is a ridge regression
     separable_rows = False   # a sum over the rows of Yhat too: the last W-block splits by rows
-    tasks = ("regression",)  # what the estimators may use it for
+    #: whether the last W-block without rho, gamma may have no minimiser (the loss decreases
+    #: forever along a direction: cross-entropy on separable data); the oracle then checks it
+    #: before a solve (``oracle.wellposed.recession_score``, registered by the loss's type)
+    may_lack_minimiser = False
+    tasks: tuple[str, ...] = ("regression",)  # what the estimators may use it for
     #: the fast backend's method for the last W-block: "newton" (the general path, Newton-CG
-    #: on ``grad`` and ``hvp``), "pncg" (nonlinear CG), "ridge" (closed form: ``quadratic``)
+    #: on ``grad`` and ``hvp``), "pncg" (nonlinear CG), "ridge" (a quadratic loss: the block is
+    #: a ridge regression, solved in closed form)
     last_w_solver = "newton"
     probabilities = None     # a method: the class probabilities of outputs Yhat, or None
     elementwise = None       # a separable loss's terms, a method ``(Y, Yhat) -> array``
@@ -115,7 +120,7 @@ class MSE(Loss):
     """Squared error ||Y - Yhat||_F^2 (summed, no 1/2)."""
 
     name = "mse"
-    quadratic = separable_rows = True
+    separable_rows = True
     last_w_solver = "ridge"
     tasks = ("classification", "regression")
 
@@ -154,6 +159,7 @@ class CrossEntropy(Loss):
 
     name = "cross_entropy"
     tasks = ("classification",)
+    may_lack_minimiser = True   # on linearly separable X_L
     last_w_solver = "pncg"
 
     def value(self, Y, Yhat):

@@ -20,17 +20,35 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from array_api_compat import array_namespace
+from numpy.typing import DTypeLike
 
 from . import defaults
+from .activations import Activation
 from .activations import activation as _activation
-from .layers import AvgPool2d, Conv2d, Dense, Flatten, build_maps
+from .arrays import Array
+from .io import load_network, save_network
+from .layers import AvgPool2d, Conv2d, Dense, Flatten, Spec, build_maps
+from .losses import Loss
 from .losses import loss as _loss
-from .validation import (COUNT, LAM, RHO, SEED, PerLayer, Sizes, check, check_dtype, check_matrix,
-                         check_memory, validate)
+from .validation import (
+    COUNT,
+    LAM,
+    RHO,
+    SEED,
+    PerLayer,
+    Sizes,
+    check,
+    check_dtype,
+    check_matrix,
+    check_memory,
+    validate,
+)
 
 
 def augment(X):
@@ -56,19 +74,56 @@ class LiftedNetwork:
     dtype : NumPy dtype (or its name) of the weights: float32 or float64.
 
     Every argument is checked (``validation.py``) before the weights are drawn.
+
+    Examples
+    --------
+    A 3-4-2 network, its feed-forward pass on 4 data points (columns), and its two objectives:
+    at the feed-forward point every divergence B_l is 0, so F(W, X) equals J(W).
+
+    >>> import numpy as np
+    >>> net = LiftedNetwork([3, 4, 2], activation="relu", loss="mse", seed=0)
+    >>> net
+    LiftedNetwork(3-4-2, activation=['relu'], loss='mse', lam=[1.0], rho=[0.001, 0.001])
+    >>> [W.shape for W in net.W]            # W_l is (p_{l+1}, p_l + 1): the bias last
+    [(4, 4), (2, 5)]
+    >>> X0, Y = np.arange(12.0).reshape(3, 4) / 10, np.ones((2, 4))
+    >>> Xs, Yhat = net.forward(X0)
+    >>> print(Yhat.round(3))
+    [[-0.679 -0.689 -0.698 -0.708]
+     [-0.024 -0.048 -0.073 -0.097]]
+    >>> round(net.network_objective(X0, Y), 4), round(net.lifted_objective(X0, Y, Xs), 4)
+    (15.9821, 15.9821)
+    >>> net.divergences(X0, [X + 1.0 for X in Xs])[0] > 0   # X_1 off phi(W_0 X~_0)
+    True
     """
 
-    def __init__(self, layer_sizes, activation="relu", loss="mse", lam=defaults.LAM,
-                 rho=defaults.RHO, seed=0, dtype=np.float64):
+    def __init__(self, layer_sizes: Sequence[int],
+                 activation: str | Activation | Sequence[str | Activation] = "relu",
+                 loss: str | Loss = "mse", lam: float | Sequence[float] = defaults.LAM,
+                 rho: float | Sequence[float] = defaults.RHO, seed: int = 0,
+                 dtype: DTypeLike = np.float64) -> None:
         sizes = check("layer_sizes", layer_sizes, Sizes(2))
         self._build((sizes[0],), [Dense(p) for p in sizes[1:]], activation, loss, lam, rho, seed,
                     dtype, name="layer_sizes")
 
     @classmethod
-    def from_layers(cls, input_shape, layers, activation="relu", loss="mse", lam=defaults.LAM,
-                    rho=defaults.RHO, seed=0, dtype=np.float64):
+    def from_layers(cls, input_shape: Sequence[int], layers: Sequence[Spec | dict[str, Any]],
+                    activation: str | Activation | Sequence[str | Activation] = "relu",
+                    loss: str | Loss = "mse", lam: float | Sequence[float] = defaults.LAM,
+                    rho: float | Sequence[float] = defaults.RHO, seed: int = 0,
+                    dtype: DTypeLike = np.float64) -> LiftedNetwork:
         """A network from layer specs (``layers.py``): ``Dense``, ``Conv2d``, ``AvgPool2d``,
-        ``Flatten`` or their dicts, on inputs of ``input_shape`` ((features,) or (C, H, W))."""
+        ``Flatten`` or their dicts, on inputs of ``input_shape`` ((features,) or (C, H, W)).
+
+        >>> from fenchel_cvx.layers import AvgPool2d, Conv2d, Dense, Flatten
+        >>> net = LiftedNetwork.from_layers((1, 6, 6), [Conv2d(2, 3), AvgPool2d(2), Flatten(),
+        ...                                             Dense(3)], loss="cross_entropy")
+        >>> net.layer_sizes, [W.shape for W in net.W]   # (2, 4, 4) = 32 hidden units
+        ((36, 32, 3), [(2, 10), (3, 9)])
+        >>> import numpy as np
+        >>> net.predict(np.ones((36, 5))).shape          # a flattened image per column
+        (3, 5)
+        """
         net = cls.__new__(cls)
         net._build(input_shape, layers, activation, loss, lam, rho, seed, dtype)
         return net
@@ -93,15 +148,24 @@ class LiftedNetwork:
         rng = np.random.default_rng(seed)
         self.W = [m.init(rng, dtype) for m in self.layers]
 
-    def get_config(self):
-        """The architecture and hyperparameters as a JSON-ready dict (``from_config`` inverts it)."""
+    def get_config(self) -> dict[str, Any]:
+        """The architecture and hyperparameters as a JSON-ready dict (``from_config`` inverts it).
+
+        >>> net = LiftedNetwork([3, 4, 2], activation="tanh", lam=0.5, seed=1)
+        >>> config = net.get_config()
+        >>> config["activations"], config["lam"], config["rho"]
+        ([{'name': 'tanh'}], [0.5], [0.001, 0.001])
+        >>> again = LiftedNetwork.from_config(config)      # the same seed: the same weights
+        >>> again.get_config() == config, all((a == b).all() for a, b in zip(again.W, net.W))
+        (True, True)
+        """
         return {"input_shape": list(self.input_shape), "layers": [s.to_dict() for s in self.specs],
                 "activations": [_activation_dict(a) for a in self.activations],
                 "loss": self.loss.name, "lam": list(self.lam), "rho": list(self.rho),
                 "seed": self.seed, "dtype": np.dtype(self.W[0].dtype).name}
 
     @classmethod
-    def from_config(cls, config):
+    def from_config(cls, config: dict[str, Any]) -> LiftedNetwork:
         """A freshly initialised network with the architecture of ``config`` (``get_config``)."""
         acts = [_activation(a["name"], **{k: v for k, v in a.items() if k != "name"})
                 for a in config["activations"]]
@@ -110,7 +174,7 @@ class LiftedNetwork:
                                seed=config["seed"], dtype=config["dtype"])
 
     @property
-    def n_hidden(self):
+    def n_hidden(self) -> int:
         """L: the number of activation layers (lifted variables X_1..X_L)."""
         return len(self.layer_sizes) - 2
 
@@ -126,20 +190,19 @@ class LiftedNetwork:
 
     # --- persistence (``io.py``: one .npz of the weights and a JSON config, no pickle) -------
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the weights, architecture, activations, loss, hyperparameters and dtype."""
-        from .io import save_network
-
+        """Write the weights, architecture, activations, loss, hyperparameters and dtype
+        (``io.save_network``)."""
         return save_network(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> LiftedNetwork:
-        """The network written by :meth:`save` at ``path``."""
-        from .io import load_network
-
-        return load_network(path)
+        """The network written by :meth:`save` at ``path`` (``io.load_network``)."""
+        return load_network(path, cls)
 
     # --- validation (``validation.check_matrix``) ---------------------------------------------
-    def check_inputs(self, X0, Y=None, *, dtype=None, xp=None, names=("X0", "Y")):
+    def check_inputs(self, X0: Array, Y: Array | None = None, *, dtype: DTypeLike | None = None,
+                     xp: Any = None, names: tuple[str, str] = ("X0", "Y"),
+                     ) -> tuple[Array, Array | None]:
         """``(X0, Y)`` checked against the network's input and output sizes (``dtype``, ``xp``:
         the working dtype and array library, see ``validation.check_matrix``)."""
         shape = self.input_shape
@@ -151,7 +214,7 @@ class LiftedNetwork:
                              cols=X0.shape[1], rows_what="the network's output size")
         return X0, Y
 
-    def check_lifted(self, X0, Xs):
+    def check_lifted(self, X0: Array, Xs: Sequence[Array]) -> list[Array]:
         if len(Xs) != self.n_hidden:
             raise ValueError(f"Xs must hold {self.n_hidden} matrices X_1..X_L, got {len(Xs)}")
         return [check_matrix(f"Xs[{l}] (X_{l + 1})", Xl, rows=self.layer_sizes[l + 1],
@@ -159,16 +222,17 @@ class LiftedNetwork:
                 for l, Xl in enumerate(Xs)]
 
     # --- the map ----------------------------------------------------------------------------
-    def pre_activation(self, l, Xl):
+    def pre_activation(self, l: int, Xl: Array) -> Array:
         """U_l = A_l(W_l, X_l) + b_l (dense: W_l [X_l; 1])."""
         return self.layers[l].forward(self.W[l], Xl)
 
-    def forward(self, X0):
+    def forward(self, X0: Array) -> tuple[list[Array], Array]:
         """Feed-forward pass: returns ``(Xs, Yhat)`` with ``Xs = [X_1, ..., X_L]``."""
         Xs, Us = self.feed_forward(X0)
         return Xs, Us[-1]
 
-    def feed_forward(self, X0, Xt0=None):
+    def feed_forward(self, X0: Array, Xt0: Array | None = None,
+                     ) -> tuple[list[Array], list[Array]]:
         """Feed-forward pass keeping the pre-activations: ``(Xs, Us)``, ``Us = [U_0, ..., U_L]``
         (``U_L = Yhat``); the BCD driver hands ``U_{l-1}`` to the X-block of ``X_l``. ``Xt0``:
         X0's patches ``layers[0].patches(X0)`` if at hand (W_0's block needs them too), from
@@ -176,38 +240,43 @@ class LiftedNetwork:
         Xs, Us, Xl = [], [], X0
         for l, act in enumerate(self.activations):
             Us.append(self.pre_activation(l, Xl) if l or Xt0 is None
-                      else self.layers[0].unrows(self.W[0] @ Xt0, X0.shape[1]))
+                      else self.layers[0].from_rows(self.W[0] @ Xt0, X0.shape[1]))
             Xl = act.phi(Us[-1])
             Xs.append(Xl)
         Us.append(self.pre_activation(self.n_hidden, Xl))
         return Xs, Us
 
-    def predict(self, X0):
+    def predict(self, X0: Array) -> Array:
         """The network output Yhat = W_L X~_L^ff (logits for cross-entropy)."""
         X0, _ = self.check_inputs(X0)
         return self.forward(X0)[1]
 
     # --- objectives -------------------------------------------------------------------------
-    def penalty(self):
+    def penalty(self) -> float:
         """sum_l rho_l ||W_l||_F^2."""
         return float(sum(r * float(array_namespace(Wl).sum(Wl * Wl)) for r, Wl in zip(self.rho, self.W)))
 
-    def divergences(self, X0, Xs):
+    def divergences(self, X0: Array, Xs: Sequence[Array]) -> list[float]:
         """[sum B_l(X_{l+1}, W_l X~_l) for l < L] (unweighted; +inf off an activation's range)."""
         X = [X0, *Xs]
         xp = array_namespace(X0)
         return [float(xp.sum(act.divergence(X[l + 1], self.pre_activation(l, X[l]))))
                 for l, act in enumerate(self.activations)]
 
-    def network_objective(self, X0, Y):
-        """J(W) = L(Y, Yhat^ff) + sum_l rho_l ||W_l||_F^2."""
-        X0, Y = self.check_inputs(X0, Y)
+    def network_objective(self, X0: Array, Y: Array, *, checked: bool = True) -> float:
+        """J(W) = L(Y, Yhat^ff) + sum_l rho_l ||W_l||_F^2. ``checked=False``: X0 and Y were
+        checked already (``fit_bcd`` checks its data once per run)."""
+        if checked:
+            X0, Y = self.check_inputs(X0, Y)
         return float(self.loss.value(Y, self.forward(X0)[1])) + self.penalty()
 
-    def lifted_objective(self, X0, Y, Xs):
-        """F(W, X) = L(Y, W_L X~_L) + sum_l rho_l ||W_l||_F^2 + sum_{l<L} lam_l B_l."""
-        X0, Y = self.check_inputs(X0, Y)
-        Xs = self.check_lifted(X0, Xs)
+    def lifted_objective(self, X0: Array, Y: Array, Xs: Sequence[Array], *,
+                         checked: bool = True) -> float:
+        """F(W, X) = L(Y, W_L X~_L) + sum_l rho_l ||W_l||_F^2 + sum_{l<L} lam_l B_l.
+        ``checked=False``: X0, Y and Xs were checked already (the BCD driver's own)."""
+        if checked:
+            X0, Y = self.check_inputs(X0, Y)
+            Xs = self.check_lifted(X0, Xs)
         out = self.pre_activation(self.n_hidden, Xs[-1] if Xs else X0)
         B = self.divergences(X0, Xs)
         return float(self.loss.value(Y, out)) + self.penalty() + sum(
@@ -221,11 +290,21 @@ def _activation_dict(act):
     return out
 
 
-def lenet5(input_shape=(1, 28, 28), n_classes=10, **kwargs):
+def lenet5(input_shape: Sequence[int] = (1, 28, 28), n_classes: int = 10,
+           **kwargs: Any) -> LiftedNetwork:
     """LeNet-5 as in the paper: conv 6@5x5, avg-pool 2, conv 16@5x5, avg-pool 2, fc 120, fc 84,
     fc ``n_classes``, ReLU. A 28 x 28 input is zero-padded to 32 x 32 by the first convolution
     (padding 2); a 32 x 32 input (CIFAR-10's (3, 32, 32)) is not. ``kwargs`` go to
-    ``LiftedNetwork.from_layers`` (activation, loss, lam, rho, seed, dtype)."""
+    ``LiftedNetwork.from_layers`` (activation, loss, lam, rho, seed, dtype).
+
+    >>> net = lenet5()
+    >>> net.layer_sizes, net.n_hidden       # 6@28x28 -> 16@10x10 -> 120 -> 84 -> 10
+    ((784, 4704, 1600, 120, 84, 10), 4)
+    >>> [W.shape for W in net.W]            # conv W: (out channels, in channels x 5 x 5 + 1)
+    [(6, 26), (16, 151), (120, 401), (84, 121), (10, 85)]
+    >>> lenet5((3, 32, 32)).layer_sizes[:2]   # CIFAR-10: unpadded, 32 - 4 = 28 again
+    (3072, 4704)
+    """
     n_classes = check("n_classes", n_classes, COUNT)
     shape = tuple(input_shape)
     if len(shape) != 3 or shape[1:] not in ((28, 28), (32, 32)):

@@ -52,13 +52,13 @@ def _nonconvex_ls(act, Xt, Y, W_init):
     """L-BFGS on ||Y - phi(W X~)||^2 (a gradient method: dead ReLU units get no gradient)."""
     shape = W_init.shape
 
-    def fg(w):
+    def value_and_grad(w):
         W = w.reshape(shape)
         U = W @ Xt
         R = act.phi(U) - Y
         return float(np.sum(R * R)), ((2 * R * act.dphi(U)) @ Xt.T).ravel()
 
-    r = optimize.minimize(fg, W_init.ravel(), jac=True, method="L-BFGS-B",
+    r = optimize.minimize(value_and_grad, W_init.ravel(), jac=True, method="L-BFGS-B",
                           options=dict(maxiter=5000, ftol=1e-16, gtol=1e-12))
     return r.x.reshape(shape)
 
@@ -75,7 +75,8 @@ def one_layer_recovery(activation="relu", n=4, p=3, m=40, bias=True, restarts=10
 
     is solved by ``backend`` (the CVXPY oracle by default); its minimisers are exactly the W with
     ``phi(W X~) = Y`` (Theorem 1), which for generic data is W* alone (for ReLU: each unit is
-    active on at least n + 1 generic points; ``active_points`` counts them). Beside it, ``restarts`` runs of L-BFGS on the
+    active on at least n + 1 generic points; ``active_points`` counts them). Beside it,
+    ``restarts`` runs of L-BFGS on the
     non-convex least squares from random N(0, 1/n) starts; a start *fails* if its relative error
     exceeds ``fail_tol``. With ReLU such failures happen (units that start, or become, dead on
     the data receive no gradient); with strictly monotone phi they are rarer.
@@ -190,7 +191,8 @@ def weak_duality(layer_sizes=(4, 6, 5, 3), m=30, iterations=4, activation="relu"
     - ``min F <= min J`` over the run (both taken at the weights of the X-sweeps).
 
     Data: standard-normal X, targets from a random teacher network of the same shape (plus
-    noise) for MSE, its argmax one-hot for cross-entropy (the loss's ``targets_from``). Returns a dict of the series and flags.
+    noise) for MSE, its argmax one-hot for cross-entropy (the loss's ``targets_from``). Returns
+    a dict of the series and flags.
     """
     from .bcd import fit_bcd
 

@@ -40,9 +40,10 @@ import os
 import warnings
 
 __all__ = ["ALTERNATIONS", "BOOL", "CALLABLE", "COUNT", "GAMMA", "Interval", "LAM", "MAX_ROUNDS",
-           "MAX_WEIGHT", "MOMENTUM", "Options", "PATH", "PerLayer", "RHO", "ROUNDS", "SEED", "Sizes", "TOL", "WEIGHT",
-           "check", "check_dtype", "check_memory", "check_plain", "failure", "check_matrix", "check_real", "check_rounds",
-           "check_scale", "memory_budget", "scale_problem", "validate"]
+           "MAX_WEIGHT", "MOMENTUM", "Options", "PATH", "PerLayer", "RHO", "ROUNDS", "SEED", "Sizes",
+           "TOL", "WEIGHT", "check", "check_dtype", "check_memory", "check_plain", "failure",
+           "check_matrix", "check_real", "check_rounds", "check_scale", "memory_budget",
+           "scale_problem", "validate"]
 
 MAX_WEIGHT = 1e6
 MAX_ROUNDS = 10 ** 6
@@ -367,7 +368,6 @@ def scale_problem(A, dtype=None):
     or None: NaN or inf entries, or ``max|A|^2 * A.size`` above the square root of the dtype's
     largest number (the module docstring's bound)."""
     import numpy as np
-
     from array_api_compat import array_namespace
 
     xp = np if isinstance(A, np.ndarray) else array_namespace(A)   # also a torch tensor's

@@ -14,8 +14,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fenchel_cvx.activations import (ACTIVATIONS, Activation, LeakyReLU, Monotone, ReLU, Sigmoid,
-                                     Tanh, activation, monotone)
+from fenchel_cvx.activations import (
+    ACTIVATIONS,
+    Activation,
+    LeakyReLU,
+    Monotone,
+    ReLU,
+    Sigmoid,
+    Tanh,
+    activation,
+    monotone,
+)
 from fenchel_cvx.oracle.atoms import divergence_cvx
 
 EPS = np.finfo(np.float64).eps

@@ -81,8 +81,8 @@ def test_predict_takes_a_torch_tensor_and_refuses_sparse(data):
 def test_predict_checks_a_backends_per_layer_settings_first(data, monkeypatch):
     """The optimisation rule refuses per-layer steps that do not fit the network before any
     work (as fit_bcd does), not at the first block without an entry."""
-    from fenchel_cvx.predict import predict
     from fenchel_cvx.fast import FastBackend
+    from fenchel_cvx.predict import predict
 
     X, _ = data
     net = LiftedNetwork([4, 5, 6, 3], loss="cross_entropy")

@@ -18,6 +18,7 @@ from fenchel_cvx.network import LiftedNetwork
 from fenchel_cvx.oracle import OracleBackend
 from fenchel_cvx.plotting import plot_accuracy, plot_objectives
 from fenchel_cvx.predict import predict, predict_classes
+from fenchel_cvx.run_settings import check_data
 
 M_SUB = 600
 M_CE = 200
@@ -153,7 +154,7 @@ def test_one_batch_of_all_the_data_is_the_data_in_order(tiny, batch_size):
     assert factors == [False, True, True]
     assert targets == [True] * 6
     np.testing.assert_array_equal(res.batch, np.arange(30))
-    assert [s.idx.tolist() for s in bcd.schedule(30, batch_size, 2, None, 1, 0)] == [
+    assert [s.columns.tolist() for s in bcd.schedule(30, batch_size, 2, None, 1, 0)] == [
         list(range(30))] * 2
     # the same rounds as Algorithm 1 with every round restarted from the feed-forward point
     net = LiftedNetwork(**sizes)
@@ -196,7 +197,7 @@ def test_fresh_rounds_hand_the_feed_forward_products_to_the_blocks(tiny):
 
     class Recording(FastBackend):
         def solve(self, block, start=None):
-            hint = getattr(block, "U")
+            hint = block.U
             if block.kind.startswith("w"):
                 seen.append((block.layer, hint is not None))
                 if hint is not None:   # the product the block would form itself, up to rounding
@@ -435,5 +436,5 @@ def test_data_take_the_network_dtype():
     X, Y = ds.X_train[:, :20].astype(np.float32), one_hot(ds.y_train[:20], 10)
     for dtype in (np.float32, np.float64):
         net = LiftedNetwork([64, 8, 10], dtype=dtype)
-        X0, Y0 = bcd._check_data(net, X, Y)
+        X0, Y0 = check_data(net, X, Y)
         assert X0.dtype == dtype and Y0.dtype == dtype

@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from _benchmarks import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("mnist_lenet5", ROOT / "benchmarks" / "mnist_lenet5.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("mnist_lenet5")
 
 
 def check_report(out, methods, batches):

@@ -18,21 +18,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _benchmarks import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_load = load_benchmark
 
 
 def test_the_benchmarks_train_with_the_package_s_settings():
     """The MLP and LeNet-5 benchmarks read their defaults from ``defaults.training``; the
-    paper's parts of them are ``units.from_reference`` of its appendix."""
+    paper's parts of them are ``paper_hyperparameters.from_reference`` of its appendix."""
     from fenchel_cvx import defaults
-    from fenchel_cvx.units import from_reference
+    from fenchel_cvx.paper_hyperparameters import from_reference
 
     mlp, lenet = _load("mnist_mlp"), _load("mnist_lenet5")
     d, le = defaults.training("dense", 1, batched=True), defaults.training("lenet5", 4, batched=True)
@@ -241,7 +239,10 @@ def test_mnist_mlp_flop_count_follows_the_span_path():
     """W_0's capped steps from W0 run in the span of the batch (fast.span) only with rho = 0 and
     at most 10 steps: only then does the count drop the per-step products by X~."""
     bench = _load("mnist_mlp")
-    count = lambda *argv: bench.flops_per_batch("fln", bench.parse_args(list(argv)))
+
+    def count(*argv):
+        return bench.flops_per_batch("fln", bench.parse_args(list(argv)))
+
     span, param = count(), count("--rho", "1e-3")
     prod = 2 * 300 * 785 * 500               # one 300 x 785 x 500 product
     # per step a product back and a gradient (none after the last), against one W at the end

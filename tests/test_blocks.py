@@ -14,8 +14,16 @@ import pytest
 from scipy.optimize import minimize
 
 from conftest import ACTIVATION_NAMES, LOSS_NAMES, interior_sample, make_problem
-from fenchel_cvx.blocks import (BlockResult, WHidden, WLast, XHidden, XLast, kkt_residual,
-                                w_block, x_block)
+from fenchel_cvx.blocks import (
+    BlockResult,
+    WHidden,
+    WLast,
+    XHidden,
+    XLast,
+    kkt_residual,
+    w_block,
+    x_block,
+)
 
 SIZES = (3, 4, 3, 2)   # L = 2: X-blocks 1 (hidden), 2 (last); W-blocks 0, 1 (hidden), 2 (last)
 M = 5

@@ -89,10 +89,10 @@ def test_worse_update_raises_descent(data, kind, name):
     X, Y = data
     net = small_net()
     cert = Certificate(strict=True)
-    cert.begin(1)
     Xs = list(net.forward(X)[0])
     with pytest.raises(CertificateError) as err:
-        bcd._round(WorseningOracle(kind), net, cert, X, Y, Xs, [0.0] * 2, [None] * 2, fresh=True)
+        bcd.sweeps(WorseningOracle(kind), net, cert, X, Y, Xs, [0.0] * 2, [None] * 2, new_x=True,
+                   iteration=1)
     e = err.value
     assert e.check == "descent" and e.layer == name and e.iteration == 1
     assert e.value > e.bound + e.tol and "descent" in str(e) and "iteration 1" in str(e)
@@ -143,9 +143,9 @@ def test_restart_from_feed_forward_keeps_the_lower_bound(data):
     worse = [A + 3.0 for A in Xff]                      # carried-over X far from feed-forward
     assert net.lifted_objective(X, Y, worse) > net.network_objective(X, Y)
     cert = Certificate(strict=True)
-    cert.begin(7)
     gamma, W0 = [0.0] * 3, [None] * 3
-    Xs, rec = bcd._round(OracleBackend(), net, cert, X, Y, worse, gamma, W0, fresh=False)
+    Xs, rec = bcd.sweeps(OracleBackend(), net, cert, X, Y, worse, gamma, W0, new_x=False,
+                         iteration=7)
     assert rec["restarted"] and cert.outcome()["restarted"]
     assert rec["lifted_x"] <= rec["network_x"]
 
@@ -167,7 +167,8 @@ def test_certificate_checks_directly(data):
     Xs = net.forward(X)[0]
     cert = Certificate(strict=True, tol=1e-6)
     cert.begin(3)
-    cert.check_fenchel_young(net, X, Xs)                # feed-forward: B = 0
+    Us = [net.pre_activation(l, V) for l, V in enumerate([X, *Xs][:-1])]
+    cert.check_fenchel_young(net.activations, Xs, Us)   # feed-forward: B = 0
     assert cert.outcome()["min_divergence"] == [0.0]
     cert.check_lower_bound(1.0, 1.0 + 1e-7)
     cert.check_descent("W_0", 5.0, 5.0 + 1e-6, 1.0)      # within tol * (|F| + 1)
@@ -176,7 +177,7 @@ def test_certificate_checks_directly(data):
     assert (err.value.check, err.value.iteration, err.value.value, err.value.bound) == \
         ("lower_bound", 3, 2.0, 1.0)
     with pytest.raises(CertificateError) as err:
-        cert.check_fenchel_young(net, X, [Xs[0] - 1.0])     # ReLU output below 0
+        cert.check_fenchel_young(net.activations, [Xs[0] - 1.0], Us)   # ReLU output below 0
     assert err.value.check == "fenchel_young" and err.value.layer == 0
     with pytest.raises(CertificateError) as err:
         cert.check_descent("X_1", 1.0, math.nan, 1.0)

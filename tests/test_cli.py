@@ -304,6 +304,7 @@ def test_threads_reach_the_fast_backend_and_limit_each_pool_by_library():
     and around the command NumPy's pool gets 2 while SciPy's stays at 1 (``threads.plan``),
     from pools at 1 (a 2-core machine starts both at 2)."""
     import scipy.linalg  # noqa: F401  (loads SciPy's own BLAS pool)
+
     from fenchel_cvx.threads import limit_threads, pools
 
     args = cli.build_parser().parse_args(["train", "--backend", "fast", "--threads", "2"])

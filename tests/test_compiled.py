@@ -25,9 +25,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="the compiled path needs PyTorch (the bench extra)")
 
 from fenchel_cvx import AvgPool2d, Conv2d, Dense, Flatten, LiftedNetwork, activation, blocks  # noqa: E402
+from fenchel_cvx.activations import ACTIVATIONS  # noqa: E402
 from fenchel_cvx.bcd import fit_bcd  # noqa: E402
 from fenchel_cvx.fast import FastBackend, fused  # noqa: E402
-from fenchel_cvx.activations import ACTIVATIONS  # noqa: E402
 
 if fused.compiler_problem() is not None:
     pytest.skip(f"torch.compile cannot run here: {fused.compiler_problem()}",

@@ -11,9 +11,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fenchel_cvx import datasets
-from fenchel_cvx.datasets import (DATASETS, ChecksumError, Dataset, batch_order, load_cifar10,
-                                  load_dataset, load_digits, load_fashion_mnist, load_mnist,
-                                  load_mnist5k, one_hot, parse_idx)
+from fenchel_cvx.datasets import (
+    DATASETS,
+    ChecksumError,
+    Dataset,
+    batch_order,
+    load_cifar10,
+    load_dataset,
+    load_digits,
+    load_fashion_mnist,
+    load_mnist,
+    load_mnist5k,
+    one_hot,
+    parse_idx,
+)
 from fenchel_cvx.errors import FileFormatError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,7 +108,8 @@ def test_parse_idx_roundtrip(dtype, code):
     (b"", "magic: expected an IDX file .*found 'empty'"),
     (b"\x00\x00\x07\x01\x00\x00\x00\x00", "unknown IDX dtype code 0x07"),
     (b"\x00\x00\x08\x03\x00\x00\x00\x02", "header truncated"),
-    (b"\x00\x00\x08\x01\x00\x00\x00\x05abc", "size: expected 13 bytes \\(its header: shape \\(5,\\)\\), found 11 bytes"),
+    (b"\x00\x00\x08\x01\x00\x00\x00\x05abc",
+     "size: expected 13 bytes \\(its header: shape \\(5,\\)\\), found 11 bytes"),
 ])
 def test_parse_idx_rejects_bad_headers(data, message):
     with pytest.raises(ValueError, match=message):
@@ -122,7 +134,8 @@ def test_loader_checks_shapes_and_magic(tmp_path):
         load_mnist(small)
     (small / "train-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8bgarbage")
     (small / "train-images-idx3-ubyte").unlink()
-    with pytest.raises(ValueError, match="train-images-idx3-ubyte.gz: gzip: expected a complete gzip file, found a corrupt"):
+    with pytest.raises(ValueError, match="train-images-idx3-ubyte.gz: gzip: expected a complete "
+                                         "gzip file, found a corrupt"):
         load_mnist(small)
 
 

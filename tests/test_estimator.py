@@ -1,8 +1,9 @@
 """The scikit-learn estimators (``fenchel_cvx.estimator``): the estimator contract and behaviour.
 
 ``parametrize_with_checks`` runs scikit-learn's own checks on both estimators at their default
-settings (no check is skipped or expected to fail; ``slow``), and with 2 epochs in the quick loop. The other tests train on scikit-learn's
-digits (pixels / 16) and a few small synthetic problems.
+settings (no check is skipped or expected to fail; ``slow``), and with 2 epochs in the quick
+loop. The other tests train on scikit-learn's digits (pixels / 16) and a few small synthetic
+problems.
 """
 import numpy as np
 import pytest

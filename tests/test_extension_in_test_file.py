@@ -190,3 +190,27 @@ def test_a_taken_name_is_refused():
     Other.__qualname__ = "Other"
     with pytest.raises(ValueError, match="the activation name 'half_tanh' is taken by HalfTanh"):
         register_activation(Other)
+
+
+def test_a_foreign_class_under_a_built_in_name_is_refused():
+    """A class of another module that takes a built-in's name, even with the built-in's own
+    class name (a user's ``class ReLU(ReLU): name = "relu"``), is refused, naming both; the
+    name keeps its class, and the built-in itself registers again (a module reloaded)."""
+    from fenchel_cvx import activations
+
+    class ReLU(activations.ReLU):
+        name = "relu"
+
+        def phi(self, u):
+            return 42.0 + 0 * u
+
+    ReLU.__qualname__ = "ReLU"       # the built-in's own qualified name, in this module
+    try:
+        with pytest.raises(ValueError, match=r"the activation name 'relu' is taken by ReLU of "
+                                             r"fenchel_cvx\.activations, refused for ReLU of "
+                                             + __name__.replace(".", r"\.")):
+            register_activation(ReLU)
+    finally:
+        activations.ACTIVATIONS["relu"] = activations.ReLU   # never leave the foreign class
+    assert register_activation(activations.ReLU) is activations.ReLU
+    assert activation("relu").phi(np.array([1.0]))[0] == 1.0

@@ -16,11 +16,11 @@ docs/results.md ("On a GPU") records the runs on a GPU machine.
 """
 import numpy as np
 import pytest
-from test_fast import CASES, _to, case_block, make_block, make_state
 
 from fenchel_cvx import AvgPool2d, Conv2d, Dense, Flatten, LiftedNetwork, blocks, fit_bcd, lenet5
 from fenchel_cvx.datasets import load_digits, load_mnist5k, one_hot
 from fenchel_cvx.fast import FastBackend
+from test_fast import CASES, _to, case_block, make_block, make_state
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +93,8 @@ def test_conv_blocks_match_numpy(cp, dtype, rel):
     gpu = conv_net()
     state_cp = _to(cp, dtype, gpu, X0, Y, Xs, W0s)
     for kind, l in [("x", 1), ("x", 2), ("w", 0), ("w", 1), ("w", 2)]:
-        make = (lambda s: blocks.x_block(*s[:4], l)) if kind == "x" else (
-            lambda s: blocks.w_block(*s[:4], l, gamma=0.3, W0=s[4][l]))
+        make = (lambda s, l=l: blocks.x_block(*s[:4], l)) if kind == "x" else (
+            lambda s, l=l: blocks.w_block(*s[:4], l, gamma=0.3, W0=s[4][l]))
         ref, res = FastBackend().solve(make(state_np)), FastBackend().solve(make(state_cp))
         assert _on_device(cp, res.argmin) and res.argmin.dtype == np.dtype(dtype), (kind, l)
         assert res.converged, (kind, l, res.status)

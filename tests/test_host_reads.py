@@ -9,7 +9,7 @@ not the first, whose Gram cache is empty and which has no momentum yet; nor the 
 run always checks). What remains, by source:
 
 - the driver's (``bcd.py``): one read of the round's argmin checks, all blocks' at once at the
-  round's end (``_Round.settle``; the proximal term's value is recorded on checked rounds only);
+  round's end (``block_checks.CheckedSolves.settle``; the proximal term's value is recorded on checked rounds only);
 - one per Gram factorisation formed (``_util._shifted``: whether the Cholesky factor is finite,
   which decides the shift, before the factor is used): W_0's and W_1's for the MLP, the dense
   layers' for LeNet-5 (its conv factors serve 40 batches);
@@ -30,9 +30,9 @@ from fenchel_cvx.fast.reads import HostReads, ProductFlops, count, unchecked_bat
 
 #: the reads each network's unchecked batch may make, by source (see the module docstring)
 ALLOWED = {
-    "mlp": {"fenchel_cvx.bcd._Round.settle": 1, "fenchel_cvx.fast._util._shifted": 2,
+    "mlp": {"fenchel_cvx.block_checks.CheckedSolves.settle": 1, "fenchel_cvx.fast._util._shifted": 2,
             "fenchel_cvx.fast.span.applies": 1},
-    "lenet5": {"fenchel_cvx.bcd._Round.settle": 1, "fenchel_cvx.fast._util._shifted": 3},
+    "lenet5": {"fenchel_cvx.block_checks.CheckedSolves.settle": 1, "fenchel_cvx.fast._util._shifted": 3},
 }
 LIMIT = {name: sum(sources.values()) for name, sources in ALLOWED.items()}   # 4 and 4
 assert max(LIMIT.values()) <= 5     # the target: at most 5 reads per unchecked batch
@@ -169,15 +169,15 @@ def test_gram_cache_on_the_device_compares_no_contents():
 
     param = _w_hidden(xps, 4, 30)          # 5 rows of X~, 30 points: parameter space
     data = _w_hidden(xps, 40, 10)          # 41 rows, 10 points: data space
-    for block, hits in ((param, [False, "same", "stale", False]),
-                        (data, [False, False, False, False])):
+    for block, kinds in ((param, ["new", "same", "stale", "new"]),
+                         (data, ["new", "new", "new", "new"])):
         cache, got = {}, []
         copies = [dataclasses.replace(block, Xt=xps.asarray(block.Xt, copy=True)) for _ in "ab"]
         for b in (block, block, *copies):
-            (_, hit), reads = count(gram_preconditioner, xps, b, cache, reuse=2)
-            got.append(hit)
+            (_, kind), reads = count(gram_preconditioner, xps, b, cache, reuse=2)
+            got.append(kind)
             assert all("wblocks" not in src for src in reads.by_function()), reads.table()
-        assert got == hits
+        assert got == kinds
     # NumPy compares the contents: an equal copy is the same
     cache = {}
     np_param = _w_hidden(np, 4, 30)

@@ -8,7 +8,8 @@ import pytest
 from fenchel_cvx import __version__
 from fenchel_cvx.activations import activation
 from fenchel_cvx.bcd import fit_bcd
-from fenchel_cvx.io import load_checkpoint, read_npz, write_npz
+from fenchel_cvx.checkpoints import load_checkpoint
+from fenchel_cvx.io import read_npz, write_npz
 from fenchel_cvx.network import LiftedNetwork
 
 

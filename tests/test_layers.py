@@ -61,7 +61,7 @@ def test_adjoints_and_matrix(shape, specs, rng):
     lhs = np.sum(A.forward(W + D, X) * G) - np.sum(A.forward(W, X) * G)
     np.testing.assert_allclose(lhs, np.sum(D * A.adjoint_w(G, X)), rtol=1e-10)
     # the product form the W-blocks use
-    np.testing.assert_allclose(A.unrows(W @ A.patches(X), 4), A.forward(W, X), atol=1e-12)
+    np.testing.assert_allclose(A.from_rows(W @ A.patches(X), 4), A.forward(W, X), atol=1e-12)
     M, b = A.matrix(W)
     np.testing.assert_allclose(M @ X + b, A.forward(W, X), atol=1e-12)
     top = np.linalg.norm(M, 2) ** 2       # power iteration approaches it from below
@@ -112,9 +112,9 @@ def test_chunked_conv_equals_the_references(chunk_bytes, rng, monkeypatch):
     assert len(A.op._plan(np, X, shape)) == {1: 7, 3 * 18 * 6 * 5 * 8: 3, 1 << 20: 1}[chunk_bytes]
     np.testing.assert_allclose(A.forward(W, X), conv_reference(W, X, shape, k, pad), atol=1e-12)
     np.testing.assert_array_equal(A.patches(X), patches_reference(X, shape, k, pad))
-    # the adjoint is the transpose of the im2col product: rows(G)-weighted patches, summed
+    # the adjoint is the transpose of the im2col product: to_rows(G)-weighted patches, summed
     np.testing.assert_allclose(np.sum(A.adjoint_x(W, G) * X),
-                               np.sum(A.forward(W, X) * G) - np.sum(W[:, -1] @ A.rows(G)),
+                               np.sum(A.forward(W, X) * G) - np.sum(W[:, -1] @ A.to_rows(G)),
                                rtol=1e-12)
     M, _ = A.matrix(W)
     np.testing.assert_allclose(A.adjoint_x(W, G), M.T @ G, atol=1e-12)

@@ -158,7 +158,7 @@ def test_askari_w_step_and_descent(data):
     for l in (0, 1):
         T, c = s.target(l)
         W = s.w_step(l)
-        f = lambda V: c * sq(T - V @ augment(s.X[l])) + s.rho_l[l] * sq(V)  # noqa: E731
+        f = lambda V, c=c, T=T, l=l: c * sq(T - V @ augment(s.X[l])) + s.rho_l[l] * sq(V)  # noqa: E731
         np.testing.assert_allclose(W, argmin(f, W), atol=1e-5)
     vals = [s.objective()]
     for _ in range(5):

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.special import log_softmax
 
-from fenchel_cvx.losses import LOSSES, CrossEntropy, Loss, MSE, loss, softmax
+from fenchel_cvx.losses import LOSSES, MSE, CrossEntropy, Loss, loss, softmax
 from fenchel_cvx.oracle.atoms import loss_cvx
 
 NAMES = ("mse", "cross_entropy")
@@ -70,7 +70,7 @@ def test_column_values_and_curvature(name, YYh):
     # the second difference's own rounding: a few ulps of each column's value, over h^2
     rounding = 16 * np.finfo(float).eps * (np.abs(cols) + 1) / h**2
     assert np.all(second <= c[0] * np.sum(D * D, axis=0) * (1 + 1e-4) + 1e-5 + rounding)
-    assert (lo.quadratic, lo.separable_rows) == ((True, True) if name == "mse" else (False, False))
+    assert (lo.last_w_solver == "ridge", lo.separable_rows) == ((name == "mse",) * 2)
 
 
 def test_losses_are_sums_over_data_points():

@@ -7,7 +7,7 @@ import pytest
 import _history_cases as cases
 from fenchel_cvx import lenet5
 from fenchel_cvx.bcd import fit_bcd
-from fenchel_cvx.io import load_checkpoint
+from fenchel_cvx.checkpoints import load_checkpoint
 from fenchel_cvx.network import LiftedNetwork
 
 
@@ -60,7 +60,8 @@ def test_zero_momentum_is_the_papers_algorithm(tmp_path):
 
 def test_a_checkpoint_from_before_momentum_resumes(tmp_path):
     """A checkpoint whose config has no momentum (written before it existed) is a run with 0."""
-    from fenchel_cvx.io import CHECKPOINT_FORMAT, checkpoint_path, read_npz, write_npz
+    from fenchel_cvx.checkpoints import CHECKPOINT_FORMAT, checkpoint_path
+    from fenchel_cvx.io import read_npz, write_npz
 
     whole = cases.record(cases.run_case("alg2_ce_alternations"))
     cases.run_case("alg2_ce_alternations", checkpoint=tmp_path,

@@ -24,7 +24,7 @@ def hand_forward(W, X0, acts):
         if l == len(W) - 1:
             return Xs, U
         X = {"relu": lambda t: np.maximum(t, 0), "sigmoid": expit, "tanh": np.tanh,
-             "leaky_relu": lambda t: np.where(t > 0, t, acts[l].slope * t)}[acts[l].name](U)
+             "leaky_relu": lambda t, l=l: np.where(t > 0, t, acts[l].slope * t)}[acts[l].name](U)
         Xs.append(X)
 
 
@@ -238,10 +238,12 @@ def test_constructor_rejects_bad_arguments(kwargs, match):
 def test_data_errors_name_the_parameter_and_value():
     net, X0, Y, Xs = make_problem(SIZES, m=5)
     cases = [
-        (lambda: net.network_objective(X0[:2], Y), r"X0 must have 3 rows \(the network's input size\), got shape \(2, 5\)"),
+        (lambda: net.network_objective(X0[:2], Y),
+         r"X0 must have 3 rows \(the network's input size\), got shape \(2, 5\)"),
         (lambda: net.network_objective(X0, Y[:, :4]),
          r"Y must have 5 columns \(data points\), got shape \(2, 4\)"),
-        (lambda: net.network_objective(X0, Y[:1]), r"Y must have 2 rows \(the network's output size\), got shape \(1, 5\)"),
+        (lambda: net.network_objective(X0, Y[:1]),
+         r"Y must have 2 rows \(the network's output size\), got shape \(1, 5\)"),
         (lambda: net.network_objective(X0[0], Y), r"X0 must be a 2-D array .* got shape \(5,\)"),
         (lambda: net.predict(X0[:, :0]), r"X0 must hold at least one data point, got shape \(3, 0\)"),
         (lambda: net.lifted_objective(X0, Y, Xs[:1]), r"Xs must hold 2 matrices X_1..X_L, got 1"),

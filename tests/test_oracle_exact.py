@@ -9,8 +9,7 @@ from scipy.optimize import nnls as scipy_nnls
 from fenchel_cvx.activations import LeakyReLU, ReLU
 from fenchel_cvx.blocks import WHidden, WLast, XLast, w_block, x_block
 from fenchel_cvx.losses import MSE, CrossEntropy
-from fenchel_cvx.oracle import OracleBackend
-from fenchel_cvx.oracle import ce_columns, exact, nnls, rows
+from fenchel_cvx.oracle import OracleBackend, ce_columns, exact, nnls, rows
 from test_oracle import instance, make_block
 
 TOL = 1e-7
@@ -176,7 +175,7 @@ def test_dual_and_primal_routes_equal_the_template(act, monkeypatch):
         block = w_block(net, X0, Y, Xs, 0, gamma=0.2, W0=net.W[0])
         ref = OracleBackend(tol=TOL, exact=False).solve(block)
         for dual in (True, False):
-            monkeypatch.setattr(rows, "use_dual", lambda n, m, slope: dual)
+            monkeypatch.setattr(rows, "use_dual", lambda n, m, slope, dual=dual: dual)
             for start in (None, net.W[0]):
                 found = exact.attempt(block, start, TOL)
                 assert found.certified and found.residual <= 1e-9

@@ -11,6 +11,7 @@ cannot be used (NaN, outside the domain).
 import numpy as np
 import pytest
 
+from fenchel_cvx.backends import BackendDefaults
 from fenchel_cvx.bcd import fit_bcd
 from fenchel_cvx.blocks import BlockResult
 from fenchel_cvx.errors import CertificateError
@@ -26,7 +27,7 @@ BACKENDS = {"oracle": lambda: OracleBackend(tol=1e-6),
             "fast": lambda: FastBackend(tol=1e-6, max_iter=2000)}
 
 
-class Faulty:
+class Faulty(BackendDefaults):
     """A real backend whose argmin for blocks of ``kind`` is corrupted; the report is kept."""
 
     def __init__(self, inner, kind, fault, seed=0):
@@ -105,7 +106,7 @@ def test_fault_is_recorded_against_its_block(data, backend, fault, kind):
 
 def test_capped_blocks_are_marked_and_excused_only_for_their_cap(data):
     """A block stopped at the step cap it was given fails block optimality by design: the
-    driver marks that violation ``capped`` (asking the backend's own ``steps_of``), and
+    driver marks that violation ``capped`` (asking the backend's own ``step_setting``), and
     ``held_but_capped`` holds where nothing else failed. A capped block whose argmin is
     unusable is not excused; a run to tol has no capped violation."""
     X, Y = data
@@ -119,7 +120,7 @@ def test_capped_blocks_are_marked_and_excused_only_for_their_cap(data):
                     backend=FastBackend(tol=1e-6, max_iter=2000), strict=False).history
     assert exact.certificate_held and exact.held_but_capped and "capped" not in repr(exact)
     faulty = Faulty(FastBackend(w_steps=1, x_steps=1), "w_hidden", "nan")
-    faulty.steps_of = faulty.inner.steps_of      # the caps are known, the point is unusable
+    faulty.step_setting = faulty.inner.step_setting   # the caps are known, the point is unusable
     h = fit_bcd(net(), X, Y, batch_size=12, epochs=1, gamma=1.0, backend=faulty,
                 strict=False).history
     bad = [v for v in h.violations if "NaN" in v["detail"]]
@@ -131,13 +132,13 @@ def test_capped_blocks_are_marked_and_excused_only_for_their_cap(data):
     assert not short.held_but_capped
 
 
-class _OnStrict:
+class _OnStrict(BackendDefaults):
     """A fast backend whose block of ``kind`` returns NaN from the round ``at`` on, in the
     blocks' own library (array_api_strict here: its argmin checks are read once per round)."""
 
     def __init__(self, inner, kind, at, status=None):
         self.inner, self.kind, self.at, self.round, self.status = inner, kind, at, 0, status
-        self.steps_of, self.name = self.inner.steps_of, "faulty-fast"
+        self.step_setting, self.name = self.inner.step_setting, "faulty-fast"
 
     def solve(self, block, start=None):
         res = self.inner.solve(block, start)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import _history_cases as cases
-from fenchel_cvx.bcd import BCDState, fit_bcd, schedule
-from fenchel_cvx.io import load_checkpoint
+from fenchel_cvx.bcd import fit_bcd, schedule
+from fenchel_cvx.checkpoints import load_checkpoint
 from fenchel_cvx.network import LiftedNetwork
 
 
@@ -149,8 +149,9 @@ def test_history_records_the_backends_settings():
 def test_resume_refuses_other_backend_settings_but_takes_a_checkpoint_without_them(tmp_path):
     """Other step caps would be another run: refused, as another gamma is. A checkpoint
     written before the settings were recorded resumes as before."""
+    from fenchel_cvx.checkpoints import checkpoint_path
     from fenchel_cvx.fast import FastBackend
-    from fenchel_cvx.io import checkpoint_path, write_npz
+    from fenchel_cvx.io import write_npz
 
     X, Y = cases.case_data()
     spec = cases.CASES["alg2_ce_alternations"]

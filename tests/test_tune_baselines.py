@@ -1,6 +1,5 @@
 """``benchmarks/tune_baselines.py``: the baselines' learning-rate grid on the benchmarks' own
 validation split (``--quick``: the embedded 5k MNIST, 2 epochs), its choice and its report."""
-import importlib
 import json
 import sys
 from pathlib import Path
@@ -8,16 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _benchmarks import load_benchmark
+
 pytest.importorskip("torch", reason="the backprop baselines need PyTorch (fenchel_cvx[bench])")
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load():
-    """The script as a module (it imports the benchmarks beside it)."""
-    if str(ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-    return importlib.import_module("tune_baselines")
+    return load_benchmark("tune_baselines")     # it imports the benchmarks beside it
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +128,7 @@ def test_resume_keeps_the_previous_runs_and_trains_the_new_rates(quick_mlp, tmp_
 def test_benchmark_defaults_are_the_grid_s_choice(network, name):
     """The benchmarks' TUNED_LR are the rates the committed grid report chose: each setting's
     best validation accuracy after the last epoch, on the benchmark's validation split."""
-    report = json.loads((ROOT / "docs" / "results" / f"tune_baselines_{network}.json").read_text())
+    report = json.loads((ROOT / "benchmarks" / "results" / f"tune_baselines_{network}.json").read_text())
     tune = _load()
     bench = sys.modules[name]
     assert report["network"] == network and report["validation"] == 10000

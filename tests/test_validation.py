@@ -20,8 +20,17 @@ import pytest
 from fenchel_cvx import FenchelClassifier, FenchelRegressor, LiftedNetwork, cli, datasets, fit_bcd
 from fenchel_cvx.layers import Dense
 from fenchel_cvx.network import lenet5
-from fenchel_cvx.validation import (COUNT, GAMMA, LAM, MAX_ROUNDS, MAX_WEIGHT, Options, PerLayer,
-                                    check, check_matrix)
+from fenchel_cvx.validation import (
+    COUNT,
+    GAMMA,
+    LAM,
+    MAX_ROUNDS,
+    MAX_WEIGHT,
+    Options,
+    PerLayer,
+    check,
+    check_matrix,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = [4, 5, 3]

@@ -8,7 +8,8 @@ CVXPY's ``huber(r, delta)``: squared error (``mse``, no 1/2) near 0, linear in t
 few large residuals pull the fit less. Its gradient is ``2 clip(r, -delta, delta)``, its
 Hessian diagonal ``2 [|r| <= delta]`` (bounded by 2: ``column_curvature``). It is a sum over
 the rows of Yhat too (``separable_rows``) but not quadratic, so the fast backend's last W-block
-takes the general path (conjugate gradients with the exact line search of ``line_derivs``).
+takes the general path (``last_w_solver`` "newton": Newton-CG on ``grad`` and ``hvp`` with the
+exact line search of ``line_derivs``).
 """
 import numbers
 

@@ -40,23 +40,33 @@ epsilons cannot be reached and is raised to that floor (8e-6 in float32), report
 ill-conditioned W-block in float32 asked for 1e-6).
 See ``benchmarks/fast_blocks.py`` for timings on MNIST-sized blocks.
 """
+from __future__ import annotations
+
 import dataclasses
 import functools
 import math
 import numbers
 import sys
 import time
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from array_api_compat import array_namespace
 
-from ..blocks import BlockResult, WBlock, WHidden, WLast, XBlock
+from ..arrays import Array
+from ..backends import BackendDefaults
+from ..blocks import Block, BlockResult, WBlock, WHidden, WLast, XBlock
 from ..datasets import check_dtype
-from ..threads import per_library, plan, controller, limit_threads
+from ..threads import controller, limit_threads, per_library, plan
 from ..validation import TOL, check
 from ._util import floor_tol
-from .fused import kernels
+from .fused import Kernels, kernels
 from .wblocks import solve_pncg, solve_ridge
 from .xblocks import default_start, solve_x
+
+if TYPE_CHECKING:
+    from ..network import LiftedNetwork
 
 __all__ = ["FastBackend"]
 
@@ -93,7 +103,7 @@ def _dtype_name(dtype):
     return None if dtype is None else check_dtype(dtype).name
 
 
-class FastBackend:
+class FastBackend(BackendDefaults):
     """Batched array-API block solver (``backend="fast"``).
 
     Parameters
@@ -150,13 +160,50 @@ class FastBackend:
         True: the same, and refused here, before any work, without PyTorch or a C++ compiler,
         with what to install. False: every chain eagerly, in the arrays' own library (the
         readable reference).
+
+    Examples
+    --------
+    The X-block of X_1 of a 3-4-2 network, solved from the feed-forward point to ``tol``:
+
+    >>> import numpy as np
+    >>> from fenchel_cvx import blocks
+    >>> from fenchel_cvx.network import LiftedNetwork
+    >>> net = LiftedNetwork([3, 4, 2], seed=0)
+    >>> X0, Y = np.arange(12.0).reshape(3, 4) / 10, np.ones((2, 4))
+    >>> Xs, _ = net.forward(X0)
+    >>> block = blocks.x_block(net, X0, Y, Xs, 1)
+    >>> round(block.kkt_residual(Xs[0]), 4)          # the feed-forward point is not optimal
+    0.6032
+    >>> res = FastBackend(tol=1e-8).solve(block, start=Xs[0])
+    >>> res.status, res.converged, res.residual <= 1e-8, res.argmin.shape
+    ('optimal', True, True, (4, 4))
+    >>> bool(res.value < block.value(Xs[0]))
+    True
     """
 
     name = "fast"
+    tol: float
+    max_iter: int
+    w_steps: int | tuple[int, ...] | None
+    x_steps: int | tuple[int, ...] | None
+    gram_reuse: int | tuple[int, ...]
+    dtype: str | None
+    newton_cap: int | None
+    compile: bool | str
+    threads: int | dict[str, int] | None
+    capped_residual: bool
+    capped_value: bool
+    kernels: Kernels               # the elementwise chains' implementation
+    _pools: Any                    # threadpoolctl's controller, once a solve limits threads
+    _pools_torch: bool
+    _cache: dict[Any, Any]
 
-    def __init__(self, tol=1e-6, max_iter=500, w_steps=None, dtype=None, newton_cap=None,
-                 x_steps=None, gram_reuse=1, threads=1, capped_residual=True,
-                 capped_value=True, compile="auto"):
+    def __init__(self, tol: float = 1e-6, max_iter: int = 500,
+                 w_steps: int | Sequence[int] | None = None, dtype: str | None = None,
+                 newton_cap: int | None = None, x_steps: int | Sequence[int] | None = None,
+                 gram_reuse: int | Sequence[int] = 1, threads: int | dict[str, int] | None = 1,
+                 capped_residual: bool = True, capped_value: bool = True,
+                 compile: bool | str = "auto") -> None:
         tol = check("tol", tol, TOL)
         if not (isinstance(max_iter, numbers.Integral) and max_iter >= 1):
             raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
@@ -183,7 +230,7 @@ class FastBackend:
         self.capped_residual, self.capped_value = capped_residual, capped_value
         self._cache = {}  # Gram factorisations, reused while X~ is unchanged
 
-    def check_network(self, net):
+    def check_network(self, net: LiftedNetwork) -> None:
         """Refuse per-layer ``w_steps`` / ``x_steps`` of another length than ``net``'s blocks
         (``fit_bcd`` calls it before any work)."""
         for name, steps, n, first in (("w_steps", self.w_steps, net.n_hidden + 1, "W_0"),
@@ -195,22 +242,47 @@ class FastBackend:
                                  f"({n}: {first} to {last}), got {len(steps)}: {steps!r}")
 
     def steps_of(self, block):
-        """``(name, cap)``: the block's step setting (``"w_steps"`` / ``"x_steps"``) and its
-        cap, per layer where a tuple (X_l: entry l - 1, W_l: entry l), or None."""
+        """Deprecated name of :meth:`step_setting`."""
+        warnings.warn("FastBackend.steps_of is deprecated; use FastBackend.step_setting",
+                      DeprecationWarning, stacklevel=2)
+        return self.step_setting(block)
+
+    def step_setting(self, block: Block) -> tuple[str, int | None]:
+        """``(the setting's name, its cap)``: the block's step setting (``"w_steps"`` /
+        ``"x_steps"``) and its cap, per layer where a tuple (X_l: entry l - 1, W_l: entry l),
+        or None.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from fenchel_cvx.blocks import w_block, x_block
+        >>> from fenchel_cvx.network import LiftedNetwork
+        >>> net, X0, Y = LiftedNetwork([3, 4, 2]), np.ones((3, 5)), np.ones((2, 5))
+        >>> Xs, _ = net.forward(X0)
+        >>> fast = FastBackend(w_steps=(10, 1))
+        >>> [fast.step_setting(w_block(net, X0, Y, Xs, l)) for l in (0, 1)]
+        [('w_steps', 10), ('w_steps', 1)]
+        >>> fast.step_setting(x_block(net, X0, Y, Xs, 1))     # X-blocks: to tol
+        ('x_steps', None)
+        """
         x = isinstance(block, XBlock)
         name, steps = ("x_steps", self.x_steps) if x else ("w_steps", self.w_steps)
         return name, _of_layer(name, steps, block, block.layer - 1 if x else block.layer)
 
-    def reuse_of(self, block):
+    def reuse_of(self, block: WBlock) -> int:
         """The W-block's ``gram_reuse`` (its layer's entry where a tuple)."""
         return _of_layer("gram_reuse", self.gram_reuse, block, block.layer)
 
-    def forget(self):
+    def forget(self) -> None:
         """Drop the Gram factorisations kept for reuse (``fit_bcd`` does at every checkpoint,
         so that a run resumed from it goes on as the uninterrupted one)."""
         self._cache.clear()
 
-    def settings(self):
+    def compiles_kernels(self) -> bool:
+        """Whether the first solves compile the fused kernels (``compile=True``)."""
+        return self.kernels.name == "compiled"
+
+    def settings(self) -> dict[str, Any]:
         """What decides the iterates of its solves, as a run's history records it
         (``fit_bcd``'s config ``backend_settings``): not the threads (they change the iterates
         only by rounding, the order of BLAS's sums), nor what a capped solve reports."""
@@ -224,7 +296,7 @@ class FastBackend:
                       compile=self.compile)
         return f"FastBackend({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
 
-    def solve(self, block, start=None):
+    def solve(self, block: Block, start: Array | None = None) -> BlockResult:
         """Solve ``block`` from ``start`` (the current iterate; a default when None)."""
         if self.threads is None:
             return self._solve(block, start)
@@ -263,7 +335,7 @@ class FastBackend:
         if value is None:
             value = math.nan if status == "max_iter" and not self.capped_value else float(
                 block.value(Z))
-        name, steps = self.steps_of(block)
+        name, steps = self.step_setting(block)
         info.update({"tol": tol, "dtype": _dtype_name(dtype), name: steps})
         return BlockResult(argmin=Z, value=value,
                            status=status, residual=residual,
@@ -301,14 +373,14 @@ def _solver_of(block):
 
 @_solve_block.register
 def _(block: XBlock, backend, xp, Z, tol):
-    _, steps = backend.steps_of(block)
+    _, steps = backend.step_setting(block)
     cap = backend.max_iter if steps is None else min(backend.max_iter, int(steps))
     return solve_x(xp, block, Z, tol, cap, capped_residual=backend.capped_residual,
                    capped_value=backend.capped_value, kernels=backend.kernels)
 
 
 def _solve_pncg(block, backend, xp, Z, tol):
-    _, steps = backend.steps_of(block)
+    _, steps = backend.step_setting(block)
     cap = backend.max_iter if steps is None else int(steps)
     return solve_pncg(xp, block, Z, tol, cap, backend._cache, newton_cap=backend.newton_cap,
                       gram_reuse=backend.reuse_of(block), capped_residual=backend.capped_residual,
@@ -320,7 +392,7 @@ _solve_block.register(WHidden, _solve_pncg)
 
 @_solve_block.register
 def _(block: WLast, backend, xp, Z, tol):
-    if block.loss.quadratic:   # MSE: a ridge regression, the normal equations
+    if block.loss.last_w_solver == "ridge":   # MSE: a ridge regression, the normal equations
         return solve_ridge(xp, block, Z, tol, backend.max_iter, backend._cache)
     return _solve_pncg(block, backend, xp, Z, tol)
 

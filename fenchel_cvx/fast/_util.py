@@ -21,7 +21,6 @@ import numpy as np
 from ..arrays import cheap_reads, clip
 from ..blocks import residual_parts
 
-
 #: the CG W-loops (``wblocks``, ``span``) form W X~ again from W every this many steps, so that
 #: the incrementally updated one does not drift
 RESYNC = 16

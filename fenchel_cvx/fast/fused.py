@@ -25,9 +25,9 @@ dynamic shapes), which then serves the shapes that follow: in a training run, al
 first batch (``Compiled.compiles`` counts them; tests/test_compiled.py checks it). Python
 floats that change from call to call (a step length) enter as 0-d tensors, so they never
 trigger a recompilation; pass numbers as Python floats (a NumPy scalar or a 0-d array would
-promote as NumPy does in the eager form, not as PyTorch does). Inductor's on-disk cache keeps the compiled kernels between
-processes. A chain that fails to compile runs eagerly from then on, with a warning that says
-why.
+promote as NumPy does in the eager form, not as PyTorch does). Inductor's on-disk cache keeps
+the compiled kernels between processes. A chain that fails to compile runs eagerly from then on,
+with a warning that says why.
 
 The chains (the paper's Sec. 4.5 blocks, as ``fast.wblocks`` and ``fast.xblocks`` solve them):
 

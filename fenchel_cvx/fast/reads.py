@@ -47,7 +47,7 @@ class _Tally:
     manager; ``counting`` pauses and resumes it within). ``sources``: a ``Counter`` of
     ``(module, function, line)`` -> amount; each call adds ``amount(result, *args)``."""
 
-    METHODS = ()
+    METHODS: tuple[str, ...] = ()
 
     def __init__(self):
         self.sources = collections.Counter()

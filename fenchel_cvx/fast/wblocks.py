@@ -53,8 +53,8 @@ import math
 
 from ..arrays import cheap_reads, clip, host_if_cheap, vecdot
 from ..blocks import WHidden, WLast
-from ._util import RESYNC, kkt, newton_1d, pr_plus, proves_above
 from . import fused, span
+from ._util import RESYNC, kkt, newton_1d, pr_plus, proves_above
 from .fused import EAGER
 from .gram import DataGram, ParamGram, inverse_pays
 
@@ -108,15 +108,18 @@ class _Problem:
     def reg_grad(self, W):
         return self.block._reg_grad(W)
 
-    def line_search(self, R, U, d, dU, gd):
+    def line_search(self, R, U, d, dU, gd, lo=None):
         """Minimise the objective along d from W (t >= 0; ``R`` the regulariser's gradient at W,
-        ``U = W X~``); never increases it. -> (t, iterations)."""
+        ``U = W X~``); never increases it. -> (t, iterations). ``lo``: see ``search``."""
         # d/dt of the regulariser at t = 0, and its (constant) curvature
-        return self.search(self.dot(R, d), 2 * self.c * self.dot(d, d), U, dU, gd)
+        return self.search(self.dot(R, d), 2 * self.c * self.dot(d, d), U, dU, gd, lo=lo)
 
-    def search(self, slope, curv, U, dU, gd, rtol=0.1, max_iter=10):
+    def search(self, slope, curv, U, dU, gd, rtol=0.1, max_iter=10, lo=None):
         """``line_search`` given the regulariser's slope and (constant) curvature along the
-        direction (``span`` computes them in data space)."""
+        direction (``span`` computes them in data space). The first trial is the Newton length
+        at 0. ``lo``: a length at which the slope is known to be <= 0 (None: 0); the bracket
+        from it is first narrowed geometrically (``_narrow``), and a length the search cannot
+        confirm falls back to ``lo`` or beyond it, never to 0."""
         xp = self.xp
 
         def derivs(t):
@@ -127,8 +130,14 @@ class _Problem:
         pos = curv0 > 0
         t0 = xp.where(pos, -gd / xp.where(pos, curv0, xp.ones_like(curv0)), xp.ones_like(gd))
         t0 = xp.where(t0 > 0, t0, xp.ones_like(t0))
-        t, lo, nls = newton_1d(xp, derivs, t0, xp.zeros_like(t0), xp.full_like(t0, xp.inf),
-                               tol=rtol * xp.abs(gd), max_iter=max_iter)
+        hi, narrowing = xp.full_like(t0, xp.inf), 0
+        if lo is None:
+            lo = xp.zeros_like(t0)
+        else:
+            t0, lo, hi, narrowing = _narrow(xp, derivs, xp.where(t0 > lo, t0, 2 * lo), lo)
+        t, lo, nls = newton_1d(xp, derivs, t0, lo, hi, tol=rtol * xp.abs(gd), max_iter=max_iter)
+        if narrowing:
+            nls = nls + narrowing
         # descent safeguard: lo < t* and the objective decreases on [0, t*]
         change, size = self.change_along(U, dU, t)
         reg = (slope * t, 0.5 * curv * t * t)
@@ -303,8 +312,8 @@ def _(block: WHidden, xp, c):
 
 @_gram_terms.register
 def _(block: WLast, xp, c):
-    if block.loss.quadratic:    # the ridge matrix itself (MSE's Hessian 2 X~ X~^T + 2c I, halved)
-        return 1.0, c, True
+    if block.loss.last_w_solver == "ridge":    # the ridge matrix itself (MSE's Hessian
+        return 1.0, c, True                     # 2 X~ X~^T + 2c I, halved)
     return block.loss.column_curvature(block.Y, xp), 2 * c, False
 
 
@@ -322,7 +331,8 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):
     to the last one's (a data-space factor, ~10x cheaper, is never reused stale, nor MSE's exact
     one). ``rows``: how many rows of gradient a solve preconditions at most (rows of W times the
     step cap; None: many), which decides whether the inverse pays (``gram.inverse_pays``).
-    Returns ``(pre, hit)``, hit one of False, "same", "stale".
+    Returns ``(pre, factor_kind)``, one of "new" (factorised now), "same" (the kept factor of
+    this Gram matrix) and "stale" (a kept factor of an earlier one, ``reuse``).
 
     A factor serves as "same" where X~ and the weights are the very arrays it was formed from,
     or, where reads are cheap (``arrays.cheap_reads``), equal ones. Elsewhere the contents are
@@ -356,7 +366,7 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):
         if len(cache) >= 8:
             cache.clear()
         cache[key] = (xp.asarray(Xt, copy=True) if exact else Xt, weights, shift, pre, 1)
-    return pre, False
+    return pre, "new"
 
 
 def _same(xp, X_c, w_c, Xt, weights):
@@ -383,7 +393,7 @@ def _scalar(xp, weights):
 
 def solve_ridge(xp, block, W, tol, max_iter, cache=None):
     """WLast with MSE: the normal equations through the Cholesky inverse, then refinement."""
-    pre, hit = gram_preconditioner(xp, block, cache)
+    pre, factor_kind = gram_preconditioner(xp, block, cache)
     Ginv = pre.Ginv
     R = block.Y @ block.Xt.T
     if block.gamma:
@@ -402,7 +412,7 @@ def solve_ridge(xp, block, W, tol, max_iter, cache=None):
             stalled = True
             break
         it, W, parts, res = it + 1, Wn, parts_n, res_n
-    return W, it, dict(method="cholesky", refinements=it - 1, cached_factor=bool(hit),
+    return W, it, dict(method="cholesky", refinements=it - 1, cached_factor=factor_kind != "new",
                        converged=res <= tol, stalled=stalled)
 
 
@@ -415,23 +425,33 @@ def solve_newton(xp, block, W, tol, max_iter, cache=None, cg_iter=50, stall_wind
     2 (rho + gamma) D`` by conjugate gradients preconditioned by the Gram matrix ``X~
     diag(column_curvature) X~^T + 2c I`` (``gram_preconditioner``), to a relative residual of
     ``min(1/2, sqrt(|g|))`` (superlinear near the optimum), then takes the exact line search of
-    ``LastLoss`` along d (never a rise). Stops at a KKT residual ``<= tol``, after ``max_iter``
-    steps, or where ``stall_window`` steps do not lower the residual (``info["stalled"]``).
+    ``LastLoss`` along d (never a rise), bracketed from below by the majorise-minimise length
+    (``_majorised_length``): where most residuals sit in a piecewise loss's flat pieces (Huber's
+    linear tails), the Hessian at W sees little curvature, the Newton length overshoots the
+    minimiser along d by orders of magnitude, and the bracket from 0 would not close in the
+    search's iterations; from that length every step lowers the value at least as much as the
+    Gram majoriser's along d. Stops at a KKT residual ``<= tol``, after ``max_iter`` steps, or
+    where, at the working precision's floor (residual below sqrt(eps)), ``stall_window`` steps
+    do not halve the residual (``info["stalled"]``): far from the optimum the residual of a
+    piecewise loss need not fall while the active pieces change.
     ``capped_residual=False``: a capped solve reports the residual as NaN; ``capped_value=False``:
     no value."""
-    pre, hit = gram_preconditioner(xp, block, cache)
+    pre, factor_kind = gram_preconditioner(xp, block, cache)
     prob = LastLoss(xp, block, pre)
     U = prob.forward(W)
     parts, _ = prob.gradient(W, U)
     res, best, best_it = kkt(xp, W, parts), math.inf, 0
-    info = dict(method="newton", cached_factor=bool(hit), line_search_iterations=0,
+    stall_level = math.sqrt(xp.finfo(W.dtype).eps)
+    info = dict(method="newton", cached_factor=factor_kind != "new", line_search_iterations=0,
                 cg_iterations=0, stalled=False)
     it = 0
     while res > tol and it < max_iter:
         g = parts[0] + parts[1]
         d, k = _newton_direction(xp, prob, U, g, cg_iter)
         dU = prob.forward(d)
-        t, nls = prob.line_search(parts[1], U, d, dU, prob.dot(g, d))
+        gd = prob.dot(g, d)
+        lo = _majorised_length(xp, prob, d, dU, gd)
+        t, nls = prob.line_search(parts[1], U, d, dU, gd, lo=lo)
         W, it = W + t * d, it + 1
         U = prob.forward(W)
         parts, _ = prob.gradient(W, U)
@@ -440,14 +460,50 @@ def solve_newton(xp, block, W, tol, max_iter, cache=None, cg_iter=50, stall_wind
         info["cg_iterations"] += k
         if res < 0.5 * best:
             best, best_it = res, it
-        elif it - best_it >= stall_window:
-            info["stalled"] = True
+        elif res <= stall_level and it - best_it >= stall_window:
+            info["stalled"] = True   # at the precision's floor: no halving in a window
             break
     converged = res <= tol
     info.update(converged=converged, residual=res if converged or capped_residual else math.nan)
     if converged or capped_value:
         info["value"] = prob.value(W, U)
     return W, it, info
+
+
+def _majorised_length(xp, prob, d, dU, gd):
+    """The majorise-minimise length along d, ``-<g, d> / (sum_j c_j |dU_j|^2 + 2 c |d|^2)``
+    (``c_j``: ``Loss.column_curvature``, a bound on each column's Hessian): the block's slope
+    along d is still <= 0 there, so the exact line search's bracket starts at it."""
+    block = prob.block
+    weights = block.loss.column_curvature(block.Y, xp)
+    bound = xp.sum(weights * xp.sum(dU * dU, axis=0)) + 2 * prob.c * xp.sum(d * d)
+    return -gd / xp.reshape(bound, (1, 1))
+
+
+def _narrow(xp, derivs, t, lo, ratio=2.0, max_iter=60):
+    """``(t, lo, hi, evaluations)``: a bracket ``lo < t < hi`` of the minimiser of a convex
+    function of one length (``derivs(t) -> (f', f'')``, 1 x 1 arrays; ``f'(lo) <= 0``), from a
+    trial ``t > lo``, within ``hi <= ratio lo`` (or the minimiser itself: ``f'(t) = 0``).
+
+    The trial halves the bracket's logarithmic width at every evaluation (``sqrt(lo hi)``;
+    times 4 while there is no upper end): a bracket of ``10^k`` closes in about ``log2 k`` + 1
+    evaluations, where ``newton_1d``'s arithmetic halving needs ``3.3 k``. A Newton trial from a
+    point of small curvature (Huber's linear tails) lands orders of magnitude past the
+    minimiser, and the loss's curvature bound puts ``lo`` orders short of it (``solve_newton``).
+    """
+    hi = xp.full_like(t, xp.inf)
+    if not bool(xp.all(lo > 0)):
+        return t, lo, hi, 0
+    for k in range(1, max_iter + 1):
+        d1 = derivs(t)[0]
+        if not bool(xp.all(d1 != 0)):
+            return t, lo, t, k
+        below = d1 < 0
+        lo, hi = xp.where(below, t, lo), xp.where(below, hi, t)
+        if bool(xp.all(hi <= ratio * lo)):
+            return xp.sqrt(lo * hi), lo, hi, k
+        t = xp.where(xp.isinf(hi), 4 * t, xp.sqrt(lo * hi))
+    return t, lo, hi, max_iter
 
 
 def _newton_direction(xp, prob, U, g, cg_iter):
@@ -514,12 +570,13 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=RESYNC, newton_ca
     if not hidden and block.loss.last_w_solver == "newton":    # the loss's own choice
         return solve_newton(xp, block, W, tol, max_iter, cache, capped_residual=capped_residual,
                             capped_value=capped_value)
-    pre, hit = gram_preconditioner(xp, block, cache, reuse=gram_reuse,
+    pre, factor_kind = gram_preconditioner(xp, block, cache, reuse=gram_reuse,
                                    rows=W.shape[0] * max_iter)
     prob = (HiddenRows(xp, block, pre, newton_cap=newton_cap, flip_tol=flip_tol,
                        newton_start=newton_start, kernels=kernels) if hidden
             else LastLoss(xp, block, pre))
-    factor = dict(cached_factor=bool(hit), stale_factor=hit == "stale", data_space=pre.data_space)
+    factor = dict(cached_factor=factor_kind != "new", stale_factor=factor_kind == "stale",
+                  data_space=pre.data_space)
     tested = capped_residual or max_iter >= stall_window
     if hidden and span.applies(xp, block, W, pre, max_iter, newton_start, newton_cap):
         W, it, info = span.solve_span(xp, prob, W, tol, max_iter, resync, capped_residual,

@@ -42,6 +42,7 @@ from . import fused
 from ._util import kkt, newton_1d, select, top_eig
 from .fused import EAGER
 
+
 def _prox_newton(xp, act, r, tau, s):
     """Solve phi(s) + tau s = r elementwise (bracketed Newton) and return z = phi(s) inside the range."""
     if s is None:
@@ -410,10 +411,10 @@ def _closing(block, last, start, info, capped_residual, capped_value=True):
         return z, Uz
     xp, capped = array_namespace(z), not info["stalled"]
     if start is not None or capped_value or not capped:
-        value, reverted = block.value_at(z, Uz), False
+        value, reverted = block.value_with_forward(z, Uz), False
         if start is not None:
             z0, Uz0 = start
-            value0 = block.value_at(z0, Uz0)
+            value0 = block.value_with_forward(z0, Uz0)
             reverted = value > value0
             z, Uz, value = select(xp, reverted, (z0, Uz0, value0), (z, Uz, value))
         info["reverted"] = host_if_cheap(xp, reverted, bool)

@@ -14,10 +14,10 @@ explicit ``cp.Problem`` for reading and printing. ``certify(block, Z)`` checks a
 those that are not strictly convex by proximal steps.
 """
 from .backend import ATTEMPTS, DEFAULT_SOLVER, SOLVER_OPTS, OracleBackend, check_block
+from .certify import BlockCertificate, certify
 from .nnls import solve_x_last as nnls_x_last
 from .polish import polish as polish_block
 from .templates import TemplateError, block_problem
-from .certify import BlockCertificate, certify
 from .wellposed import NoMinimiser
 
 __all__ = ["OracleBackend", "block_problem", "check_block", "nnls_x_last", "polish_block",

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..activations import Activation, LeakyReLU, ReLU, Sigmoid, Tanh
 from ..facts import require
-from ..losses import CrossEntropy, Loss, MSE
+from ..losses import MSE, CrossEntropy, Loss
 
 __all__ = ["F_cvx", "Fstar_cvx", "Fstar_sum_cvx", "divergence_cvx", "loss_cvx", "require_forms",
            "ACTIVATION_FORMS", "LOSS_FORMS"]
@@ -168,8 +168,9 @@ def divergence_cvx(act: Activation, v, u, linear=None):
 def loss_cvx(loss: Loss, Y, Yhat):
     """``L(Y, Yhat)`` summed over the columns, as a CVXPY expression (convex in ``Yhat``); the
     class's own ``value_cvxpy`` where none is registered here."""
-    if getattr(loss, "value_cvxpy", None) is not None:
-        return loss.value_cvxpy(Y, Yhat)
+    value_cvxpy = getattr(loss, "value_cvxpy", None)
+    if value_cvxpy is not None:
+        return value_cvxpy(Y, Yhat)
     raise NotImplementedError(f"{loss!r} has no CVXPY form ({type(loss).__name__} lacks the "
                               "fact 'value_cvxpy')")
 

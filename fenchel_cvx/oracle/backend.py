@@ -33,11 +33,14 @@ import math
 import os
 import time
 import warnings
+from typing import Any
 
 import cvxpy as cp
 import numpy as np
 
-from ..blocks import BlockResult, WBlock, WHidden, WLast, XBlock, XHidden, XLast
+from ..arrays import Array
+from ..backends import BackendDefaults
+from ..blocks import Block, BlockResult, WBlock, WHidden, WLast, XBlock, XHidden, XLast
 from ..errors import SolverError, SolverInaccurate, SolverInfeasible
 from ..validation import TOL, check
 from . import atoms as _atoms
@@ -55,27 +58,28 @@ DEFAULT_SOLVER = "CLARABEL"
 # residual 3e-8 instead of 6e-5 at 1e-8, for 50% more iterations); exponential-cone templates
 # (sigmoid, tanh, cross-entropy) stall near a 1e-10 gap and end ``optimal_inaccurate`` when asked
 # for more, so they keep the default 1e-8 and rely on the Newton polish.
-SOLVER_OPTS = {
+SOLVER_OPTS: dict[str, dict[str, Any]] = {
     "CLARABEL": dict(max_iter=400, input_sparse_dropzeros=True),
     "OSQP": dict(eps_abs=1e-9, eps_rel=1e-9, polishing=True, max_iter=100000),
     "SCS": dict(eps_abs=1e-8, eps_rel=1e-8, max_iters=100000),
 }
 # Clarabel's own defaults for every setting an attempt changes: each attempt spells them all out,
 # because a cached Clarabel solver keeps the settings of its previous run.
-_CLARABEL_BASE = dict(tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas=1e-8, tol_ktratio=1e-6,
-                      max_step_fraction=0.99, equilibrate_enable=True,
-                      static_regularization_constant=1e-8)
+_CLARABEL_BASE: dict[str, Any] = dict(
+    tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas=1e-8, tol_ktratio=1e-6, max_step_fraction=0.99,
+    equilibrate_enable=True, static_regularization_constant=1e-8)
 _TIGHT = dict(tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12, tol_ktratio=1e-10)
 
 # The settings tried in turn on a piece until one run ends ``optimal`` (the status that counts is
 # that of the last run; each fallback was measured to rescue cases the previous one missed).
 # ``(qp, conic)``: the sequence for quadratic templates and for exponential-cone templates.
+_CLARABEL_CHANGES: tuple[list[dict[str, Any]], ...] = (
+    [_TIGHT, {**_TIGHT, "max_step_fraction": 0.95}, {}, {"max_step_fraction": 0.95},
+     {"equilibrate_enable": False}],
+    [{}, {"max_step_fraction": 0.95}, {"equilibrate_enable": False},
+     {"static_regularization_constant": 1e-11}])
 ATTEMPTS = {
-    "CLARABEL": tuple([{**_CLARABEL_BASE, **a} for a in seq] for seq in (
-        [_TIGHT, {**_TIGHT, "max_step_fraction": 0.95}, {}, {"max_step_fraction": 0.95},
-         {"equilibrate_enable": False}],
-        [{}, {"max_step_fraction": 0.95}, {"equilibrate_enable": False},
-         {"static_regularization_constant": 1e-11}])),
+    "CLARABEL": tuple([{**_CLARABEL_BASE, **a} for a in seq] for seq in _CLARABEL_CHANGES),
 }
 
 # Per block family (the class XBlock / WBlock), settings measured to be faster: Clarabel's QDLDL
@@ -243,7 +247,7 @@ def solve_chunk(cache, key, acts, consts, solver, opts, shared, pieces, warms=No
         # block usually fails on the next); the earlier settings are tried last
         order = list(range(start, len(sequence))) + list(range(start))
         res = None
-        for tried, a in enumerate(order):
+        for tried, a in enumerate(order):  # noqa: B007 (read after the loop: settings tried)
             again = solve_piece(template, solver, {**sequence[a], **opts}, warm)
             res = again if res is None else (again[0], again[1], res[2] + again[2], again[3],
                                              res[4] + again[4])
@@ -277,7 +281,7 @@ def _worker(key, acts, consts, solver, opts, shared, pieces, warms, attempts):
                        attempts)
 
 
-class OracleBackend:
+class OracleBackend(BackendDefaults):
     """The CVXPY correctness oracle for the four blocks (see the module docstring).
 
     Parameters
@@ -306,12 +310,36 @@ class OracleBackend:
     budget : parametrised coefficients per piece (columns or rows are grouped up to it).
     polish : after an ``optimal`` solve whose residual exceeds ``tol``, take projected Newton
         steps on the block (``polish.py``); ``False`` returns the solver's point as it is.
+
+    Examples
+    --------
+    The hidden W-block of a 2-3-2 ReLU network with a proximal term, at lifted X_1 off the
+    feed-forward point: by the exact ReLU row method, by CVXPY's templates, by the fast backend.
+
+    >>> import numpy as np
+    >>> from fenchel_cvx.blocks import w_block
+    >>> from fenchel_cvx.fast import FastBackend
+    >>> from fenchel_cvx.network import LiftedNetwork
+    >>> net = LiftedNetwork([2, 3, 2], seed=1)
+    >>> X0, Y = np.linspace(-1, 1, 10).reshape(2, 5), np.eye(2)[:, [0, 1, 0, 1, 1]]
+    >>> Xs = [np.maximum(X + 0.5, 0) for X in net.forward(X0)[0]]
+    >>> block = w_block(net, X0, Y, Xs, 0, gamma=1.0, W0=net.W[0])
+    >>> res = OracleBackend(tol=1e-8).solve(block)
+    >>> res.status, res.residual <= 1e-8, round(float(res.value), 6), res.info["solver"]
+    ('optimal', True, 0.393033, 'exact: ReLU rows (dual)')
+    >>> by_cvxpy = OracleBackend(tol=1e-8, exact=False).solve(block)
+    >>> by_fast = FastBackend(tol=1e-10).solve(block)
+    >>> by_cvxpy.info["solver"], [bool(np.abs(r.argmin - res.argmin).max() < 1e-8)
+    ...                           for r in (by_cvxpy, by_fast)]
+    ('CLARABEL', [True, True])
     """
 
     name = "cvxpy"
 
-    def __init__(self, solver=None, tol=1e-7, n_jobs=1, nnls=True, strict=True, solver_opts=None,
-                 budget=DEFAULT_BUDGET, polish=True, client=None, exact=True):
+    def __init__(self, solver: str | None = None, tol: float = 1e-7, n_jobs: int = 1,
+                 nnls: bool = True, strict: bool = True,
+                 solver_opts: dict[str, Any] | None = None, budget: int = DEFAULT_BUDGET,
+                 polish: bool = True, client: Any = None, exact: bool = True) -> None:
         installed = cp.installed_solvers()
         name = DEFAULT_SOLVER if solver is None else str(solver).upper()
         if name not in installed:
@@ -336,7 +364,7 @@ class OracleBackend:
                 raise ValueError(f"client must be a distributed.Client, got {client!r}")
             self.n_jobs = max(1, sum(client.nthreads().values()))
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         """What decides its solves, as a run's history records them (``fit_bcd``'s config
         ``backend_settings``): not the workers, nor ``strict``, which only decides whether an
         inaccurate solve raises."""
@@ -348,7 +376,7 @@ class OracleBackend:
                 f"nnls={self.nnls}, strict={self.strict})")
 
     # --- housekeeping ---------------------------------------------------------------------
-    def cache_info(self):
+    def cache_info(self) -> dict[tuple, int]:
         """``{key: builds}`` of the templates compiled in this process (workers keep their own).
 
         A key is ``(builder, dims, activations)``; ``builds`` counts compilations: re-solves with
@@ -356,7 +384,7 @@ class OracleBackend:
         """
         return dict(self._templates.builds)
 
-    def close(self, wait=True):
+    def close(self, wait: bool = True) -> None:
         """Shut down the LocalCluster this backend started (a user's client is left alone)."""
         if self._own is not None:
             client, cluster = self._own
@@ -371,7 +399,7 @@ class OracleBackend:
             pass
 
     # --- solving --------------------------------------------------------------------------
-    def solve(self, block, start=None):
+    def solve(self, block: Block, start: Array | None = None) -> BlockResult:
         """Solve ``block`` exactly; ``start`` warm-starts solvers that can use it (OSQP, SCS).
 
         A W-block with ``rho + gamma = 0`` (not strictly convex) is first checked for a

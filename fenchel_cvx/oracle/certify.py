@@ -22,12 +22,15 @@ A candidate of the wrong shape, with NaN or inf entries, or outside the activati
 ``ValueError`` naming it, before any solve. ``fenchel_cvx.testing.assert_block_optimal`` wraps
 this for test suites.
 """
+from __future__ import annotations
+
 import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..blocks import WBlock, XBlock, kkt_residual
+from ..arrays import Array
+from ..blocks import Block, WBlock, XBlock, kkt_residual
 from .backend import OracleBackend
 
 
@@ -37,11 +40,11 @@ class BlockCertificate:
 
     objective: float
     optimum: float
-    lower_bound: object       # float, or None when no certified lower bound is available
-    gap: object               # objective - lower_bound (None with it)
-    relative_gap: object      # gap / (1 + |lower_bound|)
+    lower_bound: float | None  # None when no certified lower bound is available
+    gap: float | None         # objective - lower_bound (None with it)
+    relative_gap: float | None  # gap / (1 + |lower_bound|)
     kkt_residual: float
-    argmin: object            # the oracle's argmin (NumPy)
+    argmin: np.ndarray        # the oracle's argmin (NumPy)
     bound: str                # how lower_bound was obtained: "strong convexity", "duality gap"
 
 
@@ -117,10 +120,29 @@ def minorant_bound(block, Z, mu):
     return float(block.value(Z)) + float(np.sum(g * D)) + 0.5 * mu * float(np.sum(D * D))
 
 
-def certify(block, Z, backend=None):
+def certify(block: Block, Z: Array, backend: OracleBackend | None = None) -> BlockCertificate:
     """Certify ``Z`` (any array library) as a solution of ``block``; see the module docstring.
 
     ``backend``: the oracle to compare with (default ``OracleBackend(tol=1e-9)``).
+
+    >>> import numpy as np
+    >>> from fenchel_cvx import blocks
+    >>> from fenchel_cvx.fast import FastBackend
+    >>> from fenchel_cvx.network import LiftedNetwork
+    >>> net = LiftedNetwork([3, 4, 2], seed=0)
+    >>> X0, Y = np.arange(12.0).reshape(3, 4) / 10, np.ones((2, 4))
+    >>> Xs, _ = net.forward(X0)
+    >>> block = blocks.x_block(net, X0, Y, Xs, 1)
+    >>> cert = certify(block, FastBackend(tol=1e-10).solve(block).argmin)
+    >>> cert.bound, cert.gap < 1e-9, cert.kkt_residual < 1e-9
+    ('strong convexity', True, True)
+    >>> cert = certify(block, Xs[0])          # the feed-forward point: far from optimal
+    >>> round(cert.gap, 3), round(cert.objective, 3), round(cert.lower_bound, 3)
+    (8.603, 15.975, 7.372)
+    >>> certify(block, np.full((4, 4), -1.0))
+    Traceback (most recent call last):
+    ...
+    ValueError: Z must lie in the range (0.0, inf) of relu, got -1.0
     """
     Z = check_candidate(block, Z)
     oracle = OracleBackend(tol=1e-9) if backend is None else backend
@@ -128,16 +150,19 @@ def certify(block, Z, backend=None):
     Zs = np.asarray(res.argmin, dtype=np.float64)
     objective, optimum = float(block.value(Z)), float(block.value(Zs))
     mu = strong_convexity(block)
-    lower, how = None, "none"
+    lower: float | None = None
+    how = "none"
     if mu > 0:
         lower = max(minorant_bound(block, Zs, mu), minorant_bound(block, Z, mu))
         how = "strong convexity"
     elif res.info.get("duality_gap") is not None:
         lower, how = optimum - float(res.info["duality_gap"]), "duality gap"
+    gap: float | None = None
+    rel: float | None = None
     if lower is not None:
         lower = min(lower, optimum)
-    gap = None if lower is None else objective - lower
-    rel = None if gap is None else gap / (1.0 + abs(lower))
+        gap = objective - lower
+        rel = gap / (1.0 + abs(lower))
     return BlockCertificate(objective, optimum, lower, gap, rel, float(kkt_residual(block, Z)),
                             Zs, how)
 

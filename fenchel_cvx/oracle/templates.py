@@ -44,9 +44,9 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
+from ..activations import ReLU
 from ..blocks import WBlock, WHidden, WLast, XBlock, XHidden, XLast
 from ..errors import FenchelError
-from ..activations import ReLU
 from ..losses import MSE, CrossEntropy
 from .atoms import F_cvx, Fstar_sum_cvx, divergence_cvx, loss_cvx
 
@@ -63,7 +63,7 @@ class Template:
     problem: cp.Problem
     var: cp.Variable
     params: dict
-    consts: dict = None      # data compiled in as constants (a template is rebuilt when they change)
+    consts: dict | None = None  # data compiled in as constants (a template is rebuilt when they change)
 
     def matches(self, consts):
         """True if this template was compiled with exactly these constants."""
@@ -231,7 +231,7 @@ class Plan:
     pieces: list             # Piece per group of columns / rows
     axis: int                # 1: pieces are columns, 0: rows
     scale: float             # the objective of a piece is (block objective) / scale
-    fixed: list = ()         # (columns, values) solved in closed form, outside any piece
+    fixed: list | tuple = ()  # (columns, values) solved in closed form, outside any piece
 
     @property
     def key(self):

@@ -1,7 +1,7 @@
 """Which W-blocks have a minimiser, checked before any solve; proximal-point solves of the others.
 
-A W-block (the paper's Sec. 4.5.2, eqs. (17)-(20), the W-steps of Algorithms 1-2) with ``rho + gamma > 0`` is strongly convex:
-one minimiser. With ``rho + gamma = 0`` it is not:
+A W-block (the paper's Sec. 4.5.2, eqs. (17)-(20), the W-steps of Algorithms 1-2) with
+``rho + gamma > 0`` is strongly convex: one minimiser. With ``rho + gamma = 0`` it is not:
 
 * hidden W-blocks (every activation) and the MSE last W-block are bounded below and either
   piecewise quadratic (ReLU, leaky ReLU, MSE: a minimiser exists, Frank-Wolfe) or have a
@@ -15,7 +15,9 @@ one minimiser. With ``rho + gamma = 0`` it is not:
   linear classifier; then the loss decreases along ``D`` forever and no minimiser exists.
 
 ``ce_separating_direction`` decides the last case by one linear program (HiGHS) and
-``check_minimiser`` raises :class:`NoMinimiser` with the remedy (``rho`` or ``gamma`` > 0).
+``check_minimiser`` raises :class:`NoMinimiser` with the remedy (``rho`` or ``gamma`` > 0). It
+asks the loss first: only a loss whose ``may_lack_minimiser`` holds is scored
+(``recession_score``, registered by the loss's type: ``ce_separating_direction``).
 ``by_proximal_point`` says which blocks the oracle solves by proximal steps (both dispatch on
 the block's class).
 
@@ -110,27 +112,31 @@ def _(block: WBlock):
 @functools.singledispatch
 def check_minimiser(block):
     """Raise :class:`NoMinimiser` naming the block and the remedy when it has no minimiser
-    (only the cross-entropy W_L block without ``rho``, ``gamma`` can lack one)."""
+    (only a W_L block without ``rho``, ``gamma`` whose loss says it may lack one can:
+    ``Loss.may_lack_minimiser``, cross-entropy; its ``recession_score`` decides)."""
 
 
 @check_minimiser.register
 def _(block: WLast):
-    if block.rho + block.gamma > 0:
+    if block.rho + block.gamma > 0 or not block.loss.may_lack_minimiser:
         return
     score = recession_score(block.loss, block.Xt, block.Y)
-    if score > 1e-9 * (1.0 + float(block.Y.sum())):   # score <= 2 K sum_j s_j (unit columns)
-        raise NoMinimiser(block.kind, block.layer, "no_minimiser",
-                          "cross-entropy on linearly separable X_L: the loss decreases forever "
-                          "along a separating direction and the W-block has no minimiser; "
-                          "set rho > 0 or gamma > 0 for this layer")
+    # score <= 2 K sum_j s_j (unit columns); |Y| keeps the threshold > 0 for any targets
+    if score <= 1e-9 * (1.0 + float(np.sum(np.abs(np.asarray(block.Y, dtype=float))))):
+        return
+    raise NoMinimiser(block.kind, block.layer, "no_minimiser",
+                      f"{block.loss!r} recedes on X_L (cross-entropy: X_L is linearly "
+                      "separable): the loss decreases forever along a direction and the "
+                      "W-block has no minimiser; set rho > 0 or gamma > 0 for this layer")
 
 
 @functools.singledispatch
 def recession_score(loss, Xt, Y):
-    """A score > 0 iff the last W-block of ``loss`` without ``rho``, ``gamma`` has no minimiser
-    (registered by the loss's type; 0 for a loss whose block always has one: MSE, Huber, bounded
-    below and coercive in ``W X~``)."""
-    return 0.0
+    """A score > 0 iff the last W-block of ``loss`` without ``rho``, ``gamma`` has no minimiser,
+    registered by the loss's type for each loss whose ``may_lack_minimiser`` holds (the others,
+    MSE and Huber: bounded below and coercive in ``W X~``, are never scored)."""
+    raise TypeError(f"{type(loss).__name__}.may_lack_minimiser holds, but no recession score is "
+                    "registered for it: register one with wellposed.recession_score.register")
 
 
 @recession_score.register

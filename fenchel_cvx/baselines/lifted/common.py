@@ -24,7 +24,7 @@ from ...history import _plain
 from ...network import LiftedNetwork
 from ...validation import CALLABLE, ROUNDS, SEED, Sizes, check_dtype, check_matrix, validate
 
-METHODS = {}
+METHODS: dict[str, type] = {}
 
 
 def register(cls):
@@ -76,10 +76,10 @@ class LiftedMethod:
     ``[W_l]``, bias last column) and ``objective()``; or override :meth:`run` entirely.
     """
 
-    name = None
-    defaults = {}
-    constraints = {}
-    losses = ("mse",)
+    name: str = ""
+    defaults: dict = {}
+    constraints: dict = {}
+    losses: tuple[str, ...] = ("mse",)
 
     def __init__(self, loss="mse", **hyper):
         if loss not in self.losses:
@@ -121,7 +121,7 @@ class LiftedRun:
 
     method: str
     config: dict
-    initial_test_accuracy: float = None
+    initial_test_accuracy: float | None = None
     records: list = field(default_factory=list)
     net: object = None
 

@@ -1,4 +1,4 @@
-"""Tests of fenchel_cvx.units: the first author's code's blocks are this package's blocks.
+"""Tests of fenchel_cvx.paper_hyperparameters: the first author's code's blocks are this package's blocks.
 
 Each block of the reference code is written here from its TensorFlow objectives (the layer
 class its scripts build, ``use_neo=True``): the ReLU penalty ``sum(v^2 - 2uv + u_+^2)``, the
@@ -16,7 +16,7 @@ from scipy.special import logsumexp
 
 from conftest import make_problem
 from fenchel_cvx.blocks import w_block, x_block
-from fenchel_cvx.units import from_reference
+from fenchel_cvx.paper_hyperparameters import from_reference
 
 SIZES = (4, 5, 4, 3, 3)    # L = 3 hidden layers, cross-entropy on 3 classes
 M = 6
@@ -90,7 +90,7 @@ def test_x_blocks_are_the_code_x_blocks(lam, rho, c):
     for l in range(1, len(lam) + 1):
         block = x_block(net, X0, Y, Xs, l)
         points = [np.abs(rng.normal(size=Xs[l - 1].shape)) for _ in range(6)]   # X_l >= 0
-        assert_affine(lambda Z: ref.x_value(l, Z), block.value, points)
+        assert_affine(lambda Z, l=l: ref.x_value(l, Z), block.value, points)
 
 
 @pytest.mark.parametrize("lam, rho, c", SETTINGS)
@@ -101,7 +101,7 @@ def test_w_blocks_are_the_code_w_blocks(lam, rho, c):
         W0 = net.W[l] + rng.normal(size=net.W[l].shape)
         block = w_block(net, X0, Y, Xs, l, gamma=gamma[l], W0=W0)
         points = [W0 + rng.normal(size=W0.shape) for _ in range(6)]
-        assert_affine(lambda W: ref.w_value(l, W, W0), block.value, points)
+        assert_affine(lambda W, l=l, W0=W0: ref.w_value(l, W, W0), block.value, points)
 
 
 def test_a_wrong_factor_is_caught():

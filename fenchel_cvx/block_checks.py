@@ -1,0 +1,124 @@
+"""A round's block solves under check 4 of the certificate (Algorithms 1 and 2, Sec. 4.5).
+
+Each block of a round (eqs. (14)-(20)) is solved by the backend and its outcome checked before
+the next block sees it: the argmin must have the block's shape, be finite and lie in the
+block's domain, its KKT residual is recomputed from the point itself (``blocks.kkt_residual``)
+on checked rounds, and its value change feeds the descent check (``certificate.py``). Where
+reads are not cheap (a GPU) an unchecked round defers the argmin checks to one read at its end
+(:meth:`CheckedSolves.settle`). A record per block goes to the round's history.
+"""
+from __future__ import annotations
+
+import time
+
+from array_api_compat import array_namespace
+
+from .arrays import cheap_reads
+from .blocks import kkt_residual
+from .certificate import argmin_usable
+from .errors import SolverError
+
+
+class Halt(Exception):
+    """Recorded mode: a block returned a point that cannot be used (NaN, outside its domain)."""
+
+    def __init__(self, block):
+        super().__init__(block)
+        self.block = block
+
+
+class CheckedSolves:
+    """The block solves of one round, each checked as it returns (check 4) and recorded.
+
+    With ``check=False`` the objective values (the descent check's) and the KKT residual are
+    skipped; the argmin and the block statuses are still checked.
+    """
+
+    def __init__(self, backend, net, cert, check=True):
+        self.backend, self.net, self.cert, self.check = backend, net, cert, check
+        self.blocks = []
+        # an unchecked round where reads are not cheap (a GPU) reads its blocks' argmin checks
+        # at once, at its end (``settle``): (name, block, argmin, start, its slot, the check's
+        # 0-d flag, the records and violations before it)
+        self.defer = not check and not cheap_reads(array_namespace(net.W[0]))
+        self.pending = []
+
+    def solve(self, name, block, current, scale, slot):
+        """Solve ``block`` from ``current`` (``slot[0][slot[1]]``, where the caller puts the
+        result): ``(argmin, value change or 0, A(W, X) + b or None)``."""
+        before = float(block.value(current)) if self.check else None
+        t0 = time.perf_counter()
+        try:
+            res = self.backend.solve(block, start=current)
+        except SolverError as err:
+            if self.cert.strict:
+                raise
+            self.cert.solver_failed(name, err)
+            self.blocks.append(dict(block=name, kind=block.kind, layer=block.layer,
+                                    value_before=before, value_after=before,
+                                    seconds=time.perf_counter() - t0, solver_seconds=None,
+                                    status=f"error: {err.status}", residual=None, iterations=None,
+                                    converged=False))
+            return current, 0.0, None
+        wall = time.perf_counter() - t0
+        Z = res.argmin
+        # the certificate trusts no report: the argmin must be usable (every round), and on every
+        # checked round (check_every) its KKT residual is recomputed here from the point itself;
+        # the rounds between check the point and the status only, and their records say so
+        usable = self._argmin_check(name, block, Z, current, slot)
+        residual = kkt_residual(block, Z) if usable and self.check else None
+        record = dict(block=name, kind=block.kind, layer=block.layer, value_before=before,
+                      value_after=before, seconds=wall, solver_seconds=float(res.seconds),
+                      status=res.status, residual=residual, reported_residual=float(res.residual),
+                      iterations=int(res.iterations), converged=bool(res.converged))
+        if not usable:          # recorded mode (strict raised): the block keeps its value, stop
+            self.blocks.append(record)
+            raise Halt(name)
+        self.cert.check_block(name, res, residual, capped=capped(self.backend, block, res))
+        after = float(res.value)  # the backend's value; the descent check recomputes it
+        if self.check:
+            after = float(block.value(Z))
+            self.cert.check_descent(name, before, after, scale)
+        record["value_after"] = after
+        self.blocks.append(record)
+        return Z, (after - before) if self.check else 0.0, res.U
+
+    def _argmin_check(self, name, block, Z, current, slot):
+        """The certificate's argmin check (finite, in the block's domain), read at once, or
+        deferred to ``settle`` (``defer``): then True, unless Z is no array of the block's
+        shape."""
+        flag = argmin_usable(block, Z, current.shape) if self.defer else None
+        if flag is None or flag is False:   # not deferred, or not even an array of the shape
+            return self.cert.check_argmin(name, block, Z, current.shape)
+        self.pending.append((name, block, Z, current, slot, flag, len(self.blocks),
+                             len(self.cert.violations)))
+        return True
+
+    def settle(self):
+        """The deferred argmin checks, in one read. Where one fails, the round goes back to
+        where that block began (every block from it on keeps its start: the later ones were
+        solved from an unusable point) and the block fails by name (strict: raises; recorded:
+        the run halts after the round)."""
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        xp = array_namespace(pending[0][2])
+        if bool(xp.all(xp.stack([flag for *_, flag, _, _ in pending]))):
+            return
+        first = next(i for i, p in enumerate(pending) if not bool(p[5]))
+        for _, _, _, current, (seq, i), *_ in reversed(pending[first:]):
+            seq[i] = current
+        name, block, Z, current, _, _, n_blocks, n_violations = pending[first]
+        del self.blocks[n_blocks + 1:]
+        if n_blocks < len(self.blocks):     # (strict: its status may have raised before it)
+            self.blocks[n_blocks]["value_after"] = self.blocks[n_blocks]["value_before"]
+        del self.cert.violations[n_violations:]
+        self.cert.check_argmin(name, block, Z, current.shape)
+        raise Halt(name)
+
+
+def capped(backend, block, res):
+    """Whether ``block`` stopped at the step cap its backend was configured with
+    (``FastBackend(w_steps=..., x_steps=...)``: ``step_setting``), status ``"max_iter"``."""
+    cap = backend.step_setting(block)[1]
+    return cap is not None and res.status == "max_iter" and res.iterations == cap

@@ -1,0 +1,82 @@
+"""What runs after every round of a BCD run (Algorithms 1 and 2 of the paper, Sec. 4.5).
+
+An *observer* is called as ``observer(net, state, step)`` once a round is recorded
+(``schedule.BCDState``, ``schedule.Step``); one that returns True stops the run. ``fit_bcd``
+builds them with :func:`observers`, in this order: the checkpoint writer
+(:class:`CheckpointWriter`, ``fit_bcd(checkpoint=DIR)``), the user's ``callback(net, record)``,
+and the progress bar (:class:`ProgressBar`, ``progress=True``). Each observer may have a
+``close()``, which the driver calls at the end of the run.
+"""
+from __future__ import annotations
+
+from .checkpoints import save_checkpoint
+
+
+class CheckpointWriter:
+    """Writes the state every ``every`` rounds and at the end of the run. Where the backend
+    drops what it reuses across solves at a checkpoint (``Backend.forget``: ``FastBackend``'s
+    Gram factorisations, reused across batches with ``gram_reuse > 1``), as a run resumed from
+    that checkpoint starts without it, both go on alike."""
+
+    def __init__(self, directory, every, digest, backend):
+        self.directory, self.every, self.digest, self.backend = directory, every, digest, backend
+
+    def __call__(self, net, state, step):
+        if step.iteration % self.every == 0 or step.last:
+            self.save(net, state)
+            self.backend.forget()
+
+    def save(self, net, state):
+        """Write ``state`` now (``KeyboardInterrupt``: the last finished round's)."""
+        save_checkpoint(self.directory, net, state, dict(data=self.digest))
+
+
+class ProgressBar:
+    """A tqdm bar over the rounds with the current objectives and accuracy; ``compiling``: the
+    backend compiles its kernels in the first round (``FastBackend(compile=True)``), which the
+    bar says until that round ends."""
+
+    def __init__(self, total, done, name, compiling=False):
+        from tqdm.auto import tqdm
+
+        self.desc, self.compiling = f"BCD ({name})", compiling
+        self.bar = tqdm(total=total, initial=done, unit="round",
+                        desc=self.desc + (": compiling kernels in the first round"
+                                          if compiling else ""))
+
+    def __call__(self, net, state, step):
+        if self.compiling:
+            self.bar.set_description(self.desc, refresh=False)
+            self.compiling = False
+        rec, post = state.history.records[-1], {}
+        if rec["checked"]:
+            post = dict(F=f"{rec['lifted_x']:.4g}", J=f"{rec['network_x']:.4g}")
+        if rec["test_accuracy"] is not None:
+            post["test_acc"] = f"{rec['test_accuracy']:.3f}"
+        elif rec["train_accuracy"] is not None:
+            post["train_acc"] = f"{rec['train_accuracy']:.3f}"
+        self.bar.set_postfix(post, refresh=False)
+        self.bar.update(1)
+
+    def close(self):
+        self.bar.close()
+
+
+def observers(settings, callback, progress, state) -> list:
+    """What runs after every round of the run of ``settings`` (``run_settings.RunSettings``):
+    the checkpoint writer (first), the callback, the progress bar."""
+    out = [] if callback is None else [lambda net, s, step: callback(net, s.history.records[-1])]
+    folder, every, digest = settings.checkpoint
+    if folder is not None:
+        out.insert(0, CheckpointWriter(folder, every, digest, settings.backend))
+    if progress:
+        out.append(ProgressBar(len(settings.steps), state.iteration, settings.config["backend"],
+                               compiling=settings.backend.compiles_kernels()))
+    return out
+
+
+def interrupted(net, state, settings, observers):
+    """Ctrl-C: the weights of the last finished round, as the checkpoint (written now) holds."""
+    net.W = list(state.W)
+    if settings.checkpoint[0] is not None:
+        observers[0].save(net, state)

@@ -1,0 +1,210 @@
+"""The checked settings of a BCD run: every argument of ``fit_bcd`` and its data, checked once.
+
+``fit_bcd`` (Algorithms 1 and 2 of the paper, Sec. 4.5) checks every argument here before any
+work: the cadences and flags against the constraints of ``validation.py``, gamma (the proximal
+weight of eq. (13)) and momentum per layer, the data and targets against the network in its
+dtype and array library (once per run: the rounds take them as checked), the backend (built by
+name or adapted, ``backends.py``) and a checkpoint to resume from (``checkpoints.py``). The
+outcome is a :class:`RunSettings`, which the driver reads and never changes.
+"""
+from __future__ import annotations
+
+import json
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import defaults
+from .arrays import namespace
+from .backends import check_backend, get_backend
+from .certificate import Certificate
+from .checkpoints import load_checkpoint, restore, resume_file
+from .evaluation import evaluator, is_one_hot
+from .history import _plain
+from .io import check_writable_dir, data_digest, remove_temporaries
+from .schedule import Batches, schedule
+from .validation import (
+    BOOL,
+    CALLABLE,
+    COUNT,
+    GAMMA,
+    MOMENTUM,
+    PATH,
+    ROUNDS,
+    TOL,
+    PerLayer,
+    check,
+    check_rounds,
+    validate,
+)
+
+#: the constraints of ``fit_bcd``'s arguments (``validation.py``); gamma's, per layer, need the
+#: network, and the data's need its sizes
+PARAMETERS = dict(batch_size=[COUNT, None], epochs=ROUNDS, iterations=ROUNDS,
+                  alternations=ROUNDS, strict=[BOOL, None], tol=TOL, callback=[CALLABLE, None],
+                  progress=BOOL, eval_every=[COUNT, None], check_every=COUNT,
+                  checkpoint=[PATH, None], checkpoint_every=COUNT, resume=[PATH, None])
+
+
+@dataclass
+class RunSettings:
+    """A validated run: the backend, the certificate, gamma, the cadences, the data and its
+    schedule, the state to resume from (None: a fresh run), the checkpoints'
+    ``(folder, every, data digest)`` and momentum's beta per layer."""
+
+    backend: object
+    cert: Certificate
+    gamma: list
+    check_every: int
+    evaluate: Any = None         # evaluation.evaluator's evaluate_round(net, step)
+    config: Any = None
+    test: tuple = (None, None)   # (X_test, Y_test)
+    eval_every: Any = 1
+    data: Any = None             # schedule.Batches
+    steps: Any = None
+    state: Any = None
+    checkpoint: tuple = (None, 1, None)
+    momentum: Any = None
+    W_prev: Any = None           # the first batch's (fit_bcd(W_prev=...)), in the data's library
+
+
+def weights_in(xp, net):
+    """The network's weights as arrays of ``xp`` (the data's library), without changing net."""
+    try:
+        return [W if namespace(W) is xp else xp.asarray(W) for W in net.W]
+    except (TypeError, ValueError):
+        raise ValueError(f"net.W must be arrays the data's library ({xp.__name__}) can take, got "
+                         f"{type(net.W[0]).__module__}.{type(net.W[0]).__name__}") from None
+
+
+def check_data(net, X0, Y, xname="X0", yname="Y", xp=None):
+    """Data and targets in the network's dtype (no silent upcast of float32) and ``xp``."""
+    xp = namespace(X0) if xp is None else xp
+    X0, Y = net.check_inputs(X0, Y, dtype=net.W[0].dtype, xp=xp, names=(xname, yname))
+    net.loss.check_targets(yname, Y, xp)
+    return X0, Y
+
+
+def check_arguments(net, args):
+    """``fit_bcd``'s arguments but the data, checked and normalised (gamma=None: the default
+    of the algorithm, ``defaults.gamma_for``)."""
+    if not (hasattr(net, "layer_sizes") and hasattr(net, "W") and hasattr(net, "forward")):
+        raise ValueError(f"net must be a LiftedNetwork, got {type(net).__name__}")
+    args = dict(args, **validate(PARAMETERS, {k: args[k] for k in PARAMETERS}))
+    gamma = defaults.gamma_for(args["batch_size"]) if args["gamma"] is None else args["gamma"]
+    args["gamma"] = check("gamma", gamma, PerLayer(GAMMA, net.n_hidden + 1))
+    args["momentum"] = check("momentum", args["momentum"], PerLayer(MOMENTUM, net.n_hidden + 1))
+    check_backend(args["backend"])
+    if (args["X_test"] is None) != (args["Y_test"] is None):
+        raise ValueError("X_test and Y_test must be given together, got only "
+                         + ("X_test" if args["Y_test"] is None else "Y_test"))
+    return args
+
+
+def check_W_prev(W_prev, weights, xp, resume):
+    """``fit_bcd``'s ``W_prev``: None, or one finite array per layer of the weights' shapes
+    (not with ``resume``: a checkpoint holds its own), in the data's library and dtype."""
+    if W_prev is None:
+        return None
+    if resume:
+        raise ValueError("W_prev and resume exclude each other: a checkpoint holds its own W_prev")
+    listed = isinstance(W_prev, Sequence) and not isinstance(W_prev, (str, bytes))
+    if not listed or len(W_prev) != len(weights):
+        got = f"{len(W_prev)} entries" if listed else type(W_prev).__name__
+        raise ValueError(f"W_prev must be a sequence of {len(weights)} arrays (one per layer, "
+                         f"as BCDResult.W_prev), got {got}")
+    out = []
+    for l, (P, W) in enumerate(zip(W_prev, weights)):
+        try:
+            P = xp.asarray(P, dtype=W.dtype)
+        except (TypeError, ValueError):
+            raise ValueError(f"W_prev[{l}] must be an array the data's library ({xp.__name__}) "
+                             f"can take, got {type(P).__module__}.{type(P).__name__}") from None
+        if tuple(P.shape) != tuple(W.shape):
+            raise ValueError(f"W_prev[{l}] must have W_{l}'s shape {tuple(W.shape)}, got "
+                             f"{tuple(P.shape)}")
+        if not bool(xp.all(xp.isfinite(P))):
+            raise ValueError(f"W_prev[{l}] must be finite, got NaN or infinite entries")
+        out.append(P)
+    return out
+
+
+def build_backend(backend, strict, tol, xp, net):
+    """The backend object (``backends.Backend``) and its name; a name is built with ``tol``
+    (and non-strict, so that inaccurate solves are recorded, in recorded mode). The backend
+    checks ``net`` here (per-layer settings: ``FastBackend``), before any work."""
+    opts = dict(strict=False) if strict is False and isinstance(backend, str) else {}
+    backend = get_backend(backend, net, tol=tol, **opts)   # a backend object ignores them
+    if xp is not np and backend.name == "cvxpy":
+        raise ValueError(f"backend 'cvxpy' (the oracle) takes NumPy data, got X0 from {xp.__name__}")
+    return backend, backend.name
+
+
+def run_config(net, m, m_test, args, backend, name, strict, classification):
+    """The run's settings as the history records them; ``backend_settings``: what the backend
+    solves its blocks with (its ``settings()``, as JSON data: a value JSON cannot hold, such as
+    an oracle's ``solver_opts`` callback, is recorded as its repr)."""
+    settings = json.loads(json.dumps(_plain(backend.settings()), default=repr))
+    return dict(layer_sizes=list(net.layer_sizes), activations=[x.name for x in net.activations],
+                loss=net.loss.name, lam=net.lam, rho=net.rho, gamma=args["gamma"],
+                momentum=args["momentum"], momentum_carried=args["W_prev"] is not None,
+                batch_size=args["batch_size"], epochs=args["epochs"],
+                iterations=args["iterations"], alternations=args["alternations"], backend=name,
+                backend_settings=settings, strict=strict, tol=args["tol"],
+                check_every=args["check_every"], seed=net.seed, batch_seed=net.seed, m=m,
+                m_test=m_test, task="classification" if classification else "regression",
+                algorithm=1 if args["batch_size"] is None else 2)
+
+
+def certificate_of(backend, strict, tol):
+    """The run's certificate. Block optimality is judged at the accuracy asked of the backend
+    (its ``tol``, e.g. a FastBackend(tol=1e-3)), never looser than the certificate's own."""
+    asked = backend.tol
+    residual_tol = max(tol, float(asked)) if isinstance(asked, numbers.Real) else tol
+    return Certificate(strict=strict, tol=tol, residual_tol=residual_tol)
+
+
+def validate_run(net, X0, Y, args):
+    """Check every argument and the data, before any work; return the run's ``RunSettings``.
+    The network's weights move to the data's library once every check passed."""
+    args = check_arguments(net, args)
+    xp = namespace(X0)
+    X0, Y = check_data(net, X0, Y, xp=xp)
+    X_test, Y_test = args["X_test"], args["Y_test"]
+    if X_test is not None:
+        X_test, Y_test = check_data(net, X_test, Y_test, "X_test", "Y_test", xp=xp)
+    check_rounds(X0.shape[1], args["batch_size"], args["epochs"], args["alternations"])
+    # a checkpoint failing the checked reader raises FileFormatError, which names the file
+    resume = None if args["resume"] is None else resume_file(args["resume"])
+    saved = None if resume is None else load_checkpoint(resume)
+    backend, name = build_backend(args["backend"], args["strict"], args["tol"], xp, net)
+    weights = weights_in(xp, net)
+    strict = (name == "cvxpy") if args["strict"] is None else args["strict"]
+    classification = is_one_hot(Y)
+    config = run_config(net, X0.shape[1], None if X_test is None else X_test.shape[1], args,
+                        backend, name, strict, classification)
+    settings = RunSettings(backend, certificate_of(backend, strict, args["tol"]), args["gamma"],
+                           args["check_every"],
+                           evaluator(X0, Y, X_test, Y_test, classification, args["eval_every"]),
+                           config, (X_test, Y_test), args["eval_every"],
+                           momentum=args["momentum"])
+    settings.steps = schedule(X0.shape[1], args["batch_size"], args["epochs"],
+                              args["iterations"], args["alternations"], net.seed)
+    settings.data = Batches(X0, Y, xp, args["batch_size"] is not None
+                            and args["batch_size"] < X0.shape[1])
+    digest = None if args["checkpoint"] is None and saved is None else data_digest(X0, Y)
+    settings.state = (None if saved is None
+                      else restore(net, saved, config, digest, xp, settings.steps))
+    settings.W_prev = check_W_prev(args["W_prev"], weights, xp, saved is not None)
+    # the checkpoint folder last, once every other check passed: a refused run makes none
+    ckpt = (None if args["checkpoint"] is None
+            else check_writable_dir("checkpoint", args["checkpoint"]))
+    for folder in {ckpt, None if resume is None else resume.parent}:
+        if folder is not None:      # what a run killed while writing there left
+            remove_temporaries(folder)
+    settings.checkpoint = (ckpt, args["checkpoint_every"], digest)
+    net.W = weights if settings.state is None else list(settings.state.W)
+    return settings
