@@ -1,10 +1,10 @@
-"""The paper's LeNet-5 comparisons (Secs. 5.2-5.3, Figures 3 and 4): FLN against backprop with SGD and Adam, MNIST or CIFAR-10.
+"""The paper's LeNet-5 comparisons (Secs. 5.2-5.3, Figures 3, 4): FLN against SGD and Adam, MNIST or CIFAR-10.
 
 LeNet-5 (``fenchel_cvx.lenet5``: conv 6@5x5, avg-pool 2, conv 16@5x5, avg-pool 2, fc 120,
 fc 84, fc 10, ReLU), cross-entropy, batch 500, K = 1 alternation; 20 epochs on the full MNIST
 (28x28 padded to 32), or 80 on CIFAR-10 with ``--dataset cifar10 --data-dir DIR`` (the python
 pickle batches). FLN is the batched model (Algorithm 2) on the fast array backend, from the
-paper's appendix hyperparameters in this package's units (``fenchel_cvx.units.from_reference``:
+paper's appendix hyperparameters in this package's units (``fenchel_cvx.paper_hyperparameters.from_reference``:
 the appendix's lam (5, 5, 1, 1) weigh its code's penalty, which is twice our B): lam = (10, 10,
 2, 2), gamma = (1e-4, 1e-2, 1, 1, 1), no Frobenius penalty; the defaults then take the hidden
 dense layers' gamma 0.3 instead of 1, chosen on a validation split (docs/results.md, "LeNet-5:
@@ -57,11 +57,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fenchel_cvx import defaults  # noqa: E402
 from fenchel_cvx.datasets import load_cifar10, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.io import write_text  # noqa: E402
-from fenchel_cvx.units import from_reference  # noqa: E402
-from mnist_mlp import (DEVICES, _mean, _per_layer, _steps_text, add_baseline_flags,  # noqa: E402
-                       add_compile_flag, backprop_record, baseline_options, baseline_rates,
-                       fln_backend, level_figures, level_table, machine, peak_text, plot,
-                       rates_text, run_methods, seed_summary, train_fln)
+from fenchel_cvx.paper_hyperparameters import from_reference  # noqa: E402
+from mnist_mlp import (  # noqa: E402
+    DEVICES,
+    _mean,
+    _per_layer,
+    _steps_text,
+    add_baseline_flags,
+    add_compile_flag,
+    backprop_record,
+    baseline_options,
+    baseline_rates,
+    fln_backend,
+    level_figures,
+    level_table,
+    machine,
+    peak_text,
+    plot,
+    rates_text,
+    run_methods,
+    seed_summary,
+    train_fln,
+)
 
 EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}

@@ -3,7 +3,7 @@
 784-300-10, ReLU, cross-entropy, batch 500, K = 1 alternation, 10 epochs on the full MNIST.
 FLN is the batched model (Algorithm 2) on the fast array backend, by default from the paper's
 appendix setting in this package's units (lam 0.2, gamma (1, 100), no Frobenius penalty: the
-appendix's lam 0.1 weighs its code's penalty, twice our B; ``fenchel_cvx.units``) with three
+appendix's lam 0.1 weighs its code's penalty, twice our B; ``fenchel_cvx.paper_hyperparameters``) with three
 changes chosen on a validation split (docs/results.md, "MNIST, fully connected"): the output
 layer's gamma 30 with a single W_1-step per batch (W_0 takes 10 steps, X_1 20 FISTA steps),
 and each batch starting from W_0 moved on along its last change (``fit_bcd(momentum=...)``,
@@ -60,10 +60,10 @@ sys.path.insert(0, str(ROOT))
 from fenchel_cvx import defaults  # noqa: E402
 from fenchel_cvx.datasets import Dataset, batch_order, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.fast.gram import inverse_pays  # noqa: E402
-from fenchel_cvx.io import atomic_write, write_text  # noqa: E402
 from fenchel_cvx.fast.wblocks import NEWTON_START, RESYNC  # noqa: E402
+from fenchel_cvx.io import atomic_write, write_text  # noqa: E402
+from fenchel_cvx.paper_hyperparameters import from_reference  # noqa: E402
 from fenchel_cvx.threads import limit_threads  # noqa: E402
-from fenchel_cvx.units import from_reference  # noqa: E402
 
 #: the paper's appendix setting (784-300-10, batched: its lambda and rho_1, rho_2), in this
 #: package's units
@@ -259,7 +259,8 @@ def _per_layer(n, name, integers=False):
         try:
             vals = tuple(cast(v) for v in text.split(","))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be {n} comma-separated {what}, got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"{name} must be {n} comma-separated {what}, got {text!r}") from None
         if len(vals) not in (1, n) or any(bad(v) for v in vals):
             raise argparse.ArgumentTypeError(f"{name} must be 1 or {n} {bound}, got {text!r}")
         return vals if len(vals) == n else vals * n
@@ -276,7 +277,8 @@ def _floats(text):
     try:
         return [float(v) for v in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or a comma list of numbers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected a number or a comma list of numbers, got {text!r}") from None
 
 
 def load(args):
@@ -689,7 +691,8 @@ def _w_flops(p, n, m, steps, span=False, shifted=True):
     or two triangular solves (2 p m^2) and one product back (2 p n m); else W X~, X~ S X~^T
     (2 n^2 m), Cholesky (n^3 / 3), the start's gradient and per step the preconditioning
     (2 p n^2) and d X~; a gradient after every step but the last (``capped_residual=False``:
-    the benchmark's backend). ``span`` (``fast.span``: data space, from W0): no product back and no gradient per step, one product
+    the benchmark's backend). ``span`` (``fast.span``: data space, from W0): no product back and
+    no gradient per step, one product
     ``W0 + Z X~^T`` at the end, and every ``RESYNC`` (16) steps U formed again as ``U0 + Z K``
     (2 p m^2). ``shifted``: rho + gamma > 0 (data space needs it)."""
     prod = 2 * p * n * m

@@ -64,7 +64,8 @@ def _rates(flag):
         try:
             rates = tuple(float(v) for v in text.split(","))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be comma-separated numbers, got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"{flag} must be comma-separated numbers, got {text!r}") from None
         if not rates or not all(np.isfinite(r) and r > 0 for r in rates):
             raise argparse.ArgumentTypeError(f"{flag} must be learning rates > 0, got {text!r}")
         return rates

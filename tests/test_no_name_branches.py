@@ -13,17 +13,13 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
 from fenchel_cvx.activations import ACTIVATIONS
 from fenchel_cvx.losses import LOSSES
 
 PACKAGE = Path(__file__).resolve().parent.parent / "fenchel_cvx"
 NAMES = frozenset(ACTIVATIONS) | frozenset(LOSSES)
 
-#: the modules that still read names, until they read the registry's API (``activation_names``,
-#: ``loss_names``, the classes' ``config``, ``torch_module``, ``torch_loss``, ``probabilities``)
-KNOWN = {"baselines/backprop.py": 3}
+
 
 
 def _names_in(node):
@@ -88,19 +84,11 @@ def test_the_scanner_finds_each_kind_of_name_use():
     assert "elu" in NAMES and "huber" in NAMES      # the extensions are registered
 
 
-def test_no_module_branches_on_names_outside_the_known_ones():
+def test_no_module_branches_on_activation_or_loss_names():
     report = {}
     for path in _modules():
         rel = path.relative_to(PACKAGE).as_posix()
         uses = name_uses(path.read_text())
         if uses:
             report[rel] = uses
-    unknown = {k: v for k, v in report.items() if k not in KNOWN}
-    assert not unknown, f"branches on activation / loss names: {unknown}"
-    for rel, count in KNOWN.items():     # the known ones do not grow
-        assert len(report.get(rel, [])) <= count, (rel, report.get(rel))
-
-
-@pytest.mark.parametrize("rel", sorted(KNOWN))
-def test_known_exceptions_exist(rel):
-    assert (PACKAGE / rel).is_file()
+    assert not report, f"branches on activation / loss names: {report}"

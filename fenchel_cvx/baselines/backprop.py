@@ -28,22 +28,29 @@ from functools import partial
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..validation import (BOOL, CALLABLE, COUNT, FRACTION, MOMENTUM, SEED, WEIGHT, Options, Sizes,
-                          check, check_matrix, validate)
+from ..activations import ACTIVATIONS, activation_names
+from ..activations import activation as make_activation
+from ..losses import loss as make_loss
+from ..losses import loss_names
+from ..validation import (
+    BOOL,
+    CALLABLE,
+    COUNT,
+    FRACTION,
+    MOMENTUM,
+    SEED,
+    WEIGHT,
+    Options,
+    Sizes,
+    check,
+    check_matrix,
+    validate,
+)
 
 # name -> (torch.optim class name, default learning rate: the paper's)
 OPTIMIZERS = {"sgd": ("SGD", 1e-2), "adam": ("Adam", 1e-3)}
 #: the optimizers that take a heavy-ball ``momentum`` (PyTorch's SGD: v <- mu v + g, w <- w - lr v)
 WITH_MOMENTUM = ("sgd",)
-# name -> the batch loss of (outputs, integer labels): the mean over the batch
-LOSSES = {
-    "cross_entropy": lambda torch, out, y: torch.nn.functional.cross_entropy(out, y),
-    # MSE on one-hot targets, summed over the classes (the paper's Figure 1 network)
-    "mse": lambda torch, out, y: ((out - torch.nn.functional.one_hot(y, out.shape[1]).to(out.dtype))
-                                  ** 2).sum(1).mean(),
-}
-# name -> torch.nn module class name
-ACTIVATIONS = {"relu": "ReLU", "leaky_relu": "LeakyReLU", "sigmoid": "Sigmoid", "tanh": "Tanh"}
 # where the model and the data live: name -> (what it needs that is missing, or None;
 # the wait for its queued work), each of torch
 DEVICES = {"cpu": (lambda torch: None, lambda torch: lambda: None),
@@ -52,6 +59,21 @@ DEVICES = {"cpu": (lambda torch: None, lambda torch: lambda: None),
                "torch.cuda.is_available() is False)"), lambda torch: torch.cuda.synchronize)}
 # images per forward pass when evaluating (bounds the memory of a conv net on 60,000 images)
 EVAL_CHUNK = 5000
+
+
+def _activation(name, slope):
+    """The registered activation ``name``, with ``slope`` where its class takes one; its class
+    gives the PyTorch module (``torch_module``)."""
+    import inspect
+
+    takes_slope = "slope" in inspect.signature(ACTIVATIONS[name]).parameters
+    return make_activation(name, **({"slope": slope} if takes_slope else {}))
+
+
+def _batch_loss(torch, L, out, y):
+    """The loss ``L``'s batch mean of (outputs, integer labels), on one-hot targets
+    (``Loss.torch_loss``)."""
+    return L.torch_loss(out, torch.nn.functional.one_hot(y, out.shape[1]).to(out.dtype))
 
 
 def _torch():
@@ -114,8 +136,8 @@ class BackpropResult:
     train_accuracy: list = field(default_factory=list)
     train_loss: list = field(default_factory=list)  # mean loss on the whole train set
     seconds: list = field(default_factory=list)  # cumulative training wall-clock time
-    checkpoints: list = None  # [(batches seen, seconds, test accuracy)] every eval_every batches
-    weights: list = None  # final [W_l], bias last column (a conv: (C_out, C_in k k + 1))
+    checkpoints: list | None = None  # [(batches seen, seconds, test accuracy)] every eval_every batches
+    weights: list | None = None  # final [W_l], bias last column (a conv: (C_out, C_in k k + 1))
     momentum: float = 0.0  # SGD's heavy-ball momentum (0: plain SGD; Adam: 0)
 
 
@@ -156,8 +178,7 @@ def _build_model(nn, torch, input_shape, layers, activation, slope):
             weighted.append(mod[-1] if isinstance(mod, nn.Sequential) else mod)
             sizes.append(math.prod(shape))
             if len(weighted) < n_weighted:
-                act = getattr(nn, ACTIVATIONS[activation])
-                mods.append(act(slope) if activation == "leaky_relu" else act())
+                mods.append(_activation(activation, slope).torch_module())
     if not weighted or not TORCH_LAYERS[layers[-1]["kind"]].weighted:
         raise ValueError(f"network must end with a weighted layer (dense or conv2d), got {layers!r}")
     return nn.Sequential(*mods), weighted, tuple(sizes)
@@ -211,9 +232,9 @@ def _check_inputs(input_shape, n_out, X_train, y_train, X_test, y_test, batches)
 
 #: the constraints of ``train_backprop``'s arguments (``validation.py``)
 PARAMETERS = dict(optimizer=Options(OPTIMIZERS), lr=[WEIGHT, None], momentum=MOMENTUM,
-                  activation=Options(ACTIVATIONS),
+                  activation=Options(activation_names()),
                   slope=FRACTION, seed=SEED, threads=[COUNT, None], callback=[CALLABLE, None],
-                  eval_every=[COUNT, None], progress=BOOL, loss=Options(LOSSES),
+                  eval_every=[COUNT, None], progress=BOOL, loss=Options(loss_names("classification")),
                   device=Options(DEVICES))
 
 
@@ -222,7 +243,7 @@ def torch_model(network, *, activation="relu", slope=0.01, seed=0, init_weights=
     sizes, a config dict or a ``LiftedNetwork``) on inputs ``(n, *input_shape)``, its weights
     ``init_weights`` (default: the ``LiftedNetwork``'s own, else Xavier-uniform from ``seed``);
     ``model.weighted`` lists its dense and conv modules, one per ``W_l``."""
-    check("activation", activation, Options(ACTIVATIONS))
+    check("activation", activation, Options(activation_names()))
     input_shape, layers, net_weights = _architecture(network)
     init_weights = net_weights if init_weights is None else init_weights
     torch = _torch()
@@ -290,7 +311,7 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
         ytr, yte = (torch.as_tensor(np.asarray(y), dtype=torch.long, device=dev)
                     for y in (y_train, y_test))
         opt = getattr(torch.optim, OPTIMIZERS[optimizer][0])(model.parameters(), lr=float(lr), **steps)
-        loss_fn = partial(LOSSES[loss], torch)
+        loss_fn = partial(_batch_loss, torch, make_loss(loss))
         evaluate = _evaluator(torch, model, loss_fn)
         _, acc0 = evaluate(Xte, yte)
         result = BackpropResult(optimizer, float(lr), sizes, acc0, evaluate(Xtr, ytr)[0],
