@@ -46,10 +46,10 @@ from fenchel_cvx.datasets import one_hot  # noqa: E402
 from fenchel_cvx.io import atomic_write  # noqa: E402
 from mnist_mlp import (  # noqa: E402
     TUNED_LR,
-    _floats,
     add_compile_flag,
     backprop_record,
     fln_backend,
+    learning_rates,
     load,
     machine,
     peak_text,
@@ -78,9 +78,9 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--methods", default="fln,adam,sgd")
-    p.add_argument("--adam-lrs", type=_floats, default=list(ADAM_LRS), help="Adam's learning-rate "
+    p.add_argument("--adam-lrs", type=learning_rates("--adam-lrs"), default=ADAM_LRS, help="Adam's learning-rate "
                    f"grid (default {','.join(map(str, ADAM_LRS))})")
-    p.add_argument("--sgd-lrs", type=_floats, default=list(SGD_LRS), help="SGD's learning-rate "
+    p.add_argument("--sgd-lrs", type=learning_rates("--sgd-lrs"), default=SGD_LRS, help="SGD's learning-rate "
                    f"grid (default {','.join(map(str, SGD_LRS))})")
     p.add_argument("--tune-epochs", type=int, default=3, help="epochs of each grid point on the "
                    "validation split")
@@ -106,9 +106,6 @@ def parse_args(argv=None):
     unknown = set(args.methods.split(",")) - {"fln", "adam", "sgd"}
     if unknown:
         p.error(f"--methods must name fln, adam, sgd; got {sorted(unknown)}")
-    for name in ("adam_lrs", "sgd_lrs"):
-        if not all(np.isfinite(lr) and lr > 0 for lr in getattr(args, name)):
-            p.error(f"--{name.replace('_', '-')} must hold rates > 0, got {getattr(args, name)}")
     if args.quick:
         args.depths = (1, 2) if args.depths == DEPTHS else args.depths
         args.width, args.epochs, args.tune_epochs = min(args.width, 32), min(args.epochs, 2), 1
@@ -218,7 +215,7 @@ def summarise(args, chosen, results, data_desc):
             rows[d][m] = dict(seed_summary(per_seed), lr=chosen[d].get(m, {}).get("lr"))
             if m == "fln":
                 rows[d][m]["certificate"] = [r["certificate"] for r in runs]
-    return dict(data=data_desc, settings={k: v for k, v in vars(args).items()},
+    return dict(data=data_desc, settings=dict(vars(args)),
                 machine=machine(args), tuning=chosen, methods=rows, raw=results)
 
 

@@ -256,11 +256,7 @@ def _per_layer(n, name, integers=False):
     bound = "integers >= 1" if integers else "finite numbers >= 0"
 
     def parse(text):
-        try:
-            vals = tuple(cast(v) for v in text.split(","))
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{name} must be {n} comma-separated {what}, got {text!r}") from None
+        vals = tuple(_comma_list(text, cast, f"{name} must be {n} comma-separated {what}"))
         if len(vals) not in (1, n) or any(bad(v) for v in vals):
             raise argparse.ArgumentTypeError(f"{name} must be 1 or {n} {bound}, got {text!r}")
         return vals if len(vals) == n else vals * n
@@ -272,13 +268,28 @@ def _steps_text(steps):
     return str(steps[0]) if len(set(steps)) == 1 else str(tuple(steps))
 
 
+def learning_rates(flag):
+    """The parser of ``flag``: a comma list of learning rates, each finite and > 0 (a grid)."""
+    def parse(text):
+        rates = tuple(_comma_list(text, float, f"{flag} must be comma-separated numbers"))
+        if not rates or not all(np.isfinite(r) and r > 0 for r in rates):
+            raise argparse.ArgumentTypeError(f"{flag} must be learning rates > 0, got {text!r}")
+        return rates
+    return parse
+
+
 def _floats(text):
     """``"1,100"`` -> ``[1.0, 100.0]`` (argparse type of the per-layer flags)."""
+    return _comma_list(text, float, "expected a number or a comma list of numbers")
+
+
+def _comma_list(text, cast, message):
+    """``[cast(v) for v in text.split(",")]``; an ``argparse.ArgumentTypeError`` of
+    ``message``, with the text, where a value does not cast."""
     try:
-        return [float(v) for v in text.split(",")]
+        return [cast(v) for v in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a number or a comma list of numbers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"{message}, got {text!r}") from None
 
 
 def load(args):

@@ -59,18 +59,6 @@ QUICK_VALIDATION = 1000
 EVAL_NEVER = 10 ** 9
 
 
-def _rates(flag):
-    def parse(text):
-        try:
-            rates = tuple(float(v) for v in text.split(","))
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{flag} must be comma-separated numbers, got {text!r}") from None
-        if not rates or not all(np.isfinite(r) and r > 0 for r in rates):
-            raise argparse.ArgumentTypeError(f"{flag} must be learning rates > 0, got {text!r}")
-        return rates
-    return parse
-
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -84,7 +72,7 @@ def parse_args(argv=None):
                    "N images left after the split (its FLN screens' 20,000; default: all)")
     for key in SETTINGS:
         flag = f"--{key.replace('_', '-')}-lrs"
-        p.add_argument(flag, type=_rates(flag), default=GRID[key],
+        p.add_argument(flag, type=mnist_mlp.learning_rates(flag), default=GRID[key],
                        help=f"the grid of {key}'s learning rates (default {','.join(map(str, GRID[key]))})")
     p.add_argument("--settings", default=",".join(SETTINGS),
                    help=f"the optimizer settings to tune (default {','.join(SETTINGS)})")

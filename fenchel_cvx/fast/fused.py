@@ -236,10 +236,7 @@ class Compiled(Kernels):
 
         @functools.wraps(chain)
         def run(*args, **kwargs):
-            if self.min_size and max((a.size if type(a) is np_.ndarray else a.numel()
-                                      for a in args if type(a) is np_.ndarray
-                                      or isinstance(a, torch.Tensor)),
-                                     default=0) < self.min_size:
+            if self.min_size and _largest(args, np_, torch) < self.min_size:
                 return chain(*args, **kwargs)
             # a failure is kept by chain and by the classes of its constant arguments (an
             # activation, a prox): another activation may still compile
@@ -298,11 +295,20 @@ class Auto(Kernels):
 
         @functools.wraps(chain)
         def run(*args, **kwargs):
-            if max((a.size for a in args if type(a) is np_.ndarray), default=0) < MIN_SIZE:
+            if _largest(args, np_) < MIN_SIZE:
                 return chain(*args, **kwargs)
             return _compiled_default()(chain)(*args, **kwargs)
 
         return run
+
+
+def _largest(args, np_, torch=None):
+    """The most entries of any NumPy array among ``args`` (and of any torch tensor, given
+    ``torch``): what decides whether a chain is large enough to compile (``MIN_SIZE``)."""
+    sizes = [a.size for a in args if type(a) is np_.ndarray]
+    if torch is not None:
+        sizes += [a.numel() for a in args if isinstance(a, torch.Tensor)]
+    return max(sizes, default=0)
 
 
 def compiled_graphs():
