@@ -20,6 +20,7 @@ unchecked batch (``fenchel_cvx.fast.reads``, on array_api_strict arrays: what a 
 for). MNIST from ``--data`` (default: ``$FENCHEL_DATA/mnist``,
 else ``../shared/data/mnist`` beside the repo).
 """
+
 import argparse
 import collections
 import copy
@@ -44,13 +45,20 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=None, help="folder of the MNIST IDX files")
     p.add_argument("--network", choices=["mlp", "lenet5", "both"], default="both")
-    p.add_argument("--threads", type=int, default=1, help="cores of each path (NumPy's BLAS, "
-                   "PyTorch's kernels)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="cores of each path (NumPy's BLAS, PyTorch's kernels)",
+    )
     p.add_argument("--batches", type=int, default=10, help="batches a round times")
     p.add_argument("--rounds", type=int, default=4, help="rounds per path, taken in turn")
     p.add_argument("--check-every", type=int, default=20, help="fit_bcd's certificate schedule")
-    p.add_argument("--quick", action="store_true", help="the embedded 5k MNIST sample, 2 rounds "
-                   "of 2 batches: a smoke run")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="the embedded 5k MNIST sample, 2 rounds of 2 batches: a smoke run",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.batches, args.rounds = 2, 2
@@ -67,16 +75,33 @@ def setting(network, args, ds):
         import mnist_mlp
 
         margs = mnist_mlp.parse_args(["--threads", str(args.threads)])
-        net = LiftedNetwork([784, 300, 10], "relu", "cross_entropy", lam=margs.lam[0],
-                            rho=margs.rho, seed=margs.seed, dtype=np.float32)
-        return net, margs.gamma, margs.momentum, lambda compile: mnist_mlp.fln_backend(
-            margs, newton_cap=margs.newton_cap, compile=compile)
+        net = LiftedNetwork(
+            [784, 300, 10],
+            "relu",
+            "cross_entropy",
+            lam=margs.lam[0],
+            rho=margs.rho,
+            seed=margs.seed,
+            dtype=np.float32,
+        )
+        return (
+            net,
+            margs.gamma,
+            margs.momentum,
+            lambda compile: mnist_mlp.fln_backend(
+                margs, newton_cap=margs.newton_cap, compile=compile
+            ),
+        )
     import mnist_lenet5
 
     largs = mnist_lenet5.parse_args(["--threads", str(args.threads)])
     net = mnist_lenet5.network(largs, ds)
-    return net, largs.gamma, largs.momentum, lambda compile: mnist_lenet5.fln_backend(
-        largs, dtype="float32", compile=compile)
+    return (
+        net,
+        largs.gamma,
+        largs.momentum,
+        lambda compile: mnist_lenet5.fln_backend(largs, dtype="float32", compile=compile),
+    )
 
 
 def gemm_rates(threads):
@@ -88,7 +113,10 @@ def gemm_rates(threads):
     rates = {}
     with limit_threads(threads):
         torch.set_num_threads(threads)
-        for name, (a, b) in (("numpy", (A, B)), ("torch", (torch.from_numpy(A), torch.from_numpy(B)))):
+        for name, (a, b) in (
+            ("numpy", (A, B)),
+            ("torch", (torch.from_numpy(A), torch.from_numpy(B))),
+        ):
             a @ b
             t0, n = time.perf_counter(), 30
             for _ in range(n):
@@ -113,8 +141,9 @@ def host_reads(network, args, ds):
     Y = xps.asarray(one_hot(ds.y_train[:1500], 10).astype(np.float32))
     net.W = [xps.asarray(np.asarray(W)) for W in net.W]
     flops = ProductFlops()
-    reads = unchecked_batch(net, X, Y, make(False), 500, flops=flops, gamma=list(gamma),
-                            momentum=list(momentum))
+    reads = unchecked_batch(
+        net, X, Y, make(False), 500, flops=flops, gamma=list(gamma), momentum=list(momentum)
+    )
     return reads, flops
 
 
@@ -128,9 +157,18 @@ def run(network, args, ds):
     warm = {}
 
     def fit(backend, cols):
-        fit_bcd(copy.deepcopy(net0), X[:, cols], Y[:, cols], batch_size=500, gamma=list(gamma),
-                momentum=list(momentum), backend=backend, strict=False, eval_every=None,
-                check_every=args.check_every)
+        fit_bcd(
+            copy.deepcopy(net0),
+            X[:, cols],
+            Y[:, cols],
+            batch_size=500,
+            gamma=list(gamma),
+            momentum=list(momentum),
+            backend=backend,
+            strict=False,
+            eval_every=None,
+            check_every=args.check_every,
+        )
 
     for name, backend in paths.items():
         solve = backend.solve
@@ -140,6 +178,7 @@ def run(network, args, ds):
             res = solve(block, start)
             blocks[name][f"{type(block).__name__}{block.layer}"] += time.perf_counter() - t0
             return res
+
         backend.solve = timed
         t0 = time.perf_counter()
         fit(backend, slice(0, 1000))
@@ -153,15 +192,18 @@ def run(network, args, ds):
             fit(backend, slice(1000 + r * n, 1000 + (r + 1) * n))
             per_batch[name].append(1e3 * (time.perf_counter() - t0) / args.batches)
     total = args.rounds * args.batches
-    print(f"\n{network}, {args.threads} thread(s), {args.rounds} rounds x {args.batches} batches "
-          f"(check_every {args.check_every})")
-    print("| path | ms / batch (median) | per round | first two batches (s) | "
-          "blocks: ms / batch |")
+    print(
+        f"\n{network}, {args.threads} thread(s), {args.rounds} rounds x {args.batches} batches "
+        f"(check_every {args.check_every})"
+    )
+    print("| path | ms / batch (median) | per round | first two batches (s) | blocks: ms / batch |")
     print("|---|---|---|---|---|")
     for name in paths:
         parts = ", ".join(f"{k} {v / total * 1e3:.1f}" for k, v in sorted(blocks[name].items()))
-        print(f"| {name} | {np.median(per_batch[name]):.1f} | "
-              f"{', '.join(f'{v:.1f}' for v in per_batch[name])} | {warm[name]:.1f} | {parts} |")
+        print(
+            f"| {name} | {np.median(per_batch[name]):.1f} | "
+            f"{', '.join(f'{v:.1f}' for v in per_batch[name])} | {warm[name]:.1f} | {parts} |"
+        )
     return {name: float(np.median(v)) for name, v in per_batch.items()}
 
 
@@ -170,33 +212,45 @@ def main(argv=None):
     import torch
     from threadpoolctl import threadpool_info
 
-    data = args.data or (Path(os.environ["FENCHEL_DATA"]) / "mnist" if os.environ.get("FENCHEL_DATA")
-                         else ROOT.parent / "shared" / "data" / "mnist")
+    data = args.data or (
+        Path(os.environ["FENCHEL_DATA"]) / "mnist"
+        if os.environ.get("FENCHEL_DATA")
+        else ROOT.parent / "shared" / "data" / "mnist"
+    )
     ds = load_mnist5k() if args.quick else load_mnist(data, dtype=np.float32)
     if 1000 + args.rounds * args.batches * 500 > ds.X_train.shape[1]:
-        raise SystemExit(f"--rounds x --batches x 500 images must fit the {ds.X_train.shape[1]:,} "
-                         f"training images after the first 1,000, got {args.rounds} x {args.batches}")
+        raise SystemExit(
+            f"--rounds x --batches x 500 images must fit the {ds.X_train.shape[1]:,} "
+            f"training images after the first 1,000, got {args.rounds} x {args.batches}"
+        )
     arch = sorted({i.get("architecture") for i in threadpool_info() if i.get("architecture")})
     rates = gemm_rates(args.threads)
-    print(f"NumPy's BLAS kernel: {', '.join(arch) or 'unknown'}; float32 GEMM 300 x 785 x 500 on "
-          f"{args.threads} thread(s): NumPy {rates['numpy']:.0f} GFLOP/s, PyTorch "
-          f"{rates['torch']:.0f} GFLOP/s (torch {torch.__version__})")
-    for network in (("mlp", "lenet5") if args.network == "both" else (args.network,)):
+    print(
+        f"NumPy's BLAS kernel: {', '.join(arch) or 'unknown'}; float32 GEMM 300 x 785 x 500 on "
+        f"{args.threads} thread(s): NumPy {rates['numpy']:.0f} GFLOP/s, PyTorch "
+        f"{rates['torch']:.0f} GFLOP/s (torch {torch.__version__})"
+    )
+    for network in ("mlp", "lenet5") if args.network == "both" else (args.network,):
         medians = run(network, args, ds)
         print(f"compiled / eager: {medians['compiled'] / medians['eager']:.3f}")
         counted = host_reads(network, args, ds)
         if counted is not None:
             reads, flops = counted
             sources = ", ".join(f"{k} {v}" for k, v in reads.by_function().items())
-            print(f"host reads of an unchecked batch (array_api_strict): {reads.total} "
-                  f"({sources})")
-            print(f"products of an unchecked batch: {flops.total / 1e9:.2f} GFLOP, "
-                  f"{flops.total / rates['numpy'] / 1e6:.1f} ms at NumPy's GEMM rate above; "
-                  f"by source (MFLOP): " + ", ".join(f"{k.removeprefix('fenchel_cvx.')} "
-                                                    f"{v / 1e6:.0f}" for k, v in
-                                                    list(flops.by_function().items())[:6]))
-    print(f"kernels compiled in this process (dynamo graphs): "
-          f"{torch._dynamo.utils.counters['stats']['unique_graphs']}")
+            print(f"host reads of an unchecked batch (array_api_strict): {reads.total} ({sources})")
+            print(
+                f"products of an unchecked batch: {flops.total / 1e9:.2f} GFLOP, "
+                f"{flops.total / rates['numpy'] / 1e6:.1f} ms at NumPy's GEMM rate above; "
+                f"by source (MFLOP): "
+                + ", ".join(
+                    f"{k.removeprefix('fenchel_cvx.')} {v / 1e6:.0f}"
+                    for k, v in list(flops.by_function().items())[:6]
+                )
+            )
+    print(
+        f"kernels compiled in this process (dynamo graphs): "
+        f"{torch._dynamo.utils.counters['stats']['unique_graphs']}"
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ the current weights, with the proximal term gamma ||W - W0||^2), to ``--tol`` an
     python benchmarks/fast_blocks.py --lam 0.1 --rho 0 --gamma 1 --dtypes float32 [--no-span]
         # the MLP benchmark's W_0 block: capped steps in the span of the batch, or not (fast.span)
 """
+
 import argparse
 import copy
 import functools
@@ -73,8 +74,14 @@ def to_device(xp, net, X0, Y, Xs, dtype):
 
 
 def block_list(net, X0, Y, Xs, gamma):
-    out = [(f"x_{'last' if l == net.n_hidden else 'hidden'} (X_{l})", blocks.x_block(net, X0, Y, Xs, l), None)
-           for l in range(1, net.n_hidden + 1)]
+    out = [
+        (
+            f"x_{'last' if l == net.n_hidden else 'hidden'} (X_{l})",
+            blocks.x_block(net, X0, Y, Xs, l),
+            None,
+        )
+        for l in range(1, net.n_hidden + 1)
+    ]
     for l in range(net.n_hidden + 1):
         b = blocks.w_block(net, X0, Y, Xs, l, gamma=gamma, W0=net.W[l])
         name = f"w_{'last' if l == net.n_hidden else 'hidden'} (W_{l} {tuple(net.W[l].shape)})"
@@ -108,60 +115,97 @@ def main(argv=None):
     ap.add_argument("--max-iter", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dtypes", default="float32,float64")
-    ap.add_argument("--data", default=None, help="folder of the MNIST IDX files (default: "
-                    "$FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository)")
+    ap.add_argument(
+        "--data",
+        default=None,
+        help="folder of the MNIST IDX files (default: "
+        "$FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository)",
+    )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--newton-cap", type=int, default=None,
-                    help="FastBackend(newton_cap=...): None = default, 0 = no Newton rows")
-    ap.add_argument("--baseline", action="store_true",
-                    help="the first version: shared-Gram PNCG only (no Newton rows, no row freezing)")
-    ap.add_argument("--no-span", action="store_true",
-                    help="capped W-steps in parameter space also where fast.span applies (rho = 0, "
-                         "fewer points than inputs): the before of that change")
+    ap.add_argument(
+        "--newton-cap",
+        type=int,
+        default=None,
+        help="FastBackend(newton_cap=...): None = default, 0 = no Newton rows",
+    )
+    ap.add_argument(
+        "--baseline",
+        action="store_true",
+        help="the first version: shared-Gram PNCG only (no Newton rows, no row freezing)",
+    )
+    ap.add_argument(
+        "--no-span",
+        action="store_true",
+        help="capped W-steps in parameter space also where fast.span applies (rho = 0, "
+        "fewer points than inputs): the before of that change",
+    )
     args = ap.parse_args(argv)
 
     if args.device == "cupy":
         try:
             import cupy as xp
+
             xp.cuda.runtime.getDeviceCount()
         except Exception as exc:  # ImportError, or no CUDA device / driver
             sys.exit(f"--device cupy needs CuPy and a CUDA GPU: {type(exc).__name__}: {exc}")
         sync = xp.cuda.Device().synchronize
-        device = f"CuPy {xp.__version__} on {xp.cuda.runtime.getDeviceProperties(0)['name'].decode()}"
+        device = (
+            f"CuPy {xp.__version__} on {xp.cuda.runtime.getDeviceProperties(0)['name'].decode()}"
+        )
     else:
-        xp, sync, device = np, (lambda: None), f"NumPy {np.__version__} on CPU ({os.cpu_count()} cores)"
+        xp, sync, device = (
+            np,
+            (lambda: None),
+            f"NumPy {np.__version__} on CPU ({os.cpu_count()} cores)",
+        )
 
     if args.baseline:
-        fast.solve_pncg = functools.partial(fast.solve_pncg, compact_every=10 ** 9)
+        fast.solve_pncg = functools.partial(fast.solve_pncg, compact_every=10**9)
         args.newton_cap = 0
     if args.no_span:
         fast.wblocks.span.applies = lambda *a: False
     sizes = tuple(int(s) for s in args.sizes.split(","))
-    print(f"fast backend, {'-'.join(map(str, sizes))} ReLU, cross-entropy, m={args.m}, lam={args.lam}, "
-          f"rho={args.rho}, gamma={args.gamma}, tol={args.tol}, newton_cap={args.newton_cap}"
-          f"{' (baseline)' if args.baseline else ''}{' (no span)' if args.no_span else ''}; {device}")
+    print(
+        f"fast backend, {'-'.join(map(str, sizes))} ReLU, cross-entropy, m={args.m}, lam={args.lam}, "
+        f"rho={args.rho}, gamma={args.gamma}, tol={args.tol}, newton_cap={args.newton_cap}"
+        f"{' (baseline)' if args.baseline else ''}{' (no span)' if args.no_span else ''}; {device}"
+    )
     base = make_state(sizes, args.m, args.lam, args.rho, args.seed, args.data)
     print(f"data: {base[-1]}; times: median of {args.repeats} cold solves (fresh backend each)\n")
-    hdr = (f"{'block':28s} {'dtype':7s} {'mode':10s} {'seconds':>8s} {'iters':>6s} {'status':>8s} "
-           f"{'residual':>9s} {'value - v*':>11s}")
+    hdr = (
+        f"{'block':28s} {'dtype':7s} {'mode':10s} {'seconds':>8s} {'iters':>6s} {'status':>8s} "
+        f"{'residual':>9s} {'value - v*':>11s}"
+    )
     print(hdr + "\n" + "-" * len(hdr))
     for dtype in args.dtypes.split(","):
         net, X0, Y, Xs, _ = base
         net, X0d, Yd, Xsd = to_device(xp, copy.copy(net), X0, Y, Xs, np.dtype(dtype))
         for name, block, start in block_list(net, X0d, Yd, Xsd, args.gamma):
-            modes = [("tol", None)] + ([(f"w_steps={k}", k) for k in (1, 3, 10)] if start is not None else [])
+            modes = [("tol", None)] + (
+                [(f"w_steps={k}", k) for k in (1, 3, 10)] if start is not None else []
+            )
             ref = None
             for mode, k in modes:
-                make = functools.partial(FastBackend, tol=args.tol, max_iter=args.max_iter, w_steps=k,
-                                         newton_cap=args.newton_cap)
+                make = functools.partial(
+                    FastBackend,
+                    tol=args.tol,
+                    max_iter=args.max_iter,
+                    w_steps=k,
+                    newton_cap=args.newton_cap,
+                )
                 sec, r = timed(make, block, start, args.repeats, sync)
                 ref = r.value if ref is None else ref
                 gap = (r.value - ref) / max(abs(ref), 1e-300)
-                print(f"{name:28s} {dtype:7s} {mode:10s} {sec:8.3f} {r.iterations:6d} {r.status:>8s} "
-                      f"{r.residual:9.1e} {gap:+11.1e}", flush=True)
+                print(
+                    f"{name:28s} {dtype:7s} {mode:10s} {sec:8.3f} {r.iterations:6d} {r.status:>8s} "
+                    f"{r.residual:9.1e} {gap:+11.1e}",
+                    flush=True,
+                )
         print()
-    print("value - v*: relative to the value solved to tol in the same dtype (w_steps rows: how far "
-          "k warm-started steps get).")
+    print(
+        "value - v*: relative to the value solved to tol in the same dtype (w_steps rows: how far "
+        "k warm-started steps get)."
+    )
 
 
 if __name__ == "__main__":

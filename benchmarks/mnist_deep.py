@@ -29,6 +29,7 @@ chosen learning rate) and ``accuracy_vs_depth.png``.
     python benchmarks/mnist_deep.py --activation tanh --depths 4,8
     python benchmarks/mnist_deep.py --quick                  # embedded 5k MNIST: a smoke run
 """
+
 import argparse
 import os
 import sys
@@ -69,38 +70,79 @@ os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", default=None, help="folder of the MNIST IDX files (default: "
-                   "$FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository)")
-    p.add_argument("--depths", type=_counts, default=DEPTHS, help="hidden layers of each network, "
-                   f"a comma list; default {','.join(map(str, DEPTHS))}")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="folder of the MNIST IDX files (default: "
+        "$FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository)",
+    )
+    p.add_argument(
+        "--depths",
+        type=_counts,
+        default=DEPTHS,
+        help=f"hidden layers of each network, a comma list; default {','.join(map(str, DEPTHS))}",
+    )
     p.add_argument("--width", type=int, default=300, help="units of every hidden layer")
     p.add_argument("--activation", default="relu", choices=activation_names())
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--methods", default="fln,adam,sgd")
-    p.add_argument("--adam-lrs", type=learning_rates("--adam-lrs"), default=ADAM_LRS, help="Adam's learning-rate "
-                   f"grid (default {','.join(map(str, ADAM_LRS))})")
-    p.add_argument("--sgd-lrs", type=learning_rates("--sgd-lrs"), default=SGD_LRS, help="SGD's learning-rate "
-                   f"grid (default {','.join(map(str, SGD_LRS))})")
-    p.add_argument("--tune-epochs", type=int, default=3, help="epochs of each grid point on the "
-                   "validation split")
-    p.add_argument("--no-tune", action="store_true", help="no grid: the MNIST MLP's tuned rates "
-                   f"(Adam {TUNED_LR['adam']:g}, SGD {TUNED_LR['sgd']:g}) at every depth")
+    p.add_argument(
+        "--adam-lrs",
+        type=learning_rates("--adam-lrs"),
+        default=ADAM_LRS,
+        help=f"Adam's learning-rate grid (default {','.join(map(str, ADAM_LRS))})",
+    )
+    p.add_argument(
+        "--sgd-lrs",
+        type=learning_rates("--sgd-lrs"),
+        default=SGD_LRS,
+        help=f"SGD's learning-rate grid (default {','.join(map(str, SGD_LRS))})",
+    )
+    p.add_argument(
+        "--tune-epochs",
+        type=int,
+        default=3,
+        help="epochs of each grid point on the validation split",
+    )
+    p.add_argument(
+        "--no-tune",
+        action="store_true",
+        help="no grid: the MNIST MLP's tuned rates "
+        f"(Adam {TUNED_LR['adam']:g}, SGD {TUNED_LR['sgd']:g}) at every depth",
+    )
     p.add_argument("--threads", type=int, default=1, help="cores per method")
     add_compile_flag(p)
     p.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process")
     p.add_argument("--seed", type=int, default=0, help="the first seed of the final runs")
     p.add_argument("--seeds", type=int, default=1, help="final runs with seeds seed..seed+N-1")
-    p.add_argument("--check-every", type=int, default=20, help="FLN rounds between full "
-                   "certificate checks (and entries of its relaxation log)")
+    p.add_argument(
+        "--check-every",
+        type=int,
+        default=20,
+        help="FLN rounds between full certificate checks (and entries of its relaxation log)",
+    )
     p.add_argument("--eval-every", type=int, default=20, help="batches between test evaluations")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--quick", action="store_true", help="the embedded 5k MNIST, depths 1 and 2, "
-                   "width 32, 2 epochs, a 2-point grid of 1 epoch: a smoke run")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="the embedded 5k MNIST, depths 1 and 2, "
+        "width 32, 2 epochs, a 2-point grid of 1 epoch: a smoke run",
+    )
     p.add_argument("--out", default=str(ROOT / "runs" / "mnist_deep"))
     args = p.parse_args(argv)
-    for name in ("width", "epochs", "batch_size", "tune_epochs", "threads", "jobs", "seeds",
-                 "check_every", "eval_every"):
+    for name in (
+        "width",
+        "epochs",
+        "batch_size",
+        "tune_epochs",
+        "threads",
+        "jobs",
+        "seeds",
+        "check_every",
+        "eval_every",
+    ):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     unknown = set(args.methods.split(",")) - {"fln", "adam", "sgd"}
@@ -135,8 +177,15 @@ def network(args, n_in):
     from fenchel_cvx import LiftedNetwork
 
     s = defaults.training("dense", args.depth, batched=True)
-    return LiftedNetwork(sizes(args, n_in), args.activation, "cross_entropy", lam=list(s.lam),
-                         rho=list(s.rho), seed=args.seed, dtype=np.dtype(args.dtype))
+    return LiftedNetwork(
+        sizes(args, n_in),
+        args.activation,
+        "cross_entropy",
+        lam=list(s.lam),
+        rho=list(s.rho),
+        seed=args.seed,
+        dtype=np.dtype(args.dtype),
+    )
 
 
 def run_fln(args, ds, batches):
@@ -150,23 +199,42 @@ def run_fln(args, ds, batches):
     def test_accuracy():
         return float(np.mean(np.argmax(net.forward(Xte)[1], axis=0) == ds.y_test))
 
-    return train_fln(args, net, X, one_hot(ds.y_train, 10).astype(dtype), test_accuracy, batches,
-                     fln_backend(args), relaxation=True)
+    return train_fln(
+        args,
+        net,
+        X,
+        one_hot(ds.y_train, 10).astype(dtype),
+        test_accuracy,
+        batches,
+        fln_backend(args),
+        relaxation=True,
+    )
 
 
 def run_backprop(args, ds, batches, optimizer):
     from fenchel_cvx.baselines import train_backprop
 
-    r = train_backprop(network(args, ds.X_train.shape[0]), ds.X_train, ds.y_train, ds.X_test,
-                       ds.y_test, batches=batches, optimizer=optimizer, lr=args.lr,
-                       activation=args.activation, seed=args.seed, threads=args.threads,
-                       eval_every=args.eval_every)
+    r = train_backprop(
+        network(args, ds.X_train.shape[0]),
+        ds.X_train,
+        ds.y_train,
+        ds.X_test,
+        ds.y_test,
+        batches=batches,
+        optimizer=optimizer,
+        lr=args.lr,
+        activation=args.activation,
+        seed=args.seed,
+        threads=args.threads,
+        eval_every=args.eval_every,
+    )
     return backprop_record(r, len(batches[0]))
 
 
 def _task(args, method, depth, **changes):
-    return method, argparse.Namespace(**{**vars(args), "depth": depth, "validation": 0,
-                                         "lr": None, **changes})
+    return method, argparse.Namespace(
+        **{**vars(args), "depth": depth, "validation": 0, "lr": None, **changes}
+    )
 
 
 def tune(args):
@@ -176,26 +244,38 @@ def tune(args):
     if args.no_tune:
         return {d: {m: dict(grid={}, lr=TUNED_LR[m]) for m in grids} for d in args.depths}
     validation = min(VALIDATION, 1000) if args.quick else VALIDATION
-    tasks = [_task(args, m, d, lr=lr, seed=0, epochs=args.tune_epochs, validation=validation)
-             for d in args.depths for m, grid in grids.items() for lr in grid]
-    print(f"tuning: {len(tasks)} runs of {args.tune_epochs} epoch(s) on the validation split",
-          flush=True)
+    tasks = [
+        _task(args, m, d, lr=lr, seed=0, epochs=args.tune_epochs, validation=validation)
+        for d in args.depths
+        for m, grid in grids.items()
+        for lr in grid
+    ]
+    print(
+        f"tuning: {len(tasks)} runs of {args.tune_epochs} epoch(s) on the validation split",
+        flush=True,
+    )
     chosen = {d: {m: dict(grid={}) for m in grids} for d in args.depths}
     for (m, a), r in zip(tasks, run_methods(tasks, args.jobs, **HOOKS)):
-        chosen[a.depth][m]["grid"][a.lr] = r["test_accuracy"][-1]   # the held-out images
+        chosen[a.depth][m]["grid"][a.lr] = r["test_accuracy"][-1]  # the held-out images
     for d, by in chosen.items():
         for m, c in by.items():
             c["lr"] = max(c["grid"], key=c["grid"].get)
-            print(f"  depth {d}, {m}: lr {c['lr']:g} (validation {c['grid'][c['lr']]:.4f})",
-                  flush=True)
+            print(
+                f"  depth {d}, {m}: lr {c['lr']:g} (validation {c['grid'][c['lr']]:.4f})",
+                flush=True,
+            )
     return chosen
 
 
 def final_runs(args, chosen):
     """``{depth: {method: [one result per seed]}}`` on the test set."""
     seeds = range(args.seed, args.seed + args.seeds)
-    tasks = [_task(args, m, d, seed=s, lr=chosen[d][m]["lr"] if m != "fln" else None)
-             for d in args.depths for m in args.methods.split(",") for s in seeds]
+    tasks = [
+        _task(args, m, d, seed=s, lr=chosen[d][m]["lr"] if m != "fln" else None)
+        for d in args.depths
+        for m in args.methods.split(",")
+        for s in seeds
+    ]
     results = {d: {m: [] for m in args.methods.split(",")} for d in args.depths}
     for (m, a), r in zip(tasks, run_methods(tasks, args.jobs, **HOOKS)):
         results[a.depth][m].append(r)
@@ -207,34 +287,55 @@ def summarise(args, chosen, results, data_desc):
     for d, by in results.items():
         rows[d] = {}
         for m, runs in by.items():
-            per_seed = [dict(final_test_accuracy=r["test_accuracy"][-1],
-                             test_accuracy=r["test_accuracy"], peak_mib=r["peak_mib"],
-                             peak_gpu_mib=r.get("peak_gpu_mib"),
-                             seconds_per_epoch=r["seconds"][-1] / len(r["seconds"]))
-                        for r in runs]
+            per_seed = [
+                dict(
+                    final_test_accuracy=r["test_accuracy"][-1],
+                    test_accuracy=r["test_accuracy"],
+                    peak_mib=r["peak_mib"],
+                    peak_gpu_mib=r.get("peak_gpu_mib"),
+                    seconds_per_epoch=r["seconds"][-1] / len(r["seconds"]),
+                )
+                for r in runs
+            ]
             rows[d][m] = dict(seed_summary(per_seed), lr=chosen[d].get(m, {}).get("lr"))
             if m == "fln":
                 rows[d][m]["certificate"] = [r["certificate"] for r in runs]
-    return dict(data=data_desc, settings=dict(vars(args)),
-                machine=machine(args), tuning=chosen, methods=rows, raw=results)
+    return dict(
+        data=data_desc,
+        settings=dict(vars(args)),
+        machine=machine(args),
+        tuning=chosen,
+        methods=rows,
+        raw=results,
+    )
 
 
 def markdown(summary):
     s = summary["settings"]
-    lines = [f"MNIST, 784-({s['width']} x depth)-10, {s['activation']}, batch {s['batch_size']}, "
-             f"{s['epochs']} epochs, {summary['machine']['threads']} thread(s), seeds "
-             f"{s['seed']}..{s['seed'] + s['seeds'] - 1} (means; +- is the spread max - min); "
-             f"{summary['data']}", "",
-             "| depth | method | test acc | s / epoch | peak MiB | lr (validation) | certificate |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"MNIST, 784-({s['width']} x depth)-10, {s['activation']}, batch {s['batch_size']}, "
+        f"{s['epochs']} epochs, {summary['machine']['threads']} thread(s), seeds "
+        f"{s['seed']}..{s['seed'] + s['seeds'] - 1} (means; +- is the spread max - min); "
+        f"{summary['data']}",
+        "",
+        "| depth | method | test acc | s / epoch | peak MiB | lr (validation) | certificate |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for d, by in summary["methods"].items():
         for m, r in by.items():
             lr = "" if r["lr"] is None else f"{r['lr']:g}"
-            cert = ("" if "certificate" not in r else
-                    "held" if all(c["violations"] == 0 for c in r["certificate"]) else "violated")
-            lines.append(f"| {d} | {m} | {r['final_test_accuracy']:.4f} +- "
-                         f"{r['final_test_accuracy_spread']:.4f} | {r['seconds_per_epoch']:.2f} | "
-                         f"{peak_text(r)} | {lr} | {cert} |")
+            cert = (
+                ""
+                if "certificate" not in r
+                else "held"
+                if all(c["violations"] == 0 for c in r["certificate"])
+                else "violated"
+            )
+            lines.append(
+                f"| {d} | {m} | {r['final_test_accuracy']:.4f} +- "
+                f"{r['final_test_accuracy_spread']:.4f} | {r['seconds_per_epoch']:.2f} | "
+                f"{peak_text(r)} | {lr} | {cert} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -248,14 +349,19 @@ def plot(summary, path):
     fig, ax = plt.subplots(figsize=(6, 4))
     depths = list(summary["methods"])
     for m in summary["methods"][depths[0]]:
-        ax.plot(depths, [summary["methods"][d][m]["final_test_accuracy"] for d in depths],
-                marker="o", label=m)
+        ax.plot(
+            depths,
+            [summary["methods"][d][m]["final_test_accuracy"] for d in depths],
+            marker="o",
+            label=m,
+        )
     ax.set_xscale("log", base=2)
     ax.set_xticks(depths, [str(d) for d in depths])
     ax.set_xlabel("hidden layers")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"784-({summary['settings']['width']} x depth)-10, "
-                 f"{summary['settings']['activation']}")
+    ax.set_title(
+        f"784-({summary['settings']['width']} x depth)-10, {summary['settings']['activation']}"
+    )
     ax.legend()
     fig.tight_layout()
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
@@ -272,8 +378,13 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     chosen = tune(args)
     summary = summarise(args, chosen, final_runs(args, chosen), data_desc)
-    write_report(out, summary, markdown(summary), lambda path: plot(summary, path),
-                 figure="accuracy_vs_depth.png")
+    write_report(
+        out,
+        summary,
+        markdown(summary),
+        lambda path: plot(summary, path),
+        figure="accuracy_vs_depth.png",
+    )
 
 
 if __name__ == "__main__":

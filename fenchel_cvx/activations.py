@@ -29,6 +29,7 @@ names is the registry ``ACTIVATIONS``: ``register_activation`` adds a class unde
 (every module of ``fenchel_cvx.extensions`` registers its classes when this module loads), and
 ``activation("relu")`` looks one up.
 """
+
 import math
 import numbers
 
@@ -62,10 +63,10 @@ class Activation(Named):
 
     name = kind = "activation"
     v_range = (-math.inf, math.inf)  # the closed range of phi: the domain of v in B(v, u)
-    dphi_max: float | None = None    # sup phi' (None: not known)
-    open_range = False               # F' infinite at a finite end of the range
-    x_prox = None                    # prox(xp, act, r, tau, state) -> (z, state), or None
-    torch_module = None              # a method returning the torch.nn module, or None
+    dphi_max: float | None = None  # sup phi' (None: not known)
+    open_range = False  # F' infinite at a finite end of the range
+    x_prox = None  # prox(xp, act, r, tau, state) -> (z, state), or None
+    torch_module = None  # a method returning the torch.nn module, or None
 
     def check_range(self, name, V):
         """Raise ``ValueError`` naming ``name`` and its first entry outside phi's closed range."""
@@ -73,8 +74,9 @@ class Activation(Named):
         xp = array_namespace(ok)
         if not bool(xp.all(ok)):
             bad = float(xp.reshape(V[~ok], (-1,))[0])
-            raise ValueError(f"{name} must lie in the range {self.v_range} of {self.name}, "
-                             f"got {bad!r}")
+            raise ValueError(
+                f"{name} must lie in the range {self.v_range} of {self.name}, got {bad!r}"
+            )
 
     def d2F(self, v):
         """F''(v) = 1 / phi'(phi^{-1}(v)), with 1 where phi' vanishes (ReLU at v = 0)."""
@@ -143,7 +145,7 @@ class ReLU(Activation):
         return torch.nn.ReLU()
 
     def phi(self, u):
-        return clip(u, 0, None)   # one pass, no mask (a hot path of FISTA)
+        return clip(u, 0, None)  # one pass, no mask (a hot path of FISTA)
 
     def dphi(self, u):
         xp = array_namespace(u)
@@ -194,8 +196,8 @@ class ReLU(Activation):
     @staticmethod
     def _divergence_in(v, u):
         """B(v, u) for v >= 0 (``where`` costs ~10 elementwise passes on a CPU: avoided here)."""
-        d = v - clip(u, 0.0, None)                          # v - u_+
-        return 0.5 * d * d - v * clip(u, None, 0.0)         # + v u_-  (u_- = -min(u, 0))
+        d = v - clip(u, 0.0, None)  # v - u_+
+        return 0.5 * d * d - v * clip(u, None, 0.0)  # + v u_-  (u_- = -min(u, 0))
 
 
 class LeakyReLU(Activation):
@@ -308,8 +310,9 @@ class Tanh(Activation):
         """atanh v; -inf / +inf at the ends -1 / 1 (without a divide warning)."""
         xp = array_namespace(v)
         inside = xp.abs(v) < 1
-        return xp.where(inside, xp.atanh(xp.where(inside, v, xp.zeros_like(v))),
-                        _ends(xp, v, -1.0, 1.0))
+        return xp.where(
+            inside, xp.atanh(xp.where(inside, v, xp.zeros_like(v))), _ends(xp, v, -1.0, 1.0)
+        )
 
     def F(self, v):
         xp = array_namespace(v)
@@ -373,8 +376,11 @@ class Monotone(Activation):
 
     def Fstar(self, u):
         u = np.asarray(u, dtype=float)
-        quad = np.vectorize(lambda b: integrate.quad(lambda t: float(self.phi(t)), 0.0, b,
-                                                     epsabs=1e-13, epsrel=1e-12, limit=200)[0])
+        quad = np.vectorize(
+            lambda b: integrate.quad(
+                lambda t: float(self.phi(t)), 0.0, b, epsabs=1e-13, epsrel=1e-12, limit=200
+            )[0]
+        )
         return quad(u) if u.size else u.copy()
 
     def F(self, v):
@@ -408,8 +414,7 @@ for _cls in (ReLU, LeakyReLU, Sigmoid, Tanh, Monotone):
 def activation_names(by_name=True):
     """The registered names, sorted; ``by_name``: only those ``activation(name)`` builds without
     a parameter (``monotone`` needs a function)."""
-    return sorted(n for n, c in ACTIVATIONS.items()
-                  if not by_name or _defaults_ok(c))
+    return sorted(n for n, c in ACTIVATIONS.items() if not by_name or _defaults_ok(c))
 
 
 def _defaults_ok(cls):

@@ -1,4 +1,5 @@
 """Arrays of any array library (NumPy, CuPy, array-api-strict, DLPack): their library, host copies."""
+
 import functools
 from typing import Any, TypeAlias
 
@@ -14,8 +15,9 @@ def namespace(A):
     """The array library of ``A``: that of a CuPy array (which has no ``__array_namespace__`` of
     its own; array_api_compat's wrapper) or of an array-API array, else NumPy (NumPy arrays and
     scalars, and anything NumPy converts: lists, numbers, PyTorch tensors, pandas frames)."""
-    if is_cupy_array(A) or (not isinstance(A, (np.ndarray, np.generic))
-                            and hasattr(A, "__array_namespace__")):
+    if is_cupy_array(A) or (
+        not isinstance(A, (np.ndarray, np.generic)) and hasattr(A, "__array_namespace__")
+    ):
         return array_namespace(A)
     return np
 
@@ -43,7 +45,7 @@ def clip(x, min=None, max=None):
     host sync per call (0.3 ms; measured on an H100). For NumPy arrays, NumPy's own ufuncs:
     the portable ``clip`` broadcasts its bounds first, twice the time of ``np.maximum`` on a
     300 x 500 float32 array (a hot path of the X- and W-blocks)."""
-    if min is None and max is None:    # CuPy 13 refuses clip(x, None, None)
+    if min is None and max is None:  # CuPy 13 refuses clip(x, None, None)
         return x
     if isinstance(x, np.ndarray):
         if max is None:
@@ -67,7 +69,9 @@ def exact_in_place(a, b=None):
         return False
     if b is None or isinstance(b, (int, float)):
         return True
-    return hasattr(b, "shape") and tuple(b.shape) == tuple(a.shape) and xp.result_type(a, b) == a.dtype
+    return (
+        hasattr(b, "shape") and tuple(b.shape) == tuple(a.shape) and xp.result_type(a, b) == a.dtype
+    )
 
 
 def vecdot(x1, x2, axis=-1):
@@ -80,9 +84,11 @@ def vecdot(x1, x2, axis=-1):
     if isinstance(x1, np.ndarray) and isinstance(x2, np.ndarray):
         return np.vecdot(x1, x2, axis=axis)
     if is_cupy_array(x1) and is_cupy_array(x2):
-        if x1.shape[axis] != x2.shape[axis]:   # the kernel would broadcast along the sum
-            raise ValueError(f"vecdot needs x1 and x2 of one size along axis {axis}, got shapes "
-                             f"{tuple(x1.shape)} and {tuple(x2.shape)}")
+        if x1.shape[axis] != x2.shape[axis]:  # the kernel would broadcast along the sum
+            raise ValueError(
+                f"vecdot needs x1 and x2 of one size along axis {axis}, got shapes "
+                f"{tuple(x1.shape)} and {tuple(x2.shape)}"
+            )
         dtype = np.result_type(x1.dtype, x2.dtype)
         return _cupy_vecdot()(x1.astype(dtype, copy=False), x2.astype(dtype, copy=False), axis=axis)
     return array_namespace(x1, x2).vecdot(x1, x2, axis=axis)

@@ -12,6 +12,7 @@ Each is imported only when it is built, so that importing the package (or its fa
 loads no CVXPY. Any object with a ``solve`` method is accepted in place of a name
 (:func:`as_backend` gives it the defaults).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -20,8 +21,16 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["BACKENDS", "METHODS", "Backend", "BackendDefaults", "as_backend", "check_backend",
-           "get_backend", "register_backend"]
+__all__ = [
+    "BACKENDS",
+    "METHODS",
+    "Backend",
+    "BackendDefaults",
+    "as_backend",
+    "check_backend",
+    "get_backend",
+    "register_backend",
+]
 
 
 @runtime_checkable
@@ -128,11 +137,13 @@ def as_backend(obj: Any) -> Backend:
 def _lazy(module, cls):
     """A factory that imports ``module`` (relative to this package) only when called; the
     keyword ``strict`` goes to a class whose constructor takes it and is dropped otherwise."""
+
     def make(**kwargs):
         klass = getattr(importlib.import_module(module, __package__), cls)
         if "strict" in kwargs and "strict" not in inspect.signature(klass).parameters:
             kwargs.pop("strict")
         return klass(**kwargs)
+
     make.__name__ = cls
     return make
 
@@ -156,8 +167,10 @@ def check_backend(backend):
         return
     if not isinstance(backend, str) and callable(getattr(backend, "solve", None)):
         return
-    raise ValueError(f"backend must be one of {sorted(BACKENDS)} or an object with a "
-                     f"solve(block, start) method, got {backend!r}")
+    raise ValueError(
+        f"backend must be one of {sorted(BACKENDS)} or an object with a "
+        f"solve(block, start) method, got {backend!r}"
+    )
 
 
 def get_backend(backend="cvxpy", net=None, **kwargs) -> Backend:
@@ -179,9 +192,10 @@ def _optional(backend, name):
     return method if callable(method) else None
 
 
-_DEPRECATED = {"optional": ("use the Backend protocol's methods", lambda: _optional),
-               "STRICT_AWARE": ("get_backend passes strict to a constructor that takes it",
-                                lambda: {"cvxpy"})}
+_DEPRECATED = {
+    "optional": ("use the Backend protocol's methods", lambda: _optional),
+    "STRICT_AWARE": ("get_backend passes strict to a constructor that takes it", lambda: {"cvxpy"}),
+}
 
 
 def __getattr__(name):

@@ -62,6 +62,7 @@ final lifted variables and the :class:`~fenchel_cvx.history.History`; every W-bl
 the returned ``(net.W, Xs)``, so ``blocks.w_block(net, X0, Y, Xs, l)`` re-checks it (Algorithm 2:
 ``Xs`` of the last batch, whose columns are ``result.batch``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -93,8 +94,8 @@ class BCDResult:
     net: Any
     Xs: Any
     history: History
-    batch: Any = None        # Algorithm 2: the column indices of the last batch (Xs's columns)
-    W_prev: Any = None       # momentum: the weights before the last extrapolation (a next run's)
+    batch: Any = None  # Algorithm 2: the column indices of the last batch (Xs's columns)
+    W_prev: Any = None  # momentum: the weights before the last extrapolation (a next run's)
 
 
 # --- one round ------------------------------------------------------------------------------
@@ -110,8 +111,13 @@ class _Round(CheckedSolves):
 
     def proximal_term(self):
         """The proximal term's value, sum_l gamma_l ||W_l - W0_l||^2 (eq. (13))."""
-        return float(sum(g * array_namespace(W).sum((W - W0) ** 2)
-                         for g, W, W0 in zip(self.gamma, self.net.W, self.W0) if g))
+        return float(
+            sum(
+                g * array_namespace(W).sum((W - W0) ** 2)
+                for g, W, W0 in zip(self.gamma, self.net.W, self.W0)
+                if g
+            )
+        )
 
     def x_sweep(self, X0, Y, Xs, F, Us=None):
         """The X-blocks X_L, ..., X_1; updates the list ``Xs`` in place (kept if a block halts).
@@ -124,10 +130,18 @@ class _Round(CheckedSolves):
         if Us is not None:
             self.pre_activations[0] = Us[0]
         for l in range(self.net.n_hidden, 0, -1):
-            block = x_block(self.net, X0, Y, Xs, l, U_prev=None if Us is None else Us[l - 1],
-                            U=None if Us is None else Us[l])
+            block = x_block(
+                self.net,
+                X0,
+                Y,
+                Xs,
+                l,
+                U_prev=None if Us is None else Us[l - 1],
+                U=None if Us is None else Us[l],
+            )
             Xs[l - 1], delta, self.pre_activations[l] = self.solve(
-                f"X_{l}", block, Xs[l - 1], F, (Xs, l - 1))
+                f"X_{l}", block, Xs[l - 1], F, (Xs, l - 1)
+            )
             F = None if F is None else F + delta
         return Xs
 
@@ -138,14 +152,37 @@ class _Round(CheckedSolves):
         net = self.net
         for l in range(net.n_hidden, -1, -1):
             g = self.gamma[l]
-            block = w_block(net, X0, Y, Xs, l, gamma=g, W0=self.W0[l] if g else None,
-                            U=self.pre_activations.get(l), Xt=Xt0 if l == 0 else None)
+            block = w_block(
+                net,
+                X0,
+                Y,
+                Xs,
+                l,
+                gamma=g,
+                W0=self.W0[l] if g else None,
+                U=self.pre_activations.get(l),
+                Xt=Xt0 if l == 0 else None,
+            )
             net.W[l], delta, _ = self.solve(f"W_{l}", block, net.W[l], F, (net.W, l))
             F = None if F is None else F + delta
 
 
-def sweeps(backend, net, cert, X0, Y, Xs, gamma, W0, new_x, *, iteration=None, check=True,
-           Us=None, Xt0=None):
+def sweeps(
+    backend,
+    net,
+    cert,
+    X0,
+    Y,
+    Xs,
+    gamma,
+    W0,
+    new_x,
+    *,
+    iteration=None,
+    check=True,
+    Us=None,
+    Xt0=None,
+):
     """One round's sweeps and checks on (X0, Y) from lifted variables Xs; returns (Xs, record).
 
     ``new_x``: Xs is the feed-forward point of the current weights (a new batch), whose
@@ -176,21 +213,33 @@ def sweeps(backend, net, cert, X0, Y, Xs, gamma, W0, new_x, *, iteration=None, c
             r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.proximal_term(), Xt0)
             if check:
                 X = [X0, *Xs]
-                cert.check_fenchel_young(net.activations, Xs, [net.pre_activation(l, X[l])
-                                                               for l in range(net.n_hidden)])
-                after_w = dict(lifted_w=net.lifted_objective(X0, Y, Xs, checked=False),
-                               network_w=net.network_objective(X0, Y, checked=False),
-                               divergence_w=net.divergences(X0, Xs))
+                cert.check_fenchel_young(
+                    net.activations, Xs, [net.pre_activation(l, X[l]) for l in range(net.n_hidden)]
+                )
+                after_w = dict(
+                    lifted_w=net.lifted_objective(X0, Y, Xs, checked=False),
+                    network_w=net.network_objective(X0, Y, checked=False),
+                    divergence_w=net.divergences(X0, Xs),
+                )
         except Exception:
-            r.settle()        # an unusable argmin earlier in the round fails by name instead
+            r.settle()  # an unusable argmin earlier in the round fails by name instead
             raise
         r.settle()
-    except Halt as stop:     # recorded mode: the run ends after this round, its history kept
+    except Halt as stop:  # recorded mode: the run ends after this round, its history kept
         halted = stop.block
     # the proximal term's value (a read: where reads are not cheap, on checked rounds only)
-    record = dict(m=int(X0.shape[1]), lifted_x=F_x, network_x=J if check else None, **after_w,
-                  prox=None if r.defer else r.proximal_term(), divergence_x=B_x,
-                  restarted=restarted, checked=check, blocks=r.blocks, halted=halted)
+    record = dict(
+        m=int(X0.shape[1]),
+        lifted_x=F_x,
+        network_x=J if check else None,
+        **after_w,
+        prox=None if r.defer else r.proximal_term(),
+        divergence_x=B_x,
+        restarted=restarted,
+        checked=check,
+        blocks=r.blocks,
+        halted=halted,
+    )
     record["seconds"] = time.perf_counter() - t0
     return Xs, record
 
@@ -204,21 +253,42 @@ def bcd_round(net, state, step, settings):
     xp = settings.data.xp
     Xb, Yb = settings.data.batch(step.columns)
     Us = Xt0 = W_prev = None
-    if step.new_w0 and any(settings.momentum):   # the state takes W_prev once the round is done
+    if step.new_w0 and any(settings.momentum):  # the state takes W_prev once the round is done
         W_prev = _extrapolate(net, state.W_prev, settings.momentum, xp)
-    if step.new_x:     # the data's patches serve the feed-forward pass and W_0's block
+    if step.new_x:  # the data's patches serve the feed-forward pass and W_0's block
         Xt0 = net.layers[0].patches(Xb)
         Xs, Us = net.feed_forward(Xb, Xt0)
         state.Xs = list(Xs)
     if step.new_w0:
-        state.W0 = ([xp.asarray(W, copy=True) for W in net.W] if any(settings.gamma)
-                    else [None] * len(net.W))
+        state.W0 = (
+            [xp.asarray(W, copy=True) for W in net.W]
+            if any(settings.gamma)
+            else [None] * len(net.W)
+        )
     check = step.iteration % settings.check_every == 0 or step.last
-    Xs, rec = sweeps(settings.backend, net, settings.cert, Xb, Yb, state.Xs, settings.gamma,
-                     state.W0, step.new_x, iteration=step.iteration, check=check, Us=Us,
-                     Xt0=Xt0)
-    rec = dict(iteration=step.iteration, epoch=step.epoch, batch=step.batch,
-               alternation=step.alternation, **rec, **settings.evaluate(net, step))
+    Xs, rec = sweeps(
+        settings.backend,
+        net,
+        settings.cert,
+        Xb,
+        Yb,
+        state.Xs,
+        settings.gamma,
+        state.W0,
+        step.new_x,
+        iteration=step.iteration,
+        check=check,
+        Us=Us,
+        Xt0=Xt0,
+    )
+    rec = dict(
+        iteration=step.iteration,
+        epoch=step.epoch,
+        batch=step.batch,
+        alternation=step.alternation,
+        **rec,
+        **settings.evaluate(net, step),
+    )
     rec["certificate"] = settings.cert.outcome()
     state.advance(net, Xs, rec, W_prev)
     return rec
@@ -231,8 +301,8 @@ def _run(net, settings, state, observers):
     last finished round's state (``observers.interrupted``). Returns the last step."""
     step = None
     try:
-        with _threads(settings.backend):   # the backend's thread budget over the whole run
-            for step in settings.steps[state.iteration:]:
+        with _threads(settings.backend):  # the backend's thread budget over the whole run
+            for step in settings.steps[state.iteration :]:
                 record = bcd_round(net, state, step, settings)
                 if any([obs(net, state, step) is True for obs in observers]) or record["halted"]:
                     break
@@ -264,16 +334,31 @@ def _threads(backend):
 
 
 # --- the driver -----------------------------------------------------------------------------
-def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = None, epochs: int = 1,
-            iterations: int = defaults.ITERATIONS, alternations: int = defaults.ALTERNATIONS,
-            gamma: float | Sequence[float] | None = None, momentum: float | Sequence[float] = 0.0,
-            W_prev: Sequence[Any] | None = None, backend: str | Any = "cvxpy",
-            strict: bool | None = None, tol: float = defaults.TOL,
-            callback: Callable[[LiftedNetwork, dict], bool | None] | None = None,
-            X_test: Any = None, Y_test: Any = None, progress: bool = False,
-            eval_every: int | None = 1, check_every: int = 1,
-            checkpoint: str | os.PathLike | None = None, checkpoint_every: int = 1,
-            resume: str | os.PathLike | None = None) -> BCDResult:
+def fit_bcd(
+    net: LiftedNetwork,
+    X0: Any,
+    Y: Any,
+    *,
+    batch_size: int | None = None,
+    epochs: int = 1,
+    iterations: int = defaults.ITERATIONS,
+    alternations: int = defaults.ALTERNATIONS,
+    gamma: float | Sequence[float] | None = None,
+    momentum: float | Sequence[float] = 0.0,
+    W_prev: Sequence[Any] | None = None,
+    backend: str | Any = "cvxpy",
+    strict: bool | None = None,
+    tol: float = defaults.TOL,
+    callback: Callable[[LiftedNetwork, dict], bool | None] | None = None,
+    X_test: Any = None,
+    Y_test: Any = None,
+    progress: bool = False,
+    eval_every: int | None = 1,
+    check_every: int = 1,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 1,
+    resume: str | os.PathLike | None = None,
+) -> BCDResult:
     """Train ``net`` (a ``LiftedNetwork``) by block coordinate descent on the lifted objective.
 
     Parameters
@@ -318,11 +403,17 @@ def fit_bcd(net: LiftedNetwork, X0: Any, Y: Any, *, batch_size: int | None = Non
     """
     keywords = {k: v for k, v in locals().items() if k not in ("net", "X0", "Y")}
     settings = validate_run(net, X0, Y, keywords)
-    state = settings.state or BCDState(list(net.W), History(_initial(net, settings)),
-                                       W_prev=settings.W_prev)
+    state = settings.state or BCDState(
+        list(net.W), History(_initial(net, settings)), W_prev=settings.W_prev
+    )
     step = _run(net, settings, state, make_observers(settings, callback, progress, state))
-    return BCDResult(net, state.Xs, state.history, None if step is None else step.columns,
-                     state.W_prev if any(settings.momentum) else None)
+    return BCDResult(
+        net,
+        state.Xs,
+        state.history,
+        None if step is None else step.columns,
+        state.W_prev if any(settings.momentum) else None,
+    )
 
 
 def _initial(net, settings):
@@ -330,9 +421,13 @@ def _initial(net, settings):
     (``eval_every=None``: none, no pass over all the data)."""
     config = dict(settings.config, initial=None)
     if settings.eval_every is not None:
-        config["initial"] = initial_figures(net, settings.data.X0, settings.data.Y,
-                                            *settings.test,
-                                            config["task"] == "classification")
+        config["initial"] = initial_figures(
+            net,
+            settings.data.X0,
+            settings.data.Y,
+            *settings.test,
+            config["task"] == "classification",
+        )
     return config
 
 

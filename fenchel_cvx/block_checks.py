@@ -7,6 +7,7 @@ on checked rounds, and its value change feeds the descent check (``certificate.p
 reads are not cheap (a GPU) an unchecked round defers the argmin checks to one read at its end
 (:meth:`CheckedSolves.settle`). A record per block goes to the round's history.
 """
+
 from __future__ import annotations
 
 import time
@@ -54,11 +55,21 @@ class CheckedSolves:
             if self.cert.strict:
                 raise
             self.cert.solver_failed(name, err)
-            self.blocks.append(dict(block=name, kind=block.kind, layer=block.layer,
-                                    value_before=before, value_after=before,
-                                    seconds=time.perf_counter() - t0, solver_seconds=None,
-                                    status=f"error: {err.status}", residual=None, iterations=None,
-                                    converged=False))
+            self.blocks.append(
+                dict(
+                    block=name,
+                    kind=block.kind,
+                    layer=block.layer,
+                    value_before=before,
+                    value_after=before,
+                    seconds=time.perf_counter() - t0,
+                    solver_seconds=None,
+                    status=f"error: {err.status}",
+                    residual=None,
+                    iterations=None,
+                    converged=False,
+                )
+            )
             return current, 0.0, None
         wall = time.perf_counter() - t0
         Z = res.argmin
@@ -67,11 +78,21 @@ class CheckedSolves:
         # the rounds between check the point and the status only, and their records say so
         usable = self._argmin_check(name, block, Z, current, slot)
         residual = kkt_residual(block, Z) if usable and self.check else None
-        record = dict(block=name, kind=block.kind, layer=block.layer, value_before=before,
-                      value_after=before, seconds=wall, solver_seconds=float(res.seconds),
-                      status=res.status, residual=residual, reported_residual=float(res.residual),
-                      iterations=int(res.iterations), converged=bool(res.converged))
-        if not usable:          # recorded mode (strict raised): the block keeps its value, stop
+        record = dict(
+            block=name,
+            kind=block.kind,
+            layer=block.layer,
+            value_before=before,
+            value_after=before,
+            seconds=wall,
+            solver_seconds=float(res.seconds),
+            status=res.status,
+            residual=residual,
+            reported_residual=float(res.residual),
+            iterations=int(res.iterations),
+            converged=bool(res.converged),
+        )
+        if not usable:  # recorded mode (strict raised): the block keeps its value, stop
             self.blocks.append(record)
             raise Halt(name)
         self.cert.check_block(name, res, residual, capped=capped(self.backend, block, res))
@@ -88,10 +109,11 @@ class CheckedSolves:
         deferred to ``settle`` (``defer``): then True, unless Z is no array of the block's
         shape."""
         flag = argmin_usable(block, Z, current.shape) if self.defer else None
-        if flag is None or flag is False:   # not deferred, or not even an array of the shape
+        if flag is None or flag is False:  # not deferred, or not even an array of the shape
             return self.cert.check_argmin(name, block, Z, current.shape)
-        self.pending.append((name, block, Z, current, slot, flag, len(self.blocks),
-                             len(self.cert.violations)))
+        self.pending.append(
+            (name, block, Z, current, slot, flag, len(self.blocks), len(self.cert.violations))
+        )
         return True
 
     def settle(self):
@@ -109,8 +131,8 @@ class CheckedSolves:
         for _, _, _, current, (seq, i), *_ in reversed(pending[first:]):
             seq[i] = current
         name, block, Z, current, _, _, n_blocks, n_violations = pending[first]
-        del self.blocks[n_blocks + 1:]
-        if n_blocks < len(self.blocks):     # (strict: its status may have raised before it)
+        del self.blocks[n_blocks + 1 :]
+        if n_blocks < len(self.blocks):  # (strict: its status may have raised before it)
             self.blocks[n_blocks]["value_after"] = self.blocks[n_blocks]["value_before"]
         del self.cert.violations[n_violations:]
         self.cert.check_argmin(name, block, Z, current.shape)

@@ -24,6 +24,7 @@ pieces (``piece_axis``) and the block of a subset of those pieces (``restrict``)
 ``WBlock`` are the two families. ``kind`` only names a block in messages and histories:
 backends dispatch on the class (``functools.singledispatch``), never on ``kind``.
 """
+
 from __future__ import annotations
 
 import math
@@ -82,8 +83,8 @@ def residual_parts(xp, Z, parts, project=None):
 class Block:
     """The interface of a block; ``XBlock`` and ``WBlock`` are its two families."""
 
-    kind = "block"      # a name for messages and histories; nothing branches on it
-    layer: int          # l of the block's variable (X_l, W_l): a field of each block class
+    kind = "block"  # a name for messages and histories; nothing branches on it
+    layer: int  # l of the block's variable (X_l, W_l): a field of each block class
     #: the axis of the variable whose slices are independent pieces (None: one)
     piece_axis: int | None = None
 
@@ -130,7 +131,7 @@ class XBlock(Block):
     U_prev: Array
     lam_in: float
     W: Array
-    map: LinearMap      # set by __post_init__ where the dataclass got None (dense)
+    map: LinearMap  # set by __post_init__ where the dataclass got None (dense)
 
     def __post_init__(self) -> None:
         if self.map is None:
@@ -155,8 +156,9 @@ class XBlock(Block):
 
     def value_at(self, Z: Array, U: Array) -> Array:
         """Deprecated name of :meth:`value_with_forward`."""
-        warnings.warn("value_at is deprecated; use value_with_forward", DeprecationWarning,
-                      stacklevel=2)
+        warnings.warn(
+            "value_at is deprecated; use value_with_forward", DeprecationWarning, stacklevel=2
+        )
         return self.value_with_forward(Z, U)
 
     def dense_W(self) -> Array:
@@ -184,11 +186,11 @@ class XHidden(XBlock):
 
     layer: int
     act_in: Activation  # phi_{l-1}
-    U_prev: Array       # U_{l-1} = W_{l-1} X~_{l-1}
+    U_prev: Array  # U_{l-1} = W_{l-1} X~_{l-1}
     lam_in: float
     act_out: Activation  # phi_l
-    W: Array            # W_l
-    V_next: Array       # X_{l+1}
+    W: Array  # W_l
+    V_next: Array  # X_{l+1}
     lam_out: float
     map: LinearMap = None  # type: ignore[assignment]  # the map of W_l (None: dense)
     U: Array | None = None  # A(W, Z) + b at the iterate the solve starts from, where at hand
@@ -196,8 +198,9 @@ class XHidden(XBlock):
 
     def value_with_forward(self, Z: Array, U: Array) -> Array:
         xp = array_namespace(Z)
-        return (self.lam_in * xp.sum(self.act_in.divergence(Z, self.U_prev))
-                + self.lam_out * xp.sum(self.act_out.divergence(self.V_next, U)))
+        return self.lam_in * xp.sum(self.act_in.divergence(Z, self.U_prev)) + self.lam_out * xp.sum(
+            self.act_out.divergence(self.V_next, U)
+        )
 
     def grad_parts(self, Z: Array) -> list[Array]:
         G_out = self.act_out.grad_u(self.V_next, self.forward(Z))
@@ -220,7 +223,7 @@ class XLast(XBlock):
     U_prev: Array
     lam_in: float
     loss: Loss
-    W: Array            # W_L
+    W: Array  # W_L
     Y: Array
     map: LinearMap = None  # type: ignore[assignment]  # the map of W_L (None: dense)
     U: Array | None = None  # A(W, Z) + b at the iterate the solve starts from, where at hand
@@ -228,8 +231,9 @@ class XLast(XBlock):
 
     def value_with_forward(self, Z: Array, U: Array) -> Array:
         xp = array_namespace(Z)
-        return (self.loss.value(self.Y, U)
-                + self.lam_in * xp.sum(self.act_in.divergence(Z, self.U_prev)))
+        return self.loss.value(self.Y, U) + self.lam_in * xp.sum(
+            self.act_in.divergence(Z, self.U_prev)
+        )
 
     def grad_parts(self, Z: Array) -> list[Array]:
         return [self.adjoint(self.loss.grad(self.Y, self.forward(Z))), self.grad_in(Z)]
@@ -248,12 +252,12 @@ class WBlock(Block):
     loss couples them (``piece_axis`` None)."""
 
     layer: int
-    Xt: Array           # X~_l = [X_l; 1]
+    Xt: Array  # X~_l = [X_l; 1]
     rho: float
     gamma: float = 0.0
-    W0: Array = None    # the proximal centre (batched model); None when gamma = 0
+    W0: Array = None  # the proximal centre (batched model); None when gamma = 0
     U: Array | None = None  # W X~ at the weights the solve starts from, when the caller has it
-                        # (the driver's feed-forward pass; a solver may use it, or ignore it)
+    # (the driver's feed-forward pass; a solver may use it, or ignore it)
 
     def _W0_rows(self, index: Array) -> Array | None:
         return None if self.W0 is None else self.W0[index]
@@ -273,7 +277,7 @@ class WHidden(WBlock):
     """W_l for l < L: lam_l B_l(X_{l+1}, W X~_l) + rho_l ||W||^2 + gamma_l ||W - W0||^2."""
 
     act: Activation = None  # type: ignore[assignment]  # phi_l (a default: W0, U have one)
-    V: Array = None     # X_{l+1}
+    V: Array = None  # X_{l+1}
     lam: float = 1.0
     kind = "w_hidden"
     piece_axis = 0
@@ -326,14 +330,21 @@ class WLast(WBlock):
         return 0 if self.loss.separable_rows else None
 
     def restrict(self, index: Array) -> WLast:
-        if self.piece_axis is None:    # one piece: the block itself
+        if self.piece_axis is None:  # one piece: the block itself
             return self
         return replace(self, Y=self.Y[index], W0=self._W0_rows(index), U=None)
 
 
 # --- the blocks of a network at its current iterate ------------------------------------------
-def x_block(net: LiftedNetwork, X0: Array, Y: Array, Xs: list[Array], l: int,
-            U_prev: Array | None = None, U: Array | None = None) -> XHidden | XLast:
+def x_block(
+    net: LiftedNetwork,
+    X0: Array,
+    Y: Array,
+    Xs: list[Array],
+    l: int,
+    U_prev: Array | None = None,
+    U: Array | None = None,
+) -> XHidden | XLast:
     """The block of the lifted variable X_l (1 <= l <= L) at the iterate (net.W, Xs).
 
     ``U_prev``: ``W_{l-1} X~_{l-1}`` at this iterate if already at hand (the driver's
@@ -359,17 +370,30 @@ def x_block(net: LiftedNetwork, X0: Array, Y: Array, Xs: list[Array], l: int,
     X = [X0, *Xs]
     if U_prev is None:
         U_prev = net.pre_activation(l - 1, X[l - 1])
-    common = dict(layer=l, act_in=net.activations[l - 1], U_prev=U_prev, lam_in=net.lam[l - 1],
-                  U=U)
+    common = dict(layer=l, act_in=net.activations[l - 1], U_prev=U_prev, lam_in=net.lam[l - 1], U=U)
     if l < L:
-        return XHidden(**common, act_out=net.activations[l], W=net.W[l], V_next=X[l + 1],
-                       lam_out=net.lam[l], map=net.layers[l])
+        return XHidden(
+            **common,
+            act_out=net.activations[l],
+            W=net.W[l],
+            V_next=X[l + 1],
+            lam_out=net.lam[l],
+            map=net.layers[l],
+        )
     return XLast(**common, loss=net.loss, W=net.W[L], Y=Y, map=net.layers[L])
 
 
-def w_block(net: LiftedNetwork, X0: Array, Y: Array, Xs: list[Array], l: int,
-            gamma: float = 0.0, W0: Array | None = None, U: Array | None = None,
-            Xt: Array | None = None) -> WHidden | WLast:
+def w_block(
+    net: LiftedNetwork,
+    X0: Array,
+    Y: Array,
+    Xs: list[Array],
+    l: int,
+    gamma: float = 0.0,
+    W0: Array | None = None,
+    U: Array | None = None,
+    Xt: Array | None = None,
+) -> WHidden | WLast:
     """The block of the weights W_l (0 <= l <= L); ``gamma > 0`` adds gamma ||W - W0||^2.
 
     ``U``: ``W_l X~_l`` at the current weights if at hand (the feed-forward pre-activation
@@ -400,9 +424,14 @@ def w_block(net: LiftedNetwork, X0: Array, Y: Array, Xs: list[Array], l: int,
     if gamma and W0 is None:
         raise ValueError("W0 is required when gamma > 0")
     X, A = [X0, *Xs], net.layers[l]
-    common = dict(layer=l, Xt=A.patches(X[l]) if Xt is None else Xt, rho=net.rho[l],
-                  gamma=float(gamma), W0=W0 if gamma else None,
-                  U=None if U is None else A.to_rows(U))
+    common = dict(
+        layer=l,
+        Xt=A.patches(X[l]) if Xt is None else Xt,
+        rho=net.rho[l],
+        gamma=float(gamma),
+        W0=W0 if gamma else None,
+        U=None if U is None else A.to_rows(U),
+    )
     if l < L:
         return WHidden(**common, act=net.activations[l], V=A.to_rows(X[l + 1]), lam=net.lam[l])
     return WLast(**common, loss=net.loss, Y=A.to_rows(Y))
@@ -413,14 +442,14 @@ class BlockResult:
     """What every backend returns for one block solve."""
 
     argmin: Array
-    value: float              # the block objective at argmin (Block.value); NaN where a capped
-                              # fast solve was asked not to form it (capped_value=False)
-    status: str               # "optimal" or the solver's status
-    residual: float           # kkt_residual(block, argmin); an inexact fast W solve reports
-                              # its own (from W X~ updated in place; exact when converged)
+    value: float  # the block objective at argmin (Block.value); NaN where a capped
+    # fast solve was asked not to form it (capped_value=False)
+    status: str  # "optimal" or the solver's status
+    residual: float  # kkt_residual(block, argmin); an inexact fast W solve reports
+    # its own (from W X~ updated in place; exact when converged)
     seconds: float = 0.0
     iterations: int = 0
     converged: bool = True
     info: dict[str, Any] = field(default_factory=dict)  # solver-specific: duality gap, name, ...
-    U: Array | None = None          # an X-block's A(W, argmin) + b where the solver holds it (the
-                              # W-block of the same layer starts from it), else None
+    U: Array | None = None  # an X-block's A(W, argmin) + b where the solver holds it (the
+    # W-block of the same layer starts from it), else None

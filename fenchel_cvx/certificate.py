@@ -31,6 +31,7 @@ In strict mode (the oracle's default) the first violation raises
 tolerance and the iteration; otherwise violations are recorded and the run goes on. Every
 outcome is a plain dict, so the history can be written as JSON.
 """
+
 import math
 from dataclasses import asdict, dataclass
 
@@ -47,7 +48,7 @@ class Violation:
     """One failed check: ``value`` should have been ``<= bound`` (``>= bound`` for fenchel_young)."""
 
     check: str
-    layer: object       # int, a block name like "W_2", or None for whole-network checks
+    layer: object  # int, a block name like "W_2", or None for whole-network checks
     value: float
     bound: float
     tol: float
@@ -59,8 +60,9 @@ class Violation:
         return asdict(self)
 
     def error(self):
-        return CertificateError(self.check, self.layer, self.value, self.bound, self.tol,
-                                self.iteration)
+        return CertificateError(
+            self.check, self.layer, self.value, self.bound, self.tol, self.iteration
+        )
 
 
 class Certificate:
@@ -75,7 +77,7 @@ class Certificate:
     """
 
     def __init__(self, strict=True, tol=1e-6, residual_tol=None):
-        tol = check("tol", tol, TOL)     # the one tolerance rule (validation.TOL)
+        tol = check("tol", tol, TOL)  # the one tolerance rule (validation.TOL)
         if residual_tol is not None and not residual_tol > 0:
             raise ValueError(f"residual_tol must be > 0 or None, got {residual_tol!r}")
         self.strict, self.tol, self.residual_tol = bool(strict), float(tol), residual_tol
@@ -97,8 +99,9 @@ class Certificate:
 
     def _fail(self, check, layer, value, bound, tol, detail="", capped=False):
         """A violation: raised (strict) or recorded."""
-        v = Violation(check, layer, float(value), float(bound), float(tol), self.iteration, detail,
-                      capped)
+        v = Violation(
+            check, layer, float(value), float(bound), float(tol), self.iteration, detail, capped
+        )
         if self.strict:
             raise v.error()
         self.violations.append(v)
@@ -107,7 +110,7 @@ class Certificate:
         """The iteration's certificate as a JSON-ready dict."""
         return {
             "held": not self.violations,
-            "checked": self.full,   # False: only block_optimality ran (fit_bcd's check_every)
+            "checked": self.full,  # False: only block_optimality ran (fit_bcd's check_every)
             "violations": [v.to_dict() for v in self.violations],
             "max_residual": float(self.max_residual),
             "min_divergence": [float(b) for b in self.min_divergence],
@@ -123,19 +126,31 @@ class Certificate:
         self.min_divergence = []
         for l, (act, V, U) in enumerate(zip(activations, Xs, Us)):
             xp = array_namespace(V)
-            if not bool(xp.all(act.in_range(V))):   # (the range check, by its distance)
+            if not bool(xp.all(act.in_range(V))):  # (the range check, by its distance)
                 lo, hi = act.v_range
                 out = float(xp.max(xp.maximum(lo - V, V - hi)))
                 self.min_divergence.append(-math.inf)
-                self._fail("fenchel_young", l, -out, 0.0, self.tol,
-                           f"X_{l + 1} leaves the range {act.v_range} of {act.name} by {out:.3g}")
+                self._fail(
+                    "fenchel_young",
+                    l,
+                    -out,
+                    0.0,
+                    self.tol,
+                    f"X_{l + 1} leaves the range {act.v_range} of {act.name} by {out:.3g}",
+                )
                 continue
             B = act.divergence(V, U)
             bmin = float(xp.min(B)) if math.prod(B.shape) else 0.0
             self.min_divergence.append(bmin)
             if not bmin >= -self.tol:
-                self._fail("fenchel_young", l, bmin, 0.0, self.tol,
-                           f"min elementwise B_{l}(X_{l + 1}, W_{l} X~_{l}) is negative")
+                self._fail(
+                    "fenchel_young",
+                    l,
+                    bmin,
+                    0.0,
+                    self.tol,
+                    f"min elementwise B_{l}(X_{l + 1}, W_{l} X~_{l}) is negative",
+                )
 
     def check_descent(self, name, before, after, scale):
         """Check 2: a block update from value ``before`` to ``after``; ``scale`` ~ |F|."""
@@ -143,16 +158,23 @@ class Certificate:
         self.max_increase = max(self.max_increase, inc)
         tol = self.tol * (abs(float(scale)) + 1.0)
         if not inc <= tol:  # also catches NaN
-            self._fail("descent", name, after, before, tol,
-                       f"block {name} raised its value by {inc:.3g}")
+            self._fail(
+                "descent", name, after, before, tol, f"block {name} raised its value by {inc:.3g}"
+            )
 
     def check_lower_bound(self, F, J):
         """Check 3: the lifted objective after the X-sweep is below J at the same weights."""
         self.bound_gap = float(J) - float(F)
         tol = self.tol * (abs(float(J)) + 1.0)
         if not float(F) <= float(J) + tol:
-            self._fail("lower_bound", None, F, J, tol,
-                       "F(W, X) after the X-sweep exceeds J(W) at the same weights")
+            self._fail(
+                "lower_bound",
+                None,
+                F,
+                J,
+                tol,
+                "F(W, X) after the X-sweep exceeds J(W) at the same weights",
+            )
 
     def solver_failed(self, name, error):
         """Check 4 for a block whose backend raised ``SolverError`` ``error``: a
@@ -188,13 +210,28 @@ class Certificate:
         shown = math.nan if residual is None else residual
         if result.status != "optimal" or not result.converged:
             self.statuses_ok = False
-            self._fail("block_optimality", name, shown, self.residual_tol or 0.0, self.tol,
-                       f"status {result.status!r}, converged={result.converged}", capped=capped)
-        elif (residual is not None and self.residual_tol is not None
-              and not residual <= self.residual_tol):
-            self._fail("block_optimality", name, residual, self.residual_tol, self.residual_tol,
-                       f"KKT residual {residual:.3g} (recomputed from the argmin) above "
-                       f"residual_tol")
+            self._fail(
+                "block_optimality",
+                name,
+                shown,
+                self.residual_tol or 0.0,
+                self.tol,
+                f"status {result.status!r}, converged={result.converged}",
+                capped=capped,
+            )
+        elif (
+            residual is not None
+            and self.residual_tol is not None
+            and not residual <= self.residual_tol
+        ):
+            self._fail(
+                "block_optimality",
+                name,
+                residual,
+                self.residual_tol,
+                self.residual_tol,
+                f"KKT residual {residual:.3g} (recomputed from the argmin) above residual_tol",
+            )
 
 
 def argmin_usable(block, Z, shape):
@@ -229,4 +266,3 @@ def argmin_problem(block, Z, shape):
         return f"argmin has {bad} NaN or inf entries"
     out = float(xp.max(xp.abs(block.project(Z) - Z)))
     return f"argmin leaves the block's domain by {out:.3g}"
-

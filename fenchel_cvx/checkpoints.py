@@ -15,6 +15,7 @@ history's config, the backend's ``settings()`` among them; a checkpoint written 
 were recorded is taken as this run's). The schedule being a pure function of the network's
 seed, the resumed run ends bit-identical to the same run uninterrupted.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -43,9 +44,15 @@ def save_checkpoint(directory, net, state, settings: dict) -> Path:
     arrays.update({f"X_{l + 1}": X for l, X in enumerate(state.Xs or [])})
     arrays.update({f"W0_{l}": W for l, W in enumerate(state.W0 or []) if W is not None})
     arrays.update({f"W_prev_{l}": W for l, W in enumerate(state.W_prev or [])})
-    meta = dict(format=CHECKPOINT_FORMAT, version=__version__, config=network_config(net),
-                iteration=state.iteration, has_Xs=state.Xs is not None,
-                history=state.history.to_dict(), settings=settings)
+    meta = dict(
+        format=CHECKPOINT_FORMAT,
+        version=__version__,
+        config=network_config(net),
+        iteration=state.iteration,
+        has_Xs=state.Xs is not None,
+        history=state.history.to_dict(),
+        settings=settings,
+    )
     return write_npz(checkpoint_path(directory), arrays, meta)
 
 
@@ -65,7 +72,7 @@ def load_checkpoint(path) -> tuple[dict, dict]:
         arrays = {}
         for name in sorted(names):
             prefix, _, l = name.rpartition("_")
-            if prefix == "X":    # X_l: the layer's size by the current batch's columns
+            if prefix == "X":  # X_l: the layer's size by the current batch's columns
                 arrays[name] = f.array(name, (net.layer_sizes[int(l)], None), net.W[0].dtype)
             else:
                 arrays[name] = f.array(name, net.W[int(l)].shape, net.W[0].dtype)
@@ -86,29 +93,44 @@ def _checkpoint_arrays(f, net, has_Xs) -> set:
 
 def _check_checkpoint_meta(path, meta) -> None:
     """The fields of a checkpoint's meta: their types, and a history of ``iteration`` rounds."""
-    fields = {"config": (dict, "an object"), "iteration": (int, "an integer >= 0"),
-              "has_Xs": (bool, "true or false"), "history": (dict, "an object"),
-              "settings": (dict, "an object")}
+    fields = {
+        "config": (dict, "an object"),
+        "iteration": (int, "an integer >= 0"),
+        "has_Xs": (bool, "true or false"),
+        "history": (dict, "an object"),
+        "settings": (dict, "an object"),
+    }
     for key, (cls, words) in fields.items():
         value = meta.get(key)
         negative = isinstance(value, int) and (isinstance(value, bool) or value < 0)
         if not isinstance(value, cls) or (cls is int and negative):
-            raise FileFormatError(path, f"meta.{key}", words,
-                                  "nothing" if key not in meta else repr(value)[:200])
+            raise FileFormatError(
+                path, f"meta.{key}", words, "nothing" if key not in meta else repr(value)[:200]
+            )
     if not isinstance(meta["settings"].get("data"), str):
-        raise FileFormatError(path, "meta.settings.data", "the training data's digest (text)",
-                              repr(meta["settings"].get("data"))[:200])
+        raise FileFormatError(
+            path,
+            "meta.settings.data",
+            "the training data's digest (text)",
+            repr(meta["settings"].get("data"))[:200],
+        )
     history = meta["history"]
     records = history.get("records")
     if not isinstance(history.get("config"), dict) or not isinstance(records, list):
-        raise FileFormatError(path, "meta.history", "an object with 'config' and 'records'",
-                              f"the keys {sorted(history)}")
+        raise FileFormatError(
+            path,
+            "meta.history",
+            "an object with 'config' and 'records'",
+            f"the keys {sorted(history)}",
+        )
     rounds = [r.get("iteration") if isinstance(r, dict) else None for r in records]
     if len(rounds) != meta["iteration"] or rounds != list(range(1, len(rounds) + 1)):
-        raise FileFormatError(path, "meta.history.records",
-                              f"rounds 1..{meta['iteration']} (meta.iteration)",
-                              f"{len(records)} records, rounds {rounds[:3]}"
-                              f"{'...' if len(rounds) > 3 else ''}")
+        raise FileFormatError(
+            path,
+            "meta.history.records",
+            f"rounds 1..{meta['iteration']} (meta.iteration)",
+            f"{len(records)} records, rounds {rounds[:3]}{'...' if len(rounds) > 3 else ''}",
+        )
 
 
 def resume_file(resume) -> Path:
@@ -117,8 +139,10 @@ def resume_file(resume) -> Path:
     path = Path(resume)
     file = checkpoint_path(path) if path.is_dir() else path
     if not file.is_file():
-        raise ValueError(f"resume must be a checkpoint file or a folder holding "
-                         f"checkpoint.npz, got {str(resume)!r}")
+        raise ValueError(
+            f"resume must be a checkpoint file or a folder holding "
+            f"checkpoint.npz, got {str(resume)!r}"
+        )
     return file
 
 
@@ -144,30 +168,47 @@ def restore(net, saved, config, digest, xp, steps) -> BCDState:
         raise ValueError("resume: the checkpoint was written for other training data (X0, Y)")
     done = meta["iteration"]
     if done > len(steps):
-        raise ValueError(f"resume: the checkpoint's round counter (meta.iteration) is {done}, "
-                         f"past the {len(steps)} rounds of this run's schedule")
+        raise ValueError(
+            f"resume: the checkpoint's round counter (meta.iteration) is {done}, "
+            f"past the {len(steps)} rounds of this run's schedule"
+        )
     last = steps[done - 1].columns if done else None
     m = config["m"] if last is None else len(last)
     bad = [k for k, A in arrays.items() if k.startswith("X_") and A.shape[1] != m]
     if bad:
-        raise ValueError(f"resume: the checkpoint's {bad[0]} has {arrays[bad[0]].shape[1]} "
-                         f"columns, the batch of its round {done} {m}")
+        raise ValueError(
+            f"resume: the checkpoint's {bad[0]} has {arrays[bad[0]].shape[1]} "
+            f"columns, the batch of its round {done} {m}"
+        )
     # a run given W_prev (momentum_carried) is resumed without it: the checkpoint holds its own
-    old = {k: v for k, v in meta["history"]["config"].items()
-           if k not in ("initial", "momentum_carried")}
+    old = {
+        k: v
+        for k, v in meta["history"]["config"].items()
+        if k not in ("initial", "momentum_carried")
+    }
     new = {k: v for k, v in History(config).config.items() if k != "momentum_carried"}
-    old.setdefault("momentum", [0.0] * len(new["momentum"]))   # written before momentum existed
+    old.setdefault("momentum", [0.0] * len(new["momentum"]))  # written before momentum existed
     # a checkpoint whose history records no backend settings: taken as this run's
     old.setdefault("backend_settings", new["backend_settings"])
     diff = _differences(old, new)
     if diff or meta["config"] != network_config(net):
         what = ", ".join(f"{k}={n!r} (checkpoint: {o!r})" for k, n, o in diff)
-        raise ValueError(f"resume: the checkpoint was written by another run: "
-                         f"{what or 'the network differs'}")
+        raise ValueError(
+            f"resume: the checkpoint was written by another run: {what or 'the network differs'}"
+        )
     L = len(net.W)
-    Xs = [xp.asarray(arrays[f"X_{l}"]) for l in range(1, net.n_hidden + 1)] if meta["has_Xs"] else None
+    Xs = (
+        [xp.asarray(arrays[f"X_{l}"]) for l in range(1, net.n_hidden + 1)]
+        if meta["has_Xs"]
+        else None
+    )
     W0 = [xp.asarray(arrays[f"W0_{l}"]) if f"W0_{l}" in arrays else None for l in range(L)]
-    W_prev = ([xp.asarray(arrays[f"W_prev_{l}"]) for l in range(L)] if "W_prev_0" in arrays
-              else None)
-    return BCDState([xp.asarray(arrays[f"W_{l}"]) for l in range(L)],
-                    History.from_dict(meta["history"]), Xs, W0, meta["iteration"], W_prev)
+    W_prev = [xp.asarray(arrays[f"W_prev_{l}"]) for l in range(L)] if "W_prev_0" in arrays else None
+    return BCDState(
+        [xp.asarray(arrays[f"W_{l}"]) for l in range(L)],
+        History.from_dict(meta["history"]),
+        Xs,
+        W0,
+        meta["iteration"],
+        W_prev,
+    )

@@ -33,6 +33,7 @@ BLAS runs on ``--threads`` threads (default 1), in the fast backend's solves too
 gets them, SciPy's one (on 2 cores two pools of two oversubscribe the machine; see
 docs/installation.md).
 """
+
 import argparse
 import json
 import numbers
@@ -67,15 +68,29 @@ ACTIVATIONS = tuple(activation_names())
 # backend's steps) are the package's, ``defaults.py``.
 DEFAULTS = dict(dataset="digits", activation="relu", loss="mse", epochs=1, backend="cvxpy", seed=0)
 #: (features, classes) of each data set, so that --arch is checked before any data is read
-SHAPES = {"digits": (64, 10), "mnist5k": (784, 10), "mnist": (784, 10),
-          "fashion-mnist": (784, 10), "cifar10": (3072, 10)}
+SHAPES = {
+    "digits": (64, 10),
+    "mnist5k": (784, 10),
+    "mnist": (784, 10),
+    "fashion-mnist": (784, 10),
+    "cifar10": (3072, 10),
+}
 #: training points of each data set (digits and mnist5k: their default split)
-TRAIN_SIZES = {"digits": 1347, "mnist5k": 4000, "mnist": 60000, "fashion-mnist": 60000,
-               "cifar10": 50000}
+TRAIN_SIZES = {
+    "digits": 1347,
+    "mnist5k": 4000,
+    "mnist": 60000,
+    "fashion-mnist": 60000,
+    "cifar10": 50000,
+}
 #: the image shape (C, H, W) of the data sets --arch lenet5 takes
-IMAGES = {"mnist5k": (1, 28, 28), "mnist": (1, 28, 28), "fashion-mnist": (1, 28, 28),
-          "cifar10": (3, 32, 32)}
-LENET5_HIDDEN = defaults.LeNet5.n_hidden   # conv, conv, fc 120, fc 84
+IMAGES = {
+    "mnist5k": (1, 28, 28),
+    "mnist": (1, 28, 28),
+    "fashion-mnist": (1, 28, 28),
+    "cifar10": (3, 32, 32),
+}
+LENET5_HIDDEN = defaults.LeNet5.n_hidden  # conv, conv, fc 120, fc 84
 #: what a batched run on the fast backend took where its flags were unset in a run.json without
 #: a ``settings`` entry: one W-step, 10 X-steps and a fresh Gram every solve (and every run
 #: fit_bcd's gamma and no momentum). ``resume`` of such a run.json goes on with them.
@@ -85,25 +100,29 @@ FAST_ONLY = ("max_iter", "w_steps", "x_steps", "newton_cap", "gram_reuse", "comp
 RUN_FORMAT = "fenchel_cvx.Run/1"
 #: the data sets whose files --verify checks
 VERIFIABLE = ("mnist", "fashion-mnist", "cifar10")
-DESCRIPTION = ("Train, resume, evaluate and predict with Fenchel lifted networks (Gu, Askari and "
-               "El Ghaoui, AISTATS 2020), trained by block-coordinate descent with a certificate "
-               "checked at every round. 'fenchel-cvx COMMAND --help' describes each command.")
-LARGE = 3000   # the oracle on more training points prints an estimate and suggests --backend fast
+DESCRIPTION = (
+    "Train, resume, evaluate and predict with Fenchel lifted networks (Gu, Askari and "
+    "El Ghaoui, AISTATS 2020), trained by block-coordinate descent with a certificate "
+    "checked at every round. 'fenchel-cvx COMMAND --help' describes each command."
+)
+LARGE = 3000  # the oracle on more training points prints an estimate and suggests --backend fast
 
 
 # --- argument types: each checks its flag's constraint (validation.py); argparse names the flag
 def _flag(constraint, parse=int):
     """An argparse type: ``parse`` the text, then check the value against ``constraint``; the
     error (argparse writes "argument --flag: ...") says what it must be."""
+
     def convert(text):
         try:
             value = parse(text)
         except ValueError:
-            value = text        # unparsable: fails the constraint's type
+            value = text  # unparsable: fails the constraint's type
         failed = failure(value, constraint)
         if failed is not None:
             raise argparse.ArgumentTypeError(f"must be {failed[0]}, got {text!r}")
         return value
+
     convert.__name__ = "integer" if parse is int else "number"
     return convert
 
@@ -114,7 +133,8 @@ def _numbers(text):
         values = [float(v) for v in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"must be a number or a comma-separated list of numbers, got {text!r}") from None
+            f"must be a number or a comma-separated list of numbers, got {text!r}"
+        ) from None
     return values[0] if len(values) == 1 else values
 
 
@@ -136,7 +156,9 @@ def _arch(text):
     try:
         sizes = [int(p) for p in text.split("-")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must look like 64-32-10 (or lenet5), got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"must look like 64-32-10 (or lenet5), got {text!r}"
+        ) from None
     if len(sizes) < 2 or min(sizes) < 1:
         raise argparse.ArgumentTypeError(f"needs >= 2 positive sizes like 64-32-10, got {text!r}")
     return sizes
@@ -162,8 +184,10 @@ def _tuned(name, without):
         d = f"{d[0]:g} for the hidden layers and {d[1]:g} for the output layer"
     else:
         d = _values(d) or "1"
-    return (f"default: {without} without --batch-size; with it, the tuned setting: {d} on a "
-            f"dense network, {_values(le)} on lenet5")
+    return (
+        f"default: {without} without --batch-size; with it, the tuned setting: {d} on a "
+        f"dense network, {_values(le)} on lenet5"
+    )
 
 
 class _Help(argparse.HelpFormatter):
@@ -171,8 +195,12 @@ class _Help(argparse.HelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        shown = (action.option_strings and action.default is not None
-                 and action.default is not False and action.default is not argparse.SUPPRESS)
+        shown = (
+            action.option_strings
+            and action.default is not None
+            and action.default is not False
+            and action.default is not argparse.SUPPRESS
+        )
         if shown and "default" not in text:
             text += " (default: %(default)s)"
         return text
@@ -181,158 +209,321 @@ class _Help(argparse.HelpFormatter):
 def _train_arguments(t):
     """The flags of ``train``: data, network, algorithm, fast backend, run."""
     d = t.add_argument_group("data")
-    d.add_argument("--dataset", choices=DATASETS, default=DEFAULTS["dataset"],
-                   help="the data set: digits (scikit-learn's 8x8 digits) and mnist5k (5,000 MNIST "
-                        "digits) are embedded; mnist, fashion-mnist and cifar10 are read from "
-                        "--data-dir")
-    d.add_argument("--data-dir", type=Path, default=None,
-                   help="folder of the data set's files (default: $FENCHEL_DATA/<dataset>)")
-    d.add_argument("--verify", action="store_true",
-                   help="check the data set's files against the official release's checksums "
-                        "before training (mnist, fashion-mnist, cifar10)")
-    d.add_argument("--train-size", type=COUNT_, default=None,
-                   help="train on the first N training points only, for quick runs (default: "
-                        "all of them)")
-    d.add_argument("--dtype", choices=("float32", "float64"), default="float64",
-                   help="float type of the data and the weights")
+    d.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default=DEFAULTS["dataset"],
+        help="the data set: digits (scikit-learn's 8x8 digits) and mnist5k (5,000 MNIST "
+        "digits) are embedded; mnist, fashion-mnist and cifar10 are read from "
+        "--data-dir",
+    )
+    d.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="folder of the data set's files (default: $FENCHEL_DATA/<dataset>)",
+    )
+    d.add_argument(
+        "--verify",
+        action="store_true",
+        help="check the data set's files against the official release's checksums "
+        "before training (mnist, fashion-mnist, cifar10)",
+    )
+    d.add_argument(
+        "--train-size",
+        type=COUNT_,
+        default=None,
+        help="train on the first N training points only, for quick runs (default: all of them)",
+    )
+    d.add_argument(
+        "--dtype",
+        choices=("float32", "float64"),
+        default="float64",
+        help="float type of the data and the weights",
+    )
     n = t.add_argument_group("network")
-    n.add_argument("--arch", type=_arch, default=None,
-                   help="layer sizes like 64-32-10, or lenet5 on image data (default: "
-                        "<features>-32-<classes>)")
-    n.add_argument("--activation", default=DEFAULTS["activation"], choices=ACTIVATIONS,
-                   help="activation of every hidden layer")
-    n.add_argument("--loss", default=DEFAULTS["loss"], choices=loss_names(),
-                   help="training loss: mse (squared error to the one-hot labels, the quick "
-                        "start's) or cross_entropy (softmax, the benchmarks')")
-    n.add_argument("--lam", type=_per_layer(LAM), default=None,
-                   help="lambda_l > 0, the weight of the divergences: one, or one per hidden "
-                        f"layer ({_tuned('lam', f'{defaults.FULL_BATCH.lam:g}')})")
-    n.add_argument("--rho", type=_per_layer(RHO), default=None,
-                   help="rho_l >= 0, the Frobenius penalty of W_l: one, or one per layer "
-                        f"({_tuned('rho', f'{defaults.FULL_BATCH.rho:g}')})")
-    n.add_argument("--seed", type=SEED_, default=DEFAULTS["seed"],
-                   help="seed of the split, the initialisation and the batches")
+    n.add_argument(
+        "--arch",
+        type=_arch,
+        default=None,
+        help="layer sizes like 64-32-10, or lenet5 on image data (default: "
+        "<features>-32-<classes>)",
+    )
+    n.add_argument(
+        "--activation",
+        default=DEFAULTS["activation"],
+        choices=ACTIVATIONS,
+        help="activation of every hidden layer",
+    )
+    n.add_argument(
+        "--loss",
+        default=DEFAULTS["loss"],
+        choices=loss_names(),
+        help="training loss: mse (squared error to the one-hot labels, the quick "
+        "start's) or cross_entropy (softmax, the benchmarks')",
+    )
+    n.add_argument(
+        "--lam",
+        type=_per_layer(LAM),
+        default=None,
+        help="lambda_l > 0, the weight of the divergences: one, or one per hidden "
+        f"layer ({_tuned('lam', f'{defaults.FULL_BATCH.lam:g}')})",
+    )
+    n.add_argument(
+        "--rho",
+        type=_per_layer(RHO),
+        default=None,
+        help="rho_l >= 0, the Frobenius penalty of W_l: one, or one per layer "
+        f"({_tuned('rho', f'{defaults.FULL_BATCH.rho:g}')})",
+    )
+    n.add_argument(
+        "--seed",
+        type=SEED_,
+        default=DEFAULTS["seed"],
+        help="seed of the split, the initialisation and the batches",
+    )
     a = t.add_argument_group("algorithm (fit_bcd)")
-    a.add_argument("--batch-size", type=COUNT_, default=None,
-                   help="mini-batch size: Algorithm 2 (default: none, full-batch Algorithm 1)")
-    a.add_argument("--epochs", type=ROUNDS_, default=DEFAULTS["epochs"],
-                   help="passes over the training data (Algorithm 2)")
-    a.add_argument("--iterations", type=ROUNDS_, default=defaults.ITERATIONS,
-                   help="rounds on all the data (Algorithm 1)")
-    a.add_argument("--alternations", type=ROUNDS_, default=defaults.ALTERNATIONS,
-                   help="rounds per batch, the paper's K (Algorithm 2)")
-    a.add_argument("--gamma", type=_per_layer(GAMMA), default=None,
-                   help="gamma_l >= 0, the weight of the proximal term ||W_l - W0_l||^2: one, "
-                        f"or one per layer ({_tuned('gamma', f'{defaults.GAMMA_FULL_BATCH:g}')})")
-    a.add_argument("--momentum", type=_per_layer(MOMENTUM), default=None,
-                   help="beta_l in [0, 1): each batch starts from W + beta_l (W - W_prev), the "
-                        "weights moved on along their last change; one, or one per layer; 0 is "
-                        f"the paper's ({_tuned('momentum', '0')})")
-    a.add_argument("--backend", choices=["cvxpy", "fast"], default=DEFAULTS["backend"],
-                   help="block solver: cvxpy (the CVXPY oracle, every block solved to --tol; "
-                        "slow beyond a few thousand points) or fast (the package's own solvers)")
-    a.add_argument("--tol", type=_flag(TOL, float), default=defaults.TOL,
-                   help="tolerance of the certificate's checks and of every block's scaled KKT "
-                        "residual")
-    a.add_argument("--strict", action=argparse.BooleanOptionalAction, default=None,
-                   help="stop at the first certificate violation (default: on with --backend "
-                        "cvxpy, off with fast)")
-    a.add_argument("--check-every", type=COUNT_, default=1,
-                   help="run the whole certificate every N rounds (and on the last)")
-    a.add_argument("--eval-every", type=COUNT_, default=1,
-                   help="evaluate train/test accuracy every N rounds (and at epoch ends)")
-    a.add_argument("--checkpoint-every", type=COUNT_, default=10,
-                   help="write checkpoint.npz every N rounds (and on Ctrl-C); each one also "
-                   "starts the fast backend's reused Gram factors afresh (--gram-reuse)")
+    a.add_argument(
+        "--batch-size",
+        type=COUNT_,
+        default=None,
+        help="mini-batch size: Algorithm 2 (default: none, full-batch Algorithm 1)",
+    )
+    a.add_argument(
+        "--epochs",
+        type=ROUNDS_,
+        default=DEFAULTS["epochs"],
+        help="passes over the training data (Algorithm 2)",
+    )
+    a.add_argument(
+        "--iterations",
+        type=ROUNDS_,
+        default=defaults.ITERATIONS,
+        help="rounds on all the data (Algorithm 1)",
+    )
+    a.add_argument(
+        "--alternations",
+        type=ROUNDS_,
+        default=defaults.ALTERNATIONS,
+        help="rounds per batch, the paper's K (Algorithm 2)",
+    )
+    a.add_argument(
+        "--gamma",
+        type=_per_layer(GAMMA),
+        default=None,
+        help="gamma_l >= 0, the weight of the proximal term ||W_l - W0_l||^2: one, "
+        f"or one per layer ({_tuned('gamma', f'{defaults.GAMMA_FULL_BATCH:g}')})",
+    )
+    a.add_argument(
+        "--momentum",
+        type=_per_layer(MOMENTUM),
+        default=None,
+        help="beta_l in [0, 1): each batch starts from W + beta_l (W - W_prev), the "
+        "weights moved on along their last change; one, or one per layer; 0 is "
+        f"the paper's ({_tuned('momentum', '0')})",
+    )
+    a.add_argument(
+        "--backend",
+        choices=["cvxpy", "fast"],
+        default=DEFAULTS["backend"],
+        help="block solver: cvxpy (the CVXPY oracle, every block solved to --tol; "
+        "slow beyond a few thousand points) or fast (the package's own solvers)",
+    )
+    a.add_argument(
+        "--tol",
+        type=_flag(TOL, float),
+        default=defaults.TOL,
+        help="tolerance of the certificate's checks and of every block's scaled KKT residual",
+    )
+    a.add_argument(
+        "--strict",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="stop at the first certificate violation (default: on with --backend "
+        "cvxpy, off with fast)",
+    )
+    a.add_argument(
+        "--check-every",
+        type=COUNT_,
+        default=1,
+        help="run the whole certificate every N rounds (and on the last)",
+    )
+    a.add_argument(
+        "--eval-every",
+        type=COUNT_,
+        default=1,
+        help="evaluate train/test accuracy every N rounds (and at epoch ends)",
+    )
+    a.add_argument(
+        "--checkpoint-every",
+        type=COUNT_,
+        default=10,
+        help="write checkpoint.npz every N rounds (and on Ctrl-C); each one also "
+        "starts the fast backend's reused Gram factors afresh (--gram-reuse)",
+    )
     _fast_arguments(t.add_argument_group("fast backend (FastBackend; --backend fast only)"))
     o = t.add_argument_group("run")
-    o.add_argument("--out", type=Path, default=None,
-                   help="output folder, new or empty (default: runs/<timestamp>)")
-    o.add_argument("--threads", type=COUNT_, default=1,
-                   help="BLAS threads of NumPy's pool, in the fast backend's solves too "
-                        "(SciPy's pool stays at 1)")
-    o.add_argument("--no-baseline", action="store_true",
-                   help="skip the logistic-regression accuracy in the summary")
+    o.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder, new or empty (default: runs/<timestamp>)",
+    )
+    o.add_argument(
+        "--threads",
+        type=COUNT_,
+        default=1,
+        help="BLAS threads of NumPy's pool, in the fast backend's solves too "
+        "(SciPy's pool stays at 1)",
+    )
+    o.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip the logistic-regression accuracy in the summary",
+    )
     o.add_argument("--quiet", action="store_true", help="show no progress bar")
 
 
 def _fast_arguments(f):
-    f.add_argument("--max-iter", type=COUNT_, default=None,
-                   help="iteration cap of every loop of the solvers (default: 500)")
-    f.add_argument("--w-steps", type=_per_layer(COUNT, _integers), default=None,
-                   help="warm-started steps per W-block: one, or one per layer "
-                        f"({_tuned('w_steps', 'solved to --tol')})")
-    f.add_argument("--x-steps", type=_per_layer(COUNT, _integers), default=None,
-                   help="FISTA steps per X-block: one, or one per hidden layer, X_1 first "
-                        f"({_tuned('x_steps', 'solved to --tol')})")
-    f.add_argument("--newton-cap", type=_flag(Interval(numbers.Integral, 0, None)), default=None,
-                   help="active-set size up to which W rows take Newton steps (default: the "
-                        "backend's balance of the two kinds of step)")
-    f.add_argument("--gram-reuse", type=_per_layer(COUNT, _integers), default=None,
-                   help="W solves one Gram factorisation serves: one, or one per layer "
-                        f"({_tuned('gram_reuse', '1')})")
-    f.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="run the solvers' elementwise chains as fused kernels compiled by "
-                        "torch.compile (needs PyTorch and a C++ compiler; the first batch pays "
-                        "the compile, cached on disk for later runs), or all eager NumPy "
-                        "(--no-compile); default: compiled where PyTorch and a C++ compiler are "
-                        "present and the arrays are large enough to gain")
+    f.add_argument(
+        "--max-iter",
+        type=COUNT_,
+        default=None,
+        help="iteration cap of every loop of the solvers (default: 500)",
+    )
+    f.add_argument(
+        "--w-steps",
+        type=_per_layer(COUNT, _integers),
+        default=None,
+        help="warm-started steps per W-block: one, or one per layer "
+        f"({_tuned('w_steps', 'solved to --tol')})",
+    )
+    f.add_argument(
+        "--x-steps",
+        type=_per_layer(COUNT, _integers),
+        default=None,
+        help="FISTA steps per X-block: one, or one per hidden layer, X_1 first "
+        f"({_tuned('x_steps', 'solved to --tol')})",
+    )
+    f.add_argument(
+        "--newton-cap",
+        type=_flag(Interval(numbers.Integral, 0, None)),
+        default=None,
+        help="active-set size up to which W rows take Newton steps (default: the "
+        "backend's balance of the two kinds of step)",
+    )
+    f.add_argument(
+        "--gram-reuse",
+        type=_per_layer(COUNT, _integers),
+        default=None,
+        help="W solves one Gram factorisation serves: one, or one per layer "
+        f"({_tuned('gram_reuse', '1')})",
+    )
+    f.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the solvers' elementwise chains as fused kernels compiled by "
+        "torch.compile (needs PyTorch and a C++ compiler; the first batch pays "
+        "the compile, cached on disk for later runs), or all eager NumPy "
+        "(--no-compile); default: compiled where PyTorch and a C++ compiler are "
+        "present and the arrays are large enough to gain",
+    )
 
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="fenchel-cvx", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"fenchel-cvx {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    _train_arguments(sub.add_parser(
-        "train", help="train a lifted network by BCD; write its history, model and plots",
-        description="Train a lifted network by block-coordinate descent and write run.json, "
-                    "checkpoint.npz, history.json, model.npz and two plots to --out. Without "
-                    "flags: digits, 64-32-10 ReLU, mse, the cvxpy oracle, Algorithm 1.",
-        formatter_class=_Help))
-    r = sub.add_parser("resume", help="continue an interrupted train run from its folder",
-                       description="Continue a train run from its folder's run.json and "
-                                   "checkpoint.npz, to the same result as an uninterrupted run.",
-                       formatter_class=_Help)
+    _train_arguments(
+        sub.add_parser(
+            "train",
+            help="train a lifted network by BCD; write its history, model and plots",
+            description="Train a lifted network by block-coordinate descent and write run.json, "
+            "checkpoint.npz, history.json, model.npz and two plots to --out. Without "
+            "flags: digits, 64-32-10 ReLU, mse, the cvxpy oracle, Algorithm 1.",
+            formatter_class=_Help,
+        )
+    )
+    r = sub.add_parser(
+        "resume",
+        help="continue an interrupted train run from its folder",
+        description="Continue a train run from its folder's run.json and "
+        "checkpoint.npz, to the same result as an uninterrupted run.",
+        formatter_class=_Help,
+    )
     r.add_argument("run", type=Path, help="the run's folder (holding run.json and checkpoint.npz)")
-    r.add_argument("--threads", type=COUNT_, default=None,
-                   help="BLAS threads (default: the run's --threads)")
+    r.add_argument(
+        "--threads", type=COUNT_, default=None, help="BLAS threads (default: the run's --threads)"
+    )
     r.add_argument("--quiet", action="store_true", help="show no progress bar")
 
-    e = sub.add_parser("evaluate", help="loss and accuracy of a saved model on a data set",
-                       description="Loss per point and accuracy of a saved model on a data "
-                                   "set's test or training split.", formatter_class=_Help)
-    e.add_argument("model", type=Path,
-                   help="a run folder, a model.npz inside one, or any model.npz (then give "
-                        "--dataset)")
-    e.add_argument("--dataset", choices=DATASETS, default=None,
-                   help="the data set (default: the run's)")
-    e.add_argument("--data-dir", type=Path, default=None,
-                   help="folder of the data set's files (default: the run's, else "
-                        "$FENCHEL_DATA/<dataset>)")
-    e.add_argument("--verify", action="store_true",
-                   help="check the data set's files against the official release's checksums "
-                        "(mnist, fashion-mnist, cifar10)")
-    e.add_argument("--seed", type=SEED_, default=None,
-                   help="seed of the split of digits and mnist5k (default: the run's, else 0)")
-    e.add_argument("--split", choices=("test", "train"), default="test",
-                   help="which split to evaluate on")
+    e = sub.add_parser(
+        "evaluate",
+        help="loss and accuracy of a saved model on a data set",
+        description="Loss per point and accuracy of a saved model on a data "
+        "set's test or training split.",
+        formatter_class=_Help,
+    )
+    e.add_argument(
+        "model",
+        type=Path,
+        help="a run folder, a model.npz inside one, or any model.npz (then give --dataset)",
+    )
+    e.add_argument(
+        "--dataset", choices=DATASETS, default=None, help="the data set (default: the run's)"
+    )
+    e.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="folder of the data set's files (default: the run's, else $FENCHEL_DATA/<dataset>)",
+    )
+    e.add_argument(
+        "--verify",
+        action="store_true",
+        help="check the data set's files against the official release's checksums "
+        "(mnist, fashion-mnist, cifar10)",
+    )
+    e.add_argument(
+        "--seed",
+        type=SEED_,
+        default=None,
+        help="seed of the split of digits and mnist5k (default: the run's, else 0)",
+    )
+    e.add_argument(
+        "--split", choices=("test", "train"), default="test", help="which split to evaluate on"
+    )
     e.add_argument("--threads", type=COUNT_, default=1, help="BLAS threads")
 
-    p = sub.add_parser("predict", help="predict from a saved model; rows of INPUT are data points",
-                       description="Predict from a saved model, one row of INPUT per data point. "
-                                   "A model in a run folder first gets the run's preprocessing "
-                                   "(recorded in run.json, e.g. digits' pixels / 16) applied to "
-                                   "INPUT, as its training data had; --raw skips it.",
-                       formatter_class=_Help)
-    p.add_argument("model", type=Path, help="a run folder, a model.npz inside one, or any model.npz")
+    p = sub.add_parser(
+        "predict",
+        help="predict from a saved model; rows of INPUT are data points",
+        description="Predict from a saved model, one row of INPUT per data point. "
+        "A model in a run folder first gets the run's preprocessing "
+        "(recorded in run.json, e.g. digits' pixels / 16) applied to "
+        "INPUT, as its training data had; --raw skips it.",
+        formatter_class=_Help,
+    )
+    p.add_argument(
+        "model", type=Path, help="a run folder, a model.npz inside one, or any model.npz"
+    )
     p.add_argument("input", type=Path, help=".npy or .csv file, one data point per row")
-    p.add_argument("--out", type=Path, default=None,
-                   help="CSV file to write (default: standard output)")
-    p.add_argument("--output", choices=("label", "proba", "raw"), default="label",
-                   help="class labels, class probabilities (softmax of a cross-entropy model), "
-                        "or the network output")
-    p.add_argument("--raw", action="store_true",
-                   help="INPUT is preprocessed already: do not apply the run's preprocessing")
+    p.add_argument(
+        "--out", type=Path, default=None, help="CSV file to write (default: standard output)"
+    )
+    p.add_argument(
+        "--output",
+        choices=("label", "proba", "raw"),
+        default="label",
+        help="class labels, class probabilities (softmax of a cross-entropy model), "
+        "or the network output",
+    )
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="INPUT is preprocessed already: do not apply the run's preprocessing",
+    )
     p.add_argument("--threads", type=COUNT_, default=1, help="BLAS threads")
     return parser
 
@@ -348,28 +539,44 @@ def _check_out(flag, path, must_not_exist=False):
     before its first checkpoint leaves (``run.json``, temporary files): it is reused."""
     from .io import check_writable_dir
 
-    left = [] if not (must_not_exist and path.is_dir()) else [
-        p.name for p in path.iterdir() if p.name != "run.json" and not
-        (p.name.startswith(".") and p.name.endswith(".tmp"))]
+    left = (
+        []
+        if not (must_not_exist and path.is_dir())
+        else [
+            p.name
+            for p in path.iterdir()
+            if p.name != "run.json" and not (p.name.startswith(".") and p.name.endswith(".tmp"))
+        ]
+    )
     if left or (must_not_exist and path.is_dir() and (path / "checkpoint.npz").exists()):
-        _fail(flag, f"{str(path)!r} already holds files (a run there is resumed with "
-                    f"'fenchel-cvx resume {path}'); choose another folder")
+        _fail(
+            flag,
+            f"{str(path)!r} already holds files (a run there is resumed with "
+            f"'fenchel-cvx resume {path}'); choose another folder",
+        )
     try:
         return check_writable_dir(flag, path)
     except ValueError as err:
-        _fail(flag, str(err).split(" must be ", 1)[-1].replace("a writable folder, got", "not writable:"))
+        _fail(
+            flag,
+            str(err).split(" must be ", 1)[-1].replace("a writable folder, got", "not writable:"),
+        )
 
 
 def _check_data_dir(args):
     if getattr(args, "verify", False) and args.dataset not in VERIFIABLE:
-        _fail("--verify", f"{args.dataset} is embedded in the package: there are no files to "
-                          f"verify (--verify checks {', '.join(VERIFIABLE)})")
+        _fail(
+            "--verify",
+            f"{args.dataset} is embedded in the package: there are no files to "
+            f"verify (--verify checks {', '.join(VERIFIABLE)})",
+        )
     if args.dataset in ("digits", "mnist5k"):
         if args.data_dir is not None:
             _fail("--data-dir", f"{args.dataset} is embedded and reads no folder")
         return
-    root = args.data_dir or (Path(os.environ["FENCHEL_DATA"]) / args.dataset
-                             if os.environ.get("FENCHEL_DATA") else None)
+    root = args.data_dir or (
+        Path(os.environ["FENCHEL_DATA"]) / args.dataset if os.environ.get("FENCHEL_DATA") else None
+    )
     if root is None:
         _fail("--data-dir", f"{args.dataset} needs its files: pass --data-dir or set FENCHEL_DATA")
     if not Path(root).is_dir():
@@ -378,17 +585,23 @@ def _check_data_dir(args):
 
 def _check_train(args):
     if args.arch == "lenet5" and args.dataset not in IMAGES:
-        _fail("--arch", f"lenet5 takes 28 x 28 or 32 x 32 images ({', '.join(IMAGES)}), "
-                        f"not {args.dataset}")
-    n_hidden = (1 if args.arch is None else LENET5_HIDDEN if args.arch == "lenet5"
-                else len(args.arch) - 2)
+        _fail(
+            "--arch",
+            f"lenet5 takes 28 x 28 or 32 x 32 images ({', '.join(IMAGES)}), not {args.dataset}",
+        )
+    n_hidden = (
+        1 if args.arch is None else LENET5_HIDDEN if args.arch == "lenet5" else len(args.arch) - 2
+    )
     _fill_defaults(args, n_hidden)
-    for flag, value, n in (("--lam", args.lam, n_hidden), ("--rho", args.rho, n_hidden + 1),
-                           ("--gamma", args.gamma, n_hidden + 1),
-                           ("--momentum", args.momentum, n_hidden + 1),
-                           ("--w-steps", args.w_steps, n_hidden + 1),
-                           ("--x-steps", args.x_steps, n_hidden),
-                           ("--gram-reuse", args.gram_reuse, n_hidden + 1)):
+    for flag, value, n in (
+        ("--lam", args.lam, n_hidden),
+        ("--rho", args.rho, n_hidden + 1),
+        ("--gamma", args.gamma, n_hidden + 1),
+        ("--momentum", args.momentum, n_hidden + 1),
+        ("--w-steps", args.w_steps, n_hidden + 1),
+        ("--x-steps", args.x_steps, n_hidden),
+        ("--gram-reuse", args.gram_reuse, n_hidden + 1),
+    ):
         if isinstance(value, list) and len(value) != n:
             hidden = "hidden " if flag in ("--lam", "--x-steps") else ""
             _fail(flag, f"needs one value or {n} (one per {hidden}layer), got {len(value)}")
@@ -403,14 +616,25 @@ def _check_train(args):
             _fail("--compile", problem)
     p_in, k = SHAPES[args.dataset]
     if args.arch not in (None, "lenet5") and (args.arch[0] != p_in or args.arch[-1] != k):
-        _fail("--arch", f"{'-'.join(map(str, args.arch))} does not fit {args.dataset}: the input "
-                        f"size must be {p_in} and the output size {k}")
+        _fail(
+            "--arch",
+            f"{'-'.join(map(str, args.arch))} does not fit {args.dataset}: the input "
+            f"size must be {p_in} and the output size {k}",
+        )
     m = TRAIN_SIZES[args.dataset]
     if (args.train_size or 0) > m:
         _fail("--train-size", f"{args.dataset} has {m} training points, got {args.train_size}")
-    check_rounds(args.train_size or m, args.batch_size, args.epochs, args.alternations,
-                 names={"epochs": "--epochs", "batch_size": "--batch-size",
-                        "alternations": "--alternations"})
+    check_rounds(
+        args.train_size or m,
+        args.batch_size,
+        args.epochs,
+        args.alternations,
+        names={
+            "epochs": "--epochs",
+            "batch_size": "--batch-size",
+            "alternations": "--alternations",
+        },
+    )
     _check_data_dir(args)
 
 
@@ -418,11 +642,14 @@ def _fill_defaults(args, n_hidden):
     """Every hyperparameter flag not given takes the run's training setting
     (``defaults.training``: the kind of network's with ``--batch-size``, Algorithm 1's without;
     the fast backend's steps only on it), so that ``run.json`` records the values the run used."""
-    network = args.arch if isinstance(args.arch, str) else "dense"   # --arch lenet5, or sizes
+    network = args.arch if isinstance(args.arch, str) else "dense"  # --arch lenet5, or sizes
     setting = defaults.training(network, n_hidden, batched=args.batch_size is not None)
-    setting.fill(vars(args), ("lam", "rho", "gamma", "momentum") + (
-        ("w_steps", "x_steps", "gram_reuse") if args.backend == "fast" else ()))
-    args.settings = getattr(args, "settings", None) or "defaults.training"   # run.json says so
+    setting.fill(
+        vars(args),
+        ("lam", "rho", "gamma", "momentum")
+        + (("w_steps", "x_steps", "gram_reuse") if args.backend == "fast" else ()),
+    )
+    args.settings = getattr(args, "settings", None) or "defaults.training"  # run.json says so
 
 
 # --- the commands -------------------------------------------------------------------------------
@@ -438,20 +665,32 @@ def _threads(n):
 def _load(args):
     from . import datasets
 
-    kw = dict(seed=args.seed) if args.dataset in ("digits", "mnist5k") else dict(data_dir=args.data_dir)
+    kw = (
+        dict(seed=args.seed)
+        if args.dataset in ("digits", "mnist5k")
+        else dict(data_dir=args.data_dir)
+    )
     if args.dataset in VERIFIABLE:
-        kw.update(dtype=getattr(args, "dtype", "float64"), verify=bool(getattr(args, "verify", False)))
+        kw.update(
+            dtype=getattr(args, "dtype", "float64"), verify=bool(getattr(args, "verify", False))
+        )
     return datasets.load_dataset(args.dataset, **kw)
 
 
 def _oracle_estimate(total, m):
     """A callback printing, after the oracle's first round, how long the run will take."""
+
     def estimate(net, rec):
         if rec["iteration"] == 1:
             mins = rec["seconds"] * total / 60
-            print(f"\nfenchel-cvx: the oracle took {rec['seconds']:.1f} s for round 1 on {m} points: "
-                  f"about {mins:.0f} min for the {total} rounds. --backend fast solves the same "
-                  f"blocks in a small fraction of that.", file=sys.stderr, flush=True)
+            print(
+                f"\nfenchel-cvx: the oracle took {rec['seconds']:.1f} s for round 1 on {m} points: "
+                f"about {mins:.0f} min for the {total} rounds. --backend fast solves the same "
+                f"blocks in a small fraction of that.",
+                file=sys.stderr,
+                flush=True,
+            )
+
     return estimate
 
 
@@ -461,8 +700,9 @@ def _start(args, resume):
     (``_record``)."""
     from .io import remove_temporaries
 
-    out = args.out if resume else _check_out("--out", args.out or _default_out(),
-                                             must_not_exist=True)
+    out = (
+        args.out if resume else _check_out("--out", args.out or _default_out(), must_not_exist=True)
+    )
     remove_temporaries(out)
     return out
 
@@ -475,8 +715,18 @@ def _record(args, out):
 
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     scale = PIXEL_SCALE[args.dataset]
-    write_json(out / "run.json", dict(saved, out=str(out), format=RUN_FORMAT, preprocessing=dict(
-        divide_by=scale, what=f"the pixels of {args.dataset} divided by {scale:g}, to [0, 1]")))
+    write_json(
+        out / "run.json",
+        dict(
+            saved,
+            out=str(out),
+            format=RUN_FORMAT,
+            preprocessing=dict(
+                divide_by=scale,
+                what=f"the pixels of {args.dataset} divided by {scale:g}, to [0, 1]",
+            ),
+        ),
+    )
 
 
 def _network(args, data):
@@ -484,10 +734,19 @@ def _network(args, data):
     from .network import LiftedNetwork, lenet5
 
     arch = args.arch or [data.n_features, 32, data.n_classes]
-    kw = dict(activation=args.activation, loss=args.loss, lam=args.lam, rho=args.rho,
-              seed=args.seed, dtype=args.dtype)
-    net = (lenet5(IMAGES[args.dataset], data.n_classes, **kw) if arch == "lenet5"
-           else LiftedNetwork(arch, **kw))
+    kw = dict(
+        activation=args.activation,
+        loss=args.loss,
+        lam=args.lam,
+        rho=args.rho,
+        seed=args.seed,
+        dtype=args.dtype,
+    )
+    net = (
+        lenet5(IMAGES[args.dataset], data.n_classes, **kw)
+        if arch == "lenet5"
+        else LiftedNetwork(arch, **kw)
+    )
     return net, "-".join(map(str, net.layer_sizes)) + (" (LeNet-5)" if arch == "lenet5" else "")
 
 
@@ -504,17 +763,23 @@ def _backend(args):
 
 
 def _banner(args, resume, n_train, n_test, arch, out):
-    algo = (f"Algorithm 1, {args.iterations} iterations" if args.batch_size is None else
-            f"Algorithm 2, batch {args.batch_size}, {args.epochs} epochs x {args.alternations} "
-            f"alternations, gamma={args.gamma}")
+    algo = (
+        f"Algorithm 1, {args.iterations} iterations"
+        if args.batch_size is None
+        else f"Algorithm 2, batch {args.batch_size}, {args.epochs} epochs x {args.alternations} "
+        f"alternations, gamma={args.gamma}"
+    )
     beta = args.momentum if isinstance(args.momentum, list) else [args.momentum]
     algo += f", momentum={args.momentum}" if any(beta) else ""
-    print(f"fenchel-cvx {'resume' if resume else 'train'}: {args.dataset} ({n_train} train / "
-          f"{n_test} test), {arch} {args.activation}, {args.loss}, lam={args.lam}, "
-          f"rho={args.rho}; {algo}; backend {args.backend}"
-          f"{' (compiled kernels)' if getattr(args, 'compile', None) else ''}; "
-          f"{args.threads} thread(s); "
-          f"output {out}", flush=True)
+    print(
+        f"fenchel-cvx {'resume' if resume else 'train'}: {args.dataset} ({n_train} train / "
+        f"{n_test} test), {arch} {args.activation}, {args.loss}, lam={args.lam}, "
+        f"rho={args.rho}; {algo}; backend {args.backend}"
+        f"{' (compiled kernels)' if getattr(args, 'compile', None) else ''}; "
+        f"{args.threads} thread(s); "
+        f"output {out}",
+        flush=True,
+    )
 
 
 def _interrupted(out, total):
@@ -522,11 +787,16 @@ def _interrupted(out, total):
     from .checkpoints import load_checkpoint
 
     if not (out / "checkpoint.npz").is_file():
-        print("\nfenchel-cvx: interrupted before the first round; nothing to resume", file=sys.stderr)
+        print(
+            "\nfenchel-cvx: interrupted before the first round; nothing to resume", file=sys.stderr
+        )
         return 130
     done = load_checkpoint(out)[1]["iteration"]
-    print(f"\nfenchel-cvx: interrupted after round {done} of {total}; the state is saved in "
-          f"{out / 'checkpoint.npz'}.\nContinue with:  fenchel-cvx resume {out}", file=sys.stderr)
+    print(
+        f"\nfenchel-cvx: interrupted after round {done} of {total}; the state is saved in "
+        f"{out / 'checkpoint.npz'}.\nContinue with:  fenchel-cvx resume {out}",
+        file=sys.stderr,
+    )
     return 130
 
 
@@ -534,13 +804,19 @@ def _summary(args, net, h, out, train, test, t0):
     """Write the history, the model and the plots; print the accuracies and the certificate."""
     from .plotting import plot_accuracy, plot_objectives
 
-    files = [h.save(out / "history.json"), net.save(out / "model.npz"), out / "objectives.png",
-             out / "accuracy.png"]
+    files = [
+        h.save(out / "history.json"),
+        net.save(out / "model.npz"),
+        out / "objectives.png",
+        out / "accuracy.png",
+    ]
     plot_objectives(h, files[2])
     plot_accuracy(h, files[3])
     last = h.last
-    line = (f"final train accuracy {last['train_accuracy']:.4f}, test accuracy "
-            f"{last['test_accuracy']:.4f}")
+    line = (
+        f"final train accuracy {last['train_accuracy']:.4f}, test accuracy "
+        f"{last['test_accuracy']:.4f}"
+    )
     if not args.no_baseline:
         from sklearn.linear_model import LogisticRegression
 
@@ -548,8 +824,11 @@ def _summary(args, net, h, out, train, test, t0):
         line += f" (logistic regression on the same split: {lr.score(test[0].T, test[1]):.4f})"
     print(line)
     if last["checked"]:
-        print(f"lifted objective {last['lifted_x']:.6g} <= network objective "
-              f"{last['network_x']:.6g} at the last X-sweep; ", end="")
+        print(
+            f"lifted objective {last['lifted_x']:.6g} <= network objective "
+            f"{last['network_x']:.6g} at the last X-sweep; ",
+            end="",
+        )
     print(f"certificate held at every iteration: {h.verdict}")
     print(f"wrote {', '.join(str(f) for f in files)} in {time.perf_counter() - t0:.1f} s")
 
@@ -565,29 +844,48 @@ def train(args, resume=False):
     try:
         data = _load(args)
         net, arch = _network(args, data)
-    except BaseException:   # a run that fails on its data leaves no folder it created
+    except BaseException:  # a run that fails on its data leaves no folder it created
         if new and out.is_dir() and not any(out.iterdir()):
             out.rmdir()
         raise
     if not resume:
         _record(args, out)
-    X, y = data.X_train[:, :args.train_size], data.y_train[:args.train_size]
+    X, y = data.X_train[:, : args.train_size], data.y_train[: args.train_size]
     X, X_test = X.astype(args.dtype, copy=False), data.X_test.astype(args.dtype, copy=False)
     Y, Y_test = datasets.one_hot(y, data.n_classes), datasets.one_hot(data.y_test, data.n_classes)
-    total = args.iterations if args.batch_size is None else args.epochs * args.alternations * (
-        -(-X.shape[1] // args.batch_size))
+    total = (
+        args.iterations
+        if args.batch_size is None
+        else args.epochs * args.alternations * (-(-X.shape[1] // args.batch_size))
+    )
     callback = None
     if args.backend == "cvxpy" and X.shape[1] > LARGE:
         callback = _oracle_estimate(total, X.shape[1])
     _banner(args, resume, X.shape[1], X_test.shape[1], arch, out)
     try:  # fit_bcd checkpoints on Ctrl-C; before it starts there is nothing to save
-        res = fit_bcd(net, X, Y, batch_size=args.batch_size, epochs=args.epochs,
-                      iterations=args.iterations, alternations=args.alternations, gamma=args.gamma,
-                      momentum=args.momentum,
-                      backend=_backend(args), strict=args.strict, tol=args.tol, X_test=X_test,
-                      Y_test=Y_test, progress=not args.quiet, eval_every=args.eval_every,
-                      check_every=args.check_every, callback=callback, checkpoint=out,
-                      checkpoint_every=args.checkpoint_every, resume=out if resume else None)
+        res = fit_bcd(
+            net,
+            X,
+            Y,
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            iterations=args.iterations,
+            alternations=args.alternations,
+            gamma=args.gamma,
+            momentum=args.momentum,
+            backend=_backend(args),
+            strict=args.strict,
+            tol=args.tol,
+            X_test=X_test,
+            Y_test=Y_test,
+            progress=not args.quiet,
+            eval_every=args.eval_every,
+            check_every=args.check_every,
+            callback=callback,
+            checkpoint=out,
+            checkpoint_every=args.checkpoint_every,
+            resume=out if resume else None,
+        )
     except KeyboardInterrupt:
         return _interrupted(out, total)
     res.history.config.update(dataset=args.dataset, train_size=int(X.shape[1]))
@@ -634,15 +932,19 @@ def _check_saved(path, saved):
             text = ("-" if action.dest == "arch" else ",").join(str(v) for v in value)
         else:
             text = value if isinstance(value, str) else json.dumps(value)
-        ok = isinstance(value, (str, int, float, list)) and not isinstance(value, bool) \
-            if action.type is not None or action.choices else isinstance(value, bool)
+        ok = (
+            isinstance(value, (str, int, float, list)) and not isinstance(value, bool)
+            if action.type is not None or action.choices
+            else isinstance(value, bool)
+        )
         try:
             ok = ok and (action.type is None or action.type(text) is not None)
         except (argparse.ArgumentTypeError, ValueError):
             ok = False
         if not ok or (action.choices and value not in action.choices):
-            raise FileFormatError(path, action.dest, f"a value {action.option_strings[0]} takes",
-                                  repr(value)[:200])
+            raise FileFormatError(
+                path, action.dest, f"a value {action.option_strings[0]} takes", repr(value)[:200]
+            )
 
 
 def resume(args):
@@ -653,8 +955,9 @@ def resume(args):
         _fail("run", f"{str(args.run)!r} holds no checkpoint.npz (nothing to resume)")
     _check_out("run", args.run)
     targs = build_parser().parse_args(["train"])
-    vars(targs).update(saved, out=args.run, quiet=args.quiet,
-                       threads=args.threads or saved.get("threads", 1))
+    vars(targs).update(
+        saved, out=args.run, quiet=args.quiet, threads=args.threads or saved.get("threads", 1)
+    )
     _before_settings(targs)
     with _threads(targs.threads):
         return train(targs, resume=True)
@@ -670,8 +973,10 @@ def _before_settings(args):
     before = dict(gamma=defaults.gamma_for(args.batch_size), momentum=0.0)
     if args.backend == "fast":
         before.update(BEFORE_SETTINGS if args.batch_size is not None else dict(gram_reuse=1))
-    vars(args).update({k: v for k, v in before.items() if getattr(args, k, None) is None},
-                      settings="before the training settings")
+    vars(args).update(
+        {k: v for k, v in before.items() if getattr(args, k, None) is None},
+        settings="before the training settings",
+    )
 
 
 def _model(flag, path):
@@ -684,7 +989,7 @@ def _model(flag, path):
         _fail(flag, f"{str(path)!r} is neither a model.npz nor a run folder holding one")
     try:
         net = LiftedNetwork.load(file)
-    except ValueError as err:   # FileFormatError: named as the argument
+    except ValueError as err:  # FileFormatError: named as the argument
         _fail(flag, str(err))
     return net, _run_args(file.parent) or {}
 
@@ -696,20 +1001,34 @@ def evaluate(args):
     net, run = _model("model", args.model)
     args.dataset = args.dataset or run.get("dataset")
     if args.dataset is None:
-        _fail("--dataset", "needed: the model is not in a run folder (one holding the run.json "
-                           "of 'fenchel-cvx train') that names its data set")
-    args.data_dir = args.data_dir or run.get("data_dir") if args.dataset == run.get("dataset") else args.data_dir
+        _fail(
+            "--dataset",
+            "needed: the model is not in a run folder (one holding the run.json "
+            "of 'fenchel-cvx train') that names its data set",
+        )
+    args.data_dir = (
+        args.data_dir or run.get("data_dir")
+        if args.dataset == run.get("dataset")
+        else args.data_dir
+    )
     args.seed = run.get("seed", 0) if args.seed is None else args.seed
     p_in, k = SHAPES[args.dataset]
     if (p_in, k) != (net.layer_sizes[0], net.layer_sizes[-1]):
-        _fail("--dataset", f"{args.dataset} has {p_in} features and {k} classes; the model "
-                           f"takes {net.layer_sizes[0]} and gives {net.layer_sizes[-1]}")
+        _fail(
+            "--dataset",
+            f"{args.dataset} has {p_in} features and {k} classes; the model "
+            f"takes {net.layer_sizes[0]} and gives {net.layer_sizes[-1]}",
+        )
     _check_data_dir(args)
     data = _load(args)
     X, y = (data.X_test, data.y_test) if args.split == "test" else (data.X_train, data.y_train)
-    loss, acc = evaluate_net(net, X.astype(net.W[0].dtype, copy=False), one_hot(y, data.n_classes), True)
-    print(f"{args.dataset} {args.split} ({X.shape[1]} points, seed {args.seed}): loss per point "
-          f"{loss:.6g}, accuracy {acc:.4f}")
+    loss, acc = evaluate_net(
+        net, X.astype(net.W[0].dtype, copy=False), one_hot(y, data.n_classes), True
+    )
+    print(
+        f"{args.dataset} {args.split} ({X.shape[1]} points, seed {args.seed}): loss per point "
+        f"{loss:.6g}, accuracy {acc:.4f}"
+    )
     return 0
 
 
@@ -732,9 +1051,11 @@ def _preprocess(args, run, A):
     scale = (run.get("preprocessing") or {}).get("divide_by", PIXEL_SCALE.get(run.get("dataset")))
     if args.raw or scale is None:
         return A
-    print(f"fenchel-cvx predict: input divided by {scale:g}, the run's preprocessing (the "
-          f"pixels of {run.get('dataset')} to [0, 1]); pass --raw if it is applied already",
-          file=sys.stderr)
+    print(
+        f"fenchel-cvx predict: input divided by {scale:g}, the run's preprocessing (the "
+        f"pixels of {run.get('dataset')} to [0, 1]); pass --raw if it is applied already",
+        file=sys.stderr,
+    )
     return A / scale
 
 
@@ -743,20 +1064,23 @@ def predict(args):
 
     from .files import read_points
 
-    if args.out is not None:   # before any work
+    if args.out is not None:  # before any work
         _destination("--out", args.out)
     net, run = _model("model", args.model)
     try:
         A = read_points(args.input, net.layer_sizes[0])
-    except ValueError as err:   # FileFormatError: named as the argument INPUT
+    except ValueError as err:  # FileFormatError: named as the argument INPUT
         _fail("input", str(err))
     Yhat = net.predict(_preprocess(args, run, A).T.astype(net.W[0].dtype))
     if args.output == "label":
         table, fmt = Yhat.argmax(axis=0)[:, None], "%d"
     elif args.output == "proba":
         if net.loss.probabilities is None:
-            _fail("--output", "proba needs a loss with class probabilities, such as "
-                              f"cross_entropy (this model's is {net.loss.name}); use --output raw")
+            _fail(
+                "--output",
+                "proba needs a loss with class probabilities, such as "
+                f"cross_entropy (this model's is {net.loss.name}); use --output raw",
+            )
         table, fmt = net.loss.probabilities(Yhat).T, "%.8g"
     else:
         table, fmt = Yhat.T, "%.8g"
@@ -792,7 +1116,7 @@ def main(argv=None):
         return 130
     except ValueError as err:
         sub.error(str(err))
-    except OSError as err:   # a disk filling up or a folder removed during the run
+    except OSError as err:  # a disk filling up or a folder removed during the run
         print(f"fenchel-cvx {args.command}: {err}", file=sys.stderr)
         return 1
     except Exception as err:

@@ -17,6 +17,7 @@ Every loader returns a :class:`Dataset` whose ``X_train`` / ``X_test`` have shap
 schedule that the lifted-network trainer and the backprop baselines share, so both see the same
 batches in the same order. Look data sets up by name: ``load_dataset("mnist5k")``.
 """
+
 import gzip
 import hashlib
 import io
@@ -43,8 +44,13 @@ class ChecksumError(FenchelError, ValueError):
 
 #: what each data set's pixels are divided by (to [0, 1]): the preprocessing a run records and
 #: ``fenchel-cvx predict`` applies to its input
-PIXEL_SCALE = {"digits": 16.0, "mnist5k": 255.0, "mnist": 255.0, "fashion-mnist": 255.0,
-               "cifar10": 255.0}
+PIXEL_SCALE = {
+    "digits": 16.0,
+    "mnist5k": 255.0,
+    "mnist": 255.0,
+    "fashion-mnist": 255.0,
+    "cifar10": 255.0,
+}
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: == on arrays would be ambiguous
@@ -64,8 +70,10 @@ class Dataset:
         return self.X_train.shape[0]
 
     def __repr__(self):
-        return (f"Dataset({self.name!r}, n_features={self.n_features}, m_train={self.X_train.shape[1]}, "
-                f"m_test={self.X_test.shape[1]}, n_classes={self.n_classes})")
+        return (
+            f"Dataset({self.name!r}, n_features={self.n_features}, m_train={self.X_train.shape[1]}, "
+            f"m_test={self.X_test.shape[1]}, n_classes={self.n_classes})"
+        )
 
     def for_tuning(self, validation=0, train_size=None):
         """The split to tune on without the test set: the last ``validation`` training points
@@ -75,9 +83,16 @@ class Dataset:
         ds, m = self, self.X_train.shape[1]
         if validation:
             if validation >= m:
-                raise ValueError(f"validation must be < the {m} training {points}, got {validation}")
-            ds = replace(ds, X_train=ds.X_train[:, :-validation], y_train=ds.y_train[:-validation],
-                         X_test=ds.X_train[:, -validation:], y_test=ds.y_train[-validation:])
+                raise ValueError(
+                    f"validation must be < the {m} training {points}, got {validation}"
+                )
+            ds = replace(
+                ds,
+                X_train=ds.X_train[:, :-validation],
+                y_train=ds.y_train[:-validation],
+                X_test=ds.X_train[:, -validation:],
+                y_test=ds.y_train[-validation:],
+            )
         m = ds.X_train.shape[1]
         if train_size and train_size > m:
             raise ValueError(f"train_size must be <= the {m} training {points}, got {train_size}")
@@ -97,8 +112,9 @@ def _split(name, X, y, n_classes, test_size, seed, image_shape):
     from sklearn.model_selection import train_test_split
 
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=test_size, random_state=seed, stratify=y)
-    return Dataset(name, Xtr.T, ytr.astype(np.int64), Xte.T, yte.astype(np.int64), n_classes,
-                   image_shape)
+    return Dataset(
+        name, Xtr.T, ytr.astype(np.int64), Xte.T, yte.astype(np.int64), n_classes, image_shape
+    )
 
 
 def load_digits(test_size=0.25, seed=0):
@@ -107,7 +123,9 @@ def load_digits(test_size=0.25, seed=0):
     from sklearn import datasets
 
     d = datasets.load_digits()
-    return _split("digits", d.data / PIXEL_SCALE["digits"], d.target, 10, test_size, seed, (1, 8, 8))
+    return _split(
+        "digits", d.data / PIXEL_SCALE["digits"], d.target, 10, test_size, seed, (1, 8, 8)
+    )
 
 
 def load_mnist5k(test_size=0.2, seed=0):
@@ -119,7 +137,15 @@ def load_mnist5k(test_size=0.2, seed=0):
     # reads the same file, to the same values, in about 0.4 s
     data = np.loadtxt(DATA_PATH, delimiter=",", dtype=np.uint8)
     X, y = data[:, :-1], data[:, -1].astype(np.int64)
-    return _split("mnist5k", X.astype(np.float64) / PIXEL_SCALE["mnist5k"], y, 10, test_size, seed, (1, 28, 28))
+    return _split(
+        "mnist5k",
+        X.astype(np.float64) / PIXEL_SCALE["mnist5k"],
+        y,
+        10,
+        test_size,
+        seed,
+        (1, 28, 28),
+    )
 
 
 # --- IDX files (MNIST, Fashion-MNIST) -------------------------------------------------------
@@ -130,26 +156,47 @@ def parse_idx(data, source="<bytes>"):
     """Parse the bytes of an IDX file (magic 0 0 dtype-code ndim, big-endian uint32 dims, data);
     a file that fails a check raises ``FileFormatError`` naming ``source``."""
     if len(data) < 4 or data[0] != 0 or data[1] != 0:
-        raise FileFormatError(source, "magic", "an IDX file (a magic number starting with two "
-                              "zero bytes)", repr(data[:4].hex() or "empty"))
+        raise FileFormatError(
+            source,
+            "magic",
+            "an IDX file (a magic number starting with two zero bytes)",
+            repr(data[:4].hex() or "empty"),
+        )
     code, ndim = data[2], data[3]
     if code not in _IDX_DTYPES:
-        raise FileFormatError(source, "dtype code", f"one of {', '.join(f'0x{c:02x}' for c in _IDX_DTYPES)}",
-                              f"unknown IDX dtype code 0x{code:02x}")
+        raise FileFormatError(
+            source,
+            "dtype code",
+            f"one of {', '.join(f'0x{c:02x}' for c in _IDX_DTYPES)}",
+            f"unknown IDX dtype code 0x{code:02x}",
+        )
     if ndim == 0 or len(data) < 4 + 4 * ndim:
-        raise FileFormatError(source, "header", f"{max(ndim, 1)} dimensions of 4 bytes",
-                              f"an IDX header truncated or with ndim={ndim}")
+        raise FileFormatError(
+            source,
+            "header",
+            f"{max(ndim, 1)} dimensions of 4 bytes",
+            f"an IDX header truncated or with ndim={ndim}",
+        )
     dims = tuple(int(d) for d in np.frombuffer(data, ">u4", count=ndim, offset=4))
     dtype = np.dtype(_IDX_DTYPES[code])
     expected = 4 + 4 * ndim + math.prod(dims) * dtype.itemsize
     if len(data) != expected:
-        raise FileFormatError(source, "size", f"{expected} bytes (its header: shape {dims})",
-                              f"{len(data)} bytes")
-    return np.frombuffer(data, dtype, offset=4 + 4 * ndim).reshape(dims).astype(dtype.newbyteorder("="))
+        raise FileFormatError(
+            source, "size", f"{expected} bytes (its header: shape {dims})", f"{len(data)} bytes"
+        )
+    return (
+        np.frombuffer(data, dtype, offset=4 + 4 * ndim)
+        .reshape(dims)
+        .astype(dtype.newbyteorder("="))
+    )
 
 
-_IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+_IDX_FILES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
 
 # Checksums of the *uncompressed* IDX content, so a file verifies whether it is stored raw or
 # gzipped (with any compressor settings). Archive checksums are of the mirror's .gz bytes.
@@ -159,27 +206,41 @@ _IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
 #  raw-content md5s as published by several independent loaders (e.g. md5sum after gunzip).
 _IDX_SOURCES = {
     "mnist": {
-        "mirrors": ("https://ossci-datasets.s3.amazonaws.com/mnist/",
-                    "https://storage.googleapis.com/cvdf-datasets/mnist/"),
-        "content": ("sha256", {
-            "train-images-idx3-ubyte": "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
-            "train-labels-idx1-ubyte": "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
-            "t10k-images-idx3-ubyte": "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
-            "t10k-labels-idx1-ubyte": "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2"}),
+        "mirrors": (
+            "https://ossci-datasets.s3.amazonaws.com/mnist/",
+            "https://storage.googleapis.com/cvdf-datasets/mnist/",
+        ),
+        "content": (
+            "sha256",
+            {
+                "train-images-idx3-ubyte": "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
+                "train-labels-idx1-ubyte": "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
+                "t10k-images-idx3-ubyte": "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
+                "t10k-labels-idx1-ubyte": "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
+            },
+        ),
         "archive": None,
     },
     "fashion-mnist": {
         "mirrors": ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",),
-        "content": ("md5", {
-            "train-images-idx3-ubyte": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
-            "train-labels-idx1-ubyte": "9018921c3c673c538a1fc5bad174d6f9",
-            "t10k-images-idx3-ubyte": "8181f5470baa50b63fa0f6fddb340f0a",
-            "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965"}),
-        "archive": ("md5", {
-            "train-images-idx3-ubyte": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
-            "train-labels-idx1-ubyte": "25c81989df183df01b3e8a0aad5dffbe",
-            "t10k-images-idx3-ubyte": "bef4ecab320f06d8554ea6380940ec79",
-            "t10k-labels-idx1-ubyte": "bb300cfdad3c16e7a12a480ee83cd310"}),
+        "content": (
+            "md5",
+            {
+                "train-images-idx3-ubyte": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
+                "train-labels-idx1-ubyte": "9018921c3c673c538a1fc5bad174d6f9",
+                "t10k-images-idx3-ubyte": "8181f5470baa50b63fa0f6fddb340f0a",
+                "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965",
+            },
+        ),
+        "archive": (
+            "md5",
+            {
+                "train-images-idx3-ubyte": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+                "train-labels-idx1-ubyte": "25c81989df183df01b3e8a0aad5dffbe",
+                "t10k-images-idx3-ubyte": "bef4ecab320f06d8554ea6380940ec79",
+                "t10k-labels-idx1-ubyte": "bb300cfdad3c16e7a12a480ee83cd310",
+            },
+        ),
     },
 }
 
@@ -192,7 +253,8 @@ def _resolve_dir(data_dir, subdir, loader):
         return Path(root) / subdir
     raise FileNotFoundError(
         f"{loader}: no data directory. Pass data_dir=... or set the environment variable "
-        f"FENCHEL_DATA to a folder that contains '{subdir}/' (e.g. FENCHEL_DATA=../shared/data).")
+        f"FENCHEL_DATA to a folder that contains '{subdir}/' (e.g. FENCHEL_DATA=../shared/data)."
+    )
 
 
 #: the largest IDX content read (MNIST's training images: 47 MB)
@@ -208,12 +270,12 @@ def _read_bytes(path, gz=None):
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(raw)) as f:
             content = f.read(_IDX_MAX_BYTES + 1)
-    except (OSError, EOFError, zlib.error) as err:   # gzip's own errors: a corrupt or cut file
-        raise FileFormatError(path, "gzip", "a complete gzip file",
-                              f"a corrupt gzip file ({err})") from None
+    except (OSError, EOFError, zlib.error) as err:  # gzip's own errors: a corrupt or cut file
+        raise FileFormatError(
+            path, "gzip", "a complete gzip file", f"a corrupt gzip file ({err})"
+        ) from None
     if len(content) > _IDX_MAX_BYTES:
-        raise FileFormatError(path, "gzip", f"at most {_IDX_MAX_BYTES} bytes uncompressed",
-                              "more")
+        raise FileFormatError(path, "gzip", f"at most {_IDX_MAX_BYTES} bytes uncompressed", "more")
     return content, raw
 
 
@@ -228,8 +290,10 @@ def _verify(kind, name, path, content, archive_bytes):
         a_algo, a_table = src["archive"]
         if hashlib.new(a_algo, archive_bytes).hexdigest() == a_table[name]:
             return
-    raise ChecksumError(f"{path}: {algo} of the uncompressed content is {got}, expected "
-                        f"{table[name]}; the file is corrupt or not the official {kind} release")
+    raise ChecksumError(
+        f"{path}: {algo} of the uncompressed content is {got}, expected "
+        f"{table[name]}; the file is corrupt or not the official {kind} release"
+    )
 
 
 def _download(kind, name, data_dir):
@@ -240,7 +304,10 @@ def _download(kind, name, data_dir):
         fd, tmp = tempfile.mkstemp(dir=data_dir, prefix=f".{name}.", suffix=".gz.part")
         tmp = Path(tmp)
         try:
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(mirror + target.name, timeout=60) as r:
+            with (
+                os.fdopen(fd, "wb") as out,
+                urllib.request.urlopen(mirror + target.name, timeout=60) as r,
+            ):
                 while block := r.read(1 << 20):
                     out.write(block)
             content, archive = _read_bytes(tmp, gz=True)
@@ -259,8 +326,10 @@ def _download(kind, name, data_dir):
 
 
 def _load_idx_set(kind, data_dir, download, verify, dtype):
-    validate(dict(data_dir=[PATH, None], download=BOOL, verify=BOOL),
-             dict(data_dir=data_dir, download=download, verify=verify))
+    validate(
+        dict(data_dir=[PATH, None], download=BOOL, verify=BOOL),
+        dict(data_dir=data_dir, download=download, verify=verify),
+    )
     dtype = check_dtype(dtype)
     loader = "load_" + kind.replace("-", "_")
     data_dir = _resolve_dir(data_dir, kind, loader)
@@ -270,23 +339,36 @@ def _load_idx_set(kind, data_dir, download, verify, dtype):
         if path is None and download:
             path = _download(kind, name, data_dir)
         elif path is None:
-            raise FileNotFoundError(f"{loader}: neither {name} nor {name}.gz in {data_dir}; "
-                                    "pass download=True to fetch it, or point data_dir / FENCHEL_DATA "
-                                    "at a folder holding the four IDX files")
+            raise FileNotFoundError(
+                f"{loader}: neither {name} nor {name}.gz in {data_dir}; "
+                "pass download=True to fetch it, or point data_dir / FENCHEL_DATA "
+                "at a folder holding the four IDX files"
+            )
         content, archive = _read_bytes(path)
         if verify:
             _verify(kind, name, path, content, archive)
         arrays[name] = (path, parse_idx(content, source=str(path)))
     out = []
     for split, m in (("train", 60000), ("t10k", 10000)):
-        (ipath, X), (lpath, y) = arrays[f"{split}-images-idx3-ubyte"], arrays[f"{split}-labels-idx1-ubyte"]
+        (ipath, X), (lpath, y) = (
+            arrays[f"{split}-images-idx3-ubyte"],
+            arrays[f"{split}-labels-idx1-ubyte"],
+        )
         if X.shape != (m, 28, 28) or X.dtype != np.uint8:
-            raise FileFormatError(ipath, "images", f"uint8 images of shape {(m, 28, 28)}",
-                                  f"{X.dtype} {X.shape}")
+            raise FileFormatError(
+                ipath, "images", f"uint8 images of shape {(m, 28, 28)}", f"{X.dtype} {X.shape}"
+            )
         if y.shape != (m,) or y.dtype != np.uint8 or y.max() > 9:
-            raise FileFormatError(lpath, "labels", f"{m} uint8 labels in 0..9", f"{y.dtype} {y.shape}"
-                                  + (f" with max {y.max()}" if y.size else ""))
-        out += [(X.reshape(m, 784).T / np.asarray(255, dtype)).astype(dtype, copy=False), y.astype(np.int64)]
+            raise FileFormatError(
+                lpath,
+                "labels",
+                f"{m} uint8 labels in 0..9",
+                f"{y.dtype} {y.shape}" + (f" with max {y.max()}" if y.size else ""),
+            )
+        out += [
+            (X.reshape(m, 784).T / np.asarray(255, dtype)).astype(dtype, copy=False),
+            y.astype(np.int64),
+        ]
     return Dataset(kind, out[0], out[1], out[2], out[3], 10, (1, 28, 28))
 
 
@@ -311,12 +393,14 @@ def load_fashion_mnist(data_dir=None, download=False, *, verify=False, dtype=np.
 _CIFAR_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
 #: md5 of each batch of the official python version (cifar-10-python.tar.gz, the digests
 #: published with it and used by torchvision)
-_CIFAR_MD5 = {"data_batch_1": "c99cafc152244af753f735de768cd75f",
-              "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
-              "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
-              "data_batch_4": "634d18415352ddfa80567beed471001a",
-              "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
-              "test_batch": "40351d587109b95175f43aff81a1287e"}
+_CIFAR_MD5 = {
+    "data_batch_1": "c99cafc152244af753f735de768cd75f",
+    "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+    "data_batch_4": "634d18415352ddfa80567beed471001a",
+    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+    "test_batch": "40351d587109b95175f43aff81a1287e",
+}
 #: images per batch, and images per class in the test batch and in the five training batches
 #: together, in the official release (binary version: 10,000 records of 3,073 bytes a file)
 _CIFAR_RELEASE = dict(images=10000, test_per_class=1000, train_per_class=5000)
@@ -324,7 +408,9 @@ _CIFAR_RECORD = 1 + 3072
 #: the largest batch file read: four times the official python batch (31 MB)
 _CIFAR_MAX_BYTES = 128 << 20
 _CIFAR_KEYS = {"data", "labels", "batch_label", "filenames"}
-_INTEGER_DTYPES = {f"{e}{k}{n}" for e in ("", "<", ">", "|", "=") for k in "iu" for n in (1, 2, 4, 8)}
+_INTEGER_DTYPES = {
+    f"{e}{k}{n}" for e in ("", "<", ">", "|", "=") for k in "iu" for n in (1, 2, 4, 8)
+}
 
 
 def _safe_dtype(name, align=False, copy=True):
@@ -333,11 +419,11 @@ def _safe_dtype(name, align=False, copy=True):
     if isinstance(name, bytes):
         name = name.decode("latin1")
     if not isinstance(name, str) or name not in _INTEGER_DTYPES:
-        raise pickle.UnpicklingError(f"refused the dtype {name!r} (a CIFAR-10 batch holds "
-                                     f"integers only)")
-    if align not in (0, 1) or copy not in (0, 1):   # Python 2 pickles pass the ints 0 and 1
-        raise pickle.UnpicklingError(f"refused numpy.dtype's flags align={align!r}, "
-                                     f"copy={copy!r}")
+        raise pickle.UnpicklingError(
+            f"refused the dtype {name!r} (a CIFAR-10 batch holds integers only)"
+        )
+    if align not in (0, 1) or copy not in (0, 1):  # Python 2 pickles pass the ints 0 and 1
+        raise pickle.UnpicklingError(f"refused numpy.dtype's flags align={align!r}, copy={copy!r}")
     return _Built(np.dtype(name))
 
 
@@ -370,26 +456,41 @@ def _dtype_state(dtype, state):
     ``(3, byteorder, None, None, None, -1, -1, 0)``; any other state is refused."""
     order = state[1] if isinstance(state, tuple) and len(state) == 8 else None
     order = order.decode("latin1") if isinstance(order, bytes) else order
-    if order not in ("<", ">", "|", "=") or state[0] != 3 or \
-            state[2:] != (None, None, None, -1, -1, 0):
-        raise pickle.UnpicklingError(f"refused the dtype state {state!r} (a plain integer "
-                                     f"dtype's is (3, byteorder, None, None, None, -1, -1, 0))")
+    if (
+        order not in ("<", ">", "|", "=")
+        or state[0] != 3
+        or state[2:] != (None, None, None, -1, -1, 0)
+    ):
+        raise pickle.UnpicklingError(
+            f"refused the dtype state {state!r} (a plain integer "
+            f"dtype's is (3, byteorder, None, None, None, -1, -1, 0))"
+        )
     return dtype.newbyteorder(order) if order in "<>" else dtype
 
 
 def _array_state(state):
     """The array of NumPy's pickled state ``(1, shape, dtype, is_fortran, raw bytes)``, built
     from the bytes (which must be exactly the shape's)."""
-    if not (isinstance(state, tuple) and len(state) == 5 and state[0] == 1
-            and isinstance(state[1], tuple) and all(type(n) is int and n >= 0 for n in state[1])
-            and isinstance(state[2], _Built) and isinstance(state[2].value, np.dtype)
-            and state[3] in (0, 1) and isinstance(state[4], bytes)):
-        raise pickle.UnpicklingError(f"refused the array state {str(state)[:200]} (NumPy "
-                                     f"pickles (1, shape, dtype, is_fortran, bytes))")
+    if not (
+        isinstance(state, tuple)
+        and len(state) == 5
+        and state[0] == 1
+        and isinstance(state[1], tuple)
+        and all(type(n) is int and n >= 0 for n in state[1])
+        and isinstance(state[2], _Built)
+        and isinstance(state[2].value, np.dtype)
+        and state[3] in (0, 1)
+        and isinstance(state[4], bytes)
+    ):
+        raise pickle.UnpicklingError(
+            f"refused the array state {str(state)[:200]} (NumPy "
+            f"pickles (1, shape, dtype, is_fortran, bytes))"
+        )
     shape, dtype, data = state[1], state[2].value, state[4]
     if math.prod(shape) * dtype.itemsize != len(data):
-        raise pickle.UnpicklingError(f"refused an array of shape {shape} and dtype {dtype} from "
-                                     f"{len(data)} bytes")
+        raise pickle.UnpicklingError(
+            f"refused an array of shape {shape} and dtype {dtype} from {len(data)} bytes"
+        )
     return np.frombuffer(data, dtype).reshape(shape, order="F" if state[3] else "C")
 
 
@@ -414,8 +515,10 @@ class _Admitted:
 
 
 def _refuse_ndarray_call(*args):
-    raise pickle.UnpicklingError("refused calling numpy.ndarray directly (a CIFAR-10 batch "
-                                 "builds its arrays through _reconstruct)")
+    raise pickle.UnpicklingError(
+        "refused calling numpy.ndarray directly (a CIFAR-10 batch "
+        "builds its arrays through _reconstruct)"
+    )
 
 
 #: what the global ``numpy.ndarray`` unpickles to: accepted as ``_reconstruct``'s first
@@ -427,15 +530,19 @@ _NDARRAY = _Admitted(_refuse_ndarray_call, "numpy.ndarray")
 def _safe_reconstruct(cls, shape, typecode):
     """NumPy's ``_reconstruct`` of a plain ``ndarray`` (no subclass): an array to be built
     from its state (:class:`_Built`)."""
-    if cls is not _NDARRAY or shape != (0,):   # NumPy pickles an empty array, then its state
+    if cls is not _NDARRAY or shape != (0,):  # NumPy pickles an empty array, then its state
         raise pickle.UnpicklingError(f"refused reconstructing {cls!r} of shape {shape!r}")
     return _Built(None)
 
 
 def _safe_frombuffer(buf, dtype, shape, order):
     """NumPy's ``_frombuffer`` (pickle protocol 5) of the bytes of a dtype the unpickler built."""
-    if not isinstance(dtype, _Built) or not isinstance(dtype.value, np.dtype) or \
-            not isinstance(buf, (bytes, bytearray)) or order not in ("C", "F"):
+    if (
+        not isinstance(dtype, _Built)
+        or not isinstance(dtype.value, np.dtype)
+        or not isinstance(buf, (bytes, bytearray))
+        or order not in ("C", "F")
+    ):
         raise pickle.UnpicklingError(f"refused _frombuffer of {type(buf).__name__} as {dtype!r}")
     return _array_state((1, shape, dtype, order == "F", bytes(buf)))
 
@@ -443,8 +550,9 @@ def _safe_frombuffer(buf, dtype, shape, order):
 def _latin1(text, encoding):
     """``_codecs.encode(text, "latin1")``: how Python 3's protocol 2 pickles bytes."""
     if not isinstance(text, str) or encoding != "latin1":
-        raise pickle.UnpicklingError(f"refused _codecs.encode of {type(text).__name__} "
-                                     f"to {encoding!r}")
+        raise pickle.UnpicklingError(
+            f"refused _codecs.encode of {type(text).__name__} to {encoding!r}"
+        )
     return text.encode("latin1")
 
 
@@ -456,24 +564,32 @@ class _BatchUnpickler(pickle.Unpickler):
     built from it: no code in a data file runs."""
 
     ADMITTED = {("numpy", "ndarray"): _NDARRAY} | {
-        (module, name): _Admitted(fn, f"{module}.{name}") for module, name, fn in [
+        (module, name): _Admitted(fn, f"{module}.{name}")
+        for module, name, fn in [
             ("numpy.core.multiarray", "_reconstruct", _safe_reconstruct),
             ("numpy._core.multiarray", "_reconstruct", _safe_reconstruct),
             ("numpy", "dtype", _safe_dtype),
             ("numpy.core.numeric", "_frombuffer", _safe_frombuffer),
             ("numpy._core.numeric", "_frombuffer", _safe_frombuffer),
-            ("_codecs", "encode", _latin1)]}
+            ("_codecs", "encode", _latin1),
+        ]
+    }
 
     def find_class(self, module, name):
         if (module, name) not in self.ADMITTED:
-            raise pickle.UnpicklingError(f"refused the global {module}.{name} (a CIFAR-10 batch "
-                                         f"holds only NumPy integer arrays, lists and text)")
+            raise pickle.UnpicklingError(
+                f"refused the global {module}.{name} (a CIFAR-10 batch "
+                f"holds only NumPy integer arrays, lists and text)"
+            )
         return self.ADMITTED[(module, name)]
 
 
 #: the arguments of a declared length of 4 or 8 bytes (long strings, bytes), by their ``n``
-_LONG_ARGS = {pickletools.TAKEN_FROM_ARGUMENT4: 4, pickletools.TAKEN_FROM_ARGUMENT4U: 4,
-              pickletools.TAKEN_FROM_ARGUMENT8U: 8}
+_LONG_ARGS = {
+    pickletools.TAKEN_FROM_ARGUMENT4: 4,
+    pickletools.TAKEN_FROM_ARGUMENT4U: 4,
+    pickletools.TAKEN_FROM_ARGUMENT8U: 8,
+}
 #: opcodes that store into the unpickler's memo, whose index must stay below the opcode count
 _MEMO_PUTS = {"PUT", "BINPUT", "LONG_BINPUT"}
 
@@ -487,20 +603,25 @@ def _opcodes(data):
         pos, code = f.tell(), f.read(1)
         op = pickletools.code2op.get(code.decode("latin1"))
         if op is None:
-            raise ValueError(f"at byte {pos}: " + (f"the unknown opcode {code!r}" if code
-                                                   else "no STOP opcode"))
+            raise ValueError(
+                f"at byte {pos}: " + (f"the unknown opcode {code!r}" if code else "no STOP opcode")
+            )
         width = _LONG_ARGS.get(op.arg.n) if op.arg else None
-        try:   # a length past the end of the data: ValueError, before anything is read
-            if width:                   # a long string or bytes: its length, then skipped
-                n = int.from_bytes(f.read(width), "little",
-                                   signed=op.arg.n == pickletools.TAKEN_FROM_ARGUMENT4)
+        try:  # a length past the end of the data: ValueError, before anything is read
+            if width:  # a long string or bytes: its length, then skipped
+                n = int.from_bytes(
+                    f.read(width), "little", signed=op.arg.n == pickletools.TAKEN_FROM_ARGUMENT4
+                )
                 if not 0 <= n <= len(data) - f.tell():
                     raise ValueError(f"a length of {n} bytes, {len(data) - f.tell()} remain")
                 f.seek(n, 1)
                 arg = None
             else:
-                arg = (pickletools.read_stringnl(f, decode=False) if op.name == "STRING"
-                       else op.arg and op.arg.reader(f))
+                arg = (
+                    pickletools.read_stringnl(f, decode=False)
+                    if op.name == "STRING"
+                    else op.arg and op.arg.reader(f)
+                )
         except ValueError as err:
             raise ValueError(f"at byte {pos}: {err}") from None
         yield op, arg, pos
@@ -513,31 +634,50 @@ def _scan_pickle(path, data):
     (strings, bytes, longs, frames) must fit in what remains of the file, memo indices must
     stay below the number of opcodes read (a large one would make the unpickler grow its memo
     to gigabytes), and every global, where the pickle spells it out, must be an admitted one."""
-    strings, memo = [None, None], {}   # the last two values pushed, where known text
+    strings, memo = [None, None], {}  # the last two values pushed, where known text
     try:
         for count, (op, arg, pos) in enumerate(_opcodes(data)):
             if op.name == "FRAME" and arg > len(data) - pos - 9:
-                raise ValueError(f"at byte {pos}: a frame of {arg} bytes, "
-                                 f"{len(data) - pos - 9} remain")
+                raise ValueError(
+                    f"at byte {pos}: a frame of {arg} bytes, {len(data) - pos - 9} remain"
+                )
             if op.name in _MEMO_PUTS and arg > count:
                 raise ValueError(f"at byte {pos}: the memo index {arg} after {count} opcodes")
             if op.name in _MEMO_PUTS or op.name == "MEMOIZE":
                 memo[len(memo) if arg is None else arg] = strings[-1]
                 continue
-            name = (tuple(arg.split(" ")) if op.name == "GLOBAL" else
-                    tuple(strings) if op.name == "STACK_GLOBAL" else None)
+            name = (
+                tuple(arg.split(" "))
+                if op.name == "GLOBAL"
+                else tuple(strings)
+                if op.name == "STACK_GLOBAL"
+                else None
+            )
             if name and None not in name and name not in _BatchUnpickler.ADMITTED:
-                raise pickle.UnpicklingError(f"refused the global {'.'.join(name)} (a CIFAR-10 "
-                                             f"batch holds only NumPy integer arrays, lists and "
-                                             f"text)")
-            strings = [strings[-1], memo.get(arg) if "GET" in op.name else
-                       arg if isinstance(arg, str) and "UNICODE" in op.name else None]
+                raise pickle.UnpicklingError(
+                    f"refused the global {'.'.join(name)} (a CIFAR-10 "
+                    f"batch holds only NumPy integer arrays, lists and "
+                    f"text)"
+                )
+            strings = [
+                strings[-1],
+                memo.get(arg)
+                if "GET" in op.name
+                else arg
+                if isinstance(arg, str) and "UNICODE" in op.name
+                else None,
+            ]
     except pickle.UnpicklingError as err:
-        raise FileFormatError(path, "pickle", "a CIFAR-10 python batch", str(err),
-                              "nothing from the file was run") from None
-    except ValueError as err:       # a length past the end of the file, an unknown opcode
-        raise FileFormatError(path, "pickle", "a complete CIFAR-10 python batch",
-                              f"a truncated or foreign pickle of {len(data)} bytes ({err})") from None
+        raise FileFormatError(
+            path, "pickle", "a CIFAR-10 python batch", str(err), "nothing from the file was run"
+        ) from None
+    except ValueError as err:  # a length past the end of the file, an unknown opcode
+        raise FileFormatError(
+            path,
+            "pickle",
+            "a complete CIFAR-10 python batch",
+            f"a truncated or foreign pickle of {len(data)} bytes ({err})",
+        ) from None
 
 
 def _unpickle_batch(path):
@@ -547,19 +687,27 @@ def _unpickle_batch(path):
     _scan_pickle(path, data)
     try:
         batch = _BatchUnpickler(io.BytesIO(data), encoding="bytes").load()
-        if isinstance(batch, dict):   # the arrays built from their state, in place of _Built
+        if isinstance(batch, dict):  # the arrays built from their state, in place of _Built
             return {k: v.value if isinstance(v, _Built) else v for k, v in batch.items()}
         return batch
     except pickle.UnpicklingError as err:
         if str(err).startswith("refused"):
-            raise FileFormatError(path, "pickle", "a CIFAR-10 python batch", str(err),
-                                  "nothing from the file was run") from None
-        raise FileFormatError(path, "pickle", "a complete CIFAR-10 python batch",
-                              f"a truncated or foreign pickle of {len(data)} bytes ({err})") from None
+            raise FileFormatError(
+                path, "pickle", "a CIFAR-10 python batch", str(err), "nothing from the file was run"
+            ) from None
+        raise FileFormatError(
+            path,
+            "pickle",
+            "a complete CIFAR-10 python batch",
+            f"a truncated or foreign pickle of {len(data)} bytes ({err})",
+        ) from None
     except Exception as err:  # noqa: BLE001 -- any other failure of load() on a checked pickle
-        raise FileFormatError(path, "pickle", "a complete CIFAR-10 python batch",
-                              f"a truncated or foreign pickle of {len(data)} bytes "
-                              f"({type(err).__name__}: {err})") from None
+        raise FileFormatError(
+            path,
+            "pickle",
+            "a complete CIFAR-10 python batch",
+            f"a truncated or foreign pickle of {len(data)} bytes ({type(err).__name__}: {err})",
+        ) from None
 
 
 def _read_cifar_batch(path):
@@ -568,9 +716,16 @@ def _read_cifar_batch(path):
     if not isinstance(d, dict):
         raise FileFormatError(path, "", "a dict (a CIFAR-10 python batch)", type(d).__name__)
     keys = {k.decode("latin1") if isinstance(k, bytes) else k for k in d}
-    if not all(isinstance(k, (bytes, str)) for k in d) or not {"data", "labels"} <= keys <= _CIFAR_KEYS:
-        raise FileFormatError(path, "keys", f"'data' and 'labels' (and at most "
-                              f"{sorted(_CIFAR_KEYS - {'data', 'labels'})})", sorted(map(str, d)))
+    if (
+        not all(isinstance(k, (bytes, str)) for k in d)
+        or not {"data", "labels"} <= keys <= _CIFAR_KEYS
+    ):
+        raise FileFormatError(
+            path,
+            "keys",
+            f"'data' and 'labels' (and at most {sorted(_CIFAR_KEYS - {'data', 'labels'})})",
+            sorted(map(str, d)),
+        )
     d = {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in d.items()}
     X, labels = d["data"], d["labels"]
     if not isinstance(X, np.ndarray) or X.dtype != np.uint8 or X.ndim != 2 or X.shape[1] != 3072:
@@ -578,10 +733,16 @@ def _read_cifar_batch(path):
         raise FileFormatError(path, "data", "uint8 images of shape (N, 3072)", found)
     _check_stored(path, "data", X)
     ints = isinstance(labels, list) and all(type(v) is int for v in labels)
-    ints = ints or (isinstance(labels, np.ndarray) and labels.dtype.kind in "iu" and labels.ndim == 1)
+    ints = ints or (
+        isinstance(labels, np.ndarray) and labels.dtype.kind in "iu" and labels.ndim == 1
+    )
     if not ints or len(labels) != X.shape[0]:
-        raise FileFormatError(path, "labels", f"a list of {X.shape[0]} integers",
-                              f"{type(labels).__name__} of {len(labels) if ints else '?'} entries")
+        raise FileFormatError(
+            path,
+            "labels",
+            f"a list of {X.shape[0]} integers",
+            f"{type(labels).__name__} of {len(labels) if ints else '?'} entries",
+        )
     if isinstance(labels, np.ndarray):
         _check_stored(path, "labels", labels)
     return X, _cifar_labels(path, np.asarray(labels, dtype=np.int64))
@@ -592,9 +753,12 @@ def _check_stored(path, field, A):
     repeats a few bytes as terabytes) or of more bytes than the file has."""
     size = path.stat().st_size
     if not (A.flags.c_contiguous or A.flags.f_contiguous) or A.nbytes > size:
-        raise FileFormatError(path, field, f"a contiguous array of at most the file's {size} "
-                              f"bytes", f"{A.nbytes} bytes of shape {A.shape} and strides "
-                              f"{A.strides}")
+        raise FileFormatError(
+            path,
+            field,
+            f"a contiguous array of at most the file's {size} bytes",
+            f"{A.nbytes} bytes of shape {A.shape} and strides {A.strides}",
+        )
 
 
 def _cifar_labels(path, y):
@@ -609,8 +773,12 @@ def _read_cifar_bin(path):
     path = check_file(path, "CIFAR-10 binary batch", _CIFAR_MAX_BYTES)
     size = path.stat().st_size
     if size % _CIFAR_RECORD:
-        raise FileFormatError(path, "size", f"a multiple of {_CIFAR_RECORD} bytes (records of a "
-                              f"label and 3072 pixels)", f"{size} bytes")
+        raise FileFormatError(
+            path,
+            "size",
+            f"a multiple of {_CIFAR_RECORD} bytes (records of a label and 3072 pixels)",
+            f"{size} bytes",
+        )
     raw = np.fromfile(path, np.uint8).reshape(-1, _CIFAR_RECORD)
     return raw[:, 1:], _cifar_labels(path, raw[:, 0].astype(np.int64))
 
@@ -625,11 +793,13 @@ def _cifar_files(data_dir):
     folder = data_dir / "cifar-10-batches-py"
     folder = folder if folder.is_dir() else data_dir
     missing = [str(folder / n) for n in _CIFAR_BATCHES if not (folder / n).is_file()]
-    if missing:   # before reading anything
-        raise FileNotFoundError(f"load_cifar10: {', '.join(missing)} not found (expected the "
-                                f"CIFAR-10 python batches {', '.join(_CIFAR_BATCHES)} in "
-                                f"{folder}, or the binary ones, <name>.bin, in "
-                                f"{data_dir / 'cifar-10-batches-bin'})")
+    if missing:  # before reading anything
+        raise FileNotFoundError(
+            f"load_cifar10: {', '.join(missing)} not found (expected the "
+            f"CIFAR-10 python batches {', '.join(_CIFAR_BATCHES)} in "
+            f"{folder}, or the binary ones, <name>.bin, in "
+            f"{data_dir / 'cifar-10-batches-bin'})"
+        )
     return "python", [folder / n for n in _CIFAR_BATCHES]
 
 
@@ -641,20 +811,28 @@ def _verify_cifar(version, paths, batches):
         for path in paths:
             got = hashlib.md5(path.read_bytes()).hexdigest()
             if got != _CIFAR_MD5[path.name]:
-                raise ChecksumError(f"{path}: md5 is {got}, expected {_CIFAR_MD5[path.name]}; "
-                                    f"the file is corrupt or not the official CIFAR-10 release")
+                raise ChecksumError(
+                    f"{path}: md5 is {got}, expected {_CIFAR_MD5[path.name]}; "
+                    f"the file is corrupt or not the official CIFAR-10 release"
+                )
         return
     for path, (X, _) in zip(paths, batches):
         if X.shape[0] != _CIFAR_RELEASE["images"]:
-            raise ChecksumError(f"{path}: {X.shape[0]} images, expected the official release's "
-                                f"{_CIFAR_RELEASE['images']}")
-    for which, ys, n in (("test", [batches[-1][1]], "test_per_class"),
-                         ("training", [y for _, y in batches[:-1]], "train_per_class")):
+            raise ChecksumError(
+                f"{path}: {X.shape[0]} images, expected the official release's "
+                f"{_CIFAR_RELEASE['images']}"
+            )
+    for which, ys, n in (
+        ("test", [batches[-1][1]], "test_per_class"),
+        ("training", [y for _, y in batches[:-1]], "train_per_class"),
+    ):
         counts = np.bincount(np.concatenate(ys), minlength=10)
         if not np.all(counts == _CIFAR_RELEASE[n]):
-            raise ChecksumError(f"{paths[-1] if which == 'test' else paths[0].parent}: the "
-                                f"{which} images per class are {counts.tolist()}, expected "
-                                f"{_CIFAR_RELEASE[n]} each (the official release)")
+            raise ChecksumError(
+                f"{paths[-1] if which == 'test' else paths[0].parent}: the "
+                f"{which} images per class are {counts.tolist()}, expected "
+                f"{_CIFAR_RELEASE[n]} each (the official release)"
+            )
 
 
 def load_cifar10(data_dir=None, *, verify=False, dtype=np.float64):
@@ -707,10 +885,14 @@ def one_hot(y, n_classes):
     n_classes = check("n_classes", n_classes, COUNT)
     y = np.asarray(y)
     if y.ndim != 1 or not (np.issubdtype(y.dtype, np.integer) or y.size == 0):
-        raise ValueError(f"y must be a 1-D array of integer labels, got dtype {y.dtype} shape {y.shape}")
+        raise ValueError(
+            f"y must be a 1-D array of integer labels, got dtype {y.dtype} shape {y.shape}"
+        )
     if y.size and (y.min() < 0 or y.max() >= n_classes):
         bad = y[(y < 0) | (y >= n_classes)][0]
-        raise ValueError(f"y must hold labels in 0..{n_classes - 1} (n_classes={n_classes}), got {bad}")
+        raise ValueError(
+            f"y must hold labels in 0..{n_classes - 1} (n_classes={n_classes}), got {bad}"
+        )
     Y = np.zeros((n_classes, y.size))
     Y[y.astype(np.intp), np.arange(y.size)] = 1.0
     return Y
@@ -722,11 +904,13 @@ def batch_order(m, batch_size, epochs, seed=0):
     Epoch ``e`` is the permutation of ``range(m)`` drawn by ``np.random.default_rng([seed, e])``,
     cut into consecutive batches of ``batch_size`` (the last one may be smaller).
     """
-    v = validate(dict(m=COUNT, batch_size=COUNT, epochs=COUNT, seed=SEED),
-                 dict(m=m, batch_size=batch_size, epochs=epochs, seed=seed))
+    v = validate(
+        dict(m=COUNT, batch_size=COUNT, epochs=COUNT, seed=SEED),
+        dict(m=m, batch_size=batch_size, epochs=epochs, seed=seed),
+    )
     m, batch_size, epochs, seed = v["m"], v["batch_size"], v["epochs"], v["seed"]
     order = []
     for e in range(epochs):
         perm = np.random.default_rng([seed, e]).permutation(m)
-        order.append([perm[i:i + batch_size] for i in range(0, m, batch_size)])
+        order.append([perm[i : i + batch_size] for i in range(0, m, batch_size)])
     return order

@@ -37,6 +37,7 @@ Two kinds of default live here:
 
 Change a value here and every consumer follows.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -73,6 +74,7 @@ class Setting:
     ``w_steps`` per layer, W_0 first; ``x_steps`` per hidden layer, X_1 first; ``gram_reuse``
     per layer. Steps None: every block solved to the tolerance; ``gram_reuse`` None: the
     backend's (a fresh Gram every solve)."""
+
     lam: tuple | float
     rho: tuple
     gamma: tuple
@@ -103,10 +105,15 @@ class Dense:
     def for_layers(self, n_hidden):
         def pair(values):
             return (values[0],) * n_hidden + (values[1],)
-        return Setting(lam=_per_hidden(self.lam, n_hidden), rho=(self.rho,) * (n_hidden + 1),
-                       gamma=pair(self.gamma), momentum=pair(self.momentum),
-                       w_steps=pair(self.w_steps),
-                       x_steps=(self.x_steps,) * n_hidden if n_hidden else None)
+
+        return Setting(
+            lam=_per_hidden(self.lam, n_hidden),
+            rho=(self.rho,) * (n_hidden + 1),
+            gamma=pair(self.gamma),
+            momentum=pair(self.momentum),
+            w_steps=pair(self.w_steps),
+            x_steps=(self.x_steps,) * n_hidden if n_hidden else None,
+        )
 
 
 class LeNet5:
@@ -115,14 +122,21 @@ class LeNet5:
     setting (``paper_hyperparameters.from_reference([5, 5, 1, 1], [1e-4, 1e-2, 1, 1, 1])``)."""
 
     n_hidden = 4
-    setting = Setting(lam=(10.0, 10.0, 2.0, 2.0), rho=(0.0, 0.0, 0.0, 0.0, 0.3),
-                      gamma=(1e-4, 1e-2, 0.3, 0.3, 1.0), momentum=(0.98, 0.98, 0.3, 0.3, 0.0),
-                      w_steps=(1,) * 5, x_steps=(1, 1, 10, 10), gram_reuse=(40, 40, 1, 1, 1))
+    setting = Setting(
+        lam=(10.0, 10.0, 2.0, 2.0),
+        rho=(0.0, 0.0, 0.0, 0.0, 0.3),
+        gamma=(1e-4, 1e-2, 0.3, 0.3, 1.0),
+        momentum=(0.98, 0.98, 0.3, 0.3, 0.0),
+        w_steps=(1,) * 5,
+        x_steps=(1, 1, 10, 10),
+        gram_reuse=(40, 40, 1, 1, 1),
+    )
 
     def for_layers(self, n_hidden):
         if n_hidden != self.n_hidden:
-            raise ValueError(f"the lenet5 setting is for {self.n_hidden} hidden layers, "
-                             f"got {n_hidden}")
+            raise ValueError(
+                f"the lenet5 setting is for {self.n_hidden} hidden layers, got {n_hidden}"
+            )
         return self.setting
 
 
@@ -134,9 +148,12 @@ class FullBatch:
     lam, rho = 10.0, 1.0
 
     def for_layers(self, n_hidden):
-        return Setting(lam=_per_hidden(self.lam, n_hidden), rho=(self.rho,) * (n_hidden + 1),
-                       gamma=(GAMMA_FULL_BATCH,) * (n_hidden + 1),
-                       momentum=(0.0,) * (n_hidden + 1))
+        return Setting(
+            lam=_per_hidden(self.lam, n_hidden),
+            rho=(self.rho,) * (n_hidden + 1),
+            gamma=(GAMMA_FULL_BATCH,) * (n_hidden + 1),
+            momentum=(0.0,) * (n_hidden + 1),
+        )
 
 
 def _per_hidden(value, n_hidden):

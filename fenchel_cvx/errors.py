@@ -54,5 +54,6 @@ class FileFormatError(FenchelError, ValueError):
     def __init__(self, path, field, expected, found, hint=""):
         self.path, self.field, self.expected, self.found = str(path), field, expected, found
         where = f"{self.path}: {field}" if field else self.path
-        super().__init__(f"{where}: expected {expected}, found {found}"
-                         + (f"; {hint}" if hint else ""))
+        super().__init__(
+            f"{where}: expected {expected}, found {found}" + (f"; {hint}" if hint else "")
+        )

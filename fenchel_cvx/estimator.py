@@ -27,6 +27,7 @@ put the estimator after a scaler in a ``Pipeline`` when the raw features are lar
 ``predict`` uses the feed-forward network ``W_L X~_L^ff`` (the lifted variables are a training
 device); the classifier's ``predict_proba`` is the softmax of those logits.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -72,7 +73,7 @@ from .validation import (
 )
 
 LayerValues: TypeAlias = "float | Sequence[float] | None"  # a number, one per layer, or the default
-Steps: TypeAlias = "int | Sequence[int] | str | None"     # a cap, one per block, "tol" or default
+Steps: TypeAlias = "int | Sequence[int] | str | None"  # a cap, one per block, "tol" or default
 
 #: activations an estimator accepts by name (``monotone`` needs a function: pass an Activation)
 ESTIMATOR_ACTIVATIONS = tuple(activation_names())
@@ -82,20 +83,35 @@ ESTIMATOR_ACTIVATIONS = tuple(activation_names())
 def _constraints(n_hidden, losses):
     """The constraints of the hyperparameters, for ``n_hidden`` hidden layers."""
     L = n_hidden
-    return dict(activation=[Options(ESTIMATOR_ACTIVATIONS), InstanceOf(Activation, "an Activation")],
-                loss=Options(losses), lam=[None, PerLayer(LAM, max(L, 1))],
-                rho=[None, PerLayer(RHO, L + 1)], gamma=[None, PerLayer(GAMMA, L + 1)],
-                momentum=[None, PerLayer(MOMENTUM, L + 1)], threads=[None, COUNT],
-                compile=[Options(("auto",)), BOOL],
-                w_steps=[None, Options(("tol",)), PerLayer(COUNT, L + 1)],
-                x_steps=[None, Options(("tol",))] + ([PerLayer(COUNT, L)] if L else []),
-                batch_size=[None, Options(("auto",)), COUNT],
-                epochs=ROUNDS, alternations=ROUNDS, iterations=ROUNDS, tol=TOL, check_every=COUNT,
-                strict=[BOOL, None], verbose=[BOOL, Interval(numbers.Integral, 0, None)],
-                warm_start=BOOL, early_stopping=BOOL, validation_fraction=FRACTION,
-                n_iter_no_change=COUNT,
-                random_state=[Interval(numbers.Integral, 0, 2 ** 32 - 1),
-                              InstanceOf(np.random.RandomState, "a numpy RandomState"), None])
+    return dict(
+        activation=[Options(ESTIMATOR_ACTIVATIONS), InstanceOf(Activation, "an Activation")],
+        loss=Options(losses),
+        lam=[None, PerLayer(LAM, max(L, 1))],
+        rho=[None, PerLayer(RHO, L + 1)],
+        gamma=[None, PerLayer(GAMMA, L + 1)],
+        momentum=[None, PerLayer(MOMENTUM, L + 1)],
+        threads=[None, COUNT],
+        compile=[Options(("auto",)), BOOL],
+        w_steps=[None, Options(("tol",)), PerLayer(COUNT, L + 1)],
+        x_steps=[None, Options(("tol",))] + ([PerLayer(COUNT, L)] if L else []),
+        batch_size=[None, Options(("auto",)), COUNT],
+        epochs=ROUNDS,
+        alternations=ROUNDS,
+        iterations=ROUNDS,
+        tol=TOL,
+        check_every=COUNT,
+        strict=[BOOL, None],
+        verbose=[BOOL, Interval(numbers.Integral, 0, None)],
+        warm_start=BOOL,
+        early_stopping=BOOL,
+        validation_fraction=FRACTION,
+        n_iter_no_change=COUNT,
+        random_state=[
+            Interval(numbers.Integral, 0, 2**32 - 1),
+            InstanceOf(np.random.RandomState, "a numpy RandomState"),
+            None,
+        ],
+    )
 
 
 def _real(name, A):
@@ -112,7 +128,7 @@ class _EpochMonitor:
     ``n_iter_no_change`` epochs without an improvement of more than ``IMPROVEMENT`` (then the
     best weights are restored), and with ``verbose`` a line per epoch."""
 
-    IMPROVEMENT = 1e-4   # MLPClassifier's default tol (our ``tol`` is the block solvers')
+    IMPROVEMENT = 1e-4  # MLPClassifier's default tol (our ``tol`` is the block solvers')
 
     def __init__(self, est, rounds, X_val, Y_val):
         self.est, self.rounds, self.X_val, self.Y_val = est, rounds, X_val, Y_val
@@ -141,8 +157,10 @@ class _EpochMonitor:
         if est.verbose:
             print(line)
         if stop and est.verbose:
-            print(f"Validation score did not improve more than tol={self.IMPROVEMENT} for "
-                  f"{est.n_iter_no_change} consecutive epochs. Stopping.")
+            print(
+                f"Validation score did not improve more than tol={self.IMPROVEMENT} for "
+                f"{est.n_iter_no_change} consecutive epochs. Stopping."
+            )
         return stop
 
     def finish(self):
@@ -172,34 +190,52 @@ class _FenchelBase(BaseEstimator):
         values = {k: getattr(self, k) for k in constraints}
         check_backend(self.backend)
         by_name = isinstance(self.backend, str) and self.backend == "fast"
-        for name, what in (("w_steps", "steps"), ("x_steps", "steps"), ("threads", "threads"),
-                           ("compile", "kernels")):
+        for name, what in (
+            ("w_steps", "steps"),
+            ("x_steps", "steps"),
+            ("threads", "threads"),
+            ("compile", "kernels"),
+        ):
             if values[name] not in (None, False, "auto") and not by_name:
-                raise ValueError(f"{name}={values[name]!r} sets the {what} of the fast backend by "
-                                 f"name: it needs backend='fast' (a backend object keeps its "
-                                 f"own), got backend={self.backend!r}")
-        if by_name and values["compile"] is True:   # refused before any work, with what to install
+                raise ValueError(
+                    f"{name}={values[name]!r} sets the {what} of the fast backend by "
+                    f"name: it needs backend='fast' (a backend object keeps its "
+                    f"own), got backend={self.backend!r}"
+                )
+        if by_name and values["compile"] is True:  # refused before any work, with what to install
             from .fast.fused import require_compiler
 
             require_compiler()
         # strict: every block must pass the certificate, so no step caps unless given
         strict = isinstance(self.strict, (bool, np.bool_)) and bool(self.strict)
         steps = ("w_steps", "x_steps") if by_name and not strict else ()
-        defaults.training("dense", len(sizes), batched=partial or values["batch_size"] is not None
-                          ).fill(values, ("lam", "rho", "gamma", "momentum") + steps)
+        defaults.training(
+            "dense", len(sizes), batched=partial or values["batch_size"] is not None
+        ).fill(values, ("lam", "rho", "gamma", "momentum") + steps)
         p = validate(constraints, values)
         to_tol = {k: None if p[k] == "tol" else p[k] for k in ("w_steps", "x_steps")}
-        return dict(p, **to_tol, sizes=sizes, lam=p["lam"][:len(sizes)] or 1.0,
-                    dtype=check_dtype(self.dtype))
+        return dict(
+            p,
+            **to_tol,
+            sizes=sizes,
+            lam=p["lam"][: len(sizes)] or 1.0,
+            dtype=check_dtype(self.dtype),
+        )
 
     def _make_backend(self, params):
         if not isinstance(self.backend, str):
             return self.backend
         if self.backend == "fast":
             threads = {} if params["threads"] is None else dict(threads=params["threads"])
-            return get_backend("fast", tol=self.tol, dtype=params["dtype"].name,
-                               w_steps=params["w_steps"], x_steps=params["x_steps"],
-                               compile=params["compile"], **threads)
+            return get_backend(
+                "fast",
+                tol=self.tol,
+                dtype=params["dtype"].name,
+                w_steps=params["w_steps"],
+                x_steps=params["x_steps"],
+                compile=params["compile"],
+                **threads,
+            )
         return get_backend(self.backend, tol=self.tol)
 
     def _seed(self):
@@ -207,18 +243,29 @@ class _FenchelBase(BaseEstimator):
 
     # --- training ---------------------------------------------------------------------------
     def _new_network(self, params, n_in, n_out):
-        return LiftedNetwork((n_in, *params["sizes"], n_out), activation=self.activation,
-                             loss=self.loss, lam=params["lam"], rho=params["rho"], seed=self._seed(),
-                             dtype=params["dtype"])
+        return LiftedNetwork(
+            (n_in, *params["sizes"], n_out),
+            activation=self.activation,
+            loss=self.loss,
+            lam=params["lam"],
+            rho=params["rho"],
+            seed=self._seed(),
+            dtype=params["dtype"],
+        )
 
     def _train(self, params, X, Y, partial):
         """Run the BCD driver on rows-are-samples ``X`` and ``Y``; set the learned attributes."""
         X_val = Y_val = None
         if self.early_stopping and not partial:
             stratify = Y.argmax(axis=1) if is_classifier(self) else None
-            X, X_val, Y, Y_val = train_test_split(X, Y, test_size=self.validation_fraction,
-                                                  random_state=self._seed(), stratify=stratify)
-        X0, Yc = X.T, Y.T          # the boundary: columns are data points from here on
+            X, X_val, Y, Y_val = train_test_split(
+                X,
+                Y,
+                test_size=self.validation_fraction,
+                random_state=self._seed(),
+                stratify=stratify,
+            )
+        X0, Yc = X.T, Y.T  # the boundary: columns are data points from here on
         m = X0.shape[1]
         if partial:
             kwargs = dict(batch_size=m, epochs=1, alternations=params["alternations"])
@@ -226,22 +273,34 @@ class _FenchelBase(BaseEstimator):
             kwargs = dict(iterations=params["iterations"])
         else:
             bs = min(200, m) if params["batch_size"] == "auto" else min(params["batch_size"], m)
-            kwargs = dict(batch_size=bs, epochs=params["epochs"],
-                          alternations=params["alternations"])
-        rounds = 1 if "iterations" in kwargs else -(-m // kwargs["batch_size"]) * kwargs["alternations"]
+            kwargs = dict(
+                batch_size=bs, epochs=params["epochs"], alternations=params["alternations"]
+            )
+        rounds = (
+            1 if "iterations" in kwargs else -(-m // kwargs["batch_size"]) * kwargs["alternations"]
+        )
         monitor = _EpochMonitor(self, rounds, X_val, Y_val)
         # momentum's last change (None while fit_bcd runs: Ctrl-C or an error leaves none stale)
         W_prev, self._W_prev = getattr(self, "_W_prev", None), None
         try:
-            result = fit_bcd(self.network_, X0, Yc, gamma=params["gamma"],
-                             momentum=params["momentum"], W_prev=W_prev,
-                             backend=self._make_backend(params), strict=self.strict,
-                             progress=int(self.verbose) >= 2, callback=monitor,
-                             eval_every=rounds, check_every=params["check_every"],
-                             **kwargs)
+            result = fit_bcd(
+                self.network_,
+                X0,
+                Yc,
+                gamma=params["gamma"],
+                momentum=params["momentum"],
+                W_prev=W_prev,
+                backend=self._make_backend(params),
+                strict=self.strict,
+                progress=int(self.verbose) >= 2,
+                callback=monitor,
+                eval_every=rounds,
+                check_every=params["check_every"],
+                **kwargs,
+            )
         finally:
-            self.coefs_ = self.network_.W    # after Ctrl-C too: the last finished round's
-        if getattr(self, "history_", None) is not None:    # partial_fit or warm_start
+            self.coefs_ = self.network_.W  # after Ctrl-C too: the last finished round's
+        if getattr(self, "history_", None) is not None:  # partial_fit or warm_start
             offset = len(self.history_)
             for rec in result.history:
                 rec["iteration"] += offset
@@ -269,12 +328,14 @@ class _FenchelBase(BaseEstimator):
             self.validation_scores_ = [] if self.early_stopping else None
             self.best_validation_score_ = None
             self._W_prev = None
-        else:   # a warm start or a later partial_fit: the same network, this call's objective
+        else:  # a warm start or a later partial_fit: the same network, this call's objective
             fitted = tuple(self.network_.layer_sizes[1:-1])
             if fitted != tuple(params["sizes"]):
-                raise ValueError(f"hidden_layer_sizes={tuple(params['sizes'])} differs from the "
-                                 f"fitted network's {fitted}: warm_start and partial_fit go on "
-                                 f"with the same network (warm_start=False fits a new one)")
+                raise ValueError(
+                    f"hidden_layer_sizes={tuple(params['sizes'])} differs from the "
+                    f"fitted network's {fitted}: warm_start and partial_fit go on "
+                    f"with the same network (warm_start=False fits a new one)"
+                )
             if params["sizes"]:
                 self.network_.lam = list(params["lam"])
             self.network_.rho = list(params["rho"])
@@ -288,10 +349,10 @@ class _FenchelBase(BaseEstimator):
         """scikit-learn's ``validate_data``, with the package's own checks (``validation.py``)
         around it: complex entries and a scale that overflows the working dtype are refused by
         the name of ``X`` or ``y``."""
-        _real("X", check_plain("X", X))    # no mask dropped, no numeric string parsed
+        _real("X", check_plain("X", X))  # no mask dropped, no numeric string parsed
         if y is not None and not isinstance(y, str):
             _real("y", y)
-            if isinstance(y, np.ma.MaskedArray):   # (labels may be strings: y's objects pass)
+            if isinstance(y, np.ma.MaskedArray):  # (labels may be strings: y's objects pass)
                 check_plain("y", y)
         dtype = check_dtype(self.dtype) if dtype is None else dtype
         if isinstance(y, str) and y == "no_validation":
@@ -471,21 +532,37 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
     """
 
     _losses = tuple(loss_names("classification"))
-    classes_: np.ndarray   # set by fit (a fitted attribute: no class-level value)
+    classes_: np.ndarray  # set by fit (a fitted attribute: no class-level value)
 
-    def __init__(self, hidden_layer_sizes: Sequence[int] = (100,),
-                 activation: str | Activation = "relu", loss: str = "cross_entropy",
-                 lam: LayerValues = None, rho: LayerValues = None, gamma: LayerValues = None,
-                 batch_size: int | str | None = "auto", epochs: int = 10,
-                 alternations: int = defaults.ALTERNATIONS,
-                 iterations: int = defaults.ITERATIONS, backend: Any = "fast",
-                 tol: float = 1e-3, dtype: str = "float64", strict: bool | None = None,
-                 verbose: bool | int = False, random_state: Any = None,
-                 warm_start: bool = False, early_stopping: bool = False,
-                 validation_fraction: float = 0.1, n_iter_no_change: int = 10,
-                 momentum: LayerValues = None, w_steps: Steps = None, x_steps: Steps = None,
-                 check_every: int = 1, threads: int | dict[str, int] | None = None,
-                 compile: bool | str = "auto") -> None:
+    def __init__(
+        self,
+        hidden_layer_sizes: Sequence[int] = (100,),
+        activation: str | Activation = "relu",
+        loss: str = "cross_entropy",
+        lam: LayerValues = None,
+        rho: LayerValues = None,
+        gamma: LayerValues = None,
+        batch_size: int | str | None = "auto",
+        epochs: int = 10,
+        alternations: int = defaults.ALTERNATIONS,
+        iterations: int = defaults.ITERATIONS,
+        backend: Any = "fast",
+        tol: float = 1e-3,
+        dtype: str = "float64",
+        strict: bool | None = None,
+        verbose: bool | int = False,
+        random_state: Any = None,
+        warm_start: bool = False,
+        early_stopping: bool = False,
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
+        momentum: LayerValues = None,
+        w_steps: Steps = None,
+        x_steps: Steps = None,
+        check_every: int = 1,
+        threads: int | dict[str, int] | None = None,
+        compile: bool | str = "auto",
+    ) -> None:
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -526,11 +603,15 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         check_classification_targets(y)
         classes, reset = np.unique(y), self._reset()
         if len(classes) < 2:
-            raise ValueError(f"FenchelClassifier needs samples of at least 2 classes, got 1 class "
-                             f"({classes[0]!r})")
+            raise ValueError(
+                f"FenchelClassifier needs samples of at least 2 classes, got 1 class "
+                f"({classes[0]!r})"
+            )
         if not reset and not np.isin(classes, self.classes_).all():
-            raise ValueError(f"warm_start can only continue on the classes of the first fit "
-                             f"({self.classes_!r}), got {classes!r}")
+            raise ValueError(
+                f"warm_start can only continue on the classes of the first fit "
+                f"({self.classes_!r}), got {classes!r}"
+            )
         if reset:
             self.classes_ = classes
         return self._fit(X, self._one_hot(y), reset=reset, partial=False)
@@ -555,12 +636,15 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
                 raise ValueError(f"classes must hold at least 2 classes, got {classes!r}")
             self.classes_ = classes
         elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
-            raise ValueError(f"classes must be the same as on the first call to partial_fit "
-                             f"({self.classes_!r}), got {classes!r}")
+            raise ValueError(
+                f"classes must be the same as on the first call to partial_fit "
+                f"({self.classes_!r}), got {classes!r}"
+            )
         unknown = np.setdiff1d(y, self.classes_)
         if unknown.size:
-            raise ValueError(f"y holds labels that are not in classes ({self.classes_!r}): "
-                             f"{unknown!r}")
+            raise ValueError(
+                f"y holds labels that are not in classes ({self.classes_!r}): {unknown!r}"
+            )
         return self._fit(X, self._one_hot(y), reset=first, partial=True)
 
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -609,19 +693,35 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
 
     _losses = tuple(loss_names("regression"))
 
-    def __init__(self, hidden_layer_sizes: Sequence[int] = (100,),
-                 activation: str | Activation = "relu", loss: str = "mse",
-                 lam: LayerValues = None, rho: LayerValues = None, gamma: LayerValues = None,
-                 batch_size: int | str | None = "auto", epochs: int = 10,
-                 alternations: int = defaults.ALTERNATIONS,
-                 iterations: int = defaults.ITERATIONS, backend: Any = "fast",
-                 tol: float = 1e-3, dtype: str = "float64", strict: bool | None = None,
-                 verbose: bool | int = False, random_state: Any = None,
-                 warm_start: bool = False, early_stopping: bool = False,
-                 validation_fraction: float = 0.1, n_iter_no_change: int = 10,
-                 momentum: LayerValues = None, w_steps: Steps = None, x_steps: Steps = None,
-                 check_every: int = 1, threads: int | dict[str, int] | None = None,
-                 compile: bool | str = "auto") -> None:
+    def __init__(
+        self,
+        hidden_layer_sizes: Sequence[int] = (100,),
+        activation: str | Activation = "relu",
+        loss: str = "mse",
+        lam: LayerValues = None,
+        rho: LayerValues = None,
+        gamma: LayerValues = None,
+        batch_size: int | str | None = "auto",
+        epochs: int = 10,
+        alternations: int = defaults.ALTERNATIONS,
+        iterations: int = defaults.ITERATIONS,
+        backend: Any = "fast",
+        tol: float = 1e-3,
+        dtype: str = "float64",
+        strict: bool | None = None,
+        verbose: bool | int = False,
+        random_state: Any = None,
+        warm_start: bool = False,
+        early_stopping: bool = False,
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
+        momentum: LayerValues = None,
+        w_steps: Steps = None,
+        x_steps: Steps = None,
+        check_every: int = 1,
+        threads: int | dict[str, int] | None = None,
+        compile: bool | str = "auto",
+    ) -> None:
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -657,8 +757,9 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
         if first:
             self.n_outputs_ = Y.shape[1]
         elif Y.shape[1] != self.n_outputs_:
-            raise ValueError(f"y must have {self.n_outputs_} outputs as on the first call, got "
-                             f"shape {y.shape}")
+            raise ValueError(
+                f"y must have {self.n_outputs_} outputs as on the first call, got shape {y.shape}"
+            )
         return Y
 
     def fit(self, X: Any, y: Any) -> FenchelRegressor:

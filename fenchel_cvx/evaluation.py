@@ -5,6 +5,7 @@ network's own figures on the training and test data: the loss of the feed-forwar
 ``L(Y, W_L X~_L^ff)`` per data point (the data term of eq. (3)) and, for one-hot targets, the
 accuracy of its arg-max. ``fit_bcd(eval_every=k)`` sets how often (:func:`evaluator`).
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,11 @@ def is_one_hot(Y) -> bool:
     """
     xp = namespace(Y)
     Y = xp.asarray(Y)
-    return (math.prod(Y.shape) > 0 and bool(xp.all((Y == 0) | (Y == 1)))
-            and bool(xp.all(xp.sum(Y, axis=0) == 1)))
+    return (
+        math.prod(Y.shape) > 0
+        and bool(xp.all((Y == 0) | (Y == 1)))
+        and bool(xp.all(xp.sum(Y, axis=0) == 1))
+    )
 
 
 def evaluate(net, X0, Y, classification=None):
@@ -42,12 +46,17 @@ def evaluate(net, X0, Y, classification=None):
 def evaluator(X0, Y, X_test, Y_test, classification, eval_every):
     """The train and test evaluation of a round (every ``eval_every`` rounds and at the end of
     every epoch; never for ``eval_every=None``): ``evaluate_round(net, step)``, a dict."""
+
     def evaluate_round(net, step):
         due = eval_every is not None and (step.iteration % eval_every == 0 or step.end_of_epoch)
         tr = evaluate(net, X0, Y, classification) if due else (None, None)
-        te = (evaluate(net, X_test, Y_test, classification) if due and X_test is not None
-              else (None, None))
+        te = (
+            evaluate(net, X_test, Y_test, classification)
+            if due and X_test is not None
+            else (None, None)
+        )
         return dict(train_loss=tr[0], train_accuracy=tr[1], test_loss=te[0], test_accuracy=te[1])
+
     return evaluate_round
 
 
@@ -55,5 +64,10 @@ def initial_figures(net, X0, Y, X_test, Y_test, classification) -> dict:
     """The feed-forward figures before the first round (the history's ``config.initial``)."""
     tr = evaluate(net, X0, Y, classification)
     te = evaluate(net, X_test, Y_test, classification) if X_test is not None else (None, None)
-    return dict(network_objective=net.network_objective(X0, Y, checked=False),
-                train_loss=tr[0], train_accuracy=tr[1], test_loss=te[0], test_accuracy=te[1])
+    return dict(
+        network_objective=net.network_objective(X0, Y, checked=False),
+        train_loss=tr[0],
+        train_accuracy=tr[1],
+        test_loss=te[0],
+        test_accuracy=te[1],
+    )

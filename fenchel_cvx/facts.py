@@ -33,8 +33,10 @@ class Named:
 def stub(fact):
     """A base class's placeholder for the method ``fact``: it raises ``NotImplementedError``,
     and ``has_fact`` reads it as absent."""
+
     def missing(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} has no {fact}")
+
     missing.__name__, missing.missing_fact = fact, True
     return missing
 
@@ -52,8 +54,10 @@ def require(obj, facts, who):
     cls = obj if isinstance(obj, type) else type(obj)
     for fact in facts:
         if not has_fact(obj, fact):
-            raise ValueError(f"{cls.__name__} lacks the fact {fact!r}, which {who} needs: "
-                             f"define {cls.__name__}.{fact}")
+            raise ValueError(
+                f"{cls.__name__} lacks the fact {fact!r}, which {who} needs: "
+                f"define {cls.__name__}.{fact}"
+            )
     return obj
 
 
@@ -72,14 +76,17 @@ class Registry(dict):
 
     def register(self, cls):
         if not (isinstance(cls, type) and issubclass(cls, self.base)):
-            raise ValueError(f"register_{self.kind} takes a subclass of {self.base.__name__}, "
-                             f"got {cls!r}")
+            raise ValueError(
+                f"register_{self.kind} takes a subclass of {self.base.__name__}, got {cls!r}"
+            )
         require(cls, self.facts, "every solver")
         held = self.get(cls.name)
         if held is not None and _where(held) != _where(cls):
-            raise ValueError(f"the {self.kind} name {cls.name!r} is taken by "
-                             f"{held.__qualname__} of {held.__module__}, refused for "
-                             f"{cls.__qualname__} of {cls.__module__}: give it another name")
+            raise ValueError(
+                f"the {self.kind} name {cls.name!r} is taken by "
+                f"{held.__qualname__} of {held.__module__}, refused for "
+                f"{cls.__qualname__} of {cls.__module__}: give it another name"
+            )
         self[cls.name] = cls
         return cls
 

@@ -21,6 +21,7 @@ and the lifted variables ``X_l`` (the format is in ``io.py``).
 Files the package writes carry their format and version (``io.py``; ``History.to_dict``;
 ``run.json``), so a later release can read or convert them.
 """
+
 from __future__ import annotations
 
 import json
@@ -67,8 +68,12 @@ def _read_text(path, what):
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise FileFormatError(path, f"byte {err.start}", f"UTF-8 text ({what})",
-                              f"the byte {raw[err.start:err.start + 1]!r}") from None
+        raise FileFormatError(
+            path,
+            f"byte {err.start}",
+            f"UTF-8 text ({what})",
+            f"the byte {raw[err.start : err.start + 1]!r}",
+        ) from None
 
 
 def read_json(path, what, want=dict, max_bytes=MAX_JSON_BYTES):
@@ -83,17 +88,26 @@ def parse_json(path, field, text, want=dict):
         value = json.loads(text)
     except json.JSONDecodeError as err:
         where = f"{field} " if field else ""
-        raise FileFormatError(path, f"{where}line {err.lineno} column {err.colno}".strip(),
-                              "JSON", f"{err.msg}") from None
+        raise FileFormatError(
+            path, f"{where}line {err.lineno} column {err.colno}".strip(), "JSON", f"{err.msg}"
+        ) from None
     if not isinstance(value, want):
-        raise FileFormatError(path, field, f"a JSON {_json_type(want)}",
-                              f"a JSON {_json_type(type(value))}")
+        raise FileFormatError(
+            path, field, f"a JSON {_json_type(want)}", f"a JSON {_json_type(type(value))}"
+        )
     return value
 
 
 def _json_type(cls):
-    return {dict: "object", list: "array", str: "string", int: "number", float: "number",
-            bool: "boolean", type(None): "null"}.get(cls, cls.__name__)
+    return {
+        dict: "object",
+        list: "array",
+        str: "string",
+        int: "number",
+        float: "number",
+        bool: "boolean",
+        type(None): "null",
+    }.get(cls, cls.__name__)
 
 
 def check_format(path, meta, expected):
@@ -103,19 +117,28 @@ def check_format(path, meta, expected):
     family, _, version = expected.rpartition("/")
     found = meta.get("format")
     if not isinstance(found, str):
-        raise FileFormatError(path, "meta.format", f"the format {expected!r}",
-                              "no format string" if found is None else repr(found),
-                              "the file was not written by fenchel_cvx")
+        raise FileFormatError(
+            path,
+            "meta.format",
+            f"the format {expected!r}",
+            "no format string" if found is None else repr(found),
+            "the file was not written by fenchel_cvx",
+        )
     f_family, _, f_version = found.rpartition("/")
     if f_family != family:
         raise FileFormatError(path, "meta.format", f"the format {expected!r}", repr(found))
     if not f_version.isdigit() or int(f_version) < 1:
-        raise FileFormatError(path, "meta.format", f"a version number after '{family}/'",
-                              repr(found))
+        raise FileFormatError(
+            path, "meta.format", f"a version number after '{family}/'", repr(found)
+        )
     if int(f_version) > int(version):
         raise FileFormatError(
-            path, "meta.format", f"version {version} or older of {family}", f"version {f_version}",
-            "it was written by a newer fenchel_cvx: read it with that release, or upgrade")
+            path,
+            "meta.format",
+            f"version {version} or older of {family}",
+            f"version {f_version}",
+            "it was written by a newer fenchel_cvx: read it with that release, or upgrade",
+        )
     return int(f_version)
 
 
@@ -128,13 +151,17 @@ def _member_header(zf, info, path):
         except ValueError as err:
             raise FileFormatError(path, field, "the .npy magic string", str(err)) from None
         if version not in ((1, 0), (2, 0)):
-            raise FileFormatError(path, field, ".npy format version 1.0 or 2.0",
-                                  f"version {version[0]}.{version[1]}")
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)
+            raise FileFormatError(
+                path, field, ".npy format version 1.0 or 2.0", f"version {version[0]}.{version[1]}"
+            )
+        read = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
         try:
             shape, fortran, dtype = read(f)
-        except (ValueError, tokenize.TokenError) as err:   # numpy tokenizes the header
+        except (ValueError, tokenize.TokenError) as err:  # numpy tokenizes the header
             raise FileFormatError(path, field, "a .npy header", str(err)) from None
         return shape, dtype, fortran, f.tell()
 
@@ -148,13 +175,21 @@ class NpzFile:
     def __init__(self, path, what):
         self.path, self.what = check_file(path, what), what
         if not zipfile.is_zipfile(self.path):
-            raise FileFormatError(self.path, "", f"a {what} (.npz: a zip of .npy arrays)",
-                                  "no zip directory: the file is cut short or not an .npz")
+            raise FileFormatError(
+                self.path,
+                "",
+                f"a {what} (.npz: a zip of .npy arrays)",
+                "no zip directory: the file is cut short or not an .npz",
+            )
         try:
             self.zip = zipfile.ZipFile(self.path)
-        except (zipfile.BadZipFile, NotImplementedError) as err:   # e.g. "zip file version 17.5"
-            raise FileFormatError(self.path, "zip directory", "a readable zip directory",
-                                  f"{type(err).__name__}: {err}") from None
+        except (zipfile.BadZipFile, NotImplementedError) as err:  # e.g. "zip file version 17.5"
+            raise FileFormatError(
+                self.path,
+                "zip directory",
+                "a readable zip directory",
+                f"{type(err).__name__}: {err}",
+            ) from None
         try:
             self.headers = self._read_headers()
         except BaseException:
@@ -168,35 +203,61 @@ class NpzFile:
             name = info.filename
             if not name.endswith(".npy") or "/" in name:
                 raise FileFormatError(self.path, name, "only .npy members", f"the member {name!r}")
-            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or \
-                    info.flag_bits & 0x1:
-                raise FileFormatError(self.path, name, "a stored or deflated member, as "
-                                      "numpy.savez writes", f"compression method "
-                                      f"{info.compress_type}, flags {info.flag_bits:#x}")
+            if (
+                info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+                or info.flag_bits & 0x1
+            ):
+                raise FileFormatError(
+                    self.path,
+                    name,
+                    "a stored or deflated member, as numpy.savez writes",
+                    f"compression method {info.compress_type}, flags {info.flag_bits:#x}",
+                )
             if info.header_offset + info.compress_size > size:
-                raise FileFormatError(self.path, name, "a member inside the file",
-                                      "a member that runs past the end of the file (cut short)")
-            if info.header_offset < 0:          # the directory's offset of itself is damaged
-                raise FileFormatError(self.path, name, "a member inside the file", f"a member "
-                                      f"at the offset {info.header_offset}, before its start")
+                raise FileFormatError(
+                    self.path,
+                    name,
+                    "a member inside the file",
+                    "a member that runs past the end of the file (cut short)",
+                )
+            if info.header_offset < 0:  # the directory's offset of itself is damaged
+                raise FileFormatError(
+                    self.path,
+                    name,
+                    "a member inside the file",
+                    f"a member at the offset {info.header_offset}, before its start",
+                )
             try:
                 shape, dtype, fortran, header = _member_header(self.zip, info, self.path)
             except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as err:
-                raise FileFormatError(self.path, name, "a readable zip member",
-                                      f"{type(err).__name__}: {err}") from None
+                raise FileFormatError(
+                    self.path, name, "a readable zip member", f"{type(err).__name__}: {err}"
+                ) from None
             if dtype.hasobject:
-                raise FileFormatError(self.path, name, "an array of numbers or text",
-                                      f"dtype {dtype} (Python objects are never unpickled)")
+                raise FileFormatError(
+                    self.path,
+                    name,
+                    "an array of numbers or text",
+                    f"dtype {dtype} (Python objects are never unpickled)",
+                )
             nbytes = math.prod(shape) * dtype.itemsize
             if header + nbytes != info.file_size:
-                raise FileFormatError(self.path, name, f"{header + nbytes} bytes (its header: "
-                                      f"{dtype} of shape {shape})", f"{info.file_size} bytes")
+                raise FileFormatError(
+                    self.path,
+                    name,
+                    f"{header + nbytes} bytes (its header: {dtype} of shape {shape})",
+                    f"{info.file_size} bytes",
+                )
             headers[name[:-4]] = (tuple(shape), dtype)
             total += nbytes
         budget = memory_budget()
         if budget is not None and total > budget:
-            raise FileFormatError(self.path, "arrays", f"at most this machine's {_size(budget)}",
-                                  f"{_size(total)} of arrays")
+            raise FileFormatError(
+                self.path,
+                "arrays",
+                f"at most this machine's {_size(budget)}",
+                f"{_size(total)} of arrays",
+            )
         return headers
 
     def __enter__(self):
@@ -210,23 +271,39 @@ class NpzFile:
 
     def require(self, names):
         """Refuse the file unless it holds exactly the arrays ``names`` (a set of names)."""
-        missing, extra = sorted(set(names) - set(self.headers)), sorted(set(self.headers) - set(names))
+        missing, extra = (
+            sorted(set(names) - set(self.headers)),
+            sorted(set(self.headers) - set(names)),
+        )
         if missing or extra:
-            found = "; ".join(filter(None, [missing and f"missing {', '.join(missing)}",
-                                            extra and f"unexpected {', '.join(extra)}"]))
-            raise FileFormatError(self.path, "arrays", f"the arrays {', '.join(sorted(names))}",
-                                  found)
+            found = "; ".join(
+                filter(
+                    None,
+                    [
+                        missing and f"missing {', '.join(missing)}",
+                        extra and f"unexpected {', '.join(extra)}",
+                    ],
+                )
+            )
+            raise FileFormatError(
+                self.path, "arrays", f"the arrays {', '.join(sorted(names))}", found
+            )
 
     def _read(self, name):
         try:
             with self.zip.open(f"{name}.npy") as f:
                 return np.lib.format.read_array(f, allow_pickle=False)
-        except (zipfile.BadZipFile, zlib.error, EOFError) as err:   # CRC or deflate failure
-            raise FileFormatError(self.path, name, "data that passes the zip's CRC check",
-                                  f"{type(err).__name__}: {err}") from None
-        except ValueError as err:   # read_array: the member ends before its header's bytes
-            raise FileFormatError(self.path, name, "the bytes its .npy header announces",
-                                  str(err)) from None
+        except (zipfile.BadZipFile, zlib.error, EOFError) as err:  # CRC or deflate failure
+            raise FileFormatError(
+                self.path,
+                name,
+                "data that passes the zip's CRC check",
+                f"{type(err).__name__}: {err}",
+            ) from None
+        except ValueError as err:  # read_array: the member ends before its header's bytes
+            raise FileFormatError(
+                self.path, name, "the bytes its .npy header announces", str(err)
+            ) from None
 
     def array(self, name, shape, dtype):
         """The array ``name``, once its header shows ``shape`` (a tuple; ``None`` entries take
@@ -236,13 +313,16 @@ class NpzFile:
             raise FileFormatError(self.path, name, f"the array {name}", "no such array")
         got_shape, got_dtype = self.headers[name]
         if got_dtype != np.dtype(dtype):
-            raise FileFormatError(self.path, name, f"dtype {np.dtype(dtype).name}",
-                                  f"dtype {got_dtype}")
-        if len(got_shape) != len(shape) or any(e is not None and e != g
-                                                for e, g in zip(shape, got_shape)):
+            raise FileFormatError(
+                self.path, name, f"dtype {np.dtype(dtype).name}", f"dtype {got_dtype}"
+            )
+        if len(got_shape) != len(shape) or any(
+            e is not None and e != g for e, g in zip(shape, got_shape)
+        ):
             want = tuple("any" if e is None else e for e in shape)
-            raise FileFormatError(self.path, name, f"shape {want}".replace("'", ""),
-                                  f"shape {got_shape}")
+            raise FileFormatError(
+                self.path, name, f"shape {want}".replace("'", ""), f"shape {got_shape}"
+            )
         A = self._read(name)
         problem = scale_problem(A)
         if problem is not None:
@@ -252,12 +332,18 @@ class NpzFile:
     def meta(self, expected_format):
         """The JSON object of the 0-d text array ``meta``, after :func:`check_format`."""
         if "meta" not in self.headers:
-            raise FileFormatError(self.path, "meta", "the array meta (the file's JSON header)",
-                                  "no such array", "the file was not written by fenchel_cvx")
+            raise FileFormatError(
+                self.path,
+                "meta",
+                "the array meta (the file's JSON header)",
+                "no such array",
+                "the file was not written by fenchel_cvx",
+            )
         shape, dtype = self.headers["meta"]
         if shape != () or dtype.type is not np.str_ or dtype.itemsize > MAX_META_BYTES:
-            raise FileFormatError(self.path, "meta", "a 0-d text array",
-                                  f"dtype {dtype} of shape {shape}")
+            raise FileFormatError(
+                self.path, "meta", "a 0-d text array", f"dtype {dtype} of shape {shape}"
+            )
         meta = parse_json(self.path, "meta", str(self._read("meta")))
         check_format(self.path, meta, expected_format)
         return meta
@@ -272,24 +358,38 @@ def read_points(path, features):
         with open(path, "rb") as f:
             try:
                 version = np.lib.format.read_magic(f)
-                shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
-                                   else np.lib.format.read_array_header_2_0(f))
+                shape, _, dtype = (
+                    np.lib.format.read_array_header_1_0(f)
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0(f)
+                )
             except (ValueError, tokenize.TokenError) as err:
                 raise FileFormatError(path, "header", "a .npy header", str(err)) from None
             header = f.tell()
-        if not (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)
-                or np.issubdtype(dtype, np.bool_)):
+        if not (
+            np.issubdtype(dtype, np.integer)
+            or np.issubdtype(dtype, np.floating)
+            or np.issubdtype(dtype, np.bool_)
+        ):
             raise FileFormatError(path, "dtype", "real numbers", f"dtype {dtype}")
         if path.stat().st_size != header + math.prod(shape) * dtype.itemsize:
-            raise FileFormatError(path, "size", f"{header + math.prod(shape) * dtype.itemsize} "
-                                  f"bytes ({dtype} of shape {shape})", f"{path.stat().st_size} bytes")
+            raise FileFormatError(
+                path,
+                "size",
+                f"{header + math.prod(shape) * dtype.itemsize} bytes ({dtype} of shape {shape})",
+                f"{path.stat().st_size} bytes",
+            )
         A = np.load(path, allow_pickle=False)
     else:
         A = _read_csv(path)
     A = np.atleast_2d(A)
     if A.ndim != 2 or A.shape[1] != features:
-        raise FileFormatError(path, "shape", f"rows of {features} numbers (one data point per "
-                              f"row)", f"shape {A.shape}")
+        raise FileFormatError(
+            path,
+            "shape",
+            f"rows of {features} numbers (one data point per row)",
+            f"shape {A.shape}",
+        )
     problem = scale_problem(A.astype(np.float64))
     if problem is not None:
         raise FileFormatError(path, "values", "finite numbers of a usable scale", problem)
@@ -308,11 +408,13 @@ def _read_csv(path):
             out.append([float(c) for c in cells])
         except ValueError:
             bad = next(c for c in cells if not _is_float(c))
-            raise FileFormatError(path, f"row {i}", "comma-separated numbers",
-                                  f"{bad.strip()!r}") from None
+            raise FileFormatError(
+                path, f"row {i}", "comma-separated numbers", f"{bad.strip()!r}"
+            ) from None
         if len(out[-1]) != len(out[0]):
-            raise FileFormatError(path, f"row {i}", f"{len(out[0])} numbers (as row 1)",
-                                  f"{len(out[-1])}")
+            raise FileFormatError(
+                path, f"row {i}", f"{len(out[0])} numbers (as row 1)", f"{len(out[-1])}"
+            )
     return np.array(out)
 
 

@@ -31,6 +31,7 @@ then renamed (``io.atomic_write``); ``History.load(path)`` reads it back through
 reader (``files.read_json``) and the round trip is exact. A history without ``format`` (as
 the earliest releases wrote it) loads as version 1.
 """
+
 import math
 from pathlib import Path
 
@@ -81,8 +82,9 @@ class History:
 
     def series(self, key):
         """The values of ``key`` over the rounds as a float array (``None`` -> NaN)."""
-        return np.array([math.nan if r.get(key) is None else r[key] for r in self.records],
-                        dtype=float)
+        return np.array(
+            [math.nan if r.get(key) is None else r[key] for r in self.records], dtype=float
+        )
 
     @property
     def certificate_held(self):
@@ -106,8 +108,10 @@ class History:
         if self.certificate_held:
             return "yes"
         if self.held_but_capped:
-            return (f"yes, but for the block optimality of {capped} capped block solves "
-                    f"(inexact by design)")
+            return (
+                f"yes, but for the block optimality of {capped} capped block solves "
+                f"(inexact by design)"
+            )
         return f"no ({len(self.violations)} violations, {capped} of them capped block solves)"
 
     @property
@@ -136,16 +140,20 @@ class History:
         from .files import check_format
 
         if not isinstance(d, dict) or not isinstance(d.get("records"), list):
-            found = "not a History: " + (f"the keys {sorted(d)}" if isinstance(d, dict)
-                                         else type(d).__name__)
-            raise FileFormatError(source, "", "a History: an object with 'config' and 'records'",
-                                  found)
+            found = "not a History: " + (
+                f"the keys {sorted(d)}" if isinstance(d, dict) else type(d).__name__
+            )
+            raise FileFormatError(
+                source, "", "a History: an object with 'config' and 'records'", found
+            )
         if "format" in d:
             check_format(source, d, FORMAT)
-        if not isinstance(d.get("config", {}), dict) or not all(isinstance(r, dict)
-                                                                for r in d["records"]):
-            raise FileFormatError(source, "records", "an object per round and a config object",
-                                  "other JSON values")
+        if not isinstance(d.get("config", {}), dict) or not all(
+            isinstance(r, dict) for r in d["records"]
+        ):
+            raise FileFormatError(
+                source, "records", "an object per round and a config object", "other JSON values"
+            )
         return cls(d.get("config"), d["records"])
 
     def save(self, path):

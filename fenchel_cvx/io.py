@@ -31,6 +31,7 @@ naming the file, the array or field, and what was expected against what was foun
 unpickled. The ``format`` field carries the file's kind and version: files of this version (1)
 load; a newer version is refused with what to do.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,8 +49,14 @@ from .files import NpzFile
 
 NETWORK_FORMAT = "fenchel_cvx.LiftedNetwork/1"
 #: the files a run writes in its folder (``fenchel-cvx train``; ``fit_bcd(checkpoint=DIR)``)
-RUN_FILES = ("checkpoint.npz", "history.json", "model.npz", "run.json", "objectives.png",
-             "accuracy.png")
+RUN_FILES = (
+    "checkpoint.npz",
+    "history.json",
+    "model.npz",
+    "run.json",
+    "objectives.png",
+    "accuracy.png",
+)
 
 
 def atomic_write(path, write) -> Path:
@@ -91,8 +98,11 @@ def read_npz(path, expected_format: str) -> tuple[dict[str, np.ndarray], dict]:
     as its header announces it (for files whose arrays have no config to check against)."""
     with NpzFile(path, "fenchel_cvx .npz") as f:
         meta = f.meta(expected_format)
-        arrays = {k: f.array(k, (None,) * len(shape), dtype)
-                  for k, (shape, dtype) in f.headers.items() if k != "meta"}
+        arrays = {
+            k: f.array(k, (None,) * len(shape), dtype)
+            for k, (shape, dtype) in f.headers.items()
+            if k != "meta"
+        }
     return arrays, meta
 
 
@@ -103,8 +113,16 @@ def network_config(net) -> dict:
 
 
 #: the config's entries and their JSON types (``LiftedNetwork.get_config``)
-_CONFIG = {"input_shape": list, "layers": list, "activations": list, "loss": str,
-           "lam": list, "rho": list, "seed": int, "dtype": str}
+_CONFIG = {
+    "input_shape": list,
+    "layers": list,
+    "activations": list,
+    "loss": str,
+    "lam": list,
+    "rho": list,
+    "seed": int,
+    "dtype": str,
+}
 
 
 def network_from_config(cfg: dict, network_class: Any, path=None, field="config") -> Any:
@@ -113,18 +131,23 @@ def network_from_config(cfg: dict, network_class: Any, path=None, field="config"
     ``path`` (default: "config") and ``field``."""
     path = "config" if path is None else path
     if not isinstance(cfg, dict):
-        raise FileFormatError(path, field, "a JSON object (LiftedNetwork.get_config)",
-                              type(cfg).__name__)
+        raise FileFormatError(
+            path, field, "a JSON object (LiftedNetwork.get_config)", type(cfg).__name__
+        )
     for key, cls in _CONFIG.items():
         if not isinstance(cfg.get(key), cls) or isinstance(cfg.get(key), bool):
             found = "nothing" if key not in cfg else f"{type(cfg[key]).__name__} {cfg[key]!r}"[:200]
             raise FileFormatError(path, f"{field}.{key}", f"a {cls.__name__}", found)
     if not all(isinstance(a, dict) and isinstance(a.get("name"), str) for a in cfg["activations"]):
-        raise FileFormatError(path, f"{field}.activations", "a list of objects with a name",
-                              repr(cfg["activations"])[:200])
-    try:   # the network's own checks (validation.py, layers.build_maps, check_memory): each names
-        return network_class.from_config(cfg)   # the parameter and the value it was given
-    except (ValueError, TypeError) as err:   # TypeError: an activation's unknown parameter
+        raise FileFormatError(
+            path,
+            f"{field}.activations",
+            "a list of objects with a name",
+            repr(cfg["activations"])[:200],
+        )
+    try:  # the network's own checks (validation.py, layers.build_maps, check_memory): each names
+        return network_class.from_config(cfg)  # the parameter and the value it was given
+    except (ValueError, TypeError) as err:  # TypeError: an activation's unknown parameter
         raise FileFormatError(path, field, "a valid network config", str(err)) from None
 
 
@@ -143,8 +166,9 @@ def check_destination(name: str, path) -> Path:
         raise ValueError(f"{name} must be a file path, got {str(path)!r}, which is a folder")
     if not parent.is_dir():
         what = "is a file" if parent.exists() else "does not exist"
-        raise ValueError(f"{name} must be in an existing folder, got {str(path)!r}: "
-                         f"{str(parent)!r} {what}")
+        raise ValueError(
+            f"{name} must be in an existing folder, got {str(path)!r}: {str(parent)!r} {what}"
+        )
     if not os.access(parent, os.W_OK):
         raise ValueError(f"{name} must be in a writable folder, got {str(path)!r}")
     return path
@@ -207,6 +231,7 @@ def check_writable_dir(name: str, directory) -> Path:
         os.close(fd)
         os.unlink(probe)
     except OSError as err:
-        raise ValueError(f"{name} must be a writable folder, got {str(directory)!r} "
-                         f"({err.strerror or err})") from None
+        raise ValueError(
+            f"{name} must be a writable folder, got {str(directory)!r} ({err.strerror or err})"
+        ) from None
     return directory

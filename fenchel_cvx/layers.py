@@ -32,6 +32,7 @@ gather the whole map at once. ``adjoint_x`` adds each chunk's columns back into 
 pixels they came from (col2im, k^2 shifted slices), every pixel's terms in the same order
 whatever the chunks.
 """
+
 import math
 import numbers
 import warnings
@@ -52,8 +53,16 @@ CHUNK_BYTES = 1 << 20
 # and of a small map's explicit matrix (inputs x outputs), up to which its norm is exact
 SPECTRUM_MAX = 1 << 22
 
-__all__ = ["Dense", "Conv2d", "AvgPool2d", "Flatten", "LAYERS", "LinearMap", "build_maps",
-           "layer_from_dict"]
+__all__ = [
+    "Dense",
+    "Conv2d",
+    "AvgPool2d",
+    "Flatten",
+    "LAYERS",
+    "LinearMap",
+    "build_maps",
+    "layer_from_dict",
+]
 
 
 def _positive_int(kind, name, value, minimum=1):
@@ -102,14 +111,16 @@ class AvgPool2d(Spec):
         C, H, W = _image("avgpool2d", shape)
         s = self.size
         if H % s or W % s:
-            raise ValueError(f"avgpool2d size {s} needs a map size divisible by {s}, got "
-                             f"{H}x{W} (input shape {shape})")
+            raise ValueError(
+                f"avgpool2d size {s} needs a map size divisible by {s}, got "
+                f"{H}x{W} (input shape {shape})"
+            )
         return (C, H // s, W // s)
 
     def gain2(self, shape):
         """``||P||_2^2 = 1 / s^2`` (exact): every output averages ``s^2`` inputs that feed no
         other output, so ``P P^T = I / s^2``."""
-        return 1.0 / self.size ** 2
+        return 1.0 / self.size**2
 
     def apply(self, xp, X, shape):
         C, H, W = shape
@@ -120,7 +131,7 @@ class AvgPool2d(Spec):
         S = xp.sum(X6, axis=(2, 4))
         if exact_in_place(S, s * s):
             S /= s * s
-        else:               # integer images: their mean in floating point, as ``/`` gives it
+        else:  # integer images: their mean in floating point, as ``/`` gives it
             S = S / (s * s)
         return xp.reshape(S, (C * (H // s) * (W // s), m))
 
@@ -213,11 +224,12 @@ class Conv2d(Spec):
         self.channels = _positive_int("conv2d", "channels", channels)
         self.kernel = _positive_int("conv2d", "kernel", kernel)
         self.padding = _positive_int("conv2d", "padding", padding, 0)
-        self.in_channels = None if in_channels is None else _positive_int(
-            "conv2d", "in_channels", in_channels)
-        self._plans = {}    # gather indices per input shape, namespace, device, chunk size
+        self.in_channels = (
+            None if in_channels is None else _positive_int("conv2d", "in_channels", in_channels)
+        )
+        self._plans = {}  # gather indices per input shape, namespace, device, chunk size
 
-    def __getstate__(self):     # the index cache is rebuilt where the spec is unpickled
+    def __getstate__(self):  # the index cache is rebuilt where the spec is unpickled
         return {**self.__dict__, "_plans": {}}
 
     def params(self):
@@ -229,13 +241,16 @@ class Conv2d(Spec):
     def _geometry(self, shape):
         C, H, W = _image("conv2d", shape)
         if self.in_channels is not None and self.in_channels != C:
-            raise ValueError(f"conv2d in_channels={self.in_channels} does not match the input's "
-                             f"{C} channels (input shape {shape})")
+            raise ValueError(
+                f"conv2d in_channels={self.in_channels} does not match the input's "
+                f"{C} channels (input shape {shape})"
+            )
         k, p = self.kernel, self.padding
         Ho, Wo = H + 2 * p - k + 1, W + 2 * p - k + 1
         if Ho < 1 or Wo < 1:
-            raise ValueError(f"conv2d kernel {k} exceeds its input {H}x{W} (padding {p}, input "
-                             f"shape {shape})")
+            raise ValueError(
+                f"conv2d kernel {k} exceeds its input {H}x{W} (padding {p}, input shape {shape})"
+            )
         return C, H, W, Ho, Wo
 
     def out_shape(self, shape):
@@ -243,10 +258,10 @@ class Conv2d(Spec):
         return (self.channels, Ho, Wo)
 
     def weight_shape(self, shape):
-        return (self.channels, shape[0] * self.kernel ** 2 + 1)
+        return (self.channels, shape[0] * self.kernel**2 + 1)
 
     def fans(self, shape):
-        k2 = self.kernel ** 2
+        k2 = self.kernel**2
         return shape[0] * k2, self.channels * k2
 
     # --- im2col as one gather, in chunks of output rows ----------------------------------
@@ -255,17 +270,22 @@ class Conv2d(Spec):
         chunks of output rows, ``[(h0, h1, index), ...]`` (cached per shape, namespace, device
         and chunk size); ``whole``: one chunk."""
         C, H, W, Ho, Wo = self._geometry(shape)
-        k2, m = C * self.kernel ** 2, X.shape[1]
+        k2, m = C * self.kernel**2, X.shape[1]
         rows = Ho
-        if is_numpy_namespace(xp) and not whole:   # the chunk's patches stay in the CPU cache
+        if is_numpy_namespace(xp) and not whole:  # the chunk's patches stay in the CPU cache
             rows = max(1, min(Ho, CHUNK_BYTES // max(1, k2 * Wo * m * X.dtype.itemsize)))
         key = (tuple(shape), xp.__name__, str(device(X)), rows)
         plan = self._plans.get(key)
         if plan is None:
-            idx = self._gather_index(shape)                   # (C k k, Ho, Wo) numpy
-            plan = [(h0, min(Ho, h0 + rows),
-                     xp.asarray(np.reshape(idx[:, h0:h0 + rows], (-1,)), device=device(X)))
-                    for h0 in range(0, Ho, rows)]
+            idx = self._gather_index(shape)  # (C k k, Ho, Wo) numpy
+            plan = [
+                (
+                    h0,
+                    min(Ho, h0 + rows),
+                    xp.asarray(np.reshape(idx[:, h0 : h0 + rows], (-1,)), device=device(X)),
+                )
+                for h0 in range(0, Ho, rows)
+            ]
             if len(self._plans) >= 16:
                 self._plans.clear()
             self._plans[key] = plan
@@ -277,10 +297,8 @@ class Conv2d(Spec):
         C, H, W, Ho, Wo = self._geometry(shape)
         k, p = self.kernel, self.padding
         c = np.arange(C)[:, None, None, None, None]
-        y = (np.arange(k)[None, :, None, None, None] + np.arange(Ho)[None, None, None, :, None]
-             - p)
-        x = (np.arange(k)[None, None, :, None, None] + np.arange(Wo)[None, None, None, None, :]
-             - p)
+        y = np.arange(k)[None, :, None, None, None] + np.arange(Ho)[None, None, None, :, None] - p
+        x = np.arange(k)[None, None, :, None, None] + np.arange(Wo)[None, None, None, None, :] - p
         inside = (y >= 0) & (y < H) & (x >= 0) & (x < W)
         idx = np.where(inside, (c * H + y) * W + x, C * H * W)
         return np.reshape(idx, (C * k * k, Ho, Wo)).astype(np.int64)
@@ -289,7 +307,7 @@ class Conv2d(Spec):
         """X with a zero row appended where the map pads (the target of padding pixels), and a
         row of ones after it for ``patches``'s bias row."""
         m = X.shape[1]
-        extra = ([xp.zeros((1, m), dtype=X.dtype)] if self.padding or ones else [])
+        extra = [xp.zeros((1, m), dtype=X.dtype)] if self.padding or ones else []
         extra += [xp.ones((1, m), dtype=X.dtype)] if ones else []
         return xp.concat([X, *extra], axis=0) if extra else X
 
@@ -297,7 +315,7 @@ class Conv2d(Spec):
         """im2col and the bias row in one gather: ``(C_in k k + 1) x (H_out W_out m)``, rows
         (c, i, j) then the ones, columns (h, w, data point)."""
         C, H, W, Ho, Wo = self._geometry(shape)
-        k2, m = C * self.kernel ** 2, X.shape[1]
+        k2, m = C * self.kernel**2, X.shape[1]
         Xe = self._extended(xp, X, ones=True)
         ones = xp.full((Ho * Wo,), C * H * W + 1, dtype=xp.int64, device=device(X))
         ((_, _, idx),) = self._plan(xp, X, shape, whole=True)
@@ -308,7 +326,7 @@ class Conv2d(Spec):
         """``W[:, :-1] @ patches + bias``, the patches gathered a chunk of output rows at a time
         (NumPy: a cache-sized chunk; other namespaces: the whole map at once)."""
         _, _, _, Ho, Wo = self._geometry(shape)
-        k2, m = shape[0] * self.kernel ** 2, X.shape[1]
+        k2, m = shape[0] * self.kernel**2, X.shape[1]
         Xe, K, b = self._extended(xp, X), W[:, :-1], W[:, -1:]
         out = None
         for h0, h1, idx in self._plan(xp, X, shape):
@@ -318,7 +336,7 @@ class Conv2d(Spec):
                 return self.from_rows(xp, U, shape, m)
             if out is None:
                 out = xp.empty((self.channels, Ho * Wo * m), dtype=U.dtype, device=device(X))
-            out[:, h0 * Wo * m:h1 * Wo * m] = U
+            out[:, h0 * Wo * m : h1 * Wo * m] = U
         return self.from_rows(xp, out, shape, m)
 
     def adjoint_x(self, xp, W, G, shape):
@@ -327,15 +345,14 @@ class Conv2d(Spec):
         C, H, Wd, Ho, Wo = self._geometry(shape)
         k, p, m = self.kernel, self.padding, G.shape[1]
         R, KT = self.to_rows(xp, G, shape), W[:, :-1].T
-        out = xp.zeros((C, H + 2 * p, Wd + 2 * p, m), dtype=xp.result_type(W, G),
-                       device=device(G))
+        out = xp.zeros((C, H + 2 * p, Wd + 2 * p, m), dtype=xp.result_type(W, G), device=device(G))
         # chunks from the last: every pixel sums its terms in (i, j) order, as one chunk would
         for h0, h1, _ in reversed(self._plan(xp, G, shape)):
-            cols = xp.reshape(KT @ R[:, h0 * Wo * m:h1 * Wo * m], (C, k * k, h1 - h0, Wo, m))
+            cols = xp.reshape(KT @ R[:, h0 * Wo * m : h1 * Wo * m], (C, k * k, h1 - h0, Wo, m))
             for i in range(k):
                 for j in range(k):
-                    out[:, h0 + i:h1 + i, j:j + Wo, :] += cols[:, i * k + j, ...]
-        out = out[:, p:p + H, p:p + Wd, :] if p else out
+                    out[:, h0 + i : h1 + i, j : j + Wo, :] += cols[:, i * k + j, ...]
+        out = out[:, p : p + H, p : p + Wd, :] if p else out
         return xp.reshape(out, (C * H * Wd, m))
 
     def norm2_bound(self, W, shape, max_dim):
@@ -355,18 +372,20 @@ class Conv2d(Spec):
         xp = array_namespace(W)
         if min(n_in, n_out) <= max_dim and n_in * n_out <= SPECTRUM_MAX:
             f64, dev = xp.float64, device(W)
-            Wl = xp.astype(W[:, :-1], f64)                  # the linear part: no bias
+            Wl = xp.astype(W[:, :-1], f64)  # the linear part: no bias
             Wl = xp.concat([Wl, xp.zeros((Wl.shape[0], 1), dtype=f64, device=dev)], axis=1)
             A = self.forward(xp, Wl, xp.eye(n_in, dtype=f64, device=dev), shape)
             return _top_sq_singular(xp, A)
-        if (min(self.channels, C) > max_dim
-                or self.channels * C * (H + 2 * p) * (Wd + 2 * p) > SPECTRUM_MAX):
+        if (
+            min(self.channels, C) > max_dim
+            or self.channels * C * (H + 2 * p) * (Wd + 2 * p) > SPECTRUM_MAX
+        ):
             return None
         F = xp.reshape(xp.astype(W[:, :-1], xp.complex128), (self.channels, C, k, k))
         M = xp.fft.fftn(F, s=(H + 2 * p, Wd + 2 * p), axes=(-2, -1))
-        M = xp.permute_dims(M, (2, 3, 0, 1))               # channels x C_in per frequency
+        M = xp.permute_dims(M, (2, 3, 0, 1))  # channels x C_in per frequency
         Mh = xp.conj(xp.matrix_transpose(M))
-        G = Mh @ M if C <= self.channels else M @ Mh       # the smaller side, per frequency
+        G = Mh @ M if C <= self.channels else M @ Mh  # the smaller side, per frequency
         return _top_eigenvalue(xp, G)
 
     def to_rows(self, xp, U, shape):
@@ -400,7 +419,7 @@ class LinearMap:
         shapes = [self.in_shape]
         for spec in self.pre:
             shapes.append(tuple(spec.out_shape(shapes[-1])))
-        self._shapes = shapes           # the input shape of every pre-op, then of op
+        self._shapes = shapes  # the input shape of every pre-op, then of op
         self.op_shape = shapes[-1]
         self.out_shape = tuple(op.out_shape(self.op_shape))
         self.weight_shape = op.weight_shape(self.op_shape)
@@ -495,7 +514,7 @@ class LinearMap:
         xp = array_namespace(W)
         x = xp.asarray(np.random.default_rng(0).standard_normal((self.n_in, 1)), dtype=W.dtype)
         zero = xp.zeros((W.shape[0], 1), dtype=W.dtype)
-        Wa = xp.concat([W[:, :-1], zero], axis=1)       # the linear part: no bias
+        Wa = xp.concat([W[:, :-1], zero], axis=1)  # the linear part: no bias
         lam = 0.0
         for _ in range(iters):
             y = self.adjoint_x(Wa, self.forward(Wa, x))
@@ -542,15 +561,24 @@ def build_maps(input_shape, specs):
     if isinstance(input_shape, numbers.Integral) and not isinstance(input_shape, bool):
         input_shape = (input_shape,)
     shape = tuple(input_shape)
-    if not shape or len(shape) not in (1, 3) or not all(
-            isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1 for d in shape):
-        raise ValueError(f"input_shape must be (features,) or (channels, height, width) of "
-                         f"positive integers, got {input_shape!r}")
+    if (
+        not shape
+        or len(shape) not in (1, 3)
+        or not all(
+            isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1 for d in shape
+        )
+    ):
+        raise ValueError(
+            f"input_shape must be (features,) or (channels, height, width) of "
+            f"positive integers, got {input_shape!r}"
+        )
     specs = [layer_from_dict(s) if isinstance(s, dict) else s for s in specs]
     for s in specs:
         if not isinstance(s, Spec):
-            raise ValueError(f"layers must be layer specs ({', '.join(sorted(LAYERS))}) or their "
-                             f"dicts, got {s!r}")
+            raise ValueError(
+                f"layers must be layer specs ({', '.join(sorted(LAYERS))}) or their "
+                f"dicts, got {s!r}"
+            )
     if not specs or not specs[-1].weighted:
         raise ValueError(f"layers must end with a weighted layer (dense or conv2d), got {specs!r}")
     maps, pre, in_shape = [], [], tuple(int(d) for d in shape)

@@ -22,6 +22,7 @@ baselines) and its ``params`` (save / load). Its CVXPY form, for the oracle, is
 own ``value_cvxpy``). The one table keyed by names is the registry ``LOSSES`` (``register_loss``;
 ``loss("mse")`` looks one up); ``fenchel_cvx.extensions`` adds the Huber loss.
 """
+
 import math
 
 from array_api_compat import array_namespace
@@ -44,7 +45,7 @@ class Loss(Named):
     """An output loss ``L(Y, Yhat)``, summed over the columns (data points) of Yhat."""
 
     name = kind = "loss"
-    separable_rows = False   # a sum over the rows of Yhat too: the last W-block splits by rows
+    separable_rows = False  # a sum over the rows of Yhat too: the last W-block splits by rows
     #: whether the last W-block without rho, gamma may have no minimiser (the loss decreases
     #: forever along a direction: cross-entropy on separable data); the oracle then checks it
     #: before a solve (``oracle.wellposed.recession_score``, registered by the loss's type)
@@ -54,9 +55,9 @@ class Loss(Named):
     #: on ``grad`` and ``hvp``), "pncg" (nonlinear CG), "ridge" (a quadratic loss: the block is
     #: a ridge regression, solved in closed form)
     last_w_solver = "newton"
-    probabilities = None     # a method: the class probabilities of outputs Yhat, or None
-    elementwise = None       # a separable loss's terms, a method ``(Y, Yhat) -> array``
-    torch_loss = None        # a method: the PyTorch loss of outputs and targets (rows: samples)
+    probabilities = None  # a method: the class probabilities of outputs Yhat, or None
+    elementwise = None  # a separable loss's terms, a method ``(Y, Yhat) -> array``
+    torch_loss = None  # a method: the PyTorch loss of outputs and targets (rows: samples)
     value = stub("value")
     grad = stub("grad")
     column_curvature = stub("column_curvature")
@@ -89,8 +90,11 @@ class Loss(Named):
             return self.value(Y, Yhat)
         if axis == 0:
             return xp.reshape(self.column_values(Y, Yhat), (1, -1))
-        return xp.sum(require(self, ("elementwise",), "a loss split by rows").elementwise(Y, Yhat),
-                      axis=1, keepdims=True)
+        return xp.sum(
+            require(self, ("elementwise",), "a loss split by rows").elementwise(Y, Yhat),
+            axis=1,
+            keepdims=True,
+        )
 
     def check_labels(self, name, Y, w_block=False):
         """Raise ``ValueError`` (naming ``name``) where Y are not weights this loss's formulas
@@ -104,7 +108,9 @@ class Loss(Named):
     def column_values(self, Y, Yhat):
         """The loss of each column (data point); they sum to ``value``."""
         xp = array_namespace(Y, Yhat)
-        return xp.stack([self.value(Y[:, j:j + 1], Yhat[:, j:j + 1]) for j in range(Y.shape[1])])
+        return xp.stack(
+            [self.value(Y[:, j : j + 1], Yhat[:, j : j + 1]) for j in range(Y.shape[1])]
+        )
 
     def curvature(self, Y, xp):
         """A bound on the Hessian of the loss in Yhat over all columns: a float, or a 0-d array
@@ -159,7 +165,7 @@ class CrossEntropy(Loss):
 
     name = "cross_entropy"
     tasks = ("classification",)
-    may_lack_minimiser = True   # on linearly separable X_L
+    may_lack_minimiser = True  # on linearly separable X_L
     last_w_solver = "pncg"
 
     def value(self, Y, Yhat):
@@ -229,7 +235,7 @@ class CrossEntropy(Loss):
         xp = array_namespace(Y, U)
         s, base = xp.sum(Y, axis=0, keepdims=True), self._lse(U)
         c = xp.sum(Y * dU, axis=0, keepdims=True) / xp.where(s > 0, s, xp.ones_like(s))
-        arg, top = dU - c, math.log(float(xp.finfo(U.dtype).max)) - 1   # expm1(top) is finite
+        arg, top = dU - c, math.log(float(xp.finfo(U.dtype).max)) - 1  # expm1(top) is finite
         E = xp.exp(U - base) * xp.expm1(clip(arg, None, top))
         inner = xp.sum(E, axis=0, keepdims=True)
         small = (inner > -0.5) & (inner < 1.0) & ~xp.any(arg > top, axis=0, keepdims=True)
@@ -242,11 +248,14 @@ class CrossEntropy(Loss):
         """Label weights >= 0 (columns without mass drop out); the W-block needs some mass."""
         xp = array_namespace(Y)
         if bool(xp.any(Y < 0)):
-            raise ValueError(f"{name} must be >= 0 for cross_entropy (label weights), got "
-                             f"{float(xp.reshape(Y[Y < 0], (-1,))[0])!r}")
+            raise ValueError(
+                f"{name} must be >= 0 for cross_entropy (label weights), got "
+                f"{float(xp.reshape(Y[Y < 0], (-1,))[0])!r}"
+            )
         if w_block and not bool(xp.any(Y != 0)):
-            raise ValueError(f"{name} must hold some label mass for the cross_entropy W-block, "
-                             "got all zeros")
+            raise ValueError(
+                f"{name} must hold some label mass for the cross_entropy W-block, got all zeros"
+            )
 
     def targets_from(self, outputs, noise):
         """One-hot labels of the teacher's largest output (noise unused)."""
@@ -265,9 +274,11 @@ class CrossEntropy(Loss):
         """Each column of Y a probability vector: entries >= 0 summing to 1."""
         tol = 1e3 * xp.finfo(Y.dtype).eps * Y.shape[0]
         if not bool(xp.all(Y >= 0)) or not bool(xp.all(xp.abs(xp.sum(Y, axis=0) - 1) <= tol)):
-            raise ValueError(f"{name} must hold one probability vector per column for the "
-                             "cross_entropy loss (entries >= 0, each column summing to 1), "
-                             f"got entries in [{float(xp.min(Y)):g}, {float(xp.max(Y)):g}]")
+            raise ValueError(
+                f"{name} must hold one probability vector per column for the "
+                "cross_entropy loss (entries >= 0, each column summing to 1), "
+                f"got entries in [{float(xp.min(Y)):g}, {float(xp.max(Y)):g}]"
+            )
 
 
 #: the registry: name -> loss class (the one table keyed by loss names)

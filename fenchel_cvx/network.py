@@ -16,6 +16,7 @@ In the API, ``Xs`` is the list of the lifted variables ``[X_1, ..., X_L]`` (``X_
 ``LiftedNetwork(layer_sizes)`` builds a dense network, ``LiftedNetwork.from_layers(input_shape,
 specs)`` any sequence of layer specs, and ``lenet5`` the paper's LeNet-5.
 """
+
 from __future__ import annotations
 
 import math
@@ -97,21 +98,41 @@ class LiftedNetwork:
     True
     """
 
-    def __init__(self, layer_sizes: Sequence[int],
-                 activation: str | Activation | Sequence[str | Activation] = "relu",
-                 loss: str | Loss = "mse", lam: float | Sequence[float] = defaults.LAM,
-                 rho: float | Sequence[float] = defaults.RHO, seed: int = 0,
-                 dtype: DTypeLike = np.float64) -> None:
+    def __init__(
+        self,
+        layer_sizes: Sequence[int],
+        activation: str | Activation | Sequence[str | Activation] = "relu",
+        loss: str | Loss = "mse",
+        lam: float | Sequence[float] = defaults.LAM,
+        rho: float | Sequence[float] = defaults.RHO,
+        seed: int = 0,
+        dtype: DTypeLike = np.float64,
+    ) -> None:
         sizes = check("layer_sizes", layer_sizes, Sizes(2))
-        self._build((sizes[0],), [Dense(p) for p in sizes[1:]], activation, loss, lam, rho, seed,
-                    dtype, name="layer_sizes")
+        self._build(
+            (sizes[0],),
+            [Dense(p) for p in sizes[1:]],
+            activation,
+            loss,
+            lam,
+            rho,
+            seed,
+            dtype,
+            name="layer_sizes",
+        )
 
     @classmethod
-    def from_layers(cls, input_shape: Sequence[int], layers: Sequence[Spec | dict[str, Any]],
-                    activation: str | Activation | Sequence[str | Activation] = "relu",
-                    loss: str | Loss = "mse", lam: float | Sequence[float] = defaults.LAM,
-                    rho: float | Sequence[float] = defaults.RHO, seed: int = 0,
-                    dtype: DTypeLike = np.float64) -> LiftedNetwork:
+    def from_layers(
+        cls,
+        input_shape: Sequence[int],
+        layers: Sequence[Spec | dict[str, Any]],
+        activation: str | Activation | Sequence[str | Activation] = "relu",
+        loss: str | Loss = "mse",
+        lam: float | Sequence[float] = defaults.LAM,
+        rho: float | Sequence[float] = defaults.RHO,
+        seed: int = 0,
+        dtype: DTypeLike = np.float64,
+    ) -> LiftedNetwork:
         """A network from layer specs (``layers.py``): ``Dense``, ``Conv2d``, ``AvgPool2d``,
         ``Flatten`` or their dicts, on inputs of ``input_shape`` ((features,) or (C, H, W)).
 
@@ -131,8 +152,11 @@ class LiftedNetwork:
     def _build(self, input_shape, specs, activation, loss, lam, rho, seed, dtype, name="layers"):
         dtype, seed = check_dtype(dtype), check("seed", seed, SEED)
         self.layers = build_maps(input_shape, list(specs))
-        check_memory(name, sum(math.prod(m.weight_shape) for m in self.layers) * dtype.itemsize,
-                     f"the {dtype.name} weights")
+        check_memory(
+            name,
+            sum(math.prod(m.weight_shape) for m in self.layers) * dtype.itemsize,
+            f"the {dtype.name} weights",
+        )
         self.specs = [s for m in self.layers for s in m.specs]
         self.input_shape = self.layers[0].in_shape
         self.layer_sizes = (self.layers[0].n_in, *(m.n_out for m in self.layers))
@@ -142,7 +166,9 @@ class LiftedNetwork:
             raise ValueError(f"activation must be one or a sequence of {L}, got {activation!r}")
         self.activations = [_activation(a) for a in acts]
         self.loss = _loss(loss)
-        hyper = validate(dict(lam=PerLayer(LAM, L), rho=PerLayer(RHO, L + 1)), dict(lam=lam, rho=rho))
+        hyper = validate(
+            dict(lam=PerLayer(LAM, L), rho=PerLayer(RHO, L + 1)), dict(lam=lam, rho=rho)
+        )
         self.lam, self.rho = hyper["lam"], hyper["rho"]
         self.seed = seed
         rng = np.random.default_rng(seed)
@@ -159,19 +185,34 @@ class LiftedNetwork:
         >>> again.get_config() == config, all((a == b).all() for a, b in zip(again.W, net.W))
         (True, True)
         """
-        return {"input_shape": list(self.input_shape), "layers": [s.to_dict() for s in self.specs],
-                "activations": [_activation_dict(a) for a in self.activations],
-                "loss": self.loss.name, "lam": list(self.lam), "rho": list(self.rho),
-                "seed": self.seed, "dtype": np.dtype(self.W[0].dtype).name}
+        return {
+            "input_shape": list(self.input_shape),
+            "layers": [s.to_dict() for s in self.specs],
+            "activations": [_activation_dict(a) for a in self.activations],
+            "loss": self.loss.name,
+            "lam": list(self.lam),
+            "rho": list(self.rho),
+            "seed": self.seed,
+            "dtype": np.dtype(self.W[0].dtype).name,
+        }
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> LiftedNetwork:
         """A freshly initialised network with the architecture of ``config`` (``get_config``)."""
-        acts = [_activation(a["name"], **{k: v for k, v in a.items() if k != "name"})
-                for a in config["activations"]]
-        return cls.from_layers(config["input_shape"], config["layers"], activation=acts,
-                               loss=config["loss"], lam=config["lam"], rho=config["rho"],
-                               seed=config["seed"], dtype=config["dtype"])
+        acts = [
+            _activation(a["name"], **{k: v for k, v in a.items() if k != "name"})
+            for a in config["activations"]
+        ]
+        return cls.from_layers(
+            config["input_shape"],
+            config["layers"],
+            activation=acts,
+            loss=config["loss"],
+            lam=config["lam"],
+            rho=config["rho"],
+            seed=config["seed"],
+            dtype=config["dtype"],
+        )
 
     @property
     def n_hidden(self) -> int:
@@ -180,12 +221,15 @@ class LiftedNetwork:
 
     def __repr__(self):
         sizes = "-".join(map(str, self.layer_sizes))
-        lines = [f"LiftedNetwork({sizes}, activation={[a.name for a in self.activations]}, "
-                 f"loss={self.loss.name!r}, lam={self.lam}, rho={self.rho})"]
-        if len(self.input_shape) > 1:   # an image network: one line per map, with its shapes
+        lines = [
+            f"LiftedNetwork({sizes}, activation={[a.name for a in self.activations]}, "
+            f"loss={self.loss.name!r}, lam={self.lam}, rho={self.rho})"
+        ]
+        if len(self.input_shape) > 1:  # an image network: one line per map, with its shapes
             acts = [a.name for a in self.activations] + ["output"]
-            lines += [f"  W_{l}: {m.describe()}, {a}"
-                      for l, (m, a) in enumerate(zip(self.layers, acts))]
+            lines += [
+                f"  W_{l}: {m.describe()}, {a}" for l, (m, a) in enumerate(zip(self.layers, acts))
+            ]
         return "\n".join(lines)
 
     # --- persistence (``io.py``: one .npz of the weights and a JSON config, no pickle) -------
@@ -200,26 +244,51 @@ class LiftedNetwork:
         return load_network(path, cls)
 
     # --- validation (``validation.check_matrix``) ---------------------------------------------
-    def check_inputs(self, X0: Array, Y: Array | None = None, *, dtype: DTypeLike | None = None,
-                     xp: Any = None, names: tuple[str, str] = ("X0", "Y"),
-                     ) -> tuple[Array, Array | None]:
+    def check_inputs(
+        self,
+        X0: Array,
+        Y: Array | None = None,
+        *,
+        dtype: DTypeLike | None = None,
+        xp: Any = None,
+        names: tuple[str, str] = ("X0", "Y"),
+    ) -> tuple[Array, Array | None]:
         """``(X0, Y)`` checked against the network's input and output sizes (``dtype``, ``xp``:
         the working dtype and array library, see ``validation.check_matrix``)."""
         shape = self.input_shape
-        what = ("the network's input size" if len(shape) == 1
-                else f"an input of shape {tuple(shape)}, flattened")
-        X0 = check_matrix(names[0], X0, dtype=dtype, xp=xp, rows=self.layer_sizes[0], rows_what=what)
+        what = (
+            "the network's input size"
+            if len(shape) == 1
+            else f"an input of shape {tuple(shape)}, flattened"
+        )
+        X0 = check_matrix(
+            names[0], X0, dtype=dtype, xp=xp, rows=self.layer_sizes[0], rows_what=what
+        )
         if Y is not None:
-            Y = check_matrix(names[1], Y, dtype=dtype, xp=xp, rows=self.layer_sizes[-1],
-                             cols=X0.shape[1], rows_what="the network's output size")
+            Y = check_matrix(
+                names[1],
+                Y,
+                dtype=dtype,
+                xp=xp,
+                rows=self.layer_sizes[-1],
+                cols=X0.shape[1],
+                rows_what="the network's output size",
+            )
         return X0, Y
 
     def check_lifted(self, X0: Array, Xs: Sequence[Array]) -> list[Array]:
         if len(Xs) != self.n_hidden:
             raise ValueError(f"Xs must hold {self.n_hidden} matrices X_1..X_L, got {len(Xs)}")
-        return [check_matrix(f"Xs[{l}] (X_{l + 1})", Xl, rows=self.layer_sizes[l + 1],
-                             cols=X0.shape[1], rows_what=f"the size of layer {l + 1}")
-                for l, Xl in enumerate(Xs)]
+        return [
+            check_matrix(
+                f"Xs[{l}] (X_{l + 1})",
+                Xl,
+                rows=self.layer_sizes[l + 1],
+                cols=X0.shape[1],
+                rows_what=f"the size of layer {l + 1}",
+            )
+            for l, Xl in enumerate(Xs)
+        ]
 
     # --- the map ----------------------------------------------------------------------------
     def pre_activation(self, l: int, Xl: Array) -> Array:
@@ -231,16 +300,22 @@ class LiftedNetwork:
         Xs, Us = self.feed_forward(X0)
         return Xs, Us[-1]
 
-    def feed_forward(self, X0: Array, Xt0: Array | None = None,
-                     ) -> tuple[list[Array], list[Array]]:
+    def feed_forward(
+        self,
+        X0: Array,
+        Xt0: Array | None = None,
+    ) -> tuple[list[Array], list[Array]]:
         """Feed-forward pass keeping the pre-activations: ``(Xs, Us)``, ``Us = [U_0, ..., U_L]``
         (``U_L = Yhat``); the BCD driver hands ``U_{l-1}`` to the X-block of ``X_l``. ``Xt0``:
         X0's patches ``layers[0].patches(X0)`` if at hand (W_0's block needs them too), from
         which U_0 = W_0 X~_0."""
         Xs, Us, Xl = [], [], X0
         for l, act in enumerate(self.activations):
-            Us.append(self.pre_activation(l, Xl) if l or Xt0 is None
-                      else self.layers[0].from_rows(self.W[0] @ Xt0, X0.shape[1]))
+            Us.append(
+                self.pre_activation(l, Xl)
+                if l or Xt0 is None
+                else self.layers[0].from_rows(self.W[0] @ Xt0, X0.shape[1])
+            )
             Xl = act.phi(Us[-1])
             Xs.append(Xl)
         Us.append(self.pre_activation(self.n_hidden, Xl))
@@ -254,14 +329,18 @@ class LiftedNetwork:
     # --- objectives -------------------------------------------------------------------------
     def penalty(self) -> float:
         """sum_l rho_l ||W_l||_F^2."""
-        return float(sum(r * float(array_namespace(Wl).sum(Wl * Wl)) for r, Wl in zip(self.rho, self.W)))
+        return float(
+            sum(r * float(array_namespace(Wl).sum(Wl * Wl)) for r, Wl in zip(self.rho, self.W))
+        )
 
     def divergences(self, X0: Array, Xs: Sequence[Array]) -> list[float]:
         """[sum B_l(X_{l+1}, W_l X~_l) for l < L] (unweighted; +inf off an activation's range)."""
         X = [X0, *Xs]
         xp = array_namespace(X0)
-        return [float(xp.sum(act.divergence(X[l + 1], self.pre_activation(l, X[l]))))
-                for l, act in enumerate(self.activations)]
+        return [
+            float(xp.sum(act.divergence(X[l + 1], self.pre_activation(l, X[l]))))
+            for l, act in enumerate(self.activations)
+        ]
 
     def network_objective(self, X0: Array, Y: Array, *, checked: bool = True) -> float:
         """J(W) = L(Y, Yhat^ff) + sum_l rho_l ||W_l||_F^2. ``checked=False``: X0 and Y were
@@ -270,8 +349,9 @@ class LiftedNetwork:
             X0, Y = self.check_inputs(X0, Y)
         return float(self.loss.value(Y, self.forward(X0)[1])) + self.penalty()
 
-    def lifted_objective(self, X0: Array, Y: Array, Xs: Sequence[Array], *,
-                         checked: bool = True) -> float:
+    def lifted_objective(
+        self, X0: Array, Y: Array, Xs: Sequence[Array], *, checked: bool = True
+    ) -> float:
         """F(W, X) = L(Y, W_L X~_L) + sum_l rho_l ||W_l||_F^2 + sum_{l<L} lam_l B_l.
         ``checked=False``: X0, Y and Xs were checked already (the BCD driver's own)."""
         if checked:
@@ -279,8 +359,11 @@ class LiftedNetwork:
             Xs = self.check_lifted(X0, Xs)
         out = self.pre_activation(self.n_hidden, Xs[-1] if Xs else X0)
         B = self.divergences(X0, Xs)
-        return float(self.loss.value(Y, out)) + self.penalty() + sum(
-            lam * b for lam, b in zip(self.lam, B))
+        return (
+            float(self.loss.value(Y, out))
+            + self.penalty()
+            + sum(lam * b for lam, b in zip(self.lam, B))
+        )
 
 
 def _activation_dict(act):
@@ -290,8 +373,9 @@ def _activation_dict(act):
     return out
 
 
-def lenet5(input_shape: Sequence[int] = (1, 28, 28), n_classes: int = 10,
-           **kwargs: Any) -> LiftedNetwork:
+def lenet5(
+    input_shape: Sequence[int] = (1, 28, 28), n_classes: int = 10, **kwargs: Any
+) -> LiftedNetwork:
     """LeNet-5 as in the paper: conv 6@5x5, avg-pool 2, conv 16@5x5, avg-pool 2, fc 120, fc 84,
     fc ``n_classes``, ReLU. A 28 x 28 input is zero-padded to 32 x 32 by the first convolution
     (padding 2); a 32 x 32 input (CIFAR-10's (3, 32, 32)) is not. ``kwargs`` go to
@@ -308,9 +392,19 @@ def lenet5(input_shape: Sequence[int] = (1, 28, 28), n_classes: int = 10,
     n_classes = check("n_classes", n_classes, COUNT)
     shape = tuple(input_shape)
     if len(shape) != 3 or shape[1:] not in ((28, 28), (32, 32)):
-        raise ValueError(f"input_shape must be (channels, 28, 28) or (channels, 32, 32) for "
-                         f"LeNet-5, got {input_shape!r}")
+        raise ValueError(
+            f"input_shape must be (channels, 28, 28) or (channels, 32, 32) for "
+            f"LeNet-5, got {input_shape!r}"
+        )
     pad = 2 if shape[1] == 28 else 0
-    specs = [Conv2d(6, 5, padding=pad), AvgPool2d(2), Conv2d(16, 5), AvgPool2d(2), Flatten(),
-             Dense(120), Dense(84), Dense(n_classes)]
+    specs = [
+        Conv2d(6, 5, padding=pad),
+        AvgPool2d(2),
+        Conv2d(16, 5),
+        AvgPool2d(2),
+        Flatten(),
+        Dense(120),
+        Dense(84),
+        Dense(n_classes),
+    ]
     return LiftedNetwork.from_layers(shape, specs, **kwargs)

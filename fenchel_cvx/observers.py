@@ -7,6 +7,7 @@ builds them with :func:`observers`, in this order: the checkpoint writer
 and the progress bar (:class:`ProgressBar`, ``progress=True``). Each observer may have a
 ``close()``, which the driver calls at the end of the run.
 """
+
 from __future__ import annotations
 
 from .checkpoints import save_checkpoint
@@ -40,9 +41,12 @@ class ProgressBar:
         from tqdm.auto import tqdm
 
         self.desc, self.compiling = f"BCD ({name})", compiling
-        self.bar = tqdm(total=total, initial=done, unit="round",
-                        desc=self.desc + (": compiling kernels in the first round"
-                                          if compiling else ""))
+        self.bar = tqdm(
+            total=total,
+            initial=done,
+            unit="round",
+            desc=self.desc + (": compiling kernels in the first round" if compiling else ""),
+        )
 
     def __call__(self, net, state, step):
         if self.compiling:
@@ -70,8 +74,14 @@ def observers(settings, callback, progress, state) -> list:
     if folder is not None:
         out.insert(0, CheckpointWriter(folder, every, digest, settings.backend))
     if progress:
-        out.append(ProgressBar(len(settings.steps), state.iteration, settings.config["backend"],
-                               compiling=settings.backend.compiles_kernels()))
+        out.append(
+            ProgressBar(
+                len(settings.steps),
+                state.iteration,
+                settings.config["backend"],
+                compiling=settings.backend.compiles_kernels(),
+            )
+        )
     return out
 
 

@@ -22,6 +22,7 @@ BCD is Algorithm 2 on one lifted objective, ``L + sum_l lam'_l B_l``, with the p
 and the certificate checks that objective like any other. ``tests/test_paper_hyperparameters.py`` checks, block
 by block, that the code's objective is a positive multiple of this package's plus a constant.
 """
+
 from __future__ import annotations
 
 from .validation import LAM, RHO, PerLayer, check
@@ -60,8 +61,8 @@ def from_reference(lam, rho, lbd_coef=1.0):
     L = len(lam)
     rho = check("rho", rho, PerLayer(RHO, L + 1))
     c = check("lbd_coef", lbd_coef, PerLayer(LAM, L))
-    out = [2 * lam[L - 1] / c[L - 1]]                    # lam'_{L-1}, from the X_L block
-    for l in range(L - 1, 0, -1):                          # lam'_{l-1}, from the X_l block
+    out = [2 * lam[L - 1] / c[L - 1]]  # lam'_{L-1}, from the X_L block
+    for l in range(L - 1, 0, -1):  # lam'_{l-1}, from the X_l block
         out.insert(0, out[0] * lam[l - 1] / (c[l - 1] * lam[l]))
     gamma = [out[l] * rho[l] / (2 * lam[l]) for l in range(L)] + [rho[L]]
     return tuple(_round(v) for v in out), tuple(_round(v) for v in gamma)

@@ -11,6 +11,7 @@ Both return the matplotlib ``Figure`` and, given ``path``, also write it as a PN
 built with ``matplotlib.figure.Figure`` on the Agg canvas, so no display and no pyplot state
 are involved.
 """
+
 from pathlib import Path
 
 import numpy as np
@@ -57,8 +58,13 @@ def plot_objectives(history, path=None):
     vals = np.concatenate([F_x, J_x, F_w, J_w])
     if np.all(vals[np.isfinite(vals)] > 0):
         ax.set_yscale("log")
-    held = ("held" if history.certificate_held else
-            "held but for capped blocks" if history.held_but_capped else "VIOLATED")
+    held = (
+        "held"
+        if history.certificate_held
+        else "held but for capped blocks"
+        if history.held_but_capped
+        else "VIOLATED"
+    )
     ax.set_title(f"objectives (sums over the data / batch); certificate {held}", fontsize="medium")
     ax.set_ylabel("objective")
     return _finish(fig, ax, history, path)
@@ -69,7 +75,7 @@ def plot_accuracy(history, path=None):
     fig, ax = _figure()
     it = history.series("iteration")
 
-    def evaluated(key):     # the rounds where it was evaluated (eval_every, epoch ends)
+    def evaluated(key):  # the rounds where it was evaluated (eval_every, epoch ends)
         values = history.series(key)
         return it[np.isfinite(values)], values[np.isfinite(values)]
 
@@ -86,8 +92,13 @@ def plot_accuracy(history, path=None):
     ax.plot(*evaluated("train_accuracy"), "--", color="tab:gray", label="train accuracy")
     init = history.config.get("initial") or {}
     if init.get("test_accuracy") is not None:
-        ax.axhline(init["test_accuracy"], color="tab:green", ls=":", lw=1,
-                   label="test accuracy at initialisation")
+        ax.axhline(
+            init["test_accuracy"],
+            color="tab:green",
+            ls=":",
+            lw=1,
+            label="test accuracy at initialisation",
+        )
     ax.set_ylabel("accuracy (feed-forward, argmax)")
     ax.set_ylim(0, 1.02)
     last = test[np.isfinite(test)]

@@ -22,6 +22,7 @@ predicted class of data point j is ``argmax_k S[k, j]`` (``predict_classes``).
 (The paper discusses a prediction rule beside the feed-forward pass; this module implements the
 per-class minimisation described above, which is what ``rule="optimization"`` means here.)
 """
+
 import numpy as np
 
 from .backends import get_backend
@@ -29,7 +30,6 @@ from .blocks import x_block
 from .validation import COUNT, check
 
 RULES = ("feedforward", "optimization")
-
 
 
 def column_objective(net, X0, Y, Xs):
@@ -53,7 +53,7 @@ def predict(net, X0, rule="feedforward", backend="cvxpy", sweeps=2, tol=1e-6):
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     check("sweeps", sweeps, COUNT)
     X0, _ = net.check_inputs(X0, dtype=np.float64)
-    if rule != "feedforward":   # a backend's per-layer settings must fit net (FastBackend)
+    if rule != "feedforward":  # a backend's per-layer settings must fit net (FastBackend)
         backend = get_backend(backend, net, tol=tol)
     Xff, out = net.forward(X0)
     if rule == "feedforward":

@@ -7,6 +7,7 @@ dtype and array library (once per run: the rounds take them as checked), the bac
 name or adapted, ``backends.py``) and a checkpoint to resume from (``checkpoints.py``). The
 outcome is a :class:`RunSettings`, which the driver reads and never changes.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,10 +44,21 @@ from .validation import (
 
 #: the constraints of ``fit_bcd``'s arguments (``validation.py``); gamma's, per layer, need the
 #: network, and the data's need its sizes
-PARAMETERS = dict(batch_size=[COUNT, None], epochs=ROUNDS, iterations=ROUNDS,
-                  alternations=ROUNDS, strict=[BOOL, None], tol=TOL, callback=[CALLABLE, None],
-                  progress=BOOL, eval_every=[COUNT, None], check_every=COUNT,
-                  checkpoint=[PATH, None], checkpoint_every=COUNT, resume=[PATH, None])
+PARAMETERS = dict(
+    batch_size=[COUNT, None],
+    epochs=ROUNDS,
+    iterations=ROUNDS,
+    alternations=ROUNDS,
+    strict=[BOOL, None],
+    tol=TOL,
+    callback=[CALLABLE, None],
+    progress=BOOL,
+    eval_every=[COUNT, None],
+    check_every=COUNT,
+    checkpoint=[PATH, None],
+    checkpoint_every=COUNT,
+    resume=[PATH, None],
+)
 
 
 @dataclass
@@ -59,16 +71,16 @@ class RunSettings:
     cert: Certificate
     gamma: list
     check_every: int
-    evaluate: Any = None         # evaluation.evaluator's evaluate_round(net, step)
+    evaluate: Any = None  # evaluation.evaluator's evaluate_round(net, step)
     config: Any = None
-    test: tuple = (None, None)   # (X_test, Y_test)
+    test: tuple = (None, None)  # (X_test, Y_test)
     eval_every: Any = 1
-    data: Any = None             # schedule.Batches
+    data: Any = None  # schedule.Batches
     steps: Any = None
     state: Any = None
     checkpoint: tuple = (None, 1, None)
     momentum: Any = None
-    W_prev: Any = None           # the first batch's (fit_bcd(W_prev=...)), in the data's library
+    W_prev: Any = None  # the first batch's (fit_bcd(W_prev=...)), in the data's library
 
 
 def weights_in(xp, net):
@@ -76,8 +88,10 @@ def weights_in(xp, net):
     try:
         return [W if namespace(W) is xp else xp.asarray(W) for W in net.W]
     except (TypeError, ValueError):
-        raise ValueError(f"net.W must be arrays the data's library ({xp.__name__}) can take, got "
-                         f"{type(net.W[0]).__module__}.{type(net.W[0]).__name__}") from None
+        raise ValueError(
+            f"net.W must be arrays the data's library ({xp.__name__}) can take, got "
+            f"{type(net.W[0]).__module__}.{type(net.W[0]).__name__}"
+        ) from None
 
 
 def check_data(net, X0, Y, xname="X0", yname="Y", xp=None):
@@ -99,8 +113,10 @@ def check_arguments(net, args):
     args["momentum"] = check("momentum", args["momentum"], PerLayer(MOMENTUM, net.n_hidden + 1))
     check_backend(args["backend"])
     if (args["X_test"] is None) != (args["Y_test"] is None):
-        raise ValueError("X_test and Y_test must be given together, got only "
-                         + ("X_test" if args["Y_test"] is None else "Y_test"))
+        raise ValueError(
+            "X_test and Y_test must be given together, got only "
+            + ("X_test" if args["Y_test"] is None else "Y_test")
+        )
     return args
 
 
@@ -114,18 +130,23 @@ def check_W_prev(W_prev, weights, xp, resume):
     listed = isinstance(W_prev, Sequence) and not isinstance(W_prev, (str, bytes))
     if not listed or len(W_prev) != len(weights):
         got = f"{len(W_prev)} entries" if listed else type(W_prev).__name__
-        raise ValueError(f"W_prev must be a sequence of {len(weights)} arrays (one per layer, "
-                         f"as BCDResult.W_prev), got {got}")
+        raise ValueError(
+            f"W_prev must be a sequence of {len(weights)} arrays (one per layer, "
+            f"as BCDResult.W_prev), got {got}"
+        )
     out = []
     for l, (P, W) in enumerate(zip(W_prev, weights)):
         try:
             P = xp.asarray(P, dtype=W.dtype)
         except (TypeError, ValueError):
-            raise ValueError(f"W_prev[{l}] must be an array the data's library ({xp.__name__}) "
-                             f"can take, got {type(P).__module__}.{type(P).__name__}") from None
+            raise ValueError(
+                f"W_prev[{l}] must be an array the data's library ({xp.__name__}) "
+                f"can take, got {type(P).__module__}.{type(P).__name__}"
+            ) from None
         if tuple(P.shape) != tuple(W.shape):
-            raise ValueError(f"W_prev[{l}] must have W_{l}'s shape {tuple(W.shape)}, got "
-                             f"{tuple(P.shape)}")
+            raise ValueError(
+                f"W_prev[{l}] must have W_{l}'s shape {tuple(W.shape)}, got {tuple(P.shape)}"
+            )
         if not bool(xp.all(xp.isfinite(P))):
             raise ValueError(f"W_prev[{l}] must be finite, got NaN or infinite entries")
         out.append(P)
@@ -137,9 +158,11 @@ def build_backend(backend, strict, tol, xp, net):
     (and non-strict, so that inaccurate solves are recorded, in recorded mode). The backend
     checks ``net`` here (per-layer settings: ``FastBackend``), before any work."""
     opts = dict(strict=False) if strict is False and isinstance(backend, str) else {}
-    backend = get_backend(backend, net, tol=tol, **opts)   # a backend object ignores them
+    backend = get_backend(backend, net, tol=tol, **opts)  # a backend object ignores them
     if xp is not np and backend.name == "cvxpy":
-        raise ValueError(f"backend 'cvxpy' (the oracle) takes NumPy data, got X0 from {xp.__name__}")
+        raise ValueError(
+            f"backend 'cvxpy' (the oracle) takes NumPy data, got X0 from {xp.__name__}"
+        )
     return backend, backend.name
 
 
@@ -148,15 +171,31 @@ def run_config(net, m, m_test, args, backend, name, strict, classification):
     solves its blocks with (its ``settings()``, as JSON data: a value JSON cannot hold, such as
     an oracle's ``solver_opts`` callback, is recorded as its repr)."""
     settings = json.loads(json.dumps(_plain(backend.settings()), default=repr))
-    return dict(layer_sizes=list(net.layer_sizes), activations=[x.name for x in net.activations],
-                loss=net.loss.name, lam=net.lam, rho=net.rho, gamma=args["gamma"],
-                momentum=args["momentum"], momentum_carried=args["W_prev"] is not None,
-                batch_size=args["batch_size"], epochs=args["epochs"],
-                iterations=args["iterations"], alternations=args["alternations"], backend=name,
-                backend_settings=settings, strict=strict, tol=args["tol"],
-                check_every=args["check_every"], seed=net.seed, batch_seed=net.seed, m=m,
-                m_test=m_test, task="classification" if classification else "regression",
-                algorithm=1 if args["batch_size"] is None else 2)
+    return dict(
+        layer_sizes=list(net.layer_sizes),
+        activations=[x.name for x in net.activations],
+        loss=net.loss.name,
+        lam=net.lam,
+        rho=net.rho,
+        gamma=args["gamma"],
+        momentum=args["momentum"],
+        momentum_carried=args["W_prev"] is not None,
+        batch_size=args["batch_size"],
+        epochs=args["epochs"],
+        iterations=args["iterations"],
+        alternations=args["alternations"],
+        backend=name,
+        backend_settings=settings,
+        strict=strict,
+        tol=args["tol"],
+        check_every=args["check_every"],
+        seed=net.seed,
+        batch_seed=net.seed,
+        m=m,
+        m_test=m_test,
+        task="classification" if classification else "regression",
+        algorithm=1 if args["batch_size"] is None else 2,
+    )
 
 
 def certificate_of(backend, strict, tol):
@@ -184,26 +223,49 @@ def validate_run(net, X0, Y, args):
     weights = weights_in(xp, net)
     strict = (name == "cvxpy") if args["strict"] is None else args["strict"]
     classification = is_one_hot(Y)
-    config = run_config(net, X0.shape[1], None if X_test is None else X_test.shape[1], args,
-                        backend, name, strict, classification)
-    settings = RunSettings(backend, certificate_of(backend, strict, args["tol"]), args["gamma"],
-                           args["check_every"],
-                           evaluator(X0, Y, X_test, Y_test, classification, args["eval_every"]),
-                           config, (X_test, Y_test), args["eval_every"],
-                           momentum=args["momentum"])
-    settings.steps = schedule(X0.shape[1], args["batch_size"], args["epochs"],
-                              args["iterations"], args["alternations"], net.seed)
-    settings.data = Batches(X0, Y, xp, args["batch_size"] is not None
-                            and args["batch_size"] < X0.shape[1])
+    config = run_config(
+        net,
+        X0.shape[1],
+        None if X_test is None else X_test.shape[1],
+        args,
+        backend,
+        name,
+        strict,
+        classification,
+    )
+    settings = RunSettings(
+        backend,
+        certificate_of(backend, strict, args["tol"]),
+        args["gamma"],
+        args["check_every"],
+        evaluator(X0, Y, X_test, Y_test, classification, args["eval_every"]),
+        config,
+        (X_test, Y_test),
+        args["eval_every"],
+        momentum=args["momentum"],
+    )
+    settings.steps = schedule(
+        X0.shape[1],
+        args["batch_size"],
+        args["epochs"],
+        args["iterations"],
+        args["alternations"],
+        net.seed,
+    )
+    settings.data = Batches(
+        X0, Y, xp, args["batch_size"] is not None and args["batch_size"] < X0.shape[1]
+    )
     digest = None if args["checkpoint"] is None and saved is None else data_digest(X0, Y)
-    settings.state = (None if saved is None
-                      else restore(net, saved, config, digest, xp, settings.steps))
+    settings.state = (
+        None if saved is None else restore(net, saved, config, digest, xp, settings.steps)
+    )
     settings.W_prev = check_W_prev(args["W_prev"], weights, xp, saved is not None)
     # the checkpoint folder last, once every other check passed: a refused run makes none
-    ckpt = (None if args["checkpoint"] is None
-            else check_writable_dir("checkpoint", args["checkpoint"]))
+    ckpt = (
+        None if args["checkpoint"] is None else check_writable_dir("checkpoint", args["checkpoint"])
+    )
     for folder in {ckpt, None if resume is None else resume.parent}:
-        if folder is not None:      # what a run killed while writing there left
+        if folder is not None:  # what a run killed while writing there left
             remove_temporaries(folder)
     settings.checkpoint = (ckpt, args["checkpoint_every"], digest)
     net.W = weights if settings.state is None else list(settings.state.W)

@@ -7,6 +7,7 @@ centred at W0 <- W where a batch starts. :class:`BCDState` is what a run carries
 round (and all that a checkpoint stores, ``checkpoints.py``); :class:`Batches` gathers each
 round's columns of the data.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -23,26 +24,26 @@ from .history import History
 class Step:
     """One round of a run's schedule: its position and what starts with it."""
 
-    iteration: int       # 1, 2, ... over the run
-    epoch: Any           # Algorithm 2: epoch, batch and alternation (k), from 1; None in Alg. 1
+    iteration: int  # 1, 2, ... over the run
+    epoch: Any  # Algorithm 2: epoch, batch and alternation (k), from 1; None in Alg. 1
     batch: Any
     alternation: Any
-    columns: Any         # the batch's column indices; None: all the data
-    new_x: bool          # X <- the feed-forward point on the batch
-    new_w0: bool         # W0 <- W (the centre of the proximal term)
-    end_of_epoch: bool   # the last round of an epoch (of the run, in Algorithm 1)
-    last: bool           # the last round of the run
+    columns: Any  # the batch's column indices; None: all the data
+    new_x: bool  # X <- the feed-forward point on the batch
+    new_w0: bool  # W0 <- W (the centre of the proximal term)
+    end_of_epoch: bool  # the last round of an epoch (of the run, in Algorithm 1)
+    last: bool  # the last round of the run
 
     @property
     def idx(self):
         """Deprecated name of :attr:`columns`."""
-        warnings.warn("Step.idx is deprecated; use Step.columns", DeprecationWarning,
-                      stacklevel=2)
+        warnings.warn("Step.idx is deprecated; use Step.columns", DeprecationWarning, stacklevel=2)
         return self.columns
 
 
-def schedule(m: int, batch_size: int | None, epochs: int, iterations: int, alternations: int,
-             seed: int) -> list[Step]:
+def schedule(
+    m: int, batch_size: int | None, epochs: int, iterations: int, alternations: int, seed: int
+) -> list[Step]:
     """The rounds of Algorithm 1 (``batch_size=None``) or Algorithm 2, in order.
 
     Algorithm 2's batches are ``datasets.batch_order(m, batch_size, epochs, seed)``: a pure
@@ -58,17 +59,23 @@ def schedule(m: int, batch_size: int | None, epochs: int, iterations: int, alter
     [[0, 1, 2, 3], [0, 1, 2, 3]]
     """
     if batch_size is None:
-        return [Step(i, None, None, None, None, i == 1, True, i == iterations, i == iterations)
-                for i in range(1, iterations + 1)]
-    order = (batch_order(m, batch_size, epochs, seed=seed) if batch_size < m
-             else [[np.arange(m)]] * epochs)
+        return [
+            Step(i, None, None, None, None, i == 1, True, i == iterations, i == iterations)
+            for i in range(1, iterations + 1)
+        ]
+    order = (
+        batch_order(m, batch_size, epochs, seed=seed)
+        if batch_size < m
+        else [[np.arange(m)]] * epochs
+    )
     steps: list[Step] = []
     for e, batches in enumerate(order, start=1):
         for b, columns in enumerate(batches, start=1):
             for k in range(1, alternations + 1):
                 end = b == len(batches) and k == alternations
-                steps.append(Step(len(steps) + 1, e, b, k, columns, k == 1, k == 1, end,
-                                  end and e == epochs))
+                steps.append(
+                    Step(len(steps) + 1, e, b, k, columns, k == 1, k == 1, end, end and e == epochs)
+                )
     return steps
 
 

@@ -6,6 +6,7 @@ CuPy, ... through DLPack) of one of the four blocks of the lifted objective (the
 lower bound on the block's optimal value is at most ``rtol * (1 + |lower bound|) + atol``
 (``oracle.certify``). It raises ``AssertionError`` with every number otherwise.
 """
+
 from .oracle.certify import certify, optimality_report
 
 
@@ -28,7 +29,9 @@ def assert_block_optimal(block, Z, rtol=1e-6, atol=0.0, backend=None):
         excess, allowed = cert.gap, rtol * (1.0 + abs(cert.lower_bound)) + atol
         what = "certified suboptimality gap"
     if not excess <= allowed:
-        raise AssertionError(f"block {block.kind} (layer {block.layer}) is not solved: {what} "
-                             f"{excess:.3g} > {allowed:.3g} (rtol={rtol:g}, atol={atol:g}); "
-                             + optimality_report(cert))
+        raise AssertionError(
+            f"block {block.kind} (layer {block.layer}) is not solved: {what} "
+            f"{excess:.3g} > {allowed:.3g} (rtol={rtol:g}, atol={atol:g}); "
+            + optimality_report(cert)
+        )
     return cert

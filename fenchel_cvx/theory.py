@@ -8,6 +8,7 @@
 - :func:`weak_duality` (Sec. 4.2, eq. (8)): along a BCD run, the lifted objective after each X-sweep lies
   below the network objective at the same weights, and ``min F <= min J``.
 """
+
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -31,11 +32,11 @@ class RecoveryResult:
     p: int
     m: int
     bias: bool
-    convex_error: float                 # the convex problem, solved by the backend's W-block
+    convex_error: float  # the convex problem, solved by the backend's W-block
     convex_status: str
     convex_seconds: float
-    nonconvex_errors: list = field(default_factory=list)   # one per random start
-    nonconvex_failures: int = 0         # starts whose error exceeds fail_tol
+    nonconvex_errors: list = field(default_factory=list)  # one per random start
+    nonconvex_failures: int = 0  # starts whose error exceeds fail_tol
     fail_tol: float = 1e-3
     tol: float = 1e-5
     active_points: list = field(default_factory=list)  # per unit of W*: points with (W* X~)_ij > 0
@@ -58,13 +59,28 @@ def _nonconvex_ls(act, Xt, Y, W_init):
         R = act.phi(U) - Y
         return float(np.sum(R * R)), ((2 * R * act.dphi(U)) @ Xt.T).ravel()
 
-    r = optimize.minimize(value_and_grad, W_init.ravel(), jac=True, method="L-BFGS-B",
-                          options=dict(maxiter=5000, ftol=1e-16, gtol=1e-12))
+    r = optimize.minimize(
+        value_and_grad,
+        W_init.ravel(),
+        jac=True,
+        method="L-BFGS-B",
+        options=dict(maxiter=5000, ftol=1e-16, gtol=1e-12),
+    )
     return r.x.reshape(shape)
 
 
-def one_layer_recovery(activation="relu", n=4, p=3, m=40, bias=True, restarts=10, seed=0,
-                       backend="cvxpy", tol=1e-5, fail_tol=1e-3):
+def one_layer_recovery(
+    activation="relu",
+    n=4,
+    p=3,
+    m=40,
+    bias=True,
+    restarts=10,
+    seed=0,
+    backend="cvxpy",
+    tol=1e-5,
+    fail_tol=1e-3,
+):
     """Appendix B: recover the weights of a one-layer network from ``Y = phi(W* X~)``.
 
     Data: ``m`` standard-normal points ``X`` in ``R^n`` (generic, ``m >> n``); with ``bias=True``
@@ -96,9 +112,21 @@ def one_layer_recovery(activation="relu", n=4, p=3, m=40, bias=True, restarts=10
     for _ in range(restarts):
         W = _nonconvex_ls(act, Xt, Y, rng.standard_normal(W_star.shape) / math.sqrt(n))
         errs.append(float(np.linalg.norm(W - W_star) / np.linalg.norm(W_star)))
-    return RecoveryResult(act.name, n, p, m, bias, err, res.status, secs, errs,
-                          sum(e > fail_tol for e in errs), fail_tol, tol,
-                          [int(k) for k in np.sum(W_star @ Xt > 0, axis=1)])
+    return RecoveryResult(
+        act.name,
+        n,
+        p,
+        m,
+        bias,
+        err,
+        res.status,
+        secs,
+        errs,
+        sum(e > fail_tol for e in errs),
+        fail_tol,
+        tol,
+        [int(k) for k in np.sum(W_star @ Xt > 0, axis=1)],
+    )
 
 
 # --- Appendix A: variable scaling -------------------------------------------------------------
@@ -139,8 +167,17 @@ def scaled_penalty_weights(rho, c):
     return rA, rb
 
 
-def variable_scaling(layer_sizes=(5, 4, 3, 2), lam=(0.3, 2.5), rho=(0.7, 0.2, 1.3),
-                     activation="relu", loss="mse", m=7, n_points=5, lam_bar=1.0, seed=0):
+def variable_scaling(
+    layer_sizes=(5, 4, 3, 2),
+    lam=(0.3, 2.5),
+    rho=(0.7, 0.2, 1.3),
+    activation="relu",
+    loss="mse",
+    m=7,
+    n_points=5,
+    lam_bar=1.0,
+    seed=0,
+):
     """Appendix A, checked numerically: F with per-layer lam equals F_bar with a single lam_bar.
 
     At the feed-forward point and at ``n_points`` random points (random W, random X in the
@@ -168,23 +205,47 @@ def variable_scaling(layer_sizes=(5, 4, 3, 2), lam=(0.3, 2.5), rho=(0.7, 0.2, 1.
         W_bar, Xs_bar, c = scale_variables(net.W, Xs, net.lam, lam_bar)
         rA, rb = scaled_penalty_weights(net.rho, c)
         bar.W = W_bar
-        pen = sum(a * np.sum(Wb[:, :-1] ** 2) + b * np.sum(Wb[:, -1] ** 2)
-                  for a, b, Wb in zip(rA, rb, W_bar))
+        pen = sum(
+            a * np.sum(Wb[:, :-1] ** 2) + b * np.sum(Wb[:, -1] ** 2)
+            for a, b, Wb in zip(rA, rb, W_bar)
+        )
         F.append(net.lifted_objective(X0, Y, Xs))
         F_bar.append(bar.lifted_objective(X0, Y, Xs_bar) + float(pen))
         J.append(net.network_objective(X0, Y))
         J_bar.append(bar.network_objective(X0, Y) + float(pen))
     rel = lambda a, b: abs(a - b) / (1.0 + abs(a))  # noqa: E731
-    max_rel = max(max(rel(a, b) for a, b in zip(F, F_bar)), max(rel(a, b) for a, b in zip(J, J_bar)))
+    max_rel = max(
+        max(rel(a, b) for a, b in zip(F, F_bar)), max(rel(a, b) for a, b in zip(J, J_bar))
+    )
     rA, rb = scaled_penalty_weights(net.rho, c)
-    return dict(F=F, F_bar=F_bar, J=J, J_bar=J_bar, max_rel_diff=max_rel, c=c[1:L + 1],
-                rho_bar_weights=rA, rho_bar_bias=rb, lam=net.lam, lam_bar=lam_bar,
-                activation=net.activations[0].name)
+    return dict(
+        F=F,
+        F_bar=F_bar,
+        J=J,
+        J_bar=J_bar,
+        max_rel_diff=max_rel,
+        c=c[1 : L + 1],
+        rho_bar_weights=rA,
+        rho_bar_bias=rb,
+        lam=net.lam,
+        lam_bar=lam_bar,
+        activation=net.activations[0].name,
+    )
 
 
 # --- weak duality along a run ----------------------------------------------------------------
-def weak_duality(layer_sizes=(4, 6, 5, 3), m=30, iterations=4, activation="relu", loss="mse",
-                 lam=1.0, rho=0.1, backend="cvxpy", seed=0, tol=1e-6):
+def weak_duality(
+    layer_sizes=(4, 6, 5, 3),
+    m=30,
+    iterations=4,
+    activation="relu",
+    loss="mse",
+    lam=1.0,
+    rho=0.1,
+    backend="cvxpy",
+    seed=0,
+    tol=1e-6,
+):
     """Run ``fit_bcd`` (Algorithm 1, non-strict) on a tiny teacher-student problem and check
 
     - at every iteration, ``F(W, X)`` after the X-sweep ``<= J(W) + tol (|J| + 1)`` at the same W;
@@ -206,7 +267,14 @@ def weak_duality(layer_sizes=(4, 6, 5, 3), m=30, iterations=4, activation="relu"
     h = res.history
     F, J = h.series("lifted_x"), h.series("network_x")
     slack = tol * (np.abs(J) + 1.0)
-    return dict(lifted=F.tolist(), network=J.tolist(), gap=(J - F).tolist(),
-                holds_every_iteration=bool(np.all(F <= J + slack)), min_lifted=float(F.min()),
-                min_network=float(J.min()), min_holds=bool(F.min() <= J.min() + slack.max()),
-                certificate_held=h.certificate_held, restarts=int(np.sum(h.series("restarted"))))
+    return dict(
+        lifted=F.tolist(),
+        network=J.tolist(),
+        gap=(J - F).tolist(),
+        holds_every_iteration=bool(np.all(F <= J + slack)),
+        min_lifted=float(F.min()),
+        min_network=float(J.min()),
+        min_holds=bool(F.min() <= J.min() + slack.max()),
+        certificate_held=h.certificate_held,
+        restarts=int(np.sum(h.series("restarted"))),
+    )

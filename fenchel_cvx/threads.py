@@ -14,6 +14,7 @@ then runs 2-3x slower than with 1 thread each. ``limit_threads`` sets each pool 
 Libraries are named by the package that ships the shared object (``numpy``, ``scipy``,
 ``torch``; anything else is ``other``). A pool not named is left as it is.
 """
+
 import contextlib
 import functools
 from pathlib import PurePath
@@ -30,7 +31,7 @@ def owner(filepath):
     """The package whose files hold the shared object at ``filepath`` (``"other"`` if none)."""
     for part in reversed(PurePath(filepath or "").parts[:-1]):
         for name in LIBRARIES[:-1]:
-            if part == name or part.startswith(name + "."):   # numpy/, numpy.libs/, scipy.libs/
+            if part == name or part.startswith(name + "."):  # numpy/, numpy.libs/, scipy.libs/
                 return name
     return "other"
 
@@ -61,8 +62,9 @@ def per_library(threads):
     if isinstance(threads, dict):
         unknown = set(threads) - set(LIBRARIES)
         if unknown:
-            raise ValueError(f"threads names unknown libraries {sorted(unknown)}; "
-                             f"expected some of {LIBRARIES}")
+            raise ValueError(
+                f"threads names unknown libraries {sorted(unknown)}; expected some of {LIBRARIES}"
+            )
         return {name: check(f"threads[{name!r}]", n, COUNT) for name, n in threads.items()}
     return plan(threads)
 
@@ -71,8 +73,10 @@ def pools():
     """``[(library, internal_api, num_threads, filepath)]`` for every pool loaded now."""
     from threadpoolctl import threadpool_info
 
-    return [(owner(i["filepath"]), i["internal_api"], i["num_threads"], i["filepath"])
-            for i in threadpool_info()]
+    return [
+        (owner(i["filepath"]), i["internal_api"], i["num_threads"], i["filepath"])
+        for i in threadpool_info()
+    ]
 
 
 def controller():
@@ -98,7 +102,7 @@ def limit_threads(threads, pools_now=None):
     try:
         for lib in controller_.lib_controllers:
             n = per.get(owner(lib.filepath))
-            if n is not None and lib.num_threads != n:   # a pool already at n: nothing to do
+            if n is not None and lib.num_threads != n:  # a pool already at n: nothing to do
                 limiters.append(controller_.select(filepath=lib.filepath).limit(limits=n))
         yield per
     finally:

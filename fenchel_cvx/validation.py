@@ -32,6 +32,7 @@ spectral bounds are computed from it) is finite too.
 machine's memory (:func:`memory_budget`) is refused before any array is allocated, with the
 GiB it would need.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,14 +40,42 @@ import numbers
 import os
 import warnings
 
-__all__ = ["ALTERNATIONS", "BOOL", "CALLABLE", "COUNT", "GAMMA", "Interval", "LAM", "MAX_ROUNDS",
-           "MAX_WEIGHT", "MOMENTUM", "Options", "PATH", "PerLayer", "RHO", "ROUNDS", "SEED", "Sizes",
-           "TOL", "WEIGHT", "check", "check_dtype", "check_memory", "check_plain", "failure",
-           "check_matrix", "check_real", "check_rounds", "check_scale", "memory_budget",
-           "scale_problem", "validate"]
+__all__ = [
+    "ALTERNATIONS",
+    "BOOL",
+    "CALLABLE",
+    "COUNT",
+    "GAMMA",
+    "Interval",
+    "LAM",
+    "MAX_ROUNDS",
+    "MAX_WEIGHT",
+    "MOMENTUM",
+    "Options",
+    "PATH",
+    "PerLayer",
+    "RHO",
+    "ROUNDS",
+    "SEED",
+    "Sizes",
+    "TOL",
+    "WEIGHT",
+    "check",
+    "check_dtype",
+    "check_memory",
+    "check_plain",
+    "failure",
+    "check_matrix",
+    "check_real",
+    "check_rounds",
+    "check_scale",
+    "memory_budget",
+    "scale_problem",
+    "validate",
+]
 
 MAX_WEIGHT = 1e6
-MAX_ROUNDS = 10 ** 6
+MAX_ROUNDS = 10**6
 
 
 class Constraint:
@@ -73,16 +102,16 @@ class Constraint:
 
 def _is_bool(value):
     """A Python or NumPy bool (NumPy is not imported for it: ``fenchel-cvx --help`` stays fast)."""
-    return isinstance(value, bool) or (type(value).__module__ == "numpy"
-                                       and type(value).__name__ in ("bool", "bool_"))
+    return isinstance(value, bool) or (
+        type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
+    )
 
 
 def _is_vector(value):
     """A list, tuple or 1-D NumPy array."""
     if type(value).__module__ == "numpy":
         return getattr(value, "ndim", None) == 1
-    return isinstance(value, (list, tuple)) and all(
-        not isinstance(v, (list, tuple)) for v in value)
+    return isinstance(value, (list, tuple)) and all(not isinstance(v, (list, tuple)) for v in value)
 
 
 def _g(x):
@@ -102,14 +131,22 @@ class Interval(Constraint):
         return isinstance(value, self.number) and not _is_bool(value)
 
     def _above_low(self, v):
-        return self.low is None or (v >= self.low if self.closed in ("both", "left") else v > self.low)
+        return self.low is None or (
+            v >= self.low if self.closed in ("both", "left") else v > self.low
+        )
 
     def _below_high(self, v):
-        return self.high is None or (v <= self.high if self.closed in ("both", "right") else v < self.high)
+        return self.high is None or (
+            v <= self.high if self.closed in ("both", "right") else v < self.high
+        )
 
     def accepts(self, value):
-        return (self.applies(value) and (self.number is numbers.Integral or math.isfinite(value))
-                and self._above_low(value) and self._below_high(value))
+        return (
+            self.applies(value)
+            and (self.number is numbers.Integral or math.isfinite(value))
+            and self._above_low(value)
+            and self._below_high(value)
+        )
 
     def _lower(self):
         op = ">=" if self.closed in ("both", "left") else ">"
@@ -199,7 +236,8 @@ class PerLayer(Constraint):
 
     def applies(self, value):
         return self.inner.applies(value) or (
-            _is_vector(value) and (len(value) == self.n if self.n is not None else len(value) >= 1))
+            _is_vector(value) and (len(value) == self.n if self.n is not None else len(value) >= 1)
+        )
 
     def accepts(self, value):
         return self.applies(value) and all(self.inner.accepts(v) for v in self._values(value))
@@ -221,11 +259,18 @@ class Sizes(Constraint):
         self.min_len = min_len
 
     def accepts(self, value):
-        return (_is_vector(value) and len(value) >= self.min_len and all(COUNT.accepts(p) for p in value))
+        return (
+            _is_vector(value)
+            and len(value) >= self.min_len
+            and all(COUNT.accepts(p) for p in value)
+        )
 
     def describe(self, value=None):
-        return ("a sequence of positive integers" if self.min_len <= 1 else
-                f"a sequence of at least {self.min_len} positive integers")
+        return (
+            "a sequence of positive integers"
+            if self.min_len <= 1
+            else f"a sequence of at least {self.min_len} positive integers"
+        )
 
     def convert(self, value):
         return tuple(int(p) for p in value)
@@ -244,12 +289,18 @@ MOMENTUM = Interval(numbers.Real, 0, 1, closed="left")
 #: any other positive weight or step (a learning rate, a penalty of a peer method)
 WEIGHT = LAM
 #: a tolerance on a scaled KKT residual (``blocks.kkt_residual``: 1 is the gradient's own scale)
-TOL = Interval(numbers.Real, 0, 1, closed="right", note="a residual relative to the gradient's scale")
+TOL = Interval(
+    numbers.Real, 0, 1, closed="right", note="a residual relative to the gradient's scale"
+)
 #: a count: an integer >= 1 (rounds between checks, threads, sizes, ...)
 COUNT = Interval(numbers.Integral, 1, None)
 #: the length of a run: iterations, epochs, alternations (at most MAX_ROUNDS)
-ROUNDS = Interval(numbers.Integral, 1, MAX_ROUNDS,
-                  note="fenchel_cvx.validation.MAX_ROUNDS: more rounds than a run can finish")
+ROUNDS = Interval(
+    numbers.Integral,
+    1,
+    MAX_ROUNDS,
+    note="fenchel_cvx.validation.MAX_ROUNDS: more rounds than a run can finish",
+)
 ALTERNATIONS = ROUNDS
 #: a seed: an integer >= 0
 SEED = Interval(numbers.Integral, 0, None)
@@ -277,7 +328,7 @@ def failure(value, constraint):
         if c is None:
             parts.append("None")
         elif len(alternatives) == 1 or c.applies(value):
-            parts.append(c.describe(value))   # the side it fails
+            parts.append(c.describe(value))  # the side it fails
         else:
             parts.extend(c.parts())
     return (parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " or " + parts[-1]), value
@@ -290,8 +341,11 @@ def check(name, value, constraint):
     if failed is not None:
         raise ValueError(f"{name} must be {failed[0]}, got {failed[1]!r}")
     alternatives = constraint if isinstance(constraint, list) else [constraint]
-    return next(value if c is None else c.convert(value) for c in alternatives
-                if (value is None if c is None else c.accepts(value)))
+    return next(
+        value if c is None else c.convert(value)
+        for c in alternatives
+        if (value is None if c is None else c.accepts(value))
+    )
 
 
 def validate(constraints, values, names=None):
@@ -310,10 +364,12 @@ def check_rounds(m, batch_size, epochs, alternations, names=None):
     n = {k: (names or {}).get(k, k) for k in ("epochs", "batch_size", "alternations")}
     batches = -(-m // batch_size)
     if epochs * batches * alternations > MAX_ROUNDS:
-        raise ValueError(f"{n['epochs']} x batches x {n['alternations']} must be at most "
-                         f"{MAX_ROUNDS} rounds (MAX_ROUNDS), got {epochs} x {batches} "
-                         f"({n['batch_size']} {batch_size} of {m} points) x {alternations} = "
-                         f"{epochs * batches * alternations}")
+        raise ValueError(
+            f"{n['epochs']} x batches x {n['alternations']} must be at most "
+            f"{MAX_ROUNDS} rounds (MAX_ROUNDS), got {epochs} x {batches} "
+            f"({n['batch_size']} {batch_size} of {m} points) x {alternations} = "
+            f"{epochs * batches * alternations}"
+        )
 
 
 def check_dtype(dtype, name="dtype"):
@@ -356,8 +412,10 @@ def check_real(name, A):
     except TypeError:
         dt = np.dtype(object)
     if np.issubdtype(dt, np.complexfloating):
-        raise ValueError(f"{name} must be real (Complex data not supported), got {dt.name} "
-                         f"entries: pass {name}.real if the imaginary part is meant to be dropped")
+        raise ValueError(
+            f"{name} must be real (Complex data not supported), got {dt.name} "
+            f"entries: pass {name}.real if the imaginary part is meant to be dropped"
+        )
     if not (np.issubdtype(dt, np.number) or np.issubdtype(dt, np.bool_)):
         raise ValueError(f"{name} must be an array of numbers, got entries of dtype {dt}")
     return dt
@@ -370,7 +428,7 @@ def scale_problem(A, dtype=None):
     import numpy as np
     from array_api_compat import array_namespace
 
-    xp = np if isinstance(A, np.ndarray) else array_namespace(A)   # also a torch tensor's
+    xp = np if isinstance(A, np.ndarray) else array_namespace(A)  # also a torch tensor's
     if A.size == 0 if xp is np else math.prod(A.shape) == 0:
         return None
     big = float(xp.max(xp.abs(A)))
@@ -379,9 +437,11 @@ def scale_problem(A, dtype=None):
     name = _np_dtype(dtype if dtype is not None else A.dtype).name
     limit = math.sqrt(float(np.finfo(name).max))
     if big * big * math.prod(A.shape) > limit:
-        return (f"a scale that overflows {name}: its largest entry {big:.3g} squared, times its "
-                f"{math.prod(A.shape)} entries, exceeds {limit:.3g} (the square root of "
-                f"{name}'s largest number, so that the Gram A A^T and its norm stay finite)")
+        return (
+            f"a scale that overflows {name}: its largest entry {big:.3g} squared, times its "
+            f"{math.prod(A.shape)} entries, exceeds {limit:.3g} (the square root of "
+            f"{name}'s largest number, so that the Gram A A^T and its norm stay finite)"
+        )
     return None
 
 
@@ -393,15 +453,16 @@ def check_scale(name, A, dtype=None):
         return A
     if problem.startswith("NaN"):
         raise ValueError(f"{name} must be finite, got NaN or inf entries")
-    raise ValueError(f"{name} has {problem}; rescale it (features of order one, e.g. "
-                     f"StandardScaler)")
+    raise ValueError(
+        f"{name} has {problem}; rescale it (features of order one, e.g. StandardScaler)"
+    )
 
 
 def memory_budget():
     """The bytes of this machine's physical memory (None where the system does not say)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):   # no sysconf (Windows) or no such name
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
         try:
             import psutil
         except ImportError:
@@ -414,8 +475,10 @@ def check_memory(name, nbytes, what):
     with the GiB needed, before anything is allocated."""
     budget = memory_budget()
     if budget is not None and nbytes > budget:
-        raise ValueError(f"{name} needs {nbytes / 2**30:.3g} GiB for {what}, more than this "
-                         f"machine's {budget / 2**30:.3g} GiB of memory")
+        raise ValueError(
+            f"{name} needs {nbytes / 2**30:.3g} GiB for {what}, more than this "
+            f"machine's {budget / 2**30:.3g} GiB of memory"
+        )
     return nbytes
 
 
@@ -426,9 +489,11 @@ def _as_array(name, A, dtype, xp):
 
     module = type(A).__module__
     if module.startswith("scipy.sparse") or module.split(".")[0] == "sparse":
-        raise ValueError(f"{name} must be a dense array, got a {module.split('.')[0]}.sparse "
-                         f"{type(A).__name__}: pass {name}.toarray() (every block of the lifted "
-                         f"problem is dense)".replace("sparse.sparse", "sparse"))
+        raise ValueError(
+            f"{name} must be a dense array, got a {module.split('.')[0]}.sparse "
+            f"{type(A).__name__}: pass {name}.toarray() (every block of the lifted "
+            f"problem is dense)".replace("sparse.sparse", "sparse")
+        )
     check_plain(name, A)
     where = "" if xp is None else f" from the library of X0 ({xp.__name__})"
     if xp is None:
@@ -436,7 +501,8 @@ def _as_array(name, A, dtype, xp):
 
         xp = namespace(A)
     given = f"{type(A).__module__}.{type(A).__name__}" + (
-        f" of dtype {A.dtype}" if hasattr(A, "dtype") else "")
+        f" of dtype {A.dtype}" if hasattr(A, "dtype") else ""
+    )
     try:
         if xp is np:
             A = np.asarray(A.detach().cpu() if hasattr(A, "detach") else A)
@@ -446,16 +512,23 @@ def _as_array(name, A, dtype, xp):
             raise TypeError
     except (TypeError, ValueError, AttributeError, RuntimeError):
         raise ValueError(f"{name} must be a 2-D array of numbers{where}, got {given}") from None
-    if xp is np and A.dtype == object:     # Python numbers only: never a parsed string
+    if xp is np and A.dtype == object:  # Python numbers only: never a parsed string
         A = _object_numbers(name, A)
     current = check_real(name, A)
     floating = np.issubdtype(current, np.floating)
-    target = check_dtype(dtype) if dtype is not None else (
-        current if floating and current.itemsize >= 4 else np.dtype(np.float64))
+    target = (
+        check_dtype(dtype)
+        if dtype is not None
+        else (current if floating and current.itemsize >= 4 else np.dtype(np.float64))
+    )
     if floating and current.itemsize == 2:
         whose = "the network's " if dtype is not None else ""
-        warnings.warn(f"{name} is {current.name}: upcast to {whose}{target.name} (half precision "
-                      "is too coarse for the block solvers' tolerances)", UserWarning, stacklevel=4)
+        warnings.warn(
+            f"{name} is {current.name}: upcast to {whose}{target.name} (half precision "
+            "is too coarse for the block solvers' tolerances)",
+            UserWarning,
+            stacklevel=4,
+        )
     if current != target:
         A = A.astype(target) if xp is np else xp.astype(A, getattr(xp, target.name))
     return A
@@ -468,9 +541,11 @@ def check_plain(name, A):
     import numpy as np
 
     if isinstance(A, np.ma.MaskedArray):
-        raise ValueError(f"{name} must be a plain array, got a masked array with "
-                         f"{int(np.ma.count_masked(A))} masked entries: the mask would be "
-                         f"dropped; pass {name}.filled(value) or drop the masked data points")
+        raise ValueError(
+            f"{name} must be a plain array, got a masked array with "
+            f"{int(np.ma.count_masked(A))} masked entries: the mask would be "
+            f"dropped; pass {name}.filled(value) or drop the masked data points"
+        )
     if isinstance(A, np.ndarray) and A.dtype == object:
         _object_numbers(name, A)
     return A
@@ -483,10 +558,12 @@ def _object_numbers(name, A):
 
     for index, v in np.ndenumerate(A):
         if not isinstance(v, numbers.Real) or _is_bool(v):
-            raise NotNumbersError(f"{name} must be an array of numbers, got an object array "
-                                  f"holding {type(v).__name__} {v!r} at {index}: each argument "
-                                  f"must be a real number, not a string or another object; "
-                                  f"convert it to numbers first")
+            raise NotNumbersError(
+                f"{name} must be an array of numbers, got an object array "
+                f"holding {type(v).__name__} {v!r} at {index}: each argument "
+                f"must be a real number, not a string or another object; "
+                f"convert it to numbers first"
+            )
     return A.astype(np.float64)
 
 
@@ -502,13 +579,16 @@ def check_matrix(name, A, *, dtype=None, xp=None, rows=None, cols=None, rows_wha
     ``rows_what``: what the rows are (named in the error)."""
     A = _as_array(name, A, dtype, xp)
     if A.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array (features x data points), got shape "
-                         f"{tuple(A.shape)}")
+        raise ValueError(
+            f"{name} must be a 2-D array (features x data points), got shape {tuple(A.shape)}"
+        )
     if rows is not None and A.shape[0] != rows:
         what = f" ({rows_what})" if rows_what else ""
         raise ValueError(f"{name} must have {rows} rows{what}, got shape {tuple(A.shape)}")
     if cols is not None and A.shape[1] != cols:
-        raise ValueError(f"{name} must have {cols} columns (data points), got shape {tuple(A.shape)}")
+        raise ValueError(
+            f"{name} must have {cols} columns (data points), got shape {tuple(A.shape)}"
+        )
     if A.shape[1] == 0 or A.shape[0] == 0:
         raise ValueError(f"{name} must hold at least one data point, got shape {tuple(A.shape)}")
     return check_scale(name, A)

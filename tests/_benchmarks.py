@@ -1,4 +1,5 @@
 """The benchmark scripts (``benchmarks/*.py``) as modules, for the tests that call their functions."""
+
 import importlib.util
 from pathlib import Path
 

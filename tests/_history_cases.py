@@ -15,6 +15,7 @@ bits: on another CPU OpenBLAS takes other kernels, where every integer of the hi
 the same and every float within 1e-12 relative or 1.1e-14 absolute (KKT residuals near 1e-14),
 so a bit-for-bit pin would test the CPU, not the driver.
 """
+
 import json
 import sys
 from pathlib import Path
@@ -32,16 +33,25 @@ RTOL, ATOL = 1e-12, 1e-13
 WTOL = 1e-10
 
 CASES = {
-    "alg1_mse_gamma": dict(net=dict(layer_sizes=[6, 5, 4, 3], activation="relu", loss="mse",
-                                    lam=2.0, rho=0.1, seed=3),
-                           fit=dict(iterations=4, gamma=0.5, check_every=2)),
-    "alg2_ce_alternations": dict(net=dict(layer_sizes=[6, 5, 3], activation="relu",
-                                          loss="cross_entropy", lam=1.0, rho=0.01, seed=1),
-                                 fit=dict(batch_size=16, epochs=2, alternations=2, gamma=1.0,
-                                          eval_every=3)),
-    "alg2_tanh_test_set": dict(net=dict(layer_sizes=[6, 4, 3], activation="tanh", loss="mse",
-                                        lam=1.0, rho=0.0, seed=2),
-                               fit=dict(batch_size=20, epochs=2, gamma=0.0, test=True)),
+    "alg1_mse_gamma": dict(
+        net=dict(layer_sizes=[6, 5, 4, 3], activation="relu", loss="mse", lam=2.0, rho=0.1, seed=3),
+        fit=dict(iterations=4, gamma=0.5, check_every=2),
+    ),
+    "alg2_ce_alternations": dict(
+        net=dict(
+            layer_sizes=[6, 5, 3],
+            activation="relu",
+            loss="cross_entropy",
+            lam=1.0,
+            rho=0.01,
+            seed=1,
+        ),
+        fit=dict(batch_size=16, epochs=2, alternations=2, gamma=1.0, eval_every=3),
+    ),
+    "alg2_tanh_test_set": dict(
+        net=dict(layer_sizes=[6, 4, 3], activation="tanh", loss="mse", lam=1.0, rho=0.0, seed=2),
+        fit=dict(batch_size=20, epochs=2, gamma=0.0, test=True),
+    ),
 }
 
 
@@ -66,7 +76,8 @@ def weights_close(now, before):
     return len(now) == len(before) and all(
         np.shape(a) == np.shape(b)
         and np.max(np.abs(np.subtract(a, b))) <= WTOL * max(np.max(np.abs(b)), 1e-300)
-        for a, b in zip(now, before))
+        for a, b in zip(now, before)
+    )
 
 
 def run_case(name, **fit_extra):
@@ -82,7 +93,10 @@ def run_case(name, **fit_extra):
 
 
 def record(res):
-    return dict(history=strip_timings(res.history.to_dict()), weights=[np.asarray(W).tolist() for W in res.net.W])
+    return dict(
+        history=strip_timings(res.history.to_dict()),
+        weights=[np.asarray(W).tolist() for W in res.net.W],
+    )
 
 
 if __name__ == "__main__":

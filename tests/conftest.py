@@ -13,6 +13,7 @@ BLAS runs on one thread during the tests (``FENCHEL_TEST_BLAS_THREADS`` override
 problem here is tiny, and OpenBLAS's spinning worker threads make scipy's L-BFGS-B twenty times
 slower on a busy 2-core machine.
 """
+
 import os
 
 import numpy as np
@@ -22,8 +23,11 @@ from hypothesis import HealthCheck, settings
 from fenchel_cvx.activations import activation
 from fenchel_cvx.network import LiftedNetwork
 
-_COMMON = dict(deadline=None, print_blob=True,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
+_COMMON = dict(
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
+)
 settings.register_profile("ci", max_examples=20, **_COMMON)
 settings.register_profile("dev", max_examples=100, **_COMMON)
 settings.register_profile("thorough", max_examples=1000, **_COMMON)
@@ -38,9 +42,11 @@ def _single_threaded_blas():
     except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
         yield
         return
-    with threadpool_limits(limits=int(os.environ.get("FENCHEL_TEST_BLAS_THREADS", "1")),
-                           user_api="blas"):
+    with threadpool_limits(
+        limits=int(os.environ.get("FENCHEL_TEST_BLAS_THREADS", "1")), user_api="blas"
+    ):
         yield
+
 
 #: the closed-form activations (leaky ReLU at its default slope; tests vary the slope too)
 ACTIVATION_NAMES = ("relu", "leaky_relu", "sigmoid", "tanh")
@@ -81,8 +87,9 @@ def fd_grad(f, A, h=1e-6):
     return G
 
 
-def make_problem(sizes=(3, 4, 3, 2), act="relu", loss="mse", m=5, lam=1.0, rho=0.1, seed=0,
-                 lifted="interior"):
+def make_problem(
+    sizes=(3, 4, 3, 2), act="relu", loss="mse", m=5, lam=1.0, rho=0.1, seed=0, lifted="interior"
+):
     """A small network and data: ``(net, X0, Y, Xs)``.
 
     ``lifted="interior"`` draws each X_l strictly inside its activation's range (off the
@@ -142,10 +149,12 @@ def write_cifar10():
         names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
         batches = {}
         for name, n in zip(names, sizes):
-            d = {b"batch_label": name.encode(),
-                 b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-                 b"labels": [int(v) for v in rng.integers(0, 10, n)],
-                 b"filenames": [f"img_{i}.png".encode() for i in range(n)]}
+            d = {
+                b"batch_label": name.encode(),
+                b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                b"labels": [int(v) for v in rng.integers(0, 10, n)],
+                b"filenames": [f"img_{i}.png".encode() for i in range(n)],
+            }
             with open(folder / name, "wb") as f:
                 pickle.dump(d, f, protocol=2)
             batches[name] = d

@@ -5,6 +5,7 @@ Every closed form is checked against the defining properties of B_phi(v, u) = F(
 range), against its own gradients, against the generic quadrature ``monotone(phi)``, and its
 CVXPY form (``fenchel_cvx.oracle.atoms``) against its NumPy form.
 """
+
 import math
 
 import array_api_strict as xps
@@ -28,7 +29,7 @@ from fenchel_cvx.activations import (
 from fenchel_cvx.oracle.atoms import divergence_cvx
 
 EPS = np.finfo(np.float64).eps
-R = 30.0          # |u|, |v| bound of the hypothesis draws
+R = 30.0  # |u|, |v| bound of the hypothesis draws
 CLOSED = ("relu", "leaky_relu", "sigmoid", "tanh")
 #: strong-convexity modulus m of F on its domain:  B(v, u) >= m/2 (v - phi(u))^2
 MODULUS = {"relu": 1.0, "leaky_relu": 1.0, "sigmoid": 4.0, "tanh": 1.0}
@@ -168,10 +169,10 @@ def test_leaky_relu_closed_form(a, v, u):
     act = LeakyReLU(a)
     B = act.divergence(v, u)
     both_pos, both_neg = (v > 0) & (u > 0), (v <= 0) & (u <= 0)
-    np.testing.assert_allclose(B[both_pos], 0.5 * (v - u)[both_pos] ** 2,
-                               atol=1e-9 * (1 + R * R))
-    np.testing.assert_allclose(B[both_neg], (v - a * u)[both_neg] ** 2 / (2 * a),
-                               atol=1e-9 * (1 + R * R / a))
+    np.testing.assert_allclose(B[both_pos], 0.5 * (v - u)[both_pos] ** 2, atol=1e-9 * (1 + R * R))
+    np.testing.assert_allclose(
+        B[both_neg], (v - a * u)[both_neg] ** 2 / (2 * a), atol=1e-9 * (1 + R * R / a)
+    )
 
 
 # --- derivatives and inverses -------------------------------------------------------------------
@@ -183,13 +184,17 @@ def _central(f, x, h):
 def test_partial_gradients_match_finite_differences(avu):
     act, v, u = avu
     h = 1e-6
-    np.testing.assert_allclose(act.grad_u(v, u), _central(lambda t: act.divergence(v, t), u, h),
-                               rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(
+        act.grad_u(v, u), _central(lambda t: act.divergence(v, t), u, h), rtol=1e-5, atol=2e-6
+    )
     # F'' jumps at v = 0 for leaky ReLU (by 1/a - 1): keep the v-differences off the kink
     s = np.abs(v) > 1e-3
-    np.testing.assert_allclose(act.grad_v(v, u)[s],
-                               _central(lambda t: act.divergence(t, u[s]), v[s], h),
-                               rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(
+        act.grad_v(v, u)[s],
+        _central(lambda t: act.divergence(t, u[s]), v[s], h),
+        rtol=1e-5,
+        atol=2e-6,
+    )
 
 
 @given(acts, us(6, bound=8.0))
@@ -237,8 +242,9 @@ def test_monotone_agrees_with_closed_forms(avu):
     np.testing.assert_allclose(gen.phi_inv(v), act.phi_inv(v), rtol=1e-9, atol=1e-9)
 
 
-@pytest.mark.parametrize("name,v", [("relu", [-0.5, -1e-3]), ("sigmoid", [-0.1, 1.2, 7.0]),
-                                    ("tanh", [-1.5, 1.0 + 1e-9])])
+@pytest.mark.parametrize(
+    "name,v", [("relu", [-0.5, -1e-3]), ("sigmoid", [-0.1, 1.2, 7.0]), ("tanh", [-1.5, 1.0 + 1e-9])]
+)
 def test_monotone_infinite_outside_range(name, v):
     act = activation(name)
     v = np.array(v)
@@ -259,11 +265,14 @@ def test_monotone_non_closed_form_activation():
     assert np.all(gen.divergence(np.array([-2.0, 1.6]), np.zeros(2)) == np.inf)
 
 
-@pytest.mark.parametrize("args,match", [
-    (("not callable",), "phi must be callable"),
-    ((np.tanh, (1.0, -1.0)), "v_range must be an increasing pair"),
-    ((lambda u: -u,), "phi must be strictly increasing"),
-])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (("not callable",), "phi must be callable"),
+        ((np.tanh, (1.0, -1.0)), "v_range must be an increasing pair"),
+        ((lambda u: -u,), "phi must be strictly increasing"),
+    ],
+)
 def test_monotone_rejects_bad_arguments(args, match):
     with pytest.raises(ValueError, match=match):
         monotone(*args)
@@ -325,8 +334,11 @@ def test_cvxpy_forms_are_dcp_and_dpp(name, which):
     prob = cp.Problem(cp.Minimize(expr), cons)
     assert prob.is_dcp(dpp=True) and prob.is_dpp()
     # with NumPy constants in place of the parameters: DCP, no parameters
-    expr2, cons2 = divergence_cvx(act, cp.Variable(shape), np.full(shape, 0.5)) if which == "v_var" \
+    expr2, cons2 = (
+        divergence_cvx(act, cp.Variable(shape), np.full(shape, 0.5))
+        if which == "v_var"
         else divergence_cvx(act, np.full(shape, 0.5), cp.Variable(shape))
+    )
     assert cp.Problem(cp.Minimize(expr2), cons2).is_dcp()
 
 
@@ -383,8 +395,13 @@ def test_cvxpy_rejects_v_outside_range(name):
 def test_cvxpy_rejects_two_variables_or_two_constants(name):
     act = activation(name)
     v_ok = np.full(2, 0.5)
-    cases = [(cp.Variable(2), cp.Variable(2)), (v_ok, np.zeros(2)), (_param(v_ok), np.zeros(2)),
-             (v_ok, _param(np.zeros(2))), (_param(v_ok), _param(np.zeros(2)))]
+    cases = [
+        (cp.Variable(2), cp.Variable(2)),
+        (v_ok, np.zeros(2)),
+        (_param(v_ok), np.zeros(2)),
+        (v_ok, _param(np.zeros(2))),
+        (_param(v_ok), _param(np.zeros(2))),
+    ]
     for v, u in cases:
         with pytest.raises(ValueError, match="exactly one of v, u"):
             divergence_cvx(act, v, u)
@@ -410,8 +427,9 @@ def test_array_api_strict_gives_the_numpy_numbers(act, rng):
             expected = f(*args_np)
             got = f(*args_xp)
         assert type(got).__module__.startswith("array_api_strict"), name
-        np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-13, atol=1e-15,
-                                   err_msg=f"{act!r}.{name}")
+        np.testing.assert_allclose(
+            np.asarray(got), expected, rtol=1e-13, atol=1e-15, err_msg=f"{act!r}.{name}"
+        )
     assert act.in_range(sv).dtype == xps.bool
 
 
@@ -463,8 +481,8 @@ def test_relu_divergence_is_cancellation_free_in_float32():
     relu = ReLU()
     rng = np.random.default_rng(0)
     u = rng.normal(0, 30, 100_000)
-    v = np.maximum(u, 0) + np.abs(rng.normal(0, 1e-3, u.shape))   # close to the graph, large
-    general = Activation.divergence(relu, v, u)                      # F(v) + F*(u) - u v
+    v = np.maximum(u, 0) + np.abs(rng.normal(0, 1e-3, u.shape))  # close to the graph, large
+    general = Activation.divergence(relu, v, u)  # F(v) + F*(u) - u v
     np.testing.assert_allclose(relu.divergence(v, u), general, rtol=1e-6, atol=1e-9)
     v32, u32 = v.astype(np.float32), u.astype(np.float32)
     B32 = relu.divergence(v32, u32)
@@ -488,12 +506,15 @@ def test_relu_in_place_forms_promote_and_broadcast_as_the_general_ones(xp):
     row = u32[:1, :]
     wide = relu.grad_u(xp.zeros((2, 3), dtype=xp.float32), row)
     assert tuple(wide.shape) == (2, 3)
-    assert np.array_equal(np.asarray(relu.Fstar(u32)),
-                          0.5 * np.maximum(np.asarray(u32), 0) ** 2)
-    if xp is np:    # integer u: array-api-strict has no float * int
-        assert np.array_equal(relu.Fstar(np.arange(-2, 3)), 0.5 * np.maximum(np.arange(-2, 3), 0) ** 2)
-    same = relu.grad_u(v64, xp.asarray(np.asarray(u32), dtype=xp.float64))   # in place: exact
-    assert np.array_equal(np.asarray(same), np.maximum(np.asarray(u32, dtype=np.float64), 0) - np.asarray(v64))
+    assert np.array_equal(np.asarray(relu.Fstar(u32)), 0.5 * np.maximum(np.asarray(u32), 0) ** 2)
+    if xp is np:  # integer u: array-api-strict has no float * int
+        assert np.array_equal(
+            relu.Fstar(np.arange(-2, 3)), 0.5 * np.maximum(np.arange(-2, 3), 0) ** 2
+        )
+    same = relu.grad_u(v64, xp.asarray(np.asarray(u32), dtype=xp.float64))  # in place: exact
+    assert np.array_equal(
+        np.asarray(same), np.maximum(np.asarray(u32, dtype=np.float64), 0) - np.asarray(v64)
+    )
 
 
 # --- the facts each class carries (``fenchel_cvx.facts``) -----------------------------------------
@@ -513,7 +534,7 @@ def test_d2F_is_the_derivative_of_phi_inverse(name):
     act = activation(name)
     lo, hi = act.v_range
     v = np.linspace(max(lo, -5) + 0.05, min(hi, 5) - 0.05, 101)
-    v = v[np.abs(v) > 1e-3]                     # ReLU's and leaky ReLU's kink at 0
+    v = v[np.abs(v) > 1e-3]  # ReLU's and leaky ReLU's kink at 0
     h = 1e-6
     fd = (act.phi_inv(v + h) - act.phi_inv(v - h)) / (2 * h)
     np.testing.assert_allclose(act.d2F(v), fd, rtol=1e-6)
@@ -534,14 +555,16 @@ def test_closed_form_prox_solves_its_equation(name):
     z + tau phi^{-1}(z) = r + tau u (``fast.xblocks``), here with u = 0."""
     act = activation(name)
     if act.x_prox is None:
-        assert act.open_range or name == "elu"        # the Newton prox serves it
+        assert act.open_range or name == "elu"  # the Newton prox serves it
         return
     r, tau = np.linspace(-4, 4, 33), 0.7
     z, state = act.x_prox(np, act, r.copy(), tau, None)
     assert state is None
     inside = z > 0 if act.v_range[0] == 0 else np.ones_like(z, bool)
-    np.testing.assert_allclose((z + tau * act.phi_inv(z))[inside], r[inside], rtol=1e-14, atol=1e-14)
-    assert np.all(r[~inside] <= 0)                   # at ReLU's bound: r pushes outward
+    np.testing.assert_allclose(
+        (z + tau * act.phi_inv(z))[inside], r[inside], rtol=1e-14, atol=1e-14
+    )
+    assert np.all(r[~inside] <= 0)  # at ReLU's bound: r pushes outward
 
 
 @pytest.mark.parametrize("name", FACT_NAMES)
@@ -563,9 +586,11 @@ def test_torch_counterpart_computes_phi(name):
 
 
 def test_check_range_names_the_parameter_and_the_value():
-    with pytest.raises(ValueError, match=r"^Z must lie in the range \(0.0, 1.0\) of sigmoid, got 1.5$"):
+    with pytest.raises(
+        ValueError, match=r"^Z must lie in the range \(0.0, 1.0\) of sigmoid, got 1.5$"
+    ):
         activation("sigmoid").check_range("Z", np.array([[0.5, 1.5]]))
-    activation("tanh").check_range("Z", np.array([-1.0, 0.0, 1.0]))    # the closed range
+    activation("tanh").check_range("Z", np.array([-1.0, 0.0, 1.0]))  # the closed range
     with pytest.raises(ValueError, match=r"got -0.5"):
         activation("relu").check_range("V", xps.asarray([1.0, -0.5]))
 

@@ -1,6 +1,7 @@
 """Bad input to the Python API is refused by name before any work (or converted, where that is
 the documented rule): sparse matrices, cross-entropy targets, half precision, foreign arrays,
 and no RuntimeWarning from the activations at the ends of their ranges."""
+
 import warnings
 
 import numpy as np
@@ -33,13 +34,19 @@ def data():
     return rng.normal(size=(4, 8)), np.eye(3)[:, rng.integers(0, 3, 8)]
 
 
-@pytest.mark.parametrize("change, match", [
-    (lambda X, Y: (sp.csr_matrix(X), Y), "X0 must be a dense array, got a scipy.sparse csr_matrix"),
-    (lambda X, Y: (X, sp.coo_matrix(Y)), "Y must be a dense array"),
-    (lambda X, Y: (X, -Y), "Y must hold one probability vector per column"),
-    (lambda X, Y: (X, 2 * Y), "each column summing to 1"),
-    (lambda X, Y: (X, Y + 0.1), "each column summing to 1"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (
+            lambda X, Y: (sp.csr_matrix(X), Y),
+            "X0 must be a dense array, got a scipy.sparse csr_matrix",
+        ),
+        (lambda X, Y: (X, sp.coo_matrix(Y)), "Y must be a dense array"),
+        (lambda X, Y: (X, -Y), "Y must hold one probability vector per column"),
+        (lambda X, Y: (X, 2 * Y), "each column summing to 1"),
+        (lambda X, Y: (X, Y + 0.1), "each column summing to 1"),
+    ],
+)
 def test_refused_before_any_solve(data, change, match):
     X, Y = change(*data)
     backend = _Counting()
@@ -51,8 +58,9 @@ def test_refused_before_any_solve(data, change, match):
 def test_soft_labels_are_cross_entropy_targets(data):
     X, Y = data
     soft = 0.8 * Y + 0.2 / 3
-    res = fit_bcd(LiftedNetwork([4, 5, 3], loss="cross_entropy"), X, soft, backend="fast",
-                  iterations=1)
+    res = fit_bcd(
+        LiftedNetwork([4, 5, 3], loss="cross_entropy"), X, soft, backend="fast", iterations=1
+    )
     assert len(res.history) == 1
 
 
@@ -87,8 +95,11 @@ def test_predict_checks_a_backends_per_layer_settings_first(data, monkeypatch):
     X, _ = data
     net = LiftedNetwork([4, 5, 6, 3], loss="cross_entropy")
     monkeypatch.setattr(net, "forward", lambda *a: pytest.fail("work started"))
-    with pytest.raises(ValueError, match=r"x_steps must have one entry per block of the network "
-                                         r"\(2: X_1 to X_2\), got 3"):
+    with pytest.raises(
+        ValueError,
+        match=r"x_steps must have one entry per block of the network "
+        r"\(2: X_1 to X_2\), got 3",
+    ):
         predict(net, X, rule="optimization", backend=FastBackend(x_steps=(1, 2, 3)))
 
 

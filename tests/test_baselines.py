@@ -1,4 +1,5 @@
 """Tests of the backprop baselines (PyTorch SGD / Adam) on scikit-learn's digits."""
+
 import sys
 
 import numpy as np
@@ -21,9 +22,12 @@ def digits():
 
 def _run(d, epochs=10, batch_size=32, seed=0, **kwargs):
     kwargs.setdefault("threads", THREADS)
-    batches = kwargs.pop("batches", None) or batch_order(d.X_train.shape[1], batch_size, epochs, seed=seed)
-    return train_backprop(SIZES, d.X_train, d.y_train, d.X_test, d.y_test, batches=batches,
-                          seed=seed, **kwargs)
+    batches = kwargs.pop("batches", None) or batch_order(
+        d.X_train.shape[1], batch_size, epochs, seed=seed
+    )
+    return train_backprop(
+        SIZES, d.X_train, d.y_train, d.X_test, d.y_test, batches=batches, seed=seed, **kwargs
+    )
 
 
 def _accuracy(weights, X, y):
@@ -41,14 +45,23 @@ def test_adam_learns_digits_quickly(digits):
     assert r.test_accuracy[-1] > 0.9
     assert r.train_loss[-1] < r.initial_train_loss
     assert len(r.test_accuracy) == len(r.train_loss) == len(r.seconds) == 15
-    assert np.all(np.diff(r.seconds) > 0)  # cumulative training time only (speed lives in benchmarks)
+    assert np.all(
+        np.diff(r.seconds) > 0
+    )  # cumulative training time only (speed lives in benchmarks)
     assert [W.shape for W in r.weights] == [(32, 65), (10, 33)]
     assert abs(_accuracy(r.weights, digits.X_test, digits.y_test) - r.test_accuracy[-1]) <= 2 / 450
 
 
 def test_sgd_improves(digits):
-    r = BASELINES["sgd"](SIZES, digits.X_train, digits.y_train, digits.X_test, digits.y_test,
-                         batches=batch_order(digits.X_train.shape[1], 32, 10, seed=0), threads=THREADS)
+    r = BASELINES["sgd"](
+        SIZES,
+        digits.X_train,
+        digits.y_train,
+        digits.X_test,
+        digits.y_test,
+        batches=batch_order(digits.X_train.shape[1], 32, 10, seed=0),
+        threads=THREADS,
+    )
     assert r.optimizer == "sgd" and r.lr == 1e-2
     assert r.test_accuracy[-1] > r.initial_test_accuracy + 0.2
     assert r.train_loss[-1] < r.initial_train_loss
@@ -83,8 +96,10 @@ def test_sgd_momentum_takes_heavy_ball_steps(digits):
     with torch.no_grad():
         for q, a, b in zip(params, g0, g1):
             q -= lr * (mu * a + b)
-    want = [np.hstack([m.weight.detach().double().numpy(), m.bias.detach().double().numpy()[:, None]])
-            for m in model.weighted]
+    want = [
+        np.hstack([m.weight.detach().double().numpy(), m.bias.detach().double().numpy()[:, None]])
+        for m in model.weighted
+    ]
     assert all(np.allclose(W, V, atol=1e-6) for W, V in zip(r.weights, want))
     plain = _run(digits, optimizer="sgd", lr=lr, batches=[[idx], [idx]])
     assert plain.momentum == 0.0 and not np.allclose(plain.weights[0], r.weights[0], atol=1e-6)
@@ -108,8 +123,13 @@ def test_same_seed_same_run_and_threads_restored(digits):
 
 def test_every_batch_evaluation_and_callback(digits):
     seen = []
-    r = _run(digits, epochs=2, batch_size=100, eval_every=1,
-             callback=lambda epoch, res: seen.append((epoch, len(res.test_accuracy))))
+    r = _run(
+        digits,
+        epochs=2,
+        batch_size=100,
+        eval_every=1,
+        callback=lambda epoch, res: seen.append((epoch, len(res.test_accuracy))),
+    )
     assert seen == [(1, 1), (2, 2)]
     assert len(r.checkpoints) == 2 * 14  # ceil(1347 / 100) batches per epoch
     assert [c[0] for c in r.checkpoints] == list(range(1, 29))
@@ -125,29 +145,43 @@ def test_activations_train(digits, activation):
     assert np.isfinite(r.train_loss).all() and r.train_loss[-1] < r.initial_train_loss
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(optimizer="rmsprop"), "optimizer must be one of \\['sgd', 'adam'\\], got 'rmsprop'"),
-    (dict(activation="gelu"), "activation must be one of .*got 'gelu'"),
-    (dict(lr=-1.0), "lr must be > 0 and finite or None, got -1.0"),
-    (dict(activation="leaky_relu", slope=2.0), "slope must be a number in \\(0, 1\\), got 2.0"),
-    (dict(threads=0), "threads must be an integer >= 1 or None, got 0"),
-    (dict(optimizer="sgd", momentum=1.0), "momentum must be a number in \\[0, 1\\), got 1.0"),
-    (dict(optimizer="sgd", momentum=-0.1), "momentum must be a number in \\[0, 1\\), got -0.1"),
-    (dict(optimizer="adam", momentum=0.9), "momentum applies to optimizer in \\('sgd',\\), got "
-                                           "momentum=0.9 with optimizer='adam'"),
-    (dict(device="tpu"), "device must be one of \\['cpu', 'cuda'\\], got 'tpu'"),
-    (dict(layer_sizes=(63, 10)), "X_train must have 63 rows \\(layer_sizes\\[0\\]=63\\)"),
-    (dict(layer_sizes=(64, 5)), "y_train must hold labels in 0..4 \\(layer_sizes\\[-1\\]\\)"),
-    (dict(layer_sizes=(64,)), "layer_sizes must be a sequence of at least 2 positive integers"),
-    (dict(batches=[]), "batches must be a non-empty list of epochs"),
-    (dict(batches=[[np.array([0, 5000])]]), "batches\\[0\\] must hold non-empty integer index arrays"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(optimizer="rmsprop"), "optimizer must be one of \\['sgd', 'adam'\\], got 'rmsprop'"),
+        (dict(activation="gelu"), "activation must be one of .*got 'gelu'"),
+        (dict(lr=-1.0), "lr must be > 0 and finite or None, got -1.0"),
+        (dict(activation="leaky_relu", slope=2.0), "slope must be a number in \\(0, 1\\), got 2.0"),
+        (dict(threads=0), "threads must be an integer >= 1 or None, got 0"),
+        (dict(optimizer="sgd", momentum=1.0), "momentum must be a number in \\[0, 1\\), got 1.0"),
+        (dict(optimizer="sgd", momentum=-0.1), "momentum must be a number in \\[0, 1\\), got -0.1"),
+        (
+            dict(optimizer="adam", momentum=0.9),
+            "momentum applies to optimizer in \\('sgd',\\), got momentum=0.9 with optimizer='adam'",
+        ),
+        (dict(device="tpu"), "device must be one of \\['cpu', 'cuda'\\], got 'tpu'"),
+        (dict(layer_sizes=(63, 10)), "X_train must have 63 rows \\(layer_sizes\\[0\\]=63\\)"),
+        (dict(layer_sizes=(64, 5)), "y_train must hold labels in 0..4 \\(layer_sizes\\[-1\\]\\)"),
+        (dict(layer_sizes=(64,)), "layer_sizes must be a sequence of at least 2 positive integers"),
+        (dict(batches=[]), "batches must be a non-empty list of epochs"),
+        (
+            dict(batches=[[np.array([0, 5000])]]),
+            "batches\\[0\\] must hold non-empty integer index arrays",
+        ),
+    ],
+)
 def test_bad_arguments_are_named(digits, kwargs, message):
     args = dict(layer_sizes=SIZES, batches=batch_order(digits.X_train.shape[1], 32, 1, 0))
     args.update(kwargs)
     with pytest.raises(ValueError, match=message):
-        train_backprop(args.pop("layer_sizes"), digits.X_train, digits.y_train, digits.X_test,
-                       digits.y_test, **args)
+        train_backprop(
+            args.pop("layer_sizes"),
+            digits.X_train,
+            digits.y_train,
+            digits.X_test,
+            digits.y_test,
+            **args,
+        )
 
 
 def test_cuda_without_a_gpu_is_refused_before_any_work(digits):
@@ -155,8 +189,16 @@ def test_cuda_without_a_gpu_is_refused_before_any_work(digits):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: tests/test_gpu.py trains there")
     with pytest.raises(ValueError, match="device='cuda' needs a CUDA build of PyTorch and a GPU"):
-        train_backprop(SIZES, digits.X_train, digits.y_train, digits.X_test, digits.y_test,
-                       batches=[[np.arange(5)]], device="cuda", callback=pytest.fail)
+        train_backprop(
+            SIZES,
+            digits.X_train,
+            digits.y_train,
+            digits.X_test,
+            digits.y_test,
+            batches=[[np.arange(5)]],
+            device="cuda",
+            callback=pytest.fail,
+        )
 
 
 def test_missing_torch_says_how_to_install(digits, monkeypatch):

@@ -3,6 +3,7 @@
 The digits runs use the first 600 points of the training split (the same points for the lifted
 network and for logistic regression) and the whole test split, so they finish in seconds.
 """
+
 import json
 
 import numpy as np
@@ -42,15 +43,28 @@ def digits():
     d = load_digits()
     X, y = d.X_train[:, :M_SUB], d.y_train[:M_SUB]
     lr = LogisticRegression(max_iter=5000).fit(X.T, y)
-    return dict(X=X, y=y, Y=one_hot(y, 10), X_test=d.X_test, y_test=d.y_test,
-                Y_test=one_hot(d.y_test, 10), lr_acc=lr.score(d.X_test.T, d.y_test))
+    return dict(
+        X=X,
+        y=y,
+        Y=one_hot(y, 10),
+        X_test=d.X_test,
+        y_test=d.y_test,
+        Y_test=one_hot(d.y_test, 10),
+        lr_acc=lr.score(d.X_test.T, d.y_test),
+    )
 
 
 @pytest.fixture(scope="module")
 def mse_run(digits):
     net = LiftedNetwork([64, 32, 10], "relu", "mse", lam=3.0, rho=1.0, seed=0)
-    return fit_bcd(net, digits["X"], digits["Y"], iterations=3, X_test=digits["X_test"],
-                   Y_test=digits["Y_test"])
+    return fit_bcd(
+        net,
+        digits["X"],
+        digits["Y"],
+        iterations=3,
+        X_test=digits["X_test"],
+        Y_test=digits["Y_test"],
+    )
 
 
 # --- digits vs logistic regression -----------------------------------------------------------
@@ -58,12 +72,14 @@ def test_algorithm1_mse_digits_certified_and_beats_logistic_regression(digits, m
     h = mse_run.history
     assert isinstance(mse_run, BCDResult) and len(h) == 3
     assert h.config["strict"] is True and h.config["backend"] == "cvxpy"
-    assert h.certificate_held                          # strict: it would have raised otherwise
+    assert h.certificate_held  # strict: it would have raised otherwise
     assert h.last["test_accuracy"] >= digits["lr_acc"]
     assert h.last["test_accuracy"] > h.config["initial"]["test_accuracy"]
     F_x, J_x = h.series("lifted_x"), h.series("network_x")
     assert np.all(F_x <= J_x + 1e-6 * (np.abs(J_x) + 1))
-    assert np.all(np.diff(h.series("network_x")) < 0)  # J went down here (not guaranteed in general)
+    assert np.all(
+        np.diff(h.series("network_x")) < 0
+    )  # J went down here (not guaranteed in general)
     assert [b["block"] for b in h[0]["blocks"]] == ["X_1", "W_1", "W_0"]
 
 
@@ -71,11 +87,13 @@ def test_algorithm1_mse_digits_certified_and_beats_logistic_regression(digits, m
 def test_algorithm1_cross_entropy_digits_certified_and_beats_logistic_regression(digits):
     # cross-entropy blocks are exponential-cone programs (slower): the first 200 points, both models
     X, y = digits["X"][:, :M_CE], digits["y"][:M_CE]
-    lr_acc = LogisticRegression(max_iter=5000).fit(X.T, y).score(digits["X_test"].T,
-                                                                  digits["y_test"])
+    lr_acc = (
+        LogisticRegression(max_iter=5000).fit(X.T, y).score(digits["X_test"].T, digits["y_test"])
+    )
     net = LiftedNetwork([64, 32, 10], "relu", "cross_entropy", lam=0.3, rho=0.3, seed=0)
-    res = fit_bcd(net, X, one_hot(y, 10), iterations=5, X_test=digits["X_test"],
-                  Y_test=digits["Y_test"])
+    res = fit_bcd(
+        net, X, one_hot(y, 10), iterations=5, X_test=digits["X_test"], Y_test=digits["Y_test"]
+    )
     h = res.history
     assert h.certificate_held and h.config["loss"] == "cross_entropy" and len(h) == 5
     assert h.last["test_accuracy"] >= lr_acc
@@ -83,12 +101,24 @@ def test_algorithm1_cross_entropy_digits_certified_and_beats_logistic_regression
 
 def test_algorithm2_mse_digits_certified_and_beats_logistic_regression(digits):
     net = LiftedNetwork([64, 32, 10], "relu", "mse", lam=3.0, rho=1.0, seed=0)
-    res = fit_bcd(net, digits["X"], digits["Y"], batch_size=300, epochs=2, gamma=1.0,
-                  X_test=digits["X_test"], Y_test=digits["Y_test"])
+    res = fit_bcd(
+        net,
+        digits["X"],
+        digits["Y"],
+        batch_size=300,
+        epochs=2,
+        gamma=1.0,
+        X_test=digits["X_test"],
+        Y_test=digits["Y_test"],
+    )
     h = res.history
     assert h.config["algorithm"] == 2 and len(h) == 4 and h.certificate_held
-    assert [(r["epoch"], r["batch"], r["alternation"]) for r in h] == [(1, 1, 1), (1, 2, 1),
-                                                                     (2, 1, 1), (2, 2, 1)]
+    assert [(r["epoch"], r["batch"], r["alternation"]) for r in h] == [
+        (1, 1, 1),
+        (1, 2, 1),
+        (2, 1, 1),
+        (2, 2, 1),
+    ]
     assert all(r["m"] == 300 for r in h) and all(r["prox"] >= 0 for r in h)
     assert h.last["test_accuracy"] >= digits["lr_acc"]
     # Xs are the last batch's lifted variables, its columns in res.batch
@@ -104,7 +134,8 @@ def test_returned_iterate_can_be_rechecked(digits, mse_run):
         blk = w_block(net, digits["X"], digits["Y"], Xs, l)
         assert blk.kkt_residual(net.W[l]) <= 1e-6
     assert net.lifted_objective(digits["X"], digits["Y"], Xs) == pytest.approx(
-        mse_run.history.last["lifted_w"], rel=1e-12)
+        mse_run.history.last["lifted_w"], rel=1e-12
+    )
 
 
 # --- Algorithm 2 details, backends ------------------------------------------------------------
@@ -146,16 +177,24 @@ def test_one_batch_of_all_the_data_is_the_data_in_order(tiny, batch_size):
             return res
 
     X, Y = tiny
-    sizes = dict(layer_sizes=[4, 6, 5, 3], activation="relu", loss="mse", lam=1.0, rho=0.1,
-                 seed=2)
-    res = fit_bcd(LiftedNetwork(**sizes), X, Y, batch_size=batch_size, epochs=3, gamma=0.0,
-                  backend=Recording(w_steps=2, x_steps=3), strict=False)
+    sizes = dict(layer_sizes=[4, 6, 5, 3], activation="relu", loss="mse", lam=1.0, rho=0.1, seed=2)
+    res = fit_bcd(
+        LiftedNetwork(**sizes),
+        X,
+        Y,
+        batch_size=batch_size,
+        epochs=3,
+        gamma=0.0,
+        backend=Recording(w_steps=2, x_steps=3),
+        strict=False,
+    )
     assert len(res.history) == 3 and all(r["m"] == 30 for r in res.history)
     assert factors == [False, True, True]
     assert targets == [True] * 6
     np.testing.assert_array_equal(res.batch, np.arange(30))
     assert [s.columns.tolist() for s in bcd.schedule(30, batch_size, 2, None, 1, 0)] == [
-        list(range(30))] * 2
+        list(range(30))
+    ] * 2
     # the same rounds as Algorithm 1 with every round restarted from the feed-forward point
     net = LiftedNetwork(**sizes)
     for _ in range(3):
@@ -179,8 +218,12 @@ def test_fast_backend_same_driver_non_strict_by_default(tiny):
     res = fit_bcd(net, X, Y, iterations=2, backend="fast")
     h = res.history
     assert h.config["backend"] == "fast" and h.config["strict"] is False and len(h) == 2
-    exact = fit_bcd(LiftedNetwork([4, 6, 3], "relu", "cross_entropy", lam=1.0, rho=0.1, seed=0),
-                    X, Y, iterations=2)
+    exact = fit_bcd(
+        LiftedNetwork([4, 6, 3], "relu", "cross_entropy", lam=1.0, rho=0.1, seed=0),
+        X,
+        Y,
+        iterations=2,
+    )
     np.testing.assert_allclose(h.series("lifted_w"), exact.history.series("lifted_w"), rtol=1e-3)
 
 
@@ -200,27 +243,36 @@ def test_fresh_rounds_hand_the_feed_forward_products_to_the_blocks(tiny):
             hint = block.U
             if block.kind.startswith("w"):
                 seen.append((block.layer, hint is not None))
-                if hint is not None:   # the product the block would form itself, up to rounding
+                if hint is not None:  # the product the block would form itself, up to rounding
                     np.testing.assert_allclose(hint, start @ block.Xt, rtol=1e-12, atol=1e-12)
             else:
                 seen_x.append((block.layer, hint is not None))
-                if hint is not None:   # A(W, start) + b, as the block's own map gives it
+                if hint is not None:  # A(W, start) + b, as the block's own map gives it
                     np.testing.assert_allclose(hint, block.forward(start), rtol=1e-12, atol=1e-12)
             return super().solve(block, start)
 
     X, Y = tiny
     net = LiftedNetwork([4, 6, 5, 3], "relu", "mse", lam=1.0, rho=0.1, seed=2)
-    ref = fit_bcd(LiftedNetwork([4, 6, 5, 3], "relu", "mse", lam=1.0, rho=0.1, seed=2), X, Y,
-                  batch_size=12, epochs=1, alternations=2, gamma=0.5, backend="fast")
-    res = fit_bcd(net, X, Y, batch_size=12, epochs=1, alternations=2, gamma=0.5,
-                  backend=Recording())
-    per_round = [seen[i:i + 3] for i in range(0, len(seen), 3)]
+    ref = fit_bcd(
+        LiftedNetwork([4, 6, 5, 3], "relu", "mse", lam=1.0, rho=0.1, seed=2),
+        X,
+        Y,
+        batch_size=12,
+        epochs=1,
+        alternations=2,
+        gamma=0.5,
+        backend="fast",
+    )
+    res = fit_bcd(
+        net, X, Y, batch_size=12, epochs=1, alternations=2, gamma=0.5, backend=Recording()
+    )
+    per_round = [seen[i : i + 3] for i in range(0, len(seen), 3)]
     assert len(per_round) == 3 * 2
     for k, blocks in enumerate(per_round):
         fresh = k % 2 == 0 or res.history[k]["restarted"]
         assert blocks == [(2, True), (1, True), (0, fresh)]
-        assert seen_x[2 * k:2 * k + 2] == [(2, fresh), (1, fresh)]
-    for W, Wr in zip(res.net.W, ref.net.W):     # a hint changes no result (here: no rounding)
+        assert seen_x[2 * k : 2 * k + 2] == [(2, fresh), (1, fresh)]
+    for W, Wr in zip(res.net.W, ref.net.W):  # a hint changes no result (here: no rounding)
         np.testing.assert_array_equal(W, Wr)
 
 
@@ -238,37 +290,46 @@ def test_callback_can_stop_and_regression_history(tiny):
     X, _ = tiny
     Y = np.random.default_rng(0).standard_normal((2, 30))
     seen = []
-    res = fit_bcd(LiftedNetwork([4, 5, 2], seed=0), X, Y, iterations=5, X_test=X[:, :7],
-                  Y_test=Y[:, :7], callback=lambda net, rec: seen.append(rec["iteration"]) or
-                  rec["iteration"] == 2)
+    res = fit_bcd(
+        LiftedNetwork([4, 5, 2], seed=0),
+        X,
+        Y,
+        iterations=5,
+        X_test=X[:, :7],
+        Y_test=Y[:, :7],
+        callback=lambda net, rec: seen.append(rec["iteration"]) or rec["iteration"] == 2,
+    )
     h = res.history
     assert seen == [1, 2] and len(h) == 2 and h.config["task"] == "regression"
     assert h.last["train_accuracy"] is None and h.last["test_loss"] > 0
 
 
 # --- validation before any solve ---------------------------------------------------------------
-@pytest.mark.parametrize("change,match", [
-    (dict(X0=np.zeros((4, 0)), Y=np.zeros((3, 0))), r"X0 must hold at least one data point"),
-    (dict(Y=np.zeros((2, 30))), r"Y must have 3 rows \(the network's output size\)"),
-    (dict(Y=np.zeros((3, 29))), r"Y must have 30 columns \(data points\)"),
-    (dict(X0=np.full((4, 30), np.nan)), r"X0 must be finite"),
-    (dict(X0=np.zeros((5, 30))), r"X0 must have 4 rows"),
-    (dict(batch_size=-5), r"batch_size must be an integer >= 1 or None, got -5"),
-    (dict(batch_size=0), r"batch_size must be an integer >= 1 or None, got 0"),
-    (dict(batch_size=2.5), r"batch_size must be an integer >= 1 or None, got 2.5"),
-    (dict(gamma=-1.0), r"gamma must be >= 0 and finite, got -1.0"),
-    (dict(gamma=[1.0, 2.0]), r"gamma must be a number or a sequence of 3 numbers"),
-    (dict(iterations=0), r"iterations must be an integer >= 1, got 0"),
-    (dict(epochs=0), r"epochs must be an integer >= 1, got 0"),
-    (dict(alternations=0), r"alternations must be an integer >= 1, got 0"),
-    (dict(backend="gurobi"), r"backend must be one of \['cvxpy', 'fast'\].*got 'gurobi'"),
-    (dict(tol=-1.0), r"tol must be > 0 and finite, got -1.0"),
-    (dict(strict="yes"), r"strict must be True, False or None"),
-    (dict(callback=3), r"callback must be callable"),
-    (dict(X_test=np.zeros((4, 3))), r"X_test and Y_test must be given together"),
-    (dict(X_test=np.zeros((4, 3)), Y_test=np.zeros((3, 3)) + np.nan), r"Y_test must be finite"),
-    (dict(net="not a net"), r"net must be a LiftedNetwork"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (dict(X0=np.zeros((4, 0)), Y=np.zeros((3, 0))), r"X0 must hold at least one data point"),
+        (dict(Y=np.zeros((2, 30))), r"Y must have 3 rows \(the network's output size\)"),
+        (dict(Y=np.zeros((3, 29))), r"Y must have 30 columns \(data points\)"),
+        (dict(X0=np.full((4, 30), np.nan)), r"X0 must be finite"),
+        (dict(X0=np.zeros((5, 30))), r"X0 must have 4 rows"),
+        (dict(batch_size=-5), r"batch_size must be an integer >= 1 or None, got -5"),
+        (dict(batch_size=0), r"batch_size must be an integer >= 1 or None, got 0"),
+        (dict(batch_size=2.5), r"batch_size must be an integer >= 1 or None, got 2.5"),
+        (dict(gamma=-1.0), r"gamma must be >= 0 and finite, got -1.0"),
+        (dict(gamma=[1.0, 2.0]), r"gamma must be a number or a sequence of 3 numbers"),
+        (dict(iterations=0), r"iterations must be an integer >= 1, got 0"),
+        (dict(epochs=0), r"epochs must be an integer >= 1, got 0"),
+        (dict(alternations=0), r"alternations must be an integer >= 1, got 0"),
+        (dict(backend="gurobi"), r"backend must be one of \['cvxpy', 'fast'\].*got 'gurobi'"),
+        (dict(tol=-1.0), r"tol must be > 0 and finite, got -1.0"),
+        (dict(strict="yes"), r"strict must be True, False or None"),
+        (dict(callback=3), r"callback must be callable"),
+        (dict(X_test=np.zeros((4, 3))), r"X_test and Y_test must be given together"),
+        (dict(X_test=np.zeros((4, 3)), Y_test=np.zeros((3, 3)) + np.nan), r"Y_test must be finite"),
+        (dict(net="not a net"), r"net must be a LiftedNetwork"),
+    ],
+)
 def test_bad_input_errors_before_any_solve(tiny, change, match):
     X, Y = tiny
     backend = CountingOracle()
@@ -292,8 +353,19 @@ def test_history_json_round_trip(tmp_path, mse_run):
     raw = json.loads(path.read_text())
     assert raw["format"].startswith("fenchel_cvx.History") and len(raw["records"]) == 3
     rec = raw["records"][0]
-    for key in ("lifted_x", "network_x", "lifted_w", "network_w", "divergence_x", "divergence_w",
-                "train_accuracy", "test_accuracy", "blocks", "certificate", "restarted"):
+    for key in (
+        "lifted_x",
+        "network_x",
+        "lifted_w",
+        "network_w",
+        "divergence_x",
+        "divergence_w",
+        "train_accuracy",
+        "test_accuracy",
+        "blocks",
+        "certificate",
+        "restarted",
+    ):
         assert key in rec
     assert {"seconds", "status", "residual", "iterations"} <= set(rec["blocks"][0])
     with pytest.raises(ValueError, match="not a History"):
@@ -306,7 +378,7 @@ def test_plots_written_from_history_only(tmp_path, mse_run):
         fig = fn(h, tmp_path / name)
         data = (tmp_path / name).read_bytes()
         assert data[:8] == PNG and len(data) > 5000 and fig.axes
-    fig = plot_objectives(History({"algorithm": 1}))          # empty history: still a figure
+    fig = plot_objectives(History({"algorithm": 1}))  # empty history: still a figure
     assert fig.axes
 
 
@@ -360,9 +432,19 @@ def test_check_every_skips_only_the_checks(batch_size, alternations):
     runs = {}
     for k in (1, 2):
         net = LiftedNetwork([64, 8, 10], "relu", "cross_entropy", lam=1.0, rho=1e-3, seed=0)
-        runs[k] = fit_bcd(net, X, Y, batch_size=batch_size, epochs=1, iterations=3,
-                          alternations=alternations, gamma=1.0, backend="fast", check_every=k,
-                          eval_every=None)
+        runs[k] = fit_bcd(
+            net,
+            X,
+            Y,
+            batch_size=batch_size,
+            epochs=1,
+            iterations=3,
+            alternations=alternations,
+            gamma=1.0,
+            backend="fast",
+            check_every=k,
+            eval_every=None,
+        )
     every, sparse = runs[1].history.records, runs[2].history.records
     for W1, W2 in zip(runs[1].net.W, runs[2].net.W):
         np.testing.assert_array_equal(W1, W2)
@@ -372,11 +454,16 @@ def test_check_every_skips_only_the_checks(batch_size, alternations):
     assert [r["certificate"]["checked"] for r in sparse] == [r["checked"] for r in sparse]
     assert runs[1].history.checked_rounds == n and runs[2].history.checked_rounds == n // 2 + n % 2
     for a, b in zip(every, sparse):
-        assert ([x["reported_residual"] for x in a["blocks"]]
-                == [x["reported_residual"] for x in b["blocks"]])
+        assert [x["reported_residual"] for x in a["blocks"]] == [
+            x["reported_residual"] for x in b["blocks"]
+        ]
         if b["checked"]:
             assert [x["residual"] for x in a["blocks"]] == [x["residual"] for x in b["blocks"]]
-            assert (b["lifted_x"], b["network_x"], b["lifted_w"]) == (a["lifted_x"], a["network_x"], a["lifted_w"])
+            assert (b["lifted_x"], b["network_x"], b["lifted_w"]) == (
+                a["lifted_x"],
+                a["network_x"],
+                a["lifted_w"],
+            )
             assert b["certificate"]["bound_gap"] == a["certificate"]["bound_gap"]
         else:
             assert b["lifted_x"] is None and b["network_w"] is None and b["divergence_x"] is None
@@ -397,8 +484,18 @@ def test_driver_runs_in_the_data_array_library(batch_size):
     for lib in ("numpy", "strict"):
         net = LiftedNetwork([64, 8, 10], "relu", "cross_entropy", lam=1.0, rho=1e-3, seed=0)
         cast = (lambda A: A) if lib == "numpy" else xps.asarray
-        runs[lib] = fit_bcd(net, cast(X), Y, batch_size=batch_size, epochs=1, iterations=2,
-                            gamma=1.0, backend="fast", X_test=cast(Xt), Y_test=Yt)
+        runs[lib] = fit_bcd(
+            net,
+            cast(X),
+            Y,
+            batch_size=batch_size,
+            epochs=1,
+            iterations=2,
+            gamma=1.0,
+            backend="fast",
+            X_test=cast(Xt),
+            Y_test=Yt,
+        )
     strict, ref = runs["strict"], runs["numpy"]
     assert all(type(W).__module__.startswith("array_api_strict") for W in strict.net.W)
     assert all(type(X_).__module__.startswith("array_api_strict") for X_ in strict.Xs)
@@ -416,10 +513,13 @@ def test_foreign_arrays_get_a_clear_error():
     X, Y = np.zeros((64, 5)), one_hot(np.arange(5), 10)
     with pytest.raises(ValueError, match="oracle.* takes NumPy data, got X0 from array_api_strict"):
         fit_bcd(net, xps.asarray(X), Y)
-    with pytest.raises(ValueError, match=r"X_test must be a 2-D array of numbers from the library of "
-                                         r"X0 \(numpy\), got builtins.str"):
+    with pytest.raises(
+        ValueError,
+        match=r"X_test must be a 2-D array of numbers from the library of "
+        r"X0 \(numpy\), got builtins.str",
+    ):
         fit_bcd(net, X, Y, X_test="pixels", Y_test=Y, backend="fast")
-    assert isinstance(net.W[0], np.ndarray)        # nothing moved before validation failed
+    assert isinstance(net.W[0], np.ndarray)  # nothing moved before validation failed
 
 
 def test_check_every_is_validated():

@@ -6,6 +6,7 @@ writes a report in which every depth has every method, each baseline's learning 
 of its grid on the validation split, every method starts from the same weights, and FLN's
 relaxation log has one divergence per hidden layer and a gap J - F >= 0 (F is a lower bound).
 """
+
 import json
 import subprocess
 import sys
@@ -19,15 +20,18 @@ def _load():
     return load_benchmark("mnist_deep")
 
 
-@pytest.mark.parametrize("flags, flag", [
-    (["--depths", "0,2"], "--depths"),
-    (["--depths", "two"], "--depths"),
-    (["--width", "0"], "--width"),
-    (["--methods", "fln,rmsprop"], "--methods"),
-    (["--adam-lrs", "1e-3,-1"], "--adam-lrs"),
-    (["--tune-epochs", "0"], "--tune-epochs"),
-    (["--activation", "softplus"], "--activation"),
-])
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--depths", "0,2"], "--depths"),
+        (["--depths", "two"], "--depths"),
+        (["--width", "0"], "--width"),
+        (["--methods", "fln,rmsprop"], "--methods"),
+        (["--adam-lrs", "1e-3,-1"], "--adam-lrs"),
+        (["--tune-epochs", "0"], "--tune-epochs"),
+        (["--activation", "softplus"], "--activation"),
+    ],
+)
 def test_bad_flags_are_refused_by_name(flags, flag, capsys):
     with pytest.raises(SystemExit) as exc:
         _load().parse_args(flags)
@@ -43,9 +47,24 @@ def test_quick_mode_shrinks_the_run():
 @pytest.mark.slow
 def test_quick_run_reports_every_depth_and_method(tmp_path):
     pytest.importorskip("torch", reason="the baselines need PyTorch (the bench extra)")
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mnist_deep.py"), "--quick",
-                          "--epochs", "1", "--check-every", "4", "--jobs", "2", "--out",
-                          str(tmp_path)], capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "mnist_deep.py"),
+            "--quick",
+            "--epochs",
+            "1",
+            "--check-every",
+            "4",
+            "--jobs",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads((tmp_path / "results.json").read_text())
     table = (tmp_path / "results.md").read_text()
@@ -60,9 +79,9 @@ def test_quick_run_reports_every_depth_and_method(tmp_path):
             assert by[method]["lr"] == tuned["lr"]
         raw = summary["raw"][depth]
         inits = {raw[m][0]["initial_test_accuracy"] for m in raw}
-        assert max(inits) - min(inits) <= 0.002         # one start: the lifted network's weights
+        assert max(inits) - min(inits) <= 0.002  # one start: the lifted network's weights
         for method, row in by.items():
-            assert 0.2 < row["final_test_accuracy"] <= 1     # above chance after one epoch
+            assert 0.2 < row["final_test_accuracy"] <= 1  # above chance after one epoch
             assert f"| {depth} | {method} | {row['final_test_accuracy']:.4f}" in table
         log = raw["fln"][0]["relaxation"]
         assert log and all(len(entry["divergences"]) == int(depth) for entry in log)

@@ -4,6 +4,7 @@ The figures are measured, never asserted (the targets live in the benchmark's re
 asserted is that every method ran on the same schedule from the same start, the report files
 exist and agree with each other, and FLN's certificate ran on the rounds it checked.
 """
+
 import importlib.util
 import json
 import subprocess
@@ -28,7 +29,7 @@ def check_report(out, methods, batches):
     assert (out / "accuracy.png").stat().st_size > 0
     assert set(summary["methods"]) == set(methods)
     inits = {summary["raw"][m][0]["initial_test_accuracy"] for m in methods}
-    assert max(inits) - min(inits) <= 0.002            # one start: the lifted network's weights
+    assert max(inits) - min(inits) <= 0.002  # one start: the lifted network's weights
     for name, row in summary["methods"].items():
         assert 0 <= row["final_test_accuracy"] <= 1 and row["seconds_per_epoch"] > 0
         assert f"| {row['final_test_accuracy']:.4f} | {row['seconds_per_epoch']:.2f} |" in table
@@ -36,7 +37,9 @@ def check_report(out, methods, batches):
         assert row["accuracy_at_batches"]["1"] == summary["raw"][name][0]["checkpoints"][0][2]
     if "adam" in methods and "fln" in methods:
         assert summary["ratios"]["seconds_per_epoch_fln_over_adam"] == pytest.approx(
-            summary["methods"]["fln"]["seconds_per_epoch"] / summary["methods"]["adam"]["seconds_per_epoch"])
+            summary["methods"]["fln"]["seconds_per_epoch"]
+            / summary["methods"]["adam"]["seconds_per_epoch"]
+        )
     return summary
 
 
@@ -44,44 +47,97 @@ def check_report(out, methods, batches):
 def test_quick_run_writes_its_report(tmp_path):
     """As users run it (a script: each method in a spawned process), on 1,500 images: 3 batches."""
     pytest.importorskip("torch", reason="the backprop baselines need PyTorch (fenchel_cvx[bench])")
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mnist_lenet5.py"), "--quick",
-                          "--epochs", "1", "--train-size", "1500", "--threads", "1", "--eval-every",
-                          "2", "--check-every", "2", "--train-eval", "500", "--no-progress",
-                          "--sgd-momentum", "0.9", "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "mnist_lenet5.py"),
+            "--quick",
+            "--epochs",
+            "1",
+            "--train-size",
+            "1500",
+            "--threads",
+            "1",
+            "--eval-every",
+            "2",
+            "--check-every",
+            "2",
+            "--train-eval",
+            "500",
+            "--no-progress",
+            "--sgd-momentum",
+            "0.9",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     summary = check_report(tmp_path, ["fln", "adam", "sgd"], [1, 2, 3])
-    assert summary["settings"]["gamma"] == [1e-4, 1e-2, 0.3, 0.3, 1] and summary["settings"]["lam"] == [10, 10, 2, 2]
+    assert summary["settings"]["gamma"] == [1e-4, 1e-2, 0.3, 0.3, 1] and summary["settings"][
+        "lam"
+    ] == [10, 10, 2, 2]
     cert = summary["raw"]["fln"][0]["certificate"]
-    assert (cert["rounds"], cert["checked"]) == (3, 2)      # round 2 and the last
-    assert cert["min_bound_gap"] > 0                        # F < J after every checked X-sweep
+    assert (cert["rounds"], cert["checked"]) == (3, 2)  # round 2 and the last
+    assert cert["min_bound_gap"] > 0  # F < J after every checked X-sweep
     (report,) = summary["methods"]["fln"]["epoch_reports"]  # --train-eval: one per epoch
     assert 0.5 < report["train_accuracy"] <= 1
     assert len(report["weight_change"]) == 5 and all(c > 0 for c in report["weight_change"])
     assert "epoch_reports" not in summary["methods"]["adam"]
-    tuned = _load().TUNED_LR      # SGD with momentum at its own tuned rate, recorded beside the paper's
+    tuned = _load().TUNED_LR  # SGD with momentum at its own tuned rate, recorded beside the paper's
     rates = summary["settings"]["learning_rates"]
     assert rates["used"] == dict(sgd=tuned["sgd_momentum"], sgd_momentum=0.9, adam=tuned["adam"])
     assert rates["paper"] == {"sgd": 1e-2, "adam": 1e-3}
-    assert (f"Baselines: SGD lr {tuned['sgd_momentum']:g} (momentum 0.9), Adam lr {tuned['adam']:g}; "
-            "paper's: SGD 0.01, Adam 0.001") in (tmp_path / "results.md").read_text()
+    assert (
+        f"Baselines: SGD lr {tuned['sgd_momentum']:g} (momentum 0.9), Adam lr {tuned['adam']:g}; "
+        "paper's: SGD 0.01, Adam 0.001"
+    ) in (tmp_path / "results.md").read_text()
 
 
 @pytest.mark.slow
 def test_seeds_report_their_mean_and_spread(tmp_path):
     """--seeds 2: each method runs seeds 3 and 4 (its own start and batch order); the figures
     are their means, the final accuracy's spread is max - min, and the table says so."""
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mnist_lenet5.py"), "--quick",
-                          "--methods", "fln", "--epochs", "1", "--train-size", "1000",
-                          "--threads", "1", "--jobs", "2", "--seed", "3", "--seeds", "2",
-                          "--eval-every", "2", "--check-every", "2", "--no-progress",
-                          "--w-steps", "2,1,1,1,1", "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "mnist_lenet5.py"),
+            "--quick",
+            "--methods",
+            "fln",
+            "--epochs",
+            "1",
+            "--train-size",
+            "1000",
+            "--threads",
+            "1",
+            "--jobs",
+            "2",
+            "--seed",
+            "3",
+            "--seeds",
+            "2",
+            "--eval-every",
+            "2",
+            "--check-every",
+            "2",
+            "--no-progress",
+            "--w-steps",
+            "2,1,1,1,1",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads((tmp_path / "results.json").read_text())
     runs, row = summary["raw"]["fln"], summary["methods"]["fln"]
     assert [r["seed"] for r in runs] == [3, 4]
-    assert runs[0]["initial_test_accuracy"] != runs[1]["initial_test_accuracy"]   # two starts
+    assert runs[0]["initial_test_accuracy"] != runs[1]["initial_test_accuracy"]  # two starts
     finals = [r["test_accuracy"][-1] for r in runs]
     assert row["final_test_accuracy_per_seed"] == finals
     assert row["final_test_accuracy"] == pytest.approx(sum(finals) / 2)
@@ -91,36 +147,45 @@ def test_seeds_report_their_mean_and_spread(tmp_path):
     table = (tmp_path / "results.md").read_text()
     assert "seeds 3..4: means" in table
     assert summary["settings"]["w_steps"] == [2, 1, 1, 1, 1] and "W-steps (2, 1, 1, 1, 1)," in table
-    assert f"| {row['final_test_accuracy']:.4f} +- {row['final_test_accuracy_spread']:.4f} |" in table
+    assert (
+        f"| {row['final_test_accuracy']:.4f} +- {row['final_test_accuracy_spread']:.4f} |" in table
+    )
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--lam", "5,5,1"], "--lam must be 1 or 4 finite numbers"),
-    (["--gamma", "1,x"], "--gamma must be 5 comma-separated numbers"),
-    (["--lam", "0"], "--lam must be > 0"),
-    (["--x-steps", "0"], "--x-steps must be 1 or 4 integers >= 1"),
-    (["--x-steps", "1,2,3"], "--x-steps must be 1 or 4 integers >= 1"),
-    (["--x-steps", "1,a"], "--x-steps must be 4 comma-separated integers"),
-    (["--w-steps", "0"], "--w-steps must be 1 or 5 integers >= 1"),
-    (["--w-steps", "2,2"], "--w-steps must be 1 or 5 integers >= 1"),
-    (["--adam-lr", "0"], "--adam-lr must be > 0"),
-    (["--sgd-momentum", "0.95"], "--sgd-momentum 0.95 has no tuned learning rate"),
-    (["--rho", "-1"], "--rho must be 1 or 5 finite numbers >= 0"),
-    (["--rho", "0,1"], "--rho must be 1 or 5 finite numbers >= 0"),
-    (["--methods", "fln,lbfgs"], "--methods must name fln, adam, sgd"),
-    (["--dataset", "cifar10", "--quick"], "--quick runs the embedded 5k MNIST"),
-    (["--dataset", "svhn"], "invalid choice: 'svhn'"),
-    (["--validation", "-5"], "--validation must be >= 0"),
-    (["--train-eval", "-1"], "--train-eval must be >= 0, got -1"),
-    (["--jobs", "0"], "--jobs must be >= 1, got 0"),
-    (["--seeds", "0"], "--seeds must be >= 1, got 0"),
-    (["--gram-reuse", "0"], "--gram-reuse must be 1 or 5 integers >= 1"),
-    (["--momentum", "0.9,0.9"], "--momentum must be 1 or 5 finite numbers >= 0"),
-    (["--momentum", "0.5,1,0,0,0"], "--momentum must be in [0, 1), got 0.5,1.0,0.0,0.0,0.0"),
-    (["--gram-reuse", "8,8"], "--gram-reuse must be 1 or 5 integers >= 1"),
-    (["--device", "tpu"], "invalid choice: 'tpu'"),
-] + ([(["--device", "cupy"], "--device cupy needs CuPy and a GPU")]
-     if importlib.util.find_spec("cupy") is None else []))
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--lam", "5,5,1"], "--lam must be 1 or 4 finite numbers"),
+        (["--gamma", "1,x"], "--gamma must be 5 comma-separated numbers"),
+        (["--lam", "0"], "--lam must be > 0"),
+        (["--x-steps", "0"], "--x-steps must be 1 or 4 integers >= 1"),
+        (["--x-steps", "1,2,3"], "--x-steps must be 1 or 4 integers >= 1"),
+        (["--x-steps", "1,a"], "--x-steps must be 4 comma-separated integers"),
+        (["--w-steps", "0"], "--w-steps must be 1 or 5 integers >= 1"),
+        (["--w-steps", "2,2"], "--w-steps must be 1 or 5 integers >= 1"),
+        (["--adam-lr", "0"], "--adam-lr must be > 0"),
+        (["--sgd-momentum", "0.95"], "--sgd-momentum 0.95 has no tuned learning rate"),
+        (["--rho", "-1"], "--rho must be 1 or 5 finite numbers >= 0"),
+        (["--rho", "0,1"], "--rho must be 1 or 5 finite numbers >= 0"),
+        (["--methods", "fln,lbfgs"], "--methods must name fln, adam, sgd"),
+        (["--dataset", "cifar10", "--quick"], "--quick runs the embedded 5k MNIST"),
+        (["--dataset", "svhn"], "invalid choice: 'svhn'"),
+        (["--validation", "-5"], "--validation must be >= 0"),
+        (["--train-eval", "-1"], "--train-eval must be >= 0, got -1"),
+        (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+        (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+        (["--gram-reuse", "0"], "--gram-reuse must be 1 or 5 integers >= 1"),
+        (["--momentum", "0.9,0.9"], "--momentum must be 1 or 5 finite numbers >= 0"),
+        (["--momentum", "0.5,1,0,0,0"], "--momentum must be in [0, 1), got 0.5,1.0,0.0,0.0,0.0"),
+        (["--gram-reuse", "8,8"], "--gram-reuse must be 1 or 5 integers >= 1"),
+        (["--device", "tpu"], "invalid choice: 'tpu'"),
+    ]
+    + (
+        [(["--device", "cupy"], "--device cupy needs CuPy and a GPU")]
+        if importlib.util.find_spec("cupy") is None
+        else []
+    ),
+)
 def test_bad_arguments_are_named(argv, message, capsys):
     with pytest.raises(SystemExit):
         _load().parse_args(argv)
@@ -132,7 +197,12 @@ def test_defaults_are_the_papers_but_the_dense_gammas_momentum_and_the_output_pe
     the defaults change the dense layers' gamma, add momentum and a Frobenius penalty on the
     output layer (tuned on validation)."""
     bench = _load()
-    assert bench.PAPER_GAMMA == (1e-4, 1e-2, 1.0, 1.0, 1.0) and bench.PAPER_LAM == (10.0, 10.0, 2.0, 2.0)
+    assert bench.PAPER_GAMMA == (1e-4, 1e-2, 1.0, 1.0, 1.0) and bench.PAPER_LAM == (
+        10.0,
+        10.0,
+        2.0,
+        2.0,
+    )
     args = bench.parse_args([])
     assert (args.epochs, args.batch_size, args.alternations) == (20, 500, 1)
     assert args.gamma == (1e-4, 1e-2, 0.3, 0.3, 1.0) and args.lam == bench.PAPER_LAM
@@ -141,27 +211,47 @@ def test_defaults_are_the_papers_but_the_dense_gammas_momentum_and_the_output_pe
     assert bench.parse_args(["--rho", "0,0,0,0,0.01"]).rho == (0.0, 0.0, 0.0, 0.0, 0.01)
     assert args.momentum == (0.98, 0.98, 0.3, 0.3, 0.0)
     assert args.w_steps == (1,) * 5 and bench.parse_args(["--w-steps", "2"]).w_steps == (2,) * 5
-    assert bench.fln_backend(bench.parse_args(["--w-steps", "2,3,1,1,1"])).w_steps == (2, 3, 1, 1, 1)
+    assert bench.fln_backend(bench.parse_args(["--w-steps", "2,3,1,1,1"])).w_steps == (
+        2,
+        3,
+        1,
+        1,
+        1,
+    )
     assert bench.parse_args(["--momentum", "0"]).momentum == (0.0,) * 5
     assert bench.parse_args(["--dataset", "cifar10"]).epochs == 80
     assert bench.parse_args(["--quick", "--epochs", "7"]).epochs == 2
     assert bench.parse_args(["--lam", "3"]).lam == (3.0,) * 4
     # the conv layers' patch Grams serve 40 batches, the dense layers' one
-    assert args.gram_reuse == (40, 40, 1, 1, 1) and bench.parse_args(["--gram-reuse", "2"]).gram_reuse == (2,) * 5
+    assert (
+        args.gram_reuse == (40, 40, 1, 1, 1)
+        and bench.parse_args(["--gram-reuse", "2"]).gram_reuse == (2,) * 5
+    )
 
 
 def test_validation_split_replaces_the_test_set():
     """--validation N: the last N training images become the evaluation set, never the test set."""
     bench = _load()
     full, _ = bench.load(bench.parse_args(["--quick"]))
-    ds, desc = bench.load(bench.parse_args(["--quick", "--validation", "1000", "--train-size", "2000"]))
+    ds, desc = bench.load(
+        bench.parse_args(["--quick", "--validation", "1000", "--train-size", "2000"])
+    )
     assert ds.X_train.shape[1] == 2000 and ds.X_test.shape[1] == 1000 and "test set unused" in desc
-    assert (ds.X_test == full.X_train[:, -1000:]).all() and (ds.y_test == full.y_train[-1000:]).all()
+    assert (ds.X_test == full.X_train[:, -1000:]).all() and (
+        ds.y_test == full.y_train[-1000:]
+    ).all()
     assert (ds.X_train == full.X_train[:, :2000]).all()
     with pytest.raises(SystemExit, match="--validation must be < the 4000"):
         bench.load(bench.parse_args(["--quick", "--validation", "4000"]))
-    with pytest.raises(SystemExit, match="--train-size must be <= the 3000 training images, got 3001"):
+    with pytest.raises(
+        SystemExit, match="--train-size must be <= the 3000 training images, got 3001"
+    ):
         bench.load(bench.parse_args(["--quick", "--validation", "1000", "--train-size", "3001"]))
-    with pytest.raises(SystemExit, match="--train-eval must be at most the 2,000 training images, got 2001"):
-        bench.load(bench.parse_args(["--quick", "--validation", "1000", "--train-size", "2000",
-                                     "--train-eval", "2001"]))
+    with pytest.raises(
+        SystemExit, match="--train-eval must be at most the 2,000 training images, got 2001"
+    ):
+        bench.load(
+            bench.parse_args(
+                ["--quick", "--validation", "1000", "--train-size", "2000", "--train-eval", "2001"]
+            )
+        )

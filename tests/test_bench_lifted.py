@@ -1,5 +1,6 @@
 """Smoke test of benchmarks/mnist_lifted.py: its --quick run (embedded 5k MNIST) finishes and
 writes one entry per method, a table that agrees with it and the plot; bad flags are refused."""
+
 import importlib.util
 import json
 import subprocess
@@ -16,9 +17,20 @@ SCRIPT = ROOT / "benchmarks" / "mnist_lifted.py"
 @pytest.mark.slow
 def test_quick_run_writes_one_entry_per_method(tmp_path):
     pytest.importorskip("torch", reason="the SGD baseline needs PyTorch (fenchel_cvx[bench])")
-    run = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path),
-                          "--iterations", "taylor=2,lau=2,askari=2,sgd=2,fln=2"],
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--quick",
+            "--out",
+            str(tmp_path),
+            "--iterations",
+            "taylor=2,lau=2,askari=2,sgd=2,fln=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads((tmp_path / "results.json").read_text())
     table = (tmp_path / "results.md").read_text()
@@ -35,12 +47,19 @@ def test_quick_run_writes_one_entry_per_method(tmp_path):
         assert f"| {name} | {row['final_test_accuracy']:.4f} | {row['paper']:.3f} |" in table
 
 
-@pytest.mark.parametrize("flags, word", [
-    (["--methods", "lau,admm"], "--methods"), (["--set", "lau.rho=0"], "rho"),
-    (["--set", "taylor.beta=-1", "--methods", "taylor"], "beta"),
-    (["--set", "lau.loss='cross_entropy'"], "loss"), (["--iterations", "lau=0"], "--iterations"),
-    (["--set", "norho"], "--set"), (["--train-size", "-1"], "--train-size must be >= 0"),
-    (["--validation", "-1"], "--validation must be >= 0")])
+@pytest.mark.parametrize(
+    "flags, word",
+    [
+        (["--methods", "lau,admm"], "--methods"),
+        (["--set", "lau.rho=0"], "rho"),
+        (["--set", "taylor.beta=-1", "--methods", "taylor"], "beta"),
+        (["--set", "lau.loss='cross_entropy'"], "loss"),
+        (["--iterations", "lau=0"], "--iterations"),
+        (["--set", "norho"], "--set"),
+        (["--train-size", "-1"], "--train-size must be >= 0"),
+        (["--validation", "-1"], "--validation must be >= 0"),
+    ],
+)
 def test_bad_flags_are_refused_before_any_work(flags, word, tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("mnist_lifted", SCRIPT)
     bench = importlib.util.module_from_spec(spec)
@@ -63,8 +82,9 @@ def test_validation_and_train_size_split_the_training_images():
     from fenchel_cvx.datasets import load_mnist5k
 
     bench, full = _bench(), load_mnist5k()
-    (X, Y, Xv, Yv), desc = bench.load(bench.parse_args(["--quick", "--validation", "1000",
-                                                         "--train-size", "1500"]))
+    (X, Y, Xv, Yv), desc = bench.load(
+        bench.parse_args(["--quick", "--validation", "1000", "--train-size", "1500"])
+    )
     assert X.shape[1] == 1500 and Xv.shape[1] == 1000 and "test set unused" in desc
     np.testing.assert_array_equal(Xv, full.X_train[:, -1000:].astype(np.float32))
     np.testing.assert_array_equal(X, full.X_train[:, :1500].astype(np.float32))

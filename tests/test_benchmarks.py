@@ -4,6 +4,7 @@ The figures themselves are measured, never asserted (speed targets live in the b
 what is asserted is that every method ran on the same schedule, the report files exist and
 agree with each other, and FLN's certificate ran and held on the rounds it checked.
 """
+
 import argparse
 import importlib.util
 import json
@@ -33,16 +34,36 @@ def test_the_benchmarks_train_with_the_package_s_settings():
     from fenchel_cvx.paper_hyperparameters import from_reference
 
     mlp, lenet = _load("mnist_mlp"), _load("mnist_lenet5")
-    d, le = defaults.training("dense", 1, batched=True), defaults.training("lenet5", 4, batched=True)
+    d, le = (
+        defaults.training("dense", 1, batched=True),
+        defaults.training("lenet5", 4, batched=True),
+    )
     assert (mlp.LAM, mlp.GAMMA, mlp.W_STEPS, mlp.MOMENTUM, (mlp.X_STEPS,)) == (
-        d.lam, d.gamma, d.w_steps, d.momentum, d.x_steps)
-    args, largs = mlp.parse_args([]), lenet.parse_args([])      # what a run without flags takes
+        d.lam,
+        d.gamma,
+        d.w_steps,
+        d.momentum,
+        d.x_steps,
+    )
+    args, largs = mlp.parse_args([]), lenet.parse_args([])  # what a run without flags takes
     assert (args.rho, tuple(args.w_steps), args.x_steps, tuple(args.gamma)) == (
-        d.rho[0], d.w_steps, d.x_steps[0], d.gamma)
+        d.rho[0],
+        d.w_steps,
+        d.x_steps[0],
+        d.gamma,
+    )
     assert (largs.rho, largs.w_steps, tuple(largs.momentum)) == (
-        tuple(le.rho), le.w_steps, le.momentum)
+        tuple(le.rho),
+        le.w_steps,
+        le.momentum,
+    )
     assert (lenet.LAM, lenet.GAMMA, lenet.X_STEPS, lenet.GRAM_REUSE, lenet.MOMENTUM) == (
-        le.lam, le.gamma, le.x_steps, le.gram_reuse, le.momentum)
+        le.lam,
+        le.gamma,
+        le.x_steps,
+        le.gram_reuse,
+        le.momentum,
+    )
     paper_lam, paper_gamma = from_reference([0.1], [1, 100])
     assert d.lam == paper_lam and d.gamma[0] == paper_gamma[0]
     paper_lam, paper_gamma = from_reference([5, 5, 1, 1], [1e-4, 1e-2, 1, 1, 1])
@@ -60,25 +81,49 @@ def test_fln_runs_on_the_benchmark_s_threads():
         for n in (1, 2):
             for flags in ([], ["--no-compile"]):
                 backend = bench.fln_backend(bench.parse_args(["--threads", str(n), *flags]))
-                assert backend.threads == (plan(n, compiled=True) if backend.kernels.compiled
-                                           else n)
+                assert backend.threads == (
+                    plan(n, compiled=True) if backend.kernels.compiled else n
+                )
                 assert backend.compile == ("auto" if not flags else False)
 
 
-@pytest.mark.slow   # a (quick) benchmark run on MNIST, three methods in spawned processes
+@pytest.mark.slow  # a (quick) benchmark run on MNIST, three methods in spawned processes
 def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
     """Run as users run it (a script: each method in a spawned process)."""
     pytest.importorskip("torch", reason="the backprop baselines need PyTorch (fenchel_cvx[bench])")
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mnist_mlp.py"), "--quick",
-                          "--epochs", "1", "--threads", "1", "--eval-every", "4",
-                          "--check-every", "3", "--seeds", "2", "--gamma", "3,30",
-                          "--methods", "fln,adam", "--jobs", "2", "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=1200)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "mnist_mlp.py"),
+            "--quick",
+            "--epochs",
+            "1",
+            "--threads",
+            "1",
+            "--eval-every",
+            "4",
+            "--check-every",
+            "3",
+            "--seeds",
+            "2",
+            "--gamma",
+            "3,30",
+            "--methods",
+            "fln,adam",
+            "--jobs",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads((tmp_path / "results.json").read_text())
     assert (tmp_path / "accuracy.png").stat().st_size > 0
     table = (tmp_path / "results.md").read_text()
-    assert set(summary["methods"]) == {"fln", "adam"}   # SGD runs Adam's code path: left out
+    assert set(summary["methods"]) == {"fln", "adam"}  # SGD runs Adam's code path: left out
     for name, row in summary["methods"].items():
         assert 0.1 < row["final_test_accuracy"] <= 1 and row["seconds_per_epoch"] > 0
         assert f"| {name} | {row['final_test_accuracy']:.4f} +- " in table
@@ -89,25 +134,29 @@ def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
         # two runs at a time (--jobs 2), reported in seed order
         assert [run["seed"] for run in summary["raw"][name]] == [0, 1]
         for run in summary["raw"][name]:
-            assert [c[0] for c in run["checkpoints"]] == [4, 8]   # 4,000 images: 8 batches of 500
+            assert [c[0] for c in run["checkpoints"]] == [4, 8]  # 4,000 images: 8 batches of 500
     assert summary["settings"]["gamma"] == [3.0, 30.0] and summary["settings"]["gemm_gflops"] > 0
     assert summary["settings"]["jobs"] == 2
-    assert summary["methods"]["fln"]["gflop_per_batch"] > summary["methods"]["adam"]["gflop_per_batch"]
+    assert (
+        summary["methods"]["fln"]["gflop_per_batch"] > summary["methods"]["adam"]["gflop_per_batch"]
+    )
     assert summary["ratios"]["seconds_per_epoch_fln_over_adam"] == pytest.approx(
-        summary["methods"]["fln"]["seconds_per_epoch"] / summary["methods"]["adam"]["seconds_per_epoch"])
+        summary["methods"]["fln"]["seconds_per_epoch"]
+        / summary["methods"]["adam"]["seconds_per_epoch"]
+    )
     for run in summary["raw"]["fln"]:
         cert = run["certificate"]
-        assert (cert["rounds"], cert["checked"]) == (8, 3)     # rounds 3, 6 and the last
+        assert (cert["rounds"], cert["checked"]) == (8, 3)  # rounds 3, 6 and the last
         assert cert["violations"] == 0 and cert["by_check"] == []
-        assert cert["min_bound_gap"] > 0                        # F < J after every checked X-sweep
+        assert cert["min_bound_gap"] > 0  # F < J after every checked X-sweep
 
 
 def _fated(args):
     """A ``load`` hook for ``run_methods``: the run's ``args.fate`` decides how it ends."""
     if args.fate == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)     # as the OS's out-of-memory killer does
+        os.kill(os.getpid(), signal.SIGKILL)  # as the OS's out-of-memory killer does
     if args.fate == "die":
-        os._exit(7)                 # an exit without a result
+        os._exit(7)  # an exit without a result
     if args.fate == "raise":
         raise FloatingPointError("the run's own error")
     if getattr(args, "pidfile", None):
@@ -118,19 +167,24 @@ def _fated(args):
 def test_sigterm_stops_the_spawned_runs(tmp_path):
     """``kill`` (SIGTERM) of a benchmark leaves none of its spawned runs behind (before, each
     kept a core busy until it finished)."""
-    runs, log = tmp_path / "runs", tmp_path / "stderr.txt"   # a file: orphans would hold a pipe
+    runs, log = tmp_path / "runs", tmp_path / "stderr.txt"  # a file: orphans would hold a pipe
     runs.mkdir()
-    script = (f"import argparse, sys; sys.path[:0] = [{str(ROOT / 'benchmarks')!r}, "
-              f"{str(Path(__file__).parent)!r}]\n"
-              "import mnist_mlp, test_benchmarks\n"
-              "tasks = [(m, argparse.Namespace(seed=s, threads=1, fate='sleep', "
-              f"pidfile={str(runs)!r} + f'/{{m}}')) for s, m in enumerate(['fln', 'adam'])]\n"
-              "mnist_mlp.run_methods(tasks, jobs=2, load=test_benchmarks._fated)\n")
+    script = (
+        f"import argparse, sys; sys.path[:0] = [{str(ROOT / 'benchmarks')!r}, "
+        f"{str(Path(__file__).parent)!r}]\n"
+        "import mnist_mlp, test_benchmarks\n"
+        "tasks = [(m, argparse.Namespace(seed=s, threads=1, fate='sleep', "
+        f"pidfile={str(runs)!r} + f'/{{m}}')) for s, m in enumerate(['fln', 'adam'])]\n"
+        "mnist_mlp.run_methods(tasks, jobs=2, load=test_benchmarks._fated)\n"
+    )
     with open(log, "w") as err:
         parent = subprocess.Popen([sys.executable, "-c", script], stderr=err)
     deadline = time.time() + 120
-    while (sum(p.stat().st_size > 0 for p in runs.iterdir()) < 2 and time.time() < deadline
-           and parent.poll() is None):
+    while (
+        sum(p.stat().st_size > 0 for p in runs.iterdir()) < 2
+        and time.time() < deadline
+        and parent.poll() is None
+    ):
         time.sleep(0.1)
     pids = [int((runs / m).read_text()) for m in ("fln", "adam")]
     parent.send_signal(signal.SIGTERM)
@@ -139,7 +193,7 @@ def test_sigterm_stops_the_spawned_runs(tmp_path):
         for pid in pids:
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)
-    finally:            # a failure must not leave the runs asleep for 10 minutes
+    finally:  # a failure must not leave the runs asleep for 10 minutes
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -147,18 +201,23 @@ def test_sigterm_stops_the_spawned_runs(tmp_path):
                 pass
 
 
-@pytest.mark.parametrize("fate, message", [("kill", "adam, seed 1: its process was killed by "
-                                                    "signal 9 without a result"),
-                                           ("die", "adam, seed 1: its process ended with exit "
-                                                   "code 7 without a result"),
-                                           ("raise", "adam, seed 1 failed:(.|\n)*FloatingPoint")])
+@pytest.mark.parametrize(
+    "fate, message",
+    [
+        ("kill", "adam, seed 1: its process was killed by signal 9 without a result"),
+        ("die", "adam, seed 1: its process ended with exit code 7 without a result"),
+        ("raise", "adam, seed 1 failed:(.|\n)*FloatingPoint"),
+    ],
+)
 def test_run_methods_reports_a_failed_run_and_stops_the_others(monkeypatch, fate, message):
     """A run that dies or raises ends ``run_methods`` at once with its name; the run beside it
     (asleep for 10 minutes) is stopped, not waited for."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))   # the spawned runs import both
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # the spawned runs import both
     bench = importlib.import_module("mnist_mlp")
-    tasks = [("fln", argparse.Namespace(seed=0, threads=1, fate="sleep")),
-             ("adam", argparse.Namespace(seed=1, threads=1, fate=fate))]
+    tasks = [
+        ("fln", argparse.Namespace(seed=0, threads=1, fate="sleep")),
+        ("adam", argparse.Namespace(seed=1, threads=1, fate=fate)),
+    ]
     t = time.perf_counter()
     with pytest.raises(RuntimeError, match=message):
         bench.run_methods(tasks, jobs=2, load=_fated)
@@ -168,12 +227,27 @@ def test_run_methods_reports_a_failed_run_and_stops_the_others(monkeypatch, fate
 
 def test_mnist_mlp_rejects_bad_arguments():
     bench = _load("mnist_mlp")
-    bad = [["--check-every", "0"], ["--x-steps", "-1"], ["--methods", "fln,lbfgs"],
-           ["--gamma", "1,x"], ["--gamma", "1,2,3"], ["--lam", "0"], ["--seeds", "0"],
-           ["--validation", "-1"], ["--threads", "0"], ["--lam-growth", "0"],
-           ["--predict", "vote"], ["--jobs", "0"], ["--newton-cap", "-1"], ["--momentum", "1"],
-           ["--momentum", "-0.1"], ["--momentum", "0.5,0.5,0.5"], ["--w-steps", "0"],
-           ["--w-steps", "10,3,3"], ["--w-steps", "10,x"]]
+    bad = [
+        ["--check-every", "0"],
+        ["--x-steps", "-1"],
+        ["--methods", "fln,lbfgs"],
+        ["--gamma", "1,x"],
+        ["--gamma", "1,2,3"],
+        ["--lam", "0"],
+        ["--seeds", "0"],
+        ["--validation", "-1"],
+        ["--threads", "0"],
+        ["--lam-growth", "0"],
+        ["--predict", "vote"],
+        ["--jobs", "0"],
+        ["--newton-cap", "-1"],
+        ["--momentum", "1"],
+        ["--momentum", "-0.1"],
+        ["--momentum", "0.5,0.5,0.5"],
+        ["--w-steps", "0"],
+        ["--w-steps", "10,3,3"],
+        ["--w-steps", "10,x"],
+    ]
     if importlib.util.find_spec("cupy") is None:
         bad.append(["--device", "cupy"])
     for argv in bad:
@@ -186,8 +260,14 @@ def _tiny_mnist(m=300, m_test=100):
     from fenchel_cvx.datasets import Dataset, load_mnist5k
 
     ds = load_mnist5k()
-    return Dataset(ds.name, ds.X_train[:, :m], ds.y_train[:m], ds.X_test[:, :m_test],
-                   ds.y_test[:m_test], ds.n_classes)
+    return Dataset(
+        ds.name,
+        ds.X_train[:, :m],
+        ds.y_train[:m],
+        ds.X_test[:, :m_test],
+        ds.y_test[:m_test],
+        ds.n_classes,
+    )
 
 
 def test_mnist_mlp_lam_schedule_and_lifted_prediction(monkeypatch):
@@ -196,27 +276,41 @@ def test_mnist_mlp_lam_schedule_and_lifted_prediction(monkeypatch):
     checkpoints between epochs the feed-forward network's."""
     from fenchel_cvx.datasets import batch_order
 
-    predict = importlib.import_module("fenchel_cvx.predict")   # the package exports a predict()
+    predict = importlib.import_module("fenchel_cvx.predict")  # the package exports a predict()
 
     bench, ds = _load("mnist_mlp"), _tiny_mnist()
     calls = []
 
-    def spy(net, X0, rule="feedforward", **kw):   # class 0 for every point, and who asked
+    def spy(net, X0, rule="feedforward", **kw):  # class 0 for every point, and who asked
         calls.append((rule, list(net.lam)))
         return np.zeros(X0.shape[1], dtype=int)
 
     monkeypatch.setattr(predict, "predict_classes", spy)
-    args = bench.parse_args(["--epochs", "3", "--batch-size", "100", "--eval-every", "1",
-                             "--lam", "0.5", "--lam-growth", "2", "--predict", "lifted"])
+    args = bench.parse_args(
+        [
+            "--epochs",
+            "3",
+            "--batch-size",
+            "100",
+            "--eval-every",
+            "1",
+            "--lam",
+            "0.5",
+            "--lam-growth",
+            "2",
+            "--predict",
+            "lifted",
+        ]
+    )
     out = bench.run_fln(args, ds, batch_order(300, 100, 3, seed=0))
     assert out["lam_per_epoch"] == [[0.5], [1.0], [2.0]]
     assert calls == [("optimization", [0.5]), ("optimization", [1.0]), ("optimization", [2.0])]
     assert out["test_accuracy"] == [float(np.mean(ds.y_test == 0))] * 3
     feedforward = [acc for seen, _, acc in out["checkpoints"]]
-    assert len(feedforward) == 9 and max(feedforward) > 0.5     # the network learns meanwhile
+    assert len(feedforward) == 9 and max(feedforward) > 0.5  # the network learns meanwhile
     assert out["certificate"]["violations"] == 0
 
-    args = bench.parse_args(["--epochs", "2", "--batch-size", "100"])   # the defaults: constant
+    args = bench.parse_args(["--epochs", "2", "--batch-size", "100"])  # the defaults: constant
     out = bench.run_fln(args, ds, batch_order(300, 100, 2, seed=0))
     assert out["lam_per_epoch"] == [list(bench.LAM)] * 2 and len(calls) == 3
 
@@ -244,7 +338,7 @@ def test_mnist_mlp_flop_count_follows_the_span_path():
         return bench.flops_per_batch("fln", bench.parse_args(list(argv)))
 
     span, param = count(), count("--rho", "1e-3")
-    prod = 2 * 300 * 785 * 500               # one 300 x 785 x 500 product
+    prod = 2 * 300 * 785 * 500  # one 300 x 785 x 500 product
     # per step a product back and a gradient (none after the last), against one W at the end
     assert param - span == pytest.approx((10 + 9 - 1) * prod)
     assert count("--w-steps", "11") == count("--w-steps", "11", "--rho", "1e-3")
@@ -260,12 +354,15 @@ def test_mnist_mlp_flop_count_follows_the_span_path():
     # W_0's data-space inverse (2 m^3 / 3) is formed only where its 300 x steps rows reach m
     one = bench._w_flops(300, 785, 500, 1, span=True)
     assert bench._w_flops(300, 785, 500, 2, span=True) - one == pytest.approx(
-        2 * 300 * 500 * 500 + 2 * 500 ** 3 / 3)
+        2 * 300 * 500 * 500 + 2 * 500**3 / 3
+    )
 
 
 def test_mnist_mlp_validation_larger_than_the_data_is_a_usage_error():
     bench = _load("mnist_mlp")
-    with pytest.raises(SystemExit, match="--validation must be < the 4000 training images, got 4000"):
+    with pytest.raises(
+        SystemExit, match="--validation must be < the 4000 training images, got 4000"
+    ):
         bench.load(bench.parse_args(["--quick", "--validation", "4000"]))
 
 
@@ -274,8 +371,16 @@ def test_seed_means_never_drop_a_seed():
     others' mean would read as all seeds'. Both benchmarks aggregate through seed_summary."""
     bench = _load("mnist_mlp")
     assert bench._mean([1.0, None, 3.0]) is None and bench._mean([1.0, 3.0]) == 2.0
-    rows = [dict(final_test_accuracy=a, test_accuracy=[0.5, a], seconds_per_epoch=s, peak_mib=p,
-                 peak_gpu_mib=None) for a, s, p in ((0.97, 2.0, 10.0), (0.99, 4.0, 30.0))]
+    rows = [
+        dict(
+            final_test_accuracy=a,
+            test_accuracy=[0.5, a],
+            seconds_per_epoch=s,
+            peak_mib=p,
+            peak_gpu_mib=None,
+        )
+        for a, s, p in ((0.97, 2.0, 10.0), (0.99, 4.0, 30.0))
+    ]
     out = bench.seed_summary(rows)
     assert out["final_test_accuracy"] == pytest.approx(0.98)
     assert out["final_test_accuracy_spread"] == pytest.approx(0.02)
@@ -283,7 +388,7 @@ def test_seed_means_never_drop_a_seed():
     assert (out["peak_mib"], out["peak_gpu_mib"]) == (30.0, None)
 
 
-@pytest.mark.slow   # compiles the MLP's kernels, then times 4 batches per path
+@pytest.mark.slow  # compiles the MLP's kernels, then times 4 batches per path
 def test_compiled_ab_quick_run_prints_both_paths(capsys):
     """The A/B benchmark runs both paths on the same batches and prints their medians, the BLAS
     kernel and both libraries' GEMM rates."""
@@ -318,15 +423,18 @@ def test_baselines_default_to_the_tuned_learning_rates():
         assert (args.sgd_lr, args.adam_lr, args.sgd_momentum) == (tuned["sgd"], tuned["adam"], 0.0)
         assert args.learning_rates["paper"] == {"sgd": 1e-2, "adam": 1e-3}
         assert args.learning_rates["tuned"] == dict(tuned, momentum=0.9)
-        assert args.learning_rates["used"] == dict(sgd=tuned["sgd"], sgd_momentum=0.0, adam=tuned["adam"])
+        assert args.learning_rates["used"] == dict(
+            sgd=tuned["sgd"], sgd_momentum=0.0, adam=tuned["adam"]
+        )
         assert bench.baseline_options(args, "sgd") == dict(lr=tuned["sgd"], momentum=0.0)
         heavy = bench.parse_args(["--sgd-momentum", "0.9"])
         assert bench.baseline_options(heavy, "sgd") == dict(lr=tuned["sgd_momentum"], momentum=0.9)
         assert bench.baseline_options(heavy, "adam") == dict(lr=tuned["adam"], momentum=0.0)
         paper = bench.parse_args(["--paper-lr"])
         assert (paper.sgd_lr, paper.adam_lr) == (1e-2, 1e-3)
-        assert mlp.rates_text(vars(paper)) == ("Baselines: SGD lr 0.01 (momentum 0), Adam lr 0.001; "
-                                               "paper's: SGD 0.01, Adam 0.001")
+        assert mlp.rates_text(vars(paper)) == (
+            "Baselines: SGD lr 0.01 (momentum 0), Adam lr 0.001; paper's: SGD 0.01, Adam 0.001"
+        )
         assert bench.parse_args(["--paper-lr", "--adam-lr", "0.002"]).adam_lr == 0.002
         assert bench.parse_args(["--sgd-momentum", "0.5", "--sgd-lr", "0.02"]).sgd_lr == 0.02
     # CIFAR-10 was not tuned: the paper's rates
@@ -335,13 +443,16 @@ def test_baselines_default_to_the_tuned_learning_rates():
 
 
 @pytest.mark.parametrize("name", ["mnist_mlp", "mnist_lenet5"])
-@pytest.mark.parametrize("argv, message", [
-    (["--sgd-lr", "0"], "--sgd-lr must be > 0, got 0.0"),
-    (["--adam-lr", "nan"], "--adam-lr must be > 0, got nan"),
-    (["--sgd-momentum", "1"], "--sgd-momentum must be in [0, 1), got 1.0"),
-    (["--sgd-momentum", "0.5"], "--sgd-momentum 0.5 has no tuned learning rate: give --sgd-lr"),
-    (["--paper-lr", "--sgd-momentum", "0.9"], "--sgd-momentum 0.9 has no paper learning rate"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--sgd-lr", "0"], "--sgd-lr must be > 0, got 0.0"),
+        (["--adam-lr", "nan"], "--adam-lr must be > 0, got nan"),
+        (["--sgd-momentum", "1"], "--sgd-momentum must be in [0, 1), got 1.0"),
+        (["--sgd-momentum", "0.5"], "--sgd-momentum 0.5 has no tuned learning rate: give --sgd-lr"),
+        (["--paper-lr", "--sgd-momentum", "0.9"], "--sgd-momentum 0.9 has no paper learning rate"),
+    ],
+)
 def test_baseline_flags_are_checked(name, argv, message, capsys):
     with pytest.raises(SystemExit):
         _load(name).parse_args(argv)

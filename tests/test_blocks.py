@@ -5,6 +5,7 @@ changes exactly as the lifted objective F(W, X) does when only the block's varia
 block holds every term of F that depends on its variable); the KKT residual vanishes at a
 minimiser found independently (scipy's L-BFGS-B) and not at a random point.
 """
+
 import copy
 import dataclasses
 
@@ -25,15 +26,23 @@ from fenchel_cvx.blocks import (
     x_block,
 )
 
-SIZES = (3, 4, 3, 2)   # L = 2: X-blocks 1 (hidden), 2 (last); W-blocks 0, 1 (hidden), 2 (last)
+SIZES = (3, 4, 3, 2)  # L = 2: X-blocks 1 (hidden), 2 (last); W-blocks 0, 1 (hidden), 2 (last)
 M = 5
 #: (name, kind, layer, class)
-BLOCKS = [("X1", "x", 1, XHidden), ("X2", "x", 2, XLast),
-          ("W0", "w", 0, WHidden), ("W1", "w", 1, WHidden), ("W2", "w", 2, WLast)]
+BLOCKS = [
+    ("X1", "x", 1, XHidden),
+    ("X2", "x", 2, XLast),
+    ("W0", "w", 0, WHidden),
+    ("W1", "w", 1, WHidden),
+    ("W2", "w", 2, WLast),
+]
 GAMMA = 0.7
 #: different activations per layer, so that a block mixing up phi_{l-1} and phi_l is caught
-MIXED = [(("sigmoid", "relu"), "mse"), (("relu", "tanh"), "cross_entropy"),
-         (("tanh", "leaky_relu"), "cross_entropy")]
+MIXED = [
+    (("sigmoid", "relu"), "mse"),
+    (("relu", "tanh"), "cross_entropy"),
+    (("tanh", "leaky_relu"), "cross_entropy"),
+]
 
 
 class Case:
@@ -41,8 +50,9 @@ class Case:
 
     def __init__(self, block_name, act, loss, gamma=0.0, seed=0):
         _, self.kind, self.l, self.cls = next(b for b in BLOCKS if b[0] == block_name)
-        self.net, self.X0, self.Y, self.Xs = make_problem(SIZES, act=act, loss=loss, lam=[0.8, 1.7],
-                                                          rho=[0.1, 0.3, 0.2], m=M, seed=seed)
+        self.net, self.X0, self.Y, self.Xs = make_problem(
+            SIZES, act=act, loss=loss, lam=[0.8, 1.7], rho=[0.1, 0.3, 0.2], m=M, seed=seed
+        )
         self.rng = np.random.default_rng(seed + 1)
         self.gamma = gamma
         if self.kind == "x":
@@ -51,7 +61,9 @@ class Case:
         else:
             W = self.net.W[self.l]
             self.W0 = W + 0.3 * self.rng.normal(size=W.shape) if gamma else None
-            self.block = w_block(self.net, self.X0, self.Y, self.Xs, self.l, gamma=gamma, W0=self.W0)
+            self.block = w_block(
+                self.net, self.X0, self.Y, self.Xs, self.l, gamma=gamma, W0=self.W0
+            )
             self.Z = W.copy()
 
     def lifted(self, Z):
@@ -85,11 +97,20 @@ def cases(with_gamma=True):
     for name, kind, _, _ in BLOCKS:
         for act in ACTIVATION_NAMES:
             for loss in LOSS_NAMES:
-                for gamma in ((0.0, GAMMA) if kind == "w" and with_gamma else (0.0,)):
-                    out.append(pytest.param(name, act, loss, gamma,
-                                            id=f"{name}-{act}-{loss}" + ("-prox" if gamma else "")))
+                for gamma in (0.0, GAMMA) if kind == "w" and with_gamma else (0.0,):
+                    out.append(
+                        pytest.param(
+                            name,
+                            act,
+                            loss,
+                            gamma,
+                            id=f"{name}-{act}-{loss}" + ("-prox" if gamma else ""),
+                        )
+                    )
         for acts, loss in MIXED:
-            out.append(pytest.param(name, list(acts), loss, 0.0, id=f"{name}-{'+'.join(acts)}-{loss}"))
+            out.append(
+                pytest.param(name, list(acts), loss, 0.0, id=f"{name}-{'+'.join(acts)}-{loss}")
+            )
     return out
 
 
@@ -98,8 +119,10 @@ def cases(with_gamma=True):
 def test_block_kind_and_fields(name, act, loss, gamma):
     c = Case(name, act, loss, gamma)
     assert type(c.block) is c.cls and c.block.layer == c.l
-    assert c.block.kind == {XHidden: "x_hidden", XLast: "x_last", WHidden: "w_hidden",
-                            WLast: "w_last"}[c.cls]
+    assert (
+        c.block.kind
+        == {XHidden: "x_hidden", XLast: "x_last", WHidden: "w_hidden", WLast: "w_last"}[c.cls]
+    )
     v = c.block.value(c.Z)
     assert np.isfinite(v) and np.ndim(v) == 0
     assert c.block.grad(c.Z).shape == c.Z.shape
@@ -138,9 +161,14 @@ def test_kkt_residual_zero_at_minimiser_positive_elsewhere(name, act, loss, gamm
         Z = z.reshape(shape)
         return float(c.block.value(Z)), np.asarray(c.block.grad(Z), dtype=float).ravel()
 
-    res = minimize(fun, c.block.project(c.Z).ravel(), jac=True, method="L-BFGS-B",
-                   bounds=c.bounds(),
-                   options=dict(maxiter=20000, maxcor=50, ftol=1e-16, gtol=1e-12, maxls=100))
+    res = minimize(
+        fun,
+        c.block.project(c.Z).ravel(),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=c.bounds(),
+        options=dict(maxiter=20000, maxcor=50, ftol=1e-16, gtol=1e-12, maxls=100),
+    )
     Zstar = res.x.reshape(shape)
     assert c.block.kkt_residual(Zstar) < 1e-5, res.message  # leaky ReLU (a = 0.01): ~1e-6
     assert kkt_residual(c.block, Zstar) == c.block.kkt_residual(Zstar)
@@ -168,8 +196,8 @@ def test_kkt_residual_at_boundary_minimiser_relu():
     entries (projected, not plain, gradient), and the residual sees it."""
     net, X0, Y, Xs = make_problem((2, 3, 1), act="relu", loss="mse", lam=1.0, rho=0.0, m=1)
     net.W[0][:] = 0.0
-    net.W[0][:, -1] = -1.0    # U_0 = -1: B_0(Z, U_0) = Z^2/2 + Z, pushes Z below 0
-    net.W[1][:] = 0.0         # the loss does not depend on Z
+    net.W[0][:, -1] = -1.0  # U_0 = -1: B_0(Z, U_0) = Z^2/2 + Z, pushes Z below 0
+    net.W[1][:] = 0.0  # the loss does not depend on Z
     b = x_block(net, X0, Y, Xs, 1)
     Z0 = np.zeros((3, 1))
     assert b.kkt_residual(Z0) == pytest.approx(0.0, abs=1e-15)
@@ -179,13 +207,17 @@ def test_kkt_residual_at_boundary_minimiser_relu():
 
 # --- array API ------------------------------------------------------------------------------
 def _to_strict(block):
-    conv = {f.name: xps.asarray(getattr(block, f.name)) for f in dataclasses.fields(block)
-            if isinstance(getattr(block, f.name), np.ndarray)}
+    conv = {
+        f.name: xps.asarray(getattr(block, f.name))
+        for f in dataclasses.fields(block)
+        if isinstance(getattr(block, f.name), np.ndarray)
+    }
     return dataclasses.replace(block, **conv)
 
 
-@pytest.mark.parametrize("name,act,loss,gamma",
-                         [p for p in cases() if str(p.values[1]) in ("sigmoid", "leaky_relu")])
+@pytest.mark.parametrize(
+    "name,act,loss,gamma", [p for p in cases() if str(p.values[1]) in ("sigmoid", "leaky_relu")]
+)
 def test_blocks_run_on_array_api_strict(name, act, loss, gamma):
     c = Case(name, act, loss, gamma, seed=5)
     sb, sZ = _to_strict(c.block), xps.asarray(c.Z)
@@ -272,10 +304,14 @@ def test_kkt_residual_is_infinite_where_a_gradient_term_is():
 @pytest.mark.parametrize("name,act,loss,gamma", cases(with_gamma=False))
 def test_block_owns_its_shape_and_activations(name, act, loss, gamma):
     c = Case(name, act, loss, gamma)
-    assert c.block.shape == c.Z.shape            # the shape of X_l or W_l
+    assert c.block.shape == c.Z.shape  # the shape of X_l or W_l
     phi, L = c.net.activations, c.net.n_hidden
-    expected = {XHidden: lambda: (phi[c.l - 1], phi[c.l]), XLast: lambda: (phi[L - 1],),
-                WHidden: lambda: (phi[c.l],), WLast: tuple}[c.cls]()
+    expected = {
+        XHidden: lambda: (phi[c.l - 1], phi[c.l]),
+        XLast: lambda: (phi[L - 1],),
+        WHidden: lambda: (phi[c.l],),
+        WLast: tuple,
+    }[c.cls]()
     assert len(c.block.activations) == len(expected)
     assert all(a is b for a, b in zip(c.block.activations, expected))
 
@@ -294,13 +330,14 @@ def test_block_separates_into_its_pieces(name, act, loss, gamma):
         return
     assert axis == (1 if c.kind == "x" else 0)
     n = Z.shape[axis]
-    partition = [np.arange(0, n, 2), np.arange(1, n, 2)]       # interleaved, both non-empty
+    partition = [np.arange(0, n, 2), np.arange(1, n, 2)]  # interleaved, both non-empty
     g = block.grad(Z)
     total = 0.0
     for idx in partition:
         piece, Zp = block.restrict(idx), np.take(Z, idx, axis=axis)
         assert type(piece) is c.cls and piece.shape == Zp.shape
         total += float(piece.value(Zp))
-        np.testing.assert_allclose(piece.grad(Zp), np.take(g, idx, axis=axis), rtol=1e-12,
-                                   atol=1e-13)
+        np.testing.assert_allclose(
+            piece.grad(Zp), np.take(g, idx, axis=axis), rtol=1e-12, atol=1e-13
+        )
     np.testing.assert_allclose(total, float(block.value(Z)), rtol=1e-12)

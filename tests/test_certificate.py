@@ -3,6 +3,7 @@
 The "bad" backends here are real backends: subclasses of the CVXPY oracle that solve the block
 and then hand back a worse point (or fail), not mocks of a solver.
 """
+
 import math
 
 import numpy as np
@@ -54,13 +55,18 @@ def small_net(loss="mse", act="relu", sizes=(4, 5, 3)):
     return LiftedNetwork(list(sizes), act, loss, lam=1.0, rho=0.1, seed=0)
 
 
-@pytest.mark.parametrize("loss,act,sizes", [("mse", "relu", (4, 5, 3)),
-                                            ("cross_entropy", "relu", (4, 5, 3)),
-                                            ("mse", "tanh", (4, 5, 4, 3)),
-                                            ("cross_entropy", "sigmoid", (4, 5, 4, 3))])
+@pytest.mark.parametrize(
+    "loss,act,sizes",
+    [
+        ("mse", "relu", (4, 5, 3)),
+        ("cross_entropy", "relu", (4, 5, 3)),
+        ("mse", "tanh", (4, 5, 4, 3)),
+        ("cross_entropy", "sigmoid", (4, 5, 4, 3)),
+    ],
+)
 def test_certificate_holds_on_exact_runs(data, loss, act, sizes):
     X, Y = data
-    res = fit_bcd(small_net(loss, act, sizes), X, Y, iterations=3)   # oracle: strict by default
+    res = fit_bcd(small_net(loss, act, sizes), X, Y, iterations=3)  # oracle: strict by default
     h = res.history
     assert h.config["strict"] is True and h.certificate_held and h.violations == []
     for r in h:
@@ -91,8 +97,18 @@ def test_worse_update_raises_descent(data, kind, name):
     cert = Certificate(strict=True)
     Xs = list(net.forward(X)[0])
     with pytest.raises(CertificateError) as err:
-        bcd.sweeps(WorseningOracle(kind), net, cert, X, Y, Xs, [0.0] * 2, [None] * 2, new_x=True,
-                   iteration=1)
+        bcd.sweeps(
+            WorseningOracle(kind),
+            net,
+            cert,
+            X,
+            Y,
+            Xs,
+            [0.0] * 2,
+            [None] * 2,
+            new_x=True,
+            iteration=1,
+        )
     e = err.value
     assert e.check == "descent" and e.layer == name and e.iteration == 1
     assert e.value > e.bound + e.tol and "descent" in str(e) and "iteration 1" in str(e)
@@ -106,15 +122,16 @@ def test_worse_update_is_recorded_in_non_strict_mode(data):
     checks = {v["check"] for v in h.violations}
     # the X-sweep went up, so F after it can exceed J at the same weights as well
     assert {"descent", "lower_bound", "block_optimality"} <= checks
-    assert all(v["layer"] == "X_1" for v in h.violations
-               if v["check"] in ("descent", "block_optimality"))
+    assert all(
+        v["layer"] == "X_1" for v in h.violations if v["check"] in ("descent", "block_optimality")
+    )
     assert [v["iteration"] for v in h.violations][0] == 1
     assert h[0]["lifted_x"] > h[0]["network_x"]
 
 
 def test_inaccurate_block_fails_block_optimality(data):
     X, Y = data
-    sloppy = OracleBackend(tol=1e-300, strict=False)    # every residual > tol: converged=False
+    sloppy = OracleBackend(tol=1e-300, strict=False)  # every residual > tol: converged=False
     with pytest.raises(CertificateError) as err:
         fit_bcd(small_net(), X, Y, iterations=1, backend=sloppy, strict=True)
     assert err.value.check == "block_optimality"
@@ -132,7 +149,7 @@ def test_solver_error_propagates_in_strict_mode_and_is_recorded_otherwise(data):
     res = fit_bcd(net, X, Y, iterations=1, backend=FailingOracle(), strict=False)
     v = res.history.violations
     assert [x["check"] for x in v] == ["block_optimality"] and v[0]["layer"] == "W_0"
-    np.testing.assert_array_equal(net.W[0], W0)        # the failed block kept its value
+    np.testing.assert_array_equal(net.W[0], W0)  # the failed block kept its value
     assert res.history[0]["blocks"][-1]["status"].startswith("error")
 
 
@@ -140,12 +157,13 @@ def test_restart_from_feed_forward_keeps_the_lower_bound(data):
     X, Y = data
     net = small_net(sizes=(4, 5, 4, 3))
     Xff, _ = net.forward(X)
-    worse = [A + 3.0 for A in Xff]                      # carried-over X far from feed-forward
+    worse = [A + 3.0 for A in Xff]  # carried-over X far from feed-forward
     assert net.lifted_objective(X, Y, worse) > net.network_objective(X, Y)
     cert = Certificate(strict=True)
     gamma, W0 = [0.0] * 3, [None] * 3
-    Xs, rec = bcd.sweeps(OracleBackend(), net, cert, X, Y, worse, gamma, W0, new_x=False,
-                         iteration=7)
+    Xs, rec = bcd.sweeps(
+        OracleBackend(), net, cert, X, Y, worse, gamma, W0, new_x=False, iteration=7
+    )
     assert rec["restarted"] and cert.outcome()["restarted"]
     assert rec["lifted_x"] <= rec["network_x"]
 
@@ -155,8 +173,8 @@ def test_no_restart_when_carried_x_are_better(data):
     net = small_net()
     res = fit_bcd(net, X, Y, iterations=3)
     restarted = [r["restarted"] for r in res.history]
-    assert restarted[0] is False                      # the first round starts at feed-forward
-    for r in res.history:                              # restarts, if any, never break the bound
+    assert restarted[0] is False  # the first round starts at feed-forward
+    for r in res.history:  # restarts, if any, never break the bound
         assert r["lifted_x"] <= r["network_x"] + 1e-6 * (abs(r["network_x"]) + 1)
 
 
@@ -168,16 +186,20 @@ def test_certificate_checks_directly(data):
     cert = Certificate(strict=True, tol=1e-6)
     cert.begin(3)
     Us = [net.pre_activation(l, V) for l, V in enumerate([X, *Xs][:-1])]
-    cert.check_fenchel_young(net.activations, Xs, Us)   # feed-forward: B = 0
+    cert.check_fenchel_young(net.activations, Xs, Us)  # feed-forward: B = 0
     assert cert.outcome()["min_divergence"] == [0.0]
     cert.check_lower_bound(1.0, 1.0 + 1e-7)
-    cert.check_descent("W_0", 5.0, 5.0 + 1e-6, 1.0)      # within tol * (|F| + 1)
+    cert.check_descent("W_0", 5.0, 5.0 + 1e-6, 1.0)  # within tol * (|F| + 1)
     with pytest.raises(CertificateError) as err:
         cert.check_lower_bound(2.0, 1.0)
-    assert (err.value.check, err.value.iteration, err.value.value, err.value.bound) == \
-        ("lower_bound", 3, 2.0, 1.0)
+    assert (err.value.check, err.value.iteration, err.value.value, err.value.bound) == (
+        "lower_bound",
+        3,
+        2.0,
+        1.0,
+    )
     with pytest.raises(CertificateError) as err:
-        cert.check_fenchel_young(net.activations, [Xs[0] - 1.0], Us)   # ReLU output below 0
+        cert.check_fenchel_young(net.activations, [Xs[0] - 1.0], Us)  # ReLU output below 0
     assert err.value.check == "fenchel_young" and err.value.layer == 0
     with pytest.raises(CertificateError) as err:
         cert.check_descent("X_1", 1.0, math.nan, 1.0)
@@ -195,8 +217,11 @@ def test_certificate_non_strict_collects_and_residual_tol(data):
     cert.check_descent("W_1", 0.0, 1.0, 0.0)
     cert.check_block("W_1", BlockResult(None, 0.0, "optimal", 0.0), residual=1e-5)
     out = cert.outcome()
-    assert not out["held"] and [v["check"] for v in out["violations"]] == \
-        ["lower_bound", "descent", "block_optimality"]
+    assert not out["held"] and [v["check"] for v in out["violations"]] == [
+        "lower_bound",
+        "descent",
+        "block_optimality",
+    ]
     assert out["max_residual"] == 1e-5 and set(CHECKS) >= {v["check"] for v in out["violations"]}
     cert.begin(2)
     assert cert.outcome()["held"]
@@ -224,8 +249,14 @@ def test_argmin_problem_names_non_finite_entries():
     from fenchel_cvx.blocks import WHidden
     from fenchel_cvx.certificate import argmin_problem
 
-    block = WHidden(layer=0, Xt=np.ones((3, 2), np.float32), rho=0.0, act=activation("relu"),
-                    V=np.ones((2, 2), np.float32), lam=1.0)
+    block = WHidden(
+        layer=0,
+        Xt=np.ones((3, 2), np.float32),
+        rho=0.0,
+        act=activation("relu"),
+        V=np.ones((2, 2), np.float32),
+        lam=1.0,
+    )
     Z = np.zeros((2, 3), np.float32)
     assert argmin_problem(block, Z, (2, 3)) is None
     big = np.full((2, 3), 3e38, np.float32)

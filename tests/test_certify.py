@@ -3,6 +3,7 @@
 The docs page "Check your own solver" runs here as written (PyTorch gradient descent on an
 X-block); the candidates come from the oracle itself, from perturbations of it and from PyTorch.
 """
+
 import re
 from pathlib import Path
 
@@ -24,16 +25,27 @@ def blocks(act, loss, rho=0.1):
     X = rng.standard_normal((4, 20))
     Y = np.eye(3)[:, rng.integers(0, 3, 20)]
     Xs = net.forward(X)[0]
-    return [x_block(net, X, Y, Xs, 1), x_block(net, X, Y, Xs, 2), w_block(net, X, Y, Xs, 0),
-            w_block(net, X, Y, Xs, 2)]
+    return [
+        x_block(net, X, Y, Xs, 1),
+        x_block(net, X, Y, Xs, 2),
+        w_block(net, X, Y, Xs, 0),
+        w_block(net, X, Y, Xs, 2),
+    ]
 
 
-@pytest.mark.parametrize("act,loss", [("relu", "mse"), ("sigmoid", "cross_entropy"),
-                                      ("tanh", "mse"), ("leaky_relu", "cross_entropy")])
+@pytest.mark.parametrize(
+    "act,loss",
+    [
+        ("relu", "mse"),
+        ("sigmoid", "cross_entropy"),
+        ("tanh", "mse"),
+        ("leaky_relu", "cross_entropy"),
+    ],
+)
 def test_certify_brackets_the_optimum(act, loss):
     for block in blocks(act, loss):
         Zs = OracleBackend(tol=1e-9).solve(block).argmin
-        good = certify(block, torch.tensor(Zs, requires_grad=True))   # via DLPack
+        good = certify(block, torch.tensor(Zs, requires_grad=True))  # via DLPack
         assert good.bound == "strong convexity" and good.kkt_residual <= 1e-8
         assert good.lower_bound <= good.optimum <= good.objective + 1e-12
         assert good.relative_gap <= 1e-9
@@ -48,7 +60,7 @@ def test_certify_brackets_the_optimum(act, loss):
 
 
 def test_certify_w_block_without_strong_convexity():
-    block = blocks("relu", "mse", rho=0.0)[3]          # MSE last W-block, rho = gamma = 0
+    block = blocks("relu", "mse", rho=0.0)[3]  # MSE last W-block, rho = gamma = 0
     cert = certify(block, OracleBackend(tol=1e-9).solve(block).argmin)
     assert cert.bound in ("duality gap", "none") and cert.kkt_residual <= 1e-8
     assert_block_optimal(block, cert.argmin, rtol=1e-8)
@@ -79,6 +91,6 @@ def test_check_your_solver_page_runs_as_written(capsys):
     exec(compile(code, "check_your_solver.md", "exec"), scope)
     out = capsys.readouterr().out
     assert "5 steps:" in out and "1000 steps:" in out
-    assert scope["early"].gap > 1e-3                       # 5 steps: visibly not solved
+    assert scope["early"].gap > 1e-3  # 5 steps: visibly not solved
     assert scope["late"].gap <= 1e-8 * (1 + abs(scope["late"].lower_bound))
     assert isinstance(scope["Z"], torch.Tensor)

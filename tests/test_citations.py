@@ -6,19 +6,26 @@ Each ``eq. (N)`` / ``eqs. (N)-(M)`` and ``Sec. N`` / ``Section N`` cited in the 
 benchmarks, the notebooks, the README and the docs must be a number of that table; a citation of
 another paper ("Taylor et al.'s Sec. 4") is not the paper's and is left out.
 """
+
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EQ = re.compile(r"\beqs?\.\s*\((\d+)\)((?:\s*(?:[-–,]|and)\s*\(\d+\))*)")
-SEC = re.compile(r"(?<![\w.])(?:Sec\.|Secs\.|Sections?)\s*(\d+(?:\.\d+)*)((?:\s*[-–]\s*\d+(?:\.\d+)*)?)")
+SEC = re.compile(
+    r"(?<![\w.])(?:Sec\.|Secs\.|Sections?)\s*(\d+(?:\.\d+)*)((?:\s*[-–]\s*\d+(?:\.\d+)*)?)"
+)
 OTHER_PAPER = re.compile(r"et al\.(?:'s|,)\s*$")
 
 
 def _table():
     text = (ROOT / "docs" / "mathematics.md").read_text(encoding="utf-8")
     section = text.split("## The paper in the code", 1)[1].split("\n## ", 1)[0]
-    first = [line.split("|")[1] for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    first = [
+        line.split("|")[1]
+        for line in section.splitlines()
+        if line.startswith("| ") and "---" not in line
+    ][1:]
     return " ; ".join(first)
 
 
@@ -26,7 +33,7 @@ def _equations(text):
     cited = set()
     for match in EQ.finditer(text):
         numbers = [int(match.group(1))] + [int(n) for n in re.findall(r"\((\d+)\)", match.group(2))]
-        if re.search(r"[-–]", match.group(2)):           # a range (N)-(M)
+        if re.search(r"[-–]", match.group(2)):  # a range (N)-(M)
             numbers = list(range(numbers[0], numbers[-1] + 1))
         cited.update(numbers)
     return cited
@@ -35,7 +42,7 @@ def _equations(text):
 def _sections(text):
     cited = set()
     for match in SEC.finditer(text):
-        if OTHER_PAPER.search(text[max(0, match.start() - 12):match.start()]):
+        if OTHER_PAPER.search(text[max(0, match.start() - 12) : match.start()]):
             continue
         cited.add(match.group(1))
         if match.group(2):
@@ -56,10 +63,30 @@ def _text(path):
 
 def test_the_table_numbers_the_papers_equations_and_sections():
     table = _table()
-    assert _equations(table) == set(range(1, 25))                 # (1) .. (24), every one
-    assert {"3", "4.1", "4.2", "4.3", "4.4", "4.5", "4.5.1", "4.5.2", "5.1", "5.2", "5.3"} <= _sections(table)
-    for name in ("Theorem 1", "Algorithm 1", "Algorithm 2", "Appendix A", "Appendix B", "Appendix C",
-                 "Figure 1", "Figure 4"):
+    assert _equations(table) == set(range(1, 25))  # (1) .. (24), every one
+    assert {
+        "3",
+        "4.1",
+        "4.2",
+        "4.3",
+        "4.4",
+        "4.5",
+        "4.5.1",
+        "4.5.2",
+        "5.1",
+        "5.2",
+        "5.3",
+    } <= _sections(table)
+    for name in (
+        "Theorem 1",
+        "Algorithm 1",
+        "Algorithm 2",
+        "Appendix A",
+        "Appendix B",
+        "Appendix C",
+        "Figure 1",
+        "Figure 4",
+    ):
         assert name in table, name
 
 
@@ -79,6 +106,8 @@ def test_every_citation_is_a_number_of_the_table():
         rel = path.relative_to(ROOT)
         bad += [f"{rel}: eq. ({n})" for n in sorted(_equations(text) - equations)]
         for sec in sorted(_sections(text) - sections):
-            if not any(s == sec or s.startswith(sec + ".") for s in sections):  # "Sec. 4": 4.x exists
+            if not any(
+                s == sec or s.startswith(sec + ".") for s in sections
+            ):  # "Sec. 4": 4.x exists
                 bad.append(f"{rel}: Sec. {sec}")
     assert not bad, "citations not in docs/mathematics.md's table: " + ", ".join(bad)

@@ -1,5 +1,6 @@
 """The ``fenchel-cvx`` command: train, resume, evaluate, predict (subprocesses and in process),
 and a table of bad flags and paths, each refused by name before any work, none a traceback."""
+
 import json
 import os
 import signal
@@ -16,35 +17,50 @@ from fenchel_cvx.history import History
 
 REPO = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
-    [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+ENV = dict(
+    os.environ,
+    OMP_NUM_THREADS="1",
+    PYTHONPATH=os.pathsep.join(
+        [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    ),
+)
 QUICK = ["--quiet", "--no-baseline"]
 
 
 def _cli(*args, cwd, **kw):
-    return subprocess.run([sys.executable, "-m", "fenchel_cvx", *map(str, args)], cwd=cwd,
-                          env=ENV, capture_output=True, text=True, timeout=300, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "fenchel_cvx", *map(str, args)],
+        cwd=cwd,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kw,
+    )
 
 
 def _records(path):
     """A history's records without their wall-clock fields."""
+
     def strip(x):
         if isinstance(x, dict):
             return {k: strip(v) for k, v in x.items() if k not in ("seconds", "solver_seconds")}
         return [strip(v) for v in x] if isinstance(x, list) else x
+
     return strip(json.loads(Path(path).read_text())["records"])
 
 
 @pytest.mark.slow
 def test_train_end_to_end_subprocess(tmp_path):
     out = tmp_path / "run"
-    proc = _cli("train", "--train-size", 150, "--iterations", 2, "--lam", 3, "--out", out,
-                cwd=tmp_path)
+    proc = _cli(
+        "train", "--train-size", 150, "--iterations", 2, "--lam", 3, "--out", out, cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "certificate held at every iteration: yes" in proc.stdout
     assert "test accuracy" in proc.stdout and "logistic regression" in proc.stdout
     assert "history.json" in proc.stdout and "model.npz" in proc.stdout
-    assert "BCD (cvxpy)" in proc.stderr                    # the tqdm progress bar
+    assert "BCD (cvxpy)" in proc.stderr  # the tqdm progress bar
     raw = json.loads((out / "history.json").read_text())
     assert len(raw["records"]) == 2 and raw["config"]["dataset"] == "digits"
     h = History.load(out / "history.json")
@@ -83,15 +99,36 @@ def test_train_end_to_end_subprocess(tmp_path):
 
 @pytest.mark.slow
 def test_sigint_saves_a_checkpoint_and_resume_finishes_the_same_run(tmp_path):
-    args = ["train", "--backend", "fast", "--batch-size", 50, "--epochs", 6, "--gamma", 1,
-            "--momentum", 0.5, "--checkpoint-every", 5, "--eval-every", 5, *QUICK]
+    args = [
+        "train",
+        "--backend",
+        "fast",
+        "--batch-size",
+        50,
+        "--epochs",
+        6,
+        "--gamma",
+        1,
+        "--momentum",
+        0.5,
+        "--checkpoint-every",
+        5,
+        "--eval-every",
+        5,
+        *QUICK,
+    ]
     whole = _cli(*args, "--out", tmp_path / "whole", cwd=tmp_path)
     assert whole.returncode == 0, whole.stderr
     out = tmp_path / "cut"
-    proc = subprocess.Popen([sys.executable, "-m", "fenchel_cvx", *map(str, args), "--out", out],
-                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True,   # as from a terminal: a background job ignores SIGINT
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fenchel_cvx", *map(str, args), "--out", out],
+        cwd=tmp_path,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,  # as from a terminal: a background job ignores SIGINT
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     # inside the run: its first checkpoint (round 5 of 162) is written; not a fixed sleep, which
     # a loaded machine can spend before the first round
     deadline = time.time() + 120
@@ -106,19 +143,23 @@ def test_sigint_saves_a_checkpoint_and_resume_finishes_the_same_run(tmp_path):
     res = _cli("resume", out, "--quiet", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert _records(out / "history.json") == _records(tmp_path / "whole" / "history.json")
-    np.testing.assert_array_equal(np.load(out / "model.npz")["W_0"],
-                                  np.load(tmp_path / "whole" / "model.npz")["W_0"])
+    np.testing.assert_array_equal(
+        np.load(out / "model.npz")["W_0"], np.load(tmp_path / "whole" / "model.npz")["W_0"]
+    )
 
 
 def test_help_is_fast_and_imports_no_solver():
-    code = ("import sys, time; t = time.perf_counter(); from fenchel_cvx import cli\n"
-            "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print(time.perf_counter() - t, 'cvxpy' in sys.modules, 'torch' in sys.modules, "
-            "file=sys.stderr)")
-    proc = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True,
-                          timeout=60)
+    code = (
+        "import sys, time; t = time.perf_counter(); from fenchel_cvx import cli\n"
+        "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(time.perf_counter() - t, 'cvxpy' in sys.modules, 'torch' in sys.modules, "
+        "file=sys.stderr)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=60
+    )
     seconds, cvxpy, torch = proc.stderr.split()[-3:]
-    assert (cvxpy, torch) == ("False", "False")      # the < 0.5 s target is timed in the README
+    assert (cvxpy, torch) == ("False", "False")  # the < 0.5 s target is timed in the README
     assert "train" in proc.stdout and "resume" in proc.stdout
 
 
@@ -132,8 +173,9 @@ def test_version(capsys):
 
 def test_default_output_folder_is_runs_timestamp(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code = cli.main(["train", "--train-size", "40", "--iterations", "1", "--arch", "64-8-10",
-                     *QUICK])
+    code = cli.main(
+        ["train", "--train-size", "40", "--iterations", "1", "--arch", "64-8-10", *QUICK]
+    )
     assert code == 0
     runs = list((tmp_path / "runs").iterdir())
     assert len(runs) == 1 and (runs[0] / "history.json").is_file()
@@ -171,8 +213,11 @@ BAD = [  # (argv, the flag or argument the message names, a phrase of it)
     (["train", "--arch", "64"], "--arch", ">= 2 positive sizes"),
     (["train", "--arch", "64-0-10"], "--arch", ">= 2 positive sizes"),
     (["train", "--arch", "lenet5"], "--arch", "lenet5 takes 28 x 28 or 32 x 32 images"),
-    (["train", "--dataset", "mnist5k", "--arch", "lenet5", "--lam", "1,2"], "--lam",
-     "needs one value or 4"),
+    (
+        ["train", "--dataset", "mnist5k", "--arch", "lenet5", "--lam", "1,2"],
+        "--lam",
+        "needs one value or 4",
+    ),
     (["train", "--dataset", "cifar"], "--dataset", "invalid choice"),
     (["train", "--batch-size", "-5"], "--batch-size", "integer >= 1, got '-5'"),
     (["train", "--batch-size", "1.5"], "--batch-size", "integer"),
@@ -218,8 +263,11 @@ BAD = [  # (argv, the flag or argument the message names, a phrase of it)
     (["evaluate", "{tmp}/afile"], "model", "no zip directory"),
     (["evaluate", "{tmp}/empty.npz"], "model", "found an empty file (0 bytes)"),
     (["predict", "{tmp}/empty.npz", "{tmp}/ok.npy"], "model", "found an empty file (0 bytes)"),
-    (["evaluate", "{tmp}/model.npz", "--dataset", "digits", "--verify"], "--verify",
-     "no files to verify"),
+    (
+        ["evaluate", "{tmp}/model.npz", "--dataset", "digits", "--verify"],
+        "--verify",
+        "no files to verify",
+    ),
     (["train", "--verify"], "--verify", "no files to verify"),
     (["resume", "{tmp}/run_cut"], "checkpoint.npz", "no zip directory"),
     (["resume", "{tmp}/run_edited"], "run.json: lam", "a value --lam takes"),
@@ -229,19 +277,33 @@ BAD = [  # (argv, the flag or argument the message names, a phrase of it)
     (["predict", "{tmp}/model.npz", "{tmp}/nothing.csv"], "input", "found nothing there"),
     (["predict", "{tmp}/model.npz", "{tmp}/bad.csv"], "input", "row 2: expected comma-separated"),
     (["predict", "{tmp}/model.npz", "{tmp}/wrong.npy"], "input", "rows of 64 numbers"),
-    (["predict", "{tmp}/model.npz", "{tmp}/ok.npy", "--out", "{tmp}/full"], "--out",
-     "which is a folder"),
-    (["predict", "{tmp}/model.npz", "{tmp}/ok.npy", "--out", "{tmp}/nowhere/x.csv"], "--out",
-     "does not exist"),
-    (["predict", "{tmp}/mse.npz", "{tmp}/ok.npy", "--output", "proba"], "--output", "class probabilities"),
-    (["predict", "{tmp}/model.npz", "{tmp}/ok.npy", "--out", "{tmp}/afile/x.csv"], "--out",
-     "is a file"),
+    (
+        ["predict", "{tmp}/model.npz", "{tmp}/ok.npy", "--out", "{tmp}/full"],
+        "--out",
+        "which is a folder",
+    ),
+    (
+        ["predict", "{tmp}/model.npz", "{tmp}/ok.npy", "--out", "{tmp}/nowhere/x.csv"],
+        "--out",
+        "does not exist",
+    ),
+    (
+        ["predict", "{tmp}/mse.npz", "{tmp}/ok.npy", "--output", "proba"],
+        "--output",
+        "class probabilities",
+    ),
+    (
+        ["predict", "{tmp}/model.npz", "{tmp}/ok.npy", "--out", "{tmp}/afile/x.csv"],
+        "--out",
+        "is a file",
+    ),
 ]
 
 
 @pytest.mark.parametrize("argv, flag, phrase", BAD, ids=[" ".join(a[:3]) for a, _, _ in BAD])
-def test_bad_flags_and_paths_exit_2_naming_the_flag(argv, flag, phrase, capsys, tmp_path,
-                                                    monkeypatch):
+def test_bad_flags_and_paths_exit_2_naming_the_flag(
+    argv, flag, phrase, capsys, tmp_path, monkeypatch
+):
     assert len(BAD) >= 30
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("FENCHEL_DATA", raising=False)
@@ -253,40 +315,116 @@ def test_bad_flags_and_paths_exit_2_naming_the_flag(argv, flag, phrase, capsys, 
     assert exc.value.code == 2, err
     assert flag in err and phrase in err, err
     assert "Traceback" not in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == before   # no run folder, no output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no run folder, no output
 
 
 def test_help_lists_the_options(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])
     text = capsys.readouterr().out
-    for opt in ("--dataset", "--data-dir", "--arch", "--activation", "--loss", "--lam", "--rho",
-                "--gamma", "--momentum", "--batch-size", "--epochs", "--iterations", "--alternations",
-                "--backend", "--seed", "--out", "--threads", "--dtype", "--check-every",
-                "--w-steps", "--x-steps", "--newton-cap", "--gram-reuse", "--max-iter",
-                "--strict", "--checkpoint-every"):
+    for opt in (
+        "--dataset",
+        "--data-dir",
+        "--arch",
+        "--activation",
+        "--loss",
+        "--lam",
+        "--rho",
+        "--gamma",
+        "--momentum",
+        "--batch-size",
+        "--epochs",
+        "--iterations",
+        "--alternations",
+        "--backend",
+        "--seed",
+        "--out",
+        "--threads",
+        "--dtype",
+        "--check-every",
+        "--w-steps",
+        "--x-steps",
+        "--newton-cap",
+        "--gram-reuse",
+        "--max-iter",
+        "--strict",
+        "--checkpoint-every",
+    ):
         assert opt in text
 
 
 def test_oracle_on_many_points_prints_an_estimate(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli, "LARGE", 100)     # "many" scaled down: 150 points count as many
-    code = cli.main(["train", "--train-size", "150", "--iterations", "2", "--arch", "64-8-10",
-                     "--out", str(tmp_path / "o"), *QUICK])
+    monkeypatch.setattr(cli, "LARGE", 100)  # "many" scaled down: 150 points count as many
+    code = cli.main(
+        [
+            "train",
+            "--train-size",
+            "150",
+            "--iterations",
+            "2",
+            "--arch",
+            "64-8-10",
+            "--out",
+            str(tmp_path / "o"),
+            *QUICK,
+        ]
+    )
     assert code == 0
     err = capsys.readouterr().err
     assert "the oracle took" in err and "for the 2 rounds" in err and "--backend fast" in err
     capsys.readouterr()
-    assert cli.main(["train", "--train-size", "150", "--iterations", "1", "--arch", "64-8-10",
-                     "--backend", "fast", "--out", str(tmp_path / "f"), *QUICK]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--train-size",
+                "150",
+                "--iterations",
+                "1",
+                "--arch",
+                "64-8-10",
+                "--backend",
+                "fast",
+                "--out",
+                str(tmp_path / "f"),
+                *QUICK,
+            ]
+        )
+        == 0
+    )
     assert "the oracle took" not in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_lenet5_trains_on_images(tmp_path, capsys):
-    code = cli.main(["train", "--dataset", "mnist5k", "--arch", "lenet5", "--backend", "fast",
-                     "--train-size", "60", "--batch-size", "30", "--lam", "5,5,1,1",
-                     "--loss", "cross_entropy", "--w-steps", "1", "--x-steps", "1,1,3,3",
-                     "--dtype", "float32", "--out", str(tmp_path / "l"), *QUICK])
+    code = cli.main(
+        [
+            "train",
+            "--dataset",
+            "mnist5k",
+            "--arch",
+            "lenet5",
+            "--backend",
+            "fast",
+            "--train-size",
+            "60",
+            "--batch-size",
+            "30",
+            "--lam",
+            "5,5,1,1",
+            "--loss",
+            "cross_entropy",
+            "--w-steps",
+            "1",
+            "--x-steps",
+            "1,1,3,3",
+            "--dtype",
+            "float32",
+            "--out",
+            str(tmp_path / "l"),
+            *QUICK,
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "784-4704-1600-120-84-10 (LeNet-5)" in out
@@ -308,9 +446,9 @@ def test_threads_reach_the_fast_backend_and_limit_each_pool_by_library():
     from fenchel_cvx.threads import limit_threads, pools
 
     args = cli.build_parser().parse_args(["train", "--backend", "fast", "--threads", "2"])
-    threads = cli._backend(args).threads   # a count, or the plan of compiled kernels' pools
+    threads = cli._backend(args).threads  # a count, or the plan of compiled kernels' pools
     assert threads == 2 or (threads["numpy"] == 2 and threads["scipy"] == 1)
-    sizes = lambda lib: {n for name, _, n, _ in pools() if name == lib}   # noqa: E731
+    sizes = lambda lib: {n for name, _, n, _ in pools() if name == lib}  # noqa: E731
     if not sizes("numpy") or not sizes("scipy"):
         pytest.skip("NumPy and SciPy do not ship separate BLAS libraries in this install")
     with limit_threads(1):
@@ -340,11 +478,29 @@ def test_every_flag_has_a_sentence_and_its_default_once(command, capsys):
 def test_a_train_that_fails_on_its_data_leaves_nothing_or_a_reusable_folder(tmp_path, capsys):
     data = tmp_path / "mnist"
     data.mkdir()
-    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-                 "t10k-labels-idx1-ubyte"):
-        (data / name).write_bytes(b"\x00\x00\x08\x01\x00\x00\x00\x05abc")   # cut short
-    argv = ["train", "--dataset", "mnist", "--data-dir", str(data), "--out", str(tmp_path / "o"),
-            "--arch", "784-4-10", "--iterations", "1", "--backend", "fast", *QUICK]
+    for name in (
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    ):
+        (data / name).write_bytes(b"\x00\x00\x08\x01\x00\x00\x00\x05abc")  # cut short
+    argv = [
+        "train",
+        "--dataset",
+        "mnist",
+        "--data-dir",
+        str(data),
+        "--out",
+        str(tmp_path / "o"),
+        "--arch",
+        "784-4-10",
+        "--iterations",
+        "1",
+        "--backend",
+        "fast",
+        *QUICK,
+    ]
     with pytest.raises(SystemExit):
         cli.main(argv)
     assert "size: expected 13 bytes" in capsys.readouterr().err
@@ -353,7 +509,24 @@ def test_a_train_that_fails_on_its_data_leaves_nothing_or_a_reusable_folder(tmp_
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "run.json").write_text("{}")
     (tmp_path / "r" / ".checkpoint.npz.x1.tmp").write_bytes(b"half")
-    assert cli.main(["train", "--train-size", "30", "--iterations", "1", "--arch", "64-4-10",
-                     "--backend", "fast", "--out", str(tmp_path / "r"), *QUICK]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--train-size",
+                "30",
+                "--iterations",
+                "1",
+                "--arch",
+                "64-4-10",
+                "--backend",
+                "fast",
+                "--out",
+                str(tmp_path / "r"),
+                *QUICK,
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "r" / "run.json").read_text())["format"] == "fenchel_cvx.Run/1"
     assert not list((tmp_path / "r").glob(".*.tmp")) and (tmp_path / "r" / "model.npz").is_file()

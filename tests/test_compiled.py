@@ -15,6 +15,7 @@
 The chains compile on arrays of any size here (``Compiled(min_size=0)``), so that small test
 arrays take the compiled kernels that MNIST-sized ones take.
 """
+
 import dataclasses
 import sys
 import warnings
@@ -30,8 +31,9 @@ from fenchel_cvx.bcd import fit_bcd  # noqa: E402
 from fenchel_cvx.fast import FastBackend, fused  # noqa: E402
 
 if fused.compiler_problem() is not None:
-    pytest.skip(f"torch.compile cannot run here: {fused.compiler_problem()}",
-                allow_module_level=True)
+    pytest.skip(
+        f"torch.compile cannot run here: {fused.compiler_problem()}", allow_module_level=True
+    )
 
 ACTS = ("relu", "leaky_relu", "sigmoid", "tanh")
 RTOL = {np.float32: 1e-5, np.float64: 1e-10}
@@ -55,7 +57,9 @@ def _rel(a, b):
 
 def _inside(act, A):
     lo, hi = act.v_range
-    return np.clip(A, lo + 0.02 if np.isfinite(lo) else None, hi - 0.02 if np.isfinite(hi) else None)
+    return np.clip(
+        A, lo + 0.02 if np.isfinite(lo) else None, hi - 0.02 if np.isfinite(hi) else None
+    )
 
 
 # --- the chains -------------------------------------------------------------------------------
@@ -66,13 +70,17 @@ def test_each_chain_equals_its_eager_form(compiled, name, dtype):
     V, U, dU = (rng.standard_normal((12, 40)).astype(dtype) for _ in range(3))
     V = _inside(act, V)
     t = rng.uniform(0.1, 1.0, (12, 1)).astype(dtype)
-    cases = [(fused.row_derivs, (act, 0.7, V, U, dU, t)), (fused.row_curv, (act, 0.7, U, dU)),
-             (fused.row_change, (act, 0.7, V, U, dU, t)),
-             (fused.scaled_grad_u, (act, 0.7, V, U))]
+    cases = [
+        (fused.row_derivs, (act, 0.7, V, U, dU, t)),
+        (fused.row_curv, (act, 0.7, U, dU)),
+        (fused.row_change, (act, 0.7, V, U, dU, t)),
+        (fused.scaled_grad_u, (act, 0.7, V, U)),
+    ]
     for chain, args in cases:
         got, want = compiled(chain)(*args), chain(*args)
-        for g, w in zip(got if isinstance(got, tuple) else (got,),
-                        want if isinstance(want, tuple) else (want,)):
+        for g, w in zip(
+            got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)
+        ):
             assert isinstance(g, np.ndarray) and g.dtype == dtype and g.shape == w.shape
             assert _rel(g, w) <= RTOL[dtype], (chain.__name__, _rel(g, w))
 
@@ -82,10 +90,10 @@ def test_each_chain_equals_its_eager_form(compiled, name, dtype):
 def test_fista_step_equals_its_eager_form(compiled, name, dtype):
     act, rng = _act(name), np.random.default_rng(1)
     Gy, y, z, tauU = (rng.standard_normal((20, 30)).astype(dtype) for _ in range(4))
-    for zz in (None, z):    # the first step (z is y) and a later one
+    for zz in (None, z):  # the first step (z is y) and a later one
         got = compiled(fused.fista_step)(act.x_prox, act, Gy, 0.3, y, tauU, 0.5, None, zz)
         want = fused.fista_step(act.x_prox, act, Gy, 0.3, y, tauU, 0.5, None, zz)
-        assert got[1] is None and want[1] is None          # a closed-form prox keeps no state
+        assert got[1] is None and want[1] is None  # a closed-form prox keeps no state
         for g, w in zip(got[:1] + got[2:], want[:1] + want[2:]):
             assert _rel(g, w) <= RTOL[dtype]
 
@@ -106,8 +114,9 @@ def _mlp_state(dtype, seed=0, m=24):
     """A dense ReLU / cross-entropy network (the MLP benchmark's kind, smaller), a batch of fewer
     points than inputs (W_0's steps in the span of the batch) at a perturbed lifted point."""
     rng = np.random.default_rng(seed)
-    net = LiftedNetwork([40, 16, 10], "relu", "cross_entropy", lam=0.2, rho=0.0, seed=seed,
-                        dtype=dtype)
+    net = LiftedNetwork(
+        [40, 16, 10], "relu", "cross_entropy", lam=0.2, rho=0.0, seed=seed, dtype=dtype
+    )
     X0 = rng.random((40, m)).astype(dtype)
     Y = np.eye(10, dtype=dtype)[:, rng.integers(0, 10, m)]
     Xs, _ = net.forward(X0)
@@ -119,9 +128,15 @@ def _conv_state(dtype, seed=0, m=6):
     """A LeNet-5-like network (convolution, average pooling, dense; ReLU, cross-entropy)."""
     rng = np.random.default_rng(seed)
     net = LiftedNetwork.from_layers(
-        (1, 8, 8), [Conv2d(3, 3, padding=1), AvgPool2d(2), Conv2d(4, 3), AvgPool2d(2), Flatten(),
-                    Dense(3)], activation="relu", loss="cross_entropy", lam=(10.0, 2.0), rho=0.0,
-        seed=seed, dtype=dtype)
+        (1, 8, 8),
+        [Conv2d(3, 3, padding=1), AvgPool2d(2), Conv2d(4, 3), AvgPool2d(2), Flatten(), Dense(3)],
+        activation="relu",
+        loss="cross_entropy",
+        lam=(10.0, 2.0),
+        rho=0.0,
+        seed=seed,
+        dtype=dtype,
+    )
     X0 = rng.random((64, m)).astype(dtype)
     Y = np.eye(3, dtype=dtype)[:, rng.integers(0, 3, m)]
     Xs, _ = net.forward(X0)
@@ -146,8 +161,7 @@ def _pair(compiled, **settings):
 def test_capped_block_solves_agree(compiled, network, dtype):
     """The benchmarks' capped steps (3 W-steps, 5 FISTA steps), every block of the network."""
     state = (_mlp_state if network == "mlp" else _conv_state)(dtype)
-    eager, comp = _pair(compiled, w_steps=3, x_steps=5, capped_residual=False,
-                        capped_value=False)
+    eager, comp = _pair(compiled, w_steps=3, x_steps=5, capped_residual=False, capped_value=False)
     methods = set()
     for block in _blocks(state):
         a, b = eager.solve(block), comp.solve(block)
@@ -184,14 +198,32 @@ def test_a_run_compiles_in_its_first_batch_only_and_holds_its_certificate(compil
 
     def count(net_, rec):
         calls.append(compiled.compiles)
-    res = fit_bcd(LiftedNetwork([40, 16, 10], "relu", "cross_entropy", lam=0.2, rho=0.0, seed=1,
-                                dtype=np.float32), X0, Y, batch_size=20, epochs=3, gamma=0.3,
-                  backend=backend, strict=False, eval_every=None, check_every=1, callback=count)
-    assert len(calls) == 9 and len(set(calls[1:])) == 1, calls   # no compile after batch 1
+
+    res = fit_bcd(
+        LiftedNetwork(
+            [40, 16, 10], "relu", "cross_entropy", lam=0.2, rho=0.0, seed=1, dtype=np.float32
+        ),
+        X0,
+        Y,
+        batch_size=20,
+        epochs=3,
+        gamma=0.3,
+        backend=backend,
+        strict=False,
+        eval_every=None,
+        check_every=1,
+        callback=count,
+    )
+    assert len(calls) == 9 and len(set(calls[1:])) == 1, calls  # no compile after batch 1
     assert not compiled._failed
     # every round checked: every check but the capped blocks' optimality (inexact by design)
-    broken = [v for r in res.history if r["checked"] for v in r["certificate"]["violations"]
-              if v["check"] != "block_optimality"]
+    broken = [
+        v
+        for r in res.history
+        if r["checked"]
+        for v in r["certificate"]["violations"]
+        if v["check"] != "block_optimality"
+    ]
     assert len(res.history) == 9 and all(r["checked"] for r in res.history) and not broken
 
 
@@ -200,8 +232,18 @@ def test_the_same_seed_gives_the_same_run_twice_and_resumes_to_it(compiled, tmp_
 
     def run(**kw):
         net = LiftedNetwork([40, 16, 10], "relu", "cross_entropy", lam=0.2, rho=0.0, seed=1)
-        fit_bcd(net, X0, Y, batch_size=20, epochs=2, gamma=0.3, strict=False, eval_every=None,
-                backend=FastBackend(compile=compiled, w_steps=3, x_steps=5), **kw)
+        fit_bcd(
+            net,
+            X0,
+            Y,
+            batch_size=20,
+            epochs=2,
+            gamma=0.3,
+            strict=False,
+            eval_every=None,
+            backend=FastBackend(compile=compiled, w_steps=3, x_steps=5),
+            **kw,
+        )
         return net.W
 
     first, second = run(), run()
@@ -213,6 +255,7 @@ def test_the_same_seed_gives_the_same_run_twice_and_resumes_to_it(compiled, tmp_
         stop["n"] += 1
         if stop["n"] == 4:
             raise KeyboardInterrupt
+
     with pytest.raises(KeyboardInterrupt):
         run(checkpoint=tmp_path, callback=interrupt)
     resumed = run(resume=tmp_path / "checkpoint.npz")
@@ -221,13 +264,17 @@ def test_the_same_seed_gives_the_same_run_twice_and_resumes_to_it(compiled, tmp_
 
 # --- bad input and fallbacks -------------------------------------------------------------------------
 def test_compile_is_refused_without_pytorch_or_a_compiler(monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch", None)     # import torch fails
-    with pytest.raises(ValueError, match="compile=True needs torch.compile: PyTorch is not "
-                                         "installed: pip install torch"):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch fails
+    with pytest.raises(
+        ValueError,
+        match="compile=True needs torch.compile: PyTorch is not installed: pip install torch",
+    ):
         FastBackend(compile=True)
     monkeypatch.undo()
     monkeypatch.setattr(fused.shutil, "which", lambda name: None)
-    with pytest.raises(ValueError, match="no C\\+\\+ compiler on the PATH.*apt-get install g\\+\\+"):
+    with pytest.raises(
+        ValueError, match="no C\\+\\+ compiler on the PATH.*apt-get install g\\+\\+"
+    ):
         FastBackend(compile=True)
     with pytest.raises(ValueError, match="compile must be 'auto', True, False"):
         FastBackend(compile="yes")
@@ -237,23 +284,27 @@ def test_arrays_it_cannot_compile_are_refused_by_library(compiled):
     xp = pytest.importorskip("array_api_strict")
     net, X0, Y, Xs = _mlp_state(np.float64)
     block = blocks.x_block(net, X0, Y, Xs, 1)
-    strict = dataclasses.replace(block, **{f: xp.asarray(getattr(block, f)) for f in
-                                           ("U_prev", "Y", "W")}, U=None)
-    with pytest.raises(ValueError, match="compile=True runs on NumPy arrays or PyTorch tensors, "
-                                         "got arrays of array_api_strict"):
+    strict = dataclasses.replace(
+        block, **{f: xp.asarray(getattr(block, f)) for f in ("U_prev", "Y", "W")}, U=None
+    )
+    with pytest.raises(
+        ValueError,
+        match="compile=True runs on NumPy arrays or PyTorch tensors, "
+        "got arrays of array_api_strict",
+    ):
         FastBackend(compile=compiled).solve(strict)
 
 
 def test_a_chain_that_does_not_compile_runs_eagerly_with_a_warning(compiled):
-    def reads_back(A):           # a host list of a traced value: a graph break, refused
-        return A * (A.tolist()[0][1] + 1.0)   # by fullgraph=True
+    def reads_back(A):  # a host list of a traced value: a graph break, refused
+        return A * (A.tolist()[0][1] + 1.0)  # by fullgraph=True
 
     A = np.arange(6.0).reshape(2, 3)
     with pytest.warns(RuntimeWarning, match="torch.compile failed on .*reads_back.*runs eagerly"):
         out = compiled(reads_back)(A)
     np.testing.assert_array_equal(out, reads_back(A))
     with warnings.catch_warnings():
-        warnings.simplefilter("error")                  # once only: no second warning
+        warnings.simplefilter("error")  # once only: no second warning
         np.testing.assert_array_equal(compiled(reads_back)(A), reads_back(A))
 
 
@@ -272,8 +323,9 @@ def test_the_compiled_kernels_get_one_thread_beside_numpys_blas():
 
 def test_a_failed_chain_runs_eagerly_for_its_arguments_only(compiled):
     """A chain that cannot compile for one activation class still compiles for another."""
+
     class HostReLU(type(activation("relu"))):
-        def dphi(self, u):               # through a host list: no trace through it
+        def dphi(self, u):  # through a host list: no trace through it
             return (np.asarray(u.tolist()) > 0).astype(u.dtype)
 
     rng = np.random.default_rng(5)
@@ -284,26 +336,30 @@ def test_a_failed_chain_runs_eagerly_for_its_arguments_only(compiled):
     np.testing.assert_allclose(got, fused.row_curv(odd, 1.0, U, dU), rtol=1e-12)
     before = compiled.compiles
     relu = compiled(fused.row_curv)(activation("relu"), 1.0, U + 1.0, dU)
-    assert not any(key[0] is fused.row_curv and key[1] == (type(activation("relu")),)
-                   for key in compiled._failed)
-    np.testing.assert_allclose(relu, fused.row_curv(activation("relu"), 1.0, U + 1.0, dU),
-                               rtol=1e-12)
+    assert not any(
+        key[0] is fused.row_curv and key[1] == (type(activation("relu")),)
+        for key in compiled._failed
+    )
+    np.testing.assert_allclose(
+        relu, fused.row_curv(activation("relu"), 1.0, U + 1.0, dU), rtol=1e-12
+    )
     assert compiled.compiles >= before
 
 
-def test_the_estimators_and_the_command_line_refuse_compile_before_any_work(monkeypatch,
-                                                                             tmp_path):
+def test_the_estimators_and_the_command_line_refuse_compile_before_any_work(monkeypatch, tmp_path):
     from fenchel_cvx import FenchelClassifier
     from fenchel_cvx.cli import main
 
     X, y = np.random.default_rng(0).random((20, 4)), np.arange(20) % 2
     with pytest.raises(ValueError, match="compile must be .*'auto'.*got 'yes'"):
         FenchelClassifier(compile="yes").fit(X, y)
-    with pytest.raises(ValueError, match="compile=True sets the kernels of the fast backend by "
-                                         "name: it needs backend='fast'"):
+    with pytest.raises(
+        ValueError,
+        match="compile=True sets the kernels of the fast backend by name: it needs backend='fast'",
+    ):
         FenchelClassifier(compile=True, backend="cvxpy").fit(X, y)
     with pytest.raises(SystemExit):
-        main(["train", "--compile", "--out", str(tmp_path / "a")])          # --backend cvxpy
+        main(["train", "--compile", "--out", str(tmp_path / "a")])  # --backend cvxpy
     monkeypatch.setattr(fused.shutil, "which", lambda name: None)
     with pytest.raises(ValueError, match="no C\\+\\+ compiler on the PATH"):
         FenchelClassifier(compile=True).fit(X, y)
@@ -313,12 +369,12 @@ def test_the_estimators_and_the_command_line_refuse_compile_before_any_work(monk
 
 
 def test_small_arrays_stay_eager_below_min_size():
-    runner = fused.Compiled(min_size=10 ** 6)
+    runner = fused.Compiled(min_size=10**6)
     rng = np.random.default_rng(4)
     V, U, dU = (rng.standard_normal((8, 16)) for _ in range(3))
     before = runner.compiles
     out = runner(fused.row_curv)(activation("relu"), 1.0, U, dU)
-    assert runner.compiles == before        # nothing compiled for an 8 x 16 chain
+    assert runner.compiles == before  # nothing compiled for an 8 x 16 chain
     np.testing.assert_array_equal(out, fused.row_curv(activation("relu"), 1.0, U, dU))
 
 
@@ -330,18 +386,20 @@ def test_auto_is_the_default_and_compiles_only_chains_of_min_size_entries():
     act = activation("relu")
     small = [rng.standard_normal((8, 16)) for _ in range(2)]
     before = fused.compiled_graphs()
-    np.testing.assert_array_equal(auto(fused.row_curv)(act, 0.5, *small),
-                                  fused.row_curv(act, 0.5, *small))
-    assert fused.compiled_graphs() == before           # below MIN_SIZE: the eager chain itself
+    np.testing.assert_array_equal(
+        auto(fused.row_curv)(act, 0.5, *small), fused.row_curv(act, 0.5, *small)
+    )
+    assert fused.compiled_graphs() == before  # below MIN_SIZE: the eager chain itself
     rows = fused.MIN_SIZE // 500 + 1
     large = [rng.standard_normal((rows, 500)).astype(np.float32) for _ in range(2)]
     got = auto(fused.row_curv)(act, 0.5, *large)
-    shared = fused._compiled_default()             # the process's compiled runner took it
+    shared = fused._compiled_default()  # the process's compiled runner took it
     assert fused.row_curv in shared._compiled
     assert not any(key[0] is fused.row_curv for key in shared._failed)
     assert isinstance(got, np.ndarray) and got.dtype == np.float32
     np.testing.assert_allclose(got, fused.row_curv(act, 0.5, *large), rtol=1e-5)
     from fenchel_cvx.threads import plan
+
     assert FastBackend(threads=2).threads == plan(2, compiled=True)
 
 
@@ -349,29 +407,31 @@ def test_auto_runs_eagerly_without_a_compiler_or_on_other_libraries(monkeypatch)
     xp = pytest.importorskip("array_api_strict")
     A = xp.asarray(np.arange(6.0).reshape(2, 3))
     auto = fused.kernels("auto")
-    assert auto(fused.row_curv)(activation("relu"), 1.0, A, A).shape == (2, 1)   # no refusal
+    assert auto(fused.row_curv)(activation("relu"), 1.0, A, A).shape == (2, 1)  # no refusal
     monkeypatch.setattr(fused.shutil, "which", lambda name: None)
     bare = FastBackend()
     assert not bare.kernels.compiled and bare.kernels(fused.row_curv) is fused.row_curv
-    assert bare.threads == 1                            # no kernels' pool to plan for
+    assert bare.threads == 1  # no kernels' pool to plan for
 
 
 def test_auto_never_loads_pytorch_for_chains_below_min_size():
     """A default run of the MNIST MLP's size class (every chain below ``MIN_SIZE``) trains
     without importing PyTorch at all (a fresh process)."""
     import subprocess
-    code = ("import sys, numpy as np\n"
-            "from fenchel_cvx import LiftedNetwork\n"
-            "from fenchel_cvx.bcd import fit_bcd\n"
-            "from fenchel_cvx.fast import FastBackend\n"
-            "rng = np.random.default_rng(0)\n"
-            "X, Y = rng.random((30, 60)), np.eye(3)[:, rng.integers(0, 3, 60)]\n"
-            "net = LiftedNetwork([30, 20, 3], 'relu', 'cross_entropy', lam=0.2, rho=0.0, seed=0)\n"
-            "fit_bcd(net, X, Y, batch_size=30, epochs=1, gamma=0.3, strict=False,\n"
-            "        backend=FastBackend(w_steps=2, x_steps=3))\n"
-            "assert FastBackend().kernels.compiled\n"
-            "print('torch' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300)
+
+    code = (
+        "import sys, numpy as np\n"
+        "from fenchel_cvx import LiftedNetwork\n"
+        "from fenchel_cvx.bcd import fit_bcd\n"
+        "from fenchel_cvx.fast import FastBackend\n"
+        "rng = np.random.default_rng(0)\n"
+        "X, Y = rng.random((30, 60)), np.eye(3)[:, rng.integers(0, 3, 60)]\n"
+        "net = LiftedNetwork([30, 20, 3], 'relu', 'cross_entropy', lam=0.2, rho=0.0, seed=0)\n"
+        "fit_bcd(net, X, Y, batch_size=30, epochs=1, gamma=0.3, strict=False,\n"
+        "        backend=FastBackend(w_steps=2, x_steps=3))\n"
+        "assert FastBackend().kernels.compiled\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

@@ -9,6 +9,7 @@
 - The fast backend matches the oracle on every block of a conv network in float64 (1e-6
   relative), also on array-api-strict arrays; the driver's certificate holds on conv networks.
 """
+
 import cvxpy as cp
 import numpy as np
 import pytest
@@ -25,8 +26,14 @@ REL = 1e-6
 def conv_net(act="relu", loss="mse", seed=0):
     """(1, 6, 6) -> conv 2@3x3 pad 1 -> pool + conv 2@2x2 -> pool + flatten + dense 2."""
     return LiftedNetwork.from_layers(
-        (1, 6, 6), [Conv2d(2, 3, padding=1), AvgPool2d(2), Conv2d(2, 2), AvgPool2d(2), Flatten(),
-                    Dense(2)], activation=act, loss=loss, lam=(1.0, 0.7), rho=0.1, seed=seed)
+        (1, 6, 6),
+        [Conv2d(2, 3, padding=1), AvgPool2d(2), Conv2d(2, 2), AvgPool2d(2), Flatten(), Dense(2)],
+        activation=act,
+        loss=loss,
+        lam=(1.0, 0.7),
+        rho=0.1,
+        seed=seed,
+    )
 
 
 def conv_state(act="relu", loss="mse", seed=0, m=4):
@@ -34,8 +41,11 @@ def conv_state(act="relu", loss="mse", seed=0, m=4):
     net = conv_net(act, loss, seed)
     net.W = [W + 0.3 * rng.standard_normal(W.shape) for W in net.W]
     X0 = rng.random((36, m))
-    Y = (np.eye(2)[:, rng.integers(0, 2, m)] if loss == "cross_entropy"
-         else rng.standard_normal((2, m)))
+    Y = (
+        np.eye(2)[:, rng.integers(0, 2, m)]
+        if loss == "cross_entropy"
+        else rng.standard_normal((2, m))
+    )
     Xs, _ = net.forward(X0)
     lo, hi = (0, None) if act == "relu" else (0.05, 0.95)
     Xs = [np.clip(X + 0.2 * rng.standard_normal(X.shape), lo, hi) for X in Xs]
@@ -44,8 +54,13 @@ def conv_state(act="relu", loss="mse", seed=0, m=4):
 
 def explicit(block):
     """The same X-block with the outgoing map as its explicit matrix: a dense layer."""
-    return type(block)(**{**{f: getattr(block, f) for f in block.__dataclass_fields__},
-                          "W": block.dense_W(), "map": None})
+    return type(block)(
+        **{
+            **{f: getattr(block, f) for f in block.__dataclass_fields__},
+            "W": block.dense_W(),
+            "map": None,
+        }
+    )
 
 
 @pytest.mark.parametrize("l", [1, 2])
@@ -63,10 +78,14 @@ def test_conv_x_block_equals_its_toeplitz_form(l):
     np.testing.assert_allclose(a.value, b.value, rtol=1e-8)
     # an independent solve of the im2col form: L-BFGS-B on value and gradient, Z >= 0
     shape = Z.shape
-    ref = optimize.minimize(lambda z: float(block.value(z.reshape(shape))), Z.ravel(),
-                            jac=lambda z: block.grad(z.reshape(shape)).ravel(), method="L-BFGS-B",
-                            bounds=[(0, None)] * Z.size, options=dict(ftol=1e-15, gtol=1e-11,
-                                                                      maxiter=5000))
+    ref = optimize.minimize(
+        lambda z: float(block.value(z.reshape(shape))),
+        Z.ravel(),
+        jac=lambda z: block.grad(z.reshape(shape)).ravel(),
+        method="L-BFGS-B",
+        bounds=[(0, None)] * Z.size,
+        options=dict(ftol=1e-15, gtol=1e-11, maxiter=5000),
+    )
     assert a.value <= ref.fun + 1e-7 * (1 + abs(ref.fun))
     np.testing.assert_allclose(a.argmin.ravel(), ref.x, atol=1e-4)
 
@@ -79,8 +98,9 @@ def test_conv_w_block_equals_the_explicit_filter_problem():
     assert block.Xt.shape == (2 * 4 + 1, 4 * 4) and block.V.shape == (2, 4 * 4)
     # M maps the filter entries (and biases) to the outputs: U = reshape(M @ vec(W))
     n = np.prod(A.weight_shape)
-    M = np.stack([A.forward(E.reshape(A.weight_shape), X0 := Xs[0]).ravel()
-                  for E in np.eye(n)], axis=1)
+    M = np.stack(
+        [A.forward(E.reshape(A.weight_shape), X0 := Xs[0]).ravel() for E in np.eye(n)], axis=1
+    )
     w = cp.Variable(n)
     V = Xs[1]
     act = net.activations[1]
@@ -101,8 +121,11 @@ def test_conv_w_block_equals_the_explicit_filter_problem():
 def test_fast_matches_the_oracle_on_conv_blocks(act, loss, which):
     net, X0, Y, Xs = conv_state(act, loss, seed=2)
     l = int(which[2])
-    block = (blocks.x_block(net, X0, Y, Xs, l) if which[0] == "X"
-             else blocks.w_block(net, X0, Y, Xs, l, gamma=0.2, W0=net.W[l] + 0.05))
+    block = (
+        blocks.x_block(net, X0, Y, Xs, l)
+        if which[0] == "X"
+        else blocks.w_block(net, X0, Y, Xs, l, gamma=0.2, W0=net.W[l] + 0.05)
+    )
     start = Xs[l - 1] if which[0] == "X" else net.W[l]
     ref = OracleBackend().solve(block, start=start)
     got = FastBackend(tol=1e-9, max_iter=20000).solve(block, start=start)
@@ -127,7 +150,8 @@ def test_fast_conv_x_blocks_step_from_a_certified_lipschitz_constant(act, loss, 
     top = np.linalg.norm(block.map.matrix(block.W)[0], 2) ** 2
     assert known and res.converged and res.info["backtracks"] == 0
     assert res.info["lipschitz"] == pytest.approx(
-        1.001 * curv * block.map.norm2_bound(block.W, EXACT_EIG_MAX), rel=1e-12)
+        1.001 * curv * block.map.norm2_bound(block.W, EXACT_EIG_MAX), rel=1e-12
+    )
     assert res.info["lipschitz"] >= curv * top
 
 
@@ -141,7 +165,9 @@ def test_capped_conv_x_solve_applies_its_map_once_per_step(monkeypatch, l):
     net, X0, Y, Xs = conv_state(seed=3)
     block = blocks.x_block(net, X0, Y, Xs, l)
     calls, forward = [], LinearMap.forward
-    monkeypatch.setattr(LinearMap, "forward", lambda self, W, X: calls.append(1) or forward(self, W, X))
+    monkeypatch.setattr(
+        LinearMap, "forward", lambda self, W, X: calls.append(1) or forward(self, W, X)
+    )
     for k in (1, 3):
         calls.clear()
         res = FastBackend(x_steps=k, capped_residual=False).solve(block, start=Xs[l - 1])
@@ -154,8 +180,14 @@ def test_fast_conv_x_block_runs_on_the_array_api_standard():
     xps = pytest.importorskip("array_api_strict")
     net, X0, Y, Xs = conv_state(seed=3)
     block = blocks.x_block(net, X0, Y, Xs, 1)
-    conv = {f: (xps.asarray(getattr(block, f)) if isinstance(getattr(block, f), np.ndarray)
-                else getattr(block, f)) for f in block.__dataclass_fields__}
+    conv = {
+        f: (
+            xps.asarray(getattr(block, f))
+            if isinstance(getattr(block, f), np.ndarray)
+            else getattr(block, f)
+        )
+        for f in block.__dataclass_fields__
+    }
     strict = type(block)(**conv)
     a = FastBackend(tol=1e-9).solve(block, start=Xs[0])
     b = FastBackend(tol=1e-9).solve(strict, start=xps.asarray(Xs[0]))
@@ -175,12 +207,22 @@ def test_the_certificate_holds_on_conv_networks(loss):
 def test_batched_fast_training_on_a_conv_network_descends():
     net, X0, Y, _ = conv_state(loss="cross_entropy", seed=5, m=40)
     J0 = net.network_objective(X0, Y)
-    res = fit_bcd(net, X0, Y, batch_size=20, epochs=3, gamma=(1e-2, 1e-1, 1.0),
-                  backend=FastBackend(w_steps=2, x_steps=20))
+    res = fit_bcd(
+        net,
+        X0,
+        Y,
+        batch_size=20,
+        epochs=3,
+        gamma=(1e-2, 1e-1, 1.0),
+        backend=FastBackend(w_steps=2, x_steps=20),
+    )
     checked = [r for r in res.history.records if r["checked"]]
     # capped (inexact) W-steps report status max_iter; every objective-based check holds
     failed = {v["check"] for r in checked for v in r["certificate"]["violations"]}
     assert len(checked) == 6 and failed <= {"block_optimality"}
-    assert all(v["detail"].startswith("status 'max_iter'") for r in checked
-               for v in r["certificate"]["violations"])
+    assert all(
+        v["detail"].startswith("status 'max_iter'")
+        for r in checked
+        for v in r["certificate"]["violations"]
+    )
     assert net.network_objective(X0, Y) < J0

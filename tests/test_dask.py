@@ -5,6 +5,7 @@ The independent pieces of a block (X-block columns, W-block rows) run on the wor
 worker keeps its compiled templates between solves; a scheduler that cannot be reached fails
 the block with a ``SolverError`` (never a partial block).
 """
+
 import numpy as np
 import pytest
 
@@ -17,13 +18,14 @@ from fenchel_cvx.network import LiftedNetwork  # noqa: E402
 from fenchel_cvx.oracle import OracleBackend  # noqa: E402
 from fenchel_cvx.oracle.backend import worker_cache_info  # noqa: E402
 
-BUDGET = 60     # small pieces: many of them per block, so both workers get work
+BUDGET = 60  # small pieces: many of them per block, so both workers get work
 
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None)
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    )
     c = distributed.Client(cluster)
     yield c
     c.close()
@@ -58,7 +60,7 @@ def test_workers_keep_their_templates(client):
     dask = OracleBackend(tol=1e-7, budget=BUDGET, client=client)
     dask.solve(block)
     first = client.run(worker_cache_info)
-    block.U_prev = block.U_prev + 0.01             # new parameter values, same template
+    block.U_prev = block.U_prev + 0.01  # new parameter values, same template
     dask.solve(block)
     again = client.run(worker_cache_info)
     assert first == again and len(first) == 2
@@ -68,8 +70,10 @@ def test_workers_keep_their_templates(client):
 
 def test_fit_on_two_workers_equals_one_process(client):
     runs = {}
-    for name, backend in (("local", OracleBackend(tol=1e-6, budget=BUDGET)),
-                          ("dask", OracleBackend(tol=1e-6, budget=BUDGET, client=client))):
+    for name, backend in (
+        ("local", OracleBackend(tol=1e-6, budget=BUDGET)),
+        ("dask", OracleBackend(tol=1e-6, budget=BUDGET, client=client)),
+    ):
         net, X, Y, _ = instance()
         runs[name] = fit_bcd(net, X, Y, iterations=2, backend=backend, eval_every=None)
     # both runs certified at tol 1e-6: their blocks agree to the accuracy the certificate
@@ -77,13 +81,15 @@ def test_fit_on_two_workers_equals_one_process(client):
     for Wa, Wb in zip(runs["local"].net.W, runs["dask"].net.W):
         np.testing.assert_allclose(Wa, Wb, atol=1e-6)
     assert runs["dask"].history.certificate_held and runs["local"].history.certificate_held
-    np.testing.assert_allclose(runs["dask"].history.series("lifted_w"),
-                               runs["local"].history.series("lifted_w"), rtol=1e-8)
+    np.testing.assert_allclose(
+        runs["dask"].history.series("lifted_w"), runs["local"].history.series("lifted_w"), rtol=1e-8
+    )
 
 
 def test_unreachable_scheduler_fails_the_block_cleanly():
-    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                       dashboard_address=None)
+    cluster = distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    )
     c = distributed.Client(cluster)
     backend = OracleBackend(budget=BUDGET, client=c)
     c.close()

@@ -1,4 +1,5 @@
 """Tests of fenchel_cvx.datasets: loaders, IDX parsing, checksums, one_hot, batch_order."""
+
 import gzip
 import hashlib
 import os
@@ -28,8 +29,12 @@ from fenchel_cvx.datasets import (
 from fenchel_cvx.errors import FileFormatError
 
 REPO = Path(__file__).resolve().parents[1]
-IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-             "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+IDX_NAMES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
 
 
 def _check_split(d, n_features, m_train, m_test, n_classes=10):
@@ -93,8 +98,17 @@ def _idx_bytes(a, code):
     return header + a.astype(a.dtype.newbyteorder(">")).tobytes()
 
 
-@pytest.mark.parametrize("dtype, code", [(np.uint8, 0x08), (np.int8, 0x09), (np.int16, 0x0B),
-                                         (np.int32, 0x0C), (np.float32, 0x0D), (np.float64, 0x0E)])
+@pytest.mark.parametrize(
+    "dtype, code",
+    [
+        (np.uint8, 0x08),
+        (np.int8, 0x09),
+        (np.int16, 0x0B),
+        (np.int32, 0x0C),
+        (np.float32, 0x0D),
+        (np.float64, 0x0E),
+    ],
+)
 def test_parse_idx_roundtrip(dtype, code):
     a = (np.arange(24) - 5).reshape(2, 3, 4).astype(dtype)
     if dtype is np.uint8:
@@ -103,14 +117,19 @@ def test_parse_idx_roundtrip(dtype, code):
     assert b.shape == a.shape and b.dtype == np.dtype(dtype) and np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("data, message", [
-    (b"\x01\x00\x08\x01\x00\x00\x00\x00", "magic: expected an IDX file"),
-    (b"", "magic: expected an IDX file .*found 'empty'"),
-    (b"\x00\x00\x07\x01\x00\x00\x00\x00", "unknown IDX dtype code 0x07"),
-    (b"\x00\x00\x08\x03\x00\x00\x00\x02", "header truncated"),
-    (b"\x00\x00\x08\x01\x00\x00\x00\x05abc",
-     "size: expected 13 bytes \\(its header: shape \\(5,\\)\\), found 11 bytes"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"\x01\x00\x08\x01\x00\x00\x00\x00", "magic: expected an IDX file"),
+        (b"", "magic: expected an IDX file .*found 'empty'"),
+        (b"\x00\x00\x07\x01\x00\x00\x00\x00", "unknown IDX dtype code 0x07"),
+        (b"\x00\x00\x08\x03\x00\x00\x00\x02", "header truncated"),
+        (
+            b"\x00\x00\x08\x01\x00\x00\x00\x05abc",
+            "size: expected 13 bytes \\(its header: shape \\(5,\\)\\), found 11 bytes",
+        ),
+    ],
+)
 def test_parse_idx_rejects_bad_headers(data, message):
     with pytest.raises(ValueError, match=message):
         parse_idx(data)
@@ -125,17 +144,22 @@ def _write_fake_idx_dir(path, shapes):
 
 def test_loader_checks_shapes_and_magic(tmp_path):
     small = _write_fake_idx_dir(tmp_path / "small", [(6, 28, 28), (6,), (2, 28, 28), (2,)])
-    with pytest.raises(FileFormatError, match="train-images-idx3-ubyte: images: expected uint8 "
-                                              "images of shape \\(60000, 28, 28\\), found uint8 "
-                                              "\\(6, 28, 28\\)"):
+    with pytest.raises(
+        FileFormatError,
+        match="train-images-idx3-ubyte: images: expected uint8 "
+        "images of shape \\(60000, 28, 28\\), found uint8 "
+        "\\(6, 28, 28\\)",
+    ):
         load_mnist(small)
     (small / "train-images-idx3-ubyte").write_bytes(b"\x08\x03\x00\x00" + bytes(12))
     with pytest.raises(ValueError, match="train-images-idx3-ubyte: magic: expected an IDX file"):
         load_mnist(small)
     (small / "train-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8bgarbage")
     (small / "train-images-idx3-ubyte").unlink()
-    with pytest.raises(ValueError, match="train-images-idx3-ubyte.gz: gzip: expected a complete "
-                                         "gzip file, found a corrupt"):
+    with pytest.raises(
+        ValueError,
+        match="train-images-idx3-ubyte.gz: gzip: expected a complete gzip file, found a corrupt",
+    ):
         load_mnist(small)
 
 
@@ -161,8 +185,10 @@ def _mnist_dir():
     for c in candidates:
         if all((c / f"{n}.gz").is_file() or (c / n).is_file() for n in IDX_NAMES):
             return c
-    pytest.skip(f"full MNIST not found (looked in {', '.join(map(str, candidates))}); "
-                "set FENCHEL_DATA to a folder with mnist/")
+    pytest.skip(
+        f"full MNIST not found (looked in {', '.join(map(str, candidates))}); "
+        "set FENCHEL_DATA to a folder with mnist/"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -189,18 +215,22 @@ def raw_mnist_dir(mnist_dir, tmp_path_factory):
 def test_mnist_shapes_range_and_counts(mnist):
     _check_split(mnist, 784, 60000, 10000)
     assert mnist.X_train.max() == 1.0 and mnist.X_train.flags.f_contiguous
-    assert np.array_equal(np.bincount(mnist.y_train),
-                          [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949])
-    assert np.array_equal(np.bincount(mnist.y_test),
-                          [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009])
+    assert np.array_equal(
+        np.bincount(mnist.y_train), [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
+    )
+    assert np.array_equal(
+        np.bincount(mnist.y_test), [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+    )
 
 
 def test_mnist_content_matches_published_md5(raw_mnist_dir):
     # md5s of the uncompressed files as published with the original release's loaders
-    published = {"train-images-idx3-ubyte": "6bbc9ace898e44ae57da46a324031adb",
-                 "train-labels-idx1-ubyte": "a25bea736e30d166cdddb491f175f624",
-                 "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
-                 "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637"}
+    published = {
+        "train-images-idx3-ubyte": "6bbc9ace898e44ae57da46a324031adb",
+        "train-labels-idx1-ubyte": "a25bea736e30d166cdddb491f175f624",
+        "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
+        "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637",
+    }
     for n, md5 in published.items():
         assert hashlib.md5((raw_mnist_dir / n).read_bytes()).hexdigest() == md5
 
@@ -233,14 +263,20 @@ def test_mnist_label_range_checked(raw_mnist_dir, tmp_path):
     labels = np.zeros(10000, np.uint8)
     labels[7] = 10
     (tmp_path / "t10k-labels-idx1-ubyte").write_bytes(_idx_bytes(labels, 0x08))
-    with pytest.raises(ValueError, match="t10k-labels-idx1-ubyte: labels: expected 10000 uint8 labels in 0..9, "
-                                         "found uint8 \\(10000,\\) with max 10"):
+    with pytest.raises(
+        ValueError,
+        match="t10k-labels-idx1-ubyte: labels: expected 10000 uint8 labels in 0..9, "
+        "found uint8 \\(10000,\\) with max 10",
+    ):
         load_mnist(tmp_path)
 
 
 def _mirror(monkeypatch, *dirs):
-    monkeypatch.setitem(datasets._IDX_SOURCES["mnist"], "mirrors",
-                        tuple(Path(d).resolve().as_uri() + "/" for d in dirs))
+    monkeypatch.setitem(
+        datasets._IDX_SOURCES["mnist"],
+        "mirrors",
+        tuple(Path(d).resolve().as_uri() + "/" for d in dirs),
+    )
 
 
 def test_mnist_download_verifies_and_leaves_nothing_half_written(mnist_dir, tmp_path, monkeypatch):
@@ -265,7 +301,8 @@ def test_mnist_download_rejects_bad_file(mnist_dir, tmp_path, monkeypatch):
     with pytest.raises(ChecksumError, match="could not download train-labels-idx1-ubyte.gz"):
         load_mnist(target, download=True)
     assert sorted(p.name for p in target.iterdir()) == sorted(
-        f"{n}.gz" for n in IDX_NAMES if n != "train-labels-idx1-ubyte")
+        f"{n}.gz" for n in IDX_NAMES if n != "train-labels-idx1-ubyte"
+    )
     _mirror(monkeypatch, tmp_path / "nowhere")
     with pytest.raises(OSError, match="could not download"):
         load_mnist(target, download=True)
@@ -283,8 +320,10 @@ def test_cifar10_loader(tmp_path, monkeypatch, write_cifar10):
     assert np.array_equal(d.y_train, np.concatenate([b[b"labels"] for b in train]))
     assert np.array_equal(d.y_test, batches["test_batch"][b"labels"])
     assert d.X_test.dtype == np.float64 and 0 <= d.X_test.min() and d.X_test.max() <= 1
-    assert load_cifar10(tmp_path / "cifar10" / "cifar-10-batches-py", dtype=np.float32).X_train.dtype \
+    assert (
+        load_cifar10(tmp_path / "cifar10" / "cifar-10-batches-py", dtype=np.float32).X_train.dtype
         == np.float32
+    )
 
 
 def test_cifar10_rejects_bad_batches(tmp_path, write_cifar10):
@@ -293,12 +332,17 @@ def test_cifar10_rejects_bad_batches(tmp_path, write_cifar10):
     bad = {**batches["test_batch"], b"data": np.zeros((2, 1024), np.uint8)}
     with open(tmp_path / "c" / "test_batch", "wb") as f:
         pickle.dump(bad, f)
-    with pytest.raises(ValueError, match=r"test_batch: data: expected uint8 images of shape \(N, 3072\), "
-                                         r"found uint8 \(2, 1024\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"test_batch: data: expected uint8 images of shape \(N, 3072\), "
+        r"found uint8 \(2, 1024\)",
+    ):
         load_cifar10(tmp_path / "c")
     with open(tmp_path / "c" / "test_batch", "wb") as f:
         pickle.dump({**batches["test_batch"], b"labels": [0, 10]}, f)
-    with pytest.raises(ValueError, match="test_batch: labels: expected classes 0..9, found the label 10"):
+    with pytest.raises(
+        ValueError, match="test_batch: labels: expected classes 0..9, found the label 10"
+    ):
         load_cifar10(tmp_path / "c")
     (tmp_path / "c" / "data_batch_3").unlink()
     with pytest.raises(FileNotFoundError, match="data_batch_3 not found"):
@@ -314,13 +358,16 @@ def test_one_hot_properties(labels):
     assert np.all(Y.sum(axis=0) == 1) and np.array_equal(Y.argmax(axis=0), y)
 
 
-@pytest.mark.parametrize("y, n_classes, message", [
-    ([0, 3], 3, "y must hold labels in 0..2 \\(n_classes=3\\), got 3"),
-    ([-1, 0], 3, "got -1"),
-    ([0.0, 1.0], 3, "y must be a 1-D array of integer labels"),
-    ([[0, 1]], 3, "y must be a 1-D array"),
-    ([0, 1], 0, "n_classes must be an integer >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "y, n_classes, message",
+    [
+        ([0, 3], 3, "y must hold labels in 0..2 \\(n_classes=3\\), got 3"),
+        ([-1, 0], 3, "got -1"),
+        ([0.0, 1.0], 3, "y must be a 1-D array of integer labels"),
+        ([[0, 1]], 3, "y must be a 1-D array"),
+        ([0, 1], 0, "n_classes must be an integer >= 1, got 0"),
+    ],
+)
 def test_one_hot_rejects_bad_input(y, n_classes, message):
     with pytest.raises(ValueError, match=message):
         one_hot(np.array(y), n_classes)
@@ -347,14 +394,17 @@ def test_batch_order_epochs_and_seeds_differ():
     assert not np.array_equal(np.concatenate(a[0]), np.concatenate(b[0]))
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(m=0, batch_size=1, epochs=1), "m must be an integer >= 1, got 0"),
-    (dict(m=10, batch_size=-3, epochs=1), "batch_size must be an integer >= 1, got -3"),
-    (dict(m=10, batch_size=2.0, epochs=1), "batch_size must be an integer >= 1, got 2.0"),
-    (dict(m=10, batch_size=2, epochs=0), "epochs must be an integer >= 1, got 0"),
-    (dict(m=10, batch_size=2, epochs=True), "epochs must be an integer >= 1, got True"),
-    (dict(m=10, batch_size=2, epochs=1, seed=-1), "seed must be an integer >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(m=0, batch_size=1, epochs=1), "m must be an integer >= 1, got 0"),
+        (dict(m=10, batch_size=-3, epochs=1), "batch_size must be an integer >= 1, got -3"),
+        (dict(m=10, batch_size=2.0, epochs=1), "batch_size must be an integer >= 1, got 2.0"),
+        (dict(m=10, batch_size=2, epochs=0), "epochs must be an integer >= 1, got 0"),
+        (dict(m=10, batch_size=2, epochs=True), "epochs must be an integer >= 1, got True"),
+        (dict(m=10, batch_size=2, epochs=1, seed=-1), "seed must be an integer >= 0, got -1"),
+    ],
+)
 def test_batch_order_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         batch_order(**kwargs)
@@ -362,8 +412,9 @@ def test_batch_order_rejects_bad_arguments(kwargs, message):
 
 def test_for_tuning_holds_out_the_last_training_points_and_names_bad_sizes():
     rng = np.random.default_rng(0)
-    ds = Dataset("toy", rng.normal(size=(3, 10)), np.arange(10), rng.normal(size=(3, 4)),
-                 np.arange(4), 10)
+    ds = Dataset(
+        "toy", rng.normal(size=(3, 10)), np.arange(10), rng.normal(size=(3, 4)), np.arange(4), 10
+    )
     tuned = ds.for_tuning(validation=3, train_size=5)
     np.testing.assert_array_equal(tuned.X_test, ds.X_train[:, -3:])
     np.testing.assert_array_equal(tuned.y_test, ds.y_train[-3:])

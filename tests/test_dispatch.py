@@ -6,6 +6,7 @@ as a CVXPY problem exactly as before; a subclass is served by its base class's r
 a class nobody registered is refused by name. (``import fenchel_cvx, fenchel_cvx.fast`` leaving
 CVXPY unimported is tested in ``test_backends.py``.)
 """
+
 import ast
 import dataclasses
 from pathlib import Path
@@ -25,8 +26,11 @@ def _is_kind(node):
     """``kind`` or ``<expr>.kind`` (a NumPy ``<expr>.dtype.kind`` is not a block kind)."""
     if isinstance(node, ast.Name):
         return node.id == "kind"
-    return (isinstance(node, ast.Attribute) and node.attr == "kind"
-            and not (isinstance(node.value, ast.Attribute) and node.value.attr == "dtype"))
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "kind"
+        and not (isinstance(node.value, ast.Attribute) and node.value.attr == "dtype")
+    )
 
 
 def kind_branches(source):
@@ -36,29 +40,50 @@ def kind_branches(source):
     lines = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Compare) and any(
-                _is_kind(side) for side in [node.left, *node.comparators]):
+            _is_kind(side) for side in [node.left, *node.comparators]
+        ):
             lines.append(node.lineno)
-        elif isinstance(node, ast.Attribute) and node.attr in ("startswith", "endswith") \
-                and _is_kind(node.value):
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("startswith", "endswith")
+            and _is_kind(node.value)
+        ):
             lines.append(node.lineno)
         elif isinstance(node, ast.Subscript) and (
-                _is_kind(node.value) or (isinstance(node.slice, ast.Attribute)
-                                         and _is_kind(node.slice))):
+            _is_kind(node.value) or (isinstance(node.slice, ast.Attribute) and _is_kind(node.slice))
+        ):
             lines.append(node.lineno)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr == "get" and node.args and isinstance(node.args[0], ast.Attribute)
-              and _is_kind(node.args[0])):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+            and isinstance(node.args[0], ast.Attribute)
+            and _is_kind(node.args[0])
+        ):
             lines.append(node.lineno)
     return sorted(set(lines))
 
 
-BRANCHES = ['if block.kind == "x_hidden": pass', 'x = kind in ("x_hidden", "x_last")',
-            'y = block.kind.startswith("w")', 'z = "w_last" != b.kind', 'f = TABLE[block.kind]',
-            'g = b.kind not in ("w_last",)', 'h = TABLE.get(block.kind, None)',
-            'kind = block.kind\nif kind != "w": pass', 'e = b.kind[0] == "x"']
-NOT_BRANCHES = ['ok = A.dtype.kind in "biu"', 'raise SolverError(block.kind, block.layer, "s")',
-                'd = {"kind": self.kind}', 'msg = f"the {block.kind} block"',
-                'LAYERS[d["kind"]]', 'kind = "x_hidden"']
+BRANCHES = [
+    'if block.kind == "x_hidden": pass',
+    'x = kind in ("x_hidden", "x_last")',
+    'y = block.kind.startswith("w")',
+    'z = "w_last" != b.kind',
+    "f = TABLE[block.kind]",
+    'g = b.kind not in ("w_last",)',
+    "h = TABLE.get(block.kind, None)",
+    'kind = block.kind\nif kind != "w": pass',
+    'e = b.kind[0] == "x"',
+]
+NOT_BRANCHES = [
+    'ok = A.dtype.kind in "biu"',
+    'raise SolverError(block.kind, block.layer, "s")',
+    'd = {"kind": self.kind}',
+    'msg = f"the {block.kind} block"',
+    'LAYERS[d["kind"]]',
+    'kind = "x_hidden"',
+]
 
 
 @pytest.mark.parametrize("source", BRANCHES)
@@ -72,8 +97,10 @@ def test_scan_leaves_kind_as_a_name_alone(source):
 
 
 def test_package_never_branches_on_kind():
-    found = {str(p.relative_to(PACKAGE.parent)): kind_branches(p.read_text())
-             for p in sorted(PACKAGE.rglob("*.py"))}
+    found = {
+        str(p.relative_to(PACKAGE.parent)): kind_branches(p.read_text())
+        for p in sorted(PACKAGE.rglob("*.py"))
+    }
     found = {path: lines for path, lines in found.items() if lines}
     assert found == {}, f"branches on kind strings (dispatch on the block's class): {found}"
 
@@ -81,12 +108,16 @@ def test_package_never_branches_on_kind():
 # --- kind is a name only ---------------------------------------------------------------------
 def _blocks(loss):
     """The four blocks of a 2-hidden-layer network (W-blocks with a proximal term)."""
-    net, X0, Y, Xs = make_problem((3, 4, 3, 2), act="sigmoid", loss=loss, lam=[0.8, 1.7],
-                                  rho=[0.1, 0.3, 0.2], m=5, seed=3)
+    net, X0, Y, Xs = make_problem(
+        (3, 4, 3, 2), act="sigmoid", loss=loss, lam=[0.8, 1.7], rho=[0.1, 0.3, 0.2], m=5, seed=3
+    )
     W0 = [W + 0.1 for W in net.W]
-    return [x_block(net, X0, Y, Xs, 1), x_block(net, X0, Y, Xs, 2),
-            w_block(net, X0, Y, Xs, 1, gamma=0.5, W0=W0[1]),
-            w_block(net, X0, Y, Xs, 2, gamma=0.5, W0=W0[2])]
+    return [
+        x_block(net, X0, Y, Xs, 1),
+        x_block(net, X0, Y, Xs, 2),
+        w_block(net, X0, Y, Xs, 1, gamma=0.5, W0=W0[1]),
+        w_block(net, X0, Y, Xs, 2, gamma=0.5, W0=W0[2]),
+    ]
 
 
 def _renamed(block):
@@ -97,6 +128,7 @@ def _renamed(block):
 
 def _outcome(block):
     from fenchel_cvx.oracle import OracleBackend, block_problem, certify, polish_block
+
     fast = FastBackend(tol=1e-10, max_iter=2000).solve(block)
     oracle = OracleBackend(tol=1e-8).solve(block)
     start = fast.argmin + 1e-3 * np.cos(np.arange(fast.argmin.size)).reshape(block.shape)
@@ -104,11 +136,13 @@ def _outcome(block):
     cert = certify(block, fast.argmin)
     problem, var = block_problem(block)
     problem.solve(solver="CLARABEL")
-    return dict(fast=(fast.argmin, fast.value, fast.iterations, fast.info.get("method")),
-                oracle=(oracle.argmin, oracle.value, oracle.info["solver"],
-                        oracle.info["n_subproblems"]),
-                polish=(polished, steps), certify=(cert.objective, cert.lower_bound, cert.bound),
-                problem=(var.shape, problem.value))
+    return dict(
+        fast=(fast.argmin, fast.value, fast.iterations, fast.info.get("method")),
+        oracle=(oracle.argmin, oracle.value, oracle.info["solver"], oracle.info["n_subproblems"]),
+        polish=(polished, steps),
+        certify=(cert.objective, cert.lower_bound, cert.bound),
+        problem=(var.shape, problem.value),
+    )
 
 
 @pytest.mark.parametrize("loss", ["mse", "cross_entropy"])
@@ -137,6 +171,7 @@ class Stray(Block):
 
 def test_an_unregistered_block_class_is_refused_by_name():
     from fenchel_cvx.oracle import OracleBackend, block_problem
+
     block = Stray(1, np.zeros((2, 3)))
     with pytest.raises(ValueError, match="block must be one of XHidden, XLast, WHidden, WLast"):
         OracleBackend().solve(block)
@@ -148,6 +183,7 @@ def test_an_unregistered_block_class_is_refused_by_name():
 
 def test_the_four_classes_are_two_families():
     from fenchel_cvx.blocks import WBlock, XBlock
+
     assert issubclass(XHidden, XBlock) and issubclass(XLast, XBlock)
     assert issubclass(WHidden, WBlock) and issubclass(WLast, WBlock)
     assert not issubclass(XHidden, WBlock) and not issubclass(WLast, XBlock)

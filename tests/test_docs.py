@@ -4,6 +4,7 @@ A real build into a temporary directory (``slow``): the MkDocs pages, the API re
 from the docstrings by mkdocstrings, and the notebooks rendered by mkdocs-jupyter with their
 saved outputs (not executed).
 """
+
 import os
 import subprocess
 import sys
@@ -11,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-for _module in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python", "mkdocs_jupyter"):
+for _module in (
+    "mkdocs",
+    "material",
+    "mkdocstrings",
+    "mkdocstrings_handlers.python",
+    "mkdocs_jupyter",
+):
     pytest.importorskip(_module)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,33 +45,63 @@ def test_api_reference_covers_every_module():
 def test_every_notebook_is_in_the_nav():
     yaml = pytest.importorskip("yaml")
     nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
-    section = next(item["Notebooks"] for item in nav if isinstance(item, dict) and "Notebooks" in item)
+    section = next(
+        item["Notebooks"] for item in nav if isinstance(item, dict) and "Notebooks" in item
+    )
     listed = {path for entry in section for path in entry.values()}
-    on_disk = {f"notebooks/{p.name}" for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
-    assert listed == on_disk, f"mkdocs.yml nav, Notebooks: add {sorted(on_disk - listed)}, " \
-                              f"remove {sorted(listed - on_disk)}"
+    on_disk = {
+        f"notebooks/{p.name}" for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    }
+    assert listed == on_disk, (
+        f"mkdocs.yml nav, Notebooks: add {sorted(on_disk - listed)}, "
+        f"remove {sorted(listed - on_disk)}"
+    )
 
 
 @pytest.mark.slow
 def test_docs_build_strict(tmp_path):
     site = tmp_path / "site"
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
-                           str(ROOT / "mkdocs.yml"), "--site-dir", str(site)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        NO_MKDOCS_2_WARNING="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(site),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log
     assert "WARNING" not in log, log
-    for page in ("index.html", "installation/index.html", "mathematics/index.html",
-                 "certificate/index.html", "results/index.html", "api/estimator/index.html",
-                 "notebooks/01_biconvex_activations/index.html"):
+    for page in (
+        "index.html",
+        "installation/index.html",
+        "mathematics/index.html",
+        "certificate/index.html",
+        "results/index.html",
+        "api/estimator/index.html",
+        "notebooks/01_biconvex_activations/index.html",
+    ):
         assert (site / page).is_file(), page
     api = (site / "api" / "estimator" / "index.html").read_text()
     assert "FenchelClassifier" in api and "partial_fit" in api
     results = (site / "results" / "index.html").read_text()
     assert "Where the figures come from" in results and "0.9790" in results  # measured figures
-    assert (site / "results" / "mlp.png").is_file()               # and the plots
+    assert (site / "results" / "mlp.png").is_file()  # and the plots
     assert (site / "tuning" / "index.html").is_file()
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         page = (site / "notebooks" / path.stem / "index.html").read_text()

@@ -11,6 +11,7 @@ and copied to ``$FENCHEL_SCREENSHOT_DIR`` when that is set).
 Without Chromium these tests skip, unless ``FENCHEL_REQUIRE_BROWSER=1`` (set by ``.ci/run``):
 then they fail, so that CI cannot pass without having looked at the pages.
 """
+
 import os
 import re
 import shutil
@@ -22,8 +23,10 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
-                 if shutil.which(n)), None)
+CHROMIUM = next(
+    (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)),
+    None,
+)
 #: TeX left for a reader: a command, \( or \[, $$, or a $...$ span (text outside code only)
 RAW_TEX = re.compile(r"\\[a-zA-Z]+|\\[(\[]|\$\$|\$[^$\s][^$]*?\$")
 #: the elements whose text is not prose: code, scripts, MathJax's own output, and the hidden
@@ -70,19 +73,44 @@ def site(tmp_path_factory):
     for module in ("mkdocs", "material", "mkdocstrings", "mkdocs_jupyter", "bs4"):
         pytest.importorskip(module)
     out = tmp_path_factory.mktemp("site")
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
-                           str(ROOT / "mkdocs.yml"), "--site-dir", str(out)],
-                          cwd=out.parent, env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        NO_MKDOCS_2_WARNING="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(out),
+        ],
+        cwd=out.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 
 
 def _chromium(*args):
-    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
-            "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",  # no network
-            "--virtual-time-budget=20000"]
+    base = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--allow-file-access-from-files",
+        "--proxy-server=127.0.0.1:9",
+        "--proxy-bypass-list=<-loopback>",  # no network
+        "--virtual-time-budget=20000",
+    ]
     return subprocess.run(base + list(args), capture_output=True, text=True, timeout=180)
 
 
@@ -103,12 +131,13 @@ def _pages(site):
 @pytest.mark.slow
 def test_every_page_shows_typeset_math_and_no_raw_tex(site):
     pages = _pages(site)
-    assert len(pages) >= 30, [str(p.relative_to(site)) for p in pages]   # guides, notebooks, API
+    assert len(pages) >= 30, [str(p.relative_to(site)) for p in pages]  # guides, notebooks, API
     failures = []
     for page in pages:
         source = page.read_text()
         has_math = 'class="arithmatex"' in source or bool(
-            re.search(r'jp-RenderedMarkdown[^>]*>.*?\$[^$\s]', source, flags=re.S))
+            re.search(r"jp-RenderedMarkdown[^>]*>.*?\$[^$\s]", source, flags=re.S)
+        )
         dom = _chromium("--dump-dom", page.as_uri())
         name = str(page.relative_to(site))
         if dom.returncode != 0:
@@ -128,7 +157,7 @@ def test_the_table_of_contents_is_typeset(site):
     from bs4 import BeautifulSoup
 
     toc = BeautifulSoup(dom, "html.parser").select("nav.md-nav--secondary")
-    assert toc and any(nav.find("mjx-container") for nav in toc)   # "one \(\lambda\) is enough"
+    assert toc and any(nav.find("mjx-container") for nav in toc)  # "one \(\lambda\) is enough"
 
 
 @pytest.mark.slow
@@ -147,8 +176,11 @@ def test_notebook_pages_wrap_code_and_outputs(site, tmp_path):
 @pytest.mark.slow
 def test_math_page_screenshot_is_not_blank(site, tmp_path):
     shot = tmp_path / "mathematics.png"
-    proc = _chromium(f"--screenshot={shot}", "--window-size=1000,1400",
-                     (site / "mathematics" / "index.html").as_uri())
+    proc = _chromium(
+        f"--screenshot={shot}",
+        "--window-size=1000,1400",
+        (site / "mathematics" / "index.html").as_uri(),
+    )
     assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
     from matplotlib.image import imread
 

@@ -5,6 +5,7 @@ settings (no check is skipped or expected to fail; ``slow``), and with 2 epochs 
 loop. The other tests train on scikit-learn's digits (pixels / 16) and a few small synthetic
 problems.
 """
+
 import numpy as np
 import pytest
 from sklearn.exceptions import NotFittedError
@@ -68,12 +69,16 @@ def test_learned_attributes(small_digits):
     np.testing.assert_allclose(P.sum(axis=1), 1.0)
     np.testing.assert_array_equal(clf.classes_[P.argmax(axis=1)], clf.predict(Xt))
     # the boundary: rows of X are the network's columns
-    np.testing.assert_allclose(clf.network_.forward(Xt[:5].T)[1].T.argmax(axis=1), clf.predict(Xt[:5]))
+    np.testing.assert_allclose(
+        clf.network_.forward(Xt[:5].T)[1].T.argmax(axis=1), clf.predict(Xt[:5])
+    )
 
 
 def test_string_labels_and_random_state(small_digits):
     X, y, Xt, _ = small_digits
-    names = np.array(["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"])
+    names = np.array(
+        ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    )
     a = FenchelClassifier(hidden_layer_sizes=(8,), epochs=1, random_state=3).fit(X, names[y])
     b = FenchelClassifier(hidden_layer_sizes=(8,), epochs=1, random_state=3).fit(X, names[y])
     assert set(a.predict(Xt)) <= set(names)
@@ -82,8 +87,11 @@ def test_string_labels_and_random_state(small_digits):
 
 def test_grid_search_over_lam(small_digits):
     X, y, Xt, yt = small_digits
-    search = GridSearchCV(FenchelClassifier(hidden_layer_sizes=(32,), epochs=2, random_state=0),
-                          {"lam": [0.3, 3.0]}, cv=3).fit(X, y)
+    search = GridSearchCV(
+        FenchelClassifier(hidden_layer_sizes=(32,), epochs=2, random_state=0),
+        {"lam": [0.3, 3.0]},
+        cv=3,
+    ).fit(X, y)
     assert search.best_params_["lam"] in (0.3, 3.0)
     assert search.best_estimator_.lam == search.best_params_["lam"]
     assert search.score(Xt, yt) > 0.8
@@ -91,20 +99,24 @@ def test_grid_search_over_lam(small_digits):
 
 def test_pipeline_with_standard_scaler(small_digits):
     X, y, Xt, yt = small_digits
-    pipe = make_pipeline(StandardScaler(), FenchelClassifier(hidden_layer_sizes=(32,), epochs=3,
-                                                             random_state=0))
+    pipe = make_pipeline(
+        StandardScaler(), FenchelClassifier(hidden_layer_sizes=(32,), epochs=3, random_state=0)
+    )
     assert pipe.fit(X, y).score(Xt, yt) > 0.85
     rng = np.random.default_rng(0)
     Xr = rng.normal(size=(200, 3)) * [1.0, 10.0, 100.0]
     yr = np.sin(Xr[:, 0]) + 0.05 * Xr[:, 1] + rng.normal(scale=0.05, size=200)
-    reg = make_pipeline(StandardScaler(), FenchelRegressor(hidden_layer_sizes=(32,), random_state=0))
+    reg = make_pipeline(
+        StandardScaler(), FenchelRegressor(hidden_layer_sizes=(32,), random_state=0)
+    )
     assert reg.fit(Xr, yr).score(Xr, yr) > 0.8
 
 
 def test_cross_val_score(small_digits):
     X, y, _, _ = small_digits
-    scores = cross_val_score(FenchelClassifier(hidden_layer_sizes=(16,), epochs=2, random_state=0),
-                             X, y, cv=3)
+    scores = cross_val_score(
+        FenchelClassifier(hidden_layer_sizes=(16,), epochs=2, random_state=0), X, y, cv=3
+    )
     assert scores.shape == (3,) and scores.min() > 0.8
 
 
@@ -127,7 +139,9 @@ def test_partial_fit_needs_classes_and_known_labels(small_digits):
     X, y, _, _ = small_digits
     with pytest.raises(ValueError, match="classes must be passed"):
         FenchelClassifier().partial_fit(X, y)
-    clf = FenchelClassifier(hidden_layer_sizes=(8,)).partial_fit(X[y < 5], y[y < 5], classes=range(5))
+    clf = FenchelClassifier(hidden_layer_sizes=(8,)).partial_fit(
+        X[y < 5], y[y < 5], classes=range(5)
+    )
     with pytest.raises(ValueError, match="not in classes"):
         clf.partial_fit(X, y)
 
@@ -146,31 +160,34 @@ def test_regressor_partial_fit_and_shapes():
 
 
 @pytest.mark.parametrize("Est", [FenchelClassifier, FenchelRegressor])
-@pytest.mark.parametrize("param, value, message", [
-    ("lam", -1, "lam must be > 0 and finite, got -1"),
-    ("lam", 0.0, "lam must be > 0 and finite, got 0.0"),
-    ("rho", -0.5, "rho must be >= 0 and finite, got -0.5"),
-    ("gamma", float("nan"), "gamma must be >= 0 and finite, got nan"),
-    ("momentum", 1.0, r"momentum must be a number in \[0, 1\), got 1.0"),
-    ("momentum", (0.5,), "momentum must be None or a number or a sequence of 2 numbers"),
-    ("w_steps", 0, "w_steps must be None, 'tol' or a number or a sequence of 2 numbers, got 0"),
-    ("x_steps", (2, 2), r"x_steps must be None, 'tol' or a number .*, got \(2, 2\)"),
-    ("w_steps", "all", "w_steps must be None, 'tol' or .*got 'all'"),
-    ("check_every", 0, "check_every must be an integer >= 1, got 0"),
-    ("threads", 0, "threads must be None or an integer >= 1, got 0"),
-    ("threads", True, "threads must be None or an integer >= 1, got True"),
-    ("activation", "swish", "activation must be one of .* got 'swish'"),
-    ("backend", "torch", "backend must be one of .* got 'torch'"),
-    ("hidden_layer_sizes", (10, 0), r"hidden_layer_sizes must be .* got \(10, 0\)"),
-    ("batch_size", 0, "batch_size must be None, 'auto' or an integer >= 1, got 0"),
-    ("epochs", 0, "epochs must be an integer >= 1, got 0"),
-    ("tol", 0, "tol must be > 0 and finite, got 0"),
-    ("dtype", "int32", "dtype must be 'float32' or 'float64', got 'int32'"),
-    ("loss", "hinge", "loss must be one of .* got 'hinge'"),
-])
+@pytest.mark.parametrize(
+    "param, value, message",
+    [
+        ("lam", -1, "lam must be > 0 and finite, got -1"),
+        ("lam", 0.0, "lam must be > 0 and finite, got 0.0"),
+        ("rho", -0.5, "rho must be >= 0 and finite, got -0.5"),
+        ("gamma", float("nan"), "gamma must be >= 0 and finite, got nan"),
+        ("momentum", 1.0, r"momentum must be a number in \[0, 1\), got 1.0"),
+        ("momentum", (0.5,), "momentum must be None or a number or a sequence of 2 numbers"),
+        ("w_steps", 0, "w_steps must be None, 'tol' or a number or a sequence of 2 numbers, got 0"),
+        ("x_steps", (2, 2), r"x_steps must be None, 'tol' or a number .*, got \(2, 2\)"),
+        ("w_steps", "all", "w_steps must be None, 'tol' or .*got 'all'"),
+        ("check_every", 0, "check_every must be an integer >= 1, got 0"),
+        ("threads", 0, "threads must be None or an integer >= 1, got 0"),
+        ("threads", True, "threads must be None or an integer >= 1, got True"),
+        ("activation", "swish", "activation must be one of .* got 'swish'"),
+        ("backend", "torch", "backend must be one of .* got 'torch'"),
+        ("hidden_layer_sizes", (10, 0), r"hidden_layer_sizes must be .* got \(10, 0\)"),
+        ("batch_size", 0, "batch_size must be None, 'auto' or an integer >= 1, got 0"),
+        ("epochs", 0, "epochs must be an integer >= 1, got 0"),
+        ("tol", 0, "tol must be > 0 and finite, got 0"),
+        ("dtype", "int32", "dtype must be 'float32' or 'float64', got 'int32'"),
+        ("loss", "hinge", "loss must be one of .* got 'hinge'"),
+    ],
+)
 def test_bad_parameters_raise_in_fit(Est, param, value, message):
     X, y = np.random.default_rng(0).normal(size=(20, 3)), np.arange(20) % 2
-    est = Est(**{param: value})        # __init__ only stores
+    est = Est(**{param: value})  # __init__ only stores
     assert est.get_params()[param] is value
     with pytest.raises(ValueError, match=message):
         est.fit(X, y)
@@ -212,15 +229,19 @@ def test_defaults_are_the_training_setting(small_digits):
             iters[b["block"]] = max(iters.get(b["block"], 0), b["iterations"])
     assert iters["W_2"] == 1 and max(iters["W_0"], iters["W_1"]) <= 10
     assert max(iters["X_1"], iters["X_2"]) <= 20 and max(iters.values()) > 1
-    full = FenchelClassifier(hidden_layer_sizes=(16,), batch_size=None, iterations=1,
-                             random_state=0).fit(X, y)
+    full = FenchelClassifier(
+        hidden_layer_sizes=(16,), batch_size=None, iterations=1, random_state=0
+    ).fit(X, y)
     f = defaults.training("dense", 1, batched=False)
     cfg = full.history_.config
     assert (cfg["lam"], cfg["rho"], cfg["gamma"]) == (list(f.lam), list(f.rho), list(f.gamma))
-    assert full.history_.certificate_held      # no caps: every block solved to tol
-    with pytest.raises(ValueError, match=r"w_steps=3 sets the steps of the fast backend by name: "
-                                         r"it needs backend='fast' \(a backend object keeps its "
-                                         r"own\), got backend='cvxpy'"):
+    assert full.history_.certificate_held  # no caps: every block solved to tol
+    with pytest.raises(
+        ValueError,
+        match=r"w_steps=3 sets the steps of the fast backend by name: "
+        r"it needs backend='fast' \(a backend object keeps its "
+        r"own\), got backend='cvxpy'",
+    ):
         FenchelClassifier(backend="cvxpy", w_steps=3).fit(X, y)
 
 
@@ -231,22 +252,24 @@ def test_threads_reach_the_fast_backend(small_digits):
     from fenchel_cvx.threads import limit_threads, pools
 
     X, y, _, _ = small_digits
-    numpy_pool = lambda: {n for name, _, n, _ in pools() if name == "numpy"}   # noqa: E731
+    numpy_pool = lambda: {n for name, _, n, _ in pools() if name == "numpy"}  # noqa: E731
     if not numpy_pool():
         pytest.skip("threadpoolctl finds no BLAS pool of NumPy's in this install")
     seen = []
 
-    class Spy(FenchelClassifier):   # a real fit; NumPy's pool is read inside every block solve
+    class Spy(FenchelClassifier):  # a real fit; NumPy's pool is read inside every block solve
         def _make_backend(self, params):
             backend = super()._make_backend(params)
             solve = backend._solve
-            backend._solve = lambda block, start: (seen.append(numpy_pool()), solve(block, start))[1]
+            backend._solve = lambda block, start: (seen.append(numpy_pool()), solve(block, start))[
+                1
+            ]
             return backend
 
     with limit_threads(1):
         Spy(hidden_layer_sizes=(8,), epochs=1, random_state=0, threads=2).fit(X, y)
         assert seen and all(n == {2} for n in seen)
-        assert numpy_pool() == {1}      # restored after the fit
+        assert numpy_pool() == {1}  # restored after the fit
         seen.clear()
         Spy(hidden_layer_sizes=(8,), epochs=1, random_state=0).fit(X, y)
         assert seen and all(n == {1} for n in seen)
@@ -254,8 +277,11 @@ def test_threads_reach_the_fast_backend(small_digits):
         seen.clear()
         Spy(hidden_layer_sizes=(8,), epochs=1, random_state=0).fit(X, y)
         assert seen and all(n == {1} for n in seen)
-    with pytest.raises(ValueError, match=r"threads=2 sets the threads of the fast backend by "
-                                         r"name: it needs backend='fast'"):
+    with pytest.raises(
+        ValueError,
+        match=r"threads=2 sets the threads of the fast backend by "
+        r"name: it needs backend='fast'",
+    ):
         FenchelClassifier(backend="cvxpy", threads=2).fit(X, y)
 
 
@@ -266,14 +292,14 @@ def test_no_hidden_layer_strict_and_uncapped_blocks(small_digits):
     for kw in (dict(), dict(strict=True), dict(w_steps="tol", x_steps="tol")):
         clf = FenchelClassifier(hidden_layer_sizes=(), epochs=1, random_state=0, **kw).fit(X, y)
         assert clf.score(X, y) > 0.8 and clf.history_.held_but_capped
-        assert clf.history_.certificate_held == bool(kw), kw     # caps: inexact by design
+        assert clf.history_.certificate_held == bool(kw), kw  # caps: inexact by design
     online = FenchelClassifier(hidden_layer_sizes=(), random_state=0)
     online.partial_fit(X[:50], y[:50], classes=np.arange(10))
     assert online.n_iter_ == 1 and online.coefs_[0].shape == (10, 65)
     with pytest.raises(ValueError, match="x_steps must be None or 'tol', got 5"):
         FenchelClassifier(hidden_layer_sizes=(), x_steps=5).fit(X, y)
     strict = FenchelClassifier(hidden_layer_sizes=(4,), epochs=1, strict=np.True_, random_state=0)
-    assert strict.fit(X, y).history_.certificate_held      # a NumPy bool drops the caps too
+    assert strict.fit(X, y).history_.certificate_held  # a NumPy bool drops the caps too
     for kw in (dict(strict=True), dict(w_steps="tol", x_steps="tol")):
         clf = FenchelClassifier(hidden_layer_sizes=(8,), epochs=1, random_state=0, **kw).fit(X, y)
         assert clf.history_.certificate_held, kw
@@ -285,6 +311,7 @@ def test_check_every_and_the_epoch_end_evaluation(small_digits):
     evaluated at the end of every epoch only (what ``loss_curve_`` reads): after the last, the
     feed-forward loss per point at the fitted weights; the accuracy plot draws those points."""
     from fenchel_cvx.plotting import plot_accuracy
+
     X, y, _, _ = small_digits
     kw = dict(hidden_layer_sizes=(8,), epochs=2, batch_size=100, random_state=0)
     every = FenchelClassifier(**kw).fit(X, y)
@@ -310,10 +337,13 @@ def test_warm_start_with_other_hidden_layers_is_refused(small_digits):
     clf = FenchelClassifier(hidden_layer_sizes=(8,), epochs=1, warm_start=True, random_state=0)
     lam = list(clf.fit(X, y).network_.lam)
     clf.set_params(hidden_layer_sizes=(8, 5))
-    with pytest.raises(ValueError, match=r"hidden_layer_sizes=\(8, 5\) differs from the fitted "
-                                         r"network's \(8,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"hidden_layer_sizes=\(8, 5\) differs from the fitted "
+        r"network's \(8,\)",
+    ):
         clf.fit(X, y)
-    assert clf.network_.lam == lam and len(clf.network_.rho) == 2     # left as it was
+    assert clf.network_.lam == lam and len(clf.network_.rho) == 2  # left as it was
 
 
 def test_each_call_trains_with_its_own_setting(small_digits):
@@ -323,15 +353,16 @@ def test_each_call_trains_with_its_own_setting(small_digits):
     from fenchel_cvx import defaults
 
     X, y, _, _ = small_digits
-    clf = FenchelClassifier(hidden_layer_sizes=(8,), batch_size=None, iterations=1,
-                            random_state=0).fit(X, y)
+    clf = FenchelClassifier(
+        hidden_layer_sizes=(8,), batch_size=None, iterations=1, random_state=0
+    ).fit(X, y)
     full = defaults.training("dense", 1, batched=False)
     assert (clf.network_.lam, clf.network_.rho) == (list(full.lam), list(full.rho))
     clf.partial_fit(X[:40], y[:40])
     batched = defaults.training("dense", 1, batched=True)
     assert (clf.network_.lam, clf.network_.rho) == (list(batched.lam), list(batched.rho))
     cfg = clf.history_[-1]
-    assert clf.history_.config["gamma"] == list(full.gamma)   # the first run's config is kept
+    assert clf.history_.config["gamma"] == list(full.gamma)  # the first run's config is kept
     assert cfg["certificate"]["held"] or all(v["capped"] for v in cfg["certificate"]["violations"])
 
 
@@ -339,8 +370,15 @@ def test_full_batch_oracle():
     rng = np.random.default_rng(2)
     X = rng.normal(size=(30, 3))
     y = (X[:, 0] + X[:, 1] > 0).astype(int)
-    clf = FenchelClassifier(hidden_layer_sizes=(4,), batch_size=None, iterations=3, backend="cvxpy",
-                            lam=1.0, rho=1e-3, random_state=0).fit(X, y)
+    clf = FenchelClassifier(
+        hidden_layer_sizes=(4,),
+        batch_size=None,
+        iterations=3,
+        backend="cvxpy",
+        lam=1.0,
+        rho=1e-3,
+        random_state=0,
+    ).fit(X, y)
     assert clf.n_iter_ == 3 and clf.history_.config["algorithm"] == 1
     assert clf.history_.config["backend"] == "cvxpy" and clf.history_.certificate_held
     assert clf.score(X, y) > 0.8
@@ -357,8 +395,9 @@ def test_float32():
 # --- scikit-learn parity (MLPClassifier's names and meanings) -------------------------------
 def test_loss_curve_and_n_iter_count_epochs(small_digits, capsys):
     X, y, _, _ = small_digits
-    clf = FenchelClassifier(hidden_layer_sizes=(8,), epochs=3, batch_size=100, random_state=0,
-                            verbose=1).fit(X, y)
+    clf = FenchelClassifier(
+        hidden_layer_sizes=(8,), epochs=3, batch_size=100, random_state=0, verbose=1
+    ).fit(X, y)
     assert clf.n_iter_ == 3 and len(clf.history_) == 3 * 5
     assert len(clf.loss_curve_) == 3 and clf.loss_curve_[-1] < clf.loss_curve_[0]
     assert clf.best_loss_ == min(clf.loss_curve_) and clf.validation_scores_ is None
@@ -373,8 +412,14 @@ def test_warm_start_continues(small_digits):
     warm = FenchelClassifier(warm_start=True, **kw).fit(X, y)
     W = [w.copy() for w in warm.coefs_]
     warm.fit(X, y)
-    assert warm.n_iter_ == 4 and len(warm.loss_curve_) == 4 and len(warm.history_) == 2 * len(cold.history_)
-    np.testing.assert_array_equal(warm.history_.series("iteration"), np.arange(1, len(warm.history_) + 1))
+    assert (
+        warm.n_iter_ == 4
+        and len(warm.loss_curve_) == 4
+        and len(warm.history_) == 2 * len(cold.history_)
+    )
+    np.testing.assert_array_equal(
+        warm.history_.series("iteration"), np.arange(1, len(warm.history_) + 1)
+    )
     assert any(not np.array_equal(a, b) for a, b in zip(W, warm.coefs_))
     np.testing.assert_array_equal(FenchelClassifier(**kw).fit(X, y).coefs_[0], cold.coefs_[0])
     with pytest.raises(ValueError, match="warm_start can only continue on the classes"):
@@ -385,17 +430,25 @@ def test_warm_start_continues(small_digits):
 def test_early_stopping_keeps_the_best_epoch(small_digits, Est, score):
     X, y, _, _ = small_digits
     target = y if Est is FenchelClassifier else y / 9.0
-    est = Est(hidden_layer_sizes=(8,), epochs=40, early_stopping=True, n_iter_no_change=2,
-              validation_fraction=0.2, random_state=0).fit(X, target)
+    est = Est(
+        hidden_layer_sizes=(8,),
+        epochs=40,
+        early_stopping=True,
+        n_iter_no_change=2,
+        validation_fraction=0.2,
+        random_state=0,
+    ).fit(X, target)
     v = est.validation_scores_
     assert len(v) == est.n_iter_ and est.best_validation_score_ == max(v)
     best = int(np.argmax(v))
     assert est.n_iter_ < 40 and est.n_iter_ - 1 - best >= 2 or est.n_iter_ == 40
     assert est.best_loss_ is None
-    if Est is FenchelClassifier:    # the kept weights are the best epoch's: rescore them
+    if Est is FenchelClassifier:  # the kept weights are the best epoch's: rescore them
         from sklearn.model_selection import train_test_split
-        _, Xv, _, yv = train_test_split(X, target, test_size=0.2, random_state=est._seed(),
-                                        stratify=target)
+
+        _, Xv, _, yv = train_test_split(
+            X, target, test_size=0.2, random_state=est._seed(), stratify=target
+        )
         assert est.score(Xv, yv) == pytest.approx(est.best_validation_score_)
 
 
@@ -407,13 +460,16 @@ def test_predict_log_proba(small_digits):
     assert np.all(np.isfinite(L)) and np.all(L <= 0)
 
 
-@pytest.mark.parametrize("param, value, match", [
-    ("warm_start", 1, "warm_start must be True or False"),
-    ("early_stopping", "yes", "early_stopping must be True or False"),
-    ("validation_fraction", 1.0, r"validation_fraction must be a number in \(0, 1\), got 1.0"),
-    ("validation_fraction", 0, r"validation_fraction must be a number in \(0, 1\), got 0"),
-    ("n_iter_no_change", 0, "n_iter_no_change must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "param, value, match",
+    [
+        ("warm_start", 1, "warm_start must be True or False"),
+        ("early_stopping", "yes", "early_stopping must be True or False"),
+        ("validation_fraction", 1.0, r"validation_fraction must be a number in \(0, 1\), got 1.0"),
+        ("validation_fraction", 0, r"validation_fraction must be a number in \(0, 1\), got 0"),
+        ("n_iter_no_change", 0, "n_iter_no_change must be an integer >= 1"),
+    ],
+)
 def test_parity_parameters_validated(small_digits, param, value, match):
     X, y, _, _ = small_digits
     with pytest.raises(ValueError, match=match):

@@ -6,6 +6,7 @@ fact a solver needs is refused where a network is built, naming the class and th
   F(v) = (1 + v) log(1 + v) + (1 - v) log(1 - v) and F*(u) = 2 log(1 + e^u) - u - 2 log 2;
 - ``log_cosh``: L(Y, Yhat) = sum log cosh(Yhat - Y), gradient tanh(r), Hessian 1 - tanh(r)^2 <= 1.
 """
+
 import math
 
 import numpy as np
@@ -38,8 +39,11 @@ class HalfTanh(Activation):
         xp = array_namespace(v)
         inside = xp.abs(v) < 1
         w = xp.where(inside, v, xp.zeros_like(v))
-        ends = xp.where(v == 1, xp.full_like(v, math.inf),
-                        xp.where(v == -1, xp.full_like(v, -math.inf), xp.full_like(v, math.nan)))
+        ends = xp.where(
+            v == 1,
+            xp.full_like(v, math.inf),
+            xp.where(v == -1, xp.full_like(v, -math.inf), xp.full_like(v, math.nan)),
+        )
         return xp.where(inside, 2 * xp.atanh(w), ends)
 
     def F(self, v):
@@ -48,6 +52,7 @@ class HalfTanh(Activation):
         def xlogx(x):
             pos = x > 0
             return xp.where(pos, x * xp.log(xp.where(pos, x, xp.ones_like(x))), xp.zeros_like(x))
+
         return xlogx(1 + v) + xlogx(1 - v)
 
     def Fstar(self, u):
@@ -142,21 +147,28 @@ def test_both_backends_reach_the_same_block_optima(tmp_path):
     X, Y = _data()
     net = LiftedNetwork((4, 5, 3, 2), "half_tanh", "log_cosh", lam=1.0, rho=0.1, seed=2)
     Xs = net.forward(X)[0]
-    for block in (x_block(net, X, Y, Xs, 1), x_block(net, X, Y, Xs, 2),
-                  w_block(net, X, Y, Xs, 0), w_block(net, X, Y, Xs, 2)):
+    for block in (
+        x_block(net, X, Y, Xs, 1),
+        x_block(net, X, Y, Xs, 2),
+        w_block(net, X, Y, Xs, 0),
+        w_block(net, X, Y, Xs, 2),
+    ):
         a, b = OracleBackend(tol=1e-8).solve(block), FastBackend(tol=1e-9).solve(block)
         assert b.value == pytest.approx(a.value, rel=1e-6, abs=1e-8)
-    back = LiftedNetwork.load(net.save(tmp_path / "net.npz"))     # by name, from the registry
+    back = LiftedNetwork.load(net.save(tmp_path / "net.npz"))  # by name, from the registry
     assert isinstance(back.activations[0], HalfTanh) and isinstance(back.loss, LogCosh)
 
 
 def test_a_class_that_lacks_a_fact_is_refused_by_name():
     class NoConjugate(HalfTanh):
         name = "no_conjugate"
-        Fstar = Activation.Fstar                 # the base class's stub: the fact is missing
+        Fstar = Activation.Fstar  # the base class's stub: the fact is missing
 
-    with pytest.raises(ValueError, match=r"^NoConjugate lacks the fact 'Fstar', which every "
-                                         r"solver needs: define NoConjugate.Fstar"):
+    with pytest.raises(
+        ValueError,
+        match=r"^NoConjugate lacks the fact 'Fstar', which every "
+        r"solver needs: define NoConjugate.Fstar",
+    ):
         register_activation(NoConjugate)
     with pytest.raises(ValueError, match=r"^NoConjugate lacks the fact 'Fstar'"):
         LiftedNetwork((3, 2, 1), NoConjugate(), "mse")
@@ -177,10 +189,13 @@ def test_the_oracle_refuses_a_class_without_cvxpy_forms():
     net = LiftedNetwork((3, 2, 1), NumpyOnly(), "mse", seed=0)
     X, Y = np.ones((3, 4)), np.zeros((1, 4))
     block = w_block(net, X, Y, net.forward(X)[0], 0)
-    with pytest.raises(ValueError, match=r"^NumpyOnly lacks the fact 'F_cvxpy', which the CVXPY "
-                                         r"oracle needs"):
+    with pytest.raises(
+        ValueError,
+        match=r"^NumpyOnly lacks the fact 'F_cvxpy', which the CVXPY "
+        r"oracle needs",
+    ):
         OracleBackend().solve(block)
-    assert FastBackend().solve(block).converged          # the fast backend needs no CVXPY form
+    assert FastBackend().solve(block).converged  # the fast backend needs no CVXPY form
 
 
 def test_a_taken_name_is_refused():
@@ -204,13 +219,15 @@ def test_a_foreign_class_under_a_built_in_name_is_refused():
         def phi(self, u):
             return 42.0 + 0 * u
 
-    ReLU.__qualname__ = "ReLU"       # the built-in's own qualified name, in this module
+    ReLU.__qualname__ = "ReLU"  # the built-in's own qualified name, in this module
     try:
-        with pytest.raises(ValueError, match=r"the activation name 'relu' is taken by ReLU of "
-                                             r"fenchel_cvx\.activations, refused for ReLU of "
-                                             + __name__.replace(".", r"\.")):
+        with pytest.raises(
+            ValueError,
+            match=r"the activation name 'relu' is taken by ReLU of "
+            r"fenchel_cvx\.activations, refused for ReLU of " + __name__.replace(".", r"\."),
+        ):
             register_activation(ReLU)
     finally:
-        activations.ACTIVATIONS["relu"] = activations.ReLU   # never leave the foreign class
+        activations.ACTIVATIONS["relu"] = activations.ReLU  # never leave the foreign class
     assert register_activation(activations.ReLU) is activations.ReLU
     assert activation("relu").phi(np.array([1.0]))[0] == 1.0

@@ -1,6 +1,7 @@
 """The ELU activation and the Huber loss (``fenchel_cvx.extensions``, one file each): their facts
 against independent computations, their CVXPY forms against NumPy, and both end to end through
 the oracle (strict certificate), the fast backend, save / load and the estimators."""
+
 import cvxpy as cp
 import numpy as np
 import pytest
@@ -33,9 +34,11 @@ def test_elu_phi_and_its_inverse():
     np.testing.assert_allclose(act.phi(U), np.where(U > 0, U, np.exp(U) - 1), rtol=1e-15)
     V = act.phi(U)
     np.testing.assert_allclose(act.phi_inv(V), U, rtol=1e-12, atol=1e-14)
-    assert act.phi_inv(np.array([-1.0]))[0] == -np.inf and np.isnan(act.phi_inv(np.array([-2.0]))[0])
+    assert act.phi_inv(np.array([-1.0]))[0] == -np.inf and np.isnan(
+        act.phi_inv(np.array([-2.0]))[0]
+    )
     h = 1e-6
-    fd = (act.phi(U + h) - act.phi(U - h)) / (2 * h)      # (within h / 4 at the kink u = 0)
+    fd = (act.phi(U + h) - act.phi(U - h)) / (2 * h)  # (within h / 4 at the kink u = 0)
     np.testing.assert_allclose(act.dphi(U), fd, atol=1e-6)
     assert act.dphi_max == float(np.max(act.dphi(U))) == 1.0
 
@@ -58,10 +61,12 @@ def test_elu_closed_forms_agree_with_quadrature():
 def test_elu_second_derivatives_and_range():
     act = activation("elu")
     v = np.array([-0.5, 0.0, 2.0])
-    np.testing.assert_allclose(act.d2F(v), [2.0, 1.0, 1.0])              # 1 / (1 + v) below 0
+    np.testing.assert_allclose(act.d2F(v), [2.0, 1.0, 1.0])  # 1 / (1 + v) below 0
     np.testing.assert_allclose(act.d2Fstar(np.array([-1.0, 1.0])), [np.exp(-1.0), 1.0])
-    assert act.open_range and act.x_prox is None                            # Newton's prox
-    with pytest.raises(ValueError, match=r"^V must lie in the range \(-1.0, inf\) of elu, got -1.5"):
+    assert act.open_range and act.x_prox is None  # Newton's prox
+    with pytest.raises(
+        ValueError, match=r"^V must lie in the range \(-1.0, inf\) of elu, got -1.5"
+    ):
         act.check_range("V", np.array([0.0, -1.5]))
 
 
@@ -116,8 +121,9 @@ def _data(seed=0, m=24):
     return X, np.vstack([np.sin(X[0]) + X[1], X[2] * X[3]]) + 0.1 * rng.normal(size=(2, m))
 
 
-@pytest.mark.parametrize("act, name", [("elu", "mse"), ("elu", "huber"), ("relu", "huber"),
-                                       ("elu", "cross_entropy")])
+@pytest.mark.parametrize(
+    "act, name", [("elu", "mse"), ("elu", "huber"), ("relu", "huber"), ("elu", "cross_entropy")]
+)
 @pytest.mark.parametrize("backend", ["cvxpy", "fast"])
 def test_trains_end_to_end_with_the_strict_certificate(act, name, backend):
     X, Y = _data()
@@ -138,8 +144,12 @@ def test_oracle_and_fast_blocks_agree():
     Xs = net.forward(X)[0]
     rng = np.random.default_rng(3)
     Xs = [np.maximum(Z + 0.2 * rng.normal(size=Z.shape), -0.95) for Z in Xs]
-    blocks = [x_block(net, X, Y, Xs, 1), x_block(net, X, Y, Xs, 2),
-              w_block(net, X, Y, Xs, 1), w_block(net, X, Y, Xs, 2, gamma=0.3, W0=net.W[2])]
+    blocks = [
+        x_block(net, X, Y, Xs, 1),
+        x_block(net, X, Y, Xs, 2),
+        w_block(net, X, Y, Xs, 1),
+        w_block(net, X, Y, Xs, 2, gamma=0.3, W0=net.W[2]),
+    ]
     oracle, fast = OracleBackend(tol=1e-8), FastBackend(tol=1e-9)
     for block in blocks:
         a, b = oracle.solve(block), fast.solve(block)
@@ -165,11 +175,13 @@ def test_estimators_take_elu(backend):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 4))
     y = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(int)
-    clf = FenchelClassifier(hidden_layer_sizes=(5,), activation="elu", epochs=2, backend=backend,
-                            random_state=0).fit(X, y)
+    clf = FenchelClassifier(
+        hidden_layer_sizes=(5,), activation="elu", epochs=2, backend=backend, random_state=0
+    ).fit(X, y)
     assert clf.score(X, y) > 0.8
-    reg = FenchelRegressor(hidden_layer_sizes=(5,), activation="elu", epochs=2, backend=backend,
-                           random_state=0).fit(X, X[:, 0])
+    reg = FenchelRegressor(
+        hidden_layer_sizes=(5,), activation="elu", epochs=2, backend=backend, random_state=0
+    ).fit(X, X[:, 0])
     assert reg.score(X, X[:, 0]) > 0.5
 
 
@@ -189,11 +201,12 @@ def test_regressor_takes_huber():
 def test_pytorch_counterparts():
     torch = pytest.importorskip("torch")
     u = torch.linspace(-3, 3, 13, dtype=torch.float64)
-    assert torch.allclose(activation("elu").torch_module()(u),
-                          torch.from_numpy(activation("elu").phi(u.numpy())))
+    assert torch.allclose(
+        activation("elu").torch_module()(u), torch.from_numpy(activation("elu").phi(u.numpy()))
+    )
     out, target = torch.randn(5, 3, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64)
     L = loss("huber", delta=0.7)
-    want = float(L.value(target.numpy().T, out.numpy().T)) / 5      # the mean over the batch
+    want = float(L.value(target.numpy().T, out.numpy().T)) / 5  # the mean over the batch
     assert float(L.torch_loss(out, target)) == pytest.approx(want, rel=1e-12)
 
 
@@ -204,12 +217,26 @@ def test_fast_blocks_run_on_the_array_api_standard():
     X, Y = _data(2)
     net = LiftedNetwork((4, 5, 3, 2), "elu", "huber", lam=1.0, rho=0.1, seed=5)
     Xs = net.forward(X)[0]
-    refs = [FastBackend().solve(b) for b in (x_block(net, X, Y, Xs, 1), x_block(net, X, Y, Xs, 2),
-                                             w_block(net, X, Y, Xs, 1), w_block(net, X, Y, Xs, 2))]
+    refs = [
+        FastBackend().solve(b)
+        for b in (
+            x_block(net, X, Y, Xs, 1),
+            x_block(net, X, Y, Xs, 2),
+            w_block(net, X, Y, Xs, 1),
+            w_block(net, X, Y, Xs, 2),
+        )
+    ]
     net.W = [xps.asarray(W) for W in net.W]
     Xa, Ya, Xsa = xps.asarray(X), xps.asarray(Y), [xps.asarray(Z) for Z in Xs]
-    for ref, block in zip(refs, (x_block(net, Xa, Ya, Xsa, 1), x_block(net, Xa, Ya, Xsa, 2),
-                                 w_block(net, Xa, Ya, Xsa, 1), w_block(net, Xa, Ya, Xsa, 2))):
+    for ref, block in zip(
+        refs,
+        (
+            x_block(net, Xa, Ya, Xsa, 1),
+            x_block(net, Xa, Ya, Xsa, 2),
+            w_block(net, Xa, Ya, Xsa, 1),
+            w_block(net, Xa, Ya, Xsa, 2),
+        ),
+    ):
         res = FastBackend().solve(block)
         assert type(res.argmin) is type(xps.asarray(0.0)) and res.converged
         assert res.value == pytest.approx(ref.value, rel=1e-9)

@@ -5,6 +5,7 @@ Every block kind x activation x loss x gamma is solved by ``FastBackend`` and co
 reference; the same code then runs on ``array_api_strict`` arrays (the standard API only, as on
 CuPy), in float32 without upcasts (on CuPy: tests/test_gpu.py).
 """
+
 import time
 
 import numpy as np
@@ -21,8 +22,9 @@ ACTS = ("relu", "leaky_relu", "sigmoid", "tanh")
 LOSSES = ("mse", "cross_entropy")
 X_KINDS = ("x_hidden", "x_last")
 W_KINDS = ("w_hidden0", "w_hidden1", "w_last")
-CASES = ([(a, lo, k, 0.0) for a in ACTS for lo in LOSSES for k in X_KINDS]
-         + [(a, lo, k, g) for a in ACTS for lo in LOSSES for k in W_KINDS for g in (0.0, 0.3)])
+CASES = [(a, lo, k, 0.0) for a in ACTS for lo in LOSSES for k in X_KINDS] + [
+    (a, lo, k, g) for a in ACTS for lo in LOSSES for k in W_KINDS for g in (0.0, 0.3)
+]
 REL = 1e-6  # "within 1e-6 relative of the optimum"
 
 
@@ -40,8 +42,12 @@ def make_state(act, loss, seed=0, sizes=(5, 4, 3, 3), m=7):
     else:
         Y = rng.standard_normal((sizes[-1], m))
     Xs, _ = net.forward(X0)
-    lo, hi = {"relu": (0, None), "leaky_relu": (None, None), "sigmoid": (0.02, 0.98),
-              "tanh": (-0.98, 0.98)}[act]
+    lo, hi = {
+        "relu": (0, None),
+        "leaky_relu": (None, None),
+        "sigmoid": (0.02, 0.98),
+        "tanh": (-0.98, 0.98),
+    }[act]
     Xs = [np.clip(X + 0.3 * rng.standard_normal(X.shape), lo, hi) for X in Xs]
     W0s = [W + 0.2 * rng.standard_normal(W.shape) for W in net.W]
     return net, X0, Y, Xs, W0s
@@ -83,7 +89,8 @@ def test_matches_oracle(oracle, act, loss, kind, gamma):
     assert res.value == pytest.approx(float(block.value(res.argmin)), rel=1e-15, abs=0)
     assert res.residual == block.kkt_residual(res.argmin)
     assert res.info["method"] == {"x": "fista", "w": "pncg"}[kind[0]] or (
-        kind == "w_last" and loss == "mse" and res.info["method"] == "cholesky")
+        kind == "w_last" and loss == "mse" and res.info["method"] == "cholesky"
+    )
 
 
 def _lbfgs(block, Z0, act, starts=3, seed=0):
@@ -91,7 +98,9 @@ def _lbfgs(block, Z0, act, starts=3, seed=0):
     shape = Z0.shape
     bnd = (None, None)
     if isinstance(block, blocks.XBlock):
-        bnd = {"relu": (0, None), "sigmoid": (1e-9, 1 - 1e-9), "tanh": (-1 + 1e-9, 1 - 1e-9)}.get(act, bnd)
+        bnd = {"relu": (0, None), "sigmoid": (1e-9, 1 - 1e-9), "tanh": (-1 + 1e-9, 1 - 1e-9)}.get(
+            act, bnd
+        )
 
     def fun(z):
         Z = z.reshape(shape)
@@ -101,14 +110,24 @@ def _lbfgs(block, Z0, act, starts=3, seed=0):
     best = np.inf
     for k in range(starts):
         z = Z0.ravel() if k == 0 else Z0.ravel() + 0.5 * rng.standard_normal(Z0.size)
-        z = np.clip(z, *(b if b is not None else -np.inf if i == 0 else np.inf for i, b in enumerate(bnd)))
-        r = optimize.minimize(fun, z, jac=True, method="L-BFGS-B", bounds=[bnd] * z.size,
-                              options=dict(ftol=1e-16, gtol=1e-12, maxiter=20000, maxcor=30))
+        z = np.clip(
+            z, *(b if b is not None else -np.inf if i == 0 else np.inf for i, b in enumerate(bnd))
+        )
+        r = optimize.minimize(
+            fun,
+            z,
+            jac=True,
+            method="L-BFGS-B",
+            bounds=[bnd] * z.size,
+            options=dict(ftol=1e-16, gtol=1e-12, maxiter=20000, maxcor=30),
+        )
         best = min(best, r.fun)
     return best
 
 
-@pytest.mark.parametrize("act,loss,kind,gamma", [c for c in CASES if c[3] == 0.0 or c[2] == "w_hidden1"])
+@pytest.mark.parametrize(
+    "act,loss,kind,gamma", [c for c in CASES if c[3] == 0.0 or c[2] == "w_hidden1"]
+)
 def test_matches_lbfgs(act, loss, kind, gamma):
     block = case_block(act, loss, kind, gamma, seed=1)
     res = FastBackend().solve(block)
@@ -118,8 +137,13 @@ def test_matches_lbfgs(act, loss, kind, gamma):
 
 
 @settings(max_examples=20, deadline=None)
-@given(seed=st.integers(0, 2 ** 31 - 1), act=st.sampled_from(ACTS), loss=st.sampled_from(LOSSES),
-       kind=st.sampled_from(X_KINDS + W_KINDS), gamma=st.sampled_from((0.0, 1.0)))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    act=st.sampled_from(ACTS),
+    loss=st.sampled_from(LOSSES),
+    kind=st.sampled_from(X_KINDS + W_KINDS),
+    gamma=st.sampled_from((0.0, 1.0)),
+)
 def test_random_instances_match_oracle(oracle, seed, act, loss, kind, gamma):
     block = case_block(act, loss, kind, gamma, seed=seed)
     res = FastBackend().solve(block)
@@ -147,12 +171,17 @@ def test_array_api_strict(act, loss, kind, gamma):
 
 
 @pytest.mark.parametrize("xp_name", ["numpy", "array_api_strict"])
-@pytest.mark.parametrize("act,loss,kind,gamma", [("relu", "cross_entropy", "x_last", 0.0),
-                                                 ("sigmoid", "mse", "x_hidden", 0.0),
-                                                 ("tanh", "cross_entropy", "w_hidden1", 0.3),
-                                                 ("relu", "mse", "w_hidden0", 0.3),
-                                                 ("leaky_relu", "cross_entropy", "w_last", 0.3),
-                                                 ("relu", "mse", "w_last", 0.0)])
+@pytest.mark.parametrize(
+    "act,loss,kind,gamma",
+    [
+        ("relu", "cross_entropy", "x_last", 0.0),
+        ("sigmoid", "mse", "x_hidden", 0.0),
+        ("tanh", "cross_entropy", "w_hidden1", 0.3),
+        ("relu", "mse", "w_hidden0", 0.3),
+        ("leaky_relu", "cross_entropy", "w_last", 0.3),
+        ("relu", "mse", "w_last", 0.0),
+    ],
+)
 def test_float32_stays_float32(xp_name, act, loss, kind, gamma):
     xp = pytest.importorskip(xp_name)
     ref = FastBackend().solve(case_block(act, loss, kind, gamma))
@@ -175,8 +204,9 @@ def test_newton_rows_and_row_freezing(xp_name, act):
     state = make_state(act, "mse", seed=3, sizes=(8, 12, 4, 3), m=30)
     ref = FastBackend(tol=1e-10, newton_cap=0).solve(make_block("w_hidden0", *state, gamma=0.3))
     block = make_block("w_hidden0", *_to(xp, "float64", *state), gamma=0.3)
-    W, it, info = wblocks.solve_pncg(xp, block, block.W0, 1e-8, 500, newton_cap=30,
-                                     newton_start=0, flip_tol=30, compact_every=1)
+    W, it, info = wblocks.solve_pncg(
+        xp, block, block.W0, 1e-8, 500, newton_cap=30, newton_start=0, flip_tol=30, compact_every=1
+    )
     assert info["converged"] and info["newton_rows"] > 0
     assert info["row_iterations"] < 12 * it  # rows were frozen on the way
     assert block.kkt_residual(W) <= 1e-8
@@ -206,7 +236,7 @@ def test_array_library_helpers():
         got = clip(xps.asarray(A), lo, hi)
         assert namespace(got) is xps and got.dtype == xps.float64
         np.testing.assert_array_equal(np.asarray(got), np.clip(A, lo, hi))
-        A32 = A.astype(np.float32)     # NumPy's own path keeps the dtype and takes array bounds
+        A32 = A.astype(np.float32)  # NumPy's own path keeps the dtype and takes array bounds
         assert clip(A32, lo, hi).dtype == np.float32
     bounds = np.full_like(A, -0.5), np.full_like(A, 0.5)
     np.testing.assert_array_equal(clip(A, *bounds), np.clip(A, -0.5, 0.5))
@@ -226,7 +256,7 @@ def test_vecdot_sums_the_products_in_the_arrays_library(axis):
     got = vecdot(A.astype(np.float32), B.astype(np.float32), axis=axis)
     assert got.dtype == np.float32 and got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5)
-    assert vecdot(A[0], B[0]) == pytest.approx(float(A[0] @ B[0]), rel=1e-12)   # 1-D: a number
+    assert vecdot(A[0], B[0]) == pytest.approx(float(A[0] @ B[0]), rel=1e-12)  # 1-D: a number
     xps = pytest.importorskip("array_api_strict")
     got = vecdot(xps.asarray(A), xps.asarray(B), axis=axis)
     assert namespace(got) is xps
@@ -273,8 +303,11 @@ def test_inexact_x_solve_that_would_rise_returns_its_start(monkeypatch):
     start = np.maximum(block.U_prev, 0)
     good = FastBackend(x_steps=2).solve(block, start=start)
     assert not good.info["reverted"] and good.value < float(block.value(start))
-    monkeypatch.setattr(type(block.act_in), "x_prox",
-                        staticmethod(lambda xp, act, r, tau, s: (xp.clip(r, 0, None) + 5.0, s)))
+    monkeypatch.setattr(
+        type(block.act_in),
+        "x_prox",
+        staticmethod(lambda xp, act, r, tau, s: (xp.clip(r, 0, None) + 5.0, s)),
+    )
     bad = FastBackend(x_steps=2).solve(block, start=start)
     assert bad.info["reverted"] and np.array_equal(bad.argmin, start)
     assert bad.value == float(block.value(start))
@@ -291,8 +324,11 @@ def test_one_certified_x_step_descends_and_forms_one_value(monkeypatch, act):
     values = []
     for cls in (blocks.XHidden, blocks.XLast):
         real = cls.value_with_forward
-        monkeypatch.setattr(cls, "value_with_forward",
-                            lambda self, Z, U, real=real: values.append(1) or real(self, Z, U))
+        monkeypatch.setattr(
+            cls,
+            "value_with_forward",
+            lambda self, Z, U, real=real: values.append(1) or real(self, Z, U),
+        )
     rng = np.random.default_rng(3)
     for loss in LOSSES:
         for kind in X_KINDS:
@@ -301,7 +337,9 @@ def test_one_certified_x_step_descends_and_forms_one_value(monkeypatch, act):
             before = float(block.value(start))
             values.clear()
             one = FastBackend(x_steps=1).solve(block, start=start)
-            assert one.iterations == 1 and len(values) == (1 if act in ("relu", "leaky_relu") else 2)
+            assert one.iterations == 1 and len(values) == (
+                1 if act in ("relu", "leaky_relu") else 2
+            )
             assert one.value < before and not one.info["reverted"]
             assert one.value == pytest.approx(float(block.value(one.argmin)), rel=1e-12)
             values.clear()
@@ -334,8 +372,10 @@ def test_cross_entropy_w_step_sees_small_changes_in_float32():
     change, size = prob.data_change(U32, dU32)
     u, du, Y = U32.astype(np.float64), dU32.astype(np.float64), block.Y.astype(np.float64)
     exact = np.sum(logsumexp(u + du, axis=0) - logsumexp(u, axis=0)) - np.sum(Y * du)
-    assert abs(float(change[0, 0]) - exact) <= 1e-6 * abs(exact) + 64 * np.finfo(np.float32).eps * float(size[0, 0])
-    assert 64 * np.finfo(np.float32).eps * float(size[0, 0]) < 1e-2 * abs(exact)   # a sharp test
+    assert abs(float(change[0, 0]) - exact) <= 1e-6 * abs(exact) + 64 * np.finfo(
+        np.float32
+    ).eps * float(size[0, 0])
+    assert 64 * np.finfo(np.float32).eps * float(size[0, 0]) < 1e-2 * abs(exact)  # a sharp test
     # a large step (expm1 would overflow) takes the direct form: finite, and right
     big = 1e3 * rng.normal(size=(k, m))
     change, _ = prob.data_change(u, big)
@@ -356,15 +396,20 @@ def test_w_block_takes_the_callers_product():
         assert np.array_equal(FastBackend(w_steps=2).solve(hinted, start=start).argmin, ref.argmin)
         wrong = dataclasses.replace(block, U=np.full((1, 1), np.nan))
         assert np.array_equal(FastBackend(w_steps=2).solve(wrong, start=start).argmin, ref.argmin)
-        poisoned = dataclasses.replace(block, U=start @ block.Xt + 1.0)   # it is used
-        assert not np.array_equal(FastBackend(w_steps=2).solve(poisoned, start=start).argmin,
-                                  ref.argmin)
+        poisoned = dataclasses.replace(block, U=start @ block.Xt + 1.0)  # it is used
+        assert not np.array_equal(
+            FastBackend(w_steps=2).solve(poisoned, start=start).argmin, ref.argmin
+        )
 
 
 def test_capped_residual_false_skips_only_the_report():
     """capped_residual=False: the same argmin and value, the residual of a capped solve NaN."""
-    cases = [("w_hidden0", dict(w_steps=1)), ("w_last", dict(w_steps=2)),
-             ("x_last", dict(x_steps=2)), ("x_hidden", dict(x_steps=1))]
+    cases = [
+        ("w_hidden0", dict(w_steps=1)),
+        ("w_last", dict(w_steps=2)),
+        ("x_last", dict(x_steps=2)),
+        ("x_hidden", dict(x_steps=1)),
+    ]
     for kind, steps in cases:
         block = case_block("relu", "cross_entropy", kind, 0.3)
         start = block.W0 if kind[0] == "w" else np.maximum(block.U_prev, 0) + 0.1
@@ -374,8 +419,10 @@ def test_capped_residual_false_skips_only_the_report():
         assert np.isnan(lean.residual) and not np.isnan(ref.residual)
         assert lean.status == ref.status == "max_iter" and not lean.converged
         assert lean.value == pytest.approx(float(block.value(lean.argmin)), rel=1e-12)
-    done = FastBackend(capped_residual=False).solve(case_block("relu", "cross_entropy", "w_last", 0.3))
-    assert done.converged and done.residual <= 1e-6     # not capped: reported as always
+    done = FastBackend(capped_residual=False).solve(
+        case_block("relu", "cross_entropy", "w_last", 0.3)
+    )
+    assert done.converged and done.residual <= 1e-6  # not capped: reported as always
 
 
 @pytest.mark.parametrize("loss", LOSSES)
@@ -388,11 +435,15 @@ def test_one_step_of_an_iterative_prox_never_ends_above_its_start_in_float32(act
     from fenchel_cvx.blocks import x_block
 
     rng = np.random.default_rng(1)
-    net = LiftedNetwork((30, 40, 20, 10), activation=act, loss=loss, seed=2, dtype=np.float32,
-                        lam=3.0)
+    net = LiftedNetwork(
+        (30, 40, 20, 10), activation=act, loss=loss, seed=2, dtype=np.float32, lam=3.0
+    )
     X0 = rng.standard_normal((30, 500)).astype(np.float32)
-    Y = (np.eye(10, dtype=np.float32)[:, rng.integers(0, 10, 500)] if loss == "cross_entropy"
-         else rng.standard_normal((10, 500)).astype(np.float32))
+    Y = (
+        np.eye(10, dtype=np.float32)[:, rng.integers(0, 10, 500)]
+        if loss == "cross_entropy"
+        else rng.standard_normal((10, 500)).astype(np.float32)
+    )
     Xs, _ = net.feed_forward(X0)
     lo, hi = (1e-6, 1 - 1e-6) if act == "sigmoid" else (-1 + 1e-6, 1 - 1e-6)
     rises = []
@@ -403,7 +454,7 @@ def test_one_step_of_an_iterative_prox_never_ends_above_its_start_in_float32(act
             start = np.clip(opt + delta * rng.standard_normal(opt.shape), lo, hi).astype(np.float32)
             res = FastBackend(x_steps=1, capped_value=False).solve(block, start=start)
             v0, v1 = float(block.value(start)), float(block.value(res.argmin))
-            if v1 - v0 > 4 * np.finfo(np.float32).eps * abs(v0):   # beyond evaluation rounding
+            if v1 - v0 > 4 * np.finfo(np.float32).eps * abs(v0):  # beyond evaluation rounding
                 rises.append((l, delta, v1 - v0))
     assert not rises
 
@@ -412,21 +463,28 @@ def test_capped_value_false_skips_only_the_report():
     """capped_value=False: the same argmin; a capped solve's value NaN where only the report
     needed it (W-blocks, one certified X step), the value as before where the X solve's descent
     guard formed it (two steps); a converged solve reports its value as always."""
-    cases = [("w_hidden0", dict(w_steps=1), True), ("w_last", dict(w_steps=2), True),
-             ("x_hidden", dict(x_steps=1), True), ("x_last", dict(x_steps=1), True),
-             ("x_last", dict(x_steps=2), False)]
+    cases = [
+        ("w_hidden0", dict(w_steps=1), True),
+        ("w_last", dict(w_steps=2), True),
+        ("x_hidden", dict(x_steps=1), True),
+        ("x_last", dict(x_steps=1), True),
+        ("x_last", dict(x_steps=2), False),
+    ]
     for kind, steps, skipped in cases:
         block = case_block("relu", "cross_entropy", kind, 0.3)
         start = block.W0 if kind[0] == "w" else np.maximum(block.U_prev, 0) + 0.1
         ref = FastBackend(capped_residual=False, **steps).solve(block, start=start)
-        lean = FastBackend(capped_residual=False, capped_value=False, **steps).solve(block, start=start)
+        lean = FastBackend(capped_residual=False, capped_value=False, **steps).solve(
+            block, start=start
+        )
         assert np.array_equal(lean.argmin, ref.argmin) and lean.status == ref.status == "max_iter"
         assert np.isnan(lean.value) == skipped and not np.isnan(ref.value)
         assert skipped or lean.value == ref.value
     for kind in ("w_last", "x_hidden"):
         done = FastBackend(capped_value=False).solve(case_block("relu", "cross_entropy", kind, 0.3))
-        assert done.converged and done.value == pytest.approx(float(
-            case_block("relu", "cross_entropy", kind, 0.3).value(done.argmin)), rel=1e-12)
+        assert done.converged and done.value == pytest.approx(
+            float(case_block("relu", "cross_entropy", kind, 0.3).value(done.argmin)), rel=1e-12
+        )
 
 
 def test_inexact_w_solve_reports_its_residual():
@@ -445,7 +503,7 @@ def test_inexact_w_solve_reports_its_residual():
     res = FastBackend(w_steps=40, tol=1e-9).solve(block, start=net.W[0])
     assert not res.converged and res.iterations == 40 and res.info["row_iterations"] < 40 * 40
     assert res.residual == pytest.approx(block.kkt_residual(res.argmin), rel=1e-6)
-    assert res.value == pytest.approx(float(block.value(res.argmin)), rel=1e-9)   # rows frozen
+    assert res.value == pytest.approx(float(block.value(res.argmin)), rel=1e-9)  # rows frozen
 
 
 @pytest.mark.parametrize("kind", ["w_hidden0", "w_last"])
@@ -462,8 +520,16 @@ def test_last_x_block_has_a_certified_step_no_backtracking():
     what keeps float32 X-blocks from stalling on rounding in the value test."""
     for dtype in (np.float64, np.float32):
         block = case_block("relu", "cross_entropy", "x_last", 0.0)
-        block = blocks.XLast(**{f: (getattr(block, f).astype(dtype) if isinstance(
-            getattr(block, f), np.ndarray) else getattr(block, f)) for f in block.__dataclass_fields__})
+        block = blocks.XLast(
+            **{
+                f: (
+                    getattr(block, f).astype(dtype)
+                    if isinstance(getattr(block, f), np.ndarray)
+                    else getattr(block, f)
+                )
+                for f in block.__dataclass_fields__
+            }
+        )
         res = FastBackend().solve(block)
         assert res.converged and res.info["backtracks"] == 0 and res.argmin.dtype == dtype
         Wp = block.W[:, :-1].astype(float)
@@ -529,16 +595,21 @@ def test_x_solve_starts_from_the_callers_product_where_its_start_is_inside():
     block = case_block("relu", "cross_entropy", "x_hidden", 0.0)
     start = np.maximum(block.U_prev, 0) + 0.1
     ref = FastBackend(x_steps=1).solve(block, start=start)
-    hinted = FastBackend(x_steps=1).solve(dataclasses.replace(block, U=block.forward(start)), start=start)
+    hinted = FastBackend(x_steps=1).solve(
+        dataclasses.replace(block, U=block.forward(start)), start=start
+    )
     np.testing.assert_allclose(hinted.argmin, ref.argmin, rtol=0, atol=1e-12)
     poisoned = dataclasses.replace(block, U=block.forward(start) + 1.0)
     assert not np.allclose(FastBackend(x_steps=1).solve(poisoned, start=start).argmin, ref.argmin)
-    outside = start - 0.2          # some entries < 0: projected first, the hint is not used
+    outside = start - 0.2  # some entries < 0: projected first, the hint is not used
     assert np.any(outside < 0)
     wrong = dataclasses.replace(block, U=block.forward(outside))
-    np.testing.assert_allclose(FastBackend(x_steps=1).solve(wrong, start=outside).argmin,
-                               FastBackend(x_steps=1).solve(block, start=outside).argmin,
-                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        FastBackend(x_steps=1).solve(wrong, start=outside).argmin,
+        FastBackend(x_steps=1).solve(block, start=outside).argmin,
+        rtol=0,
+        atol=1e-12,
+    )
 
 
 def test_fista_start_is_read_not_copied_where_it_is_inside():
@@ -551,8 +622,11 @@ def test_fista_start_is_read_not_copied_where_it_is_inside():
     assert _inside(np, relu, Z) is Z
     inner = np.array([[0.2, 0.7]])
     assert _inside(np, sigmoid, inner) is inner
-    for act, bad in ((relu, np.array([[-1.0, 2.0]])), (sigmoid, np.array([[0.0, 0.5]])),
-                     (relu, np.array([[np.nan, 2.0]]))):
+    for act, bad in (
+        (relu, np.array([[-1.0, 2.0]])),
+        (sigmoid, np.array([[0.0, 0.5]])),
+        (relu, np.array([[np.nan, 2.0]])),
+    ):
         before = bad.copy()
         out = _inside(np, act, bad)
         assert out is not bad and np.array_equal(bad, before, equal_nan=True)
@@ -580,19 +654,24 @@ def test_sigmoid_x_block_from_the_boundary_stays_inside():
 
 
 # --- the data-space (Woodbury) preconditioner: fewer points than rows of X~ --------------------
-WIDE = dict(sizes=(12, 10, 9, 3), m=7)   # every W-block's X~ (13, 11, 10 rows) has 7 columns
+WIDE = dict(sizes=(12, 10, 9, 3), m=7)  # every W-block's X~ (13, 11, 10 rows) has 7 columns
 
 
-@pytest.mark.parametrize("act,loss,kind,gamma", [("relu", "cross_entropy", "w_hidden0", 0.3),
-                                                 ("sigmoid", "mse", "w_hidden1", 0.3),
-                                                 ("tanh", "cross_entropy", "w_hidden0", 0.0),
-                                                 ("relu", "cross_entropy", "w_last", 0.3),
-                                                 ("leaky_relu", "cross_entropy", "w_last", 0.0)])
+@pytest.mark.parametrize(
+    "act,loss,kind,gamma",
+    [
+        ("relu", "cross_entropy", "w_hidden0", 0.3),
+        ("sigmoid", "mse", "w_hidden1", 0.3),
+        ("tanh", "cross_entropy", "w_hidden0", 0.0),
+        ("relu", "cross_entropy", "w_last", 0.3),
+        ("leaky_relu", "cross_entropy", "w_last", 0.0),
+    ],
+)
 def test_data_space_matches_oracle(oracle, act, loss, kind, gamma):
     block = make_block(kind, *make_state(act, loss, seed=4, **WIDE), gamma=gamma)
     c = block.rho + block.gamma
     res = FastBackend().solve(block)
-    assert res.info["data_space"] == (c > 0)    # rho > 0 here: data space in every case
+    assert res.info["data_space"] == (c > 0)  # rho > 0 here: data space in every case
     _assert_optimal(res, oracle.solve(block).value)
     assert res.residual == block.kkt_residual(res.argmin)
 
@@ -612,13 +691,20 @@ def test_data_space_step_is_the_parameter_space_step(dtype):
     assert DataGram.applies(Xt, w, 1.0) and not DataGram.applies(Xt.T, w, 1.0)
     assert not DataGram.applies(Xt, None, 1.0) and not DataGram.applies(Xt, w, 0.0)
     s, sU = dg.split(A, R, R @ Xt)
-    factor = ParamGram(np, Xt, w, 2 * (rho + gamma), inverse=False)   # Cholesky solves
+    factor = ParamGram(np, Xt, w, 2 * (rho + gamma), inverse=False)  # Cholesky solves
     assert not hasattr(factor, "Ginv") and inverse_pays(31, 31) and not inverse_pays(31, 30)
-    dgi = DataGram(np, Xt, w, 2 * (rho + gamma), inverse=True)      # M^{-1} formed
+    dgi = DataGram(np, Xt, w, 2 * (rho + gamma), inverse=True)  # M^{-1} formed
     si, sUi = dgi.split(A, R, R @ Xt)
     rtol = 1e-10 if dtype == np.float64 else 2e-3
-    for got, ref in ((s, pg.apply(g)), (dg.apply(g), pg.apply(g)), (sU, s @ Xt),
-                     (factor.apply(g), pg.apply(g)), (si, s), (sUi, sU), (dgi.apply(g), pg.apply(g))):
+    for got, ref in (
+        (s, pg.apply(g)),
+        (dg.apply(g), pg.apply(g)),
+        (sU, s @ Xt),
+        (factor.apply(g), pg.apply(g)),
+        (si, s),
+        (sUi, sU),
+        (dgi.apply(g), pg.apply(g)),
+    ):
         assert got.dtype == dtype
         np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * np.abs(ref).max())
 
@@ -632,7 +718,9 @@ def test_data_space_inverse_is_formed_where_it_pays():
     m = block.Xt.shape[1]
     few, many = (gram_preconditioner(np, block, rows=r)[0] for r in (m - 1, m))
     assert few.data_space and few.Minv is None and many.Minv is not None
-    np.testing.assert_allclose(many.Minv @ (few.w * few.K + few.c2 * np.eye(m)), np.eye(m), atol=1e-8)
+    np.testing.assert_allclose(
+        many.Minv @ (few.w * few.K + few.c2 * np.eye(m)), np.eye(m), atol=1e-8
+    )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -643,13 +731,15 @@ def test_data_space_inverse_only_where_well_conditioned(dtype):
     from fenchel_cvx.fast.gram import DataGram
 
     rng = np.random.default_rng(0)
-    Xt = np.vstack([rng.random((60, 20)) * 10, np.ones((1, 20))]).astype(dtype)   # trace ~ 2e4
+    Xt = np.vstack([rng.random((60, 20)) * 10, np.ones((1, 20))]).astype(dtype)  # trace ~ 2e4
     # a right-hand side in K's dominant eigenspace, as the span solver's (U - U0) = Z K term
     A = (rng.standard_normal((3, 20)) @ (Xt.T @ Xt).astype(np.float64)).astype(dtype)
     for c2, inverse in ((200.0, True), (2e-2, dtype == np.float64)):
         dg = DataGram(np, Xt, 1.0, c2, inverse=True)
         assert (dg.Minv is not None) == inverse
-        ref = np.linalg.solve((Xt.T @ Xt).astype(np.float64) + c2 * np.eye(20), A.T.astype(np.float64)).T
+        ref = np.linalg.solve(
+            (Xt.T @ Xt).astype(np.float64) + c2 * np.eye(20), A.T.astype(np.float64)
+        ).T
         # the identity the span solver relies on: B K = A - c2 B for B = A M^{-1}
         B = dg.solve(A)
         resid = np.abs(B @ dg.K - (A - c2 * B)).max() / np.abs(A).max()
@@ -669,7 +759,9 @@ def test_data_space_one_step_equals_parameter_space(monkeypatch):
     param = FastBackend(w_steps=1).solve(block, start=block.W0)
     assert data.info["data_space"] and not param.info["data_space"]
     np.testing.assert_allclose(data.argmin, param.argmin, rtol=1e-9, atol=1e-12)
-    assert data.value == pytest.approx(param.value, rel=1e-12) and data.value < block.value(block.W0)
+    assert data.value == pytest.approx(param.value, rel=1e-12) and data.value < block.value(
+        block.W0
+    )
     monkeypatch.undo()
     other = make_block("w_hidden0", *make_state("relu", "cross_entropy", seed=6, **WIDE), gamma=1.0)
     assert not fast.solve(other, start=other.W0).info["cached_factor"]
@@ -680,18 +772,29 @@ def test_data_space_start_bound_never_hides_an_optimal_start():
     the bound passes tol the start is not optimal; at the optimum no step is taken."""
     from fenchel_cvx.fast import wblocks
 
-    for seed, (act, loss, kind) in enumerate([("relu", "cross_entropy", "w_hidden0"),
-                                              ("sigmoid", "mse", "w_hidden1"),
-                                              ("tanh", "cross_entropy", "w_last")]):
+    for seed, (act, loss, kind) in enumerate(
+        [
+            ("relu", "cross_entropy", "w_hidden0"),
+            ("sigmoid", "mse", "w_hidden1"),
+            ("tanh", "cross_entropy", "w_last"),
+        ]
+    ):
         block = make_block(kind, *make_state(act, loss, seed=seed, **WIDE), gamma=0.3)
         opt = FastBackend(tol=1e-12).solve(block)
-        for W, tol in ((block.W0, 1e-3), (block.W0, 1e2), (opt.argmin, 1e-10),
-                       (0.5 * (block.W0 + opt.argmin), 1e-4)):
+        for W, tol in (
+            (block.W0, 1e-3),
+            (block.W0, 1e2),
+            (opt.argmin, 1e-10),
+            (0.5 * (block.W0 + opt.argmin), 1e-4),
+        ):
             pre, _ = wblocks.gram_preconditioner(np, block)
-            prob = (wblocks.HiddenRows(np, block, pre) if kind != "w_last"
-                    else wblocks.LastLoss(np, block, pre))
+            prob = (
+                wblocks.HiddenRows(np, block, pre)
+                if kind != "w_last"
+                else wblocks.LastLoss(np, block, pre)
+            )
             cg = wblocks._CG(np, block, prob, W)
-            cg.optimal_at_start(np.inf)            # the first direction, and the bound's figures
+            cg.optimal_at_start(np.inf)  # the first direction, and the bound's figures
             if cg._above(tol):
                 assert block.kkt_residual(W) > tol
         again = FastBackend(tol=1e-7).solve(block, start=opt.argmin)
@@ -705,8 +808,9 @@ def test_data_space_with_newton_rows_and_row_freezing():
     state = make_state("relu", "mse", seed=3, sizes=(40, 12, 4, 3), m=10)
     block = make_block("w_hidden0", *state, gamma=0.3)
     ref = FastBackend(tol=1e-10, newton_cap=0).solve(block)
-    W, it, info = wblocks.solve_pncg(np, block, block.W0, 1e-8, 500, newton_cap=30,
-                                     newton_start=0, flip_tol=30, compact_every=1)
+    W, it, info = wblocks.solve_pncg(
+        np, block, block.W0, 1e-8, 500, newton_cap=30, newton_start=0, flip_tol=30, compact_every=1
+    )
     assert ref.info["data_space"] and info["data_space"]
     assert info["converged"] and info["newton_rows"] > 0 and info["row_iterations"] < 12 * it
     assert block.kkt_residual(W) <= 1e-8
@@ -716,8 +820,9 @@ def test_data_space_with_newton_rows_and_row_freezing():
 @pytest.mark.parametrize("xp_name", ["numpy", "array_api_strict"])
 def test_data_space_float32_and_standard_api(xp_name):
     xp = pytest.importorskip(xp_name)
-    ref = FastBackend().solve(make_block("w_hidden0", *make_state("tanh", "mse", seed=2, **WIDE),
-                                         gamma=0.3))
+    ref = FastBackend().solve(
+        make_block("w_hidden0", *make_state("tanh", "mse", seed=2, **WIDE), gamma=0.3)
+    )
     for dtype in ("float64", "float32"):
         state = _to(xp, dtype, *make_state("tanh", "mse", seed=2, **WIDE))
         res = FastBackend().solve(make_block("w_hidden0", *state, gamma=0.3))
@@ -731,8 +836,9 @@ def _span_block(act, seed=0, rho=0.0, gamma=0.3):
     batched runs: the case ``fast.span`` serves."""
     import dataclasses
 
-    block = make_block("w_hidden0", *make_state(act, "cross_entropy", seed=seed, **WIDE),
-                       gamma=gamma)
+    block = make_block(
+        "w_hidden0", *make_state(act, "cross_entropy", seed=seed, **WIDE), gamma=gamma
+    )
     return dataclasses.replace(block, rho=rho)
 
 
@@ -747,7 +853,8 @@ def test_span_steps_are_the_parameter_space_steps(monkeypatch, act, w_steps):
     res = FastBackend(w_steps=w_steps).solve(block, start=block.W0)
     lean = FastBackend(w_steps=w_steps, capped_residual=False).solve(block, start=block.W0)
     leaner = FastBackend(w_steps=w_steps, capped_residual=False, capped_value=False).solve(
-        block, start=block.W0)
+        block, start=block.W0
+    )
     monkeypatch.setattr(span, "applies", lambda *a: False)
     ref = FastBackend(w_steps=w_steps).solve(block, start=block.W0)
     assert res.info["method"] == "pncg-span" and ref.info["method"] == "pncg"
@@ -786,19 +893,20 @@ def test_span_applies_only_where_it_reproduces_the_parameter_space_solve():
     pre, _ = wblocks.gram_preconditioner(np, block)
     assert span.applies(np, block, block.W0, pre, 10, 10)
     assert span.applies(np, block, block.W0.copy(), pre, 1, 10)
-    assert not span.applies(np, block, block.W0 + 1e-3, pre, 10, 10)     # not at the centre
-    assert not span.applies(np, block, block.W0, pre, 11, 10)            # Newton rows may start
+    assert not span.applies(np, block, block.W0 + 1e-3, pre, 10, 10)  # not at the centre
+    assert not span.applies(np, block, block.W0, pre, 11, 10)  # Newton rows may start
     assert span.applies(np, block, block.W0, pre, 40, 10, newton_cap=0)  # they never do
     rho = _span_block("relu", rho=0.1)
     assert not span.applies(np, rho, rho.W0, wblocks.gram_preconditioner(np, rho)[0], 10, 10)
-    wide = dataclasses.replace(make_block("w_hidden0", *make_state("relu", "cross_entropy"),
-                                          gamma=0.3), rho=0.0)
+    wide = dataclasses.replace(
+        make_block("w_hidden0", *make_state("relu", "cross_entropy"), gamma=0.3), rho=0.0
+    )
     pre_wide = wblocks.gram_preconditioner(np, wide)[0]
-    assert not pre_wide.data_space                                       # more points than rows
+    assert not pre_wide.data_space  # more points than rows
     assert not span.applies(np, wide, wide.W0, pre_wide, 10, 10)
     for other, start in ((block, block.W0 + 1e-3), (rho, rho.W0)):
         assert FastBackend(w_steps=3).solve(other, start=start).info["method"] == "pncg"
-    assert FastBackend().solve(block).info["method"] == "pncg"           # to tol: uncapped
+    assert FastBackend().solve(block).info["method"] == "pncg"  # to tol: uncapped
 
 
 def test_span_stops_at_tol_within_the_cap(monkeypatch):
@@ -812,12 +920,14 @@ def test_span_stops_at_tol_within_the_cap(monkeypatch):
     for patched in (False, True):
         if patched:
             monkeypatch.setattr(span, "applies", lambda *a: False)
-        runs[patched] = [FastBackend(w_steps=10, tol=f * capped.residual).solve(block, start=block.W0)
-                         for f in (10, 100)]
+        runs[patched] = [
+            FastBackend(w_steps=10, tol=f * capped.residual).solve(block, start=block.W0)
+            for f in (10, 100)
+        ]
     for res, ref in zip(runs[False], runs[True]):
         assert res.info["method"] == "pncg-span" and ref.info["method"] == "pncg"
         assert res.converged and res.status == "optimal" and res.iterations < 10
-        assert res.iterations == ref.iterations      # no row frozen yet (that starts at step 8)
+        assert res.iterations == ref.iterations  # no row frozen yet (that starts at step 8)
         assert res.residual == pytest.approx(block.kkt_residual(res.argmin), rel=1e-12)
         assert res.residual <= res.info["tol"]
         np.testing.assert_allclose(res.argmin, ref.argmin, rtol=0, atol=1e-9)
@@ -840,8 +950,9 @@ def test_span_past_its_resync_keeps_descending_in_float32(monkeypatch):
     ds = load_mnist5k()
     X0 = ds.X_train[:, :500].astype(np.float32)
     Y = one_hot(ds.y_train[:500], 10).astype(np.float32)
-    net = LiftedNetwork([784, 300, 10], activation="relu", loss="cross_entropy", lam=0.1, rho=0.0,
-                        dtype=np.float32)
+    net = LiftedNetwork(
+        [784, 300, 10], activation="relu", loss="cross_entropy", lam=0.1, rho=0.0, dtype=np.float32
+    )
     Xs = net.forward(X0)[0]
     Xs = [FastBackend(x_steps=50).solve(x_block(net, X0, Y, Xs, 1), start=Xs[0]).argmin]
     block = w_block(net, X0, Y, Xs, 0, gamma=1.0, W0=net.W[0].copy())
@@ -903,7 +1014,7 @@ def test_lapack_inverse_matches_the_array_api_inverse(dtype):
 
     rng = np.random.default_rng(0)
     X = rng.random((40, 25)).astype(dtype)
-    G = X @ X.T                                     # rank 25 < 40: singular without the shift
+    G = X @ X.T  # rank 25 < 40: singular without the shift
     fast, shift = spd_inverse(np, G, 0.5)
     ref = _generic_inverse(np, G + shift * np.eye(40, dtype=dtype), np.eye(40, dtype=dtype))
     assert fast.dtype == dtype and shift == 0.5 and np.array_equal(fast, fast.T)
@@ -911,8 +1022,10 @@ def test_lapack_inverse_matches_the_array_api_inverse(dtype):
     np.testing.assert_allclose(fast, ref, rtol=rtol, atol=rtol * np.abs(ref).max())
     empty, _ = spd_inverse(np, np.zeros((0, 0), dtype=dtype), 1.0)
     assert empty.shape == (0, 0) and empty.dtype == dtype
-    Ginv, shift = spd_inverse(np, G, 0.0)           # singular: the shift grows until it factors
-    assert shift > 0 and np.all(np.isfinite(Ginv)) and np.linalg.eigvalsh(Ginv.astype(float)).min() > 0
+    Ginv, shift = spd_inverse(np, G, 0.0)  # singular: the shift grows until it factors
+    assert (
+        shift > 0 and np.all(np.isfinite(Ginv)) and np.linalg.eigvalsh(Ginv.astype(float)).min() > 0
+    )
 
 
 def test_large_w_hidden_converges_in_seconds():
@@ -931,20 +1044,32 @@ def test_large_w_hidden_converges_in_seconds():
 
 
 # --- validation ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs,name", [(dict(tol=0), "tol"), (dict(tol=-1e-3), "tol"),
-                                         (dict(max_iter=0), "max_iter"), (dict(max_iter=2.5), "max_iter"),
-                                         (dict(w_steps=0), "w_steps"), (dict(w_steps=1.5), "w_steps"),
-                                         (dict(x_steps=0), "x_steps"), (dict(x_steps=2.0), "x_steps"),
-                                         (dict(gram_reuse=0), "gram_reuse"),
-                                         (dict(gram_reuse=True), "gram_reuse"),
-                                         (dict(gram_reuse=None), "gram_reuse"),
-                                         (dict(gram_reuse=(2, 0)), "gram_reuse"),
-                                         (dict(capped_residual=1), "capped_residual"),
-                                         (dict(capped_value=0), "capped_value"),
-                                         (dict(x_steps=True), "x_steps"),
-                                         (dict(x_steps=(1, 0)), "x_steps"), (dict(x_steps=[]), "x_steps"),
-                                         (dict(x_steps="3"), "x_steps"), (dict(w_steps=(2, 1.5)), "w_steps"),
-                                         (dict(dtype="int32"), "dtype"), (dict(newton_cap=-1), "newton_cap")])
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        (dict(tol=0), "tol"),
+        (dict(tol=-1e-3), "tol"),
+        (dict(max_iter=0), "max_iter"),
+        (dict(max_iter=2.5), "max_iter"),
+        (dict(w_steps=0), "w_steps"),
+        (dict(w_steps=1.5), "w_steps"),
+        (dict(x_steps=0), "x_steps"),
+        (dict(x_steps=2.0), "x_steps"),
+        (dict(gram_reuse=0), "gram_reuse"),
+        (dict(gram_reuse=True), "gram_reuse"),
+        (dict(gram_reuse=None), "gram_reuse"),
+        (dict(gram_reuse=(2, 0)), "gram_reuse"),
+        (dict(capped_residual=1), "capped_residual"),
+        (dict(capped_value=0), "capped_value"),
+        (dict(x_steps=True), "x_steps"),
+        (dict(x_steps=(1, 0)), "x_steps"),
+        (dict(x_steps=[]), "x_steps"),
+        (dict(x_steps="3"), "x_steps"),
+        (dict(w_steps=(2, 1.5)), "w_steps"),
+        (dict(dtype="int32"), "dtype"),
+        (dict(newton_cap=-1), "newton_cap"),
+    ],
+)
 def test_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):
         FastBackend(**kwargs)
@@ -973,12 +1098,15 @@ def test_per_layer_steps_cap_each_block_by_its_layer():
     for l, stale in ((0, True), (1, False)):
         be.solve(blocks.w_block(net, X0, Y, Xs, l, gamma=0.5, W0=net.W[l]), start=net.W[l])
         moved = [np.maximum(X + 0.1, 0) for X in Xs]
-        res = be.solve(blocks.w_block(net, X0 + 0.1, Y, moved, l, gamma=0.5, W0=net.W[l]),
-                       start=net.W[l])
+        res = be.solve(
+            blocks.w_block(net, X0 + 0.1, Y, moved, l, gamma=0.5, W0=net.W[l]), start=net.W[l]
+        )
         assert res.info["stale_factor"] == stale
-    for bad, name in ((dict(x_steps=(1, 2, 3)), r"x_steps .* \(2: X_1 to X_2\)"),
-                      (dict(w_steps=(1, 2)), r"w_steps .* \(3: W_0 to W_2\)"),
-                      (dict(gram_reuse=(2, 2)), r"gram_reuse .* \(3: W_0 to W_2\)")):
+    for bad, name in (
+        (dict(x_steps=(1, 2, 3)), r"x_steps .* \(2: X_1 to X_2\)"),
+        (dict(w_steps=(1, 2)), r"w_steps .* \(3: W_0 to W_2\)"),
+        (dict(gram_reuse=(2, 2)), r"gram_reuse .* \(3: W_0 to W_2\)"),
+    ):
         W = [W.copy() for W in net.W]
         with pytest.raises(ValueError, match=name):
             fit_bcd(net, X0, Y, batch_size=10, backend=FastBackend(**bad))
@@ -1005,15 +1133,16 @@ def test_pr_plus_matches_forming_the_direction():
     rng = np.random.default_rng(4)
     g, s_old, d = (rng.standard_normal((40, 7)) for _ in range(3))
     s = g * rng.uniform(0.5, 2.0, g.shape)  # a preconditioned gradient: <g, s> > 0
-    s_old[0] = 0.0                          # gs_old = 0: beta 0
-    s_old[1:8], d[1:8] = -g[1:8], 50 * g[1:8]   # beta > 0 along a d far uphill: restarts
+    s_old[0] = 0.0  # gs_old = 0: beta 0
+    s_old[1:8], d[1:8] = -g[1:8], 50 * g[1:8]  # beta > 0 along a d far uphill: restarts
     zero = np.zeros((40, 1), dtype=bool)
     zero[10] = zero[30] = True
-    dot = lambda a, b: np.sum(a * b, axis=1, keepdims=True)   # noqa: E731
+    dot = lambda a, b: np.sum(a * b, axis=1, keepdims=True)  # noqa: E731
     gs, gs_old = dot(g, s), np.abs(dot(g, s_old))
     # the old code: form the direction, then test its slope
-    beta0 = np.clip(np.where(gs_old > 0, dot(g, s - s_old) / np.where(gs_old > 0, gs_old, 1), 0),
-                    0, None)
+    beta0 = np.clip(
+        np.where(gs_old > 0, dot(g, s - s_old) / np.where(gs_old > 0, gs_old, 1), 0), 0, None
+    )
     beta0 = np.where(zero, 0, beta0)
     d_new = -s + beta0 * d
     uphill0 = dot(g, d_new) >= 0
@@ -1036,10 +1165,11 @@ def test_a_hint_of_another_dtype_is_cast_to_the_solve(xp_name, kind):
     import dataclasses
 
     xp = pytest.importorskip(xp_name)
-    block = make_block(kind, *_to(xp, "float64", *make_state("relu", "cross_entropy", seed=0,
-                                                               **WIDE)), gamma=0.3)
+    block = make_block(
+        kind, *_to(xp, "float64", *make_state("relu", "cross_entropy", seed=0, **WIDE)), gamma=0.3
+    )
     if kind == "w_hidden0":
-        block = dataclasses.replace(block, rho=0.0)   # the span loop's setting
+        block = dataclasses.replace(block, rho=0.0)  # the span loop's setting
         start, backend = block.W0, FastBackend(w_steps=5)
         hint = block.W0 @ block.Xt
     else:
@@ -1051,7 +1181,7 @@ def test_a_hint_of_another_dtype_is_cast_to_the_solve(xp_name, kind):
     if kind == "w_hidden0":
         assert res.info["method"] == "pncg-span"
     gap = float(xp.max(xp.abs(res.argmin - ref.argmin)))
-    assert gap <= 1e-6 * (1 + float(xp.max(xp.abs(ref.argmin))))   # the hint's float32 rounding
+    assert gap <= 1e-6 * (1 + float(xp.max(xp.abs(ref.argmin))))  # the hint's float32 rounding
 
 
 @pytest.mark.parametrize("gamma", [0.0, 0.3])
@@ -1064,7 +1194,7 @@ def test_the_general_last_w_path_is_newton_on_the_losss_own_hessian(gamma):
     rng = np.random.default_rng(7)
     net = LiftedNetwork((5, 4, 3), "relu", "huber", rho=[0.1, 0.05], seed=7)
     X0 = rng.standard_normal((5, 30))
-    Y = 3.0 * rng.standard_normal((3, 30))             # residuals in both of Huber's pieces
+    Y = 3.0 * rng.standard_normal((3, 30))  # residuals in both of Huber's pieces
     Xs = net.forward(X0)[0]
     block = blocks.w_block(net, X0, Y, Xs, 1, gamma=gamma, W0=net.W[1] if gamma else None)
     res = FastBackend(tol=1e-10).solve(block)
@@ -1095,8 +1225,9 @@ def test_the_general_last_w_path_reaches_the_optimum_with_residuals_in_hubers_ta
     assert float(block.value(W)) == pytest.approx(opt, rel=1e-9)
 
 
-@pytest.mark.parametrize("solver, method", [("ridge", "cholesky"), ("newton", "newton"),
-                                            ("pncg", "pncg")])
+@pytest.mark.parametrize(
+    "solver, method", [("ridge", "cholesky"), ("newton", "newton"), ("pncg", "pncg")]
+)
 def test_the_losss_last_w_solver_alone_picks_the_last_w_method(solver, method):
     """``Loss.last_w_solver`` is the one fact the fast backend's last W-block dispatch reads: MSE
     with its solver set to each method takes that method, and all reach the ridge optimum."""

@@ -14,6 +14,7 @@ docs/results.md ("On a GPU") records the runs on a GPU machine.
 - The backprop baselines on CUDA (``train_backprop(device="cuda")``): the CPU run's weights
   within 1e-3 relative (float32, on two devices), and its accuracies.
 """
+
 import numpy as np
 import pytest
 
@@ -43,7 +44,9 @@ def _on_device(cp, A):
 @pytest.mark.parametrize("act,loss,kind,gamma", [c for c in CASES if c[3] or c[2][0] == "x"])
 def test_dense_blocks_match_numpy(cp, dtype, rel, act, loss, kind, gamma):
     ref = FastBackend().solve(case_block(act, loss, kind, gamma))
-    cpu = FastBackend().solve(make_block(kind, *_to(np, dtype, *make_state(act, loss)), gamma=gamma))
+    cpu = FastBackend().solve(
+        make_block(kind, *_to(np, dtype, *make_state(act, loss)), gamma=gamma)
+    )
     block = make_block(kind, *_to(cp, dtype, *make_state(act, loss)), gamma=gamma)
     res = FastBackend().solve(block)
     assert _on_device(cp, res.argmin) and res.argmin.dtype == np.dtype(dtype)
@@ -66,7 +69,7 @@ def test_vecdot_kernel_matches_numpy(cp, dtype, rel, shape, axis):
     assert _on_device(cp, got) and got.dtype == np.dtype(dtype)
     want = np.sum(A.astype(np.float64) * B, axis=axis)
     np.testing.assert_allclose(cp.asnumpy(got), want, rtol=rel, atol=rel * np.sqrt(shape[axis]))
-    mixed = vecdot(cp.asarray(A), cp.asarray(B, dtype=np.float64), axis=axis)   # promoted
+    mixed = vecdot(cp.asarray(A), cp.asarray(B, dtype=np.float64), axis=axis)  # promoted
     assert mixed.dtype == np.float64
     np.testing.assert_allclose(cp.asnumpy(mixed), want, rtol=rel, atol=rel * np.sqrt(shape[axis]))
     with pytest.raises(ValueError, match="one size along axis"):
@@ -76,9 +79,15 @@ def test_vecdot_kernel_matches_numpy(cp, dtype, rel, shape, axis):
 def conv_net(dtype="float64"):
     """(1, 8, 8) -> conv 3@3x3 pad 1 -> pool + conv 4@3x3 -> pool + flatten + dense 10."""
     return LiftedNetwork.from_layers(
-        (1, 8, 8), [Conv2d(3, 3, padding=1), AvgPool2d(2), Conv2d(4, 3), AvgPool2d(2), Flatten(),
-                    Dense(10)], activation="relu", loss="cross_entropy", lam=(1.0, 0.5), rho=0.05,
-        seed=0, dtype=dtype)
+        (1, 8, 8),
+        [Conv2d(3, 3, padding=1), AvgPool2d(2), Conv2d(4, 3), AvgPool2d(2), Flatten(), Dense(10)],
+        activation="relu",
+        loss="cross_entropy",
+        lam=(1.0, 0.5),
+        rho=0.05,
+        seed=0,
+        dtype=dtype,
+    )
 
 
 @pytest.mark.parametrize("dtype,rel", [("float64", 1e-8), ("float32", 1e-5)])
@@ -93,8 +102,11 @@ def test_conv_blocks_match_numpy(cp, dtype, rel):
     gpu = conv_net()
     state_cp = _to(cp, dtype, gpu, X0, Y, Xs, W0s)
     for kind, l in [("x", 1), ("x", 2), ("w", 0), ("w", 1), ("w", 2)]:
-        make = (lambda s, l=l: blocks.x_block(*s[:4], l)) if kind == "x" else (
-            lambda s, l=l: blocks.w_block(*s[:4], l, gamma=0.3, W0=s[4][l]))
+        make = (
+            (lambda s, l=l: blocks.x_block(*s[:4], l))
+            if kind == "x"
+            else (lambda s, l=l: blocks.w_block(*s[:4], l, gamma=0.3, W0=s[4][l]))
+        )
         ref, res = FastBackend().solve(make(state_np)), FastBackend().solve(make(state_cp))
         assert _on_device(cp, res.argmin) and res.argmin.dtype == np.dtype(dtype), (kind, l)
         assert res.converged, (kind, l, res.status)
@@ -103,22 +115,43 @@ def test_conv_blocks_match_numpy(cp, dtype, rel):
 
 def _fit(make_net, X, Y, Xt, Yt, xp, **kw):
     net = make_net()
-    return fit_bcd(net, xp.asarray(X), xp.asarray(Y), X_test=xp.asarray(Xt), Y_test=xp.asarray(Yt),
-                   backend="fast", epochs=1, check_every=1, **kw)
+    return fit_bcd(
+        net,
+        xp.asarray(X),
+        xp.asarray(Y),
+        X_test=xp.asarray(Xt),
+        Y_test=xp.asarray(Yt),
+        backend="fast",
+        epochs=1,
+        check_every=1,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("network", ["dense", "lenet5"])
 def test_fit_bcd_runs_on_the_device(cp, network):
     if network == "dense":
         ds = load_digits()
-        make = lambda: LiftedNetwork([64, 16, 10], "relu", "cross_entropy", lam=0.2,  # noqa: E731
-                                     seed=0, dtype="float64")
+
+        def make():
+            return LiftedNetwork(
+                [64, 16, 10], "relu", "cross_entropy", lam=0.2, seed=0, dtype="float64"
+            )
+
         X, y, Xt, yt, batch = ds.X_train[:, :200], ds.y_train[:200], ds.X_test, ds.y_test, 50
-    else:   # the real LeNet-5 on 28 x 28 digits: two batches of 100
+    else:  # the real LeNet-5 on 28 x 28 digits: two batches of 100
         ds = load_mnist5k()
-        make = lambda: lenet5(lam=(10, 10, 2, 2), rho=0.0, seed=0, dtype="float64")  # noqa: E731
-        X, y, Xt, yt, batch = ds.X_train[:, :200], ds.y_train[:200], ds.X_test[:, :100], \
-            ds.y_test[:100], 100
+
+        def make():
+            return lenet5(lam=(10, 10, 2, 2), rho=0.0, seed=0, dtype="float64")
+
+        X, y, Xt, yt, batch = (
+            ds.X_train[:, :200],
+            ds.y_train[:200],
+            ds.X_test[:, :100],
+            ds.y_test[:100],
+            100,
+        )
     Y, Yt = one_hot(y, 10), one_hot(yt, 10)
     gamma = (1e-4, 1e-2, 1, 1, 1) if network == "lenet5" else (1.0, 100.0)
     ref = _fit(make, X, Y, Xt, Yt, np, batch_size=batch, gamma=gamma)
@@ -130,7 +163,7 @@ def test_fit_bcd_runs_on_the_device(cp, network):
     assert len(run.history.records) == len(ref.history.records) == 200 // batch
     for a, b in zip(run.history.records, ref.history.records):
         found = [{(v["check"], v["layer"]) for v in r["certificate"]["violations"]} for r in (a, b)]
-        assert found[0] == found[1]    # the same verdict as on the CPU
+        assert found[0] == found[1]  # the same verdict as on the CPU
         # descent, lower bound, Fenchel-Young: never violated (a capped block may not be optimal)
         assert {check for check, _ in found[0]} <= {"block_optimality"}
         assert a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=0.011)
@@ -147,9 +180,20 @@ def test_backprop_on_cuda_matches_the_cpu(optimizer):
 
     ds = load_digits()
     batches = batch_order(ds.X_train.shape[1], 100, 2, seed=0)
-    runs = [train_backprop((64, 16, 10), ds.X_train, ds.y_train, ds.X_test, ds.y_test,
-                           batches=batches, optimizer=optimizer, seed=0, device=device)
-            for device in ("cpu", "cuda")]
+    runs = [
+        train_backprop(
+            (64, 16, 10),
+            ds.X_train,
+            ds.y_train,
+            ds.X_test,
+            ds.y_test,
+            batches=batches,
+            optimizer=optimizer,
+            seed=0,
+            device=device,
+        )
+        for device in ("cpu", "cuda")
+    ]
     for W, W_ref in zip(runs[1].weights, runs[0].weights):
         np.testing.assert_allclose(W, W_ref, rtol=1e-3, atol=1e-4)
     assert runs[1].test_accuracy == pytest.approx(runs[0].test_accuracy, abs=0.01)

@@ -17,6 +17,7 @@ run always checks). What remains, by source:
   steps may run in the batch's span (``span.applies``): ``fit_bcd`` hands the block a copy of
   the start as W0, so identity cannot tell.
 """
+
 import numpy as np
 import pytest
 
@@ -30,12 +31,18 @@ from fenchel_cvx.fast.reads import HostReads, ProductFlops, count, unchecked_bat
 
 #: the reads each network's unchecked batch may make, by source (see the module docstring)
 ALLOWED = {
-    "mlp": {"fenchel_cvx.block_checks.CheckedSolves.settle": 1, "fenchel_cvx.fast._util._shifted": 2,
-            "fenchel_cvx.fast.span.applies": 1},
-    "lenet5": {"fenchel_cvx.block_checks.CheckedSolves.settle": 1, "fenchel_cvx.fast._util._shifted": 3},
+    "mlp": {
+        "fenchel_cvx.block_checks.CheckedSolves.settle": 1,
+        "fenchel_cvx.fast._util._shifted": 2,
+        "fenchel_cvx.fast.span.applies": 1,
+    },
+    "lenet5": {
+        "fenchel_cvx.block_checks.CheckedSolves.settle": 1,
+        "fenchel_cvx.fast._util._shifted": 3,
+    },
 }
-LIMIT = {name: sum(sources.values()) for name, sources in ALLOWED.items()}   # 4 and 4
-assert max(LIMIT.values()) <= 5     # the target: at most 5 reads per unchecked batch
+LIMIT = {name: sum(sources.values()) for name, sources in ALLOWED.items()}  # 4 and 4
+assert max(LIMIT.values()) <= 5  # the target: at most 5 reads per unchecked batch
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +55,28 @@ def training(name, dtype):
     """``(net, backend, fit_bcd's gamma and momentum)`` of a network's training setting."""
     if name == "mlp":
         s = defaults.training("dense", 1, batched=True)
-        net = LiftedNetwork([784, 300, 10], "relu", "cross_entropy", lam=s.lam, rho=s.rho[0],
-                            seed=0, dtype=dtype)
+        net = LiftedNetwork(
+            [784, 300, 10], "relu", "cross_entropy", lam=s.lam, rho=s.rho[0], seed=0, dtype=dtype
+        )
     else:
         s = defaults.training("lenet5", 4, batched=True)
-        net = lenet5(input_shape=(1, 28, 28), n_classes=10, activation="relu",
-                     loss="cross_entropy", lam=list(s.lam), rho=list(s.rho), seed=0, dtype=dtype)
-    backend = FastBackend(w_steps=s.w_steps, x_steps=s.x_steps, gram_reuse=s.gram_reuse or 1,
-                          capped_residual=False, capped_value=False)
+        net = lenet5(
+            input_shape=(1, 28, 28),
+            n_classes=10,
+            activation="relu",
+            loss="cross_entropy",
+            lam=list(s.lam),
+            rho=list(s.rho),
+            seed=0,
+            dtype=dtype,
+        )
+    backend = FastBackend(
+        w_steps=s.w_steps,
+        x_steps=s.x_steps,
+        gram_reuse=s.gram_reuse or 1,
+        capped_residual=False,
+        capped_value=False,
+    )
     return net, backend, dict(gamma=list(s.gamma), momentum=list(s.momentum))
 
 
@@ -83,8 +104,9 @@ def test_the_batch_without_reads_gives_the_numpy_iterates(name, digits):
     compared): the weights after the two rounds are NumPy's, where each decision is read, up to
     rounding (float64; float32 rounding differs by 1e-4 after the batch's CG steps, as before)."""
     runs = {lib.__name__: _batch(name, digits, "float64", lib)[0] for lib in (np, xps)}
-    assert all(type(W).__module__.startswith("array_api_strict")
-               for W in runs["array_api_strict"].W)
+    assert all(
+        type(W).__module__.startswith("array_api_strict") for W in runs["array_api_strict"].W
+    )
     for W, W_ref in zip(runs["array_api_strict"].W, runs["numpy"].W):
         np.testing.assert_allclose(np.asarray(W), W_ref, rtol=0, atol=1e-12)
 
@@ -98,14 +120,14 @@ def test_host_reads_counts_every_conversion_by_its_caller():
         int(xps.astype(xps.sum(a), xps.int64))
         complex(xps.asarray(1.0 + 0j))
         np.asarray(a)
-        return [10, 20][xps.asarray(1)]                   # __index__
+        return [10, 20][xps.asarray(1)]  # __index__
 
     out, reads = count(reader)
     assert out == 20 and reads.total == 6
     assert reads.by_function() == {f"{__name__}.{reader.__qualname__}": 6}
-    assert len(reads.table().splitlines()) == 6           # one line per source line
+    assert len(reads.table().splitlines()) == 6  # one line per source line
     Array = type(a)
-    assert Array.__float__.__qualname__ == "Array.__float__"   # the class's own again
+    assert Array.__float__.__qualname__ == "Array.__float__"  # the class's own again
     with HostReads() as paused:
         paused.counting = False
         float(xps.sum(a))
@@ -118,7 +140,7 @@ def test_newton_1d_fixed_iterations_give_the_early_exit_result(lib):
     iteration count as the loop that reads its test and stops; on the device (None there), no
     read at all."""
     rng = np.random.default_rng(0)
-    a = rng.uniform(0.1, 30.0, (40, 1))     # f(t) = exp(a t) / a - b t: f' = exp(a t) - b
+    a = rng.uniform(0.1, 30.0, (40, 1))  # f(t) = exp(a t) / a - b t: f' = exp(a t) - b
     b = rng.uniform(2.0, 1e4, (40, 1))
     t_opt = np.log(b) / a
     a, b = lib.asarray(a), lib.asarray(b)
@@ -155,8 +177,9 @@ def _w_hidden(lib, n, m, seed=0):
     X0 = rng.standard_normal((n, m))
     Xs, _ = net.forward(X0)
     block = blocks.w_block(net, X0, None, Xs, 0, gamma=0.5, W0=net.W[0])
-    return type(block)(**{k: lib.asarray(v) if isinstance(v, np.ndarray) else v
-                          for k, v in vars(block).items()})
+    return type(block)(
+        **{k: lib.asarray(v) if isinstance(v, np.ndarray) else v for k, v in vars(block).items()}
+    )
 
 
 def test_gram_cache_on_the_device_compares_no_contents():
@@ -167,10 +190,12 @@ def test_gram_cache_on_the_device_compares_no_contents():
 
     from fenchel_cvx.fast.wblocks import gram_preconditioner
 
-    param = _w_hidden(xps, 4, 30)          # 5 rows of X~, 30 points: parameter space
-    data = _w_hidden(xps, 40, 10)          # 41 rows, 10 points: data space
-    for block, kinds in ((param, ["new", "same", "stale", "new"]),
-                         (data, ["new", "new", "new", "new"])):
+    param = _w_hidden(xps, 4, 30)  # 5 rows of X~, 30 points: parameter space
+    data = _w_hidden(xps, 40, 10)  # 41 rows, 10 points: data space
+    for block, kinds in (
+        (param, ["new", "same", "stale", "new"]),
+        (data, ["new", "new", "new", "new"]),
+    ):
         cache, got = {}, []
         copies = [dataclasses.replace(block, Xt=xps.asarray(block.Xt, copy=True)) for _ in "ab"]
         for b in (block, block, *copies):
@@ -200,8 +225,9 @@ def test_a_capped_solve_without_residual_runs_its_steps_untested(lib):
     block = blocks.x_block(net, X0, Y, Xs, 1)
     opt = FastBackend(tol=1e-10).solve(block).argmin
     cast = (lambda A: A) if lib is np else xps.asarray
-    sblock = type(block)(**{k: cast(v) if isinstance(v, np.ndarray) else v
-                            for k, v in vars(block).items()})
+    sblock = type(block)(
+        **{k: cast(v) if isinstance(v, np.ndarray) else v for k, v in vars(block).items()}
+    )
     tested = FastBackend(x_steps=5).solve(sblock, start=cast(opt))
     lean = FastBackend(x_steps=5, capped_residual=False, capped_value=False)
     res, reads = count(lean.solve, sblock, start=cast(opt))
@@ -222,11 +248,11 @@ def test_product_flops_counts_each_product_by_its_caller():
     with ProductFlops() as flops:
         products()
         flops.counting = False
-        a @ b                                               # paused: not counted
+        a @ b  # paused: not counted
     # 2 k per entry of each result: 3 x 5, 3, 5, 1 and 2 x 3 x 5 entries, k = 4
     assert flops.total == 2 * 4 * (15 + 3 + 5 + 1 + 30)
     assert flops.by_function() == {f"{__name__}.{products.__qualname__}": flops.total}
-    assert type(a).__matmul__.__qualname__ == "Array.__matmul__"   # the class's own again
+    assert type(a).__matmul__.__qualname__ == "Array.__matmul__"  # the class's own again
 
 
 def test_the_mlp_batch_products_follow_its_blocks(digits):

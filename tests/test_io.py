@@ -1,4 +1,5 @@
 """Saving and loading networks (``LiftedNetwork.save`` / ``load``) and the file format."""
+
 import json
 import zipfile
 
@@ -15,8 +16,15 @@ from fenchel_cvx.network import LiftedNetwork
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_save_load_round_trip(tmp_path, dtype):
-    net = LiftedNetwork([5, 4, 3, 2], [activation("leaky_relu", slope=0.2), "tanh"],
-                        "cross_entropy", lam=(2.0, 3.0), rho=(0.1, 0.2, 0.3), seed=7, dtype=dtype)
+    net = LiftedNetwork(
+        [5, 4, 3, 2],
+        [activation("leaky_relu", slope=0.2), "tanh"],
+        "cross_entropy",
+        lam=(2.0, 3.0),
+        rho=(0.1, 0.2, 0.3),
+        seed=7,
+        dtype=dtype,
+    )
     rng = np.random.default_rng(0)
     X, Y = rng.normal(size=(5, 12)), np.eye(2)[:, rng.integers(0, 2, 12)]
     fit_bcd(net, X, Y, backend="fast", iterations=2)
@@ -44,18 +52,24 @@ def test_format_is_npz_plus_json_without_pickle(tmp_path):
 
 def test_atomic_write_leaves_the_old_file_on_failure(tmp_path):
     path = write_npz(tmp_path / "a.npz", {"x": np.ones(2)}, {"format": "t/1"})
-    with pytest.raises(ValueError, match="allow_pickle=False"):   # fails after "x" is written
+    with pytest.raises(ValueError, match="allow_pickle=False"):  # fails after "x" is written
         write_npz(path, {"x": np.ones(3), "y": np.array([None])}, {"format": "t/1"})
     arrays, meta = read_npz(path, "t/1")
     np.testing.assert_array_equal(arrays["x"], np.ones(2))
     assert [p.name for p in tmp_path.iterdir()] == ["a.npz"]
 
 
-@pytest.mark.parametrize("make, match", [
-    (lambda p: p / "missing.npz", "expected an existing network"),
-    (lambda p: (p / "junk.npz").write_text("not a zip") and p / "junk.npz", "no zip directory"),
-    (lambda p: write_npz(p / "other.npz", {}, {"format": "x/1"}), "expected the format 'fenchel_cvx.Lifted"),
-])
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda p: p / "missing.npz", "expected an existing network"),
+        (lambda p: (p / "junk.npz").write_text("not a zip") and p / "junk.npz", "no zip directory"),
+        (
+            lambda p: write_npz(p / "other.npz", {}, {"format": "x/1"}),
+            "expected the format 'fenchel_cvx.Lifted",
+        ),
+    ],
+)
 def test_load_bad_files_named(tmp_path, make, match):
     with pytest.raises(ValueError, match=match):
         LiftedNetwork.load(make(tmp_path))
@@ -90,9 +104,15 @@ def test_public_api_is_typed():
 def test_conv_network_round_trip(tmp_path):
     from fenchel_cvx.layers import AvgPool2d, Conv2d, Dense, Flatten
 
-    net = LiftedNetwork.from_layers((1, 8, 8), [Conv2d(2, 3), AvgPool2d(2), Flatten(), Dense(3)],
-                                    loss="cross_entropy", lam=2.0, seed=4, dtype="float32")
-    net.W = [W + 0.5 for W in net.W]       # not the initialisation: the file holds the weights
+    net = LiftedNetwork.from_layers(
+        (1, 8, 8),
+        [Conv2d(2, 3), AvgPool2d(2), Flatten(), Dense(3)],
+        loss="cross_entropy",
+        lam=2.0,
+        seed=4,
+        dtype="float32",
+    )
+    net.W = [W + 0.5 for W in net.W]  # not the initialisation: the file holds the weights
     back = LiftedNetwork.load(net.save(tmp_path / "conv.npz"))
     assert back.get_config() == net.get_config() and back.input_shape == (1, 8, 8)
     X = np.random.default_rng(0).normal(size=(64, 5)).astype(np.float32)

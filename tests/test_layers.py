@@ -5,6 +5,7 @@ written out), every map's adjoints against the inner-product identity, ``matrix`
 map itself, and the shapes and errors of ``build_maps``, ``LiftedNetwork.from_layers`` and
 ``lenet5``.
 """
+
 import json
 
 import numpy as np
@@ -24,7 +25,9 @@ def conv_reference(W, X, shape, k, pad):
     U = np.empty((W.shape[0], Ho, Wo, m))
     for h in range(Ho):
         for w in range(Wo):
-            U[:, h, w, :] = np.einsum("ocij,cijm->om", K, Xi[:, h:h + k, w:w + k, :]) + b[:, None]
+            U[:, h, w, :] = (
+                np.einsum("ocij,cijm->om", K, Xi[:, h : h + k, w : w + k, :]) + b[:, None]
+            )
     return U.reshape(-1, m)
 
 
@@ -51,11 +54,12 @@ def test_adjoints_and_matrix(shape, specs, rng):
     (A,) = build_maps(shape, specs)
     W = rng.standard_normal(A.weight_shape)
     W0 = W.copy()
-    W0[:, -1] = 0.0                       # the linear part (no bias)
+    W0[:, -1] = 0.0  # the linear part (no bias)
     X, G = rng.standard_normal((A.n_in, 4)), rng.standard_normal((A.n_out, 4))
     # <A(W) X, G> = <X, A(W)^T G>
-    np.testing.assert_allclose(np.sum(A.forward(W0, X) * G), np.sum(X * A.adjoint_x(W0, G)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        np.sum(A.forward(W0, X) * G), np.sum(X * A.adjoint_x(W0, G)), rtol=1e-12
+    )
     # <A(W) X + b, G> is linear in W with gradient adjoint_w(G, X) = rows(G) patches(X)^T
     D = rng.standard_normal(W.shape)
     lhs = np.sum(A.forward(W + D, X) * G) - np.sum(A.forward(W, X) * G)
@@ -64,16 +68,18 @@ def test_adjoints_and_matrix(shape, specs, rng):
     np.testing.assert_allclose(A.from_rows(W @ A.patches(X), 4), A.forward(W, X), atol=1e-12)
     M, b = A.matrix(W)
     np.testing.assert_allclose(M @ X + b, A.forward(W, X), atol=1e-12)
-    top = np.linalg.norm(M, 2) ** 2       # power iteration approaches it from below
+    top = np.linalg.norm(M, 2) ** 2  # power iteration approaches it from below
     assert 0.95 * top <= A.norm2(W, iters=100) <= top * (1 + 1e-9)
 
 
-LENET_X1_MAP = ((6, 28, 28), [AvgPool2d(2), Conv2d(16, 5)])   # LeNet-5: pool, its second conv
+LENET_X1_MAP = ((6, 28, 28), [AvgPool2d(2), Conv2d(16, 5)])  # LeNet-5: pool, its second conv
 
 
-@pytest.mark.parametrize("shape,specs",
-                         MAPS + [LENET_X1_MAP, ((4, 3, 3), [Conv2d(2, 3, padding=2)])],
-                         ids=lambda v: repr(v))
+@pytest.mark.parametrize(
+    "shape,specs",
+    MAPS + [LENET_X1_MAP, ((4, 3, 3), [Conv2d(2, 3, padding=2)])],
+    ids=lambda v: repr(v),
+)
 def test_norm2_bound_is_an_upper_bound_close_to_the_norm(shape, specs, rng):
     """``norm2_bound`` (FISTA's certified Lipschitz constant) is never below the map's squared
     spectral norm: exact for dense maps, pooling and small convolutions (their explicit
@@ -84,7 +90,7 @@ def test_norm2_bound_is_an_upper_bound_close_to_the_norm(shape, specs, rng):
     top = np.linalg.norm(A.matrix(W)[0], 2) ** 2
     bound = A.norm2_bound(W, max_dim=64)
     assert top * (1 - 1e-12) <= bound <= 1.2 * top
-    if (shape, specs) != LENET_X1_MAP:          # the others are small: exact
+    if (shape, specs) != LENET_X1_MAP:  # the others are small: exact
         np.testing.assert_allclose(bound, top, rtol=1e-10)
     assert A.norm2_bound(W, max_dim=min(W.shape[0], shape[0]) - 1) is None
 
@@ -95,7 +101,7 @@ def patches_reference(X, shape, k, pad):
     m = X.shape[1]
     Xi = np.pad(X.reshape(C, H, Wd, m), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
     Ho, Wo = H + 2 * pad - k + 1, Wd + 2 * pad - k + 1
-    cols = np.stack([Xi[:, i:i + Ho, j:j + Wo, :] for i in range(k) for j in range(k)], axis=1)
+    cols = np.stack([Xi[:, i : i + Ho, j : j + Wo, :] for i in range(k) for j in range(k)], axis=1)
     return np.vstack([cols.reshape(C * k * k, -1), np.ones((1, Ho * Wo * m))])
 
 
@@ -113,9 +119,11 @@ def test_chunked_conv_equals_the_references(chunk_bytes, rng, monkeypatch):
     np.testing.assert_allclose(A.forward(W, X), conv_reference(W, X, shape, k, pad), atol=1e-12)
     np.testing.assert_array_equal(A.patches(X), patches_reference(X, shape, k, pad))
     # the adjoint is the transpose of the im2col product: to_rows(G)-weighted patches, summed
-    np.testing.assert_allclose(np.sum(A.adjoint_x(W, G) * X),
-                               np.sum(A.forward(W, X) * G) - np.sum(W[:, -1] @ A.to_rows(G)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        np.sum(A.adjoint_x(W, G) * X),
+        np.sum(A.forward(W, X) * G) - np.sum(W[:, -1] @ A.to_rows(G)),
+        rtol=1e-12,
+    )
     M, _ = A.matrix(W)
     np.testing.assert_allclose(A.adjoint_x(W, G), M.T @ G, atol=1e-12)
 
@@ -186,15 +194,23 @@ def test_dense_network_is_unchanged():
     a = np.sqrt(6.0 / 9)
     np.testing.assert_array_equal(net.W[0][:, :5], rng.uniform(-a, a, size=(4, 5)))
     assert net.input_shape == (5,) and "\n" not in repr(net)
-    assert net.get_config()["layers"] == [{"kind": "dense", "units": 4},
-                                          {"kind": "dense", "units": 3}]
+    assert net.get_config()["layers"] == [
+        {"kind": "dense", "units": 4},
+        {"kind": "dense", "units": 3},
+    ]
 
 
 def test_config_round_trip():
-    net = LiftedNetwork.from_layers((2, 6, 6), [Conv2d(3, 3, padding=1), AvgPool2d(2), Flatten(),
-                                                Dense(4), Dense(2)],
-                                    activation=["leaky_relu", "tanh"], loss="cross_entropy",
-                                    lam=(2.0, 3.0), rho=0.1, seed=5, dtype="float32")
+    net = LiftedNetwork.from_layers(
+        (2, 6, 6),
+        [Conv2d(3, 3, padding=1), AvgPool2d(2), Flatten(), Dense(4), Dense(2)],
+        activation=["leaky_relu", "tanh"],
+        loss="cross_entropy",
+        lam=(2.0, 3.0),
+        rho=0.1,
+        seed=5,
+        dtype="float32",
+    )
     cfg = json.loads(json.dumps(net.get_config()))
     twin = LiftedNetwork.from_config(cfg)
     assert twin.get_config() == cfg and repr(twin) == repr(net)
@@ -203,33 +219,42 @@ def test_config_round_trip():
     assert [layer_from_dict(s.to_dict()) for s in net.specs] == net.specs
 
 
-@pytest.mark.parametrize("shape,specs,match", [
-    ((1, 4, 4), [Conv2d(2, 5)], "kernel 5 exceeds its input 4x4"),
-    ((3, 8, 8), [Conv2d(2, 3, in_channels=1)], "in_channels=1 does not match the input's 3"),
-    ((1, 7, 7), [Conv2d(2, 3), AvgPool2d(2), Dense(2)], "divisible by 2, got 5x5"),
-    ((1, 5, 5), [AvgPool2d(2), Dense(2)], "divisible by 2, got 5x5"),
-    ((4,), [Dense(3), Conv2d(2, 3)], "conv2d needs a \\(channels, height, width\\) input"),
-    ((4,), [Dense(3), Flatten()], "must end with a weighted layer"),
-    ((0, 4, 4), [Dense(3)], "input_shape must be"),
-    ((4, 4), [Dense(3)], "input_shape must be"),
-    ((4,), ["dense"], "layers must be layer specs"),
-    ((4,), [{"kind": "pool"}], "'kind' one of"),
-    ((4,), [{"kind": "dense", "units": 3, "bias": False}], "bad parameters for layer"),
-])
+@pytest.mark.parametrize(
+    "shape,specs,match",
+    [
+        ((1, 4, 4), [Conv2d(2, 5)], "kernel 5 exceeds its input 4x4"),
+        ((3, 8, 8), [Conv2d(2, 3, in_channels=1)], "in_channels=1 does not match the input's 3"),
+        ((1, 7, 7), [Conv2d(2, 3), AvgPool2d(2), Dense(2)], "divisible by 2, got 5x5"),
+        ((1, 5, 5), [AvgPool2d(2), Dense(2)], "divisible by 2, got 5x5"),
+        ((4,), [Dense(3), Conv2d(2, 3)], "conv2d needs a \\(channels, height, width\\) input"),
+        ((4,), [Dense(3), Flatten()], "must end with a weighted layer"),
+        ((0, 4, 4), [Dense(3)], "input_shape must be"),
+        ((4, 4), [Dense(3)], "input_shape must be"),
+        ((4,), ["dense"], "layers must be layer specs"),
+        ((4,), [{"kind": "pool"}], "'kind' one of"),
+        ((4,), [{"kind": "dense", "units": 3, "bias": False}], "bad parameters for layer"),
+    ],
+)
 def test_bad_architectures_are_refused_by_name(shape, specs, match):
     with pytest.raises(ValueError, match=match):
         LiftedNetwork.from_layers(shape, specs)
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda: Conv2d(0, 3), "conv2d channels must be an integer >= 1, got 0"),
-    (lambda: Conv2d(2, True), "conv2d kernel must be an integer >= 1, got True"),
-    (lambda: Conv2d(2, 3, padding=-1), "conv2d padding must be an integer >= 0, got -1"),
-    (lambda: AvgPool2d(1), "avgpool2d size must be an integer >= 2, got 1"),
-    (lambda: Dense(2.5), "dense units must be an integer >= 1, got 2.5"),
-    (lambda: lenet5((1, 30, 30)), "input_shape must be \\(channels, 28, 28\\)"),
-    (lambda: LiftedNetwork([3, 2], dtype="int32"), "dtype must be 'float32' or 'float64', got 'int32'"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: Conv2d(0, 3), "conv2d channels must be an integer >= 1, got 0"),
+        (lambda: Conv2d(2, True), "conv2d kernel must be an integer >= 1, got True"),
+        (lambda: Conv2d(2, 3, padding=-1), "conv2d padding must be an integer >= 0, got -1"),
+        (lambda: AvgPool2d(1), "avgpool2d size must be an integer >= 2, got 1"),
+        (lambda: Dense(2.5), "dense units must be an integer >= 1, got 2.5"),
+        (lambda: lenet5((1, 30, 30)), "input_shape must be \\(channels, 28, 28\\)"),
+        (
+            lambda: LiftedNetwork([3, 2], dtype="int32"),
+            "dtype must be 'float32' or 'float64', got 'int32'",
+        ),
+    ],
+)
 def test_bad_layer_parameters(make, match):
     with pytest.raises(ValueError, match=match):
         make()
@@ -237,7 +262,9 @@ def test_bad_layer_parameters(make, match):
 
 def test_image_data_of_the_wrong_shape_is_refused_by_name():
     net = lenet5((1, 28, 28))
-    with pytest.raises(ValueError, match=r"X0 must have 784 rows \(an input of shape \(1, 28, 28\)"):
+    with pytest.raises(
+        ValueError, match=r"X0 must have 784 rows \(an input of shape \(1, 28, 28\)"
+    ):
         net.predict(np.zeros((3072, 2)))
 
 

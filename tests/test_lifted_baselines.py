@@ -1,6 +1,7 @@
 """The lifted baselines of Figure 1: every closed-form step is the exact minimiser of its
 subproblem (checked against scipy.optimize on small random data), each method's objective
 behaves as its paper says, and bad input is refused by name before any work."""
+
 import numpy as np
 import pytest
 from scipy.optimize import minimize, nnls
@@ -30,8 +31,13 @@ def started(name, data, **hyper):
 
 def argmin(f, x0, bounds=None):
     """scipy's minimiser of f over arrays shaped like x0 (L-BFGS-B, tight tolerances)."""
-    res = minimize(lambda v: f(v.reshape(x0.shape)), x0.ravel() + 0.3, method="L-BFGS-B",
-                   bounds=bounds, options=dict(ftol=1e-15, gtol=1e-11, maxiter=20000))
+    res = minimize(
+        lambda v: f(v.reshape(x0.shape)),
+        x0.ravel() + 0.3,
+        method="L-BFGS-B",
+        bounds=bounds,
+        options=dict(ftol=1e-15, gtol=1e-11, maxiter=20000),
+    )
     return res.x.reshape(x0.shape)
 
 
@@ -66,7 +72,7 @@ def test_relu_prox_is_the_minimiser_on_both_pieces():
 # --- Taylor et al. 2016 --------------------------------------------------------------------------
 def test_taylor_steps_are_exact(data):
     t = started("taylor", data, beta=2.0, gamma=3.0)
-    t.step()                                             # move off the feed-forward point
+    t.step()  # move off the feed-forward point
     b, g = t.beta, t.gamma
     relu = lambda A: np.maximum(A, 0)  # noqa: E731
     W = t.w_step(0)
@@ -95,7 +101,7 @@ def test_taylor_warm_start_descends_then_multiplier_runs(data):
     assert all(b <= a + 1e-9 for a, b in zip(vals, vals[1:]))
     assert vals[-1] < vals[0]
     assert not np.any(t.lam_mult)
-    t.step()                                             # after warm-up the multiplier moves
+    t.step()  # after warm-up the multiplier moves
     np.testing.assert_allclose(t.lam_mult, t.beta * (t.z[1] - t.W[1] @ t.a[1]))
     assert np.any(t.lam_mult)
 
@@ -122,8 +128,14 @@ def test_lau_steps_are_exact(data):
     np.testing.assert_allclose(V1, argmin(f, V1), atol=1e-6)
     U1 = s.u_step(1)
     m = s.affine(1)
-    fu = lambda U: (g / 2 * (s.V[1] - np.maximum(U, 0)) ** 2 + r / 2 * (U - m) ** 2  # noqa: E731
-                    + a / 2 * (U - s.U[1]) ** 2)
+
+    def fu(U):
+        return (
+            g / 2 * (s.V[1] - np.maximum(U, 0)) ** 2
+            + r / 2 * (U - m) ** 2
+            + a / 2 * (U - s.U[1]) ** 2
+        )
+
     grid = np.linspace(-6, 6, 24001)[:, None, None]
     assert np.all(fu(U1) <= fu(grid).min(axis=0) + 1e-6)
 
@@ -175,16 +187,27 @@ def _needs_torch(method):
     try:
         import torch  # noqa: F401
     except ImportError:
-        return pytest.param(method, marks=pytest.mark.skip(
-            reason="the SGD baseline needs PyTorch (fenchel_cvx[bench])"))
+        return pytest.param(
+            method,
+            marks=pytest.mark.skip(reason="the SGD baseline needs PyTorch (fenchel_cvx[bench])"),
+        )
     return method
 
 
 @pytest.mark.parametrize("method", [_needs_torch(m) for m in sorted(METHODS)])
 def test_fit_lifted_records_the_same_history_for_every_method(method, data):
     X, Y = data
-    run = fit_lifted(method, X, Y, X, Y, hidden=(5,), iterations=3, seed=3,
-                     **({"batch_size": 3} if method == "sgd" else {}))
+    run = fit_lifted(
+        method,
+        X,
+        Y,
+        X,
+        Y,
+        hidden=(5,),
+        iterations=3,
+        seed=3,
+        **({"batch_size": 3} if method == "sgd" else {}),
+    )
     assert [r["iteration"] for r in run.records] == [1, 2, 3]
     assert np.all(np.diff(run.series("seconds")) > 0)
     assert all(0 <= r["test_accuracy"] <= 1 for r in run.records)
@@ -193,7 +216,8 @@ def test_fit_lifted_records_the_same_history_for_every_method(method, data):
     assert back.records == run.records and back.method == method
     # the same start for all: the Xavier network of the seed
     assert run.initial_test_accuracy == pytest.approx(
-        np.mean(np.argmax(LiftedNetwork(SIZES, seed=3).forward(X)[1], 0) == np.argmax(Y, 0)))
+        np.mean(np.argmax(LiftedNetwork(SIZES, seed=3).forward(X)[1], 0) == np.argmax(Y, 0))
+    )
 
 
 def test_fln_restart_is_algorithm_2_on_one_batch_of_all_the_data(data):
@@ -207,8 +231,17 @@ def test_fln_restart_is_algorithm_2_on_one_batch_of_all_the_data(data):
     run = fit_lifted("fln", X, Y, X, Y, hidden=(5,), iterations=3, seed=3, restart=True, **hyper)
     kept = fit_lifted("fln", X, Y, X, Y, hidden=(5,), iterations=3, seed=3, **hyper)
     net = LiftedNetwork(SIZES, "relu", "mse", lam=0.1, rho=(1e-2, 10.0), seed=3)
-    fit_bcd(net, X, Y, batch_size=M, epochs=3, gamma=0.0, strict=False, eval_every=None,
-            backend=FastBackend(tol=1e-6, max_iter=500, w_steps=2, x_steps=10))
+    fit_bcd(
+        net,
+        X,
+        Y,
+        batch_size=M,
+        epochs=3,
+        gamma=0.0,
+        strict=False,
+        eval_every=None,
+        backend=FastBackend(tol=1e-6, max_iter=500, w_steps=2, x_steps=10),
+    )
     for a, b in zip(run.net.W, net.W):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
     assert [r["iteration"] for r in run.records] == [1, 2, 3]
@@ -217,7 +250,8 @@ def test_fln_restart_is_algorithm_2_on_one_batch_of_all_the_data(data):
 
 @pytest.mark.parametrize("capped_reports", [None, True])
 def test_fln_restart_factorises_w0_once_and_reports_capped_blocks_as_asked(
-        capped_reports, data, monkeypatch):
+    capped_reports, data, monkeypatch
+):
     """restart=True: W_0's X~_0 is the data's in every round, so its Gram factorisation is
     formed in the first round and reused after. capped_reports (default False): whether a block
     stopped at its step cap reports its residual and value; the weights are the same."""
@@ -236,8 +270,9 @@ def test_fln_restart_factorises_w0_once_and_reports_capped_blocks_as_asked(
             if block.kind == "w_hidden" and block.layer == 0:
                 factors.append(res.info["cached_factor"])
             if res.status == "max_iter":
-                reports.append((block.kind, bool(np.isfinite(res.residual)),
-                                bool(np.isfinite(res.value))))
+                reports.append(
+                    (block.kind, bool(np.isfinite(res.residual)), bool(np.isfinite(res.value)))
+                )
             return res
 
     monkeypatch.setattr(fln, "FastBackend", Recording)
@@ -252,24 +287,39 @@ def test_fln_restart_factorises_w0_once_and_reports_capped_blocks_as_asked(
     # a capped W-block reports no residual nor value (an X-block's descent guard may form its
     # value: FastBackend's capped_value)
     assert {kind for kind, _, _ in reports} == {"w_hidden", "x_last"}
-    assert all(res is not lean and (value is not lean or kind.startswith("x"))
-               for kind, res, value in reports)
+    assert all(
+        res is not lean and (value is not lean or kind.startswith("x"))
+        for kind, res, value in reports
+    )
     monkeypatch.undo()
-    ref = fit_lifted("fln", X, Y, X, Y, hidden=(5,), iterations=4, seed=3,
-                     **dict(hyper, capped_reports=not lean))
+    ref = fit_lifted(
+        "fln", X, Y, X, Y, hidden=(5,), iterations=4, seed=3, **dict(hyper, capped_reports=not lean)
+    )
     for W, Wr in zip(run.net.W, ref.net.W):
         np.testing.assert_array_equal(W, Wr)
     assert run.series("test_accuracy").tolist() == ref.series("test_accuracy").tolist()
 
 
-@pytest.mark.parametrize("method, hyper, word", [
-    ("taylor", dict(beta=0.0), "beta"), ("taylor", dict(gamma=-1.0), "gamma"),
-    ("lau", dict(rho=0), "rho"), ("lau", dict(gamma=-2), "gamma"), ("lau", dict(alpha=0.0), "alpha"),
-    ("askari", dict(rho=(1.0, -1.0)), "rho"), ("askari", dict(lam=0), "lam"),
-    ("askari", dict(x_steps=0), "x_steps"), ("taylor", dict(loss="cross_entropy"), "loss"),
-    ("lau", dict(loss="hinge"), "loss"), ("sgd", dict(lr=0.0), "lr"), ("fln", dict(lam=0), "lam"),
-    ("fln", dict(restart=1), "restart"), ("fln", dict(capped_reports="no"), "capped_reports"),
-    ("lau", dict(eta=1.0), "eta")])
+@pytest.mark.parametrize(
+    "method, hyper, word",
+    [
+        ("taylor", dict(beta=0.0), "beta"),
+        ("taylor", dict(gamma=-1.0), "gamma"),
+        ("lau", dict(rho=0), "rho"),
+        ("lau", dict(gamma=-2), "gamma"),
+        ("lau", dict(alpha=0.0), "alpha"),
+        ("askari", dict(rho=(1.0, -1.0)), "rho"),
+        ("askari", dict(lam=0), "lam"),
+        ("askari", dict(x_steps=0), "x_steps"),
+        ("taylor", dict(loss="cross_entropy"), "loss"),
+        ("lau", dict(loss="hinge"), "loss"),
+        ("sgd", dict(lr=0.0), "lr"),
+        ("fln", dict(lam=0), "lam"),
+        ("fln", dict(restart=1), "restart"),
+        ("fln", dict(capped_reports="no"), "capped_reports"),
+        ("lau", dict(eta=1.0), "eta"),
+    ],
+)
 def test_bad_hyperparameters_are_refused_by_name(method, hyper, word, data):
     X, Y = data
     with pytest.raises(ValueError, match=word):

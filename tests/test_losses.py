@@ -1,4 +1,5 @@
 """Tests of fenchel_cvx.losses: values, gradients, stability, CVXPY forms (columns = data points)."""
+
 import array_api_strict as xps
 import cvxpy as cp
 import numpy as np
@@ -37,8 +38,9 @@ def direct(name, Y, Yhat):
 @given(problems())
 def test_value_matches_direct_formula(name, YYh):
     Y, Yhat = YYh
-    np.testing.assert_allclose(float(loss(name).value(Y, Yhat)), direct(name, Y, Yhat),
-                               rtol=1e-12, atol=1e-10)
+    np.testing.assert_allclose(
+        float(loss(name).value(Y, Yhat)), direct(name, Y, Yhat), rtol=1e-12, atol=1e-10
+    )
 
 
 def test_cross_entropy_small_example_by_hand():
@@ -65,8 +67,10 @@ def test_column_values_and_curvature(name, YYh):
     c = np.broadcast_to(np.asarray(lo.column_curvature(Y, np), dtype=float), (1, Y.shape[1]))
     assert lo.curvature(Y, np) == pytest.approx(float(np.max(c)))
     D = np.random.default_rng(Y.shape[1]).standard_normal(Yhat.shape)
-    h = 1e-4     # second difference of the loss along D, column by column
-    second = (lo.column_values(Y, Yhat + h * D) - 2 * cols + lo.column_values(Y, Yhat - h * D)) / h**2
+    h = 1e-4  # second difference of the loss along D, column by column
+    second = (
+        lo.column_values(Y, Yhat + h * D) - 2 * cols + lo.column_values(Y, Yhat - h * D)
+    ) / h**2
     # the second difference's own rounding: a few ulps of each column's value, over h^2
     rounding = 16 * np.finfo(float).eps * (np.abs(cols) + 1) / h**2
     assert np.all(second <= c[0] * np.sum(D * D, axis=0) * (1 + 1e-4) + 1e-5 + rounding)
@@ -95,9 +99,12 @@ def test_cross_entropy_stable_for_huge_logits(big):
         np.testing.assert_allclose(val, direct("cross_entropy", Y, Yhat), rtol=1e-12)
     # the correct class has the largest logit: loss ~ 0; the wrong one: loss ~ the margin
     good = np.eye(3)[:, [0]]
-    assert CrossEntropy().value(good, np.array([[1e4], [0.0], [0.0]])) == pytest.approx(0, abs=1e-12)
-    assert CrossEntropy().value(np.eye(3)[:, [1]], np.array([[1e4], [0.0], [0.0]])) == \
-        pytest.approx(1e4, rel=1e-12)
+    assert CrossEntropy().value(good, np.array([[1e4], [0.0], [0.0]])) == pytest.approx(
+        0, abs=1e-12
+    )
+    assert CrossEntropy().value(
+        np.eye(3)[:, [1]], np.array([[1e4], [0.0], [0.0]])
+    ) == pytest.approx(1e4, rel=1e-12)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -118,7 +125,7 @@ def test_cross_entropy_in_float32_keeps_its_digits_at_large_logits():
     y = rng.integers(0, k, m)
     Y = np.eye(k)[:, y]
     U = rng.normal(0, 1, (k, m)) + 18.0
-    U[y, np.arange(m)] += 7.0 + rng.exponential(2.0, m)    # the label's logit near 27
+    U[y, np.arange(m)] += 7.0 + rng.exponential(2.0, m)  # the label's logit near 27
     U32, Y32 = U.astype(np.float32), Y.astype(np.float32)
     exact = float(-np.sum(Y * log_softmax(U32.astype(np.float64), axis=0)))
     assert 1 < exact < 10
@@ -126,7 +133,7 @@ def test_cross_entropy_in_float32_keeps_its_digits_at_large_logits():
     assert abs(ours - exact) <= 1e-6 * exact
     a = U32.max(axis=0)
     textbook = float(np.sum(a + np.log(np.exp(U32 - a).sum(axis=0))) - np.sum(Y32 * U32))
-    assert abs(textbook - exact) > 1e-5 * exact    # what the old form did
+    assert abs(textbook - exact) > 1e-5 * exact  # what the old form did
 
 
 @given(problems(scale=5.0))
@@ -157,8 +164,11 @@ def test_cvxpy_form_affine_yhat_dcp_dpp_and_solves(name):
     """The W-last block min_W L(Y, W X~) + ||W||^2 with X~ a parameter (Y the fixed data):
     DPP; re-solved for a new X~, its solution has zero gradient."""
     rng = np.random.default_rng(3)
-    Y = np.eye(2)[:, rng.integers(0, 2, size=6)] if name == "cross_entropy" \
+    Y = (
+        np.eye(2)[:, rng.integers(0, 2, size=6)]
+        if name == "cross_entropy"
         else rng.normal(size=(2, 6))
+    )
     W, X = cp.Variable((2, 4)), cp.Parameter((4, 6))
     L = loss(name)
     prob = cp.Problem(cp.Minimize(loss_cvx(L, Y, W @ X) + cp.sum_squares(W)))
@@ -170,8 +180,7 @@ def test_cvxpy_form_affine_yhat_dcp_dpp_and_solves(name):
         assert prob.status == cp.OPTIMAL
         G = L.grad(Y, W.value @ Xt) @ Xt.T + 2 * W.value
         assert np.max(np.abs(G)) < 1e-4  # interior-point accuracy (exponential cone)
-        assert prob.value == pytest.approx(L.value(Y, W.value @ Xt) + np.sum(W.value ** 2),
-                                           rel=1e-7)
+        assert prob.value == pytest.approx(L.value(Y, W.value @ Xt) + np.sum(W.value**2), rel=1e-7)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -190,15 +199,16 @@ def test_array_api_strict_and_float32(name, rng):
     np.testing.assert_allclose(float(L.value(sY, sYh)), L.value(Y, Yhat), rtol=1e-14)
     np.testing.assert_allclose(np.asarray(L.grad(sY, sYh)), L.grad(Y, Yhat), rtol=1e-13)
     np.testing.assert_allclose(np.asarray(softmax(sYh)), softmax(Yhat), rtol=1e-13)
-    for Ya, Yha, f32 in ((Y.astype(np.float32), Yhat.astype(np.float32), np.float32),
-                         (xps.asarray(Y, dtype=xps.float32), xps.asarray(Yhat, dtype=xps.float32),
-                          xps.float32)):
+    for Ya, Yha, f32 in (
+        (Y.astype(np.float32), Yhat.astype(np.float32), np.float32),
+        (xps.asarray(Y, dtype=xps.float32), xps.asarray(Yhat, dtype=xps.float32), xps.float32),
+    ):
         assert L.value(Ya, Yha).dtype == f32
         assert L.grad(Ya, Yha).dtype == f32
 
 
 def test_registry():
-    assert set(LOSSES) == set(NAMES) | {"huber"}     # huber: fenchel_cvx.extensions
+    assert set(LOSSES) == set(NAMES) | {"huber"}  # huber: fenchel_cvx.extensions
     for name in NAMES:
         L = loss(name)
         assert isinstance(L, Loss) and L.name == name and name in repr(L)
@@ -207,8 +217,11 @@ def test_registry():
 
 @pytest.mark.parametrize("bad", ["hinge", "MSE", None])
 def test_unknown_loss_names_parameter_and_value(bad):
-    with pytest.raises(ValueError, match=r"loss must be one of \['cross_entropy', 'huber', 'mse'\], got "
-                                         + repr(bad).replace("(", r"\(")):
+    with pytest.raises(
+        ValueError,
+        match=r"loss must be one of \['cross_entropy', 'huber', 'mse'\], got "
+        + repr(bad).replace("(", r"\("),
+    ):
         loss(bad)
 
 
@@ -232,21 +245,29 @@ def test_hvp_and_diagonal_are_the_hessians(name):
     E = np.zeros_like(Yhat)
     E[1, 2] = 1.0
     assert L.hess_diag(Y, Yhat)[1, 2] == pytest.approx(L.hvp(Y, Yhat, E)[1, 2], rel=1e-12)
-    bound = L.curvature(Y, np)           # column_curvature: a bound on every column's Hessian
-    eig = max(np.max(np.linalg.eigvalsh(np.stack([L.hvp(Y, Yhat, np.eye(3)[:, [i]] @ np.eye(5)[[j]])
-                                                  [:, j] for i in range(3)], axis=1)))
-              for j in range(5))
+    bound = L.curvature(Y, np)  # column_curvature: a bound on every column's Hessian
+    eig = max(
+        np.max(
+            np.linalg.eigvalsh(
+                np.stack(
+                    [L.hvp(Y, Yhat, np.eye(3)[:, [i]] @ np.eye(5)[[j]])[:, j] for i in range(3)],
+                    axis=1,
+                )
+            )
+        )
+        for j in range(5)
+    )
     assert eig <= bound + 1e-12
 
 
 @pytest.mark.parametrize("name", FACT_NAMES)
 def test_line_search_derivatives_and_change(name):
     L, (Y, Yhat, D) = loss(name), _problem(name, 1)
-    f = lambda t: float(L.value(Y, Yhat + t * D))   # noqa: E731
+    f = lambda t: float(L.value(Y, Yhat + t * D))  # noqa: E731
     h = 1e-5
     d1, d2 = L.line_derivs(Y, Yhat, D)
     assert float(d1) == pytest.approx((f(h) - f(-h)) / (2 * h), rel=1e-7)
-    assert float(d2) == pytest.approx((f(h) - 2 * f(0) + f(-h)) / h ** 2, rel=1e-3)
+    assert float(d2) == pytest.approx((f(h) - 2 * f(0) + f(-h)) / h**2, rel=1e-3)
     change, size = L.line_change(Y, Yhat, 0.3 * D)
     assert float(change) == pytest.approx(f(0.3) - f(0), rel=1e-12)
     assert float(size) > 0

@@ -1,4 +1,5 @@
 """Momentum across batches: ``fit_bcd(momentum=beta)`` extrapolates W where W0 is set."""
+
 import json
 
 import numpy as np
@@ -31,16 +32,28 @@ def test_each_batch_starts_from_the_extrapolated_weights(tmp_path):
         if rec["alternation"] == 2:
             ended.append([np.array(W) for W in net_.W])
 
-    fit_bcd(net, X, Y, batch_size=10, epochs=2, alternations=2, gamma=0.5, momentum=beta,
-            backend="fast", checkpoint=tmp_path, checkpoint_every=1, callback=spy)
+    fit_bcd(
+        net,
+        X,
+        Y,
+        batch_size=10,
+        epochs=2,
+        alternations=2,
+        gamma=0.5,
+        momentum=beta,
+        backend="fast",
+        checkpoint=tmp_path,
+        checkpoint_every=1,
+        callback=spy,
+    )
     assert len(centres) == len(ended) - 1 == 8
-    np.testing.assert_array_equal(centres[0][0], ended[0][0])    # the first batch: no history
+    np.testing.assert_array_equal(centres[0][0], ended[0][0])  # the first batch: no history
     for b in range(1, 8):
         for l in range(3):
             want = ended[b][l] + beta[l] * (ended[b][l] - ended[b - 1][l])
             np.testing.assert_allclose(centres[b][l], want, rtol=1e-13, atol=1e-15)
-    assert not np.array_equal(centres[3][0], ended[3][0])        # it did move
-    np.testing.assert_array_equal(net.W[0], ended[-1][0])        # the result: the last solve
+    assert not np.array_equal(centres[3][0], ended[3][0])  # it did move
+    np.testing.assert_array_equal(net.W[0], ended[-1][0])  # the result: the last solve
 
 
 def test_zero_momentum_is_the_papers_algorithm(tmp_path):
@@ -49,8 +62,17 @@ def test_zero_momentum_is_the_papers_algorithm(tmp_path):
     X, Y = cases.case_data()
     a, b = _net(), _net()
     fit_bcd(a, X, Y, batch_size=10, epochs=1, gamma=0.5, backend="fast")
-    fit_bcd(b, X, Y, batch_size=10, epochs=1, gamma=0.5, momentum=[0.0, 0.0, 0.0], backend="fast",
-            checkpoint=tmp_path)
+    fit_bcd(
+        b,
+        X,
+        Y,
+        batch_size=10,
+        epochs=1,
+        gamma=0.5,
+        momentum=[0.0, 0.0, 0.0],
+        backend="fast",
+        checkpoint=tmp_path,
+    )
     for Wa, Wb in zip(a.W, b.W):
         np.testing.assert_array_equal(Wa, Wb)
     arrays, meta = load_checkpoint(tmp_path)
@@ -64,8 +86,9 @@ def test_a_checkpoint_from_before_momentum_resumes(tmp_path):
     from fenchel_cvx.io import read_npz, write_npz
 
     whole = cases.record(cases.run_case("alg2_ce_alternations"))
-    cases.run_case("alg2_ce_alternations", checkpoint=tmp_path,
-                   callback=lambda net, rec: rec["iteration"] >= 3)
+    cases.run_case(
+        "alg2_ce_alternations", checkpoint=tmp_path, callback=lambda net, rec: rec["iteration"] >= 3
+    )
     arrays, meta = read_npz(checkpoint_path(tmp_path), CHECKPOINT_FORMAT)
     del meta["history"]["config"]["momentum"]
     write_npz(checkpoint_path(tmp_path), arrays, meta)
@@ -75,11 +98,16 @@ def test_a_checkpoint_from_before_momentum_resumes(tmp_path):
         cases.run_case("alg2_ce_alternations", momentum=0.5, resume=tmp_path)
 
 
-@pytest.mark.parametrize("stop", [3, 4])   # inside a batch; at a batch's end, before extrapolating
+@pytest.mark.parametrize("stop", [3, 4])  # inside a batch; at a batch's end, before extrapolating
 def test_stop_then_resume_is_bit_identical(tmp_path, stop):
     whole = cases.record(cases.run_case("alg2_ce_alternations", momentum=0.7))
-    cases.run_case("alg2_ce_alternations", momentum=0.7, checkpoint=tmp_path, checkpoint_every=1,
-                   callback=lambda net, rec: rec["iteration"] >= stop)
+    cases.run_case(
+        "alg2_ce_alternations",
+        momentum=0.7,
+        checkpoint=tmp_path,
+        checkpoint_every=1,
+        callback=lambda net, rec: rec["iteration"] >= stop,
+    )
     arrays, _ = load_checkpoint(tmp_path)
     assert "W_prev_0" in arrays
     resumed = cases.run_case("alg2_ce_alternations", momentum=0.7, resume=tmp_path)
@@ -114,27 +142,35 @@ def test_ctrl_c_inside_a_round_then_resume_is_bit_identical(tmp_path, at):
     batch is done again on resume, from the same W_prev."""
     whole = cases.record(cases.run_case("alg2_ce_alternations", momentum=0.7))
     with pytest.raises(KeyboardInterrupt):
-        cases.run_case("alg2_ce_alternations", momentum=0.7, checkpoint=tmp_path,
-                       backend=_Interrupting(at))
-    assert load_checkpoint(tmp_path)[1]["iteration"] == (at - 1) // 3   # the rounds finished
+        cases.run_case(
+            "alg2_ce_alternations", momentum=0.7, checkpoint=tmp_path, backend=_Interrupting(at)
+        )
+    assert load_checkpoint(tmp_path)[1]["iteration"] == (at - 1) // 3  # the rounds finished
     resumed = cases.run_case("alg2_ce_alternations", momentum=0.7, resume=tmp_path)
     assert cases.record(resumed) == whole
 
 
 def test_resume_refuses_another_momentum(tmp_path):
-    cases.run_case("alg2_ce_alternations", momentum=0.7, checkpoint=tmp_path,
-                   callback=lambda net, rec: rec["iteration"] >= 2)
+    cases.run_case(
+        "alg2_ce_alternations",
+        momentum=0.7,
+        checkpoint=tmp_path,
+        callback=lambda net, rec: rec["iteration"] >= 2,
+    )
     with pytest.raises(ValueError, match=r"momentum=\[0.5, 0.5\] \(checkpoint: \[0.7, 0.7\]\)"):
         cases.run_case("alg2_ce_alternations", momentum=0.5, resume=tmp_path)
 
 
-@pytest.mark.parametrize("momentum, message", [
-    (1.0, r"momentum must be a number in \[0, 1\), got 1.0"),
-    (-0.1, r"momentum must be a number in \[0, 1\), got -0.1"),
-    ([0.5, 0.5], r"momentum must be a number or a sequence of 3 numbers"),
-    ("0.5", r"momentum must be a number or a sequence of 3 numbers"),
-    (float("nan"), r"momentum must be a number in \[0, 1\), got nan"),
-])
+@pytest.mark.parametrize(
+    "momentum, message",
+    [
+        (1.0, r"momentum must be a number in \[0, 1\), got 1.0"),
+        (-0.1, r"momentum must be a number in \[0, 1\), got -0.1"),
+        ([0.5, 0.5], r"momentum must be a number or a sequence of 3 numbers"),
+        ("0.5", r"momentum must be a number or a sequence of 3 numbers"),
+        (float("nan"), r"momentum must be a number in \[0, 1\), got nan"),
+    ],
+)
 def test_bad_momentum_is_named_before_any_work(momentum, message):
     X, Y = cases.case_data()
     net = _net()
@@ -148,8 +184,9 @@ def test_the_certificate_holds_with_momentum():
     """Every block is the same convex problem from an extrapolated start: the oracle, strict,
     finishes; the fast backend on a small LeNet-5 records no violation on any checked round."""
     X, Y = cases.case_data()
-    fit_bcd(_net(), X, Y, batch_size=20, epochs=2, gamma=0.5, momentum=0.9, backend="cvxpy",
-            strict=True)
+    fit_bcd(
+        _net(), X, Y, batch_size=20, epochs=2, gamma=0.5, momentum=0.9, backend="cvxpy", strict=True
+    )
     # Algorithm 1: every iteration extrapolates and X carries over; the restart rule sends X
     # back to the feed-forward point where the extrapolated W made the old X worse
     net = LiftedNetwork([6, 5, 4, 3], "relu", "cross_entropy", lam=10.0, rho=0.01, seed=1)
@@ -160,10 +197,20 @@ def test_the_certificate_holds_with_momentum():
     net = lenet5(input_shape=(1, 28, 28), loss="cross_entropy", seed=0)
     X0 = rng.random((784, 60))
     Y0 = np.eye(10)[:, rng.integers(0, 10, 60)]
-    res = fit_bcd(net, X0, Y0, batch_size=20, epochs=2, gamma=[1e-4, 1e-2, 0.3, 0.3, 1],
-                  momentum=[0.98, 0.98, 0.3, 0.3, 0], backend="fast", strict=True)
-    assert all(rec["certificate"]["held"] and rec["certificate"]["checked"]
-               for rec in res.history.records)
+    res = fit_bcd(
+        net,
+        X0,
+        Y0,
+        batch_size=20,
+        epochs=2,
+        gamma=[1e-4, 1e-2, 0.3, 0.3, 1],
+        momentum=[0.98, 0.98, 0.3, 0.3, 0],
+        backend="fast",
+        strict=True,
+    )
+    assert all(
+        rec["certificate"]["held"] and rec["certificate"]["checked"] for rec in res.history.records
+    )
 
 
 def test_runs_on_successive_batches_are_one_run():
@@ -200,30 +247,56 @@ def test_a_run_given_W_prev_resumes_from_its_checkpoint(tmp_path):
     holds its own), to the same weights as the run left alone."""
     X, Y = cases.case_data()
     kw = dict(batch_size=10, epochs=2, gamma=0.5, momentum=[0.5, 0.0, 0.9], backend="fast")
-    W_prev = fit_bcd(_net(), X[:, :10], Y[:, :10], batch_size=10, gamma=0.5,
-                     momentum=[0.5, 0.0, 0.9], backend="fast").W_prev
+    W_prev = fit_bcd(
+        _net(),
+        X[:, :10],
+        Y[:, :10],
+        batch_size=10,
+        gamma=0.5,
+        momentum=[0.5, 0.0, 0.9],
+        backend="fast",
+    ).W_prev
     whole = _net()
     fit_bcd(whole, X, Y, W_prev=W_prev, **kw)
     parts = _net()
-    fit_bcd(parts, X, Y, W_prev=W_prev, checkpoint=tmp_path, callback=lambda net, rec:
-            rec["iteration"] >= 3, **kw)
+    fit_bcd(
+        parts,
+        X,
+        Y,
+        W_prev=W_prev,
+        checkpoint=tmp_path,
+        callback=lambda net, rec: rec["iteration"] >= 3,
+        **kw,
+    )
     res = fit_bcd(parts, X, Y, resume=tmp_path, checkpoint=tmp_path, **kw)
-    assert res.history.config["momentum_carried"]     # the history the checkpoint began
+    assert res.history.config["momentum_carried"]  # the history the checkpoint began
     for a, b in zip(whole.W, parts.W):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
 
 
-@pytest.mark.parametrize("W_prev, message", [
-    ([np.zeros((5, 7))], r"W_prev must be a sequence of 3 arrays \(one per layer, as "
-                         r"BCDResult.W_prev\), got 1 entries"),
-    ("W", r"W_prev must be a sequence of 3 arrays .*, got str"),
-    ([np.zeros((5, 7)), np.full((4, 6), np.inf), np.zeros((3, 4))],
-     r"W_prev\[1\] must be finite, got NaN or infinite entries"),
-    ([np.zeros((5, 7)), np.zeros((4, 5)), np.zeros((3, 4))],
-     r"W_prev\[1\] must have W_1's shape \(4, 6\), got \(4, 5\)"),
-    ([np.zeros((5, 7)), "x", np.zeros((3, 4))],
-     r"W_prev\[1\] must be an array the data's library \(numpy\) can take, got builtins.str"),
-])
+@pytest.mark.parametrize(
+    "W_prev, message",
+    [
+        (
+            [np.zeros((5, 7))],
+            r"W_prev must be a sequence of 3 arrays \(one per layer, as "
+            r"BCDResult.W_prev\), got 1 entries",
+        ),
+        ("W", r"W_prev must be a sequence of 3 arrays .*, got str"),
+        (
+            [np.zeros((5, 7)), np.full((4, 6), np.inf), np.zeros((3, 4))],
+            r"W_prev\[1\] must be finite, got NaN or infinite entries",
+        ),
+        (
+            [np.zeros((5, 7)), np.zeros((4, 5)), np.zeros((3, 4))],
+            r"W_prev\[1\] must have W_1's shape \(4, 6\), got \(4, 5\)",
+        ),
+        (
+            [np.zeros((5, 7)), "x", np.zeros((3, 4))],
+            r"W_prev\[1\] must be an array the data's library \(numpy\) can take, got builtins.str",
+        ),
+    ],
+)
 def test_bad_W_prev_is_named_before_any_work(W_prev, message):
     X, Y = cases.case_data()
     net = _net()
@@ -234,8 +307,12 @@ def test_bad_W_prev_is_named_before_any_work(W_prev, message):
 
 
 def test_W_prev_and_resume_exclude_each_other(tmp_path):
-    cases.run_case("alg2_ce_alternations", momentum=0.5, checkpoint=tmp_path,
-                   callback=lambda net, rec: rec["iteration"] >= 2)
+    cases.run_case(
+        "alg2_ce_alternations",
+        momentum=0.5,
+        checkpoint=tmp_path,
+        callback=lambda net, rec: rec["iteration"] >= 2,
+    )
     arrays, _ = load_checkpoint(tmp_path)
     W_prev = [arrays[f"W_prev_{l}"] for l in range(2)]
     with pytest.raises(ValueError, match="W_prev and resume exclude each other"):
@@ -256,22 +333,23 @@ def test_partial_fit_carries_momentum_from_call_to_call(monkeypatch):
         res = real(*args, **kw)
         calls.append((kw["W_prev"], res.W_prev))
         return res
+
     monkeypatch.setattr(estimator, "fit_bcd", spy)
     X, y = np.random.default_rng(0).normal(size=(120, 6)), np.arange(120) % 3
     fits = []
     for beta in (0.0, 0.9):
         clf = FenchelClassifier(hidden_layer_sizes=(8,), momentum=beta, random_state=0)
         for i in range(0, 120, 30):
-            clf.partial_fit(X[i:i + 30], y[i:i + 30], classes=[0, 1, 2])
+            clf.partial_fit(X[i : i + 30], y[i : i + 30], classes=[0, 1, 2])
         fits.append(clf)
     assert not np.array_equal(fits[0].coefs_[0], fits[1].coefs_[0])
     zero, moving = calls[:4], calls[4:]
-    assert all(given is None and back is None for given, back in zero)   # beta 0: none kept
+    assert all(given is None and back is None for given, back in zero)  # beta 0: none kept
     assert moving[0][0] is None and all(len(back) == 2 for _, back in moving)
-    for (_, back), (given, _) in zip(moving, moving[1:]):                 # handed on, as is
+    for (_, back), (given, _) in zip(moving, moving[1:]):  # handed on, as is
         assert all(a is b for a, b in zip(back, given))
     assert all(a is b for a, b in zip(moving[-1][1], fits[1]._W_prev))
-    refit = fits[1].fit(X, y)                  # a fresh fit forgets the last change
+    refit = fits[1].fit(X, y)  # a fresh fit forgets the last change
     assert calls[-1][0] is None
     new = FenchelClassifier(hidden_layer_sizes=(8,), momentum=0.9, random_state=0).fit(X, y)
     for a, b in zip(refit.coefs_, new.coefs_):
@@ -286,21 +364,36 @@ def test_the_estimator_keeps_no_stale_W_prev(monkeypatch):
     from fenchel_cvx.estimator import FenchelClassifier
 
     X, y = np.random.default_rng(0).normal(size=(120, 6)), np.arange(120) % 3
-    clf = FenchelClassifier(hidden_layer_sizes=(8,), momentum=0.9, random_state=0, batch_size=20,
-                            epochs=2, warm_start=True).fit(X, y)
+    clf = FenchelClassifier(
+        hidden_layer_sizes=(8,),
+        momentum=0.9,
+        random_state=0,
+        batch_size=20,
+        epochs=2,
+        warm_start=True,
+    ).fit(X, y)
     assert clf._W_prev is not None
     real = estimator.fit_bcd
 
     def interrupt(net, rec):
         if rec["iteration"] == 3:
             raise KeyboardInterrupt
-    monkeypatch.setattr(estimator, "fit_bcd", lambda *a, **k: real(*a, **{**k, "callback": interrupt}))
+
+    monkeypatch.setattr(
+        estimator, "fit_bcd", lambda *a, **k: real(*a, **{**k, "callback": interrupt})
+    )
     with pytest.raises(KeyboardInterrupt):
         clf.fit(X, y)
     assert clf._W_prev is None and clf.coefs_ is clf.network_.W
     monkeypatch.setattr(estimator, "fit_bcd", real)
-    stopped = FenchelClassifier(hidden_layer_sizes=(8,), momentum=0.9, random_state=0,
-                                early_stopping=True, batch_size=20, epochs=4).fit(X, y)
+    stopped = FenchelClassifier(
+        hidden_layer_sizes=(8,),
+        momentum=0.9,
+        random_state=0,
+        early_stopping=True,
+        batch_size=20,
+        epochs=4,
+    ).fit(X, y)
     rewound = stopped.best_validation_score_ != stopped.validation_scores_[-1]
     assert (stopped._W_prev is None) == rewound
 
@@ -319,12 +412,30 @@ def test_the_estimator_and_the_command_pass_it_on(tmp_path):
     from fenchel_cvx.estimator import FenchelClassifier
 
     X, y = np.random.default_rng(0).normal(size=(120, 6)), np.arange(120) % 3
-    fits = [FenchelClassifier(hidden_layer_sizes=(8,), momentum=b, batch_size=20, epochs=2,
-                              random_state=0).fit(X, y) for b in (0.0, [0.9, 0.0])]
+    fits = [
+        FenchelClassifier(
+            hidden_layer_sizes=(8,), momentum=b, batch_size=20, epochs=2, random_state=0
+        ).fit(X, y)
+        for b in (0.0, [0.9, 0.0])
+    ]
     assert fits[1].history_.config["momentum"] == [0.9, 0.0]
     assert not np.array_equal(fits[0].coefs_[0], fits[1].coefs_[0])
-    code = cli.main(["train", "--backend", "fast", "--batch-size", "100", "--train-size", "300",
-                     "--momentum", "0.8", "--quiet", "--out", str(tmp_path / "run")])
+    code = cli.main(
+        [
+            "train",
+            "--backend",
+            "fast",
+            "--batch-size",
+            "100",
+            "--train-size",
+            "300",
+            "--momentum",
+            "0.8",
+            "--quiet",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     assert code == 0
     history = json.loads((tmp_path / "run" / "history.json").read_text())
     assert history["config"]["momentum"] == [0.8, 0.8]

@@ -1,4 +1,5 @@
 """Tests of fenchel_cvx.network: weights, forward pass, J(W), F(W, X) and input validation."""
+
 import copy
 import math
 
@@ -23,8 +24,12 @@ def hand_forward(W, X0, acts):
         U = Wl[:, :-1] @ X + Wl[:, -1:]
         if l == len(W) - 1:
             return Xs, U
-        X = {"relu": lambda t: np.maximum(t, 0), "sigmoid": expit, "tanh": np.tanh,
-             "leaky_relu": lambda t, l=l: np.where(t > 0, t, acts[l].slope * t)}[acts[l].name](U)
+        X = {
+            "relu": lambda t: np.maximum(t, 0),
+            "sigmoid": expit,
+            "tanh": np.tanh,
+            "leaky_relu": lambda t, l=l: np.where(t > 0, t, acts[l].slope * t),
+        }[acts[l].name](U)
         Xs.append(X)
 
 
@@ -49,8 +54,8 @@ def test_xavier_uniform_bound_and_zero_bias():
         a = math.sqrt(6.0 / (p_in + p_out))
         body = W[:, :-1]
         assert np.all(np.abs(body) <= a)
-        assert np.max(np.abs(body)) > 0.95 * a          # fills the interval ...
-        assert abs(np.mean(body)) < 0.1 * a              # ... symmetrically
+        assert np.max(np.abs(body)) > 0.95 * a  # fills the interval ...
+        assert abs(np.mean(body)) < 0.1 * a  # ... symmetrically
         assert np.std(body) == pytest.approx(a / math.sqrt(3), rel=0.1)  # uniform's std
         np.testing.assert_array_equal(W[:, -1], 0.0)
 
@@ -75,8 +80,9 @@ def test_augment_appends_row_of_ones():
 
 
 # --- forward pass ---------------------------------------------------------------------------
-@pytest.mark.parametrize("act", [*ACTIVATION_NAMES, ("tanh", "relu"),
-                                 (LeakyReLU(0.3), "sigmoid")], ids=str)
+@pytest.mark.parametrize(
+    "act", [*ACTIVATION_NAMES, ("tanh", "relu"), (LeakyReLU(0.3), "sigmoid")], ids=str
+)
 def test_forward_matches_hand_written_loop(act):
     net, X0, _, _ = make_problem(SIZES, act=act, m=7, seed=1)
     Xs, Yhat = net.forward(X0)
@@ -87,8 +93,9 @@ def test_forward_matches_hand_written_loop(act):
     np.testing.assert_allclose(Yhat, Yhat_ref, rtol=1e-13, atol=1e-14)
     np.testing.assert_array_equal(net.predict(X0), Yhat)
     for l, X in enumerate([X0, *Xs]):
-        np.testing.assert_allclose(net.pre_activation(l, X),
-                                   net.W[l][:, :-1] @ X + net.W[l][:, -1:], rtol=1e-14)
+        np.testing.assert_allclose(
+            net.pre_activation(l, X), net.W[l][:, :-1] @ X + net.W[l][:, -1:], rtol=1e-14
+        )
 
 
 def test_feed_forward_keeps_the_pre_activations_the_x_blocks_use():
@@ -101,8 +108,9 @@ def test_feed_forward_keeps_the_pre_activations_the_x_blocks_use():
     np.testing.assert_array_equal(Us[-1], net.forward(X0)[1])
     for l in range(1, net.n_hidden + 1):
         np.testing.assert_array_equal(Us[l - 1], net.pre_activation(l - 1, [X0, *Xs][l - 1]))
-        np.testing.assert_array_equal(x_block(net, X0, Y, Xs, l).U_prev,
-                                      x_block(net, X0, Y, Xs, l, U_prev=Us[l - 1]).U_prev)
+        np.testing.assert_array_equal(
+            x_block(net, X0, Y, Xs, l).U_prev, x_block(net, X0, Y, Xs, l, U_prev=Us[l - 1]).U_prev
+        )
 
 
 def test_feed_forward_from_the_datas_patches():
@@ -119,7 +127,7 @@ def test_feed_forward_from_the_datas_patches():
         Xs_p, Us_p = net.feed_forward(X, Xt0)
         for a, b in zip([*Xs, *Us], [*Xs_p, *Us_p]):
             np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12)
-        assert not np.allclose(net.feed_forward(X, 2 * Xt0)[1][0], Us[0])   # they are used
+        assert not np.allclose(net.feed_forward(X, 2 * Xt0)[1][0], Us[0])  # they are used
 
 
 def test_no_hidden_layer_is_a_linear_model():
@@ -134,18 +142,22 @@ def test_no_hidden_layer_is_a_linear_model():
 @pytest.mark.parametrize("act", [*ACTIVATION_NAMES, ("sigmoid", "leaky_relu")], ids=str)
 def test_lifted_equals_network_objective_at_feed_forward_point(act, loss):
     """At X = X^ff every B_l = 0, so F(W, X^ff) = J(W) (the paper's relaxation is tight there)."""
-    for sizes, lam, rho in [(SIZES, 0.7, 0.05), ((3, 6, 6, 6, 4), [2.0, 0.5, 1.0], [0, .1, .2, .3]),
-                            ((2, 3, 2), 1e3, 0.0)]:
-        acts = act if isinstance(act, str) else (list(act) * 3)[:len(sizes) - 2]
-        net, X0, Y, Xs = make_problem(sizes, act=acts, loss=loss, lam=lam, rho=rho, m=6, seed=2,
-                                      lifted="ff")
+    for sizes, lam, rho in [
+        (SIZES, 0.7, 0.05),
+        ((3, 6, 6, 6, 4), [2.0, 0.5, 1.0], [0, 0.1, 0.2, 0.3]),
+        ((2, 3, 2), 1e3, 0.0),
+    ]:
+        acts = act if isinstance(act, str) else (list(act) * 3)[: len(sizes) - 2]
+        net, X0, Y, Xs = make_problem(
+            sizes, act=acts, loss=loss, lam=lam, rho=rho, m=6, seed=2, lifted="ff"
+        )
         J = net.network_objective(X0, Y)
         F = net.lifted_objective(X0, Y, Xs)
         assert F == pytest.approx(J, rel=1e-10, abs=1e-10)
         assert np.all(np.abs(net.divergences(X0, Xs)) < 1e-9)
         # and J is what its formula says
         Yhat = hand_forward(net.W, X0, net.activations)[1]
-        expected = hand_loss(loss, Y, Yhat) + sum(r * np.sum(W ** 2) for r, W in zip(net.rho, net.W))
+        expected = hand_loss(loss, Y, Yhat) + sum(r * np.sum(W**2) for r, W in zip(net.rho, net.W))
         assert J == pytest.approx(expected, rel=1e-12)
 
 
@@ -158,10 +170,12 @@ def test_lifted_objective_formula_and_lower_bound_off_ff_point(act, loss, seed):
     net, X0, Y, Xs = make_problem(SIZES, act=act, loss=loss, lam=lam, rho=rho, m=4, seed=seed)
     F = net.lifted_objective(X0, Y, Xs)
     out = net.W[-1][:, :-1] @ Xs[-1] + net.W[-1][:, -1:]
-    base = hand_loss(loss, Y, out) + sum(r * np.sum(W ** 2) for r, W in zip(rho, net.W))
+    base = hand_loss(loss, Y, out) + sum(r * np.sum(W**2) for r, W in zip(rho, net.W))
     X = [X0, *Xs]
-    Bs = [np.sum(a.divergence(X[l + 1], net.W[l] @ augment(X[l])))
-          for l, a in enumerate(net.activations)]
+    Bs = [
+        np.sum(a.divergence(X[l + 1], net.W[l] @ augment(X[l])))
+        for l, a in enumerate(net.activations)
+    ]
     assert all(B > 0 for B in Bs)
     np.testing.assert_allclose(net.divergences(X0, Xs), Bs, rtol=1e-12)
     assert F == pytest.approx(base + sum(lm * B for lm, B in zip(lam, Bs)), rel=1e-12)
@@ -208,26 +222,38 @@ def test_list_input_accepted():
 
 
 # --- bad input ------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(layer_sizes=(3,)), r"layer_sizes must be a sequence of at least 2 positive integers, got \(3,\)"),
-    (dict(layer_sizes=()), r"layer_sizes must be .* got \(\)"),
-    (dict(layer_sizes=(3, 0, 2)), r"layer_sizes must be .* got \(3, 0, 2\)"),
-    (dict(layer_sizes=(3, -4, 2)), r"layer_sizes must be .* got \(3, -4, 2\)"),
-    (dict(layer_sizes=(3, 2.5, 2)), r"layer_sizes must be .* got \(3, 2.5, 2\)"),
-    (dict(activation="swish"), r"activation must be one of .* got 'swish'"),
-    (dict(activation=["relu"]), r"activation must be one or a sequence of 2, got \['relu'\]"),
-    (dict(activation=["relu", "tanh", "relu"]), r"activation must be one or a sequence of 2"),
-    (dict(loss="hinge"), r"loss must be one of .* got 'hinge'"),
-    (dict(lam=0), r"lam must be > 0 and finite, got 0"),
-    (dict(lam=[1.0, 0.0]), r"lam must be > 0 and finite, got 0.0"),
-    (dict(lam=-1), r"lam must be .* got -1"),
-    (dict(lam=float("nan")), r"lam must be .* got nan"),
-    (dict(lam=math.inf), r"lam must be .* got inf"),
-    (dict(lam=[1.0, 2.0, 3.0]), r"lam must be a number or a sequence of 2 numbers, got \[1.0, 2.0, 3.0\]"),
-    (dict(rho=-0.5), r"rho must be >= 0 and finite, got -0.5"),
-    (dict(rho=[0.1, 0.1]), r"rho must be a number or a sequence of 3 numbers, got \[0.1, 0.1\]"),
-    (dict(rho=[0.1, -2, 0.1]), r"rho must be >= 0 and finite, got -2"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (
+            dict(layer_sizes=(3,)),
+            r"layer_sizes must be a sequence of at least 2 positive integers, got \(3,\)",
+        ),
+        (dict(layer_sizes=()), r"layer_sizes must be .* got \(\)"),
+        (dict(layer_sizes=(3, 0, 2)), r"layer_sizes must be .* got \(3, 0, 2\)"),
+        (dict(layer_sizes=(3, -4, 2)), r"layer_sizes must be .* got \(3, -4, 2\)"),
+        (dict(layer_sizes=(3, 2.5, 2)), r"layer_sizes must be .* got \(3, 2.5, 2\)"),
+        (dict(activation="swish"), r"activation must be one of .* got 'swish'"),
+        (dict(activation=["relu"]), r"activation must be one or a sequence of 2, got \['relu'\]"),
+        (dict(activation=["relu", "tanh", "relu"]), r"activation must be one or a sequence of 2"),
+        (dict(loss="hinge"), r"loss must be one of .* got 'hinge'"),
+        (dict(lam=0), r"lam must be > 0 and finite, got 0"),
+        (dict(lam=[1.0, 0.0]), r"lam must be > 0 and finite, got 0.0"),
+        (dict(lam=-1), r"lam must be .* got -1"),
+        (dict(lam=float("nan")), r"lam must be .* got nan"),
+        (dict(lam=math.inf), r"lam must be .* got inf"),
+        (
+            dict(lam=[1.0, 2.0, 3.0]),
+            r"lam must be a number or a sequence of 2 numbers, got \[1.0, 2.0, 3.0\]",
+        ),
+        (dict(rho=-0.5), r"rho must be >= 0 and finite, got -0.5"),
+        (
+            dict(rho=[0.1, 0.1]),
+            r"rho must be a number or a sequence of 3 numbers, got \[0.1, 0.1\]",
+        ),
+        (dict(rho=[0.1, -2, 0.1]), r"rho must be >= 0 and finite, got -2"),
+    ],
+)
 def test_constructor_rejects_bad_arguments(kwargs, match):
     args = dict(layer_sizes=SIZES)
     args.update(kwargs)
@@ -238,20 +264,33 @@ def test_constructor_rejects_bad_arguments(kwargs, match):
 def test_data_errors_name_the_parameter_and_value():
     net, X0, Y, Xs = make_problem(SIZES, m=5)
     cases = [
-        (lambda: net.network_objective(X0[:2], Y),
-         r"X0 must have 3 rows \(the network's input size\), got shape \(2, 5\)"),
-        (lambda: net.network_objective(X0, Y[:, :4]),
-         r"Y must have 5 columns \(data points\), got shape \(2, 4\)"),
-        (lambda: net.network_objective(X0, Y[:1]),
-         r"Y must have 2 rows \(the network's output size\), got shape \(1, 5\)"),
+        (
+            lambda: net.network_objective(X0[:2], Y),
+            r"X0 must have 3 rows \(the network's input size\), got shape \(2, 5\)",
+        ),
+        (
+            lambda: net.network_objective(X0, Y[:, :4]),
+            r"Y must have 5 columns \(data points\), got shape \(2, 4\)",
+        ),
+        (
+            lambda: net.network_objective(X0, Y[:1]),
+            r"Y must have 2 rows \(the network's output size\), got shape \(1, 5\)",
+        ),
         (lambda: net.network_objective(X0[0], Y), r"X0 must be a 2-D array .* got shape \(5,\)"),
-        (lambda: net.predict(X0[:, :0]), r"X0 must hold at least one data point, got shape \(3, 0\)"),
+        (
+            lambda: net.predict(X0[:, :0]),
+            r"X0 must hold at least one data point, got shape \(3, 0\)",
+        ),
         (lambda: net.lifted_objective(X0, Y, Xs[:1]), r"Xs must hold 2 matrices X_1..X_L, got 1"),
         (lambda: net.lifted_objective(X0, Y, [*Xs, Xs[0]]), r"Xs must hold 2 matrices .* got 3"),
-        (lambda: net.lifted_objective(X0, Y, [Xs[0][:3], Xs[1]]),
-         r"Xs\[0\] \(X_1\) must have 4 rows \(the size of layer 1\), got shape \(3, 5\)"),
-        (lambda: net.lifted_objective(X0, Y, [Xs[0], Xs[1][:, :2]]),
-         r"Xs\[1\] \(X_2\) must have 5 columns \(data points\), got shape \(5, 2\)"),
+        (
+            lambda: net.lifted_objective(X0, Y, [Xs[0][:3], Xs[1]]),
+            r"Xs\[0\] \(X_1\) must have 4 rows \(the size of layer 1\), got shape \(3, 5\)",
+        ),
+        (
+            lambda: net.lifted_objective(X0, Y, [Xs[0], Xs[1][:, :2]]),
+            r"Xs\[1\] \(X_2\) must have 5 columns \(data points\), got shape \(5, 2\)",
+        ),
     ]
     for call, match in cases:
         with pytest.raises(ValueError, match=match):

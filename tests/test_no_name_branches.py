@@ -9,6 +9,7 @@ two or more of them; and any comparison or lookup by an activation's or a loss's
 attribute (``act.name in PROX``, ``TABLE[block.loss.name]``, ``TABLE.get(act.name)``). Names in
 docstrings, defaults (``activation="relu"``) and the classes' own ``name`` are not branches.
 """
+
 import ast
 import re
 from pathlib import Path
@@ -20,13 +21,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "fenchel_cvx"
 NAMES = frozenset(ACTIVATIONS) | frozenset(LOSSES)
 
 
-
-
 def _names_in(node):
     """The registered names among a tuple / list / set of string constants (else none)."""
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        return [e.value for e in node.elts
-                if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value in NAMES]
+        return [
+            e.value
+            for e in node.elts
+            if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value in NAMES
+        ]
     return []
 
 
@@ -40,8 +42,11 @@ OWNER = re.compile(r"(^|\.)(act\w*|activation\w*|loss\w*)$")
 
 def _is_name_attr(node):
     """``act.name``, ``block.act_in.name``, ``net.loss.name``, ..."""
-    return (isinstance(node, ast.Attribute) and node.attr == "name"
-            and bool(OWNER.search(ast.unparse(node.value))))
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "name"
+        and bool(OWNER.search(ast.unparse(node.value)))
+    )
 
 
 def name_uses(source):
@@ -54,8 +59,13 @@ def name_uses(source):
                 found.append((node.lineno, "comparison with a name"))
         elif isinstance(node, ast.Subscript) and _is_name_attr(node.slice):
             found.append((node.lineno, "lookup by a name"))
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr == "get" and node.args and _is_name_attr(node.args[0])):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+            and _is_name_attr(node.args[0])
+        ):
             found.append((node.lineno, "lookup by a name"))
         elif isinstance(node, ast.Dict):
             keyed = sum(k is not None and _is_name(k) for k in node.keys)
@@ -71,17 +81,19 @@ def _modules():
 
 
 def test_the_scanner_finds_each_kind_of_name_use():
-    src = ('if act.name == "relu": pass\n'
-           'x = {"mse": 1}\n'
-           'y = ("sigmoid", "tanh")\n'
-           'z = loss.name in ("cross_entropy",)\n'
-           'w = PROX.get(block.act_in.name, 1.0)\n'
-           'v = TABLE[net.loss.name]\n'
-           'u = block.act_out.name in PROX\n'
-           'def f(activation="relu"):\n    """relu and mse"""\n'
-           'ok = {"monotone": "activations", "fit": "bcd"}, path.name, DTYPES[dtype.name]\n')
+    src = (
+        'if act.name == "relu": pass\n'
+        'x = {"mse": 1}\n'
+        'y = ("sigmoid", "tanh")\n'
+        'z = loss.name in ("cross_entropy",)\n'
+        "w = PROX.get(block.act_in.name, 1.0)\n"
+        "v = TABLE[net.loss.name]\n"
+        "u = block.act_out.name in PROX\n"
+        'def f(activation="relu"):\n    """relu and mse"""\n'
+        'ok = {"monotone": "activations", "fit": "bcd"}, path.name, DTYPES[dtype.name]\n'
+    )
     assert sorted(line for line, _ in name_uses(src)) == [1, 2, 3, 4, 5, 6, 7]
-    assert "elu" in NAMES and "huber" in NAMES      # the extensions are registered
+    assert "elu" in NAMES and "huber" in NAMES  # the extensions are registered
 
 
 def test_no_module_branches_on_activation_or_loss_names():

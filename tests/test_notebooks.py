@@ -6,6 +6,7 @@ full sizes, ``FENCHEL_NOTEBOOK_FULL=1``), open with what it teaches and how to r
 what it uses, and define no algorithm of its own. The ``slow`` test executes each *source* with
 nbclient as a reader would open it: with its default small sizes; any error fails it.
 """
+
 import os
 from pathlib import Path
 
@@ -17,7 +18,7 @@ jupytext = pytest.importorskip("jupytext")
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 SOURCES = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.py"))
-CELL_TIMEOUT_S = 600   # a guard against a hung kernel, not a speed target
+CELL_TIMEOUT_S = 600  # a guard against a hung kernel, not a speed target
 
 
 def _cells(nb):
@@ -37,14 +38,16 @@ def test_the_notebooks_are_found():
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
 def test_source_is_paired_with_its_ipynb(source):
     nb = jupytext.read(source)
-    assert nb.metadata.get("jupytext", {}).get("formats") == "ipynb,py:percent", \
+    assert nb.metadata.get("jupytext", {}).get("formats") == "ipynb,py:percent", (
         f"pair it: jupytext --set-formats ipynb,py:percent {source.relative_to(ROOT)}"
+    )
     paired = source.with_suffix(".ipynb")
     assert paired.is_file(), f"run: jupytext --sync --execute {source.relative_to(ROOT)}"
     saved = nbformat.read(paired, as_version=4)
     nbformat.validate(saved)
-    assert _cells(saved) == _cells(nb), \
+    assert _cells(saved) == _cells(nb), (
         f"{paired.name} is out of date: jupytext --sync --execute {source.relative_to(ROOT)}"
+    )
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
@@ -52,8 +55,9 @@ def test_saved_outputs_are_complete_for_the_docs(source):
     """The docs show the saved outputs: every code cell has run, in order, with no error."""
     saved = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
     counts = [c.execution_count for c in saved.cells if c.cell_type == "code"]
-    assert counts == list(range(1, len(counts) + 1)), \
+    assert counts == list(range(1, len(counts) + 1)), (
         f"{source.stem}: not executed in order from a fresh kernel (execution counts {counts})"
+    )
     outputs = _outputs(saved)
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs), "no figure saved"
@@ -91,8 +95,14 @@ def test_notebook_imports_what_it_calls(source):
             defined.add(node.id)
         elif isinstance(node, ast.arg):
             defined.add(node.arg)
-    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    assert not called - defined, f"{source.stem} calls names it never imports: {sorted(called - defined)}"
+    called = {
+        n.func.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
+    assert not called - defined, (
+        f"{source.stem} calls names it never imports: {sorted(called - defined)}"
+    )
 
 
 @pytest.mark.slow
@@ -100,16 +110,21 @@ def test_notebook_imports_what_it_calls(source):
 def test_notebook_source_runs(source, tmp_path, monkeypatch):
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
-    monkeypatch.delenv("FENCHEL_NOTEBOOK_FULL", raising=False)   # the default: small sizes
+    monkeypatch.delenv("FENCHEL_NOTEBOOK_FULL", raising=False)  # the default: small sizes
     # the kernel is a separate process: give it the suite's BLAS thread limit (conftest.py) too
     threads = os.environ.get("FENCHEL_TEST_BLAS_THREADS", "1")
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         monkeypatch.setenv(var, threads)
-    monkeypatch.setenv("PYTHONPATH",
-                       os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    )
     nb = jupytext.read(source)
-    nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    ).execute()
     assert not [o for o in _outputs(nb) if o.output_type == "error"]
     printed = "".join(o.get("text", "") for o in _outputs(nb) if o.output_type == "stream")
     assert "small settings" in printed

@@ -1,5 +1,6 @@
 """The CVXPY oracle (fenchel_cvx.oracle) against scipy's L-BFGS-B, its own monolithic problems,
 the nnls path, and its error contract."""
+
 import itertools
 import math
 
@@ -26,11 +27,15 @@ def backend():
 def instance(act, loss, seed=0, sizes=(4, 3, 3, 3), m=8, rho=0.05, noise=0.3):
     """A random network with lifted variables perturbed from the feed-forward point."""
     rng = np.random.default_rng(seed)
-    net = LiftedNetwork(sizes, activation=ACTS[act], loss=loss, lam=[1.0, 0.7][:len(sizes) - 2],
-                        rho=rho, seed=seed)
+    net = LiftedNetwork(
+        sizes, activation=ACTS[act], loss=loss, lam=[1.0, 0.7][: len(sizes) - 2], rho=rho, seed=seed
+    )
     X0 = rng.standard_normal((sizes[0], m))
-    Y = np.eye(sizes[-1])[rng.integers(0, sizes[-1], m)].T if loss == "cross_entropy" \
+    Y = (
+        np.eye(sizes[-1])[rng.integers(0, sizes[-1], m)].T
+        if loss == "cross_entropy"
         else rng.standard_normal((sizes[-1], m))
+    )
     Xs, _ = net.forward(X0)
     Xs = [a.project(X + noise * rng.standard_normal(X.shape)) for a, X in zip(net.activations, Xs)]
     return net, X0, Y, Xs
@@ -54,23 +59,32 @@ def lbfgs_best(block, shape, starts=4, seed=0):
     lo, hi = -np.inf, np.inf
     if isinstance(block, XBlock):
         lo, hi = block.act_in.v_range
-        if block.act_in.name in ("sigmoid", "tanh"):    # F' is infinite on the boundary
+        if block.act_in.name in ("sigmoid", "tanh"):  # F' is infinite on the boundary
             lo, hi = lo + 1e-10, hi - 1e-10
-    bounds = [(None if math.isinf(lo) else lo, None if math.isinf(hi) else hi)] * int(np.prod(shape))
+    bounds = [(None if math.isinf(lo) else lo, None if math.isinf(hi) else hi)] * int(
+        np.prod(shape)
+    )
     best = np.inf
     for _ in range(starts):
         z0 = rng.uniform(max(lo, -1.0), min(hi, 1.0), size=shape).ravel()
-        res = minimize(lambda z: float(block.value(z.reshape(shape))), z0, method="L-BFGS-B",
-                       jac=lambda z: block.grad(z.reshape(shape)).ravel(), bounds=bounds,
-                       options=dict(maxiter=5000, ftol=1e-15, gtol=1e-11))
+        res = minimize(
+            lambda z: float(block.value(z.reshape(shape))),
+            z0,
+            method="L-BFGS-B",
+            jac=lambda z: block.grad(z.reshape(shape)).ravel(),
+            bounds=bounds,
+            options=dict(maxiter=5000, ftol=1e-15, gtol=1e-11),
+        )
         best = min(best, float(res.fun))
     return best
 
 
-CASES = ([("x_hidden", a, "mse", 0.0) for a in ACTS]
-         + [("x_last", a, l, 0.0) for a in ACTS for l in ("mse", "cross_entropy")]
-         + [("w_hidden", a, "mse", g) for a in ACTS for g in (0.0, 0.5)]
-         + [("w_last", a, l, g) for a in ACTS for l in ("mse", "cross_entropy") for g in (0.0, 0.5)])
+CASES = (
+    [("x_hidden", a, "mse", 0.0) for a in ACTS]
+    + [("x_last", a, l, 0.0) for a in ACTS for l in ("mse", "cross_entropy")]
+    + [("w_hidden", a, "mse", g) for a in ACTS for g in (0.0, 0.5)]
+    + [("w_last", a, l, g) for a in ACTS for l in ("mse", "cross_entropy") for g in (0.0, 0.5)]
+)
 
 
 @pytest.mark.parametrize("kind,act,loss,gamma", CASES)
@@ -97,14 +111,22 @@ def test_nnls_matches_cvxpy():
         assert a.value <= b.value + 1e-12 * (1 + abs(b.value))
 
 
-@pytest.mark.parametrize("kind,act,loss,gamma", [
-    ("x_hidden", "relu", "mse", 0.0), ("x_hidden", "sigmoid", "mse", 0.0),
-    ("x_last", "tanh", "cross_entropy", 0.0), ("x_last", "leaky_relu", "mse", 0.0),
-    ("w_hidden", "relu", "mse", 0.5), ("w_hidden", "tanh", "mse", 0.0),
-    ("w_last", "relu", "cross_entropy", 0.5), ("w_last", "sigmoid", "mse", 0.0)])
+@pytest.mark.parametrize(
+    "kind,act,loss,gamma",
+    [
+        ("x_hidden", "relu", "mse", 0.0),
+        ("x_hidden", "sigmoid", "mse", 0.0),
+        ("x_last", "tanh", "cross_entropy", 0.0),
+        ("x_last", "leaky_relu", "mse", 0.0),
+        ("w_hidden", "relu", "mse", 0.5),
+        ("w_hidden", "tanh", "mse", 0.0),
+        ("w_last", "relu", "cross_entropy", 0.5),
+        ("w_last", "sigmoid", "mse", 0.0),
+    ],
+)
 def test_split_equals_monolithic(kind, act, loss, gamma):
     block = make_block(kind, act, loss, gamma)
-    split = OracleBackend(tol=TOL, budget=1).solve(block)      # one column / row per piece
+    split = OracleBackend(tol=TOL, budget=1).solve(block)  # one column / row per piece
     assert split.info["n_subproblems"] == block.shape[1 if kind.startswith("x") else 0]
     prob, var = block_problem(block)
     assert prob.is_dcp()
@@ -114,29 +136,29 @@ def test_split_equals_monolithic(kind, act, loss, gamma):
     assert prob.value == pytest.approx(float(block.value(var.value)), rel=1e-6, abs=1e-6)
     assert split.value == pytest.approx(prob.value, rel=1e-6, abs=1e-6)
     assert split.value <= prob.value + 1e-9 * (1 + abs(prob.value))
-    if kind != "w_hidden" or gamma:      # strongly convex: the argmin is unique
+    if kind != "w_hidden" or gamma:  # strongly convex: the argmin is unique
         np.testing.assert_allclose(split.argmin, var.value, atol=1e-3)
 
 
 def test_template_is_reused():
-    backend = OracleBackend(tol=TOL, budget=40, exact=False)   # several pieces; CVXPY W-blocks
+    backend = OracleBackend(tol=TOL, budget=40, exact=False)  # several pieces; CVXPY W-blocks
     first = make_block("x_last", "sigmoid", "cross_entropy", 0.0, seed=0)
     backend.solve(first)
     builds = backend.cache_info()
     assert sum(builds.values()) == 1
-    second = make_block("x_last", "sigmoid", "cross_entropy", 0.0, seed=5)   # same shapes, new data
+    second = make_block("x_last", "sigmoid", "cross_entropy", 0.0, seed=5)  # same shapes, new data
     res = backend.solve(second)
-    assert backend.cache_info() == builds                # no recompilation
+    assert backend.cache_info() == builds  # no recompilation
     assert res.residual <= TOL
     best = lbfgs_best(second, second.shape)
     assert res.value <= best + 1e-7 * (1 + abs(best))
     # W-blocks compile X~ in as a constant: same X~ reuses, a new X~ rebuilds in place
     wb = make_block("w_hidden", "relu", "mse", 0.5, seed=0)
     backend.solve(wb)
-    backend.solve(make_block("w_hidden", "relu", "mse", 0.0, seed=0))    # same X~, new gamma
+    backend.solve(make_block("w_hidden", "relu", "mse", 0.0, seed=0))  # same X~, new gamma
     key = next(k for k in backend.cache_info() if k[0] == "w_hidden")
     assert backend.cache_info()[key] == 1
-    backend.solve(make_block("w_hidden", "relu", "mse", 0.5, seed=3))    # new X~
+    backend.solve(make_block("w_hidden", "relu", "mse", 0.5, seed=3))  # new X~
     assert backend.cache_info()[key] == 2 and len(backend.cache_info()) == 2
 
 
@@ -144,7 +166,7 @@ def test_template_is_reused():
 def test_parallel_equals_serial():
     block = make_block("x_last", "tanh", "cross_entropy", 0.0, seed=2)
     net, X0, Y, Xs = instance("relu", "mse", seed=3, m=40)
-    nn_block = x_block(net, X0, Y, Xs, 2)                     # 40 columns: nnls in two workers
+    nn_block = x_block(net, X0, Y, Xs, 2)  # 40 columns: nnls in two workers
     a = OracleBackend(tol=TOL, budget=1).solve(block)
     a2 = OracleBackend(tol=TOL).solve(nn_block)
     par = OracleBackend(tol=TOL, budget=1, n_jobs=2)
@@ -165,7 +187,7 @@ def test_scs_and_osqp_work():
     xb = make_block("x_hidden", "relu", "mse", 0.0)
     res = osqp.solve(xb)
     assert res.status == "optimal" and res.residual <= TOL
-    again = osqp.solve(xb, start=res.argmin)                  # warm start from the argmin
+    again = osqp.solve(xb, start=res.argmin)  # warm start from the argmin
     assert again.residual <= TOL and again.iterations <= res.iterations
     with pytest.raises(ValueError, match="exponential cones"):
         osqp.solve(make_block("x_last", "sigmoid", "cross_entropy", 0.0))
@@ -189,7 +211,9 @@ def test_bad_input():
     wb = make_block("w_hidden", "sigmoid", "mse", 0.0)
     wb.V = wb.V.copy()
     wb.V[1, 2] = 1.25
-    with pytest.raises(ValueError, match=r"V must lie in the range \(0.0, 1.0\) of sigmoid, got 1.25"):
+    with pytest.raises(
+        ValueError, match=r"V must lie in the range \(0.0, 1.0\) of sigmoid, got 1.25"
+    ):
         backend.solve(wb)
     ce = make_block("x_last", "relu", "cross_entropy", 0.0)
     ce.Y = ce.Y - 0.5
@@ -225,17 +249,25 @@ def test_residual_above_tol():
 def test_empty_label_columns_cross_entropy(backend):
     block = make_block("x_last", "relu", "cross_entropy", 0.0)
     block.Y = block.Y.copy()
-    block.Y[:, 3] = 0.0                                   # a column with no label mass
+    block.Y[:, 3] = 0.0  # a column with no label mass
     res = backend.solve(block)
     assert res.residual <= TOL
     np.testing.assert_allclose(res.argmin[:, 3], np.maximum(block.U_prev[:, 3], 0.0))
 
 
-@pytest.mark.parametrize("act,loss", list(itertools.product(["relu", "sigmoid"], ["mse", "cross_entropy"])))
+@pytest.mark.parametrize(
+    "act,loss", list(itertools.product(["relu", "sigmoid"], ["mse", "cross_entropy"]))
+)
 def test_block_problem_value_is_block_value(act, loss):
     net, X0, Y, Xs = instance(act, loss, seed=4)
-    for block in [x_block(net, X0, Y, Xs, 1), x_block(net, X0, Y, Xs, 2),
-                  w_block(net, X0, Y, Xs, 0, gamma=0.3, W0=net.W[0] * 0.5), w_block(net, X0, Y, Xs, 2)]:
+    for block in [
+        x_block(net, X0, Y, Xs, 1),
+        x_block(net, X0, Y, Xs, 2),
+        w_block(net, X0, Y, Xs, 0, gamma=0.3, W0=net.W[0] * 0.5),
+        w_block(net, X0, Y, Xs, 2),
+    ]:
         prob, var = block_problem(block)
-        var.value = block.project(Xs[block.layer - 1]) if isinstance(block, XBlock) else net.W[block.layer]
+        var.value = (
+            block.project(Xs[block.layer - 1]) if isinstance(block, XBlock) else net.W[block.layer]
+        )
         assert prob.objective.value == pytest.approx(float(block.value(var.value)), rel=1e-9)

@@ -1,5 +1,6 @@
 """The oracle's exact W-block methods (fenchel_cvx.oracle.exact) and the shared-Gram nonnegative
 least squares (fenchel_cvx.oracle.nnls) against the CVXPY templates, and their fallback."""
+
 import itertools
 
 import numpy as np
@@ -13,11 +14,17 @@ from fenchel_cvx.oracle import OracleBackend, ce_columns, exact, nnls, rows
 from test_oracle import instance, make_block
 
 TOL = 1e-7
-EXACT = [("w_hidden", "relu", "mse", 0.0), ("w_hidden", "relu", "cross_entropy", 0.5),
-         ("w_hidden", "leaky_relu", "mse", 0.0), ("w_hidden", "leaky_relu", "mse", 0.5),
-         ("w_last", "relu", "mse", 0.0), ("w_last", "tanh", "mse", 0.5),
-         ("w_last", "relu", "cross_entropy", 0.0), ("w_last", "sigmoid", "cross_entropy", 0.5),
-         ("x_last", "relu", "cross_entropy", 0.0)]
+EXACT = [
+    ("w_hidden", "relu", "mse", 0.0),
+    ("w_hidden", "relu", "cross_entropy", 0.5),
+    ("w_hidden", "leaky_relu", "mse", 0.0),
+    ("w_hidden", "leaky_relu", "mse", 0.5),
+    ("w_last", "relu", "mse", 0.0),
+    ("w_last", "tanh", "mse", 0.5),
+    ("w_last", "relu", "cross_entropy", 0.0),
+    ("w_last", "sigmoid", "cross_entropy", 0.5),
+    ("x_last", "relu", "cross_entropy", 0.0),
+]
 
 
 @pytest.mark.parametrize("kind,act,loss,gamma", EXACT)
@@ -38,8 +45,9 @@ def test_exact_method_equals_cvxpy_template(kind, act, loss, gamma, seed):
 
 def test_exact_methods_on_larger_blocks():
     """More data points than unknowns and the other way round: both routes of SharedGram."""
-    for act, (m, sizes) in itertools.product(["relu", "leaky_relu"],
-                                             [(60, (12, 20, 4)), (15, (30, 25, 4))]):
+    for act, (m, sizes) in itertools.product(
+        ["relu", "leaky_relu"], [(60, (12, 20, 4)), (15, (30, 25, 4))]
+    ):
         net, X0, Y, Xs = instance(act, "cross_entropy", seed=3, sizes=sizes, m=m)
         for l in (0, 1):
             block = w_block(net, X0, Y, Xs, l, gamma=0.3, W0=net.W[l])
@@ -54,17 +62,29 @@ def test_which_blocks_have_an_exact_method():
     assert exact.method_for(relu) is exact.relu_rows
     assert exact.method_for(make_block("w_hidden", "leaky_relu", "mse", 0.0)) is exact.leaky_rows
     assert exact.method_for(make_block("w_last", "relu", "mse", 0.0)) is exact.ridge
-    assert exact.method_for(make_block("w_last", "relu", "cross_entropy", 0.0)) is \
-        exact.softmax_newton
-    assert exact.method_for(make_block("x_last", "relu", "cross_entropy", 0.0)) is \
-        exact.ce_relu_columns
-    assert set(exact.METHODS) == {(WHidden, ReLU), (WHidden, LeakyReLU), (WLast, MSE),
-                                  (WLast, CrossEntropy), (XLast, CrossEntropy, ReLU)}
-    for kind, act, loss in [("w_hidden", "sigmoid", "mse"), ("w_hidden", "tanh", "mse"),
-                            ("x_last", "relu", "mse"), ("x_last", "sigmoid", "cross_entropy"),
-                            ("x_hidden", "relu", "mse")]:
+    assert (
+        exact.method_for(make_block("w_last", "relu", "cross_entropy", 0.0)) is exact.softmax_newton
+    )
+    assert (
+        exact.method_for(make_block("x_last", "relu", "cross_entropy", 0.0))
+        is exact.ce_relu_columns
+    )
+    assert set(exact.METHODS) == {
+        (WHidden, ReLU),
+        (WHidden, LeakyReLU),
+        (WLast, MSE),
+        (WLast, CrossEntropy),
+        (XLast, CrossEntropy, ReLU),
+    }
+    for kind, act, loss in [
+        ("w_hidden", "sigmoid", "mse"),
+        ("w_hidden", "tanh", "mse"),
+        ("x_last", "relu", "mse"),
+        ("x_last", "sigmoid", "cross_entropy"),
+        ("x_hidden", "relu", "mse"),
+    ]:
         assert exact.attempt(make_block(kind, act, loss, 0.0)) is None
-    relu.rho = 0.0                         # not strictly convex: the proximal-point path
+    relu.rho = 0.0  # not strictly convex: the proximal-point path
     assert exact.attempt(relu) is None
 
 
@@ -76,7 +96,7 @@ def test_warm_start_pivots_once_per_row(act):
     assert cold.certified and warm.certified
     assert warm.info["pivots"] == block.V.shape[0] <= cold.info["pivots"]
     np.testing.assert_allclose(warm.argmin, cold.argmin, atol=1e-10)
-    for bad in (cold.argmin[:-1], np.full_like(cold.argmin, np.nan)):   # ignored: a cold start
+    for bad in (cold.argmin[:-1], np.full_like(cold.argmin, np.nan)):  # ignored: a cold start
         again = exact.attempt(block, bad, TOL)
         assert again.certified and again.info["pivots"] == cold.info["pivots"]
 
@@ -84,7 +104,7 @@ def test_warm_start_pivots_once_per_row(act):
 def test_fallback_when_the_certificate_fails(monkeypatch):
     block = make_block("w_hidden", "relu", "mse", 0.5, seed=2)
     ref = OracleBackend(tol=TOL, exact=False).solve(block)
-    monkeypatch.setattr(rows, "PIVOT_ROUNDS", 1)        # stop the pivoting after one round
+    monkeypatch.setattr(rows, "PIVOT_ROUNDS", 1)  # stop the pivoting after one round
     monkeypatch.setattr(rows, "REFINE_STEPS", 0)
     found = exact.attempt(block, None, TOL)
     assert not found.certified and found.residual > TOL and "KKT residual" in found.reason
@@ -106,6 +126,7 @@ def test_fallback_when_the_certificate_fails(monkeypatch):
 
     def broken(block, W, g):
         raise np.linalg.LinAlgError("not positive definite")
+
     monkeypatch.setattr(exact, "ce_direction", broken)
     res = OracleBackend(tol=TOL).solve(ce)
     assert "LinAlgError: not positive definite" in res.info["exact_fallback"]
@@ -124,7 +145,7 @@ def test_solve_gram_is_the_nonnegative_least_squares(m, r):
     H, B = A.T @ A + 1e-2 * np.eye(m), A.T @ rng.standard_normal((m + 5, r))
     X, rounds, unsolved = nnls.solve_gram(nnls.SharedGram(H), B)
     assert not unsolved and rounds >= r
-    R = np.linalg.cholesky(H).T                      # 1/2 x'Hx - b'x = 1/2 ||R x - R^-T b||^2 + c
+    R = np.linalg.cholesky(H).T  # 1/2 x'Hx - b'x = 1/2 ||R x - R^-T b||^2 + c
     for j in range(r):
         ref, _ = scipy_nnls(R, np.linalg.solve(R.T, B[:, j]), maxiter=50 * m)
         np.testing.assert_allclose(X[:, j], ref, atol=1e-9)
@@ -137,7 +158,7 @@ def test_shared_gram_routes_agree():
     A = rng.standard_normal((20, 12))
     gram = nnls.SharedGram(A.T @ A + 0.1 * np.eye(12))
     b = rng.standard_normal(12)
-    for k in (3, 9):                                   # the factor of H_FF, and of P_GG
+    for k in (3, 9):  # the factor of H_FF, and of P_GG
         F = np.zeros(12, dtype=bool)
         F[rng.choice(12, k, replace=False)] = True
         x, y = gram.solve(b, F)
@@ -154,14 +175,15 @@ def test_nnls_x_last_falls_back_to_scipy(monkeypatch):
     solve_gram = nnls.solve_gram
     monkeypatch.setattr(nnls, "solve_gram", lambda *a: calls.append(1) or solve_gram(*a))
     nnls.solve_x_last(block)
-    assert not calls                                    # 3 unknowns: scipy's nnls is faster
+    assert not calls  # 3 unknowns: scipy's nnls is faster
     monkeypatch.setattr(nnls, "SHARED_MIN", 1)
     shared = nnls.solve_x_last(block)
     assert calls
     by_column = nnls.solve_x_last(block, shared=False)
     np.testing.assert_allclose(shared, by_column, atol=1e-10)
-    monkeypatch.setattr(nnls, "solve_gram",
-                        lambda gram, B: solve_gram(gram, B, np.zeros(B.shape, bool), max_iter=1))
+    monkeypatch.setattr(
+        nnls, "solve_gram", lambda gram, B: solve_gram(gram, B, np.zeros(B.shape, bool), max_iter=1)
+    )
     np.testing.assert_allclose(nnls.solve_x_last(block), by_column, atol=1e-10)
     ref = OracleBackend(tol=TOL, nnls=False).solve(block)
     np.testing.assert_allclose(shared, ref.argmin, atol=1e-6)
@@ -184,10 +206,10 @@ def test_dual_and_primal_routes_equal_the_template(act, monkeypatch):
 
 
 def test_route_choice():
-    assert rows.use_dual(785, 500, 0.0) and rows.use_dual(785, 500, 0.01)    # MNIST W_0
-    assert not rows.use_dual(65, 1000, 0.0)                                 # digits W_0
-    assert not rows.use_dual(26, 3000, 0.0)                                 # conv patches
-    assert not rows.use_dual(5000, 4001, 0.0)                               # beyond DUAL_MAX
+    assert rows.use_dual(785, 500, 0.0) and rows.use_dual(785, 500, 0.01)  # MNIST W_0
+    assert not rows.use_dual(65, 1000, 0.0)  # digits W_0
+    assert not rows.use_dual(26, 3000, 0.0)  # conv patches
+    assert not rows.use_dual(5000, 4001, 0.0)  # beyond DUAL_MAX
 
 
 def test_cross_entropy_newton_directions_agree():
@@ -197,12 +219,13 @@ def test_cross_entropy_newton_directions_agree():
         g = block.grad(net.W[1])
         dense, woodbury = (exact.ce_direction(block, net.W[1], g, w) for w in (False, True))
         np.testing.assert_allclose(woodbury, dense, rtol=1e-8, atol=1e-10)
-        assert float(np.sum(g * dense)) < 0                     # a descent direction
+        assert float(np.sum(g * dense)) < 0  # a descent direction
 
 
 def test_conv_w_blocks_equal_the_template():
     """A convolution's W-block is a dense W-block on its patches (many more than inputs)."""
     from test_conv_blocks import conv_state
+
     net, X0, Y, Xs = conv_state(m=20)
     for l in range(len(net.W)):
         block = w_block(net, X0, Y, Xs, l, gamma=0.3, W0=net.W[l])

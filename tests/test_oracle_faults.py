@@ -8,6 +8,7 @@ happened: in strict mode as a ``CertificateError``; in recorded mode as a ``bloc
 violation against that block, the run ending cleanly with its history kept when the point
 cannot be used (NaN, outside the domain).
 """
+
 import numpy as np
 import pytest
 
@@ -23,8 +24,10 @@ from fenchel_cvx.oracle import OracleBackend
 # its kind in the sweep (X_L, ..., X_1, then W_L, ..., W_0)
 FIRST = {"x_last": "X_2", "x_hidden": "X_1", "w_last": "W_2", "w_hidden": "W_1"}
 FAULTS = [1e-1, 1e-3, "nan"]
-BACKENDS = {"oracle": lambda: OracleBackend(tol=1e-6),
-            "fast": lambda: FastBackend(tol=1e-6, max_iter=2000)}
+BACKENDS = {
+    "oracle": lambda: OracleBackend(tol=1e-6),
+    "fast": lambda: FastBackend(tol=1e-6, max_iter=2000),
+}
 
 
 class Faulty(BackendDefaults):
@@ -44,8 +47,16 @@ class Faulty(BackendDefaults):
             Z = np.full_like(Z, np.nan)
         else:
             Z = Z + self.fault * self.rng.standard_normal(Z.shape)
-        return BlockResult(Z, res.value, res.status, res.residual, res.seconds, res.iterations,
-                           res.converged, dict(res.info))
+        return BlockResult(
+            Z,
+            res.value,
+            res.status,
+            res.residual,
+            res.seconds,
+            res.iterations,
+            res.converged,
+            dict(res.info),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -80,11 +91,14 @@ def test_fault_is_recorded_against_its_block(data, backend, fault, kind):
     X, Y = data
     network = net()
     faulty = Faulty(BACKENDS[backend](), kind, fault)
-    res = fit_bcd(network, X, Y, iterations=2, backend=faulty, strict=False)   # no exception
+    res = fit_bcd(network, X, Y, iterations=2, backend=faulty, strict=False)  # no exception
     h = res.history
     first = h.violations[0]
-    assert (first["check"], first["layer"], first["iteration"]) == \
-        ("block_optimality", FIRST[kind], 1)
+    assert (first["check"], first["layer"], first["iteration"]) == (
+        "block_optimality",
+        FIRST[kind],
+        1,
+    )
     assert all(np.all(np.isfinite(W)) for W in network.W)
     assert all(np.all(np.isfinite(A)) for A in res.Xs)
     if fault == "nan":
@@ -99,8 +113,11 @@ def test_fault_is_recorded_against_its_block(data, backend, fault, kind):
         assert h[0]["halted"] in (None, FIRST[kind])
         if h[0]["halted"] is None:
             assert len(h) == 2
-            named = {(v["layer"], v["iteration"]) for v in h.violations
-                     if v["check"] == "block_optimality"}
+            named = {
+                (v["layer"], v["iteration"])
+                for v in h.violations
+                if v["check"] == "block_optimality"
+            }
             assert (FIRST[kind], 2) in named
 
 
@@ -111,23 +128,41 @@ def test_capped_blocks_are_marked_and_excused_only_for_their_cap(data):
     unusable is not excused; a run to tol has no capped violation."""
     X, Y = data
     capped = FastBackend(w_steps=1, x_steps=1)
-    h = fit_bcd(net(), X, Y, batch_size=12, epochs=2, gamma=1.0, backend=capped,
-                strict=False).history
+    h = fit_bcd(
+        net(), X, Y, batch_size=12, epochs=2, gamma=1.0, backend=capped, strict=False
+    ).history
     assert h.violations and not h.certificate_held and h.held_but_capped
     assert all(v["capped"] and v["check"] == "block_optimality" for v in h.violations)
     assert "capped block solves (inexact by design)" in repr(h)
-    exact = fit_bcd(net(), X, Y, batch_size=12, epochs=2, gamma=1.0,
-                    backend=FastBackend(tol=1e-6, max_iter=2000), strict=False).history
+    exact = fit_bcd(
+        net(),
+        X,
+        Y,
+        batch_size=12,
+        epochs=2,
+        gamma=1.0,
+        backend=FastBackend(tol=1e-6, max_iter=2000),
+        strict=False,
+    ).history
     assert exact.certificate_held and exact.held_but_capped and "capped" not in repr(exact)
     faulty = Faulty(FastBackend(w_steps=1, x_steps=1), "w_hidden", "nan")
-    faulty.step_setting = faulty.inner.step_setting   # the caps are known, the point is unusable
-    h = fit_bcd(net(), X, Y, batch_size=12, epochs=1, gamma=1.0, backend=faulty,
-                strict=False).history
+    faulty.step_setting = faulty.inner.step_setting  # the caps are known, the point is unusable
+    h = fit_bcd(
+        net(), X, Y, batch_size=12, epochs=1, gamma=1.0, backend=faulty, strict=False
+    ).history
     bad = [v for v in h.violations if "NaN" in v["detail"]]
     assert bad and not bad[0]["capped"] and not h.held_but_capped
     # a block stopped by the loop's own iteration cap, with no step cap given, is not excused
-    short = fit_bcd(net(), X, Y, batch_size=12, epochs=1, gamma=1.0, strict=False,
-                    backend=FastBackend(tol=1e-12, max_iter=1)).history
+    short = fit_bcd(
+        net(),
+        X,
+        Y,
+        batch_size=12,
+        epochs=1,
+        gamma=1.0,
+        strict=False,
+        backend=FastBackend(tol=1e-12, max_iter=1),
+    ).history
     assert short.violations and not any(v["capped"] for v in short.violations)
     assert not short.held_but_capped
 
@@ -142,14 +177,23 @@ class _OnStrict(BackendDefaults):
 
     def solve(self, block, start=None):
         res = self.inner.solve(block, start)
-        self.round += block.kind == "x_last"        # X_L opens every round
+        self.round += block.kind == "x_last"  # X_L opens every round
         if block.kind != self.kind or self.round < self.at:
             return res
         Z = res.argmin * float("nan")
-        status, converged = (res.status, res.converged) if self.status is None else (
-            self.status, False)
-        return BlockResult(Z, res.value, status, res.residual, res.seconds, res.iterations,
-                           converged, dict(res.info))
+        status, converged = (
+            (res.status, res.converged) if self.status is None else (self.status, False)
+        )
+        return BlockResult(
+            Z,
+            res.value,
+            status,
+            res.residual,
+            res.seconds,
+            res.iterations,
+            converged,
+            dict(res.info),
+        )
 
 
 @pytest.mark.parametrize("strict,status", [(False, None), (True, None), (True, "max_iter")])
@@ -166,10 +210,18 @@ def test_argmin_checks_read_at_a_rounds_end_reach_the_same_verdict(data, kind, s
     for name, lib in (("numpy", np), ("strict", xps)):
         model = net()
         model.W = [lib.asarray(W) for W in model.W]
-        inner = (FastBackend(tol=1e-6, max_iter=2000) if strict
-                 else FastBackend(w_steps=1, x_steps=2))
-        kw = dict(batch_size=12, epochs=2, gamma=1.0, backend=_OnStrict(inner, kind, 3, status),
-                  strict=strict, check_every=4, eval_every=None)
+        inner = (
+            FastBackend(tol=1e-6, max_iter=2000) if strict else FastBackend(w_steps=1, x_steps=2)
+        )
+        kw = dict(
+            batch_size=12,
+            epochs=2,
+            gamma=1.0,
+            backend=_OnStrict(inner, kind, 3, status),
+            strict=strict,
+            check_every=4,
+            eval_every=None,
+        )
         if strict:
             with pytest.raises(CertificateError, match=f"iteration 3, layer {FIRST[kind]}"):
                 fit_bcd(model, lib.asarray(X), lib.asarray(Y), **kw)
@@ -182,8 +234,9 @@ def test_argmin_checks_read_at_a_rounds_end_reach_the_same_verdict(data, kind, s
     if not strict:
         assert len(h_st) == 3 and h_st[2]["halted"] == FIRST[kind] == h_np[2]["halted"]
         assert [b["block"] for b in h_st[2]["blocks"]] == [b["block"] for b in h_np[2]["blocks"]]
-        assert ([v["layer"] for v in h_st[2]["certificate"]["violations"]]
-                == [v["layer"] for v in h_np[2]["certificate"]["violations"]])
+        assert [v["layer"] for v in h_st[2]["certificate"]["violations"]] == [
+            v["layer"] for v in h_np[2]["certificate"]["violations"]
+        ]
         for a, b in zip(h_st[2]["blocks"], h_np[2]["blocks"]):
             assert a["status"] == b["status"]
             assert (a["value_after"] is None) == (b["value_after"] is None)

@@ -2,6 +2,7 @@
 the loss whether its block may lack one (``Loss.may_lack_minimiser``) and scores only those;
 regression losses (MSE, Huber) with targets of any sign and scale are solved, never refused.
 """
+
 import numpy as np
 import pytest
 
@@ -23,10 +24,11 @@ def _targets(sign, scale, seed=0, shape=(3, 40)):
     return sign * scale * np.abs(np.random.default_rng(seed + 1).standard_normal(shape))
 
 
-@pytest.mark.parametrize("loss, sign, scale", [("mse", -1.0, 1.0), ("mse", -1.0, 100.0),
-                                               ("huber", 1.0, 100.0), ("huber", -1.0, 100.0)])
-def test_a_regression_last_w_block_without_rho_is_solved_for_targets_of_any_sign(loss, sign,
-                                                                                  scale):
+@pytest.mark.parametrize(
+    "loss, sign, scale",
+    [("mse", -1.0, 1.0), ("mse", -1.0, 100.0), ("huber", 1.0, 100.0), ("huber", -1.0, 100.0)],
+)
+def test_a_regression_last_w_block_without_rho_is_solved_for_targets_of_any_sign(loss, sign, scale):
     """MSE with negative targets (sum Y < 0) and Huber with targets of scale 100, rho = 0 on the
     last layer: the oracle solves the block (no ``NoMinimiser``) to the fast backend's optimum."""
     block = _last_block(loss, _targets(sign, scale))
@@ -65,6 +67,7 @@ def test_a_loss_that_declares_it_may_lack_a_minimiser_needs_a_registered_score()
         may_lack_minimiser = True
 
     block = _last_block(Receding(), _targets(1.0, 1.0))
-    with pytest.raises(TypeError, match="Receding.may_lack_minimiser holds, but no recession "
-                                        "score is registered"):
+    with pytest.raises(
+        TypeError, match="Receding.may_lack_minimiser holds, but no recession score is registered"
+    ):
         wellposed.check_minimiser(block)

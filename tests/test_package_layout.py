@@ -2,6 +2,7 @@
 that implement one protocol, a certificate handed what it checks, the data checked once per
 run, and the renamed names' deprecated aliases (each warns and gives what the new name gives).
 """
+
 import ast
 import importlib
 import sys
@@ -40,9 +41,14 @@ def import_graph(root):
         deps = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom):
-                base = (".".join(package[:len(package) - node.level + 1]
-                                 + ([node.module] if node.module else []))
-                        if node.level else node.module or "")
+                base = (
+                    ".".join(
+                        package[: len(package) - node.level + 1]
+                        + ([node.module] if node.module else [])
+                    )
+                    if node.level
+                    else node.module or ""
+                )
                 for alias in node.names:
                     full = f"{base}.{alias.name}"
                     deps.add(full if full in modules else base)
@@ -85,8 +91,8 @@ def circles(graph):
 
 def test_the_package_has_no_import_circle():
     graph = import_graph(PACKAGE)
-    assert "fenchel_cvx.io" in graph["fenchel_cvx.network"]       # the graph sees the imports
-    assert "fenchel_cvx.network" not in graph["fenchel_cvx.io"]    # io is handed the class
+    assert "fenchel_cvx.io" in graph["fenchel_cvx.network"]  # the graph sees the imports
+    assert "fenchel_cvx.network" not in graph["fenchel_cvx.io"]  # io is handed the class
     assert circles(graph) == []
 
 
@@ -95,7 +101,7 @@ def test_the_circle_finder_finds_a_lazy_circle(tmp_path):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "a.py").write_text("from .b import f\n")
-    (pkg / "b.py").write_text("def f():\n    from . import a\n")     # inside a function
+    (pkg / "b.py").write_text("def f():\n    from . import a\n")  # inside a function
     (pkg / "c.py").write_text("from pkg import a\n")
     assert circles(import_graph(pkg)) == [["pkg.a", "pkg.b"]]
 
@@ -103,21 +109,36 @@ def test_the_circle_finder_finds_a_lazy_circle(tmp_path):
 def test_bcd_is_the_driver_only():
     source = (PACKAGE / "bcd.py").read_text(encoding="utf-8")
     assert len(source.splitlines()) <= 400
-    defined = {n.name for n in ast.parse(source).body
-               if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    defined = {
+        n.name for n in ast.parse(source).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+    }
     assert {"fit_bcd", "bcd_round", "sweeps"} <= defined
     # argument checks, checkpoints and observers live in their own modules
-    assert not defined & {"validate_run", "restore", "save_checkpoint", "ProgressBar",
-                          "CheckpointWriter", "check_arguments"}
+    assert not defined & {
+        "validate_run",
+        "restore",
+        "save_checkpoint",
+        "ProgressBar",
+        "CheckpointWriter",
+        "check_arguments",
+    }
 
 
 def test_the_driver_neither_writes_the_certificate_nor_calls_its_private_methods():
     for name in ("bcd.py", "block_checks.py"):
         tree = ast.parse((PACKAGE / name).read_text(encoding="utf-8"))
-        written = {t.attr for n in ast.walk(tree) if isinstance(n, ast.Assign)
-                   for t in n.targets if isinstance(t, ast.Attribute)}
-        called = {n.func.attr for n in ast.walk(tree)
-                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+        written = {
+            t.attr
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Assign)
+            for t in n.targets
+            if isinstance(t, ast.Attribute)
+        }
+        called = {
+            n.func.attr
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        }
         assert "restarted" not in written and "_fail" not in called, name
     # the certificate is handed what it checks: it imports no network and no block
     graph = import_graph(PACKAGE)
@@ -134,7 +155,7 @@ def test_backends_implement_the_protocol():
     assert fast.step_setting(block) == ("x_steps", None)
     assert not fast.compiles_kernels() and OracleBackend().step_setting(block)[1] is None
     with pytest.raises(ValueError, match="w_steps must have one entry per block"):
-        get_backend(FastBackend(w_steps=(1, 2, 3)), net)        # check_network, before any work
+        get_backend(FastBackend(w_steps=(1, 2, 3)), net)  # check_network, before any work
 
     class SolveOnly:
         tol = 1e-3
@@ -143,6 +164,7 @@ def test_backends_implement_the_protocol():
             return "solved"
 
         settings = {"not": "a method"}
+
     adapted = get_backend(SolveOnly())
     assert isinstance(adapted, Backend) and adapted.name == "SolveOnly" and adapted.tol == 1e-3
     assert adapted.settings() == {} and adapted.step_setting(block) == ("steps", None)
@@ -151,6 +173,7 @@ def test_backends_implement_the_protocol():
     class Subclass(BackendDefaults):
         def solve(self, block, start=None):
             return None
+
     assert as_backend(Subclass()).name == "Subclass"
 
 
@@ -159,16 +182,23 @@ def test_the_data_is_checked_once_per_run(monkeypatch):
     X, Y = rng.standard_normal((3, 12)), np.eye(2)[:, rng.integers(0, 2, 12)]
     calls = []
     real = LiftedNetwork.check_inputs
-    monkeypatch.setattr(LiftedNetwork, "check_inputs",
-                        lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    monkeypatch.setattr(
+        LiftedNetwork, "check_inputs", lambda self, *a, **k: calls.append(1) or real(self, *a, **k)
+    )
     counts = []
     for iterations in (1, 4):
         calls.clear()
-        fit_bcd(LiftedNetwork([3, 4, 2], seed=0), X, Y, iterations=iterations, backend="fast",
-                X_test=X, Y_test=Y)
+        fit_bcd(
+            LiftedNetwork([3, 4, 2], seed=0),
+            X,
+            Y,
+            iterations=iterations,
+            backend="fast",
+            X_test=X,
+            Y_test=Y,
+        )
         counts.append(len(calls))
-    assert counts[0] == counts[1] == 2      # the training data and the test data, once each
-
+    assert counts[0] == counts[1] == 2  # the training data and the test data, once each
 
 
 def test_renamed_names_keep_a_deprecated_alias():
@@ -207,4 +237,4 @@ def test_the_old_module_name_units_imports_with_a_warning(monkeypatch):
     assert units.from_reference is from_reference
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        importlib.import_module("fenchel_cvx.paper_hyperparameters")     # the new name: quiet
+        importlib.import_module("fenchel_cvx.paper_hyperparameters")  # the new name: quiet

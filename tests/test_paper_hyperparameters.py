@@ -8,6 +8,7 @@ each must equal a positive multiple of this package's block plus a constant, at 
 the block's domain: then both have the same minimisers, and the code's BCD is Algorithm 2 on the
 package's lifted objective.
 """
+
 import re
 
 import numpy as np
@@ -18,13 +19,13 @@ from conftest import make_problem
 from fenchel_cvx.blocks import w_block, x_block
 from fenchel_cvx.paper_hyperparameters import from_reference
 
-SIZES = (4, 5, 4, 3, 3)    # L = 3 hidden layers, cross-entropy on 3 classes
+SIZES = (4, 5, 4, 3, 3)  # L = 3 hidden layers, cross-entropy on 3 classes
 M = 6
 
 
 def neo(V, U):
     """The code's ReLU penalty."""
-    return np.sum(V ** 2 - 2 * U * V + np.maximum(U, 0) ** 2)
+    return np.sum(V**2 - 2 * U * V + np.maximum(U, 0) ** 2)
 
 
 def cross_entropy(Y, Yhat):
@@ -68,9 +69,11 @@ def assert_affine(ref, ours, points):
     np.testing.assert_allclose(r - r[0], s * (o - o[0]), rtol=1e-9, atol=1e-9 * np.abs(r).max())
 
 
-SETTINGS = [([0.1, 1.0, 2.0], [1.0, 0.5, 3.0, 100.0], [1.0, 1.0, 1.0]),      # no lbd_coef
-            ([1.0, 1.0, 1.0], [1e-2, 1.0, 1.0, 10.0], [1.0, 5.0, 5.0]),      # the code's LeNet kind
-            ([0.3, 2.0, 0.7], [2.0, 1e-3, 0.4, 1.0], [2.5, 0.2, 10.0])]      # every term different
+SETTINGS = [
+    ([0.1, 1.0, 2.0], [1.0, 0.5, 3.0, 100.0], [1.0, 1.0, 1.0]),  # no lbd_coef
+    ([1.0, 1.0, 1.0], [1e-2, 1.0, 1.0, 10.0], [1.0, 5.0, 5.0]),  # the code's LeNet kind
+    ([0.3, 2.0, 0.7], [2.0, 1e-3, 0.4, 1.0], [2.5, 0.2, 10.0]),
+]  # every term different
 
 
 def converted(lam, rho, c, seed, scale=1.0):
@@ -78,8 +81,9 @@ def converted(lam, rho, c, seed, scale=1.0):
     (its hidden layers' but the last times ``scale``) and the code's blocks at its iterate."""
     lam_p, gamma = from_reference(lam, rho, c)
     lam_p = [v * scale for v in lam_p[:-1]] + [lam_p[-1]]
-    net, X0, Y, Xs = make_problem(SIZES, act="relu", loss="cross_entropy", m=M, lam=lam_p,
-                                  rho=0.0, seed=seed)
+    net, X0, Y, Xs = make_problem(
+        SIZES, act="relu", loss="cross_entropy", m=M, lam=lam_p, rho=0.0, seed=seed
+    )
     return gamma, net, X0, Y, Xs, Reference(net.W, X0, Y, Xs, lam, rho, c)
 
 
@@ -89,7 +93,7 @@ def test_x_blocks_are_the_code_x_blocks(lam, rho, c):
     rng = np.random.default_rng(7)
     for l in range(1, len(lam) + 1):
         block = x_block(net, X0, Y, Xs, l)
-        points = [np.abs(rng.normal(size=Xs[l - 1].shape)) for _ in range(6)]   # X_l >= 0
+        points = [np.abs(rng.normal(size=Xs[l - 1].shape)) for _ in range(6)]  # X_l >= 0
         assert_affine(lambda Z, l=l: ref.x_value(l, Z), block.value, points)
 
 
@@ -123,29 +127,39 @@ def test_a_wrong_output_gamma_is_caught():
     W0 = net.W[L] + rng.normal(size=net.W[L].shape)
     block = w_block(net, X0, Y, Xs, L, gamma=gamma[L] * M, W0=W0)
     with pytest.raises(AssertionError):
-        assert_affine(lambda W: ref.w_value(L, W, W0), block.value,
-                      [W0 + rng.normal(size=W0.shape) for _ in range(6)])
+        assert_affine(
+            lambda W: ref.w_value(L, W, W0),
+            block.value,
+            [W0 + rng.normal(size=W0.shape) for _ in range(6)],
+        )
 
 
 def test_the_paper_settings():
     """The appendix's batched settings: 784-300-10 and LeNet-5."""
     assert from_reference([0.1], [1, 100]) == ((0.2,), (1.0, 100.0))
     assert from_reference([5, 5, 1, 1], [1e-4, 1e-2, 1, 1, 1]) == (
-        (10.0, 10.0, 2.0, 2.0), (1e-4, 1e-2, 1.0, 1.0, 1.0))
+        (10.0, 10.0, 2.0, 2.0),
+        (1e-4, 1e-2, 1.0, 1.0, 1.0),
+    )
     # the first author's scripts: 784-300-10 (lam 1, lbd_coef 10 on the output layer, rhod
     # (10, 100)) is the paper's setting; LeNet-5 (lam 1, lbd_coef (1, 5, 1, 5), rhod (1e-4,
     # 1e-2, 1, 1, 10)) is not
     assert from_reference([1], [10, 100], [10]) == ((0.2,), (1.0, 100.0))
     assert from_reference([1, 1, 1, 1], [1e-4, 1e-2, 1, 1, 10], [1, 5, 1, 5]) == (
-        (0.08, 0.08, 0.4, 0.4), (4e-6, 4e-4, 0.2, 0.2, 10.0))
+        (0.08, 0.08, 0.4, 0.4),
+        (4e-6, 4e-4, 0.2, 0.2, 10.0),
+    )
 
 
-@pytest.mark.parametrize("kwargs, name, value", [
-    (dict(lam=[0.1, -1.0], rho=[1, 1, 1]), "lam", "-1.0"),
-    (dict(lam=[0.1], rho=[1, 1, 1]), "rho", "[1, 1, 1]"),
-    (dict(lam=[0.1], rho=[1, -2]), "rho", "-2"),
-    (dict(lam=[0.1], rho=[1, 2], lbd_coef=0), "lbd_coef", "0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name, value",
+    [
+        (dict(lam=[0.1, -1.0], rho=[1, 1, 1]), "lam", "-1.0"),
+        (dict(lam=[0.1], rho=[1, 1, 1]), "rho", "[1, 1, 1]"),
+        (dict(lam=[0.1], rho=[1, -2]), "rho", "-2"),
+        (dict(lam=[0.1], rho=[1, 2], lbd_coef=0), "lbd_coef", "0"),
+    ],
+)
 def test_bad_input_names_the_parameter(kwargs, name, value):
     with pytest.raises(ValueError, match=rf"^{name} must .*got {re.escape(value)}$"):
         from_reference(**kwargs)

@@ -5,6 +5,7 @@ every ``<!-- generated: NAME -->`` block of the page; these tests check that the
 is what the script writes, that every JSON file and plot is used, and that the page stays a
 results page (one section per experiment, at most 600 lines).
 """
+
 import importlib.util
 import json
 import re
@@ -17,7 +18,9 @@ PAGE = ROOT / "docs" / "results.md"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("results_tables", ROOT / "benchmarks" / "results_tables.py")
+    spec = importlib.util.spec_from_file_location(
+        "results_tables", ROOT / "benchmarks" / "results_tables.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -36,7 +39,7 @@ def test_check_mode_reports_a_stale_table(tmp_path, monkeypatch, capsys):
     page.write_text(stale, encoding="utf-8")
     monkeypatch.setattr(rt, "PAGE", page)
     assert rt.main(["--check"]) == 1 and "differs" in capsys.readouterr().out
-    assert rt.main([]) == 0 and rt.main(["--check"]) == 0           # rewritten, then current
+    assert rt.main([]) == 0 and rt.main(["--check"]) == 0  # rewritten, then current
     assert page.read_text(encoding="utf-8") == PAGE.read_text(encoding="utf-8")
 
 
@@ -50,10 +53,14 @@ def test_every_block_is_known_and_filled_and_every_run_is_used():
     used = {n for _, _, n in rt.COMPILED_RUNS} | set(rt.ADAM_RUNS.values())
     used |= {n for runs, _ in rt.PLOTS.values() for n in runs} | {"mlp_seeds3", "lifted_short"}
     on_disk = {p.stem for p in (ROOT / "docs" / "results").glob("*.json")}
-    assert on_disk == used, f"unused JSON: {sorted(on_disk - used)}; missing: {sorted(used - on_disk)}"
+    assert on_disk == used, (
+        f"unused JSON: {sorted(on_disk - used)}; missing: {sorted(used - on_disk)}"
+    )
     for image in re.findall(r"\]\((results/[^)]+\.png)\)", text):
         assert (ROOT / "docs" / image).is_file(), image
-    assert {f"results/{name}.png" for name in rt.PLOTS} <= set(re.findall(r"\]\((results/[^)]+\.png)\)", text))
+    assert {f"results/{name}.png" for name in rt.PLOTS} <= set(
+        re.findall(r"\]\((results/[^)]+\.png)\)", text)
+    )
 
 
 def test_the_tables_quote_the_json():

@@ -1,4 +1,5 @@
 """The driver after its restructure, checkpoints and resume (``fit_bcd(checkpoint=, resume=)``)."""
+
 import json
 
 import numpy as np
@@ -27,10 +28,20 @@ def _as_before(x, checked=True):
             raise AssertionError("a pinned run given W_prev, or with step caps")
         if "reported_residual" in x:
             x = {**x, "residual": x["reported_residual"]}
-        return {k: _as_before(v, checked) for k, v in x.items()
-                if k not in ("reported_residual", "halted", "momentum", "momentum_carried", "capped",
-                             "backend_settings")
-                and not (k == "max_residual" and not checked)}
+        return {
+            k: _as_before(v, checked)
+            for k, v in x.items()
+            if k
+            not in (
+                "reported_residual",
+                "halted",
+                "momentum",
+                "momentum_carried",
+                "capped",
+                "backend_settings",
+            )
+            and not (k == "max_residual" and not checked)
+        }
     if isinstance(x, list):
         return [_as_before(v, checked) for v in x]
     return x
@@ -50,7 +61,11 @@ def _same(a, b, path="history"):
         for i, (u, v) in enumerate(zip(a, b)):
             _same(u, v, f"{path}[{i}]")
     elif isinstance(a, float) and isinstance(b, float):
-        assert a == b or abs(a - b) <= max(cases.RTOL * max(abs(a), abs(b)), cases.ATOL), (path, a, b)
+        assert a == b or abs(a - b) <= max(cases.RTOL * max(abs(a), abs(b)), cases.ATOL), (
+            path,
+            a,
+            b,
+        )
     else:
         assert a == b, (path, a, b)
 
@@ -59,7 +74,7 @@ def _same(a, b, path="history"):
 def test_histories_match_the_pinned_runs(name):
     before = json.loads(cases.FIXTURE.read_text())[name]
     now = cases.record(cases.run_case(name))
-    assert cases.weights_close(now["weights"], before["weights"])   # the iterates, to rounding
+    assert cases.weights_close(now["weights"], before["weights"])  # the iterates, to rounding
     _same(_as_before(now), _as_before(before))
 
 
@@ -95,10 +110,15 @@ def test_checkpoint_every_k_rounds_and_at_the_end(tmp_path):
     seen = []
 
     def spy(net, rec):
-        seen.append(load_checkpoint(tmp_path)[1]["iteration"] if (tmp_path / "checkpoint.npz").exists() else 0)
+        seen.append(
+            load_checkpoint(tmp_path)[1]["iteration"]
+            if (tmp_path / "checkpoint.npz").exists()
+            else 0
+        )
 
-    res = cases.run_case("alg2_ce_alternations", checkpoint=tmp_path, checkpoint_every=3,
-                         callback=spy)
+    res = cases.run_case(
+        "alg2_ce_alternations", checkpoint=tmp_path, checkpoint_every=3, callback=spy
+    )
     n = len(res.history)
     assert seen == [3 * (i // 3) for i in range(1, n + 1)]
     assert load_checkpoint(tmp_path)[1]["iteration"] == n
@@ -112,9 +132,12 @@ def test_resume_refuses_another_run(tmp_path):
     with pytest.raises(ValueError, match="iterations=5"):
         fit_bcd(net, X, Y, backend="fast", iterations=5, gamma=0.5, check_every=2, resume=tmp_path)
     with pytest.raises(ValueError, match="other training data"):
-        fit_bcd(net, X + 1, Y, backend="fast", iterations=4, gamma=0.5, check_every=2,
-                resume=tmp_path)
-    with pytest.raises(ValueError, match="resume must be a checkpoint file or a folder holding checkpoint.npz"):
+        fit_bcd(
+            net, X + 1, Y, backend="fast", iterations=4, gamma=0.5, check_every=2, resume=tmp_path
+        )
+    with pytest.raises(
+        ValueError, match="resume must be a checkpoint file or a folder holding checkpoint.npz"
+    ):
         fit_bcd(net, X, Y, backend="fast", resume=tmp_path / "nowhere")
 
 
@@ -127,21 +150,24 @@ def test_history_records_the_backends_settings():
     X, Y = cases.case_data()
     spec = cases.CASES["alg2_ce_alternations"]
     fast = FastBackend(w_steps=(3, 1), x_steps=2, gram_reuse=2, threads=2)
-    cfg = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=fast, batch_size=16,
-                  epochs=1).history.config
+    cfg = fit_bcd(
+        LiftedNetwork(**spec["net"]), X, Y, backend=fast, batch_size=16, epochs=1
+    ).history.config
     assert cfg["backend"] == "fast" and cfg["backend_settings"] == dict(
-        tol=1e-6, max_iter=500, w_steps=[3, 1], x_steps=2, dtype=None, newton_cap=None,
-        gram_reuse=2)
-    cfg = fit_bcd(LiftedNetwork(**spec["net"]), X[:, :8], Y[:, :8], backend="cvxpy",
-                  iterations=1).history.config
+        tol=1e-6, max_iter=500, w_steps=[3, 1], x_steps=2, dtype=None, newton_cap=None, gram_reuse=2
+    )
+    cfg = fit_bcd(
+        LiftedNetwork(**spec["net"]), X[:, :8], Y[:, :8], backend="cvxpy", iterations=1
+    ).history.config
     assert cfg["backend_settings"]["solver"] == "CLARABEL" and cfg["backend_settings"]["nnls"]
 
-    class Plain:                     # any object with solve(block, start) is a backend
+    class Plain:  # any object with solve(block, start) is a backend
         def __init__(self):
             self.fast = FastBackend()
 
         def solve(self, block, start=None):
             return self.fast.solve(block, start)
+
     cfg = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=Plain(), iterations=1).history.config
     assert cfg["backend"] == "Plain" and cfg["backend_settings"] == {}
 
@@ -157,31 +183,58 @@ def test_resume_refuses_other_backend_settings_but_takes_a_checkpoint_without_th
     spec = cases.CASES["alg2_ce_alternations"]
     fit = dict(batch_size=16, epochs=2, gamma=1.0)
     full = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=2), **fit)
-    fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=2), **fit,
-            checkpoint=tmp_path, callback=_stop_after(3))
-    with pytest.raises(ValueError, match=r"another run: backend_settings\.w_steps=3 \(checkpoint: 2\)$"):
-        fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=3), **fit,
-                resume=tmp_path)
-    class Odd(FastBackend):        # a setting JSON cannot hold (a callback): its repr
+    fit_bcd(
+        LiftedNetwork(**spec["net"]),
+        X,
+        Y,
+        backend=FastBackend(w_steps=2),
+        **fit,
+        checkpoint=tmp_path,
+        callback=_stop_after(3),
+    )
+    with pytest.raises(
+        ValueError, match=r"another run: backend_settings\.w_steps=3 \(checkpoint: 2\)$"
+    ):
+        fit_bcd(
+            LiftedNetwork(**spec["net"]),
+            X,
+            Y,
+            backend=FastBackend(w_steps=3),
+            **fit,
+            resume=tmp_path,
+        )
+
+    class Odd(FastBackend):  # a setting JSON cannot hold (a callback): its repr
         def settings(self):
             return {"callback": print}
-    res = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=Odd(), **fit,
-                  checkpoint=tmp_path / "odd")
+
+    res = fit_bcd(
+        LiftedNetwork(**spec["net"]), X, Y, backend=Odd(), **fit, checkpoint=tmp_path / "odd"
+    )
     assert res.history.config["backend_settings"] == {"callback": repr(print)}
-    with pytest.raises(ValueError, match="another run"):   # refused before any work: no folder
-        fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=3), **fit,
-                resume=tmp_path, checkpoint=tmp_path / "new")
+    with pytest.raises(ValueError, match="another run"):  # refused before any work: no folder
+        fit_bcd(
+            LiftedNetwork(**spec["net"]),
+            X,
+            Y,
+            backend=FastBackend(w_steps=3),
+            **fit,
+            resume=tmp_path,
+            checkpoint=tmp_path / "new",
+        )
     assert not (tmp_path / "new").exists()
 
     class Attribute(FastBackend):  # a settings that is not a method: none recorded
         settings = {"mine": 1}
+
     cfg = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=Attribute(), **fit).history.config
     assert cfg["backend_settings"] == {}
     arrays, meta = load_checkpoint(tmp_path)
     del meta["history"]["config"]["backend_settings"]
     write_npz(checkpoint_path(tmp_path), arrays, meta)
-    res = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=2), **fit,
-                  resume=tmp_path)
+    res = fit_bcd(
+        LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=2), **fit, resume=tmp_path
+    )
     assert all(np.array_equal(a, b) for a, b in zip(res.net.W, full.net.W))
 
 
@@ -197,15 +250,37 @@ def test_resume_with_reused_gram_factors_is_bit_identical(tmp_path):
 
     def backend():
         return FastBackend(w_steps=2, gram_reuse=8)
-    whole = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=backend(), **fit,
-                    checkpoint=tmp_path / "whole")
-    fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=backend(), **fit, checkpoint=tmp_path / "cut",
-            callback=_stop_after(4))
-    resumed = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=backend(), **fit,
-                      resume=tmp_path / "cut", checkpoint=tmp_path / "cut")
+
+    whole = fit_bcd(
+        LiftedNetwork(**spec["net"]), X, Y, backend=backend(), **fit, checkpoint=tmp_path / "whole"
+    )
+    fit_bcd(
+        LiftedNetwork(**spec["net"]),
+        X,
+        Y,
+        backend=backend(),
+        **fit,
+        checkpoint=tmp_path / "cut",
+        callback=_stop_after(4),
+    )
+    resumed = fit_bcd(
+        LiftedNetwork(**spec["net"]),
+        X,
+        Y,
+        backend=backend(),
+        **fit,
+        resume=tmp_path / "cut",
+        checkpoint=tmp_path / "cut",
+    )
     assert all(np.array_equal(a, b) for a, b in zip(resumed.net.W, whole.net.W))
-    fresh = fit_bcd(LiftedNetwork(**spec["net"]), X, Y, backend=FastBackend(w_steps=2), **fit,
-                    checkpoint=tmp_path / "fresh")     # a new factor every batch: other iterates,
+    fresh = fit_bcd(
+        LiftedNetwork(**spec["net"]),
+        X,
+        Y,
+        backend=FastBackend(w_steps=2),
+        **fit,
+        checkpoint=tmp_path / "fresh",
+    )  # a new factor every batch: other iterates,
     assert not all(np.array_equal(a, b) for a, b in zip(fresh.net.W, whole.net.W))  # reuse counts
 
 
@@ -247,10 +322,14 @@ def test_sigint_then_resume_is_bit_identical(tmp_path):
 
     from threadpoolctl import threadpool_limits
 
-    child = subprocess.run([sys.executable, "-c", _CHILD, str(Path(__file__).parent),
-                            str(tmp_path)], capture_output=True, text=True, timeout=120)
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(Path(__file__).parent), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert child.returncode == 3, child.stderr
-    assert load_checkpoint(tmp_path)[1]["iteration"] == 5   # checkpoint_every=2 wrote 4; SIGINT 5
+    assert load_checkpoint(tmp_path)[1]["iteration"] == 5  # checkpoint_every=2 wrote 4; SIGINT 5
     with threadpool_limits(1):
         whole = cases.record(cases.run_case("alg2_ce_alternations"))
         resumed = cases.record(cases.run_case("alg2_ce_alternations", resume=tmp_path))

@@ -10,6 +10,7 @@
   solves of the W-blocks that are not strictly convex); cross-entropy stops with the remedy.
 * The separability LP and the proximal-point solve checked against the explicit CVXPY block.
 """
+
 import numpy as np
 import pytest
 
@@ -28,7 +29,7 @@ MODES = {"batched": 6, "full": None}
 
 @pytest.fixture(scope="module")
 def oracle():
-    return OracleBackend(tol=TOL)       # one backend: its compiled templates serve every run
+    return OracleBackend(tol=TOL)  # one backend: its compiled templates serve every run
 
 
 def data(shape, seed, m=12):
@@ -43,8 +44,17 @@ def run_one(oracle, shape, act, loss, mode, seed):
     X, Y = data(shape, seed)
     net = LiftedNetwork(list(shape), act, loss, rho=0.0, seed=seed)
     try:
-        res = fit_bcd(net, X, Y, batch_size=MODES[mode], iterations=1, epochs=1, backend=oracle,
-                      tol=TOL, eval_every=None)
+        res = fit_bcd(
+            net,
+            X,
+            Y,
+            batch_size=MODES[mode],
+            iterations=1,
+            epochs=1,
+            backend=oracle,
+            tol=TOL,
+            eval_every=None,
+        )
     except NoMinimiser as err:
         # only a cross-entropy last W-block without rho and gamma can lack a minimiser
         assert loss == "cross_entropy" and mode == "full" and err.block == "w_last"
@@ -68,8 +78,9 @@ def sweep(oracle, seeds):
                         try:
                             k = run_one(oracle, shape, act, loss, mode, seed)
                         except Exception as err:
-                            raise AssertionError(f"run {shape} {act} {loss} {mode} seed {seed} "
-                                                 f"failed: {err!r}") from err
+                            raise AssertionError(
+                                f"run {shape} {act} {loss} {mode} seed {seed} failed: {err!r}"
+                            ) from err
                         counts[k] = counts.get(k, 0) + 1
     return counts
 
@@ -97,10 +108,10 @@ def issue_run(sizes, loss, seed, gamma):
 @pytest.mark.parametrize("sizes", [[6, 5, 3], [8, 6, 4, 3]])
 @pytest.mark.parametrize("seed", [1, 3])
 def test_issue_runs_without_gamma_are_certified(sizes, seed):
-    res = issue_run(sizes, "mse", seed, gamma=0.0)   # failed with SolverInaccurate before
+    res = issue_run(sizes, "mse", seed, gamma=0.0)  # failed with SolverInaccurate before
     assert res.history.certificate_held
     assert max(r["certificate"]["max_residual"] for r in res.history) <= 1e-6
-    assert max(float(np.abs(W).max()) for W in res.net.W) < 1e3    # no blow-up
+    assert max(float(np.abs(W).max()) for W in res.net.W) < 1e3  # no blow-up
 
 
 def test_issue_cross_entropy_without_gamma_says_why_before_solving():
@@ -120,13 +131,13 @@ def ce_block(X, labels, rho=0.0):
 def test_separability_lp_finds_a_descent_direction():
     rng = np.random.default_rng(0)
     labels = np.repeat([0, 1, 2], 4)
-    X = np.eye(3)[:, labels] * 3 + 0.1 * rng.standard_normal((3, 12))   # separable classes
+    X = np.eye(3)[:, labels] * 3 + 0.1 * rng.standard_normal((3, 12))  # separable classes
     block = ce_block(X, labels)
     score, D = ce_separating_direction(block.Xt, block.Y)
     assert score > 0
     W = np.zeros_like(D)
     values = [block.value(W + t * D) for t in (0, 0.5, 1, 2, 4)]
-    assert all(a > b for a, b in zip(values, values[1:]))          # decreasing forever
+    assert all(a > b for a, b in zip(values, values[1:]))  # decreasing forever
     with pytest.raises(NoMinimiser, match="W-block has no minimiser"):
         OracleBackend().solve(block, start=W)
 

@@ -1,4 +1,5 @@
 """Executable theorem checks (fenchel_cvx.theory) at sizes that run in seconds."""
+
 import math
 
 import numpy as np
@@ -42,26 +43,31 @@ def test_relu_least_squares_can_fail_where_the_convex_problem_does_not():
     assert max(r.nonconvex_errors) > r.fail_tol
 
 
-@pytest.mark.parametrize("act,loss,lam", [("relu", "mse", (0.3, 2.5)),
-                                          ("leaky_relu", "cross_entropy", (5.0, 0.01)),
-                                          ("relu", "mse", (4.0, 4.0))])
+@pytest.mark.parametrize(
+    "act,loss,lam",
+    [
+        ("relu", "mse", (0.3, 2.5)),
+        ("leaky_relu", "cross_entropy", (5.0, 0.01)),
+        ("relu", "mse", (4.0, 4.0)),
+    ],
+)
 def test_variable_scaling_reduces_per_layer_lambda_to_one(act, loss, lam):
     r = theory.variable_scaling(activation=act, loss=loss, lam=lam, n_points=4)
     assert r["max_rel_diff"] < 1e-12
-    assert len(r["F"]) == 5                      # feed-forward point + 4 random points
-    assert not np.allclose(r["F"], r["J"])       # random points are off the feed-forward point
+    assert len(r["F"]) == 5  # feed-forward point + 4 random points
+    assert not np.allclose(r["F"], r["J"])  # random points are off the feed-forward point
     np.testing.assert_allclose(r["c"], np.sqrt(np.asarray(lam) / 1.0))
 
 
 def test_variable_scaling_formula_and_bias():
-    W = [np.ones((3, 3)), np.ones((2, 4))]     # sizes 2-3-2, L = 1
+    W = [np.ones((3, 3)), np.ones((2, 4))]  # sizes 2-3-2, L = 1
     Xs = [np.ones((3, 5))]
     W_bar, Xs_bar, c = theory.scale_variables(W, Xs, lam=[4.0], lam_bar=1.0)
     assert c == [1.0, 2.0, 1.0]
     np.testing.assert_allclose(Xs_bar[0], 2.0)
-    np.testing.assert_allclose(W_bar[0], 2.0)              # (c1/c0) A_0 and c1 b_0
-    np.testing.assert_allclose(W_bar[1][:, :-1], 0.5)      # (c2/c1) A_1
-    np.testing.assert_allclose(W_bar[1][:, -1], 1.0)       # c2 b_1: the bias is not rescaled by c1
+    np.testing.assert_allclose(W_bar[0], 2.0)  # (c1/c0) A_0 and c1 b_0
+    np.testing.assert_allclose(W_bar[1][:, :-1], 0.5)  # (c2/c1) A_1
+    np.testing.assert_allclose(W_bar[1][:, -1], 1.0)  # c2 b_1: the bias is not rescaled by c1
     rA, rb = theory.scaled_penalty_weights([1.0, 1.0], c)
     assert rA == [0.25, 4.0] and rb == [0.25, 1.0]
 

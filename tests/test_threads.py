@@ -1,4 +1,5 @@
 """Per-library thread pools (fenchel_cvx.threads) and the fast backend's ``threads`` option."""
+
 import numpy as np
 import pytest
 import scipy.linalg  # noqa: F401  (loads SciPy's own BLAS pool)

@@ -10,6 +10,7 @@ the same for the ``fenchel-cvx`` command: exit status 2, the flag named, no fold
 data read. ``validation.py`` holds the constraints; the bounds it sets (``MAX_WEIGHT``,
 ``MAX_ROUNDS``, a tolerance at most 1) are checked here too.
 """
+
 import ast
 import math
 from pathlib import Path
@@ -37,7 +38,7 @@ SIZES = [4, 5, 3]
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(4, 30))
 Y = np.eye(3)[:, RNG.integers(0, 3, 30)]
-XS, YS = X.T[:, :4], np.arange(30) % 3          # estimator data: rows are samples
+XS, YS = X.T[:, :4], np.arange(30) % 3  # estimator data: rows are samples
 
 
 class Worked(Exception):
@@ -85,11 +86,20 @@ def _backprop(b, **kw):
     pytest.importorskip("torch")
     from fenchel_cvx.baselines.backprop import train_backprop
 
-    args = dict(network=(4, 5, 3), X_train=X, y_train=YS, X_test=X, y_test=YS,
-                batches=datasets.batch_order(30, 10, 1))
+    args = dict(
+        network=(4, 5, 3),
+        X_train=X,
+        y_train=YS,
+        X_test=X,
+        y_test=YS,
+        batches=datasets.batch_order(30, 10, 1),
+    )
     args.update(kw)
-    return train_backprop(args.pop("network"), *(args.pop(k) for k in
-                          ("X_train", "y_train", "X_test", "y_test")), **args)
+    return train_backprop(
+        args.pop("network"),
+        *(args.pop(k) for k in ("X_train", "y_train", "X_test", "y_test")),
+        **args,
+    )
 
 
 def _lifted(b, method="lau", **kw):
@@ -97,8 +107,9 @@ def _lifted(b, method="lau", **kw):
 
     args = dict(X=X, Y=Y, X_test=X, Y_test=Y, iterations=1, hidden=(5,))
     args.update(kw)
-    return fit_lifted(method, args.pop("X"), args.pop("Y"), args.pop("X_test"),
-                      args.pop("Y_test"), **args)
+    return fit_lifted(
+        method, args.pop("X"), args.pop("Y"), args.pop("X_test"), args.pop("Y_test"), **args
+    )
 
 
 PYTHON = [  # (label, the name the message starts with, a phrase of it, the call)
@@ -115,16 +126,29 @@ PYTHON = [  # (label, the name the message starts with, a phrase of it, the call
     ("net seed=True", "seed", "got True", lambda b: LiftedNetwork(SIZES, seed=True)),
     ("net seed='a'", "seed", "got 'a'", lambda b: LiftedNetwork(SIZES, seed="a")),
     ("net dtype=int32", "dtype", "'int32'", lambda b: LiftedNetwork(SIZES, dtype="int32")),
-    ("net dtype=complex128", "dtype", "complex128", lambda b: LiftedNetwork(SIZES, dtype=np.complex128)),
+    (
+        "net dtype=complex128",
+        "dtype",
+        "complex128",
+        lambda b: LiftedNetwork(SIZES, dtype=np.complex128),
+    ),
     ("net dtype=bool", "dtype", "bool", lambda b: LiftedNetwork(SIZES, dtype=bool)),
     ("net sizes [4, True, 3]", "layer_sizes", "True", lambda b: LiftedNetwork([4, True, 3])),
     ("net sizes 5", "layer_sizes", "got 5", lambda b: LiftedNetwork(5)),
     ("net sizes None", "layer_sizes", "got None", lambda b: LiftedNetwork(None)),
     ("net sizes [4, 2.5, 3]", "layer_sizes", "2.5", lambda b: LiftedNetwork([4, 2.5, 3])),
-    ("from_layers lam=True", "lam", "got True",
-     lambda b: LiftedNetwork.from_layers((4,), [Dense(5), Dense(3)], lam=True)),
-    ("from_layers seed=-2", "seed", "got -2",
-     lambda b: LiftedNetwork.from_layers((4,), [Dense(5), Dense(3)], seed=-2)),
+    (
+        "from_layers lam=True",
+        "lam",
+        "got True",
+        lambda b: LiftedNetwork.from_layers((4,), [Dense(5), Dense(3)], lam=True),
+    ),
+    (
+        "from_layers seed=-2",
+        "seed",
+        "got -2",
+        lambda b: LiftedNetwork.from_layers((4,), [Dense(5), Dense(3)], seed=-2),
+    ),
     ("lenet5 n_classes=True", "n_classes", "got True", lambda b: lenet5(n_classes=True)),
     ("lenet5 n_classes=2.5", "n_classes", "got 2.5", lambda b: lenet5(n_classes=2.5)),
     ("lenet5 seed=-1", "seed", "got -1", lambda b: lenet5(seed=-1)),
@@ -132,11 +156,19 @@ PYTHON = [  # (label, the name the message starts with, a phrase of it, the call
     ("lenet5 dtype=int64", "dtype", "'int64'", lambda b: lenet5(dtype="int64")),
     # the driver
     ("fit iterations=True", "iterations", "got True", lambda b: _fit(b, iterations=True)),
-    ("fit iterations=10**12", "iterations", "<= 1000000", lambda b: _fit(b, iterations=10 ** 12)),
-    ("fit epochs=10**12", "epochs", "got 1000000000000",
-     lambda b: _fit(b, batch_size=5, epochs=10 ** 12)),
-    ("fit epochs x batches", "epochs", "at most 1000000 rounds",
-     lambda b: _fit(b, batch_size=1, epochs=40000)),
+    ("fit iterations=10**12", "iterations", "<= 1000000", lambda b: _fit(b, iterations=10**12)),
+    (
+        "fit epochs=10**12",
+        "epochs",
+        "got 1000000000000",
+        lambda b: _fit(b, batch_size=5, epochs=10**12),
+    ),
+    (
+        "fit epochs x batches",
+        "epochs",
+        "at most 1000000 rounds",
+        lambda b: _fit(b, batch_size=1, epochs=40000),
+    ),
     ("fit batch_size=True", "batch_size", "got True", lambda b: _fit(b, batch_size=True)),
     ("fit batch_size='auto'", "batch_size", "got 'auto'", lambda b: _fit(b, batch_size="auto")),
     ("fit gamma=True", "gamma", "got True", lambda b: _fit(b, gamma=True)),
@@ -154,8 +186,12 @@ PYTHON = [  # (label, the name the message starts with, a phrase of it, the call
     ("fit Y complex", "Y", "complex", lambda b: _fit(b, Y0=Y + 0j)),
     ("fit X0 * 1e200", "X0", "overflows float64", lambda b: _fit(b, X0=X * 1e200)),
     ("fit Y * 1e200", "Y", "overflows float64", lambda b: _fit(b, Y0=Y * 1e200)),
-    ("fit float32 X0 * 1e20", "X0", "overflows float32",
-     lambda b: _fit(b, LiftedNetwork(SIZES, dtype="float32"), X0=(X * 1e20).astype(np.float32))),
+    (
+        "fit float32 X0 * 1e20",
+        "X0",
+        "overflows float32",
+        lambda b: _fit(b, LiftedNetwork(SIZES, dtype="float32"), X0=(X * 1e20).astype(np.float32)),
+    ),
     ("fit X0 strings", "X0", "<U", lambda b: _fit(b, X0=X.astype(str))),
     ("fit X0 ragged", "X0", "list", lambda b: _fit(b, X0=[[1.0, 2.0], [3.0]])),
     ("fit X_test complex", "X_test", "complex", lambda b: _fit(b, X_test=X + 1j, Y_test=Y)),
@@ -165,32 +201,70 @@ PYTHON = [  # (label, the name the message starts with, a phrase of it, the call
     ("clf rho=1e308", "rho", "got 1e+308", lambda b: _clf(b, rho=1e308)),
     ("clf tol=1e300", "tol", "got 1e+300", lambda b: _clf(b, tol=1e300)),
     ("clf epochs=True", "epochs", "got True", lambda b: _clf(b, epochs=True)),
-    ("clf iterations=10**12", "iterations", "1000000000000",
-     lambda b: _clf(b, batch_size=None, iterations=10 ** 12)),
-    ("clf hidden_layer_sizes=(True,)", "hidden_layer_sizes", "True",
-     lambda b: _clf(b, hidden_layer_sizes=(True,))),
-    ("clf hidden_layer_sizes='10'", "hidden_layer_sizes", "'10'",
-     lambda b: _clf(b, hidden_layer_sizes="10")),
+    (
+        "clf iterations=10**12",
+        "iterations",
+        "1000000000000",
+        lambda b: _clf(b, batch_size=None, iterations=10**12),
+    ),
+    (
+        "clf hidden_layer_sizes=(True,)",
+        "hidden_layer_sizes",
+        "True",
+        lambda b: _clf(b, hidden_layer_sizes=(True,)),
+    ),
+    (
+        "clf hidden_layer_sizes='10'",
+        "hidden_layer_sizes",
+        "'10'",
+        lambda b: _clf(b, hidden_layer_sizes="10"),
+    ),
     ("clf random_state=-1", "random_state", "got -1", lambda b: _clf(b, random_state=-1)),
     ("clf random_state=1.5", "random_state", "got 1.5", lambda b: _clf(b, random_state=1.5)),
     ("clf verbose='yes'", "verbose", "got 'yes'", lambda b: _clf(b, verbose="yes")),
-    ("clf X complex", "X", "Complex data not supported",
-     lambda b: FenchelClassifier(backend=b).fit(XS + 1j, YS)),
-    ("clf X * 1e200", "X", "overflows float64", lambda b: FenchelClassifier(backend=b).fit(XS * 1e200, YS)),
+    (
+        "clf X complex",
+        "X",
+        "Complex data not supported",
+        lambda b: FenchelClassifier(backend=b).fit(XS + 1j, YS),
+    ),
+    (
+        "clf X * 1e200",
+        "X",
+        "overflows float64",
+        lambda b: FenchelClassifier(backend=b).fit(XS * 1e200, YS),
+    ),
     ("reg y complex", "y", "complex", lambda b: FenchelRegressor(backend=b).fit(XS, YS + 1j)),
-    ("reg y * 1e200", "y", "overflows float64",
-     lambda b: FenchelRegressor(backend=b).fit(XS, YS * 1e200)),
+    (
+        "reg y * 1e200",
+        "y",
+        "overflows float64",
+        lambda b: FenchelRegressor(backend=b).fit(XS, YS * 1e200),
+    ),
     # the data sets
     ("digits seed=-1", "seed", "got -1", lambda b: datasets.load_digits(seed=-1)),
     ("digits seed=True", "seed", "got True", lambda b: datasets.load_digits(seed=True)),
-    ("digits test_size=True", "test_size", "got True", lambda b: datasets.load_digits(test_size=True)),
+    (
+        "digits test_size=True",
+        "test_size",
+        "got True",
+        lambda b: datasets.load_digits(test_size=True),
+    ),
     ("mnist5k seed=1.5", "seed", "got 1.5", lambda b: datasets.load_mnist5k(seed=1.5)),
     ("mnist data_dir=3", "data_dir", "got 3", lambda b: datasets.load_mnist(3)),
-    ("mnist download='yes'", "download", "got 'yes'",
-     lambda b: datasets.load_mnist("/nonexistent", download="yes")),
+    (
+        "mnist download='yes'",
+        "download",
+        "got 'yes'",
+        lambda b: datasets.load_mnist("/nonexistent", download="yes"),
+    ),
     ("mnist dtype=int32", "dtype", "'int32'", lambda b: datasets.load_mnist("/x", dtype="int32")),
-    ("cifar10 dtype=complex64", "dtype", "complex64",
-     lambda b: datasets.load_cifar10("/x", dtype=np.complex64)),
+    (
+        "cifar10 dtype=complex64",
+        "dtype",
+        "complex64",
+        lambda b: datasets.load_cifar10("/x", dtype=np.complex64),
+    ),
     ("batch_order seed=-1", "seed", "got -1", lambda b: datasets.batch_order(10, 2, 1, seed=-1)),
     ("one_hot n_classes=True", "n_classes", "got True", lambda b: datasets.one_hot([0, 1], True)),
     # backprop
@@ -201,7 +275,12 @@ PYTHON = [  # (label, the name the message starts with, a phrase of it, the call
     ("backprop callback=3", "callback", "got 3", lambda b: _backprop(b, callback=3)),
     ("backprop X complex", "X_train", "complex", lambda b: _backprop(b, X_train=X + 1j)),
     ("backprop X NaN", "X_test", "finite", lambda b: _backprop(b, X_test=X * np.nan)),
-    ("backprop sizes (4, True, 3)", "layer_sizes", "True", lambda b: _backprop(b, network=(4, True, 3))),
+    (
+        "backprop sizes (4, True, 3)",
+        "layer_sizes",
+        "True",
+        lambda b: _backprop(b, network=(4, True, 3)),
+    ),
     # the lifted peers
     ("lifted lau rho=True", "rho", "got True", lambda b: _lifted(b, "lau", rho=True)),
     ("lifted taylor beta=1e308", "beta", "got 1e+308", lambda b: _lifted(b, "taylor", beta=1e308)),
@@ -253,8 +332,9 @@ def test_python_api_refuses_by_name_before_any_work(label, name, phrase, call, w
 
 
 @pytest.mark.parametrize("argv, flag, phrase", CLI, ids=[" ".join(a) for a, _, _ in CLI])
-def test_cli_refuses_by_flag_before_any_work(argv, flag, phrase, worked, capsys, tmp_path,
-                                             monkeypatch):
+def test_cli_refuses_by_flag_before_any_work(
+    argv, flag, phrase, worked, capsys, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exc:
         cli.main(argv + (["--out", str(tmp_path / "run")] if argv[0] == "train" else []))
@@ -262,13 +342,17 @@ def test_cli_refuses_by_flag_before_any_work(argv, flag, phrase, worked, capsys,
     assert exc.value.code == 2, err
     assert f"argument {flag}: " in err or f"error: {flag} " in err, err
     assert phrase in err and "Traceback" not in err, err
-    assert list(tmp_path.iterdir()) == []            # no run folder written
+    assert list(tmp_path.iterdir()) == []  # no run folder written
 
 
 # --- the constraints themselves ---------------------------------------------------------------
 def test_messages_name_the_side_that_fails():
-    for value, words in [(-1, "> 0 and finite, got -1"), (math.nan, "> 0 and finite, got nan"),
-                         (2 * MAX_WEIGHT, "<= 1e+06"), ("1", "a number in (0, 1e+06], got '1'")]:
+    for value, words in [
+        (-1, "> 0 and finite, got -1"),
+        (math.nan, "> 0 and finite, got nan"),
+        (2 * MAX_WEIGHT, "<= 1e+06"),
+        ("1", "a number in (0, 1e+06], got '1'"),
+    ]:
         with pytest.raises(ValueError, match=None) as err:
             check("lam", value, LAM)
         assert str(err.value).startswith("lam must be ") and words in str(err.value)
@@ -292,22 +376,24 @@ def test_values_are_normalised():
 
 
 def test_data_rules():
-    assert check_matrix("X0", [[1, 2], [3, 4]]).dtype == np.float64        # integers: float64
-    assert check_matrix("X0", X.astype(np.float32)).dtype == np.float32    # float32 stays
-    assert check_matrix("X0", X, dtype="float32").dtype == np.float32      # the network's dtype
-    assert check_matrix("X0", X > 0).dtype == np.float64                   # booleans: 0 and 1
+    assert check_matrix("X0", [[1, 2], [3, 4]]).dtype == np.float64  # integers: float64
+    assert check_matrix("X0", X.astype(np.float32)).dtype == np.float32  # float32 stays
+    assert check_matrix("X0", X, dtype="float32").dtype == np.float32  # the network's dtype
+    assert check_matrix("X0", X > 0).dtype == np.float64  # booleans: 0 and 1
     with pytest.warns(UserWarning, match="X0 is float16: upcast to float64"):
         check_matrix("X0", X.astype(np.float16))
-    big = np.sqrt(np.sqrt(np.finfo(np.float32).max) / X.size)              # the overflow bound
+    big = np.sqrt(np.sqrt(np.finfo(np.float32).max) / X.size)  # the overflow bound
     check_matrix("X0", np.full(X.shape, 0.99 * big, dtype=np.float32))
     with pytest.raises(ValueError, match="X0 has a scale that overflows float32"):
         check_matrix("X0", np.full(X.shape, 1.01 * big, dtype=np.float32))
-    with pytest.raises(ValueError, match="X0 has a scale that overflows float32"):  # cast, then checked
+    with pytest.raises(
+        ValueError, match="X0 has a scale that overflows float32"
+    ):  # cast, then checked
         check_matrix("X0", np.full(X.shape, 1.01 * big), dtype="float32")
 
 
 def test_bounds_are_documented_and_sane():
-    assert MAX_WEIGHT >= 100 * 100 and MAX_ROUNDS >= 10 * 1200   # gamma 100; 10 MNIST epochs
+    assert MAX_WEIGHT >= 100 * 100 and MAX_ROUNDS >= 10 * 1200  # gamma 100; 10 MNIST epochs
     text = (ROOT / "docs" / "api" / "validation.md").read_text()
     assert "fenchel_cvx.validation" in text and "fenchel_cvx.defaults" in text
 
@@ -338,9 +424,16 @@ def test_every_consumer_reads_the_defaults():
 
     from fenchel_cvx import defaults
 
-    sig = {name: inspect.signature(f).parameters for name, f in (
-        ("net", LiftedNetwork), ("layers", LiftedNetwork.from_layers), ("fit", fit_bcd),
-        ("clf", FenchelClassifier), ("reg", FenchelRegressor))}
+    sig = {
+        name: inspect.signature(f).parameters
+        for name, f in (
+            ("net", LiftedNetwork),
+            ("layers", LiftedNetwork.from_layers),
+            ("fit", fit_bcd),
+            ("clf", FenchelClassifier),
+            ("reg", FenchelRegressor),
+        )
+    }
     for who in ("net", "layers"):
         assert sig[who]["lam"].default == defaults.LAM and sig[who]["rho"].default == defaults.RHO
     for who in ("clf", "reg"):
@@ -350,44 +443,73 @@ def test_every_consumer_reads_the_defaults():
         assert sig[who]["iterations"].default == defaults.ITERATIONS
         assert sig[who]["alternations"].default == defaults.ALTERNATIONS
     assert sig["fit"]["tol"].default == defaults.TOL and sig["fit"]["gamma"].default is None
-    assert defaults.gamma_for(None) == defaults.GAMMA_FULL_BATCH and defaults.gamma_for(8) == defaults.GAMMA
+    assert (
+        defaults.gamma_for(None) == defaults.GAMMA_FULL_BATCH
+        and defaults.gamma_for(8) == defaults.GAMMA
+    )
     args = cli.build_parser().parse_args(["train"])
     assert (args.lam, args.rho, args.gamma, args.momentum) == (None,) * 4
     assert args.tol == defaults.TOL
-    cli._check_train(args)       # Algorithm 1 (no --batch-size): the full-batch setting
+    cli._check_train(args)  # Algorithm 1 (no --batch-size): the full-batch setting
     full = defaults.training("dense", 1, batched=False)
-    assert (args.lam, args.rho, args.gamma, args.momentum) == (
-        [10.0], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0]) == tuple(
-        list(getattr(full, k)) for k in ("lam", "rho", "gamma", "momentum"))
+    assert (
+        (args.lam, args.rho, args.gamma, args.momentum)
+        == ([10.0], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0])
+        == tuple(list(getattr(full, k)) for k in ("lam", "rho", "gamma", "momentum"))
+    )
     assert (args.iterations, args.alternations) == (defaults.ITERATIONS, defaults.ALTERNATIONS)
     batched = cli.build_parser().parse_args(["train", "--batch-size", "50", "--arch", "64-16-8-10"])
     cli._check_train(batched)
     assert (batched.lam, batched.rho, batched.gamma, batched.momentum) == (
-        [0.2, 0.2], [0.0] * 3, [1.0, 1.0, 30.0], [0.7, 0.7, 0.0])
-    assert (batched.w_steps, batched.x_steps) == (None, None)    # the oracle takes no steps
-    args = cli.build_parser().parse_args(["train", "--backend", "fast", "--batch-size", "9",
-                                          "--gamma", "2"])
+        [0.2, 0.2],
+        [0.0] * 3,
+        [1.0, 1.0, 30.0],
+        [0.7, 0.7, 0.0],
+    )
+    assert (batched.w_steps, batched.x_steps) == (None, None)  # the oracle takes no steps
+    args = cli.build_parser().parse_args(
+        ["train", "--backend", "fast", "--batch-size", "9", "--gamma", "2"]
+    )
     cli._check_train(args)
     backend = cli._backend(args)
-    assert (backend.w_steps, backend.x_steps, args.gamma) == ((10, 1), (20,), 2.0)   # given: kept
+    assert (backend.w_steps, backend.x_steps, args.gamma) == ((10, 1), (20,), 2.0)  # given: kept
     args = cli.build_parser().parse_args(["train", "--backend", "fast"])
     cli._check_train(args)
-    assert (cli._backend(args).w_steps, cli._backend(args).x_steps) == (None, None)   # to --tol
-    lenet = cli.build_parser().parse_args(["train", "--dataset", "mnist5k", "--arch", "lenet5",
-                                           "--backend", "fast", "--batch-size", "100"])
+    assert (cli._backend(args).w_steps, cli._backend(args).x_steps) == (None, None)  # to --tol
+    lenet = cli.build_parser().parse_args(
+        [
+            "train",
+            "--dataset",
+            "mnist5k",
+            "--arch",
+            "lenet5",
+            "--backend",
+            "fast",
+            "--batch-size",
+            "100",
+        ]
+    )
     cli._check_train(lenet)
     s = defaults.training("lenet5", 4, batched=True)
     assert (lenet.lam, lenet.rho, lenet.gamma, lenet.momentum, lenet.x_steps, lenet.gram_reuse) == (
-        list(s.lam), list(s.rho), list(s.gamma), list(s.momentum), list(s.x_steps),
-        list(s.gram_reuse))
+        list(s.lam),
+        list(s.rho),
+        list(s.gamma),
+        list(s.momentum),
+        list(s.x_steps),
+        list(s.gram_reuse),
+    )
     with pytest.raises(ValueError, match="the lenet5 setting is for 4 hidden layers, got 2"):
         defaults.training("lenet5", 2, batched=True)
-    with pytest.raises(ValueError, match=r"network must be one of \['dense', 'lenet5'\], got 'cnn'"):
+    with pytest.raises(
+        ValueError, match=r"network must be one of \['dense', 'lenet5'\], got 'cnn'"
+    ):
         defaults.training("cnn", 2, batched=True)
-    none = defaults.training("dense", 0, batched=True)     # no hidden layer: no X-block
+    none = defaults.training("dense", 0, batched=True)  # no hidden layer: no X-block
     assert (none.lam, none.x_steps, none.gamma, none.w_steps) == (0.2, None, (30.0,), (1,))
-    args = cli.build_parser().parse_args(["train", "--backend", "fast", "--batch-size", "9",
-                                          "--arch", "64-10"])
+    args = cli.build_parser().parse_args(
+        ["train", "--backend", "fast", "--batch-size", "9", "--arch", "64-10"]
+    )
     cli._check_train(args)
     assert (args.lam, args.x_steps, cli._backend(args).w_steps) == (0.2, None, (1,))
 
@@ -397,23 +519,24 @@ def test_a_run_json_from_before_the_settings_resumes_as_it_began():
     gamma, momentum and the fast steps unset where not given (fit_bcd's gamma 3, no momentum,
     one W-step, 10 X-steps, a fresh Gram then); ``resume`` fills in those, so that the
     checkpoint's run goes on as it began, not with the new setting."""
+
     def old(*flags):
         args = cli.build_parser().parse_args(["train", "--backend", "fast", *flags])
-        args.momentum = None      # a run.json from before momentum has no entry: the parser's
+        args.momentum = None  # a run.json from before momentum has no entry: the parser's
         cli._before_settings(args)
         cli._check_train(args)
         return args
 
     a = old("--batch-size", "50", "--lam", "1", "--rho", "1e-3")
     assert (a.gamma, a.momentum, a.w_steps, a.x_steps, a.gram_reuse) == (3.0, 0.0, 1, 10, 1)
-    a = old("--batch-size", "50", "--gamma", "1")          # gamma given: the steps still old
+    a = old("--batch-size", "50", "--gamma", "1")  # gamma given: the steps still old
     assert (a.gamma, a.w_steps, a.x_steps) == (1.0, 1, 10)
     a = old("--dataset", "mnist5k", "--arch", "lenet5", "--batch-size", "100")
-    assert (a.gram_reuse, a.x_steps, a.momentum) == (1, 10, 0.0)   # not LeNet-5's (40, ...)
-    a = old()                                               # Algorithm 1: gamma 0, to --tol
+    assert (a.gram_reuse, a.x_steps, a.momentum) == (1, 10, 0.0)  # not LeNet-5's (40, ...)
+    a = old()  # Algorithm 1: gamma 0, to --tol
     assert (a.gamma, a.w_steps, a.x_steps) == (0.0, None, None)
     new = cli.build_parser().parse_args(["train", "--backend", "fast", "--batch-size", "50"])
-    cli._check_train(new)            # a run.json of today records every value: nothing to fill
+    cli._check_train(new)  # a run.json of today records every value: nothing to fill
     assert new.settings == "defaults.training"
     before = dict(vars(new))
     cli._before_settings(new)
@@ -428,11 +551,17 @@ def test_the_documented_defaults_are_the_code_s():
         cells = [c.strip() for c in line.strip("|").split("|")]
         if line.startswith("| `") and len(cells) == 3:
             rows[cells[0].replace("`", "")] = cells[1]
-        elif line.startswith("| ") and len(cells) == 8 and cells[0] in ("dense", "lenet5", "full batch"):
+        elif (
+            line.startswith("| ")
+            and len(cells) == 8
+            and cells[0] in ("dense", "lenet5", "full batch")
+        ):
             rows[cells[0]] = cells[1:]
     assert rows["lam"] == str(defaults.LAM) and rows["rho"] == str(defaults.RHO)
-    assert rows["gamma"] == (f"{defaults.GAMMA} batched (Algorithm 2), "
-                             f"{defaults.GAMMA_FULL_BATCH} on all the data (Algorithm 1)")
+    assert rows["gamma"] == (
+        f"{defaults.GAMMA} batched (Algorithm 2), "
+        f"{defaults.GAMMA_FULL_BATCH} on all the data (Algorithm 1)"
+    )
     assert rows["iterations"] == str(defaults.ITERATIONS)
     assert rows["alternations"] == str(defaults.ALTERNATIONS) and rows["tol"] == str(defaults.TOL)
 
@@ -440,14 +569,33 @@ def test_the_documented_defaults_are_the_code_s():
         return "to `tol`" if values is None else ", ".join(map(str, dict.fromkeys(values)))
 
     dense = defaults.SETTINGS["dense"]
-    pair = lambda v: f"{v[0]} hidden, {v[1]} output"   # noqa: E731
-    assert rows["dense"] == [str(dense.lam), str(dense.rho), pair(dense.gamma),
-                             pair(dense.momentum), pair(dense.w_steps), str(dense.x_steps), "1"]
+    pair = lambda v: f"{v[0]} hidden, {v[1]} output"  # noqa: E731
+    assert rows["dense"] == [
+        str(dense.lam),
+        str(dense.rho),
+        pair(dense.gamma),
+        pair(dense.momentum),
+        pair(dense.w_steps),
+        str(dense.x_steps),
+        "1",
+    ]
     le = defaults.training("lenet5", 4, batched=True)
-    assert rows["lenet5"] == [", ".join(map(str, le.lam)), ", ".join(map(str, le.rho)),
-                              ", ".join(map(str, le.gamma)),
-                              ", ".join(map(str, le.momentum)), ", ".join(map(str, le.w_steps)),
-                              ", ".join(map(str, le.x_steps)), ", ".join(map(str, le.gram_reuse))]
+    assert rows["lenet5"] == [
+        ", ".join(map(str, le.lam)),
+        ", ".join(map(str, le.rho)),
+        ", ".join(map(str, le.gamma)),
+        ", ".join(map(str, le.momentum)),
+        ", ".join(map(str, le.w_steps)),
+        ", ".join(map(str, le.x_steps)),
+        ", ".join(map(str, le.gram_reuse)),
+    ]
     full = defaults.training("dense", 1, batched=False)
-    assert rows["full batch"] == [text(full.lam), text(full.rho), text(full.gamma),
-                                  text(full.momentum), "to `tol`", "to `tol`", "1"]
+    assert rows["full batch"] == [
+        text(full.lam),
+        text(full.rho),
+        text(full.gamma),
+        text(full.momentum),
+        "to `tol`",
+        "to `tol`",
+        "1",
+    ]

@@ -7,6 +7,7 @@ paper's Figures 2-4, and, in ``fenchel_cvx.baselines.lifted``, the lifted method
 PyTorch; ``BASELINES["sgd"]`` / ``BASELINES["adam"]`` are the two optimizers.
 PyTorch is imported only when a baseline runs (``pip install "fenchel_cvx[bench]"``).
 """
+
 from .backprop import BASELINES, BackpropResult, torch_model, train_backprop
 
 __all__ = ["BASELINES", "BackpropResult", "torch_model", "train_backprop"]

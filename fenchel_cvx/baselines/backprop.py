@@ -20,6 +20,7 @@ device's work, not only its launch. The final weights come back in the package's
 ``W_l`` of shape ``(p_{l+1}, p_l + 1)`` (a convolution: ``(C_out, C_in k k + 1)``), the bias as
 its last column.
 """
+
 import math
 import time
 from dataclasses import dataclass, field
@@ -53,10 +54,20 @@ OPTIMIZERS = {"sgd": ("SGD", 1e-2), "adam": ("Adam", 1e-3)}
 WITH_MOMENTUM = ("sgd",)
 # where the model and the data live: name -> (what it needs that is missing, or None;
 # the wait for its queued work), each of torch
-DEVICES = {"cpu": (lambda torch: None, lambda torch: lambda: None),
-           "cuda": (lambda torch: None if torch.cuda.is_available() else (
-               f"a CUDA build of PyTorch and a GPU (torch {torch.__version__}: "
-               "torch.cuda.is_available() is False)"), lambda torch: torch.cuda.synchronize)}
+DEVICES = {
+    "cpu": (lambda torch: None, lambda torch: lambda: None),
+    "cuda": (
+        lambda torch: (
+            None
+            if torch.cuda.is_available()
+            else (
+                f"a CUDA build of PyTorch and a GPU (torch {torch.__version__}: "
+                "torch.cuda.is_available() is False)"
+            )
+        ),
+        lambda torch: torch.cuda.synchronize,
+    ),
+}
 # images per forward pass when evaluating (bounds the memory of a conv net on 60,000 images)
 EVAL_CHUNK = 5000
 
@@ -80,7 +91,9 @@ def _torch():
     try:
         import torch
     except ImportError:
-        raise ImportError('the backprop baselines need PyTorch: pip install "fenchel_cvx[bench]"') from None
+        raise ImportError(
+            'the backprop baselines need PyTorch: pip install "fenchel_cvx[bench]"'
+        ) from None
     return torch
 
 
@@ -89,7 +102,7 @@ class _TorchDense:
     weighted = True
 
     @staticmethod
-    def build(nn, d, shape):   # the lifted model's dense map flattens an image input
+    def build(nn, d, shape):  # the lifted model's dense map flattens an image input
         return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), int(d["units"])))
 
 
@@ -100,7 +113,9 @@ class _TorchConv2d:
     def build(nn, d, shape):
         if len(shape) != 3:
             raise ValueError(f"conv2d needs a (channels, height, width) input, got shape {shape}")
-        return nn.Conv2d(shape[0], int(d["channels"]), int(d["kernel"]), padding=int(d.get("padding", 0)))
+        return nn.Conv2d(
+            shape[0], int(d["channels"]), int(d["kernel"]), padding=int(d.get("padding", 0))
+        )
 
 
 class _TorchAvgPool2d:
@@ -119,8 +134,12 @@ class _TorchFlatten:
         return nn.Flatten()
 
 
-TORCH_LAYERS = {"dense": _TorchDense, "conv2d": _TorchConv2d, "avgpool2d": _TorchAvgPool2d,
-                "flatten": _TorchFlatten}
+TORCH_LAYERS = {
+    "dense": _TorchDense,
+    "conv2d": _TorchConv2d,
+    "avgpool2d": _TorchAvgPool2d,
+    "flatten": _TorchFlatten,
+}
 
 
 @dataclass
@@ -136,7 +155,9 @@ class BackpropResult:
     train_accuracy: list = field(default_factory=list)
     train_loss: list = field(default_factory=list)  # mean loss on the whole train set
     seconds: list = field(default_factory=list)  # cumulative training wall-clock time
-    checkpoints: list | None = None  # [(batches seen, seconds, test accuracy)] every eval_every batches
+    checkpoints: list | None = (
+        None  # [(batches seen, seconds, test accuracy)] every eval_every batches
+    )
     weights: list | None = None  # final [W_l], bias last column (a conv: (C_out, C_in k k + 1))
     momentum: float = 0.0  # SGD's heavy-ball momentum (0: plain SGD; Adam: 0)
 
@@ -149,13 +170,17 @@ def _architecture(network):
         network = network.get_config()
     if isinstance(network, dict):
         if "input_shape" not in network or "layers" not in network:
-            raise ValueError("network must be layer sizes, a LiftedNetwork or its get_config() dict "
-                             f"(with 'input_shape' and 'layers'), got keys {sorted(network)}")
+            raise ValueError(
+                "network must be layer sizes, a LiftedNetwork or its get_config() dict "
+                f"(with 'input_shape' and 'layers'), got keys {sorted(network)}"
+            )
         layers = list(network["layers"])
         for d in layers:
             if not isinstance(d, dict) or d.get("kind") not in TORCH_LAYERS:
-                raise ValueError(f"network layer must be a dict with 'kind' one of "
-                                 f"{sorted(TORCH_LAYERS)}, got {d!r}")
+                raise ValueError(
+                    f"network layer must be a dict with 'kind' one of "
+                    f"{sorted(TORCH_LAYERS)}, got {d!r}"
+                )
         return tuple(int(n) for n in network["input_shape"]), layers, init
     sizes = check("layer_sizes", tuple(network) if isinstance(network, list) else network, Sizes(2))
     return (sizes[0],), [{"kind": "dense", "units": p} for p in sizes[1:]], init
@@ -172,7 +197,9 @@ def _build_model(nn, torch, input_shape, layers, activation, slope):
             with torch.no_grad():
                 shape = tuple(mod(torch.zeros((1, *shape))).shape[1:])
         except RuntimeError as err:
-            raise ValueError(f"network layer {d!r} does not fit its input of shape {shape}: {err}") from None
+            raise ValueError(
+                f"network layer {d!r} does not fit its input of shape {shape}: {err}"
+            ) from None
         mods.append(mod)
         if kind.weighted:
             weighted.append(mod[-1] if isinstance(mod, nn.Sequential) else mod)
@@ -180,7 +207,9 @@ def _build_model(nn, torch, input_shape, layers, activation, slope):
             if len(weighted) < n_weighted:
                 mods.append(_activation(activation, slope).torch_module())
     if not weighted or not TORCH_LAYERS[layers[-1]["kind"]].weighted:
-        raise ValueError(f"network must end with a weighted layer (dense or conv2d), got {layers!r}")
+        raise ValueError(
+            f"network must end with a weighted layer (dense or conv2d), got {layers!r}"
+        )
     return nn.Sequential(*mods), weighted, tuple(sizes)
 
 
@@ -196,46 +225,83 @@ def _set_weights(torch, nn, modules, weights, gen):
             want = (mod.weight.shape[0], mod.weight[0].numel() + 1)
             if W.shape != want:
                 raise ValueError(f"init_weights[{l}] must have shape {want}, got {W.shape}")
-            mod.weight.copy_(torch.as_tensor(W[:, :-1], dtype=torch.float32).reshape(mod.weight.shape))
+            mod.weight.copy_(
+                torch.as_tensor(W[:, :-1], dtype=torch.float32).reshape(mod.weight.shape)
+            )
             mod.bias.copy_(torch.as_tensor(W[:, -1], dtype=torch.float32))
 
 
 def _get_weights(modules):
-    return [np.hstack([mod.weight.detach().cpu().double().reshape(mod.weight.shape[0], -1).numpy(),
-                       mod.bias.detach().cpu().double().numpy()[:, None]]) for mod in modules]
+    return [
+        np.hstack(
+            [
+                mod.weight.detach().cpu().double().reshape(mod.weight.shape[0], -1).numpy(),
+                mod.bias.detach().cpu().double().numpy()[:, None],
+            ]
+        )
+        for mod in modules
+    ]
 
 
 def _check_inputs(input_shape, n_out, X_train, y_train, X_test, y_test, batches):
     """The data (``validation.check_matrix``), the integer labels and the batch schedule."""
     n_in = math.prod(input_shape)
-    what = (f"layer_sizes[0]={n_in}" if len(input_shape) == 1
-            else f"{n_in} = {'x'.join(map(str, input_shape))}, the network's input shape, flattened")
+    what = (
+        f"layer_sizes[0]={n_in}"
+        if len(input_shape) == 1
+        else f"{n_in} = {'x'.join(map(str, input_shape))}, the network's input shape, flattened"
+    )
     for name, X, y in (("X_train", X_train, y_train), ("X_test", X_test, y_test)):
         X, y = check_matrix(name, X, rows=n_in, rows_what=what), np.asarray(y)
         if y.shape != (X.shape[1],) or not np.issubdtype(y.dtype, np.integer):
-            raise ValueError(f"y_{name[2:]} must be {X.shape[1]} integer labels, got {y.dtype} {y.shape}")
+            raise ValueError(
+                f"y_{name[2:]} must be {X.shape[1]} integer labels, got {y.dtype} {y.shape}"
+            )
         if y.size and (y.min() < 0 or y.max() >= n_out):
-            raise ValueError(f"y_{name[2:]} must hold labels in 0..{n_out - 1} (layer_sizes[-1]), "
-                             f"got range {y.min()}..{y.max()}")
+            raise ValueError(
+                f"y_{name[2:]} must hold labels in 0..{n_out - 1} (layer_sizes[-1]), "
+                f"got range {y.min()}..{y.max()}"
+            )
     m = np.asarray(X_train).shape[1]
-    if not isinstance(batches, (list, tuple)) or not batches or not all(
-            isinstance(ep, (list, tuple)) and ep for ep in batches):
-        raise ValueError("batches must be a non-empty list of epochs, each a non-empty list of index "
-                         f"arrays (the output of batch_order), got {type(batches).__name__}")
+    if (
+        not isinstance(batches, (list, tuple))
+        or not batches
+        or not all(isinstance(ep, (list, tuple)) and ep for ep in batches)
+    ):
+        raise ValueError(
+            "batches must be a non-empty list of epochs, each a non-empty list of index "
+            f"arrays (the output of batch_order), got {type(batches).__name__}"
+        )
     for e, epoch in enumerate(batches):
         for idx in epoch:
             idx = np.asarray(idx)
-            if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer) or idx.size == 0 \
-                    or idx.min() < 0 or idx.max() >= m:
-                raise ValueError(f"batches[{e}] must hold non-empty integer index arrays in 0..{m - 1}")
+            if (
+                idx.ndim != 1
+                or not np.issubdtype(idx.dtype, np.integer)
+                or idx.size == 0
+                or idx.min() < 0
+                or idx.max() >= m
+            ):
+                raise ValueError(
+                    f"batches[{e}] must hold non-empty integer index arrays in 0..{m - 1}"
+                )
 
 
 #: the constraints of ``train_backprop``'s arguments (``validation.py``)
-PARAMETERS = dict(optimizer=Options(OPTIMIZERS), lr=[WEIGHT, None], momentum=MOMENTUM,
-                  activation=Options(activation_names()),
-                  slope=FRACTION, seed=SEED, threads=[COUNT, None], callback=[CALLABLE, None],
-                  eval_every=[COUNT, None], progress=BOOL, loss=Options(loss_names("classification")),
-                  device=Options(DEVICES))
+PARAMETERS = dict(
+    optimizer=Options(OPTIMIZERS),
+    lr=[WEIGHT, None],
+    momentum=MOMENTUM,
+    activation=Options(activation_names()),
+    slope=FRACTION,
+    seed=SEED,
+    threads=[COUNT, None],
+    callback=[CALLABLE, None],
+    eval_every=[COUNT, None],
+    progress=BOOL,
+    loss=Options(loss_names("classification")),
+    device=Options(DEVICES),
+)
 
 
 def torch_model(network, *, activation="relu", slope=0.01, seed=0, init_weights=None):
@@ -250,17 +316,37 @@ def torch_model(network, *, activation="relu", slope=0.01, seed=0, init_weights=
     nn = torch.nn
     model, weighted, sizes = _build_model(nn, torch, input_shape, layers, activation, slope)
     if init_weights is not None and len(init_weights) != len(weighted):
-        raise ValueError(f"init_weights must hold {len(weighted)} matrices, got {len(init_weights)}")
+        raise ValueError(
+            f"init_weights must hold {len(weighted)} matrices, got {len(init_weights)}"
+        )
     _set_weights(torch, nn, weighted, init_weights, torch.Generator().manual_seed(int(seed)))
     model.weighted = weighted
     return model, input_shape, sizes
 
 
-def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimizer="adam",
-                   lr=None, momentum=0.0, activation="relu", slope=0.01, seed=0, threads=None,
-                   callback=None,
-                   eval_every=None, eval_at=(), init_weights=None, progress=False,
-                   loss="cross_entropy", device="cpu"):
+def train_backprop(
+    network,
+    X_train,
+    y_train,
+    X_test,
+    y_test,
+    *,
+    batches,
+    optimizer="adam",
+    lr=None,
+    momentum=0.0,
+    activation="relu",
+    slope=0.01,
+    seed=0,
+    threads=None,
+    callback=None,
+    eval_every=None,
+    eval_at=(),
+    init_weights=None,
+    progress=False,
+    loss="cross_entropy",
+    device="cpu",
+):
     """Train a network by backprop on the given batch schedule; return a :class:`BackpropResult`.
 
     ``network``: layer sizes (an MLP), a ``LiftedNetwork.get_config()`` dict, or a
@@ -280,25 +366,42 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
     ``init_weights``: the starting ``[W_l]`` in the package's convention (default: the
     network's own if a ``LiftedNetwork`` is given, else Xavier-uniform from ``seed``).
     """
-    a = validate(PARAMETERS, dict(optimizer=optimizer, lr=lr, momentum=momentum,
-                                  activation=activation, slope=slope,
-                                  seed=seed, threads=threads, callback=callback,
-                                  eval_every=eval_every, progress=progress, loss=loss,
-                                  device=device))
+    a = validate(
+        PARAMETERS,
+        dict(
+            optimizer=optimizer,
+            lr=lr,
+            momentum=momentum,
+            activation=activation,
+            slope=slope,
+            seed=seed,
+            threads=threads,
+            callback=callback,
+            eval_every=eval_every,
+            progress=progress,
+            loss=loss,
+            device=device,
+        ),
+    )
     lr = OPTIMIZERS[optimizer][1] if a["lr"] is None else a["lr"]
     if momentum and optimizer not in WITH_MOMENTUM:
-        raise ValueError(f"momentum applies to optimizer in {WITH_MOMENTUM}, got momentum={momentum!r} "
-                         f"with optimizer={optimizer!r}")
+        raise ValueError(
+            f"momentum applies to optimizer in {WITH_MOMENTUM}, got momentum={momentum!r} "
+            f"with optimizer={optimizer!r}"
+        )
     steps = dict(momentum=float(momentum)) if optimizer in WITH_MOMENTUM else {}
     eval_at = set(eval_at)
     if not all(COUNT.accepts(b) for b in eval_at):
-        raise ValueError(f"eval_at must hold positive batch counts, got {sorted(eval_at, key=str)!r}")
+        raise ValueError(
+            f"eval_at must hold positive batch counts, got {sorted(eval_at, key=str)!r}"
+        )
     torch = _torch()
     missing = DEVICES[device][0](torch)
     if missing:
         raise ValueError(f"device={device!r} needs {missing}")
-    model, input_shape, sizes = torch_model(network, activation=activation, slope=slope, seed=seed,
-                                            init_weights=init_weights)
+    model, input_shape, sizes = torch_model(
+        network, activation=activation, slope=slope, seed=seed, init_weights=init_weights
+    )
     _check_inputs(input_shape, sizes[-1], X_train, y_train, X_test, y_test, batches)
     dev = torch.device(device)
     model.to(dev)
@@ -306,21 +409,48 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
     if threads is not None:
         torch.set_num_threads(int(threads))
     try:
-        Xtr, Xte = (torch.from_numpy(np.ascontiguousarray(np.asarray(X).T, dtype=np.float32))
-                    .reshape(-1, *input_shape).to(dev) for X in (X_train, X_test))
-        ytr, yte = (torch.as_tensor(np.asarray(y), dtype=torch.long, device=dev)
-                    for y in (y_train, y_test))
-        opt = getattr(torch.optim, OPTIMIZERS[optimizer][0])(model.parameters(), lr=float(lr), **steps)
+        Xtr, Xte = (
+            torch.from_numpy(np.ascontiguousarray(np.asarray(X).T, dtype=np.float32))
+            .reshape(-1, *input_shape)
+            .to(dev)
+            for X in (X_train, X_test)
+        )
+        ytr, yte = (
+            torch.as_tensor(np.asarray(y), dtype=torch.long, device=dev) for y in (y_train, y_test)
+        )
+        opt = getattr(torch.optim, OPTIMIZERS[optimizer][0])(
+            model.parameters(), lr=float(lr), **steps
+        )
         loss_fn = partial(_batch_loss, torch, make_loss(loss))
         evaluate = _evaluator(torch, model, loss_fn)
         _, acc0 = evaluate(Xte, yte)
-        result = BackpropResult(optimizer, float(lr), sizes, acc0, evaluate(Xtr, ytr)[0],
-                                checkpoints=[] if eval_every or eval_at else None,
-                                momentum=float(momentum))
+        result = BackpropResult(
+            optimizer,
+            float(lr),
+            sizes,
+            acc0,
+            evaluate(Xtr, ytr)[0],
+            checkpoints=[] if eval_every or eval_at else None,
+            momentum=float(momentum),
+        )
         data = (Xtr, ytr, Xte, yte)
-        _epochs(torch, model, opt, loss_fn, evaluate, data, batches, result,
-                dict(eval_every=eval_every, eval_at=eval_at, callback=callback, progress=progress,
-                     sync=DEVICES[device][1](torch)))
+        _epochs(
+            torch,
+            model,
+            opt,
+            loss_fn,
+            evaluate,
+            data,
+            batches,
+            result,
+            dict(
+                eval_every=eval_every,
+                eval_at=eval_at,
+                callback=callback,
+                progress=progress,
+                sync=DEVICES[device][1](torch),
+            ),
+        )
         result.weights = _get_weights(model.weighted)
         return result
     finally:
@@ -329,14 +459,16 @@ def train_backprop(network, X_train, y_train, X_test, y_test, *, batches, optimi
 
 def _evaluator(torch, model, loss_fn):
     """``evaluate(X, y) -> (mean loss, accuracy)``, in chunks of ``EVAL_CHUNK`` images."""
+
     @torch.no_grad()
     def evaluate(X, y):
         total = hits = 0.0
         for i in range(0, X.shape[0], EVAL_CHUNK):
-            logits = model(X[i:i + EVAL_CHUNK])
-            total += loss_fn(logits, y[i:i + EVAL_CHUNK]).item() * logits.shape[0]
-            hits += (logits.argmax(1) == y[i:i + EVAL_CHUNK]).sum().item()
+            logits = model(X[i : i + EVAL_CHUNK])
+            total += loss_fn(logits, y[i : i + EVAL_CHUNK]).item() * logits.shape[0]
+            hits += (logits.argmax(1) == y[i : i + EVAL_CHUNK]).sum().item()
         return total / X.shape[0], hits / X.shape[0]
+
     return evaluate
 
 
@@ -349,7 +481,7 @@ def _epochs(torch, model, opt, loss_fn, evaluate, data, batches, result, options
     elapsed, seen = 0.0, 0
     bar = tqdm(total=sum(map(len, batches)), desc=result.optimizer, disable=not o["progress"])
 
-    def stretch_ends(t0):   # the seconds since t0, once the device has done the stretch's work
+    def stretch_ends(t0):  # the seconds since t0, once the device has done the stretch's work
         o["sync"]()
         return time.perf_counter() - t0
 
@@ -366,7 +498,7 @@ def _epochs(torch, model, opt, loss_fn, evaluate, data, batches, result, options
                 elapsed += stretch_ends(t0)
                 result.checkpoints.append((seen, elapsed, evaluate(Xte, yte)[1]))
                 t0, running = time.perf_counter(), False
-        if running:     # the steps since the last checkpoint
+        if running:  # the steps since the last checkpoint
             elapsed += stretch_ends(t0)
         loss, train_acc = evaluate(Xtr, ytr)
         result.train_loss.append(loss)

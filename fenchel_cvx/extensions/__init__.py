@@ -8,6 +8,7 @@ when ``fenchel_cvx.activations`` or ``fenchel_cvx.losses`` loads, and registers 
 
 docs page "Add an activation or a loss" walks through one.
 """
+
 import importlib
 import pkgutil
 

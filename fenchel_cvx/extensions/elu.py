@@ -19,6 +19,7 @@ smaller of its pieces, which no atom writes; it is a partial minimum instead,
 ``F*(u) = min_{a >= max(u, 0)} a^2/2 + e^{u - a} - 1 - (u - a)`` (the objective grows in a for
 a >= 0, so the minimum sits at ``a = max(u, 0)``): one epigraph variable and two constraints.
 """
+
 import math
 
 from array_api_compat import array_namespace
@@ -49,12 +50,15 @@ class ELU(Activation):
         inside = v > -1
         w = xp.where(inside, v, xp.zeros_like(v))
         neg = xp.log1p(xp.minimum(w, xp.zeros_like(w)))
-        return xp.where(inside, xp.where(v > 0, v, neg),
-                        xp.where(v == -1, xp.full_like(v, -math.inf), xp.full_like(v, math.nan)))
+        return xp.where(
+            inside,
+            xp.where(v > 0, v, neg),
+            xp.where(v == -1, xp.full_like(v, -math.inf), xp.full_like(v, math.nan)),
+        )
 
     def F(self, v):
         xp = array_namespace(v)
-        n = xp.minimum(v, xp.zeros_like(v))           # the piece below 0 (0 above)
+        n = xp.minimum(v, xp.zeros_like(v))  # the piece below 0 (0 above)
         p = 1 + n
         pos = p > 0
         xlogx = xp.where(pos, p * xp.log(xp.where(pos, p, xp.ones_like(p))), xp.zeros_like(p))

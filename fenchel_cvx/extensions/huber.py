@@ -11,6 +11,7 @@ the rows of Yhat too (``separable_rows``) but not quadratic, so the fast backend
 takes the general path (``last_w_solver`` "newton": Newton-CG on ``grad`` and ``hvp`` with the
 exact line search of ``line_derivs``).
 """
+
 import numbers
 
 from array_api_compat import array_namespace
@@ -28,8 +29,12 @@ class Huber(Loss):
     tasks = ("regression",)
 
     def __init__(self, delta=1.0):
-        if not (isinstance(delta, numbers.Real) and not isinstance(delta, bool) and delta > 0
-                and delta < float("inf")):
+        if not (
+            isinstance(delta, numbers.Real)
+            and not isinstance(delta, bool)
+            and delta > 0
+            and delta < float("inf")
+        ):
             raise ValueError(f"delta must be > 0 and finite, got {delta!r}")
         self.delta = float(delta)
 

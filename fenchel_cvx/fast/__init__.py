@@ -40,6 +40,7 @@ epsilons cannot be reached and is raised to that floor (8e-6 in float32), report
 ill-conditioned W-block in float32 asked for 1e-6).
 See ``benchmarks/fast_blocks.py`` for timings on MNIST-sized blocks.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -72,20 +73,26 @@ __all__ = ["FastBackend"]
 
 
 def _block_arrays(block):
-    return {f.name: getattr(block, f.name) for f in dataclasses.fields(block)
-            if hasattr(getattr(block, f.name), "shape") and hasattr(getattr(block, f.name), "dtype")}
+    return {
+        f.name: getattr(block, f.name)
+        for f in dataclasses.fields(block)
+        if hasattr(getattr(block, f.name), "shape") and hasattr(getattr(block, f.name), "dtype")
+    }
 
 
 def _check_steps(name, steps):
     """None, an integer >= 1, or a non-empty sequence of them (one per layer, as a tuple)."""
+
     def one(v):
         return not isinstance(v, bool) and isinstance(v, numbers.Integral) and v >= 1
+
     if steps is None or one(steps):
         return steps
     if isinstance(steps, (list, tuple)) and steps and all(one(v) for v in steps):
         return tuple(int(v) for v in steps)
-    raise ValueError(f"{name} must be None, an integer >= 1 or a sequence of them (one per "
-                     f"layer), got {steps!r}")
+    raise ValueError(
+        f"{name} must be None, an integer >= 1 or a sequence of them (one per layer), got {steps!r}"
+    )
 
 
 def _of_layer(name, setting, block, i):
@@ -93,8 +100,10 @@ def _of_layer(name, setting, block, i):
     if not isinstance(setting, tuple):
         return setting
     if not 0 <= i < len(setting):
-        raise ValueError(f"{name} has {len(setting)} entries, none for the block of layer "
-                         f"{block.layer}: {setting!r}")
+        raise ValueError(
+            f"{name} has {len(setting)} entries, none for the block of layer "
+            f"{block.layer}: {setting!r}"
+        )
     return setting[i]
 
 
@@ -193,35 +202,49 @@ class FastBackend(BackendDefaults):
     threads: int | dict[str, int] | None
     capped_residual: bool
     capped_value: bool
-    kernels: Kernels               # the elementwise chains' implementation
-    _pools: Any                    # threadpoolctl's controller, once a solve limits threads
+    kernels: Kernels  # the elementwise chains' implementation
+    _pools: Any  # threadpoolctl's controller, once a solve limits threads
     _pools_torch: bool
     _cache: dict[Any, Any]
 
-    def __init__(self, tol: float = 1e-6, max_iter: int = 500,
-                 w_steps: int | Sequence[int] | None = None, dtype: str | None = None,
-                 newton_cap: int | None = None, x_steps: int | Sequence[int] | None = None,
-                 gram_reuse: int | Sequence[int] = 1, threads: int | dict[str, int] | None = 1,
-                 capped_residual: bool = True, capped_value: bool = True,
-                 compile: bool | str = "auto") -> None:
+    def __init__(
+        self,
+        tol: float = 1e-6,
+        max_iter: int = 500,
+        w_steps: int | Sequence[int] | None = None,
+        dtype: str | None = None,
+        newton_cap: int | None = None,
+        x_steps: int | Sequence[int] | None = None,
+        gram_reuse: int | Sequence[int] = 1,
+        threads: int | dict[str, int] | None = 1,
+        capped_residual: bool = True,
+        capped_value: bool = True,
+        compile: bool | str = "auto",
+    ) -> None:
         tol = check("tol", tol, TOL)
         if not (isinstance(max_iter, numbers.Integral) and max_iter >= 1):
             raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
         self.tol, self.max_iter = float(tol), int(max_iter)
-        self.w_steps, self.x_steps = _check_steps("w_steps", w_steps), _check_steps("x_steps", x_steps)
+        self.w_steps, self.x_steps = (
+            _check_steps("w_steps", w_steps),
+            _check_steps("x_steps", x_steps),
+        )
         self.dtype = _dtype_name(dtype)
-        if newton_cap is not None and not (isinstance(newton_cap, numbers.Integral) and newton_cap >= 0):
+        if newton_cap is not None and not (
+            isinstance(newton_cap, numbers.Integral) and newton_cap >= 0
+        ):
             raise ValueError(f"newton_cap must be None or an integer >= 0, got {newton_cap!r}")
         self.newton_cap = newton_cap
         if gram_reuse is None:
-            raise ValueError("gram_reuse must be an integer >= 1 or a sequence of them (one per "
-                             "layer), got None")
+            raise ValueError(
+                "gram_reuse must be an integer >= 1 or a sequence of them (one per layer), got None"
+            )
         self.gram_reuse = _check_steps("gram_reuse", gram_reuse)
-        self.kernels = kernels(compile)   # refuses compile=True without torch.compile
+        self.kernels = kernels(compile)  # refuses compile=True without torch.compile
         self.compile = compile if isinstance(compile, (bool, str)) else self.kernels.compiled
         if threads is not None:
-            per_library(threads)   # a bad count fails here, before any work
-            if self.kernels.compiled and not isinstance(threads, dict):   # kernels: one thread
+            per_library(threads)  # a bad count fails here, before any work
+            if self.kernels.compiled and not isinstance(threads, dict):  # kernels: one thread
                 threads = plan(threads, compiled=True)
         self.threads, self._pools, self._pools_torch = threads, None, False
         for name, flag in (("capped_residual", capped_residual), ("capped_value", capped_value)):
@@ -233,18 +256,25 @@ class FastBackend(BackendDefaults):
     def check_network(self, net: LiftedNetwork) -> None:
         """Refuse per-layer ``w_steps`` / ``x_steps`` of another length than ``net``'s blocks
         (``fit_bcd`` calls it before any work)."""
-        for name, steps, n, first in (("w_steps", self.w_steps, net.n_hidden + 1, "W_0"),
-                                      ("x_steps", self.x_steps, net.n_hidden, "X_1"),
-                                      ("gram_reuse", self.gram_reuse, net.n_hidden + 1, "W_0")):
+        for name, steps, n, first in (
+            ("w_steps", self.w_steps, net.n_hidden + 1, "W_0"),
+            ("x_steps", self.x_steps, net.n_hidden, "X_1"),
+            ("gram_reuse", self.gram_reuse, net.n_hidden + 1, "W_0"),
+        ):
             if isinstance(steps, tuple) and len(steps) != n:
                 last = f"{first[0]}_{int(first[2:]) + n - 1}"
-                raise ValueError(f"{name} must have one entry per block of the network "
-                                 f"({n}: {first} to {last}), got {len(steps)}: {steps!r}")
+                raise ValueError(
+                    f"{name} must have one entry per block of the network "
+                    f"({n}: {first} to {last}), got {len(steps)}: {steps!r}"
+                )
 
     def steps_of(self, block):
         """Deprecated name of :meth:`step_setting`."""
-        warnings.warn("FastBackend.steps_of is deprecated; use FastBackend.step_setting",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "FastBackend.steps_of is deprecated; use FastBackend.step_setting",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.step_setting(block)
 
     def step_setting(self, block: Block) -> tuple[str, int | None]:
@@ -286,14 +316,24 @@ class FastBackend(BackendDefaults):
         """What decides the iterates of its solves, as a run's history records it
         (``fit_bcd``'s config ``backend_settings``): not the threads (they change the iterates
         only by rounding, the order of BLAS's sums), nor what a capped solve reports."""
-        return dict(tol=self.tol, max_iter=self.max_iter, w_steps=self.w_steps,
-                    x_steps=self.x_steps, dtype=self.dtype, newton_cap=self.newton_cap,
-                    gram_reuse=self.gram_reuse)
+        return dict(
+            tol=self.tol,
+            max_iter=self.max_iter,
+            w_steps=self.w_steps,
+            x_steps=self.x_steps,
+            dtype=self.dtype,
+            newton_cap=self.newton_cap,
+            gram_reuse=self.gram_reuse,
+        )
 
     def __repr__(self):
-        fields = dict(self.settings(), threads=self.threads,
-                      capped_residual=self.capped_residual, capped_value=self.capped_value,
-                      compile=self.compile)
+        fields = dict(
+            self.settings(),
+            threads=self.threads,
+            capped_residual=self.capped_residual,
+            capped_value=self.capped_value,
+            compile=self.compile,
+        )
         return f"FastBackend({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
 
     def solve(self, block: Block, start: Array | None = None) -> BlockResult:
@@ -315,11 +355,12 @@ class FastBackend(BackendDefaults):
         self.kernels.check_arrays(xp)
         if self.dtype is not None:
             dt = getattr(xp, self.dtype)
-            block = dataclasses.replace(block, **{k: xp.astype(v, dt, copy=False)
-                                                  for k, v in arrays.items()})
+            block = dataclasses.replace(
+                block, **{k: xp.astype(v, dt, copy=False) for k, v in arrays.items()}
+            )
             arrays = _block_arrays(block)
         dtype = xp.result_type(*arrays.values())
-        if "U" in arrays and arrays["U"].dtype != dtype:   # a caller's hint of A(W, X) + b,
+        if "U" in arrays and arrays["U"].dtype != dtype:  # a caller's hint of A(W, X) + b,
             # cast as the rest: the solvers update their state in place from it
             block = dataclasses.replace(block, U=xp.astype(arrays["U"], dtype))
         tol = floor_tol(xp, dtype, self.tol)
@@ -327,20 +368,30 @@ class FastBackend(BackendDefaults):
         Z, it, info = solve(block, self, xp, Z, tol)
         converged = bool(info.pop("converged"))
         status = "optimal" if converged else ("stalled" if info.get("stalled") else "max_iter")
-        U = info.pop("U", None)                # an X solver's A(W, Z) + b
+        U = info.pop("U", None)  # an X solver's A(W, Z) + b
         residual = info.pop("residual", None)  # a solver's own (W: from the gradient it holds)
         if residual is None:
             residual = block.kkt_residual(Z)
-        value = info.pop("value", None)        # the solver's own, from the products it holds
+        value = info.pop("value", None)  # the solver's own, from the products it holds
         if value is None:
-            value = math.nan if status == "max_iter" and not self.capped_value else float(
-                block.value(Z))
+            value = (
+                math.nan
+                if status == "max_iter" and not self.capped_value
+                else float(block.value(Z))
+            )
         name, steps = self.step_setting(block)
         info.update({"tol": tol, "dtype": _dtype_name(dtype), name: steps})
-        return BlockResult(argmin=Z, value=value,
-                           status=status, residual=residual,
-                           seconds=time.perf_counter() - t0, iterations=it, converged=converged,
-                           info=info, U=U)
+        return BlockResult(
+            argmin=Z,
+            value=value,
+            status=status,
+            residual=residual,
+            seconds=time.perf_counter() - t0,
+            iterations=it,
+            converged=converged,
+            info=info,
+            U=U,
+        )
 
     def _start(self, xp, block, start, dtype):
         if start is None:
@@ -348,13 +399,14 @@ class FastBackend(BackendDefaults):
         start, shape = xp.asarray(start), tuple(block.shape)
         if tuple(start.shape) != shape:
             raise ValueError(f"start must have shape {shape}, got {tuple(start.shape)}")
-        return xp.astype(start, dtype, copy=False)   # the solvers never write into it
+        return xp.astype(start, dtype, copy=False)  # the solvers never write into it
 
 
 # --- the solver of each block class --------------------------------------------------------------
 def _unknown(block):
-    return ValueError(f"block must be an XHidden, XLast, WHidden or WLast block, "
-                      f"got {type(block).__name__}")
+    return ValueError(
+        f"block must be an XHidden, XLast, WHidden or WLast block, got {type(block).__name__}"
+    )
 
 
 @functools.singledispatch
@@ -375,16 +427,34 @@ def _solver_of(block):
 def _(block: XBlock, backend, xp, Z, tol):
     _, steps = backend.step_setting(block)
     cap = backend.max_iter if steps is None else min(backend.max_iter, int(steps))
-    return solve_x(xp, block, Z, tol, cap, capped_residual=backend.capped_residual,
-                   capped_value=backend.capped_value, kernels=backend.kernels)
+    return solve_x(
+        xp,
+        block,
+        Z,
+        tol,
+        cap,
+        capped_residual=backend.capped_residual,
+        capped_value=backend.capped_value,
+        kernels=backend.kernels,
+    )
 
 
 def _solve_pncg(block, backend, xp, Z, tol):
     _, steps = backend.step_setting(block)
     cap = backend.max_iter if steps is None else int(steps)
-    return solve_pncg(xp, block, Z, tol, cap, backend._cache, newton_cap=backend.newton_cap,
-                      gram_reuse=backend.reuse_of(block), capped_residual=backend.capped_residual,
-                      capped_value=backend.capped_value, kernels=backend.kernels)
+    return solve_pncg(
+        xp,
+        block,
+        Z,
+        tol,
+        cap,
+        backend._cache,
+        newton_cap=backend.newton_cap,
+        gram_reuse=backend.reuse_of(block),
+        capped_residual=backend.capped_residual,
+        capped_value=backend.capped_value,
+        kernels=backend.kernels,
+    )
 
 
 _solve_block.register(WHidden, _solve_pncg)
@@ -392,7 +462,7 @@ _solve_block.register(WHidden, _solve_pncg)
 
 @_solve_block.register
 def _(block: WLast, backend, xp, Z, tol):
-    if block.loss.last_w_solver == "ridge":   # MSE: a ridge regression, the normal equations
+    if block.loss.last_w_solver == "ridge":  # MSE: a ridge regression, the normal equations
         return solve_ridge(xp, block, Z, tol, backend.max_iter, backend._cache)
     return _solve_pncg(block, backend, xp, Z, tol)
 

@@ -14,6 +14,7 @@
 - ``select``: a choice between two tuples of arrays on a 0-d condition, without a host read
   where reads are not cheap.
 """
+
 import math
 
 import numpy as np
@@ -24,6 +25,7 @@ from ..blocks import residual_parts
 #: the CG W-loops (``wblocks``, ``span``) form W X~ again from W every this many steps, so that
 #: the incrementally updated one does not drift
 RESYNC = 16
+
 
 def kkt(xp, Z, parts, project=None):
     """``||Z - P(Z - g)||_inf / (1 + max_i ||g_i||_inf)`` with ``g = sum(parts)``
@@ -51,8 +53,9 @@ def pr_plus(xp, gs, cross, gs_old, g_d, zero=None):
     at ``-s``. -> ``(beta, restarted, slope)``, the new direction's slope with no product.
     """
     pos = gs_old > 0
-    beta = xp.where(pos, (gs - cross) / xp.where(pos, gs_old, xp.ones_like(gs_old)),
-                    xp.zeros_like(gs_old))
+    beta = xp.where(
+        pos, (gs - cross) / xp.where(pos, gs_old, xp.ones_like(gs_old)), xp.zeros_like(gs_old)
+    )
     beta = clip(beta, 0, None)
     if zero is not None:
         beta = xp.where(zero, xp.zeros_like(beta), beta)
@@ -63,7 +66,7 @@ def pr_plus(xp, gs, cross, gs_old, g_d, zero=None):
 
 def floor_tol(xp, dtype, tol):
     """The tolerance a loop can reach in ``dtype``: ``max(tol, 64 eps)`` (4e-13 / 8e-6)."""
-    return max(float(tol), 64 * float(xp.finfo(dtype).eps))   # a Python float, not a NumPy scalar
+    return max(float(tol), 64 * float(xp.finfo(dtype).eps))  # a Python float, not a NumPy scalar
 
 
 def spd_inverse(xp, G, shift=0.0):
@@ -91,11 +94,12 @@ def spd_solver(xp, G, shift=0.0):
     L, shift = _shifted(xp, G, shift, _lapack_cholesky)
     potrs = lapack.get_lapack_funcs("potrs", (L,))
 
-    def solve(B):   # G is symmetric: B G^{-1} = (G^{-1} B^T)^T; B^T of a C-ordered B is F-ordered
+    def solve(B):  # G is symmetric: B G^{-1} = (G^{-1} B^T)^T; B^T of a C-ordered B is F-ordered
         X, info = potrs(L, B.T, lower=True)
         if info != 0:
             raise FloatingPointError(f"potrs failed (info {info})")
         return X.T
+
     return solve, shift
 
 
@@ -108,7 +112,7 @@ def _shifted(xp, G, shift, attempt):
     shift, floor = max(float(shift), 0.0), None
     for _ in range(40):
         out = attempt(xp, G + shift * eye, eye)
-        if out is not None and bool(xp.all(xp.isfinite(out))):   # one read where it succeeds
+        if out is not None and bool(xp.all(xp.isfinite(out))):  # one read where it succeeds
             return out, shift
         if floor is None:
             dmax = float(xp.max(xp.abs(xp.linalg.diagonal(G))))
@@ -134,7 +138,7 @@ def _lapack_cholesky(xp, A, eye):
     from scipy.linalg import lapack
 
     potrf = lapack.get_lapack_funcs("potrf", (A,))
-    L, info = potrf(A, lower=True, clean=False, overwrite_a=True)   # A is a fresh G + shift I
+    L, info = potrf(A, lower=True, clean=False, overwrite_a=True)  # A is a fresh G + shift I
     return L if info == 0 else None
 
 
@@ -198,8 +202,9 @@ def newton_1d(xp, derivs, t, lo, hi, tol, max_iter=50, fixed=None):
         step = xp.where(d2 > 0, d1 / xp.where(d2 > 0, d2, xp.ones_like(d2)), xp.zeros_like(d1))
         tn = t - step
         inside = (tn > lo_n) & (tn < hi_n) & (d2 > 0)
-        fallback = xp.where(xp.isinf(hi_n), xp.where(t > 0, 2 * t, xp.ones_like(t)),
-                            0.5 * (lo_n + hi_n))
+        fallback = xp.where(
+            xp.isinf(hi_n), xp.where(t > 0, 2 * t, xp.ones_like(t)), 0.5 * (lo_n + hi_n)
+        )
         tn = xp.where(inside, tn, fallback)
         done = (xp.abs(d1) <= tol) | (hi_n - lo_n <= 4 * eps * xp.abs(hi_n))
         small = xp.abs(tn - t) <= 4 * eps * xp.abs(t)
@@ -207,7 +212,7 @@ def newton_1d(xp, derivs, t, lo, hi, tol, max_iter=50, fixed=None):
         if stopped is None:
             t, lo, hi, stopped = tn, lo_n, hi_n, done | small
         else:
-            if fixed:   # this iteration counts where an element had not stopped before it
+            if fixed:  # this iteration counts where an element had not stopped before it
                 count = count + xp.astype(xp.any(~stopped), xp.int64)
             t, lo, hi = (xp.where(stopped, a, b) for a, b in ((t, tn), (lo, lo_n), (hi, hi_n)))
             stopped = stopped | done | small

@@ -36,6 +36,7 @@ The chains (the paper's Sec. 4.5 blocks, as ``fast.wblocks`` and ``fast.xblocks`
 - ``fista_step``: the X-blocks' proximal-gradient step and the figures that FISTA's tests need;
 - ``scaled_grad_u``: the gradient ``lam (phi(U) - V)`` of a hidden X-block's smooth term.
 """
+
 import functools
 import importlib.util
 import shutil
@@ -46,15 +47,25 @@ from array_api_compat import array_namespace
 
 from ..arrays import vecdot
 
-__all__ = ["EAGER", "MIN_SIZE", "Auto", "Compiled", "Kernels", "compiled_graphs",
-           "compiler_available", "compiler_problem", "kernels", "require_compiler"]
+__all__ = [
+    "EAGER",
+    "MIN_SIZE",
+    "Auto",
+    "Compiled",
+    "Kernels",
+    "compiled_graphs",
+    "compiler_available",
+    "compiler_problem",
+    "kernels",
+    "require_compiler",
+]
 
 #: chains whose largest array has fewer entries run eagerly also where compiled: a compiled
 #: call costs 50-100 us of dispatch, which NumPy's passes over such arrays, held in cache, do not
 #: (one core, float32: the MNIST MLP's 300 x 500 chains took as long either way over whole
 #: batches, LeNet-5's dense layers' 120 x 500 and 84 x 500 longer compiled, its convolutions'
 #: 4,704 x 500 and 6 x 392,000 4-15x less: docs page "Results", the compiled path)
-MIN_SIZE = 2 ** 18
+MIN_SIZE = 2**18
 
 
 # --- the chains ----------------------------------------------------------------------------------
@@ -88,8 +99,10 @@ def row_change(act, lam, V, U, dU, t):
     diff -= base
     step *= V
     diff -= step
-    return (lam * xp.sum(diff, axis=1, keepdims=True),
-            lam * xp.sum(xp.abs(base), axis=1, keepdims=True))
+    return (
+        lam * xp.sum(diff, axis=1, keepdims=True),
+        lam * xp.sum(xp.abs(base), axis=1, keepdims=True),
+    )
 
 
 def fista_step(prox, act, Gy, inv_L, y, tauU, tau, state=None, z=None, momentum=True):
@@ -152,8 +165,7 @@ CXX = ("c++", "g++", "clang++")
 def compiler_available():
     """Whether PyTorch is installed and a C++ compiler is on the PATH, found without importing
     PyTorch (``Auto``; ``compiler_problem`` imports it and says what is missing)."""
-    return (importlib.util.find_spec("torch") is not None
-            and any(shutil.which(cc) for cc in CXX))
+    return importlib.util.find_spec("torch") is not None and any(shutil.which(cc) for cc in CXX)
 
 
 def compiler_problem():
@@ -162,11 +174,15 @@ def compiler_problem():
     try:
         import torch  # noqa: F401
     except ImportError:
-        return ("PyTorch is not installed: pip install torch (the CPU build: "
-                "pip install torch==2.13.0; or the extra: pip install 'fenchel_cvx[bench]')")
+        return (
+            "PyTorch is not installed: pip install torch (the CPU build: "
+            "pip install torch==2.13.0; or the extra: pip install 'fenchel_cvx[bench]')"
+        )
     if not any(shutil.which(cc) for cc in CXX):
-        return ("no C++ compiler on the PATH (c++, g++ or clang++), which torch.compile needs for "
-                "its CPU kernels: install one (Debian / Ubuntu: apt-get install g++)")
+        return (
+            "no C++ compiler on the PATH (c++, g++ or clang++), which torch.compile needs for "
+            "its CPU kernels: install one (Debian / Ubuntu: apt-get install g++)"
+        )
     return None
 
 
@@ -205,8 +221,9 @@ class Compiled(Kernels):
         self.min_size = min_size
         # dynamo notes each of array_api_compat's lru_cache helpers that it traces through
         # (harmless: they only map a type to its namespace); not repeated at every compile
-        warnings.filterwarnings("ignore", message="Dynamo detected a call to a",
-                                category=UserWarning)
+        warnings.filterwarnings(
+            "ignore", message="Dynamo detected a call to a", category=UserWarning
+        )
 
     def __repr__(self):
         return f"Compiled(mode={self.mode!r}, min_size={self.min_size!r})"
@@ -216,8 +233,10 @@ class Compiled(Kernels):
 
         if not (is_numpy_namespace(xp) or is_torch_namespace(xp)):
             name = getattr(xp, "__name__", str(xp))
-            raise ValueError(f"compile=True runs on NumPy arrays or PyTorch tensors, got arrays "
-                             f"of {name}: use compile=False for them")
+            raise ValueError(
+                f"compile=True runs on NumPy arrays or PyTorch tensors, got arrays "
+                f"of {name}: use compile=False for them"
+            )
 
     @property
     def compiles(self):
@@ -240,8 +259,14 @@ class Compiled(Kernels):
                 return chain(*args, **kwargs)
             # a failure is kept by chain and by the classes of its constant arguments (an
             # activation, a prox): another activation may still compile
-            key = (chain, tuple(type(a) for a in args
-                                if not (type(a) in (np_.ndarray, float) or hasattr(a, "shape"))))
+            key = (
+                chain,
+                tuple(
+                    type(a)
+                    for a in args
+                    if not (type(a) in (np_.ndarray, float) or hasattr(a, "shape"))
+                ),
+            )
             if key in self._failed:
                 return chain(*args, **kwargs)
             conv, dtype, numpy_in = list(args), None, False
@@ -252,15 +277,20 @@ class Compiled(Kernels):
             for i, a in enumerate(conv):
                 if type(a) is float:
                     conv[i] = torch.tensor(a, dtype=dtype or torch.float64)
-            kwargs = {k: _from_numpy(torch, v) if type(v) is np_.ndarray else v
-                      for k, v in kwargs.items()}
+            kwargs = {
+                k: _from_numpy(torch, v) if type(v) is np_.ndarray else v for k, v in kwargs.items()
+            }
             try:
                 out = fn(*conv, **kwargs)
-            except Exception as err:   # noqa: BLE001 - any compiler failure: run eagerly
+            except Exception as err:  # noqa: BLE001 - any compiler failure: run eagerly
                 self._failed[key] = f"{type(err).__name__}: {err}"
-                warnings.warn(f"torch.compile failed on {chain.__module__}.{chain.__qualname__} "
-                              f"({self._failed[key].splitlines()[0][:300]}); it runs eagerly "
-                              f"from now on for these arguments", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"torch.compile failed on {chain.__module__}.{chain.__qualname__} "
+                    f"({self._failed[key].splitlines()[0][:300]}); it runs eagerly "
+                    f"from now on for these arguments",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
                 return chain(*args, **kwargs)
             return _to_numpy(out) if numpy_in else out
 
@@ -278,7 +308,7 @@ class Auto(Kernels):
     name = "auto"
 
     def __init__(self):
-        self.compiled = compiler_available()   # may compile: the chains' fixed-shape forms
+        self.compiled = compiler_available()  # may compile: the chains' fixed-shape forms
         self._runs = {}
 
     def __call__(self, chain):
@@ -355,9 +385,10 @@ def kernels(compile):
     if isinstance(compile, str) and compile == "auto":
         return Auto()
     if compile is True:
-        require_compiler()      # checked at every request: the shared runner may exist already
+        require_compiler()  # checked at every request: the shared runner may exist already
         return _compiled_default()
     if compile is False:
         return EAGER
-    raise ValueError(f"compile must be 'auto', True, False or a fenchel_cvx.fast.fused.Kernels, "
-                     f"got {compile!r}")
+    raise ValueError(
+        f"compile must be 'auto', True, False or a fenchel_cvx.fast.fused.Kernels, got {compile!r}"
+    )

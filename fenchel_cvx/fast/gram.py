@@ -26,6 +26,7 @@ and gives ``s X~`` (the direction's image ``d X~``, which the line search needs)
 (from ``w K M^{-1} = I - 2c M^{-1}``). ``P = 2 rho U + 2 gamma (U - W0 X~)`` is itself in data
 space, so no parameter-space gradient is needed to precondition it.
 """
+
 from ..arrays import cheap_reads
 from ._util import spd_inverse, spd_solver
 
@@ -94,7 +95,7 @@ class DataGram:
     def __init__(self, xp, Xt, w, shift, inverse=False):
         self.Xt, self.w = Xt, float(w)
         self._xt_norm2 = None
-        self.K = Xt.T @ Xt                      # m x m; also the Newton rows' kernel (wblocks)
+        self.K = Xt.T @ Xt  # m x m; also the Newton rows' kernel (wblocks)
         # c2: the shift actually used (grown if M would not factorise): G = w X~ X~^T + c2 I
         M = self.K if self.w == 1.0 else self.w * self.K
         # the choice is between an inverse and LAPACK's solves where those are at hand (NumPy);
@@ -112,8 +113,9 @@ class DataGram:
     @staticmethod
     def applies(Xt, weights, shift):
         """Fewer points than rows of X~, a positive scalar weight and a positive shift."""
-        return (Xt.shape[1] < Xt.shape[0] and isinstance(weights, float) and weights > 0
-                and shift > 0)
+        return (
+            Xt.shape[1] < Xt.shape[0] and isinstance(weights, float) and weights > 0 and shift > 0
+        )
 
     def apply(self, g):
         """``g G^{-1}`` from g alone (three products; ``split`` needs one when A, R are known)."""

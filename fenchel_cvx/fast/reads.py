@@ -18,17 +18,28 @@ one whole unchecked round of Algorithm 2 (``fit_bcd``), the steady state of a tr
 ``ProductFlops`` counts the same way the floating-point operations of the matrix products, the
 part of a batch that BLAS (or a GPU's GEMM) runs: the floor of its time at the GEMM rate.
 """
+
 import collections
 import os
 import sys
 
 #: the conversions of an array to a host value (those the Array class has are counted)
-CONVERSIONS = ("__bool__", "__int__", "__index__", "__float__", "__complex__", "__array__",
-               "__dlpack__", "item", "tolist")
+CONVERSIONS = (
+    "__bool__",
+    "__int__",
+    "__index__",
+    "__float__",
+    "__complex__",
+    "__array__",
+    "__dlpack__",
+    "item",
+    "tolist",
+)
 
 
 def _array_class():
     from array_api_strict._array_object import Array
+
     return Array
 
 
@@ -38,8 +49,9 @@ def _skipped_roots():
     import array_api_strict
     import numpy
 
-    return tuple(os.path.dirname(m.__file__) + os.sep
-                 for m in (array_api_strict, numpy, array_api_compat))
+    return tuple(
+        os.path.dirname(m.__file__) + os.sep for m in (array_api_strict, numpy, array_api_compat)
+    )
 
 
 class _Tally:
@@ -72,8 +84,10 @@ class _Tally:
 
     def table(self):
         """One line per source line, most first: ``amount  module.function:line``."""
-        return "\n".join(f"{n:5d}  {module}.{function}:{line}"
-                         for (module, function, line), n in self.sources.most_common())
+        return "\n".join(
+            f"{n:5d}  {module}.{function}:{line}"
+            for (module, function, line), n in self.sources.most_common()
+        )
 
     def __enter__(self):
         cls, skipped = _array_class(), _skipped_roots()
@@ -98,6 +112,7 @@ class _Tally:
             if tally.counting:
                 tally.sources[_source(sys._getframe(1), skipped)] += tally.amount(out, *args)
             return out
+
         counted.__name__, counted.__doc__ = method.__name__, method.__doc__
         return counted
 
@@ -152,16 +167,28 @@ def unchecked_batch(net, X0, Y, backend, batch_size, flops=None, **fit_args):
     from ..bcd import fit_bcd
 
     if X0.shape[1] < 3 * batch_size:
-        raise ValueError(f"X0 must hold at least 3 batches of {batch_size} points, got "
-                         f"{X0.shape[1]}")
+        raise ValueError(
+            f"X0 must hold at least 3 batches of {batch_size} points, got {X0.shape[1]}"
+        )
 
     def callback(net_, record):
-        reads.counting = flops.counting = record["iteration"] == 1   # round 1's end to round 2's
+        reads.counting = flops.counting = record["iteration"] == 1  # round 1's end to round 2's
         return record["iteration"] == 2
 
     flops = ProductFlops() if flops is None else flops
     with HostReads() as reads, flops:
         reads.counting = flops.counting = False
-        fit_bcd(net, X0, Y, batch_size=batch_size, epochs=1, backend=backend, strict=False,
-                eval_every=None, check_every=10 ** 9, callback=callback, **fit_args)
+        fit_bcd(
+            net,
+            X0,
+            Y,
+            batch_size=batch_size,
+            epochs=1,
+            backend=backend,
+            strict=False,
+            eval_every=None,
+            check_every=10**9,
+            callback=callback,
+            **fit_args,
+        )
     return reads

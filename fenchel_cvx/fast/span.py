@@ -37,6 +37,7 @@ reach: ``converged`` comes from the block's residual at the returned W. An untes
 capped one that reports no residual, ``solve_pncg``) runs all its steps with no stopping test,
 and reads nothing back to the host where reads are not cheap (``arrays.cheap_reads``).
 """
+
 import math
 
 from ..arrays import host_if_cheap
@@ -48,36 +49,46 @@ def applies(xp, block, W, pre, max_iter, newton_start, newton_cap=None):
     preconditioner, ``rho = 0 < gamma``, the start at the proximal centre and no Newton row
     (at most ``newton_start`` steps, or Newton steps off: ``newton_cap == 0``)."""
     no_newton = max_iter <= newton_start or newton_cap == 0
-    return (pre.data_space and block.rho == 0 and block.gamma > 0 and no_newton
-            and tuple(W.shape) == tuple(block.W0.shape)
-            and (W is block.W0 or bool(xp.all(W == block.W0))))
+    return (
+        pre.data_space
+        and block.rho == 0
+        and block.gamma > 0
+        and no_newton
+        and tuple(W.shape) == tuple(block.W0.shape)
+        and (W is block.W0 or bool(xp.all(W == block.W0)))
+    )
 
 
-def solve_span(xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True,
-               capped_value=True, tested=True):
+def solve_span(
+    xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True, capped_value=True, tested=True
+):
     """Up to ``max_iter`` PR+ CG steps of ``prob`` (a ``wblocks.HiddenRows``) from ``W0``, in
     the coefficients Z of ``W = W0 + Z X~^T``. -> ``(W, iterations, info)`` as ``solve_pncg``;
     ``tested=False``: all ``max_iter`` steps, no stopping test."""
     block, pre = prob.block, prob.pre
-    U0 = block.U if block.U is not None and tuple(block.U.shape) == (
-        W0.shape[0], block.Xt.shape[1]) else prob.forward(W0)
+    U0 = (
+        block.U
+        if block.U is not None and tuple(block.U.shape) == (W0.shape[0], block.Xt.shape[1])
+        else prob.forward(W0)
+    )
     # Z, U, d and dU are this loop's own arrays, updated in place (U0 stays: U - U0 is P)
     Z, U = xp.zeros_like(U0), xp.asarray(U0, copy=True)
     two_g = 2 * block.gamma
-    x2 = pre.xt_norm2(xp) if tested else None   # max_j |X~_j|^2, rows of X~
-    info = dict(method="pncg-span", line_search_iterations=0, restarts=0, newton_rows=0,
-                row_iterations=0)
+    x2 = pre.xt_norm2(xp) if tested else None  # max_j |X~_j|^2, rows of X~
+    info = dict(
+        method="pncg-span", line_search_iterations=0, restarts=0, newton_rows=0, row_iterations=0
+    )
     A = prob.data_grad(U)
-    r = prob.coef * A                   # g = r X~^T, r = lam A + 2 gamma Z (Z = 0 here)
+    r = prob.coef * A  # g = r X~^T, r = lam A + 2 gamma Z (Z = 0 here)
     sigma, sigmaK = direction(pre, two_g, r, Z, U, U0)
-    gs = prob.dot(r, sigmaK)            # g G^{-1} g^T, per row
+    gs = prob.dot(r, sigmaK)  # g G^{-1} g^T, per row
     W, res = None, math.inf
     if tested:
         W, res = _residual_unless_above(xp, prob, W0, Z, A, gs, x2, tol)
-    if res <= tol:                      # the start is optimal: no step, as solve_pncg
+    if res <= tol:  # the start is optimal: no step, as solve_pncg
         info.update(converged=True, residual=res, value=prob.value(W0, U0))
         return W0, 0, info
-    d, dU, gd = -sigma, -sigmaK, -gs    # gd: the slope <g, d> along d
+    d, dU, gd = -sigma, -sigmaK, -gs  # gd: the slope <g, d> along d
     restarts, converged, res, it = 0, False, math.nan, 0
     for it in range(1, max_iter + 1):
         t, nls = prob.search(two_g * prob.dot(Z, dU), 2 * prob.c * prob.dot(d, dU), U, dU, gd)
@@ -87,7 +98,7 @@ def solve_span(xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True,
         U += t * dU
         restart = None
         if it % resync == 0:
-            U = U0 + Z @ pre.K              # no drift of the incrementally updated U
+            U = U0 + Z @ pre.K  # no drift of the incrementally updated U
             # and CG restarts: the re-formed U moves the gradient of rows already converged to
             # rounding by more than their gradient, and PR+ scaled that noise by up to 4e5
             restart = xp.ones_like(gs) > 0
@@ -143,7 +154,7 @@ def _residual_unless_above(xp, prob, W0, Z, A, gs, x2, tol):
     the residual ``max|g| / (1 + scale)`` above ``tol`` without forming W (``proves_above``;
     ``|a X~^T|_max <= max_i |a_i| sqrt(x2)`` bounds both terms of the scale, ``x2 = max_j
     |X~_j|^2``)."""
-    rows = lambda M: math.sqrt(float(xp.max(prob.dot(M, M))) * x2)   # noqa: E731
+    rows = lambda M: math.sqrt(float(xp.max(prob.dot(M, M))) * x2)  # noqa: E731
     scale = max(abs(prob.coef) * rows(A), 2 * prob.block.gamma * rows(Z))
     if proves_above(xp, gs, prob.pre.c2, W0.shape[1], scale, tol):
         return None, math.inf

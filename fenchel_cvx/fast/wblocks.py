@@ -47,6 +47,7 @@ steps are plain preconditioned CG, the cheap regime of inexact training steps. T
 ``rho = 0`` and a data-space preconditioner, the iteration runs on the coefficients of
 ``W = W0 + Z X~^T`` without a product per step (``span``).
 """
+
 import dataclasses
 import functools
 import math
@@ -70,7 +71,7 @@ class _Problem:
         self.xp, self.block, self.pre = xp, block, pre
         self.Xt, self.rho, self.gamma, self.W0 = block.Xt, block.rho, block.gamma, block.W0
         self.c = self.rho + self.gamma
-        self.U0 = U0   # W0 X~, for the data-space preconditioner's P (``start``)
+        self.U0 = U0  # W0 X~, for the data-space preconditioner's P (``start``)
 
     def start(self, W, U):
         """Before the first step: ``W0 X~`` where a data-space preconditioner needs it."""
@@ -96,8 +97,8 @@ class _Problem:
         """``(g G^{-1}, its image under X~ or None)``; ``A``, ``R``: ``gradient``'s parts."""
         if not self.pre.data_space:
             return self.pre.apply(g), None
-        P = 2 * self.rho * U    # P = R X~ from U = W X~ (R = 2 rho W + 2 gamma (W - W0))
-        if self.gamma and U is not self.U0:     # W = W0 at the start: that term is 0
+        P = 2 * self.rho * U  # P = R X~ from U = W X~ (R = 2 rho W + 2 gamma (W - W0))
+        if self.gamma and U is not self.U0:  # W = W0 at the start: that term is 0
             P = P + 2 * self.gamma * (U - self.U0)
         return self.pre.split(A if self.coef == 1 else self.coef * A, R, P)
 
@@ -126,7 +127,7 @@ class _Problem:
             d1, d2 = self.derivs_at(U, dU, t)
             return d1 + slope + curv * t, d2 + curv
 
-        curv0 = self.data_curv(U, dU) + curv    # derivs(0)[1]: U + 0 dU is U
+        curv0 = self.data_curv(U, dU) + curv  # derivs(0)[1]: U + 0 dU is U
         pos = curv0 > 0
         t0 = xp.where(pos, -gd / xp.where(pos, curv0, xp.ones_like(curv0)), xp.ones_like(gd))
         t0 = xp.where(t0 > 0, t0, xp.ones_like(t0))
@@ -164,10 +165,21 @@ class _Problem:
 class HiddenRows(_Problem):
     """WHidden: rows are independent; per-row inner products, step lengths and Newton rows."""
 
-    def __init__(self, xp, block, pre, K=None, newton_cap=None, flip_tol=None, p0=None,
-                 newton_start=NEWTON_START, U0=None, kernels=EAGER):
+    def __init__(
+        self,
+        xp,
+        block,
+        pre,
+        K=None,
+        newton_cap=None,
+        flip_tol=None,
+        p0=None,
+        newton_start=NEWTON_START,
+        U0=None,
+        kernels=EAGER,
+    ):
         super().__init__(xp, block, pre, U0)
-        self.kernels = kernels   # how the line search's chains run (``fused``)
+        self.kernels = kernels  # how the line search's chains run (``fused``)
         self.act, self.V, self.lam = block.act, block.V, block.lam
         self.coef, self.K = block.lam, K if K is not None else getattr(pre, "K", None)
         n1, m = self.Xt.shape
@@ -178,7 +190,7 @@ class HiddenRows(_Problem):
         self.flip_tol = max(2, m // 100) if flip_tol is None else flip_tol
         self.p0 = block.V.shape[0] if p0 is None else p0  # rows at the start of the solve
         self.newton_start = newton_start  # early iterations change active sets: CG steps only
-        self.it = 0                       # set by the solver loop
+        self.it = 0  # set by the solver loop
 
     def dot(self, A, B):
         """``sum_j A_ij B_ij`` per row, as a column (``vecdot``: in NumPy one pass, no product
@@ -246,14 +258,15 @@ class HiddenRows(_Problem):
         counts = xp.sum(xp.astype(active, xp.int64), axis=1, keepdims=True)
         a = max(int(xp.max(counts)), 1)
         order = xp.argsort(xp.astype(xp.logical_not(active), xp.int8), axis=1, stable=True)
-        idx = order[:, :a]                               # active points first, padded
+        idx = order[:, :a]  # active points first, padded
         valid = xp.arange(a)[None, :] < counts
         zero = xp.zeros((U.shape[0], a), dtype=U.dtype)
         Sc = xp.where(valid, xp.take_along_axis(S, idx, axis=1), zero)
         rc = xp.where(valid, xp.take_along_axis(r, idx, axis=1), zero)
         flat = idx[:, :, None] * m + idx[:, None, :]
-        Kc = xp.reshape(xp.take(xp.reshape(K, (-1,)), xp.reshape(flat, (-1,)), axis=0),
-                        tuple(flat.shape))
+        Kc = xp.reshape(
+            xp.take(xp.reshape(K, (-1,)), xp.reshape(flat, (-1,)), axis=0), tuple(flat.shape)
+        )
         M = Sc[:, :, None] * Kc * Sc[:, None, :] + eps * xp.eye(a, dtype=U.dtype)
         z = xp.linalg.solve(M, rc[:, :, None])[:, :, 0] * Sc
         if a < m:  # back to all points: invert each row's permutation
@@ -312,8 +325,8 @@ def _(block: WHidden, xp, c):
 
 @_gram_terms.register
 def _(block: WLast, xp, c):
-    if block.loss.last_w_solver == "ridge":    # the ridge matrix itself (MSE's Hessian
-        return 1.0, c, True                     # 2 X~ X~^T + 2c I, halved)
+    if block.loss.last_w_solver == "ridge":  # the ridge matrix itself (MSE's Hessian
+        return 1.0, c, True  # 2 X~ X~^T + 2c I, halved)
     return block.loss.column_curvature(block.Y, xp), 2 * c, False
 
 
@@ -344,8 +357,13 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):
     key = (type(block), ridge, block.layer)
     if cache is not None and key in cache:
         X_c, w_c, s_c, pre, uses = cache[key]
-        if (s_c == shift and type(X_c) is type(Xt) and X_c.shape == Xt.shape
-                and X_c.dtype == Xt.dtype and isinstance(w_c, float) == isinstance(weights, float)):
+        if (
+            s_c == shift
+            and type(X_c) is type(Xt)
+            and X_c.shape == Xt.shape
+            and X_c.dtype == Xt.dtype
+            and isinstance(w_c, float) == isinstance(weights, float)
+        ):
             if _same(xp, X_c, w_c, Xt, weights):
                 return pre, "same"
             if uses < reuse and not (pre.data_space or ridge):
@@ -412,12 +430,31 @@ def solve_ridge(xp, block, W, tol, max_iter, cache=None):
             stalled = True
             break
         it, W, parts, res = it + 1, Wn, parts_n, res_n
-    return W, it, dict(method="cholesky", refinements=it - 1, cached_factor=factor_kind != "new",
-                       converged=res <= tol, stalled=stalled)
+    return (
+        W,
+        it,
+        dict(
+            method="cholesky",
+            refinements=it - 1,
+            cached_factor=factor_kind != "new",
+            converged=res <= tol,
+            stalled=stalled,
+        ),
+    )
 
 
-def solve_newton(xp, block, W, tol, max_iter, cache=None, cg_iter=50, stall_window=10,
-                 capped_residual=True, capped_value=True):
+def solve_newton(
+    xp,
+    block,
+    W,
+    tol,
+    max_iter,
+    cache=None,
+    cg_iter=50,
+    stall_window=10,
+    capped_residual=True,
+    capped_value=True,
+):
     """WLast with a loss that is neither quadratic nor solved by its own method: Newton-CG on
     the loss's own gradient and Hessian products (``Loss.grad``, ``Loss.hvp``).
 
@@ -442,8 +479,13 @@ def solve_newton(xp, block, W, tol, max_iter, cache=None, cg_iter=50, stall_wind
     parts, _ = prob.gradient(W, U)
     res, best, best_it = kkt(xp, W, parts), math.inf, 0
     stall_level = math.sqrt(xp.finfo(W.dtype).eps)
-    info = dict(method="newton", cached_factor=factor_kind != "new", line_search_iterations=0,
-                cg_iterations=0, stalled=False)
+    info = dict(
+        method="newton",
+        cached_factor=factor_kind != "new",
+        line_search_iterations=0,
+        cg_iterations=0,
+        stalled=False,
+    )
     it = 0
     while res > tol and it < max_iter:
         g = parts[0] + parts[1]
@@ -461,7 +503,7 @@ def solve_newton(xp, block, W, tol, max_iter, cache=None, cg_iter=50, stall_wind
         if res < 0.5 * best:
             best, best_it = res, it
         elif res <= stall_level and it - best_it >= stall_window:
-            info["stalled"] = True   # at the precision's floor: no halving in a window
+            info["stalled"] = True  # at the precision's floor: no halving in a window
             break
     converged = res <= tol
     info.update(converged=converged, residual=res if converged or capped_residual else math.nan)
@@ -544,9 +586,24 @@ def _scatter_rows(xp, full, sub, rows):
     return xp.take(xp.concat([full, sub], axis=0), xp.where(hit, p + pos, ar), axis=0)
 
 
-def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=RESYNC, newton_cap=None,
-               flip_tol=None, newton_start=NEWTON_START, compact_every=8, stall_window=50,
-               gram_reuse=1, capped_residual=True, capped_value=True, kernels=EAGER):
+def solve_pncg(
+    xp,
+    block,
+    W,
+    tol,
+    max_iter,
+    cache=None,
+    resync=RESYNC,
+    newton_cap=None,
+    flip_tol=None,
+    newton_start=NEWTON_START,
+    compact_every=8,
+    stall_window=50,
+    gram_reuse=1,
+    capped_residual=True,
+    capped_value=True,
+    kernels=EAGER,
+):
     """Preconditioned PR+ nonlinear CG with exact line search (WHidden; WLast with a loss whose
     ``last_w_solver`` is ``"pncg"``: cross-entropy). A loss whose ``last_w_solver`` is
     ``"newton"`` (the general path: Huber, any loss with ``grad`` and ``hvp``) goes to
@@ -567,20 +624,43 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, resync=RESYNC, newton_ca
     iterations run a fixed count, ``newton_1d``; ``info``'s counters stay 0-d arrays).
     """
     hidden = isinstance(block, WHidden)
-    if not hidden and block.loss.last_w_solver == "newton":    # the loss's own choice
-        return solve_newton(xp, block, W, tol, max_iter, cache, capped_residual=capped_residual,
-                            capped_value=capped_value)
-    pre, factor_kind = gram_preconditioner(xp, block, cache, reuse=gram_reuse,
-                                   rows=W.shape[0] * max_iter)
-    prob = (HiddenRows(xp, block, pre, newton_cap=newton_cap, flip_tol=flip_tol,
-                       newton_start=newton_start, kernels=kernels) if hidden
-            else LastLoss(xp, block, pre))
-    factor = dict(cached_factor=factor_kind != "new", stale_factor=factor_kind == "stale",
-                  data_space=pre.data_space)
+    if not hidden and block.loss.last_w_solver == "newton":  # the loss's own choice
+        return solve_newton(
+            xp,
+            block,
+            W,
+            tol,
+            max_iter,
+            cache,
+            capped_residual=capped_residual,
+            capped_value=capped_value,
+        )
+    pre, factor_kind = gram_preconditioner(
+        xp, block, cache, reuse=gram_reuse, rows=W.shape[0] * max_iter
+    )
+    prob = (
+        HiddenRows(
+            xp,
+            block,
+            pre,
+            newton_cap=newton_cap,
+            flip_tol=flip_tol,
+            newton_start=newton_start,
+            kernels=kernels,
+        )
+        if hidden
+        else LastLoss(xp, block, pre)
+    )
+    factor = dict(
+        cached_factor=factor_kind != "new",
+        stale_factor=factor_kind == "stale",
+        data_space=pre.data_space,
+    )
     tested = capped_residual or max_iter >= stall_window
     if hidden and span.applies(xp, block, W, pre, max_iter, newton_start, newton_cap):
-        W, it, info = span.solve_span(xp, prob, W, tol, max_iter, resync, capped_residual,
-                                      capped_value, tested)
+        W, it, info = span.solve_span(
+            xp, prob, W, tol, max_iter, resync, capped_residual, capped_value, tested
+        )
         return W, it, {**info, **factor}
     cg = _CG(xp, block, prob, W)
     cg.info.update(factor)
@@ -623,18 +703,19 @@ class _CG:
 
     def __init__(self, xp, block, prob, W):
         self.xp, self.block, self.prob = xp, block, prob
-        U = getattr(block, "U", None)     # W X~ at the start, from the caller (bcd's forward pass)
+        U = getattr(block, "U", None)  # W X~ at the start, from the caller (bcd's forward pass)
         ok = U is not None and tuple(U.shape) == (W.shape[0], block.Xt.shape[1])
         self.W, self.U = W, U if ok else prob.forward(W)
         prob.start(W, self.U)
         self.A, R = prob.data_grad(self.U), prob.reg_grad(W)
-        self.parts = [None, R]                    # the data part: formed when needed
-        self.W_full, self.rows = W, None          # rows: global indices of the rows still iterated
-        self.frozen_r = self.frozen_scale = 0.0   # max |grad| and max |part| over frozen rows
-        self.n_newton = self.n_restart = 0        # counters stay on the device until the end
-        self.gd = None                 # the slope <g, d> along d (None: -gs, d = -s at first)
-        self.info = dict(method="pncg", line_search_iterations=0, restarts=0, newton_rows=0,
-                         row_iterations=0)
+        self.parts = [None, R]  # the data part: formed when needed
+        self.W_full, self.rows = W, None  # rows: global indices of the rows still iterated
+        self.frozen_r = self.frozen_scale = 0.0  # max |grad| and max |part| over frozen rows
+        self.n_newton = self.n_restart = 0  # counters stay on the device until the end
+        self.gd = None  # the slope <g, d> along d (None: -gs, d = -s at first)
+        self.info = dict(
+            method="pncg", line_search_iterations=0, restarts=0, newton_rows=0, row_iterations=0
+        )
 
     def optimal_at_start(self, tol, tested=True):
         """Whether the start is optimal (no step then), and the first direction if not;
@@ -700,8 +781,9 @@ class _CG:
 
     def full(self):
         """The whole matrix: the rows iterated scattered back among the frozen ones."""
-        return self.W if self.rows is None else _scatter_rows(self.xp, self.W_full, self.W,
-                                                               self.rows)
+        return (
+            self.W if self.rows is None else _scatter_rows(self.xp, self.W_full, self.W, self.rows)
+        )
 
     def confirm(self, tol):
         """At a residual <= tol from the updated W X~: the block's own residual at W decides.
@@ -725,8 +807,9 @@ class _CG:
             return
         keep, drop = xp.nonzero(xp.logical_not(done))[0], xp.nonzero(done)[0]
         self.frozen_r = max(self.frozen_r, float(xp.max(xp.take(row_g, drop))))
-        self.frozen_scale = max(self.frozen_scale,
-                                *(float(xp.max(xp.abs(xp.take(q, drop, axis=0)))) for q in parts))
+        self.frozen_scale = max(
+            self.frozen_scale, *(float(xp.max(xp.abs(xp.take(q, drop, axis=0)))) for q in parts)
+        )
         self.W_full = self.full()
         self.rows = keep if self.rows is None else xp.take(self.rows, keep)
         old, block = self.prob, self.block
@@ -736,13 +819,23 @@ class _CG:
 
         def rows_of(a):
             return None if a is None else xp.take(a, keep, axis=0)
-        self.prob = HiddenRows(xp, dataclasses.replace(block, **sub), old.pre, K=old.K,
-                               newton_cap=old.newton_cap, flip_tol=old.flip_tol, p0=old.p0,
-                               newton_start=old.newton_start, U0=rows_of(old.U0),
-                               kernels=old.kernels)
+
+        self.prob = HiddenRows(
+            xp,
+            dataclasses.replace(block, **sub),
+            old.pre,
+            K=old.K,
+            newton_cap=old.newton_cap,
+            flip_tol=old.flip_tol,
+            p0=old.p0,
+            newton_start=old.newton_start,
+            U0=rows_of(old.U0),
+            kernels=old.kernels,
+        )
         self.W, self.U, self.A, self.d, self.dU, self.s, self.gs, self.active = (
-            rows_of(a) for a in (self.W, self.U, self.A, self.d, self.dU, self.s, self.gs,
-                                 self.active))
+            rows_of(a)
+            for a in (self.W, self.U, self.A, self.d, self.dU, self.s, self.gs, self.active)
+        )
         self.parts = [rows_of(q) for q in parts]
 
     def next_direction(self, it):
@@ -750,11 +843,13 @@ class _CG:
         xp, prob = self.xp, self.prob
         gn = self.parts[0] + self.parts[1]
         prob.it = it
-        sn, snU, newton, self.active = prob.precondition(gn, self.A, self.parts[1], self.U,
-                                                         self.active)
+        sn, snU, newton, self.active = prob.precondition(
+            gn, self.A, self.parts[1], self.U, self.active
+        )
         gs = prob.dot(gn, sn)
-        beta, uphill, self.gd = pr_plus(xp, gs, prob.dot(gn, self.s), self.gs,
-                                        prob.dot(gn, self.d), zero=newton)
+        beta, uphill, self.gd = pr_plus(
+            xp, gs, prob.dot(gn, self.s), self.gs, prob.dot(gn, self.d), zero=newton
+        )
         self.n_restart = self.n_restart + xp.sum(xp.astype(uphill, xp.int64))
         self.d = -sn + beta * self.d
         self.dU = None if snU is None or self.dU is None else -snU + beta * self.dU
@@ -767,8 +862,12 @@ class _CG:
         if not converged:
             self.W_full = self.full()
         xp = self.xp
-        self.info.update(converged=converged, newton_rows=host_if_cheap(xp, self.n_newton, int),
-                         restarts=host_if_cheap(xp, self.n_restart, int), residual=r)
-        if value and self.rows is None:   # U = W X~ is at hand for all rows
+        self.info.update(
+            converged=converged,
+            newton_rows=host_if_cheap(xp, self.n_newton, int),
+            restarts=host_if_cheap(xp, self.n_restart, int),
+            residual=r,
+        )
+        if value and self.rows is None:  # U = W X~ is at hand for all rows
             self.info["value"] = self.prob.value(self.W_full, self.U)
         return self.W_full, it, self.info

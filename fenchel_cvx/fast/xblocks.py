@@ -31,6 +31,7 @@ restarts when it stops helping (O'Donoghue & Candes' gradient test). The loop st
 block's own ``kkt_residual`` is ``<= tol``; it is evaluated only where the same formula, with
 the gradient the loop holds, comes within ``2 tol``.
 """
+
 import functools
 import math
 
@@ -86,8 +87,10 @@ def _inside(xp, act, Z, tested=True):
         hi = None if hi is None else hi - max(abs(hi) * fi.eps, fi.smallest_normal)
     elif not tested:
         return Z
-    if ((lo is None or float(xp.min(Z)) >= lo)        # NaN fails both: clipped (and kept)
-            and (hi is None or float(xp.max(Z)) <= hi)):
+    if (
+        (lo is None or float(xp.min(Z)) >= lo)  # NaN fails both: clipped (and kept)
+        and (hi is None or float(xp.max(Z)) <= hi)
+    ):
         return Z
     return clip(Z, lo, hi)
 
@@ -107,7 +110,7 @@ class _Smooth:
         # else power iteration, which approaches it from below
         nrm2 = A.norm2_bound(block.W, EXACT_EIG_MAX)
         exact = nrm2 is not None
-        if exact:   # 1.001: rounding of the eigensolver and of the map (a 0-d array off NumPy)
+        if exact:  # 1.001: rounding of the eigensolver and of the map (a 0-d array off NumPy)
             nrm2 = 1.001 * nrm2
         elif self.Wp is not None:
             nrm2 = 1.02 * top_eig(xp, self.Wp)
@@ -196,8 +199,17 @@ EXACT_EIG_MAX = 128  # certified ||A(W, .)||^2 where its eigenproblems are at mo
 MAX_BACKTRACKS = 60  # doublings of L in one iteration; past that the precision is exhausted
 
 
-def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
-            capped_value=True, kernels=EAGER):
+def solve_x(
+    xp,
+    block,
+    Z,
+    tol,
+    max_iter,
+    stall_window=100,
+    capped_residual=True,
+    capped_value=True,
+    kernels=EAGER,
+):
     """FISTA with restart on an XHidden / XLast block from ``Z``: ``(Z, iterations, info)``.
 
     Near the working precision's floor (gradient-mapping residual below sqrt(eps)),
@@ -222,18 +234,32 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
     # an optimal start is a fixed point of the step, whose gradient mapping passes the proxy;
     # one that reports no residual tests none of its steps (``tests`` None)
     capped = max_iter < stall_window
-    tests = (None if capped and not capped_residual
-             else _Tests(xp, block, sm, tol, eps, stall_window, capped))
+    tests = (
+        None
+        if capped and not capped_residual
+        else _Tests(xp, block, sm, tol, eps, stall_window, capped)
+    )
     z = z0 = _inside(xp, act, Z, tests is not None)
     Uz = Uz0 = _image(xp, block, sm, Z, z)
     y, Uy, theta = z, Uz, 1.0
     state, restarts, backtracks, stalled, converged, it = None, 0, 0, False, False, 0
     G = sm.grad_U(Uz)
-    Gy = sm.adjoint(G)      # the smooth term's gradient at z: also the first step's (y = z)
+    Gy = sm.adjoint(G)  # the smooth term's gradient at z: also the first step's (y = z)
     if not capped and _optimal(xp, block, z, Gy, tol) and (res := block.kkt_residual(z)) <= tol:
-        return z, 0, dict(method="fista", lipschitz=L, restarts=0, backtracks=0, converged=True,
-                          residual=res, U=Uz)
-    tauU = (None, None)   # (L, tau U_prev): formed again only when L changes
+        return (
+            z,
+            0,
+            dict(
+                method="fista",
+                lipschitz=L,
+                restarts=0,
+                backtracks=0,
+                converged=True,
+                residual=res,
+                U=Uz,
+            ),
+        )
+    tauU = (None, None)  # (L, tau U_prev): formed again only when L changes
     for it in range(1, max_iter + 1):
         if it > 1:
             G = sm.grad_U(Uy)
@@ -243,9 +269,18 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
             tau = lam_in / L
             if tauU[0] is not L:
                 tauU = (L, tau * U_prev)
-            zn, state_n, *figures = step(prox, act, Gy, 1.0 / L, y, tauU[1], tau, state,
-                                         None if y is z else z,
-                                         momentum=it < max_iter or kernels.compiled)
+            zn, state_n, *figures = step(
+                prox,
+                act,
+                Gy,
+                1.0 / L,
+                y,
+                tauU[1],
+                tau,
+                state,
+                None if y is z else z,
+                momentum=it < max_iter or kernels.compiled,
+            )
             Uzn = sm.forward(zn)
             if sm.certified or _sufficient(xp, sm, fy_d, Uzn, Gy, zn - y, L, eps):
                 break
@@ -260,18 +295,25 @@ def solve_x(xp, block, Z, tol, max_iter, stall_window=100, capped_residual=True,
         # (y - zn).(zn - z) = -D.dz exactly: > 0 where the momentum points uphill
         theta_n, beta, restarted = _momentum(xp, theta, -figures[2])
         restarts = restarts + restarted
-        if it == max_iter:          # no next step: no momentum to form
+        if it == max_iter:  # no next step: no momentum to form
             z, Uz = zn, Uzn
             break
-        moves = not isinstance(beta, float) or beta     # on the device: formed, 0 or not
+        moves = not isinstance(beta, float) or beta  # on the device: formed, 0 or not
         y, Uy = _extrapolate(beta, zn, z, Uzn, Uz) if moves else (zn, Uzn)
         z, Uz, theta = zn, Uzn, theta_n
-    info = dict(method="fista", lipschitz=L, restarts=restarts, backtracks=backtracks,
-                reverted=False, kkt_checks=0 if tests is None else tests.checks,
-                converged=converged, stalled=stalled)
+    info = dict(
+        method="fista",
+        lipschitz=L,
+        restarts=restarts,
+        backtracks=backtracks,
+        reverted=False,
+        kkt_checks=0 if tests is None else tests.checks,
+        converged=converged,
+        stalled=stalled,
+    )
     if converged:
         info["residual"] = tests.residual
-    start = None if _descends(sm, act, it, stalled) else (z0, Uz0)   # no start value needed
+    start = None if _descends(sm, act, it, stalled) else (z0, Uz0)  # no start value needed
     z, info["U"] = _closing(block, (z, Uz), start, info, capped_residual, capped_value)
     return z, it, info
 
@@ -311,8 +353,9 @@ class _Tests:
         self.best, self.best_it, self.checks, self.residual = math.inf, 0, 0, None
         self.floor = math.sqrt(eps)
         # capped: max|Gy| only where |W_p^T G| <= max_i |W_p e_i|_1 max|G| lets the proxy pass
-        self.colsum = (float(xp.max(xp.sum(xp.abs(sm.Wp), axis=0)))
-                       if capped and sm.Wp is not None else None)
+        self.colsum = (
+            float(xp.max(xp.sum(xp.abs(sm.Wp), axis=0))) if capped and sm.Wp is not None else None
+        )
 
     def after(self, it, zn, Uzn, figures, G, Gy, L):
         """``"converged"`` (``residual`` its KKT residual), ``"stalled"`` or None (go on) after
@@ -321,11 +364,13 @@ class _Tests:
         proxy = _proxy(xp, figures, G, Gy, L, tol, self.colsum)
         if proxy <= 2 * tol:
             self.checks += 1
-            if (_optimal(xp, block, zn, sm.adjoint(sm.grad_U(Uzn)), tol)
-                    and (res := block.kkt_residual(zn)) <= tol):
+            if (
+                _optimal(xp, block, zn, sm.adjoint(sm.grad_U(Uzn)), tol)
+                and (res := block.kkt_residual(zn)) <= tol
+            ):
                 self.residual = res
                 return "converged"
-        if proxy < 0.5 * self.best:   # (proxy inf by colsum: no stall test fires by max_iter)
+        if proxy < 0.5 * self.best:  # (proxy inf by colsum: no stall test fires by max_iter)
             self.best, self.best_it = proxy, it
         elif proxy <= self.floor and it - self.best_it >= self.stall_window:
             return "stalled"

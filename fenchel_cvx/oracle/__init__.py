@@ -13,6 +13,7 @@ explicit ``cp.Problem`` for reading and printing. ``certify(block, Z)`` checks a
 (``certify.py``); ``wellposed.py`` finds W-blocks without a minimiser before a solve and solves
 those that are not strictly convex by proximal steps.
 """
+
 from .backend import ATTEMPTS, DEFAULT_SOLVER, SOLVER_OPTS, OracleBackend, check_block
 from .certify import BlockCertificate, certify
 from .nnls import solve_x_last as nnls_x_last
@@ -20,6 +21,17 @@ from .polish import polish as polish_block
 from .templates import TemplateError, block_problem
 from .wellposed import NoMinimiser
 
-__all__ = ["OracleBackend", "block_problem", "check_block", "nnls_x_last", "polish_block",
-           "TemplateError", "DEFAULT_SOLVER", "SOLVER_OPTS", "ATTEMPTS", "certify",
-           "BlockCertificate", "NoMinimiser"]
+__all__ = [
+    "OracleBackend",
+    "block_problem",
+    "check_block",
+    "nnls_x_last",
+    "polish_block",
+    "TemplateError",
+    "DEFAULT_SOLVER",
+    "SOLVER_OPTS",
+    "ATTEMPTS",
+    "certify",
+    "BlockCertificate",
+    "NoMinimiser",
+]

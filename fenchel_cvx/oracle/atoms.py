@@ -14,6 +14,7 @@ methods that import CVXPY themselves, so that its file is the only one it needs
 ``value_cvxpy(Y, Yhat)``. A type with neither (``monotone(phi)``, defined by quadrature) raises
 ``NotImplementedError``; ``require_forms`` refuses it before any solve.
 """
+
 import math
 from functools import singledispatch
 
@@ -24,13 +25,23 @@ from ..activations import Activation, LeakyReLU, ReLU, Sigmoid, Tanh
 from ..facts import require
 from ..losses import MSE, CrossEntropy, Loss
 
-__all__ = ["F_cvx", "Fstar_cvx", "Fstar_sum_cvx", "divergence_cvx", "loss_cvx", "require_forms",
-           "ACTIVATION_FORMS", "LOSS_FORMS"]
+__all__ = [
+    "F_cvx",
+    "Fstar_cvx",
+    "Fstar_sum_cvx",
+    "divergence_cvx",
+    "loss_cvx",
+    "require_forms",
+    "ACTIVATION_FORMS",
+    "LOSS_FORMS",
+]
 
 
 def _no_form(obj, fact):
-    return NotImplementedError(f"{obj!r} has no closed form for CVXPY ({type(obj).__name__} "
-                               f"lacks the fact {fact!r}); it is NumPy only")
+    return NotImplementedError(
+        f"{obj!r} has no closed form for CVXPY ({type(obj).__name__} "
+        f"lacks the fact {fact!r}); it is NumPy only"
+    )
 
 
 def require_forms(obj, forms):
@@ -63,8 +74,10 @@ def Fstar_cvx(act, u):
 def Fstar_sum_cvx(act, u):
     """``(sum F*(u), constraints)``: the elementwise form summed, or the class's own
     ``Fstar_cvxpy`` (an epigraph with its constraints) where no elementwise one is registered."""
-    if Fstar_cvx.dispatch(type(act)) is Fstar_cvx.dispatch(object) \
-            and getattr(act, "Fstar_cvxpy", None) is not None:
+    if (
+        Fstar_cvx.dispatch(type(act)) is Fstar_cvx.dispatch(object)
+        and getattr(act, "Fstar_cvxpy", None) is not None
+    ):
         return act.Fstar_cvxpy(u)
     return cp.sum(Fstar_cvx(act, u)), []
 
@@ -171,8 +184,9 @@ def loss_cvx(loss: Loss, Y, Yhat):
     value_cvxpy = getattr(loss, "value_cvxpy", None)
     if value_cvxpy is not None:
         return value_cvxpy(Y, Yhat)
-    raise NotImplementedError(f"{loss!r} has no CVXPY form ({type(loss).__name__} lacks the "
-                              "fact 'value_cvxpy')")
+    raise NotImplementedError(
+        f"{loss!r} has no CVXPY form ({type(loss).__name__} lacks the fact 'value_cvxpy')"
+    )
 
 
 @loss_cvx.register

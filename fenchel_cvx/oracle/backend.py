@@ -28,6 +28,7 @@ finishes the job. A non-optimal piece is re-solved with the next settings of ``A
 an error is raised. OSQP solves the quadratic blocks only; SCS solves all blocks, to ~1e-8 with
 ~50x Clarabel's iterations, and is polished the same way.
 """
+
 import functools
 import math
 import os
@@ -66,18 +67,34 @@ SOLVER_OPTS: dict[str, dict[str, Any]] = {
 # Clarabel's own defaults for every setting an attempt changes: each attempt spells them all out,
 # because a cached Clarabel solver keeps the settings of its previous run.
 _CLARABEL_BASE: dict[str, Any] = dict(
-    tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas=1e-8, tol_ktratio=1e-6, max_step_fraction=0.99,
-    equilibrate_enable=True, static_regularization_constant=1e-8)
+    tol_gap_abs=1e-8,
+    tol_gap_rel=1e-8,
+    tol_feas=1e-8,
+    tol_ktratio=1e-6,
+    max_step_fraction=0.99,
+    equilibrate_enable=True,
+    static_regularization_constant=1e-8,
+)
 _TIGHT = dict(tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12, tol_ktratio=1e-10)
 
 # The settings tried in turn on a piece until one run ends ``optimal`` (the status that counts is
 # that of the last run; each fallback was measured to rescue cases the previous one missed).
 # ``(qp, conic)``: the sequence for quadratic templates and for exponential-cone templates.
 _CLARABEL_CHANGES: tuple[list[dict[str, Any]], ...] = (
-    [_TIGHT, {**_TIGHT, "max_step_fraction": 0.95}, {}, {"max_step_fraction": 0.95},
-     {"equilibrate_enable": False}],
-    [{}, {"max_step_fraction": 0.95}, {"equilibrate_enable": False},
-     {"static_regularization_constant": 1e-11}])
+    [
+        _TIGHT,
+        {**_TIGHT, "max_step_fraction": 0.95},
+        {},
+        {"max_step_fraction": 0.95},
+        {"equilibrate_enable": False},
+    ],
+    [
+        {},
+        {"max_step_fraction": 0.95},
+        {"equilibrate_enable": False},
+        {"static_regularization_constant": 1e-11},
+    ],
+)
 ATTEMPTS = {
     "CLARABEL": tuple([{**_CLARABEL_BASE, **a} for a in seq] for seq in _CLARABEL_CHANGES),
 }
@@ -126,8 +143,7 @@ def _check_data(block):
 
 @_check_data.register
 def _(block: XHidden):
-    _check_hidden(block.act_out, block.V_next, "V_next", lam_in=block.lam_in,
-                  lam_out=block.lam_out)
+    _check_hidden(block.act_out, block.V_next, "V_next", lam_in=block.lam_in, lam_out=block.lam_out)
     _check_x(block)
 
 
@@ -154,8 +170,9 @@ def _check_hidden(act, V, name, **lams):
     _check_finite(name, V)
     act.check_range(name, np.asarray(V))
     if any(lam <= 0 for lam in lams.values()):
-        raise ValueError(f"{' and '.join(lams)} must be > 0, got "
-                         f"{', '.join(str(lam) for lam in lams.values())}")
+        raise ValueError(
+            f"{' and '.join(lams)} must be > 0, got {', '.join(str(lam) for lam in lams.values())}"
+        )
 
 
 def _check_x(block):
@@ -185,11 +202,11 @@ def _block_opts(solver, block):
 def _gap(raw):
     """|primal - dual objective| reported by the solver, or None."""
     try:
-        if hasattr(raw, "obj_val_dual"):                        # Clarabel
+        if hasattr(raw, "obj_val_dual"):  # Clarabel
             return abs(raw.obj_val - raw.obj_val_dual)
-        if isinstance(raw, dict) and "info" in raw:             # SCS
+        if isinstance(raw, dict) and "info" in raw:  # SCS
             return abs(float(raw["info"]["gap"]))
-        if hasattr(raw, "info") and hasattr(raw.info, "duality_gap"):   # OSQP
+        if hasattr(raw, "info") and hasattr(raw.info, "duality_gap"):  # OSQP
             return abs(float(raw.info.duality_gap))
     except (TypeError, KeyError, AttributeError):
         pass
@@ -205,26 +222,35 @@ def solve_piece(template, solver, opts, warm=None):
     try:
         data, chain, inverse = prob.get_problem_data(solver, solver_opts=dict(opts))
     except cp.error.SolverError as exc:
-        raise ValueError(f"solver {solver} cannot solve the {template.key[0]} template (it needs "
-                         f"exponential cones for sigmoid, tanh, cross-entropy; use CLARABEL or "
-                         f"SCS): {exc}") from None
+        raise ValueError(
+            f"solver {solver} cannot solve the {template.key[0]} template (it needs "
+            f"exponential cones for sigmoid, tanh, cross-entropy; use CLARABEL or "
+            f"SCS): {exc}"
+        ) from None
     try:
         # warm_start lets Clarabel update the cached solver in place (same pattern: no new
         # symbolic factorisation), and OSQP/SCS start from ``warm``
-        raw = chain.solve_via_data(prob, data, warm is not None or solver == "CLARABEL", False,
-                                   dict(opts))
-        with warnings.catch_warnings():   # an inaccurate status is reported by the status itself
+        raw = chain.solve_via_data(
+            prob, data, warm is not None or solver == "CLARABEL", False, dict(opts)
+        )
+        with warnings.catch_warnings():  # an inaccurate status is reported by the status itself
             warnings.simplefilter("ignore", UserWarning)
             prob.unpack_results(raw, chain, inverse)
     except cp.error.SolverError as exc:
         return None, f"solver_error: {exc}", 0, None, time.perf_counter() - t0
     stats = prob.solver_stats
-    return (template.var.value, prob.status, int(stats.num_iters or 0), _gap(raw),
-            time.perf_counter() - t0)
+    return (
+        template.var.value,
+        prob.status,
+        int(stats.num_iters or 0),
+        _gap(raw),
+        time.perf_counter() - t0,
+    )
 
 
-def solve_chunk(cache, key, acts, consts, solver, opts, shared, pieces, warms=None,
-                attempts=((), ())):
+def solve_chunk(
+    cache, key, acts, consts, solver, opts, shared, pieces, warms=None, attempts=((), ())
+):
     """Solve a list of piece parameter dicts on one template (built once, cached in ``cache``).
 
     A template whose compiled-in constants differ from ``consts`` is rebuilt in place (one
@@ -239,7 +265,7 @@ def solve_chunk(cache, key, acts, consts, solver, opts, shared, pieces, warms=No
         cache.builds[key] = cache.builds.get(key, 0) + 1
     template.set(shared)
     sequence = list(attempts[0] if template.problem.is_qp() else attempts[1]) or [{}]
-    out, start = [], 0   # the setting that succeeded last, within this chunk only
+    out, start = [], 0  # the setting that succeeded last, within this chunk only
     for i, values in enumerate(pieces):
         template.set(values)
         warm = None if warms is None else warms[i]
@@ -249,8 +275,11 @@ def solve_chunk(cache, key, acts, consts, solver, opts, shared, pieces, warms=No
         res = None
         for tried, a in enumerate(order):  # noqa: B007 (read after the loop: settings tried)
             again = solve_piece(template, solver, {**sequence[a], **opts}, warm)
-            res = again if res is None else (again[0], again[1], res[2] + again[2], again[3],
-                                             res[4] + again[4])
+            res = (
+                again
+                if res is None
+                else (again[0], again[1], res[2] + again[2], again[3], res[4] + again[4])
+            )
             if res[1] == "optimal" or res[1] in _FAILED:
                 start = a if res[1] == "optimal" else start
                 break
@@ -266,7 +295,7 @@ class TemplateCache(dict):
         self.builds = {}
 
 
-_WORKER_CACHE = TemplateCache()   # in each Dask worker process: its templates, kept between tasks
+_WORKER_CACHE = TemplateCache()  # in each Dask worker process: its templates, kept between tasks
 DASK_RETRIES = 2
 
 
@@ -277,8 +306,9 @@ def worker_cache_info():
 
 
 def _worker(key, acts, consts, solver, opts, shared, pieces, warms, attempts):
-    return solve_chunk(_WORKER_CACHE, key, acts, consts, solver, opts, shared, pieces, warms,
-                       attempts)
+    return solve_chunk(
+        _WORKER_CACHE, key, acts, consts, solver, opts, shared, pieces, warms, attempts
+    )
 
 
 class OracleBackend(BackendDefaults):
@@ -336,16 +366,26 @@ class OracleBackend(BackendDefaults):
 
     name = "cvxpy"
 
-    def __init__(self, solver: str | None = None, tol: float = 1e-7, n_jobs: int = 1,
-                 nnls: bool = True, strict: bool = True,
-                 solver_opts: dict[str, Any] | None = None, budget: int = DEFAULT_BUDGET,
-                 polish: bool = True, client: Any = None, exact: bool = True) -> None:
+    def __init__(
+        self,
+        solver: str | None = None,
+        tol: float = 1e-7,
+        n_jobs: int = 1,
+        nnls: bool = True,
+        strict: bool = True,
+        solver_opts: dict[str, Any] | None = None,
+        budget: int = DEFAULT_BUDGET,
+        polish: bool = True,
+        client: Any = None,
+        exact: bool = True,
+    ) -> None:
         installed = cp.installed_solvers()
         name = DEFAULT_SOLVER if solver is None else str(solver).upper()
         if name not in installed:
-            raise ValueError(f"solver must be one of the installed solvers {installed}, "
-                             f"got {solver!r}")
-        tol = check("tol", tol, TOL)     # the one tolerance rule (validation.TOL)
+            raise ValueError(
+                f"solver must be one of the installed solvers {installed}, got {solver!r}"
+            )
+        tol = check("tol", tol, TOL)  # the one tolerance rule (validation.TOL)
         if n_jobs == -1:
             n_jobs = os.cpu_count() or 1
         if not (isinstance(n_jobs, int) and n_jobs >= 1):
@@ -368,12 +408,21 @@ class OracleBackend(BackendDefaults):
         """What decides its solves, as a run's history records them (``fit_bcd``'s config
         ``backend_settings``): not the workers, nor ``strict``, which only decides whether an
         inaccurate solve raises."""
-        return dict(solver=self.solver, tol=self.tol, solver_opts=self.solver_opts,
-                    nnls=self.nnls, exact=self.exact, polish=self.polish, budget=self.budget)
+        return dict(
+            solver=self.solver,
+            tol=self.tol,
+            solver_opts=self.solver_opts,
+            nnls=self.nnls,
+            exact=self.exact,
+            polish=self.polish,
+            budget=self.budget,
+        )
 
     def __repr__(self):
-        return (f"OracleBackend(solver={self.solver!r}, tol={self.tol}, n_jobs={self.n_jobs}, "
-                f"nnls={self.nnls}, strict={self.strict})")
+        return (
+            f"OracleBackend(solver={self.solver!r}, tol={self.tol}, n_jobs={self.n_jobs}, "
+            f"nnls={self.nnls}, strict={self.strict})"
+        )
 
     # --- housekeeping ---------------------------------------------------------------------
     def cache_info(self) -> dict[tuple, int]:
@@ -417,14 +466,20 @@ class OracleBackend(BackendDefaults):
     def _solve_by_prox(self, block, start, t0):
         start = np.zeros(block.shape) if start is None else np.asarray(start, dtype=float)
         W, residual, steps, iters = _wp.proximal_point(
-            block, start, lambda sub: self._solve_exact(sub, None, time.perf_counter()),
-            self.tol)
-        info = {"solver": f"{self.solver} proximal point", "proximal_steps": steps,
-                "duality_gap": None, "n_subproblems": steps}
+            block, start, lambda sub: self._solve_exact(sub, None, time.perf_counter()), self.tol
+        )
+        info = {
+            "solver": f"{self.solver} proximal point",
+            "proximal_steps": steps,
+            "duality_gap": None,
+            "n_subproblems": steps,
+        }
         if residual > self.tol:
-            info["solver"] += (f" after {steps} steps; rho + gamma = 0, so the block is not "
-                               "strictly convex and its minimisers lie far from the start: set "
-                               "rho > 0 or gamma > 0 for this layer")
+            info["solver"] += (
+                f" after {steps} steps; rho + gamma = 0, so the block is not "
+                "strictly convex and its minimisers lie far from the start: set "
+                "rho > 0 or gamma > 0 for this layer"
+            )
         return self._finish(block, W, "optimal", iters, info, t0, polish=False)
 
     def _solve_exact(self, block, start, t0):
@@ -432,7 +487,7 @@ class OracleBackend(BackendDefaults):
         found = _exact.attempt(block, start, self.tol) if self.exact else None
         if found is not None and found.certified:
             return self._finish(block, found.argmin, "optimal", found.iterations, found.info, t0)
-        if found is not None:     # the method's certificate failed: the CVXPY template solves it
+        if found is not None:  # the method's certificate failed: the CVXPY template solves it
             info["exact_fallback"] = found.reason
         if self.nnls and _nnls.applies(block):
             try:
@@ -444,7 +499,9 @@ class OracleBackend(BackendDefaults):
         plan = _tpl.plan(block, self.budget)
         argmin, status, iters, gaps, retried = self._solve_plan(block, plan, start)
         gap = None if any(g is None for g in gaps) else float(sum(gaps)) * plan.scale
-        info.update(retries=retried, duality_gap=gap, n_subproblems=sum(p.size for p in plan.pieces))
+        info.update(
+            retries=retried, duality_gap=gap, n_subproblems=sum(p.size for p in plan.pieces)
+        )
         return self._finish(block, argmin, status, iters, info, t0)
 
     def _nnls(self, block):
@@ -452,9 +509,20 @@ class OracleBackend(BackendDefaults):
         if self.n_jobs == 1 or m < 8 * self.n_jobs:
             return _nnls.solve_x_last(block, self.exact)
         bounds = np.linspace(0, m, self.n_jobs + 1).astype(int)
-        parts = self._run(block, [(_nnls.solve_columns, block.dense_W(), block.Y[:, a:b],
-                                   block.U_prev[:, a:b], block.lam_in, self.exact)
-                                  for a, b in zip(bounds[:-1], bounds[1:])])
+        parts = self._run(
+            block,
+            [
+                (
+                    _nnls.solve_columns,
+                    block.dense_W(),
+                    block.Y[:, a:b],
+                    block.U_prev[:, a:b],
+                    block.lam_in,
+                    self.exact,
+                )
+                for a, b in zip(bounds[:-1], bounds[1:])
+            ],
+        )
         return np.concatenate(parts, axis=1)
 
     def _dask(self):
@@ -462,8 +530,9 @@ class OracleBackend(BackendDefaults):
         if self._client is None:
             from distributed import Client, LocalCluster
 
-            cluster = LocalCluster(n_workers=self.n_jobs, threads_per_worker=1, processes=True,
-                                   dashboard_address=None)
+            cluster = LocalCluster(
+                n_workers=self.n_jobs, threads_per_worker=1, processes=True, dashboard_address=None
+            )
             self._client = Client(cluster)
             self._own = (self._client, cluster)
         return self._client
@@ -478,25 +547,41 @@ class OracleBackend(BackendDefaults):
             client = self._dask()
             futures = [client.submit(*task, pure=False, retries=DASK_RETRIES) for task in tasks]
             return client.gather(futures)
-        except Exception as exc:     # lost workers, unreachable scheduler, errors in a task
-            raise SolverError(block.kind, block.layer, "distributed_error",
-                              f"Dask could not solve the pieces ({type(exc).__name__}: {exc}); "
-                              f"no partial block is returned") from exc
+        except Exception as exc:  # lost workers, unreachable scheduler, errors in a task
+            raise SolverError(
+                block.kind,
+                block.layer,
+                "distributed_error",
+                f"Dask could not solve the pieces ({type(exc).__name__}: {exc}); "
+                f"no partial block is returned",
+            ) from exc
 
     def _solve_plan(self, block, plan, start):
         key, size = plan.key, plan.dims[-1]
         warms = None
         if start is not None and self.solver in ("OSQP", "SCS"):
             start = np.asarray(start, dtype=float)
-            warms = [_tpl.pad(start[:, p.index] if plan.axis else start[p.index], plan.axis, size)
-                     for p in plan.pieces]
+            warms = [
+                _tpl.pad(start[:, p.index] if plan.axis else start[p.index], plan.axis, size)
+                for p in plan.pieces
+            ]
         values = [p.values for p in plan.pieces]
         opts = {**_block_opts(self.solver, block), **self.solver_opts}
         if not values:
             results = []
         elif self.n_jobs == 1 or len(values) == 1:
-            results = solve_chunk(self._templates, key, plan.acts, plan.consts, self.solver,
-                                  opts, plan.shared, values, warms, self.attempts)
+            results = solve_chunk(
+                self._templates,
+                key,
+                plan.acts,
+                plan.consts,
+                self.solver,
+                opts,
+                plan.shared,
+                values,
+                warms,
+                self.attempts,
+            )
         else:
             results = self._parallel(block, key, plan, opts, values, warms)
         argmin = np.empty(block.shape)
@@ -510,11 +595,11 @@ class OracleBackend(BackendDefaults):
                 if x is None or status not in _REFINABLE:
                     cls = SolverInfeasible if status in _FAILED else SolverError
                     raise cls(block.kind, block.layer, status, f"{self.solver}, {where}")
-                worst = status   # refined and judged by its KKT residual in _finish
+                worst = status  # refined and judged by its KKT residual in _finish
             if plan.axis == 1:
-                argmin[:, piece.index] = x[:, :piece.size]
+                argmin[:, piece.index] = x[:, : piece.size]
             else:
-                argmin[piece.index] = x[:piece.size]
+                argmin[piece.index] = x[: piece.size]
         for cols, Z in plan.fixed:
             argmin[:, cols] = Z
         return argmin, worst, iters, gaps, retried
@@ -522,10 +607,24 @@ class OracleBackend(BackendDefaults):
     def _parallel(self, block, key, plan, opts, values, warms):
         n = min(self.n_jobs, len(values))
         bounds = np.linspace(0, len(values), n + 1).astype(int)
-        chunks = self._run(block, [(_worker, key, plan.acts, plan.consts, self.solver,
-                                    opts, plan.shared, values[a:b],
-                                    None if warms is None else warms[a:b], self.attempts)
-                                   for a, b in zip(bounds[:-1], bounds[1:])])
+        chunks = self._run(
+            block,
+            [
+                (
+                    _worker,
+                    key,
+                    plan.acts,
+                    plan.consts,
+                    self.solver,
+                    opts,
+                    plan.shared,
+                    values[a:b],
+                    None if warms is None else warms[a:b],
+                    self.attempts,
+                )
+                for a, b in zip(bounds[:-1], bounds[1:])
+            ],
+        )
         return [r for chunk in chunks for r in chunk]
 
     def _finish(self, block, argmin, status, iters, info, t0, polish=True):
@@ -551,9 +650,16 @@ class OracleBackend(BackendDefaults):
             info["warning"] = msg
         elif not converged:
             info["warning"] = f"solver status {status!r} accepted with strict=False"
-        return BlockResult(argmin=argmin, value=value, status=status, residual=residual,
-                           seconds=time.perf_counter() - t0, iterations=iters,
-                           converged=converged, info=info)
+        return BlockResult(
+            argmin=argmin,
+            value=value,
+            status=status,
+            residual=residual,
+            seconds=time.perf_counter() - t0,
+            iterations=iters,
+            converged=converged,
+            info=info,
+        )
 
 
 @functools.singledispatch

@@ -17,6 +17,7 @@ rule; near the optimum, where its value is flat to round-off (``exact.VALUE_NOIS
 is judged by the column's natural residual. The backend certifies the result by the block's
 KKT residual and falls back to the CVXPY template.
 """
+
 from dataclasses import replace
 
 import numpy as np

@@ -22,6 +22,7 @@ A candidate of the wrong shape, with NaN or inf entries, or outside the activati
 ``ValueError`` naming it, before any solve. ``fenchel_cvx.testing.assert_block_optimal`` wraps
 this for test suites.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,32 +42,34 @@ class BlockCertificate:
     objective: float
     optimum: float
     lower_bound: float | None  # None when no certified lower bound is available
-    gap: float | None         # objective - lower_bound (None with it)
+    gap: float | None  # objective - lower_bound (None with it)
     relative_gap: float | None  # gap / (1 + |lower_bound|)
     kkt_residual: float
-    argmin: np.ndarray        # the oracle's argmin (NumPy)
-    bound: str                # how lower_bound was obtained: "strong convexity", "duality gap"
+    argmin: np.ndarray  # the oracle's argmin (NumPy)
+    bound: str  # how lower_bound was obtained: "strong convexity", "duality gap"
 
 
 def to_numpy(Z, name="Z"):
     """A float64 NumPy copy of an array from any library (DLPack; host copy of device arrays)."""
     if isinstance(Z, np.ndarray):
         return np.array(Z, dtype=np.float64)
-    if hasattr(Z, "detach"):            # torch: a tensor that requires grad cannot be exported
+    if hasattr(Z, "detach"):  # torch: a tensor that requires grad cannot be exported
         Z = Z.detach()
     if hasattr(Z, "__dlpack__"):
         try:
             return np.array(np.from_dlpack(Z), dtype=np.float64)
         except (BufferError, RuntimeError, TypeError, ValueError):
-            pass                            # on a device: copy to the host first
-        for host in ("get", "cpu"):         # CuPy: .get(); torch: .cpu()
+            pass  # on a device: copy to the host first
+        for host in ("get", "cpu"):  # CuPy: .get(); torch: .cpu()
             if callable(getattr(Z, host, None)):
                 return to_numpy(getattr(Z, host)(), name)
     try:
         return np.array(Z, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an array (NumPy, PyTorch, CuPy, ... through DLPack), "
-                         f"got {type(Z).__module__}.{type(Z).__name__}") from None
+        raise ValueError(
+            f"{name} must be an array (NumPy, PyTorch, CuPy, ... through DLPack), "
+            f"got {type(Z).__module__}.{type(Z).__name__}"
+        ) from None
 
 
 def check_candidate(block, Z, name="Z"):
@@ -74,11 +77,14 @@ def check_candidate(block, Z, name="Z"):
     Z = to_numpy(Z, name)
     shape = block.shape
     if Z.shape != shape:
-        raise ValueError(f"{name} must have the shape {shape} of the {block.kind} block's "
-                         f"variable, got {Z.shape}")
+        raise ValueError(
+            f"{name} must have the shape {shape} of the {block.kind} block's "
+            f"variable, got {Z.shape}"
+        )
     if not np.all(np.isfinite(Z)):
-        raise ValueError(f"{name} must be finite, got {int(np.sum(~np.isfinite(Z)))} NaN or inf "
-                         f"entries")
+        raise ValueError(
+            f"{name} must be finite, got {int(np.sum(~np.isfinite(Z)))} NaN or inf entries"
+        )
     _check_in_domain(block, Z, name)
     return Z
 
@@ -163,17 +169,20 @@ def certify(block: Block, Z: Array, backend: OracleBackend | None = None) -> Blo
         lower = min(lower, optimum)
         gap = objective - lower
         rel = gap / (1.0 + abs(lower))
-    return BlockCertificate(objective, optimum, lower, gap, rel, float(kkt_residual(block, Z)),
-                            Zs, how)
+    return BlockCertificate(
+        objective, optimum, lower, gap, rel, float(kkt_residual(block, Z)), Zs, how
+    )
 
 
 def optimality_report(cert):
     """One line with the certificate's numbers (for error messages)."""
     lb = "none" if cert.lower_bound is None else f"{cert.lower_bound:.10g}"
     gap = "unknown" if cert.gap is None else f"{cert.gap:.3g} (relative {cert.relative_gap:.3g})"
-    return (f"objective {cert.objective:.10g}, oracle optimum {cert.optimum:.10g}, certified "
-            f"lower bound {lb} ({cert.bound}), suboptimality gap {gap}, KKT residual "
-            f"{cert.kkt_residual:.3g}")
+    return (
+        f"objective {cert.objective:.10g}, oracle optimum {cert.optimum:.10g}, certified "
+        f"lower bound {lb} ({cert.bound}), suboptimality gap {gap}, KKT residual "
+        f"{cert.kkt_residual:.3g}"
+    )
 
 
 __all__ = ["certify", "BlockCertificate", "check_candidate", "to_numpy", "optimality_report"]

@@ -25,6 +25,7 @@ loss's type (``METHODS``: one entry per variant), runs it, and certifies the res
 ``blocks.kkt_residual <= tol``; the backend falls back to the CVXPY template when there is no
 method, or when the method fails or its certificate does not hold (``Exact.reason`` says why).
 """
+
 import functools
 import math
 import time
@@ -56,13 +57,13 @@ TARGET = 0.01
 class Exact:
     """What ``attempt`` returns: the certified argmin, or why the method did not certify one."""
 
-    argmin: object            # None when the method failed before returning a point
-    residual: float           # blocks.kkt_residual at argmin (inf without one)
-    certified: bool           # residual <= tol
+    argmin: object  # None when the method failed before returning a point
+    residual: float  # blocks.kkt_residual at argmin (inf without one)
+    certified: bool  # residual <= tol
     iterations: int
     seconds: float
-    info: dict = field(default_factory=dict)   # the method's name and counts
-    reason: str = ""          # why not certified ("" when certified)
+    info: dict = field(default_factory=dict)  # the method's name and counts
+    reason: str = ""  # why not certified ("" when certified)
 
 
 def attempt(block, start=None, tol=1e-7):
@@ -75,9 +76,15 @@ def attempt(block, start=None, tol=1e-7):
     try:
         out = method(block, start, TARGET * tol)
     except (LinAlgError, np.linalg.LinAlgError, FloatingPointError) as exc:
-        return Exact(None, math.inf, False, 0, time.perf_counter() - t0,
-                     {"solver": getattr(method, "label", method.__name__)},
-                     f"{type(exc).__name__}: {exc}")
+        return Exact(
+            None,
+            math.inf,
+            False,
+            0,
+            time.perf_counter() - t0,
+            {"solver": getattr(method, "label", method.__name__)},
+            f"{type(exc).__name__}: {exc}",
+        )
     if out is None:
         return None
     Z, iterations, info = out
@@ -96,7 +103,7 @@ def method_for(block):
 
 
 @method_for.register
-def _(block: WHidden):      # strongly convex W-blocks only (else: the proximal-point path)
+def _(block: WHidden):  # strongly convex W-blocks only (else: the proximal-point path)
     return METHODS.get((WHidden, type(block.act))) if _c(block) > 0 else None
 
 
@@ -114,6 +121,7 @@ def _label(text):
     def mark(f):
         f.label = text
         return f
+
     return mark
 
 
@@ -136,10 +144,19 @@ def _linear_term(block, T):
 # --- WHidden, ReLU and leaky ReLU: row by row (rows.py) --------------------------------------
 def _rows(block, start, target, slope, label):
     Q = _linear_term(block, block.lam * block.V)
-    W, iterations, info = _rows_mod.solve(block, Q, _c(block), _usable(start, Q.shape), target,
-                                          slope, VALUE_NOISE)
-    return W, iterations, {"solver": f"{label} ({info.pop('route')})", **info,
-                           "n_subproblems": W.shape[0], "duality_gap": None}
+    W, iterations, info = _rows_mod.solve(
+        block, Q, _c(block), _usable(start, Q.shape), target, slope, VALUE_NOISE
+    )
+    return (
+        W,
+        iterations,
+        {
+            "solver": f"{label} ({info.pop('route')})",
+            **info,
+            "n_subproblems": W.shape[0],
+            "duality_gap": None,
+        },
+    )
 
 
 @_label("exact: ReLU rows")
@@ -159,13 +176,21 @@ def ridge(block, start, target):
     factor = cho_factor(Xt @ Xt.T + c * np.eye(Xt.shape[0]), check_finite=False)
     W = cho_solve(factor, 0.5 * _linear_term(block, 2.0 * block.Y).T, check_finite=False).T
     steps = 0
-    for steps in range(1, REFINE_STEPS + 1):    # Newton on the recomputed gradient (2 x ridge)
+    for steps in range(1, REFINE_STEPS + 1):  # Newton on the recomputed gradient (2 x ridge)
         if block.kkt_residual(W) <= target:
             steps -= 1
             break
         W = W - 0.5 * cho_solve(factor, block.grad(W).T, check_finite=False).T
-    return W, 1 + steps, {"solver": ridge.label, "newton_steps": steps,
-                          "n_subproblems": W.shape[0], "duality_gap": None}
+    return (
+        W,
+        1 + steps,
+        {
+            "solver": ridge.label,
+            "newton_steps": steps,
+            "n_subproblems": W.shape[0],
+            "duality_gap": None,
+        },
+    )
 
 
 # --- WLast, cross-entropy: Newton's method (the Hessian by Woodbury or formed) ------------
@@ -190,19 +215,24 @@ def ce_direction(block, W, g, woodbury=None):
         D[-1][np.diag_indices(n)] += 2.0 * c
     if woodbury is None:
         woodbury = (K * n) ** 3 / 3.0 + (K * n) ** 2 * m > (
-            K * (n ** 3 / 3.0 + 2 * n * n * m) + m ** 3 / 3.0 + 2.0 * K * n * m * m)
+            K * (n**3 / 3.0 + 2 * n * n * m) + m**3 / 3.0 + 2.0 * K * n * m * m
+        )
     if not woodbury:
         H = -np.vstack(M) @ np.vstack(M).T
         for k in range(K):
-            H[k * n:(k + 1) * n, k * n:(k + 1) * n] += D[k]
-        return -cho_solve(cho_factor(H, check_finite=False), g.ravel(),
-                          check_finite=False).reshape(K, n)
+            H[k * n : (k + 1) * n, k * n : (k + 1) * n] += D[k]
+        return -cho_solve(cho_factor(H, check_finite=False), g.ravel(), check_finite=False).reshape(
+            K, n
+        )
     factors = [cho_factor(Dk, check_finite=False) for Dk in D]
-    Z = [cho_solve(f, Mk, check_finite=False) for f, Mk in zip(factors, M)]   # D_k^{-1} M_k
+    Z = [cho_solve(f, Mk, check_finite=False) for f, Mk in zip(factors, M)]  # D_k^{-1} M_k
     C = np.eye(m) - sum(Mk.T @ Zk for Mk, Zk in zip(M, Z))
     h = np.stack([cho_solve(f, -gk, check_finite=False) for f, gk in zip(factors, g)])
-    t = cho_solve(cho_factor(C, check_finite=False), sum(Mk.T @ hk for Mk, hk in zip(M, h)),
-                  check_finite=False)
+    t = cho_solve(
+        cho_factor(C, check_finite=False),
+        sum(Mk.T @ hk for Mk, hk in zip(M, h)),
+        check_finite=False,
+    )
     return h + np.stack([Zk @ t for Zk in Z])
 
 
@@ -223,8 +253,16 @@ def softmax_newton(block, start, target):
         steps += 1
         if not moved:
             break
-    return W, steps, {"solver": softmax_newton.label, "newton_steps": steps,
-                      "n_subproblems": W.shape[0], "duality_gap": None}
+    return (
+        W,
+        steps,
+        {
+            "solver": softmax_newton.label,
+            "newton_steps": steps,
+            "n_subproblems": W.shape[0],
+            "duality_gap": None,
+        },
+    )
 
 
 def _line_search(block, W, D, f, r, slope):
@@ -250,13 +288,25 @@ def _line_search(block, W, D, f, r, slope):
 @_label("exact: cross-entropy X_L projected Newton")
 def ce_relu_columns(block, start, target):
     Z = _usable(start, block.U_prev.shape)
-    Z = np.maximum(block.U_prev, 0.0) if Z is None else np.maximum(Z, 0.0)   # phi(U): feed-forward
+    Z = np.maximum(block.U_prev, 0.0) if Z is None else np.maximum(Z, 0.0)  # phi(U): feed-forward
     Z, steps = _ce_columns.solve(block, Z, target, VALUE_NOISE)
-    return Z, steps, {"solver": ce_relu_columns.label, "newton_steps": steps,
-                      "n_subproblems": Z.shape[1], "duality_gap": None}
+    return (
+        Z,
+        steps,
+        {
+            "solver": ce_relu_columns.label,
+            "newton_steps": steps,
+            "n_subproblems": Z.shape[1],
+            "duality_gap": None,
+        },
+    )
 
 
 # One entry per variant: (block type, the activation's or the loss's type) -> its method.
-METHODS = {(WHidden, ReLU): relu_rows, (WHidden, LeakyReLU): leaky_rows, (WLast, MSE): ridge,
-           (WLast, CrossEntropy): softmax_newton,
-           (XLast, CrossEntropy, ReLU): ce_relu_columns}
+METHODS = {
+    (WHidden, ReLU): relu_rows,
+    (WHidden, LeakyReLU): leaky_rows,
+    (WLast, MSE): ridge,
+    (WLast, CrossEntropy): softmax_newton,
+    (XLast, CrossEntropy, ReLU): ce_relu_columns,
+}

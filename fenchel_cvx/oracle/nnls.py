@@ -30,6 +30,7 @@ The tests cross-check both against the CVXPY form of the block. ``W_x = W[:, :p]
 ``b = W[:, p]``: the weights and bias of the output layer (``block.dense_W()``: a convolution's
 explicit matrix).
 """
+
 import functools
 import math
 
@@ -84,8 +85,9 @@ class SharedGram:
     @property
     def P(self):
         if self._P is None:
-            self._P = cho_solve(cho_factor(self.H, check_finite=False), np.eye(self.H.shape[0]),
-                                check_finite=False)
+            self._P = cho_solve(
+                cho_factor(self.H, check_finite=False), np.eye(self.H.shape[0]), check_finite=False
+            )
         return self._P
 
     def solve(self, b, F):
@@ -95,7 +97,7 @@ class SharedGram:
         if idx.size:
             inverse = self._inverse(idx, F)
             x[idx] = inverse(b)
-            r = np.where(F, b - self.H @ x, 0.0)      # one step of iterative refinement
+            r = np.where(F, b - self.H @ x, 0.0)  # one step of iterative refinement
             x[idx] += inverse(r)
         y = self.H @ x - b
         y[idx] = 0.0
@@ -115,6 +117,7 @@ class SharedGram:
         def inverse(b):
             u = P @ b
             return (u - PG @ cho_solve(factor, u[G], check_finite=False))[idx]
+
         return inverse
 
 
@@ -139,7 +142,7 @@ def pivot_column(gram, b, F, max_iter):
         elif backup > 0:
             backup -= 1
             F ^= bad
-        else:                           # Murty's rule: the largest violating index only
+        else:  # Murty's rule: the largest violating index only
             j = np.flatnonzero(bad)[-1]
             F[j] = not F[j]
     return np.maximum(x, 0.0), F, max_iter, False
@@ -181,7 +184,7 @@ def solve_columns(W, Y, U, lam, shared=True):
     """
     p = U.shape[0]
     s = math.sqrt(lam / 2.0)
-    Wx, R = W[:, :p], Y - W[:, p:p + 1]
+    Wx, R = W[:, :p], Y - W[:, p : p + 1]
     Z, unsolved = np.zeros(U.shape), range(U.shape[1])
     if shared and p >= SHARED_MIN:
         H = Wx.T @ Wx + (lam / 2.0) * np.eye(p)

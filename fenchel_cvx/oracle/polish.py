@@ -25,6 +25,7 @@ coordinates within eps of a bound whose gradient pushes outward take a projected
 bounds are registered per block class (``functools.singledispatch``); the pieces are the block's
 own (``block.piece_axis``, ``block.restrict``).
 """
+
 import functools
 import math
 
@@ -50,7 +51,7 @@ def _operator(block, Z):
 def _x_curvature(block, Z):
     """An X-block's ``W_x``, the diagonal ``lam_in F_in''(Z)`` and ``U = W [Z; 1]``."""
     W = block.dense_W()
-    return W[:, :Z.shape[0]], block.lam_in * block.act_in.d2F(Z), W @ augment(Z)
+    return W[:, : Z.shape[0]], block.lam_in * block.act_in.d2F(Z), W @ augment(Z)
 
 
 @_operator.register
@@ -194,7 +195,7 @@ def _newton_step(block, Z, cg_rtol, cg_maxiter):
     best = Z.copy()
     for _ in range(30):
         trial = Z + t * D
-        if open_domain:    # stay strictly inside: halve the distance to a bound instead of crossing
+        if open_domain:  # stay strictly inside: halve the distance to a bound instead of crossing
             if math.isfinite(lo):
                 trial = np.where(trial <= lo, lo + 0.5 * (Z - lo), trial)
             if math.isfinite(hi):
@@ -227,7 +228,7 @@ def polish(block, Z, tol, max_steps=30, cg_rtol=1e-3, cg_maxiter=100):
         bound = tol * (1.0 + scale)
         if not R.size or (math.isfinite(bound) and R.max() <= bound):
             break
-        if axis is None or not math.isfinite(bound):   # an infinite gradient: every piece
+        if axis is None or not math.isfinite(bound):  # an infinite gradient: every piece
             new = _newton_step(block, Z, cg_rtol, cg_maxiter)
             moved = not np.array_equal(new, Z)
             Z = new

@@ -26,6 +26,7 @@ the dual route the first full step lands on the optimum (it only removes the rou
 ``w = (q - X~ mu) / 2c`` amplifies by ``||X~||^2 / 2c``); there the inverse comes from the dual's
 matrix by Woodbury, ``(lam X~ D X~^T + 2c I)^{-1} = (I - X~ (H + delta diag(u <= 0))^{-1}_A X~^T) / 2c``.
 """
+
 import math
 from dataclasses import dataclass
 
@@ -57,7 +58,7 @@ class RowDual:
         return np.concatenate([b, -b]) if self.split else b
 
     def lower(self, x):
-        return x[:self.m] - x[self.m:] if self.split else x
+        return x[: self.m] - x[self.m :] if self.split else x
 
     def passive(self, pos):
         return np.concatenate([pos, ~pos]) if self.split else pos
@@ -71,7 +72,7 @@ def use_dual(n, m, slope):
     """The dual when its pivots (a factor of about half its side) cost less than primal
     Newton steps (``n^2 m`` to form the Hessian, ``n^3 / 3`` to factor it)."""
     md = m * (2 if slope else 1)
-    return md <= DUAL_MAX and (md / 2.0) ** 3 / 3.0 < n * n * m + n ** 3 / 3.0
+    return md <= DUAL_MAX and (md / 2.0) ** 3 / 3.0 < n * n * m + n**3 / 3.0
 
 
 def solve(block, Q, c, start, target, slope, noise):
@@ -87,19 +88,44 @@ def solve(block, Q, c, start, target, slope, noise):
             H = np.block([[H, -H], [-H, H + delta * np.eye(m)]])
         dual = RowDual(_nnls.SharedGram(H), m, bool(slope))
         passive = None if start is None else dual.passive((start @ Xt > 0).T)
-        M, pivots, unsolved = _nnls.solve_gram(dual.gram, dual.lift((Q @ Xt).T), passive,
-                                               PIVOT_ROUNDS)
+        M, pivots, unsolved = _nnls.solve_gram(
+            dual.gram, dual.lift((Q @ Xt).T), passive, PIVOT_ROUNDS
+        )
         W = (Q - (Xt @ dual.lower(M)).T) / (2.0 * c)
-        W, steps = newton_rows(block, W, Q, c, target, REFINE_STEPS, noise, lambda w, g: (
-            g - Xt @ dual.inverse(Xt.T @ g, w @ Xt > 0)) / (2.0 * c))
-        return W, pivots + steps, {"route": "dual", "pivots": pivots, "newton_steps": steps,
-                                   "unsolved_rows": len(unsolved)}
-    if start is None:          # every pre-activation positive: (lam X~ X~^T + 2c I) w = q
+        W, steps = newton_rows(
+            block,
+            W,
+            Q,
+            c,
+            target,
+            REFINE_STEPS,
+            noise,
+            lambda w, g: (g - Xt @ dual.inverse(Xt.T @ g, w @ Xt > 0)) / (2.0 * c),
+        )
+        return (
+            W,
+            pivots + steps,
+            {
+                "route": "dual",
+                "pivots": pivots,
+                "newton_steps": steps,
+                "unsolved_rows": len(unsolved),
+            },
+        )
+    if start is None:  # every pre-activation positive: (lam X~ X~^T + 2c I) w = q
         H = lam * (Xt @ Xt.T)
         H[np.diag_indices(n)] += 2.0 * c
         start = cho_solve(cho_factor(H, check_finite=False), Q.T, check_finite=False).T
-    W, steps = newton_rows(block, np.array(start, dtype=float), Q, c, target, NEWTON_STEPS,
-                           noise, lambda w, g: _primal_inverse(block, c, w, g))
+    W, steps = newton_rows(
+        block,
+        np.array(start, dtype=float),
+        Q,
+        c,
+        target,
+        NEWTON_STEPS,
+        noise,
+        lambda w, g: _primal_inverse(block, c, w, g),
+    )
     return W, steps, {"route": "primal", "newton_steps": steps}
 
 
@@ -143,8 +169,10 @@ def _row_search(block, q, c, w, d, g, noise):
     for _ in range(40):
         T = w + t * d
         fT, gT = _row(block, q, c, T)
-        if math.isfinite(fT) and ((fT < f and fT <= f + ARMIJO * t * slope) or (
-                fT <= f + noise * (1.0 + abs(f)) and float(np.max(np.abs(gT))) < size)):
+        if math.isfinite(fT) and (
+            (fT < f and fT <= f + ARMIJO * t * slope)
+            or (fT <= f + noise * (1.0 + abs(f)) and float(np.max(np.abs(gT))) < size)
+        ):
             return T
         t *= 0.5
     return w

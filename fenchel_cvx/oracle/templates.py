@@ -36,6 +36,7 @@ constants, for teaching and for the tests. ``plan`` and ``block_problem`` dispat
 class (``functools.singledispatch``): one registered function per class of ``blocks.py``; the
 last blocks' plans then on the loss's type, and ``_fstar`` on the activation's.
 """
+
 import functools
 import math
 from dataclasses import dataclass
@@ -63,13 +64,16 @@ class Template:
     problem: cp.Problem
     var: cp.Variable
     params: dict
-    consts: dict | None = None  # data compiled in as constants (a template is rebuilt when they change)
+    consts: dict | None = (
+        None  # data compiled in as constants (a template is rebuilt when they change)
+    )
 
     def matches(self, consts):
         """True if this template was compiled with exactly these constants."""
         mine = self.consts or {}
         return mine.keys() == consts.keys() and all(
-            mine[k].shape == A.shape and np.array_equal(mine[k], A) for k, A in consts.items())
+            mine[k].shape == A.shape and np.array_equal(mine[k], A) for k, A in consts.items()
+        )
 
     def set(self, values):
         for name, value in values.items():
@@ -88,8 +92,9 @@ def _linear(Q, V):
 
 def _epigraph_lse(U, t, k):
     """lse(U[:, j] - t_j) <= 0 for every column j, i.e. t_j >= lse(U[:, j])."""
-    return [cp.log_sum_exp(U - np.ones((U.shape[0], 1)) @ cp.reshape(t, (1, k), order="F"),
-                           axis=0) <= 0]
+    return [
+        cp.log_sum_exp(U - np.ones((U.shape[0], 1)) @ cp.reshape(t, (1, k), order="F"), axis=0) <= 0
+    ]
 
 
 @functools.singledispatch
@@ -109,16 +114,21 @@ def _(act: ReLU, U):
 
 def _check_dpp(key, problem):
     if not problem.is_dcp(dpp=True):
-        raise TemplateError(f"the {key[0]} template {key} is not DPP; it would be re-canonicalised "
-                            "on every solve")
+        raise TemplateError(
+            f"the {key[0]} template {key} is not DPP; it would be re-canonicalised on every solve"
+        )
     return problem
 
 
 # --- the builders: one per block kind ---------------------------------------------------------
 def x_hidden(p, q, k, act_in, act_out):
     Z = cp.Variable((p, k), name="Z")
-    P = dict(a=cp.Parameter(nonneg=True, name="a"), Q=cp.Parameter((p, k), name="Q"),
-             Wx=cp.Parameter((q, p), name="Wx"), b=cp.Parameter((q, 1), name="b"))
+    P = dict(
+        a=cp.Parameter(nonneg=True, name="a"),
+        Q=cp.Parameter((p, k), name="Q"),
+        Wx=cp.Parameter((q, p), name="Wx"),
+        b=cp.Parameter((q, 1), name="b"),
+    )
     fstar, cons = _fstar(act_out, P["Wx"] @ Z + P["b"])
     obj = P["a"] * cp.sum(F_cvx(act_in, Z)) - _linear(P["Q"], Z) + fstar
     return cp.Problem(cp.Minimize(obj), _domain(act_in, Z) + cons), Z, P
@@ -126,18 +136,29 @@ def x_hidden(p, q, k, act_in, act_out):
 
 def x_last_mse(p, c, k, act_in):
     Z = cp.Variable((p, k), name="Z")
-    P = dict(lam=cp.Parameter(nonneg=True, name="lam"), Q=cp.Parameter((p, k), name="Q"),
-             Wx=cp.Parameter((c, p), name="Wx"), R=cp.Parameter((c, k), name="R"))
-    obj = (cp.sum_squares(P["Wx"] @ Z - P["R"]) + P["lam"] * cp.sum(F_cvx(act_in, Z))
-           - _linear(P["Q"], Z))
+    P = dict(
+        lam=cp.Parameter(nonneg=True, name="lam"),
+        Q=cp.Parameter((p, k), name="Q"),
+        Wx=cp.Parameter((c, p), name="Wx"),
+        R=cp.Parameter((c, k), name="R"),
+    )
+    obj = (
+        cp.sum_squares(P["Wx"] @ Z - P["R"])
+        + P["lam"] * cp.sum(F_cvx(act_in, Z))
+        - _linear(P["Q"], Z)
+    )
     return cp.Problem(cp.Minimize(obj), _domain(act_in, Z)), Z, P
 
 
 def x_last_ce(p, c, k, act_in):
     Z, t = cp.Variable((p, k), name="Z"), cp.Variable(k, name="t")
-    P = dict(lam=cp.Parameter(nonneg=True, name="lam"), Q=cp.Parameter((p, k), name="Q"),
-             Wx=cp.Parameter((c, p), name="Wx"), b=cp.Parameter((c, 1), name="b"),
-             s=cp.Parameter(k, nonneg=True, name="s"))
+    P = dict(
+        lam=cp.Parameter(nonneg=True, name="lam"),
+        Q=cp.Parameter((p, k), name="Q"),
+        Wx=cp.Parameter((c, p), name="Wx"),
+        b=cp.Parameter((c, 1), name="b"),
+        s=cp.Parameter(k, nonneg=True, name="s"),
+    )
     obj = P["s"] @ t - _linear(P["Q"], Z) + P["lam"] * cp.sum(F_cvx(act_in, Z))
     cons = _domain(act_in, Z) + _epigraph_lse(P["Wx"] @ Z + P["b"], t, k)
     return cp.Problem(cp.Minimize(obj), cons), Z, P
@@ -153,16 +174,22 @@ def w_hidden(n, m, r, act, Xt):
 
 def w_last_mse(n, m, r, Xt):
     W = cp.Variable((r, n), name="W")
-    P = dict(Y=cp.Parameter((r, m), name="Y"), Q=cp.Parameter((r, n), name="Q"),
-             c=cp.Parameter(nonneg=True, name="c"))
+    P = dict(
+        Y=cp.Parameter((r, m), name="Y"),
+        Q=cp.Parameter((r, n), name="Q"),
+        c=cp.Parameter(nonneg=True, name="c"),
+    )
     obj = cp.sum_squares(W @ Xt - P["Y"]) + P["c"] * cp.sum_squares(W) - _linear(P["Q"], W)
     return cp.Problem(cp.Minimize(obj)), W, P
 
 
 def w_last_ce(n, m, c, Xt):
     W, t = cp.Variable((c, n), name="W"), cp.Variable(m, name="t")
-    P = dict(Q=cp.Parameter((c, n), name="Q"), s=cp.Parameter(m, nonneg=True, name="s"),
-             c=cp.Parameter(nonneg=True, name="c"))
+    P = dict(
+        Q=cp.Parameter((c, n), name="Q"),
+        s=cp.Parameter(m, nonneg=True, name="s"),
+        c=cp.Parameter(nonneg=True, name="c"),
+    )
     obj = P["s"] @ t - _linear(P["Q"], W) + P["c"] * cp.sum_squares(W)
     return cp.Problem(cp.Minimize(obj), _epigraph_lse(W @ Xt, t, m)), W, P
 
@@ -170,26 +197,43 @@ def w_last_ce(n, m, c, Xt):
 def x_last_any(p, c, k, act_in, loss):
     """Any loss with a CVXPY form that stays DPP with the targets as a parameter (Huber)."""
     Z = cp.Variable((p, k), name="Z")
-    P = dict(lam=cp.Parameter(nonneg=True, name="lam"), Q=cp.Parameter((p, k), name="Q"),
-             Wx=cp.Parameter((c, p), name="Wx"), b=cp.Parameter((c, 1), name="b"),
-             Y=cp.Parameter((c, k), name="Y"))
-    obj = (loss_cvx(loss, P["Y"], P["Wx"] @ Z + P["b"]) + P["lam"] * cp.sum(F_cvx(act_in, Z))
-           - _linear(P["Q"], Z))
+    P = dict(
+        lam=cp.Parameter(nonneg=True, name="lam"),
+        Q=cp.Parameter((p, k), name="Q"),
+        Wx=cp.Parameter((c, p), name="Wx"),
+        b=cp.Parameter((c, 1), name="b"),
+        Y=cp.Parameter((c, k), name="Y"),
+    )
+    obj = (
+        loss_cvx(loss, P["Y"], P["Wx"] @ Z + P["b"])
+        + P["lam"] * cp.sum(F_cvx(act_in, Z))
+        - _linear(P["Q"], Z)
+    )
     return cp.Problem(cp.Minimize(obj), _domain(act_in, Z)), Z, P
 
 
 def w_last_any(n, m, r, loss, Xt):
     """Any loss with a CVXPY form that stays DPP with the targets as a parameter (Huber)."""
     W = cp.Variable((r, n), name="W")
-    P = dict(Y=cp.Parameter((r, m), name="Y"), Q=cp.Parameter((r, n), name="Q"),
-             c=cp.Parameter(nonneg=True, name="c"))
+    P = dict(
+        Y=cp.Parameter((r, m), name="Y"),
+        Q=cp.Parameter((r, n), name="Q"),
+        c=cp.Parameter(nonneg=True, name="c"),
+    )
     obj = loss_cvx(loss, P["Y"], W @ Xt) + P["c"] * cp.sum_squares(W) - _linear(P["Q"], W)
     return cp.Problem(cp.Minimize(obj)), W, P
 
 
-BUILDERS = {"x_hidden": x_hidden, "x_last_mse": x_last_mse, "x_last_cross_entropy": x_last_ce,
-            "w_hidden": w_hidden, "w_last_mse": w_last_mse, "w_last_cross_entropy": w_last_ce,
-            "x_last_any": x_last_any, "w_last_any": w_last_any}
+BUILDERS = {
+    "x_hidden": x_hidden,
+    "x_last_mse": x_last_mse,
+    "x_last_cross_entropy": x_last_ce,
+    "w_hidden": w_hidden,
+    "w_last_mse": w_last_mse,
+    "w_last_cross_entropy": w_last_ce,
+    "x_last_any": x_last_any,
+    "w_last_any": w_last_any,
+}
 
 
 def _constant(A):
@@ -205,8 +249,13 @@ def build(key, acts, consts=None):
     name, dims = key[0], key[1]
     consts = consts or {}
     problem, var, params = BUILDERS[name](*dims, *acts, *(_constant(A) for A in consts.values()))
-    return Template(key, _check_dpp(key, problem), var, params,
-                    {k: np.array(A, copy=True) for k, A in consts.items()})
+    return Template(
+        key,
+        _check_dpp(key, problem),
+        var,
+        params,
+        {k: np.array(A, copy=True) for k, A in consts.items()},
+    )
 
 
 # --- the split of a block into pieces ---------------------------------------------------------
@@ -214,8 +263,8 @@ def build(key, acts, consts=None):
 class Piece:
     """Parameter values of one piece and where its solution goes (``index`` into the argmin)."""
 
-    index: object      # slice of columns (X-blocks) or rows (W-blocks) of the argmin
-    size: int          # number of real columns / rows (the rest is padding)
+    index: object  # slice of columns (X-blocks) or rows (W-blocks) of the argmin
+    size: int  # number of real columns / rows (the rest is padding)
     values: dict
 
 
@@ -223,14 +272,14 @@ class Piece:
 class Plan:
     """How a block is solved: template key and activations, shared and per-piece parameters."""
 
-    name: str                # the builder (a key of BUILDERS)
-    dims: tuple              # its dimensions
-    acts: tuple              # its activations
-    shared: dict             # parameter values common to all pieces
-    consts: dict             # data compiled into the template as constants (W-blocks: X~)
-    pieces: list             # Piece per group of columns / rows
-    axis: int                # 1: pieces are columns, 0: rows
-    scale: float             # the objective of a piece is (block objective) / scale
+    name: str  # the builder (a key of BUILDERS)
+    dims: tuple  # its dimensions
+    acts: tuple  # its activations
+    shared: dict  # parameter values common to all pieces
+    consts: dict  # data compiled into the template as constants (W-blocks: X~)
+    pieces: list  # Piece per group of columns / rows
+    axis: int  # 1: pieces are columns, 0: rows
+    scale: float  # the objective of a piece is (block objective) / scale
     fixed: list | tuple = ()  # (columns, values) solved in closed form, outside any piece
 
     @property
@@ -272,8 +321,10 @@ def _column_pieces(cols, size, per_column):
 
 def _row_pieces(rows, size, per_row):
     chunks, r = _chunks(rows, size)
-    return [Piece(slice(a, b), b - a, {name: pad(A[a:b], 0, r) for name, A in per_row.items()})
-            for a, b in chunks], r
+    return [
+        Piece(slice(a, b), b - a, {name: pad(A[a:b], 0, r) for name, A in per_row.items()})
+        for a, b in chunks
+    ], r
 
 
 @functools.singledispatch
@@ -287,7 +338,7 @@ def _x_setup(block, budget):
     """An X-block's ``U_{l-1}``, ``W_x``, ``b``, the columns per piece and the column indices."""
     U, W = block.U_prev, block.dense_W()
     p, m = U.shape
-    Wx, b = W[:, :p], W[:, p:p + 1]
+    Wx, b = W[:, :p], W[:, p : p + 1]
     return U, Wx, b, max(1, budget // max(1, Wx.size)), np.arange(m)
 
 
@@ -296,8 +347,16 @@ def _(block: XHidden, budget):
     U, Wx, b, size, cols = _x_setup(block, budget)
     a = block.lam_in / block.lam_out
     pieces, k = _column_pieces(cols, size, {"Q": a * U + Wx.T @ block.V_next})
-    return Plan("x_hidden", (U.shape[0], Wx.shape[0], k), (block.act_in, block.act_out),
-                {"a": a, "Wx": Wx, "b": b}, {}, pieces, 1, block.lam_out)
+    return Plan(
+        "x_hidden",
+        (U.shape[0], Wx.shape[0], k),
+        (block.act_in, block.act_out),
+        {"a": a, "Wx": Wx, "b": b},
+        {},
+        pieces,
+        1,
+        block.lam_out,
+    )
 
 
 @plan.register
@@ -310,16 +369,32 @@ def _x_last_plan(loss, block, U, Wx, b, size, cols):
     """The X_L plan of a loss (registered by its type below; any other loss: ``x_last_any``)."""
     p, Y = U.shape[0], block.Y
     pieces, k = _column_pieces(cols, size, {"Q": block.lam_in * U, "Y": Y})
-    return Plan("x_last_any", (p, Y.shape[0], k), (block.act_in, loss),
-                {"lam": block.lam_in, "Wx": Wx, "b": b}, {}, pieces, 1, 1.0)
+    return Plan(
+        "x_last_any",
+        (p, Y.shape[0], k),
+        (block.act_in, loss),
+        {"lam": block.lam_in, "Wx": Wx, "b": b},
+        {},
+        pieces,
+        1,
+        1.0,
+    )
 
 
 @_x_last_plan.register
 def _(loss: MSE, block, U, Wx, b, size, cols):
     p, lam, Y = U.shape[0], block.lam_in, block.Y
     pieces, k = _column_pieces(cols, size, {"Q": lam * U, "R": Y - b})
-    return Plan("x_last_mse", (p, Y.shape[0], k), (block.act_in,),
-                {"lam": lam, "Wx": Wx}, {}, pieces, 1, 1.0)
+    return Plan(
+        "x_last_mse",
+        (p, Y.shape[0], k),
+        (block.act_in,),
+        {"lam": lam, "Wx": Wx},
+        {},
+        pieces,
+        1,
+        1.0,
+    )
 
 
 @_x_last_plan.register
@@ -327,13 +402,22 @@ def _(loss: CrossEntropy, block, U, Wx, b, size, cols):
     p, lam, Y = U.shape[0], block.lam_in, block.Y
     s = Y.sum(axis=0)
     fixed = []
-    if np.any(s == 0):    # no label mass: the column minimises lam B(z, u) alone, z = phi(u)
+    if np.any(s == 0):  # no label mass: the column minimises lam B(z, u) alone, z = phi(u)
         zero = np.flatnonzero(s == 0)
         fixed.append((zero, block.act_in.phi(U[:, zero])))
         cols = np.flatnonzero(s > 0)
     pieces, k = _column_pieces(cols, size, {"Q": Wx.T @ Y + lam * U, "s": s})
-    return Plan("x_last_cross_entropy", (p, Y.shape[0], k), (block.act_in,),
-                {"lam": lam, "Wx": Wx, "b": b}, {}, pieces, 1, 1.0, fixed)
+    return Plan(
+        "x_last_cross_entropy",
+        (p, Y.shape[0], k),
+        (block.act_in,),
+        {"lam": lam, "Wx": Wx, "b": b},
+        {},
+        pieces,
+        1,
+        1.0,
+        fixed,
+    )
 
 
 @plan.register
@@ -342,8 +426,16 @@ def _(block: WHidden, budget):
     n, m = Xt.shape
     Q = V @ Xt.T + ((2 * g / lam) * W0 if g else 0.0)
     pieces, r = _row_pieces(V.shape[0], max(1, budget // max(1, Xt.size)), {"Q": Q})
-    return Plan("w_hidden", (n, m, r), (block.act,), {"c": (block.rho + g) / lam},
-                {"Xt": Xt}, pieces, 0, lam)
+    return Plan(
+        "w_hidden",
+        (n, m, r),
+        (block.act,),
+        {"c": (block.rho + g) / lam},
+        {"Xt": Xt},
+        pieces,
+        0,
+        lam,
+    )
 
 
 @plan.register
@@ -365,16 +457,32 @@ def _w_last_plan(loss, block, budget):
     by rows where the loss separates by rows, else one piece)."""
     pieces, r = _w_last_rows(block, budget, block.Y)
     n, m = block.Xt.shape
-    return Plan("w_last_any", (n, m, r), (loss,), {"c": block.rho + block.gamma},
-                {"Xt": block.Xt}, pieces, 0, 1.0)
+    return Plan(
+        "w_last_any",
+        (n, m, r),
+        (loss,),
+        {"c": block.rho + block.gamma},
+        {"Xt": block.Xt},
+        pieces,
+        0,
+        1.0,
+    )
 
 
 @_w_last_plan.register
 def _(loss: MSE, block, budget):
     pieces, r = _w_last_rows(block, budget, block.Y)
     n, m = block.Xt.shape
-    return Plan("w_last_mse", (n, m, r), (), {"c": block.rho + block.gamma}, {"Xt": block.Xt},
-                pieces, 0, 1.0)
+    return Plan(
+        "w_last_mse",
+        (n, m, r),
+        (),
+        {"c": block.rho + block.gamma},
+        {"Xt": block.Xt},
+        pieces,
+        0,
+        1.0,
+    )
 
 
 @_w_last_plan.register
@@ -383,12 +491,20 @@ def _(loss: CrossEntropy, block, budget):
     n, m = Xt.shape
     c = block.rho + g
     s = Y.sum(axis=0)
-    keep = np.flatnonzero(s > 0)   # columns without label mass do not enter the loss
+    keep = np.flatnonzero(s > 0)  # columns without label mass do not enter the loss
     Xk = Xt[:, keep]
     Q = Y[:, keep] @ Xk.T + (2 * g * W0 if g else 0.0)
     piece = Piece(slice(0, Y.shape[0]), Y.shape[0], {"Q": Q})
-    return Plan("w_last_cross_entropy", (n, len(keep), Y.shape[0]), (), {"s": s[keep], "c": c},
-                {"Xt": Xk}, [piece], 0, 1.0)
+    return Plan(
+        "w_last_cross_entropy",
+        (n, len(keep), Y.shape[0]),
+        (),
+        {"s": s[keep], "c": c},
+        {"Xt": Xk},
+        [piece],
+        0,
+        1.0,
+    )
 
 
 # --- the whole block, for teaching --------------------------------------------------------------
@@ -407,7 +523,7 @@ def block_problem(block):
 def _(block: XBlock):
     Z = cp.Variable(block.shape, name="Z")
     Zt = cp.vstack([Z, np.ones((1, Z.shape[1]))])
-    W = block.dense_W()      # a convolution: its explicit (Toeplitz) matrix
+    W = block.dense_W()  # a convolution: its explicit (Toeplitz) matrix
     B_in, cons = divergence_cvx(block.act_in, Z, block.U_prev)
     out, c2 = _outer_term(block, W @ Zt)
     return cp.Problem(cp.Minimize(block.lam_in * B_in + out), cons + c2), Z

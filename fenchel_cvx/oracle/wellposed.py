@@ -28,6 +28,7 @@ KKT residual of the *original* block (``blocks.kkt_residual``: zero at every min
 not) is within tolerance. The iterates stay near the start (each step is a descent step of
 bounded length), instead of drifting along the flat directions of the block.
 """
+
 import functools
 from dataclasses import replace
 
@@ -68,7 +69,7 @@ def ce_separating_direction(Xt, Y):
     K = Yk.shape[0]
     if m == 0:
         return 0.0, np.zeros((K, n))
-    nD = K * n                       # D flattened row-major: D[k, i] at k * n + i
+    nD = K * n  # D flattened row-major: D[k, i] at k * n + i
     # (D x_j)_k - t_j <= 0 for every j, k
     rows, cols, vals = [], [], []
     r = 0
@@ -82,13 +83,14 @@ def ce_separating_direction(Xt, Y):
     lin = -(Yk @ Xk.T).ravel()
     A = coo_matrix((vals, (rows, cols)), shape=(r, nD + m)).tocsr()
     from scipy.sparse import vstack
+
     A = vstack([A, np.concatenate([lin, sk])[None, :]]).tocsr()
     b = np.zeros(r + 1)
     # maximise sum_j s_j (K t_j - sum_k (D x_j)_k): coefficient of D[k, i] is -sum_j s_j x_ij
     obj_D = np.tile(-(Xk @ sk), K)
     c = -np.concatenate([obj_D, K * sk])
     bounds = [(-1.0, 1.0)] * nD + [(-float(n), float(n))] * m
-    for method in ("highs-ds", "highs-ipm"):   # dual simplex; interior point if it fails
+    for method in ("highs-ds", "highs-ipm"):  # dual simplex; interior point if it fails
         res = linprog(c, A_ub=A, b_ub=b, bounds=bounds, method=method)
         if res.status == 0:
             break
@@ -124,10 +126,14 @@ def _(block: WLast):
     # score <= 2 K sum_j s_j (unit columns); |Y| keeps the threshold > 0 for any targets
     if score <= 1e-9 * (1.0 + float(np.sum(np.abs(np.asarray(block.Y, dtype=float))))):
         return
-    raise NoMinimiser(block.kind, block.layer, "no_minimiser",
-                      f"{block.loss!r} recedes on X_L (cross-entropy: X_L is linearly "
-                      "separable): the loss decreases forever along a direction and the "
-                      "W-block has no minimiser; set rho > 0 or gamma > 0 for this layer")
+    raise NoMinimiser(
+        block.kind,
+        block.layer,
+        "no_minimiser",
+        f"{block.loss!r} recedes on X_L (cross-entropy: X_L is linearly "
+        "separable): the loss decreases forever along a direction and the "
+        "W-block has no minimiser; set rho > 0 or gamma > 0 for this layer",
+    )
 
 
 @functools.singledispatch
@@ -135,8 +141,10 @@ def recession_score(loss, Xt, Y):
     """A score > 0 iff the last W-block of ``loss`` without ``rho``, ``gamma`` has no minimiser,
     registered by the loss's type for each loss whose ``may_lack_minimiser`` holds (the others,
     MSE and Huber: bounded below and coercive in ``W X~``, are never scored)."""
-    raise TypeError(f"{type(loss).__name__}.may_lack_minimiser holds, but no recession score is "
-                    "registered for it: register one with wellposed.recession_score.register")
+    raise TypeError(
+        f"{type(loss).__name__}.may_lack_minimiser holds, but no recession score is "
+        "registered for it: register one with wellposed.recession_score.register"
+    )
 
 
 @recession_score.register
@@ -168,7 +176,7 @@ def proximal_point(block, start, solve, tol, weight=PROX_WEIGHT, steps=PROX_STEP
     while residual > tol and k < steps:
         try:
             res = solve(replace(block, gamma=c, W0=W))
-        except SolverError:   # c too small for the solver: keep the last certified-or-not iterate
+        except SolverError:  # c too small for the solver: keep the last certified-or-not iterate
             break
         W, iters, k = res.argmin, iters + res.iterations, k + 1
         residual = float(block.kkt_residual(W))

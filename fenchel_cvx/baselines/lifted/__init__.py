@@ -17,6 +17,7 @@ name          method                                                            
 
 See ``docs/lifted.md`` for the equations and where each peer's paper and code disagree.
 """
+
 from .common import METHODS, LiftedMethod, LiftedRun, fit_lifted
 
 __all__ = ["METHODS", "LiftedMethod", "LiftedRun", "fit_lifted"]

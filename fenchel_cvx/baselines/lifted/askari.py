@@ -23,6 +23,7 @@ for its non-batched model: ``lam = 0.1``, ``rho = (1e-2, 10)`` are the defaults.
 X-step is an exact NNLS; ours is exact in the limit of ``x_steps``: the tests check it against
 ``scipy.optimize.nnls``.)
 """
+
 from array_api_compat import array_namespace
 
 from ...network import augment
@@ -41,7 +42,9 @@ class Askari(LiftedMethod):
         self.Y = Y
         rho = self.rho if isinstance(self.rho, (list, tuple)) else [self.rho] * len(net.W)
         if len(rho) != len(net.W):
-            raise ValueError(f"rho must be a number or one per layer ({len(net.W)}), got {self.rho!r}")
+            raise ValueError(
+                f"rho must be a number or one per layer ({len(net.W)}), got {self.rho!r}"
+            )
         self.rho_l = [float(r) for r in rho]
         self.W = list(net.W)
         self.X = [X, *net.forward(X)[0]]

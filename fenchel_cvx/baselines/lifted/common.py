@@ -14,6 +14,7 @@ Two closed forms serve several peers (so each is written once):
 - :func:`relu_prox`: the entrywise ``argmin_u (v - max(u, 0))^2 + c (u - m)^2``, the best of the
   two pieces ``u >= 0`` and ``u <= 0`` (Taylor et al.'s z-step, Lau et al.'s U-step).
 """
+
 import time
 from dataclasses import dataclass, field
 
@@ -55,8 +56,8 @@ def ridge(T, A, reg=0.0, W0=None):
 def relu_prox(v, m, c):
     """Entrywise ``argmin_u (v - max(u, 0))^2 + c (u - m)^2`` for ``c > 0`` (exact: best piece)."""
     xp = array_namespace(v, m)
-    u_pos = xp.clip((v + c * m) / (1 + c), min=0.0)       # the piece u >= 0
-    u_neg = xp.clip(m, max=0.0)                           # the piece u <= 0
+    u_pos = xp.clip((v + c * m) / (1 + c), min=0.0)  # the piece u >= 0
+    u_neg = xp.clip(m, max=0.0)  # the piece u <= 0
     f = lambda u: (v - xp.clip(u, min=0.0)) ** 2 + c * (u - m) ** 2  # noqa: E731
     return xp.where(f(u_pos) <= f(u_neg), u_pos, u_neg)
 
@@ -83,15 +84,19 @@ class LiftedMethod:
 
     def __init__(self, loss="mse", **hyper):
         if loss not in self.losses:
-            raise ValueError(f"loss must be one of {', '.join(map(repr, self.losses))} for "
-                             f"{self.name}, got {loss!r}")
+            raise ValueError(
+                f"loss must be one of {', '.join(map(repr, self.losses))} for "
+                f"{self.name}, got {loss!r}"
+            )
         unknown = set(hyper) - set(self.defaults)
         if unknown:
-            raise ValueError(f"{self.name} takes the hyperparameters {sorted(self.defaults)}, got "
-                             f"unknown {sorted(unknown)}")
+            raise ValueError(
+                f"{self.name} takes the hyperparameters {sorted(self.defaults)}, got "
+                f"unknown {sorted(unknown)}"
+            )
         self.loss = loss
         self.hyper = {**self.defaults, **hyper}
-        validate(self.constraints, self.hyper)   # checked; kept as given
+        validate(self.constraints, self.hyper)  # checked; kept as given
         for k, v in self.hyper.items():
             setattr(self, k, v)
 
@@ -137,8 +142,15 @@ class LiftedRun:
         return float(np.mean(self.series("step_seconds"))) if self.records else None
 
     def to_dict(self):
-        return _plain(dict(format="fenchel_cvx.LiftedRun/1", method=self.method, config=self.config,
-                           initial_test_accuracy=self.initial_test_accuracy, records=self.records))
+        return _plain(
+            dict(
+                format="fenchel_cvx.LiftedRun/1",
+                method=self.method,
+                config=self.config,
+                initial_test_accuracy=self.initial_test_accuracy,
+                records=self.records,
+            )
+        )
 
     @classmethod
     def from_dict(cls, d):
@@ -151,8 +163,9 @@ def _accuracy(net, X, Y):
     return float(xp.mean(xp.astype(xp.argmax(Yhat, axis=0) == xp.argmax(Y, axis=0), xp.float64)))
 
 
-def fit_lifted(method, X, Y, X_test, Y_test, *, hidden=(300,), iterations=10, seed=0,
-               callback=None, **hyper):
+def fit_lifted(
+    method, X, Y, X_test, Y_test, *, hidden=(300,), iterations=10, seed=0, callback=None, **hyper
+):
     """Train the 784-``hidden``-10 ReLU network with ``method``; return a :class:`LiftedRun`.
 
     ``method``: a name of ``METHODS`` (``taylor``, ``lau``, ``askari``, ``fln``, ``sgd``).
@@ -163,21 +176,35 @@ def fit_lifted(method, X, Y, X_test, Y_test, *, hidden=(300,), iterations=10, se
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
     algo = METHODS[method](**hyper)
-    args = validate(dict(iterations=ROUNDS, seed=SEED, hidden=Sizes(1), callback=[CALLABLE, None]),
-                    dict(iterations=iterations, seed=seed, hidden=hidden, callback=callback))
+    args = validate(
+        dict(iterations=ROUNDS, seed=SEED, hidden=Sizes(1), callback=[CALLABLE, None]),
+        dict(iterations=iterations, seed=seed, hidden=hidden, callback=callback),
+    )
     iterations, seed = args["iterations"], args["seed"]
     X = check_matrix("X", X)
     Y = check_matrix("Y", Y, cols=X.shape[1])
     X_test = check_matrix("X_test", X_test, rows=X.shape[0], rows_what="the rows of X")
-    Y_test = check_matrix("Y_test", Y_test, rows=Y.shape[0], cols=X_test.shape[1],
-                          rows_what="the rows of Y")
+    Y_test = check_matrix(
+        "Y_test", Y_test, rows=Y.shape[0], cols=X_test.shape[1], rows_what="the rows of Y"
+    )
     xp = array_namespace(X)
     sizes = (X.shape[0], *args["hidden"], Y.shape[0])
     net = LiftedNetwork(sizes, "relu", algo.loss, seed=seed, dtype=check_dtype(X.dtype))
     net.W = [xp.asarray(W) for W in net.W]
-    run = LiftedRun(method, dict(hyper=algo.hyper, loss=algo.loss, layer_sizes=sizes, seed=seed,
-                                 iterations=iterations, m=X.shape[1], m_test=X_test.shape[1]),
-                    _accuracy(net, X_test, Y_test), net=net)
+    run = LiftedRun(
+        method,
+        dict(
+            hyper=algo.hyper,
+            loss=algo.loss,
+            layer_sizes=sizes,
+            seed=seed,
+            iterations=iterations,
+            m=X.shape[1],
+            m_test=X_test.shape[1],
+        ),
+        _accuracy(net, X_test, Y_test),
+        net=net,
+    )
     total = [0.0]
 
     def record(k, seconds, objective, weights=None, accuracy=None):
@@ -185,8 +212,17 @@ def fit_lifted(method, X, Y, X_test, Y_test, *, hidden=(300,), iterations=10, se
         if weights is not None:
             net.W = list(weights)
         acc = _accuracy(net, X_test, Y_test) if accuracy is None else accuracy
-        run.records.append(_plain(dict(iteration=k, seconds=total[0], step_seconds=seconds,
-                                       objective=objective, test_accuracy=acc)))
+        run.records.append(
+            _plain(
+                dict(
+                    iteration=k,
+                    seconds=total[0],
+                    step_seconds=seconds,
+                    objective=objective,
+                    test_accuracy=acc,
+                )
+            )
+        )
         if callback is not None:
             return callback(run)
 

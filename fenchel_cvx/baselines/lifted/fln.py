@@ -27,6 +27,7 @@ gradient and a value (on W_0, products of 300 x 785 x m). Such a block also take
 steps, with no early stop at ``tol`` (``FastBackend``'s ``capped_residual``): where a block
 would have reached ``tol`` before its cap, its iterates differ.
 """
+
 import time
 
 from ...bcd import fit_bcd
@@ -39,20 +40,44 @@ from .common import LiftedMethod, register
 @register
 class FLN(LiftedMethod):
     name = "fln"
-    defaults = dict(lam=0.1, rho=(1e-2, 10.0), w_steps=None, x_steps=None, tol=1e-6, max_iter=500,
-                    check_every=1, restart=False, capped_reports=False)
-    constraints = dict(lam=PerLayer(LAM), rho=PerLayer(RHO), w_steps=[COUNT, None],
-                       x_steps=[COUNT, None], tol=TOL, max_iter=COUNT, check_every=COUNT, restart=BOOL,
-                       capped_reports=BOOL)
+    defaults = dict(
+        lam=0.1,
+        rho=(1e-2, 10.0),
+        w_steps=None,
+        x_steps=None,
+        tol=1e-6,
+        max_iter=500,
+        check_every=1,
+        restart=False,
+        capped_reports=False,
+    )
+    constraints = dict(
+        lam=PerLayer(LAM),
+        rho=PerLayer(RHO),
+        w_steps=[COUNT, None],
+        x_steps=[COUNT, None],
+        tol=TOL,
+        max_iter=COUNT,
+        check_every=COUNT,
+        restart=BOOL,
+        capped_reports=BOOL,
+    )
     losses = tuple(LOSSES)
 
     def run(self, net, X, Y, iterations, record, test=None):
-        hyper = validate(dict(lam=PerLayer(LAM, net.n_hidden), rho=PerLayer(RHO, net.n_hidden + 1)),
-                         dict(lam=self.lam, rho=self.rho))
+        hyper = validate(
+            dict(lam=PerLayer(LAM, net.n_hidden), rho=PerLayer(RHO, net.n_hidden + 1)),
+            dict(lam=self.lam, rho=self.rho),
+        )
         net.lam, net.rho = hyper["lam"], hyper["rho"]
-        backend = FastBackend(tol=self.tol, max_iter=self.max_iter, w_steps=self.w_steps,
-                              x_steps=self.x_steps, capped_residual=self.capped_reports,
-                              capped_value=self.capped_reports)
+        backend = FastBackend(
+            tol=self.tol,
+            max_iter=self.max_iter,
+            w_steps=self.w_steps,
+            x_steps=self.x_steps,
+            capped_residual=self.capped_reports,
+            capped_value=self.capped_reports,
+        )
         clock = dict(t=time.perf_counter())
 
         def callback(net_, rec):
@@ -61,7 +86,19 @@ class FLN(LiftedMethod):
             clock["t"] = time.perf_counter()
             return stop
 
-        schedule = (dict(batch_size=X.shape[1], epochs=iterations, gamma=0.0) if self.restart
-                    else dict(batch_size=None, iterations=iterations))
-        fit_bcd(net, X, Y, backend=backend, strict=False, callback=callback, eval_every=None,
-                check_every=self.check_every, **schedule)
+        schedule = (
+            dict(batch_size=X.shape[1], epochs=iterations, gamma=0.0)
+            if self.restart
+            else dict(batch_size=None, iterations=iterations)
+        )
+        fit_bcd(
+            net,
+            X,
+            Y,
+            backend=backend,
+            strict=False,
+            callback=callback,
+            eval_every=None,
+            check_every=self.check_every,
+            **schedule,
+        )

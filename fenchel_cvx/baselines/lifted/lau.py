@@ -24,6 +24,7 @@ block); ``b_l`` is updated with the *previous* ``W_l`` (a Jacobi step, not the j
 minimiser). Unlike the code (``W = 0.01 randn``, ``b = 0.1``) we start from the common Xavier
 weights and zero biases; U and V start at the feed-forward values, as in the code.
 """
+
 from array_api_compat import array_namespace
 
 from ...validation import WEIGHT
@@ -60,7 +61,9 @@ class Lau(LiftedMethod):
         return (self.Y + g * self.U[-1] + a * self.V[-1]) / (1 + g + a)
 
     def u_last_step(self):
-        return (self.gamma * self.V[-1] + self.rho * self.affine(len(self.W))) / (self.gamma + self.rho)
+        return (self.gamma * self.V[-1] + self.rho * self.affine(len(self.W))) / (
+            self.gamma + self.rho
+        )
 
     def wb_step(self, l):
         """(W_l, b_l) from U_{l+1}, V_l; both against the previous (W_l, b_l) (the code's Jacobi step)."""
@@ -68,15 +71,17 @@ class Lau(LiftedMethod):
         T, V = self.U[l + 1], self.V[l]
         W_new = ridge(T - b, V, self.alpha / self.rho, W0=W)
         b_new = (self.alpha * b + self.rho * xp.sum(T - W @ V, axis=1, keepdims=True)) / (
-            self.rho * V.shape[1] + self.alpha)
+            self.rho * V.shape[1] + self.alpha
+        )
         return W_new, b_new
 
     def v_step(self, l):
         """Hidden V_l, l >= 1: gamma/2 ||V - sigma(U_l)||^2 + rho/2 ||U_{l+1} - W_l V - b_l||^2."""
         xp, W = self.xp, self.W[l]
         G = self.rho * (W.T @ W) + self.gamma * xp.eye(W.shape[1], dtype=W.dtype)
-        return xp.linalg.solve(G, self.rho * (W.T @ (self.U[l + 1] - self.b[l]))
-                               + self.gamma * self.sigma(l))
+        return xp.linalg.solve(
+            G, self.rho * (W.T @ (self.U[l + 1] - self.b[l])) + self.gamma * self.sigma(l)
+        )
 
     def u_step(self, l):
         """Hidden U_l: the relu prox of V_l at the weighted mean of W V + b and the old U_l."""
@@ -97,8 +102,9 @@ class Lau(LiftedMethod):
     def objective(self):
         f = 0.5 * sqnorm(self.V[-1] - self.Y)
         for l in range(1, len(self.W) + 1):
-            f += self.gamma / 2 * sqnorm(self.V[l] - self.sigma(l)) \
-                + self.rho / 2 * sqnorm(self.U[l] - self.affine(l))
+            f += self.gamma / 2 * sqnorm(self.V[l] - self.sigma(l)) + self.rho / 2 * sqnorm(
+                self.U[l] - self.affine(l)
+            )
         return f
 
     def weights(self):

@@ -5,6 +5,7 @@ targets, summed over the classes, mean over the batch) trained by backprop with 
 It runs ``fenchel_cvx.baselines.backprop.train_backprop`` (PyTorch, CPU, float32) on the batches
 of ``datasets.batch_order(m, batch_size, epochs, seed)``; the paper does not give the batch size.
 """
+
 import numpy as np
 
 from ...datasets import batch_order
@@ -13,7 +14,7 @@ from .common import LiftedMethod, register
 
 
 def _numpy(A):
-    return A.get() if hasattr(A, "get") else np.asarray(A)   # CuPy -> NumPy
+    return A.get() if hasattr(A, "get") else np.asarray(A)  # CuPy -> NumPy
 
 
 @register
@@ -37,7 +38,19 @@ class SGD(LiftedMethod):
             # train_backprop scores the feed-forward network on the test set itself
             record(epoch, dt, res.train_loss[-1] * X.shape[1], accuracy=res.test_accuracy[-1])
 
-        res = train_backprop(net.layer_sizes, X, y, X_test, y_test, batches=batches,
-                             optimizer="sgd", lr=self.lr, seed=net.seed, threads=self.threads,
-                             callback=callback, loss="mse", init_weights=[_numpy(W) for W in net.W])
+        res = train_backprop(
+            net.layer_sizes,
+            X,
+            y,
+            X_test,
+            y_test,
+            batches=batches,
+            optimizer="sgd",
+            lr=self.lr,
+            seed=net.seed,
+            threads=self.threads,
+            callback=callback,
+            loss="mse",
+            init_weights=[_numpy(W) for W in net.W],
+        )
         net.W = [W.astype(net.W[0].dtype) for W in res.weights]

@@ -24,6 +24,7 @@ the paper's binary hinge loss; no biases (the bias column stays 0). Unlike the c
 from the common Xavier weights with ``z, a`` at their feed-forward values and
 ``lam_mult = 0`` (the code: zero weights, random ``z, a``, ``lam_mult = 1``).
 """
+
 import numbers
 
 from array_api_compat import array_namespace
@@ -45,7 +46,7 @@ class Taylor(LiftedMethod):
     def start(self, net, X, Y):
         self.xp = array_namespace(X)
         self.Y = Y
-        self.W = [W[:, :-1] for W in net.W]            # no biases (the authors' code)
+        self.W = [W[:, :-1] for W in net.W]  # no biases (the authors' code)
         self.a, self.z = [X], []
         for l, W in enumerate(self.W):
             self.z.append(W @ self.a[-1])
@@ -87,11 +88,15 @@ class Taylor(LiftedMethod):
     def objective(self):
         L = len(self.W) - 1
         r = self.z[L] - self.W[L] @ self.a[L]
-        f = 0.5 * sqnorm(self.z[L] - self.Y) + float(self.xp.sum(self.lam_mult * r)) \
+        f = (
+            0.5 * sqnorm(self.z[L] - self.Y)
+            + float(self.xp.sum(self.lam_mult * r))
             + self.beta / 2 * sqnorm(r)
+        )
         for l in range(L):
-            f += self.gamma / 2 * sqnorm(self.a[l + 1] - relu(self.z[l])) \
-                + self.beta / 2 * sqnorm(self.z[l] - self.W[l] @ self.a[l])
+            f += self.gamma / 2 * sqnorm(self.a[l + 1] - relu(self.z[l])) + self.beta / 2 * sqnorm(
+                self.z[l] - self.W[l] @ self.a[l]
+            )
         return f
 
     def weights(self):
