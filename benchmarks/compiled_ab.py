@@ -1,11 +1,15 @@
-"""A/B of the fast backend's two CPU paths on whole training batches: eager NumPy against compiled.
+"""A/B of the fast backend's CPU paths on whole training batches: eager NumPy, NumPy with
+compiled chains, and everything in PyTorch.
 
 Both MNIST benchmarks' FLN settings (the MLP 784-300-10 and LeNet-5, ``defaults.training``,
 float32, batch 500, ``fit_bcd`` with the benchmarks' capped, unreported blocks) run the same
-batches with ``FastBackend(compile=False)`` and ``FastBackend(compile=True)`` (``fast.fused``:
-the elementwise chains as fused torch.compile kernels, NumPy's BLAS keeping the products), in
-one process, round by round in turn, so that both see the same machine load. Before the clock
-each path trains two batches (the compiled one compiles there; its seconds are reported). Each
+batches three ways: ``eager``, NumPy arrays and ``FastBackend(compile=False)``; ``compiled``,
+NumPy arrays and ``FastBackend(compile=True)`` (``fast.fused``: the elementwise chains as fused
+torch.compile kernels, NumPy's BLAS keeping the products); ``torch``, PyTorch tensors and
+``compile=True`` (every operation in PyTorch: its GEMM runs the products, the same chains
+compiled). They run in one process, round by round in turn, so that all see the same machine
+load. Before the clock each path trains two batches (the compiled ones compile there; their
+seconds are reported). Each
 round trains ``--batches`` fresh batches from the same initial network and times them; the
 table gives the median over ``--rounds`` of the ms per batch, and each block's ms per batch
 summed over all rounds. ``--check-every`` runs the certificate as the benchmarks do (20).
@@ -151,20 +155,26 @@ def run(network, args, ds):
     net0, gamma, momentum, make = setting(network, args, ds)
     X = ds.X_train.astype(np.float32, copy=False)
     Y = one_hot(ds.y_train, 10).astype(np.float32)
-    paths = {"eager": make(False), "compiled": make(True)}
+    import torch
+
+    paths = {"eager": make(False), "compiled": make(True), "torch": make(True)}
+    # the torch path's data are tensors (views of the same memory): the driver, the blocks and
+    # the weights work in PyTorch, its GEMM runs the products
+    library = dict(eager=np.asarray, compiled=np.asarray, torch=torch.from_numpy)
     per_batch = collections.defaultdict(list)
     blocks = {name: collections.defaultdict(float) for name in paths}
     warm = {}
 
-    def fit(backend, cols):
+    def fit(name, cols):
+        asarray = library[name]
         fit_bcd(
             copy.deepcopy(net0),
-            X[:, cols],
-            Y[:, cols],
+            asarray(np.ascontiguousarray(X[:, cols])),
+            asarray(np.ascontiguousarray(Y[:, cols])),
             batch_size=500,
             gamma=list(gamma),
             momentum=list(momentum),
-            backend=backend,
+            backend=paths[name],
             strict=False,
             eval_every=None,
             check_every=args.check_every,
@@ -181,7 +191,7 @@ def run(network, args, ds):
 
         backend.solve = timed
         t0 = time.perf_counter()
-        fit(backend, slice(0, 1000))
+        fit(name, slice(0, 1000))
         warm[name] = time.perf_counter() - t0
         blocks[name].clear()
     n = args.batches * 500
@@ -189,7 +199,7 @@ def run(network, args, ds):
         for name, backend in paths.items():
             backend.forget()
             t0 = time.perf_counter()
-            fit(backend, slice(1000 + r * n, 1000 + (r + 1) * n))
+            fit(name, slice(1000 + r * n, 1000 + (r + 1) * n))
             per_batch[name].append(1e3 * (time.perf_counter() - t0) / args.batches)
     total = args.rounds * args.batches
     print(
@@ -232,7 +242,10 @@ def main(argv=None):
     )
     for network in ("mlp", "lenet5") if args.network == "both" else (args.network,):
         medians = run(network, args, ds)
-        print(f"compiled / eager: {medians['compiled'] / medians['eager']:.3f}")
+        print(
+            f"compiled / eager: {medians['compiled'] / medians['eager']:.3f}; "
+            f"torch / eager: {medians['torch'] / medians['eager']:.3f}"
+        )
         counted = host_reads(network, args, ds)
         if counted is not None:
             reads, flops = counted

@@ -166,8 +166,9 @@ def main(argv=None):
         fast.wblocks.span.applies = lambda *a: False
     sizes = tuple(int(s) for s in args.sizes.split(","))
     print(
-        f"fast backend, {'-'.join(map(str, sizes))} ReLU, cross-entropy, m={args.m}, lam={args.lam}, "
-        f"rho={args.rho}, gamma={args.gamma}, tol={args.tol}, newton_cap={args.newton_cap}"
+        f"fast backend, {'-'.join(map(str, sizes))} ReLU, cross-entropy, m={args.m}, "
+        f"lam={args.lam}, rho={args.rho}, gamma={args.gamma}, tol={args.tol}, "
+        f"newton_cap={args.newton_cap}"
         f"{' (baseline)' if args.baseline else ''}{' (no span)' if args.no_span else ''}; {device}"
     )
     base = make_state(sizes, args.m, args.lam, args.rho, args.seed, args.data)

@@ -1,22 +1,23 @@
-"""The paper's LeNet-5 comparisons (Secs. 5.2-5.3, Figures 3, 4): FLN against SGD and Adam, MNIST or CIFAR-10.
+"""FLN against SGD and Adam on LeNet-5, MNIST or CIFAR-10: the paper's Secs. 5.2-5.3, Figures 3, 4.
 
 LeNet-5 (``fenchel_cvx.lenet5``: conv 6@5x5, avg-pool 2, conv 16@5x5, avg-pool 2, fc 120,
 fc 84, fc 10, ReLU), cross-entropy, batch 500, K = 1 alternation; 20 epochs on the full MNIST
 (28x28 padded to 32), or 80 on CIFAR-10 with ``--dataset cifar10 --data-dir DIR`` (the python
 pickle batches). FLN is the batched model (Algorithm 2) on the fast array backend, from the
-paper's appendix hyperparameters in this package's units (``fenchel_cvx.paper_hyperparameters.from_reference``:
-the appendix's lam (5, 5, 1, 1) weigh its code's penalty, which is twice our B): lam = (10, 10,
-2, 2), gamma = (1e-4, 1e-2, 1, 1, 1), no Frobenius penalty; the defaults then take the hidden
-dense layers' gamma 0.3 instead of 1, chosen on a validation split (docs/results.md, "LeNet-5:
-the dense layers' proximal weight"): gamma = (1e-4, 1e-2, 0.3, 0.3, 1). Each round takes one
-W-step per W-block and (1, 1, 10, 10) FISTA steps for X_1 .. X_4: the conv X-blocks barely
-move, and one step does what ten did on validation, in 0.6 of the time (docs/results.md,
-"LeNet-5: FISTA steps per layer"). Each batch starts from the weights moved on along their last
-change (``fit_bcd(momentum=...)``, not in the paper): beta = (0.98, 0.98, 0.3, 0.3, 0), so the
-conv layers' small, steady W-steps add up (docs/results.md, "LeNet-5: momentum"). The output
-layer fc 10 alone takes a Frobenius penalty, rho = (0, 0, 0, 0, 0.3), where the paper's batched
-model has none: once FLN fits the training images its output weights grow, and the test
-accuracy stalls from epoch 4 (docs/results.md, "LeNet-5: the output layer's Frobenius penalty").
+paper's appendix hyperparameters in this package's units
+(``fenchel_cvx.paper_hyperparameters.from_reference``: the appendix's lam (5, 5, 1, 1) weigh its
+code's penalty, which is twice our B): lam = (10, 10, 2, 2), gamma = (1e-4, 1e-2, 1, 1, 1), no
+Frobenius penalty; the defaults then take the hidden dense layers' gamma 0.3 instead of 1,
+chosen on a validation split (docs/results.md, "LeNet-5: the dense layers' proximal weight"):
+gamma = (1e-4, 1e-2, 0.3, 0.3, 1). Each round takes one W-step per W-block and (1, 1, 10, 10)
+FISTA steps for X_1 .. X_4: the conv X-blocks barely move, and one step does what ten did on
+validation, in 0.6 of the time (docs/results.md, "LeNet-5: FISTA steps per layer"). Each batch
+starts from the weights moved on along their last change (``fit_bcd(momentum=...)``, not in the
+paper): beta = (0.98, 0.98, 0.3, 0.3, 0), so the conv layers' small, steady W-steps add up
+(docs/results.md, "LeNet-5: momentum"). The output layer fc 10 alone takes a Frobenius penalty,
+rho = (0, 0, 0, 0, 0.3), where the paper's batched model has none: once FLN fits the training
+images its output weights grow, and the test accuracy stalls from epoch 4 (docs/results.md,
+"LeNet-5: the output layer's Frobenius penalty").
 SGD and Adam train the same LeNet-5 in PyTorch from the same initial
 weights (copied from the lifted network), on the same batches in the same order
 (``datasets.batch_order``), with the same thread count, at the learning rates chosen on the
@@ -203,8 +204,8 @@ def parse_args(argv=None):
         "--device",
         default="cpu",
         choices=sorted(DEVICES),
-        help="where the methods run: the CPU, or a GPU (FLN in CuPy, the baselines in "
-        "PyTorch on CUDA)",
+        help="where the methods run: the CPU, or a GPU (cupy: FLN in CuPy, the baselines in "
+        "PyTorch on CUDA; torch: every method in PyTorch on CUDA)",
     )
     p.add_argument(
         "--eval-every",

@@ -3,11 +3,12 @@
 784-300-10, ReLU, cross-entropy, batch 500, K = 1 alternation, 10 epochs on the full MNIST.
 FLN is the batched model (Algorithm 2) on the fast array backend, by default from the paper's
 appendix setting in this package's units (lam 0.2, gamma (1, 100), no Frobenius penalty: the
-appendix's lam 0.1 weighs its code's penalty, twice our B; ``fenchel_cvx.paper_hyperparameters``) with three
-changes chosen on a validation split (docs/results.md, "MNIST, fully connected"): the output
-layer's gamma 30 with a single W_1-step per batch (W_0 takes 10 steps, X_1 20 FISTA steps),
-and each batch starting from W_0 moved on along its last change (``fit_bcd(momentum=...)``,
-not in the paper, beta = (0.7, 0)). This is the package's dense training setting
+appendix's lam 0.1 weighs its code's penalty, twice our B;
+``fenchel_cvx.paper_hyperparameters``) with three changes chosen on a validation split
+(docs/results.md, "MNIST, fully connected"): the output layer's gamma 30 with a single
+W_1-step per batch (W_0 takes 10 steps, X_1 20 FISTA steps), and each batch starting from
+W_0 moved on along its last change (``fit_bcd(momentum=...)``, not in the paper,
+beta = (0.7, 0)). This is the package's dense training setting
 (``defaults.training``), which the estimators and the command line train with; the package's
 earlier defaults (``--lam 1 --rho 1e-3 --gamma 3 --w-steps 1 --x-steps 10 --momentum 0``) are
 1.3 points less accurate on that split (0.9653 after 10 epochs against 0.9783; docs page
@@ -27,12 +28,13 @@ to reach 97% test accuracy (checked every ``--eval-every`` batches), the FLN/Ada
 seconds per epoch and of time-to-97%, peak memory (max RSS), and, with ``--profile``, the share
 of FLN wall-clock time spent in matrix products (py-spy native samples in gemm / matmul).
 
-    python benchmarks/mnist_mlp.py                 # the full run (MNIST from $FENCHEL_DATA or ../shared/data)
+    python benchmarks/mnist_mlp.py                 # the full run (MNIST: $FENCHEL_DATA/mnist)
     python benchmarks/mnist_mlp.py --quick         # a reduced smoke run, well under a minute
 
 ``--device cupy`` runs every method on a GPU: FLN in CuPy (the driver works in the data's
 array library), SGD and Adam in PyTorch on CUDA; the clocks are read after the device finishes,
 the GEMM calibration is CuPy's, and the GPU's peak memory is reported beside the host's.
+``--device torch`` does the same with FLN in PyTorch on CUDA tensors (no CuPy needed).
 """
 
 import argparse
@@ -205,8 +207,8 @@ def parse_args(argv=None):
         "--device",
         default="cpu",
         choices=sorted(DEVICES),
-        help="where the methods run: the CPU, or a GPU (FLN in CuPy, the baselines in "
-        "PyTorch on CUDA)",
+        help="where the methods run: the CPU, or a GPU (cupy: FLN in CuPy, the baselines in "
+        "PyTorch on CUDA; torch: every method in PyTorch on CUDA)",
     )
     p.add_argument("--seed", type=int, default=0, help="the first seed")
     p.add_argument(
@@ -452,7 +454,8 @@ class Cpu:
         return None
 
     def lib(self):
-        """``(xp, sync)``: FLN's array library, and a wait for its queued work before a clock read."""
+        """``(xp, sync)``: FLN's array library, and a wait for its queued work before a clock
+        read."""
         return np, (lambda: None)
 
     def describe(self):
@@ -517,8 +520,61 @@ class CuPyGpu(Cpu):
         return torch.cuda.max_memory_reserved() / 2**20
 
 
+class TorchGpu(Cpu):
+    """``--device torch``: FLN and the baselines in PyTorch, on CUDA tensors (``device``): the
+    fast backend's same array-API path as CuPy's, for a GPU without CuPy."""
+
+    def __init__(self, device="cuda"):
+        self.torch = device
+
+    def missing(self, methods):
+        if importlib.util.find_spec("torch") is None:
+            return "--device torch needs PyTorch built for CUDA, got no torch module"
+        import torch
+
+        if self.torch == "cuda" and not torch.cuda.is_available():
+            return "--device torch needs a CUDA GPU for PyTorch, got none"
+        return None
+
+    def lib(self):
+        import torch
+        from array_api_compat import torch as xp
+
+        def sync():
+            if self.torch == "cuda":
+                torch.cuda.synchronize()
+
+        return _OnDevice(xp, self.torch), sync
+
+    def describe(self):
+        import torch
+
+        if self.torch != "cuda":
+            return f"PyTorch {torch.__version__} on {self.torch}"
+        gpu = torch.cuda.current_device()
+        return f"GPU {gpu}: {torch.cuda.get_device_name(gpu)}, every method in PyTorch"
+
+    def gpu_peak_mib(self, method):
+        import torch
+
+        return torch.cuda.max_memory_reserved() / 2**20 if self.torch == "cuda" else None
+
+
+class _OnDevice:
+    """An array namespace whose ``asarray`` puts new arrays on ``device`` (the rest: ``xp``'s)."""
+
+    def __init__(self, xp, device):
+        self.xp, self.device = xp, device
+
+    def asarray(self, A, **kw):
+        return self.xp.asarray(A, device=self.device, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.xp, name)
+
+
 #: --device -> where and how each method runs
-DEVICES = {"cpu": Cpu(), "cupy": CuPyGpu()}
+DEVICES = {"cpu": Cpu(), "cupy": CuPyGpu(), "torch": TorchGpu()}
 
 
 # --- one method in its own process ------------------------------------------------------------
@@ -543,7 +599,7 @@ def run_fln(args, ds, batches):
     net.W = [xp.asarray(W) for W in net.W]  # the untrained network's test accuracy, on the device
 
     def test_accuracy():
-        return float(xp.mean(xp.argmax(net.forward(Xte)[1], axis=0) == yte))
+        return float(xp.sum(xp.argmax(net.forward(Xte)[1], axis=0) == yte)) / Xte.shape[1]
 
     def lifted_accuracy():  # the rule of the paper's Sec. 4.3, eq. (12) (fenchel_cvx.predict)
         from fenchel_cvx.predict import predict_classes
@@ -919,7 +975,8 @@ def _sigterm_as_exit():
 
 # --- FLOPs and the GEMM floor -------------------------------------------------------------------
 def flops_per_batch(method, args, sizes=(784, 300, 10)):
-    """Floating-point operations of one batch, counted from the code (2 p n m per p x n x m product).
+    """Floating-point operations of one batch, counted from the code (2 p n m per p x n x m
+    product).
 
     Backprop: the forward pass, the weight gradients and the hidden layers' input gradients.
     FLN (fast backend, ``args.alternations`` rounds): the feed-forward pass of the new batch;
@@ -1192,6 +1249,8 @@ def machine(args):
 
 def markdown(summary):
     fmt = lambda x, f="{:.1f}": "n/a" if x is None else f.format(x)  # noqa: E731
+    settings = summary["settings"]
+    last_seed = settings["seed"] + settings["seeds"] - 1
     lines = [
         f"MNIST MLP 784-300-10 ({summary['data']}), batch {summary['settings']['batch_size']}, "
         f"{summary['settings']['epochs']} epochs, {summary['machine']['threads']} threads, "
@@ -1199,11 +1258,10 @@ def markdown(summary):
         "",
         rates_text(summary["settings"]),
         "",
-        f"seeds {summary['settings']['seed']}..{summary['settings']['seed'] + summary['settings']['seeds'] - 1}"
-        " (means; +- is the spread max - min)",
+        f"seeds {settings['seed']}..{last_seed} (means; +- is the spread max - min)",
         "",
         f"GEMM calibration ({summary['settings']['dtype']}, 300x785x500, "
-        f"{summary['machine']['threads']} threads): {summary['settings']['gemm_gflops']:.0f} GFLOP/s; "
+        f"{summary['machine']['threads']} threads): {settings['gemm_gflops']:.0f} GFLOP/s; "
         "floor fraction = (GFLOP per batch / that rate) / time per batch",
         "",
         "| method | final test acc | s / epoch | time to 97% (s) | batches to 97% | peak MiB "

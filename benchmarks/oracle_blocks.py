@@ -114,8 +114,9 @@ def run(size, sizes, loss, args, rows, exact=True):
             )
         )
         print(
-            f"  {rows[-1]['net']:>15s} {loss:13s} {method:6s} {name:14s} first {r1.seconds:7.2f} s   "
-            f"repeat {r2.seconds:7.2f} s (cpu {c2 - c1:6.2f})  residual {rows[-1]['residual']:.1e}   "
+            f"  {rows[-1]['net']:>15s} {loss:13s} {method:6s} {name:14s} "
+            f"first {r1.seconds:7.2f} s   repeat {r2.seconds:7.2f} s (cpu {c2 - c1:6.2f})  "
+            f"residual {rows[-1]['residual']:.1e}   "
             f"[{r2.info['solver']}, polish {r2.info.get('polish_steps', 0)}]",
             flush=True,
         )
@@ -174,11 +175,13 @@ def main(argv=None):
     )
     for r in rows:
         print(
-            f"{r['net']:>15s} {r['loss']:13s} {r['method']:6s} {r['block']:14s} {r['first']:8.2f} {r['repeat']:9.2f} "
+            f"{r['net']:>15s} {r['loss']:13s} {r['method']:6s} {r['block']:14s} "
+            f"{r['first']:8.2f} {r['repeat']:9.2f} "
             f"{r['cpu_repeat']:7.2f} {r['residual']:9.1e} {r['pieces']:6d}  {r['solver']}"
         )
     print(
-        "\nspeed goals (two-layer networks, all four blocks; the repeated solves / the first solves):"
+        "\nspeed goals (two-layer networks, all four blocks; "
+        "the repeated solves / the first solves):"
     )
     for size in args.sizes.split(","):
         net = "-".join(map(str, nets[size][0]))

@@ -340,7 +340,8 @@ def main(argv=None):
     if args.check:
         if new != text:
             print(
-                "docs/results.md: a generated table differs; run python benchmarks/results_tables.py"
+                "docs/results.md: a generated table differs; "
+                "run python benchmarks/results_tables.py"
             )
             return 1
         return 0

@@ -1,4 +1,5 @@
-"""fenchel_cvx: Fenchel lifted networks (Gu, Askari, El Ghaoui, AISTATS 2020), convex-optimization first.
+"""fenchel_cvx: Fenchel lifted networks (Gu, Askari, El Ghaoui, AISTATS 2020),
+convex-optimization first.
 
 Public names only; the docs pages hold the mathematics and the layout. The
 names load lazily (PEP 562), so ``fenchel-cvx --help`` and ``import fenchel_cvx`` import

@@ -195,9 +195,21 @@ class ReLU(Activation):
 
     @staticmethod
     def _divergence_in(v, u):
-        """B(v, u) for v >= 0 (``where`` costs ~10 elementwise passes on a CPU: avoided here)."""
-        d = v - clip(u, 0.0, None)  # v - u_+
-        return 0.5 * d * d - v * clip(u, None, 0.0)  # + v u_-  (u_- = -min(u, 0))
+        """B(v, u) = (v - u_+)^2 / 2 + v u_- for v >= 0 (``where`` costs ~10 elementwise passes
+        on a CPU: avoided here; u_- = -min(u, 0)), in place on its own fresh arrays where that
+        is exact (no new array per pass: on Figure 1's 300 x 60,000 arrays, a quarter of the
+        time)."""
+        d = clip(u, 0.0, None)  # u_+
+        if not exact_in_place(d, v):
+            d = v - d
+            return 0.5 * d * d - v * clip(u, None, 0.0)
+        d -= v  # (u_+ - v)^2 = (v - u_+)^2
+        d *= d
+        d *= 0.5
+        m = clip(u, None, 0.0)  # -u_-
+        m *= v
+        d -= m
+        return d
 
 
 class LeakyReLU(Activation):
@@ -287,7 +299,8 @@ class Sigmoid(Activation):
 
 
 class Tanh(Activation):
-    """phi(u) = tanh u.  F(v) = [(1+v) log(1+v) + (1-v) log(1-v)]/2 on [-1, 1], F*(u) = log cosh u."""
+    """phi(u) = tanh u.  F(v) = [(1+v) log(1+v) + (1-v) log(1-v)]/2 on [-1, 1],
+    F*(u) = log cosh u."""
 
     name = "tanh"
     v_range = (-1.0, 1.0)

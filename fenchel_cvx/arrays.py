@@ -1,10 +1,11 @@
-"""Arrays of any array library (NumPy, CuPy, array-api-strict, DLPack): their library, host copies."""
+"""Arrays of any array library (NumPy, CuPy, PyTorch, array-api-strict, DLPack): their library,
+host copies."""
 
 import functools
 from typing import Any, TypeAlias
 
 import numpy as np
-from array_api_compat import array_namespace, is_cupy_array, is_numpy_namespace
+from array_api_compat import array_namespace, is_cupy_array, is_numpy_namespace, is_torch_array
 
 # An array of any array library (NumPy, CuPy, array-api-strict, a PyTorch tensor): the array API
 # has no static type that all of them share, so type hints name it for the reader only.
@@ -12,11 +13,14 @@ Array: TypeAlias = Any
 
 
 def namespace(A):
-    """The array library of ``A``: that of a CuPy array (which has no ``__array_namespace__`` of
-    its own; array_api_compat's wrapper) or of an array-API array, else NumPy (NumPy arrays and
-    scalars, and anything NumPy converts: lists, numbers, PyTorch tensors, pandas frames)."""
-    if is_cupy_array(A) or (
-        not isinstance(A, (np.ndarray, np.generic)) and hasattr(A, "__array_namespace__")
+    """The array library of ``A``: that of a CuPy array or a PyTorch tensor (which have no
+    ``__array_namespace__`` of their own; array_api_compat's wrappers) or of an array-API array,
+    else NumPy (NumPy arrays and scalars, and anything NumPy converts: lists, numbers, pandas
+    frames). A tensor keeps its library and its device: the fast backend trains on it there."""
+    if (
+        is_cupy_array(A)
+        or is_torch_array(A)
+        or (not isinstance(A, (np.ndarray, np.generic)) and hasattr(A, "__array_namespace__"))
     ):
         return array_namespace(A)
     return np
@@ -91,6 +95,10 @@ def vecdot(x1, x2, axis=-1):
             )
         dtype = np.result_type(x1.dtype, x2.dtype)
         return _cupy_vecdot()(x1.astype(dtype, copy=False), x2.astype(dtype, copy=False), axis=axis)
+    if is_torch_array(x1) and is_torch_array(x2):  # torch's own: array_api_compat's costs 21 us
+        import torch
+
+        return torch.linalg.vecdot(x1, x2, dim=axis)
     return array_namespace(x1, x2).vecdot(x1, x2, axis=axis)
 
 
@@ -102,11 +110,14 @@ def _cupy_vecdot():
 
 
 def to_numpy(A) -> np.ndarray:
-    """A NumPy copy of an array of any array library (CuPy's ``.get()``, DLPack otherwise)."""
+    """A NumPy copy of an array of any array library (CuPy's ``.get()``, a tensor's ``.cpu()``,
+    DLPack otherwise)."""
     if isinstance(A, np.ndarray):
         return A
     if hasattr(A, "get") and type(A).__module__.startswith("cupy"):
         return A.get()
+    if is_torch_array(A):
+        return A.detach().cpu().numpy()
     try:
         return np.asarray(A)
     except (TypeError, ValueError, RuntimeError):

@@ -45,27 +45,22 @@ violation. In recorded mode (``strict=False``) a backend's ``SolverError`` or an
 (NaN, inf, outside the domain) is recorded against its own block, which keeps its value; after
 an unusable argmin the run stops after that round (its record's ``halted``: the block's name).
 
-**Structure.** ``fit_bcd`` checks every argument and the data once (``run_settings.py``: a
-``RunSettings``), builds the run's ``schedule`` and a ``BCDState`` (``schedule.py``), and runs
-the rounds: each is :func:`bcd_round`, a function of the explicit state (X-sweep, W-sweep and
-the checks, ``_Round``), then the observers (``observers.py``: the checkpoint writer, the
-callback, the progress bar). A checkpoint (``fit_bcd(checkpoint=DIR)``, ``checkpoints.py``)
-stores the state; ``resume=DIR`` continues the same schedule from it, bit-identical to the run
-uninterrupted on the same BLAS threads (``tests/test_resume.py``). Ctrl-C
-(``KeyboardInterrupt``) between or inside rounds writes the state of the last finished round,
-then re-raises. Backends implement ``backends.Backend``.
+**Structure.** ``fit_bcd`` checks every argument and the data once (``run_settings.py``), then
+runs the rounds of the ``schedule`` (``schedule.py``): each is :func:`bcd_round`, a function of
+the explicit state, then the observers (``observers.py``: checkpoints, callback, progress bar).
+``resume=DIR`` continues a checkpoint's schedule bit-identically (``checkpoints.py``); Ctrl-C
+writes the last finished round's state, then re-raises. Backends implement ``backends.Backend``.
 
-The driver works in the array library of ``X0`` (NumPy; CuPy on a GPU with ``backend="fast"``;
-``array_api_strict`` in the tests); ``net.W`` moves there once every argument is validated (the
-oracle takes NumPy only). ``BCDResult(net, Xs, history)``: the network (updated in place), the
-final lifted variables and the :class:`~fenchel_cvx.history.History`; every W-block is optimal at
-the returned ``(net.W, Xs)``, so ``blocks.w_block(net, X0, Y, Xs, l)`` re-checks it (Algorithm 2:
-``Xs`` of the last batch, whose columns are ``result.batch``).
+The driver works in the array library of ``X0`` (NumPy; CuPy or PyTorch tensors on a GPU with
+``backend="fast"``; ``array_api_strict`` in the tests); ``net.W`` moves there once every argument
+is validated (the oracle takes NumPy only). ``BCDResult(net, Xs, history)``: the network (updated
+in place), the final lifted variables and the :class:`~fenchel_cvx.history.History`; every
+W-block is optimal at the returned ``(net.W, Xs)``, so ``blocks.w_block(net, X0, Y, Xs, l)``
+re-checks it (Algorithm 2: ``Xs`` of the last batch, whose columns are ``result.batch``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -74,7 +69,7 @@ from typing import Any
 
 from array_api_compat import array_namespace
 
-from . import defaults
+from . import defaults, evaluation
 from .backends import BACKENDS, check_backend, get_backend  # noqa: F401 (importable from bcd)
 from .block_checks import CheckedSolves, Halt
 from .blocks import w_block, x_block
@@ -85,6 +80,7 @@ from .observers import interrupted
 from .observers import observers as make_observers
 from .run_settings import PARAMETERS, validate_run  # noqa: F401 (importable from bcd)
 from .schedule import BCDState, Step, schedule  # noqa: F401 (importable from bcd)
+from .threads import limit_for
 
 
 @dataclass
@@ -130,15 +126,8 @@ class _Round(CheckedSolves):
         if Us is not None:
             self.pre_activations[0] = Us[0]
         for l in range(self.net.n_hidden, 0, -1):
-            block = x_block(
-                self.net,
-                X0,
-                Y,
-                Xs,
-                l,
-                U_prev=None if Us is None else Us[l - 1],
-                U=None if Us is None else Us[l],
-            )
+            U_prev, U = (None, None) if Us is None else (Us[l - 1], Us[l])
+            block = x_block(self.net, X0, Y, Xs, l, U_prev=U_prev, U=U)
             Xs[l - 1], delta, self.pre_activations[l] = self.solve(
                 f"X_{l}", block, Xs[l - 1], F, (Xs, l - 1)
             )
@@ -151,18 +140,9 @@ class _Round(CheckedSolves):
         patches X~_0, if at hand (the feed-forward pass formed U_0 from them)."""
         net = self.net
         for l in range(net.n_hidden, -1, -1):
-            g = self.gamma[l]
-            block = w_block(
-                net,
-                X0,
-                Y,
-                Xs,
-                l,
-                gamma=g,
-                W0=self.W0[l] if g else None,
-                U=self.pre_activations.get(l),
-                Xt=Xt0 if l == 0 else None,
-            )
+            g, U, Xt = self.gamma[l], self.pre_activations.get(l), Xt0 if l == 0 else None
+            W0 = self.W0[l] if g else None
+            block = w_block(net, X0, Y, Xs, l, gamma=g, W0=W0, U=U, Xt=Xt)
             net.W[l], delta, _ = self.solve(f"W_{l}", block, net.W[l], F, (net.W, l))
             F = None if F is None else F + delta
 
@@ -207,19 +187,19 @@ def sweeps(
         try:
             r.x_sweep(X0, Y, Xs, None if F0 is None else F0 + r.proximal_term(), Us)
             if check:
-                F_x = net.lifted_objective(X0, Y, Xs, checked=False)
                 B_x = net.divergences(X0, Xs)
+                F_x = net.lifted_objective(X0, Y, Xs, checked=False, B=B_x)
                 cert.check_lower_bound(F_x, J)
             r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.proximal_term(), Xt0)
-            if check:
+            if check:  # the pre-activations at the new W serve all three figures
                 X = [X0, *Xs]
-                cert.check_fenchel_young(
-                    net.activations, Xs, [net.pre_activation(l, X[l]) for l in range(net.n_hidden)]
-                )
+                Us_w = [net.pre_activation(l, X[l]) for l in range(net.n_hidden)]
+                cert.check_fenchel_young(net.activations, Xs, Us_w)
+                B_w = net.divergences(X0, Xs, Us_w)
                 after_w = dict(
-                    lifted_w=net.lifted_objective(X0, Y, Xs, checked=False),
+                    lifted_w=net.lifted_objective(X0, Y, Xs, checked=False, B=B_w),
                     network_w=net.network_objective(X0, Y, checked=False),
-                    divergence_w=net.divergences(X0, Xs),
+                    divergence_w=B_w,
                 )
         except Exception:
             r.settle()  # an unusable argmin earlier in the round fails by name instead
@@ -301,7 +281,7 @@ def _run(net, settings, state, observers):
     last finished round's state (``observers.interrupted``). Returns the last step."""
     step = None
     try:
-        with _threads(settings.backend):  # the backend's thread budget over the whole run
+        with limit_for(settings.backend):  # the backend's thread budget over the whole run
             for step in settings.steps[state.iteration :]:
                 record = bcd_round(net, state, step, settings)
                 if any([obs(net, state, step) is True for obs in observers]) or record["halted"]:
@@ -322,15 +302,6 @@ def _extrapolate(net, W_prev, beta, xp):
     if W_prev is not None:
         net.W = [Wl + b * (Wl - Pl) if b else Wl for Wl, Pl, b in zip(W, W_prev, beta)]
     return W
-
-
-def _threads(backend):
-    """``limit_threads(backend.threads)`` (``threads.py``), or nothing if it sets none."""
-    if backend.threads is None:
-        return contextlib.nullcontext()
-    from .threads import limit_threads
-
-    return limit_threads(backend.threads)
 
 
 # --- the driver -----------------------------------------------------------------------------
@@ -404,7 +375,7 @@ def fit_bcd(
     keywords = {k: v for k, v in locals().items() if k not in ("net", "X0", "Y")}
     settings = validate_run(net, X0, Y, keywords)
     state = settings.state or BCDState(
-        list(net.W), History(_initial(net, settings)), W_prev=settings.W_prev
+        list(net.W), History(evaluation.history_config(net, settings)), W_prev=settings.W_prev
     )
     step = _run(net, settings, state, make_observers(settings, callback, progress, state))
     return BCDResult(
@@ -414,21 +385,6 @@ def fit_bcd(
         None if step is None else step.columns,
         state.W_prev if any(settings.momentum) else None,
     )
-
-
-def _initial(net, settings):
-    """The history's config, with the feed-forward figures before the first round
-    (``eval_every=None``: none, no pass over all the data)."""
-    config = dict(settings.config, initial=None)
-    if settings.eval_every is not None:
-        config["initial"] = initial_figures(
-            net,
-            settings.data.X0,
-            settings.data.Y,
-            *settings.test,
-            config["task"] == "classification",
-        )
-    return config
 
 
 def __getattr__(name):

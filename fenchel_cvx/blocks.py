@@ -1,4 +1,5 @@
-"""The four convex blocks of the lifted objective (docs page "Mathematics"; the paper's Sec. 4.5, eqs. (14)-(20)).
+"""The four convex blocks of the lifted objective (docs page "Mathematics"; the paper's Sec. 4.5,
+eqs. (14)-(20)).
 
 Each block holds its data and gives, for any array-API namespace, the part of
 F(W, X) that depends on its variable (``value``), the gradient (``grad``), the projection
@@ -6,10 +7,14 @@ onto its domain (``project``) and the KKT residual of a candidate point. Every b
 (the CVXPY oracle, the fast array solvers) solves these same objects, and the driver uses
 ``value`` for its descent check, so "the same block" means the same code.
 
-    XHidden  (X_l, 1 <= l < L):  min_Z  lam_{l-1} B_{l-1}(Z, U_{l-1}) + lam_l B_l(X_{l+1}, A(W_l, Z))
-    XLast    (X_L):              min_Z  L(Y, A(W_L, Z))              + lam_{L-1} B_{L-1}(Z, U_{L-1})
-    WHidden  (W_l, l < L):       min_W  lam_l B_l(X_{l+1}, W X~_l)   + rho_l ||W||^2 + gamma_l ||W - W0||^2
-    WLast    (W_L):              min_W  L(Y, W X~_L)                 + rho_L ||W||^2 + gamma_L ||W - W0||^2
+    XHidden  (X_l, 1 <= l < L)
+        min_Z  lam_{l-1} B_{l-1}(Z, U_{l-1}) + lam_l B_l(X_{l+1}, A(W_l, Z))
+    XLast    (X_L)
+        min_Z  L(Y, A(W_L, Z)) + lam_{L-1} B_{L-1}(Z, U_{L-1})
+    WHidden  (W_l, l < L)
+        min_W  lam_l B_l(X_{l+1}, W X~_l) + rho_l ||W||^2 + gamma_l ||W - W0||^2
+    WLast    (W_L)
+        min_W  L(Y, W X~_L) + rho_L ||W||^2 + gamma_L ||W - W0||^2
 
 ``A(W, Z)`` is the linear map of the layer that Z feeds (``layers.py``; dense: ``W [Z; 1]``),
 held by the X-blocks as ``map``. A W-block sees its layer as a product ``W X~``: ``X~`` is the

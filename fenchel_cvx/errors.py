@@ -23,7 +23,8 @@ class SolverError(FenchelError):
 
 
 class SolverInfeasible(SolverError):
-    """The solver declared the block infeasible or unbounded (a modelling bug: blocks are feasible)."""
+    """The solver declared the block infeasible or unbounded (a modelling bug: blocks are
+    feasible)."""
 
 
 class SolverInaccurate(SolverError):

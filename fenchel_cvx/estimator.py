@@ -786,7 +786,8 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
         return self._fit(X, Y, reset=first, partial=True)
 
     def predict(self, X: Any) -> np.ndarray:
-        """The feed-forward output: ``(n_samples,)`` if fitted on 1-D y, else ``(n_samples, n_outputs)``."""
+        """The feed-forward output: ``(n_samples,)`` if fitted on 1-D y, else
+        ``(n_samples, n_outputs)``."""
         out = self._forward(X)
         return out.ravel() if self._y_1d else out
 

@@ -71,3 +71,16 @@ def initial_figures(net, X0, Y, X_test, Y_test, classification) -> dict:
         test_loss=te[0],
         test_accuracy=te[1],
     )
+
+
+def history_config(net, settings) -> dict:
+    """A run's config for its history (``settings``: its ``run_settings.RunSettings``), with
+    the feed-forward figures before the first round as ``initial`` (None with
+    ``eval_every=None``: no pass over all the data)."""
+    config = dict(settings.config, initial=None)
+    if settings.eval_every is not None:
+        (X_test, Y_test), classification = settings.test, config["task"] == "classification"
+        config["initial"] = initial_figures(
+            net, settings.data.X0, settings.data.Y, X_test, Y_test, classification
+        )
+    return config

@@ -1,5 +1,5 @@
-"""The one checked reader of every file the package reads: containers, headers and sizes are
-checked before any array is allocated, and every refusal is a :class:`~fenchel_cvx.errors.FileFormatError`
+"""The one checked reader of every file the package reads: containers, headers and sizes are checked
+before any array is allocated, and every refusal is a :class:`~fenchel_cvx.errors.FileFormatError`
 naming the file, the field and what was expected against what was found.
 
 No equation of the paper is implemented here; the files hold the weights ``W_l`` of eq. (2)

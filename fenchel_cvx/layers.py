@@ -1,10 +1,10 @@
 """Layers as linear maps: dense, 2-D convolution, 2x2 average pooling, flatten.
 
 In the lifted model every layer is ``U_l = A_l(W_l, X_l) + b_l``, linear in ``W_l`` for fixed
-``X_l`` and in ``X_l`` for fixed ``W_l`` (the paper's Sec. 4.2, eqs. (10)-(11), runs LeNet-5 this way; docs page
-"Convolutional layers"). The lifted variables stay 2-D, ``X_l`` of shape (features x m) with the
-features of an image in PyTorch's (C, H, W) flatten order, so the blocks of ``blocks.py`` never
-see a shape.
+``X_l`` and in ``X_l`` for fixed ``W_l`` (the paper's Sec. 4.2, eqs. (10)-(11), runs LeNet-5 this
+way; docs page "Convolutional layers"). The lifted variables stay 2-D, ``X_l`` of shape
+(features x m) with the features of an image in PyTorch's (C, H, W) flatten order, so the blocks
+of ``blocks.py`` never see a shape.
 
 A *spec* is what a user writes: ``Dense(120)``, ``Conv2d(6, 5, padding=2)``, ``AvgPool2d(2)``,
 ``Flatten()``; ``LAYERS`` maps each spec's ``kind`` to its class (one more layer kind is one more

@@ -3,7 +3,7 @@
 Columns are data points and losses are **sums** over them, as in the paper:
 
 - ``mse``:            L = ||Y - Yhat||_F^2
-- ``cross_entropy``:  L = -tr(Y^T log softmax(Yhat)) = sum_j [ (1^T y_j) lse(yhat_j) - y_j^T yhat_j ]
+- ``cross_entropy``:  L = -tr(Y^T log softmax(Yhat)) = sum_j [(1^T y_j) lse(yhat_j) - y_j^T yhat_j]
   (softmax over each column; numerically stable through log-sum-exp).
 
 Each loss is one class that carries every fact the solvers ask for, for any array-API

@@ -32,7 +32,7 @@ from numpy.typing import DTypeLike
 from . import defaults
 from .activations import Activation
 from .activations import activation as _activation
-from .arrays import Array
+from .arrays import Array, namespace
 from .io import load_network, save_network
 from .layers import AvgPool2d, Conv2d, Dense, Flatten, Spec, build_maps
 from .losses import Loss
@@ -254,7 +254,9 @@ class LiftedNetwork:
         names: tuple[str, str] = ("X0", "Y"),
     ) -> tuple[Array, Array | None]:
         """``(X0, Y)`` checked against the network's input and output sizes (``dtype``, ``xp``:
-        the working dtype and array library, see ``validation.check_matrix``)."""
+        the working dtype and array library, see ``validation.check_matrix``; ``xp`` None: the
+        library of the network's weights, so that a tensor meets NumPy weights as a NumPy array)."""
+        xp = namespace(self.W[0]) if xp is None else xp
         shape = self.input_shape
         what = (
             "the network's input size"
@@ -333,13 +335,18 @@ class LiftedNetwork:
             sum(r * float(array_namespace(Wl).sum(Wl * Wl)) for r, Wl in zip(self.rho, self.W))
         )
 
-    def divergences(self, X0: Array, Xs: Sequence[Array]) -> list[float]:
-        """[sum B_l(X_{l+1}, W_l X~_l) for l < L] (unweighted; +inf off an activation's range)."""
+    def divergences(
+        self, X0: Array, Xs: Sequence[Array], Us: Sequence[Array] | None = None
+    ) -> list[float]:
+        """[sum B_l(X_{l+1}, W_l X~_l) for l < L] (unweighted; +inf off an activation's range).
+        ``Us``: the pre-activations ``W_l X~_l`` at these W and X, where they are at hand."""
         X = [X0, *Xs]
         xp = array_namespace(X0)
+        if Us is None:
+            Us = [self.pre_activation(l, X[l]) for l in range(self.n_hidden)]
         return [
-            float(xp.sum(act.divergence(X[l + 1], self.pre_activation(l, X[l]))))
-            for l, act in enumerate(self.activations)
+            float(xp.sum(act.divergence(X[l + 1], U)))
+            for l, (act, U) in enumerate(zip(self.activations, Us))
         ]
 
     def network_objective(self, X0: Array, Y: Array, *, checked: bool = True) -> float:
@@ -350,15 +357,22 @@ class LiftedNetwork:
         return float(self.loss.value(Y, self.forward(X0)[1])) + self.penalty()
 
     def lifted_objective(
-        self, X0: Array, Y: Array, Xs: Sequence[Array], *, checked: bool = True
+        self,
+        X0: Array,
+        Y: Array,
+        Xs: Sequence[Array],
+        *,
+        checked: bool = True,
+        B: Sequence[float] | None = None,
     ) -> float:
         """F(W, X) = L(Y, W_L X~_L) + sum_l rho_l ||W_l||_F^2 + sum_{l<L} lam_l B_l.
-        ``checked=False``: X0, Y and Xs were checked already (the BCD driver's own)."""
+        ``checked=False``: X0, Y and Xs were checked already (the BCD driver's own); ``B``: the
+        ``divergences`` at these W and X, where they are at hand."""
         if checked:
             X0, Y = self.check_inputs(X0, Y)
             Xs = self.check_lifted(X0, Xs)
         out = self.pre_activation(self.n_hidden, Xs[-1] if Xs else X0)
-        B = self.divergences(X0, Xs)
+        B = self.divergences(X0, Xs) if B is None else B
         return (
             float(self.loss.value(Y, out))
             + self.penalty()

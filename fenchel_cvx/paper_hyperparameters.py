@@ -14,13 +14,14 @@ BCD is Algorithm 2 on one lifted objective, ``L + sum_l lam'_l B_l``, with the p
 ``gamma'_l``, where, with the code's ``lam_l``, ``rho_l`` (its ``rhod``: the proximal weight of
 ``||W_l - W0_l||^2``, bias included) and ``c_l`` (``lbd_coef``):
 
-    X_L:          c_L L + 2 lam_{L-1} B_{L-1}            ->  lam'_{L-1} = 2 lam_{L-1} / c_L
-    X_l, l < L:   2 c_l lam_l B_l + 2 lam_{l-1} B_{l-1}   ->  lam'_{l-1} = lam'_l lam_{l-1} / (c_l lam_l)
-    W_l, l < L:   2 lam_l B_l + rho_l ||W - W0||^2         ->  gamma'_l = lam'_l rho_l / (2 lam_l)
-    W_L:          L + rho_L ||W - W0||^2                   ->  gamma'_L = rho_L
+    X_L:        c_L L + 2 lam_{L-1} B_{L-1}           -> lam'_{L-1} = 2 lam_{L-1} / c_L
+    X_l, l < L: 2 c_l lam_l B_l + 2 lam_{l-1} B_{l-1} -> lam'_{l-1} = lam'_l lam_{l-1} / (c_l lam_l)
+    W_l, l < L: 2 lam_l B_l + rho_l ||W - W0||^2      -> gamma'_l = lam'_l rho_l / (2 lam_l)
+    W_L:        L + rho_L ||W - W0||^2                -> gamma'_L = rho_L
 
-and the certificate checks that objective like any other. ``tests/test_paper_hyperparameters.py`` checks, block
-by block, that the code's objective is a positive multiple of this package's plus a constant.
+and the certificate checks that objective like any other. ``tests/test_paper_hyperparameters.py``
+checks, block by block, that the code's objective is a positive multiple of this package's plus a
+constant.
 """
 
 from __future__ import annotations

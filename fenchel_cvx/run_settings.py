@@ -161,7 +161,8 @@ def build_backend(backend, strict, tol, xp, net):
     backend = get_backend(backend, net, tol=tol, **opts)  # a backend object ignores them
     if xp is not np and backend.name == "cvxpy":
         raise ValueError(
-            f"backend 'cvxpy' (the oracle) takes NumPy data, got X0 from {xp.__name__}"
+            f"backend 'cvxpy' (the oracle) takes NumPy data, got X0 from {xp.__name__}: pass "
+            f"a NumPy copy (fenchel_cvx.arrays.to_numpy), or train on the fast backend"
         )
     return backend, backend.name
 

@@ -5,8 +5,8 @@
   ``min_W ||Y - phi(W X~)||^2`` from random starts may not.
 - :func:`variable_scaling` (Appendix A): with (leaky) ReLU, per-layer ``lam_l`` reduce to a
   single ``lam`` by rescaling the variables; checked at random points.
-- :func:`weak_duality` (Sec. 4.2, eq. (8)): along a BCD run, the lifted objective after each X-sweep lies
-  below the network objective at the same weights, and ``min F <= min J``.
+- :func:`weak_duality` (Sec. 4.2, eq. (8)): along a BCD run, the lifted objective after each
+  X-sweep lies below the network objective at the same weights, and ``min F <= min J``.
 """
 
 import math
@@ -142,7 +142,8 @@ def scale_variables(W, Xs, lam, lam_bar=1.0):
     scaled. Then ``W_bar_l X~_bar_l = c_{l+1} W_l X~_l`` and, B being positively 2-homogeneous for
     (leaky) ReLU, ``lam_bar B(X_bar_{l+1}, W_bar_l X~_bar_l) = lam_l B(X_{l+1}, W_l X~_l)``; the
     output ``W_bar_L X~_bar_L = W_L X~_L`` is unchanged. With ``lam_bar = 1`` this is
-    ``X_bar_l = sqrt(lam_{l-1}) X_l``, ``A_bar_l = sqrt(lam_l / lam_{l-1}) A_l`` (lam_{-1} = lam_L = 1).
+    ``X_bar_l = sqrt(lam_{l-1}) X_l``, ``A_bar_l = sqrt(lam_l / lam_{l-1}) A_l``
+    (lam_{-1} = lam_L = 1).
     """
     L = len(Xs)
     c = [1.0] + [math.sqrt(lam[l] / lam_bar) for l in range(L)] + [1.0]
@@ -156,7 +157,8 @@ def scale_variables(W, Xs, lam, lam_bar=1.0):
 
 
 def scaled_penalty_weights(rho, c):
-    """The penalty of the scaled problem: ``rho_l ||W_l||^2 = rA_l ||A_bar_l||^2 + rb_l ||b_bar_l||^2``.
+    """The penalty of the scaled problem:
+    ``rho_l ||W_l||^2 = rA_l ||A_bar_l||^2 + rb_l ||b_bar_l||^2``.
 
     ``rA_l = rho_l (c_l / c_{l+1})^2`` and ``rb_l = rho_l / c_{l+1}^2``: a Frobenius penalty on the
     whole ``W_l`` (bias included) becomes a weighted one, the bias weighted apart, unless every

@@ -108,3 +108,11 @@ def limit_threads(threads, pools_now=None):
     finally:
         for limiter in reversed(limiters):
             limiter.restore_original_limits()
+
+
+def limit_for(backend):
+    """``limit_threads(backend.threads)`` over a run, or nothing where the backend sets no
+    budget (``threads=None``)."""
+    if backend.threads is None:
+        return contextlib.nullcontext()
+    return limit_threads(backend.threads)

@@ -495,7 +495,7 @@ def _as_array(name, A, dtype, xp):
             f"problem is dense)".replace("sparse.sparse", "sparse")
         )
     check_plain(name, A)
-    where = "" if xp is None else f" from the library of X0 ({xp.__name__})"
+    where = "" if xp is None else f" that {xp.__name__} takes"
     if xp is None:
         from .arrays import namespace
 

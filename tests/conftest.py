@@ -134,7 +134,8 @@ def random_data():
 
 @pytest.fixture(name="fd_grad", scope="session")
 def fd_grad_fixture():
-    """``fd_grad(f, A, h)`` as a fixture (scoped to the whole test run, so hypothesis tests may use it)."""
+    """``fd_grad(f, A, h)`` as a fixture (scoped to the whole test run, so hypothesis tests may use
+    it)."""
     return fd_grad
 
 

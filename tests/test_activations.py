@@ -477,7 +477,8 @@ def test_leaky_relu_rejects_bad_slope(slope):
 
 
 def test_relu_divergence_is_cancellation_free_in_float32():
-    """B(v, u) = 1/2 (v - u_+)^2 + v u_-: equal to F + F* - uv, and >= 0 in float32 near the graph."""
+    """B(v, u) = 1/2 (v - u_+)^2 + v u_-: equal to F + F* - uv, and >= 0 in float32 near the
+    graph."""
     relu = ReLU()
     rng = np.random.default_rng(0)
     u = rng.normal(0, 30, 100_000)

@@ -515,8 +515,7 @@ def test_foreign_arrays_get_a_clear_error():
         fit_bcd(net, xps.asarray(X), Y)
     with pytest.raises(
         ValueError,
-        match=r"X_test must be a 2-D array of numbers from the library of "
-        r"X0 \(numpy\), got builtins.str",
+        match=r"X_test must be a 2-D array of numbers that numpy takes, got builtins.str",
     ):
         fit_bcd(net, X, Y, X_test="pixels", Y_test=Y, backend="fast")
     assert isinstance(net.W[0], np.ndarray)  # nothing moved before validation failed

@@ -23,7 +23,8 @@ def _load():
 
 
 def check_report(out, methods, batches):
-    """The report in ``out``: the same checkpoints for every method, the table and the JSON agree."""
+    """The report in ``out``: the same checkpoints for every method, the table and the JSON
+    agree."""
     summary = json.loads((out / "results.json").read_text())
     table = (out / "results.md").read_text()
     assert (out / "accuracy.png").stat().st_size > 0

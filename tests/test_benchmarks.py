@@ -87,6 +87,27 @@ def test_fln_runs_on_the_benchmark_s_threads():
                 assert backend.compile == ("auto" if not flags else False)
 
 
+@pytest.mark.parametrize("name", ["mnist_mlp", "mnist_lenet5"])
+def test_fln_trains_on_torch_tensors_to_numpy_s_accuracy(name, monkeypatch):
+    """``--device torch`` (FLN on PyTorch tensors: CUDA's there, the CPU's here) trains the
+    quick run's first epoch to the NumPy run's test accuracy; without a CUDA device the flag is
+    refused before any work, saying so."""
+    torch = pytest.importorskip("torch", reason="--device torch needs PyTorch")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import mnist_mlp
+
+    bench = importlib.import_module(name)
+    if not torch.cuda.is_available():
+        assert "needs a CUDA GPU" in mnist_mlp.TorchGpu().missing(["fln"])
+    monkeypatch.setitem(mnist_mlp.DEVICES, "torch", mnist_mlp.TorchGpu("cpu"))
+    own = dict(load=bench.load, run_fln=bench.run_fln, run_backprop=bench.run_backprop)
+    accuracy = {}
+    for device in ("cpu", "torch"):
+        args = bench.parse_args(["--quick", "--device", device, "--epochs", "1", "--no-compile"])
+        accuracy[device] = mnist_mlp._child("fln", args, **own)["test_accuracy"]
+    assert accuracy["torch"] == pytest.approx(accuracy["cpu"], abs=0.005)
+
+
 @pytest.mark.slow  # a (quick) benchmark run on MNIST, three methods in spawned processes
 def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
     """Run as users run it (a script: each method in a spawned process)."""
@@ -389,9 +410,9 @@ def test_seed_means_never_drop_a_seed():
 
 
 @pytest.mark.slow  # compiles the MLP's kernels, then times 4 batches per path
-def test_compiled_ab_quick_run_prints_both_paths(capsys):
-    """The A/B benchmark runs both paths on the same batches and prints their medians, the BLAS
-    kernel and both libraries' GEMM rates."""
+def test_compiled_ab_quick_run_prints_every_path(capsys):
+    """The A/B benchmark runs the three paths (eager, compiled, everything in PyTorch) on the
+    same batches and prints their medians, the BLAS kernel and both libraries' GEMM rates."""
     pytest.importorskip("torch", reason="the compiled path needs PyTorch (fenchel_cvx[bench])")
     from fenchel_cvx.fast.fused import compiler_problem
 
@@ -403,10 +424,12 @@ def test_compiled_ab_quick_run_prints_both_paths(capsys):
     compiled_ab.main(["--quick", "--network", "mlp"])
     out = capsys.readouterr().out
     assert "NumPy's BLAS kernel:" in out and "GFLOP/s, PyTorch" in out
-    rows = [line for line in out.splitlines() if line.startswith(("| eager |", "| compiled |"))]
-    assert len(rows) == 2 and all(float(r.split("|")[2]) > 0 for r in rows)
-    ratio = float(out.split("compiled / eager: ")[1].split()[0])
-    assert 0 < ratio < 10
+    paths = ("| eager |", "| compiled |", "| torch |")
+    rows = [line for line in out.splitlines() if line.startswith(paths)]
+    assert len(rows) == 3 and all(float(r.split("|")[2]) > 0 for r in rows)
+    for name in ("compiled", "torch"):
+        ratio = float(out.split(f"{name} / eager: ")[1].split()[0].rstrip(";"))
+        assert 0 < ratio < 10
     reads = int(out.split("host reads of an unchecked batch (array_api_strict): ")[1].split()[0])
     assert 0 <= reads <= 5
     with pytest.raises(SystemExit):

@@ -1,4 +1,5 @@
-"""``oracle.certify`` and ``testing.assert_block_optimal``: anyone's solution checked against the oracle.
+"""``oracle.certify`` and ``testing.assert_block_optimal``: anyone's solution checked against the
+oracle.
 
 The docs page "Check your own solver" runs here as written (PyTorch gradient descent on an
 X-block); the candidates come from the oracle itself, from perturbations of it and from PyTorch.

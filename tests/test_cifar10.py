@@ -1,5 +1,6 @@
-"""CIFAR-10 on small generated files in the official python-pickle and binary formats: the
-loader, its errors, and the LeNet-5 benchmark's CIFAR-10 path end to end (CIFAR-10 itself cannot be had here)."""
+"""CIFAR-10 on small generated files in the official python-pickle and binary formats: the loader,
+its errors, and the LeNet-5 benchmark's CIFAR-10 path end to end (CIFAR-10 itself cannot be had
+here)."""
 
 import pickle
 import subprocess

@@ -190,7 +190,7 @@ def test_solved_to_tolerance_the_paths_agree_and_reach_the_oracle(compiled, netw
         assert abs(b.value - ref.value) <= 1e-6 * abs(ref.value) + 1e-12
 
 
-# --- whole runs ------------------------------------------------------------------------------------
+# --- whole runs -----------------------------------------------------------------------------------
 def test_a_run_compiles_in_its_first_batch_only_and_holds_its_certificate(compiled):
     _, X0, Y, _ = _mlp_state(np.float32, m=60)
     backend = FastBackend(compile=compiled, w_steps=3, x_steps=5)
@@ -262,7 +262,7 @@ def test_the_same_seed_gives_the_same_run_twice_and_resumes_to_it(compiled, tmp_
     assert all(np.array_equal(a, b) for a, b in zip(first, resumed))
 
 
-# --- bad input and fallbacks -------------------------------------------------------------------------
+# --- bad input and fallbacks ----------------------------------------------------------------------
 def test_compile_is_refused_without_pytorch_or_a_compiler(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch fails
     with pytest.raises(

@@ -509,7 +509,8 @@ def test_inexact_w_solve_reports_its_residual():
 @pytest.mark.parametrize("kind", ["w_hidden0", "w_last"])
 @pytest.mark.parametrize("w_steps", [1, 3, None])
 def test_w_solve_value_from_the_product_at_hand_is_the_blocks_value(kind, w_steps):
-    """The reported value comes from the solver's W X~ (no recomputed product): it is the block's."""
+    """The reported value comes from the solver's W X~ (no recomputed product): it is the
+    block's."""
     block = case_block("relu", "cross_entropy", kind, 0.3)
     res = FastBackend(w_steps=w_steps).solve(block, start=block.W0)
     assert res.value == pytest.approx(float(block.value(res.argmin)), rel=1e-10, abs=1e-12)

@@ -1,16 +1,18 @@
-"""The fast backend and the driver on a GPU (CuPy): the NumPy results, on the device.
+"""The fast backend and the driver on a GPU (CuPy; PyTorch's CUDA tensors): the NumPy results,
+on the device.
 
-Every test skips, naming the reason, where CuPy or a CUDA device is absent (CI has none);
+Every test skips, naming the reason, where CuPy (or PyTorch) or a CUDA device is absent (CI has
+none);
 docs/results.md ("On a GPU") records the runs on a GPU machine.
 
 - Each kind of block of a dense network (X hidden, X last, W hidden, W last; the X-blocks of
   every activation): the value of the NumPy solve within 1e-8 in float64, 1e-5 in float32, and
   the status of the NumPy solve in the same dtype; a float32 block stays float32 on the device.
 - The X- and W-blocks of a conv network (im2col and its adjoints on the device): the same.
-- ``fit_bcd`` (Algorithm 2) on a dense network and on LeNet-5: the run stays on the device
-  (weights and lifted X are CuPy arrays), ends at the NumPy run's weights in float64, and its
-  certificate gives the NumPy run's verdict on every round: descent, the lower bound and
-  Fenchel-Young hold.
+- ``fit_bcd`` (Algorithm 2) on a dense network and on LeNet-5, on CuPy arrays and on PyTorch
+  CUDA tensors: the run stays on the device (weights and lifted X are the device's arrays),
+  ends at the NumPy run's weights in float64, and its certificate gives the NumPy run's verdict
+  on every round: descent, the lower bound and Fenchel-Young hold.
 - The backprop baselines on CUDA (``train_backprop(device="cuda")``): the CPU run's weights
   within 1e-3 relative (float32, on two devices), and its accuracies.
 """
@@ -113,14 +115,14 @@ def test_conv_blocks_match_numpy(cp, dtype, rel):
         assert res.value == pytest.approx(ref.value, rel=rel), (kind, l)
 
 
-def _fit(make_net, X, Y, Xt, Yt, xp, **kw):
+def _fit(make_net, X, Y, Xt, Yt, asarray, **kw):
     net = make_net()
     return fit_bcd(
         net,
-        xp.asarray(X),
-        xp.asarray(Y),
-        X_test=xp.asarray(Xt),
-        Y_test=xp.asarray(Yt),
+        asarray(X),
+        asarray(Y),
+        X_test=asarray(Xt),
+        Y_test=asarray(Yt),
         backend="fast",
         epochs=1,
         check_every=1,
@@ -128,8 +130,26 @@ def _fit(make_net, X, Y, Xt, Yt, xp, **kw):
     )
 
 
+def _device(library, request):
+    """``(asarray, on_device, to_numpy)`` of ``library``'s arrays on the GPU: CuPy's, or
+    PyTorch's CUDA tensors (the fast backend's same array-API path)."""
+    if library == "cupy":
+        cp = request.getfixturevalue("cp")
+        return cp.asarray, lambda A: _on_device(cp, A), cp.asnumpy
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device for PyTorch")
+    return (
+        lambda A: torch.asarray(A, device="cuda"),
+        lambda A: isinstance(A, torch.Tensor) and A.is_cuda,
+        lambda A: A.cpu().numpy(),
+    )
+
+
+@pytest.mark.parametrize("library", ["cupy", "torch"])
 @pytest.mark.parametrize("network", ["dense", "lenet5"])
-def test_fit_bcd_runs_on_the_device(cp, network):
+def test_fit_bcd_runs_on_the_device(library, network, request):
+    asarray, on_device, to_numpy = _device(library, request)
     if network == "dense":
         ds = load_digits()
 
@@ -154,12 +174,12 @@ def test_fit_bcd_runs_on_the_device(cp, network):
         )
     Y, Yt = one_hot(y, 10), one_hot(yt, 10)
     gamma = (1e-4, 1e-2, 1, 1, 1) if network == "lenet5" else (1.0, 100.0)
-    ref = _fit(make, X, Y, Xt, Yt, np, batch_size=batch, gamma=gamma)
-    run = _fit(make, X, Y, Xt, Yt, cp, batch_size=batch, gamma=gamma)
-    assert all(_on_device(cp, W) for W in run.net.W)
-    assert all(_on_device(cp, X_) for X_ in run.Xs)
+    ref = _fit(make, X, Y, Xt, Yt, np.asarray, batch_size=batch, gamma=gamma)
+    run = _fit(make, X, Y, Xt, Yt, asarray, batch_size=batch, gamma=gamma)
+    assert all(on_device(W) for W in run.net.W)
+    assert all(on_device(X_) for X_ in run.Xs)
     for W, W_ref in zip(run.net.W, ref.net.W):
-        np.testing.assert_allclose(cp.asnumpy(W), W_ref, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(to_numpy(W), W_ref, rtol=1e-6, atol=1e-9)
     assert len(run.history.records) == len(ref.history.records) == 200 // batch
     for a, b in zip(run.history.records, ref.history.records):
         found = [{(v["check"], v["layer"]) for v in r["certificate"]["violations"]} for r in (a, b)]

@@ -9,7 +9,8 @@ not the first, whose Gram cache is empty and which has no momentum yet; nor the 
 run always checks). What remains, by source:
 
 - the driver's (``bcd.py``): one read of the round's argmin checks, all blocks' at once at the
-  round's end (``block_checks.CheckedSolves.settle``; the proximal term's value is recorded on checked rounds only);
+  round's end (``block_checks.CheckedSolves.settle``; the proximal term's value is recorded on
+  checked rounds only);
 - one per Gram factorisation formed (``_util._shifted``: whether the Cholesky factor is finite,
   which decides the shift, before the factor is used): W_0's and W_1's for the MLP, the dense
   layers' for LeNet-5 (its conv factors serve 40 batches);
@@ -86,11 +87,19 @@ def _batch(name, digits, dtype, lib):
     return net, unchecked_batch(net, X, Y, backend, 500, **args)
 
 
+def _library(name):
+    """The array library ``name`` ("array_api_strict", "torch": PyTorch's tensors on the CPU,
+    the same code path as on a GPU), skipped where it is absent."""
+    return xps if name == "array_api_strict" else pytest.importorskip(name)
+
+
+@pytest.mark.parametrize("library", ["array_api_strict", "torch"])
 @pytest.mark.parametrize("name", ["mlp", "lenet5"])
-def test_an_unchecked_training_batch_reads_back_little(name, digits):
+def test_an_unchecked_training_batch_reads_back_little(name, library, digits):
     """The whole unchecked round, float32 as trained: no read from the solvers' loops (FISTA's
-    steps, the CG and span steps, the line searches), only the sources of ``ALLOWED``."""
-    _, reads = _batch(name, digits, "float32", xps)
+    steps, the CG and span steps, the line searches), only the sources of ``ALLOWED``; on
+    PyTorch tensors the same (their ``item``, ``tolist``, ``cpu`` and ``numpy`` counted too)."""
+    _, reads = _batch(name, digits, "float32", _library(library))
     table = f"{reads.total} reads, by source line:\n{reads.table()}"
     assert reads.total <= LIMIT[name], table
     for source, n in reads.by_function().items():
@@ -109,6 +118,39 @@ def test_the_batch_without_reads_gives_the_numpy_iterates(name, digits):
     )
     for W, W_ref in zip(runs["array_api_strict"].W, runs["numpy"].W):
         np.testing.assert_allclose(np.asarray(W), W_ref, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["mlp", "lenet5"])
+def test_a_batch_on_torch_tensors_trains_there_and_gives_the_numpy_weights(name, digits):
+    """PyTorch tensors keep their library through ``fit_bcd`` (the weights come back as
+    tensors, where a GPU's would stay on the device) and give NumPy's weights up to the two
+    libraries' rounding of the same products (float64)."""
+    torch = pytest.importorskip("torch")
+    runs = {lib.__name__: _batch(name, digits, "float64", lib)[0] for lib in (np, torch)}
+    assert all(isinstance(W, torch.Tensor) for W in runs["torch"].W)
+    for W, W_ref in zip(runs["torch"].W, runs["numpy"].W):
+        np.testing.assert_allclose(W.numpy(), W_ref, rtol=0, atol=1e-9 * np.abs(W_ref).max())
+
+
+def test_host_reads_counts_a_tensors_conversions_and_copies():
+    torch = pytest.importorskip("torch")
+    a = torch.tensor([1.0, -2.0])
+
+    def reader():
+        float(a.sum())
+        bool((a > 0).all())
+        a.sum().item()
+        a.tolist()
+        a.cpu()
+        return a.numpy()
+
+    with HostReads("torch") as reads:
+        reader()
+    assert reads.total == 6, reads.table()
+    assert reads.by_function() == {f"{__name__}.{reader.__qualname__}": 6}
+    assert "cpu" not in vars(torch.Tensor) and torch.Tensor.item is torch._C.TensorBase.item
+    with pytest.raises(ValueError, match="library must be one of .* got 'jax'"):
+        HostReads("jax")
 
 
 def test_host_reads_counts_every_conversion_by_its_caller():

@@ -16,7 +16,8 @@ from fenchel_cvx.layers import LAYERS, build_maps, layer_from_dict
 
 
 def conv_reference(W, X, shape, k, pad):
-    """Cross-correlation by explicit loops: U[o, h, w] = b_o + sum_{c,i,j} W[o,c,i,j] X[c,h+i,w+j]."""
+    """Cross-correlation by explicit loops:
+    U[o, h, w] = b_o + sum_{c,i,j} W[o,c,i,j] X[c,h+i,w+j]."""
     C, H, Wd = shape
     m = X.shape[1]
     Xi = np.pad(X.reshape(C, H, Wd, m), ((0, 0), (pad, pad), (pad, pad), (0, 0)))

@@ -1,4 +1,5 @@
-"""The PyTorch LeNet-5 baseline is the lifted network's LeNet-5: same maps, same weights, same batches."""
+"""The PyTorch LeNet-5 baseline is the lifted network's LeNet-5: same maps, same weights, same
+batches."""
 
 import numpy as np
 import pytest

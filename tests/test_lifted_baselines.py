@@ -106,7 +106,7 @@ def test_taylor_warm_start_descends_then_multiplier_runs(data):
     assert np.any(t.lam_mult)
 
 
-# --- Lau et al. 2018 / Zeng et al. 2019 ------------------------------------------------------------
+# --- Lau et al. 2018 / Zeng et al. 2019 -----------------------------------------------------------
 def test_lau_steps_are_exact(data):
     s = started("lau", data, gamma=1.5, rho=0.8, alpha=0.3)
     s.step()
@@ -179,7 +179,7 @@ def test_askari_w_step_and_descent(data):
     assert all(b <= a + 1e-9 for a, b in zip(vals, vals[1:]))
 
 
-# --- the common entry point -------------------------------------------------------------------------
+# --- the common entry point -----------------------------------------------------------------------
 def _needs_torch(method):
     """The SGD baseline trains by backprop in PyTorch (the bench extra); the lifted methods not."""
     if method != "sgd":

@@ -1,4 +1,5 @@
-"""Tests of fenchel_cvx.losses: values, gradients, stability, CVXPY forms (columns = data points)."""
+"""Tests of fenchel_cvx.losses: values, gradients, stability, CVXPY forms (columns = data
+points)."""
 
 import array_api_strict as xps
 import cvxpy as cp

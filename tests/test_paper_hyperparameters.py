@@ -1,4 +1,5 @@
-"""Tests of fenchel_cvx.paper_hyperparameters: the first author's code's blocks are this package's blocks.
+"""Tests of fenchel_cvx.paper_hyperparameters: the first author's code's blocks are this package's
+blocks.
 
 Each block of the reference code is written here from its TensorFlow objectives (the layer
 class its scripts build, ``use_neo=True``): the ReLU penalty ``sum(v^2 - 2uv + u_+^2)``, the

@@ -1,4 +1,5 @@
-"""Backpropagation baselines: the same network trained by SGD or Adam in PyTorch, the paper's comparison.
+"""Backpropagation baselines, the paper's comparison: the same network trained by SGD or Adam in
+PyTorch.
 
 The network is the one the lifted model relaxes. It is given either as ``layer_sizes = (p_0, ...,
 p_{L+1})`` (a dense MLP), as a ``LiftedNetwork``'s ``get_config()`` dict (any sequence of layer
@@ -384,17 +385,7 @@ def train_backprop(
         ),
     )
     lr = OPTIMIZERS[optimizer][1] if a["lr"] is None else a["lr"]
-    if momentum and optimizer not in WITH_MOMENTUM:
-        raise ValueError(
-            f"momentum applies to optimizer in {WITH_MOMENTUM}, got momentum={momentum!r} "
-            f"with optimizer={optimizer!r}"
-        )
-    steps = dict(momentum=float(momentum)) if optimizer in WITH_MOMENTUM else {}
-    eval_at = set(eval_at)
-    if not all(COUNT.accepts(b) for b in eval_at):
-        raise ValueError(
-            f"eval_at must hold positive batch counts, got {sorted(eval_at, key=str)!r}"
-        )
+    steps, eval_at = _check_steps(optimizer, momentum, eval_at)
     torch = _torch()
     missing = DEVICES[device][0](torch)
     if missing:
@@ -409,15 +400,7 @@ def train_backprop(
     if threads is not None:
         torch.set_num_threads(int(threads))
     try:
-        Xtr, Xte = (
-            torch.from_numpy(np.ascontiguousarray(np.asarray(X).T, dtype=np.float32))
-            .reshape(-1, *input_shape)
-            .to(dev)
-            for X in (X_train, X_test)
-        )
-        ytr, yte = (
-            torch.as_tensor(np.asarray(y), dtype=torch.long, device=dev) for y in (y_train, y_test)
-        )
+        Xtr, ytr, Xte, yte = _tensors(torch, dev, input_shape, X_train, y_train, X_test, y_test)
         opt = getattr(torch.optim, OPTIMIZERS[optimizer][0])(
             model.parameters(), lr=float(lr), **steps
         )
@@ -455,6 +438,37 @@ def train_backprop(
         return result
     finally:
         torch.set_num_threads(old_threads)
+
+
+def _check_steps(optimizer, momentum, eval_at):
+    """The optimizer's keyword for momentum (SGD's only) and the set of batch counts to
+    checkpoint at, each checked."""
+    if momentum and optimizer not in WITH_MOMENTUM:
+        raise ValueError(
+            f"momentum applies to optimizer in {WITH_MOMENTUM}, got momentum={momentum!r} "
+            f"with optimizer={optimizer!r}"
+        )
+    eval_at = set(eval_at)
+    if not all(COUNT.accepts(b) for b in eval_at):
+        raise ValueError(
+            f"eval_at must hold positive batch counts, got {sorted(eval_at, key=str)!r}"
+        )
+    return (dict(momentum=float(momentum)) if optimizer in WITH_MOMENTUM else {}), eval_at
+
+
+def _tensors(torch, dev, input_shape, X_train, y_train, X_test, y_test):
+    """The data on ``dev``: float32 inputs one point per row, shaped ``input_shape``, and
+    integer labels."""
+    Xtr, Xte = (
+        torch.from_numpy(np.ascontiguousarray(np.asarray(X).T, dtype=np.float32))
+        .reshape(-1, *input_shape)
+        .to(dev)
+        for X in (X_train, X_test)
+    )
+    ytr, yte = (
+        torch.as_tensor(np.asarray(y), dtype=torch.long, device=dev) for y in (y_train, y_test)
+    )
+    return Xtr, ytr, Xte, yte
 
 
 def _evaluator(torch, model, loss_fn):

@@ -1,10 +1,10 @@
-"""Fast array-API solvers for the four blocks (NumPy on a CPU, CuPy on a GPU).
+"""Fast array-API solvers for the four blocks (NumPy on a CPU; CuPy or PyTorch on a GPU).
 
 ``FastBackend(tol, max_iter, w_steps, x_steps, dtype).solve(block, start)`` solves one block of
 ``fenchel_cvx.blocks`` (the paper's Sec. 4.5 subproblems) with batched matrix products, written
 once against the array API standard: the namespace is that of the block's arrays, so NumPy,
-CuPy and ``array_api_strict`` inputs all run the same code, in their own dtype (float32 stays
-float32).
+CuPy, PyTorch and ``array_api_strict`` inputs all run the same code, in their own dtype (float32
+stays float32) and on their own device.
 
 =============================  ==============================================================
 block                          method

@@ -1,6 +1,7 @@
 """The Gram preconditioner of the W-blocks, in parameter space or in data space (Woodbury).
 
-A W-block (the paper's Sec. 4.5.2 subproblems in W_l, eqs. (17)-(20)) is preconditioned by the shared matrix
+A W-block (the paper's Sec. 4.5.2 subproblems in W_l, eqs. (17)-(20)) is preconditioned by the
+shared matrix
 
     G = w X~ X~^T + 2c I        (n x n, n the rows of X~; c = rho + gamma; w > 0),
 

@@ -1,29 +1,34 @@
-"""Count the host reads of a run on ``array_api_strict`` arrays, by where they come from.
+"""Count the host reads of a run on ``array_api_strict`` arrays or PyTorch tensors, by where
+they come from.
 
 On a GPU every read of a value back to the host (``float(x)``, ``bool(x)``, ``int(x)``,
-``np.asarray(x)``, an array as an index, ...) waits for the device, and a batch that reads back
-cannot be captured as one graph (CUDA graphs, ``torch.compile``). The fast solvers are written
-once against the array API standard, so the same code run on ``array_api_strict`` arrays shows
-every such read: ``HostReads`` wraps the Array class's conversions to host values
-(``__bool__``, ``__int__``, ``__index__``, ``__float__``, ``__complex__``, ``__array__``,
-``__dlpack__``, and ``item`` / ``tolist`` where the class has them) and counts each call by the
-function that made it (the first frame outside array_api_strict, NumPy and array_api_compat).
+``np.asarray(x)``, an array as an index, ``x.item()``, ``x.cpu()``, ...) waits for the device,
+and a batch that reads back cannot be captured as one graph (CUDA graphs, ``torch.compile``).
+The fast solvers are written once against the array API standard, so the same code run on
+``array_api_strict`` arrays or on PyTorch tensors (on any device) shows every such read that
+Python makes: ``HostReads`` wraps the array class's conversions to host values (``CONVERSIONS``;
+a tensor's ``cpu`` and ``numpy`` too) and counts each call by the function that made it (the
+first frame outside the array library, NumPy and array_api_compat). A read made inside a
+library's compiled code (a CUDA error check of a factorisation) is not a Python call and is not
+counted: on a GPU, ``torch.cuda.set_sync_debug_mode`` shows those.
 
-    with HostReads() as reads:
+    with HostReads() as reads:          # HostReads("torch") for tensors
         backend.solve(block)
     print(reads.total, reads.table())
 
 ``count(fn, *args)`` does the same for one call, and ``unchecked_batch(net, X0, Y, ...)`` counts
 one whole unchecked round of Algorithm 2 (``fit_bcd``), the steady state of a training run.
-``ProductFlops`` counts the same way the floating-point operations of the matrix products, the
-part of a batch that BLAS (or a GPU's GEMM) runs: the floor of its time at the GEMM rate.
+``ProductFlops`` counts the same way the floating-point operations of the matrix products of
+``array_api_strict`` arrays, the part of a batch that BLAS (or a GPU's GEMM) runs: the floor of
+its time at the GEMM rate.
 """
 
 import collections
+import math
 import os
 import sys
 
-#: the conversions of an array to a host value (those the Array class has are counted)
+#: the conversions of an array to a host value (those the array class has are counted)
 CONVERSIONS = (
     "__bool__",
     "__int__",
@@ -35,23 +40,33 @@ CONVERSIONS = (
     "item",
     "tolist",
 )
+#: a tensor's copies to the host, beside the conversions
+TENSOR_COPIES = ("cpu", "numpy")
+#: the array libraries whose arrays are counted
+LIBRARIES = ("array_api_strict", "torch")
 
 
-def _array_class():
-    from array_api_strict._array_object import Array
+def _array_class(library):
+    """The array class of ``library`` (one of ``LIBRARIES``) and the folder of its code."""
+    if library == "torch":
+        import torch
 
-    return Array
+        return torch.Tensor, os.path.dirname(torch.__file__) + os.sep
+    if library == "array_api_strict":
+        import array_api_strict
+        from array_api_strict._array_object import Array
+
+        return Array, os.path.dirname(array_api_strict.__file__) + os.sep
+    raise ValueError(f"library must be one of {LIBRARIES}, got {library!r}")
 
 
-def _skipped_roots():
-    """The folders of the libraries whose frames are not a read's source (they relay it)."""
+def _skipped_roots(own):
+    """The folders of the libraries whose frames are not a read's source (they relay it): the
+    array library's ``own`` folder, NumPy's and array_api_compat's."""
     import array_api_compat
-    import array_api_strict
     import numpy
 
-    return tuple(
-        os.path.dirname(m.__file__) + os.sep for m in (array_api_strict, numpy, array_api_compat)
-    )
+    return (own,) + tuple(os.path.dirname(m.__file__) + os.sep for m in (numpy, array_api_compat))
 
 
 class _Tally:
@@ -61,10 +76,16 @@ class _Tally:
 
     METHODS: tuple[str, ...] = ()
 
-    def __init__(self):
+    def __init__(self, library="array_api_strict"):
+        self.cls, own = _array_class(library)
+        self.library, self.skipped = library, _skipped_roots(own)
         self.sources = collections.Counter()
         self.counting = True
         self._saved = {}
+
+    def methods(self):
+        """The names of the array class's methods counted (those it has)."""
+        return [name for name in self.METHODS if hasattr(self.cls, name)]
 
     @staticmethod
     def amount(out, *args):
@@ -90,17 +111,17 @@ class _Tally:
         )
 
     def __enter__(self):
-        cls, skipped = _array_class(), _skipped_roots()
-        for name in self.METHODS:
-            if name in vars(cls):
-                self._saved[name] = vars(cls)[name]
-                setattr(cls, name, self._wrap(vars(cls)[name], skipped))
+        for name in self.methods():
+            self._saved[name] = vars(self.cls).get(name)  # None: inherited (a base class's)
+            setattr(self.cls, name, self._wrap(getattr(self.cls, name), self.skipped))
         return self
 
     def __exit__(self, *exc):
-        cls = _array_class()
         for name, method in self._saved.items():
-            setattr(cls, name, method)
+            if method is None:
+                delattr(self.cls, name)
+            else:
+                setattr(self.cls, name, method)
         self._saved.clear()
         return False
 
@@ -113,20 +134,21 @@ class _Tally:
                 tally.sources[_source(sys._getframe(1), skipped)] += tally.amount(out, *args)
             return out
 
-        counted.__name__, counted.__doc__ = method.__name__, method.__doc__
+        counted.__name__, counted.__doc__ = getattr(method, "__name__", "?"), method.__doc__
         return counted
 
 
 class HostReads(_Tally):
-    """Counts reads of ``array_api_strict`` arrays back to the host while active, one per
-    conversion (``CONVERSIONS``), by the function that made it."""
+    """Counts reads of ``library``'s arrays (``"array_api_strict"``, ``"torch"``) back to the
+    host while active, one per conversion (``CONVERSIONS``, and a tensor's ``TENSOR_COPIES``),
+    by the function that made it."""
 
-    METHODS = CONVERSIONS
+    METHODS = CONVERSIONS + TENSOR_COPIES
 
 
 class ProductFlops(_Tally):
-    """Counts the floating-point operations of the matrix products (``A @ B``) of
-    ``array_api_strict`` arrays while active, by the function that made them: ``2 k`` per entry
+    """Counts the floating-point operations of the matrix products (``A @ B``) of ``library``'s
+    arrays while active, by the function that made them: ``2 k`` per entry
     of the result, k the contracted length (a product's multiply-adds; the blocks' other work,
     elementwise, is not counted)."""
 
@@ -134,7 +156,7 @@ class ProductFlops(_Tally):
 
     @staticmethod
     def amount(out, a, b):
-        return 2 * a.shape[-1] * out.size
+        return 2 * a.shape[-1] * math.prod(out.shape)
 
 
 def _source(frame, skipped):
@@ -156,7 +178,8 @@ def count(fn, *args, **kwargs):
 
 def unchecked_batch(net, X0, Y, backend, batch_size, flops=None, **fit_args):
     """The reads of one unchecked round of Algorithm 2: ``fit_bcd`` on ``X0``, ``Y``
-    (``array_api_strict`` arrays of at least three batches) with ``check_every`` past the run,
+    (``array_api_strict`` arrays or PyTorch tensors, of at least three batches; the reads of
+    that library are counted) with ``check_every`` past the run,
     counting the second round only, from the end of the first round's record to the end of its
     own: the batch's gather, the momentum step, the feed-forward pass, both sweeps with the
     certificate's checks of every round (argmin, status) and the record. The first round is
@@ -164,6 +187,8 @@ def unchecked_batch(net, X0, Y, backend, batch_size, flops=None, **fit_args):
     last round of a run is always checked). ``flops``: a ``ProductFlops`` that counts the same
     round's products. ``fit_args`` go to ``fit_bcd`` (``gamma``, ``momentum``, ...).
     -> ``HostReads``; ``net`` is trained by the two rounds."""
+    from array_api_compat import is_torch_array
+
     from ..bcd import fit_bcd
 
     if X0.shape[1] < 3 * batch_size:
@@ -175,8 +200,9 @@ def unchecked_batch(net, X0, Y, backend, batch_size, flops=None, **fit_args):
         reads.counting = flops.counting = record["iteration"] == 1  # round 1's end to round 2's
         return record["iteration"] == 2
 
-    flops = ProductFlops() if flops is None else flops
-    with HostReads() as reads, flops:
+    library = "torch" if is_torch_array(X0) else "array_api_strict"
+    flops = ProductFlops(library) if flops is None else flops
+    with HostReads(library) as reads, flops:
         reads.counting = flops.counting = False
         fit_bcd(
             net,

@@ -1,6 +1,7 @@
 """A few warm-started WHidden steps in the span of the batch: ``W = W0 + Z X~^T``.
 
-The batched model's hidden W-block (the paper's Sec. 4.5.2 W-update with its proximal term, eq. (19))
+The batched model's hidden W-block (the paper's Sec. 4.5.2 W-update with its proximal term,
+eq. (19))
 
     min_W  lam B(V, W X~) + gamma ||W - W0||^2        (rho = 0, as in the paper's batched runs)
 
@@ -8,7 +9,7 @@ has the gradient ``g = (lam A + 2 gamma Z) X~^T`` wherever ``W - W0 = Z X~^T``
 (``A = phi(W X~) - V``), and so does the Gram-preconditioned direction ``s = g G^{-1}`` of
 ``gram.DataGram`` (Woodbury, ``M = w K + c2 I``, ``K = X~^T X~``):
 
-    s = sigma X~^T,    sigma = (2 gamma / c2) Z + B,    B = (lam A - (2 gamma w / c2)(U - U0)) M^{-1}
+    s = sigma X~^T,  sigma = (2 gamma / c2) Z + B,  B = (lam A - (2 gamma w / c2)(U - U0)) M^{-1}
 
 Starting at ``W = W0`` (``Z = 0``), every iterate of ``wblocks.solve_pncg``'s preconditioned
 CG stays in that span. The iteration can therefore run on the coefficients Z, p x m (m the

@@ -578,7 +578,8 @@ def _newton_direction(xp, prob, U, g, cg_iter):
 
 
 def _scatter_rows(xp, full, sub, rows):
-    """``full`` with its rows ``rows`` (sorted global indices) replaced by ``sub`` (no in-place writes)."""
+    """``full`` with its rows ``rows`` (sorted global indices) replaced by ``sub``, with no
+    in-place writes."""
     p, k = full.shape[0], rows.shape[0]
     ar = xp.arange(p, dtype=rows.dtype)
     pos = clip(xp.searchsorted(rows, ar), 0, k - 1)

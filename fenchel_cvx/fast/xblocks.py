@@ -20,16 +20,16 @@ any other activation (sigmoid, tanh, ELU, ...) ``z = phi(s)`` with ``phi(s) + ta
 strictly monotone scalar equation solved by bracketed Newton in ``s``, which keeps ``z``
 strictly inside an open range (``act.open_range``).
 
-``L`` is ``sup phi_out' * lam_out * ||A||_2^2`` (``act.dphi_max``) (``2 ||A||^2`` for MSE, ``max_j (1^T y_j) / 2
-||A||^2`` for cross-entropy, the softmax Hessian being ``<= I / 2``), ``A = A(W, .)`` the layer's
-map (dense: ``W_p``). Where its eigenproblems have at most ``EXACT_EIG_MAX`` rows
-(``LinearMap.norm2_bound``: ``W_p``'s smaller side; a convolution's channels, per frequency of
-its filters' DFT; LeNet-5's maps and the MLP's last layer), ``||A||_2^2`` has a certified upper
-bound and ``L`` is a certified Lipschitz constant: no line search. Otherwise ``||A||_2^2`` comes
-from power iteration and a backtracking test on the smooth term's value guards it. Momentum
-restarts when it stops helping (O'Donoghue & Candes' gradient test). The loop stops when the
-block's own ``kkt_residual`` is ``<= tol``; it is evaluated only where the same formula, with
-the gradient the loop holds, comes within ``2 tol``.
+``L`` is ``sup phi_out' * lam_out * ||A||_2^2`` (``act.dphi_max``) (``2 ||A||^2`` for MSE,
+``max_j (1^T y_j) / 2 ||A||^2`` for cross-entropy, the softmax Hessian being ``<= I / 2``),
+``A = A(W, .)`` the layer's map (dense: ``W_p``). Where its eigenproblems have at most
+``EXACT_EIG_MAX`` rows (``LinearMap.norm2_bound``: ``W_p``'s smaller side; a convolution's channels,
+per frequency of its filters' DFT; LeNet-5's maps and the MLP's last layer), ``||A||_2^2`` has a
+certified upper bound and ``L`` is a certified Lipschitz constant: no line search. Otherwise
+``||A||_2^2`` comes from power iteration and a backtracking test on the smooth term's value guards
+it. Momentum restarts when it stops helping (O'Donoghue & Candes' gradient test). The loop stops
+when the block's own ``kkt_residual`` is ``<= tol``; it is evaluated only where the same formula,
+with the gradient the loop holds, comes within ``2 tol``.
 """
 
 import functools
@@ -45,11 +45,13 @@ from .fused import EAGER
 
 
 def _prox_newton(xp, act, r, tau, s):
-    """Solve phi(s) + tau s = r elementwise (bracketed Newton) and return z = phi(s) inside the range."""
+    """Solve phi(s) + tau s = r elementwise (bracketed Newton) and return z = phi(s) inside the
+    range."""
     if s is None:
         s = r / (1 + tau)
     g0 = act.phi(s) + tau * s - r
-    # phi' >= 0 gives |s - s*| <= |g(s)| / tau; the range of phi gives (r - hi)/tau < s* < (r - lo)/tau
+    # phi' >= 0 gives |s - s*| <= |g(s)| / tau;
+    # the range of phi gives (r - hi)/tau < s* < (r - lo)/tau
     lo, hi = s - xp.abs(g0) / tau, s + xp.abs(g0) / tau
     vlo, vhi = act.v_range
     if math.isfinite(vhi):
@@ -246,19 +248,7 @@ def solve_x(
     G = sm.grad_U(Uz)
     Gy = sm.adjoint(G)  # the smooth term's gradient at z: also the first step's (y = z)
     if not capped and _optimal(xp, block, z, Gy, tol) and (res := block.kkt_residual(z)) <= tol:
-        return (
-            z,
-            0,
-            dict(
-                method="fista",
-                lipschitz=L,
-                restarts=0,
-                backtracks=0,
-                converged=True,
-                residual=res,
-                U=Uz,
-            ),
-        )
+        return z, 0, _info(L, 0, 0, converged=True, residual=res, U=Uz)
     tauU = (None, None)  # (L, tau U_prev): formed again only when L changes
     for it in range(1, max_iter + 1):
         if it > 1:
@@ -301,21 +291,19 @@ def solve_x(
         moves = not isinstance(beta, float) or beta  # on the device: formed, 0 or not
         y, Uy = _extrapolate(beta, zn, z, Uzn, Uz) if moves else (zn, Uzn)
         z, Uz, theta = zn, Uzn, theta_n
-    info = dict(
-        method="fista",
-        lipschitz=L,
-        restarts=restarts,
-        backtracks=backtracks,
-        reverted=False,
-        kkt_checks=0 if tests is None else tests.checks,
-        converged=converged,
-        stalled=stalled,
-    )
+    checks = 0 if tests is None else tests.checks
+    info = _info(L, restarts, backtracks, reverted=False, kkt_checks=checks, converged=converged)
+    info["stalled"] = stalled
     if converged:
         info["residual"] = tests.residual
     start = None if _descends(sm, act, it, stalled) else (z0, Uz0)  # no start value needed
     z, info["U"] = _closing(block, (z, Uz), start, info, capped_residual, capped_value)
     return z, it, info
+
+
+def _info(L, restarts, backtracks, **more):
+    """``solve_x``'s ``info``: its method, last L, restarts and backtracks, then ``more``."""
+    return dict(method="fista", lipschitz=L, restarts=restarts, backtracks=backtracks, **more)
 
 
 def _stepper(kernels, act):

@@ -1,9 +1,9 @@
 """OracleBackend: every block of the lifted objective solved to certified optimality by CVXPY.
 
 ``OracleBackend().solve(block)`` takes one of the four blocks of ``blocks.py`` (docs/mathematics.md,
-"The four blocks"; the paper's Sec. 4.5), splits it into independent pieces (``templates.plan``: X-blocks
-by column, hidden and MSE-last W-blocks by row), solves every piece on a cached DPP template
-(re-solves only set parameter values), and returns a ``BlockResult`` whose ``value`` and
+"The four blocks"; the paper's Sec. 4.5), splits it into independent pieces (``templates.plan``:
+X-blocks by column, hidden and MSE-last W-blocks by row), solves every piece on a cached DPP
+template (re-solves only set parameter values), and returns a ``BlockResult`` whose ``value`` and
 ``residual`` are ``block.value`` and ``block.kkt_residual`` at the assembled argmin, computed in
 NumPy. The MSE + ReLU X_L block is a nonnegative least squares (``nnls.py``). Everything that
 differs between blocks (checks, plan, polish, route) is registered per block class

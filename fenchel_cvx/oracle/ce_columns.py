@@ -1,8 +1,8 @@
 """The cross-entropy + ReLU last X-block by projected Newton, column by column (exact method).
 
-With a ReLU in front of the softmax output layer, the block of X_L (the paper's Sec. 4.5.1, eq. (16), the
-X_L sub-problem for a cross-entropy loss; docs/oracle.md, "Exact methods") is, per data
-point j, with ``s_j = 1^T y_j`` and ``W_L = [W_x, b]``,
+With a ReLU in front of the softmax output layer, the block of X_L (the paper's Sec. 4.5.1,
+eq. (16), the X_L sub-problem for a cross-entropy loss; docs/oracle.md, "Exact methods") is, per
+data point j, with ``s_j = 1^T y_j`` and ``W_L = [W_x, b]``,
 
     min_{z >= 0}  s_j lse(W_x z + b) - y_j^T (W_x z + b) + lam (1/2 ||z||^2 - u_j^T z)  (+ const),
 

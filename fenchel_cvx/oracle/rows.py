@@ -1,8 +1,8 @@
 """The rows of a (leaky) ReLU hidden W-block, solved exactly: dual pivoting or primal Newton.
 
-Row ``i`` of the hidden W-block (the paper's Sec. 4.5.2, "Updating W-variables", eqs. (17) and (19); docs/oracle.md,
-"Exact methods") solves, with ``c = rho + gamma > 0`` and ``q = lam X~ v_i + 2 gamma w0_i``
-(the templates' ``Q``),
+Row ``i`` of the hidden W-block (the paper's Sec. 4.5.2, "Updating W-variables", eqs. (17) and (19);
+docs/oracle.md, "Exact methods") solves, with ``c = rho + gamma > 0`` and
+``q = lam X~ v_i + 2 gamma w0_i`` (the templates' ``Q``),
 
     min_w  f(w) = lam sum_j F*(x~_j^T w) - q^T w + c ||w||^2 ,
 
@@ -24,7 +24,8 @@ Both end with the same loop (``newton_rows``): Newton steps on each row whose gr
 the target on the block's scale, with a backtracking line search on the row's own ``f``. After
 the dual route the first full step lands on the optimum (it only removes the round-off that
 ``w = (q - X~ mu) / 2c`` amplifies by ``||X~||^2 / 2c``); there the inverse comes from the dual's
-matrix by Woodbury, ``(lam X~ D X~^T + 2c I)^{-1} = (I - X~ (H + delta diag(u <= 0))^{-1}_A X~^T) / 2c``.
+matrix by Woodbury,
+``(lam X~ D X~^T + 2c I)^{-1} = (I - X~ (H + delta diag(u <= 0))^{-1}_A X~^T) / 2c``.
 """
 
 import math

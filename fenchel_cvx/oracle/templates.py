@@ -1,11 +1,11 @@
 """DPP templates: one small ``cp.Problem`` per (block kind, shape, activation, loss), built once.
 
-The four blocks (docs/mathematics.md, "The four blocks"; the paper's Sec. 4.5, eq. (7)) are separable: X-blocks by
-data point (column), the hidden W-block and the MSE last W-block by output unit (row). A
-*template* is the problem of one *piece*: ``k`` columns or ``r`` rows. What changes from piece to
-piece is a ``cp.Parameter``; products of parameters are precomputed in NumPy into one parameter
-(``Q`` below), constants that do not depend on the variable are dropped (the backend returns
-``block.value(argmin)`` computed in NumPy), and each objective is divided by the scalar that
+The four blocks (docs/mathematics.md, "The four blocks"; the paper's Sec. 4.5, eq. (7)) are
+separable: X-blocks by data point (column), the hidden W-block and the MSE last W-block by output
+unit (row). A *template* is the problem of one *piece*: ``k`` columns or ``r`` rows. What changes
+from piece to piece is a ``cp.Parameter``; products of parameters are precomputed in NumPy into one
+parameter (``Q`` below), constants that do not depend on the variable are dropped (the backend
+returns ``block.value(argmin)`` computed in NumPy), and each objective is divided by the scalar that
 multiplies its nonlinear term so that every problem is DPP (``is_dcp(dpp=True)``, checked):
 
     x_hidden   (Z: p x k)  a sum F_{l-1}(Z) - <Q, Z> + sum F*_l(W_x Z + b)            (/ lam_l)
@@ -24,8 +24,8 @@ multiplies its nonlinear term so that every problem is DPP (``is_dcp(dpp=True)``
                (any other loss, its CVXPY form ``atoms.loss_cvx`` with Y a parameter: Huber)
 
 (``W_x = W[:, :p]`` and ``b = W[:, p]`` split the weights of the layer a Z feeds, a convolution
-given by its explicit matrix ``block.dense_W()``; a conv W-block is a W-block on patches; ``F``, ``F*``
-are the Theorem-1 pair of the activation, ``activations.py``; ReLU's F* enters through its
+given by its explicit matrix ``block.dense_W()``; a conv W-block is a W-block on patches; ``F``,
+``F*`` are the Theorem-1 pair of the activation, ``activations.py``; ReLU's F* enters through its
 epigraph.) The cross-entropy W-block couples its rows through log-sum-exp, so it is one piece.
 
 X-blocks keep ``W_x`` as a parameter (it is small). W-blocks compile ``X~`` in as a constant and
@@ -298,7 +298,8 @@ def _chunks(count, size):
 
 
 def pad(A, axis, size):
-    """Pad A along ``axis`` to ``size`` by repeating its first slice (a valid, discarded problem)."""
+    """Pad A along ``axis`` to ``size`` by repeating its first slice (a valid, discarded
+    problem)."""
     extra = size - A.shape[axis]
     if extra <= 0:
         return A

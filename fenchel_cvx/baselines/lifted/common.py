@@ -9,8 +9,9 @@ define. Columns are data points; ``Y`` and ``Y_test`` are one-hot.
 
 Two closed forms serve several peers (so each is written once):
 
-- :func:`ridge`: ``argmin_W ||T - W A||_F^2 + reg ||W - W0||_F^2 = (T A^T + reg W0)(A A^T + reg I)^{-1}``
-  (``reg = 0``: the least-squares solution ``T A^+`` through the pseudo-inverse);
+- :func:`ridge`: ``argmin_W ||T - W A||_F^2 + reg ||W - W0||_F^2``, which is
+  ``(T A^T + reg W0)(A A^T + reg I)^{-1}`` (``reg = 0``: the least-squares solution ``T A^+``
+  through the pseudo-inverse);
 - :func:`relu_prox`: the entrywise ``argmin_u (v - max(u, 0))^2 + c (u - m)^2``, the best of the
   two pieces ``u >= 0`` and ``u <= 0`` (Taylor et al.'s z-step, Lau et al.'s U-step).
 """
@@ -73,8 +74,8 @@ class LiftedMethod:
 
     Subclasses set ``name``, ``defaults`` (hyperparameter -> default), ``constraints``
     (hyperparameter -> what it must be: a constraint of ``validation.py``) and ``losses`` (the
-    losses the method defines), and implement ``start(net, X, Y)``, ``step()``, ``weights()`` (the network's
-    ``[W_l]``, bias last column) and ``objective()``; or override :meth:`run` entirely.
+    losses the method defines), and implement ``start(net, X, Y)``, ``step()``, ``weights()`` (the
+    network's ``[W_l]``, bias last column) and ``objective()``; or override :meth:`run` entirely.
     """
 
     name: str = ""

@@ -1,5 +1,6 @@
 """Lau et al. 2018 / Zeng et al. 2019, "A proximal block coordinate descent algorithm for deep
-neural network training" (the three-splitting BCD, ``V_l = sigma(U_l)``, ``U_l = W_{l-1} V_{l-1} + b``).
+neural network training" (the three-splitting BCD, ``V_l = sigma(U_l)``,
+``U_l = W_{l-1} V_{l-1} + b``).
 
 Objective (``V_0`` the data, ``sigma`` = ReLU on the hidden layers, identity on the output)
 
@@ -14,9 +15,10 @@ proximal term ``alpha/2 ||. - previous||^2``:
     U_{L+1} <- (gamma V_{L+1} + rho (W_L V_L + b_L)) / (gamma + rho)                (no prox)
     W_l     <- (alpha W_l + rho (U_{l+1} - b_l) V_l^T)(alpha I + rho V_l V_l^T)^{-1} (alpha)
     b_l     <- (alpha b_l + rho sum_cols(U_{l+1} - W_l^old V_l)) / (rho N + alpha)  (alpha)
-    V_l     <- (rho W_l^T W_l + gamma I)^{-1} (rho W_l^T (U_{l+1} - b_l) + gamma sigma(U_l))  (no prox)
+    V_l     <- (rho W_l^T W_l + gamma I)^{-1} (rho W_l^T (U_{l+1} - b_l) + gamma sigma(U_l))
+                                                                                    (no prox)
     U_l     <- argmin_u gamma/2 (V_l - relu(u))^2 + rho/2 (u - W_{l-1}V_{l-1} - b_{l-1})^2
-                        + alpha/2 (u - U_l)^2                                         (``relu_prox``)
+                        + alpha/2 (u - U_l)^2                                       (``relu_prox``)
 
 Defaults from that code: ``gamma = rho = 1``, ``alpha = 1e-2``. Paper/code differences, code
 followed: the U_{L+1} and V_l steps have no proximal term (the paper's Algorithm has one on every
@@ -66,7 +68,8 @@ class Lau(LiftedMethod):
         )
 
     def wb_step(self, l):
-        """(W_l, b_l) from U_{l+1}, V_l; both against the previous (W_l, b_l) (the code's Jacobi step)."""
+        """(W_l, b_l) from U_{l+1}, V_l; both against the previous (W_l, b_l) (the code's Jacobi
+        step)."""
         xp, W, b = self.xp, self.W[l], self.b[l]
         T, V = self.U[l + 1], self.V[l]
         W_new = ridge(T - b, V, self.alpha / self.rho, W0=W)
