@@ -46,7 +46,9 @@ class Backend(Protocol):
     threads: Any
 
     def solve(self, block: Any, start: Any = None) -> Any:
-        """The block's argmin from ``start``: a ``blocks.BlockResult``."""
+        """The block's argmin from ``start``: a ``blocks.BlockResult``. Neither ``start`` nor the
+        block's arrays are written into (``fit_bcd`` hands a W-block the weights themselves as
+        its start and its proximal centre ``W0``)."""
 
     def check_network(self, net: Any) -> None:
         """Refuse, before any work, a network its settings do not fit (per-layer settings)."""

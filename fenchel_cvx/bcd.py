@@ -239,12 +239,9 @@ def bcd_round(net, state, step, settings):
         Xt0 = net.layers[0].patches(Xb)
         Xs, Us = net.feed_forward(Xb, Xt0)
         state.Xs = list(Xs)
-    if step.new_w0:
-        state.W0 = (
-            [xp.asarray(W, copy=True) for W in net.W]
-            if any(settings.gamma)
-            else [None] * len(net.W)
-        )
+    if step.new_w0:  # the weights themselves (no block writes into its start: each W-block
+        # starts at its centre by identity, which the fast backend sees without a read)
+        state.W0 = list(net.W) if any(settings.gamma) else [None] * len(net.W)
     check = step.iteration % settings.check_every == 0 or step.last
     Xs, rec = sweeps(
         settings.backend,

@@ -102,14 +102,19 @@ class Dense:
     gamma, momentum, w_steps = (1.0, 30.0), (0.7, 0.0), (10, 1)
     x_steps = 20
 
-    def for_layers(self, n_hidden):
+    def for_layers(self, n_hidden, ratio=1.0):
+        """The setting of ``n_hidden`` hidden layers: hidden layer l (0, ..., L - 1) takes lam
+        and gamma times ``ratio^(l - (L - 1))``, the last hidden layer the pair's first values
+        (so one hidden layer takes them whatever the ratio), and the other values of the pairs."""
+
         def pair(values):
             return (values[0],) * n_hidden + (values[1],)
 
+        scale = [ratio ** (l - (n_hidden - 1)) for l in range(n_hidden)]
         return Setting(
-            lam=_per_hidden(self.lam, n_hidden),
+            lam=tuple(self.lam * s for s in scale) if n_hidden else self.lam,
             rho=(self.rho,) * (n_hidden + 1),
-            gamma=pair(self.gamma),
+            gamma=tuple(self.gamma[0] * s for s in scale) + (self.gamma[1],),
             momentum=pair(self.momentum),
             w_steps=pair(self.w_steps),
             x_steps=(self.x_steps,) * n_hidden if n_hidden else None,

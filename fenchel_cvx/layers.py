@@ -507,7 +507,7 @@ class LinearMap:
         bound = self.op.norm2_bound(W, self.op_shape, max_dim)
         if bound is None:
             return None
-        return bound * math.prod(s.gain2(shape) for s, shape in zip(self.pre, self._shapes))
+        return bound * math.prod([s.gain2(shape) for s, shape in zip(self.pre, self._shapes)])
 
     def norm2(self, W, iters=30):
         """An estimate of ``||A(W, .)||_2^2`` by power iteration on ``A^T A`` (from below)."""

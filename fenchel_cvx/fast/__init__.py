@@ -396,10 +396,20 @@ class FastBackend(BackendDefaults):
     def _start(self, xp, block, start, dtype):
         if start is None:
             return _default_start(block, xp, dtype)
-        start, shape = xp.asarray(start), tuple(block.shape)
+        # an array of xp stays the same object (a W-block's start may be its centre W0)
+        start = start if _is_array_of(xp, start) else xp.asarray(start)
+        shape = tuple(block.shape)
         if tuple(start.shape) != shape:
             raise ValueError(f"start must have shape {shape}, got {tuple(start.shape)}")
         return xp.astype(start, dtype, copy=False)  # the solvers never write into it
+
+
+def _is_array_of(xp, A):
+    """Whether ``A`` is already an array of the library ``xp``."""
+    try:
+        return array_namespace(A) is xp
+    except TypeError:
+        return False
 
 
 # --- the solver of each block class --------------------------------------------------------------

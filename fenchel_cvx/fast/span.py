@@ -41,14 +41,15 @@ and reads nothing back to the host where reads are not cheap (``arrays.cheap_rea
 
 import math
 
-from ..arrays import host_if_cheap
+from ..arrays import cheap_reads, host_if_cheap
 from ._util import RESYNC, kkt, pr_plus, proves_above
 
 
 def applies(xp, block, W, pre, max_iter, newton_start, newton_cap=None):
     """Whether ``solve_span`` reproduces ``solve_pncg``'s capped solve: a data-space
-    preconditioner, ``rho = 0 < gamma``, the start at the proximal centre and no Newton row
-    (at most ``newton_start`` steps, or Newton steps off: ``newton_cap == 0``)."""
+    preconditioner, ``rho = 0 < gamma``, the start at the proximal centre (by identity, as
+    ``fit_bcd`` hands it; an equal copy too where reads are cheap) and no Newton row (at most
+    ``newton_start`` steps, or Newton steps off: ``newton_cap == 0``)."""
     no_newton = max_iter <= newton_start or newton_cap == 0
     return (
         pre.data_space
@@ -56,7 +57,7 @@ def applies(xp, block, W, pre, max_iter, newton_start, newton_cap=None):
         and block.gamma > 0
         and no_newton
         and tuple(W.shape) == tuple(block.W0.shape)
-        and (W is block.W0 or bool(xp.all(W == block.W0)))
+        and (W is block.W0 or (cheap_reads(xp) and bool(xp.all(W == block.W0))))
     )
 
 

@@ -77,7 +77,9 @@ class _Problem:
         """Before the first step: ``W0 X~`` where a data-space preconditioner needs it."""
         xp = self.xp
         if self.pre.data_space and self.gamma and self.U0 is None:
-            at_centre = W is self.W0 or bool(xp.all(W == self.W0))
+            # at the centre by identity (``fit_bcd``'s first round on a batch); an equal copy
+            # is seen where reads are cheap, else W0 X~ is formed (no read)
+            at_centre = W is self.W0 or (cheap_reads(xp) and bool(xp.all(W == self.W0)))
             self.U0 = U if at_centre else self.forward(self.W0)
 
     def forward(self, W):
