@@ -7,11 +7,14 @@ batches in the same order (``datasets.batch_order``), each in its own process (i
 its own), with the same thread count:
 
 - FLN, the batched model (Algorithm 2) on the fast backend, in the package's dense training
-  setting for that depth (``defaults.training("dense", depth, batched=True)``: the MNIST MLP's
-  tuned setting, whose hidden-layer values every deeper layer repeats);
+  setting for that depth (``defaults.training("dense", depth, batched=True)``: the rule of
+  ``defaults.Dense.for_layers``, which at depth 1 is the MNIST MLP's tuned setting). A ``Plan``
+  (``run_fln(..., plan)``) trains it otherwise: another per-layer setting, more alternations, the
+  He or orthogonal initialisation (``initialise``), a layer-wise lam schedule
+  (``benchmarks/deep_screen.py`` screens them);
 - Adam and SGD in PyTorch (``baselines.train_backprop``), each at the learning rate chosen per
   depth from a grid (``--adam-lrs``, ``--sgd-lrs``) on a validation split, as FLN's setting was
-  chosen: ``--tune-epochs`` epochs on the first 50,000 training images, validated on the last
+  chosen: ``--tune-epochs`` epochs on 50,000 of the training images, validated on the other
   10,000 (``mnist_mlp.load``'s split), seed 0; the test set is read by the final runs only.
   ``--no-tune`` takes the MNIST MLP's tuned rates instead (``mnist_mlp.TUNED_LR``).
 
@@ -33,6 +36,8 @@ chosen learning rate) and ``accuracy_vs_depth.png``.
 import argparse
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +68,8 @@ from mnist_mlp import (  # noqa: E402
 DEPTHS = (1, 2, 4, 8, 16)
 ADAM_LRS = (3e-4, 1e-3, 3e-3, 1e-2)
 SGD_LRS = (0.01, 0.03, 0.1, 0.3, 1.0)
+#: the initialisations of FLN's hidden-layer weights (``initialise``)
+INITS = ("xavier", "he", "orthogonal")
 #: the training images held out to choose the baselines' learning rates (``mnist_mlp.load``)
 VALIDATION = 10000
 os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -171,12 +178,32 @@ def sizes(args, n_in):
     return [n_in] + [args.width] * args.depth + [10]
 
 
-def network(args, n_in):
-    """The lifted network of ``args.depth`` hidden layers in the dense setting for that depth;
-    the baselines start from its weights (the same ``seed``)."""
+@dataclass(frozen=True)
+class Plan:
+    """How FLN trains a network of some depth: the per-layer ``setting`` (``defaults.Setting``),
+    ``alternations`` (rounds per batch, K), the weights' ``init`` (``INITS``: the network's
+    Xavier-uniform, or He / orthogonal scaling of the hidden layers' weights for ReLU) and
+    ``lam_schedule``: None, or ``lam_schedule(epoch, lam)`` -> the per-hidden-layer lam of the
+    epoch after ``epoch`` (a layer-wise schedule; the setting's lam trains the first epoch)."""
+
+    setting: defaults.Setting
+    alternations: int = 1
+    init: str = "xavier"
+    lam_schedule: Callable | None = None
+
+
+def dense_plan(depth):
+    """The package's dense setting for ``depth`` hidden layers (``defaults.Dense.for_layers``)."""
+    return Plan(defaults.training("dense", depth, batched=True))
+
+
+def network(args, n_in, setting=None):
+    """The lifted network of ``args.depth`` hidden layers, its lam and rho from ``setting``
+    (default: the dense setting for that depth); the baselines start from its weights (the
+    same ``seed``)."""
     from fenchel_cvx import LiftedNetwork
 
-    s = defaults.training("dense", args.depth, batched=True)
+    s = setting or defaults.training("dense", args.depth, batched=True)
     return LiftedNetwork(
         sizes(args, n_in),
         args.activation,
@@ -188,16 +215,46 @@ def network(args, n_in):
     )
 
 
-def run_fln(args, ds, batches):
-    s = defaults.training("dense", args.depth, batched=True)
-    args.gamma, args.momentum, args.alternations = list(s.gamma), list(s.momentum), 1
+def initialise(net, init, seed):
+    """Redraw the hidden layers' weights of ``net`` by ``init`` (``INITS``), biases 0; the output
+    layer keeps its Xavier-uniform weights. ``"xavier"``: the network's own, unchanged."""
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    if init == "xavier":
+        return net
+    rng = np.random.default_rng([seed, 1])
+    for l in range(net.n_hidden):
+        W = np.zeros_like(net.W[l])
+        p_out, p_in = W.shape[0], W.shape[1] - 1
+        if init == "he":  # Var = 2 / fan_in: the ReLU gain of He et al. (2015)
+            W[:, :-1] = rng.normal(0.0, np.sqrt(2.0 / p_in), size=(p_out, p_in))
+        else:  # orthogonal rows or columns (Saxe et al., 2014), gain sqrt(2) for ReLU
+            Q, R = np.linalg.qr(rng.standard_normal((max(p_out, p_in), min(p_out, p_in))))
+            Q = Q * np.sign(np.diag(R))
+            W[:, :-1] = np.sqrt(2.0) * (Q if p_out >= p_in else Q.T)
+        net.W[l] = W
+    return net
+
+
+def run_fln(args, ds, batches, plan=None):
+    """FLN by ``plan`` (default: ``dense_plan(args.depth)``), its relaxation log recorded."""
+    plan = plan or dense_plan(args.depth)
+    s = plan.setting
+    args.gamma, args.momentum, args.alternations = (
+        list(s.gamma),
+        list(s.momentum),
+        plan.alternations,
+    )
     args.w_steps, args.x_steps, args.gram_reuse = s.w_steps, s.x_steps, s.gram_reuse or 1
     dtype = np.dtype(args.dtype)
     X, Xte = ds.X_train.astype(dtype, copy=False), ds.X_test.astype(dtype, copy=False)
-    net = network(args, X.shape[0])
+    net = initialise(network(args, X.shape[0], s), plan.init, args.seed)
 
     def test_accuracy():
         return float(np.mean(np.argmax(net.forward(Xte)[1], axis=0) == ds.y_test))
+
+    def next_epoch(epoch):
+        net.lam = [float(v) for v in plan.lam_schedule(epoch, s.lam)]
 
     return train_fln(
         args,
@@ -208,6 +265,7 @@ def run_fln(args, ds, batches):
         batches,
         fln_backend(args),
         relaxation=True,
+        epoch_end=next_epoch if plan.lam_schedule else None,
     )
 
 

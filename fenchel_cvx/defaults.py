@@ -95,17 +95,35 @@ class Setting:
 
 
 class Dense:
-    """Algorithm 2 on a dense network of any depth: every hidden layer takes the first value of
-    a pair, the output layer the second (the MNIST MLP benchmark's tuned setting)."""
+    """Algorithm 2 on a dense network of any depth: the hidden layers take the first value of a
+    pair (lam and gamma scaled with depth: ``for_layers``), the output layer the second (the
+    MNIST MLP benchmark's tuned setting)."""
 
     lam, rho = 0.2, 0.0
     gamma, momentum, w_steps = (1.0, 30.0), (0.7, 0.0), (10, 1)
     x_steps = 20
+    #: lam and gamma grow by ``ratio`` a hidden layer toward the output in networks of at least
+    #: ``deep`` hidden layers (equal below: ``for_layers``)
+    ratio, deep = 2.0, 4
 
-    def for_layers(self, n_hidden, ratio=1.0):
-        """The setting of ``n_hidden`` hidden layers: hidden layer l (0, ..., L - 1) takes lam
-        and gamma times ``ratio^(l - (L - 1))``, the last hidden layer the pair's first values
-        (so one hidden layer takes them whatever the ratio), and the other values of the pairs."""
+    def for_layers(self, n_hidden, ratio=None):
+        """The setting of ``n_hidden`` (L) hidden layers: hidden layer l (0, ..., L - 1) takes
+        ``lam`` and the hidden layers' ``gamma`` times ``ratio^(l - (L - 1))``, the other values
+        of the pairs as they are; ``ratio`` None: the class's ``ratio`` from ``deep`` hidden
+        layers on, 1 below. The last hidden layer takes the MNIST MLP's values, so one hidden
+        layer is its tuned setting whatever the ratio.
+
+        X_l's block weighs the divergence B_l above it against B_{l-1} by lam_l / lam_{l-1} =
+        ``ratio``: with equal lam (``ratio=1``: every hidden layer repeats the first one's
+        values) the loss's pull on X_l falls about 3.6-fold in B a layer toward the input at
+        depth 8, and the first layers stay near their initial weights. gamma_l scales with
+        lam_l, so each W-block (Hessian lam_l X~_l X~_l^T + gamma_l I) steps as far as in the
+        MLP. Depth 8, width 300, ReLU, batch 500, validation accuracy after 3 epochs (50,000
+        training images; docs/deep.md): ratio 2 0.9229, ratio 4 0.9240, ratio 1 0.9052 (lam
+        alone x2 a layer, gamma equal: 0.8597); Adam 0.9688. Depth 4: ratio 2 0.9617, ratio 1
+        0.9614; depth 2: 0.9689 and 0.9705, so shallower networks keep equal values."""
+        if ratio is None:
+            ratio = self.ratio if n_hidden >= self.deep else 1.0
 
         def pair(values):
             return (values[0],) * n_hidden + (values[1],)
