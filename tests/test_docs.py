@@ -5,12 +5,11 @@ from the docstrings by mkdocstrings, and the notebooks rendered by mkdocs-jupyte
 saved outputs (not executed).
 """
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from _docs import build_site
 
 for _module in (
     "mkdocs",
@@ -61,29 +60,7 @@ def test_every_notebook_is_in_the_nav():
 @pytest.mark.slow
 def test_docs_build_strict(tmp_path):
     site = tmp_path / "site"
-    env = dict(
-        os.environ,
-        NO_MKDOCS_2_WARNING="1",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mkdocs",
-            "build",
-            "--strict",
-            "--config-file",
-            str(ROOT / "mkdocs.yml"),
-            "--site-dir",
-            str(site),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = build_site(site)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log
     assert "WARNING" not in log, log

@@ -16,11 +16,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from _docs import build_site
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = next(
@@ -73,29 +74,7 @@ def site(tmp_path_factory):
     for module in ("mkdocs", "material", "mkdocstrings", "mkdocs_jupyter", "bs4"):
         pytest.importorskip(module)
     out = tmp_path_factory.mktemp("site")
-    env = dict(
-        os.environ,
-        NO_MKDOCS_2_WARNING="1",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mkdocs",
-            "build",
-            "--strict",
-            "--config-file",
-            str(ROOT / "mkdocs.yml"),
-            "--site-dir",
-            str(out),
-        ],
-        cwd=out.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = build_site(out)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 
