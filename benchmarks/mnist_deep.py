@@ -16,7 +16,12 @@ its own), with the same thread count:
   depth from a grid (``--adam-lrs``, ``--sgd-lrs``) on a validation split, as FLN's setting was
   chosen: ``--tune-epochs`` epochs on 50,000 of the training images, validated on the other
   10,000 (``mnist_mlp.load``'s split), seed 0; the test set is read by the final runs only.
-  ``--no-tune`` takes the MNIST MLP's tuned rates instead (``mnist_mlp.TUNED_LR``).
+  ``--no-tune`` takes the MNIST MLP's tuned rates instead (``mnist_mlp.TUNED_LR``);
+- the lifted peers of the paper's Figure 1 (``lau``, ``askari``, ``taylor``:
+  ``baselines.lifted``), as they are defined: full-batch iterations on the whole training set,
+  MSE, ReLU only, at the settings and iteration counts of ``benchmarks/mnist_lifted.py``
+  (``--peer-iterations``), from the same initial weights. A peer that fails at some depth is
+  reported as not run there, with the reason, and the other runs go on.
 
 FLN records, on every checked round (every ``--check-every`` rounds and each epoch's last), each
 layer's divergence ``B_l`` (the history's ``divergence_x``, after the X-sweep) and the relaxation
@@ -26,14 +31,21 @@ lower bound, the paper's eqs. (7) and (3)), so that where depth makes FLN fail c
 Prints and writes to ``--out``: ``results.json`` (every run, with its per-epoch accuracy and
 seconds, the tuning grid's validation accuracies and FLN's relaxation log), ``results.md`` (a
 table per depth: test accuracy, mean and spread over seeds, seconds per epoch, peak memory, the
-chosen learning rate) and ``accuracy_vs_depth.png``.
+chosen learning rate) and ``accuracy_vs_depth.png``. Every run's result is also kept in
+``--out``/runs/ as it finishes; ``--resume`` reads the kept runs of the same settings instead of
+running them again, so that an interrupted benchmark goes on where it stopped; ``--kept-only``
+starts no run and reports the kept runs alone (the others as not kept yet), so that a long
+benchmark's figures can be read while it runs.
 
-    python benchmarks/mnist_deep.py                          # depths 1-16, width 300, ReLU
+    python benchmarks/mnist_deep.py --seeds 3 --jobs 2 --resume   # depths 1-16, width 300, ReLU
+    python benchmarks/mnist_deep.py --methods fln,adam,sgd   # no lifted peers
     python benchmarks/mnist_deep.py --activation tanh --depths 4,8
     python benchmarks/mnist_deep.py --quick                  # embedded 5k MNIST: a smoke run
 """
 
 import argparse
+import hashlib
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -49,7 +61,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fenchel_cvx import defaults  # noqa: E402
 from fenchel_cvx.activations import activation_names  # noqa: E402
 from fenchel_cvx.datasets import one_hot  # noqa: E402
-from fenchel_cvx.io import atomic_write  # noqa: E402
+from fenchel_cvx.history import _plain  # noqa: E402
+from fenchel_cvx.io import atomic_write, write_text  # noqa: E402
+from mnist_lifted import FULL_ITERATIONS, QUICK_ITERATIONS  # noqa: E402
+from mnist_lifted import SETTINGS as PEER_SETTINGS  # noqa: E402
 from mnist_mlp import (  # noqa: E402
     TUNED_LR,
     add_compile_flag,
@@ -68,6 +83,9 @@ from mnist_mlp import (  # noqa: E402
 DEPTHS = (1, 2, 4, 8, 16)
 ADAM_LRS = (3e-4, 1e-3, 3e-3, 1e-2)
 SGD_LRS = (0.01, 0.03, 0.1, 0.3, 1.0)
+#: the lifted peers of the paper's Figure 1 (``baselines.lifted``); they define ReLU and MSE only
+PEERS = ("lau", "askari", "taylor")
+METHODS = ("fln", "adam", "sgd", *PEERS)
 #: the initialisations of FLN's hidden-layer weights (``initialise``)
 INITS = ("xavier", "he", "orthogonal")
 #: the training images held out to choose the baselines' learning rates (``mnist_mlp.load``)
@@ -93,7 +111,18 @@ def parse_args(argv=None):
     p.add_argument("--activation", default="relu", choices=activation_names())
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=500)
-    p.add_argument("--methods", default="fln,adam,sgd")
+    p.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help=f"a comma list of {', '.join(METHODS)}; default all",
+    )
+    p.add_argument(
+        "--peer-iterations",
+        default=None,
+        help="METHOD=N pairs: the lifted peers' full-batch iterations (default "
+        + ",".join(f"{m}={FULL_ITERATIONS[m]}" for m in PEERS)
+        + ", as benchmarks/mnist_lifted.py)",
+    )
     p.add_argument(
         "--adam-lrs",
         type=learning_rates("--adam-lrs"),
@@ -124,6 +153,12 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0, help="the first seed of the final runs")
     p.add_argument("--seeds", type=int, default=1, help="final runs with seeds seed..seed+N-1")
     p.add_argument(
+        "--peer-seeds",
+        type=int,
+        default=1,
+        help="the lifted peers' final runs: seeds seed..seed+N-1 (default 1)",
+    )
+    p.add_argument(
         "--check-every",
         type=int,
         default=20,
@@ -138,7 +173,19 @@ def parse_args(argv=None):
         "width 32, 2 epochs, a 2-point grid of 1 epoch: a smoke run",
     )
     p.add_argument("--out", default=str(ROOT / "runs" / "mnist_deep"))
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="read the runs kept in --out/runs with the same settings instead of running them",
+    )
+    p.add_argument(
+        "--kept-only",
+        action="store_true",
+        help="start no run: the report of the runs kept in --out/runs (as --resume reads them), "
+        "those not kept yet listed as not run",
+    )
     args = p.parse_args(argv)
+    args.resume = args.resume or args.kept_only
     for name in (
         "width",
         "epochs",
@@ -147,19 +194,41 @@ def parse_args(argv=None):
         "threads",
         "jobs",
         "seeds",
+        "peer_seeds",
         "check_every",
         "eval_every",
     ):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    unknown = set(args.methods.split(",")) - {"fln", "adam", "sgd"}
+    unknown = set(args.methods.split(",")) - set(METHODS)
     if unknown:
-        p.error(f"--methods must name fln, adam, sgd; got {sorted(unknown)}")
+        p.error(f"--methods must name {', '.join(METHODS)}; got {sorted(unknown)}")
+    if args.activation != "relu" and set(args.methods.split(",")) & set(PEERS):
+        p.error(
+            f"--methods: the lifted peers ({', '.join(PEERS)}) train ReLU networks only; "
+            f"got --activation {args.activation}"
+        )
+    args.peer_iterations = _peer_iterations(p, args)
     if args.quick:
         args.depths = (1, 2) if args.depths == DEPTHS else args.depths
         args.width, args.epochs, args.tune_epochs = min(args.width, 32), min(args.epochs, 2), 1
         args.adam_lrs, args.sgd_lrs = args.adam_lrs[1:3], args.sgd_lrs[-2:]
     return args
+
+
+def _peer_iterations(p, args):
+    """``{peer: iterations}`` from ``--peer-iterations`` over the defaults (``--quick``'s fewer)."""
+    base = QUICK_ITERATIONS if args.quick else FULL_ITERATIONS
+    its = {m: base[m] for m in PEERS}
+    for item in filter(None, (args.peer_iterations or "").split(",")):
+        m, sep, n = item.partition("=")
+        if not sep or m not in PEERS or not n.isdigit() or int(n) < 1:
+            p.error(
+                f"--peer-iterations takes METHOD=N with METHOD one of {', '.join(PEERS)} and "
+                f"N >= 1, got {item!r}"
+            )
+        its[m] = int(n)
+    return its
 
 
 def _counts(text):
@@ -184,12 +253,15 @@ class Plan:
     ``alternations`` (rounds per batch, K), the weights' ``init`` (``INITS``: the network's
     Xavier-uniform, or He / orthogonal scaling of the hidden layers' weights for ReLU) and
     ``lam_schedule``: None, or ``lam_schedule(epoch, lam)`` -> the per-hidden-layer lam of the
-    epoch after ``epoch`` (a layer-wise schedule; the setting's lam trains the first epoch)."""
+    epoch after ``epoch`` (a layer-wise schedule; the setting's lam trains the first epoch).
+    ``carried_x``: the X-blocks' solvers start from each column's X of its last batch, where
+    that is the better start (:class:`CarriedX`)."""
 
     setting: defaults.Setting
     alternations: int = 1
     init: str = "xavier"
     lam_schedule: Callable | None = None
+    carried_x: bool = False
 
 
 def dense_plan(depth):
@@ -236,6 +308,48 @@ def initialise(net, init, seed):
     return net
 
 
+class CarriedX:
+    """The backend ``backend`` whose X-block solves start from the X their columns had at the
+    end of their last batch (an epoch before: the batches are drawn anew each epoch, the
+    columns are the examples), where that point has the lower block value; else from the start
+    the driver gives (the feed-forward point). Each block stays the same convex problem and its
+    solver starts no higher than the driver's start, so descent and the lower bound hold as
+    before. ``batches``: the run's schedule, one round a batch (K = 1); each round begins with
+    the block X_L (the X-sweep runs back to front). ``forget()`` (the end of the compile
+    warm-up's batch) starts the count again. ``tried`` / ``kept``: the X-blocks with a carried
+    point, and those that started from it."""
+
+    def __init__(self, backend, batches, m):
+        self.backend, self.m = backend, m
+        self.order = [cols for epoch in batches for cols in epoch]
+        self.store, self.round, self.tried, self.kept = {}, -1, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def forget(self):
+        self.backend.forget()
+        self.store, self.round, self.tried, self.kept = {}, -1, 0, 0
+
+    def solve(self, block, start):
+        from fenchel_cvx.blocks import XBlock, XLast
+
+        if not isinstance(block, XBlock):
+            return self.backend.solve(block, start=start)
+        self.round += isinstance(block, XLast)
+        cols = self.order[self.round]
+        if block.layer not in self.store:
+            self.store[block.layer] = np.full((block.shape[0], self.m), np.nan, start.dtype)
+        carried = self.store[block.layer][:, cols]
+        if np.isfinite(carried).all():
+            self.tried += 1
+            if float(block.value(carried)) < float(block.value(start)):
+                start, self.kept = carried, self.kept + 1
+        res = self.backend.solve(block, start=start)
+        self.store[block.layer][:, cols] = res.argmin
+        return res
+
+
 def run_fln(args, ds, batches, plan=None):
     """FLN by ``plan`` (default: ``dense_plan(args.depth)``), its relaxation log recorded."""
     plan = plan or dense_plan(args.depth)
@@ -256,17 +370,23 @@ def run_fln(args, ds, batches, plan=None):
     def next_epoch(epoch):
         net.lam = [float(v) for v in plan.lam_schedule(epoch, s.lam)]
 
-    return train_fln(
+    backend = fln_backend(args)
+    if plan.carried_x:
+        backend = CarriedX(backend, batches, X.shape[1])
+    out = train_fln(
         args,
         net,
         X,
         one_hot(ds.y_train, 10).astype(dtype),
         test_accuracy,
         batches,
-        fln_backend(args),
+        backend,
         relaxation=True,
         epoch_end=next_epoch if plan.lam_schedule else None,
     )
+    if plan.carried_x:
+        out["carried_x"] = dict(tried=backend.tried, kept=backend.kept)
+    return out
 
 
 def run_backprop(args, ds, batches, optimizer):
@@ -287,6 +407,114 @@ def run_backprop(args, ds, batches, optimizer):
         eval_every=args.eval_every,
     )
     return backprop_record(r, len(batches[0]))
+
+
+def run_peer(args, ds, method):
+    """A lifted peer (``PEERS``) on the whole training set, ``args.peer_iterations[method]``
+    full-batch iterations at ``benchmarks/mnist_lifted.py``'s setting, scored on the test set
+    after each; where it fails, the reason (``not_run``) in place of its curve."""
+    from fenchel_cvx.baselines.lifted import fit_lifted
+
+    dtype = np.dtype(args.dtype)
+    cast = lambda A: np.ascontiguousarray(A, dtype=dtype)  # noqa: E731
+    data = (cast(ds.X_train), cast(one_hot(ds.y_train, 10)))
+    data += (cast(ds.X_test), cast(one_hot(ds.y_test, 10)))
+    try:
+        run = fit_lifted(
+            method,
+            *data,
+            hidden=(args.width,) * args.depth,
+            iterations=args.peer_iterations[method],
+            seed=args.seed,
+            **PEER_SETTINGS.get(method, {}),
+        )
+    except (ArithmeticError, ValueError, np.linalg.LinAlgError, MemoryError) as err:
+        return dict(not_run=f"{type(err).__name__}: {err}", test_accuracy=[], seconds=[])
+    return dict(
+        initial_test_accuracy=run.initial_test_accuracy,
+        test_accuracy=run.series("test_accuracy").tolist(),
+        seconds=run.series("seconds").tolist(),
+        iterations=len(run.records),
+    )
+
+
+def run_baseline(args, ds, batches, method):
+    """Adam or SGD on the batches, or a lifted peer on the whole training set."""
+    return (
+        run_peer(args, ds, method) if method in PEERS else run_backprop(args, ds, batches, method)
+    )
+
+
+#: the settings that make two runs the same run: ``--resume`` reads a kept run where all agree
+RUN_KEY = (
+    "depth",
+    "width",
+    "activation",
+    "epochs",
+    "batch_size",
+    "seed",
+    "lr",
+    "validation",
+    "dtype",
+    "check_every",
+    "eval_every",
+    "threads",
+    "compile",
+    "quick",
+    "peer_iterations",
+)
+
+
+def run_key(method, args):
+    """The text that names a run (``RUN_KEY``), the same in every process."""
+    fields = {k: getattr(args, k, None) for k in RUN_KEY}
+    if method not in PEERS:
+        fields.pop("peer_iterations")
+    return json.dumps(dict(method=method, **fields), sort_keys=True, default=str)
+
+
+def kept_runs(args, tasks):
+    """``run_methods`` over ``tasks``, each result written to ``--out``/runs/ as it finishes;
+    with ``--resume``, a task whose kept file has the same settings is read, not run."""
+    folder = Path(args.out) / "runs"
+    folder.mkdir(parents=True, exist_ok=True)
+    keys = [run_key(m, a) for m, a in tasks]
+    paths = [
+        folder / f"{m}-d{a.depth}-s{a.seed}-{hashlib.sha1(k.encode()).hexdigest()[:12]}.json"
+        for (m, a), k in zip(tasks, keys)
+    ]
+    results = [_read_kept(p, k) if args.resume else None for p, k in zip(paths, keys)]
+    todo = [i for i, r in enumerate(results) if r is None]
+    if args.resume and tasks:
+        print(f"--resume: {len(tasks) - len(todo)} of {len(tasks)} runs read from {folder}")
+
+    def keep(j, result):
+        i = todo[j]
+        write_text(paths[i], json.dumps(dict(key=keys[i], result=_plain(result))))
+
+    if args.kept_only:
+        fresh = [dict(not_run="not kept yet", test_accuracy=[], seconds=[]) for _ in todo]
+    else:
+        fresh = run_methods([tasks[i] for i in todo], args.jobs, on_result=keep, **HOOKS)
+    for i, r in zip(todo, fresh):
+        results[i] = r
+    return results
+
+
+def _read_kept(path, key):
+    """A kept run's result; None where the file is absent, unreadable or of other settings."""
+    try:
+        kept = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        print(f"--resume: {path} is not read ({err}); the run goes again")
+        return None
+    ok = isinstance(kept, dict) and kept.get("key") == key and isinstance(kept.get("result"), dict)
+    if not (ok and isinstance(kept["result"].get("test_accuracy"), list)):
+        print(f"--resume: {path} is not a run of these settings; the run goes again")
+        return None
+    return kept["result"]
 
 
 def _task(args, method, depth, **changes):
@@ -313,11 +541,15 @@ def tune(args):
         flush=True,
     )
     chosen = {d: {m: dict(grid={}) for m in grids} for d in args.depths}
-    for (m, a), r in zip(tasks, run_methods(tasks, args.jobs, **HOOKS)):
-        chosen[a.depth][m]["grid"][a.lr] = r["test_accuracy"][-1]  # the held-out images
+    for (m, a), r in zip(tasks, kept_runs(args, tasks)):
+        if "not_run" not in r:
+            chosen[a.depth][m]["grid"][a.lr] = r["test_accuracy"][-1]  # the held-out images
     for d, by in chosen.items():
         for m, c in by.items():
-            c["lr"] = max(c["grid"], key=c["grid"].get)
+            c["lr"] = max(c["grid"], key=c["grid"].get, default=None)
+            if c["lr"] is None:  # --kept-only, before the grid's runs
+                print(f"  depth {d}, {m}: no grid run kept", flush=True)
+                continue
             print(
                 f"  depth {d}, {m}: lr {c['lr']:g} (validation {c['grid'][c['lr']]:.4f})",
                 flush=True,
@@ -326,16 +558,16 @@ def tune(args):
 
 
 def final_runs(args, chosen):
-    """``{depth: {method: [one result per seed]}}`` on the test set."""
-    seeds = range(args.seed, args.seed + args.seeds)
+    """``{depth: {method: [one result per seed]}}`` on the test set: ``--seeds`` seeds, the
+    lifted peers ``--peer-seeds``."""
     tasks = [
-        _task(args, m, d, seed=s, lr=chosen[d][m]["lr"] if m != "fln" else None)
+        _task(args, m, d, seed=s, lr=chosen[d][m]["lr"] if m in chosen[d] else None)
         for d in args.depths
         for m in args.methods.split(",")
-        for s in seeds
+        for s in range(args.seed, args.seed + (args.peer_seeds if m in PEERS else args.seeds))
     ]
     results = {d: {m: [] for m in args.methods.split(",")} for d in args.depths}
-    for (m, a), r in zip(tasks, run_methods(tasks, args.jobs, **HOOKS)):
+    for (m, a), r in zip(tasks, kept_runs(args, tasks)):
         results[a.depth][m].append(r)
     return results
 
@@ -344,7 +576,11 @@ def summarise(args, chosen, results, data_desc):
     rows = {}
     for d, by in results.items():
         rows[d] = {}
-        for m, runs in by.items():
+        for m, planned in by.items():
+            runs = [r for r in planned if "not_run" not in r]
+            if not runs:
+                rows[d][m] = dict(not_run=planned[0]["not_run"], lr=None)
+                continue
             per_seed = [
                 dict(
                     final_test_accuracy=r["test_accuracy"][-1],
@@ -355,7 +591,12 @@ def summarise(args, chosen, results, data_desc):
                 )
                 for r in runs
             ]
-            rows[d][m] = dict(seed_summary(per_seed), lr=chosen[d].get(m, {}).get("lr"))
+            rows[d][m] = dict(
+                seed_summary(per_seed),
+                lr=chosen[d].get(m, {}).get("lr"),
+                seeds_run=len(runs),
+                seeds_planned=len(planned),
+            )
             if m == "fln":
                 rows[d][m]["certificate"] = [r["certificate"] for r in runs]
     return dict(
@@ -373,7 +614,8 @@ def markdown(summary):
     lines = [
         f"MNIST, 784-({s['width']} x depth)-10, {s['activation']}, batch {s['batch_size']}, "
         f"{s['epochs']} epochs, {summary['machine']['threads']} thread(s), seeds "
-        f"{s['seed']}..{s['seed'] + s['seeds'] - 1} (means; +- is the spread max - min); "
+        f"{s['seed']}..{s['seed'] + s['seeds'] - 1}, the lifted peers "
+        f"{s['seed']}..{s['seed'] + s['peer_seeds'] - 1} (means; +- is the spread max - min); "
         f"{summary['data']}",
         "",
         "| depth | method | test acc | s / epoch | peak MiB | lr (validation) | certificate |",
@@ -381,20 +623,32 @@ def markdown(summary):
     ]
     for d, by in summary["methods"].items():
         for m, r in by.items():
-            lr = "" if r["lr"] is None else f"{r['lr']:g}"
-            cert = (
-                ""
-                if "certificate" not in r
-                else "held"
-                if all(c["violations"] == 0 for c in r["certificate"])
-                else "violated"
-            )
-            lines.append(
-                f"| {d} | {m} | {r['final_test_accuracy']:.4f} +- "
-                f"{r['final_test_accuracy_spread']:.4f} | {r['seconds_per_epoch']:.2f} | "
-                f"{peak_text(r)} | {lr} | {cert} |"
-            )
+            lines.append(_row(d, m, r, s["peer_iterations"]))
+    lines.append("")
+    lines.append(
+        "The lifted peers train full-batch: their seconds are per iteration over the whole "
+        "training set, and their accuracy is after the iterations named beside them."
+    )
     return "\n".join(lines) + "\n"
+
+
+def _row(depth, method, r, peer_iterations):
+    """One line of the table."""
+    if "not_run" in r:
+        return f"| {depth} | {method} | not run: {r['not_run']} | | | | |"
+    lr = "" if r["lr"] is None else f"{r['lr']:g}"
+    if method in PEERS:
+        lr = f"({peer_iterations[method]} iterations)"
+    cert = ""
+    if "certificate" in r:
+        cert = "held" if all(c["violations"] == 0 for c in r["certificate"]) else "violated"
+    seeds = r.get("seeds_run", 1) < r.get("seeds_planned", 1)
+    seeds = f" ({r['seeds_run']} of {r['seeds_planned']} seeds)" if seeds else ""
+    return (
+        f"| {depth} | {method} | {r['final_test_accuracy']:.4f} +- "
+        f"{r['final_test_accuracy_spread']:.4f}{seeds} | {r['seconds_per_epoch']:.2f} | "
+        f"{peak_text(r)} | {lr} | {cert} |"
+    )
 
 
 def plot(summary, path):
@@ -407,9 +661,10 @@ def plot(summary, path):
     fig, ax = plt.subplots(figsize=(6, 4))
     depths = list(summary["methods"])
     for m in summary["methods"][depths[0]]:
+        ran = [d for d in depths if "not_run" not in summary["methods"][d][m]]
         ax.plot(
-            depths,
-            [summary["methods"][d][m]["final_test_accuracy"] for d in depths],
+            ran,
+            [summary["methods"][d][m]["final_test_accuracy"] for d in ran],
             marker="o",
             label=m,
         )
@@ -426,7 +681,7 @@ def plot(summary, path):
     plt.close(fig)
 
 
-HOOKS = dict(load=load, run_fln=run_fln, run_backprop=run_backprop)
+HOOKS = dict(load=load, run_fln=run_fln, run_backprop=run_baseline)
 
 
 def main(argv=None):

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fenchel_cvx.baselines.lifted import METHODS, LiftedRun, fit_lifted  # noqa: E402
 from fenchel_cvx.datasets import load_mnist, load_mnist5k, one_hot  # noqa: E402
+from fenchel_cvx.heap import keep_freed_memory  # noqa: E402
 from fenchel_cvx.io import atomic_write, write_text  # noqa: E402
 from mnist_mlp import machine  # noqa: E402
 
@@ -232,6 +233,7 @@ def main(argv=None):
     from threadpoolctl import threadpool_limits
 
     args = parse_args(argv)
+    keep_freed_memory()  # the full-batch temporaries reuse the heap (``fenchel_cvx.heap``)
     (X, Y, Xt, Yt), desc = load(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

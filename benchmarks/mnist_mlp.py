@@ -64,6 +64,7 @@ from fenchel_cvx import defaults  # noqa: E402
 from fenchel_cvx.datasets import Dataset, batch_order, load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.fast.gram import inverse_pays  # noqa: E402
 from fenchel_cvx.fast.wblocks import NEWTON_START, RESYNC  # noqa: E402
+from fenchel_cvx.heap import keep_freed_memory  # noqa: E402
 from fenchel_cvx.io import atomic_write, write_text  # noqa: E402
 from fenchel_cvx.paper_hyperparameters import from_reference  # noqa: E402
 from fenchel_cvx.threads import limit_threads  # noqa: E402
@@ -883,6 +884,7 @@ def backprop_record(r, per_epoch):
 def _child(method, args, load=load, run_fln=run_fln, run_backprop=run_backprop):
     """One method in this (spawned) process; a benchmark passes its own load / run_* functions."""
     print(f"{method}, seed {args.seed}: started", flush=True)
+    keep_freed_memory()  # every method's temporaries reuse the heap (``fenchel_cvx.heap``)
     with limit_threads(args.threads):
         ds, _ = load(args)
         batches = batch_order(ds.X_train.shape[1], args.batch_size, args.epochs, seed=args.seed)
@@ -909,10 +911,11 @@ def _send(conn, method, args, hooks):
         conn.close()
 
 
-def run_methods(tasks, jobs=1, **hooks):
+def run_methods(tasks, jobs=1, on_result=None, **hooks):
     """``_child(method, args, **hooks)`` for each ``(method, args)`` of ``tasks``, each in a
     fresh spawned process (its peak memory its own), at most ``jobs`` at once, started in the
-    order given: their results, in that order.
+    order given: their results, in that order. ``on_result(i, result)`` as each one arrives
+    (``tasks[i]``'s), so that a long benchmark can keep what it has.
 
     A run that raises, or whose process dies without a result (killed by the OS for memory),
     stops the others at once and raises a ``RuntimeError`` naming the method and seed. Ctrl-C
@@ -951,6 +954,8 @@ def run_methods(tasks, jobs=1, **hooks):
                 if kind == "error":
                     raise RuntimeError(f"{name} failed:\n{value}")
                 results[i] = value
+                if on_result is not None:
+                    on_result(i, value)
     finally:
         for recv, (_, proc, _) in running.items():
             proc.terminate()
@@ -1244,6 +1249,7 @@ def machine(args):
         threads=args.threads,
         python=platform.python_version(),
         device=DEVICES[getattr(args, "device", "cpu")].describe(),
+        freed_memory_kept=keep_freed_memory(),
     )
 
 

@@ -45,6 +45,7 @@ from pathlib import Path
 
 from . import __version__, defaults
 from .activations import activation_names
+from .heap import keep_freed_memory
 from .losses import loss_names
 from .validation import (
     COUNT,
@@ -1146,6 +1147,7 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     sub = parser._subparsers._group_actions[0].choices[args.command]
+    keep_freed_memory()  # the process's temporaries reuse the heap (``heap.py``)
     try:
         if args.command == "resume":
             return resume(args)

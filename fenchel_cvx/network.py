@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, device, to_device
 from numpy.typing import DTypeLike
 
 from . import defaults
@@ -255,7 +255,9 @@ class LiftedNetwork:
     ) -> tuple[Array, Array | None]:
         """``(X0, Y)`` checked against the network's input and output sizes (``dtype``, ``xp``:
         the working dtype and array library, see ``validation.check_matrix``; ``xp`` None: the
-        library of the network's weights, so that a tensor meets NumPy weights as a NumPy array)."""
+        library and the device of the network's weights, so that a tensor meets NumPy weights as
+        a NumPy array and NumPy data meets GPU weights on their GPU)."""
+        on = self.W[0] if xp is None else None
         xp = namespace(self.W[0]) if xp is None else xp
         shape = self.input_shape
         what = (
@@ -276,6 +278,9 @@ class LiftedNetwork:
                 cols=X0.shape[1],
                 rows_what="the network's output size",
             )
+        if on is not None and xp is not np:  # a library alone makes arrays on its default device
+            X0 = to_device(X0, device(on))
+            Y = None if Y is None else to_device(Y, device(on))
         return X0, Y
 
     def check_lifted(self, X0: Array, Xs: Sequence[Array]) -> list[Array]:

@@ -86,6 +86,22 @@ def test_predict_takes_a_torch_tensor_and_refuses_sparse(data):
         net.predict(sp.csr_matrix(X))
 
 
+def test_predict_puts_numpy_data_on_the_weights_device(data):
+    """Weights on a device (array_api_strict's ``device1`` stands in for a GPU: it refuses to mix
+    devices) take NumPy data there, as CUDA tensors do."""
+    xps = pytest.importorskip("array_api_strict")
+    X, _ = data
+    net = LiftedNetwork([4, 5, 3])
+    expected = net.predict(X)
+    where = xps.Device("device1")
+    net.W = [xps.asarray(W, device=where) for W in net.W]
+    out = net.predict(X)
+    assert out.device == where
+    np.testing.assert_allclose(
+        np.asarray(xps.asarray(out, device=xps.Device("CPU_DEVICE"))), expected
+    )
+
+
 def test_predict_checks_a_backends_per_layer_settings_first(data, monkeypatch):
     """The optimisation rule refuses per-layer steps that do not fit the network before any
     work (as fit_bcd does), not at the first block without an entry."""

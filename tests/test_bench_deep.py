@@ -71,8 +71,9 @@ def test_quick_run_reports_every_depth_and_method(tmp_path):
     table = (tmp_path / "results.md").read_text()
     assert (tmp_path / "accuracy_vs_depth.png").stat().st_size > 0
     assert set(summary["methods"]) == {"1", "2"}
+    peer_its = summary["settings"]["peer_iterations"]
     for depth, by in summary["methods"].items():
-        assert set(by) == {"fln", "adam", "sgd"}
+        assert set(by) == {"fln", "adam", "sgd", "lau", "askari", "taylor"}
         for method in ("adam", "sgd"):
             tuned = summary["tuning"][depth][method]
             assert len(tuned["grid"]) == 2
@@ -82,11 +83,66 @@ def test_quick_run_reports_every_depth_and_method(tmp_path):
         inits = {raw[m][0]["initial_test_accuracy"] for m in raw}
         assert max(inits) - min(inits) <= 0.002  # one start: the lifted network's weights
         for method, row in by.items():
-            assert 0.2 < row["final_test_accuracy"] <= 1  # above chance after one epoch
             assert f"| {depth} | {method} | {row['final_test_accuracy']:.4f}" in table
+            if method in peer_its:  # full-batch: one accuracy after each iteration
+                assert len(raw[method][0]["test_accuracy"]) == peer_its[method]
+            else:
+                assert 0.2 < row["final_test_accuracy"] <= 1  # above chance after one epoch
         log = raw["fln"][0]["relaxation"]
         assert log and all(len(entry["divergences"]) == int(depth) for entry in log)
         assert all(entry["gap"] >= -1e-6 * (1 + abs(entry["gap"])) for entry in log)
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--methods", "fln,lau", "--activation", "tanh"], "--activation tanh"),
+        (["--peer-iterations", "lau=0"], "--peer-iterations"),
+        (["--peer-iterations", "sgd=3"], "--peer-iterations"),
+    ],
+)
+def test_bad_peer_flags_are_refused_by_name(flags, flag, capsys):
+    with pytest.raises(SystemExit):
+        _load().parse_args(flags)
+    assert flag in capsys.readouterr().err
+
+
+def test_kept_run_is_read_only_with_the_same_settings(tmp_path):
+    bench = _load()
+    args = bench._task(bench.parse_args(["--quick"]), "lau", 2, seed=1)[1]
+    key = bench.run_key("lau", args)
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(dict(key=key, result=dict(test_accuracy=[0.5], seconds=[1.0]))))
+    assert bench._read_kept(path, key)["test_accuracy"] == [0.5]
+    other = bench._task(bench.parse_args(["--quick", "--peer-iterations", "lau=3"]), "lau", 2)
+    assert bench.run_key("lau", other[1]) != key  # another iteration count: another run
+    assert bench._read_kept(path, bench.run_key("lau", other[1])) is None
+    path.write_text("{not json")
+    assert bench._read_kept(path, key) is None
+    assert bench._read_kept(tmp_path / "absent.json", key) is None
+
+
+@pytest.mark.slow
+def test_resume_reads_the_kept_runs_instead_of_running_them(tmp_path):
+    flags = ("--quick", "--depths", "1", "--methods", "fln", "--epochs", "1")
+    _run("mnist_deep", tmp_path, *flags)
+    first = json.loads((tmp_path / "results.json").read_text())
+    command = [sys.executable, str(ROOT / "benchmarks" / "mnist_deep.py"), "--out", str(tmp_path)]
+    run = subprocess.run(
+        [*command, *flags, "--resume"], capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "--resume: 1 of 1 runs read" in run.stdout and "fln, seed 0: started" not in run.stdout
+    again = json.loads((tmp_path / "results.json").read_text())
+    assert again["methods"] == first["methods"]
+    partial_flags = [*flags, "--seeds", "2", "--kept-only"]
+    run = subprocess.run([*command, *partial_flags], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "started" not in run.stdout  # no run: seed 1 is reported as not kept
+    partial = json.loads((tmp_path / "results.json").read_text())["methods"]["1"]["fln"]
+    assert partial["seeds_run"] == 1 and partial["seeds_planned"] == 2
+    assert partial["final_test_accuracy"] == first["methods"]["1"]["fln"]["final_test_accuracy"]
+    assert "(1 of 2 seeds)" in (tmp_path / "results.md").read_text()
 
 
 def _screen():
@@ -227,7 +283,7 @@ def test_per_epoch_means_the_checked_rounds():
 
 
 def test_quick_screen_reports_every_hypothesis(tmp_path):
-    names = ["baseline", "lam_schedule", "alternations_2"]
+    names = ["baseline", "lam_schedule", "alternations_2", "x_carried"]
     flags = ["--quick", "--depth", "2", "--epochs", "2", "--check-every", "2"]
     _run("deep_screen", tmp_path, *flags, "--hypotheses", ",".join(names))
     summary = json.loads((tmp_path / "deep_screen.json").read_text())
@@ -243,3 +299,7 @@ def test_quick_screen_reports_every_hypothesis(tmp_path):
     lam = summary["runs"]["lam_schedule"]["plan"]["lam_per_epoch"]
     assert lam[0] != lam[1] and lam[0][-1] == lam[1][-1]  # the last hidden layer's lam kept
     assert summary["runs"]["alternations_2"]["plan"]["alternations"] == 2
+    carried = summary["runs"]["x_carried"]
+    per_epoch = carried["certificate"]["rounds"] // 2
+    assert carried["carried_x"]["tried"] == per_epoch * 2  # both X-blocks of every epoch-2 batch
+    assert 0 <= carried["carried_x"]["kept"] <= carried["carried_x"]["tried"]

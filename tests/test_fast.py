@@ -871,6 +871,41 @@ def test_span_steps_are_the_parameter_space_steps(monkeypatch, act, w_steps):
     assert np.isnan(leaner.value) == (leaner.status == "max_iter") and not np.isnan(lean.value)
 
 
+def test_capped_span_solve_near_its_optimum_never_raises_its_value():
+    """A W_0 block near its optimum: 300 MNIST images (fewer than X~'s 785 rows: data space,
+    ``fast.span``), float32, V = relu(W0 X~ + 1e-7 noise), so W0 is within rounding of the
+    optimum. Ten capped CG steps drive the data-space image ``s X~`` below its rounding; without
+    the guard the line search steps 1e4 times too far and the block's value rises from 1.1e-11
+    to 3.2e-6 (float64 evaluations of both points), above the certificate's tolerance 1e-6
+    (|F| + 1). The guard puts the rows that rose back at W0."""
+    from fenchel_cvx.certificate import Certificate
+    from fenchel_cvx.datasets import load_mnist5k
+
+    rng = np.random.default_rng(0)
+    X = load_mnist5k().X_train[:, :300]
+    Xt = np.vstack([X, np.ones((1, 300))]).astype(np.float32)
+    W0 = (rng.uniform(-1, 1, (50, 785)) * np.sqrt(6 / 835)).astype(np.float32)
+    V = np.maximum(W0 @ Xt + 1e-7 * rng.standard_normal((50, 300)), 0).astype(np.float32)
+    block = blocks.WHidden(
+        layer=0, Xt=Xt, rho=0.0, gamma=1.0, W0=W0, act=activation("relu"), V=V, lam=0.2
+    )
+    res = FastBackend(w_steps=10, capped_residual=False, capped_value=False).solve(block, start=W0)
+    assert res.info["method"] == "pncg-span" and res.info["reverted_rows"] >= 1
+    before, after = float(block.value(W0)), float(block.value(res.argmin))
+    Certificate(strict=True).check_descent("W_0", before, after, before)  # raised unguarded
+    exact = blocks.WHidden(
+        layer=0,
+        Xt=Xt.astype(float),
+        rho=0.0,
+        gamma=1.0,
+        W0=W0.astype(float),
+        act=activation("relu"),
+        V=V.astype(float),
+        lam=0.2,
+    )
+    assert float(exact.value(res.argmin.astype(float))) <= 1.01 * float(exact.value(W0 * 1.0))
+
+
 @pytest.mark.parametrize("act, w_steps", [("sigmoid", 3)])
 def test_span_restarts_where_the_parameter_space_loop_does(monkeypatch, act, w_steps):
     """Seed 1: PR+ turns uphill early in this solve; both loops restart there (steepest). (Near

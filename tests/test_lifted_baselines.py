@@ -179,6 +179,14 @@ def test_askari_w_step_and_descent(data):
     assert all(b <= a + 1e-9 for a, b in zip(vals, vals[1:]))
 
 
+def test_askari_default_rho_penalises_hidden_and_output_layers_at_any_depth(data):
+    X, Y = data
+    s = METHODS["askari"]()
+    s.start(LiftedNetwork((X.shape[0], 6, 5, 4, Y.shape[0]), "relu", "mse", seed=3), X, Y)
+    assert s.rho_l == [1e-2, 1e-2, 1e-2, 10.0]
+    assert started("askari", data).rho_l == [1e-2, 10.0]  # the paper's pair at depth 1
+
+
 # --- the common entry point -----------------------------------------------------------------------
 def _needs_torch(method):
     """The SGD baseline trains by backprop in PyTorch (the bench extra); the lifted methods not."""

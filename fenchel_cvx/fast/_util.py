@@ -12,14 +12,16 @@
 - ``top_eig``: a power-iteration estimate of ``||A||_2^2``;
 - ``newton_1d``: a batched, bracketed Newton method for the exact line searches;
 - ``select``: a choice between two tuples of arrays on a 0-d condition, without a host read
-  where reads are not cheap.
+  where reads are not cheap;
+- ``keep_descent``: the descent guard of a WHidden solve (eq. (19)) whose line searches saw
+  its image through the data-space identity, row by row, at the true image ``W X~``.
 """
 
 import math
 
 import numpy as np
 
-from ..arrays import cheap_reads, clip
+from ..arrays import cheap_reads, clip, vecdot
 from ..blocks import residual_parts
 
 #: the CG W-loops (``wblocks``, ``span``) form W X~ again from W every this many steps, so that
@@ -241,3 +243,44 @@ def select(xp, cond, a, b):
 
 def sqnorm(xp, A):
     return xp.sum(A * A)
+
+
+def row_values(xp, block, W, U):
+    """The WHidden block's value (eq. (19)) row by row, a p x 1 column: ``lam sum_j
+    B(V_ij, U_ij) + rho |W_i|^2 + gamma |W_i - W0_i|^2`` with ``U = W X~`` at hand
+    (``blocks.WHidden.value`` is their sum)."""
+    val = block.lam * xp.sum(block.act.divergence(block.V, U), axis=1, keepdims=True)
+    if block.rho:
+        val = val + block.rho * xp.reshape(vecdot(W, W), (-1, 1))
+    if block.gamma:
+        D = W - block.W0
+        val = val + block.gamma * xp.reshape(vecdot(D, D), (-1, 1))
+    return val
+
+
+def keep_descent(xp, block, start, U_start, W, U=None):
+    """The descent guard of an inexact WHidden solve from ``start`` (``U_start = start X~``, as
+    the solver held it) to ``W``: every row whose value at ``W`` is above its value at the start
+    (or NaN) takes the start's row (the rows are independent pieces). -> ``(W, U, value,
+    reverted)``: ``U = W X~``, the block's value and the number of rows put back (0-d arrays:
+    no host read). ``U``: ``W X~`` formed by a product where the caller has a cheaper one (the
+    span loop's ``U_start + Z K``, ``K = X~^T X~``); None: ``W @ X~`` here.
+
+    The value at ``W`` is formed from the true image ``W X~`` (a product), as
+    ``blocks.WHidden.value`` forms it, not from the image a data-space loop carried
+    (``span``, ``gram.DataGram.split``): there the direction's image ``s X~ = A / w - (c2 / w)
+    B`` is a difference of two terms of size ``|A| / w``, so its absolute rounding stays at
+    ``eps |A| / w`` while ``s X~`` itself shrinks as CG nears the optimum. Past that the
+    computed curvature ``<d, d X~>`` loses its sign, the exact line search steps 1e4 times too
+    far, and the loop's image drifts from ``W X~`` by that step times the rounding, so the
+    per-row safeguard of the line search, which tests the rise on that same image, passes a
+    row whose value rose (a 10-step W_0 solve of the depth-8 MNIST screen: one row from 3e-9 to
+    8e-6). The start's image is the solver's (the driver's feed-forward product, or its own):
+    it differs from ``start X~`` by rounding only, ``eps |W| |X~|`` an entry, which moves the
+    value by ``|phi(U) - V|`` times that."""
+    U = W @ block.Xt if U is None else U
+    end, begin = row_values(xp, block, W, U), row_values(xp, block, start, U_start)
+    worse = xp.logical_not(end <= begin)  # (a NaN row too)
+    W, U = xp.where(worse, start, W), xp.where(worse, U_start, U)
+    value = xp.sum(xp.where(worse, begin, end))
+    return W, U, value, xp.sum(xp.astype(worse, xp.int64))

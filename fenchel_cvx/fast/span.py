@@ -34,7 +34,11 @@ cost work: rows whose gradient is below ``tol / 2`` are not frozen (the
 parameter-space loop drops them after 8 steps), and the stopping test at ``tol`` forms W and its
 residual only where a bound from data space cannot prove the residual above ``tol``
 (``_util.proves_above``, as ``wblocks._CG._above``). A solve never reports a ``tol`` it did not
-reach: ``converged`` comes from the block's residual at the returned W. An untested solve (a
+reach: ``converged`` comes from the block's residual at the returned W. Nor does it end above
+its start: the image ``s X~`` above is a difference of two terms of size ``|A| / w`` and near
+the optimum loses its relative accuracy (then the line search's own safeguard, which tests
+the rise on it, is blind), so an unconverged solve forms ``W X~`` at its end and puts back the
+start's rows where the value rose (``_util.keep_descent``). An untested solve (a
 capped one that reports no residual, ``solve_pncg``) runs all its steps with no stopping test,
 and reads nothing back to the host where reads are not cheap (``arrays.cheap_reads``).
 """
@@ -42,7 +46,7 @@ and reads nothing back to the host where reads are not cheap (``arrays.cheap_rea
 import math
 
 from ..arrays import cheap_reads, host_if_cheap
-from ._util import RESYNC, kkt, pr_plus, proves_above
+from ._util import RESYNC, keep_descent, kkt, pr_plus, proves_above
 
 
 def applies(xp, block, W, pre, max_iter, newton_start, newton_cap=None):
@@ -123,14 +127,20 @@ def solve_span(
         dU *= beta
         dU -= sigmaK_n
         sigmaK, gs = sigmaK_n, gs_n
-    if not converged:
-        W, res = W0 + Z @ block.Xt.T, math.nan
+    value = None
+    if not converged:  # the descent guard, at the true image (``_util.keep_descent``)
+        # W X~ = U0 + Z K: a product (0.3x the flops of W @ X~), not the direction's identity
+        W, U, value, reverted = keep_descent(xp, block, W0, U0, W0 + Z @ block.Xt.T, U0 + Z @ pre.K)
+        info["reverted_rows"] = host_if_cheap(xp, reverted, int)
+        res = math.nan
         if capped_residual:
             res = kkt(xp, W, block.grad_parts(W))
             converged = res <= tol
     info.update(converged=converged, restarts=host_if_cheap(xp, restarts, int), residual=res)
+    if converged and value is None:
+        value = prob.value(W, U)
     if converged or capped_value:
-        info["value"] = prob.value(W, U)
+        info["value"] = float(value)
     return W, it, info
 
 

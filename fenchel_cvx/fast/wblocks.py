@@ -55,7 +55,7 @@ import math
 from ..arrays import cheap_reads, clip, host_if_cheap, vecdot
 from ..blocks import WHidden, WLast
 from . import fused, span
-from ._util import RESYNC, kkt, newton_1d, pr_plus, proves_above
+from ._util import RESYNC, keep_descent, kkt, newton_1d, pr_plus, proves_above
 from .fused import EAGER
 from .gram import DataGram, ParamGram, inverse_pays
 
@@ -709,6 +709,7 @@ class _CG:
         U = getattr(block, "U", None)  # W X~ at the start, from the caller (bcd's forward pass)
         ok = U is not None and tuple(U.shape) == (W.shape[0], block.Xt.shape[1])
         self.W, self.U = W, U if ok else prob.forward(W)
+        self.start = (W, self.U)  # the descent guard's (``finish``)
         prob.start(W, self.U)
         self.A, R = prob.data_grad(self.U), prob.reg_grad(W)
         self.parts = [None, R]  # the data part: formed when needed
@@ -861,16 +862,31 @@ class _CG:
     def finish(self, converged, r, it, value=True):
         """``(W, iterations, info)``; the residual and, where ``value``, the value from what is
         at hand (exact when converged; otherwise from W X~ updated in place, re-synced every
-        ``resync`` steps)."""
+        ``resync`` steps). An unconverged hidden solve with a data-space preconditioner ends
+        with the descent guard (``_util.keep_descent``: no row above its start), whose value,
+        from the true W X~, is reported."""
+        xp, guarded = self.xp, None
         if not converged:
             self.W_full = self.full()
-        xp = self.xp
+            if self.prob.pre.data_space and isinstance(self.block, WHidden):
+                # the line searches saw W X~ through the data-space identity: the guard at the
+                # true image (``_util.keep_descent``); a reported residual is then the guarded
+                # point's (a tested loop reads it back anyway)
+                self.W_full, _, guarded, reverted = keep_descent(
+                    xp, self.block, *self.start, self.W_full
+                )
+                self.info["reverted_rows"] = host_if_cheap(xp, reverted, int)
+                if not math.isnan(r) and int(reverted):
+                    r = kkt(xp, self.W_full, self.block.grad_parts(self.W_full))
         self.info.update(
             converged=converged,
             newton_rows=host_if_cheap(xp, self.n_newton, int),
             restarts=host_if_cheap(xp, self.n_restart, int),
             residual=r,
         )
-        if value and self.rows is None:  # U = W X~ is at hand for all rows
+        if guarded is not None:
+            if value:
+                self.info["value"] = float(guarded)
+        elif value and self.rows is None:  # U = W X~ is at hand for all rows
             self.info["value"] = self.prob.value(self.W_full, self.U)
         return self.W_full, it, self.info

@@ -19,7 +19,8 @@ regression in closed form,
     W_l <- argmin_W c ||T - W X~_l||^2 + rho_l ||W||^2.
 
 Askari et al. tuned their hyperparameters on a hold-out set and the Fenchel paper reused them
-for its non-batched model: ``lam = 0.1``, ``rho = (1e-2, 10)`` are the defaults. (The original
+for its non-batched model: ``lam = 0.1``, ``rho = (1e-2, 10)`` are the defaults (at any depth,
+``rho = None``: 1e-2 on every hidden layer's weights, 10 on the output layer's). (The original
 X-step is an exact NNLS; ours is exact in the limit of ``x_steps``: the tests check it against
 ``scipy.optimize.nnls``.)
 """
@@ -34,13 +35,17 @@ from .common import LiftedMethod, register, ridge, sqnorm
 @register
 class Askari(LiftedMethod):
     name = "askari"
-    defaults = dict(lam=0.1, rho=(1e-2, 10.0), x_steps=50)
-    constraints = dict(lam=WEIGHT, rho=PerLayer(WEIGHT), x_steps=COUNT)
+    defaults = dict(lam=0.1, rho=None, x_steps=50)
+    constraints = dict(lam=WEIGHT, rho=[PerLayer(WEIGHT), None], x_steps=COUNT)
+    #: ``rho = None``: the hidden layers' and the output layer's weight penalties
+    rho_hidden, rho_output = 1e-2, 10.0
 
     def start(self, net, X, Y):
         self.xp = array_namespace(X)
         self.Y = Y
         rho = self.rho if isinstance(self.rho, (list, tuple)) else [self.rho] * len(net.W)
+        if self.rho is None:
+            rho = [self.rho_hidden] * (len(net.W) - 1) + [self.rho_output]
         if len(rho) != len(net.W):
             raise ValueError(
                 f"rho must be a number or one per layer ({len(net.W)}), got {self.rho!r}"

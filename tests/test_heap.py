@@ -1,0 +1,65 @@
+"""``fenchel_cvx.heap``: with ``keep_freed_memory`` a freed large array stays in the process's
+heap for the next temporary (its pages stay resident); with malloc's defaults it goes back to
+the system at once. Each case runs in a fresh process: the setting is the process's."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CASE = """
+import os, sys
+import numpy as np
+from fenchel_cvx.heap import keep_freed_memory
+kept = keep_freed_memory() if sys.argv[1] == "kept" else False
+assert sys.argv[1] != "kept" or keep_freed_memory() is kept  # once a process, then its answer
+page = os.sysconf("SC_PAGE_SIZE")
+def resident():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * page
+a = np.ones(2**24, np.float32)  # 64 MiB, every page written
+before = resident()
+del a
+print(kept, before - resident())
+"""
+MIB = 2**20
+
+
+def _freed(mode):
+    """(whether the setting took, the bytes the process's resident set fell by on the free)."""
+    out = subprocess.run(
+        [sys.executable, "-c", CASE, mode], capture_output=True, text=True, check=True, timeout=120
+    )
+    kept, fell = out.stdout.split()
+    return kept == "True", int(fell)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux's /proc")
+def test_a_freed_large_array_stays_in_the_heap_only_where_kept():
+    took, fell_kept = _freed("kept")
+    if not took:
+        pytest.skip("this C library has no mallopt (not glibc): keep_freed_memory does nothing")
+    _, fell_system = _freed("system")
+    assert fell_system > 60 * MIB  # malloc's default: the 64 MiB block unmapped at once
+    assert fell_kept < 4 * MIB  # kept: still the process's, for the next temporary
+
+
+@pytest.mark.slow
+def test_heap_benchmark_runs_both_modes_to_the_same_result():
+    """``benchmarks/heap_ab.py`` on the embedded sample: one run with malloc's defaults and one
+    with the kept heap, which train to the same accuracy (the setting changes no arithmetic)."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "heap_ab.py"
+    flags = ["--quick", "--methods", "lau", "--iterations", "2", "--repeats", "1"]
+    out = subprocess.run(
+        [sys.executable, str(script), *flags], capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    accuracy = {
+        line.split(", ")[2].split(":")[0]: line.rsplit("accuracy ", 1)[1]
+        for line in out.stdout.splitlines()
+        if line.startswith("repeat 1, lau, ")
+    }
+    assert set(accuracy) == {"system", "kept"} and accuracy["system"] == accuracy["kept"]
+    assert "with the kept heap" in out.stdout
