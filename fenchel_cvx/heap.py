@@ -9,10 +9,11 @@ of the same operation into an existing one. :func:`keep_freed_memory` raises bot
 (``mallopt``), so a freed block goes back to malloc's free lists and the next temporary of its
 size reuses it, already mapped.
 
-The setting is the process's, not an array's: the CLI's ``train`` and the MNIST benchmarks call
-it; a program of your own calls it once at its start. Where malloc is not glibc's (macOS,
-Windows, musl) it does nothing and says so by returning False. The peak memory is the arrays
-held at once, as before; what changes is that the process keeps its freed heap until it exits.
+The setting is the process's, not an array's: the command line (every command) and the MNIST
+benchmarks call it; a program of your own calls it once at its start. Where malloc is not
+glibc's (macOS, Windows, musl) it does nothing and says so by returning False. The peak memory
+is the arrays held at once, as before; what changes is that the process keeps its freed heap
+until it exits.
 """
 
 import ctypes

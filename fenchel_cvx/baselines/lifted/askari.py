@@ -43,9 +43,10 @@ class Askari(LiftedMethod):
     def start(self, net, X, Y):
         self.xp = array_namespace(X)
         self.Y = Y
-        rho = self.rho if isinstance(self.rho, (list, tuple)) else [self.rho] * len(net.W)
         if self.rho is None:
             rho = [self.rho_hidden] * (len(net.W) - 1) + [self.rho_output]
+        else:
+            rho = self.rho if isinstance(self.rho, (list, tuple)) else [self.rho] * len(net.W)
         if len(rho) != len(net.W):
             raise ValueError(
                 f"rho must be a number or one per layer ({len(net.W)}), got {self.rho!r}"
