@@ -128,9 +128,10 @@ class _Round(CheckedSolves):
         for l in range(self.net.n_hidden, 0, -1):
             U_prev, U = (None, None) if Us is None else (Us[l - 1], Us[l])
             block = x_block(self.net, X0, Y, Xs, l, U_prev=U_prev, U=U)
-            Xs[l - 1], delta, self.pre_activations[l] = self.solve(
-                f"X_{l}", block, Xs[l - 1], F, (Xs, l - 1)
+            Xs[l - 1], delta, self.pre_activations[l], image = self.solve(
+                f"X_{l}", block, Xs[l - 1], F, (Xs, l - 1), self.images.get(l)
             )
+            self.keep(l, image)
             F = None if F is None else F + delta
         return Xs
 
@@ -138,12 +139,14 @@ class _Round(CheckedSolves):
         """The W-blocks W_L, ..., W_0, each from the W_l X~_l the X-sweep kept (W_0 and the
         data as the feed-forward pass saw them; W_l as X_l's solver did); ``Xt0``: the data's
         patches X~_0, if at hand (the feed-forward pass formed U_0 from them)."""
-        net = self.net
+        net, m = self.net, X0.shape[1]
         for l in range(net.n_hidden, -1, -1):
             g, U, Xt = self.gamma[l], self.pre_activations.get(l), Xt0 if l == 0 else None
-            W0 = self.W0[l] if g else None
+            W0, A, known = self.W0[l] if g else None, net.layers[l], self.images.get(l)
             block = w_block(net, X0, Y, Xs, l, gamma=g, W0=W0, U=U, Xt=Xt)
-            net.W[l], delta, _ = self.solve(f"W_{l}", block, net.W[l], F, (net.W, l))
+            known = None if known is None else A.to_rows(known)
+            net.W[l], delta, _, image = self.solve(f"W_{l}", block, net.W[l], F, (net.W, l), known)
+            self.keep(l, None if image is None else A.from_rows(image, m))
             F = None if F is None else F + delta
 
 
@@ -174,11 +177,13 @@ def sweeps(
     r = _Round(backend, net, cert, gamma, W0, check)
     J = F0 = None
     restarted = False
-    if check or not new_x:
-        J = net.network_objective(X0, Y, checked=False)
+    if check or not new_x:  # J from the driver's own pass where it made one (new X)
+        J = net.network_objective(X0, Y, checked=False, known=() if Us is None else Us)
         F0 = J if new_x else net.lifted_objective(X0, Y, Xs, checked=False)
         if F0 > J:  # the restart rule (carried-over X only: new X have F0 == J)
             (Xs, Us), F0, restarted = net.feed_forward(X0), J, True
+    if check and Us is not None:  # the feed-forward point's pre-activations, the driver's
+        r.images = dict(enumerate(Us))
     cert.begin(iteration, full=check, restarted=restarted)
     Xs, halted = list(Xs), None
     F_x = B_x = None
@@ -186,19 +191,19 @@ def sweeps(
     try:
         try:
             r.x_sweep(X0, Y, Xs, None if F0 is None else F0 + r.proximal_term(), Us)
-            if check:
-                B_x = net.divergences(X0, Xs)
+            X = [X0, *Xs]
+            if check:  # the pre-activations at the new X: U_0 the driver's, U_l X_l's check's
+                B_x = net.divergences(X0, Xs, [r.image(l, X[l]) for l in range(net.n_hidden)])
                 F_x = net.lifted_objective(X0, Y, Xs, checked=False, B=B_x)
                 cert.check_lower_bound(F_x, J)
             r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.proximal_term(), Xt0)
-            if check:  # the pre-activations at the new W serve all three figures
-                X = [X0, *Xs]
-                Us_w = [net.pre_activation(l, X[l]) for l in range(net.n_hidden)]
+            if check:  # the pre-activations at the new W (the W-blocks' checks formed them)
+                Us_w = [r.image(l, X[l]) for l in range(net.n_hidden)]
                 cert.check_fenchel_young(net.activations, Xs, Us_w)
                 B_w = net.divergences(X0, Xs, Us_w)
                 after_w = dict(
                     lifted_w=net.lifted_objective(X0, Y, Xs, checked=False, B=B_w),
-                    network_w=net.network_objective(X0, Y, checked=False),
+                    network_w=net.network_objective(X0, Y, checked=False, known=Us_w[:1]),
                     divergence_w=B_w,
                 )
         except Exception:
@@ -232,11 +237,11 @@ def bcd_round(net, state, step, settings):
     record, which ``state`` takes with the round's weights. Returns the record."""
     xp = settings.data.xp
     Xb, Yb = settings.data.batch(step.columns)
-    Us = Xt0 = W_prev = None
+    Us = W_prev = None
     if step.new_w0 and any(settings.momentum):  # the state takes W_prev once the round is done
         W_prev = _extrapolate(net, state.W_prev, settings.momentum, xp)
-    if step.new_x:  # the data's patches serve the feed-forward pass and W_0's block
-        Xt0 = net.layers[0].patches(Xb)
+    Xt0 = settings.data.patches(net.layers[0], Xb)  # the feed-forward pass's and W_0's block's
+    if step.new_x:
         Xs, Us = net.feed_forward(Xb, Xt0)
         state.Xs = list(Xs)
     if step.new_w0:  # the weights themselves (no block writes into its start: each W-block

@@ -3,7 +3,10 @@
 Each block of a round (eqs. (14)-(20)) is solved by the backend and its outcome checked before
 the next block sees it: the argmin must have the block's shape, be finite and lie in the
 block's domain, its KKT residual is recomputed from the point itself (``blocks.kkt_residual``)
-on checked rounds, and its value change feeds the descent check (``certificate.py``). Where
+on checked rounds, and its value change feeds the descent check (``certificate.py``). The check
+forms the argmin's image (``Block.forward``: a W-block's ``W X~``, an X-block's ``A(W, Z)``)
+once, for its value and its residual both, and hands it back: the round reuses it for its own
+figures (``bcd.sweeps``). No image a solver reports enters a check. Where
 reads are not cheap (a GPU) an unchecked round defers the argmin checks to one read at its end
 (:meth:`CheckedSolves.settle`). A record per block goes to the round's history.
 """
@@ -43,11 +46,35 @@ class CheckedSolves:
         # 0-d flag, the records and violations before it)
         self.defer = not check and not cheap_reads(array_namespace(net.W[0]))
         self.pending = []
+        # checked rounds: layer l -> U_l = A_l(W_l, X_l) + b_l at the current W_l and X_l, as
+        # the driver's feed-forward pass or a block's check formed it (never a solver's report):
+        # the round's figures and the next block's check start from it (``image``)
+        self.images = {}
 
-    def solve(self, name, block, current, scale, slot):
+    def image(self, l, Xl):
+        """U_l at the current W_l and X_l = ``Xl``: the kept one, or formed here and kept."""
+        if l not in self.images:
+            self.images[l] = self.net.pre_activation(l, Xl)
+        return self.images[l]
+
+    def keep(self, l, U):
+        """U_l after a block of layer l (None: not formed, so none is kept)."""
+        if U is None:
+            self.images.pop(l, None)
+        else:
+            self.images[l] = U
+
+    def solve(self, name, block, current, scale, slot, image=None):
         """Solve ``block`` from ``current`` (``slot[0][slot[1]]``, where the caller puts the
-        result): ``(argmin, value change or 0, A(W, X) + b or None)``."""
-        before = float(block.value(current)) if self.check else None
+        result): ``(argmin, value change or 0, the solver's A(W, X) + b or None, the argmin's
+        image)``. ``image``: ``block.forward(current)`` as the caller formed it itself, if at
+        hand (checked rounds: the value before). The returned image is the check's own
+        ``block.forward(argmin)`` on checked rounds, else None (and where the solver failed)."""
+        if self.check:
+            image = block.forward(current) if image is None else image
+            before = float(block.value_with_forward(current, image))
+        else:
+            before = image = None
         t0 = time.perf_counter()
         try:
             res = self.backend.solve(block, start=current)
@@ -70,14 +97,15 @@ class CheckedSolves:
                     converged=False,
                 )
             )
-            return current, 0.0, None
+            return current, 0.0, None, None  # (an image handed in may be a solver's hint too)
         wall = time.perf_counter() - t0
         Z = res.argmin
         # the certificate trusts no report: the argmin must be usable (every round), and on every
         # checked round (check_every) its KKT residual is recomputed here from the point itself;
         # the rounds between check the point and the status only, and their records say so
         usable = self._argmin_check(name, block, Z, current, slot)
-        residual = kkt_residual(block, Z) if usable and self.check else None
+        image_Z = block.forward(Z) if usable and self.check else None
+        residual = kkt_residual(block, Z, image_Z) if image_Z is not None else None
         record = dict(
             block=name,
             kind=block.kind,
@@ -98,11 +126,11 @@ class CheckedSolves:
         self.cert.check_block(name, res, residual, capped=capped(self.backend, block, res))
         after = float(res.value)  # the backend's value; the descent check recomputes it
         if self.check:
-            after = float(block.value(Z))
+            after = float(block.value_with_forward(Z, image_Z))
             self.cert.check_descent(name, before, after, scale)
         record["value_after"] = after
         self.blocks.append(record)
-        return Z, (after - before) if self.check else 0.0, res.U
+        return Z, (after - before) if self.check else 0.0, res.U, image_Z
 
     def _argmin_check(self, name, block, Z, current, slot):
         """The certificate's argmin check (finite, in the block's domain), read at once, or

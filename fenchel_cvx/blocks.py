@@ -53,7 +53,7 @@ def _sq(xp, A):
     return xp.sum(A * A)
 
 
-def kkt_residual(block: Block, Z: Array) -> float:
+def kkt_residual(block: Block, Z: Array, U: Array | None = None) -> float:
     """Scaled natural residual  ||Z - P(Z - g)||_inf / (1 + max_i ||g_i||_inf)  at Z.
 
     ``g = sum_i g_i`` is the block's gradient split into its terms (``grad_parts``), ``P`` the
@@ -61,19 +61,22 @@ def kkt_residual(block: Block, Z: Array) -> float:
     a gradient term is infinite. The scale makes it relative to the terms' size when they are
     large; when they are small (a warm-started W-block, |g_i| ~ 1e-4) it is nearly absolute,
     so a tol of 1e-6 is then stricter than 1e-6 relative accuracy of the block's value.
+    ``U``: the block's image ``block.forward(Z)``, where the caller formed it already.
     """
     xp = array_namespace(Z)
-    R, scale = natural_residual(block, Z)
+    R, scale = natural_residual(block, Z, U)
     r = float(xp.max(R))
     if not (math.isfinite(r) and math.isfinite(scale)):
         return math.inf  # e.g. sigmoid at a range end: phi^{-1}(0) = -inf, certainly not optimal
     return r / (1.0 + scale)
 
 
-def natural_residual(block: Block, Z: Array) -> tuple[Array, float]:
+def natural_residual(block: Block, Z: Array, U: Array | None = None) -> tuple[Array, float]:
     """``(|Z - P(Z - g)|, max_i ||g_i||_inf)``: the elementwise residual and the scale of
-    ``kkt_residual``, for callers that need it per piece (column or row)."""
-    return residual_parts(array_namespace(Z), Z, block.grad_parts(Z), block.project)
+    ``kkt_residual``, for callers that need it per piece (column or row); ``U``: the image
+    ``block.forward(Z)`` if at hand."""
+    parts = block.grad_parts(Z) if U is None else block.grad_parts_with_forward(Z, U)
+    return residual_parts(array_namespace(Z), Z, parts, block.project)
 
 
 def residual_parts(xp, Z, parts, project=None):
@@ -107,13 +110,28 @@ class Block:
         """The block of the pieces ``index`` (along ``piece_axis``) alone."""
         raise NotImplementedError
 
+    def forward(self, Z: Array) -> Array:
+        """The block's image of ``Z``: the one product its value depends on besides Z itself
+        (an X-block's ``A(W, Z)``, a W-block's ``Z X~``)."""
+        raise NotImplementedError
+
+    def value_with_forward(self, Z: Array, U: Array) -> Array:
+        """The value at Z from its image ``U = forward(Z)`` at hand (a solver that holds it, or
+        a check that formed it once for the value and the residual): :meth:`value` without
+        forming ``U`` again."""
+        raise NotImplementedError
+
+    def grad_parts_with_forward(self, Z: Array, U: Array) -> list[Array]:
+        """:meth:`grad_parts` from the image ``U = forward(Z)`` at hand."""
+        raise NotImplementedError
+
     def value(self, Z: Array) -> Array:
         """The block's objective at ``Z`` (a 0-d array of Z's namespace)."""
-        raise NotImplementedError
+        return self.value_with_forward(Z, self.forward(Z))
 
     def grad_parts(self, Z: Array) -> list[Array]:
         """The gradient at ``Z`` split into its terms (``grad`` is their sum)."""
-        raise NotImplementedError
+        return self.grad_parts_with_forward(Z, self.forward(Z))
 
     def grad(self, Z: Array) -> Array:
         parts = self.grad_parts(Z)
@@ -154,11 +172,6 @@ class XBlock(Block):
         """``A(W, .)^T G``."""
         return self.map.adjoint_x(self.W, G)
 
-    def value_with_forward(self, Z: Array, U: Array) -> Array:
-        """The value at Z from its forward image ``U = A(W, Z)`` at hand (a solver that holds
-        it): :meth:`value` without forming ``U`` again."""
-        raise NotImplementedError
-
     def value_at(self, Z: Array, U: Array) -> Array:
         """Deprecated name of :meth:`value_with_forward`."""
         warnings.warn(
@@ -180,9 +193,6 @@ class XBlock(Block):
     def grad_in(self, Z: Array) -> Array:
         """The gradient of ``lam_in B_in(Z, U_prev)`` in Z, one of ``grad_parts``."""
         return self.lam_in * self.act_in.grad_v(Z, self.U_prev)
-
-    def value(self, Z: Array) -> Array:
-        return self.value_with_forward(Z, self.forward(Z))
 
 
 @dataclass
@@ -207,9 +217,8 @@ class XHidden(XBlock):
             self.act_out.divergence(self.V_next, U)
         )
 
-    def grad_parts(self, Z: Array) -> list[Array]:
-        G_out = self.act_out.grad_u(self.V_next, self.forward(Z))
-        return [self.grad_in(Z), self.lam_out * self.adjoint(G_out)]
+    def grad_parts_with_forward(self, Z: Array, U: Array) -> list[Array]:
+        return [self.grad_in(Z), self.lam_out * self.adjoint(self.act_out.grad_u(self.V_next, U))]
 
     @property
     def activations(self) -> tuple[Activation, ...]:
@@ -240,8 +249,8 @@ class XLast(XBlock):
             self.act_in.divergence(Z, self.U_prev)
         )
 
-    def grad_parts(self, Z: Array) -> list[Array]:
-        return [self.adjoint(self.loss.grad(self.Y, self.forward(Z))), self.grad_in(Z)]
+    def grad_parts_with_forward(self, Z: Array, U: Array) -> list[Array]:
+        return [self.adjoint(self.loss.grad(self.Y, U)), self.grad_in(Z)]
 
     @property
     def activations(self) -> tuple[Activation, ...]:
@@ -263,6 +272,10 @@ class WBlock(Block):
     W0: Array = None  # the proximal centre (batched model); None when gamma = 0
     U: Array | None = None  # W X~ at the weights the solve starts from, when the caller has it
     # (the driver's feed-forward pass; a solver may use it, or ignore it)
+
+    def forward(self, W: Array) -> Array:
+        """``W X~``, the rows of the layer's pre-activation."""
+        return W @ self.Xt
 
     def _W0_rows(self, index: Array) -> Array | None:
         return None if self.W0 is None else self.W0[index]
@@ -287,12 +300,12 @@ class WHidden(WBlock):
     kind = "w_hidden"
     piece_axis = 0
 
-    def value(self, W: Array) -> Array:
+    def value_with_forward(self, W: Array, U: Array) -> Array:
         xp = array_namespace(W)
-        return self.lam * xp.sum(self.act.divergence(self.V, W @ self.Xt)) + self._reg_value(W)
+        return self.lam * xp.sum(self.act.divergence(self.V, U)) + self._reg_value(W)
 
-    def grad_parts(self, W: Array) -> list[Array]:
-        return [self.lam * (self.act.grad_u(self.V, W @ self.Xt) @ self.Xt.T), self._reg_grad(W)]
+    def grad_parts_with_forward(self, W: Array, U: Array) -> list[Array]:
+        return [self.lam * (self.act.grad_u(self.V, U) @ self.Xt.T), self._reg_grad(W)]
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -314,11 +327,11 @@ class WLast(WBlock):
     Y: Array = None
     kind = "w_last"
 
-    def value(self, W: Array) -> Array:
-        return self.loss.value(self.Y, W @ self.Xt) + self._reg_value(W)
+    def value_with_forward(self, W: Array, U: Array) -> Array:
+        return self.loss.value(self.Y, U) + self._reg_value(W)
 
-    def grad_parts(self, W: Array) -> list[Array]:
-        return [self.loss.grad(self.Y, W @ self.Xt) @ self.Xt.T, self._reg_grad(W)]
+    def grad_parts_with_forward(self, W: Array, U: Array) -> list[Array]:
+        return [self.loss.grad(self.Y, U) @ self.Xt.T, self._reg_grad(W)]
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -311,21 +311,25 @@ class LiftedNetwork:
         self,
         X0: Array,
         Xt0: Array | None = None,
+        known: Sequence[Array] = (),
     ) -> tuple[list[Array], list[Array]]:
         """Feed-forward pass keeping the pre-activations: ``(Xs, Us)``, ``Us = [U_0, ..., U_L]``
         (``U_L = Yhat``); the BCD driver hands ``U_{l-1}`` to the X-block of ``X_l``. ``Xt0``:
         X0's patches ``layers[0].patches(X0)`` if at hand (W_0's block needs them too), from
-        which U_0 = W_0 X~_0."""
+        which U_0 = W_0 X~_0. ``known``: the pass's first pre-activations ``[U_0, ...]`` at
+        these weights, where the caller formed them already (the checks of a round)."""
         Xs, Us, Xl = [], [], X0
-        for l, act in enumerate(self.activations):
-            Us.append(
-                self.pre_activation(l, Xl)
-                if l or Xt0 is None
-                else self.layers[0].from_rows(self.W[0] @ Xt0, X0.shape[1])
-            )
-            Xl = act.phi(Us[-1])
-            Xs.append(Xl)
-        Us.append(self.pre_activation(self.n_hidden, Xl))
+        for l in range(self.n_hidden + 1):
+            if l < len(known):
+                U = known[l]
+            elif l == 0 and Xt0 is not None:
+                U = self.layers[0].from_rows(self.W[0] @ Xt0, X0.shape[1])
+            else:
+                U = self.pre_activation(l, Xl)
+            Us.append(U)
+            if l < self.n_hidden:
+                Xl = self.activations[l].phi(U)
+                Xs.append(Xl)
         return Xs, Us
 
     def predict(self, X0: Array) -> Array:
@@ -354,12 +358,16 @@ class LiftedNetwork:
             for l, (act, U) in enumerate(zip(self.activations, Us))
         ]
 
-    def network_objective(self, X0: Array, Y: Array, *, checked: bool = True) -> float:
+    def network_objective(
+        self, X0: Array, Y: Array, *, checked: bool = True, known: Sequence[Array] = ()
+    ) -> float:
         """J(W) = L(Y, Yhat^ff) + sum_l rho_l ||W_l||_F^2. ``checked=False``: X0 and Y were
-        checked already (``fit_bcd`` checks its data once per run)."""
+        checked already (``fit_bcd`` checks its data once per run); ``known``: the feed-forward
+        pass's first pre-activations at these weights, where at hand (``feed_forward``)."""
         if checked:
             X0, Y = self.check_inputs(X0, Y)
-        return float(self.loss.value(Y, self.forward(X0)[1])) + self.penalty()
+        Yhat = self.feed_forward(X0, known=known)[1][-1]
+        return float(self.loss.value(Y, Yhat)) + self.penalty()
 
     def lifted_objective(
         self,

@@ -111,6 +111,7 @@ class Batches:
 
     def __init__(self, X0, Y, xp, batched):
         self.X0, self.Y, self.xp, self.batched, self._last = X0, Y, xp, batched, (None, X0, Y)
+        self._patches = (None, None, None)  # (the batch, the layer, its patches)
         # from a column-major copy each batch is one contiguous block per point (MNIST, 784 x
         # 60,000 float32: 0.1 ms a batch instead of 3 ms)
         self.cols = np.asfortranarray(X0) if batched and xp is np else X0
@@ -127,3 +128,12 @@ class Batches:
                 Xb, Yb = self.xp.take(self.X0, j, axis=1), self.xp.take(self.Y, j, axis=1)
             self._last = (columns, Xb, Yb)
         return self._last[1:]
+
+    def patches(self, layer, Xb):
+        """``layer.patches(Xb)`` of the batch ``Xb``, formed once per batch (unbatched: once
+        per run). The feed-forward pass and W_0's block use them, and W_0's Gram cache meets
+        the very array it was formed from again (no comparison of contents)."""
+        if self._patches[0] is not Xb or self._patches[1] is not layer:
+            self._patches = (None, None, None)  # the last batch's patches freed first
+            self._patches = (Xb, layer, layer.patches(Xb))
+        return self._patches[2]

@@ -5,6 +5,7 @@ network and for logistic regression) and the whole test split, so they finish in
 """
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -274,6 +275,106 @@ def test_fresh_rounds_hand_the_feed_forward_products_to_the_blocks(tiny):
         assert seen_x[2 * k : 2 * k + 2] == [(2, fresh), (1, fresh)]
     for W, Wr in zip(res.net.W, ref.net.W):  # a hint changes no result (here: no rounding)
         np.testing.assert_array_equal(W, Wr)
+
+
+def _round_figures(history):
+    """Each round's checked figures and its blocks' values and residuals, as one list."""
+    keys = ("network_x", "lifted_x", "lifted_w", "network_w", "divergence_x", "divergence_w")
+    out = []
+    for rec in history:
+        for k in keys:
+            out.extend(rec[k] if isinstance(rec[k], list) else [rec[k]])
+        for b in rec["blocks"]:
+            out.extend(b[k] for k in ("value_before", "value_after", "residual"))
+    return np.array([math.nan if v is None else v for v in out], float)
+
+
+def test_checked_rounds_reuse_their_products_to_the_same_figures(tiny, monkeypatch):
+    """A checked round forms each pre-activation once (the driver's feed-forward pass, then each
+    block's check of its argmin) and every figure and check reuses it: J, F before and after
+    the W-sweep, the divergences, each block's value before and after and its KKT residual
+    equal, to rounding, those of a round that forms each of them afresh; the iterates are
+    the same. Two hidden layers, new and carried-over X (``alternations=2``)."""
+    from fenchel_cvx.block_checks import CheckedSolves
+
+    def run():
+        net = LiftedNetwork([4, 6, 5, 3], "relu", "mse", lam=1.0, rho=0.1, seed=2)
+        X, Y = tiny
+        return fit_bcd(net, X, Y, batch_size=12, epochs=2, alternations=2, gamma=0.5)
+
+    with monkeypatch.context() as m:  # every product formed afresh where it is needed
+        solve, feed_forward = CheckedSolves.solve, LiftedNetwork.feed_forward
+        m.setattr(CheckedSolves, "solve", lambda self, *a: solve(self, *a[:5]))
+        m.setattr(CheckedSolves, "keep", lambda self, l, U: self.images.clear())
+        m.setattr(CheckedSolves, "image", lambda self, l, Xl: self.net.pre_activation(l, Xl))
+        m.setattr(
+            LiftedNetwork,
+            "feed_forward",
+            lambda self, X0, Xt0=None, known=(): feed_forward(self, X0, Xt0),
+        )
+        afresh = run()
+    reused = run()
+    assert all(rec["checked"] for rec in reused.history) and len(reused.history) == 12
+    assert any(rec["network_x"] is not None for rec in reused.history)
+    figures, expected = _round_figures(reused.history), _round_figures(afresh.history)
+    assert figures.size == expected.size > 12 * 6
+    np.testing.assert_allclose(figures, expected, rtol=1e-10, atol=1e-12)
+    for W, Wr in zip(reused.net.W, afresh.net.W):
+        np.testing.assert_array_equal(W, Wr)
+
+
+def test_a_checked_round_forms_two_products_of_w0s_size(random_data):
+    """Figure 1's setting (one batch of all the data, capped blocks, no proximal term): a
+    checked round costs an unchecked one's products plus, at W_0's size (p x n x m), the
+    check's image of W_0's argmin and its gradient's product with X~_0, and a few of the
+    output layer's size; the network objective, the divergences and every value before a
+    block reuse the driver's feed-forward pass or an earlier check's image."""
+    import array_api_strict as xps
+
+    from fenchel_cvx.fast import FastBackend
+    from fenchel_cvx.fast.reads import ProductFlops
+
+    n, p, q, m = 40, 30, 10, 600
+    X, Y = random_data(n=n, k=q, m=m, seed=3)
+    net = LiftedNetwork([n, p, q], "relu", "mse", lam=0.1, rho=1.0, seed=0)
+    backend = FastBackend(w_steps=2, x_steps=3, capped_residual=False, capped_value=False)
+    totals = []
+
+    with ProductFlops() as flops:
+        fit_bcd(
+            net,
+            xps.asarray(X),
+            xps.asarray(Y),
+            batch_size=m,
+            epochs=4,
+            gamma=0.0,
+            check_every=2,
+            backend=backend,
+            eval_every=None,
+            callback=lambda net_, rec: totals.append((rec["checked"], flops.total)),
+        )
+    per_round = [(c, t - t0) for (c, t), (_, t0) in zip(totals[1:], totals)]
+    (checked, c2), (unchecked, c3) = per_round[0], per_round[1]
+    assert checked and not unchecked
+    w0_size, out_size = 2 * p * (n + 1) * m, 2 * q * (p + 1) * m
+    assert c2 - c3 <= 2 * w0_size + 8 * out_size, (c2 - c3) / w0_size
+
+
+@pytest.mark.parametrize(
+    "schedule, batches",
+    [(dict(iterations=4), 1), (dict(batch_size=15, epochs=1, alternations=2), 2)],
+)
+def test_the_first_layers_patches_are_formed_once_per_batch(tiny, schedule, batches):
+    """X~_0 = [X0; 1] serves the feed-forward pass and W_0's block of every round on its batch:
+    formed once per batch (Algorithm 1: once per run), not once per round."""
+    X, Y = tiny
+    net = LiftedNetwork([4, 6, 3], "relu", "mse", lam=1.0, rho=0.1, seed=2)
+    layer, seen = net.layers[0], []
+    patches = layer.patches
+    layer.patches = lambda X0: seen.append(X0) or patches(X0)
+    res = fit_bcd(net, X, Y, backend="fast", **schedule)
+    assert len(res.history) == 4
+    assert len(seen) == batches
 
 
 def test_backend_registry():
