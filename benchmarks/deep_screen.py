@@ -152,6 +152,10 @@ HYPOTHESES = {
     "lam_to_output": lam_to_output,
     "lam_gamma_to_output": lam_gamma_to_output,
     "lam_gamma_to_output_4": lambda depth: lam_gamma_to_output(depth, 4.0),
+    "lam_gamma_to_output_8": lambda depth: lam_gamma_to_output(depth, 8.0),
+    "lam_gamma_4_alternations_2": lambda depth: dataclasses.replace(
+        lam_gamma_to_output(depth, 4.0), alternations=2
+    ),
     "lam_gamma_orthogonal": lambda depth: dataclasses.replace(
         lam_gamma_to_output(depth), init="orthogonal"
     ),

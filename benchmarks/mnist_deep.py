@@ -49,7 +49,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -466,10 +466,13 @@ RUN_KEY = (
 
 
 def run_key(method, args):
-    """The text that names a run (``RUN_KEY``), the same in every process."""
+    """The text that names a run (``RUN_KEY``; FLN's also its setting, ``dense_plan``, so that
+    a changed default is a new run), the same in every process."""
     fields = {k: getattr(args, k, None) for k in RUN_KEY}
     if method not in PEERS:
         fields.pop("peer_iterations")
+    if method == "fln":
+        fields["setting"] = asdict(dense_plan(args.depth).setting)
     return json.dumps(dict(method=method, **fields), sort_keys=True, default=str)
 
 

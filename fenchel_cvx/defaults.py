@@ -102,16 +102,24 @@ class Dense:
     lam, rho = 0.2, 0.0
     gamma, momentum, w_steps = (1.0, 30.0), (0.7, 0.0), (10, 1)
     x_steps = 20
-    #: lam and gamma grow by ``ratio`` a hidden layer toward the output in networks of at least
-    #: ``deep`` hidden layers (equal below: ``for_layers``)
-    ratio, deep = 2.0, 4
+    #: lam and gamma grow by a ratio a hidden layer toward the output: (depth, ratio) pairs,
+    #: each ratio from that many hidden layers on; equal values below the first (``for_layers``)
+    ratios = ((4, 2.0), (16, 4.0))
+
+    def ratio_of(self, n_hidden):
+        """The ratio of a network of ``n_hidden`` hidden layers (``ratios``; 1 below them all)."""
+        ratio = 1.0
+        for depth, r in self.ratios:
+            if n_hidden >= depth:
+                ratio = r
+        return ratio
 
     def for_layers(self, n_hidden, ratio=None):
         """The setting of ``n_hidden`` (L) hidden layers: hidden layer l (0, ..., L - 1) takes
         ``lam`` and the hidden layers' ``gamma`` times ``ratio^(l - (L - 1))``, the other values
-        of the pairs as they are; ``ratio`` None: the class's ``ratio`` from ``deep`` hidden
-        layers on, 1 below. The last hidden layer takes the MNIST MLP's values, so one hidden
-        layer is its tuned setting whatever the ratio.
+        of the pairs as they are; ``ratio`` None: ``ratio_of(n_hidden)``. The last hidden layer
+        takes the MNIST MLP's values, so one hidden layer is its tuned setting whatever the
+        ratio.
 
         X_l's block weighs the divergence B_l above it against B_{l-1} by lam_l / lam_{l-1} =
         ``ratio``: with equal lam (``ratio=1``: every hidden layer repeats the first one's
@@ -120,10 +128,12 @@ class Dense:
         lam_l, so each W-block (Hessian lam_l X~_l X~_l^T + gamma_l I) steps as far as in the
         MLP. Depth 8, width 300, ReLU, batch 500, validation accuracy after 3 epochs (50,000
         training images; docs/deep.md): ratio 2 0.9229, ratio 4 0.9240, ratio 1 0.9052 (lam
-        alone x2 a layer, gamma equal: 0.8597); Adam 0.9688. Depth 4: ratio 2 0.9617, ratio 1
-        0.9614; depth 2: 0.9689 and 0.9705, so shallower networks keep equal values."""
+        alone x2 a layer, gamma equal: 0.8597); Adam 0.9688. Depth 16: ratio 4 0.8028, ratio 2
+        and 8 far below (the best ratio grows with depth). Depth 4: ratio 2 0.9617, ratio 1
+        0.9614, ratio 4 0.9470; depth 2: 0.9689 and 0.9705, so shallower networks keep equal
+        values."""
         if ratio is None:
-            ratio = self.ratio if n_hidden >= self.deep else 1.0
+            ratio = self.ratio_of(n_hidden)
 
         def pair(values):
             return (values[0],) * n_hidden + (values[1],)

@@ -122,6 +122,18 @@ def test_kept_run_is_read_only_with_the_same_settings(tmp_path):
     assert bench._read_kept(tmp_path / "absent.json", key) is None
 
 
+def test_a_kept_fln_run_names_its_setting(monkeypatch):
+    """FLN's key holds the dense setting it trains with: a changed default is another run."""
+    from fenchel_cvx import defaults
+
+    bench = _load()
+    args = bench._task(bench.parse_args(["--quick"]), "fln", 8, seed=0)[1]
+    key = bench.run_key("fln", args)
+    assert '"setting"' in key and '"setting"' not in bench.run_key("adam", args)
+    monkeypatch.setattr(defaults.Dense, "ratios", ((4, 3.0),))
+    assert bench.run_key("fln", args) != key
+
+
 @pytest.mark.slow
 def test_resume_reads_the_kept_runs_instead_of_running_them(tmp_path):
     flags = ("--quick", "--depths", "1", "--methods", "fln", "--epochs", "1")
@@ -178,11 +190,14 @@ def test_dense_setting_has_one_value_per_layer(depth):
 
 @pytest.mark.parametrize("depth", [1, 2, 3, 4, 8, 16])
 def test_dense_setting_scales_from_deep_networks_on(depth):
-    """The package's rule: equal hidden layers below ``Dense.deep`` hidden layers (the depths
-    where the screen found no gain), the ratio from there on."""
+    """The package's rule: equal hidden layers below 4 hidden layers (the depths where the
+    screen found no gain), x2 a layer from 4 on and x4 from 16 (the best ratio of the
+    depth-16 screen)."""
     d = defaults.Dense
     lam = np.array(defaults.training("dense", depth, batched=True).lam)
-    assert np.allclose(lam[1:] / lam[:-1], d.ratio if depth >= d.deep else 1.0)
+    ratio = {1: 1.0, 2: 1.0, 3: 1.0, 4: 2.0, 8: 2.0, 16: 4.0}[depth]
+    assert d().ratio_of(depth) == ratio
+    assert np.allclose(lam[1:] / lam[:-1], ratio)
     assert lam[-1] == d.lam
 
 
