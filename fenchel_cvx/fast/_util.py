@@ -278,7 +278,7 @@ def keep_descent(xp, block, start, U_start, W, U=None):
     8e-6). The start's image is the solver's (the driver's feed-forward product, or its own):
     it differs from ``start X~`` by rounding only, ``eps |W| |X~|`` an entry, which moves the
     value by ``|phi(U) - V|`` times that."""
-    U = W @ block.Xt if U is None else U
+    U = block.forward(W) if U is None else U
     end, begin = row_values(xp, block, W, U), row_values(xp, block, start, U_start)
     worse = xp.logical_not(end <= begin)  # (a NaN row too)
     W, U = xp.where(worse, start, W), xp.where(worse, U_start, U)

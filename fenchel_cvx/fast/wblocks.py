@@ -83,7 +83,7 @@ class _Problem:
             self.U0 = U if at_centre else self.forward(self.W0)
 
     def forward(self, W):
-        return W @ self.Xt
+        return self.block.forward(W)
 
     def gradient(self, W, U):
         """``(parts, A)``: the gradient's terms ``[coef A X~^T, R]`` and ``A`` (dL/dU / coef)."""
