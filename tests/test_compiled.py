@@ -89,10 +89,10 @@ def test_each_chain_equals_its_eager_form(compiled, name, dtype):
 @pytest.mark.parametrize("name", sorted(n for n, c in ACTIVATIONS.items() if c.x_prox is not None))
 def test_fista_step_equals_its_eager_form(compiled, name, dtype):
     act, rng = _act(name), np.random.default_rng(1)
-    Gy, y, z, tauU = (rng.standard_normal((20, 30)).astype(dtype) for _ in range(4))
-    for zz in (None, z):  # the first step (z is y) and a later one
-        got = compiled(fused.fista_step)(act.x_prox, act, Gy, 0.3, y, tauU, 0.5, None, zz)
-        want = fused.fista_step(act.x_prox, act, Gy, 0.3, y, tauU, 0.5, None, zz)
+    Gy, z, z_prev, tauU = (rng.standard_normal((20, 30)).astype(dtype) for _ in range(4))
+    for zp, beta in ((None, 0.0), (z_prev, 0.4)):  # the first step (y is z) and a later one
+        args = (act.x_prox, act, Gy, 0.3, z, tauU, 0.5, None, zp, beta)
+        got, want = compiled(fused.fista_step)(*args), fused.fista_step(*args)
         assert got[1] is None and want[1] is None  # a closed-form prox keeps no state
         for g, w in zip(got[:1] + got[2:], want[:1] + want[2:]):
             assert _rel(g, w) <= RTOL[dtype]

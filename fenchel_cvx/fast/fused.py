@@ -33,7 +33,8 @@ The chains (the paper's Sec. 4.5 blocks, as ``fast.wblocks`` and ``fast.xblocks`
 
 - ``row_derivs``, ``row_curv``, ``row_change``: a WHidden row's divergence term
   ``lam sum_j B(v_j, u_j)`` along a direction: its first and second derivatives and its change;
-- ``fista_step``: the X-blocks' proximal-gradient step and the figures that FISTA's tests need;
+- ``fista_step``: the X-blocks' proximal-gradient step from FISTA's extrapolated point and the
+  figures that FISTA's tests need;
 - ``scaled_grad_u``: the gradient ``lam (phi(U) - V)`` of a hidden X-block's smooth term.
 """
 
@@ -105,22 +106,35 @@ def row_change(act, lam, V, U, dU, t):
     )
 
 
-def fista_step(prox, act, Gy, inv_L, y, tauU, tau, state=None, z=None, momentum=True):
-    """One proximal-gradient step of an X-block from ``y``: ``(zn, state, max D, min D, D . dz)``
-    with ``zn = prox(y - Gy / L + tau U_prev)`` (``tauU = tau U_prev``), ``D = zn - y`` and
-    ``dz = zn - z`` (``z`` None: z is y, and dz is D); D and dz are not kept (a pass each less
-    to write). ``D . dz`` (0 where no next step takes ``momentum``) decides FISTA's restart;
-    max D and min D its stopping proxy. ``prox(xp, act, r, tau, state) -> (z, state)`` may
-    scale its fresh argument ``r`` in place (``fast.xblocks``)."""
-    xp = array_namespace(y)
+def fista_step(
+    prox, act, Gy, inv_L, z, tauU, tau, state=None, z_prev=None, beta=0.0, momentum=True
+):
+    """One proximal-gradient step of an X-block from FISTA's point ``y = z + beta (z - z_prev)``
+    (``z_prev`` None: y is z), formed here, inside the chain: ``(zn, state, max D, min D,
+    D . dz)`` with ``zn = prox(y - Gy / L + tau U_prev)`` (``tauU = tau U_prev``), ``D = zn - y``
+    and ``dz = zn - z``; y, D and dz are not kept (a pass each less to write, and compiled, the
+    extrapolation's passes fuse with the step's). ``D . dz`` (0 where no next step takes
+    ``momentum``) decides FISTA's restart; max D and min D its stopping proxy.
+    ``prox(xp, act, r, tau, state) -> (z, state)`` may scale its fresh argument ``r`` in place
+    (``fast.xblocks``)."""
+    xp = array_namespace(z)
+    y = z if z_prev is None else extrapolated(z, z_prev, beta)
     r = Gy * (-inv_L)
     r += y
     r += tauU
     zn, state = prox(xp, act, r, tau, state)
     D = zn - y
-    dz = D if z is None else zn - z
+    dz = D if z_prev is None else zn - z
     Ddz = _dot(xp, D, dz) if momentum else xp.zeros((), dtype=D.dtype)
     return zn, state, xp.max(D), xp.min(D), Ddz
+
+
+def extrapolated(z, z_prev, beta):
+    """FISTA's momentum point ``z + beta (z - z_prev)``, in a fresh array."""
+    y = z - z_prev
+    y *= beta
+    y += z
+    return y
 
 
 def scaled_grad_u(act, lam, V, U):
