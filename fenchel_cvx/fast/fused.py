@@ -118,7 +118,7 @@ def fista_step(
     ``prox(xp, act, r, tau, state) -> (z, state)`` may scale its fresh argument ``r`` in place
     (``fast.xblocks``)."""
     xp = array_namespace(z)
-    y = z if z_prev is None else extrapolated(z, z_prev, beta)
+    y = extrapolated(z, z_prev, beta)
     r = Gy * (-inv_L)
     r += y
     r += tauU
@@ -130,7 +130,10 @@ def fista_step(
 
 
 def extrapolated(z, z_prev, beta):
-    """FISTA's momentum point ``z + beta (z - z_prev)``, in a fresh array."""
+    """FISTA's momentum point ``z + beta (z - z_prev)``, in a fresh array; z itself where
+    ``z_prev`` is None (no momentum: the first step, or a restart)."""
+    if z_prev is None:
+        return z
     y = z - z_prev
     y *= beta
     y += z

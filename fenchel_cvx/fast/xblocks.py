@@ -260,7 +260,7 @@ def solve_x(
             G = sm.grad_U(Uy)
             Gy = sm.adjoint(G)
         fy_d = None if sm.certified else sm.value(Uy)
-        y = None if sm.certified else _point(z, z_prev, beta)  # the backtracking test's
+        y = None if sm.certified else fused.extrapolated(z, z_prev, beta)  # backtracking's
         for _ in range(MAX_BACKTRACKS):
             tau = lam_in / L
             if tauU[0] is not L:
@@ -296,8 +296,8 @@ def solve_x(
             z, Uz = zn, Uzn
             break
         moves = not isinstance(beta, float) or beta  # on the device: formed, 0 or not
-        Uy = fused.extrapolated(Uzn, Uz, beta) if moves else Uzn
         z_prev, beta = (z, beta) if moves else (None, 0.0)
+        Uy = fused.extrapolated(Uzn, Uz if moves else None, beta)
         z, Uz, theta = zn, Uzn, theta_n
     checks = 0 if tests is None else tests.checks
     info = _info(L, restarts, backtracks, reverted=False, kkt_checks=checks, converged=converged)
@@ -398,12 +398,6 @@ def _descends(sm, act, it, stalled):
     Sigmoid's and tanh's prox is an iterative solve, whose float32 rounding can raise the value
     by more than the evaluation's: their descent guard stays."""
     return sm.certified and act.x_prox is not None and it == 1 and not stalled
-
-
-def _point(z, z_prev, beta):
-    """FISTA's point y (``fused.extrapolated``; z itself where ``z_prev`` is None), formed
-    outside the step only for the backtracking test of an uncertified L."""
-    return z if z_prev is None else fused.extrapolated(z, z_prev, beta)
 
 
 def _momentum(xp, theta, uphill):
