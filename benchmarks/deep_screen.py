@@ -33,7 +33,10 @@ schedule. Every hypothesis changes one thing of the baseline:
   the feed-forward point otherwise, and in the first epoch);
 - ``lam_schedule``: ``lam_to_output``'s profile in epoch 1, ratio sqrt(2) in epoch 2, the dense
   setting's equal lam from epoch 3;
-- ``momentum_0``, ``momentum_0.9``: the hidden layers' momentum 0 but W_0's, or 0.9 on all of them.
+- ``momentum_0``, ``momentum_0.9``: the hidden layers' momentum 0 but W_0's, or 0.9 on all of them;
+- ``rho_1e-3``, ``rho_1e-2``: the ratio-2 setting with a Frobenius penalty rho ||W_l||^2 on every
+  layer (the dense setting has rho 0). By Appendix A, rho_l becomes rho_l lam_{l-1} / lam_l on the
+  scaled weights: for a geometric lam, one rho for all layers stays one rho there.
 
 Every run trains on the first 50,000 training images in ``mnist_mlp.load``'s split and is scored
 on the 10,000 held out (``--validation``; the test set is never read), one run at a time, each in
@@ -105,6 +108,15 @@ def lam_gamma_to_output(depth, ratio=2.0):
     return scaled_plan(depth, ratio)
 
 
+def rho(value):
+    """The ratio-2 setting with ``rho ||W_l||^2`` on every layer (module docstring)."""
+
+    def plan(depth):
+        return _with(lam_gamma_to_output(depth), rho=(value,) * (depth + 1))
+
+    return plan
+
+
 def lam_to_input(depth):
     plan = scaled_plan(depth)
     return _with(plan, lam=_geometric(plan.setting.lam, 0.5))
@@ -168,6 +180,8 @@ HYPOTHESES = {
     "lam_schedule": lam_schedule,
     "momentum_0": momentum(0.0, first=None),
     "momentum_0.9": momentum(0.9, first=0.9),
+    "rho_1e-3": rho(1e-3),
+    "rho_1e-2": rho(1e-2),
 }
 
 

@@ -242,8 +242,8 @@ def table_adam_reference():
     )
 
 
-def table_lifted_short():
-    run = load("lifted_short")
+def table_lifted_rounds():
+    run = load("lifted_rounds")
     rows = [
         [
             NAMES[k],
@@ -266,13 +266,13 @@ TABLES = {
     "lenet5_short": table_lenet5_short,
     "compiled": table_compiled,
     "adam_reference": table_adam_reference,
-    "lifted_short": table_lifted_short,
+    "lifted_rounds": table_lifted_rounds,
 }
 #: the plot of each experiment: the runs it draws, and the lowest accuracy it shows
 PLOTS = {
     "mlp": (["mlp_seeds3"], 0.8),
     "lenet5_short": (["lenet_eager_t1", "adam_lenet_t1"], 0.8),
-    "lifted_short": (["lifted_short"], 0.5),
+    "lifted_rounds": (["lifted_rounds"], 0.5),
 }
 
 

@@ -47,9 +47,10 @@ an unusable argmin the run stops after that round (its record's ``halted``: the 
 
 **Structure.** ``fit_bcd`` checks every argument and the data once (``run_settings.py``), then
 runs the rounds of the ``schedule`` (``schedule.py``): each is :func:`bcd_round`, a function of
-the explicit state, then the observers (``observers.py``: checkpoints, callback, progress bar).
-``resume=DIR`` continues a checkpoint's schedule bit-identically (``checkpoints.py``); Ctrl-C
-writes the last finished round's state, then re-raises. Backends implement ``backends.Backend``.
+the explicit state (its sweeps and checks: ``sweeps.py``), then the observers (``observers.py``:
+checkpoints, callback, progress bar). ``resume=DIR`` continues a checkpoint's schedule
+bit-identically (``checkpoints.py``); Ctrl-C writes the last finished round's state, then
+re-raises. Backends implement ``backends.Backend``.
 
 The driver works in the array library of ``X0`` (NumPy; CuPy or PyTorch tensors on a GPU with
 ``backend="fast"``; ``array_api_strict`` in the tests); ``net.W`` moves there once every argument
@@ -62,17 +63,12 @@ re-checks it (Algorithm 2: ``Xs`` of the last batch, whose columns are ``result.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from array_api_compat import array_namespace
-
 from . import defaults, evaluation
 from .backends import BACKENDS, check_backend, get_backend  # noqa: F401 (importable from bcd)
-from .block_checks import CheckedSolves, Halt
-from .blocks import w_block, x_block
 from .evaluation import evaluate, initial_figures, is_one_hot  # noqa: F401 (importable from bcd)
 from .history import History
 from .network import LiftedNetwork
@@ -80,6 +76,7 @@ from .observers import interrupted
 from .observers import observers as make_observers
 from .run_settings import PARAMETERS, validate_run  # noqa: F401 (importable from bcd)
 from .schedule import BCDState, Step, schedule  # noqa: F401 (importable from bcd)
+from .sweeps import sweeps
 from .threads import limit_for
 
 
@@ -94,141 +91,6 @@ class BCDResult:
     W_prev: Any = None  # momentum: the weights before the last extrapolation (a next run's)
 
 
-# --- one round ------------------------------------------------------------------------------
-class _Round(CheckedSolves):
-    """The X-sweep, the W-sweep and the checks of one round on data (X0, Y) (``check=False``:
-    no objective values, no objective-based checks; block statuses are still checked)."""
-
-    def __init__(self, backend, net, cert, gamma, W0, check=True):
-        super().__init__(backend, net, cert, check)
-        self.gamma, self.W0 = gamma, W0
-        # layer l -> W_l X~_l at the current W_l, X_l, where a pass computed it
-        self.pre_activations = {}
-
-    def proximal_term(self):
-        """The proximal term's value, sum_l gamma_l ||W_l - W0_l||^2 (eq. (13))."""
-        return float(
-            sum(
-                g * array_namespace(W).sum((W - W0) ** 2)
-                for g, W, W0 in zip(self.gamma, self.net.W, self.W0)
-                if g
-            )
-        )
-
-    def x_sweep(self, X0, Y, Xs, F, Us=None):
-        """The X-blocks X_L, ..., X_1; updates the list ``Xs`` in place (kept if a block halts).
-
-        ``Us``: the pre-activations of the feed-forward pass that gave ``Xs`` at the current
-        weights (new X, ``new_x``): X_l's block takes U_{l-1} and, for its start, U_l from it
-        (X_{l-1} is solved after X_l). Kept for the W-blocks (``pre_activations``), whose
-        weights do not change before them: U_0 from ``Us``, and each solver's
-        ``A(W_l, X_l) + b`` at its returned X_l (``BlockResult.U``)."""
-        if Us is not None:
-            self.pre_activations[0] = Us[0]
-        for l in range(self.net.n_hidden, 0, -1):
-            U_prev, U = (None, None) if Us is None else (Us[l - 1], Us[l])
-            block = x_block(self.net, X0, Y, Xs, l, U_prev=U_prev, U=U)
-            Xs[l - 1], delta, self.pre_activations[l], image = self.solve(
-                f"X_{l}", block, Xs[l - 1], F, (Xs, l - 1), self.images.get(l)
-            )
-            self.keep(l, image)
-            F = None if F is None else F + delta
-        return Xs
-
-    def w_sweep(self, X0, Y, Xs, F, Xt0=None):
-        """The W-blocks W_L, ..., W_0, each from the W_l X~_l the X-sweep kept (W_0 and the
-        data as the feed-forward pass saw them; W_l as X_l's solver did); ``Xt0``: the data's
-        patches X~_0, if at hand (the feed-forward pass formed U_0 from them)."""
-        net, m = self.net, X0.shape[1]
-        for l in range(net.n_hidden, -1, -1):
-            g, U, Xt = self.gamma[l], self.pre_activations.get(l), Xt0 if l == 0 else None
-            W0, A, known = self.W0[l] if g else None, net.layers[l], self.images.get(l)
-            block = w_block(net, X0, Y, Xs, l, gamma=g, W0=W0, U=U, Xt=Xt)
-            known = None if known is None else A.to_rows(known)
-            net.W[l], delta, _, image = self.solve(f"W_{l}", block, net.W[l], F, (net.W, l), known)
-            self.keep(l, None if image is None else A.from_rows(image, m))
-            F = None if F is None else F + delta
-
-
-def sweeps(
-    backend,
-    net,
-    cert,
-    X0,
-    Y,
-    Xs,
-    gamma,
-    W0,
-    new_x,
-    *,
-    iteration=None,
-    check=True,
-    Us=None,
-    Xt0=None,
-):
-    """One round's sweeps and checks on (X0, Y) from lifted variables Xs; returns (Xs, record).
-
-    ``new_x``: Xs is the feed-forward point of the current weights (a new batch), whose
-    pre-activations ``Us`` are at hand (``x_sweep``); else the restart rule runs first.
-    ``check=False``: no objective values and no objective-based checks (``fit_bcd``'s
-    ``check_every``). ``cert`` begins the checks of round ``iteration`` here.
-    """
-    t0 = time.perf_counter()
-    r = _Round(backend, net, cert, gamma, W0, check)
-    J = F0 = None
-    restarted = False
-    if check or not new_x:  # J from the driver's own pass where it made one (new X)
-        J = net.network_objective(X0, Y, checked=False, known=() if Us is None else Us)
-        F0 = J if new_x else net.lifted_objective(X0, Y, Xs, checked=False)
-        if F0 > J:  # the restart rule (carried-over X only: new X have F0 == J)
-            (Xs, Us), F0, restarted = net.feed_forward(X0), J, True
-    if check and Us is not None:  # the feed-forward point's pre-activations, the driver's
-        r.images = dict(enumerate(Us))
-    cert.begin(iteration, full=check, restarted=restarted)
-    Xs, halted = list(Xs), None
-    F_x = B_x = None
-    after_w = dict(lifted_w=None, network_w=None, divergence_w=None)
-    try:
-        try:
-            r.x_sweep(X0, Y, Xs, None if F0 is None else F0 + r.proximal_term(), Us)
-            X = [X0, *Xs]
-            if check:  # the pre-activations at the new X: U_0 the driver's, U_l X_l's check's
-                B_x = net.divergences(X0, Xs, [r.image(l, X[l]) for l in range(net.n_hidden)])
-                F_x = net.lifted_objective(X0, Y, Xs, checked=False, B=B_x)
-                cert.check_lower_bound(F_x, J)
-            r.w_sweep(X0, Y, Xs, None if F_x is None else F_x + r.proximal_term(), Xt0)
-            if check:  # the pre-activations at the new W (the W-blocks' checks formed them)
-                Us_w = [r.image(l, X[l]) for l in range(net.n_hidden)]
-                cert.check_fenchel_young(net.activations, Xs, Us_w)
-                B_w = net.divergences(X0, Xs, Us_w)
-                after_w = dict(
-                    lifted_w=net.lifted_objective(X0, Y, Xs, checked=False, B=B_w),
-                    network_w=net.network_objective(X0, Y, checked=False, known=Us_w[:1]),
-                    divergence_w=B_w,
-                )
-        except Exception:
-            r.settle()  # an unusable argmin earlier in the round fails by name instead
-            raise
-        r.settle()
-    except Halt as stop:  # recorded mode: the run ends after this round, its history kept
-        halted = stop.block
-    # the proximal term's value (a read: where reads are not cheap, on checked rounds only)
-    record = dict(
-        m=int(X0.shape[1]),
-        lifted_x=F_x,
-        network_x=J if check else None,
-        **after_w,
-        prox=None if r.defer else r.proximal_term(),
-        divergence_x=B_x,
-        restarted=restarted,
-        checked=check,
-        blocks=r.blocks,
-        halted=halted,
-    )
-    record["seconds"] = time.perf_counter() - t0
-    return Xs, record
-
-
 # --- the rounds: Algorithms 1 and 2 ---------------------------------------------------------
 def bcd_round(net, state, step, settings):
     """The round ``step`` of the schedule from ``state`` (a ``BCDState``), by the checked
@@ -240,15 +102,18 @@ def bcd_round(net, state, step, settings):
     Us = W_prev = None
     if step.new_w0 and any(settings.momentum):  # the state takes W_prev once the round is done
         W_prev = _extrapolate(net, state.W_prev, settings.momentum, xp)
+    check = step.iteration % settings.check_every == 0 or step.last
+    carried = state.carried  # W_0 X~_0 from the round before, where this round may take it
+    if carried is None or W_prev is not None or settings.data.batched or not carried.usable(check):
+        carried = None
     Xt0 = settings.data.patches(net.layers[0], Xb)  # the feed-forward pass's and W_0's block's
     if step.new_x:
-        Xs, Us = net.feed_forward(Xb, Xt0)
+        Xs, Us = net.feed_forward(Xb, Xt0, known=() if carried is None else [carried.U])
         state.Xs = list(Xs)
     if step.new_w0:  # the weights themselves (no block writes into its start: each W-block
         # starts at its centre by identity, which the fast backend sees without a read)
         state.W0 = list(net.W) if any(settings.gamma) else [None] * len(net.W)
-    check = step.iteration % settings.check_every == 0 or step.last
-    Xs, rec = sweeps(
+    Xs, rec, carried = sweeps(
         settings.backend,
         net,
         settings.cert,
@@ -262,6 +127,7 @@ def bcd_round(net, state, step, settings):
         check=check,
         Us=Us,
         Xt0=Xt0,
+        carried=carried,
     )
     rec = dict(
         iteration=step.iteration,
@@ -272,7 +138,7 @@ def bcd_round(net, state, step, settings):
         **settings.evaluate(net, step),
     )
     rec["certificate"] = settings.cert.outcome()
-    state.advance(net, Xs, rec, W_prev)
+    state.advance(net, Xs, rec, W_prev, None if settings.data.batched else carried)
     return rec
 
 

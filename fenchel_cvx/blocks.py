@@ -469,5 +469,6 @@ class BlockResult:
     iterations: int = 0
     converged: bool = True
     info: dict[str, Any] = field(default_factory=dict)  # solver-specific: duality gap, name, ...
-    U: Array | None = None  # an X-block's A(W, argmin) + b where the solver holds it (the
-    # W-block of the same layer starts from it), else None
+    U: Array | None = None  # the argmin's image where the solver holds it, else None: an
+    # X-block's A(W, argmin) + b (the W-block of the same layer starts from it), a W-block's
+    # argmin X~ (rows form; as the solver updated it, exact up to rounding)

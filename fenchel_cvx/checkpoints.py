@@ -2,8 +2,9 @@
 
 A checkpoint (``fit_bcd(checkpoint=DIR)``) is ``DIR/checkpoint.npz``, written atomically by
 ``io.write_npz``: the network's arrays ``W_0 .. W_L``, the run's state (``X_1 .. X_L`` of the
-current batch, the proximal centre ``W0_l`` of eq. (13), and with ``momentum`` the weights
-before the last extrapolation ``W_prev_l``) and ``meta`` (format
+current batch, the proximal centre ``W0_l`` of eq. (13), with ``momentum`` the weights before
+the last extrapolation ``W_prev_l``, and where the next round takes it the first layer's
+pre-activation ``U_0`` with ``meta.carried_steps``, ``carry.py``) and ``meta`` (format
 ``"fenchel_cvx.BCDCheckpoint/1"``): the network's config, the position in the schedule (rounds
 done), the history so far, a digest of the training data and the settings of the run
 (``schedule.BCDState``).
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .carry import RESYNC, Carried
 from .errors import FileFormatError
 from .files import NpzFile
 from .history import History
@@ -44,12 +46,15 @@ def save_checkpoint(directory, net, state, settings: dict) -> Path:
     arrays.update({f"X_{l + 1}": X for l, X in enumerate(state.Xs or [])})
     arrays.update({f"W0_{l}": W for l, W in enumerate(state.W0 or []) if W is not None})
     arrays.update({f"W_prev_{l}": W for l, W in enumerate(state.W_prev or [])})
+    if state.carried is not None:
+        arrays["U_0"] = state.carried.U
     meta = dict(
         format=CHECKPOINT_FORMAT,
         version=__version__,
         config=network_config(net),
         iteration=state.iteration,
         has_Xs=state.Xs is not None,
+        carried_steps=None if state.carried is None else state.carried.steps,
         history=state.history.to_dict(),
         settings=settings,
     )
@@ -67,24 +72,27 @@ def load_checkpoint(path) -> tuple[dict, dict]:
         meta = f.meta(CHECKPOINT_FORMAT)
         _check_checkpoint_meta(f.path, meta)
         net = network_from_config(meta["config"], LiftedNetwork, f.path, "meta.config")
-        names = _checkpoint_arrays(f, net, meta["has_Xs"])
+        names = _checkpoint_arrays(f, net, meta["has_Xs"], meta.get("carried_steps"))
         f.require(names | {"meta"})
         arrays = {}
         for name in sorted(names):
             prefix, _, l = name.rpartition("_")
-            if prefix == "X":  # X_l: the layer's size by the current batch's columns
-                arrays[name] = f.array(name, (net.layer_sizes[int(l)], None), net.W[0].dtype)
+            if prefix in ("X", "U"):  # X_l, U_0: a layer's size by the batch's columns
+                size = net.layer_sizes[int(l) + (prefix == "U")]
+                arrays[name] = f.array(name, (size, None), net.W[0].dtype)
             else:
                 arrays[name] = f.array(name, net.W[int(l)].shape, net.W[0].dtype)
     return arrays, meta
 
 
-def _checkpoint_arrays(f, net, has_Xs) -> set:
+def _checkpoint_arrays(f, net, has_Xs, carried_steps) -> set:
     """The arrays a checkpoint of ``net`` holds: ``W_l``; ``X_1 .. X_L`` where it says it has
-    them; ``W0_l`` and ``W_prev_l`` of the layers (all or none) the file has them for."""
+    them, ``U_0`` where it says it carries it (``meta.carried_steps``); ``W0_l`` and
+    ``W_prev_l`` of the layers (all or none) the file has them for."""
     L = len(net.W)
     names = {f"W_{l}" for l in range(L)}
     names |= {f"X_{l}" for l in range(1, net.n_hidden + 1)} if has_Xs else set()
+    names |= {"U_0"} if carried_steps is not None else set()
     names |= {f"W0_{l}" for l in range(L) if f"W0_{l}" in f.headers}
     if any(f"W_prev_{l}" in f.headers for l in range(L)):
         names |= {f"W_prev_{l}" for l in range(L)}
@@ -107,6 +115,11 @@ def _check_checkpoint_meta(path, meta) -> None:
             raise FileFormatError(
                 path, f"meta.{key}", words, "nothing" if key not in meta else repr(value)[:200]
             )
+    steps = meta.get("carried_steps")
+    if steps is not None and (type(steps) is not int or not 0 <= steps < RESYNC):
+        raise FileFormatError(
+            path, "meta.carried_steps", f"null or an integer in [0, {RESYNC})", repr(steps)[:200]
+        )
     if not isinstance(meta["settings"].get("data"), str):
         raise FileFormatError(
             path,
@@ -174,7 +187,7 @@ def restore(net, saved, config, digest, xp, steps) -> BCDState:
         )
     last = steps[done - 1].columns if done else None
     m = config["m"] if last is None else len(last)
-    bad = [k for k, A in arrays.items() if k.startswith("X_") and A.shape[1] != m]
+    bad = [k for k, A in arrays.items() if k[:2] in ("X_", "U_") and A.shape[1] != m]
     if bad:
         raise ValueError(
             f"resume: the checkpoint's {bad[0]} has {arrays[bad[0]].shape[1]} "
@@ -204,6 +217,8 @@ def restore(net, saved, config, digest, xp, steps) -> BCDState:
     )
     W0 = [xp.asarray(arrays[f"W0_{l}"]) if f"W0_{l}" in arrays else None for l in range(L)]
     W_prev = [xp.asarray(arrays[f"W_prev_{l}"]) for l in range(L)] if "W_prev_0" in arrays else None
+    U_0 = arrays.get("U_0")
+    carried = None if U_0 is None else Carried(xp.asarray(U_0), meta["carried_steps"])
     return BCDState(
         [xp.asarray(arrays[f"W_{l}"]) for l in range(L)],
         History.from_dict(meta["history"]),
@@ -211,4 +226,5 @@ def restore(net, saved, config, digest, xp, steps) -> BCDState:
         W0,
         meta["iteration"],
         W_prev,
+        carried,
     )

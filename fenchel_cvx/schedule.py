@@ -87,7 +87,8 @@ class BCDState:
     ``W`` the weights after the last finished round, ``Xs`` the lifted variables of the
     current batch, ``W0`` the proximal centre, ``iteration`` the rounds done (the position in
     the schedule), ``history`` the records so far, ``W_prev`` the weights before the last
-    extrapolation (``momentum``; None before the first).
+    extrapolation (``momentum``; None before the first), ``carried`` the first layer's
+    pre-activation at ``W`` that the next round may take (``carry.Carried``; None: none).
     """
 
     W: list
@@ -96,11 +97,13 @@ class BCDState:
     W0: Any = None
     iteration: int = 0
     W_prev: Any = None
+    carried: Any = None
 
-    def advance(self, net, Xs, record, W_prev=None):
+    def advance(self, net, Xs, record, W_prev=None, carried=None):
         """The state after the round of ``record``: ``net``'s weights, ``Xs``, the record."""
         self.W, self.Xs, self.iteration = list(net.W), Xs, record["iteration"]
         self.W_prev = self.W_prev if W_prev is None else W_prev
+        self.carried = carried
         self.history.append(record)
 
 

@@ -230,9 +230,10 @@ def test_fast_backend_same_driver_non_strict_by_default(tiny):
 
 def test_fresh_rounds_hand_the_feed_forward_products_to_the_blocks(tiny):
     """A batch's first round: X_l's U_{l-1} and W_0's W_0 X0~ come from the feed-forward pass
-    (no product repeated), and so does X_l's A(W_l, X_l) at its start; later rounds' W_0 and
-    X-blocks compute their own. W_l X~_l (l >= 1) comes from the X-sweep's solve of X_l in every
-    round: the product its FISTA loop held at its point."""
+    (no product repeated), and so does X_l's A(W_l, X_l) at its start; later rounds' X-blocks
+    compute their own, and their W_0 takes the W_0 X0~ the driver formed for J. W_l X~_l
+    (l >= 1) comes from the X-sweep's solve of X_l in every round: the product its FISTA loop
+    held at its point."""
     from fenchel_cvx.fast import FastBackend
 
     seen = []
@@ -271,7 +272,7 @@ def test_fresh_rounds_hand_the_feed_forward_products_to_the_blocks(tiny):
     assert len(per_round) == 3 * 2
     for k, blocks in enumerate(per_round):
         fresh = k % 2 == 0 or res.history[k]["restarted"]
-        assert blocks == [(2, True), (1, True), (0, fresh)]
+        assert blocks == [(2, True), (1, True), (0, True)]
         assert seen_x[2 * k : 2 * k + 2] == [(2, fresh), (1, fresh)]
     for W, Wr in zip(res.net.W, ref.net.W):  # a hint changes no result (here: no rounding)
         np.testing.assert_array_equal(W, Wr)
@@ -323,12 +324,14 @@ def test_checked_rounds_reuse_their_products_to_the_same_figures(tiny, monkeypat
         np.testing.assert_array_equal(W, Wr)
 
 
-def test_a_checked_round_forms_two_products_of_w0s_size(random_data):
+def test_a_checked_round_forms_three_products_of_w0s_size(random_data):
     """Figure 1's setting (one batch of all the data, capped blocks, no proximal term): a
     checked round costs an unchecked one's products plus, at W_0's size (p x n x m), the
-    check's image of W_0's argmin and its gradient's product with X~_0, and a few of the
-    output layer's size; the network objective, the divergences and every value before a
-    block reuse the driver's feed-forward pass or an earlier check's image."""
+    check's image of W_0's argmin and its gradient's product with X~_0, the feed-forward
+    product W_0 X~_0 that the unchecked round after a checked one takes from that round's check
+    (``carry``), and a few of the output layer's size; the network objective, the divergences
+    and every value before a block reuse the driver's feed-forward pass or an earlier check's
+    image."""
     import array_api_strict as xps
 
     from fenchel_cvx.fast import FastBackend
@@ -357,7 +360,7 @@ def test_a_checked_round_forms_two_products_of_w0s_size(random_data):
     (checked, c2), (unchecked, c3) = per_round[0], per_round[1]
     assert checked and not unchecked
     w0_size, out_size = 2 * p * (n + 1) * m, 2 * q * (p + 1) * m
-    assert c2 - c3 <= 2 * w0_size + 8 * out_size, (c2 - c3) / w0_size
+    assert c2 - c3 <= 3 * w0_size + 8 * out_size, (c2 - c3) / w0_size
 
 
 @pytest.mark.parametrize(
@@ -526,8 +529,10 @@ def test_eval_every_evaluates_on_schedule():
 
 @pytest.mark.parametrize("batch_size,alternations", [(40, 1), (40, 2), (None, 1)])
 def test_check_every_skips_only_the_checks(batch_size, alternations):
-    """check_every=k: the same iterates as checking every round; the whole certificate on every
-    k-th and on the last round, block statuses on the others, objectives None there."""
+    """check_every=k: the same iterates as checking every round (Algorithm 1: up to rounding,
+    where an unchecked round takes the W_0 X~_0 W_0's solver updated and a checked one the
+    check's, ``carry``); the whole certificate on every k-th and on the last round, block
+    statuses on the others, objectives None there."""
     ds = load_digits()
     X, Y = ds.X_train[:, :120], one_hot(ds.y_train[:120], 10)
     runs = {}
@@ -547,25 +552,30 @@ def test_check_every_skips_only_the_checks(batch_size, alternations):
             eval_every=None,
         )
     every, sparse = runs[1].history.records, runs[2].history.records
+    rel = 0 if batch_size else 1e-9  # (batches: no image carried between rounds)
+
+    def same(a, b):
+        return a == pytest.approx(b, rel=rel, abs=rel * 1e-3)
+
     for W1, W2 in zip(runs[1].net.W, runs[2].net.W):
-        np.testing.assert_array_equal(W1, W2)
+        np.testing.assert_allclose(W1, W2, rtol=rel, atol=rel * 1e-3)
     n = len(every)
     assert [r["checked"] for r in sparse] == [i % 2 == 0 or i == n for i in range(1, n + 1)]
     assert all(r["checked"] for r in every) and runs[2].history.config["check_every"] == 2
     assert [r["certificate"]["checked"] for r in sparse] == [r["checked"] for r in sparse]
     assert runs[1].history.checked_rounds == n and runs[2].history.checked_rounds == n // 2 + n % 2
     for a, b in zip(every, sparse):
-        assert [x["reported_residual"] for x in a["blocks"]] == [
-            x["reported_residual"] for x in b["blocks"]
-        ]
+        assert same(
+            [x["reported_residual"] for x in a["blocks"]],
+            [x["reported_residual"] for x in b["blocks"]],
+        )
         if b["checked"]:
-            assert [x["residual"] for x in a["blocks"]] == [x["residual"] for x in b["blocks"]]
-            assert (b["lifted_x"], b["network_x"], b["lifted_w"]) == (
-                a["lifted_x"],
-                a["network_x"],
-                a["lifted_w"],
+            assert same([x["residual"] for x in a["blocks"]], [x["residual"] for x in b["blocks"]])
+            assert same(
+                (b["lifted_x"], b["network_x"], b["lifted_w"]),
+                (a["lifted_x"], a["network_x"], a["lifted_w"]),
             )
-            assert b["certificate"]["bound_gap"] == a["certificate"]["bound_gap"]
+            assert same(b["certificate"]["bound_gap"], a["certificate"]["bound_gap"])
         else:
             assert b["lifted_x"] is None and b["network_w"] is None and b["divergence_x"] is None
             # the residuals are recomputed on checked rounds only

@@ -161,7 +161,7 @@ def test_restart_from_feed_forward_keeps_the_lower_bound(data):
     assert net.lifted_objective(X, Y, worse) > net.network_objective(X, Y)
     cert = Certificate(strict=True)
     gamma, W0 = [0.0] * 3, [None] * 3
-    Xs, rec = bcd.sweeps(
+    Xs, rec, _ = bcd.sweeps(
         OracleBackend(), net, cert, X, Y, worse, gamma, W0, new_x=False, iteration=7
     )
     assert rec["restarted"] and cert.outcome()["restarted"]

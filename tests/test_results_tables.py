@@ -51,7 +51,7 @@ def test_every_block_is_known_and_filled_and_every_run_is_used():
     for _, name, body, _ in blocks:
         assert body.count("\n") >= 3 and body.startswith("| "), name
     used = {n for _, _, n in rt.COMPILED_RUNS} | set(rt.ADAM_RUNS.values())
-    used |= {n for runs, _ in rt.PLOTS.values() for n in runs} | {"mlp_seeds3", "lifted_short"}
+    used |= {n for runs, _ in rt.PLOTS.values() for n in runs} | {"mlp_seeds3", "lifted_rounds"}
     used |= set(re.findall(r"`docs/results/(\w+)\.json`", (ROOT / "docs" / "deep.md").read_text()))
     on_disk = {p.stem for p in (ROOT / "docs" / "results").glob("*.json")}
     assert on_disk == used, (

@@ -368,7 +368,7 @@ class FastBackend(BackendDefaults):
         Z, it, info = solve(block, self, xp, Z, tol)
         converged = bool(info.pop("converged"))
         status = "optimal" if converged else ("stalled" if info.get("stalled") else "max_iter")
-        U = info.pop("U", None)  # an X solver's A(W, Z) + b
+        U = info.pop("U", None)  # the solver's image of Z: A(W, Z) + b, or Z X~
         residual = info.pop("residual", None)  # a solver's own (W: from the gradient it holds)
         if residual is None:
             residual = block.kkt_residual(Z)

@@ -24,9 +24,9 @@ import numpy as np
 from ..arrays import cheap_reads, clip, vecdot
 from ..blocks import residual_parts
 
-#: the CG W-loops (``wblocks``, ``span``) form W X~ again from W every this many steps, so that
-#: the incrementally updated one does not drift
-RESYNC = 16
+# the CG W-loops (``wblocks``, ``span``) form W X~ again from W every ``RESYNC`` steps, so that
+# the incrementally updated one does not drift (the driver's bound on a carried one, too)
+from ..carry import RESYNC  # noqa: F401
 
 
 def kkt(xp, Z, parts, project=None):

@@ -675,7 +675,7 @@ def solve_pncg(
     converged, it = False, 0
     for it in range(1, max_iter + 1):
         final = it == max_iter and not capped_residual
-        cg.step(it, resync, gradient=not final, image=not final or capped_value)
+        cg.step(it, resync, gradient=not final)
         if final:
             r = math.nan
             break
@@ -765,10 +765,10 @@ class _CG:
         scale = max(self.frozen_scale, *(float(xp.max(xp.abs(q))) for q in parts))
         return max(self.frozen_r, float(xp.max(g))) / (1.0 + scale)
 
-    def step(self, it, resync, gradient=True, image=True):
-        """The exact line search along d, the move, and the gradient at the new point (and
-        ``U = W X~`` there only where ``image``: the last step of a solve that reports neither
-        residual nor value needs neither)."""
+    def step(self, it, resync, gradient=True):
+        """The exact line search along d, the move, ``U = W X~`` updated (``U + t dU``: an
+        elementwise pass; ``finish`` reports it), and the gradient at the new point where
+        ``gradient``."""
         xp, prob = self.xp, self.prob
         self.info["row_iterations"] += self.W.shape[0]
         if self.newton is not None:
@@ -777,8 +777,8 @@ class _CG:
         gd = -self.gs if self.gd is None else self.gd
         t, nls = prob.line_search(self.parts[1], self.U, self.d, dU, gd)
         self.info["line_search_iterations"] += nls
-        self.W, self.U, self.dU = self.W + t * self.d, self.U + t * dU if image else None, dU
-        if image and it % resync == 0:
+        self.W, self.U, self.dU = self.W + t * self.d, self.U + t * dU, dU
+        if it % resync == 0:
             self.U = prob.forward(self.W)  # no drift of the incrementally updated W X~
         if gradient:
             self.parts, self.A = prob.gradient(self.W, self.U)
@@ -864,15 +864,16 @@ class _CG:
         at hand (exact when converged; otherwise from W X~ updated in place, re-synced every
         ``resync`` steps). An unconverged hidden solve with a data-space preconditioner ends
         with the descent guard (``_util.keep_descent``: no row above its start), whose value,
-        from the true W X~, is reported."""
-        xp, guarded = self.xp, None
+        from the true W X~, is reported. ``info["U"]``: ``W X~`` at the returned W where it is
+        at hand for every row (the solver's updated one, or the guard's true one)."""
+        xp, guarded, U = self.xp, None, self.U if self.rows is None else None
         if not converged:
             self.W_full = self.full()
             if self.prob.pre.data_space and isinstance(self.block, WHidden):
                 # the line searches saw W X~ through the data-space identity: the guard at the
                 # true image (``_util.keep_descent``); a reported residual is then the guarded
                 # point's (a tested loop reads it back anyway)
-                self.W_full, _, guarded, reverted = keep_descent(
+                self.W_full, U, guarded, reverted = keep_descent(
                     xp, self.block, *self.start, self.W_full
                 )
                 self.info["reverted_rows"] = host_if_cheap(xp, reverted, int)
@@ -883,6 +884,7 @@ class _CG:
             newton_rows=host_if_cheap(xp, self.n_newton, int),
             restarts=host_if_cheap(xp, self.n_restart, int),
             residual=r,
+            U=U,
         )
         if guarded is not None:
             if value:
