@@ -348,11 +348,12 @@ class LiftedNetwork:
         self, X0: Array, Xs: Sequence[Array], Us: Sequence[Array] | None = None
     ) -> list[float]:
         """[sum B_l(X_{l+1}, W_l X~_l) for l < L] (unweighted; +inf off an activation's range).
-        ``Us``: the pre-activations ``W_l X~_l`` at these W and X, where they are at hand."""
+        ``Us``: the pre-activations ``W_l X~_l`` at these W and X, or the first of them, where
+        they are at hand (the others are formed here)."""
         X = [X0, *Xs]
         xp = array_namespace(X0)
-        if Us is None:
-            Us = [self.pre_activation(l, X[l]) for l in range(self.n_hidden)]
+        Us = list(Us or ())
+        Us += [self.pre_activation(l, X[l]) for l in range(len(Us), self.n_hidden)]
         return [
             float(xp.sum(act.divergence(X[l + 1], U)))
             for l, (act, U) in enumerate(zip(self.activations, Us))

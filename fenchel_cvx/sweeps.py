@@ -117,7 +117,8 @@ def sweeps(
         U0 = net.pre_activation(0, X0) if U0 is None else U0  # (X_1's and W_0's blocks' too)
         known = [U0] if Us is None else Us
         J = net.network_objective(X0, Y, checked=False, known=known)
-        F0 = J if new_x else net.lifted_objective(X0, Y, Xs, checked=False)
+        B0 = None if new_x else net.divergences(X0, Xs, [U0])
+        F0 = J if new_x else net.lifted_objective(X0, Y, Xs, checked=False, B=B0)
         if F0 > J:  # the restart rule (carried-over X only: new X have F0 == J)
             (Xs, Us), F0, restarted = net.feed_forward(X0, known=known[:1]), J, True
     if U0 is not None:

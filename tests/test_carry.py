@@ -6,6 +6,7 @@ tests check when it does and does not, that the run is the same up to rounding, 
 resumed from a checkpoint takes the same images as the uninterrupted one.
 """
 
+import collections
 import json
 
 import numpy as np
@@ -142,3 +143,42 @@ def test_a_checkpoint_with_a_bad_carried_image_is_refused_by_name(tmp_path, bad,
     write_npz(tmp_path / "checkpoint.npz", arrays, meta)
     with pytest.raises(FileFormatError, match=field):
         load_checkpoint(tmp_path)
+
+
+def _round_flops(monkeypatch, carried):
+    """The matrix products (flops, by function) of round 2 of Algorithm 1 on array_api_strict
+    arrays: capped fast blocks, the certificate every third round (round 2 unchecked)."""
+    import array_api_strict as xps
+
+    from fenchel_cvx.fast.reads import ProductFlops
+
+    if not carried:
+        monkeypatch.setattr(carry.Carried, "usable", lambda self, check: False)
+    X, Y = _data(m=600, p=40, k=10, seed=3)
+    net = LiftedNetwork([40, 30, 10], "relu", "mse", lam=0.1, rho=1.0, seed=0)
+    marks = []
+    with ProductFlops() as flops:
+        fit_bcd(
+            net,
+            xps.asarray(X),
+            xps.asarray(Y),
+            iterations=3,
+            check_every=3,
+            backend=_backend(),
+            eval_every=None,
+            callback=lambda net_, rec: marks.append(collections.Counter(flops.by_function())),
+        )
+    return marks[1] - marks[0]
+
+
+def test_an_algorithm_1_round_forms_W0_X0_once_and_not_at_all_from_the_round_before(monkeypatch):
+    """Algorithm 1 on carried-over X: J, F's divergences, X_1's block and W_0's block take one
+    W_0 X~_0, which the driver forms where the round before left none it may take."""
+    w0 = 2 * 30 * 40 * 600  # one product W_0 X~_0 (the bias is added, not multiplied)
+    taken = _round_flops(monkeypatch, carried=True)
+    monkeypatch.undo()
+    formed = _round_flops(monkeypatch, carried=False)
+    assert sum(formed.values()) - sum(taken.values()) == w0
+    # the driver's products (the network's maps): W_0 X~_0 once, then only W_1's, far smaller
+    driver = sum(n for f, n in formed.items() if f.startswith("fenchel_cvx.layers"))
+    assert w0 <= driver < 2 * w0
