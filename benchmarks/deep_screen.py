@@ -34,6 +34,8 @@ schedule. Every hypothesis changes one thing of the baseline:
 - ``lam_schedule``: ``lam_to_output``'s profile in epoch 1, ratio sqrt(2) in epoch 2, the dense
   setting's equal lam from epoch 3;
 - ``momentum_0``, ``momentum_0.9``: the hidden layers' momentum 0 but W_0's, or 0.9 on all of them;
+- ``x_forward``: the ratio-2 setting with the X-sweep from the input forward (X_1, ..., X_L:
+  ``fit_bcd(x_sweep="forward")``), each X_l's block seeing the X_{l-1} just solved;
 - ``rho_1e-3``, ``rho_1e-2``: the ratio-2 setting with a Frobenius penalty rho ||W_l||^2 on every
   layer (the dense setting has rho 0). By Appendix A, rho_l becomes rho_l lam_{l-1} / lam_l on the
   scaled weights: for a geometric lam, one rho for all layers stays one rho there.
@@ -180,6 +182,7 @@ HYPOTHESES = {
     "lam_schedule": lam_schedule,
     "momentum_0": momentum(0.0, first=None),
     "momentum_0.9": momentum(0.9, first=0.9),
+    "x_forward": lambda depth: dataclasses.replace(lam_gamma_to_output(depth), x_sweep="forward"),
     "rho_1e-3": rho(1e-3),
     "rho_1e-2": rho(1e-2),
 }
@@ -200,6 +203,8 @@ def describe(plan, base):
         parts.append("lam schedule")
     if plan.carried_x:
         parts.append("X carried over from the last epoch")
+    if plan.x_sweep != base.x_sweep:
+        parts.append(f"the X-sweep {plan.x_sweep}")
     return ", ".join(parts) or "the baseline"
 
 

@@ -255,13 +255,15 @@ class Plan:
     ``lam_schedule``: None, or ``lam_schedule(epoch, lam)`` -> the per-hidden-layer lam of the
     epoch after ``epoch`` (a layer-wise schedule; the setting's lam trains the first epoch).
     ``carried_x``: the X-blocks' solvers start from each column's X of its last batch, where
-    that is the better start (:class:`CarriedX`)."""
+    that is the better start (:class:`CarriedX`). ``x_sweep``: the X-blocks' order
+    (``fit_bcd``'s: ``"backward"``, the paper's, or ``"forward"``)."""
 
     setting: defaults.Setting
     alternations: int = 1
     init: str = "xavier"
     lam_schedule: Callable | None = None
     carried_x: bool = False
+    x_sweep: str = "backward"
 
 
 def dense_plan(depth):
@@ -360,6 +362,7 @@ def run_fln(args, ds, batches, plan=None):
         plan.alternations,
     )
     args.w_steps, args.x_steps, args.gram_reuse = s.w_steps, s.x_steps, s.gram_reuse or 1
+    args.x_sweep = plan.x_sweep
     dtype = np.dtype(args.dtype)
     X, Xte = ds.X_train.astype(dtype, copy=False), ds.X_test.astype(dtype, copy=False)
     net = initialise(network(args, X.shape[0], s), plan.init, args.seed)

@@ -745,6 +745,7 @@ def train_fln(
         eval_every=None,
         check_every=args.check_every,
         progress=not getattr(args, "no_progress", True),
+        x_sweep=getattr(args, "x_sweep", "backward"),  # (mnist_deep's plans set it)
     ).history
     cert = certificate_summary(hist)
     out = dict(

@@ -10,7 +10,8 @@ oracle: every block to certified optimality) or ``"fast"`` (array solvers), or a
 
 A *round* is one X-sweep then one W-sweep:
 
-- X-sweep: the blocks X_L, X_{L-1}, ..., X_1 (backwards), each ``min_Z`` with the rest fixed;
+- X-sweep: the blocks X_L, X_{L-1}, ..., X_1 (backwards; ``x_sweep="forward"``: X_1, ...,
+  X_L), each ``min_Z`` with the rest fixed;
 - W-sweep: the blocks W_L, W_{L-1}, ..., W_0 (given X they are independent of each other).
 
 **Algorithm 1** (``batch_size=None``): X starts at the feed-forward point; ``iterations`` rounds
@@ -128,6 +129,7 @@ def bcd_round(net, state, step, settings):
         Us=Us,
         Xt0=Xt0,
         carried=carried,
+        order=settings.x_sweep,
     )
     rec = dict(
         iteration=step.iteration,
@@ -197,6 +199,7 @@ def fit_bcd(
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int = 1,
     resume: str | os.PathLike | None = None,
+    x_sweep: str = "backward",
 ) -> BCDResult:
     """Train ``net`` (a ``LiftedNetwork``) by block coordinate descent on the lifted objective.
 
@@ -228,6 +231,8 @@ def fit_bcd(
         that many rounds, at the end and on ``KeyboardInterrupt`` (then re-raised).
     resume : a checkpoint of this same run: it goes on and ends as if it had never stopped
         (each checkpoint drops the fast backend's reused Gram factors: ``FastBackend.forget``).
+    x_sweep : the X-blocks' order: ``"backward"`` (X_L, ..., X_1: Algorithms 1 and 2) or
+        ``"forward"`` (X_1, ..., X_L: each block sees the X below it just solved).
 
     Returns ``BCDResult(net, Xs, history)``. Every argument is validated before any solve; bad
     input raises ``ValueError`` naming the parameter and the value.

@@ -203,6 +203,7 @@ def restore(net, saved, config, digest, xp, steps) -> BCDState:
     old.setdefault("momentum", [0.0] * len(new["momentum"]))  # written before momentum existed
     # a checkpoint whose history records no backend settings: taken as this run's
     old.setdefault("backend_settings", new["backend_settings"])
+    old.setdefault("x_sweep", "backward")  # written before the X-sweep's order was an option
     diff = _differences(old, new)
     if diff or meta["config"] != network_config(net):
         what = ", ".join(f"{k}={n!r} (checkpoint: {o!r})" for k, n, o in diff)

@@ -36,6 +36,7 @@ from .validation import (
     PATH,
     ROUNDS,
     TOL,
+    Options,
     PerLayer,
     check,
     check_rounds,
@@ -58,6 +59,7 @@ PARAMETERS = dict(
     checkpoint=[PATH, None],
     checkpoint_every=COUNT,
     resume=[PATH, None],
+    x_sweep=Options(("backward", "forward")),
 )
 
 
@@ -81,6 +83,7 @@ class RunSettings:
     checkpoint: tuple = (None, 1, None)
     momentum: Any = None
     W_prev: Any = None  # the first batch's (fit_bcd(W_prev=...)), in the data's library
+    x_sweep: str = "backward"  # the X-blocks' order (``sweeps``)
 
 
 def weights_in(xp, net):
@@ -190,6 +193,7 @@ def run_config(net, m, m_test, args, backend, name, strict, classification):
         strict=strict,
         tol=args["tol"],
         check_every=args["check_every"],
+        x_sweep=args["x_sweep"],
         seed=net.seed,
         batch_seed=net.seed,
         m=m,
@@ -244,6 +248,7 @@ def validate_run(net, X0, Y, args):
         (X_test, Y_test),
         args["eval_every"],
         momentum=args["momentum"],
+        x_sweep=args["x_sweep"],
     )
     settings.steps = schedule(
         X0.shape[1],

@@ -42,24 +42,36 @@ class _Round(CheckedSolves):
             )
         )
 
-    def x_sweep(self, X0, Y, Xs, F, Us=None):
-        """The X-blocks X_L, ..., X_1; updates the list ``Xs`` in place (kept if a block halts).
+    def x_sweep(self, X0, Y, Xs, F, Us=None, order="backward"):
+        """The X-blocks X_L, ..., X_1 (``order="forward"``: X_1, ..., X_L); updates the list
+        ``Xs`` in place (kept if a block halts).
 
         ``Us``: the pre-activations of the feed-forward pass that gave ``Xs`` at the current
-        weights (new X, ``new_x``): X_l's block takes U_{l-1} and, for its start, U_l from it
-        (X_{l-1} is solved after X_l); else X_1's block takes U_0 from ``pre_activations``.
-        Kept for the W-blocks (``pre_activations``), whose weights do not change before them:
-        U_0, and each solver's ``A(W_l, X_l) + b`` at its returned X_l (``BlockResult.U``)."""
-        for l in range(self.net.n_hidden, 0, -1):
-            U_prev = self.pre_activations.get(0) if l == 1 else None
-            U_prev, U = (U_prev, None) if Us is None else (Us[l - 1], Us[l])
-            block = x_block(self.net, X0, Y, Xs, l, U_prev=U_prev, U=U)
+        weights (new X, ``new_x``): X_l's block takes, for its start, U_l from it, and U_{l-1}
+        where X_{l-1} is not solved yet (``below``). Kept for the W-blocks
+        (``pre_activations``), whose weights do not change before them: U_0, and each solver's
+        ``A(W_l, X_l) + b`` at its returned X_l (``BlockResult.U``)."""
+        L, solved = self.net.n_hidden, set()
+        for l in range(L, 0, -1) if order == "backward" else range(1, L + 1):
+            U = None if Us is None else Us[l]
+            block = x_block(self.net, X0, Y, Xs, l, U_prev=self.below(l, Us, solved), U=U)
             Xs[l - 1], delta, self.pre_activations[l], image = self.solve(
                 f"X_{l}", block, Xs[l - 1], F, (Xs, l - 1), self.images.get(l)
             )
             self.keep(l, image)
+            solved.add(l)
             F = None if F is None else F + delta
         return Xs
+
+    def below(self, l, Us, solved):
+        """U_{l-1} = A(W_{l-1}, X_{l-1}) + b at the current X_{l-1}, where at hand (None: the
+        block forms it): where this sweep solved X_{l-1}, its check's image (checked rounds:
+        never a solver's) or its solver's; else the feed-forward pass's, or the round's U_0."""
+        if l - 1 in solved:
+            return self.images.get(l - 1) if self.check else self.pre_activations.get(l - 1)
+        if Us is not None:
+            return Us[l - 1]
+        return self.pre_activations.get(0) if l == 1 else None
 
     def w_sweep(self, X0, Y, Xs, F, Xt0=None):
         """The W-blocks W_L, ..., W_0, each from the W_l X~_l the X-sweep kept (W_0 and the
@@ -97,6 +109,7 @@ def sweeps(
     Us=None,
     Xt0=None,
     carried=None,
+    order="backward",
 ):
     """One round's sweeps and checks on (X0, Y) from lifted variables Xs; returns (Xs, record,
     W_0 X~_0 at the returned weights where at hand: a ``carry.Carried`` or None).
@@ -104,6 +117,7 @@ def sweeps(
     ``new_x``: Xs is the feed-forward point of the current weights (a new batch), whose
     pre-activations ``Us`` are at hand (``x_sweep``); else the restart rule runs first.
     ``carried``: the ``carry.Carried`` this round takes for W_0 X~_0 (``Us[0]`` where given).
+    ``order``: the X-sweep's (``fit_bcd``'s ``x_sweep``).
     ``check=False``: no objective values and no objective-based checks (``fit_bcd``'s
     ``check_every``). ``cert`` begins the checks of round ``iteration`` here.
     """
@@ -131,7 +145,7 @@ def sweeps(
     after_w = dict(lifted_w=None, network_w=None, divergence_w=None)
     try:
         try:
-            r.x_sweep(X0, Y, Xs, None if F0 is None else F0 + r.proximal_term(), Us)
+            r.x_sweep(X0, Y, Xs, None if F0 is None else F0 + r.proximal_term(), Us, order)
             X = [X0, *Xs]
             if check:  # the pre-activations at the new X: U_0 the driver's, U_l X_l's check's
                 B_x = net.divergences(X0, Xs, [r.image(l, X[l]) for l in range(net.n_hidden)])

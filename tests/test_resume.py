@@ -26,6 +26,8 @@ def _as_before(x, checked=True):
             raise AssertionError(f"a pinned run with momentum {x['momentum']}")
         if x.get("momentum_carried") or x.get("capped"):
             raise AssertionError("a pinned run given W_prev, or with step caps")
+        if x.get("x_sweep", "backward") != "backward":
+            raise AssertionError(f"a pinned run with the X-sweep {x['x_sweep']}")
         if "reported_residual" in x:
             x = {**x, "residual": x["reported_residual"]}
         return {
@@ -39,6 +41,7 @@ def _as_before(x, checked=True):
                 "momentum_carried",
                 "capped",
                 "backend_settings",
+                "x_sweep",
             )
             and not (k == "max_residual" and not checked)
         }
