@@ -105,7 +105,7 @@ def bcd_round(net, state, step, settings):
         W_prev = _extrapolate(net, state.W_prev, settings.momentum, xp)
     check = step.iteration % settings.check_every == 0 or step.last
     carried = state.carried  # W_0 X~_0 from the round before, where this round may take it
-    if carried is None or W_prev is not None or settings.data.batched or not carried.usable(check):
+    if carried is not None and not carried.usable(check):
         carried = None
     Xt0 = settings.data.patches(net.layers[0], Xb)  # the feed-forward pass's and W_0's block's
     if step.new_x:
@@ -129,6 +129,7 @@ def bcd_round(net, state, step, settings):
         Us=Us,
         Xt0=Xt0,
         carried=carried,
+        carry=settings.carries_U0,
         order=settings.x_sweep,
     )
     rec = dict(
@@ -140,7 +141,7 @@ def bcd_round(net, state, step, settings):
         **settings.evaluate(net, step),
     )
     rec["certificate"] = settings.cert.outcome()
-    state.advance(net, Xs, rec, W_prev, None if settings.data.batched else carried)
+    state.advance(net, Xs, rec, W_prev, carried)
     return rec
 
 

@@ -272,6 +272,8 @@ class WBlock(Block):
     W0: Array = None  # the proximal centre (batched model); None when gamma = 0
     U: Array | None = None  # W X~ at the weights the solve starts from, when the caller has it
     # (the driver's feed-forward pass; a solver may use it, or ignore it)
+    return_U: bool = False  # the caller takes W X~ at the argmin back (``BlockResult.U``), where
+    # the solver holds it (the next round's W_0 X~_0: ``carry``)
 
     def forward(self, W: Array) -> Array:
         """``W X~``, the rows of the layer's pre-activation."""
@@ -411,12 +413,14 @@ def w_block(
     W0: Array | None = None,
     U: Array | None = None,
     Xt: Array | None = None,
+    return_U: bool = False,
 ) -> WHidden | WLast:
     """The block of the weights W_l (0 <= l <= L); ``gamma > 0`` adds gamma ||W - W0||^2.
 
     ``U``: ``W_l X~_l`` at the current weights if at hand (the feed-forward pre-activation
     when X_l is data or feed-forward), for a solver that starts from ``net.W[l]``; ``Xt``: the
-    patches ``X~_l`` if at hand (else formed here).
+    patches ``X~_l`` if at hand (else formed here); ``return_U``: the caller takes ``W X~`` at
+    the argmin back where the solver holds it (``BlockResult.U``).
 
     >>> import numpy as np
     >>> from fenchel_cvx.network import LiftedNetwork
@@ -449,6 +453,7 @@ def w_block(
         gamma=float(gamma),
         W0=W0 if gamma else None,
         U=None if U is None else A.to_rows(U),
+        return_U=return_U,
     )
     if l < L:
         return WHidden(**common, act=net.activations[l], V=A.to_rows(X[l + 1]), lam=net.lam[l])

@@ -36,8 +36,9 @@ class Carried:
     steps: int  # the solver steps that updated it since a product formed it (0: exact)
 
     def usable(self, check: bool) -> bool:
-        """Whether a round (``check``: a checked one) may take it for W_0 X~_0."""
-        return self.steps == 0 if check else self.steps < RESYNC
+        """Whether a round (``check``: a checked one) may take it for W_0 X~_0 (``after_w0``
+        and the checkpoint reader keep ``steps`` below ``RESYNC``)."""
+        return not check or self.steps == 0
 
     @classmethod
     def after_w0(cls, image, solver_U, steps_before, iterations):

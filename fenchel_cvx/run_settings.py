@@ -85,6 +85,12 @@ class RunSettings:
     W_prev: Any = None  # the first batch's (fit_bcd(W_prev=...)), in the data's library
     x_sweep: str = "backward"  # the X-blocks' order (``sweeps``)
 
+    @property
+    def carries_U0(self):
+        """Whether a round may take W_0 X~_0 from the round before (``carry``): every round
+        sees the same data, and no momentum moves W_0 between them."""
+        return not self.data.batched and not any(self.momentum)
+
 
 def weights_in(xp, net):
     """The network's weights as arrays of ``xp`` (the data's library), without changing net."""

@@ -31,6 +31,7 @@ class _Round(CheckedSolves):
         # layer l -> W_l X~_l at the current W_l, X_l, where a pass computed it; U_0 updated by
         # ``steps0`` solver steps since a product formed it (``carry``); W_0's for the next round
         self.pre_activations, self.steps0, self.carried = {}, 0, None
+        self.carry = False  # whether the next round may take W_0 X~_0 (``sweeps``' ``carry``)
 
     def proximal_term(self):
         """The proximal term's value, sum_l gamma_l ||W_l - W0_l||^2 (eq. (13))."""
@@ -81,12 +82,13 @@ class _Round(CheckedSolves):
         for l in range(net.n_hidden, -1, -1):
             g, U, Xt = self.gamma[l], self.pre_activations.get(l), Xt0 if l == 0 else None
             W0, A, known = self.W0[l] if g else None, net.layers[l], self.images.get(l)
-            block = w_block(net, X0, Y, Xs, l, gamma=g, W0=W0, U=U, Xt=Xt)
+            carry = self.carry and l == 0  # W_0 X~_0 at the new W_0, the next round's
+            block = w_block(net, X0, Y, Xs, l, gamma=g, W0=W0, U=U, Xt=Xt, return_U=carry)
             known = None if known is None else A.to_rows(known)
             net.W[l], delta, U, image = self.solve(f"W_{l}", block, net.W[l], F, (net.W, l), known)
             image = None if image is None else A.from_rows(image, m)
             self.keep(l, image)
-            if l == 0:  # W_0 X~_0 at the new W_0, the next round's (``carry``)
+            if carry:
                 U = None if U is None else A.from_rows(U, m)
                 steps = self.blocks[-1]["iterations"]
                 self.carried = Carried.after_w0(image, U, self.steps0, steps)
@@ -109,6 +111,7 @@ def sweeps(
     Us=None,
     Xt0=None,
     carried=None,
+    carry=False,
     order="backward",
 ):
     """One round's sweeps and checks on (X0, Y) from lifted variables Xs; returns (Xs, record,
@@ -116,13 +119,15 @@ def sweeps(
 
     ``new_x``: Xs is the feed-forward point of the current weights (a new batch), whose
     pre-activations ``Us`` are at hand (``x_sweep``); else the restart rule runs first.
-    ``carried``: the ``carry.Carried`` this round takes for W_0 X~_0 (``Us[0]`` where given).
+    ``carried``: the ``carry.Carried`` this round takes for W_0 X~_0 (``Us[0]`` where given);
+    ``carry``: the next round may take one (the same data, no momentum), so W_0's is returned.
     ``order``: the X-sweep's (``fit_bcd``'s ``x_sweep``).
     ``check=False``: no objective values and no objective-based checks (``fit_bcd``'s
     ``check_every``). ``cert`` begins the checks of round ``iteration`` here.
     """
     t0 = time.perf_counter()
     r = _Round(backend, net, cert, gamma, W0, check)
+    r.carry = carry
     U0 = Us[0] if Us is not None else None if carried is None else carried.U
     r.steps0 = 0 if carried is None else carried.steps
     J = F0 = None
@@ -131,8 +136,11 @@ def sweeps(
         U0 = net.pre_activation(0, X0) if U0 is None else U0  # (X_1's and W_0's blocks' too)
         known = [U0] if Us is None else Us
         J = net.network_objective(X0, Y, checked=False, known=known)
-        B0 = None if new_x else net.divergences(X0, Xs, [U0])
-        F0 = J if new_x else net.lifted_objective(X0, Y, Xs, checked=False, B=B0)
+        if new_x:
+            F0 = J
+        else:
+            B0 = net.divergences(X0, Xs, [U0])
+            F0 = net.lifted_objective(X0, Y, Xs, checked=False, B=B0)
         if F0 > J:  # the restart rule (carried-over X only: new X have F0 == J)
             (Xs, Us), F0, restarted = net.feed_forward(X0, known=known[:1]), J, True
     if U0 is not None:

@@ -93,15 +93,18 @@ def test_no_image_is_taken_across_batches_or_after_momentum_moved_W(taken, kw):
     assert taken == [None] * len(res.history) and res.history.held_but_capped
 
 
-def test_the_solver_reports_the_image_of_its_argmin():
+def test_the_solver_reports_the_image_of_its_argmin_where_asked():
     X, Y = _data()
     net = _net()
     Xs = net.forward(X)[0]
     Xs[0] = Xs[0] + 0.1  # away from the feed-forward point: W_0's block has somewhere to go
-    block = w_block(net, X, Y, Xs, 0, gamma=0.0)
+    block = w_block(net, X, Y, Xs, 0, gamma=0.0, return_U=True)
     res = _backend().solve(block, start=net.W[0])
     assert res.status == "max_iter" and res.U is not None
     assert np.allclose(res.U, block.forward(res.argmin), rtol=1e-12, atol=1e-12)
+    # not asked (a batch's W-blocks): the last step forms no image that nobody takes
+    unasked = _backend().solve(w_block(net, X, Y, Xs, 0, gamma=0.0), start=net.W[0])
+    assert unasked.U is None and np.array_equal(unasked.argmin, res.argmin)
 
 
 def _stop_after(n):

@@ -675,7 +675,8 @@ def solve_pncg(
     converged, it = False, 0
     for it in range(1, max_iter + 1):
         final = it == max_iter and not capped_residual
-        cg.step(it, resync, gradient=not final)
+        # the last step's image only where it is reported: a value, or the caller's (return_U)
+        cg.step(it, resync, gradient=not final, image=not final or capped_value or block.return_U)
         if final:
             r = math.nan
             break
@@ -765,10 +766,10 @@ class _CG:
         scale = max(self.frozen_scale, *(float(xp.max(xp.abs(q))) for q in parts))
         return max(self.frozen_r, float(xp.max(g))) / (1.0 + scale)
 
-    def step(self, it, resync, gradient=True):
-        """The exact line search along d, the move, ``U = W X~`` updated (``U + t dU``: an
-        elementwise pass; ``finish`` reports it), and the gradient at the new point where
-        ``gradient``."""
+    def step(self, it, resync, gradient=True, image=True):
+        """The exact line search along d, the move, ``U = W X~`` updated where ``image``
+        (``U + t dU``: an elementwise pass; ``finish`` reports it), and the gradient at the new
+        point where ``gradient``."""
         xp, prob = self.xp, self.prob
         self.info["row_iterations"] += self.W.shape[0]
         if self.newton is not None:
@@ -777,8 +778,8 @@ class _CG:
         gd = -self.gs if self.gd is None else self.gd
         t, nls = prob.line_search(self.parts[1], self.U, self.d, dU, gd)
         self.info["line_search_iterations"] += nls
-        self.W, self.U, self.dU = self.W + t * self.d, self.U + t * dU, dU
-        if it % resync == 0:
+        self.W, self.U, self.dU = self.W + t * self.d, self.U + t * dU if image else None, dU
+        if image and it % resync == 0:
             self.U = prob.forward(self.W)  # no drift of the incrementally updated W X~
         if gradient:
             self.parts, self.A = prob.gradient(self.W, self.U)
@@ -866,7 +867,8 @@ class _CG:
         with the descent guard (``_util.keep_descent``: no row above its start), whose value,
         from the true W X~, is reported. ``info["U"]``: ``W X~`` at the returned W where it is
         at hand for every row (the solver's updated one, or the guard's true one)."""
-        xp, guarded, U = self.xp, None, self.U if self.rows is None else None
+        xp, guarded = self.xp, None
+        U = self.U if self.rows is None and self.block.return_U else None
         if not converged:
             self.W_full = self.full()
             if self.prob.pre.data_space and isinstance(self.block, WHidden):
