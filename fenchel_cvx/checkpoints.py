@@ -25,7 +25,7 @@ from .carry import RESYNC, Carried
 from .errors import FileFormatError
 from .files import NpzFile
 from .history import History
-from .io import network_config, network_from_config, write_npz
+from .io import network_config, network_from_config, same_network, write_npz
 from .network import LiftedNetwork
 from .schedule import BCDState
 
@@ -205,7 +205,7 @@ def restore(net, saved, config, digest, xp, steps) -> BCDState:
     old.setdefault("backend_settings", new["backend_settings"])
     old.setdefault("x_sweep", "backward")  # written before the X-sweep's order was an option
     diff = _differences(old, new)
-    if diff or meta["config"] != network_config(net):
+    if diff or not same_network(meta["config"], network_config(net)):
         what = ", ".join(f"{k}={n!r} (checkpoint: {o!r})" for k, n, o in diff)
         raise ValueError(
             f"resume: the checkpoint was written by another run: {what or 'the network differs'}"

@@ -113,16 +113,27 @@ def network_config(net) -> dict:
 
 
 #: the config's entries and their JSON types (``LiftedNetwork.get_config``)
-_CONFIG = {
-    "input_shape": list,
-    "layers": list,
-    "activations": list,
-    "loss": str,
-    "lam": list,
-    "rho": list,
-    "seed": int,
-    "dtype": str,
+_CONFIG: dict[str, tuple[type, ...]] = {
+    "input_shape": (list,),
+    "layers": (list,),
+    "activations": (list,),
+    "loss": (str, dict),  # a name, or {"name": ..., **params} (``Loss.config``)
+    "lam": (list,),
+    "rho": (list,),
+    "seed": (int,),
+    "dtype": (str,),
 }
+
+
+def same_network(a: dict, b: dict) -> bool:
+    """Whether two network configs describe the same network, a loss given by its name alone
+    (files written before losses took parameters) reading as ``{"name": ...}``."""
+
+    def loss_as_dict(cfg):
+        loss = cfg.get("loss")
+        return {**cfg, "loss": {"name": loss}} if isinstance(loss, str) else cfg
+
+    return loss_as_dict(a) == loss_as_dict(b)
 
 
 def network_from_config(cfg: dict, network_class: Any, path=None, field="config") -> Any:
@@ -137,7 +148,15 @@ def network_from_config(cfg: dict, network_class: Any, path=None, field="config"
     for key, cls in _CONFIG.items():
         if not isinstance(cfg.get(key), cls) or isinstance(cfg.get(key), bool):
             found = "nothing" if key not in cfg else f"{type(cfg[key]).__name__} {cfg[key]!r}"[:200]
-            raise FileFormatError(path, f"{field}.{key}", f"a {cls.__name__}", found)
+            names = " or a ".join(c.__name__ for c in cls)
+            raise FileFormatError(path, f"{field}.{key}", f"a {names}", found)
+    if isinstance(cfg["loss"], dict) and not isinstance(cfg["loss"].get("name"), str):
+        raise FileFormatError(
+            path,
+            f"{field}.loss",
+            "a loss's name, or an object with a name",
+            repr(cfg["loss"])[:200],
+        )
     if not all(isinstance(a, dict) and isinstance(a.get("name"), str) for a in cfg["activations"]):
         raise FileFormatError(
             path,

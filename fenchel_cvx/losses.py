@@ -41,6 +41,10 @@ def softmax(A):
     return E / xp.sum(E, axis=0, keepdims=True)
 
 
+#: the fast backend's methods for a loss's last W-block (``Loss.last_w_solver``)
+LAST_W_SOLVERS = ("newton", "pncg", "ridge")
+
+
 class Loss(Named):
     """An output loss ``L(Y, Yhat)``, summed over the columns (data points) of Yhat."""
 
@@ -53,7 +57,8 @@ class Loss(Named):
     tasks: tuple[str, ...] = ("regression",)  # what the estimators may use it for
     #: the fast backend's method for the last W-block: "newton" (the general path, Newton-CG
     #: on ``grad`` and ``hvp``), "pncg" (nonlinear CG), "ridge" (a quadratic loss: the block is
-    #: a ridge regression, solved in closed form)
+    #: a ridge regression, solved in closed form); a class naming another is refused
+    #: where it is defined (``LAST_W_SOLVERS``)
     last_w_solver = "newton"
     probabilities = None  # a method: the class probabilities of outputs Yhat, or None
     elementwise = None  # a separable loss's terms, a method ``(Y, Yhat) -> array``
@@ -62,6 +67,14 @@ class Loss(Named):
     grad = stub("grad")
     column_curvature = stub("column_curvature")
     hvp = stub("hvp")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.last_w_solver not in LAST_W_SOLVERS:
+            raise ValueError(
+                f"{cls.__name__}.last_w_solver must be one of {LAST_W_SOLVERS}, "
+                f"got {cls.last_w_solver!r}"
+            )
 
     def hess_diag(self, Y, Yhat):
         """The diagonal of the Hessian in Yhat, per entry (from ``hvp``: a separable loss's

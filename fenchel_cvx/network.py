@@ -189,7 +189,7 @@ class LiftedNetwork:
             "input_shape": list(self.input_shape),
             "layers": [s.to_dict() for s in self.specs],
             "activations": [_activation_dict(a) for a in self.activations],
-            "loss": self.loss.name,
+            "loss": self.loss.config(),
             "lam": list(self.lam),
             "rho": list(self.rho),
             "seed": self.seed,
@@ -207,7 +207,7 @@ class LiftedNetwork:
             config["input_shape"],
             config["layers"],
             activation=acts,
-            loss=config["loss"],
+            loss=_loss_of(config["loss"]),
             lam=config["lam"],
             rho=config["rho"],
             seed=config["seed"],
@@ -392,6 +392,14 @@ class LiftedNetwork:
             + self.penalty()
             + sum(lam * b for lam, b in zip(self.lam, B))
         )
+
+
+def _loss_of(config):
+    """The loss of a config's ``"loss"``: ``{"name": ..., **params}`` (``Loss.config``), or the
+    name alone (files written before losses took parameters)."""
+    if isinstance(config, str):
+        return _loss(config)
+    return _loss(config["name"], **{k: v for k, v in config.items() if k != "name"})
 
 
 def _activation_dict(act):

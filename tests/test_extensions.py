@@ -168,6 +168,49 @@ def test_save_and_load_keep_the_classes(tmp_path):
     np.testing.assert_array_equal(back.forward(X)[1], net.forward(X)[1])
 
 
+def test_save_and_load_keep_a_loss_parameter(tmp_path):
+    """A loss's parameters travel with the network: Huber's delta 0.25 reloads as 0.25, not as
+    the default 1.0, and a config whose loss is a name alone (files that predate loss
+    parameters) still loads."""
+    net = LiftedNetwork((3, 4, 2), "relu", loss("huber", delta=0.25), seed=4)
+    assert net.get_config()["loss"] == {"name": "huber", "delta": 0.25}
+    back = LiftedNetwork.load(net.save(tmp_path / "net.npz"))
+    assert back.loss.delta == 0.25
+    Y, Yhat = np.zeros((2, 3)), np.full((2, 3), 0.5)
+    assert float(back.loss.value(Y, Yhat)) == float(net.loss.value(Y, Yhat))
+    by_name = LiftedNetwork.from_config({**net.get_config(), "loss": "huber"})
+    assert by_name.loss.delta == 1.0
+
+
+def test_a_checkpoint_keeps_the_loss_parameter_it_was_trained_with(tmp_path):
+    """A Huber run stopped and resumed ends where the whole run does; a network with another
+    delta is another run, and resuming it is refused."""
+    rng = np.random.default_rng(1)
+    X, Y = rng.normal(size=(3, 20)), rng.normal(size=(2, 20))
+
+    def run(delta, **kw):
+        net = LiftedNetwork((3, 4, 2), "relu", loss("huber", delta=delta), seed=2)
+        fit_bcd(net, X, Y, backend="fast", iterations=4, gamma=0.5, check_every=2, **kw)
+        return net
+
+    whole = run(0.25)
+    run(0.25, checkpoint=tmp_path, callback=lambda net, rec: rec["iteration"] >= 2)
+    resumed = run(0.25, resume=tmp_path)
+    for W, W_whole in zip(resumed.W, whole.W):
+        np.testing.assert_array_equal(W, W_whole)
+    with pytest.raises(ValueError, match="the network differs"):
+        run(0.5, resume=tmp_path)
+
+
+def test_a_saved_loss_without_a_name_is_refused_by_name(tmp_path):
+    from fenchel_cvx.errors import FileFormatError
+    from fenchel_cvx.io import network_from_config
+
+    config = {**LiftedNetwork((3, 4, 2), "relu", "mse", seed=0).get_config(), "loss": {"delta": 1}}
+    with pytest.raises(FileFormatError, match="config.loss"):
+        network_from_config(config, LiftedNetwork)
+
+
 @pytest.mark.parametrize("backend", ["fast", "cvxpy"])
 def test_estimators_take_elu(backend):
     from fenchel_cvx.estimator import FenchelClassifier, FenchelRegressor

@@ -310,3 +310,17 @@ def test_targets_labels_and_probabilities():
     assert loss("cross_entropy").tasks == ("classification",)
     assert loss("mse").config() == {"name": "mse"}
     assert loss("huber", delta=0.5).config() == {"name": "huber", "delta": 0.5}
+
+
+def test_a_loss_naming_an_unknown_last_w_solver_is_refused_where_it_is_defined():
+    """``last_w_solver`` picks the fast backend's method for the last W-block; a name it does
+    not know is refused when the class is defined, not read as nonlinear CG at training time."""
+    from fenchel_cvx.losses import LAST_W_SOLVERS, Loss
+
+    with pytest.raises(ValueError, match=r"Typo\.last_w_solver must be one of .*'lbfgs'"):
+
+        class Typo(Loss):
+            last_w_solver = "lbfgs"
+
+    for solver in LAST_W_SOLVERS:  # each known method is taken
+        assert type(f"Uses_{solver}", (Loss,), {"last_w_solver": solver}).last_w_solver == solver

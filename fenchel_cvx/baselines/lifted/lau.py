@@ -7,9 +7,8 @@ Objective (``V_0`` the data, ``sigma`` = ReLU on the hidden layers, identity on 
     1/2 ||V_{L+1} - Y||^2 + sum_{l=1..L+1} gamma/2 ||V_l - sigma(U_l)||^2
                           + rho/2 ||U_l - W_{l-1} V_{l-1} - b_{l-1}||^2
 
-One iteration, from the output back to the input, as in the authors' MATLAB code
-(github.com/deeplearning-math/bcd_dnn, ``bcd_dnn_mlp_mnist_jinshan.m``); ``alpha`` marks a
-proximal term ``alpha/2 ||. - previous||^2``:
+One iteration, from the output back to the input, as in the authors' released MATLAB code
+for the MNIST MLP; ``alpha`` marks a proximal term ``alpha/2 ||. - previous||^2``:
 
     V_{L+1} <- (Y + gamma U_{L+1} + alpha V_{L+1}) / (1 + gamma + alpha)            (alpha)
     U_{L+1} <- (gamma V_{L+1} + rho (W_L V_L + b_L)) / (gamma + rho)                (no prox)

@@ -3,7 +3,7 @@
 Variables: weights ``W_l`` (no biases), pre-activations ``z_l = W_{l-1} a_{l-1}`` and
 activations ``a_l = h(z_l)`` (``a_0`` the data, ``h`` = ReLU), output ``z_{L+1} = W_L a_L`` with a
 Lagrange multiplier ``lam_mult`` on that output constraint only. The augmented Lagrangian
-(MSE, the scale of the authors' code, github.com/PotatoThanh/ADMM-NeuralNetworks):
+(MSE, the scale of the released code that the FLN paper cites):
 
     1/2 ||z_{L+1} - Y||^2 + <lam_mult, z_{L+1} - W_L a_L> + beta/2 ||z_{L+1} - W_L a_L||^2
       + sum_{l=1..L} gamma/2 ||a_l - h(z_l)||^2 + beta/2 ||z_l - W_{l-1} a_{l-1}||^2
@@ -17,7 +17,7 @@ One iteration, layer by layer from the input, every step in closed form (Taylor 
     z_{L+1} <- (Y - lam_mult + beta W_L a_L) / (1 + beta)
     lam_mult <- beta (z_{L+1} - W_L a_L)          (after ``warm`` warm-start iterations)
 
-Defaults from the authors' MATLAB ``main.m``: ``beta = gamma = 5``, 5 warm-start iterations
+Defaults from that code's MATLAB main script: ``beta = gamma = 5``, 5 warm-start iterations
 without multiplier updates. Where paper and code differ we follow the code: the multiplier is
 *replaced* by ``beta (z - W a)`` (the paper adds it: ``lam += beta (z - W a)``); MSE instead of
 the paper's binary hinge loss; no biases (the bias column stays 0). Unlike the code we start
