@@ -19,6 +19,7 @@ specs)`` any sequence of layer specs, and ``lenet5`` the paper's LeNet-5.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Sequence
@@ -188,8 +189,8 @@ class LiftedNetwork:
         return {
             "input_shape": list(self.input_shape),
             "layers": [s.to_dict() for s in self.specs],
-            "activations": [_activation_dict(a) for a in self.activations],
-            "loss": self.loss.config(),
+            "activations": [_recordable(a, "activation") for a in self.activations],
+            "loss": _recordable(self.loss, "loss"),
             "lam": list(self.lam),
             "rho": list(self.rho),
             "seed": self.seed,
@@ -402,11 +403,19 @@ def _loss_of(config):
     return _loss(config["name"], **{k: v for k, v in config.items() if k != "name"})
 
 
-def _activation_dict(act):
-    out = {"name": act.name}
-    if hasattr(act, "slope"):
-        out["slope"] = act.slope
-    return out
+def _recordable(named, what):
+    """``named.config()`` (an activation's or a loss's), or a ValueError naming the first
+    parameter that is no JSON data, which a saved network or a checkpoint cannot record (a
+    ``monotone`` activation's function ``phi``)."""
+    for key, value in named.params().items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"the {what} {named!r} cannot be saved or checkpointed: its parameter {key!r} "
+                f"is a {type(value).__name__}, which a network's file cannot record"
+            ) from None
+    return named.config()
 
 
 def lenet5(

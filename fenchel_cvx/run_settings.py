@@ -273,6 +273,8 @@ def validate_run(net, X0, Y, args):
     )
     settings.W_prev = check_W_prev(args["W_prev"], weights, xp, saved is not None)
     # the checkpoint folder last, once every other check passed: a refused run makes none
+    if args["checkpoint"] is not None:
+        net.get_config()  # a network that a checkpoint cannot record is refused before any work
     ckpt = (
         None if args["checkpoint"] is None else check_writable_dir("checkpoint", args["checkpoint"])
     )

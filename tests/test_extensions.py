@@ -202,6 +202,18 @@ def test_a_checkpoint_keeps_the_loss_parameter_it_was_trained_with(tmp_path):
         run(0.5, resume=tmp_path)
 
 
+def test_a_network_its_file_cannot_record_is_refused_before_any_work(tmp_path):
+    """A ``monotone`` activation holds a Python function, which no file records: saving it and
+    training with checkpoints are refused by name, and nothing is written."""
+    act = monotone(np.arctan, v_range=(-np.pi / 2, np.pi / 2))
+    net = LiftedNetwork((3, 4, 2), act, "mse", seed=0)
+    with pytest.raises(ValueError, match="activation.*monotone.*parameter 'phi'"):
+        net.save(tmp_path / "net.npz")
+    with pytest.raises(ValueError, match="cannot be saved or checkpointed"):
+        fit_bcd(net, np.ones((3, 5)), np.ones((2, 5)), checkpoint=tmp_path / "ckpt")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_saved_loss_without_a_name_is_refused_by_name(tmp_path):
     from fenchel_cvx.errors import FileFormatError
     from fenchel_cvx.io import network_from_config
