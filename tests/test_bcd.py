@@ -335,28 +335,23 @@ def test_a_checked_round_forms_three_products_of_w0s_size(random_data):
     import array_api_strict as xps
 
     from fenchel_cvx.fast import FastBackend
-    from fenchel_cvx.fast.reads import ProductFlops
+    from fenchel_cvx.fast.reads import flops_by_round
 
     n, p, q, m = 40, 30, 10, 600
     X, Y = random_data(n=n, k=q, m=m, seed=3)
     net = LiftedNetwork([n, p, q], "relu", "mse", lam=0.1, rho=1.0, seed=0)
     backend = FastBackend(w_steps=2, x_steps=3, capped_residual=False, capped_value=False)
-    totals = []
-
-    with ProductFlops() as flops:
-        fit_bcd(
-            net,
-            xps.asarray(X),
-            xps.asarray(Y),
-            batch_size=m,
-            epochs=4,
-            gamma=0.0,
-            check_every=2,
-            backend=backend,
-            eval_every=None,
-            callback=lambda net_, rec: totals.append((rec["checked"], flops.total)),
-        )
-    per_round = [(c, t - t0) for (c, t), (_, t0) in zip(totals[1:], totals)]
+    rounds = flops_by_round(
+        net,
+        xps.asarray(X),
+        xps.asarray(Y),
+        batch_size=m,
+        epochs=4,
+        gamma=0.0,
+        check_every=2,
+        backend=backend,
+    )
+    per_round = [(rec["checked"], sum(counts.values())) for rec, counts in rounds[1:]]
     (checked, c2), (unchecked, c3) = per_round[0], per_round[1]
     assert checked and not unchecked
     w0_size, out_size = 2 * p * (n + 1) * m, 2 * q * (p + 1) * m

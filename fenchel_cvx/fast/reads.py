@@ -176,6 +176,29 @@ def count(fn, *args, **kwargs):
     return out, reads
 
 
+def flops_by_round(net, X0, Y, **fit_args):
+    """The matrix-product FLOPs of each round of ``fit_bcd(net, X0, Y, **fit_args)`` on
+    ``array_api_strict`` arrays, by function: ``[(record, Counter({"module.function":
+    amount})), ...]``, each round's own products (from the end of the round before; the first
+    round's from the start of the run, its setup included). ``net`` is trained."""
+    from ..bcd import fit_bcd
+
+    seen = []
+    with ProductFlops() as flops:
+        fit_bcd(
+            net,
+            X0,
+            Y,
+            eval_every=None,
+            callback=lambda net_, record: seen.append(
+                (record, collections.Counter(flops.by_function()))
+            ),
+            **fit_args,
+        )
+    before = [collections.Counter()] + [counts for _, counts in seen]
+    return [(record, counts - earlier) for (record, counts), earlier in zip(seen, before)]
+
+
 def unchecked_batch(net, X0, Y, backend, batch_size, flops=None, **fit_args):
     """The reads of one unchecked round of Algorithm 2: ``fit_bcd`` on ``X0``, ``Y``
     (``array_api_strict`` arrays or PyTorch tensors, of at least three batches; the reads of
