@@ -45,24 +45,47 @@ from fenchel_cvx.datasets import load_mnist, load_mnist5k, one_hot  # noqa: E402
 from fenchel_cvx.threads import limit_threads  # noqa: E402
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_batch_flags(p, rounds):
+    """The flags of a benchmark that times rounds of whole batches of both MNIST networks:
+    ``--data``, ``--network``, ``--batches``, ``--rounds`` (default ``rounds``), ``--quick``."""
     p.add_argument("--data", default=None, help="folder of the MNIST IDX files")
     p.add_argument("--network", choices=["mlp", "lenet5", "both"], default="both")
+    p.add_argument("--batches", type=int, default=10, help="batches a round times")
+    p.add_argument("--rounds", type=int, default=rounds, help="rounds per path, taken in turn")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="the embedded 5k MNIST sample, 2 rounds of 2 batches: a smoke run",
+    )
+
+
+def batch_data(args):
+    """The MNIST of ``add_batch_flags``'s flags (``--quick``: the embedded 5k sample), checked
+    to hold the rounds' batches after the first 1,000 images (the warm-up's)."""
+    data = args.data or (
+        Path(os.environ["FENCHEL_DATA"]) / "mnist"
+        if os.environ.get("FENCHEL_DATA")
+        else ROOT.parent / "shared" / "data" / "mnist"
+    )
+    ds = load_mnist5k() if args.quick else load_mnist(data, dtype=np.float32)
+    if 1000 + args.rounds * args.batches * 500 > ds.X_train.shape[1]:
+        raise SystemExit(
+            f"--rounds x --batches x 500 images must fit the {ds.X_train.shape[1]:,} "
+            f"training images after the first 1,000, got {args.rounds} x {args.batches}"
+        )
+    return ds
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_batch_flags(p, rounds=4)
     p.add_argument(
         "--threads",
         type=int,
         default=1,
         help="cores of each path (NumPy's BLAS, PyTorch's kernels)",
     )
-    p.add_argument("--batches", type=int, default=10, help="batches a round times")
-    p.add_argument("--rounds", type=int, default=4, help="rounds per path, taken in turn")
     p.add_argument("--check-every", type=int, default=20, help="fit_bcd's certificate schedule")
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="the embedded 5k MNIST sample, 2 rounds of 2 batches: a smoke run",
-    )
     args = p.parse_args(argv)
     if args.quick:
         args.batches, args.rounds = 2, 2
@@ -222,17 +245,7 @@ def main(argv=None):
     import torch
     from threadpoolctl import threadpool_info
 
-    data = args.data or (
-        Path(os.environ["FENCHEL_DATA"]) / "mnist"
-        if os.environ.get("FENCHEL_DATA")
-        else ROOT.parent / "shared" / "data" / "mnist"
-    )
-    ds = load_mnist5k() if args.quick else load_mnist(data, dtype=np.float32)
-    if 1000 + args.rounds * args.batches * 500 > ds.X_train.shape[1]:
-        raise SystemExit(
-            f"--rounds x --batches x 500 images must fit the {ds.X_train.shape[1]:,} "
-            f"training images after the first 1,000, got {args.rounds} x {args.batches}"
-        )
+    ds = batch_data(args)
     arch = sorted({i.get("architecture") for i in threadpool_info() if i.get("architecture")})
     rates = gemm_rates(args.threads)
     print(

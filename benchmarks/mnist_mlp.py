@@ -605,18 +605,10 @@ def run_fln(args, ds, batches):
     def lifted_accuracy():  # the rule of the paper's Sec. 4.3, eq. (12) (fenchel_cvx.predict)
         from fenchel_cvx.predict import predict_classes
 
-        return float(
-            np.mean(
-                predict_classes(
-                    net,
-                    Xte,
-                    rule="optimization",
-                    sweeps=1,
-                    backend=FastBackend(threads=args.threads),
-                )
-                == yte
-            )
+        hits = predict_classes(
+            net, Xte, rule="optimization", sweeps=1, backend=FastBackend(threads=args.threads)
         )
+        return float(xp.sum(hits == yte)) / Xte.shape[1]
 
     def next_epoch(epoch):  # the lam schedule: epoch e + 1 trains with lam * growth^e
         net.lam = [lam * args.lam_growth**epoch for lam in args.lam]

@@ -60,7 +60,8 @@ class Backend(Protocol):
         """What decides its solves, as a run's history records it (``backend_settings``)."""
 
     def forget(self) -> None:
-        """Drop what it reuses across solves (``fit_bcd`` does at every checkpoint)."""
+        """Drop what it reuses across solves (``fit_bcd`` does at the start of a run and at every
+        checkpoint)."""
 
     def compiles_kernels(self) -> bool:
         """Whether its first solves compile kernels (the progress bar says so)."""

@@ -251,6 +251,9 @@ def fit_bcd(
     state = settings.state or BCDState(
         list(net.W), History(evaluation.history_config(net, settings)), W_prev=settings.W_prev
     )
+    # a run starts with none of the factors an earlier run left in the backend (reused across
+    # batches: ``Backend.forget``): its iterates do not depend on the backend's earlier runs
+    settings.backend.forget()
     step = _run(net, settings, state, make_observers(settings, callback, progress, state))
     return BCDResult(
         net,

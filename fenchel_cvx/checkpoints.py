@@ -172,10 +172,11 @@ def _differences(old, new, prefix=""):
     return out
 
 
-def restore(net, saved, config, digest, xp, steps) -> BCDState:
+def restore(net, saved, config, digest, xp, steps, dev=None) -> BCDState:
     """The ``BCDState`` of a checkpoint (``load_checkpoint`` checked its structure), after
     checking it belongs to this run: same data, settings and network, a round counter within
-    the run's schedule ``steps`` and lifted variables of the last round's batch size."""
+    the run's schedule ``steps`` and lifted variables of the last round's batch size; its
+    arrays in the data's library ``xp``, on the data's device ``dev``."""
     arrays, meta = saved
     if meta["settings"]["data"] != digest:
         raise ValueError("resume: the checkpoint was written for other training data (X0, Y)")
@@ -210,18 +211,18 @@ def restore(net, saved, config, digest, xp, steps) -> BCDState:
         raise ValueError(
             f"resume: the checkpoint was written by another run: {what or 'the network differs'}"
         )
+
+    def put(A):  # a saved NumPy array, in the data's library and on its device
+        return xp.asarray(A, device=dev)
+
     L = len(net.W)
-    Xs = (
-        [xp.asarray(arrays[f"X_{l}"]) for l in range(1, net.n_hidden + 1)]
-        if meta["has_Xs"]
-        else None
-    )
-    W0 = [xp.asarray(arrays[f"W0_{l}"]) if f"W0_{l}" in arrays else None for l in range(L)]
-    W_prev = [xp.asarray(arrays[f"W_prev_{l}"]) for l in range(L)] if "W_prev_0" in arrays else None
+    Xs = [put(arrays[f"X_{l}"]) for l in range(1, net.n_hidden + 1)] if meta["has_Xs"] else None
+    W0 = [put(arrays[f"W0_{l}"]) if f"W0_{l}" in arrays else None for l in range(L)]
+    W_prev = [put(arrays[f"W_prev_{l}"]) for l in range(L)] if "W_prev_0" in arrays else None
     U_0 = arrays.get("U_0")
-    carried = None if U_0 is None else Carried(xp.asarray(U_0), meta["carried_steps"])
+    carried = None if U_0 is None else Carried(put(U_0), meta["carried_steps"])
     return BCDState(
-        [xp.asarray(arrays[f"W_{l}"]) for l in range(L)],
+        [put(arrays[f"W_{l}"]) for l in range(L)],
         History.from_dict(meta["history"]),
         Xs,
         W0,

@@ -185,7 +185,7 @@ class Dense(Spec):
         return math.prod(shape), self.units
 
     def patches(self, xp, X, shape):
-        return xp.concat([X, xp.ones((1, X.shape[1]), dtype=X.dtype)], axis=0)
+        return xp.concat([X, xp.ones((1, X.shape[1]), dtype=X.dtype, device=device(X))], axis=0)
 
     def forward(self, xp, W, X, shape):
         p = X.shape[0]
@@ -307,8 +307,9 @@ class Conv2d(Spec):
         """X with a zero row appended where the map pads (the target of padding pixels), and a
         row of ones after it for ``patches``'s bias row."""
         m = X.shape[1]
-        extra = [xp.zeros((1, m), dtype=X.dtype)] if self.padding or ones else []
-        extra += [xp.ones((1, m), dtype=X.dtype)] if ones else []
+        dev = device(X)
+        extra = [xp.zeros((1, m), dtype=X.dtype, device=dev)] if self.padding or ones else []
+        extra += [xp.ones((1, m), dtype=X.dtype, device=dev)] if ones else []
         return xp.concat([X, *extra], axis=0) if extra else X
 
     def patches(self, xp, X, shape):
@@ -512,8 +513,9 @@ class LinearMap:
     def norm2(self, W, iters=30):
         """An estimate of ``||A(W, .)||_2^2`` by power iteration on ``A^T A`` (from below)."""
         xp = array_namespace(W)
-        x = xp.asarray(np.random.default_rng(0).standard_normal((self.n_in, 1)), dtype=W.dtype)
-        zero = xp.zeros((W.shape[0], 1), dtype=W.dtype)
+        start = np.random.default_rng(0).standard_normal((self.n_in, 1))
+        x = xp.asarray(start, dtype=W.dtype, device=device(W))
+        zero = xp.zeros((W.shape[0], 1), dtype=W.dtype, device=device(W))
         Wa = xp.concat([W[:, :-1], zero], axis=1)  # the linear part: no bias
         lam = 0.0
         for _ in range(iters):

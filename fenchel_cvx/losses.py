@@ -25,7 +25,7 @@ own ``value_cvxpy``). The one table keyed by names is the registry ``LOSSES`` (`
 
 import math
 
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, device
 
 from .arrays import clip, host_if_cheap
 from .facts import Named, Registry, require, stub
@@ -275,7 +275,9 @@ class CrossEntropy(Loss):
         xp = array_namespace(outputs)
         k = outputs.shape[0]
         top = xp.argmax(outputs, axis=0)
-        return xp.astype(xp.arange(k)[:, None] == top[None, :], outputs.dtype)
+        return xp.astype(
+            xp.arange(k, device=device(outputs))[:, None] == top[None, :], outputs.dtype
+        )
 
     def torch_loss(self, out, target):
         """Softmax cross-entropy on the logits against probability targets, the batch mean."""

@@ -56,7 +56,7 @@ from .validation import (
 def augment(X):
     """X~ = [X; 1^T]: append a row of ones (the bias input)."""
     xp = array_namespace(X)
-    return xp.concat([X, xp.ones((1, X.shape[1]), dtype=X.dtype)], axis=0)
+    return xp.concat([X, xp.ones((1, X.shape[1]), dtype=X.dtype, device=device(X))], axis=0)
 
 
 class LiftedNetwork:
@@ -194,7 +194,7 @@ class LiftedNetwork:
             "lam": list(self.lam),
             "rho": list(self.rho),
             "seed": self.seed,
-            "dtype": np.dtype(self.W[0].dtype).name,
+            "dtype": check_dtype(self.W[0].dtype).name,  # any library's float dtype
         }
 
     @classmethod

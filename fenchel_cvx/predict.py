@@ -24,6 +24,7 @@ per-class minimisation described above, which is what ``rule="optimization"`` me
 """
 
 import numpy as np
+from array_api_compat import array_namespace, device
 
 from .backends import get_backend
 from .blocks import x_block
@@ -34,17 +35,19 @@ RULES = ("feedforward", "optimization")
 
 def column_objective(net, X0, Y, Xs):
     """Each data point's share of F(W, X) without the penalty: loss + sum_l lam_l B_l."""
+    xp = array_namespace(X0)
     X = [X0, *Xs]
     out = net.pre_activation(net.n_hidden, X[-1])
-    val = np.asarray(net.loss.column_values(Y, out))
+    val = net.loss.column_values(Y, out)
     for l, act in enumerate(net.activations):
         B = act.divergence(X[l + 1], net.pre_activation(l, X[l]))
-        val = val + net.lam[l] * np.sum(B, axis=0)
+        val = val + net.lam[l] * xp.sum(B, axis=0)
     return val
 
 
 def predict(net, X0, rule="feedforward", backend="cvxpy", sweeps=2, tol=1e-6):
-    """Scores ``(p_out, m)`` of ``net`` on ``X0`` (features x m) by the given rule (module doc).
+    """Scores ``(p_out, m)`` of ``net`` on ``X0`` (features x m) by the given rule (module doc),
+    in the library and on the device of the network's weights.
 
     ``backend`` (a name or a backend object) and ``sweeps`` are used by the optimisation rule
     only; ``tol`` is the accepted KKT residual of a backend given by name (as in ``fit_bcd``).
@@ -58,19 +61,21 @@ def predict(net, X0, rule="feedforward", backend="cvxpy", sweeps=2, tol=1e-6):
     Xff, out = net.forward(X0)
     if rule == "feedforward":
         return out
-    K, m = net.layer_sizes[-1], X0.shape[1]
-    scores = np.empty((K, m))
+    xp, K = array_namespace(X0), net.layer_sizes[-1]
+    classes = xp.arange(K, device=device(X0))[:, None]
+    scores = []
     for k in range(K):
-        Y = np.zeros((K, m))
-        Y[k] = 1.0
-        Xs = [X.copy() for X in Xff]
+        Y = xp.astype(xp.broadcast_to(classes == k, (K, X0.shape[1])), X0.dtype)  # e_k
+        Xs = list(Xff)  # the solves never write into their start
         for _ in range(sweeps):
             for l in range(net.n_hidden, 0, -1):
                 Xs[l - 1] = backend.solve(x_block(net, X0, Y, Xs, l), start=Xs[l - 1]).argmin
-        scores[k] = -column_objective(net, X0, Y, Xs)
-    return scores
+        scores.append(-column_objective(net, X0, Y, Xs))
+    return xp.stack(scores)
 
 
 def predict_classes(net, X0, rule="feedforward", backend="cvxpy", sweeps=2, tol=1e-6):
-    """The predicted class of each column of ``X0``: ``argmax`` of ``predict``'s scores."""
-    return np.argmax(predict(net, X0, rule=rule, backend=backend, sweeps=sweeps, tol=tol), axis=0)
+    """The predicted class of each column of ``X0``: ``argmax`` of ``predict``'s scores (in
+    their library)."""
+    scores = predict(net, X0, rule=rule, backend=backend, sweeps=sweeps, tol=tol)
+    return array_namespace(scores).argmax(scores, axis=0)

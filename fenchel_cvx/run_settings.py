@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from array_api_compat import device
 
 from . import defaults
 from .arrays import namespace
@@ -92,10 +93,11 @@ class RunSettings:
         return not self.data.batched and not any(self.momentum)
 
 
-def weights_in(xp, net):
-    """The network's weights as arrays of ``xp`` (the data's library), without changing net."""
+def weights_in(xp, net, dev=None):
+    """The network's weights as arrays of ``xp`` (the data's library) on ``dev`` (the data's
+    device), without changing net."""
     try:
-        return [W if namespace(W) is xp else xp.asarray(W) for W in net.W]
+        return [W if namespace(W) is xp else xp.asarray(W, device=dev) for W in net.W]
     except (TypeError, ValueError):
         raise ValueError(
             f"net.W must be arrays the data's library ({xp.__name__}) can take, got "
@@ -146,7 +148,7 @@ def check_W_prev(W_prev, weights, xp, resume):
     out = []
     for l, (P, W) in enumerate(zip(W_prev, weights)):
         try:
-            P = xp.asarray(P, dtype=W.dtype)
+            P = xp.asarray(P, dtype=W.dtype, device=device(W))
         except (TypeError, ValueError):
             raise ValueError(
                 f"W_prev[{l}] must be an array the data's library ({xp.__name__}) "
@@ -231,7 +233,7 @@ def validate_run(net, X0, Y, args):
     resume = None if args["resume"] is None else resume_file(args["resume"])
     saved = None if resume is None else load_checkpoint(resume)
     backend, name = build_backend(args["backend"], args["strict"], args["tol"], xp, net)
-    weights = weights_in(xp, net)
+    weights = weights_in(xp, net, device(X0))
     strict = (name == "cvxpy") if args["strict"] is None else args["strict"]
     classification = is_one_hot(Y)
     config = run_config(
@@ -269,7 +271,9 @@ def validate_run(net, X0, Y, args):
     )
     digest = None if args["checkpoint"] is None and saved is None else data_digest(X0, Y)
     settings.state = (
-        None if saved is None else restore(net, saved, config, digest, xp, settings.steps)
+        None
+        if saved is None
+        else restore(net, saved, config, digest, xp, settings.steps, device(X0))
     )
     settings.W_prev = check_W_prev(args["W_prev"], weights, xp, saved is not None)
     # the checkpoint folder last, once every other check passed: a refused run makes none

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from array_api_compat import device
 
 from .datasets import batch_order
 from .history import History
@@ -127,7 +128,7 @@ class Batches:
             if self.xp is np:
                 Xb, Yb = np.ascontiguousarray(self.cols[:, columns]), self.Y[:, columns]
             else:
-                j = self.xp.asarray(columns)
+                j = self.xp.asarray(columns, device=device(self.X0))
                 Xb, Yb = self.xp.take(self.X0, j, axis=1), self.xp.take(self.Y, j, axis=1)
             self._last = (columns, Xb, Yb)
         return self._last[1:]

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -480,3 +481,23 @@ def test_baseline_flags_are_checked(name, argv, message, capsys):
     with pytest.raises(SystemExit):
         _load(name).parse_args(argv)
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow  # trains 2 + 2 x 2 + 2 batches of the MLP on PyTorch tensors
+def test_gpu_batches_quick_run_on_the_cpu_prints_the_eager_path(capsys):
+    """The GPU batch benchmark, on the CPU's tensors: the eager path's row (ms per batch, the
+    host reads of an unchecked batch: 1) and its PyTorch calls by function of fenchel_cvx."""
+    pytest.importorskip("torch", reason="the benchmark trains on PyTorch tensors")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_batches
+
+    gpu_batches.main(["--device", "cpu", "--quick", "--network", "mlp", "--paths", "eager"])
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| eager |"))
+    cells = [c.strip() for c in row.split("|")]
+    assert float(cells[2]) > 0 and cells[13].startswith("1 (")  # ms per batch; 1 host read
+    calls = out.split("PyTorch calls per batch, ")[1]
+    assert int(re.match(r"([\d,]+),", calls).group(1).replace(",", "")) > 1000
+    assert "newton_1d" in calls
+    with pytest.raises(SystemExit):
+        gpu_batches.parse_args(["--paths", "eager,fast"])

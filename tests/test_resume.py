@@ -287,6 +287,27 @@ def test_resume_with_reused_gram_factors_is_bit_identical(tmp_path):
     assert not all(np.array_equal(a, b) for a, b in zip(fresh.net.W, whole.net.W))  # reuse counts
 
 
+def test_a_run_does_not_depend_on_the_backends_earlier_runs():
+    """A run starts with none of the Gram factors an earlier run left in its backend: with
+    gram_reuse > 1 a run on other data would otherwise start from the earlier run's factor
+    (of that other data) and take other iterates than with a new backend."""
+    from fenchel_cvx.datasets import load_digits, one_hot
+    from fenchel_cvx.fast import FastBackend
+
+    ds = load_digits()  # 64 inputs, batches of 100: W_0's factor in parameter space, reused
+    X, Y = ds.X_train, one_hot(ds.y_train, 10)
+
+    def run(backend, cols):
+        net = LiftedNetwork([64, 12, 10], seed=0)
+        return fit_bcd(net, X[:, cols], Y[:, cols], backend=backend, batch_size=100).net.W
+
+    backend = FastBackend(w_steps=2, gram_reuse=8)
+    run(backend, slice(0, 300))
+    after = run(backend, slice(300, 600))
+    alone = run(FastBackend(w_steps=2, gram_reuse=8), slice(300, 600))
+    assert all(np.array_equal(a, b) for a, b in zip(after, alone))
+
+
 def test_schedule_positions():
     steps = schedule(10, 4, 2, None, 2, seed=0)
     assert len(steps) == 2 * 3 * 2 and [s.iteration for s in steps] == list(range(1, 13))

@@ -53,7 +53,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, device
 
 from ..arrays import Array
 from ..backends import BackendDefaults
@@ -304,8 +304,9 @@ class FastBackend(BackendDefaults):
         return _of_layer("gram_reuse", self.gram_reuse, block, block.layer)
 
     def forget(self) -> None:
-        """Drop the Gram factorisations kept for reuse (``fit_bcd`` does at every checkpoint,
-        so that a run resumed from it goes on as the uninterrupted one)."""
+        """Drop the Gram factorisations kept for reuse (``fit_bcd`` does at the start of a run,
+        so that its iterates do not depend on the backend's earlier runs, and at every
+        checkpoint, so that a run resumed from it goes on as the uninterrupted one)."""
         self._cache.clear()
 
     def compiles_kernels(self) -> bool:
@@ -364,7 +365,7 @@ class FastBackend(BackendDefaults):
             # cast as the rest: the solvers update their state in place from it
             block = dataclasses.replace(block, U=xp.astype(arrays["U"], dtype))
         tol = floor_tol(xp, dtype, self.tol)
-        Z = self._start(xp, block, start, dtype)
+        Z = self._start(xp, block, start, dtype, device(next(iter(arrays.values()))))
         Z, it, info = solve(block, self, xp, Z, tol)
         converged = bool(info.pop("converged"))
         status = "optimal" if converged else ("stalled" if info.get("stalled") else "max_iter")
@@ -393,11 +394,12 @@ class FastBackend(BackendDefaults):
             U=U,
         )
 
-    def _start(self, xp, block, start, dtype):
+    def _start(self, xp, block, start, dtype, dev):
         if start is None:
             return _default_start(block, xp, dtype)
-        # an array of xp stays the same object (a W-block's start may be its centre W0)
-        start = start if _is_array_of(xp, start) else xp.asarray(start)
+        # an array of xp stays the same object (a W-block's start may be its centre W0); one of
+        # another library moves to the block's library and device (``dev``)
+        start = start if _is_array_of(xp, start) else xp.asarray(start, device=dev)
         shape = tuple(block.shape)
         if tuple(start.shape) != shape:
             raise ValueError(f"start must have shape {shape}, got {tuple(start.shape)}")
@@ -491,4 +493,6 @@ def _(block: XBlock, xp, dtype):
 @_default_start.register
 def _(block: WBlock, xp, dtype):
     W0 = block.W0
-    return xp.astype(W0, dtype) if W0 is not None else xp.zeros(block.shape, dtype=dtype)
+    if W0 is not None:
+        return xp.astype(W0, dtype)
+    return xp.zeros(block.shape, dtype=dtype, device=device(block.Xt))

@@ -20,6 +20,7 @@
 import math
 
 import numpy as np
+from array_api_compat import device
 
 from ..arrays import cheap_reads, clip, vecdot
 from ..blocks import residual_parts
@@ -114,8 +115,8 @@ def _shifted(xp, G, shift, attempt):
     certificate's argmin check then fails by name."""
     n = G.shape[0]
     if n == 0:
-        return xp.zeros((0, 0), dtype=G.dtype), float(shift)
-    eye = xp.eye(n, dtype=G.dtype)
+        return xp.zeros((0, 0), dtype=G.dtype, device=device(G)), float(shift)
+    eye = xp.eye(n, dtype=G.dtype, device=device(G))
     shift, floor = max(float(shift), 0.0), None
     if shift > 0 and not cheap_reads(xp):
         out = attempt(xp, G + shift * eye, eye)
@@ -181,7 +182,7 @@ def top_eig(xp, A, iters=30):
     if M.shape[0] == 0:
         return 0.0
     bound = float(xp.max(xp.sum(xp.abs(M), axis=1)))
-    x = xp.ones((M.shape[0], 1), dtype=M.dtype) / math.sqrt(M.shape[0])
+    x = xp.ones((M.shape[0], 1), dtype=M.dtype, device=device(M)) / math.sqrt(M.shape[0])
     for _ in range(iters):
         y = M @ x
         x = y / xp.sqrt(xp.sum(y * y))
@@ -205,17 +206,17 @@ def newton_1d(xp, derivs, t, lo, hi, tol, max_iter=50, fixed=None):
     """
     fixed = not cheap_reads(xp) if fixed is None else fixed
     eps = xp.finfo(t.dtype).eps
-    stopped, count = None, 0
+    one = xp.ones_like(t)
+    stopped, moving = None, []
     for it in range(1, max_iter + 1):
         d1, d2 = derivs(t)
         lo_n = xp.where(d1 < 0, t, lo)
         hi_n = xp.where(d1 > 0, t, hi)
-        step = xp.where(d2 > 0, d1 / xp.where(d2 > 0, d2, xp.ones_like(d2)), xp.zeros_like(d1))
-        tn = t - step
-        inside = (tn > lo_n) & (tn < hi_n) & (d2 > 0)
-        fallback = xp.where(
-            xp.isinf(hi_n), xp.where(t > 0, 2 * t, xp.ones_like(t)), 0.5 * (lo_n + hi_n)
-        )
+        curved = d2 > 0
+        # the Newton step where f'' > 0; elsewhere its value is never used (not ``inside``)
+        tn = t - d1 / xp.where(curved, d2, one)
+        inside = (tn > lo_n) & (tn < hi_n) & curved
+        fallback = xp.where(xp.isinf(hi_n), xp.where(t > 0, 2 * t, one), 0.5 * (lo_n + hi_n))
         tn = xp.where(inside, tn, fallback)
         done = (xp.abs(d1) <= tol) | (hi_n - lo_n <= 4 * eps * xp.abs(hi_n))
         small = xp.abs(tn - t) <= 4 * eps * xp.abs(t)
@@ -224,12 +225,15 @@ def newton_1d(xp, derivs, t, lo, hi, tol, max_iter=50, fixed=None):
             t, lo, hi, stopped = tn, lo_n, hi_n, done | small
         else:
             if fixed:  # this iteration counts where an element had not stopped before it
-                count = count + xp.astype(xp.any(~stopped), xp.int64)
+                moving.append(xp.any(~stopped))
             t, lo, hi = (xp.where(stopped, a, b) for a, b in ((t, tn), (lo, lo_n), (hi, hi_n)))
             stopped = stopped | done | small
         if not fixed and bool(xp.all(stopped)):
             return t, lo, it
-    return t, lo, (count + 1 if fixed else max_iter)
+    if not fixed:
+        return t, lo, max_iter
+    counted = xp.sum(xp.astype(xp.stack(moving), xp.int64)) if moving else 0
+    return t, lo, counted + 1
 
 
 def select(xp, cond, a, b):

@@ -44,7 +44,7 @@ import shutil
 import sys
 import warnings
 
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, device
 
 from ..arrays import vecdot
 
@@ -125,7 +125,7 @@ def fista_step(
     zn, state = prox(xp, act, r, tau, state)
     D = zn - y
     dz = D if z_prev is None else zn - z
-    Ddz = _dot(xp, D, dz) if momentum else xp.zeros((), dtype=D.dtype)
+    Ddz = _dot(xp, D, dz) if momentum else xp.zeros((), dtype=D.dtype, device=device(D))
     return zn, state, xp.max(D), xp.min(D), Ddz
 
 

@@ -52,7 +52,9 @@ import dataclasses
 import functools
 import math
 
-from ..arrays import cheap_reads, clip, host_if_cheap, vecdot
+from array_api_compat import device
+
+from ..arrays import cheap_reads, clip, host_if_cheap, matmul_nt, vecdot
 from ..blocks import WHidden, WLast
 from . import fused, span
 from ._util import RESYNC, keep_descent, kkt, newton_1d, pr_plus, proves_above
@@ -91,8 +93,7 @@ class _Problem:
         return self.parts(A, self.reg_grad(W)), A
 
     def parts(self, A, R):
-        # A X~^T as (X~ A^T)^T: 13-20 % faster on LeNet-5's long, flat conv patches (one core)
-        G = (self.Xt @ A.T).T
+        G = matmul_nt(A, self.Xt)  # A X~^T
         return [G if self.coef == 1 else self.coef * G, R]
 
     def base_step(self, g, A, R, U):
@@ -244,7 +245,7 @@ class HiddenRows(_Problem):
         sn = self.newton_rows(xp.take(g, rows, axis=0), xp.take(U, rows, axis=0))
         # scatter the Newton rows back: row i reads s_all[where] (p + its rank if small)
         rank = xp.cumulative_sum(xp.astype(small, xp.int64)) - 1
-        where = xp.where(small, p + rank, xp.arange(p, dtype=rank.dtype))
+        where = xp.where(small, p + rank, xp.arange(p, dtype=rank.dtype, device=device(rank)))
         s = xp.take(xp.concat([s, sn], axis=0), where, axis=0)
         return s, None, xp.reshape(small, (p, 1)), active
 
@@ -261,18 +262,20 @@ class HiddenRows(_Problem):
         a = max(int(xp.max(counts)), 1)
         order = xp.argsort(xp.astype(xp.logical_not(active), xp.int8), axis=1, stable=True)
         idx = order[:, :a]  # active points first, padded
-        valid = xp.arange(a)[None, :] < counts
-        zero = xp.zeros((U.shape[0], a), dtype=U.dtype)
+        valid = xp.arange(a, device=device(counts))[None, :] < counts
+        zero = xp.zeros((U.shape[0], a), dtype=U.dtype, device=device(U))
         Sc = xp.where(valid, xp.take_along_axis(S, idx, axis=1), zero)
         rc = xp.where(valid, xp.take_along_axis(r, idx, axis=1), zero)
         flat = idx[:, :, None] * m + idx[:, None, :]
         Kc = xp.reshape(
             xp.take(xp.reshape(K, (-1,)), xp.reshape(flat, (-1,)), axis=0), tuple(flat.shape)
         )
-        M = Sc[:, :, None] * Kc * Sc[:, None, :] + eps * xp.eye(a, dtype=U.dtype)
+        M = Sc[:, :, None] * Kc * Sc[:, None, :] + eps * xp.eye(a, dtype=U.dtype, device=device(U))
         z = xp.linalg.solve(M, rc[:, :, None])[:, :, 0] * Sc
         if a < m:  # back to all points: invert each row's permutation
-            z = xp.concat([z, xp.zeros((z.shape[0], m - a), dtype=z.dtype)], axis=1)
+            z = xp.concat(
+                [z, xp.zeros((z.shape[0], m - a), dtype=z.dtype, device=device(z))], axis=1
+            )
             z = xp.take_along_axis(z, xp.argsort(order, axis=1), axis=1)
         return (g - z @ self.Xt.T) / (2 * c)
 
@@ -583,7 +586,7 @@ def _scatter_rows(xp, full, sub, rows):
     """``full`` with its rows ``rows`` (sorted global indices) replaced by ``sub``, with no
     in-place writes."""
     p, k = full.shape[0], rows.shape[0]
-    ar = xp.arange(p, dtype=rows.dtype)
+    ar = xp.arange(p, dtype=rows.dtype, device=device(rows))
     pos = clip(xp.searchsorted(rows, ar), 0, k - 1)
     hit = xp.take(rows, pos) == ar
     return xp.take(xp.concat([full, sub], axis=0), xp.where(hit, p + pos, ar), axis=0)
