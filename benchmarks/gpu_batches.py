@@ -274,8 +274,7 @@ def run(network, args, ds, dev):
             print(f"{network} {path}: failed\n{traceback.format_exc(limit=6)}", flush=True)
     n = args.batches * 500
     for r in range(args.rounds):
-        for path, (train, backend) in list(paths.items()):
-            backend.forget()
+        for path, (train, _) in list(paths.items()):
             t0 = time.perf_counter()
             try:
                 train(slice(1000 + r * n, 1000 + (r + 1) * n))

@@ -317,8 +317,8 @@ class CarriedX:
     the driver gives (the feed-forward point). Each block stays the same convex problem and its
     solver starts no higher than the driver's start, so descent and the lower bound hold as
     before. ``batches``: the run's schedule, one round a batch (K = 1); each round begins with
-    the block X_L (the X-sweep runs back to front). ``forget()`` (the end of the compile
-    warm-up's batch) starts the count again. ``tried`` / ``kept``: the X-blocks with a carried
+    the block X_L (the X-sweep runs back to front). ``forget()`` (``fit_bcd``'s, at the start
+    of a run) starts the count again. ``tried`` / ``kept``: the X-blocks with a carried
     point, and those that started from it."""
 
     def __init__(self, backend, batches, m):

@@ -774,7 +774,8 @@ def relaxation_log(hist):
 
 def warm_up(args, net, X, Y, backend, sync=lambda: None):
     """Compile FLN's kernels before the clock starts: one batch of the run's setting on a copy of
-    the network, whose Gram factors the backend then forgets (the run is the same as without it).
+    the network (the run that follows starts without its Gram factors, as ``fit_bcd`` drops a
+    backend's factors at a run's start: the same run as without it).
     -> its seconds, the compile's cost (printed), or None where no kernel compiled (every chain
     below ``fused.MIN_SIZE`` under ``compile="auto"``)."""
     import copy
@@ -796,7 +797,6 @@ def warm_up(args, net, X, Y, backend, sync=lambda: None):
         check_every=1,
     )
     sync()
-    backend.forget()
     seconds = time.perf_counter() - t0
     if compiled_graphs() == graphs:
         print(

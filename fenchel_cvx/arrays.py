@@ -102,31 +102,39 @@ def vecdot(x1, x2, axis=-1):
     return array_namespace(x1, x2).vecdot(x1, x2, axis=axis)
 
 
-#: ``matmul_nt`` sums NumPy products whose shared length is at least ``NT_MIN_K`` and whose
-#: result has at most ``NT_MAX_OUT`` entries block by block, each block of both operands within
-#: ``NT_BLOCK_BYTES`` (one core, float32: 256 KiB blocks took LeNet-5's W_0 gradient, 6 x 26
-#: over 392,000, from 7.3 ms to 3.8, the Gram of its patches, 26 x 26, from 15.3 to 9.6; 1 MiB
-#: blocks were slower than none; a 16 x 151 result over 50,000, LeNet-5's W_1 gradient, was
-#: slower in blocks at any size)
+#: ``in_blocks`` pays for NumPy products whose shared length is at least ``NT_MIN_K`` and whose
+#: result has at most ``NT_MAX_OUT`` entries, each block of both operands within about
+#: ``NT_BLOCK_BYTES`` (at least 512 columns; one core, float32: 256 KiB blocks took LeNet-5's
+#: W_0 gradient, 6 x 26 over 392,000, from 7.3 ms to 3.8, the Gram of its patches, 26 x 26,
+#: from 15.3 to 9.6; 1 MiB blocks were slower than none; a 16 x 151 result over 50,000,
+#: LeNet-5's W_1 gradient, was slower in blocks at any size)
 NT_MIN_K, NT_MAX_OUT, NT_BLOCK_BYTES = 2**16, 2**10, 2**18
 
 
+def in_blocks(A, B):
+    """The width of the column blocks in which ``matmul_nt`` forms ``A @ B.T`` (A m x k, B
+    n x k), or 0 where one product serves: other libraries' arrays, a short shared length, a
+    large or empty result. Long, flat NumPy operands with a small result (LeNet-5's W_0
+    gradient, 6 x 392,000 times 392,000 x 26) are summed over blocks of columns of both that
+    stay in the core's cache together: OpenBLAS runs such a product whole at half the rate it
+    reaches block by block."""
+    (m, k), n = A.shape, B.shape[0]
+    numpy = isinstance(A, np.ndarray) and isinstance(B, np.ndarray)
+    if not numpy or k < NT_MIN_K or not 0 < m * n <= NT_MAX_OUT:
+        return 0
+    per_column = (m + n) * max(A.itemsize, B.itemsize)
+    return 1 << max(9, (NT_BLOCK_BYTES // per_column).bit_length() - 1)
+
+
 def matmul_nt(A, B):
-    """``A @ B.T`` for ``A`` (m x k) and ``B`` (n x k), formed as ``(B @ A.T).T`` (13-20 %
-    faster than ``A @ B.T`` where B is long and flat, as conv patches are; one core). NumPy
-    operands with a long shared length and a small result (``NT_MIN_K``, ``NT_MAX_OUT``:
-    LeNet-5's W_0 gradient, 6 x 392,000 times 392,000 x 26) are summed over blocks of columns
-    of both that stay in the core's cache together (``NT_BLOCK_BYTES``): OpenBLAS runs such a
-    product whole at half the rate it reaches block by block."""
-    m, k = A.shape
-    n = B.shape[0]
-    whole = not (isinstance(A, np.ndarray) and isinstance(B, np.ndarray))
-    if whole or k < NT_MIN_K or m * n > NT_MAX_OUT:
+    """``A @ B.T`` for ``A`` (m x k) and ``B`` (n x k): summed over column blocks where that
+    pays (``in_blocks``), else formed as ``(B @ A.T).T`` (13-20 % faster than ``A @ B.T`` where
+    B is long and flat, as the patches of a convolution; one core)."""
+    width = in_blocks(A, B)
+    if not width:
         return (B @ A.T).T
-    itemsize = max(A.itemsize, B.itemsize)
-    width = 1 << max(9, (NT_BLOCK_BYTES // ((m + n) * itemsize)).bit_length() - 1)
     out = A[:, :width] @ B[:, :width].T
-    for start in range(width, k, width):
+    for start in range(width, A.shape[1], width):
         out += A[:, start : start + width] @ B[:, start : start + width].T
     return out
 

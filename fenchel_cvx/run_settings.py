@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from array_api_compat import device
+from array_api_compat import device, to_device
 
 from . import defaults
 from .arrays import namespace
@@ -97,7 +97,10 @@ def weights_in(xp, net, dev=None):
     """The network's weights as arrays of ``xp`` (the data's library) on ``dev`` (the data's
     device), without changing net."""
     try:
-        return [W if namespace(W) is xp else xp.asarray(W, device=dev) for W in net.W]
+        return [
+            W if namespace(W) is xp and device(W) == dev else xp.asarray(W, device=dev)
+            for W in net.W
+        ]
     except (TypeError, ValueError):
         raise ValueError(
             f"net.W must be arrays the data's library ({xp.__name__}) can take, got "
@@ -105,10 +108,13 @@ def weights_in(xp, net, dev=None):
         ) from None
 
 
-def check_data(net, X0, Y, xname="X0", yname="Y", xp=None):
-    """Data and targets in the network's dtype (no silent upcast of float32) and ``xp``."""
+def check_data(net, X0, Y, xname="X0", yname="Y", xp=None, on=None):
+    """Data and targets in the network's dtype (no silent upcast of float32), in ``xp`` and on
+    the device of the array ``on`` (None: X0's own, so that the targets follow the data)."""
     xp = namespace(X0) if xp is None else xp
     X0, Y = net.check_inputs(X0, Y, dtype=net.W[0].dtype, xp=xp, names=(xname, yname))
+    dev = device(X0 if on is None else on)
+    X0, Y = to_device(X0, dev), None if Y is None else to_device(Y, dev)
     net.loss.check_targets(yname, Y, xp)
     return X0, Y
 
@@ -227,7 +233,7 @@ def validate_run(net, X0, Y, args):
     X0, Y = check_data(net, X0, Y, xp=xp)
     X_test, Y_test = args["X_test"], args["Y_test"]
     if X_test is not None:
-        X_test, Y_test = check_data(net, X_test, Y_test, "X_test", "Y_test", xp=xp)
+        X_test, Y_test = check_data(net, X_test, Y_test, "X_test", "Y_test", xp=xp, on=X0)
     check_rounds(X0.shape[1], args["batch_size"], args["epochs"], args["alternations"])
     # a checkpoint failing the checked reader raises FileFormatError, which names the file
     resume = None if args["resume"] is None else resume_file(args["resume"])

@@ -144,6 +144,41 @@ def test_a_resumed_run_stays_on_the_device(tmp_path):
         np.testing.assert_array_equal(host(W), host(W_ref))
 
 
+def test_numpy_weights_targets_and_test_data_move_to_the_data_s_device():
+    """Data on the device, everything else NumPy (the network's weights, the targets, the test
+    set, the momentum's W_prev): the run moves them to the data's device and ends where the
+    run given all of them there ends."""
+    ds = load_digits()
+    X, Y = ds.X_train[:, :120], one_hot(ds.y_train[:120], 10)
+    Xt, Yt = ds.X_test[:, :50], one_hot(ds.y_test[:50], 10)
+    runs = []
+    for given in (lambda A: A, lambda A: put(A, "float64")):  # NumPy as given, or all moved
+        net = LiftedNetwork([64, 12, 10], "relu", "cross_entropy", lam=0.5, seed=0)
+        W_prev = [given(0.9 * W) for W in net.W]
+        net.W = [given(W) for W in net.W]
+        runs.append(
+            fit_bcd(
+                net,
+                put(X, "float64"),
+                given(Y),
+                X_test=given(Xt),
+                Y_test=given(Yt),
+                eval_every=1,
+                batch_size=60,
+                momentum=0.5,
+                W_prev=W_prev,
+                backend=FastBackend(w_steps=2, x_steps=2),
+                strict=False,
+            )
+        )
+    assert_on(runs[0].net.W)
+    assert_on(runs[0].Xs)
+    for W, W_ref in zip(runs[0].net.W, runs[1].net.W):
+        np.testing.assert_array_equal(host(W), host(W_ref))
+    accuracies = [[r["test_accuracy"] for r in run.history.records] for run in runs]
+    assert accuracies[0] == accuracies[1] and None not in accuracies[0]
+
+
 def test_the_lifted_prediction_rule_stays_on_the_device():
     from fenchel_cvx.predict import predict
 
@@ -154,4 +189,5 @@ def test_the_lifted_prediction_rule_stays_on_the_device():
     scores = predict(
         net, put(ds.X_test[:, :50], "float64"), rule="optimization", backend="fast", sweeps=1
     )
+    assert_on([scores])
     np.testing.assert_allclose(host(scores), scores_ref, rtol=1e-12, atol=1e-12)

@@ -28,7 +28,7 @@ and gives ``s X~`` (the direction's image ``d X~``, which the line search needs)
 space, so no parameter-space gradient is needed to precondition it.
 """
 
-from ..arrays import cheap_reads, matmul_nt
+from ..arrays import cheap_reads, in_blocks, matmul_nt
 from ._util import spd_inverse, spd_solver
 
 
@@ -80,7 +80,10 @@ class ParamGram:
 
     def __init__(self, xp, Xt, weights, shift, inverse=True):
         scalar = isinstance(weights, float)
-        G = weights * matmul_nt(Xt, Xt) if scalar else matmul_nt(weights * Xt, Xt)
+        if in_blocks(Xt, Xt):  # long, flat patches: in cache-sized blocks
+            G = weights * matmul_nt(Xt, Xt) if scalar else matmul_nt(weights * Xt, Xt)
+        else:
+            G = weights * (Xt @ Xt.T) if scalar else (weights * Xt) @ Xt.T
         self.apply, self.shift, Ginv = _applier(xp, G, shift, inverse)
         if inverse:
             self.Ginv = Ginv

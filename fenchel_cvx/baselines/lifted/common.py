@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, device
 
 from ...history import _plain
 from ...network import LiftedNetwork
@@ -48,7 +48,8 @@ def ridge(T, A, reg=0.0, W0=None):
     if reg > 0:
         if W0 is not None:
             R = R + reg * xp.astype(W0, xp.float64)
-        W = xp.linalg.solve(G + reg * xp.eye(G.shape[0], dtype=xp.float64), R.T).T
+        eye = xp.eye(G.shape[0], dtype=xp.float64, device=device(G))
+        W = xp.linalg.solve(G + reg * eye, R.T).T
     else:
         W = R @ xp.linalg.pinv(G, rtol=100 * float(np.finfo(check_dtype(A.dtype)).eps))
     return xp.astype(W, A.dtype)
@@ -191,7 +192,7 @@ def fit_lifted(
     xp = array_namespace(X)
     sizes = (X.shape[0], *args["hidden"], Y.shape[0])
     net = LiftedNetwork(sizes, "relu", algo.loss, seed=seed, dtype=check_dtype(X.dtype))
-    net.W = [xp.asarray(W) for W in net.W]
+    net.W = [xp.asarray(W, device=device(X)) for W in net.W]
     run = LiftedRun(
         method,
         dict(

@@ -26,7 +26,7 @@ minimiser). Unlike the code (``W = 0.01 randn``, ``b = 0.1``) we start from the 
 weights and zero biases; U and V start at the feed-forward values, as in the code.
 """
 
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, device
 
 from ...validation import WEIGHT
 from .common import LiftedMethod, register, relu_prox, ridge, sqnorm
@@ -80,7 +80,7 @@ class Lau(LiftedMethod):
     def v_step(self, l):
         """Hidden V_l, l >= 1: gamma/2 ||V - sigma(U_l)||^2 + rho/2 ||U_{l+1} - W_l V - b_l||^2."""
         xp, W = self.xp, self.W[l]
-        G = self.rho * (W.T @ W) + self.gamma * xp.eye(W.shape[1], dtype=W.dtype)
+        G = self.rho * (W.T @ W) + self.gamma * xp.eye(W.shape[1], dtype=W.dtype, device=device(W))
         return xp.linalg.solve(
             G, self.rho * (W.T @ (self.U[l + 1] - self.b[l])) + self.gamma * self.sigma(l)
         )

@@ -27,7 +27,7 @@ from the common Xavier weights with ``z, a`` at their feed-forward values and
 
 import numbers
 
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, device
 
 from ...validation import WEIGHT, Interval
 from .common import LiftedMethod, register, relu_prox, ridge, sqnorm
@@ -62,7 +62,7 @@ class Taylor(LiftedMethod):
     def a_step(self, l):
         """a_l (``self.a[l]``, l >= 1): beta/2 ||z_{l+1} - W_l a||^2 + gamma/2 ||a - h(z_l)||^2."""
         xp, W = self.xp, self.W[l]
-        G = self.beta * (W.T @ W) + self.gamma * xp.eye(W.shape[1], dtype=W.dtype)
+        G = self.beta * (W.T @ W) + self.gamma * xp.eye(W.shape[1], dtype=W.dtype, device=device(W))
         return xp.linalg.solve(G, self.beta * (W.T @ self.z[l]) + self.gamma * relu(self.z[l - 1]))
 
     def z_step(self, l):
@@ -101,4 +101,7 @@ class Taylor(LiftedMethod):
 
     def weights(self):
         xp = self.xp
-        return [xp.concat([W, xp.zeros((W.shape[0], 1), dtype=W.dtype)], axis=1) for W in self.W]
+        return [
+            xp.concat([W, xp.zeros((W.shape[0], 1), dtype=W.dtype, device=device(W))], axis=1)
+            for W in self.W
+        ]
