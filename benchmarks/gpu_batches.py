@@ -83,11 +83,9 @@ def kernels(path):
     """The ``compile`` setting of a path (``fast.fused``)."""
     from fenchel_cvx.fast.fused import Compiled
 
-    return {
-        "eager": False,
-        "compiled": Compiled(min_size=0),
-        "cudagraphs": Compiled(mode="reduce-overhead", min_size=0),
-    }[path]
+    if path == "eager":
+        return False
+    return Compiled(mode="reduce-overhead" if path == "cudagraphs" else None, min_size=0)
 
 
 class Device:

@@ -252,14 +252,17 @@ class LiftedNetwork:
         *,
         dtype: DTypeLike | None = None,
         xp: Any = None,
+        on: Array | None = None,
         names: tuple[str, str] = ("X0", "Y"),
     ) -> tuple[Array, Array | None]:
         """``(X0, Y)`` checked against the network's input and output sizes (``dtype``, ``xp``:
-        the working dtype and array library, see ``validation.check_matrix``; ``xp`` None: the
-        library and the device of the network's weights, so that a tensor meets NumPy weights as
-        a NumPy array and NumPy data meets GPU weights on their GPU)."""
-        on = self.W[0] if xp is None else None
-        xp = namespace(self.W[0]) if xp is None else xp
+        the working dtype and array library, see ``validation.check_matrix``), both on the
+        device of the array ``on``. ``xp`` None: the library and the device of the network's
+        weights, so that a tensor meets NumPy weights as a NumPy array and NumPy data meets GPU
+        weights on their GPU. ``on`` None, ``xp`` given: X0's own device (the targets follow the
+        data)."""
+        if xp is None:
+            xp, on = namespace(self.W[0]), self.W[0] if on is None else on
         shape = self.input_shape
         what = (
             "the network's input size"
@@ -279,9 +282,10 @@ class LiftedNetwork:
                 cols=X0.shape[1],
                 rows_what="the network's output size",
             )
-        if on is not None and xp is not np:  # a library alone makes arrays on its default device
-            X0 = to_device(X0, device(on))
-            Y = None if Y is None else to_device(Y, device(on))
+        if xp is not np:  # a library alone makes arrays on its default device
+            dev = device(X0 if on is None else on)
+            X0 = to_device(X0, dev)
+            Y = None if Y is None else to_device(Y, dev)
         return X0, Y
 
     def check_lifted(self, X0: Array, Xs: Sequence[Array]) -> list[Array]:

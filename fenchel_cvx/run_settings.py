@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from array_api_compat import device, to_device
+from array_api_compat import device
 
 from . import defaults
 from .arrays import namespace
@@ -112,9 +112,7 @@ def check_data(net, X0, Y, xname="X0", yname="Y", xp=None, on=None):
     """Data and targets in the network's dtype (no silent upcast of float32), in ``xp`` and on
     the device of the array ``on`` (None: X0's own, so that the targets follow the data)."""
     xp = namespace(X0) if xp is None else xp
-    X0, Y = net.check_inputs(X0, Y, dtype=net.W[0].dtype, xp=xp, names=(xname, yname))
-    dev = device(X0 if on is None else on)
-    X0, Y = to_device(X0, dev), None if Y is None else to_device(Y, dev)
+    X0, Y = net.check_inputs(X0, Y, dtype=net.W[0].dtype, xp=xp, on=on, names=(xname, yname))
     net.loss.check_targets(yname, Y, xp)
     return X0, Y
 

@@ -365,7 +365,7 @@ class FastBackend(BackendDefaults):
             # cast as the rest: the solvers update their state in place from it
             block = dataclasses.replace(block, U=xp.astype(arrays["U"], dtype))
         tol = floor_tol(xp, dtype, self.tol)
-        Z = self._start(xp, block, start, dtype, device(next(iter(arrays.values()))))
+        Z = self._start(xp, block, start, dtype)
         Z, it, info = solve(block, self, xp, Z, tol)
         converged = bool(info.pop("converged"))
         status = "optimal" if converged else ("stalled" if info.get("stalled") else "max_iter")
@@ -394,12 +394,13 @@ class FastBackend(BackendDefaults):
             U=U,
         )
 
-    def _start(self, xp, block, start, dtype, dev):
+    def _start(self, xp, block, start, dtype):
         if start is None:
             return _default_start(block, xp, dtype)
         # an array of xp stays the same object (a W-block's start may be its centre W0); one of
-        # another library moves to the block's library and device (``dev``)
-        start = start if _is_array_of(xp, start) else xp.asarray(start, device=dev)
+        # another library moves to the block's library and device
+        if not _is_array_of(xp, start):
+            start = xp.asarray(start, device=device(next(iter(_block_arrays(block).values()))))
         shape = tuple(block.shape)
         if tuple(start.shape) != shape:
             raise ValueError(f"start must have shape {shape}, got {tuple(start.shape)}")
