@@ -1278,3 +1278,49 @@ def test_the_losss_last_w_solver_alone_picks_the_last_w_method(solver, method):
     res = FastBackend(tol=1e-10).solve(make_block("w_last", net, X0, Y, Xs, W0s, gamma=0.3))
     assert res.info["method"] == method and res.converged
     assert res.value == pytest.approx(ref.value, rel=1e-9)
+
+
+def test_newton_1d_takes_a_trial_below_the_root_while_its_bracket_is_open():
+    """``newton_1d``'s open bracket (``hi`` infinite): an element whose trial is below the root
+    (``f' < 0``) stops there, with ``lo`` at it, and ``f`` is lower there than at 0; one whose
+    trial is above it closes its bracket and converges to the root."""
+    from fenchel_cvx.fast._util import newton_1d
+
+    a = np.array([[1.0], [2.0], [0.5], [3.0]])  # f(t) = exp(a t) / a - b t: f' = exp(a t) - b
+    b = np.array([[5.0], [7.0], [3.0], [20.0]])
+    t_opt = np.log(b) / a
+    t0 = t_opt * np.array([[0.5], [2.0], [0.9], [1.5]])  # below, above, below, above
+
+    def derivs(t):
+        e = np.exp(a * t)
+        return e - b, a * e
+
+    t, lo, _ = newton_1d(np, derivs, t0, np.zeros_like(t0), np.full_like(t0, np.inf), 1e-12 * b)
+    below = (t0 < t_opt).ravel()
+    np.testing.assert_array_equal(t[below], t0[below])
+    np.testing.assert_array_equal(lo[below], t0[below])
+    f = np.exp(a * t) / a - b * t
+    assert np.all(f < 1 / a)  # below f(0) = 1 / a
+    np.testing.assert_allclose(t[~below], t_opt[~below], rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_clip_of_numpy_arrays_is_numpys_maximum_and_minimum(dtype):
+    """``arrays.clip`` on NumPy arrays, by a number (``np.clip`` with an infinite other bound) or
+    by an array (``np.maximum`` / ``np.minimum``): the values, NaN and infinities of the ufuncs,
+    in the array's dtype; an integer array keeps its own dtype."""
+    from fenchel_cvx.arrays import clip
+
+    x = np.array([np.nan, -np.inf, -2.5, -0.0, 0.0, 1.5, np.inf], dtype=dtype)
+    bound = np.full_like(x, 0.5)
+    for got, want in (
+        (clip(x, 0.0), np.maximum(x, 0.0)),
+        (clip(x, None, 1.0), np.minimum(x, 1.0)),
+        (clip(x, bound), np.maximum(x, bound)),
+        (clip(x, None, bound), np.minimum(x, bound)),
+        (clip(x, -1.0, 1.0), np.minimum(np.maximum(x, -1.0), 1.0)),
+    ):
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, want)
+    ints = clip(np.arange(-3, 3), 0)
+    assert ints.dtype == np.arange(1).dtype and ints.tolist() == [0, 0, 0, 0, 1, 2]

@@ -195,9 +195,11 @@ def newton_1d(xp, derivs, t, lo, hi, tol, max_iter=50, fixed=None):
 
     ``derivs(t) -> (d1, d2)`` gives ``f'`` and ``f''`` at ``t`` (arrays shaped like ``t``);
     ``lo < t`` with ``f'(lo) < 0`` and ``hi`` (possibly ``inf``) bracket the root. Newton steps
-    that leave the bracket are replaced by bisection (or doubling while ``hi`` is infinite).
-    An element stops for good where ``|f'(t)| <= tol`` (elementwise, broadcast) or its step is
-    below rounding: its ``t`` and bracket are frozen from then on. The loop ends when every
+    that leave the bracket are replaced by bisection. An element stops for good where
+    ``|f'(t)| <= tol`` (elementwise, broadcast), where its step is below rounding, or where its
+    bracket is still open (``hi`` infinite: no point with ``f' > 0`` seen): a trial below the
+    root is taken as it is, since ``f`` decreases up to it (``f'`` is increasing and
+    ``f'(t) < 0``). Its ``t`` and bracket are frozen from then on. The loop ends when every
     element has stopped, or after ``max_iter`` iterations; ``fixed`` (None: where host reads are
     not cheap, ``arrays.cheap_reads``) runs all ``max_iter`` with no test read back, which
     returns the same ``t`` and ``lo`` (the stopped elements frozen by the mask).
@@ -216,9 +218,9 @@ def newton_1d(xp, derivs, t, lo, hi, tol, max_iter=50, fixed=None):
         # the Newton step where f'' > 0; elsewhere its value is never used (not ``inside``)
         tn = t - d1 / xp.where(curved, d2, one)
         inside = (tn > lo_n) & (tn < hi_n) & curved
-        fallback = xp.where(xp.isinf(hi_n), xp.where(t > 0, 2 * t, one), 0.5 * (lo_n + hi_n))
-        tn = xp.where(inside, tn, fallback)
-        done = (xp.abs(d1) <= tol) | (hi_n - lo_n <= 4 * eps * xp.abs(hi_n))
+        tn = xp.where(inside, tn, 0.5 * (lo_n + hi_n))
+        is_open = xp.isinf(hi_n)
+        done = (xp.abs(d1) <= tol) | is_open | (hi_n - lo_n <= 4 * eps * xp.abs(hi_n))
         small = xp.abs(tn - t) <= 4 * eps * xp.abs(t)
         tn = xp.where(done, t, tn)
         if stopped is None:
