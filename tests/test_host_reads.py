@@ -14,6 +14,8 @@ W-block starts at its proximal centre by identity (``fit_bcd`` hands it the weig
 so no block solve reads: each is one graph for ``torch.compile(fullgraph=True)``, by test.
 """
 
+import collections
+
 import numpy as np
 import pytest
 
@@ -119,6 +121,55 @@ def test_a_batch_on_torch_tensors_trains_there_and_gives_the_numpy_weights(name,
     assert all(isinstance(W, torch.Tensor) for W in runs["torch"].W)
     for W, W_ref in zip(runs["torch"].W, runs["numpy"].W):
         np.testing.assert_allclose(W.numpy(), W_ref, rtol=0, atol=1e-9 * np.abs(W_ref).max())
+
+
+#: PyTorch's factorisations and solves that check their result on the host, and so wait for a
+#: GPU (``torch.linalg.eigvalsh``, the X-blocks' certified Lipschitz bound, still does)
+CHECKING_LINALG = {"cholesky", "inv", "solve", "lu_factor", "cholesky_inverse"}
+
+
+@pytest.mark.parametrize("name", ["mlp", "lenet5"])
+def test_a_batch_on_torch_tensors_leaves_the_factorisations_status_on_the_device(name, digits):
+    """The unchecked batch on PyTorch tensors calls none of ``torch.linalg``'s checking
+    factorisations and solves (``CHECKING_LINALG``): its Gram inverses come from
+    ``cholesky_ex`` and ``solve_triangular``, which leave their status on the device."""
+    torch = pytest.importorskip("torch")
+    from torch.overrides import TorchFunctionMode
+
+    class Calls(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.names = collections.Counter()
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            module = getattr(func, "__module__", "") or ""
+            if "linalg" in module or "linalg" in getattr(func, "__qualname__", ""):
+                self.names[func.__name__.removeprefix("linalg_")] += 1
+            return func(*args, **(kwargs or {}))
+
+    with Calls() as calls:
+        _batch(name, digits, "float32", torch)
+    assert "cholesky_ex" in calls.names, calls.names
+    assert not CHECKING_LINALG & set(calls.names), calls.names
+
+
+def test_the_torch_gram_inverse_is_the_inverse_and_nan_where_not_definite():
+    """The PyTorch form of the Gram inverse (``cholesky_ex``, ``solve_triangular``) is the
+    inverse of a positive definite matrix to rounding, and NaN where the matrix is not
+    positive definite: never a finite wrong inverse, which no check would catch."""
+    torch = pytest.importorskip("torch")
+    import array_api_compat.torch as xpt
+
+    from fenchel_cvx.fast._util import _generic_inverse
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((50, 80))
+    G = X @ X.T / 80 + 0.1 * np.eye(50)
+    eye = torch.eye(50, dtype=torch.float64)
+    inv = _generic_inverse(xpt, torch.from_numpy(G), eye)
+    np.testing.assert_allclose(inv.numpy(), np.linalg.inv(G), rtol=0, atol=1e-10)
+    bad = _generic_inverse(xpt, torch.from_numpy(G - 5 * np.eye(50)), eye)
+    assert not bool(torch.isfinite(bad).any())
 
 
 @pytest.mark.parametrize("name", ["mlp", "lenet5"])

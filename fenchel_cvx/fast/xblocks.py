@@ -412,7 +412,8 @@ def _momentum(xp, theta, uphill):
         theta_n = 0.5 * (1 + math.sqrt(1 + 4 * theta * theta))
         return theta_n, (theta - 1) / theta_n, 0
     up = uphill > 0
-    theta = xp.asarray(theta, dtype=xp.float64, device=device(uphill))
+    if isinstance(theta, float):  # the first step's: filled on the device, no copy from the host
+        theta = xp.full((), theta, dtype=xp.float64, device=device(uphill))
     theta_n = 0.5 * (1 + xp.sqrt(1 + 4 * theta * theta))
     beta = xp.astype(xp.where(up, xp.zeros_like(theta), (theta - 1) / theta_n), uphill.dtype)
     return xp.where(up, xp.ones_like(theta), theta_n), beta, xp.astype(up, xp.int64)
