@@ -1308,7 +1308,8 @@ def test_newton_1d_takes_a_trial_below_the_root_while_its_bracket_is_open():
 def test_clip_of_numpy_arrays_is_numpys_maximum_and_minimum(dtype):
     """``arrays.clip`` on NumPy arrays, by a number (``np.clip`` with an infinite other bound) or
     by an array (``np.maximum`` / ``np.minimum``): the values, NaN and infinities of the ufuncs,
-    in the array's dtype; an integer array keeps its own dtype."""
+    in the array's dtype, a zero clipped by a number keeping its sign; an integer array keeps
+    its own dtype."""
     from fenchel_cvx.arrays import clip
 
     x = np.array([np.nan, -np.inf, -2.5, -0.0, 0.0, 1.5, np.inf], dtype=dtype)
@@ -1322,5 +1323,6 @@ def test_clip_of_numpy_arrays_is_numpys_maximum_and_minimum(dtype):
     ):
         assert got.dtype == dtype
         np.testing.assert_array_equal(got, want)
+    assert np.signbit(clip(x, 0.0)[3]) and not np.signbit(clip(x, None, 1.0)[4])
     ints = clip(np.arange(-3, 3), 0)
     assert ints.dtype == np.arange(1).dtype and ints.tolist() == [0, 0, 0, 0, 1, 2]
