@@ -57,10 +57,9 @@ def clip(x, min=None, max=None):
     if min is None and max is None:  # CuPy 13 refuses clip(x, None, None)
         return x
     if isinstance(x, np.ndarray):
-        if (min is None or max is None) and x.dtype.kind == "f":
-            bound = max if min is None else min
-            if np.ndim(bound) == 0:
-                return np.clip(x, -np.inf, max) if min is None else np.clip(x, min, np.inf)
+        one_sided = max if min is None else min if max is None else None
+        if one_sided is not None and np.ndim(one_sided) == 0 and x.dtype.kind == "f":
+            return np.clip(x, -np.inf if min is None else min, np.inf if max is None else max)
         if max is None:
             return np.maximum(x, min)
         return np.minimum(x, max) if min is None else np.clip(x, min, max)

@@ -161,15 +161,15 @@ def test_the_torch_gram_inverse_is_the_inverse_and_nan_where_not_definite():
     torch = pytest.importorskip("torch")
     import array_api_compat.torch as xpt
 
-    from fenchel_cvx.fast._util import _generic_inverse
+    from fenchel_cvx.fast._util import _torch_inverse
 
     rng = np.random.default_rng(1)
     X = rng.standard_normal((50, 80))
     G = X @ X.T / 80 + 0.1 * np.eye(50)
     eye = torch.eye(50, dtype=torch.float64)
-    inv = _generic_inverse(xpt, torch.from_numpy(G), eye)
+    inv = _torch_inverse(xpt, torch.from_numpy(G), eye)
     np.testing.assert_allclose(inv.numpy(), np.linalg.inv(G), rtol=0, atol=1e-10)
-    bad = _generic_inverse(xpt, torch.from_numpy(G - 5 * np.eye(50)), eye)
+    bad = _torch_inverse(xpt, torch.from_numpy(G - 5 * np.eye(50)), eye)
     assert not bool(torch.isfinite(bad).any())
 
 

@@ -21,7 +21,7 @@
 import math
 
 import numpy as np
-from array_api_compat import device, is_torch_namespace
+from array_api_compat import device, is_torch_array
 
 from ..arrays import cheap_reads, clip, vecdot
 from ..blocks import residual_parts
@@ -79,8 +79,7 @@ def spd_inverse(xp, G, shift=0.0):
     If the factorisation fails or is not finite (G singular to working precision), the shift
     grows from ``n eps max(diag G)`` by factors of 10. Returns ``(inverse, shift used)``.
     """
-    invert = _lapack_inverse if type(G) is np.ndarray else _generic_inverse
-    return _shifted(xp, G, shift, invert)
+    return _shifted(xp, G, shift, _inverse_of(G))
 
 
 def spd_solver(xp, G, shift=0.0):
@@ -91,7 +90,7 @@ def spd_solver(xp, G, shift=0.0):
     product. The shift grows as in ``spd_inverse`` until the factorisation succeeds.
     """
     if type(G) is not np.ndarray:
-        Ginv, shift = _shifted(xp, G, shift, _generic_inverse)
+        Ginv, shift = _shifted(xp, G, shift, _inverse_of(G))
         return (lambda B: B @ Ginv), shift
     from scipy.linalg import lapack
 
@@ -134,13 +133,18 @@ def _shifted(xp, G, shift, attempt):
     raise FloatingPointError("could not factorise the preconditioner: not finite")
 
 
+def _inverse_of(G):
+    """``_shifted``'s attempt that inverts G's shifted matrices in G's library: LAPACK's for
+    NumPy (``_lapack_inverse``), PyTorch's unchecked forms for tensors (``_torch_inverse``),
+    the standard ``cholesky`` and ``solve`` elsewhere (``_generic_inverse``)."""
+    if type(G) is np.ndarray:
+        return _lapack_inverse
+    return _torch_inverse if is_torch_array(G) else _generic_inverse
+
+
 def _generic_inverse(xp, A, eye):
     """``L^{-T} L^{-1}`` from the standard ``cholesky`` and ``solve`` (None if not PD; not finite
-    where the factor is not: CuPy returns NaN for a matrix that is not PD). PyTorch: its
-    unchecked ``cholesky_ex`` and ``solve_triangular`` (``_torch_lower_inverse``)."""
-    if is_torch_namespace(xp):
-        Linv = _torch_lower_inverse(A, eye)
-        return Linv.T @ Linv
+    where the factor is not: CuPy returns NaN for a matrix that is not PD)."""
     try:
         L = xp.linalg.cholesky(A)
         Linv = xp.linalg.solve(L, eye)
@@ -149,9 +153,9 @@ def _generic_inverse(xp, A, eye):
     return Linv.T @ Linv
 
 
-def _torch_lower_inverse(A, eye):
-    """``L^{-1}`` of the square 2-D tensor A's lower Cholesky factor, NaN where A is not
-    positive definite.
+def _torch_inverse(xp, A, eye):
+    """``L^{-T} L^{-1}`` for the square 2-D tensor A (L its lower Cholesky factor), NaN where A
+    is not positive definite.
 
     ``cholesky`` and ``solve`` check their result and raise, which on a GPU waits for the
     device; ``cholesky_ex`` leaves its status (``info``) on the device, where a failed factor
@@ -162,7 +166,8 @@ def _torch_lower_inverse(A, eye):
 
     L, info = torch.linalg.cholesky_ex(A)
     L = torch.where(info == 0, L, torch.nan)
-    return torch.linalg.solve_triangular(L, eye, upper=False)
+    Linv = torch.linalg.solve_triangular(L, eye, upper=False)
+    return Linv.T @ Linv
 
 
 def _lapack_cholesky(xp, A, eye):

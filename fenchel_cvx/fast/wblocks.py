@@ -122,10 +122,9 @@ class _Problem:
         """``line_search`` given the regulariser's slope and (constant) curvature along the
         direction (``span`` computes them in data space). The first trial is the Newton length
         at 0; where the slope there is still negative, that length is kept (``newton_1d``'s
-        open bracket). ``lo``:
-        a length at which the slope is known to be <= 0 (None: 0); the bracket from it is first
-        narrowed geometrically (``_narrow``), and a length the search cannot confirm falls back
-        to ``lo`` or beyond it, never to 0."""
+        open bracket). ``lo``: a length at which the slope is known to be <= 0 (None: 0); the
+        bracket from it is first narrowed geometrically (``_narrow``), and a length the search
+        cannot confirm falls back to ``lo`` or beyond it, never to 0."""
         xp = self.xp
 
         def derivs(t):
