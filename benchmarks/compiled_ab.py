@@ -18,11 +18,11 @@ summed over all rounds. ``--check-every`` runs the certificate as the benchmarks
     python benchmarks/compiled_ab.py --threads 2 --network lenet5
     python benchmarks/compiled_ab.py --quick              # the embedded 5k sample: a smoke run
 
-It prints the BLAS kernel NumPy runs (threadpoolctl's ``architecture``), NumPy's and
-PyTorch's float32 GEMM rate at the MLP's W_0 shape, and each network's host reads per
-unchecked batch (``fenchel_cvx.fast.reads``, on array_api_strict arrays: what a GPU would wait
-for). MNIST from ``--data`` (default: ``$FENCHEL_DATA/mnist``,
-else ``../shared/data/mnist`` beside the repo).
+It prints the BLAS libraries loaded and the kernels they run (threadpoolctl), NumPy's and
+PyTorch's float32 GEMM rates at the MLP's W_0 shape (``mnist_mlp.machine_text``), and each
+network's host reads per unchecked batch (``mnist_mlp.host_reads``, on array_api_strict arrays:
+what a GPU would wait for). MNIST from ``--data`` (default: ``$FENCHEL_DATA/mnist``, else
+``../shared/data/mnist`` beside the repo).
 """
 
 import argparse
@@ -39,10 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import mnist_mlp  # noqa: E402  (benchmarks/, on the path above)
 from fenchel_cvx import LiftedNetwork  # noqa: E402
 from fenchel_cvx.bcd import fit_bcd  # noqa: E402
 from fenchel_cvx.datasets import load_mnist, load_mnist5k, one_hot  # noqa: E402
-from fenchel_cvx.threads import limit_threads  # noqa: E402
 
 
 def add_batch_flags(p, rounds):
@@ -99,8 +99,6 @@ def setting(network, args, ds):
     """``(net, gamma, momentum, make_backend(compile))`` of a network's FLN setting: the MNIST
     benchmark's own (its defaults, network and ``fln_backend``)."""
     if network == "mlp":
-        import mnist_mlp
-
         margs = mnist_mlp.parse_args(["--threads", str(args.threads)])
         net = LiftedNetwork(
             [784, 300, 10],
@@ -131,47 +129,20 @@ def setting(network, args, ds):
     )
 
 
-def gemm_rates(threads):
-    """NumPy's and PyTorch's float32 GEMM rate (GFLOP/s) on 300 x 785 x 500, ``threads`` cores."""
-    import torch
-
-    rng = np.random.default_rng(0)
-    A, B = rng.standard_normal((300, 785), np.float32), rng.standard_normal((785, 500), np.float32)
-    rates = {}
-    with limit_threads(threads):
-        torch.set_num_threads(threads)
-        for name, (a, b) in (
-            ("numpy", (A, B)),
-            ("torch", (torch.from_numpy(A), torch.from_numpy(B))),
-        ):
-            a @ b
-            t0, n = time.perf_counter(), 30
-            for _ in range(n):
-                a @ b
-            rates[name] = 2 * 300 * 785 * 500 * n / (time.perf_counter() - t0) / 1e9
-    return rates
-
-
 def host_reads(network, args, ds):
     """``(reads, flops)``: the host reads and the products' FLOPs of one unchecked batch of the
-    network's setting (``fast.reads``: the same solvers on ``array_api_strict`` arrays, which
-    stand in for a GPU library), by source; None where array_api_strict is not installed (the
-    ``test`` extra)."""
-    try:
-        import array_api_strict as xps
-    except ImportError:
-        return None
-    from fenchel_cvx.fast.reads import ProductFlops, unchecked_batch
+    network's setting (``mnist_mlp.host_reads``), by source; None where array_api_strict is
+    not installed (the ``test`` extra)."""
+    from fenchel_cvx.fast.reads import ProductFlops
 
     net, gamma, momentum, make = setting(network, args, ds)
-    X = xps.asarray(ds.X_train[:, :1500].astype(np.float32))
-    Y = xps.asarray(one_hot(ds.y_train[:1500], 10).astype(np.float32))
-    net.W = [xps.asarray(np.asarray(W)) for W in net.W]
+    X = ds.X_train[:, :1500].astype(np.float32)
+    Y = one_hot(ds.y_train[:1500], 10).astype(np.float32)
     flops = ProductFlops()
-    reads = unchecked_batch(
+    reads = mnist_mlp.host_reads(
         net, X, Y, make(False), 500, flops=flops, gamma=list(gamma), momentum=list(momentum)
     )
-    return reads, flops
+    return None if reads is None else (reads, flops)
 
 
 def run(network, args, ds):
@@ -242,16 +213,11 @@ def run(network, args, ds):
 def main(argv=None):
     args = parse_args(argv)
     import torch
-    from threadpoolctl import threadpool_info
 
     ds = batch_data(args)
-    arch = sorted({i.get("architecture") for i in threadpool_info() if i.get("architecture")})
-    rates = gemm_rates(args.threads)
-    print(
-        f"NumPy's BLAS kernel: {', '.join(arch) or 'unknown'}; float32 GEMM 300 x 785 x 500 on "
-        f"{args.threads} thread(s): NumPy {rates['numpy']:.0f} GFLOP/s, PyTorch "
-        f"{rates['torch']:.0f} GFLOP/s (torch {torch.__version__})"
-    )
+    rates = mnist_mlp.cpu_gemm_rates(args.threads)
+    record = dict(threads=args.threads, blas=mnist_mlp.blas_kernels(), cpu_gemm_gflops=rates)
+    print(f"{mnist_mlp.machine_text(record)} (torch {torch.__version__})")
     for network in ("mlp", "lenet5") if args.network == "both" else (args.network,):
         medians = run(network, args, ds)
         print(
@@ -261,8 +227,7 @@ def main(argv=None):
         counted = host_reads(network, args, ds)
         if counted is not None:
             reads, flops = counted
-            sources = ", ".join(f"{k} {v}" for k, v in reads.by_function().items())
-            print(f"host reads of an unchecked batch (array_api_strict): {reads.total} ({sources})")
+            print(f"{network}: {mnist_mlp.reads_text(reads.total, reads.by_function())}")
             print(
                 f"products of an unchecked batch: {flops.total / 1e9:.2f} GFLOP, "
                 f"{flops.total / rates['numpy'] / 1e6:.1f} ms at NumPy's GEMM rate above; "

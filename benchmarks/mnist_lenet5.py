@@ -32,10 +32,12 @@ CUDA (``mnist_mlp.DEVICES``; the tables then give the GPU's peak memory beside t
 Prints and writes to ``--out``: ``results.json`` (the layout of ``mnist_mlp.py``'s),
 ``results.md`` (a markdown table) and ``accuracy.png`` (test accuracy against batches and
 against training seconds). Figures: test accuracy after batches 1, 5, 20 and 100 and after every
-epoch, seconds per epoch (training only, evaluation excluded), peak memory (max RSS) and the
-FLN/Adam ratio of seconds per epoch. ``--seeds N`` runs every method with N seeds (initial
-weights and batch order) and reports each figure's mean over them, with the spread (max - min)
-of the final test accuracy.
+epoch, seconds per epoch (training only, evaluation excluded), every method's seconds to each
+accuracy level, peak memory (max RSS), the FLN/Adam ratio of seconds per epoch, FLN's host reads
+per unchecked batch and the BLAS kernels with NumPy's and PyTorch's GEMM rates
+(``mnist_mlp.host_reads``, ``mnist_mlp.machine``). ``--seeds N`` runs every method with N seeds
+(initial weights and batch order) and reports each figure's mean over them, with the spread
+(max - min) of the final test accuracy.
 
     python benchmarks/mnist_lenet5.py                     # full MNIST, 20 epochs
     python benchmarks/mnist_lenet5.py --dataset cifar10 --data-dir DIR   # CIFAR-10, 80 epochs

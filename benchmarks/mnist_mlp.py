@@ -25,8 +25,10 @@ Prints and writes to ``--out``: ``results.json``, ``results.md`` (a markdown tab
 ``accuracy.png`` (test accuracy against batches and against wall-clock seconds). Figures:
 test accuracy after every epoch, seconds per epoch (training only, evaluation excluded), time
 to reach 97% test accuracy (checked every ``--eval-every`` batches), the FLN/Adam ratios of
-seconds per epoch and of time-to-97%, peak memory (max RSS), and, with ``--profile``, the share
-of FLN wall-clock time spent in matrix products (py-spy native samples in gemm / matmul).
+seconds per epoch and of time-to-97%, peak memory (max RSS), FLN's host reads per unchecked
+batch (``host_reads``), the BLAS kernels and NumPy's and PyTorch's GEMM rates (``machine``),
+and, with ``--profile``, the share of FLN wall-clock time spent in matrix products (py-spy
+native samples in gemm / matmul).
 
     python benchmarks/mnist_mlp.py                 # the full run (MNIST: $FENCHEL_DATA/mnist)
     python benchmarks/mnist_mlp.py --quick         # a reduced smoke run, well under a minute
@@ -719,6 +721,20 @@ def train_fln(
         state["eval"] += time.perf_counter() - t
 
     acc0 = test_accuracy()
+    reads = None
+    if args.alternations == 1:  # one round a batch: the count's round is a batch
+        reads = host_reads(
+            net,
+            X,
+            Y,
+            backend,
+            args.batch_size,
+            gamma=_one_or_all(args.gamma),
+            momentum=_one_or_all(args.momentum),
+            x_sweep=getattr(args, "x_sweep", "backward"),
+        )
+    if reads is not None:
+        print(f"  fln: {reads_text(reads.total, reads.by_function())}", flush=True)
     compile_s = warm_up(args, net, X, Y, backend, sync) if backend.kernels.compiled else None
     sync()
     state["t0"] = time.perf_counter()
@@ -748,6 +764,8 @@ def train_fln(
         certificate=cert,
         lam_per_epoch=state["lam"],
         compile_seconds=compile_s,
+        host_reads_per_batch=None if reads is None else reads.total,
+        host_reads_by_source=None if reads is None else reads.by_function(),
     )
     if epoch_report is not None:
         out["epoch_reports"] = state["reports"]
@@ -770,6 +788,49 @@ def relaxation_log(hist):
         for r in hist
         if r["checked"] and r["network_x"] is not None
     ]
+
+
+def host_reads(net, X, Y, backend, batch_size, flops=None, **fit_args):
+    """The host reads of one unchecked batch of a run's setting, one round a batch
+    (``fast.reads.unchecked_batch``: a copy of ``net`` trained two batches on the first three of
+    the data as ``array_api_strict`` arrays, which stand in for a GPU's library, where each read
+    is a wait for the device; the backend's eager twin, ``FastBackend.options``). ``flops``: a
+    ``fast.reads.ProductFlops`` that counts the same batch's products. ``fit_args`` go to
+    ``fit_bcd``. -> a ``HostReads`` (``total``, ``by_function()``), or None where
+    array_api_strict is not installed (the ``test`` extra), the data hold fewer than three
+    batches, or ``backend`` is not a ``FastBackend`` itself (a wrapper's own reads would be
+    left out)."""
+    import copy
+
+    from fenchel_cvx.fast import FastBackend
+
+    try:
+        import array_api_strict as xps
+    except ImportError:
+        return None
+    if X.shape[1] < 3 * batch_size or type(backend) is not FastBackend:
+        return None
+    from fenchel_cvx.arrays import to_numpy
+    from fenchel_cvx.fast.reads import unchecked_batch
+
+    strict = lambda A: xps.asarray(to_numpy(A))  # noqa: E731
+    m = 3 * batch_size
+    net = copy.deepcopy(net)
+    net.W = [strict(W) for W in net.W]
+    eager = FastBackend(**{**backend.options(), "compile": False})
+    return unchecked_batch(
+        net, strict(X[:, :m]), strict(Y[:, :m]), eager, batch_size, flops=flops, **fit_args
+    )
+
+
+def reads_text(total, by_source):
+    """FLN's host reads per unchecked batch in words (``host_reads``' ``total`` and
+    ``by_function()``): ``"1 host read per unchecked batch (array_api_strict, ...: 1)"``."""
+    sources = ", ".join(f"{k.removeprefix('fenchel_cvx.')} {v}" for k, v in by_source.items())
+    return (
+        f"{total} host read{'s' * (total != 1)} per unchecked batch "
+        f"(array_api_strict, what a GPU waits for{': ' + sources if sources else ''})"
+    )
 
 
 def warm_up(args, net, X, Y, backend, sync=lambda: None):
@@ -1040,12 +1101,15 @@ def _w_flops(p, n, m, steps, span=False, shifted=True):
     return prod + 2 * n * n * m + n**3 / 3 + prod + steps * (2 * p * n * n + prod) + gradients
 
 
-def gemm_rate(dtype, repeats=20, device="cpu"):
+def gemm_rate(dtype, repeats=20, device="cpu", library=None):
     """Measured GEMM FLOP/s of a 300 x 785 x 500 product (FLN's W_0 size) on ``device``, best
-    of ``repeats`` (after one untimed product: a GPU loads its kernel on the first)."""
+    of ``repeats`` (after one untimed product: a GPU loads its kernel on the first), in FLN's
+    array library there, or in ``library`` (a function from NumPy arrays to its arrays, as
+    ``torch.from_numpy``)."""
     xp, sync = DEVICES[device].lib()
+    to = xp.asarray if library is None else library
     rng = np.random.default_rng(0)
-    A, B = (xp.asarray(rng.standard_normal(s).astype(dtype)) for s in ((300, 785), (785, 500)))
+    A, B = (to(rng.standard_normal(s).astype(dtype)) for s in ((300, 785), (785, 500)))
     A @ B
     best = float("inf")
     for _ in range(repeats):
@@ -1130,18 +1194,25 @@ def peak_text(r):
 
 def level_figures(runs):
     """Per run of a method: seconds to each accuracy of ``LEVELS`` (None where not reached) and
-    the seconds its kernels took to compile before the clock (None: not compiled) -> seed means."""
+    the seconds its kernels took to compile before the clock (None: not compiled) -> seed means;
+    with FLN's host reads per unchecked batch and their sources (the seed with the most; None:
+    not counted)."""
     seconds = [{lvl: time_to(r["checkpoints"], lvl)[0] for lvl in LEVELS} for r in runs]
     compiled = [r.get("compile_seconds") for r in runs]
+    reads = [r.get("host_reads_per_batch") for r in runs]
+    most = None if None in reads else runs[reads.index(max(reads))]
     return dict(
         seconds_to={lvl: _mean([s[lvl] for s in seconds]) for lvl in LEVELS},
         compile_seconds=None if None in compiled else max(compiled),
+        host_reads_per_batch=None if most is None else most["host_reads_per_batch"],
+        host_reads_by_source=None if most is None else most["host_reads_by_source"],
     )
 
 
 def level_table(summary):
     """Markdown: every method's seconds to each accuracy of ``LEVELS`` (seed means; "n/a": not
-    reached by every seed), FLN over Adam, and the compile's seconds where FLN compiled."""
+    reached by every seed), FLN over Adam, the compile's seconds where FLN compiled, FLN's host
+    reads per unchecked batch, and the BLAS libraries with the GEMM rates (``machine_text``)."""
     rows = summary["methods"]
     fmt = lambda x: "n/a" if x is None else f"{x:.1f}"  # noqa: E731
     lines = [
@@ -1171,6 +1242,11 @@ def level_table(summary):
                 f"\n{name}: kernels compiled in {r['compile_seconds']:.1f} s on the "
                 "first batch, before the clock"
             )
+        if r.get("host_reads_per_batch") is not None:
+            lines.append(
+                f"\n{name}: {reads_text(r['host_reads_per_batch'], r['host_reads_by_source'])}"
+            )
+    lines += ["", machine_text(summary["machine"])]
     return lines
 
 
@@ -1234,7 +1310,9 @@ def summarise(results, args, data_desc):
 
 def machine(args):
     """The machine a run ran on, and its threads (the MNIST benchmarks' summaries; one without
-    ``--device`` runs on the CPU)."""
+    ``--device`` runs on the CPU): with the BLAS libraries loaded and their kernels
+    (``blas_kernels``) and the CPU's float32 GEMM rates of NumPy and PyTorch at the run's
+    threads (``cpu_gemm_rates``)."""
     return dict(
         platform=platform.platform(),
         processor=platform.processor() or platform.machine(),
@@ -1243,6 +1321,56 @@ def machine(args):
         python=platform.python_version(),
         device=DEVICES[getattr(args, "device", "cpu")].describe(),
         freed_memory_kept=keep_freed_memory(),
+        blas=blas_kernels(),
+        cpu_gemm_gflops=cpu_gemm_rates(args.threads),
+    )
+
+
+def blas_kernels():
+    """The BLAS libraries loaded, each by the package that ships it (``threads.owner``), with
+    its version and the kernels it runs, as threadpoolctl reports them (``"numpy: openblas
+    0.3.31, SkylakeX kernels; scipy: ..."``; the machine's ``OPENBLAS_CORETYPE`` chooses
+    OpenBLAS's)."""
+    from threadpoolctl import threadpool_info
+
+    from fenchel_cvx.threads import owner
+
+    found = [
+        f"{owner(i.get('filepath'))}: {i.get('internal_api')} {i.get('version')}, "
+        f"{i.get('architecture') or 'unknown'} kernels"
+        for i in threadpool_info()
+        if i.get("user_api") == "blas"
+    ]
+    return "; ".join(sorted(set(found))) or "unknown"
+
+
+def cpu_gemm_rates(threads):
+    """The CPU's float32 GEMM rate (GFLOP/s, ``gemm_rate``) of NumPy and of PyTorch on
+    ``threads`` cores: ``{"numpy": ..., "torch": ...}`` (no ``torch`` where PyTorch is not
+    installed). PyTorch's thread count is put back afterwards."""
+    rates = {}
+    with limit_threads(threads):
+        rates["numpy"] = gemm_rate(np.float32) / 1e9
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            rates["torch"] = gemm_rate(np.float32, library=torch.from_numpy) / 1e9
+        finally:
+            torch.set_num_threads(before)
+    return rates
+
+
+def machine_text(machine):
+    """The report's line on the BLAS libraries and the CPU's GEMM rates of ``machine``'s
+    record."""
+    rates = machine.get("cpu_gemm_gflops") or {}
+    per = ", ".join(f"{'NumPy' if k == 'numpy' else 'PyTorch'} {v:.0f}" for k, v in rates.items())
+    return (
+        f"BLAS: {machine.get('blas', 'unknown')}; float32 GEMM 300 x 785 x 500 on the CPU, "
+        f"{machine['threads']} thread(s), GFLOP/s: {per or 'not measured'}"
     )
 
 

@@ -80,6 +80,13 @@ def test_quick_run_writes_its_report(tmp_path):
     assert summary["settings"]["gamma"] == [1e-4, 1e-2, 0.3, 0.3, 1] and summary["settings"][
         "lam"
     ] == [10, 10, 2, 2]
+    # three batches: FLN's host reads per unchecked batch are counted (array_api_strict), one
+    fln = summary["methods"]["fln"]
+    assert fln["host_reads_per_batch"] == 1
+    assert fln["host_reads_by_source"] == {"fenchel_cvx.block_checks.CheckedSolves.settle": 1}
+    assert "fln: 1 host read per unchecked batch" in (tmp_path / "results.md").read_text()
+    machine = summary["machine"]
+    assert machine["cpu_gemm_gflops"]["numpy"] > 0 and "numpy: " in machine["blas"]
     cert = summary["raw"]["fln"][0]["certificate"]
     assert (cert["rounds"], cert["checked"]) == (3, 2)  # round 2 and the last
     assert cert["min_bound_gap"] > 0  # F < J after every checked X-sweep

@@ -166,7 +166,19 @@ def test_mnist_mlp_quick_run_writes_its_report(tmp_path):
         summary["methods"]["fln"]["seconds_per_epoch"]
         / summary["methods"]["adam"]["seconds_per_epoch"]
     )
+    # the machine's BLAS kernels and both libraries' GEMM rates, FLN's host reads per batch
+    machine = summary["machine"]
+    assert "numpy: " in machine["blas"] and "kernels" in machine["blas"]
+    assert set(machine["cpu_gemm_gflops"]) == {"numpy", "torch"}
+    assert all(v > 0 for v in machine["cpu_gemm_gflops"].values())
+    # one read an unchecked batch, the certificate's argmin checks at the round's end
+    fln = summary["methods"]["fln"]
+    assert fln["host_reads_per_batch"] == 1
+    assert fln["host_reads_by_source"] == {"fenchel_cvx.block_checks.CheckedSolves.settle": 1}
+    assert "fln: 1 host read per unchecked batch (array_api_strict" in table
+    assert f"BLAS: {machine['blas']}" in table
     for run in summary["raw"]["fln"]:
+        assert sum(run["host_reads_by_source"].values()) == run["host_reads_per_batch"] == 1
         cert = run["certificate"]
         assert (cert["rounds"], cert["checked"]) == (8, 3)  # rounds 3, 6 and the last
         assert cert["violations"] == 0 and cert["by_check"] == []
@@ -424,15 +436,16 @@ def test_compiled_ab_quick_run_prints_every_path(capsys):
 
     compiled_ab.main(["--quick", "--network", "mlp"])
     out = capsys.readouterr().out
-    assert "NumPy's BLAS kernel:" in out and "GFLOP/s, PyTorch" in out
+    assert "BLAS: numpy: " in out and " kernels" in out
+    assert "GFLOP/s: NumPy " in out and ", PyTorch " in out
     paths = ("| eager |", "| compiled |", "| torch |")
     rows = [line for line in out.splitlines() if line.startswith(paths)]
     assert len(rows) == 3 and all(float(r.split("|")[2]) > 0 for r in rows)
     for name in ("compiled", "torch"):
         ratio = float(out.split(f"{name} / eager: ")[1].split()[0].rstrip(";"))
         assert 0 < ratio < 10
-    reads = int(out.split("host reads of an unchecked batch (array_api_strict): ")[1].split()[0])
-    assert 0 <= reads <= 5
+    (reads,) = re.findall(r"mlp: (\d+) host reads? per unchecked batch \(array_api_strict", out)
+    assert int(reads) == 1 and "block_checks.CheckedSolves.settle 1" in out
     with pytest.raises(SystemExit):
         compiled_ab.parse_args(["--rounds", "0"])
 

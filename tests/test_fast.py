@@ -16,6 +16,7 @@ from scipy import optimize
 
 from fenchel_cvx import activation, blocks
 from fenchel_cvx.fast import FastBackend
+from fenchel_cvx.fast.fused import EAGER
 from fenchel_cvx.network import LiftedNetwork
 
 ACTS = ("relu", "leaky_relu", "sigmoid", "tanh")
@@ -1158,6 +1159,30 @@ def test_bad_start_shape():
 def test_name_and_repr():
     be = FastBackend(w_steps=3, x_steps=7)
     assert be.name == "fast" and "w_steps=3" in repr(be) and "x_steps=7" in repr(be)
+
+
+def test_options_build_an_equal_backend_and_its_eager_twin():
+    """``FastBackend(**b.options())`` rebuilds every argument of ``b``, with an empty Gram
+    cache; with ``compile=False`` the same settings run every chain eagerly."""
+    be = FastBackend(
+        tol=1e-5,
+        max_iter=40,
+        w_steps=(10, 1),
+        x_steps=20,
+        dtype="float32",
+        newton_cap=0,
+        gram_reuse=(4, 1),
+        threads=2,
+        capped_residual=False,
+        capped_value=False,
+        compile="auto",
+    )
+    be._cache["key"] = "a factor"
+    same = FastBackend(**be.options())
+    assert same.options() == be.options() and repr(same) == repr(be) and same._cache == {}
+    twin = FastBackend(**{**be.options(), "compile": False})
+    assert twin.settings() == be.settings() and twin.threads == be.threads
+    assert twin.kernels is EAGER and twin.compile is False
 
 
 def test_pr_plus_matches_forming_the_direction():

@@ -31,6 +31,7 @@ from fenchel_cvx.validation import (
     PerLayer,
     check,
     check_matrix,
+    scale_problem,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -390,6 +391,50 @@ def test_data_rules():
         ValueError, match="X0 has a scale that overflows float32"
     ):  # cast, then checked
         check_matrix("X0", np.full(X.shape, 1.01 * big), dtype="float32")
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch", "array_api_strict"])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_data_scale_is_the_largest_magnitude_of_either_sign(library, sign):
+    """The scale bound takes max|X0| from the largest and the smallest entry, in the data's own
+    library: an entry beyond the bound is refused whichever its sign, and one NaN or infinity
+    of either sign too."""
+    if library == "numpy":
+        asarray = np.asarray
+    else:
+        lib = pytest.importorskip(library, reason=f"{library} is not installed")
+        asarray = lib.from_numpy if library == "torch" else lib.asarray
+    big = np.sqrt(np.sqrt(np.finfo(np.float32).max) / X.size)
+    A = np.zeros(X.shape, dtype=np.float32)
+    A[1, 2] = sign * 0.99 * big
+    assert scale_problem(asarray(A)) is None
+    A[1, 2] = sign * 1.01 * big
+    assert "a scale that overflows float32" in scale_problem(asarray(A))
+    for bad in (np.nan, sign * np.inf):
+        A[1, 2] = bad
+        assert scale_problem(asarray(A)) == "NaN or inf entries"
+    if library == "numpy":
+        with pytest.raises(ValueError, match="X0 must be finite, got NaN or inf entries"):
+            check_matrix("X0", A)
+
+
+def test_data_scale_of_integers_and_without_a_copy_of_the_data():
+    """Integer data: the smallest int8 (whose absolute value int8 cannot hold) counts as 128.
+    The bound's maximum allocates no array the size of the data (traced by tracemalloc, which
+    NumPy reports to)."""
+    import tracemalloc
+
+    assert scale_problem(np.array([[-128, 3]], dtype=np.int8), dtype="float16") is not None
+    assert scale_problem(np.array([[-128, 3]], dtype=np.int8), dtype="float32") is None
+    assert scale_problem(np.array([[0, 255]], dtype=np.uint8), dtype="float32") is None
+    A = np.ones((1000, 2000), dtype=np.float32)
+    tracemalloc.start()
+    try:
+        assert scale_problem(A) is None
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < A.nbytes / 100
 
 
 def test_bounds_are_documented_and_sane():

@@ -327,14 +327,20 @@ class FastBackend(BackendDefaults):
             gram_reuse=self.gram_reuse,
         )
 
-    def __repr__(self):
-        fields = dict(
+    def options(self) -> dict[str, Any]:
+        """Every argument it was built with (``settings`` and the threads, the capped reports and
+        ``compile``): ``FastBackend(**b.options())`` is a backend equal to ``b``, with an empty
+        Gram cache; ``FastBackend(**{**b.options(), "compile": False})`` its eager twin."""
+        return dict(
             self.settings(),
             threads=self.threads,
             capped_residual=self.capped_residual,
             capped_value=self.capped_value,
             compile=self.compile,
         )
+
+    def __repr__(self):
+        fields = self.options()
         return f"FastBackend({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
 
     def solve(self, block: Block, start: Array | None = None) -> BlockResult:
