@@ -1310,20 +1310,23 @@ def summarise(results, args, data_desc):
 
 def machine(args):
     """The machine a run ran on, and its threads (the MNIST benchmarks' summaries; one without
-    ``--device`` runs on the CPU): with the BLAS libraries loaded and their kernels
-    (``blas_kernels``) and the CPU's float32 GEMM rates of NumPy and PyTorch at the run's
-    threads (``cpu_gemm_rates``)."""
+    ``--device`` runs on the CPU), with its BLAS (``blas_record``)."""
     return dict(
         platform=platform.platform(),
         processor=platform.processor() or platform.machine(),
         cpus=os.cpu_count(),
-        threads=args.threads,
         python=platform.python_version(),
         device=DEVICES[getattr(args, "device", "cpu")].describe(),
         freed_memory_kept=keep_freed_memory(),
-        blas=blas_kernels(),
-        cpu_gemm_gflops=cpu_gemm_rates(args.threads),
+        **blas_record(args.threads),
     )
+
+
+def blas_record(threads):
+    """``threads``, the BLAS libraries loaded and their kernels (``blas_kernels``), and the
+    CPU's float32 GEMM rates of NumPy and PyTorch on that many cores (``cpu_gemm_rates``): the
+    part of ``machine`` that ``machine_text`` reports."""
+    return dict(threads=threads, blas=blas_kernels(), cpu_gemm_gflops=cpu_gemm_rates(threads))
 
 
 def blas_kernels():
