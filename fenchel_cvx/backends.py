@@ -64,7 +64,12 @@ class Backend(Protocol):
         checkpoint)."""
 
     def compiles_kernels(self) -> bool:
-        """Whether its first solves compile kernels (the progress bar says so)."""
+        """Whether its first solves compile kernels."""
+
+    def on_compile(self, callback: Any) -> Any:
+        """Call ``callback(name)`` as its solves start compiling a kernel and ``callback(None)``
+        when that is done (the progress bar shows the compile step by it). -> the function that
+        stops the calls."""
 
 
 class _ClassName:
@@ -98,9 +103,24 @@ class BackendDefaults:
     def compiles_kernels(self) -> bool:
         return False
 
+    def on_compile(self, callback: Any) -> Any:
+        return _nothing
+
 
 #: the methods of :class:`Backend`
-METHODS = ("solve", "check_network", "step_setting", "settings", "forget", "compiles_kernels")
+METHODS = (
+    "solve",
+    "check_network",
+    "step_setting",
+    "settings",
+    "forget",
+    "compiles_kernels",
+    "on_compile",
+)
+
+
+def _nothing() -> None:
+    return None
 
 
 class _Adapted(BackendDefaults):

@@ -33,25 +33,22 @@ class CheckpointWriter:
 
 
 class ProgressBar:
-    """A tqdm bar over the rounds with the current objectives and accuracy; ``compiling``: the
-    backend compiles its kernels in the first round (``FastBackend(compile=True)``), which the
-    bar says until that round ends."""
+    """A tqdm bar over the rounds with the current objectives and accuracy. While the backend
+    compiles a kernel (``Backend.on_compile``: the fast backend's fused chains, in a run's first
+    batch), the bar names it."""
 
-    def __init__(self, total, done, name, compiling=False):
+    def __init__(self, total, done, name, backend):
         from tqdm.auto import tqdm
 
-        self.desc, self.compiling = f"BCD ({name})", compiling
-        self.bar = tqdm(
-            total=total,
-            initial=done,
-            unit="round",
-            desc=self.desc + (": compiling kernels in the first round" if compiling else ""),
-        )
+        self.desc = f"BCD ({name})"
+        self.bar = tqdm(total=total, initial=done, unit="round", desc=self.desc)
+        self._stop = backend.on_compile(self.compiling)
+
+    def compiling(self, chain):
+        """``chain``: the name of the kernel compiling now; None: done."""
+        self.bar.set_description(self.desc + (f": compiling {chain}" if chain else ""))
 
     def __call__(self, net, state, step):
-        if self.compiling:
-            self.bar.set_description(self.desc, refresh=False)
-            self.compiling = False
         rec, post = state.history.records[-1], {}
         if rec["checked"]:
             post = dict(F=f"{rec['lifted_x']:.4g}", J=f"{rec['network_x']:.4g}")
@@ -63,6 +60,7 @@ class ProgressBar:
         self.bar.update(1)
 
     def close(self):
+        self._stop()
         self.bar.close()
 
 
@@ -79,7 +77,7 @@ def observers(settings, callback, progress, state) -> list:
                 len(settings.steps),
                 state.iteration,
                 settings.config["backend"],
-                compiling=settings.backend.compiles_kernels(),
+                settings.backend,
             )
         )
     return out

@@ -9,6 +9,8 @@
   resumes from a checkpoint to the uninterrupted result and gives the same result twice;
 - bad input is refused before any work, with what to install; a chain that does not compile
   runs eagerly with a warning that says why;
+- a chain tells its listeners (``on_compile``) at its first call with new arguments only, and
+  the progress bar names the chain compiling in a run's first batch;
 - the default, ``compile="auto"``, compiles the chains that reach ``MIN_SIZE`` entries where
   PyTorch and a C++ compiler are present, and runs the rest eagerly without loading PyTorch.
 
@@ -191,6 +193,24 @@ def test_solved_to_tolerance_the_paths_agree_and_reach_the_oracle(compiled, netw
 
 
 # --- whole runs -----------------------------------------------------------------------------------
+def _fit_small(backend, X0, Y, **kwargs):
+    """``fit_bcd`` of a 40-16-10 ReLU / cross-entropy network in batches of 20 (float32)."""
+    net = LiftedNetwork(
+        [40, 16, 10], "relu", "cross_entropy", lam=0.2, rho=0.0, seed=1, dtype=np.float32
+    )
+    return fit_bcd(
+        net,
+        X0,
+        Y,
+        batch_size=20,
+        gamma=0.3,
+        backend=backend,
+        strict=False,
+        eval_every=None,
+        **kwargs,
+    )
+
+
 def test_a_run_compiles_in_its_first_batch_only_and_holds_its_certificate(compiled):
     _, X0, Y, _ = _mlp_state(np.float32, m=60)
     backend = FastBackend(compile=compiled, w_steps=3, x_steps=5)
@@ -199,21 +219,7 @@ def test_a_run_compiles_in_its_first_batch_only_and_holds_its_certificate(compil
     def count(net_, rec):
         calls.append(compiled.compiles)
 
-    res = fit_bcd(
-        LiftedNetwork(
-            [40, 16, 10], "relu", "cross_entropy", lam=0.2, rho=0.0, seed=1, dtype=np.float32
-        ),
-        X0,
-        Y,
-        batch_size=20,
-        epochs=3,
-        gamma=0.3,
-        backend=backend,
-        strict=False,
-        eval_every=None,
-        check_every=1,
-        callback=count,
-    )
+    res = _fit_small(backend, X0, Y, epochs=3, check_every=1, callback=count)
     assert len(calls) == 9 and len(set(calls[1:])) == 1, calls  # no compile after batch 1
     assert not compiled._failed
     # every round checked: every check but the capped blocks' optimality (inexact by design)
@@ -225,6 +231,43 @@ def test_a_run_compiles_in_its_first_batch_only_and_holds_its_certificate(compil
         if v["check"] != "block_optimality"
     ]
     assert len(res.history) == 9 and all(r["checked"] for r in res.history) and not broken
+
+
+def test_a_chain_tells_its_listeners_at_its_first_call_with_new_arguments_only():
+    runner = fused.Compiled(min_size=0)  # its own record of the arguments met
+    heard = []
+    stop = runner.on_compile(heard.append)
+    act, rng = _act("relu"), np.random.default_rng(0)
+    V, U, dU = (rng.standard_normal((3, 5)) for _ in range(3))
+    derivs = runner(fused.row_derivs)
+    derivs(act, 0.5, V, U, dU, np.ones((3, 1)))
+    assert heard == ["row_derivs", None]  # while the call that may compile runs
+    derivs(act, 0.5, V, U + 1, dU, np.ones((3, 1)))  # the same shapes and dtypes
+    assert heard == ["row_derivs", None]
+    derivs(act, 0.5, *(A.astype(np.float32) for A in (V, U, dU)), np.ones((3, 1), np.float32))
+    assert heard == ["row_derivs", None] * 2  # a new dtype
+    stop()
+    derivs(act, 0.5, V[:2], U[:2], dU[:2], np.ones((2, 1)))
+    assert heard == ["row_derivs", None] * 2 and heard.append not in fused._WATCHERS
+    assert fused.EAGER.on_compile(heard.append)() is None and not fused._WATCHERS
+
+
+@pytest.mark.parametrize("compile_", ["compiled", False])
+def test_the_progress_bar_names_the_chain_compiling_in_the_first_batch(compile_, capsys):
+    _, X0, Y, _ = _mlp_state(np.float32, m=40)
+    runner = fused.Compiled(min_size=0) if compile_ else False
+    _fit_small(FastBackend(compile=runner, w_steps=3, x_steps=5), X0, Y, epochs=1, progress=True)
+    err = capsys.readouterr().err
+    named = {
+        c
+        for c in ("row_derivs", "row_curv", "row_change", "fista_step", "scaled_grad_u")
+        if f"BCD (fast): compiling {c}" in err
+    }
+    if compile_:
+        assert {"row_derivs", "fista_step"} <= named, err[-2000:]
+    else:
+        assert "compiling" not in err and named == set()
+    assert not fused._WATCHERS  # the bar stopped listening when the run ended
 
 
 def test_the_same_seed_gives_the_same_run_twice_and_resumes_to_it(compiled, tmp_path):

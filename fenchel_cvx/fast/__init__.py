@@ -313,6 +313,12 @@ class FastBackend(BackendDefaults):
         """Whether the first solves compile the fused kernels (``compile=True``)."""
         return self.kernels.name == "compiled"
 
+    def on_compile(self, callback: Any) -> Any:
+        """``callback(name)`` as a chain's kernel may compile, ``callback(None)`` when that call
+        returns (``fused.Kernels.on_compile``; never where every chain runs eagerly). -> the
+        function that stops the calls."""
+        return self.kernels.on_compile(callback)
+
     def settings(self) -> dict[str, Any]:
         """What decides the iterates of its solves, as a run's history records it
         (``fit_bcd``'s config ``backend_settings``): not the threads (they change the iterates

@@ -27,7 +27,8 @@ floats that change from call to call (a step length) enter as 0-d tensors, so th
 trigger a recompilation; pass numbers as Python floats (a NumPy scalar or a 0-d array would
 promote as NumPy does in the eager form, not as PyTorch does). Inductor's on-disk cache keeps
 the compiled kernels between processes. A chain that fails to compile runs eagerly from then on,
-with a warning that says why.
+with a warning that says why. ``Kernels.on_compile`` tells a listener (the progress bar) which
+chain may be compiling while its first call with new arguments runs.
 
 The chains (the paper's Sec. 4.5 blocks, as ``fast.wblocks`` and ``fast.xblocks`` solve them):
 
@@ -43,6 +44,7 @@ import importlib.util
 import shutil
 import sys
 import warnings
+from collections.abc import Callable
 
 from array_api_compat import array_namespace, device
 
@@ -158,6 +160,13 @@ def _dot(xp, A, B):
 class Kernels:
     """Runs the chains: ``kernels(chain)(*args)`` gives what ``chain(*args)`` gives."""
 
+    def on_compile(self, callback):
+        """Call ``callback(name)`` as a chain may compile (its first call with new arguments:
+        dtypes, shapes, constants) and ``callback(None)`` when that call returns (the progress
+        bar shows the compile step by it). -> the function that stops the calls. Eagerly: never
+        called."""
+        return _nothing
+
     name = "eager"
     compiled = False
 
@@ -173,6 +182,32 @@ class Kernels:
 
 #: the reference: each chain as written, in the arrays' own library
 EAGER = Kernels()
+
+
+def _nothing():
+    return None
+
+
+#: who hears of the compiles in this process (``watch``): its compiled kernels serve every
+#: backend, so do the notices
+_WATCHERS: list[Callable[[str | None], object]] = []
+
+
+def watch(callback):
+    """``Kernels.on_compile`` of the compiled ways: ``callback`` hears of every chain that may
+    compile in this process from now on. -> the function that stops it."""
+    _WATCHERS.append(callback)
+
+    def stop():
+        if callback in _WATCHERS:
+            _WATCHERS.remove(callback)
+
+    return stop
+
+
+def _tell(name):
+    for callback in list(_WATCHERS):
+        callback(name)
 
 
 #: the C++ compilers inductor's CPU kernels can use, any one on the PATH
@@ -235,6 +270,7 @@ class Compiled(Kernels):
         # of 8 compiled variants per function
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         self._compiled, self._failed = {}, {}
+        self._seen = set()  # (chain, constants, shapes and dtypes) met: later calls compile none
         self.min_size = min_size
         # dynamo notes each of array_api_compat's lru_cache helpers that it traces through
         # (harmless: they only map a type to its namespace); not repeated at every compile
@@ -259,6 +295,9 @@ class Compiled(Kernels):
     def compiles(self):
         """How many kernels dynamo has compiled in this process (recompilations included)."""
         return compiled_graphs()
+
+    def on_compile(self, callback):
+        return watch(callback)
 
     def __call__(self, chain):
         run = self._compiled.get(chain)
@@ -297,6 +336,11 @@ class Compiled(Kernels):
             kwargs = {
                 k: _from_numpy(torch, v) if type(v) is np_.ndarray else v for k, v in kwargs.items()
             }
+            seen = (key, tuple((tuple(a.shape), a.dtype) for a in conv if hasattr(a, "shape")))
+            new = seen not in self._seen
+            if new:  # dynamo may compile now (for other shapes its dynamic form serves)
+                self._seen.add(seen)
+                _tell(chain.__name__)
             try:
                 out = fn(*conv, **kwargs)
             except Exception as err:  # noqa: BLE001 - any compiler failure: run eagerly
@@ -309,6 +353,9 @@ class Compiled(Kernels):
                     stacklevel=2,
                 )
                 return chain(*args, **kwargs)
+            finally:
+                if new:
+                    _tell(None)
             return _to_numpy(out) if numpy_in else out
 
         return run
@@ -327,6 +374,9 @@ class Auto(Kernels):
     def __init__(self):
         self.compiled = compiler_available()  # may compile: the chains' fixed-shape forms
         self._runs = {}
+
+    def on_compile(self, callback):
+        return watch(callback) if self.compiled else _nothing
 
     def __call__(self, chain):
         if not self.compiled:
