@@ -63,13 +63,10 @@ class Backend(Protocol):
         """Drop what it reuses across solves (``fit_bcd`` does at the start of a run and at every
         checkpoint)."""
 
-    def compiles_kernels(self) -> bool:
-        """Whether its first solves compile kernels."""
-
-    def on_compile(self, callback: Any) -> Any:
-        """Call ``callback(name)`` as its solves start compiling a kernel and ``callback(None)``
-        when that is done (the progress bar shows the compile step by it). -> the function that
-        stops the calls."""
+    def on_compile(self, callback: Callable[[str | None], object]) -> Callable[[], None]:
+        """Call ``callback(name)`` when its solves start compiling the kernel ``name`` and
+        ``callback(None)`` when that is done (the progress bar shows the compile step by it).
+        -> the function that stops the calls."""
 
 
 class _ClassName:
@@ -100,10 +97,7 @@ class BackendDefaults:
     def forget(self) -> None:
         return None
 
-    def compiles_kernels(self) -> bool:
-        return False
-
-    def on_compile(self, callback: Any) -> Any:
+    def on_compile(self, callback: Callable[[str | None], object]) -> Callable[[], None]:
         return _nothing
 
 
@@ -114,7 +108,6 @@ METHODS = (
     "step_setting",
     "settings",
     "forget",
-    "compiles_kernels",
     "on_compile",
 )
 

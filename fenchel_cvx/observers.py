@@ -33,9 +33,9 @@ class CheckpointWriter:
 
 
 class ProgressBar:
-    """A tqdm bar over the rounds with the current objectives and accuracy. While the backend
-    compiles a kernel (``Backend.on_compile``: the fast backend's fused chains, in a run's first
-    batch), the bar names it."""
+    """A tqdm bar over the rounds with the current objectives and accuracy. While a kernel of
+    the backend's kind compiles in this process (``Backend.on_compile``: the fast backend's
+    fused chains, in a run's first batch), the bar names it."""
 
     def __init__(self, total, done, name, backend):
         from tqdm.auto import tqdm

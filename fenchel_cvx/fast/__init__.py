@@ -50,7 +50,7 @@ import numbers
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from array_api_compat import array_namespace, device
@@ -309,14 +309,10 @@ class FastBackend(BackendDefaults):
         checkpoint, so that a run resumed from it goes on as the uninterrupted one)."""
         self._cache.clear()
 
-    def compiles_kernels(self) -> bool:
-        """Whether the first solves compile the fused kernels (``compile=True``)."""
-        return self.kernels.name == "compiled"
-
-    def on_compile(self, callback: Any) -> Any:
-        """``callback(name)`` as a chain's kernel may compile, ``callback(None)`` when that call
-        returns (``fused.Kernels.on_compile``; never where every chain runs eagerly). -> the
-        function that stops the calls."""
+    def on_compile(self, callback: Callable[[str | None], object]) -> Callable[[], None]:
+        """``callback(name)`` when dynamo starts compiling the chain ``name``, ``callback(None)``
+        when it is done (``fused.Kernels.on_compile``; never where every chain runs eagerly).
+        -> the function that stops the calls."""
         return self.kernels.on_compile(callback)
 
     def settings(self) -> dict[str, Any]:

@@ -28,7 +28,7 @@ trigger a recompilation; pass numbers as Python floats (a NumPy scalar or a 0-d 
 promote as NumPy does in the eager form, not as PyTorch does). Inductor's on-disk cache keeps
 the compiled kernels between processes. A chain that fails to compile runs eagerly from then on,
 with a warning that says why. ``Kernels.on_compile`` tells a listener (the progress bar) which
-chain may be compiling while its first call with new arguments runs.
+chain dynamo is compiling, from its compile callbacks, while it compiles.
 
 The chains (the paper's Sec. 4.5 blocks, as ``fast.wblocks`` and ``fast.xblocks`` solve them):
 
@@ -43,6 +43,7 @@ import functools
 import importlib.util
 import shutil
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 
@@ -61,6 +62,7 @@ __all__ = [
     "compiler_problem",
     "kernels",
     "require_compiler",
+    "watch",
 ]
 
 #: chains whose largest array has fewer entries run eagerly also where compiled: a compiled
@@ -160,18 +162,17 @@ def _dot(xp, A, B):
 class Kernels:
     """Runs the chains: ``kernels(chain)(*args)`` gives what ``chain(*args)`` gives."""
 
-    def on_compile(self, callback):
-        """Call ``callback(name)`` as a chain may compile (its first call with new arguments:
-        dtypes, shapes, constants) and ``callback(None)`` when that call returns (the progress
-        bar shows the compile step by it). -> the function that stops the calls. Eagerly: never
-        called."""
-        return _nothing
-
     name = "eager"
     compiled = False
 
     def __call__(self, chain):
         return chain
+
+    def on_compile(self, callback):
+        """Call ``callback(name)`` when dynamo starts compiling the chain ``name`` and
+        ``callback(None)`` when it is done (the progress bar shows the compile step by it).
+        -> the function that stops the calls. Eagerly: never called."""
+        return _nothing
 
     def check_arrays(self, xp):
         """Refuse, before any work, arrays of a library this way of running cannot take."""
@@ -188,14 +189,17 @@ def _nothing():
     return None
 
 
-#: who hears of the compiles in this process (``watch``): its compiled kernels serve every
-#: backend, so do the notices
+#: who hears of the chains' compiles in this process (``watch``): its compiled kernels serve
+#: every backend, and so do the notices
 _WATCHERS: list[Callable[[str | None], object]] = []
+#: the chain whose compiled call runs in this thread (``Compiled``), which dynamo's compile
+#: callbacks name
+_RUNNING = threading.local()
 
 
 def watch(callback):
-    """``Kernels.on_compile`` of the compiled ways: ``callback`` hears of every chain that may
-    compile in this process from now on. -> the function that stops it."""
+    """``Kernels.on_compile`` of the compiled ways: ``callback`` hears of every chain that
+    compiles in this process from now on. -> the function that stops it."""
     _WATCHERS.append(callback)
 
     def stop():
@@ -203,6 +207,26 @@ def watch(callback):
             _WATCHERS.remove(callback)
 
     return stop
+
+
+def _compile_started(args):
+    """Dynamo's compile-start callback (``Compiled``): the chain running in this thread, told."""
+    if (chain := getattr(_RUNNING, "chain", None)) is not None:
+        _tell(chain)
+
+
+def _compile_ended(args):
+    if getattr(_RUNNING, "chain", None) is not None:
+        _tell(None)
+
+
+def _hear_dynamo(handler):
+    """Register the two callbacks above with dynamo's ``handler`` where they are not
+    (``torch._dynamo.reset`` clears them). Dynamo runs them at every compile: a first call; a
+    new dtype, shape or constant; a kernel loaded from the disk cache."""
+    if _compile_started not in handler.start_callbacks:
+        handler.register_start_callback(_compile_started)
+        handler.register_end_callback(_compile_ended)
 
 
 def _tell(name):
@@ -270,7 +294,9 @@ class Compiled(Kernels):
         # of 8 compiled variants per function
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         self._compiled, self._failed = {}, {}
-        self._seen = set()  # (chain, constants, shapes and dtypes) met: later calls compile none
+        from torch._dynamo.callback import callback_handler
+
+        self._callbacks = callback_handler  # dynamo's compile callbacks (``_hear_dynamo``)
         self.min_size = min_size
         # dynamo notes each of array_api_compat's lru_cache helpers that it traces through
         # (harmless: they only map a type to its namespace); not repeated at every compile
@@ -336,11 +362,8 @@ class Compiled(Kernels):
             kwargs = {
                 k: _from_numpy(torch, v) if type(v) is np_.ndarray else v for k, v in kwargs.items()
             }
-            seen = (key, tuple((tuple(a.shape), a.dtype) for a in conv if hasattr(a, "shape")))
-            new = seen not in self._seen
-            if new:  # dynamo may compile now (for other shapes its dynamic form serves)
-                self._seen.add(seen)
-                _tell(chain.__name__)
+            _hear_dynamo(self._callbacks)
+            _RUNNING.chain = chain.__name__  # named by dynamo's compile callbacks
             try:
                 out = fn(*conv, **kwargs)
             except Exception as err:  # noqa: BLE001 - any compiler failure: run eagerly
@@ -354,8 +377,7 @@ class Compiled(Kernels):
                 )
                 return chain(*args, **kwargs)
             finally:
-                if new:
-                    _tell(None)
+                _RUNNING.chain = None
             return _to_numpy(out) if numpy_in else out
 
         return run
