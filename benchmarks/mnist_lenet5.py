@@ -72,6 +72,7 @@ from mnist_mlp import (  # noqa: E402
     backprop_record,
     baseline_options,
     baseline_rates,
+    check_compile,
     fln_backend,
     level_figures,
     level_table,
@@ -261,6 +262,7 @@ def parse_args(argv=None):
     missing = DEVICES[args.device].missing(args.methods.split(","))
     if missing:
         p.error(missing)
+    check_compile(p, args)
     if args.quick and args.dataset != "mnist":
         p.error(f"--quick runs the embedded 5k MNIST, got --dataset {args.dataset}")
     if args.epochs is None:

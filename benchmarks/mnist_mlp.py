@@ -268,6 +268,7 @@ def parse_args(argv=None):
     missing = DEVICES[args.device].missing(args.methods.split(","))
     if missing:
         p.error(missing)
+    check_compile(p, args)
     if args.quick:
         args.epochs = min(args.epochs, 2)
     baseline_rates(p, args, TUNED_LR)
@@ -369,6 +370,23 @@ def add_compile_flag(p):
         "and the arrays large enough to gain. A compile runs on one batch before the "
         "clock starts, and its seconds are reported",
     )
+    p.add_argument(
+        "--compile-blocks",
+        dest="compile",
+        action="store_const",
+        const="blocks",
+        help='FLN\'s block solves each compiled whole (FastBackend(compile="blocks"): a CUDA '
+        "graph per solve on a GPU); with --device torch",
+    )
+
+
+def check_compile(p, args):
+    """Refuse ``--compile-blocks`` off ``--device torch`` (it compiles solves on tensors)."""
+    if args.compile == "blocks" and args.device != "torch":
+        p.error(
+            "--compile-blocks compiles FLN's block solves on PyTorch tensors: it needs "
+            f"--device torch, got --device {args.device}"
+        )
 
 
 def _per_layer(n, name, integers=False):

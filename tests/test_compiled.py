@@ -327,7 +327,7 @@ def test_compile_is_refused_without_pytorch_or_a_compiler(monkeypatch):
         ValueError, match="no C\\+\\+ compiler on the PATH.*apt-get install g\\+\\+"
     ):
         FastBackend(compile=True)
-    with pytest.raises(ValueError, match="compile must be 'auto', True, False"):
+    with pytest.raises(ValueError, match="compile must be 'auto', 'blocks', True, False"):
         FastBackend(compile="yes")
 
 

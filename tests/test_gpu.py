@@ -13,6 +13,9 @@ docs/results.md ("On a GPU") records the runs on a GPU machine.
   CUDA tensors: the run stays on the device (weights and lifted X are the device's arrays),
   ends at the NumPy run's weights in float64, and its certificate gives the NumPy run's verdict
   on every round: descent, the lower bound and Fenchel-Young hold.
+- ``compile="blocks"`` (each block solve a CUDA graph): a run on PyTorch's CUDA tensors ends at
+  the eager run's weights (1e-4 relative, float32), compiles in its first batch only and holds
+  its certificate.
 - The backprop baselines on CUDA (``train_backprop(device="cuda")``): the CPU run's weights
   within 1e-3 relative (float32, on two devices), and its accuracies.
 """
@@ -188,6 +191,46 @@ def test_fit_bcd_runs_on_the_device(library, network, request):
         assert {check for check, _ in found[0]} <= {"block_optimality"}
         assert a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=0.011)
         assert a["lifted_x"] == pytest.approx(b["lifted_x"], rel=1e-6)
+
+
+def test_whole_block_solves_on_cuda_end_where_the_eager_run_does(request):
+    """``compile="blocks"``: each block solve a CUDA graph (``fast.whole``); its results are
+    copied out of the graph's memory, so the weights a batch hands the next stay intact."""
+    asarray, on_device, _ = _device("torch", request)
+    from torch._dynamo.utils import counters
+
+    from fenchel_cvx.fast import fused
+
+    ds = load_digits()
+    X, Y = ds.X_train[:, :200].astype(np.float32), one_hot(ds.y_train[:200], 10).astype(np.float32)
+    steps = dict(w_steps=2, x_steps=2, capped_residual=False, capped_value=False)
+    runs, graphs = {}, []
+    for compile_ in ("blocks", False):
+        net = LiftedNetwork([64, 16, 10], "relu", "cross_entropy", lam=0.2, seed=0, dtype="float32")
+        runs[compile_] = fit_bcd(
+            net,
+            asarray(X),
+            asarray(Y),
+            backend=(backend := FastBackend(compile=compile_, **steps)),
+            batch_size=50,
+            epochs=2,
+            gamma=(1.0, 100.0),
+            strict=False,
+            eval_every=None,
+            check_every=1,
+            callback=(lambda n, r: graphs.append(fused.compiled_graphs())) if compile_ else None,
+        )
+        if compile_:
+            # every solve compiled whole (none fell back: a capture failure, or a result read
+            # after the next replay overwrote it, would have), the W-blocks' CUDA graphs kept
+            assert not backend.kernels._failed, backend.kernels._failed
+            assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    assert len(graphs) == 8 and len(set(graphs[1:])) == 1, graphs  # no compile after batch 1
+    for W, W_ref in zip(runs["blocks"].net.W, runs[False].net.W):
+        assert on_device(W)
+        assert float((W - W_ref).abs().max() / W_ref.abs().max()) <= 1e-4
+    for r in runs["blocks"].history.records:
+        assert {v["check"] for v in r["certificate"]["violations"]} <= {"block_optimality"}
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])

@@ -61,6 +61,7 @@ from ..blocks import Block, BlockResult, WBlock, WHidden, WLast, XBlock
 from ..datasets import check_dtype
 from ..threads import controller, limit_threads, per_library, plan
 from ..validation import TOL, check
+from . import whole  # noqa: F401  - adds compile="blocks" (``fused.NAMED``)
 from ._util import floor_tol
 from .fused import Kernels, kernels
 from .wblocks import solve_pncg, solve_ridge
@@ -168,7 +169,11 @@ class FastBackend(BackendDefaults):
         compiles in a run's first batch (seconds; cached on disk for later processes).
         True: the same, and refused here, before any work, without PyTorch or a C++ compiler,
         with what to install. False: every chain eagerly, in the arrays' own library (the
-        readable reference).
+        readable reference). ``"blocks"``: each block solve compiled whole, as one graph, on
+        PyTorch tensors (``fast.whole``; on a GPU the W-blocks' as CUDA graphs, not yet run on
+        one); it needs capped solves that read nothing back (refused here otherwise), and each
+        solve forms its Gram factorisation afresh (``gram_reuse`` is not used). Refused for
+        arrays other than PyTorch tensors.
 
     Examples
     --------
@@ -252,6 +257,7 @@ class FastBackend(BackendDefaults):
                 raise ValueError(f"{name} must be True or False, got {flag!r}")
         self.capped_residual, self.capped_value = capped_residual, capped_value
         self._cache = {}  # Gram factorisations, reused while X~ is unchanged
+        self.kernels.check_backend(self)  # compile="blocks": capped solves that read nothing
 
     def check_network(self, net: LiftedNetwork) -> None:
         """Refuse per-layer ``w_steps`` / ``x_steps`` of another length than ``net``'s blocks
@@ -374,7 +380,7 @@ class FastBackend(BackendDefaults):
             block = dataclasses.replace(block, U=xp.astype(arrays["U"], dtype))
         tol = floor_tol(xp, dtype, self.tol)
         Z = self._start(xp, block, start, dtype)
-        Z, it, info = solve(block, self, xp, Z, tol)
+        Z, it, info = self.kernels.solve(solve, block, self, xp, Z, tol)
         converged = bool(info.pop("converged"))
         status = "optimal" if converged else ("stalled" if info.get("stalled") else "max_iter")
         U = info.pop("U", None)  # the solver's image of Z: A(W, Z) + b, or Z X~
@@ -431,8 +437,9 @@ def _unknown(block):
 
 
 @functools.singledispatch
-def _solve_block(block, backend, xp, Z, tol):
-    """``(Z, iterations, info)``: the block solved from ``Z`` by the solver of its class."""
+def _solve_block(block, backend, xp, Z, tol, cache=None):
+    """``(Z, iterations, info)``: the block solved from ``Z`` by the solver of its class;
+    ``cache``: the Gram factorisations at hand (None: the backend's, kept across solves)."""
     raise _unknown(block)
 
 
@@ -444,8 +451,20 @@ def _solver_of(block):
     return solve
 
 
+def _capturable(captured):
+    """Mark a block solver: whether its capped, read-free solve may be captured as a CUDA graph
+    (``whole.Blocks``): none of its operations waits for the device."""
+
+    def mark(solver):
+        solver.capturable = captured
+        return solver
+
+    return mark
+
+
 @_solve_block.register
-def _(block: XBlock, backend, xp, Z, tol):
+@_capturable(False)  # its Lipschitz bound's eigvalsh (``layers.norm2_bound``) checks on the host
+def _(block: XBlock, backend, xp, Z, tol, cache=None):
     _, steps = backend.step_setting(block)
     cap = backend.max_iter if steps is None else min(backend.max_iter, int(steps))
     return solve_x(
@@ -460,7 +479,8 @@ def _(block: XBlock, backend, xp, Z, tol):
     )
 
 
-def _solve_pncg(block, backend, xp, Z, tol):
+@_capturable(True)  # Cholesky factors by cholesky_ex, whose status stays on the device
+def _solve_pncg(block, backend, xp, Z, tol, cache=None):
     _, steps = backend.step_setting(block)
     cap = backend.max_iter if steps is None else int(steps)
     return solve_pncg(
@@ -469,7 +489,7 @@ def _solve_pncg(block, backend, xp, Z, tol):
         Z,
         tol,
         cap,
-        backend._cache,
+        backend._cache if cache is None else cache,
         newton_cap=backend.newton_cap,
         gram_reuse=backend.reuse_of(block),
         capped_residual=backend.capped_residual,
@@ -482,10 +502,13 @@ _solve_block.register(WHidden, _solve_pncg)
 
 
 @_solve_block.register
-def _(block: WLast, backend, xp, Z, tol):
+@_capturable(True)  # the CG's factors by cholesky_ex (the ridge, MSE's, reads its residual: it
+# does not compile whole, and runs eagerly)
+def _(block: WLast, backend, xp, Z, tol, cache=None):
+    cache = backend._cache if cache is None else cache
     if block.loss.last_w_solver == "ridge":  # MSE: a ridge regression, the normal equations
-        return solve_ridge(xp, block, Z, tol, backend.max_iter, backend._cache)
-    return _solve_pncg(block, backend, xp, Z, tol)
+        return solve_ridge(xp, block, Z, tol, backend.max_iter, cache)
+    return _solve_pncg(block, backend, xp, Z, tol, cache)
 
 
 @functools.singledispatch

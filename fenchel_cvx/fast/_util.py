@@ -30,6 +30,11 @@ from ..blocks import residual_parts
 # the incrementally updated one does not drift (the driver's bound on a carried one, too)
 from ..carry import RESYNC  # noqa: F401
 
+#: the CG step from which hidden W rows may take semismooth-Newton steps (early steps change
+#: the active sets too much); capped solves of at most this many steps stay in ``span`` and read
+#: nothing back (``whole``)
+NEWTON_START = 10
+
 
 def kkt(xp, Z, parts, project=None):
     """``||Z - P(Z - g)||_inf / (1 + max_i ||g_i||_inf)`` with ``g = sum(parts)``

@@ -19,6 +19,9 @@ array-API function, and a ``Kernels`` object runs it one of two ways:
   eagerly otherwise (small chains, other array libraries, no compiler). PyTorch is imported
   only when a chain first compiles.
 
+(``whole.Blocks``, ``compile="blocks"``, compiles each block solve whole instead, the chains
+traced into its graph as written, for PyTorch tensors on a GPU.)
+
 Each chain compiles for the first shape it meets; a second shape (another layer, or fewer rows
 in a W solve to tolerance) compiles it once more with symbolic sizes (dynamo's automatic
 dynamic shapes), which then serves the shapes that follow: in a training run, all in its
@@ -39,6 +42,7 @@ The chains (the paper's Sec. 4.5 blocks, as ``fast.wblocks`` and ``fast.xblocks`
 - ``scaled_grad_u``: the gradient ``lam (phi(U) - V)`` of a hidden X-block's smooth term.
 """
 
+import contextlib
 import functools
 import importlib.util
 import shutil
@@ -177,6 +181,14 @@ class Kernels:
     def check_arrays(self, xp):
         """Refuse, before any work, arrays of a library this way of running cannot take."""
 
+    def check_backend(self, backend):
+        """Refuse, when the backend is built, settings this way of running cannot take."""
+
+    def solve(self, solver, block, backend, xp, Z, tol):
+        """``solver(block, backend, xp, Z, tol)``: a block solve of ``fast`` (``whole.Blocks``
+        compiles the whole solve instead)."""
+        return solver(block, backend, xp, Z, tol)
+
     def __repr__(self):
         return f"{type(self).__name__}()"
 
@@ -232,6 +244,18 @@ def _hear_dynamo(handler):
 def _tell(name):
     for callback in list(_WATCHERS):
         callback(name)
+
+
+@contextlib.contextmanager
+def _running(handler, name):
+    """While the body runs, dynamo's compiles in this thread are told as compiles of ``name``
+    (``handler``: dynamo's callback handler, ``_hear_dynamo``)."""
+    _hear_dynamo(handler)
+    _RUNNING.chain = name
+    try:
+        yield
+    finally:
+        _RUNNING.chain = None
 
 
 #: the C++ compilers inductor's CPU kernels can use, any one on the PATH
@@ -362,10 +386,9 @@ class Compiled(Kernels):
             kwargs = {
                 k: _from_numpy(torch, v) if type(v) is np_.ndarray else v for k, v in kwargs.items()
             }
-            _hear_dynamo(self._callbacks)
-            _RUNNING.chain = chain.__name__  # named by dynamo's compile callbacks
             try:
-                out = fn(*conv, **kwargs)
+                with _running(self._callbacks, chain.__name__):  # told as compiles of chain
+                    out = fn(*conv, **kwargs)
             except Exception as err:  # noqa: BLE001 - any compiler failure: run eagerly
                 self._failed[key] = f"{type(err).__name__}: {err}"
                 warnings.warn(
@@ -376,8 +399,6 @@ class Compiled(Kernels):
                     stacklevel=2,
                 )
                 return chain(*args, **kwargs)
-            finally:
-                _RUNNING.chain = None
             return _to_numpy(out) if numpy_in else out
 
         return run
@@ -464,20 +485,29 @@ def _compiled_default():
     return Compiled()
 
 
+#: the ``Kernels`` classes of the named ``compile`` settings other than "auto", by name
+#: (``whole`` adds "blocks")
+NAMED: dict[str, type[Kernels]] = {}
+
+
 def kernels(compile):
     """The ``Kernels`` of a ``compile`` setting: ``"auto"`` an ``Auto()`` (compiled where that
     is possible and gains), False the reference ``EAGER``, True the process's shared
     ``Compiled()`` (its kernels serve every backend; refused without PyTorch and a C++
-    compiler), or a ``Kernels``."""
+    compiler), ``"blocks"`` a ``whole.Blocks()`` (each block solve compiled whole, on PyTorch
+    tensors), or a ``Kernels``."""
     if isinstance(compile, Kernels):
         return compile
     if isinstance(compile, str) and compile == "auto":
         return Auto()
+    if isinstance(compile, str) and compile in NAMED:
+        return NAMED[compile]()
     if compile is True:
         require_compiler()  # checked at every request: the shared runner may exist already
         return _compiled_default()
     if compile is False:
         return EAGER
     raise ValueError(
-        f"compile must be 'auto', True, False or a fenchel_cvx.fast.fused.Kernels, got {compile!r}"
+        f"compile must be 'auto', 'blocks', True, False or a fenchel_cvx.fast.fused.Kernels, "
+        f"got {compile!r}"
     )

@@ -57,13 +57,9 @@ from array_api_compat import device
 from ..arrays import cheap_reads, clip, host_if_cheap, matmul_nt, vecdot
 from ..blocks import WHidden, WLast
 from . import fused, span
-from ._util import RESYNC, keep_descent, kkt, newton_1d, pr_plus, proves_above
+from ._util import NEWTON_START, RESYNC, keep_descent, kkt, newton_1d, pr_plus, proves_above
 from .fused import EAGER
 from .gram import DataGram, ParamGram, inverse_pays
-
-#: the CG step from which hidden W rows may take semismooth-Newton steps (early steps change
-#: the active sets too much); capped solves of at most this many steps stay in ``span``
-NEWTON_START = 10
 
 
 class _Problem:

@@ -1,0 +1,131 @@
+"""Each block solve compiled whole, as one graph: ``FastBackend(compile="blocks")``.
+
+In the batched training setting (capped steps, no residual or value reported at the cap) the
+fast solvers read nothing back to the host during a block solve (``fast.reads``), so each
+solve of the paper's Sec. 4.5 blocks (eqs. (19)-(21), as ``fast.wblocks`` and
+``fast.xblocks`` solve them) traces into one ``torch.compile`` graph with no graph break
+(tests/test_host_reads.py). ``Blocks`` runs every solve that way, on PyTorch tensors; the
+backend's settings are checked for it when it is built (``Blocks.check_backend``).
+
+- On a GPU a W-block's graph runs with ``mode="reduce-overhead"``: its Triton kernels replayed
+  as one CUDA graph, one launch in place of the thousands of kernel launches of its eager
+  operations (the docs page "Results", "On a GPU"). An X-block's graph runs its Triton kernels
+  without a CUDA graph: its Lipschitz bound's ``eigvalsh`` checks its result on the host, which
+  a capture cannot hold (the solvers' ``capturable`` mark, ``fast._capturable``). This GPU path
+  has not yet run on a GPU.
+- On the CPU the same graphs run as inductor's C++ kernels; the tests check them against the
+  eager solves.
+
+One compiled function serves each kind of block (its class and layer) at a fixed shape
+(``dynamic=False``: a new shape, such as a smaller last batch, compiles once more; symbolic
+sizes would turn the solvers' Python arithmetic on shapes into graph code). Its Python settings
+(the block's lam, rho and gamma, its activation or loss; the backend's step counts) are
+constants of the graph: dynamo compiles again where one changes. Each solve starts with an
+empty Gram cache: a factorisation made inside a graph is not kept across solves (``gram_reuse``
+is not used). A CUDA graph's results are copied out of its memory, which its next replay
+overwrites. A solve that fails to compile runs eagerly from then on, with a warning that says
+why.
+"""
+
+import dataclasses
+import warnings
+
+from ._util import NEWTON_START
+from .fused import NAMED, Kernels, _running, require_compiler, watch
+
+
+class Blocks(Kernels):
+    """``compile="blocks"``: each block solve one ``torch.compile(fullgraph=True,
+    dynamic=False)`` graph on PyTorch tensors (module doc); the elementwise chains are traced
+    into it as written. Refused, before any work, without PyTorch and a C++ compiler, and on
+    arrays of other libraries."""
+
+    name = "blocks"
+    compiled = True  # its first solves compile (the chains inside them, as written)
+
+    def __init__(self):
+        require_compiler()
+        import torch
+        from torch._dynamo.callback import callback_handler
+
+        self.torch, self._callbacks = torch, callback_handler
+        # a compiled variant per kind of block, dtype and device, beyond dynamo's default of 8
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        self._solves, self._failed = {}, {}  # compiled solves, and failures, by kind of block
+
+    def check_arrays(self, xp):
+        from array_api_compat import is_torch_namespace
+
+        if not is_torch_namespace(xp):
+            name = getattr(xp, "__name__", str(xp))
+            raise ValueError(
+                f"compile='blocks' compiles whole block solves on PyTorch tensors, got arrays "
+                f"of {name}: use compile='auto' (or False) for them"
+            )
+
+    def check_backend(self, backend):
+        """A whole solve is one graph only where it reads nothing back to the host: capped
+        steps (W-blocks at most ``NEWTON_START``, where no semismooth-Newton row starts) and no
+        residual or value reported at the cap."""
+        w, x = backend.w_steps, backend.x_steps
+        capped = all(
+            steps is not None and max(steps if isinstance(steps, tuple) else (steps,)) <= cap
+            for steps, cap in ((w, NEWTON_START), (x, backend.max_iter))
+        )
+        if not capped or backend.capped_residual or backend.capped_value:
+            raise ValueError(
+                "compile='blocks' needs solves that read nothing back to the host: w_steps "
+                f"at most {NEWTON_START} and x_steps set, capped_residual=False and "
+                f"capped_value=False; got w_steps={w!r}, x_steps={x!r}, "
+                f"capped_residual={backend.capped_residual}, capped_value={backend.capped_value}"
+            )
+
+    def on_compile(self, callback):
+        return watch(callback)
+
+    def solve(self, solver, block, backend, xp, Z, tol):
+        arrays = {
+            f.name: getattr(block, f.name)
+            for f in dataclasses.fields(block)
+            if isinstance(getattr(block, f.name), self.torch.Tensor)
+        }
+        names = tuple(arrays)
+        cuda = Z.device.type == "cuda"
+        key = (solver, type(block), block.layer, names, cuda)
+        if key in self._failed:
+            return solver(block, backend, xp, Z, tol)
+        run = self._solves.get(key)
+        if run is None:  # a CUDA graph where nothing in the solve waits for the device
+            graph = cuda and getattr(solver, "capturable", False)
+            run = self._solves[key] = self._compile(solver, names, graph)
+        template = dataclasses.replace(block, **{k: None for k in names})
+        what = f"the {block.kind} block of layer {block.layer}"
+        try:
+            with _running(self._callbacks, what):
+                out = run(template, backend, xp, tol, Z, *arrays.values())
+        except Exception as err:  # noqa: BLE001 - any compiler or capture failure: run eagerly
+            self._failed[key] = f"{type(err).__name__}: {err}"
+            warnings.warn(
+                f"compile='blocks' failed on {what} ({self._failed[key].splitlines()[0][:300]}); "
+                f"it runs eagerly from now on",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return solver(block, backend, xp, Z, tol)
+        return self.torch.utils._pytree.tree_map(_copy, out) if cuda else out
+
+    def _compile(self, solver, names, graph):
+        def solve(template, backend, xp, tol, Z, *arrays):
+            block = dataclasses.replace(template, **dict(zip(names, arrays)))
+            return solver(block, backend, xp, Z, tol, cache={})
+
+        mode = "reduce-overhead" if graph else None
+        return self.torch.compile(solve, fullgraph=True, dynamic=False, mode=mode)
+
+
+def _copy(x):
+    """A tensor out of a CUDA graph's memory, copied; anything else as it is."""
+    return x.clone() if hasattr(x, "clone") else x
+
+
+NAMED["blocks"] = Blocks
