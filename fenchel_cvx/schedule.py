@@ -10,6 +10,10 @@ round's columns of the data.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -101,11 +105,34 @@ class BCDState:
     carried: Any = None
 
     def advance(self, net, Xs, record, W_prev=None, carried=None):
-        """The state after the round of ``record``: ``net``'s weights, ``Xs``, the record."""
-        self.W, self.Xs, self.iteration = list(net.W), Xs, record["iteration"]
-        self.W_prev = self.W_prev if W_prev is None else W_prev
-        self.carried = carried
-        self.history.append(record)
+        """The state after the round of ``record``: ``net``'s weights, ``Xs``, the record. Its
+        fields change together: a Ctrl-C meanwhile is held until they have (the checkpoint
+        that ``observers.interrupted`` writes then is the whole round's)."""
+        with held_interrupt():
+            self.W, self.Xs, self.iteration = list(net.W), Xs, record["iteration"]
+            self.W_prev = self.W_prev if W_prev is None else W_prev
+            self.carried = carried
+            self.history.append(record)
+
+
+@contextlib.contextmanager
+def held_interrupt():
+    """Ctrl-C (SIGINT) held while the body runs and delivered when it ends, as the handler in
+    place would have received it (Python's: a ``KeyboardInterrupt``). Only the main thread
+    receives signals: elsewhere the body runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held and callable(previous):
+            previous(signal.SIGINT, held[0])
+        elif held and previous == signal.SIG_DFL:
+            os.kill(os.getpid(), signal.SIGINT)
 
 
 class Batches:

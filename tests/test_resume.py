@@ -1,6 +1,10 @@
 """The driver after its restructure, checkpoints and resume (``fit_bcd(checkpoint=, resume=)``)."""
 
 import json
+import os
+import signal
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -358,3 +362,19 @@ def test_sigint_then_resume_is_bit_identical(tmp_path):
         whole = cases.record(cases.run_case("alg2_ce_alternations"))
         resumed = cases.record(cases.run_case("alg2_ce_alternations", resume=tmp_path))
     assert resumed == whole
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a POSIX signal sent to this process")
+def test_a_ctrl_c_during_a_state_change_is_held_until_the_change_ends():
+    """The round's state fields change together (``schedule.held_interrupt``): a SIGINT in the
+    middle raises its ``KeyboardInterrupt`` only once the body has run, and the handler in place
+    before is back."""
+    from fenchel_cvx.schedule import held_interrupt
+
+    before, done = signal.getsignal(signal.SIGINT), []
+    with pytest.raises(KeyboardInterrupt):
+        with held_interrupt():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # Python runs signal handlers between bytecodes: here, held
+            done.append("the rest of the body")
+    assert done == ["the rest of the body"] and signal.getsignal(signal.SIGINT) is before
