@@ -119,8 +119,11 @@ class BCDState:
 def held_interrupt():
     """Ctrl-C (SIGINT) held while the body runs and delivered when it ends, as the handler in
     place would have received it (Python's: a ``KeyboardInterrupt``). Only the main thread
-    receives signals: elsewhere the body runs as it is."""
-    if threading.current_thread() is not threading.main_thread():
+    receives signals: elsewhere, and where the handler in place was not installed from Python,
+    the body runs as it is."""
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is None  # a handler not installed from Python: kept
+    ):
         yield
         return
     held = []
