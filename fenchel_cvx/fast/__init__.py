@@ -62,6 +62,7 @@ from ..datasets import check_dtype
 from ..threads import controller, limit_threads, per_library, plan
 from ..validation import TOL, check
 from . import whole  # noqa: F401  - adds compile="blocks" (``fused.NAMED``)
+from ._util import block_arrays as _block_arrays
 from ._util import floor_tol
 from .fused import Kernels, kernels
 from .wblocks import solve_pncg, solve_ridge
@@ -71,14 +72,6 @@ if TYPE_CHECKING:
     from ..network import LiftedNetwork
 
 __all__ = ["FastBackend"]
-
-
-def _block_arrays(block):
-    return {
-        f.name: getattr(block, f.name)
-        for f in dataclasses.fields(block)
-        if hasattr(getattr(block, f.name), "shape") and hasattr(getattr(block, f.name), "dtype")
-    }
 
 
 def _check_steps(name, steps):

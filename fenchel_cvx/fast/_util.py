@@ -18,6 +18,7 @@
   its image through the data-space identity, row by row, at the true image ``W X~``.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -34,6 +35,15 @@ from ..carry import RESYNC  # noqa: F401
 #: the active sets too much); capped solves of at most this many steps stay in ``span`` and read
 #: nothing back (``whole``)
 NEWTON_START = 10
+
+
+def block_arrays(block):
+    """The block's array fields, by name (a dataclass of ``fenchel_cvx.blocks``)."""
+    return {
+        f.name: getattr(block, f.name)
+        for f in dataclasses.fields(block)
+        if hasattr(getattr(block, f.name), "shape") and hasattr(getattr(block, f.name), "dtype")
+    }
 
 
 def kkt(xp, Z, parts, project=None):

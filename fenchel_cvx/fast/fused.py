@@ -174,9 +174,9 @@ class Kernels:
 
     def on_compile(self, callback):
         """Call ``callback(name)`` when dynamo starts compiling the chain ``name`` and
-        ``callback(None)`` when it is done (the progress bar shows the compile step by it).
-        -> the function that stops the calls. Eagerly: never called."""
-        return _nothing
+        ``callback(None)`` when it is done (the progress bar shows the compile step by it), where
+        this way compiles (``compiled``; ``watch``). -> the function that stops the calls."""
+        return watch(callback) if self.compiled else _nothing
 
     def check_arrays(self, xp):
         """Refuse, before any work, arrays of a library this way of running cannot take."""
@@ -232,10 +232,12 @@ def _compile_ended(args):
         _tell(None)
 
 
-def _hear_dynamo(handler):
-    """Register the two callbacks above with dynamo's ``handler`` where they are not
-    (``torch._dynamo.reset`` clears them). Dynamo runs them at every compile: a first call; a
-    new dtype, shape or constant; a kernel loaded from the disk cache."""
+def _hear_dynamo():
+    """Register the two callbacks above with dynamo where they are not (``torch._dynamo.reset``
+    clears them). Dynamo runs them at every compile: a first call; a new dtype, shape or
+    constant; a kernel loaded from the disk cache."""
+    from torch._dynamo.callback import callback_handler as handler
+
     if _compile_started not in handler.start_callbacks:
         handler.register_start_callback(_compile_started)
         handler.register_end_callback(_compile_ended)
@@ -247,15 +249,21 @@ def _tell(name):
 
 
 @contextlib.contextmanager
-def _running(handler, name):
+def _running(name):
     """While the body runs, dynamo's compiles in this thread are told as compiles of ``name``
-    (``handler``: dynamo's callback handler, ``_hear_dynamo``)."""
-    _hear_dynamo(handler)
+    (``_hear_dynamo``)."""
+    _hear_dynamo()
     _RUNNING.chain = name
     try:
         yield
     finally:
         _RUNNING.chain = None
+
+
+def room_for_variants(torch):
+    """Room for every dtype, activation and kind of block a process compiles a function for,
+    beyond dynamo's default of 8 compiled variants per function."""
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
 
 
 #: the C++ compilers inductor's CPU kernels can use, any one on the PATH
@@ -314,13 +322,8 @@ class Compiled(Kernels):
         import torch
 
         self.torch, self.mode = torch, mode
-        # room for every dtype and activation a process trains with, beyond dynamo's default
-        # of 8 compiled variants per function
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        room_for_variants(torch)
         self._compiled, self._failed = {}, {}
-        from torch._dynamo.callback import callback_handler
-
-        self._callbacks = callback_handler  # dynamo's compile callbacks (``_hear_dynamo``)
         self.min_size = min_size
         # dynamo notes each of array_api_compat's lru_cache helpers that it traces through
         # (harmless: they only map a type to its namespace); not repeated at every compile
@@ -345,9 +348,6 @@ class Compiled(Kernels):
     def compiles(self):
         """How many kernels dynamo has compiled in this process (recompilations included)."""
         return compiled_graphs()
-
-    def on_compile(self, callback):
-        return watch(callback)
 
     def __call__(self, chain):
         run = self._compiled.get(chain)
@@ -387,7 +387,7 @@ class Compiled(Kernels):
                 k: _from_numpy(torch, v) if type(v) is np_.ndarray else v for k, v in kwargs.items()
             }
             try:
-                with _running(self._callbacks, chain.__name__):  # told as compiles of chain
+                with _running(chain.__name__):  # told as compiles of chain
                     out = fn(*conv, **kwargs)
             except Exception as err:  # noqa: BLE001 - any compiler failure: run eagerly
                 self._failed[key] = f"{type(err).__name__}: {err}"
@@ -417,9 +417,6 @@ class Auto(Kernels):
     def __init__(self):
         self.compiled = compiler_available()  # may compile: the chains' fixed-shape forms
         self._runs = {}
-
-    def on_compile(self, callback):
-        return watch(callback) if self.compiled else _nothing
 
     def __call__(self, chain):
         if not self.compiled:

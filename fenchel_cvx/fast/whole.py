@@ -30,8 +30,8 @@ why.
 import dataclasses
 import warnings
 
-from ._util import NEWTON_START
-from .fused import NAMED, Kernels, _running, require_compiler, watch
+from ._util import NEWTON_START, block_arrays
+from .fused import NAMED, Kernels, _running, require_compiler, room_for_variants
 
 
 class Blocks(Kernels):
@@ -46,11 +46,9 @@ class Blocks(Kernels):
     def __init__(self):
         require_compiler()
         import torch
-        from torch._dynamo.callback import callback_handler
 
-        self.torch, self._callbacks = torch, callback_handler
-        # a compiled variant per kind of block, dtype and device, beyond dynamo's default of 8
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        self.torch = torch
+        room_for_variants(torch)  # a compiled variant per kind of block, dtype and device
         self._solves, self._failed = {}, {}  # compiled solves, and failures, by kind of block
 
     def check_arrays(self, xp):
@@ -80,15 +78,8 @@ class Blocks(Kernels):
                 f"capped_residual={backend.capped_residual}, capped_value={backend.capped_value}"
             )
 
-    def on_compile(self, callback):
-        return watch(callback)
-
     def solve(self, solver, block, backend, xp, Z, tol):
-        arrays = {
-            f.name: getattr(block, f.name)
-            for f in dataclasses.fields(block)
-            if isinstance(getattr(block, f.name), self.torch.Tensor)
-        }
+        arrays = block_arrays(block)
         names = tuple(arrays)
         cuda = Z.device.type == "cuda"
         key = (solver, type(block), block.layer, names, cuda)
@@ -101,7 +92,7 @@ class Blocks(Kernels):
         template = dataclasses.replace(block, **{k: None for k in names})
         what = f"the {block.kind} block of layer {block.layer}"
         try:
-            with _running(self._callbacks, what):
+            with _running(what):
                 out = run(template, backend, xp, tol, Z, *arrays.values())
         except Exception as err:  # noqa: BLE001 - any compiler or capture failure: run eagerly
             self._failed[key] = f"{type(err).__name__}: {err}"
