@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from fenchel_cvx import AvgPool2d, Conv2d, Dense, Flatten, LiftedNetwork, layers, lenet5
-from fenchel_cvx.layers import LAYERS, build_maps, layer_from_dict
+from fenchel_cvx.fast.reads import count
+from fenchel_cvx.layers import LAYERS, _fold, build_maps, layer_from_dict
 
 
 def conv_reference(W, X, shape, k, pad):
@@ -96,6 +97,45 @@ def test_norm2_bound_is_an_upper_bound_close_to_the_norm(shape, specs, rng):
     assert A.norm2_bound(W, max_dim=min(W.shape[0], shape[0]) - 1) is None
 
 
+@pytest.mark.parametrize(
+    "shape,specs",
+    [MAPS[0], LENET_X1_MAP, ((4, 3, 3), [Conv2d(2, 3, padding=2)])],
+    ids=lambda v: repr(v),
+)
+def test_norm2_bound_off_numpy_reads_nothing_and_is_numpys_within_1e_8(shape, specs, rng):
+    """Off NumPy the bound's top eigenvalue is ``_trace_bound``'s, by matrix products (a GPU
+    waits for nothing, a CUDA graph can hold it): on array-api-strict arrays, no read back to
+    the host, a 0-d array never below NumPy's ``eigvalsh`` figure and within 1e-8 of it."""
+    xps = pytest.importorskip("array_api_strict")
+    (A,) = build_maps(shape, specs)
+    W = rng.standard_normal(A.weight_shape)
+    bound, reads = count(A.norm2_bound, xps.asarray(W), 64)
+    assert reads.total == 0, reads.table()
+    assert type(bound).__module__.startswith("array_api_strict") and bound.ndim == 0
+    exact = A.norm2_bound(W, max_dim=64)
+    assert exact * (1 - 1e-13) <= float(bound) <= exact * (1 + 1e-8)
+
+
+@pytest.mark.parametrize(
+    "eigenvalues",
+    [[3.0], [1.0] * 128, [2.0, 2.0, 1.0, 0.0], [0.0, 0.0], [1e-300, 1e-301], [5.0, 5.0 - 1e-9]],
+)
+def test_trace_bound_holds_for_equal_tiny_and_zero_eigenvalues(eigenvalues, rng):
+    """``_trace_bound`` is an upper bound of the largest eigenvalue within a factor ``k^(2^-j)``
+    of it (j squarings), where the top is repeated (the bound's worst case, k equal), tiny or
+    zero, and over a stack of complex Hermitian matrices (a zero one among them)."""
+    xps = pytest.importorskip("array_api_strict")
+    k = len(eigenvalues)
+    Q, _ = np.linalg.qr(rng.standard_normal((k, k)) + 1j * rng.standard_normal((k, k)))
+    G = (Q * np.array(eigenvalues)) @ np.conj(Q.T)
+    top = max(eigenvalues)
+    stack = np.stack([G, np.zeros_like(G), G / 2])
+    for M in (G.real if k == 1 else G, stack):
+        bound = float(layers._trace_bound(xps, xps.asarray(M)))
+        slack = k ** (2.0**-layers.SQUARINGS) - 1 + 1e-12  # the bound's factor, and rounding
+        assert top * (1 - 1e-12) <= bound <= top * (1 + slack)
+
+
 def patches_reference(X, shape, k, pad):
     """im2col by slicing the padded input: rows (c, i, j), columns (h, w, data point)."""
     C, H, Wd = shape
@@ -150,6 +190,30 @@ def test_conv_maps_run_on_the_array_api_standard(rng):
         got = getattr(A, name)(*(xps.asarray(a) for a in args))
         assert type(got).__module__.startswith("array_api_strict"), name
         np.testing.assert_allclose(np.asarray(got), getattr(A, name)(*args), atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "shape,specs",
+    [((2, 6, 6), [AvgPool2d(2), Conv2d(3, 2, padding=1)]), ((3, 7, 5), [Conv2d(4, 3)])],
+)
+def test_conv_maps_on_pytorch_tensors_give_the_numpy_numbers(shape, specs, rng, monkeypatch):
+    """On PyTorch tensors, eagerly and traced by ``torch.compile`` (whose graph sums the
+    adjoint's columns by ``torch.nn.functional.fold``, ``layers._fold``), with and without
+    padding: the forward map, the adjoint and the patches of NumPy's slice sums."""
+    torch = pytest.importorskip("torch", reason="PyTorch (the bench extra)")
+    (A,) = build_maps(shape, specs)
+    W, X = rng.standard_normal(A.weight_shape), rng.standard_normal((A.n_in, 5))
+    G = rng.standard_normal((A.n_out, 5))
+    folds = []
+    monkeypatch.setattr(layers, "_fold", lambda *a: folds.append(1) or _fold(*a))
+    for name, args in (("forward", (W, X)), ("adjoint_x", (W, G)), ("patches", (X,))):
+        ref, method = getattr(A, name)(*args), getattr(A, name)
+        traced = torch.compile(method, backend="eager", fullgraph=True)  # dynamo's graph, run
+        for run in (method, traced):
+            got = run(*(torch.asarray(a) for a in args))
+            assert isinstance(got, torch.Tensor) and got.dtype == torch.float64, name
+            np.testing.assert_allclose(got.numpy(), ref, atol=1e-12)
+    assert folds == [1]  # the traced adjoint's, once
 
 
 def test_pooling_folded_into_the_next_map(rng):

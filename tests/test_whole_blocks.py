@@ -6,6 +6,7 @@ PyTorch tensors, against the eager solve of the same tensors:
   to 1e-5 relative in float32 (the X-block to 1e-10 in float64);
 - a batched run compiles its blocks in its first batch only (dynamo's counters), holds its
   certificate and ends at the eager run's weights;
+- a W-block's line-search iterations call one subgraph of its graph (a nested compile region);
 - NumPy arrays are refused, with what to use for them, and settings whose solves read back to
   the host when the backend is built; a solve that fails to compile runs eagerly with a warning.
 
@@ -111,6 +112,33 @@ def test_a_run_compiles_its_blocks_in_its_first_batch_only_and_ends_where_the_ea
         if v["check"] != "block_optimality"  # capped solves: inexact by design
     ]
     assert all(r["checked"] for r in whole.history) and not broken
+
+
+def test_a_w_blocks_line_search_iterations_call_one_compiled_region():
+    """``Blocks.region``: every Newton iteration of a W-block's line searches (``newton_step``,
+    10 a search, one search a step) calls one subgraph of the block's graph, which inductor
+    compiles once, not ten times a step (dynamo's graph, inspected without inductor)."""
+    from array_api_compat import array_namespace
+
+    from fenchel_cvx.fast import _solve_block
+
+    net, X0, Y, Xs = _state(np.float32)
+    block = blocks.w_block(net, X0, Y, Xs, 0, gamma=0.5, W0=net.W[0])
+    backend, regions = FastBackend(compile="blocks", **STEPS), []
+
+    def inspect(gm, example_inputs):
+        regions.extend(
+            node.args[0].target
+            for node in gm.graph.nodes
+            if node.target is torch.ops.higher_order.invoke_subgraph
+        )
+        return gm
+
+    def solve(Z):
+        return _solve_block(block, backend, array_namespace(Z), Z, 1e-6, cache={})[0]
+
+    torch.compile(solve, backend=inspect, fullgraph=True)(net.W[0])
+    assert len(regions) == 10 * STEPS["w_steps"] and len(set(regions)) == 1, regions
 
 
 def test_numpy_arrays_are_refused_naming_what_to_use():

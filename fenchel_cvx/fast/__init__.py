@@ -456,7 +456,7 @@ def _capturable(captured):
 
 
 @_solve_block.register
-@_capturable(False)  # its Lipschitz bound's eigvalsh (``layers.norm2_bound``) checks on the host
+@_capturable(True)  # its Lipschitz bound off NumPy by matrix products (``layers._trace_bound``)
 def _(block: XBlock, backend, xp, Z, tol, cache=None):
     _, steps = backend.step_setting(block)
     cap = backend.max_iter if steps is None else min(backend.max_iter, int(steps))

@@ -11,7 +11,8 @@
 - ``spd_solver``: ``B -> B G^{-1}`` for the same matrices without forming the inverse where
   LAPACK is at hand (NumPy: ``potrf`` once, ``potrs`` per call), the same shift rule;
 - ``top_eig``: a power-iteration estimate of ``||A||_2^2``;
-- ``newton_1d``: a batched, bracketed Newton method for the exact line searches;
+- ``newton_1d``: a batched, bracketed Newton method for the exact line searches, an iteration
+  at a time (``newton_step``);
 - ``select``: a choice between two tuples of arrays on a 0-d condition, without a host read
   where reads are not cheap;
 - ``keep_descent``: the descent guard of a WHidden solve (eq. (19)) whose line searches saw
@@ -22,7 +23,7 @@ import dataclasses
 import math
 
 import numpy as np
-from array_api_compat import device, is_torch_array
+from array_api_compat import array_namespace, device, is_torch_array
 
 from ..arrays import cheap_reads, clip, vecdot
 from ..blocks import residual_parts
@@ -30,6 +31,7 @@ from ..blocks import residual_parts
 # the CG W-loops (``wblocks``, ``span``) form W X~ again from W every ``RESYNC`` steps, so that
 # the incrementally updated one does not drift (the driver's bound on a carried one, too)
 from ..carry import RESYNC  # noqa: F401
+from .fused import EAGER
 
 #: the CG step from which hidden W rows may take semismooth-Newton steps (early steps change
 #: the active sets too much); capped solves of at most this many steps stay in ``span`` and read
@@ -231,7 +233,7 @@ def top_eig(xp, A, iters=30):
     return lam if math.isfinite(lam) and lam > 0 else bound
 
 
-def newton_1d(xp, derivs, t, lo, hi, tol, max_iter=50, fixed=None):
+def newton_1d(xp, derivs, t, lo, hi, tol, max_iter=50, fixed=None, kernels=EAGER):
     """Minimise convex 1-D functions elementwise: find ``t`` in ``[lo, hi]`` with ``f'(t) = 0``.
 
     ``derivs(t) -> (d1, d2)`` gives ``f'`` and ``f''`` at ``t`` (arrays shaped like ``t``);
@@ -243,40 +245,47 @@ def newton_1d(xp, derivs, t, lo, hi, tol, max_iter=50, fixed=None):
     ``f'(t) < 0``). Its ``t`` and bracket are frozen from then on. The loop ends when every
     element has stopped, or after ``max_iter`` iterations; ``fixed`` (None: where host reads are
     not cheap, ``arrays.cheap_reads``) runs all ``max_iter`` with no test read back, which
-    returns the same ``t`` and ``lo`` (the stopped elements frozen by the mask).
+    returns the same ``t`` and ``lo`` (the stopped elements frozen by the mask). Each iteration
+    is ``newton_step``, run as ``kernels.region`` gives it (``whole.Blocks``: one subgraph of a
+    block's graph, compiled once for all its iterations).
     Returns ``(t, lo, iterations)``: ``lo`` is the largest point seen with ``f' < 0`` and
     ``iterations`` those until every element stopped (a 0-d array where ``fixed``).
     """
     fixed = not cheap_reads(xp) if fixed is None else fixed
-    eps = xp.finfo(t.dtype).eps
-    one = xp.ones_like(t)
-    stopped, moving = None, []
+    step = kernels.region(newton_step)
+    stopped = xp.zeros(t.shape, dtype=xp.bool, device=device(t))
+    one, moving = xp.ones_like(t), []
     for it in range(1, max_iter + 1):
-        d1, d2 = derivs(t)
-        lo_n = xp.where(d1 < 0, t, lo)
-        hi_n = xp.where(d1 > 0, t, hi)
-        curved = d2 > 0
-        # the Newton step where f'' > 0; elsewhere its value is never used (not ``inside``)
-        tn = t - d1 / xp.where(curved, d2, one)
-        inside = (tn > lo_n) & (tn < hi_n) & curved
-        tn = xp.where(inside, tn, 0.5 * (lo_n + hi_n))
-        is_open = xp.isinf(hi_n)
-        done = (xp.abs(d1) <= tol) | is_open | (hi_n - lo_n <= 4 * eps * xp.abs(hi_n))
-        small = xp.abs(tn - t) <= 4 * eps * xp.abs(t)
-        tn = xp.where(done, t, tn)
-        if stopped is None:
-            t, lo, hi, stopped = tn, lo_n, hi_n, done | small
-        else:
-            if fixed:  # this iteration counts where an element had not stopped before it
-                moving.append(xp.any(~stopped))
-            t, lo, hi = (xp.where(stopped, a, b) for a, b in ((t, tn), (lo, lo_n), (hi, hi_n)))
-            stopped = stopped | done | small
+        if fixed and it > 1:  # this iteration counts where an element had not stopped before it
+            moving.append(xp.any(~stopped))
+        t, lo, hi, stopped = step(derivs, t, lo, hi, stopped, tol, one)
         if not fixed and bool(xp.all(stopped)):
             return t, lo, it
     if not fixed:
         return t, lo, max_iter
     counted = xp.sum(xp.astype(xp.stack(moving), xp.int64)) if moving else 0
     return t, lo, counted + 1
+
+
+def newton_step(derivs, t, lo, hi, stopped, tol, one):
+    """One iteration of ``newton_1d`` on the elements not yet ``stopped``: -> ``(t, lo, hi,
+    stopped)``, the stopped elements' ``t`` and bracket frozen; ``one``: ones shaped like ``t``."""
+    xp = array_namespace(t)
+    eps = xp.finfo(t.dtype).eps
+    d1, d2 = derivs(t)
+    lo_n = xp.where(d1 < 0, t, lo)
+    hi_n = xp.where(d1 > 0, t, hi)
+    curved = d2 > 0
+    # the Newton step where f'' > 0; elsewhere its value is never used (not ``inside``)
+    tn = t - d1 / xp.where(curved, d2, one)
+    inside = (tn > lo_n) & (tn < hi_n) & curved
+    tn = xp.where(inside, tn, 0.5 * (lo_n + hi_n))
+    is_open = xp.isinf(hi_n)
+    done = (xp.abs(d1) <= tol) | is_open | (hi_n - lo_n <= 4 * eps * xp.abs(hi_n))
+    small = xp.abs(tn - t) <= 4 * eps * xp.abs(t)
+    tn = xp.where(done, t, tn)
+    t, lo, hi = xp.where(stopped, t, tn), xp.where(stopped, lo, lo_n), xp.where(stopped, hi, hi_n)
+    return t, lo, hi, stopped | done | small
 
 
 def select(xp, cond, a, b):

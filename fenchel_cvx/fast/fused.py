@@ -172,6 +172,11 @@ class Kernels:
     def __call__(self, chain):
         return chain
 
+    def region(self, step):
+        """Runs a solver's loop body: ``kernels.region(step)(*args)`` gives what ``step(*args)``
+        gives (``whole.Blocks`` compiles it once for all its calls in a block's graph)."""
+        return step
+
     def on_compile(self, callback):
         """Call ``callback(name)`` when dynamo starts compiling the chain ``name`` and
         ``callback(None)`` when it is done (the progress bar shows the compile step by it), where

@@ -65,8 +65,9 @@ from .gram import DataGram, ParamGram, inverse_pays
 class _Problem:
     """Shared pieces: the regulariser (as in blocks.WBlock), forward map, line search."""
 
-    def __init__(self, xp, block, pre, U0=None):
+    def __init__(self, xp, block, pre, U0=None, kernels=EAGER):
         self.xp, self.block, self.pre = xp, block, pre
+        self.kernels = kernels  # how the line search's chains and iterations run (``fused``)
         self.Xt, self.rho, self.gamma, self.W0 = block.Xt, block.rho, block.gamma, block.W0
         self.c = self.rho + self.gamma
         self.U0 = U0  # W0 X~, for the data-space preconditioner's P (``start``)
@@ -136,7 +137,9 @@ class _Problem:
             lo = xp.zeros_like(t0)
         else:
             t0, lo, hi, narrowing = _narrow(xp, derivs, xp.where(t0 > lo, t0, 2 * lo), lo)
-        t, lo, nls = newton_1d(xp, derivs, t0, lo, hi, tol=rtol * xp.abs(gd), max_iter=max_iter)
+        t, lo, nls = newton_1d(
+            xp, derivs, t0, lo, hi, rtol * xp.abs(gd), max_iter=max_iter, kernels=self.kernels
+        )
         if narrowing:
             nls = nls + narrowing
         # descent safeguard: lo < t* and the objective decreases on [0, t*]
@@ -178,8 +181,7 @@ class HiddenRows(_Problem):
         U0=None,
         kernels=EAGER,
     ):
-        super().__init__(xp, block, pre, U0)
-        self.kernels = kernels  # how the line search's chains run (``fused``)
+        super().__init__(xp, block, pre, U0, kernels)
         self.act, self.V, self.lam = block.act, block.V, block.lam
         self.coef, self.K = block.lam, K if K is not None else getattr(pre, "K", None)
         n1, m = self.Xt.shape
@@ -284,8 +286,8 @@ class LastLoss(_Problem):
 
     coef = 1.0
 
-    def __init__(self, xp, block, pre):
-        super().__init__(xp, block, pre)
+    def __init__(self, xp, block, pre, kernels=EAGER):
+        super().__init__(xp, block, pre, kernels=kernels)
         self.loss, self.Y = block.loss, block.Y
 
     def dot(self, A, B):
@@ -652,7 +654,7 @@ def solve_pncg(
             kernels=kernels,
         )
         if hidden
-        else LastLoss(xp, block, pre)
+        else LastLoss(xp, block, pre, kernels=kernels)
     )
     factor = dict(
         cached_factor=factor_kind != "new",

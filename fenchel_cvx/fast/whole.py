@@ -7,14 +7,22 @@ solve of the paper's Sec. 4.5 blocks (eqs. (19)-(21), as ``fast.wblocks`` and
 (tests/test_host_reads.py). ``Blocks`` runs every solve that way, on PyTorch tensors; the
 backend's settings are checked for it when it is built (``Blocks.check_backend``).
 
-- On a GPU a W-block's graph runs with ``mode="reduce-overhead"``: its Triton kernels replayed
+- On a GPU each block's graph runs with ``mode="reduce-overhead"``: its Triton kernels replayed
   as one CUDA graph, one launch in place of the thousands of kernel launches of its eager
-  operations (the docs page "Results", "On a GPU"). An X-block's graph runs its Triton kernels
-  without a CUDA graph: its Lipschitz bound's ``eigvalsh`` checks its result on the host, which
-  a capture cannot hold (the solvers' ``capturable`` mark, ``fast._capturable``). This GPU path
-  has not yet run on a GPU.
+  operations (the docs page "Results", "On a GPU"), where nothing in the solve waits for the
+  device (the solvers' ``capturable`` mark, ``fast._capturable``): the W-blocks factor by
+  ``cholesky_ex``, and the X-blocks' Lipschitz bound is formed by matrix products alone
+  (``layers._trace_bound``; ``eigvalsh`` checks its result on the host, which a capture cannot
+  hold). This GPU path has not yet run on a GPU.
 - On the CPU the same graphs run as inductor's C++ kernels; the tests check them against the
   eager solves.
+
+A graph holds its solve's loops unrolled: the MLP's W_0 block takes 10 span steps, each with a
+line search of 10 Newton iterations. The Newton iteration (``_util.newton_step``) is a nested
+compile region (``REGIONS``, ``Blocks.region``): dynamo traces each call and finds it the same,
+and the graph calls one subgraph, which inductor compiles once. A convolution's adjoint sums its
+columns by ``torch.nn.functional.fold`` in a graph (``layers.Conv2d.adjoint_x``). The compile
+times are on the docs page "Results", "On a GPU".
 
 One compiled function serves each kind of block (its class and layer) at a fixed shape
 (``dynamic=False``: a new shape, such as a smaller last batch, compiles once more; symbolic
@@ -30,8 +38,12 @@ why.
 import dataclasses
 import warnings
 
-from ._util import NEWTON_START, block_arrays
+from ._util import NEWTON_START, block_arrays, newton_step
 from .fused import NAMED, Kernels, _running, require_compiler, room_for_variants
+
+#: the solvers' loop bodies that a block's graph calls many times with arrays of one shape, each
+#: one subgraph compiled once (``region``; the solvers call them through ``Kernels.region``)
+REGIONS = (newton_step,)
 
 
 class Blocks(Kernels):
@@ -50,6 +62,15 @@ class Blocks(Kernels):
         self.torch = torch
         room_for_variants(torch)  # a compiled variant per kind of block, dtype and device
         self._solves, self._failed = {}, {}  # compiled solves, and failures, by kind of block
+        # marked before any tracing (dynamo does not trace the marking itself)
+        self._regions = {step: torch.compiler.nested_compile_region(step) for step in REGIONS}
+
+    def region(self, step):
+        """``step`` as a nested compile region (``torch.compiler.nested_compile_region``) where
+        it is one of ``REGIONS``: in a graph, every call with inputs of the same shapes, dtypes
+        and devices calls one subgraph, compiled once (a W-block's unrolled line-search
+        iterations, ``_util.newton_step``); any other function as it is, inlined."""
+        return self._regions.get(step, step)
 
     def check_arrays(self, xp):
         from array_api_compat import is_torch_namespace
