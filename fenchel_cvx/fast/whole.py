@@ -20,7 +20,8 @@ backend's settings are checked for it when it is built (``Blocks.check_backend``
 A graph holds its solve's loops unrolled: the MLP's W_0 block takes 10 span steps, each with a
 line search of 10 Newton iterations. The Newton iteration (``_util.newton_step``) is a nested
 compile region (``REGIONS``, ``Blocks.region``): dynamo traces each call and finds it the same,
-and the graph calls one subgraph, which inductor compiles once. A convolution's adjoint sums its
+and the graph calls a subgraph, compiled once, for the iterations of a line search at least (as
+a rule for all of a block's). A convolution's adjoint sums its
 columns by ``torch.nn.functional.fold`` in a graph (``layers.Conv2d.adjoint_x``). The compile
 times are on the docs page "Results", "On a GPU".
 
