@@ -444,19 +444,7 @@ def _solver_of(block):
     return solve
 
 
-def _capturable(captured):
-    """Mark a block solver: whether its capped, read-free solve may be captured as a CUDA graph
-    (``whole.Blocks``): none of its operations waits for the device."""
-
-    def mark(solver):
-        solver.capturable = captured
-        return solver
-
-    return mark
-
-
 @_solve_block.register
-@_capturable(True)  # its Lipschitz bound off NumPy by matrix products (``layers._trace_bound``)
 def _(block: XBlock, backend, xp, Z, tol, cache=None):
     _, steps = backend.step_setting(block)
     cap = backend.max_iter if steps is None else min(backend.max_iter, int(steps))
@@ -472,7 +460,6 @@ def _(block: XBlock, backend, xp, Z, tol, cache=None):
     )
 
 
-@_capturable(True)  # Cholesky factors by cholesky_ex, whose status stays on the device
 def _solve_pncg(block, backend, xp, Z, tol, cache=None):
     _, steps = backend.step_setting(block)
     cap = backend.max_iter if steps is None else int(steps)
@@ -495,11 +482,11 @@ _solve_block.register(WHidden, _solve_pncg)
 
 
 @_solve_block.register
-@_capturable(True)  # the CG's factors by cholesky_ex (the ridge, MSE's, reads its residual: it
-# does not compile whole, and runs eagerly)
 def _(block: WLast, backend, xp, Z, tol, cache=None):
     cache = backend._cache if cache is None else cache
-    if block.loss.last_w_solver == "ridge":  # MSE: a ridge regression, the normal equations
+    # MSE: a ridge regression, the normal equations (it reads its residual back: under
+    # compile="blocks" it does not compile whole, and runs eagerly)
+    if block.loss.last_w_solver == "ridge":
         return solve_ridge(xp, block, Z, tol, backend.max_iter, cache)
     return _solve_pncg(block, backend, xp, Z, tol, cache)
 

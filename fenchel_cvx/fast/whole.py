@@ -9,11 +9,10 @@ backend's settings are checked for it when it is built (``Blocks.check_backend``
 
 - On a GPU each block's graph runs with ``mode="reduce-overhead"``: its Triton kernels replayed
   as one CUDA graph, one launch in place of the thousands of kernel launches of its eager
-  operations (the docs page "Results", "On a GPU"), where nothing in the solve waits for the
-  device (the solvers' ``capturable`` mark, ``fast._capturable``): the W-blocks factor by
-  ``cholesky_ex``, and the X-blocks' Lipschitz bound is formed by matrix products alone
-  (``layers._trace_bound``; ``eigvalsh`` checks its result on the host, which a capture cannot
-  hold). This GPU path has not yet run on a GPU.
+  operations (the docs page "Results", "On a GPU"). Nothing in a read-free solve waits for the
+  device: the W-blocks factor by ``cholesky_ex``, and the X-blocks' Lipschitz bound is formed
+  by matrix products alone (``layers._trace_bound``; ``eigvalsh`` checks its result on the
+  host, which a capture cannot hold). This GPU path has not yet run on a GPU.
 - On the CPU the same graphs run as inductor's C++ kernels; the tests check them against the
   eager solves.
 
@@ -108,9 +107,8 @@ class Blocks(Kernels):
         if key in self._failed:
             return solver(block, backend, xp, Z, tol)
         run = self._solves.get(key)
-        if run is None:  # a CUDA graph where nothing in the solve waits for the device
-            graph = cuda and getattr(solver, "capturable", False)
-            run = self._solves[key] = self._compile(solver, names, graph)
+        if run is None:  # on a GPU, a CUDA graph
+            run = self._solves[key] = self._compile(solver, names, cuda)
         template = dataclasses.replace(block, **{k: None for k in names})
         what = f"the {block.kind} block of layer {block.layer}"
         try:
