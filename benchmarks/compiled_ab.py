@@ -14,21 +14,29 @@ round trains ``--batches`` fresh batches from the same initial network and times
 table gives the median over ``--rounds`` of the ms per batch, and each block's ms per batch
 summed over all rounds. ``--check-every`` runs the certificate as the benchmarks do (20).
 
+The table's last column checks that the paths compute the same thing: each path's largest
+relative weight difference from the eager path after the same batches,
+
+    max over rounds r and layers l of  ||W_l(path, r) - W_l(eager, r)||_F / ||W_l(eager, r)||_F
+
+(``W_l(path, r)``: layer l's weights at the end of round r, as float64; 0 for the eager path
+itself). Frobenius norms, not the largest entry: float32 rounding alone (the eager path against
+the same run in float64) moves single entries of the MLP's W_0 by ~1.7e-4 of its largest
+after two batches, and the whole matrix by ~2e-5.
+
     python benchmarks/compiled_ab.py                      # both networks, one thread
     python benchmarks/compiled_ab.py --threads 2 --network lenet5
     python benchmarks/compiled_ab.py --quick              # the embedded 5k sample: a smoke run
 
 It prints the BLAS libraries loaded and the kernels they run (threadpoolctl), NumPy's and
-PyTorch's float32 GEMM rates at the MLP's W_0 shape (``mnist_mlp.machine_text``), and each
-network's host reads per unchecked batch (``mnist_mlp.host_reads``, on array_api_strict arrays:
-what a GPU would wait for). MNIST from ``--data`` (default: ``$FENCHEL_DATA/mnist``, else
-``../shared/data/mnist`` beside the repo).
+PyTorch's float32 GEMM rates at the MLP's W_0 shape (``common.devices.machine_text``), and each
+network's host reads per unchecked batch (``common.fln.host_reads``, on array_api_strict arrays:
+what a GPU would wait for). MNIST from ``--data-dir`` (default: ``$FENCHEL_DATA/mnist``).
 """
 
 import argparse
 import collections
 import copy
-import os
 import sys
 import time
 from pathlib import Path
@@ -40,15 +48,17 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mnist_mlp  # noqa: E402  (benchmarks/, on the path above)
+from common import data, fln  # noqa: E402
+from common.devices import blas_record, machine_text  # noqa: E402
 from fenchel_cvx import LiftedNetwork  # noqa: E402
 from fenchel_cvx.bcd import fit_bcd  # noqa: E402
-from fenchel_cvx.datasets import load_mnist, load_mnist5k, one_hot  # noqa: E402
+from fenchel_cvx.datasets import one_hot  # noqa: E402
 
 
 def add_batch_flags(p, rounds):
     """The flags of a benchmark that times rounds of whole batches of both MNIST networks:
-    ``--data``, ``--network``, ``--batches``, ``--rounds`` (default ``rounds``), ``--quick``."""
-    p.add_argument("--data", default=None, help="folder of the MNIST IDX files")
+    ``--data-dir``, ``--network``, ``--batches``, ``--rounds`` (default ``rounds``), ``--quick``."""
+    data.add_data_flags(p, validation=False, train_size=False)
     p.add_argument("--network", choices=["mlp", "lenet5", "both"], default="both")
     p.add_argument("--batches", type=int, default=10, help="batches a round times")
     p.add_argument("--rounds", type=int, default=rounds, help="rounds per path, taken in turn")
@@ -62,12 +72,7 @@ def add_batch_flags(p, rounds):
 def batch_data(args):
     """The MNIST of ``add_batch_flags``'s flags (``--quick``: the embedded 5k sample), checked
     to hold the rounds' batches after the first 1,000 images (the warm-up's)."""
-    data = args.data or (
-        Path(os.environ["FENCHEL_DATA"]) / "mnist"
-        if os.environ.get("FENCHEL_DATA")
-        else ROOT.parent / "shared" / "data" / "mnist"
-    )
-    ds = load_mnist5k() if args.quick else load_mnist(data, dtype=np.float32)
+    ds, _ = data.load(args, dtype=np.float32)
     if 1000 + args.rounds * args.batches * 500 > ds.X_train.shape[1]:
         raise SystemExit(
             f"--rounds x --batches x 500 images must fit the {ds.X_train.shape[1]:,} "
@@ -113,9 +118,7 @@ def setting(network, args, ds):
             net,
             margs.gamma,
             margs.momentum,
-            lambda compile: mnist_mlp.fln_backend(
-                margs, newton_cap=margs.newton_cap, compile=compile
-            ),
+            lambda compile: fln.fln_backend(margs, newton_cap=margs.newton_cap, compile=compile),
         )
     import mnist_lenet5
 
@@ -125,13 +128,13 @@ def setting(network, args, ds):
         net,
         largs.gamma,
         largs.momentum,
-        lambda compile: mnist_lenet5.fln_backend(largs, dtype="float32", compile=compile),
+        lambda compile: fln.fln_backend(largs, dtype="float32", compile=compile),
     )
 
 
 def host_reads(network, args, ds):
     """``(reads, flops)``: the host reads and the products' FLOPs of one unchecked batch of the
-    network's setting (``mnist_mlp.host_reads``), by source; None where array_api_strict is
+    network's setting (``common.fln.host_reads``), by source; None where array_api_strict is
     not installed (the ``test`` extra)."""
     from fenchel_cvx.fast.reads import ProductFlops
 
@@ -139,7 +142,7 @@ def host_reads(network, args, ds):
     X = ds.X_train[:, :1500].astype(np.float32)
     Y = one_hot(ds.y_train[:1500], 10).astype(np.float32)
     flops = ProductFlops()
-    reads = mnist_mlp.host_reads(
+    reads = fln.host_reads(
         net, X, Y, make(False), 500, flops=flops, gamma=list(gamma), momentum=list(momentum)
     )
     return None if reads is None else (reads, flops)
@@ -158,10 +161,12 @@ def run(network, args, ds):
     per_batch = collections.defaultdict(list)
     blocks = {name: collections.defaultdict(float) for name in paths}
     warm = {}
+    weights = {}  # the round's weights of each path, as float64 NumPy arrays
+    w_diff = dict.fromkeys(paths, 0.0)  # see the module docstring
 
     def fit(name, cols):
         asarray = library[name]
-        fit_bcd(
+        return fit_bcd(
             copy.deepcopy(net0),
             asarray(np.ascontiguousarray(X[:, cols])),
             asarray(np.ascontiguousarray(Y[:, cols])),
@@ -172,7 +177,7 @@ def run(network, args, ds):
             strict=False,
             eval_every=None,
             check_every=args.check_every,
-        )
+        ).net
 
     for name, backend in paths.items():
         solve = backend.solve
@@ -192,20 +197,33 @@ def run(network, args, ds):
     for r in range(args.rounds):
         for name in paths:
             t0 = time.perf_counter()
-            fit(name, slice(1000 + r * n, 1000 + (r + 1) * n))
+            net = fit(name, slice(1000 + r * n, 1000 + (r + 1) * n))
             per_batch[name].append(1e3 * (time.perf_counter() - t0) / args.batches)
+            weights[name] = [np.asarray(W, dtype=np.float64) for W in net.W]
+        for name in paths:
+            w_diff[name] = max(
+                w_diff[name],
+                *(
+                    float(np.linalg.norm(W - E) / np.linalg.norm(E))
+                    for W, E in zip(weights[name], weights["eager"], strict=True)
+                ),
+            )
     total = args.rounds * args.batches
     print(
         f"\n{network}, {args.threads} thread(s), {args.rounds} rounds x {args.batches} batches "
         f"(check_every {args.check_every})"
     )
-    print("| path | ms / batch (median) | per round | first two batches (s) | blocks: ms / batch |")
-    print("|---|---|---|---|---|")
+    print(
+        "| path | ms / batch (median) | per round | first two batches (s) | blocks: ms / batch "
+        "| W vs eager (max rel. Frobenius diff) |"
+    )
+    print("|---|---|---|---|---|---|")
     for name in paths:
         parts = ", ".join(f"{k} {v / total * 1e3:.1f}" for k, v in sorted(blocks[name].items()))
         print(
             f"| {name} | {np.median(per_batch[name]):.1f} | "
-            f"{', '.join(f'{v:.1f}' for v in per_batch[name])} | {warm[name]:.1f} | {parts} |"
+            f"{', '.join(f'{v:.1f}' for v in per_batch[name])} | {warm[name]:.1f} | {parts} "
+            f"| {w_diff[name]:.2e} |"
         )
     return {name: float(np.median(v)) for name, v in per_batch.items()}
 
@@ -215,9 +233,9 @@ def main(argv=None):
     import torch
 
     ds = batch_data(args)
-    record = mnist_mlp.blas_record(args.threads)  # (not ``machine``: it keeps the freed heap)
+    record = blas_record(args.threads)  # (not ``machine``: it keeps the freed heap)
     rates = record["cpu_gemm_gflops"]
-    print(f"{mnist_mlp.machine_text(record)} (torch {torch.__version__})")
+    print(f"{machine_text(record)} (torch {torch.__version__})")
     for network in ("mlp", "lenet5") if args.network == "both" else (args.network,):
         medians = run(network, args, ds)
         print(
@@ -227,7 +245,7 @@ def main(argv=None):
         counted = host_reads(network, args, ds)
         if counted is not None:
             reads, flops = counted
-            print(f"{network}: {mnist_mlp.reads_text(reads.total, reads.by_function())}")
+            print(f"{network}: {fln.reads_text(reads.total, reads.by_function())}")
             print(
                 f"products of an unchecked batch: {flops.total / 1e9:.2f} GFLOP, "
                 f"{flops.total / rates['numpy'] / 1e6:.1f} ms at NumPy's GEMM rate above; "

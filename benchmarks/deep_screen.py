@@ -1,6 +1,6 @@
 """A screen of FLN's settings on a deep network: which change of the dense setting trains depth.
 
-Each *hypothesis* is a function of the depth that returns a ``mnist_deep.Plan``: the per-layer
+Each *hypothesis* is a function of the depth that returns a ``deep_plans.Plan``: the per-layer
 ``defaults.Setting`` (lam of the divergences B_l and rho of the Frobenius penalty, eq. (7) of
 the paper; gamma of the batched model's proximal term, eq. (13); momentum; W- and X-steps), the
 rounds per batch (alternations, K), the initialisation of the weights and a layer-wise lam
@@ -25,11 +25,11 @@ schedule. Every hypothesis changes one thing of the baseline:
   far as in the dense setting (``defaults.Dense.for_layers`` at ratio 2;
   ``lam_gamma_to_output_4``: ratio 4; ``lam_gamma_orthogonal``: ratio 2 and the orthogonal
   initialisation);
-- ``he``, ``orthogonal``: the hidden layers' weights drawn with ReLU's gain (``mnist_deep.INITS``);
+- ``he``, ``orthogonal``: the hidden layers' weights drawn with ReLU's gain (``deep_plans.INITS``);
 - ``alternations_2``, ``alternations_3``: K rounds per batch (the later rounds start from the
   X of the round before: the only carried-over X that the driver makes);
 - ``x_carried``: each X-block's solver starts from the X its columns had at the end of their
-  batch an epoch before, where that is the better point of the block (``mnist_deep.CarriedX``;
+  batch an epoch before, where that is the better point of the block (``deep_plans.CarriedX``;
   the feed-forward point otherwise, and in the first epoch);
 - ``lam_schedule``: ``lam_to_output``'s profile in epoch 1, ratio sqrt(2) in epoch 2, the dense
   setting's equal lam from epoch 3;
@@ -40,14 +40,14 @@ schedule. Every hypothesis changes one thing of the baseline:
   layer (the dense setting has rho 0). By Appendix A, rho_l becomes rho_l lam_{l-1} / lam_l on the
   scaled weights: for a geometric lam, one rho for all layers stays one rho there.
 
-Every run trains on the first 50,000 training images in ``mnist_mlp.load``'s split and is scored
-on the 10,000 held out (``--validation``; the test set is never read), one run at a time, each in
-its own process. Writes ``--out``/``deep_screen.json`` (after every run, atomically: each run's
-validation accuracy and training seconds per epoch, each layer's divergence B_l after the
-X-sweep and the relaxation gap J - F, means over the epoch's checked rounds, and the
-certificate) and ``deep_screen.md`` (the table). ``--adam``: first Adam's learning-rate grid on
-the same split and epochs (``mnist_deep.tune``), the reference figure. ``--keep``: add to the
-report in ``--out`` (the same depth and epochs) instead of starting a new one.
+Every run trains on the first 50,000 training images and is scored on the last 10,000
+(``common.data``'s rule; the test set is never read), one run at a time, each in its own process.
+Writes ``--out``/``deep_screen.json`` (after every run, atomically: each run's validation accuracy
+and training seconds per epoch, each layer's divergence B_l after the X-sweep and the relaxation gap
+J - F, means over the epoch's checked rounds, and the certificate) and ``deep_screen.md`` (the
+table). ``--adam``: first Adam's learning-rate grid on the same split and epochs
+(``mnist_deep.tune``), the reference figure. ``--keep``: add to the report in ``--out`` (the same
+depth and epochs) instead of starting a new one.
 
     python benchmarks/deep_screen.py --depth 8 --epochs 3 --adam
     python benchmarks/deep_screen.py --hypotheses baseline,he --quick
@@ -64,10 +64,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mnist_deep  # noqa: E402
+from common.data import add_data_flags, load  # noqa: E402
+from common.runner import run_methods  # noqa: E402
+from deep_plans import Plan  # noqa: E402
 from fenchel_cvx import defaults  # noqa: E402
 from fenchel_cvx.io import write_text  # noqa: E402
-from mnist_deep import Plan  # noqa: E402
-from mnist_mlp import load, run_methods  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -225,7 +226,7 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--adam", action="store_true", help="also Adam's grid (mnist_deep.tune)")
     p.add_argument("--quick", action="store_true", help="the embedded 5k MNIST, width 32")
-    p.add_argument("--data", default=None, help="folder of the MNIST IDX files")
+    add_data_flags(p, validation=False, train_size=False)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--check-every", type=int, default=20)
     p.add_argument("--out", default=str(ROOT / "runs" / "deep_screen"))
@@ -251,7 +252,7 @@ def deep_args(args):
     flags = ["--depths", str(args.depth), "--epochs", str(args.epochs), "--methods", "fln,adam"]
     flags += ["--threads", str(args.threads), "--check-every", str(args.check_every)]
     flags += ["--tune-epochs", str(args.epochs), "--eval-every", str(10**9)]
-    flags += ["--data", args.data] if args.data else []
+    flags += ["--data-dir", args.data_dir] if args.data_dir else []
     flags += ["--quick"] * args.quick
     return mnist_deep.parse_args(flags)
 
@@ -284,7 +285,7 @@ def per_epoch(log, epochs):
 def screen(args, deep, name):
     """One hypothesis's run on the validation split -> its record."""
     plan = HYPOTHESES[name](args.depth)
-    task = mnist_deep._task(deep, "fln", args.depth, validation=validation_size(args))
+    task = mnist_deep.task(deep, "fln", args.depth, validation=validation_size(args))
     task[1].hypothesis = name
     (r,) = run_methods([task], 1, load=load, run_fln=run_fln)
     divergences, gaps = per_epoch(r["relaxation"], args.epochs)

@@ -1,12 +1,11 @@
 """Timings of the fast backend's block solvers on an MNIST-sized lifted network.
 
 A 784-300-10 ReLU network (``--sizes`` for others), cross-entropy, 500 MNIST training images
-(read with gzip + NumPy from ``--data`` / $FENCHEL_DATA / ../shared/data/mnist; random
-MNIST-like inputs if absent), at a realistic BCD state: the feed-forward point, then one exact
-sweep of the X-blocks (last to first), so that the W-blocks see lifted variables that differ from
-the feed-forward ones. Every block is then solved from that state (the W-blocks warm-started at
-the current weights, with the proximal term gamma ||W - W0||^2), to ``--tol`` and with
-``w_steps`` in (1, 3, 10), in float32 and float64.
+(the full MNIST, read from ``--data-dir``, default ``$FENCHEL_DATA/mnist``), at a realistic BCD
+state: the feed-forward point, then one exact sweep of the X-blocks (last to first), so that the
+W-blocks see lifted variables that differ from the feed-forward ones. Every block is then solved
+from that state (the W-blocks warm-started at the current weights, with the proximal term
+gamma ||W - W0||^2), to ``--tol`` and with ``w_steps`` in (1, 3, 10), in float32 and float64.
 
     python benchmarks/fast_blocks.py                       # NumPy, CPU
     python benchmarks/fast_blocks.py --device cupy         # CuPy, GPU
@@ -29,28 +28,21 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fenchel_cvx.fast as fast  # noqa: E402
+from common import data  # noqa: E402
 from fenchel_cvx import blocks  # noqa: E402
-from fenchel_cvx.datasets import load_mnist  # noqa: E402
+from fenchel_cvx.datasets import one_hot  # noqa: E402
 from fenchel_cvx.fast import FastBackend  # noqa: E402
 from fenchel_cvx.network import LiftedNetwork  # noqa: E402
 
-# MNIST: --data, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
-os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
-
 
 def load_batch(m, seed, data_dir):
-    """``(X0, Y, source)``: m MNIST training images (columns, in [0, 1]) and one-hot labels."""
+    """``(X0, Y, source)``: m MNIST training images drawn at random (columns, in [0, 1]) and
+    their one-hot labels, from ``--data-dir`` (``common.data.load``)."""
     rng = np.random.default_rng(seed)
-    try:
-        ds = load_mnist(data_dir)
-        idx = rng.choice(ds.y_train.shape[0], m, replace=False)
-        X0, y, source = ds.X_train[:, idx], ds.y_train[idx].astype(int), "MNIST"
-    except FileNotFoundError:  # MNIST-like: sparse nonnegative pixels in [0, 1], 19% nonzero
-        X0 = np.clip(rng.uniform(-3.2, 1.2, (784, m)), 0, 1)
-        y, source = rng.integers(0, 10, m), "random MNIST-like inputs (MNIST files not found)"
-    Y = np.zeros((10, m))
-    Y[y, np.arange(m)] = 1.0
-    return X0, Y, source
+    ds, _ = data.load(argparse.Namespace(data_dir=data_dir, dtype="float64"))
+    idx = rng.choice(ds.y_train.shape[0], m, replace=False)
+    X0, y = ds.X_train[:, idx], ds.y_train[idx].astype(int)
+    return X0, one_hot(y, 10).astype(float), "MNIST"
 
 
 def make_state(sizes, m, lam, rho, seed, data_dir):
@@ -115,12 +107,7 @@ def main(argv=None):
     ap.add_argument("--max-iter", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dtypes", default="float32,float64")
-    ap.add_argument(
-        "--data",
-        default=None,
-        help="folder of the MNIST IDX files (default: "
-        "$FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository)",
-    )
+    data.add_data_flags(ap, validation=False, train_size=False)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--newton-cap",
@@ -171,7 +158,7 @@ def main(argv=None):
         f"newton_cap={args.newton_cap}"
         f"{' (baseline)' if args.baseline else ''}{' (no span)' if args.no_span else ''}; {device}"
     )
-    base = make_state(sizes, args.m, args.lam, args.rho, args.seed, args.data)
+    base = make_state(sizes, args.m, args.lam, args.rho, args.seed, args.data_dir)
     print(f"data: {base[-1]}; times: median of {args.repeats} cold solves (fresh backend each)\n")
     hdr = (
         f"{'block':28s} {'dtype':7s} {'mode':10s} {'seconds':>8s} {'iters':>6s} {'status':>8s} "

@@ -27,12 +27,12 @@ that made it (PyTorch's sync debug mode: those inside libraries too); and, on th
 the PyTorch calls per batch by the function of ``fenchel_cvx`` that made them (each an
 operation, on a GPU a kernel launch or more).
 
-    python benchmarks/gpu_batches.py --data DIR                  # on CUDA
+    python benchmarks/gpu_batches.py --data-dir DIR              # on CUDA
     python benchmarks/gpu_batches.py --device cpu --quick        # a smoke run on the CPU
 
-MNIST from ``--data`` (default: ``$FENCHEL_DATA/mnist``, else ``../shared/data/mnist``
-beside the repo); ``--quick``: the embedded 5k sample, 2 rounds of 2 batches. ``--paths`` picks
-the paths (comma list). A path that fails prints why, and the others go on.
+MNIST from ``--data-dir`` (default: ``$FENCHEL_DATA/mnist``); ``--quick``: the embedded 5k
+sample, 2 rounds of 2 batches. ``--paths`` picks the paths (comma list). A path that fails
+prints why, and the others go on.
 """
 
 import argparse

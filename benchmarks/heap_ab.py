@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common.data import add_data_flags  # noqa: E402
+
 MODES = ("system", "kept")
 
 
@@ -35,7 +37,7 @@ def parse_args(argv=None):
     p.add_argument("--iterations", type=int, default=5)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--data", default=None, help="folder of the MNIST IDX files")
+    add_data_flags(p, validation=False, train_size=False)
     p.add_argument("--quick", action="store_true", help="the embedded 5k MNIST: a smoke run")
     p.add_argument("--child", nargs=2, metavar=("METHOD", "MODE"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -62,7 +64,9 @@ def child(args, method, mode):
     from fenchel_cvx.baselines.lifted import fit_lifted
 
     flags = ["--methods", method, "--threads", str(args.threads)] + ["--quick"] * args.quick
-    largs = mnist_lifted.parse_args(flags + (["--data", args.data] if args.data else []))
+    largs = mnist_lifted.parse_args(
+        flags + (["--data-dir", args.data_dir] if args.data_dir else [])
+    )
     data, _ = mnist_lifted.load(largs)
     with threadpool_limits(args.threads):
         run = fit_lifted(method, *data, iterations=args.iterations, **largs.hyper[method])

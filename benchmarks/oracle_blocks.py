@@ -37,14 +37,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common import data  # noqa: E402
 from fenchel_cvx import LiftedNetwork  # noqa: E402
 from fenchel_cvx.blocks import XHidden, w_block, x_block  # noqa: E402
-from fenchel_cvx.datasets import load_mnist as _load_mnist  # noqa: E402
 from fenchel_cvx.oracle import OracleBackend  # noqa: E402
 
 GOALS = {"digits": 2.0, "mnist": 30.0}
-# MNIST: --data, else $FENCHEL_DATA/mnist, else ../shared/data/mnist beside the repository
-os.environ.setdefault("FENCHEL_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 def load_digits(m=1000):
@@ -54,8 +52,9 @@ def load_digits(m=1000):
     return d.data[:m].T / 16.0, d.target[:m]
 
 
-def load_mnist(m=500):
-    ds = _load_mnist()  # $FENCHEL_DATA/mnist
+def mnist_batch(data_dir, m=500):
+    """The first ``m`` MNIST training images of ``--data-dir`` (``common.data.load``)."""
+    ds, _ = data.load(argparse.Namespace(data_dir=data_dir, dtype="float64"))
     return np.asfortranarray(ds.X_train[:, :m]), ds.y_train[:m]
 
 
@@ -78,7 +77,7 @@ def blocks_of(net, X0, Y, Xs, gamma=0.0):
 
 
 def run(size, sizes, loss, args, rows, exact=True):
-    X0, y = load_digits() if size == "digits" else load_mnist()
+    X0, y = load_digits() if size == "digits" else mnist_batch(args.data_dir)
     net = LiftedNetwork(sizes, activation="relu", loss=loss, lam=1.0, rho=1e-3, seed=0)
     Y = np.eye(sizes[-1])[y].T
     first = blocks_of(net, X0, Y, lifted_point(net, X0, 1))
@@ -126,6 +125,7 @@ def run(size, sizes, loss, args, rows, exact=True):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="digits,mnist")
+    data.add_data_flags(ap, validation=False, train_size=False)
     ap.add_argument("--losses", default="mse,cross_entropy")
     ap.add_argument("--n-jobs", type=int, default=1)
     ap.add_argument("--solver", default=None)

@@ -1,57 +1,46 @@
-"""The generated tables and plots of docs/results.md, from the benchmarks' JSON output.
+"""Every generated figure and table of the docs pages and the README, from the benchmarks' JSON.
 
-The MNIST benchmarks (``mnist_mlp.py``, ``mnist_lenet5.py``, ``mnist_lifted.py``) write
-``results.json`` to their ``--out`` folder. The runs quoted on the results page are copied, as
-they were written, to ``docs/results/NAME.json``; this script reads them and rewrites every block
-of docs/results.md between ``<!-- generated: TABLE -->`` and ``<!-- end generated -->``, and
-draws ``docs/results/TABLE.png``. ``tests/test_results_tables.py`` checks that the committed
-tables are this script's output.
+The MNIST benchmarks (``mnist_mlp.py``, ``mnist_lenet5.py``, ``mnist_lifted.py``,
+``mnist_deep.py``) write ``results.json`` to their ``--out`` folder; the runs that the pages
+quote are copied, as they were written, to ``docs/results/NAME.json``, and
+``tune_baselines.py`` writes ``benchmarks/results/tune_baselines_NETWORK.json``. A run whose
+JSON is not in the repository and which the pages quote in more than one place has the figures
+they quote transcribed from its printed results.md (or log) into ``docs/results/NAME.json``
+(``results_figures.TRANSCRIBED``; its ``"source"`` says so). A page marks each figure or table
+that comes from them as a block, ``<!-- generated: NAME -->`` ... ``<!-- /generated -->``:
+inline for a figure in a sentence or a table cell, on lines of its own for a table. This
+script rewrites every block of docs/*.md and README.md (the tables below, the figures of
+``results_figures.py``) and draws ``docs/results/NAME.png``; ``tests/test_results_tables.py``
+checks that the committed pages are its output.
 
-    python benchmarks/results_tables.py            # rewrite the tables (and --plots: the PNGs)
-    python benchmarks/results_tables.py --check    # exit 1 if a committed table differs
+    python benchmarks/results_tables.py            # rewrite the blocks (and --plots: the PNGs)
+    python benchmarks/results_tables.py --check    # exit 1 if a committed block differs
 
 The paper's figures are the final test accuracies in the captions of its Figures 1-3.
 """
 
 import argparse
-import json
-import os
 import re
 import sys
 from pathlib import Path
 
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+
+import results_figures as figures  # noqa: E402
+from fenchel_cvx.io import atomic_write, write_text  # noqa: E402
+from results_figures import NAMES, acc, load, table  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "docs" / "results"
-PAGE = ROOT / "docs" / "results.md"
+#: the pages whose generated blocks this script fills
+PAGES = tuple(sorted((ROOT / "docs").glob("*.md"))) + (ROOT / "README.md",)
 #: final test accuracies in the captions of the paper's figures
 PAPER = {
     "mlp": {"fln": 0.976, "adam": 0.976, "sgd": 0.943},
     "lenet5": {"fln": 0.990, "adam": 0.989, "sgd": 0.986},
     "lifted": {"taylor": 0.834, "lau": 0.914, "askari": 0.863, "sgd": 0.957, "fln": 0.961},
 }
-NAMES = {
-    "fln": "FLN",
-    "adam": "Adam",
-    "sgd": "SGD",
-    "lau": "Lau et al. (proximal BCD)",
-    "taylor": "Taylor et al. (ADMM)",
-    "askari": "Askari et al. (lifted networks)",
-}
-BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end generated -->)", re.S)
-
-
-def load(name):
-    """One run's results.json, as the benchmark wrote it."""
-    path = DATA / f"{name}.json"
-    with open(path, encoding="utf-8") as f:
-        run = json.load(f)
-    if not isinstance(run, dict) or "methods" not in run or "settings" not in run:
-        raise ValueError(f"{path} is not a benchmark's results.json (no 'methods' or 'settings')")
-    return run
-
-
-def acc(x):
-    return "n/a" if x is None else f"{x:.4f}"
+BLOCK = re.compile(r"<!-- generated: ([\w-]+) -->(.*?)<!-- /generated -->", re.S)
+OPEN = "<!-- generated:"
 
 
 def paper_cell(x):
@@ -60,14 +49,6 @@ def paper_cell(x):
 
 def secs(x):
     return "not reached" if x is None else f"{x:.1f}"
-
-
-def row(cells):
-    return "| " + " | ".join(str(c) for c in cells) + " |"
-
-
-def table(head, rows):
-    return "\n".join([row(head), row(["---"] * len(head))] + [row(r) for r in rows]) + "\n"
 
 
 def seeds_cell(m):
@@ -122,6 +103,27 @@ def table_mlp():
 
 def table_mlp_epochs():
     return curve_table(load("mlp_seeds3"))
+
+
+def table_lenet5():
+    """Figure 3's five seeds (transcribed: ``lenet5_seeds5.json``); SGD ran seed 0 alone."""
+    rows = []
+    for key, m in figures.transcribed("lenet5_seeds5")["methods"].items():
+        seeds, two = m["final_test_accuracy_per_seed"], m["after_2_epochs"]
+        of = m.get("final_test_accuracy_of")
+        rows.append(
+            [
+                NAMES[key],
+                paper_cell(PAPER["lenet5"].get(key)),
+                figures.spread(m) + (f" ({of})" if of else ""),
+                ", ".join(acc(a) for a in seeds) if len(seeds) > 1 else "",
+                acc(two["test_accuracy"])
+                + (f" ({two['of']})" if len(seeds) > 1 and two["of"] == "seed 0" else ""),
+                f"{m['seconds_per_epoch_seed_0']:.2f}",
+            ]
+        )
+    head = ["method", "paper", "ours after 20 epochs: mean ± spread", "per seed (0-4)"]
+    return table(head + ["after 2 epochs", "s / epoch (seed 0)"], rows)
 
 
 def table_lenet5_short():
@@ -263,6 +265,7 @@ def table_lifted_rounds():
 TABLES = {
     "mlp": table_mlp,
     "mlp_epochs": table_mlp_epochs,
+    "lenet5": table_lenet5,
     "lenet5_short": table_lenet5_short,
     "compiled": table_compiled,
     "adam_reference": table_adam_reference,
@@ -276,16 +279,27 @@ PLOTS = {
 }
 
 
-def render(text):
-    """The page with every generated block replaced by its table; unknown names are an error."""
+def block(name):
+    """The text between a block's markers: a table on lines of its own, a figure inline."""
+    text = TABLES[name]() if name in TABLES else figures.figure(name)
+    return "\n" + text if text.endswith("\n") else text
+
+
+def known(name):
+    return name in TABLES or figures.known(name)
+
+
+def render(text, page="the page"):
+    """``text`` with every generated block filled; an unknown name or an unclosed block is an
+    error that names the page."""
+    if text.count(OPEN) != len(BLOCK.findall(text)):
+        raise ValueError(f"{page}: a '{OPEN} NAME -->' without its '<!-- /generated -->'")
 
     def fill(match):
-        name = match.group(2)
-        if name not in TABLES:
-            raise KeyError(
-                f"docs/results.md names a generated table {name!r}; known: {sorted(TABLES)}"
-            )
-        return match.group(1) + TABLES[name]() + match.group(4)
+        name = match.group(1)
+        if not known(name):
+            raise KeyError(f"{page} names a generated block {name!r}, which is no table or figure")
+        return f"<!-- generated: {name} -->{block(name)}<!-- /generated -->"
 
     return BLOCK.sub(fill, text)
 
@@ -322,33 +336,29 @@ def plot(name):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    out = DATA / f"{name}.png"
-    tmp = out.with_name(out.name + ".tmp")
-    fig.savefig(tmp, format="png")
+    out = atomic_write(figures.DATA / f"{name}.png", lambda f: fig.savefig(f, format="png"))
     plt.close(fig)
-    os.replace(tmp, out)
     return out
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if a committed table differs")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a committed block differs")
     parser.add_argument("--plots", action="store_true", help="also draw docs/results/*.png")
     args = parser.parse_args(argv)
-    text = PAGE.read_text(encoding="utf-8")
-    new = render(text)
-    if args.check:
+    stale = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        new = render(text, page.name)
         if new != text:
-            print(
-                "docs/results.md: a generated table differs; "
-                "run python benchmarks/results_tables.py"
-            )
-            return 1
-        return 0
-    if new != text:
-        tmp = PAGE.with_name(PAGE.name + ".tmp")
-        tmp.write_text(new, encoding="utf-8")
-        os.replace(tmp, PAGE)
+            stale.append(page)
+            if not args.check:
+                write_text(page, new)
+    if args.check:
+        for page in stale:
+            name = page.relative_to(ROOT) if page.is_relative_to(ROOT) else page.name
+            print(f"{name}: a generated block differs; run python benchmarks/results_tables.py")
+        return 1 if stale else 0
     if args.plots:
         for name in PLOTS:
             print(plot(name))

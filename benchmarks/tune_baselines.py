@@ -3,7 +3,7 @@
 For one MNIST benchmark (``--network mlp``: ``mnist_mlp.py``'s 784-300-10; ``--network lenet5``:
 ``mnist_lenet5.py``'s LeNet-5) it trains SGD (heavy-ball momentum 0 and 0.9) and Adam at each
 learning rate of a grid, on the benchmark's own validation split (its ``--validation 10000``:
-the MLP holds out 10,000 training images drawn by a fixed permutation, LeNet-5 the last 10,000;
+the last 10,000 training images, ``common.data``'s rule for every network;
 the test set is never read), for the benchmark's epochs or those of ``--epochs`` and
 ``--train-size`` (LeNet-5's grid below: its FLN screens' protocol, 10 epochs on the first
 20,000 of the other images), with its batches (``batch_order``), its
@@ -40,6 +40,8 @@ sys.path.insert(0, str(ROOT))
 
 import mnist_lenet5  # noqa: E402
 import mnist_mlp  # noqa: E402
+from common import flags  # noqa: E402
+from common.data import add_data_flags  # noqa: E402
 from fenchel_cvx.datasets import batch_order  # noqa: E402
 from fenchel_cvx.io import atomic_write, write_text  # noqa: E402
 from fenchel_cvx.threads import limit_threads  # noqa: E402
@@ -49,7 +51,7 @@ NETWORKS = {"mlp": mnist_mlp, "lenet5": mnist_lenet5}
 #: the optimizer settings: key -> (optimizer, momentum), the keys of the benchmarks' TUNED_LR
 SETTINGS = {
     "sgd": ("sgd", 0.0),
-    "sgd_momentum": ("sgd", mnist_mlp.TUNED_MOMENTUM),
+    "sgd_momentum": ("sgd", flags.TUNED_MOMENTUM),
     "adam": ("adam", 0.0),
 }
 #: the default grid per setting: half decades from the paper's rates up (SGD with momentum mu
@@ -59,7 +61,8 @@ GRID = {
     "sgd_momentum": (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001),
     "adam": (0.01, 0.003, 0.001, 3e-4, 1e-4),
 }
-VALIDATION = 10000  # the images the FLN screens held out (docs/results.md)
+#: the last training images held out, as for the FLN screens (docs page "Tuning")
+VALIDATION = 10000
 QUICK_VALIDATION = 1000
 #: the benchmarks' --eval-every here: no checkpoints between epochs (the score is per epoch)
 EVAL_NEVER = 10**9
@@ -73,6 +76,7 @@ def parse_args(argv=None):
         choices=sorted(NETWORKS),
         help="the benchmark's network: mlp (mnist_mlp.py, 784-300-10) or lenet5 (mnist_lenet5.py)",
     )
+    add_data_flags(p, validation=False, train_size=False)
     p.add_argument(
         "--epochs",
         type=int,
@@ -96,7 +100,7 @@ def parse_args(argv=None):
         flag = f"--{key.replace('_', '-')}-lrs"
         p.add_argument(
             flag,
-            type=mnist_mlp.learning_rates(flag),
+            type=flags.learning_rates(flag),
             default=GRID[key],
             help=f"the grid of {key}'s learning rates (default {','.join(map(str, GRID[key]))})",
         )
@@ -120,8 +124,6 @@ def parse_args(argv=None):
     for name in ("epochs", "validation", "train_size", "threads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.train_size and args.network != "lenet5":
-        p.error(f"--train-size is LeNet-5's (its benchmark's flag), got --network {args.network}")
     if args.seed < 0:
         p.error(f"--seed must be >= 0, got {args.seed}")
     unknown = set(args.settings.split(",")) - set(SETTINGS)
@@ -151,6 +153,7 @@ def benchmark_args(args):
     argv += ["--quick"] if args.quick else []
     argv += ["--no-progress"] if bench is mnist_lenet5 else []
     argv += ["--train-size", str(args.train_size)] if args.train_size else []
+    argv += ["--data-dir", args.data_dir] if args.data_dir else []
     return bench.parse_args(argv)
 
 
@@ -224,9 +227,9 @@ def tune(args):
     return dict(
         header,
         threads=args.threads,
-        momentum=mnist_mlp.TUNED_MOMENTUM,
+        momentum=flags.TUNED_MOMENTUM,
         chosen=chosen,
-        paper=mnist_mlp.PAPER_LR,
+        paper=flags.PAPER_LR,
         runs=runs,
     )
 

@@ -29,7 +29,8 @@ A ``gamma > 0`` in Algorithm 1 makes it proximal: W0 is the W at the start of ea
 algorithms). Where W0 is set, W first moves on along its last change,
 ``W <- W + beta_l (W - W_prev)`` (the inertial extrapolation of Pock & Sabach's iPALM); the
 feed-forward pass, W0 and the blocks' starts are the extrapolated point, so every block is the
-same convex problem and the four checks hold unchanged (docs/results.md, "LeNet-5: momentum").
+same convex problem and the four checks hold unchanged (docs page "Tuning", LeNet-5, "Momentum
+across batches").
 ``BCDResult.W_prev`` and ``W_prev=`` carry it across runs (``FenchelClassifier.partial_fit``).
 
 **Restart rule.** Before each X-sweep on carried-over X (every round but the first of a run or a

@@ -85,6 +85,16 @@ def load_checkpoint(path) -> tuple[dict, dict]:
     return arrays, meta
 
 
+def checkpoint_meta(path) -> dict:
+    """The checked meta of a checkpoint (``path``: its folder or its ``.npz`` file) without
+    reading its arrays: its fields and their types, and a history of ``iteration`` rounds."""
+    path = Path(path)
+    with NpzFile(checkpoint_path(path) if path.is_dir() else path, "checkpoint (fit_bcd)") as f:
+        meta = f.meta(CHECKPOINT_FORMAT)
+        _check_checkpoint_meta(f.path, meta)
+    return meta
+
+
 def _checkpoint_arrays(f, net, has_Xs, carried_steps) -> set:
     """The arrays a checkpoint of ``net`` holds: ``W_l``; ``X_1 .. X_L`` where it says it has
     them, ``U_0`` where it says it carries it (``meta.carried_steps``); ``W0_l`` and

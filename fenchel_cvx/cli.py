@@ -2,23 +2,26 @@
 
     fenchel-cvx train                         # digits, 64-32-10 ReLU, MSE, the oracle (see README)
     fenchel-cvx train --loss cross_entropy --iterations 3
-    fenchel-cvx train --dataset mnist --data-dir ~/data --arch 784-300-10 --backend fast \\
-        --batch-size 500 --epochs 2 --check-every 20   # the dense training setting
+    fenchel-cvx train --dataset mnist --data-dir data/mnist --download --arch 784-300-10 \\
+        --backend fast --batch-size 500 --epochs 2 --check-every 20   # the dense training setting
     fenchel-cvx resume runs/20260101-120000   # continue an interrupted run (Ctrl-C saves it)
     fenchel-cvx evaluate runs/20260101-120000 # loss and accuracy of its model on its test split
     fenchel-cvx predict runs/20260101-120000 points.csv --out labels.csv
 
 Data sets: ``digits`` and ``mnist5k`` are embedded; ``mnist``, ``fashion-mnist`` and ``cifar10``
-are read from ``--data-dir`` (default: ``$FENCHEL_DATA/<name>``; see ``datasets.py``), and with
-``--verify`` checked against the official release's checksums.
+are read from ``--data-dir`` (default: ``$FENCHEL_DATA/<name>``; see ``datasets.py``), with
+``--download`` the missing files of mnist and fashion-mnist fetched into it, and with ``--verify``
+checked against the official release's checksums. A loader's error names its parameters as
+these flags (``DATA_FLAGS``).
 ``train`` (``bcd.fit_bcd``) writes to ``--out`` (default ``runs/<timestamp>``): ``run.json``
 (format ``fenchel_cvx.Run/1``: the arguments, for ``resume``, and the data's preprocessing, which
 ``predict`` applies to its input), ``checkpoint.npz`` (every ``--checkpoint-every`` rounds and
 on Ctrl-C), and at the end ``history.json`` (``History.load``), ``model.npz``
 (``LiftedNetwork.load``), ``objectives.png`` (lifted vs network objective: the gap) and
-``accuracy.png``. Per-layer values (``--lam``, ``--rho``, ``--gamma``) take one number or a
-comma-separated list, one per layer. Losses and penalties are sums over the data points (as in
-the paper), so lam and rho are on the scale of the training set (of a batch in Algorithm 2).
+``accuracy.png``; its last line names every file it wrote. Per-layer values (``--lam``,
+``--rho``, ``--gamma``) take one number or a comma-separated list, one per layer. Losses and
+penalties are sums over the data points (as in the paper), so lam and rho are on the scale of
+the training set (of a batch in Algorithm 2).
 The hyperparameters' defaults are the package's training settings (``defaults.training``):
 with ``--batch-size``, the benchmarks' tuned setting of the network's kind (a dense network: lam
 0.2, rho 0, gamma 1 for the hidden layers and 30 for the output layer, momentum (0.7, 0), and on
@@ -28,7 +31,8 @@ block solved to ``--tol``. Every argument and the output folder are checked befo
 (the constraints of ``validation.py``); errors name the flag. ``run.json`` is written once the
 data is read and the network built, so a ``train`` that fails on its data leaves an empty
 folder, and one that fails later a folder that ``train --out`` reuses; temporary files that a
-killed run left there are removed.
+killed run left there are removed. ``resume`` of a run that finished all its rounds, its
+files all written, says so and writes nothing.
 BLAS runs on ``--threads`` threads (default 1), in the fast backend's solves too: NumPy's pool
 gets them, SciPy's one (on 2 cores two pools of two oversubscribe the machine; see
 docs/installation.md).
@@ -101,6 +105,8 @@ FAST_ONLY = ("max_iter", "w_steps", "x_steps", "newton_cap", "gram_reuse", "comp
 RUN_FORMAT = "fenchel_cvx.Run/1"
 #: the data sets whose files --verify checks
 VERIFIABLE = ("mnist", "fashion-mnist", "cifar10")
+#: the flag of each data loader's parameter that its errors name (``datasets.MissingDataError``)
+DATA_FLAGS = {"data_dir": "--data-dir", "download": "--download"}
 DESCRIPTION = (
     "Train, resume, evaluate and predict with Fenchel lifted networks (Gu, Askari and "
     "El Ghaoui, AISTATS 2020), trained by block-coordinate descent with a certificate "
@@ -234,6 +240,7 @@ def _data_arguments(d):
         default=None,
         help="folder of the data set's files (default: $FENCHEL_DATA/<dataset>)",
     )
+    _download_argument(d)
     d.add_argument(
         "--verify",
         action="store_true",
@@ -251,6 +258,15 @@ def _data_arguments(d):
         choices=("float32", "float64"),
         default="float64",
         help="float type of the data and the weights",
+    )
+
+
+def _download_argument(d):
+    d.add_argument(
+        "--download",
+        action="store_true",
+        help="fetch the data set's missing files from the official mirrors into --data-dir, "
+        "each kept once its checksum matches (mnist, fashion-mnist)",
     )
 
 
@@ -503,8 +519,17 @@ def build_parser():
 
 
 def _resume_arguments(r):
-    """The flags of ``resume``: the run's folder; threads and progress bar may change."""
+    """The flags of ``resume``: the run's folder; the data's folder, threads and progress bar
+    may change."""
     r.add_argument("run", type=Path, help="the run's folder (holding run.json and checkpoint.npz)")
+    r.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="folder of the data set's files, where they are now (default: the run's); the "
+        "data must be the run's",
+    )
+    _download_argument(r)
     r.add_argument(
         "--threads", type=COUNT_, default=None, help="BLAS threads (default: the run's --threads)"
     )
@@ -527,6 +552,7 @@ def _evaluate_arguments(e):
         default=None,
         help="folder of the data set's files (default: the run's, else $FENCHEL_DATA/<dataset>)",
     )
+    _download_argument(e)
     e.add_argument(
         "--verify",
         action="store_true",
@@ -604,24 +630,53 @@ def _check_out(flag, path, must_not_exist=False):
         )
 
 
+def _downloadable():
+    """The data sets whose loader fetches missing files (takes ``download``)."""
+    import inspect
+
+    from .datasets import DATASETS as LOADERS
+
+    return [n for n, load in LOADERS.items() if "download" in inspect.signature(load).parameters]
+
+
 def _check_data_dir(args):
+    """``--verify``, ``--download`` and the data's folder (``datasets.data_folder``: --data-dir,
+    else $FENCHEL_DATA/<dataset>): a folder, or with --download one that can be created."""
+    from .datasets import MissingDataError, data_folder
+
     if getattr(args, "verify", False) and args.dataset not in VERIFIABLE:
         _fail(
             "--verify",
             f"{args.dataset} is embedded in the package: there are no files to "
             f"verify (--verify checks {', '.join(VERIFIABLE)})",
         )
+    download = getattr(args, "download", False)
+    if download and args.dataset not in (can := _downloadable()):
+        _fail(
+            "--download",
+            f"the package fetches no files of {args.dataset} (--download fetches those of "
+            f"{', '.join(can)})",
+        )
     if args.dataset in ("digits", "mnist5k"):
         if args.data_dir is not None:
             _fail("--data-dir", f"{args.dataset} is embedded and reads no folder")
         return
-    root = args.data_dir or (
-        Path(os.environ["FENCHEL_DATA"]) / args.dataset if os.environ.get("FENCHEL_DATA") else None
-    )
-    if root is None:
-        _fail("--data-dir", f"{args.dataset} needs its files: pass --data-dir or set FENCHEL_DATA")
-    if not Path(root).is_dir():
-        _fail("--data-dir", f"{str(root)!r} is not a folder (for {args.dataset})")
+    try:
+        root = data_folder(args.dataset, args.data_dir)
+    except MissingDataError as err:
+        _fail("--data-dir", err.naming(DATA_FLAGS))
+    if root.is_dir():
+        return
+    if not download or root.exists():
+        creatable = not download and not root.exists() and args.dataset in _downloadable()
+        hint = "; --download creates it" if creatable else ""
+        _fail("--data-dir", f"{str(root)!r} is not a folder (for {args.dataset}){hint}")
+    base = next(p for p in root.parents if p.exists())  # the folder --download creates it in
+    if not base.is_dir() or not os.access(base, os.W_OK):
+        _fail(
+            "--data-dir",
+            f"{str(root)!r} does not exist and --download cannot create it in {str(base)!r}",
+        )
 
 
 def _check_train(args):
@@ -704,6 +759,8 @@ def _threads(n):
 
 
 def _load(args):
+    """The data set of ``args``; files missing from its folder are refused by ``--data-dir``,
+    the loader's message naming its parameters as their flags (``DATA_FLAGS``)."""
     from . import datasets
 
     kw = (
@@ -715,7 +772,12 @@ def _load(args):
         kw.update(
             dtype=getattr(args, "dtype", "float64"), verify=bool(getattr(args, "verify", False))
         )
-    return datasets.load_dataset(args.dataset, **kw)
+    if getattr(args, "download", False):
+        kw.update(download=True)
+    try:
+        return datasets.load_dataset(args.dataset, **kw)
+    except datasets.MissingDataError as err:
+        _fail("--data-dir", err.naming(DATA_FLAGS))
 
 
 def _oracle_estimate(total, m):
@@ -841,18 +903,15 @@ def _interrupted(out, total):
     return 130
 
 
-def _summary(args, net, h, out, train, test, t0):
-    """Write the history, the model and the plots; print the accuracies and the certificate."""
+def _summary(args, net, h, out, train, test, t0, written):
+    """Write the history, the model and the plots; print the accuracies, the certificate and
+    every file the run wrote (``written``: ``io.recording_writes``)."""
     from .plotting import plot_accuracy, plot_objectives
 
-    files = [
-        h.save(out / "history.json"),
-        net.save(out / "model.npz"),
-        out / "objectives.png",
-        out / "accuracy.png",
-    ]
-    plot_objectives(h, files[2])
-    plot_accuracy(h, files[3])
+    h.save(out / "history.json")
+    net.save(out / "model.npz")
+    plot_objectives(h, out / "objectives.png")
+    plot_accuracy(h, out / "accuracy.png")
     last = h.last
     line = (
         f"final train accuracy {last['train_accuracy']:.4f}, test accuracy "
@@ -871,16 +930,39 @@ def _summary(args, net, h, out, train, test, t0):
             end="",
         )
     print(f"certificate held at every iteration: {h.verdict}")
-    print(f"wrote {', '.join(str(f) for f in files)} in {time.perf_counter() - t0:.1f} s")
+    print(f"wrote {_files(out, written)} in {time.perf_counter() - t0:.1f} s")
+
+
+def _files(out, paths):
+    """``paths`` in words: those in the folder ``out`` by their names, after it the others."""
+    inside = [p.name for p in paths if p.parent == out]
+    others = [str(p) for p in paths if p.parent != out]
+    return f"{', '.join(inside)} to {out}" + (f", and {', '.join(others)}" if others else "")
+
+
+def _rounds(args, m):
+    """The rounds of the run of ``args`` on ``m`` training points."""
+    if args.batch_size is None:
+        return args.iterations
+    return args.epochs * args.alternations * (-(-m // args.batch_size))
 
 
 def train(args, resume=False):
+    """``fenchel-cvx train`` (and, ``resume``, the rest of a run); its last line names every
+    file it wrote."""
+    from .io import recording_writes
+
+    with recording_writes() as written:
+        return _train(args, resume, written)
+
+
+def _train(args, resume, written):
     from . import datasets
     from .bcd import fit_bcd
 
     t0 = time.perf_counter()
     _check_train(args)
-    new = not resume and not (args.out or Path("/nonexistent")).exists()
+    new = not resume and not (args.out is not None and args.out.exists())
     out = _start(args, resume)
     try:
         data = _load(args)
@@ -894,11 +976,7 @@ def train(args, resume=False):
     X, y = data.X_train[:, : args.train_size], data.y_train[: args.train_size]
     X, X_test = X.astype(args.dtype, copy=False), data.X_test.astype(args.dtype, copy=False)
     Y, Y_test = datasets.one_hot(y, data.n_classes), datasets.one_hot(data.y_test, data.n_classes)
-    total = (
-        args.iterations
-        if args.batch_size is None
-        else args.epochs * args.alternations * (-(-X.shape[1] // args.batch_size))
-    )
+    total = _rounds(args, X.shape[1])
     callback = None
     if args.backend == "cvxpy" and X.shape[1] > LARGE:
         callback = _oracle_estimate(total, X.shape[1])
@@ -930,7 +1008,7 @@ def train(args, resume=False):
     except KeyboardInterrupt:
         return _interrupted(out, total)
     res.history.config.update(dataset=args.dataset, train_size=int(X.shape[1]))
-    _summary(args, net, res.history, out, (X, y), (X_test, data.y_test), t0)
+    _summary(args, net, res.history, out, (X, y), (X_test, data.y_test), t0, written)
     return 0
 
 
@@ -994,14 +1072,50 @@ def resume(args):
         _fail("run", f"{str(args.run)!r} holds no run.json of a 'fenchel-cvx train' run")
     if not (args.run / "checkpoint.npz").is_file():
         _fail("run", f"{str(args.run)!r} holds no checkpoint.npz (nothing to resume)")
-    _check_out("run", args.run)
     targs = build_parser().parse_args(["train"])
     vars(targs).update(
         saved, out=args.run, quiet=args.quiet, threads=args.threads or saved.get("threads", 1)
     )
+    targs.data_dir = args.data_dir or targs.data_dir
+    targs.download = args.download or targs.download
+    if args.data_dir is not None or args.download:  # flags given: checked before any work
+        _check_data_dir(targs)
+    if _finished(args.run, targs):
+        return 0
+    _check_out("run", args.run)
     _before_settings(targs)
     with _threads(targs.threads):
         return train(targs, resume=True)
+
+
+def _finished(run, args):
+    """Whether the run in ``run`` (of the arguments ``args``) ended, all its rounds done or a
+    halted round its last, and wrote all its files; if so, says so. Reads the checkpoint's meta
+    alone, never its arrays."""
+    from .checkpoints import checkpoint_meta
+    from .io import RUN_FILES
+
+    if not all((run / name).is_file() for name in RUN_FILES):
+        return False
+    meta = checkpoint_meta(run)
+    done, records = meta["iteration"], meta["history"]["records"]
+    total = _rounds(args, args.train_size or TRAIN_SIZES[args.dataset])
+    halted = bool(records) and isinstance(records[-1], dict) and bool(records[-1].get("halted"))
+    if done != total and not halted:
+        return False
+    plan = (
+        f"Algorithm 1: {args.iterations} iterations"
+        if args.batch_size is None
+        else f"Algorithm 2: {args.epochs} epochs of {total // args.epochs // args.alternations} "
+        f"batches x {args.alternations} alternations"
+    )
+    ended = (
+        f"ended at round {done} of {total} ({plan}), halted by {records[-1]['halted']}"
+        if done != total
+        else f"already finished {done} of {total} rounds ({plan})"
+    )
+    print(f"fenchel-cvx resume: {run} {ended} and wrote its files; nothing to do")
+    return True
 
 
 def _before_settings(args):

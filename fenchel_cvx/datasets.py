@@ -9,9 +9,13 @@ Every loader returns a :class:`Dataset` whose ``X_train`` / ``X_test`` have shap
 - ``load_mnist`` / ``load_fashion_mnist``: the four IDX files (gzipped or raw) from a directory:
   the ``data_dir`` argument, else ``$FENCHEL_DATA/mnist`` (``fashion-mnist``). With
   ``download=True`` missing files are fetched from the standard mirror and kept only once their
-  checksum is verified.
+  checksum is verified (written as every file of the package is: ``io.atomic_write``).
 - ``load_cifar10``: the CIFAR-10 batches from a directory: the binary version (raw bytes), or
   the python version's pickles through a restricted unpickler that runs nothing from the file.
+
+Files missing from the folder raise :class:`MissingDataError`, whose message names what to pass
+(``download=True``, ``data_dir``) and which a caller with other names for those parameters (the
+command line's flags) words in its own (:meth:`MissingDataError.naming`).
 
 ``one_hot`` builds the ``(n_classes, m)`` target matrix and ``batch_order`` the mini-batch
 schedule that the lifted-network trainer and the backprop baselines share, so both see the same
@@ -25,9 +29,9 @@ import math
 import os
 import pickle
 import pickletools
-import tempfile
 import urllib.request
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -40,6 +44,32 @@ from .validation import BOOL, COUNT, FRACTION, PATH, SEED, check, check_dtype, v
 
 class ChecksumError(FenchelError, ValueError):
     """A data file's content does not match its published (or verified) checksum."""
+
+
+class MissingDataError(FenchelError, FileNotFoundError):
+    """A data set's files are not where its loader looked. ``message`` names each parameter of
+    the loader that could fix it by a placeholder, ``{data_dir}`` or ``{download}``: ``str()``
+    names them as a Python call passes them (:attr:`PARAMETERS`), :meth:`naming` as another
+    caller does (the command line: ``{"download": "--download", "data_dir": "--data-dir"}``).
+    It pickles (an error raised in a worker process reaches its parent whole)."""
+
+    #: how a Python call passes each parameter the message may name
+    PARAMETERS = {"data_dir": "data_dir", "download": "download=True"}
+
+    def __init__(self, loader: str, message: str):
+        self.loader, self.message = loader, message
+        super().__init__(f"{loader}: {self.naming({})}")
+
+    def naming(self, names: Mapping[str, str]) -> str:
+        """The message, without the loader's name, each parameter named as ``names`` maps it
+        (one it does not map: as a Python call passes it)."""
+        text = self.message
+        for parameter, name in {**self.PARAMETERS, **names}.items():
+            text = text.replace("{" + parameter + "}", name)
+        return text
+
+    def __reduce__(self):
+        return type(self), (self.loader, self.message)
 
 
 #: what each data set's pixels are divided by (to [0, 1]): the preprocessing a run records and
@@ -203,8 +233,8 @@ _IDX_FILES = (
 
 # Checksums of the *uncompressed* IDX content, so a file verifies whether it is stored raw or
 # gzipped (with any compressor settings). Archive checksums are of the mirror's .gz bytes.
-#  MNIST: sha256 computed from the verified copy in ../shared/data/mnist; its md5s agree with
-#  the published md5s of the raw files (6bbc9ace..., a25bea73..., 2646ac64..., 27ae3e4e...).
+#  MNIST: sha256 of the raw files, computed from a copy whose md5s agree with the published
+#  md5s of the raw files (6bbc9ace..., a25bea73..., 2646ac64..., 27ae3e4e...).
 #  Fashion-MNIST: md5 only. Archive md5s from github.com/zalandoresearch/fashion-mnist README;
 #  raw-content md5s as published by several independent loaders (e.g. md5sum after gunzip).
 _IDX_SOURCES = {
@@ -256,16 +286,24 @@ _IDX_SOURCES = {
 }
 
 
-def _resolve_dir(data_dir, subdir, loader):
+def data_folder(name, data_dir=None):
+    """The folder the loader of the data set ``name`` reads: ``data_dir``, else
+    ``$FENCHEL_DATA/<name>``; a :class:`MissingDataError` where neither is given."""
     if data_dir is not None:
         return Path(data_dir)
     root = os.environ.get("FENCHEL_DATA")
     if root:
-        return Path(root) / subdir
-    raise FileNotFoundError(
-        f"{loader}: no data directory. Pass data_dir=... or set the environment variable "
-        f"FENCHEL_DATA to a folder that contains '{subdir}/' (e.g. FENCHEL_DATA=../shared/data)."
+        return Path(root) / name
+    raise MissingDataError(
+        _loader(name),
+        "no data directory: pass {data_dir} or set the environment variable FENCHEL_DATA to a "
+        f"folder that contains '{name}/'",
     )
+
+
+def _loader(name):
+    """The name of the loader of the data set ``name`` (``load_fashion_mnist``)."""
+    return "load_" + name.replace("-", "_")
 
 
 #: the largest IDX content read (MNIST's training images: 47 MB)
@@ -307,31 +345,34 @@ def _verify(kind, name, path, content, archive_bytes):
     )
 
 
+def _fetch(url, f):
+    """Copy what ``url`` holds into the binary file ``f`` (network errors: OSError)."""
+    with urllib.request.urlopen(url, timeout=60) as r:
+        while block := r.read(1 << 20):
+            f.write(block)
+
+
 def _download(kind, name, data_dir):
-    """Fetch name.gz from the mirrors into data_dir: temp file, verify, then rename."""
+    """Fetch name.gz from the mirrors into data_dir: written to a temporary file, verified, then
+    renamed (``io.atomic_write``)."""
+    from .io import atomic_write
+
     data_dir.mkdir(parents=True, exist_ok=True)
     target, errors, bad = data_dir / f"{name}.gz", [], None
+
+    def verify(tmp):
+        content, archive = _read_bytes(tmp, gz=True)
+        _verify(kind, name, target, content, archive)
+
     for mirror in _IDX_SOURCES[kind]["mirrors"]:
-        fd, tmp = tempfile.mkstemp(dir=data_dir, prefix=f".{name}.", suffix=".gz.part")
-        tmp = Path(tmp)
+        url = mirror + target.name
         try:
-            with (
-                os.fdopen(fd, "wb") as out,
-                urllib.request.urlopen(mirror + target.name, timeout=60) as r,
-            ):
-                while block := r.read(1 << 20):
-                    out.write(block)
-            content, archive = _read_bytes(tmp, gz=True)
-            _verify(kind, name, target, content, archive)
-            os.replace(tmp, target)
-            return target
+            return atomic_write(target, lambda f, url=url: _fetch(url, f), check=verify)
         except ChecksumError as err:
             bad = err
             errors.append(f"{mirror}: {err}")
         except (OSError, ValueError) as err:  # network errors are OSErrors (URLError)
             errors.append(f"{mirror}: {err}")
-        finally:
-            tmp.unlink(missing_ok=True)
     msg = f"could not download {target.name} into {data_dir}: " + "; ".join(errors)
     raise ChecksumError(msg) if bad is not None else OSError(msg)
 
@@ -342,19 +383,22 @@ def _load_idx_set(kind, data_dir, download, verify, dtype):
         dict(data_dir=data_dir, download=download, verify=verify),
     )
     dtype = check_dtype(dtype)
-    loader = "load_" + kind.replace("-", "_")
-    data_dir = _resolve_dir(data_dir, kind, loader)
+    data_dir = data_folder(kind, data_dir)
+    paths = {
+        name: next((p for p in (data_dir / name, data_dir / f"{name}.gz") if p.is_file()), None)
+        for name in _IDX_FILES
+    }
+    missing = [name for name, path in paths.items() if path is None]
+    if missing and not download:  # before any file is read
+        raise MissingDataError(
+            _loader(kind),
+            f"no {', '.join(missing)} (raw or .gz) in {data_dir}; pass {{download}} to fetch "
+            f"{'it' if len(missing) == 1 else 'them'}, or point {{data_dir}} or FENCHEL_DATA at "
+            "a folder holding the four IDX files",
+        )
+    paths.update({name: _download(kind, name, data_dir) for name in missing})
     arrays = {}
-    for name in _IDX_FILES:
-        path = next((p for p in (data_dir / name, data_dir / f"{name}.gz") if p.is_file()), None)
-        if path is None and download:
-            path = _download(kind, name, data_dir)
-        elif path is None:
-            raise FileNotFoundError(
-                f"{loader}: neither {name} nor {name}.gz in {data_dir}; "
-                "pass download=True to fetch it, or point data_dir / FENCHEL_DATA "
-                "at a folder holding the four IDX files"
-            )
+    for name, path in paths.items():
         content, archive = _read_bytes(path)
         if verify:
             _verify(kind, name, path, content, archive)
@@ -806,11 +850,12 @@ def _cifar_files(data_dir):
     folder = folder if folder.is_dir() else data_dir
     missing = [str(folder / n) for n in _CIFAR_BATCHES if not (folder / n).is_file()]
     if missing:  # before reading anything
-        raise FileNotFoundError(
-            f"load_cifar10: {', '.join(missing)} not found (expected the "
-            f"CIFAR-10 python batches {', '.join(_CIFAR_BATCHES)} in "
-            f"{folder}, or the binary ones, <name>.bin, in "
-            f"{data_dir / 'cifar-10-batches-bin'})"
+        raise MissingDataError(
+            "load_cifar10",
+            f"{', '.join(missing)} not found (expected the CIFAR-10 python batches "
+            f"{', '.join(_CIFAR_BATCHES)} in {folder}, or the binary ones, <name>.bin, in "
+            f"{data_dir / 'cifar-10-batches-bin'}); point {{data_dir}} or FENCHEL_DATA at a "
+            "folder holding them",
         )
     return "python", [folder / n for n in _CIFAR_BATCHES]
 
@@ -863,7 +908,7 @@ def load_cifar10(data_dir=None, *, verify=False, dtype=np.float64):
     """
     validate(dict(data_dir=[PATH, None], verify=BOOL), dict(data_dir=data_dir, verify=verify))
     dtype = check_dtype(dtype)
-    data_dir = _resolve_dir(data_dir, "cifar10", "load_cifar10")
+    data_dir = data_folder("cifar10", data_dir)
     version, paths = _cifar_files(data_dir)
     read = _read_cifar_bin if version == "binary" else _read_cifar_batch
     batches = [read(p) for p in paths]

@@ -20,8 +20,10 @@ with a zip and an ``.npy`` reader):
 Every file is written atomically: to a temporary file ``.<name>.<random>.tmp`` in the same
 folder, then renamed over the target, so an interrupted write never leaves a half-written file;
 :func:`remove_temporaries` deletes the temporary files a killed run left (a resumed run, or a new
-one in the same folder, calls it). Destinations are checked before any work
-(:func:`check_destination`).
+one in the same folder, calls it). The temporary is created as ``open()`` creates a file: mode
+0666 less the process's umask, which the kernel applies. :func:`recording_writes` collects the
+files written meanwhile (``fenchel-cvx train`` names them). Destinations are checked before any
+work (:func:`check_destination`).
 
 Every file is read through the checked reader of ``files.py``: the zip container, each array's
 ``.npy`` header (dtype, shape) against the config, the config's sizes against the memory budget
@@ -37,7 +39,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -59,20 +65,56 @@ RUN_FILES = (
 )
 
 
-def atomic_write(path, write) -> Path:
+#: the list :func:`recording_writes` collects the written files in (None: none is collecting)
+_WRITTEN: ContextVar[list[Path] | None] = ContextVar("fenchel_cvx_written", default=None)
+#: how :func:`atomic_write` opens its temporary: a new file (never an existing one or a link)
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+
+
+@contextmanager
+def recording_writes() -> Iterator[list[Path]]:
+    """A list that collects the path of every file :func:`atomic_write` writes within the
+    block (in this thread), each once, in the order first written."""
+    written: list[Path] = []
+    token = _WRITTEN.set(written)
+    try:
+        yield written
+    finally:
+        _WRITTEN.reset(token)
+
+
+def _temporary(path: Path) -> tuple[int, Path]:
+    """A new file ``.<name>.<random>.tmp`` beside ``path``, open for writing (its descriptor),
+    of mode 0666 less the process's umask, as ``open()`` creates a file."""
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, _CREATE, 0o666), tmp
+        except FileExistsError:  # another write's temporary: draw another name
+            continue
+    raise FileExistsError(f"no free name for a temporary file beside {str(path)!r}")
+
+
+def atomic_write(path, write, check: Callable[[Path], Any] | None = None) -> Path:
     """Call ``write(binary_file)`` on a temporary file beside ``path``, then rename it over
-    ``path``: readers see the old file or the whole new one, never a half-written one."""
+    ``path``: readers see the old file or the whole new one, never a half-written one.
+    ``check(temporary_path)``, where given, runs on the written file before the rename; what
+    it raises leaves ``path`` as it was. The file is created with mode 0666 less the umask."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _temporary(path)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        if check is not None:
+            check(tmp)
         os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
+    written = _WRITTEN.get()
+    if written is not None and path not in written:
+        written.append(path)
     return path
 
 

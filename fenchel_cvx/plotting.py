@@ -7,7 +7,8 @@
 - ``plot_accuracy``: train and test accuracy per round (classification), or the per-point
   train and test loss (regression).
 
-Both return the matplotlib ``Figure`` and, given ``path``, also write it as a PNG. Figures are
+Both return the matplotlib ``Figure`` and, given ``path``, also write it as a PNG, atomically
+(``io.atomic_write``: a temporary file in the same folder, renamed over ``path``). Figures are
 built with ``matplotlib.figure.Figure`` on the Agg canvas, so no display and no pyplot state
 are involved.
 """
@@ -17,6 +18,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from .io import atomic_write
 
 
 def _figure(figsize=(6.4, 4.0)):
@@ -34,7 +37,7 @@ def _finish(fig, ax, history, path):
     if path is not None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png", dpi=120)
+        atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120))
     return fig
 
 

@@ -43,9 +43,9 @@ def plan(threads, compiled=False):
     SciPy's pool (the Cholesky factorisation behind the W-block preconditioner) gets one. On a
     2-core machine both pools at 2 threads made a 784-300-10 MNIST batch slower than both at 1,
     and NumPy at 2 with SciPy at 1 was the fastest while the machine was otherwise idle; on a
-    loaded machine every pool at 1 was fastest by far (docs/results.md, "Threads"), so budgets
-    beyond the idle cores hurt. PyTorch's pools (the backprop baselines) and any other get
-    ``threads``.
+    loaded machine every pool at 1 was fastest by far (docs page "Results", "The compiled
+    path"), so budgets beyond the idle cores hurt. PyTorch's pools (the backprop baselines) and
+    any other get ``threads``.
 
     ``compiled``: the fast backend's fused kernels (``FastBackend(compile=True)``) run in
     PyTorch's OpenMP pool, between NumPy's products; they get one thread. With both pools at 2

@@ -12,9 +12,14 @@ Hypothesis profiles (select with ``--hypothesis-profile NAME`` or ``HYPOTHESIS_P
 BLAS runs on one thread during the tests (``FENCHEL_TEST_BLAS_THREADS`` overrides): every
 problem here is tiny, and OpenBLAS's spinning worker threads make scipy's L-BFGS-B twenty times
 slower on a busy 2-core machine.
+
+The full MNIST (``mnist_dir``) is looked for in ``$FENCHEL_DATA/mnist``, then in the development
+data folder beside the checkout; the tests that need it skip, naming both places, where neither
+holds it.
 """
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,6 +37,32 @@ settings.register_profile("ci", max_examples=20, **_COMMON)
 settings.register_profile("dev", max_examples=100, **_COMMON)
 settings.register_profile("thorough", max_examples=1000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+#: the four IDX files of MNIST, each gzipped or raw
+MNIST_FILES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
+
+
+def mnist_places():
+    """Where the tests look for the full MNIST: ``$FENCHEL_DATA/mnist``, then the development
+    data folder beside the checkout."""
+    places = [Path(os.environ["FENCHEL_DATA"]) / "mnist"] if os.environ.get("FENCHEL_DATA") else []
+    return [*places, Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"]
+
+
+@pytest.fixture(scope="session")
+def mnist_dir():
+    """The folder of the full MNIST (``mnist_places``, the first that holds every file); the test
+    skips, naming each place looked in, where none does."""
+    places = mnist_places()
+    for place in places:
+        if all((place / f"{n}.gz").is_file() or (place / n).is_file() for n in MNIST_FILES):
+            return place
+    pytest.skip(f"the full MNIST is in none of {', '.join(map(str, places))}")
 
 
 @pytest.fixture(scope="session", autouse=True)

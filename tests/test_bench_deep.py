@@ -109,17 +109,19 @@ def test_bad_peer_flags_are_refused_by_name(flags, flag, capsys):
 
 def test_kept_run_is_read_only_with_the_same_settings(tmp_path):
     bench = _load()
-    args = bench._task(bench.parse_args(["--quick"]), "lau", 2, seed=1)[1]
+    from common.kept import read_kept
+
+    args = bench.task(bench.parse_args(["--quick"]), "lau", 2, seed=1)[1]
     key = bench.run_key("lau", args)
     path = tmp_path / "run.json"
     path.write_text(json.dumps(dict(key=key, result=dict(test_accuracy=[0.5], seconds=[1.0]))))
-    assert bench._read_kept(path, key)["test_accuracy"] == [0.5]
-    other = bench._task(bench.parse_args(["--quick", "--peer-iterations", "lau=3"]), "lau", 2)
+    assert read_kept(path, key)["test_accuracy"] == [0.5]
+    other = bench.task(bench.parse_args(["--quick", "--peer-iterations", "lau=3"]), "lau", 2)
     assert bench.run_key("lau", other[1]) != key  # another iteration count: another run
-    assert bench._read_kept(path, bench.run_key("lau", other[1])) is None
+    assert read_kept(path, bench.run_key("lau", other[1])) is None
     path.write_text("{not json")
-    assert bench._read_kept(path, key) is None
-    assert bench._read_kept(tmp_path / "absent.json", key) is None
+    assert read_kept(path, key) is None
+    assert read_kept(tmp_path / "absent.json", key) is None
 
 
 def test_a_kept_fln_run_names_its_setting(monkeypatch):
@@ -127,7 +129,7 @@ def test_a_kept_fln_run_names_its_setting(monkeypatch):
     from fenchel_cvx import defaults
 
     bench = _load()
-    args = bench._task(bench.parse_args(["--quick"]), "fln", 8, seed=0)[1]
+    args = bench.task(bench.parse_args(["--quick"]), "fln", 8, seed=0)[1]
     key = bench.run_key("fln", args)
     assert '"setting"' in key and '"setting"' not in bench.run_key("adam", args)
     monkeypatch.setattr(defaults.Dense, "ratios", ((4, 3.0),))
@@ -303,7 +305,7 @@ def test_quick_screen_reports_every_hypothesis(tmp_path):
     _run("deep_screen", tmp_path, *flags, "--hypotheses", ",".join(names))
     summary = json.loads((tmp_path / "deep_screen.json").read_text())
     table = (tmp_path / "deep_screen.md").read_text()
-    assert "validation: 1000 held-out training images" in summary["data"]
+    assert "validation: the last 1,000 training images" in summary["data"]
     assert list(summary["runs"]) == names
     for name, r in summary["runs"].items():
         assert len(r["validation_accuracy"]) == len(r["seconds"]) == 2

@@ -7,6 +7,7 @@ exist and agree with each other, and FLN's certificate ran on the rounds it chec
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,9 @@ def check_report(out, methods, batches):
     inits = {summary["raw"][m][0]["initial_test_accuracy"] for m in methods}
     assert max(inits) - min(inits) <= 0.002  # one start: the lifted network's weights
     for name, row in summary["methods"].items():
-        assert 0 <= row["final_test_accuracy"] <= 1 and row["seconds_per_epoch"] > 0
+        assert 0 <= row["final_test_accuracy"] <= 1
+        assert isinstance(row["seconds_per_epoch"], float)  # recorded (speed: not a test's)
+        assert math.isfinite(row["seconds_per_epoch"])
         assert f"| {row['final_test_accuracy']:.4f} | {row['seconds_per_epoch']:.2f} |" in table
         assert [c[0] for c in summary["raw"][name][0]["checkpoints"]] == batches
         assert row["accuracy_at_batches"]["1"] == summary["raw"][name][0]["checkpoints"][0][2]
@@ -219,7 +222,9 @@ def test_defaults_are_the_papers_but_the_dense_gammas_momentum_and_the_output_pe
     assert bench.parse_args(["--rho", "0,0,0,0,0.01"]).rho == (0.0, 0.0, 0.0, 0.0, 0.01)
     assert args.momentum == (0.98, 0.98, 0.3, 0.3, 0.0)
     assert args.w_steps == (1,) * 5 and bench.parse_args(["--w-steps", "2"]).w_steps == (2,) * 5
-    assert bench.fln_backend(bench.parse_args(["--w-steps", "2,3,1,1,1"])).w_steps == (
+    from common.fln import fln_backend
+
+    assert fln_backend(bench.parse_args(["--w-steps", "2,3,1,1,1"])).w_steps == (
         2,
         3,
         1,

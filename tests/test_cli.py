@@ -34,7 +34,7 @@ def _cli(*args, cwd, **kw):
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,  # a hang guard only, not a speed limit
         **kw,
     )
 
@@ -131,12 +131,12 @@ def test_sigint_saves_a_checkpoint_and_resume_finishes_the_same_run(tmp_path):
     )
     # inside the run: its first checkpoint (round 5 of 162) is written; not a fixed sleep, which
     # a loaded machine can spend before the first round
-    deadline = time.time() + 120
+    deadline = time.time() + 600  # a hang guard only: the wait ends at the checkpoint
     while not (out / "checkpoint.npz").is_file() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, "the run ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=600)  # a hang guard only: SIGINT ends it at once
     assert proc.returncode == 130, err
     assert f"fenchel-cvx resume {out}" in err and "Traceback" not in err
     assert (out / "checkpoint.npz").is_file() and not (out / "history.json").exists()
@@ -148,18 +148,18 @@ def test_sigint_saves_a_checkpoint_and_resume_finishes_the_same_run(tmp_path):
     )
 
 
-def test_help_is_fast_and_imports_no_solver():
+def test_help_lists_the_commands_and_imports_no_solver():
+    """``fenchel-cvx --help`` names the commands without importing CVXPY or PyTorch."""
     code = (
-        "import sys, time; t = time.perf_counter(); from fenchel_cvx import cli\n"
+        "import sys; from fenchel_cvx import cli\n"
         "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "print(time.perf_counter() - t, 'cvxpy' in sys.modules, 'torch' in sys.modules, "
-        "file=sys.stderr)"
+        "print('cvxpy' in sys.modules, 'torch' in sys.modules, file=sys.stderr)"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=60
-    )
-    seconds, cvxpy, torch = proc.stderr.split()[-3:]
-    assert (cvxpy, torch) == ("False", "False")  # the < 0.5 s target is timed in the README
+        [sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=600
+    )  # the timeout is a hang guard only
+    cvxpy, torch = proc.stderr.split()[-2:]
+    assert (cvxpy, torch) == ("False", "False")
     assert "train" in proc.stdout and "resume" in proc.stdout
 
 
@@ -269,6 +269,31 @@ BAD = [  # (argv, the flag or argument the message names, a phrase of it)
         "no files to verify",
     ),
     (["train", "--verify"], "--verify", "no files to verify"),
+    (["train", "--download"], "--download", "fetches no files of digits"),
+    (["train", "--dataset", "cifar10", "--download"], "--download", "no files of cifar10"),
+    (
+        ["train", "--dataset", "mnist", "--download", "--data-dir", "{tmp}/afile/sub"],
+        "--data-dir",
+        "--download cannot create it in",
+    ),
+    (
+        ["train", "--dataset", "fashion-mnist", "--data-dir", "{tmp}/nowhere"],
+        "--data-dir",
+        "is not a folder (for fashion-mnist); --download creates it",
+    ),
+    (
+        ["train", "--dataset", "mnist", "--data-dir", "{tmp}/full", "--out", "{tmp}/o"],
+        "--data-dir",
+        "pass --download to fetch them, or point --data-dir",
+    ),
+    (["train", "--dataset", "mnist"], "--data-dir", "no data directory: pass --data-dir"),
+    (
+        ["evaluate", "{tmp}/model.npz", "--dataset", "digits", "--download"],
+        "--download",
+        "no files of digits",
+    ),
+    (["resume", "{tmp}/run_cut", "--download"], "--download", "no files of digits"),
+    (["resume", "{tmp}/run_cut", "--data-dir", "{tmp}"], "--data-dir", "embedded"),
     (["resume", "{tmp}/run_cut"], "checkpoint.npz", "no zip directory"),
     (["resume", "{tmp}/run_edited"], "run.json: lam", "a value --lam takes"),
     (["evaluate", "{tmp}/model.npz"], "--dataset", "needed"),
@@ -509,24 +534,181 @@ def test_a_train_that_fails_on_its_data_leaves_nothing_or_a_reusable_folder(tmp_
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "run.json").write_text("{}")
     (tmp_path / "r" / ".checkpoint.npz.x1.tmp").write_bytes(b"half")
-    assert (
-        cli.main(
-            [
-                "train",
-                "--train-size",
-                "30",
-                "--iterations",
-                "1",
-                "--arch",
-                "64-4-10",
-                "--backend",
-                "fast",
-                "--out",
-                str(tmp_path / "r"),
-                *QUICK,
-            ]
-        )
-        == 0
-    )
+    assert cli.main(_quick(tmp_path / "r")) == 0
     assert json.loads((tmp_path / "r" / "run.json").read_text())["format"] == "fenchel_cvx.Run/1"
     assert not list((tmp_path / "r").glob(".*.tmp")) and (tmp_path / "r" / "model.npz").is_file()
+
+
+# --- the files a run writes, their modes, and resume of a finished run -----------------------
+def _quick(out, *extra):
+    """The arguments of a train run of about a second on digits: 30 points, one round."""
+    return [
+        "train",
+        "--train-size",
+        "30",
+        "--iterations",
+        "1",
+        "--arch",
+        "64-4-10",
+        "--backend",
+        "fast",
+        "--out",
+        str(out),
+        *QUICK,
+        *extra,
+    ]
+
+
+def _wrote(stdout):
+    """The names and the folder the last line (``wrote A, B to OUT in T s``) gives."""
+    import re
+
+    last = stdout.strip().splitlines()[-1]
+    match = re.fullmatch(r"wrote (.+) to (\S+)(?:, and (.+))? in [0-9.]+ s", last)
+    assert match, last
+    return match[1].split(", "), Path(match[2]), (match[3] or None) and match[3].split(", ")
+
+
+def _files(folder):
+    """Every file of ``folder``: its SHA-256, modification time and inode."""
+    import hashlib
+
+    return {
+        p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns, p.stat().st_ino)
+        for p in folder.iterdir()
+    }
+
+
+def test_train_and_resume_name_every_file_they_wrote(tmp_path, capsys, monkeypatch):
+    from fenchel_cvx import observers
+
+    out = tmp_path / "run"
+    assert cli.main(_quick(out)) == 0
+    names, folder, others = _wrote(capsys.readouterr().out)
+    assert folder == out and others is None
+    assert sorted(names) == sorted(p.name for p in out.iterdir())
+    assert len(names) == 6
+    # a run stopped by Ctrl-C after its first round of two, then resumed: the resume names
+    # what it wrote, each file it replaced or created, and no other
+    write = observers.CheckpointWriter.__call__
+
+    def stop_after_the_first_round(self, net, state, step):
+        write(self, net, state, step)
+        monkeypatch.setattr(observers.CheckpointWriter, "__call__", write)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(observers.CheckpointWriter, "__call__", stop_after_the_first_round)
+    cut = tmp_path / "cut"
+    assert cli.main(_quick(cut, "--iterations", "2", "--checkpoint-every", "1")) == 130
+    before = _files(cut)
+    assert sorted(before) == ["checkpoint.npz", "run.json"]
+    capsys.readouterr()
+    assert cli.main(["resume", str(cut), "--quiet"]) == 0
+    names, folder, others = _wrote(capsys.readouterr().out)
+    after = _files(cut)
+    changed = {n for n in after if before.get(n, (None,))[1:] != after[n][1:]}
+    assert folder == cut and others is None and set(names) == changed
+    assert sorted(names) == [
+        "accuracy.png",
+        "checkpoint.npz",
+        "history.json",
+        "model.npz",
+        "objectives.png",
+    ]
+
+
+@pytest.mark.parametrize(
+    "schedule, said",
+    [
+        ([], "finished 1 of 1 rounds (Algorithm 1: 1 iterations)"),
+        (["--batch-size", "15", "--epochs", "2"], "finished 4 of 4 rounds (Algorithm 2: 2 epochs"),
+    ],
+    ids=["algorithm-1", "algorithm-2"],
+)
+def test_resume_of_a_finished_run_says_so_and_leaves_every_file_as_it_was(
+    tmp_path, capsys, schedule, said
+):
+    out = tmp_path / "run"
+    assert cli.main(_quick(out, *schedule)) == 0
+    capsys.readouterr()
+    before = _files(out)
+    time.sleep(0.02)  # a file written again would have a later modification time
+    assert cli.main(["resume", str(out), "--quiet"]) == 0
+    text = capsys.readouterr()
+    assert len(text.out.strip().splitlines()) == 1 and not text.err, text
+    assert said in text.out and "nothing to do" in text.out, text.out
+    assert _files(out) == before
+
+
+def test_train_creates_every_file_0666_less_the_umask(tmp_path, capsys):
+    from fenchel_cvx.io import RUN_FILES
+
+    for umask in (0o022, 0o077):
+        out = tmp_path / f"run-{umask:03o}"
+        old = os.umask(umask)
+        try:
+            assert cli.main(_quick(out)) == 0
+        finally:
+            os.umask(old)
+        modes = {p.name: oct(p.stat().st_mode & 0o777) for p in out.iterdir()}
+        assert modes == dict.fromkeys(RUN_FILES, oct(0o666 & ~umask)), oct(umask)
+
+
+def test_a_missing_data_set_is_refused_naming_the_commands_flags(tmp_path, capsys, monkeypatch):
+    from fenchel_cvx.network import LiftedNetwork
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FENCHEL_DATA", raising=False)
+    (tmp_path / "data").mkdir()
+    LiftedNetwork([784, 4, 10]).save(tmp_path / "m.npz")
+    for argv, phrase in (
+        (["train", "--dataset", "mnist", "--data-dir", "data", "--out", "o"], "pass --download"),
+        (["train", "--dataset", "fashion-mnist", "--data-dir", "data", "--out", "o"], "--download"),
+        (["evaluate", "m.npz", "--dataset", "mnist", "--data-dir", "data"], "pass --download"),
+        (["train", "--dataset", "mnist", "--out", "o"], "no data directory: pass --data-dir"),
+        (["train", "--dataset", "cifar10", "--data-dir", "data", "--out", "o"], "--data-dir or"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(argv + (QUICK if argv[0] == "train" else []))
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "argument --data-dir: " in err and phrase in err, err
+        for python in ("download=True", "data_dir", "load_", "../"):
+            assert python not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "m.npz"]
+
+
+def test_download_fetches_the_missing_files_through_the_loader(tmp_path, capsys, monkeypatch):
+    """``--download`` reaches the loader: the missing files are fetched (here from memory, the
+    fetch function replaced: no network), verified, kept, trained on and named as written."""
+    import gzip
+    import hashlib
+
+    from fenchel_cvx import datasets
+
+    rng = np.random.default_rng(0)
+    raw = {}
+    for split, m in (("train", 60000), ("t10k", 10000)):
+        images = np.zeros((m, 28, 28), np.uint8)
+        images[:100] = rng.integers(0, 256, (100, 28, 28))
+        labels = rng.integers(0, 10, m).astype(np.uint8)
+        for name, a in (("images-idx3", images), ("labels-idx1", labels)):
+            head = bytes([0, 0, 8, a.ndim]) + np.array(a.shape, ">u4").tobytes()
+            raw[f"{split}-{name}-ubyte"] = head + a.tobytes()
+    served = {f"{n}.gz": gzip.compress(b, 1) for n, b in raw.items()}
+    digests = {n: hashlib.sha256(b).hexdigest() for n, b in raw.items()}
+    monkeypatch.setitem(datasets._IDX_SOURCES["mnist"], "content", ("sha256", digests))
+    fetched = []
+
+    def fetch(url, f):
+        fetched.append(url.rsplit("/", 1)[1])
+        f.write(served[url.rsplit("/", 1)[1]])
+
+    monkeypatch.setattr(datasets, "_fetch", fetch)
+    monkeypatch.chdir(tmp_path)
+    data = Path("data") / "mnist"
+    argv = ["--dataset", "mnist", "--data-dir", str(data), "--download", "--dtype", "float32"]
+    assert cli.main(_quick("run", *argv, "--arch", "784-4-10")) == 0
+    names, folder, others = _wrote(capsys.readouterr().out)
+    assert sorted(fetched) == sorted(served) == sorted(p.name for p in data.iterdir())
+    assert others == [str(data / name) for name in fetched] and len(names) == 6
+    assert json.loads(Path("run", "run.json").read_text())["download"] is True

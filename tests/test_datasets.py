@@ -28,7 +28,6 @@ from fenchel_cvx.datasets import (
 )
 from fenchel_cvx.errors import FileFormatError
 
-REPO = Path(__file__).resolve().parents[1]
 IDX_NAMES = (
     "train-images-idx3-ubyte",
     "train-labels-idx1-ubyte",
@@ -176,26 +175,7 @@ def test_data_dir_resolution_errors(tmp_path, monkeypatch):
         load_mnist(tmp_path, dtype="int8")
 
 
-# --- full MNIST (skipped where the shared copy is absent) -----------------------------------
-def _mnist_dir():
-    candidates = []
-    if os.environ.get("FENCHEL_DATA"):
-        candidates.append(Path(os.environ["FENCHEL_DATA"]) / "mnist")
-    candidates.append(REPO.parent / "shared" / "data" / "mnist")
-    for c in candidates:
-        if all((c / f"{n}.gz").is_file() or (c / n).is_file() for n in IDX_NAMES):
-            return c
-    pytest.skip(
-        f"full MNIST not found (looked in {', '.join(map(str, candidates))}); "
-        "set FENCHEL_DATA to a folder with mnist/"
-    )
-
-
-@pytest.fixture(scope="module")
-def mnist_dir():
-    return _mnist_dir()
-
-
+# --- full MNIST (``mnist_dir``: conftest.py; skipped where it is absent) ---------------------
 @pytest.fixture(scope="module")
 def mnist(mnist_dir):
     return load_mnist(mnist_dir, verify=True)
@@ -425,3 +405,60 @@ def test_for_tuning_holds_out_the_last_training_points_and_names_bad_sizes():
         ds.for_tuning(validation=10)
     with pytest.raises(ValueError, match="train_size must be <= the 7 training points, got 8"):
         ds.for_tuning(validation=3, train_size=8)
+
+
+# --- missing files, and the files a download writes -----------------------------------------
+def test_missing_files_are_named_before_any_is_read_with_the_loaders_parameters(
+    tmp_path, monkeypatch
+):
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(b"not IDX")  # would fail if it were read
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(b"not gzip")
+    with pytest.raises(FileNotFoundError) as err:
+        load_mnist(tmp_path)
+    text = str(err.value)
+    assert text.startswith(
+        f"load_mnist: no train-labels-idx1-ubyte, t10k-images-idx3-ubyte (raw or .gz) in {tmp_path}"
+    )
+    assert "pass download=True to fetch them, or point data_dir or FENCHEL_DATA" in text
+    flags = err.value.naming({"download": "--download", "data_dir": "--data-dir"})
+    assert flags == text.removeprefix("load_mnist: ").replace(
+        "download=True", "--download"
+    ).replace("data_dir", "--data-dir")
+    monkeypatch.delenv("FENCHEL_DATA", raising=False)
+    for load in (load_mnist, load_fashion_mnist, load_cifar10):
+        with pytest.raises(FileNotFoundError, match="no data directory: pass data_dir") as err:
+            load()
+        assert "../" not in str(err.value) and "--" not in str(err.value)
+
+
+def test_downloaded_files_are_0666_less_the_umask(tmp_path, monkeypatch):
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    shapes = ((6, 28, 28), (6,), (2, 28, 28), (2,))
+    raw = {n: _idx_bytes(np.zeros(s, np.uint8), 0x08) for n, s in zip(IDX_NAMES, shapes)}
+    for name, data in raw.items():
+        (mirror / f"{name}.gz").write_bytes(gzip.compress(data))
+    digests = {n: hashlib.sha256(b).hexdigest() for n, b in raw.items()}
+    monkeypatch.setitem(datasets._IDX_SOURCES["mnist"], "content", ("sha256", digests))
+    _mirror(monkeypatch, mirror)
+    for umask in (0o022, 0o077):
+        target = tmp_path / f"u{umask:03o}"
+        old = os.umask(umask)
+        try:  # fetched and verified, then refused: 6 training images are not MNIST's 60,000
+            with pytest.raises(FileFormatError, match="images of shape \\(60000, 28, 28\\)"):
+                load_mnist(target, download=True)
+        finally:
+            os.umask(old)
+        modes = {p.name: oct(p.stat().st_mode & 0o777) for p in target.iterdir()}
+        assert modes == {f"{n}.gz": oct(0o666 & ~umask) for n in IDX_NAMES}, oct(umask)
+
+
+def test_a_missing_data_error_pickles_whole(tmp_path):
+    """The error of a loader in a worker process reaches its parent as it was raised: the same
+    message, and the same wording for the command line's flags."""
+    with pytest.raises(datasets.MissingDataError) as raised:
+        load_mnist(tmp_path)
+    back = pickle.loads(pickle.dumps(raised.value))
+    flags = {"data_dir": "--data-dir", "download": "--download"}
+    assert str(back) == str(raised.value) and "download=True" in str(back)
+    assert back.naming(flags) == raised.value.naming(flags) and "--download" in back.naming(flags)

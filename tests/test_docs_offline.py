@@ -90,7 +90,8 @@ def _chromium(*args):
         "--proxy-bypass-list=<-loopback>",  # no network
         "--virtual-time-budget=20000",
     ]
-    return subprocess.run(base + list(args), capture_output=True, text=True, timeout=180)
+    # the timeout is a hang guard only (the page's scripts get --virtual-time-budget above)
+    return subprocess.run(base + list(args), capture_output=True, text=True, timeout=600)
 
 
 def _prose(dom):

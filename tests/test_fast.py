@@ -6,8 +6,6 @@ reference; the same code then runs on ``array_api_strict`` arrays (the standard 
 CuPy), in float32 without upcasts (on CuPy: tests/test_gpu.py).
 """
 
-import time
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -1065,19 +1063,21 @@ def test_lapack_inverse_matches_the_array_api_inverse(dtype):
     )
 
 
-def test_large_w_hidden_converges_in_seconds():
-    """A 100 x 301 hidden W-block on 500 points (ReLU features, ill-conditioned) to tol 1e-6."""
+def test_large_w_hidden_converges_in_few_iterations():
+    """A 100 x 301 hidden W-block on 500 points (ReLU features, ill-conditioned) reaches tol 1e-6
+    with the preconditioned CG in at most 250 iterations (122 with x86-64 OpenBLAS), an eighth
+    of the 2,000 allowed; 40 iterations leave it far from the optimum."""
     rng = np.random.default_rng(0)
     net = LiftedNetwork((300, 100, 10), "relu", "cross_entropy", lam=1.0, rho=1e-3, seed=0)
     X0 = np.maximum(rng.standard_normal((300, 500)) + 0.3 * rng.standard_normal((300, 1)), 0)
     Xs, _ = net.forward(X0)
     V = np.maximum(Xs[0] + 0.1 * rng.standard_normal(Xs[0].shape), 0)
     block = blocks.w_block(net, X0, None, [V], 0, gamma=0.01, W0=net.W[0])
-    t0 = time.perf_counter()
     res = FastBackend(max_iter=2000).solve(block, start=net.W[0])
-    seconds = time.perf_counter() - t0
-    assert res.converged and res.residual <= 1e-6
-    assert seconds < 20, f"{seconds:.1f} s ({res.iterations} iterations)"  # ~1-3 s on a free core
+    assert res.converged and res.status == "optimal" and res.residual <= 1e-6
+    assert res.info["method"] == "pncg" and res.iterations <= 250, res.iterations
+    early = FastBackend(max_iter=40).solve(block, start=net.W[0])
+    assert not early.converged and early.residual > 100 * res.residual
 
 
 # --- validation ---------------------------------------------------------------------------------

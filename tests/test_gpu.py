@@ -260,4 +260,6 @@ def test_backprop_on_cuda_matches_the_cpu(optimizer):
     for W, W_ref in zip(runs[1].weights, runs[0].weights):
         np.testing.assert_allclose(W, W_ref, rtol=1e-3, atol=1e-4)
     assert runs[1].test_accuracy == pytest.approx(runs[0].test_accuracy, abs=0.01)
-    assert 0 < runs[1].seconds[0] <= runs[1].seconds[-1]
+    # the CUDA run's training time is recorded, one figure per epoch (speed: the benchmarks)
+    assert len(runs[1].seconds) == len(runs[1].test_accuracy) == len(runs[0].seconds)
+    assert all(isinstance(s, float) and np.isfinite(s) for s in runs[1].seconds)

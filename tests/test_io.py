@@ -1,7 +1,9 @@
 """Saving and loading networks (``LiftedNetwork.save`` / ``load``) and the file format."""
 
+import io
 import json
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,3 +119,61 @@ def test_conv_network_round_trip(tmp_path):
     assert back.get_config() == net.get_config() and back.input_shape == (1, 8, 8)
     X = np.random.default_rng(0).normal(size=(64, 5)).astype(np.float32)
     np.testing.assert_array_equal(back.predict(X), net.predict(X))
+
+
+def _tiny_run(checkpoint=None):
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(3, 8)), np.eye(2)[:, rng.integers(0, 2, 8)]
+    net = LiftedNetwork([3, 4, 2], seed=0)
+    res = fit_bcd(
+        net, X, Y, backend="fast", iterations=2, X_test=X, Y_test=Y, checkpoint=checkpoint
+    )
+    return net, res.history
+
+
+def test_checkpoints_networks_histories_and_plots_are_0666_less_the_umask(tmp_path):
+    import os
+
+    from fenchel_cvx.plotting import plot_accuracy, plot_objectives
+
+    for umask in (0o022, 0o077):
+        folder = tmp_path / f"u{umask:03o}"
+        old = os.umask(umask)
+        try:
+            net, history = _tiny_run(checkpoint=folder)
+            net.save(folder / "model.npz")
+            history.save(folder / "history.json")
+            plot_objectives(history, folder / "objectives.png")
+            plot_accuracy(history, folder / "accuracy.png")
+        finally:
+            os.umask(old)
+        modes = {p.name: oct(p.stat().st_mode & 0o777) for p in folder.iterdir()}
+        names = ("checkpoint.npz", "model.npz", "history.json", "objectives.png", "accuracy.png")
+        assert modes == dict.fromkeys(names, oct(0o666 & ~umask)), oct(umask)
+
+
+def test_a_plot_that_fails_to_render_leaves_the_old_file(tmp_path, monkeypatch):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from fenchel_cvx.plotting import plot_accuracy
+
+    _, history = _tiny_run()
+    path = tmp_path / "accuracy.png"
+    path.write_bytes(b"the last run's plot")
+
+    render = FigureCanvasAgg.print_png
+
+    def render_half(self, target, **kw):  # as a full disk: part of the PNG, then an error
+        if isinstance(target, io.BytesIO):  # matplotlib's own draw in memory, for the layout
+            return render(self, target, **{k: kw[k] for k in ("metadata", "pil_kwargs") if k in kw})
+        if hasattr(target, "write"):
+            target.write(b"\x89PNG\r\n\x1a\n")
+        else:
+            Path(target).write_bytes(b"\x89PNG\r\n\x1a\n")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(FigureCanvasAgg, "print_png", render_half)
+    with pytest.raises(OSError, match="No space left"):
+        plot_accuracy(history, path)
+    assert path.read_bytes() == b"the last run's plot"
+    assert [p.name for p in tmp_path.iterdir()] == ["accuracy.png"]

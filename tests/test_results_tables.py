@@ -1,9 +1,15 @@
-"""docs/results.md's generated tables are ``benchmarks/results_tables.py``'s output.
+"""The generated figures and tables of the docs pages and the README are the benchmarks' JSON.
 
-The script reads the benchmarks' ``results.json`` files copied to ``docs/results/`` and fills
-every ``<!-- generated: NAME -->`` block of the page; these tests check that the committed page
-is what the script writes, that every JSON file and plot is used, and that the page stays a
-results page (one section per experiment, at most 600 lines).
+``benchmarks/results_tables.py`` reads the benchmarks' ``results.json`` files copied to
+``docs/results/``, ``tune_baselines.py``'s reports in ``benchmarks/results/`` and the figures
+transcribed from the printed tables of runs whose JSON is not committed, and fills every
+``<!-- generated: NAME -->`` ... ``<!-- /generated -->`` block of docs/*.md and README.md (its own
+tables of the results page, and the figures of ``benchmarks/results_figures.py``). These tests
+regenerate every block of every page and compare it with the committed text, so a hand-edited
+figure fails; they check that every JSON file and plot is used, that a quoted figure appears
+outside its blocks nowhere, that a transcribed run says where it comes from and agrees with
+itself, and that the results page stays a results page (one section per experiment, at most 600
+lines).
 """
 
 import importlib.util
@@ -15,6 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "results.md"
+README = ROOT / "README.md"
 
 
 def _script():
@@ -26,37 +33,80 @@ def _script():
     return module
 
 
-def test_committed_tables_are_the_scripts_output():
-    text = PAGE.read_text(encoding="utf-8")
-    assert _script().render(text) == text, "run: python benchmarks/results_tables.py"
+def _blocks(text):
+    return _script().BLOCK.findall(text)
 
 
-def test_check_mode_reports_a_stale_table(tmp_path, monkeypatch, capsys):
+def test_the_pages_are_every_doc_page_and_the_readme():
+    pages = set(_script().PAGES)
+    assert pages == set((ROOT / "docs").glob("*.md")) | {README}
+
+
+@pytest.mark.parametrize(
+    "page",
+    sorted((ROOT / "docs").glob("*.md")) + [README],
+    ids=lambda p: p.relative_to(ROOT).as_posix(),
+)
+def test_every_generated_block_is_the_scripts_output(page):
+    text = page.read_text(encoding="utf-8")
+    assert _script().render(text, page.name) == text, "run: python benchmarks/results_tables.py"
+
+
+def test_a_hand_edited_figure_is_found_and_rewritten():
+    """A figure edited by hand inside its block, in the README and in a page's sentence."""
     rt = _script()
-    stale = PAGE.read_text(encoding="utf-8").replace("| FLN | 0.976 |", "| FLN | 0.999 |", 1)
-    assert stale != PAGE.read_text(encoding="utf-8")
-    page = tmp_path / "results.md"
-    page.write_text(stale, encoding="utf-8")
-    monkeypatch.setattr(rt, "PAGE", page)
-    assert rt.main(["--check"]) == 1 and "differs" in capsys.readouterr().out
+    for page, name in ((README, "fig2_fln"), (ROOT / "docs" / "deep.md", "deep_8_fln")):
+        text = page.read_text(encoding="utf-8")
+        figure = rt.block(name)
+        marked = f"<!-- generated: {name} -->{figure}<!-- /generated -->"
+        assert marked in text, (page.name, name)
+        edited = text.replace(marked, marked.replace(figure, figure.replace("0.9", "0.8", 1)), 1)
+        assert edited != text and rt.render(edited) == text
+
+
+def test_check_mode_names_a_stale_page_and_rewrites_it(tmp_path, monkeypatch, capsys):
+    rt = _script()
+    pages = []
+    for page, old, new in (
+        (PAGE, "| FLN | 0.976 |", "| FLN | 0.999 |"),  # a generated table's cell
+        (README, "0.9615<!-- /generated -->", "0.9616<!-- /generated -->"),  # an inline figure
+    ):
+        stale = page.read_text(encoding="utf-8").replace(old, new, 1)
+        assert stale != page.read_text(encoding="utf-8")
+        (tmp_path / page.name).write_text(stale, encoding="utf-8")
+        pages.append(tmp_path / page.name)
+    monkeypatch.setattr(rt, "PAGES", tuple(pages))
+    assert rt.main(["--check"]) == 1
+    out = capsys.readouterr().out
+    assert "results.md: a generated block differs" in out and "README.md: a generated" in out
     assert rt.main([]) == 0 and rt.main(["--check"]) == 0  # rewritten, then current
-    assert page.read_text(encoding="utf-8") == PAGE.read_text(encoding="utf-8")
+    for page in (PAGE, README):
+        assert (tmp_path / page.name).read_text(encoding="utf-8") == page.read_text("utf-8")
+    assert not list(tmp_path.glob(".*.tmp"))  # written to a temporary name, then renamed
 
 
 def test_every_block_is_known_and_filled_and_every_run_is_used():
     rt = _script()
-    text = PAGE.read_text(encoding="utf-8")
-    blocks = rt.BLOCK.findall(text)
-    assert {name for _, name, _, _ in blocks} == set(rt.TABLES)
-    for _, name, body, _ in blocks:
-        assert body.count("\n") >= 3 and body.startswith("| "), name
+    names = set()
+    for page in rt.PAGES:
+        for name, body in _blocks(page.read_text(encoding="utf-8")):
+            assert rt.known(name), (page.name, name)
+            assert body.strip(), (page.name, name)
+            if body.startswith("\n"):  # a table, on lines of its own
+                assert body.count("\n") >= 4 and body.startswith("\n| "), (page.name, name)
+            else:  # a figure, on one line
+                assert "\n" not in body, (page.name, name)
+            names.add(name)
+    assert set(rt.TABLES) | set(rt.figures.FIGURES) <= names, "a table or figure no page shows"
     used = {n for _, _, n in rt.COMPILED_RUNS} | set(rt.ADAM_RUNS.values())
     used |= {n for runs, _ in rt.PLOTS.values() for n in runs} | {"mlp_seeds3", "lifted_rounds"}
+    used |= set(rt.figures.TRANSCRIBED)
     used |= set(re.findall(r"`docs/results/(\w+)\.json`", (ROOT / "docs" / "deep.md").read_text()))
     on_disk = {p.stem for p in (ROOT / "docs" / "results").glob("*.json")}
     assert on_disk == used, (
         f"unused JSON: {sorted(on_disk - used)}; missing: {sorted(used - on_disk)}"
     )
+    text = PAGE.read_text(encoding="utf-8")
     for image in re.findall(r"\]\((results/[^)]+\.png)\)", text):
         assert (ROOT / "docs" / image).is_file(), image
     assert {f"results/{name}.png" for name in rt.PLOTS} <= set(
@@ -64,33 +114,108 @@ def test_every_block_is_known_and_filled_and_every_run_is_used():
     )
 
 
-def test_the_tables_quote_the_json():
-    """A figure of the page is the JSON's, rounded: FLN's MLP mean and spread over its seeds."""
+def test_a_quoted_figure_appears_only_in_its_blocks():
+    """Outside the generated blocks no page repeats a figure they quote (the longer ones:
+    ``0.9790 ± 0.0013``, the chosen learning rates, each seed's accuracies), and no page repeats
+    by hand a figure of its own blocks (``0.9454``: as a number, not inside a longer one)."""
+    rt = _script()
+    texts = {p.name: p.read_text(encoding="utf-8") for p in rt.PAGES}
+    names = {name for text in texts.values() for name, _ in _blocks(text)}
+    figures = {rt.block(n) for n in names if not rt.block(n).endswith("\n")}
+    for page, text in texts.items():
+        outside = " ".join(rt.BLOCK.sub(" ", text).split())
+        for figure in figures:
+            if len(figure) >= 9:
+                assert figure not in outside, (page, figure)
+        for name, _ in _blocks(text):
+            figure = rt.block(name)
+            if len(figure) >= 6 and not figure.endswith("\n"):
+                pattern = rf"(?<![\d.]){re.escape(figure)}(?![\d])"
+                assert not re.search(pattern, outside), (page, name, figure)
+
+
+@pytest.mark.parametrize(
+    "page",
+    [p for p in _script().PAGES if "<!-- generated:" in p.read_text("utf-8")],
+    ids=lambda p: p.name,
+)
+def test_every_block_edited_by_hand_is_found_and_rewritten(page):
+    """A digit changed inside every block of a page at once (each figure and table, the
+    transcribed runs' included): rendering the page gives back the committed text."""
+    rt = _script()
+    text = page.read_text(encoding="utf-8")
+
+    def plant(match):
+        body = re.sub(r"\d", lambda d: "7" if d.group(0) != "7" else "3", match.group(2), count=1)
+        assert body != match.group(2), (page.name, match.group(1))
+        return f"<!-- generated: {match.group(1)} -->{body}<!-- /generated -->"
+
+    edited = rt.BLOCK.sub(plant, text)
+    assert edited != text and rt.render(edited, page.name) == text
+
+
+def test_the_transcribed_runs_say_where_they_come_from():
+    """Each transcribed run names its source, command, machine and date, is named on a page,
+    and its means and spreads are those of its seeds (rounded to the four digits quoted)."""
+    rt = _script()
+    pages = " ".join(p.read_text(encoding="utf-8") for p in rt.PAGES)
+    for name in rt.figures.TRANSCRIBED:
+        run = rt.figures.transcribed(name)
+        assert run["source"].startswith("transcribed from the run"), name
+        assert all(run[k] for k in ("command", "machine", "date")), name
+        assert f"`docs/results/{name}.json`" in pages, name
+        for key, m in run.get("methods", {}).items():
+            seeds = m.get("final_test_accuracy_per_seed", [])
+            if len(seeds) > 1:
+                mean, spread = sum(seeds) / len(seeds), max(seeds) - min(seeds)
+                assert abs(mean - m["final_test_accuracy"]) <= 5e-5 + 1e-9, (name, key)
+                assert round(spread, 4) == m["final_test_accuracy_spread"], (name, key)
+
+
+def test_the_figures_quote_the_json():
+    """A figure of the pages is the JSON's, rounded: FLN's MLP mean and spread over its seeds,
+    and the learning rates chosen on the validation split."""
     rt = _script()
     fln = json.loads((ROOT / "docs" / "results" / "mlp_seeds3.json").read_text())["methods"]["fln"]
     seeds = fln["final_test_accuracy_per_seed"]
     assert fln["final_test_accuracy"] == pytest.approx(sum(seeds) / len(seeds))
-    cell = f"{fln['final_test_accuracy']:.4f} ± {max(seeds) - min(seeds):.4f} ({len(seeds)} seeds)"
-    assert cell in rt.table_mlp() and cell in PAGE.read_text(encoding="utf-8")
+    figure = f"{fln['final_test_accuracy']:.4f} ± {max(seeds) - min(seeds):.4f}"
+    assert f"{figure} ({len(seeds)} seeds)" in rt.table_mlp()
+    for page in (PAGE, README, ROOT / "docs" / "index.md"):
+        assert f"<!-- generated: fig2_fln -->{figure}<!-- /generated -->" in page.read_text("utf-8")
+    screen = json.loads((ROOT / "benchmarks" / "results" / "tune_baselines_mlp.json").read_text())
+    assert f"Adam {screen['chosen']['adam']:g}," in rt.figures.figure("lr_mlp")
+    assert f"**{screen['chosen']['adam']:g}** (chosen)" in rt.figures.figure("tune_mlp_adam")
 
 
-def test_unknown_table_and_foreign_json_are_refused(tmp_path, monkeypatch):
+def test_unknown_names_unclosed_blocks_and_foreign_json_are_refused(tmp_path, monkeypatch):
     rt = _script()
-    with pytest.raises(KeyError, match="'nonesuch'"):
-        rt.render("<!-- generated: nonesuch -->\n<!-- end generated -->")
+    with pytest.raises(KeyError, match="p.md names a generated block 'nonesuch'"):
+        rt.render("<!-- generated: nonesuch -->\n<!-- /generated -->", "p.md")
+    with pytest.raises(ValueError, match="p.md: a '<!-- generated: NAME -->' without"):
+        rt.render("<!-- generated: fig2_fln -->0.9790 ± 0.0013", "p.md")
     (tmp_path / "mlp_seeds3.json").write_text(json.dumps({"x": 1}))
-    monkeypatch.setattr(rt, "DATA", tmp_path)
+    (tmp_path / "tune_baselines_mlp.json").write_text(json.dumps({"x": 1}))
+    monkeypatch.setattr(rt.figures, "DATA", tmp_path)
+    monkeypatch.setattr(rt.figures, "SCREENS", tmp_path)
     with pytest.raises(ValueError, match="mlp_seeds3.json is not a benchmark's results.json"):
         rt.table_mlp()
+    with pytest.raises(ValueError, match="tune_baselines_mlp.json is not a tune_baselines"):
+        rt.figures.figure("lr_mlp")
+    copied = {k: "x" for k in ("command", "machine", "date", "settings")}
+    (tmp_path / "mlp_tuned_lr.json").write_text(json.dumps({**copied, "source": "copied"}))
+    with pytest.raises(ValueError, match="mlp_tuned_lr.json: its source is no transcription"):
+        rt.figures.figure("mlp_tuned_lr-adam")
 
 
 def test_plot_is_a_small_png(tmp_path, monkeypatch):
     rt = _script()
     for path in (ROOT / "docs" / "results").glob("*.json"):
         (tmp_path / path.name).write_bytes(path.read_bytes())
-    monkeypatch.setattr(rt, "DATA", tmp_path)
+    monkeypatch.setattr(rt.figures, "DATA", tmp_path)
     out = rt.plot("mlp")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size < 100_000
+    assert not list(tmp_path.glob(".*.tmp"))
 
 
 def test_results_page_is_one_section_per_experiment():
@@ -104,3 +229,22 @@ def test_results_page_is_one_section_per_experiment():
         if section.startswith("Figure") and not section.startswith("Figure 4"):
             assert "```bash" in section and "Machine:" in section and "Date: 2026-" in section
             assert "| method | paper" in section and ".png)" in section, section[:40]
+
+
+def test_results_tables_module_stays_small():
+    for name in ("results_tables.py", "results_figures.py"):
+        assert len((ROOT / "benchmarks" / name).read_text().splitlines()) <= 400, name
+
+
+@pytest.mark.parametrize("page", [PAGE, README, ROOT / "docs" / "deep.md"], ids=lambda p: p.name)
+def test_the_markers_render_as_comments_and_the_figures_as_text(page):
+    """Markdown keeps each marker an HTML comment, in a sentence, a table cell or bold text:
+    the reader sees the figure and never the marker."""
+    markdown = pytest.importorskip("markdown")
+    bs4 = pytest.importorskip("bs4")
+    extensions = ["tables", "admonition", "pymdownx.arithmatex", "pymdownx.superfences"]
+    html = markdown.markdown(page.read_text(encoding="utf-8"), extensions=extensions)
+    text = bs4.BeautifulSoup(html, "html.parser").get_text(" ")
+    assert "generated:" not in text and "/generated" not in text
+    assert "0.9790 ± 0.0013" in text
+    assert html.count("<!-- generated:") == len(_blocks(page.read_text(encoding="utf-8")))

@@ -1,0 +1,161 @@
+"""The benchmarks' reports: figures over seeds, markdown tables, JSON and plots.
+
+Every figure is a mean over seeds (``mean``: None where a seed lacks it), the final test
+accuracy also per seed with its spread (max - min); times are training seconds, evaluation
+excluded; ``time_to`` is the first evaluation at or above an accuracy. ``write_report`` writes
+``results.json``, ``results.md`` and the plot, each through a temporary file.
+"""
+
+import json
+
+import numpy as np
+
+from common.devices import machine_text
+from common.fln import reads_text
+from fenchel_cvx.io import atomic_write, check_writable_dir, write_text
+
+#: the test accuracies whose first reaching the reports time, per method
+LEVELS = (0.95, 0.97, 0.98, 0.985)
+
+
+def time_to(ckpt, target):
+    """``(seconds, batches)`` of the first checkpoint at or above ``target`` (None, None: never)."""
+    for seen, sec, acc in ckpt:
+        if acc >= target:
+            return sec, seen
+    return None, None
+
+
+def peak_text(r):
+    """A row's peak memory for the tables: the host's max RSS, and the GPU's where one ran."""
+    gpu = r.get("peak_gpu_mib")
+    return f"{r['peak_mib']:.0f}" + ("" if gpu is None else f" (GPU {gpu:.0f})")
+
+
+def level_figures(runs):
+    """Per run of a method: seconds to each accuracy of ``LEVELS`` (None where not reached) and
+    the seconds its kernels took to compile before the clock (None: not compiled) -> seed means;
+    with FLN's host reads per unchecked batch and their sources (the seed with the most; None:
+    not counted)."""
+    seconds = [{lvl: time_to(r["checkpoints"], lvl)[0] for lvl in LEVELS} for r in runs]
+    compiled = [r.get("compile_seconds") for r in runs]
+    reads = [r.get("host_reads_per_batch") for r in runs]
+    most = None if None in reads else runs[reads.index(max(reads))]
+    return dict(
+        seconds_to={lvl: mean([s[lvl] for s in seconds]) for lvl in LEVELS},
+        compile_seconds=None if None in compiled else max(compiled),
+        host_reads_per_batch=None if most is None else most["host_reads_per_batch"],
+        host_reads_by_source=None if most is None else most["host_reads_by_source"],
+    )
+
+
+def level_table(summary):
+    """Markdown: every method's seconds to each accuracy of ``LEVELS`` (seed means; "n/a": not
+    reached by every seed), FLN over Adam, the compile's seconds where FLN compiled, FLN's host
+    reads per unchecked batch, and the BLAS libraries with the GEMM rates (``machine_text``)."""
+    rows = summary["methods"]
+    fmt = lambda x: "n/a" if x is None else f"{x:.1f}"  # noqa: E731
+    lines = [
+        "",
+        "Seconds of training to a test accuracy (first evaluation at or above it):",
+        "",
+        "| method | " + " | ".join(f"{lvl:.1%}" for lvl in LEVELS) + " |",
+        "|---" * (len(LEVELS) + 1) + "|",
+    ]
+    for name, r in rows.items():
+        lines.append(
+            f"| {name} | " + " | ".join(fmt(r["seconds_to"][lvl]) for lvl in LEVELS) + " |"
+        )
+    if "fln" in rows and "adam" in rows:
+        f, a = rows["fln"]["seconds_to"], rows["adam"]["seconds_to"]
+        lines.append(
+            "| fln / adam | "
+            + " | ".join(
+                "n/a" if f[lvl] is None or a[lvl] is None else f"{f[lvl] / a[lvl]:.2f}"
+                for lvl in LEVELS
+            )
+            + " |"
+        )
+    for name, r in rows.items():
+        if r.get("compile_seconds") is not None:
+            lines.append(
+                f"\n{name}: kernels compiled in {r['compile_seconds']:.1f} s on the "
+                "first batch, before the clock"
+            )
+        if r.get("host_reads_per_batch") is not None:
+            lines.append(
+                f"\n{name}: {reads_text(r['host_reads_per_batch'], r['host_reads_by_source'])}"
+            )
+    lines += ["", machine_text(summary["machine"])]
+    return lines
+
+
+def mean(values):
+    """The mean over seeds, or None where a seed lacks the figure (never the others' mean)."""
+    return None if any(v is None for v in values) else float(np.mean(values))
+
+
+def seed_summary(per_seed):
+    """The figures both benchmarks report over seeds, from one row per seed: the final test
+    accuracy's mean, spread (max - min) and values, the mean accuracy after every epoch and
+    seconds per epoch, and the largest peak memory (host, GPU)."""
+    acc = [r["final_test_accuracy"] for r in per_seed]
+    return dict(
+        final_test_accuracy=float(np.mean(acc)),
+        final_test_accuracy_spread=float(np.ptp(acc)),
+        final_test_accuracy_per_seed=acc,
+        test_accuracy=np.mean([r["test_accuracy"] for r in per_seed], axis=0).tolist(),
+        seconds_per_epoch=mean([r["seconds_per_epoch"] for r in per_seed]),
+        peak_mib=max(r["peak_mib"] for r in per_seed),
+        peak_gpu_mib=max(
+            (r["peak_gpu_mib"] for r in per_seed if r["peak_gpu_mib"] is not None), default=None
+        ),
+    )
+
+
+def plot(summary, path, target=None, ylim=(0.85, 1.0), logx=False, title=None):
+    """Test accuracy against batches and against training seconds, one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, runs in summary["raw"].items():
+        ck = np.array(runs[0]["checkpoints"])  # the first seed's curve
+        a1.plot(ck[:, 0], ck[:, 2], marker="." if logx else None, label=name)
+        a2.plot(ck[:, 1], ck[:, 2], marker="." if logx else None, label=name)
+    for ax, xl in ((a1, "batches"), (a2, "training seconds")):
+        if target is not None:
+            ax.axhline(target, color="gray", lw=0.8, ls="--")
+        if logx:
+            ax.set_xscale("log")
+        ax.set_xlabel(xl)
+        ax.set_ylabel("test accuracy")
+        ax.set_ylim(ylim)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))  # never half-written
+    plt.close(fig)
+
+
+def output_folder(args):
+    """``--out`` as a folder, created and proven writable before any run starts (a run's report
+    must not fail after hours of training); ``p.error``-style exit naming the flag."""
+    try:
+        return check_writable_dir("--out", args.out)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+
+
+def write_report(out, summary, table, draw, figure="accuracy.png"):
+    """Write ``results.json`` (the summary), ``results.md`` (``table``) and the ``figure``
+    (``draw(path)``) to the folder ``out``, and print the table and what was written."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "results.json", json.dumps(summary, indent=1, default=str))
+    write_text(out / "results.md", table)
+    draw(out / figure)
+    print(table)
+    print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / figure}")

@@ -1,0 +1,103 @@
+"""The benchmarks' shared harness (``benchmarks/common``): one data loader with one validation
+rule, one flag vocabulary, and scripts short enough to read."""
+
+import argparse
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from _benchmarks import BENCHMARKS, load_benchmark
+
+load_benchmark("mnist_mlp")  # puts benchmarks/ on the path: the harness imports as ``common``
+from common import data  # noqa: E402
+
+SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py"))
+#: the scripts that read MNIST: every runnable one but the report generators (which read JSON)
+READERS = [p for p in SCRIPTS if "__main__" in p.read_text() and not p.name.startswith("results_")]
+
+
+def _quick(**flags):
+    return argparse.Namespace(quick=True, data_dir=None, dtype="float64", **flags)
+
+
+def test_validation_holds_out_the_last_training_images():
+    """``--validation N`` scores on the last N training images and ``--train-size M`` trains on
+    the first M of the others, the same for every network (docs page "Tuning")."""
+    full, _ = data.load(_quick(validation=0, train_size=None))
+    ds, desc = data.load(_quick(validation=1000, train_size=2500))
+    np.testing.assert_array_equal(ds.X_test, full.X_train[:, -1000:])
+    np.testing.assert_array_equal(ds.y_test, full.y_train[-1000:])
+    np.testing.assert_array_equal(ds.X_train, full.X_train[:, :2500])
+    assert "validation: the last 1,000 training images" in desc and "2,500 train" in desc
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (dict(validation=4000), "--validation must be < the 4000 training images, got 4000"),
+        (dict(validation=1000, train_size=3001), "--train-size must be <= the 3000"),
+    ],
+)
+def test_a_split_that_does_not_fit_is_refused_by_flag(flags, message):
+    with pytest.raises(SystemExit, match=message):
+        data.load(_quick(**{"validation": 0, "train_size": None, **flags}))
+
+
+def test_missing_data_is_refused_naming_the_flag(tmp_path):
+    """The loader's error, worded for the benchmarks: their flag, never a Python keyword."""
+    args = argparse.Namespace(quick=False, data_dir=str(tmp_path), dtype="float32")
+    with pytest.raises(SystemExit) as err:
+        data.load(args)
+    text = str(err.value)
+    assert text.startswith("--data-dir: ") and str(tmp_path) in text
+    assert "download=True" not in text and "data_dir " not in text
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_every_benchmark_file_is_at_most_400_lines(path):
+    assert len(path.read_text().splitlines()) <= 400
+
+
+def test_every_harness_module_is_at_most_400_lines():
+    for path in (BENCHMARKS / "common").glob("*.py"):
+        assert len(path.read_text().splitlines()) <= 400, path.name
+
+
+@pytest.mark.parametrize("path", READERS, ids=lambda p: p.name)
+def test_every_data_reading_script_takes_data_dir_and_no_data_flag(path):
+    """One flag vocabulary: ``--data-dir`` in every script that reads MNIST, ``--data`` in
+    none (its help, run in a child process, lists the flags)."""
+    run = subprocess.run(
+        [sys.executable, str(path), "--help"], capture_output=True, text=True, timeout=600
+    )  # the timeout only catches a hang
+    assert run.returncode == 0, run.stderr
+    assert "--data-dir" in run.stdout and "--data " not in run.stdout.replace("--data-dir", "")
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_no_script_loads_data_but_through_the_harness(path):
+    """One data loader: no benchmark calls the package's loaders (``load_mnist``,
+    ``load_mnist5k``, ``load_cifar10``) itself; ``common.data.load`` does."""
+    tree = ast.parse(path.read_text())
+    called = {
+        node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+    }
+    assert not called & {"load_mnist", "load_mnist5k", "load_cifar10"}
+
+
+@pytest.mark.parametrize("name", ["mnist_mlp", "mnist_lenet5"])
+def test_a_run_writes_under_runs_unless_told_and_refuses_an_unwritable_out(name, tmp_path):
+    """Without ``--out`` a run's report goes to ``runs/<benchmark>``; an ``--out`` that cannot
+    be a folder is refused by name before any data is read or any run starts."""
+    bench = load_benchmark(name)
+    assert Path(bench.parse_args(["--quick"]).out).parent == BENCHMARKS.parent / "runs"
+    blocker = tmp_path / "a file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit, match="--out must be a writable folder"):
+        bench.main(["--quick", "--out", str(blocker / "report"), "--data-dir", "/nonexistent"])
