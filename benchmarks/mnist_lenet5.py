@@ -367,9 +367,9 @@ def markdown(summary):
 
 def main(argv=None):
     args = parse_args(argv)
-    out = reports.output_folder(args)
     ds, data_desc = load(args)  # bad data (a missing or truncated batch file) fails here
     network(args, ds).check_inputs(ds.X_test[:, :1])
+    out = reports.output_folder(args)  # after the data's checks: a bad file leaves no folder
     del ds
     tasks = runner.method_tasks(args)
     print(

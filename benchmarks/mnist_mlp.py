@@ -358,8 +358,8 @@ def markdown(summary):
 
 def main(argv=None):
     args = parse_args(argv)
-    out = reports.output_folder(args)
     ds, data_desc = load(args)
+    out = reports.output_folder(args)  # after the data's checks: a bad file leaves no folder
     args.train_points = ds.X_train.shape[1]
     with limit_threads(args.threads):
         args.gemm_gflops = gemm_rate(np.dtype(args.dtype), device=args.device) / 1e9

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .carry import RESYNC, Carried
+from .carry import Carried
 from .errors import FileFormatError
 from .files import NpzFile
 from .history import History
 from .io import network_config, network_from_config, same_network, write_npz
 from .network import LiftedNetwork
 from .schedule import BCDState
+from .schemas import CHECKPOINT_META
 
 CHECKPOINT_FORMAT = "fenchel_cvx.BCDCheckpoint/1"
 CHECKPOINT_FILE = "checkpoint.npz"
@@ -63,7 +64,8 @@ def save_checkpoint(directory, net, state, settings: dict) -> Path:
 
 def load_checkpoint(path) -> tuple[dict, dict]:
     """``(arrays, meta)`` of a checkpoint: ``path`` is its folder or its ``.npz`` file. Checked
-    before use: the meta's fields and their types, the network config (``network_from_config``),
+    before use: the meta's fields, their types and ranges (``schemas.CHECKPOINT_META``: every
+    record of its history with its certificate), the network config (``network_from_config``),
     every array's shape and dtype against it and its finiteness, and a round counter
     ``iteration``, an integer >= 0 matched by a history of as many rounds. (That the counter is
     within the run's schedule, and the data and settings those of the run, ``restore`` checks.)"""
@@ -74,15 +76,29 @@ def load_checkpoint(path) -> tuple[dict, dict]:
         net = network_from_config(meta["config"], LiftedNetwork, f.path, "meta.config")
         names = _checkpoint_arrays(f, net, meta["has_Xs"], meta.get("carried_steps"))
         f.require(names | {"meta"})
-        arrays = {}
-        for name in sorted(names):
-            prefix, _, l = name.rpartition("_")
-            if prefix in ("X", "U"):  # X_l, U_0: a layer's size by the batch's columns
-                size = net.layer_sizes[int(l) + (prefix == "U")]
-                arrays[name] = f.array(name, (size, None), net.W[0].dtype)
-            else:
-                arrays[name] = f.array(name, net.W[int(l)].shape, net.W[0].dtype)
+        shapes = _checkpoint_shapes(f, net, names)
+        arrays = {name: f.array(name, shape, net.W[0].dtype) for name, shape in shapes.items()}
     return arrays, meta
+
+
+def _checkpoint_shapes(f, net, names) -> dict:
+    """``{name: expected shape}`` of the arrays ``names`` of the checkpoint ``f``, once every
+    one's header shows that shape and ``net``'s dtype (``NpzFile.check_array``) and the lifted
+    variables (``X_l``, ``U_0``) show the same number of columns (one batch), before any of them
+    is read: the headers' bytes passed the read budget when the file was opened."""
+    shapes: dict = {}
+    columns = None
+    for name in sorted(names):
+        prefix, _, l = name.rpartition("_")
+        if prefix in ("X", "U"):  # X_l, U_0: a layer's size by the batch's columns
+            shape = (net.layer_sizes[int(l) + (prefix == "U")], columns)
+            f.check_array(name, shape, net.W[0].dtype)
+            columns = f.headers[name][0][1] if columns is None else columns
+        else:
+            shape = net.W[int(l)].shape
+            f.check_array(name, shape, net.W[0].dtype)
+        shapes[name] = shape
+    return shapes
 
 
 def checkpoint_meta(path) -> dict:
@@ -110,42 +126,11 @@ def _checkpoint_arrays(f, net, has_Xs, carried_steps) -> set:
 
 
 def _check_checkpoint_meta(path, meta) -> None:
-    """The fields of a checkpoint's meta: their types, and a history of ``iteration`` rounds."""
-    fields = {
-        "config": (dict, "an object"),
-        "iteration": (int, "an integer >= 0"),
-        "has_Xs": (bool, "true or false"),
-        "history": (dict, "an object"),
-        "settings": (dict, "an object"),
-    }
-    for key, (cls, words) in fields.items():
-        value = meta.get(key)
-        negative = isinstance(value, int) and (isinstance(value, bool) or value < 0)
-        if not isinstance(value, cls) or (cls is int and negative):
-            raise FileFormatError(
-                path, f"meta.{key}", words, "nothing" if key not in meta else repr(value)[:200]
-            )
-    steps = meta.get("carried_steps")
-    if steps is not None and (type(steps) is not int or not 0 <= steps < RESYNC):
-        raise FileFormatError(
-            path, "meta.carried_steps", f"null or an integer in [0, {RESYNC})", repr(steps)[:200]
-        )
-    if not isinstance(meta["settings"].get("data"), str):
-        raise FileFormatError(
-            path,
-            "meta.settings.data",
-            "the training data's digest (text)",
-            repr(meta["settings"].get("data"))[:200],
-        )
-    history = meta["history"]
-    records = history.get("records")
-    if not isinstance(history.get("config"), dict) or not isinstance(records, list):
-        raise FileFormatError(
-            path,
-            "meta.history",
-            "an object with 'config' and 'records'",
-            f"the keys {sorted(history)}",
-        )
+    """The fields of a checkpoint's meta (``schemas.CHECKPOINT_META``: their types and ranges,
+    and a history whose every record holds the certificate that a resumed run's summary and
+    plots read), and a history of ``iteration`` rounds."""
+    CHECKPOINT_META.check(path, "meta", meta)
+    records = meta["history"]["records"]
     rounds = [r.get("iteration") if isinstance(r, dict) else None for r in records]
     if len(rounds) != meta["iteration"] or rounds != list(range(1, len(rounds) + 1)):
         raise FileFormatError(

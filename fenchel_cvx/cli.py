@@ -30,9 +30,11 @@ the fast backend 10 W-steps for the hidden layers and one for the output layer, 
 block solved to ``--tol``. Every argument and the output folder are checked before any work
 (the constraints of ``validation.py``); errors name the flag. ``run.json`` is written once the
 data is read and the network built, so a ``train`` that fails on its data leaves an empty
-folder, and one that fails later a folder that ``train --out`` reuses; temporary files that a
-killed run left there are removed. ``resume`` of a run that finished all its rounds, its
-files all written, says so and writes nothing.
+folder, and one that fails later a folder that ``train --out`` reuses. Every command in a run
+folder (``train --out`` reusing it, ``resume``, ``evaluate``, ``predict``) removes the temporary
+files that a killed write left there, never a live writer's (``io.remove_temporaries``), naming
+them on standard error in one line. ``resume`` of a run that finished all its rounds, its files
+all written, says so and writes nothing.
 BLAS runs on ``--threads`` threads (default 1), in the fast backend's solves too: NumPy's pool
 gets them, SciPy's one (on 2 cores two pools of two oversubscribe the machine; see
 docs/installation.md).
@@ -801,13 +803,25 @@ def _start(args, resume):
     """The run's folder, without the temporary files a killed run left there: for a new run,
     created now (or reused: ``_check_out``), ``run.json`` comes once the data is read
     (``_record``)."""
-    from .io import remove_temporaries
-
     out = (
         args.out if resume else _check_out("--out", args.out or _default_out(), must_not_exist=True)
     )
-    remove_temporaries(out)
+    _remove_temporaries("resume" if resume else "train", out)
     return out
+
+
+def _remove_temporaries(command, folder):
+    """Delete the temporary files that writers since killed left in ``folder`` (never a live
+    writer's: ``io.remove_temporaries``), and name them on standard error in one line."""
+    from .io import remove_temporaries
+
+    removed = remove_temporaries(folder)
+    if removed:
+        print(
+            f"fenchel-cvx {command}: removed {len(removed)} temporary file(s) that a killed "
+            f"write left in {folder}: {', '.join(p.name for p in removed)}",
+            file=sys.stderr,
+        )
 
 
 def _record(args, out):
@@ -1022,16 +1036,20 @@ def _default_out():
 
 def _run_args(folder):
     """The arguments a ``train`` run saved in ``folder/run.json`` (None where there is none),
-    each checked as its flag is (``_check_saved``)."""
+    each checked as its flag is (``_check_saved``), then every field by the schema of run.json
+    (``schemas.RUN``: its type, whether it may be null, its range; the preprocessing that
+    ``predict`` applies), a refusal naming the file and the field."""
     from .files import check_format, read_json
+    from .schemas import RUN
 
     path = folder / "run.json"
     if not path.is_file():
         return None
     saved = read_json(path, "run.json (fenchel-cvx train)")
     if "format" in saved:
-        check_format(path, saved, RUN_FORMAT)
+        check_format(path, saved, RUN_FORMAT, "format")
     _check_saved(path, saved)
+    RUN.check(path, "", saved)
     for k in ("out", "data_dir"):
         saved[k] = None if saved.get(k) is None else Path(saved[k])
     return saved
@@ -1070,6 +1088,7 @@ def resume(args):
     saved = _run_args(args.run) if args.run.is_dir() else None
     if saved is None:
         _fail("run", f"{str(args.run)!r} holds no run.json of a 'fenchel-cvx train' run")
+    _remove_temporaries("resume", args.run)  # a finished run's folder too
     if not (args.run / "checkpoint.npz").is_file():
         _fail("run", f"{str(args.run)!r} holds no checkpoint.npz (nothing to resume)")
     targs = build_parser().parse_args(["train"])
@@ -1154,6 +1173,7 @@ def evaluate(args):
     from .datasets import one_hot
 
     net, run = _model("model", args.model)
+    _remove_temporaries("evaluate", args.model if args.model.is_dir() else args.model.parent)
     args.dataset = args.dataset or run.get("dataset")
     if args.dataset is None:
         _fail(
@@ -1222,6 +1242,7 @@ def predict(args):
     if args.out is not None:  # before any work
         _destination("--out", args.out)
     net, run = _model("model", args.model)
+    _remove_temporaries("predict", args.model if args.model.is_dir() else args.model.parent)
     try:
         A = read_points(args.input, net.layer_sizes[0])
     except ValueError as err:  # FileFormatError: named as the argument INPUT

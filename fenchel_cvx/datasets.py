@@ -11,7 +11,8 @@ Every loader returns a :class:`Dataset` whose ``X_train`` / ``X_test`` have shap
   ``download=True`` missing files are fetched from the standard mirror and kept only once their
   checksum is verified (written as every file of the package is: ``io.atomic_write``).
 - ``load_cifar10``: the CIFAR-10 batches from a directory: the binary version (raw bytes), or
-  the python version's pickles through a restricted unpickler that runs nothing from the file.
+  the python version's pickles, parsed without ``pickle`` (``cifar_pickle``): nothing the file
+  names is imported or called.
 
 Files missing from the folder raise :class:`MissingDataError`, whose message names what to pass
 (``download=True``, ``data_dir``) and which a caller with other names for those parameters (the
@@ -25,10 +26,7 @@ batches in the same order. Look data sets up by name: ``load_dataset("mnist5k")`
 import gzip
 import hashlib
 import io
-import math
 import os
-import pickle
-import pickletools
 import urllib.request
 import zlib
 from collections.abc import Mapping
@@ -37,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .budget import bounded_product, check_declared, check_ratio, read_budget
+from .cifar_pickle import load_batch
 from .errors import FenchelError, FileFormatError
 from .files import check_file
 from .validation import BOOL, COUNT, FRACTION, PATH, SEED, check, check_dtype, validate  # noqa: F401
@@ -185,9 +185,12 @@ def load_mnist5k(test_size=0.2, seed=0):
 _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
-def parse_idx(data, source="<bytes>"):
-    """Parse the bytes of an IDX file (magic 0 0 dtype-code ndim, big-endian uint32 dims, data);
-    a file that fails a check raises ``FileFormatError`` naming ``source``."""
+def _idx_layout(data, source):
+    """``(dtype, dims, header_bytes, total_bytes)`` of the IDX file whose first bytes are ``data``
+    (at least its header: 4 + 4 * ndim bytes): the magic, the dtype code, the dimensions, and
+    the bytes they declare within the read budget (``budget.bounded_product``: a few
+    comparisons, whatever the dimensions); a failed check raises ``FileFormatError`` naming
+    ``source``."""
     if len(data) < 4 or data[0] != 0 or data[1] != 0:
         raise FileFormatError(
             source,
@@ -210,18 +213,34 @@ def parse_idx(data, source="<bytes>"):
             f"{max(ndim, 1)} dimensions of 4 bytes",
             f"an IDX header truncated or with ndim={ndim}",
         )
-    dims = tuple(int(d) for d in np.frombuffer(data, ">u4", count=ndim, offset=4))
+    dims = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     dtype = np.dtype(_IDX_DTYPES[code])
-    expected = 4 + 4 * ndim + math.prod(dims) * dtype.itemsize
-    if len(data) != expected:
-        raise FileFormatError(
-            source, "size", f"{expected} bytes (its header: shape {dims})", f"{len(data)} bytes"
-        )
-    return (
-        np.frombuffer(data, dtype, offset=4 + 4 * ndim)
-        .reshape(dims)
-        .astype(dtype.newbyteorder("="))
+    header = 4 + 4 * ndim
+    nbytes = bounded_product([*dims, dtype.itemsize], read_budget())
+    total = check_declared(
+        source,
+        "dimensions",
+        None if nbytes is None else header + nbytes,
+        f"bytes (its header: {dtype.name} of shape {dims})",
     )
+    return dtype, dims, header, total
+
+
+def _idx_size_error(source, dims, expected, found):
+    return FileFormatError(
+        source, "size", f"{expected} bytes (its header: shape {dims})", f"{found} bytes"
+    )
+
+
+def parse_idx(data, source="<bytes>"):
+    """Parse the bytes of an IDX file (magic 0 0 dtype-code ndim, big-endian uint32 dims, data);
+    a file that fails a check raises ``FileFormatError`` naming ``source``: its header
+    (:func:`_idx_layout`: the declared bytes within the read budget), then its size against
+    the bytes the header declares."""
+    dtype, dims, header, expected = _idx_layout(data, source)
+    if len(data) != expected:
+        raise _idx_size_error(source, dims, expected, len(data))
+    return np.frombuffer(data, dtype, offset=header).reshape(dims).astype(dtype.newbyteorder("="))
 
 
 _IDX_FILES = (
@@ -306,25 +325,61 @@ def _loader(name):
     return "load_" + name.replace("-", "_")
 
 
-#: the largest IDX content read (MNIST's training images: 47 MB)
+#: the largest IDX file read (MNIST's training images: 47 MB raw, 9.9 MB gzipped); what it
+#: declares is bounded by the read budget (``budget.py``)
 _IDX_MAX_BYTES = 256 << 20
+#: the longest IDX header: 4 bytes and 255 dimensions of 4 bytes
+_IDX_MAX_HEADER = 4 + 4 * 255
 
 
 def _read_bytes(path, gz=None):
-    """(content, file bytes) of a raw or gzipped (``gz``, default: by suffix) file, neither
-    larger than ``_IDX_MAX_BYTES``."""
-    raw = check_file(path, "IDX", _IDX_MAX_BYTES).read_bytes()
+    """(content, file bytes) of a raw or gzipped (``gz``, default: by suffix) IDX file of at most
+    ``_IDX_MAX_BYTES``, its header checked (``_idx_layout``: the bytes it declares within the
+    read budget) before the rest is read. Raw: the file's size must be the declared bytes.
+    Gzipped: the declared bytes at most ``budget.MAX_RATIO`` times the file's, equal (mod
+    2**32) to the gzip trailer's ISIZE, and decompressed as a stream capped at the declared
+    bytes + 1, so a stream longer than declared is refused after one byte more."""
+    path = check_file(path, "IDX", min(_IDX_MAX_BYTES, read_budget()))
     if not (path.suffix == ".gz" if gz is None else gz):
+        with open(path, "rb") as f:
+            head = f.read(_IDX_MAX_HEADER)
+        _, dims, _, expected = _idx_layout(head, path)
+        size = path.stat().st_size
+        if size != expected:
+            raise _idx_size_error(path, dims, expected, size)
+        raw = path.read_bytes()
         return raw, raw
+    raw = path.read_bytes()
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(raw)) as f:
-            content = f.read(_IDX_MAX_BYTES + 1)
+            head = f.read(4)
+            if len(head) == 4 and head[:2] == b"\0\0":
+                head += f.read(4 * head[3])
+            _, dims, _, expected = _idx_layout(head, path)
+            check_ratio(path, "gzip", expected, len(raw))
+            isize = int.from_bytes(raw[-4:], "little")
+            if isize != expected % (1 << 32):
+                raise FileFormatError(
+                    path,
+                    "gzip ISIZE",
+                    f"{expected % (1 << 32)} (the {expected} bytes its IDX header declares, "
+                    "mod 2**32)",
+                    f"{isize}",
+                )
+            content = head + f.read(expected - len(head) + 1)
     except (OSError, EOFError, zlib.error) as err:  # gzip's own errors: a corrupt or cut file
         raise FileFormatError(
             path, "gzip", "a complete gzip file", f"a corrupt gzip file ({err})"
         ) from None
-    if len(content) > _IDX_MAX_BYTES:
-        raise FileFormatError(path, "gzip", f"at most {_IDX_MAX_BYTES} bytes uncompressed", "more")
+    if len(content) > expected:
+        raise FileFormatError(
+            path,
+            "gzip",
+            f"{expected} bytes uncompressed (its IDX header: shape {dims})",
+            "more: the stream runs past them",
+        )
+    if len(content) < expected:
+        raise _idx_size_error(path, dims, expected, len(content))
     return content, raw
 
 
@@ -464,306 +519,12 @@ _CIFAR_RECORD = 1 + 3072
 #: the largest batch file read: four times the official python batch (31 MB)
 _CIFAR_MAX_BYTES = 128 << 20
 _CIFAR_KEYS = {"data", "labels", "batch_label", "filenames"}
-_INTEGER_DTYPES = {
-    f"{e}{k}{n}" for e in ("", "<", ">", "|", "=") for k in "iu" for n in (1, 2, 4, 8)
-}
-
-
-def _safe_dtype(name, align=False, copy=True):
-    """``numpy.dtype`` for the unpickler: integer dtypes only (uint8 pixels, integer labels).
-    A Python 2 pickle (the official release) names it as a byte string, ``b'u1'``."""
-    if isinstance(name, bytes):
-        name = name.decode("latin1")
-    if not isinstance(name, str) or name not in _INTEGER_DTYPES:
-        raise pickle.UnpicklingError(
-            f"refused the dtype {name!r} (a CIFAR-10 batch holds integers only)"
-        )
-    if align not in (0, 1) or copy not in (0, 1):  # Python 2 pickles pass the ints 0 and 1
-        raise pickle.UnpicklingError(f"refused numpy.dtype's flags align={align!r}, copy={copy!r}")
-    return _Built(np.dtype(name))
-
-
-class _Built:
-    """What the unpickler builds in place of a dtype or an array: the pickle's state (BUILD)
-    goes to :meth:`__setstate__`, which checks it and builds ``value`` itself, so no state
-    from the file reaches NumPy's own ``__setstate__`` (which takes, on a dtype, the flags of
-    one holding Python objects). ``value``: the dtype (its state sets only the byte order), or
-    the array (``None`` until its state is set)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        object.__setattr__(self, "value", value)
-
-    def __setattr__(self, key, value):
-        raise AttributeError("the state of a dtype or an array is set by __setstate__ only")
-
-    def __setstate__(self, state):
-        if isinstance(self.value, np.dtype):
-            object.__setattr__(self, "value", _dtype_state(self.value, state))
-        elif self.value is None:
-            object.__setattr__(self, "value", _array_state(state))
-        else:
-            raise pickle.UnpicklingError("refused a second state for an array")
-
-
-def _dtype_state(dtype, state):
-    """``dtype`` in the byte order of the state NumPy pickles for an integer dtype:
-    ``(3, byteorder, None, None, None, -1, -1, 0)``; any other state is refused."""
-    order = state[1] if isinstance(state, tuple) and len(state) == 8 else None
-    order = order.decode("latin1") if isinstance(order, bytes) else order
-    if (
-        order not in ("<", ">", "|", "=")
-        or state[0] != 3
-        or state[2:] != (None, None, None, -1, -1, 0)
-    ):
-        raise pickle.UnpicklingError(
-            f"refused the dtype state {state!r} (a plain integer "
-            f"dtype's is (3, byteorder, None, None, None, -1, -1, 0))"
-        )
-    return dtype.newbyteorder(order) if order in "<>" else dtype
-
-
-def _array_state(state):
-    """The array of NumPy's pickled state ``(1, shape, dtype, is_fortran, raw bytes)``, built
-    from the bytes (which must be exactly the shape's)."""
-    if not (
-        isinstance(state, tuple)
-        and len(state) == 5
-        and state[0] == 1
-        and isinstance(state[1], tuple)
-        and all(type(n) is int and n >= 0 for n in state[1])
-        and isinstance(state[2], _Built)
-        and isinstance(state[2].value, np.dtype)
-        and state[3] in (0, 1)
-        and isinstance(state[4], bytes)
-    ):
-        raise pickle.UnpicklingError(
-            f"refused the array state {str(state)[:200]} (NumPy "
-            f"pickles (1, shape, dtype, is_fortran, bytes))"
-        )
-    shape, dtype, data = state[1], state[2].value, state[4]
-    if math.prod(shape) * dtype.itemsize != len(data):
-        raise pickle.UnpicklingError(
-            f"refused an array of shape {shape} and dtype {dtype} from {len(data)} bytes"
-        )
-    return np.frombuffer(data, dtype).reshape(shape, order="F" if state[3] else "C")
-
-
-class _Admitted:
-    """A global the unpickler admits: calling it calls ``fn``. It has no state a pickle can
-    set (BUILD on a plain function would set its ``__defaults__``, process-wide)."""
-
-    __slots__ = ("fn", "name")
-
-    def __init__(self, fn, name):
-        object.__setattr__(self, "fn", fn)
-        object.__setattr__(self, "name", name)
-
-    def __setattr__(self, key, value):
-        raise AttributeError(f"{self.name} has no attribute to set")
-
-    def __repr__(self):
-        return self.name
-
-    def __call__(self, *args):
-        return self.fn(*args)
-
-
-def _refuse_ndarray_call(*args):
-    raise pickle.UnpicklingError(
-        "refused calling numpy.ndarray directly (a CIFAR-10 batch "
-        "builds its arrays through _reconstruct)"
-    )
-
-
-#: what the global ``numpy.ndarray`` unpickles to: accepted as ``_reconstruct``'s first
-#: argument only; called, it refuses (``ndarray(shape, dtype, buffer, offset, strides)`` builds
-#: any size, or views of 0 strides, from a few bytes)
-_NDARRAY = _Admitted(_refuse_ndarray_call, "numpy.ndarray")
-
-
-def _safe_reconstruct(cls, shape, typecode):
-    """NumPy's ``_reconstruct`` of a plain ``ndarray`` (no subclass): an array to be built
-    from its state (:class:`_Built`)."""
-    if cls is not _NDARRAY or shape != (0,):  # NumPy pickles an empty array, then its state
-        raise pickle.UnpicklingError(f"refused reconstructing {cls!r} of shape {shape!r}")
-    return _Built(None)
-
-
-def _safe_frombuffer(buf, dtype, shape, order):
-    """NumPy's ``_frombuffer`` (pickle protocol 5) of the bytes of a dtype the unpickler built."""
-    if (
-        not isinstance(dtype, _Built)
-        or not isinstance(dtype.value, np.dtype)
-        or not isinstance(buf, (bytes, bytearray))
-        or order not in ("C", "F")
-    ):
-        raise pickle.UnpicklingError(f"refused _frombuffer of {type(buf).__name__} as {dtype!r}")
-    return _array_state((1, shape, dtype, order == "F", bytes(buf)))
-
-
-def _latin1(text, encoding):
-    """``_codecs.encode(text, "latin1")``: how Python 3's protocol 2 pickles bytes."""
-    if not isinstance(text, str) or encoding != "latin1":
-        raise pickle.UnpicklingError(
-            f"refused _codecs.encode of {type(text).__name__} to {encoding!r}"
-        )
-    return text.encode("latin1")
-
-
-class _BatchUnpickler(pickle.Unpickler):
-    """An unpickler that admits only what a CIFAR-10 python batch holds: dicts, lists, ints,
-    bytes and str (built by the pickle opcodes themselves), and NumPy integer arrays through
-    the reconstructors NumPy's pickles name, built by :class:`_Built` from their checked state.
-    Any other global is refused by its name when the pickle names it, before any object is
-    built from it: no code in a data file runs."""
-
-    ADMITTED = {("numpy", "ndarray"): _NDARRAY} | {
-        (module, name): _Admitted(fn, f"{module}.{name}")
-        for module, name, fn in [
-            ("numpy.core.multiarray", "_reconstruct", _safe_reconstruct),
-            ("numpy._core.multiarray", "_reconstruct", _safe_reconstruct),
-            ("numpy", "dtype", _safe_dtype),
-            ("numpy.core.numeric", "_frombuffer", _safe_frombuffer),
-            ("numpy._core.numeric", "_frombuffer", _safe_frombuffer),
-            ("_codecs", "encode", _latin1),
-        ]
-    }
-
-    def find_class(self, module, name):
-        if (module, name) not in self.ADMITTED:
-            raise pickle.UnpicklingError(
-                f"refused the global {module}.{name} (a CIFAR-10 batch "
-                f"holds only NumPy integer arrays, lists and text)"
-            )
-        return self.ADMITTED[(module, name)]
-
-
-#: the arguments of a declared length of 4 or 8 bytes (long strings, bytes), by their ``n``
-_LONG_ARGS = {
-    pickletools.TAKEN_FROM_ARGUMENT4: 4,
-    pickletools.TAKEN_FROM_ARGUMENT4U: 4,
-    pickletools.TAKEN_FROM_ARGUMENT8U: 8,
-}
-#: opcodes that store into the unpickler's memo, whose index must stay below the opcode count
-_MEMO_PUTS = {"PUT", "BINPUT", "LONG_BINPUT"}
-
-
-def _opcodes(data):
-    """``(opcode, argument, position)`` of the pickle ``data``, as ``pickletools.genops``
-    yields them, except that a protocol-0 STRING's argument stays raw bytes (genops decodes it
-    as ASCII, which the string of a Python 2 pickle of pixels is not)."""
-    f = io.BytesIO(data)
-    while True:
-        pos, code = f.tell(), f.read(1)
-        op = pickletools.code2op.get(code.decode("latin1"))
-        if op is None:
-            raise ValueError(
-                f"at byte {pos}: " + (f"the unknown opcode {code!r}" if code else "no STOP opcode")
-            )
-        width = _LONG_ARGS.get(op.arg.n) if op.arg else None
-        try:  # a length past the end of the data: ValueError, before anything is read
-            if width:  # a long string or bytes: its length, then skipped
-                n = int.from_bytes(
-                    f.read(width), "little", signed=op.arg.n == pickletools.TAKEN_FROM_ARGUMENT4
-                )
-                if not 0 <= n <= len(data) - f.tell():
-                    raise ValueError(f"a length of {n} bytes, {len(data) - f.tell()} remain")
-                f.seek(n, 1)
-                arg = None
-            else:
-                arg = (
-                    pickletools.read_stringnl(f, decode=False)
-                    if op.name == "STRING"
-                    else op.arg and op.arg.reader(f)
-                )
-        except ValueError as err:
-            raise ValueError(f"at byte {pos}: {err}") from None
-        yield op, arg, pos
-        if op.name == "STOP":
-            return
-
-
-def _scan_pickle(path, data):
-    """Walk the opcodes of the pickle ``data`` before anything is built: every declared length
-    (strings, bytes, longs, frames) must fit in what remains of the file, memo indices must
-    stay below the number of opcodes read (a large one would make the unpickler grow its memo
-    to gigabytes), and every global, where the pickle spells it out, must be an admitted one."""
-    strings, memo = [None, None], {}  # the last two values pushed, where known text
-    try:
-        for count, (op, arg, pos) in enumerate(_opcodes(data)):
-            if op.name == "FRAME" and arg > len(data) - pos - 9:
-                raise ValueError(
-                    f"at byte {pos}: a frame of {arg} bytes, {len(data) - pos - 9} remain"
-                )
-            if op.name in _MEMO_PUTS and arg > count:
-                raise ValueError(f"at byte {pos}: the memo index {arg} after {count} opcodes")
-            if op.name in _MEMO_PUTS or op.name == "MEMOIZE":
-                memo[len(memo) if arg is None else arg] = strings[-1]
-                continue
-            name = (
-                tuple(arg.split(" "))
-                if op.name == "GLOBAL"
-                else tuple(strings)
-                if op.name == "STACK_GLOBAL"
-                else None
-            )
-            if name and None not in name and name not in _BatchUnpickler.ADMITTED:
-                raise pickle.UnpicklingError(
-                    f"refused the global {'.'.join(name)} (a CIFAR-10 "
-                    f"batch holds only NumPy integer arrays, lists and "
-                    f"text)"
-                )
-            strings = [
-                strings[-1],
-                memo.get(arg)
-                if "GET" in op.name
-                else arg
-                if isinstance(arg, str) and "UNICODE" in op.name
-                else None,
-            ]
-    except pickle.UnpicklingError as err:
-        raise FileFormatError(
-            path, "pickle", "a CIFAR-10 python batch", str(err), "nothing from the file was run"
-        ) from None
-    except ValueError as err:  # a length past the end of the file, an unknown opcode
-        raise FileFormatError(
-            path,
-            "pickle",
-            "a complete CIFAR-10 python batch",
-            f"a truncated or foreign pickle of {len(data)} bytes ({err})",
-        ) from None
 
 
 def _unpickle_batch(path):
-    """The object of the python batch ``path`` through :class:`_BatchUnpickler`, once
-    :func:`_scan_pickle` has passed its opcodes."""
-    data = path.read_bytes()
-    _scan_pickle(path, data)
-    try:
-        batch = _BatchUnpickler(io.BytesIO(data), encoding="bytes").load()
-        if isinstance(batch, dict):  # the arrays built from their state, in place of _Built
-            return {k: v.value if isinstance(v, _Built) else v for k, v in batch.items()}
-        return batch
-    except pickle.UnpicklingError as err:
-        if str(err).startswith("refused"):
-            raise FileFormatError(
-                path, "pickle", "a CIFAR-10 python batch", str(err), "nothing from the file was run"
-            ) from None
-        raise FileFormatError(
-            path,
-            "pickle",
-            "a complete CIFAR-10 python batch",
-            f"a truncated or foreign pickle of {len(data)} bytes ({err})",
-        ) from None
-    except Exception as err:  # noqa: BLE001 -- any other failure of load() on a checked pickle
-        raise FileFormatError(
-            path,
-            "pickle",
-            "a complete CIFAR-10 python batch",
-            f"a truncated or foreign pickle of {len(data)} bytes ({type(err).__name__}: {err})",
-        ) from None
+    """The object of the python batch ``path``, read by :mod:`~fenchel_cvx.cifar_pickle`'s
+    stack machine (no ``pickle``: nothing the file names is imported or called)."""
+    return load_batch(path)
 
 
 def _read_cifar_batch(path):
@@ -801,7 +562,7 @@ def _read_cifar_batch(path):
         )
     if isinstance(labels, np.ndarray):
         _check_stored(path, "labels", labels)
-    return X, _cifar_labels(path, np.asarray(labels, dtype=np.int64))
+    return X, _cifar_labels(path, labels)
 
 
 def _check_stored(path, field, A):
@@ -818,10 +579,12 @@ def _check_stored(path, field, A):
 
 
 def _cifar_labels(path, y):
-    if y.size and not 0 <= y.min() <= y.max() <= 9:
-        bad = y[(y < 0) | (y > 9)][0]
-        raise FileFormatError(path, "labels", "classes 0..9", f"the label {bad}")
-    return y
+    """The labels ``y`` (a list of ints, or an integer array) as int64, once each is in 0..9:
+    checked before the conversion, so a label of 2**63 is named, not an OverflowError."""
+    bad = [v for v in y if not 0 <= v <= 9] if isinstance(y, list) else y[(y < 0) | (y > 9)]
+    if len(bad):
+        raise FileFormatError(path, "labels", "classes 0..9", f"the label {bad[0]}")
+    return np.asarray(y, dtype=np.int64)
 
 
 def _read_cifar_bin(path):
@@ -899,10 +662,11 @@ def load_cifar10(data_dir=None, *, verify=False, dtype=np.float64):
     ``data_dir``: the folder of the batches, default ``$FENCHEL_DATA/cifar10``; a
     ``cifar-10-batches-bin`` or ``cifar-10-batches-py`` folder inside it (as the official
     tarballs extract) is used if present, the binary version (raw bytes) where both are. The
-    python batches (Python 2 pickles in the release) are read by a restricted unpickler that
-    admits only NumPy's integer-array reconstructors, after a walk of their opcodes (every
-    declared length within the file): a batch that names anything else is refused before any
-    object is built, and each array is built from its checked state by this module, not NumPy.
+    python batches (Python 2 pickles in the release) are parsed without ``pickle`` by
+    :mod:`~fenchel_cvx.cifar_pickle`'s stack machine, which knows the few opcodes and NumPy
+    reconstructors a batch uses, builds each array from its checked state, bounds opcodes,
+    nesting, the memo and every size (the read budget) before building anything, and refuses
+    anything else by name: nothing the file names is imported or called.
     ``verify``: check the files against the official release (python: its md5s; binary: its
     10,000 records a file and 1,000 test and 5,000 training images per class).
     """

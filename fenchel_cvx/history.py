@@ -28,8 +28,9 @@ alternation of each batch in Algorithm 2. A record holds
 
 ``save(path)`` writes JSON (format ``"fenchel_cvx.History/1"``) atomically: to a temporary file
 then renamed (``io.atomic_write``); ``History.load(path)`` reads it back through the checked
-reader (``files.read_json``) and the round trip is exact. A history without ``format`` (as
-the earliest releases wrote it) loads as version 1.
+reader (``files.read_json``: the JSON within the read budget) and the schema of its fields
+(``schemas.HISTORY``), and the round trip is exact. A history without ``format`` (as the
+earliest releases wrote it) loads as version 1.
 """
 
 import math
@@ -135,9 +136,11 @@ class History:
     @classmethod
     def from_dict(cls, d, source="history"):
         """The history of ``to_dict``'s dict ``d``; ``source``: the file it came from (named
-        by a ``FileFormatError`` when ``d`` is not one)."""
+        by a ``FileFormatError`` when ``d`` is not one, or a field of it fails its schema,
+        ``schemas.HISTORY``: e.g. ``records[2].certificate.held: expected true or false``)."""
         from .errors import FileFormatError
         from .files import check_format
+        from .schemas import HISTORY
 
         if not isinstance(d, dict) or not isinstance(d.get("records"), list):
             found = "not a History: " + (
@@ -147,13 +150,14 @@ class History:
                 source, "", "a History: an object with 'config' and 'records'", found
             )
         if "format" in d:
-            check_format(source, d, FORMAT)
+            check_format(source, d, FORMAT, "format")
         if not isinstance(d.get("config", {}), dict) or not all(
             isinstance(r, dict) for r in d["records"]
         ):
             raise FileFormatError(
                 source, "records", "an object per round and a config object", "other JSON values"
             )
+        HISTORY.check(source, "", d)  # every record's fields: their types, ranges and meaning
         return cls(d.get("config"), d["records"])
 
     def save(self, path):

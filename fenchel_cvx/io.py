@@ -17,13 +17,14 @@ with a zip and an ``.npy`` reader):
 :func:`load_network`; this module imports no network (it is handed the class to build), so
 ``network`` imports ``io`` and nothing imports back.
 
-Every file is written atomically: to a temporary file ``.<name>.<random>.tmp`` in the same
-folder, then renamed over the target, so an interrupted write never leaves a half-written file;
-:func:`remove_temporaries` deletes the temporary files a killed run left (a resumed run, or a new
-one in the same folder, calls it). The temporary is created as ``open()`` creates a file: mode
-0666 less the process's umask, which the kernel applies. :func:`recording_writes` collects the
-files written meanwhile (``fenchel-cvx train`` names them). Destinations are checked before any
-work (:func:`check_destination`).
+Every file is written atomically: to a temporary file ``.<name>.<pid>.<random>.tmp`` in the
+same folder (``pid``: the writing process's id), then renamed over the target, so an interrupted
+write never leaves a half-written file; :func:`remove_temporaries` deletes the temporary files
+whose writer is gone (killed while writing), never a live writer's (every ``fenchel-cvx``
+command in a run folder, and a resumed ``fit_bcd``, calls it). The temporary is created as
+``open()`` creates a file: mode 0666 less the process's umask, which the kernel applies.
+:func:`recording_writes` collects the files written meanwhile (``fenchel-cvx train`` names
+them). Destinations are checked before any work (:func:`check_destination`).
 
 Every file is read through the checked reader of ``files.py``: the zip container, each array's
 ``.npy`` header (dtype, shape) against the config, the config's sizes against the memory budget
@@ -36,9 +37,11 @@ load; a newer version is refused with what to do.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
+import re
 import secrets
 import tempfile
 from collections.abc import Callable, Iterator
@@ -52,6 +55,7 @@ import numpy as np
 from .arrays import to_numpy
 from .errors import FileFormatError
 from .files import NpzFile
+from .schemas import NETWORK_CONFIG, check_meta
 
 NETWORK_FORMAT = "fenchel_cvx.LiftedNetwork/1"
 #: the files a run writes in its folder (``fenchel-cvx train``; ``fit_bcd(checkpoint=DIR)``)
@@ -84,10 +88,13 @@ def recording_writes() -> Iterator[list[Path]]:
 
 
 def _temporary(path: Path) -> tuple[int, Path]:
-    """A new file ``.<name>.<random>.tmp`` beside ``path``, open for writing (its descriptor),
-    of mode 0666 less the process's umask, as ``open()`` creates a file."""
+    """A new file ``.<name>.<pid>.<random>.tmp`` beside ``path`` (``pid``: this process's id, so
+    that :func:`remove_temporaries` tells a live writer's temporary from a killed one's), open
+    for writing (its descriptor), of mode 0666 less the process's umask, as ``open()`` creates a
+    file."""
+    pid = os.getpid()
     for _ in range(100):
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        tmp = path.parent / f".{path.name}.{pid}.{secrets.token_hex(4)}.tmp"
         try:
             return os.open(tmp, _CREATE, 0o666), tmp
         except FileExistsError:  # another write's temporary: draw another name
@@ -137,9 +144,11 @@ def write_npz(path, arrays: dict[str, Any], meta: dict) -> Path:
 
 def read_npz(path, expected_format: str) -> tuple[dict[str, np.ndarray], dict]:
     """The arrays and the meta object of a file written by :func:`write_npz`, every array read
-    as its header announces it (for files whose arrays have no config to check against)."""
+    as its header announces it (for files whose arrays have no config to check against); the
+    meta checked by the schema of its format (``schemas.check_meta``: a network's, a
+    checkpoint's) where it has one."""
     with NpzFile(path, "fenchel_cvx .npz") as f:
-        meta = f.meta(expected_format)
+        meta = check_meta(f.path, expected_format, f.meta(expected_format))
         arrays = {
             k: f.array(k, (None,) * len(shape), dtype)
             for k, (shape, dtype) in f.headers.items()
@@ -152,19 +161,6 @@ def read_npz(path, expected_format: str) -> tuple[dict[str, np.ndarray], dict]:
 def network_config(net) -> dict:
     """The JSON-able architecture and hyperparameters of ``net`` (``LiftedNetwork.get_config``)."""
     return net.get_config()
-
-
-#: the config's entries and their JSON types (``LiftedNetwork.get_config``)
-_CONFIG: dict[str, tuple[type, ...]] = {
-    "input_shape": (list,),
-    "layers": (list,),
-    "activations": (list,),
-    "loss": (str, dict),  # a name, or {"name": ..., **params} (``Loss.config``)
-    "lam": (list,),
-    "rho": (list,),
-    "seed": (int,),
-    "dtype": (str,),
-}
 
 
 def same_network(a: dict, b: dict) -> bool:
@@ -180,32 +176,12 @@ def same_network(a: dict, b: dict) -> bool:
 
 def network_from_config(cfg: dict, network_class: Any, path=None, field="config") -> Any:
     """A freshly initialised network of ``network_class`` (``LiftedNetwork``) with the
-    architecture of ``cfg``; a config that fails a check raises ``FileFormatError`` naming
-    ``path`` (default: "config") and ``field``."""
+    architecture of ``cfg``; a config that fails a check (its schema,
+    ``schemas.NETWORK_CONFIG``: types, registered names, weights within the read budget; then
+    the network's own) raises ``FileFormatError`` naming ``path`` (default: "config") and
+    ``field``."""
     path = "config" if path is None else path
-    if not isinstance(cfg, dict):
-        raise FileFormatError(
-            path, field, "a JSON object (LiftedNetwork.get_config)", type(cfg).__name__
-        )
-    for key, cls in _CONFIG.items():
-        if not isinstance(cfg.get(key), cls) or isinstance(cfg.get(key), bool):
-            found = "nothing" if key not in cfg else f"{type(cfg[key]).__name__} {cfg[key]!r}"[:200]
-            names = " or a ".join(c.__name__ for c in cls)
-            raise FileFormatError(path, f"{field}.{key}", f"a {names}", found)
-    if isinstance(cfg["loss"], dict) and not isinstance(cfg["loss"].get("name"), str):
-        raise FileFormatError(
-            path,
-            f"{field}.loss",
-            "a loss's name, or an object with a name",
-            repr(cfg["loss"])[:200],
-        )
-    if not all(isinstance(a, dict) and isinstance(a.get("name"), str) for a in cfg["activations"]):
-        raise FileFormatError(
-            path,
-            f"{field}.activations",
-            "a list of objects with a name",
-            repr(cfg["activations"])[:200],
-        )
+    NETWORK_CONFIG.check(path, field, cfg)
     try:  # the network's own checks (validation.py, layers.build_maps, check_memory): each names
         return network_class.from_config(cfg)  # the parameter and the value it was given
     except (ValueError, TypeError) as err:  # TypeError: an activation's unknown parameter
@@ -249,7 +225,7 @@ def load_network(path, network_class: Any) -> Any:
     ``network_class`` (``LiftedNetwork``), checked as the module docstring says before any
     weight is read."""
     with NpzFile(path, "network (LiftedNetwork.save)") as f:
-        meta = f.meta(NETWORK_FORMAT)
+        meta = check_meta(f.path, NETWORK_FORMAT, f.meta(NETWORK_FORMAT))
         net = network_from_config(meta.get("config"), network_class, f.path, "meta.config")
         f.require({f"W_{l}" for l in range(len(net.W))} | {"meta"})
         net.W = _weights(f, net, "W_")
@@ -267,18 +243,91 @@ def data_digest(*arrays) -> str:
     return h.hexdigest()
 
 
-def remove_temporaries(directory) -> list:
-    """Delete the temporary files (``.<name>.<random>.tmp``, :func:`atomic_write`) that a run
-    killed while writing left in ``directory``; returns their paths. Only the run's own files'
-    temporaries: those of ``checkpoint.npz``, ``history.json``, ``model.npz``, ``run.json`` and
-    the plots."""
+#: a temporary's name between ``.<name>.`` and ``.tmp`` (:func:`_temporary`): the writer's pid
+#: and a random part (one named before pids were, ``.<name>.<random>.tmp``, has no pid)
+_WRITER = re.compile(r"(?:.*\.)?([0-9]{1,10})\.[0-9a-f]+")
+#: seconds by which a process's start, as /proc gives it (to the second), may pass a file's mtime
+#: before its pid reads as reused (a wall clock set forward by more, between a live writer's
+#: last write and the check, would make its temporary read as a reused pid's)
+_START_SLACK = 5.0
+
+
+def _boot_time() -> float:
+    """When the machine booted (seconds since the epoch, /proc/stat's ``btime``); OSError or
+    ValueError where there is no such /proc."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    raise ValueError("/proc/stat has no btime")
+
+
+def _started_after(pid: int, mtime: float, boot: float | None) -> bool:
+    """Whether the process ``pid`` is dead but not yet reaped (a zombie), or started more than
+    ``_START_SLACK`` s after ``mtime`` (another process got the pid); False where /proc cannot
+    tell (no /proc: not Linux) or ``boot`` is unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        fields = stat[stat.rindex(b")") + 2 :].split()  # after the command, which may hold spaces
+        state, ticks = fields[0], int(fields[19])  # fields 3 and 22 of proc(5)
+        if state in (b"Z", b"X"):
+            return True
+        return boot is not None and boot + ticks / os.sysconf("SC_CLK_TCK") > mtime + _START_SLACK
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _writer_gone(tmp: Path, name: str, boot: float | None) -> bool:
+    """Whether the process that wrote ``tmp``, a temporary of the file ``name``, is gone (see
+    :func:`remove_temporaries`)."""
+    named = _WRITER.fullmatch(tmp.name[len(name) + 2 : -len(".tmp")])
+    if named is None:  # named before pids were: removed, as then
+        return True
+    pid = int(named[1])
+    if pid <= 0:  # never a writer's (and os.kill would signal a process group)
+        return True
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # no such process (or no such pid)
+        return True
+    except PermissionError:  # alive, another user's
+        pass
+    try:
+        mtime = tmp.stat().st_mtime
+    except OSError:  # renamed or removed meanwhile: its writer's, not ours to remove
+        return False
+    return _started_after(pid, mtime, boot)
+
+
+def remove_temporaries(directory, names=RUN_FILES) -> list:
+    """Delete the temporary files (``.<name>.<pid>.<random>.tmp``, :func:`atomic_write`) that a
+    process killed while writing left in ``directory``; returns their paths. Only the temporaries
+    of ``names`` (default: a run's own files, ``RUN_FILES``: ``checkpoint.npz``,
+    ``history.json``, ``model.npz``, ``run.json`` and the plots), and only those whose writer is
+    gone: no process of that pid exists (``os.kill(pid, 0)``), or, on Linux, it is a zombie or
+    started after the temporary was last written (/proc/<pid>/stat: the pid was reused). A
+    writer alive, of this user or another, keeps its temporary. Limit: a pid reused within
+    ``_START_SLACK`` seconds of the temporary's last write, or anywhere without /proc, reads as
+    its writer alive, and its temporary stays until a later call; and the pids are this
+    machine's (this pid namespace's), so a folder that processes on other machines or in other
+    containers write at the same time is not cleaned safely. A temporary named without a pid
+    (``.<name>.<random>.tmp``, before this naming) is removed whatever wrote it, as then. One
+    that cannot be deleted (a read-only folder) stays, unreported."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
+    try:
+        boot: float | None = _boot_time()
+    except (OSError, ValueError):
+        boot = None
     removed = []
-    for name in RUN_FILES:
-        for tmp in directory.glob(f".{name}.*.tmp"):
-            tmp.unlink(missing_ok=True)
+    for name in names:
+        for tmp in sorted(directory.glob(f".{glob.escape(name)}.*.tmp")):
+            if not _writer_gone(tmp, name, boot):
+                continue
+            try:
+                tmp.unlink()
+            except OSError:  # removed meanwhile, or a folder this user cannot write
+                continue
             removed.append(tmp)
     return removed
 

@@ -94,10 +94,10 @@ def test_no_script_loads_data_but_through_the_harness(path):
 @pytest.mark.parametrize("name", ["mnist_mlp", "mnist_lenet5"])
 def test_a_run_writes_under_runs_unless_told_and_refuses_an_unwritable_out(name, tmp_path):
     """Without ``--out`` a run's report goes to ``runs/<benchmark>``; an ``--out`` that cannot
-    be a folder is refused by name before any data is read or any run starts."""
+    be a folder is refused by name before any run starts."""
     bench = load_benchmark(name)
     assert Path(bench.parse_args(["--quick"]).out).parent == BENCHMARKS.parent / "runs"
     blocker = tmp_path / "a file"
     blocker.write_text("")
     with pytest.raises(SystemExit, match="--out must be a writable folder"):
-        bench.main(["--quick", "--out", str(blocker / "report"), "--data-dir", "/nonexistent"])
+        bench.main(["--quick", "--out", str(blocker / "report")])

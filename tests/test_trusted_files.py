@@ -3,6 +3,7 @@ reads (network, checkpoint, history, run.json, CIFAR-10 and MNIST files, the inp
 ``predict``) is refused with the package's ``FileFormatError`` (or a ``ValueError`` that names
 the argument), before any work; bad in-memory inputs are refused by name too."""
 
+import gzip
 import io as _io
 import json
 import os
@@ -195,6 +196,21 @@ def _short_deflated_member(tmp):
     return path
 
 
+_MINUS_HEADER = b"{'descr': '<f8', 'fortran_order': False, 'shape': (" + b"-" * 5000 + b"1, 3), }"
+
+
+def _end_record(data):
+    """The offset of the zip's end-of-central-directory record in ``data``."""
+    return bytes(data).rindex(b"PK\x05\x06")
+
+
+def _utf8_flagged_0xff(data):
+    """The directory's first name flagged UTF-8, its first byte 0xFF."""
+    at = bytes(data).index(b"PK\x01\x02")
+    _set_u16(data, at + 8, 0x800)
+    data[at + 46] = 0xFF
+
+
 NETWORK = [  # (id, make(tmp) -> path, a phrase of the refusal)
     (
         "empty file",
@@ -268,7 +284,11 @@ NETWORK = [  # (id, make(tmp) -> path, a phrase of the refusal)
     ),
     ("config bad loss", _edit_network(_config("loss", "hinge")), "hinge"),
     ("config negative lam", _edit_network(_config("lam", [-1.0])), "lam must be > 0"),
-    ("config float16", _edit_network(_config("dtype", "float16")), "dtype must be"),
+    (
+        "config float16",
+        _edit_network(_config("dtype", "float16")),
+        "meta.config.dtype: expected one of 'float32', 'float64', found 'float16'",
+    ),
     ("config seed text", _edit_network(_config("seed", "0")), "meta.config.seed"),
     ("weight missing", _edit_network(_drop("a", "W_1")), "missing W_1"),
     ("extra array", _edit_network(lambda a, m: a.update(W_9=np.ones(2))), "unexpected W_9"),
@@ -354,7 +374,63 @@ NETWORK = [  # (id, make(tmp) -> path, a phrase of the refusal)
         lambda t: _zip_member(
             t, _raw_npy(b"{'descr': '<f8', 'fortran_order': False, 'shape': (2, 4), ", b"\0" * 64)
         ),
-        "expected a .npy header, found ('EOF in multi-line statement'",
+        "W_0.npy: expected a .npy header (the dict NumPy writes: "
+        "{'descr': '<dtype>', 'fortran_order': False, 'shape': (<integers>,)}), found a dict "
+        "left open (no closing '}')",
+    ),
+    (
+        "npy header of 5,000 minus signs",
+        lambda t: _zip_member(t, _raw_npy(_MINUS_HEADER, b"\0" * 24)),
+        "(not a non-negative integer)",
+    ),
+    (
+        "npy dimension of 30,000 digits",
+        lambda t: _zip_member(
+            t,
+            _raw_npy(
+                b"{'descr': '<f8', 'fortran_order': False, 'shape': (" + b"9" * 30000 + b",), }",
+                b"",
+            ),
+        ),
+        "W_0.npy: expected a .npy header (the dict NumPy writes",
+    ),
+    (
+        "npy header of 1 MiB",
+        lambda t: _zip_member(
+            t, b"\x93NUMPY\x02\x00" + (1 << 20).to_bytes(4, "little") + b" " * (1 << 20)
+        ),
+        "expected a .npy header of at most 65,536 bytes (NumPy writes a few hundred), found a "
+        "header length of 1,048,576 bytes",
+    ),
+    (
+        "npy header 1e12 x 1e12 float64",
+        _npy_member({"descr": "<f8", "fortran_order": False, "shape": (10**12, 10**12)}),
+        "within the read budget",
+    ),
+    (
+        "zip end record of 5,000 entries",
+        _patch(
+            _network_file,
+            lambda d: [_set_u16(d, _end_record(d) + at, 5000) for at in (8, 10)],
+        ),
+        "zip directory: expected at most 4,096 members",
+    ),
+    (
+        "zip name flagged UTF-8 with a 0xff byte",
+        _patch(_network_file, _utf8_flagged_0xff),
+        "zip directory entry 1: expected a member name in UTF-8 (its UTF-8 flag is set)",
+    ),
+    (
+        "deflated member of 8 MB of zeros",
+        lambda t: _zip_member(
+            t,
+            _raw_npy(
+                b"{'descr': '<f8', 'fortran_order': False, 'shape': (1000, 1000), }",
+                bytes(8_000_000),
+            ),
+            method=zipfile.ZIP_DEFLATED,
+        ),
+        "W_0.npy: expected at most 1000 declared bytes per stored byte",
     ),
 ]
 
@@ -424,6 +500,29 @@ def _hist(change_records):
         meta["history"]["records"] = change_records(meta["history"]["records"])
 
     return change
+
+
+def _x1_declaring_2_3_gb(tmp, src):
+    """The checkpoint ``src`` whose X_1.npy declares (4, 72,000,000) float64 (2.3 GB) in its
+    header and in the zip's sizes, in a deflated file of a few dozen KB."""
+    with zipfile.ZipFile(src) as z:
+        members = {i.filename: z.read(i) for i in z.infolist()}
+    x = _raw_npy(b"{'descr': '<f8', 'fortran_order': False, 'shape': (4, 72000000), }", b"")
+    members["X_1.npy"] = x + bytes(1024)
+    path = tmp / "declared.npz"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    data = bytearray(path.read_bytes())
+    for signature, name_at, size_at in ((b"PK\x03\x04", 30, 22), (b"PK\x01\x02", 46, 24)):
+        at = next(
+            i
+            for i in range(len(data))
+            if data.startswith(signature, i) and data.startswith(b"X_1.npy", i + name_at)
+        )
+        _set_u32(data, at + size_at, len(x) + 4 * 72_000_000 * 8)
+    path.write_bytes(bytes(data))
+    return path
 
 
 CHECKPOINT = [
@@ -499,6 +598,12 @@ CHECKPOINT = [
         "newer version",
         _edit_checkpoint(_set("format", "fenchel_cvx.BCDCheckpoint/2")),
         "newer fenchel_cvx",
+    ),
+    (
+        "X_1 declares 2.3 GB",
+        _x1_declaring_2_3_gb,
+        "X_1.npy: expected declared bytes (its header: float64 of shape (4, 72000000)) within "
+        "the read budget",
     ),
 ]
 
@@ -800,7 +905,7 @@ BROKEN_PICKLES = [  # (id, the bytes of test_batch, a phrase)
     ),
     ("frame of 1 TB", b"\x80\x04\x95" + (2**40).to_bytes(8, "little") + b"}.", "a frame of"),
     ("memo index 2**31", b"\x80\x02}r\xff\xff\xff\x7f.", "the memo index 2147483647"),
-    ("append to a dict", b"\x80\x02}K\x01a.", "AttributeError: 'dict' object has no attribute"),
+    ("append to a dict", b"\x80\x02}K\x01a.", "at byte 5, APPEND: a list to add to, and <dict"),
     (
         "ndarray of 0 strides",
         pickle.dumps({b"data": _strided((10**9, 3072)), b"labels": _strided((10**9,))}, protocol=2),
@@ -1006,6 +1111,26 @@ def test_cli_verify_refuses_a_changed_mnist_file(tmp_path, capsys):
         ("t10k-labels-idx1-ubyte", _idx(np.full(10000, 11)), "with max 11"),
         ("t10k-images-idx3-ubyte", _idx(np.zeros((10000, 28, 28)))[:-5], "size: expected"),
         ("t10k-images-idx3-ubyte.gz", b"\x1f\x8b\x08\x00garbage", "gzip"),
+        (
+            "train-images-idx3-ubyte",
+            b"\x00\x00\x08\x03" + np.array([60000, 28, 28000], ">u4").tobytes() + bytes(16),
+            "dimensions: expected bytes .* within the read budget",
+        ),
+        (
+            "train-images-idx3-ubyte.gz",
+            gzip.compress(b"\x00\x00\x08\x03" + np.array([1000] * 3, ">u4").tobytes()),
+            "gzip: expected at most 1000 declared bytes per stored byte",
+        ),
+        (
+            "t10k-labels-idx1-ubyte.gz",
+            gzip.compress(_idx(np.zeros(10000)))[:-4] + (7).to_bytes(4, "little"),
+            "gzip ISIZE: expected 10008",
+        ),
+        (
+            "t10k-labels-idx1-ubyte.gz",
+            gzip.compress(_idx(np.zeros(10000)) + bytes(5000))[:-4] + (10008).to_bytes(4, "little"),
+            "found more: the stream runs past them",
+        ),
     ],
 )
 def test_damaged_idx_files_are_refused(tmp_path, name, data, phrase):
@@ -1061,6 +1186,22 @@ POINTS = [
     ("csv empty", _text("e.csv", b""), "empty file"),
     ("csv only comments", _text("c.csv", b"# nothing\n"), "no rows"),
     ("csv inf", _text("i.csv", b"1,inf,3\n"), "NaN or inf"),
+    ("timedelta npy", _save("td.npy", np.array([[1, 2, 3]], "m8[s]")), "dtype timedelta64"),
+    (
+        "npy header of 5,000 minus signs",
+        _text("m.npy", _raw_npy(_MINUS_HEADER, b"\0" * 24)),
+        "not a non-negative integer",
+    ),
+    (
+        "npy header 1e6 x 1e6 float64",
+        _text(
+            "g.npy",
+            _raw_npy(
+                b"{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 1000000), }", b""
+            ),
+        ),
+        "within the read budget",
+    ),
 ]
 
 
