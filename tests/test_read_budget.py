@@ -43,7 +43,10 @@ except FileFormatError as err:
     out = dict(kind="FileFormatError", message=str(err))
 except BaseException as err:  # what the test reports: a raw error of the reader
     out = dict(kind=type(err).__name__, message=str(err)[:300])
-out["maxrss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+# this interpreter's own peak (VmHWM: per address space; ru_maxrss would carry the forking
+# parent's peak across exec)
+with open("/proc/self/status") as f:
+    out["maxrss_kib"] = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
 print(json.dumps(out))
 """
 
