@@ -7,9 +7,9 @@ it. Nothing else: no raw exception, no crash, no hang, no memory out of proporti
 
 Each reader is one class of ``READERS``: the file it reads (``seed`` writes a valid one), and
 ``read(path)``, the package's own entry point. A case is the seed file after a few seeded
-mutations (``mutate``: flipped, inserted, deleted, duplicated and truncated bytes, and
-integers set to extremes), read in a child forked from this warm process (``run_case``) under
-``RLIMIT_AS`` (this process's address space plus ``--memory-gib``) and ``RLIMIT_CPU``
+mutations (``mutate``: flipped, inserted, deleted, duplicated and truncated bytes, and integers
+set to extremes), read in a child forked from this warm process (``common.children.run_case``)
+under ``RLIMIT_AS`` (this process's address space plus ``--memory-gib``) and ``RLIMIT_CPU``
 (``--cpu-seconds``): a crash, a hang or a memory bomb shows as the child's death, never this
 process's. The test suite runs a short pass (tests/test_fuzz_readers.py); the long one is
 
@@ -17,33 +17,28 @@ process's. The test suite runs a short pass (tests/test_fuzz_readers.py); the lo
     python benchmarks/fuzz_readers.py --cases 200 --readers network,checkpoint --seed 3
 
 which prints, per reader, how many cases loaded, were refused by name, escaped as a raw
-exception, crashed, hit the CPU limit or the memory limit, and the slowest case's seconds and
-the count over 10 s; it exits 1 where any case broke the contract.
+exception, crashed, hit the CPU limit or the memory limit, the slowest case's seconds and the
+count over 10 s, and the largest rise of a read's resident set and the count over 64 MiB; it
+exits 1 where any case broke the contract.
 """
 
 import argparse
 import contextlib
-import faulthandler
 import io
-import json
-import os
-import resource
 import shutil
-import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common.children import MEMORY_FLOOR, SLOW, run_case, trim  # noqa: E402, F401
 from fenchel_cvx.errors import FenchelError  # noqa: E402
 
 #: the outcomes that keep the contract
 KEPT = ("loaded", "named")
-SLOW = 10.0  # seconds: a case slower than this is counted as slow by the long pass
 
 
 class Reader:
@@ -244,61 +239,13 @@ def mutate(data: bytes, rng) -> bytes:
     return bytes(raw)
 
 
-def _child(reader, path, memory_bytes, cpu_seconds, out):
-    """In the forked child: the limits, the read, its outcome as one JSON line on ``out``
-    (a crash is the child's death alone: no traceback dump inherited from the parent)."""
-    faulthandler.disable()
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
-    try:
-        reader.read(path)
-        outcome = dict(kind="loaded")
-    except FenchelError as err:
-        named = path.name in str(err)
-        outcome = dict(kind="named" if named else "raw", error=f"unnamed: {str(err)[:300]}")
-    except MemoryError:
-        outcome = dict(kind="memory", error="MemoryError")
-    except BaseException as err:  # the contract's breach: any other exception
-        outcome = dict(kind="raw", error=f"{type(err).__name__}: {str(err)[:300]}")
-    os.write(out, (json.dumps(outcome) + "\n").encode())
-    os._exit(0)
-
-
-def _address_space():
-    """This process's virtual memory in bytes (the child's limit adds to it)."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def run_case(reader, data, path, memory_gib=1.0, cpu_seconds=20):
-    """``data`` written as ``reader``'s file ``path`` and read in a forked child: its outcome
-    (``kind``: loaded, named, raw, memory, crash or cpu; ``error``; ``seconds``)."""
-    path.write_bytes(data)
-    memory = _address_space() + int(memory_gib * 2**30)
-    r, w = os.pipe()
-    t0 = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:  # the child
-        os.close(r)
-        _child(reader, path, memory, cpu_seconds, w)
-    os.close(w)
-    with os.fdopen(r) as pipe:
-        line = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    seconds = time.perf_counter() - t0
-    if line:
-        return dict(json.loads(line), seconds=seconds)
-    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-    kind = "cpu" if sig in (signal.SIGXCPU, signal.SIGKILL) else "crash"
-    return dict(kind=kind, error=f"died: signal {sig}, status {status}", seconds=seconds)
-
-
 def fuzz(reader, cases, seed, folder, **limits):
     """``cases`` seeded mutations of ``reader``'s seed file, each read by ``run_case``: the
     outcomes (the seed file's own first; a seed that does not load is a failure)."""
     rng = np.random.default_rng([seed, sum(map(ord, reader.name))])
     path = reader.seed(folder)
     valid = path.read_bytes()
+    trim()  # the seed's freed memory (a trained run) handed back: each read's peak its own
     outcomes = [run_case(reader, valid, path, **limits)]
     for _ in range(cases):
         outcomes.append(run_case(reader, mutate(valid, rng), path, **limits))
@@ -307,17 +254,21 @@ def fuzz(reader, cases, seed, folder, **limits):
 
 
 def summary(outcomes):
-    """Counts by kind, the slowest case's seconds, the cases over ``SLOW`` and the first few
-    breaches of the contract."""
+    """Counts by kind, the slowest case's seconds, the cases over ``SLOW``, the largest peak
+    memory of a read and the cases over ``MEMORY_FLOOR``, and the first few breaches of the
+    contract (a read over the floor among them)."""
     kinds = {}
     for o in outcomes:
         kinds[o["kind"]] = kinds.get(o["kind"], 0) + 1
-    breaches = [o for o in outcomes if o["kind"] not in KEPT]
+    peaks = [o["peak"] for o in outcomes if "peak" in o]
+    breaches = [o for o in outcomes if o["kind"] not in KEPT or o.get("peak", 0) > MEMORY_FLOOR]
     return dict(
         cases=len(outcomes),
         kinds=kinds,
         slowest=max(o["seconds"] for o in outcomes),
         over_10_s=sum(o["seconds"] > SLOW for o in outcomes),
+        peak=max(peaks, default=0),
+        over_floor=sum(p > MEMORY_FLOOR for p in peaks),
         breaches=breaches[:5],
     )
 
@@ -344,11 +295,13 @@ def main(argv=None):
             broken += len(s["breaches"])
             print(
                 f"{name}: {s['cases']} cases, {s['kinds']}, slowest {s['slowest']:.2f} s, "
-                f"{s['over_10_s']} over {SLOW:g} s",
+                f"{s['over_10_s']} over {SLOW:g} s, largest peak {s['peak'] / 2**20:.1f} MiB, "
+                f"{s['over_floor']} over {MEMORY_FLOOR >> 20} MiB",
                 flush=True,
             )
             for b in s["breaches"]:
-                print(f"  {b['kind']}: {b.get('error', '')}", flush=True)
+                peak = b.get("peak", 0) / 2**20
+                print(f"  {b['kind']}: {b.get('error', '')} (peak {peak:.1f} MiB)", flush=True)
     return 1 if broken else 0
 
 

@@ -1,4 +1,4 @@
-"""``python -m fenchel_cvx``: the ``fenchel-cvx`` command (``cli.py``)."""
+"""``python -m fenchel_cvx``: the ``fenchel-cvx`` command (``cli/``)."""
 
 from .cli import main
 

@@ -1,5 +1,5 @@
-"""The CIFAR-10 python batches' pickles, read without :mod:`pickle`: a small stack machine in
-pure Python over the file's bytes that knows exactly what a legitimate batch uses and refuses
+"""The CIFAR-10 python batches' pickles, read without :mod:`pickle`: a small stack machine in pure
+Python over the file's bytes that knows exactly what a legitimate batch uses and refuses
 everything else by name.
 
 A batch is a dict of ``batch_label``, ``data``, ``labels`` and ``filenames`` (keys as bytes or
@@ -11,10 +11,11 @@ mapped to this module's functions, which build each dtype and array from its che
 nothing is imported or called by a name from the file. Extension codes (EXT1, EXT2, EXT4) are
 refused always, as is every opcode not in its table, so no state of the process (``copyreg``'s
 extension cache) reaches it. It runs no Python recursion and bounds what it holds: opcodes
-(:data:`MAX_OPCODES`), tuple and MARK nesting (:data:`MAX_DEPTH`, checked before a tuple is
-built), memo indices (:data:`MAX_MEMO`), list, tuple and dict sizes, integer widths; every
-string, container and array is charged against the read budget (:mod:`fenchel_cvx.budget`)
-before it is built, an array's shape through :func:`~fenchel_cvx.budget.bounded_product`.
+(:data:`MAX_OPCODES`), stack items (:data:`MAX_STACK`), tuple and MARK nesting
+(:data:`MAX_DEPTH`, checked before a tuple is built), memo indices (:data:`MAX_MEMO`), list,
+tuple and dict sizes, integer widths; every string, container and array is charged against the
+read budget (:mod:`fenchel_cvx.budget`) before it is built, an array's shape through
+:func:`~fenchel_cvx.budget.bounded_product`.
 
 Every refusal is a :class:`~fenchel_cvx.errors.FileFormatError` naming the file, and the byte
 and the name of the opcode. No equation of the paper is implemented here.
@@ -31,14 +32,18 @@ from .budget import bounded_product, check_declared, read_budget
 from .errors import FileFormatError
 
 #: the most opcodes a batch may have: a legitimate one has at most 12 an image (protocol 0: its
-#: label, its file name through ``_codecs.encode``), and a file of at most 128 MB under 43,700
-MAX_OPCODES = 1 << 20
+#: label, its file name through ``_codecs.encode``), and a file of at most 128 MB holds at most
+#: 43,690 images of 3,072 bytes: 524,280 opcodes
+MAX_OPCODES = 1 << 19
 #: memo indices stay below this (a legitimate batch stores at most 3 objects an image)
 MAX_MEMO = 1 << 18
 #: the deepest nesting of tuples, and of open MARKs (a legitimate batch's is 3)
 MAX_DEPTH = 32
 #: the most items of a list (labels, file names), of a tuple, and keys of the dict
 MAX_ITEMS, MAX_TUPLE, MAX_KEYS = 1 << 16, 64, 64
+#: the most items on the stack: a list of ``MAX_ITEMS`` in one APPENDS, twice over (Python's
+#: pickle appends by 1,000, and its stack stays near 1,000)
+MAX_STACK = 2 * MAX_ITEMS
 #: the widest integer: 9 bytes (LONG1) or 24 characters (INT, LONG) hold any 64-bit one
 MAX_INT_BYTES, MAX_INT_CHARS = 9, 24
 #: the bytes charged for each object built, besides its characters
@@ -271,6 +276,8 @@ class _Machine:
         return int(text)
 
     def push(self, value, depth=0):
+        if len(self.stack) >= MAX_STACK:
+            raise _Bad(f"refused a stack of more than {MAX_STACK:,} items (a batch's are few)")
         self.stack.append(value)
         self.depths.append(depth)
 

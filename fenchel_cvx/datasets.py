@@ -458,8 +458,8 @@ def _load_idx_set(kind, data_dir, download, verify, dtype):
         if verify:
             _verify(kind, name, path, content, archive)
         arrays[name] = (path, parse_idx(content, source=str(path)))
-    out = []
-    for split, m in (("train", 60000), ("t10k", 10000)):
+    splits = (("train", 60000), ("t10k", 10000))
+    for split, m in splits:  # every file checked before any is converted
         (ipath, X), (lpath, y) = (
             arrays[f"{split}-images-idx3-ubyte"],
             arrays[f"{split}-labels-idx1-ubyte"],
@@ -475,6 +475,9 @@ def _load_idx_set(kind, data_dir, download, verify, dtype):
                 f"{m} uint8 labels in 0..9",
                 f"{y.dtype} {y.shape}" + (f" with max {y.max()}" if y.size else ""),
             )
+    out = []
+    for split, m in splits:
+        X, y = arrays[f"{split}-images-idx3-ubyte"][1], arrays[f"{split}-labels-idx1-ubyte"][1]
         out += [
             (X.reshape(m, 784).T / np.asarray(255, dtype)).astype(dtype, copy=False),
             y.astype(np.int64),

@@ -16,9 +16,10 @@ load_benchmark("mnist_mlp")  # puts benchmarks/ on the path: the harness imports
 from common import data  # noqa: E402
 
 SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py"))
-#: the runnable scripts that read no data set: the report generators (they read JSON) and the
-#: fuzzing harness (it writes its own files to test the package's readers)
-NO_DATA = ("results_tables.py", "results_figures.py", "fuzz_readers.py")
+#: the runnable scripts that read no data set: the report generators (they read JSON), the
+#: fuzzing harness and the hostile-file battery (they write their own files to test the package's
+#: readers)
+NO_DATA = ("results_tables.py", "results_figures.py", "fuzz_readers.py", "hostile_battery.py")
 #: the scripts that read MNIST
 READERS = [p for p in SCRIPTS if "__main__" in p.read_text() and p.name not in NO_DATA]
 

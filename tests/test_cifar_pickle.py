@@ -112,11 +112,14 @@ def test_a_deeply_nested_tuple_key_is_refused(tmp_path, depth):
 
 
 def test_a_pickle_of_millions_of_opcodes_is_refused(tmp_path):
-    """40 MB of NONE, POP (2 * 10**7 opcodes, each ~1 us to pre-scan), and 20 MB of NONE in a
-    list: POP is no opcode of a batch; the list passes the opcode limit."""
+    """40 MB of NONE, POP (2 * 10**7 opcodes, each ~1 us to pre-scan), 20 MB of NONE in a list,
+    and 2 MB of BINPUT: POP is no opcode of a batch; the list passes the stack's limit (each
+    NONE a stack item), the BINPUTs the opcode limit."""
     message = refusal(tmp_path, b"\x80\x02" + b"N0" * (20 << 20) + b"N.")
     assert "at byte 3, POP: an opcode no CIFAR-10 batch uses" in message
     message = refusal(tmp_path / "list", b"\x80\x02(" + b"N" * (20 << 20) + b"l.")
+    assert "refused a stack of more than" in message and "items" in message
+    message = refusal(tmp_path / "memo", b"\x80\x02]" + b"q\x00" * (1 << 20) + b".")
     assert "refused a pickle of more than" in message and "opcodes" in message
 
 
@@ -141,11 +144,11 @@ def test_a_shape_of_huge_integers_is_refused(tmp_path):
 
 def test_millions_of_empty_containers_are_refused(tmp_path):
     """12 MB of EMPTY_SET in a list (2.9 GB for the unpickler): no set is built; 12 MB of
-    EMPTY_LIST: refused at the opcode limit, within the memory this test allows."""
+    EMPTY_LIST: refused at the stack's limit, within the memory this test allows."""
     message = refusal(tmp_path, b"\x80\x04(" + b"\x8f" * (12 << 20) + b"l.")
     assert "at byte 3, EMPTY_SET: an opcode no CIFAR-10 batch uses" in message
     message = refusal(tmp_path / "lists", b"\x80\x04(" + b"]" * (12 << 20) + b"l.")
-    assert "opcodes" in message
+    assert "refused a stack of more than" in message
 
 
 @pytest.mark.parametrize("as_array", [False, True], ids=["list", "uint64 array"])

@@ -379,7 +379,7 @@ def test_help_lists_the_options(capsys):
 
 
 def test_oracle_on_many_points_prints_an_estimate(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli, "LARGE", 100)  # "many" scaled down: 150 points count as many
+    monkeypatch.setattr(cli.training, "LARGE", 100)  # "many" scaled down: 150 points count as many
     code = cli.main(
         [
             "train",

@@ -71,7 +71,7 @@ def worked(monkeypatch):
         monkeypatch.setattr(method, "run", refuse)
     for loader in ("_split", "_read_bytes", "_read_cifar_batch"):
         monkeypatch.setattr(datasets, loader, refuse)
-    monkeypatch.setattr(cli, "_load", refuse)
+    monkeypatch.setattr(cli.data_flags, "load", refuse)
     return Counting()
 
 

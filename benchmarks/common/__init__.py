@@ -11,7 +11,9 @@
   baselines;
 - ``fln``: FLN's timed training loop (Algorithm 2 through ``fit_bcd``), its certificate
   summary and host reads;
-- ``reports``: the figures over seeds, the markdown tables, the JSON and the plots.
+- ``reports``: the figures over seeds, the markdown tables, the JSON and the plots;
+- ``children``: a file read in a forked child under memory and CPU limits, its outcome, seconds
+  and peak memory (the fuzzing pass and the hostile-file battery).
 
 A script runs as ``python benchmarks/<name>.py``; Python puts ``benchmarks/`` on the path, and
 the modules import as ``common.<module>``. The scripts' docs page is docs/results.md.

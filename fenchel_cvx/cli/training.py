@@ -1,0 +1,267 @@
+"""``fenchel-cvx train`` and ``resume``: the checks across ``train``'s flags before any work
+(:func:`_check_train`, the hyperparameters left unset filled with the training setting,
+:func:`_fill_defaults`), the network of ``--arch`` and the block solver of ``--backend``, and
+the run itself: ``bcd.fit_bcd`` on the data set, Algorithm 1 without ``--batch-size`` and
+Algorithm 2 with it, checkpointing into the run folder that ``run_folder.py`` prepares, with
+the banner and the summary of ``reports.py``. :func:`resume` continues a run from its
+folder's ``run.json`` and ``checkpoint.npz``, to the same result as an uninterrupted run, and
+says so where the run has ended and written its files.
+"""
+
+import time
+
+from .. import defaults
+from ..validation import check_rounds
+from . import data_flags
+from .data_flags import IMAGES, SHAPES, TRAIN_SIZES, _check_data_dir
+from .flags import _fail
+from .parser import build_parser
+from .reports import _banner, _interrupted, _oracle_estimate, _summary
+from .run_folder import (
+    _before_settings,
+    _check_out,
+    _record,
+    _remove_temporaries,
+    _run_args,
+    _start,
+)
+
+LENET5_HIDDEN = defaults.LeNet5.n_hidden  # conv, conv, fc 120, fc 84
+FAST_ONLY = ("max_iter", "w_steps", "x_steps", "newton_cap", "gram_reuse", "compile")
+LARGE = 3000  # the oracle on more training points prints an estimate and suggests --backend fast
+
+
+def _check_train(args):
+    if args.arch == "lenet5" and args.dataset not in IMAGES:
+        _fail(
+            "--arch",
+            f"lenet5 takes 28 x 28 or 32 x 32 images ({', '.join(IMAGES)}), not {args.dataset}",
+        )
+    n_hidden = (
+        1 if args.arch is None else LENET5_HIDDEN if args.arch == "lenet5" else len(args.arch) - 2
+    )
+    _fill_defaults(args, n_hidden)
+    for flag, value, n in (
+        ("--lam", args.lam, n_hidden),
+        ("--rho", args.rho, n_hidden + 1),
+        ("--gamma", args.gamma, n_hidden + 1),
+        ("--momentum", args.momentum, n_hidden + 1),
+        ("--w-steps", args.w_steps, n_hidden + 1),
+        ("--x-steps", args.x_steps, n_hidden),
+        ("--gram-reuse", args.gram_reuse, n_hidden + 1),
+    ):
+        if isinstance(value, list) and len(value) != n:
+            hidden = "hidden " if flag in ("--lam", "--x-steps") else ""
+            _fail(flag, f"needs one value or {n} (one per {hidden}layer), got {len(value)}")
+    if args.backend != "fast":
+        given = [k for k in FAST_ONLY if getattr(args, k) is not None]
+        if given:
+            _fail("--" + given[0].replace("_", "-"), "needs --backend fast")
+    if args.compile:
+        from ..fast.fused import compiler_problem
+
+        if (problem := compiler_problem()) is not None:
+            _fail("--compile", problem)
+    p_in, k = SHAPES[args.dataset]
+    if args.arch not in (None, "lenet5") and (args.arch[0] != p_in or args.arch[-1] != k):
+        _fail(
+            "--arch",
+            f"{'-'.join(map(str, args.arch))} does not fit {args.dataset}: the input "
+            f"size must be {p_in} and the output size {k}",
+        )
+    m = TRAIN_SIZES[args.dataset]
+    if (args.train_size or 0) > m:
+        _fail("--train-size", f"{args.dataset} has {m} training points, got {args.train_size}")
+    check_rounds(
+        args.train_size or m,
+        args.batch_size,
+        args.epochs,
+        args.alternations,
+        names={
+            "epochs": "--epochs",
+            "batch_size": "--batch-size",
+            "alternations": "--alternations",
+        },
+    )
+    _check_data_dir(args)
+
+
+def _fill_defaults(args, n_hidden):
+    """Every hyperparameter flag not given takes the run's training setting
+    (``defaults.training``: the kind of network's with ``--batch-size``, Algorithm 1's without;
+    the fast backend's steps only on it), so that ``run.json`` records the values the run used."""
+    network = args.arch if isinstance(args.arch, str) else "dense"  # --arch lenet5, or sizes
+    setting = defaults.training(network, n_hidden, batched=args.batch_size is not None)
+    setting.fill(
+        vars(args),
+        ("lam", "rho", "gamma", "momentum")
+        + (("w_steps", "x_steps", "gram_reuse") if args.backend == "fast" else ()),
+    )
+    args.settings = getattr(args, "settings", None) or "defaults.training"  # run.json says so
+
+
+def _threads(n):
+    """``--threads``: each native pool limited by library as the fast backend's solves are
+    (``threads.plan``: SciPy's one, every other pool n; two pools of two threads each
+    oversubscribe two cores)."""
+    from ..threads import limit_threads
+
+    return limit_threads(n)
+
+
+def _network(args, data):
+    """The network of ``--arch`` (default <features>-32-<classes>) and its label for the banner."""
+    from ..network import LiftedNetwork, lenet5
+
+    arch = args.arch or [data.n_features, 32, data.n_classes]
+    kw = dict(
+        activation=args.activation,
+        loss=args.loss,
+        lam=args.lam,
+        rho=args.rho,
+        seed=args.seed,
+        dtype=args.dtype,
+    )
+    net = (
+        lenet5(IMAGES[args.dataset], data.n_classes, **kw)
+        if arch == "lenet5"
+        else LiftedNetwork(arch, **kw)
+    )
+    return net, "-".join(map(str, net.layer_sizes)) + (" (LeNet-5)" if arch == "lenet5" else "")
+
+
+def _backend(args):
+    """``--backend``: the oracle by name, or a FastBackend of the fast flags (a batched run
+    takes its training setting's inexact steps per batch unless they are given: ``_check_train``
+    filled them in)."""
+    if args.backend != "fast":
+        return args.backend
+    from ..fast import FastBackend
+
+    given = {k: getattr(args, k) for k in FAST_ONLY if getattr(args, k) is not None}
+    return FastBackend(tol=args.tol, threads=args.threads, **given)
+
+
+def _rounds(args, m):
+    """The rounds of the run of ``args`` on ``m`` training points."""
+    if args.batch_size is None:
+        return args.iterations
+    return args.epochs * args.alternations * (-(-m // args.batch_size))
+
+
+def train(args, resume=False):
+    """``fenchel-cvx train`` (and, ``resume``, the rest of a run); its last line names every
+    file it wrote."""
+    from ..io import recording_writes
+
+    with recording_writes() as written:
+        return _train(args, resume, written)
+
+
+def _train(args, resume, written):
+    from .. import datasets
+    from ..bcd import fit_bcd
+
+    t0 = time.perf_counter()
+    _check_train(args)
+    new = not resume and not (args.out is not None and args.out.exists())
+    out = _start(args, resume)
+    try:
+        data = data_flags.load(args)
+        net, arch = _network(args, data)
+    except BaseException:  # a run that fails on its data leaves no folder it created
+        if new and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
+    if not resume:
+        _record(args, out)
+    X, y = data.X_train[:, : args.train_size], data.y_train[: args.train_size]
+    X, X_test = X.astype(args.dtype, copy=False), data.X_test.astype(args.dtype, copy=False)
+    Y, Y_test = datasets.one_hot(y, data.n_classes), datasets.one_hot(data.y_test, data.n_classes)
+    total = _rounds(args, X.shape[1])
+    callback = None
+    if args.backend == "cvxpy" and X.shape[1] > LARGE:
+        callback = _oracle_estimate(total, X.shape[1])
+    _banner(args, resume, X.shape[1], X_test.shape[1], arch, out)
+    try:  # fit_bcd checkpoints on Ctrl-C; before it starts there is nothing to save
+        res = fit_bcd(
+            net,
+            X,
+            Y,
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            iterations=args.iterations,
+            alternations=args.alternations,
+            gamma=args.gamma,
+            momentum=args.momentum,
+            backend=_backend(args),
+            strict=args.strict,
+            tol=args.tol,
+            X_test=X_test,
+            Y_test=Y_test,
+            progress=not args.quiet,
+            eval_every=args.eval_every,
+            check_every=args.check_every,
+            callback=callback,
+            checkpoint=out,
+            checkpoint_every=args.checkpoint_every,
+            resume=out if resume else None,
+        )
+    except KeyboardInterrupt:
+        return _interrupted(out, total)
+    res.history.config.update(dataset=args.dataset, train_size=int(X.shape[1]))
+    _summary(args, net, res.history, out, (X, y), (X_test, data.y_test), t0, written)
+    return 0
+
+
+def resume(args):
+    saved = _run_args(args.run) if args.run.is_dir() else None
+    if saved is None:
+        _fail("run", f"{str(args.run)!r} holds no run.json of a 'fenchel-cvx train' run")
+    _remove_temporaries("resume", args.run)  # a finished run's folder too
+    if not (args.run / "checkpoint.npz").is_file():
+        _fail("run", f"{str(args.run)!r} holds no checkpoint.npz (nothing to resume)")
+    targs = build_parser().parse_args(["train"])
+    vars(targs).update(
+        saved, out=args.run, quiet=args.quiet, threads=args.threads or saved.get("threads", 1)
+    )
+    targs.data_dir = args.data_dir or targs.data_dir
+    targs.download = args.download or targs.download
+    if args.data_dir is not None or args.download:  # flags given: checked before any work
+        _check_data_dir(targs)
+    if _finished(args.run, targs):
+        return 0
+    _check_out("run", args.run)
+    _before_settings(targs)
+    with _threads(targs.threads):
+        return train(targs, resume=True)
+
+
+def _finished(run, args):
+    """Whether the run in ``run`` (of the arguments ``args``) ended, all its rounds done or a
+    halted round its last, and wrote all its files; if so, says so. Reads the checkpoint's meta
+    alone, never its arrays."""
+    from ..checkpoints import checkpoint_meta
+    from ..io import RUN_FILES
+
+    if not all((run / name).is_file() for name in RUN_FILES):
+        return False
+    meta = checkpoint_meta(run)
+    done, records = meta["iteration"], meta["history"]["records"]
+    total = _rounds(args, args.train_size or TRAIN_SIZES[args.dataset])
+    halted = bool(records) and isinstance(records[-1], dict) and bool(records[-1].get("halted"))
+    if done != total and not halted:
+        return False
+    plan = (
+        f"Algorithm 1: {args.iterations} iterations"
+        if args.batch_size is None
+        else f"Algorithm 2: {args.epochs} epochs of {total // args.epochs // args.alternations} "
+        f"batches x {args.alternations} alternations"
+    )
+    ended = (
+        f"ended at round {done} of {total} ({plan}), halted by {records[-1]['halted']}"
+        if done != total
+        else f"already finished {done} of {total} rounds ({plan})"
+    )
+    print(f"fenchel-cvx resume: {run} {ended} and wrote its files; nothing to do")
+    return True
