@@ -11,11 +11,13 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
+from fenchel_cvx.activations import ReLU  # noqa: E402
 from fenchel_cvx.bcd import fit_bcd  # noqa: E402
-from fenchel_cvx.blocks import w_block, x_block  # noqa: E402
+from fenchel_cvx.blocks import WHidden, w_block, x_block  # noqa: E402
 from fenchel_cvx.errors import SolverError  # noqa: E402
 from fenchel_cvx.network import LiftedNetwork  # noqa: E402
-from fenchel_cvx.oracle import OracleBackend  # noqa: E402
+from fenchel_cvx.oracle import OracleBackend, dask_rows, exact  # noqa: E402
+from fenchel_cvx.oracle import rows as rows_mod  # noqa: E402
 from fenchel_cvx.oracle.backend import worker_cache_info  # noqa: E402
 
 BUDGET = 60  # small pieces: many of them per block, so both workers get work
@@ -104,3 +106,91 @@ def test_unreachable_scheduler_fails_the_block_cleanly():
 def test_bad_client_is_refused():
     with pytest.raises(ValueError, match="client must be a distributed.Client"):
         OracleBackend(client="tcp://nowhere:8786")
+
+
+# --- the active route's W-rows on the workers (oracle.dask_rows) ----------------------------
+def relu_rows_block(seed=0, r=9, n=6, m=40, gamma=0.5, shift=0.0):
+    """A ReLU hidden W-block of ``r`` rows, ``n`` inputs + bias, ``m`` points."""
+    rng = np.random.default_rng(seed)
+    Xt = np.vstack([rng.standard_normal((n, m)), np.ones((1, m))])
+    V = np.maximum(rng.standard_normal((r, m)) + shift, 0.0)
+    W0 = rng.standard_normal((r, n + 1))
+    return WHidden(layer=0, Xt=Xt, rho=0.3, gamma=gamma, W0=W0, act=ReLU(), V=V, lam=0.7)
+
+
+@pytest.fixture
+def active_route(monkeypatch):
+    """Small blocks take the active route (in the driver, where the route is chosen)."""
+    monkeypatch.setattr(rows_mod, "use_dual", lambda n, m, slope: False)
+    monkeypatch.setattr(rows_mod, "ACTIVE_MIN", 10)
+
+
+class Counting:
+    """A client whose ``scatter`` calls are counted."""
+
+    def __init__(self, client):
+        self.client, self.scatters = client, 0
+
+    def scatter(self, *args, **kwargs):
+        self.scatters += 1
+        return self.client.scatter(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.5])
+def test_active_rows_on_two_workers_equal_one_process(client, active_route, gamma):
+    block = relu_rows_block(gamma=gamma)
+    backend = OracleBackend(tol=1e-9, client=client)
+    for start in (None, np.random.default_rng(3).standard_normal(block.shape)):
+        local = exact.attempt(block, start, 1e-9)
+        on = exact.attempt(block, start, 1e-9, dask_rows.WorkerRows(lambda: client))
+        res = backend.solve(block, start)
+        for found in (on, res):
+            assert found.info["solver"] == "exact: ReLU rows (active)"
+            assert found.info["worker_shares"] == 2 and found.info["uncertified_rows"] == 0
+            np.testing.assert_allclose(found.argmin, local.argmin, rtol=0, atol=1e-12)
+        assert on.certified and res.residual <= 1e-9 and "worker_shares" not in local.info
+    key = dask_rows.digest(block.Xt)
+    assert all(key in kept for kept in client.run(dask_rows.worker_rows_info).values())
+
+
+def test_active_rows_data_is_scattered_once(client, active_route):
+    """Two calls on the same X~ scatter it once, build each worker's Rows once, and the second
+    call's rows start from the Grams the first call's rows ended with."""
+    block = relu_rows_block(seed=1)
+    counting = Counting(client)
+    workers = dask_rows.WorkerRows(lambda: counting)
+    first = exact.attempt(block, None, 1e-9, workers)
+    block.V = relu_rows_block(seed=1, shift=0.3).V  # new targets, the same X~
+    again = exact.attempt(block, first.argmin, 1e-9, workers)
+    assert first.certified and again.certified and counting.scatters == 1
+    key = dask_rows.digest(block.Xt)
+    kept = client.run(dask_rows.worker_rows_info)
+    assert all(k[key][0] == 1 for k in kept.values())  # Rows (P, T) built once a worker
+    assert sum(k[key][1] for k in kept.values()) == block.shape[0]  # every row's final Gram
+    assert again.info["kept_grams"] > 0 and first.info["kept_grams"] == 0
+    other = relu_rows_block(seed=2)  # another X~: scattered too
+    assert exact.attempt(other, None, 1e-9, workers).certified and counting.scatters == 2
+    kept = client.run(dask_rows.worker_rows_info)
+    assert all(dask_rows.digest(b.Xt) in k for b in (block, other) for k in kept.values())
+
+
+def test_a_wrong_row_from_a_worker_is_caught_by_the_driver(client, active_route, monkeypatch):
+    """Each worker returns its first row off by 1: the driver's recomputed gradients catch both
+    rows, its primal Newton fallback solves them, and the block is certified."""
+    block = relu_rows_block(seed=4)
+    local = exact.attempt(block, None, 1e-9)
+
+    def wrong(*args):  # pickled by value: on the worker, dask_rows.solve_share is the true one
+        W, reports = dask_rows.solve_share(*args)
+        W = W.copy()
+        W[0] += 1.0
+        return W, reports
+
+    monkeypatch.setattr(dask_rows, "solve_share", wrong)
+    found = exact.attempt(block, None, 1e-9, dask_rows.WorkerRows(lambda: client))
+    assert found.info["uncertified_rows"] == 2 and found.info["fallback_steps"] > 0
+    assert found.certified
+    np.testing.assert_allclose(found.argmin, local.argmin, rtol=0, atol=1e-8)

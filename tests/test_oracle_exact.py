@@ -69,17 +69,19 @@ def test_which_blocks_have_an_exact_method():
         exact.method_for(make_block("x_last", "relu", "cross_entropy", 0.0))
         is exact.ce_relu_columns
     )
+    assert exact.method_for(make_block("x_last", "relu", "mse", 0.0)) is exact.mse_relu_dual
     assert set(exact.METHODS) == {
         (WHidden, ReLU),
         (WHidden, LeakyReLU),
         (WLast, MSE),
         (WLast, CrossEntropy),
         (XLast, CrossEntropy, ReLU),
+        (XLast, MSE, ReLU),
     }
     for kind, act, loss in [
         ("w_hidden", "sigmoid", "mse"),
         ("w_hidden", "tanh", "mse"),
-        ("x_last", "relu", "mse"),
+        ("x_last", "leaky_relu", "mse"),
         ("x_last", "sigmoid", "cross_entropy"),
         ("x_hidden", "relu", "mse"),
     ]:
@@ -185,7 +187,7 @@ def test_nnls_x_last_falls_back_to_scipy(monkeypatch):
         nnls, "solve_gram", lambda gram, B: solve_gram(gram, B, np.zeros(B.shape, bool), max_iter=1)
     )
     np.testing.assert_allclose(nnls.solve_x_last(block), by_column, atol=1e-10)
-    ref = OracleBackend(tol=TOL, nnls=False).solve(block)
+    ref = OracleBackend(tol=TOL, nnls=False, exact=False).solve(block)
     np.testing.assert_allclose(shared, ref.argmin, atol=1e-6)
 
 

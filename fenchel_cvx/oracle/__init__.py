@@ -5,8 +5,10 @@ four blocks of ``blocks.py`` (X hidden, X last for MSE and cross-entropy, W hidd
 the optional proximal term gamma ||W - W0||^2 and the penalty rho ||W||_F^2) by small DPP
 templates compiled once per shape (``templates.py``), the MSE + ReLU X_L block by
 nonnegative least squares (``nnls.py``), and the (leaky) ReLU hidden and the last W-blocks and
-the cross-entropy X_L block by exact methods certified by their KKT residual (``exact.py``,
-``ce_columns.py``; the templates are the fallback);
+the cross-entropy and the MSE + ReLU X_L blocks by exact methods certified by their KKT residual
+(``exact.py``, ``ce_columns.py``, ``output_dual.py``: the MSE one by its dual in the output
+dimension, with the nonnegative least squares as its fallback; the templates are the fallback
+of the others); ``active_rows.py`` solves ReLU W-rows on many points by active-set Newton;
 ``polish.py`` takes Newton steps from the solver's point
 where its residual exceeds the tolerance. ``block_problem(block)`` returns the whole block as one
 explicit ``cp.Problem`` for reading and printing. ``certify(block, Z)`` checks anyone's solution

@@ -45,6 +45,7 @@ from ..blocks import Block, BlockResult, WBlock, WHidden, WLast, XBlock, XHidden
 from ..errors import SolverError, SolverInaccurate, SolverInfeasible
 from ..validation import TOL, check
 from . import atoms as _atoms
+from . import dask_rows as _dask_rows
 from . import exact as _exact
 from . import nnls as _nnls
 from . import polish as _polish
@@ -399,6 +400,7 @@ class OracleBackend(BackendDefaults):
         self.budget, self.polish = budget, bool(polish)
         self._templates = TemplateCache()
         self._client, self._own = client, None
+        self._worker_rows: _dask_rows.WorkerRows | None = None
         if client is not None:
             if not callable(getattr(client, "submit", None)):
                 raise ValueError(f"client must be a distributed.Client, got {client!r}")
@@ -437,7 +439,7 @@ class OracleBackend(BackendDefaults):
         """Shut down the LocalCluster this backend started (a user's client is left alone)."""
         if self._own is not None:
             client, cluster = self._own
-            self._own, self._client = None, None
+            self._own, self._client, self._worker_rows = None, None, None
             client.close()
             cluster.close()
 
@@ -484,7 +486,7 @@ class OracleBackend(BackendDefaults):
 
     def _solve_exact(self, block, start, t0):
         info = {"solver": self.solver}
-        found = _exact.attempt(block, start, self.tol) if self.exact else None
+        found = _exact.attempt(block, start, self.tol, self._rows_on()) if self.exact else None
         if found is not None and found.certified:
             return self._finish(block, found.argmin, "optimal", found.iterations, found.info, t0)
         if found is not None:  # the method's certificate failed: the CVXPY template solves it
@@ -525,6 +527,15 @@ class OracleBackend(BackendDefaults):
         )
         return np.concatenate(parts, axis=1)
 
+    def _rows_on(self):
+        """With Dask (``n_jobs > 1``): the driver's side of the rows on the workers
+        (``dask_rows.WorkerRows``: the data scattered, by digest), made once; else None."""
+        if self.n_jobs == 1:
+            return None
+        if self._worker_rows is None:
+            self._worker_rows = _dask_rows.WorkerRows(self._dask)
+        return self._worker_rows
+
     def _dask(self):
         """The Dask client: the user's, or a LocalCluster of ``n_jobs`` workers started once."""
         if self._client is None:
@@ -548,13 +559,7 @@ class OracleBackend(BackendDefaults):
             futures = [client.submit(*task, pure=False, retries=DASK_RETRIES) for task in tasks]
             return client.gather(futures)
         except Exception as exc:  # lost workers, unreachable scheduler, errors in a task
-            raise SolverError(
-                block.kind,
-                block.layer,
-                "distributed_error",
-                f"Dask could not solve the pieces ({type(exc).__name__}: {exc}); "
-                f"no partial block is returned",
-            ) from exc
+            raise _dask_rows.distributed_error(block, "pieces", exc) from exc
 
     def _solve_plan(self, block, plan, start):
         key, size = plan.key, plan.dims[-1]

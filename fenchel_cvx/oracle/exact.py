@@ -9,7 +9,9 @@ the structure below gives the minimiser by dense linear algebra instead:
   quadratic. Its dual is a nonnegative least squares in the ``m`` data points (``2m`` for a
   leaky ReLU) whose Gram matrix ``X~^T X~ + (2c/lam) I`` is the same for every row
   (``nnls.solve_gram``), followed by a Newton step that removes the round-off of the primal
-  recovery; or, with few inputs and many points, semismooth Newton on the row itself.
+  recovery; or, with few inputs and many points, semismooth Newton on the row itself (for a
+  ReLU above ``rows.ACTIVE_MIN`` points with each row's Gram kept and updated:
+  ``active_rows.py``).
 * **WLast, MSE**: a ridge regression, ``W (X~ X~^T + c I) = Y X~^T + gamma W0``, by Cholesky,
   then the same Newton step on the recomputed gradient.
 * **WLast, cross-entropy**: smooth and strongly convex; Newton's method with a backtracking
@@ -19,6 +21,9 @@ the structure below gives the minimiser by dense linear algebra instead:
   side ``m``), else formed and factored.
 * **XLast, cross-entropy after a ReLU**: smooth and strongly convex on ``Z >= 0``, column by
   column: projected Newton (``ce_columns.py``).
+* **XLast, MSE after a ReLU**: the nonnegative least squares of eq. (15) through its dual in the
+  output dimension (``K`` unknowns a column), by batched semismooth Newton (``output_dual.py``);
+  the backend's fallback is the nonnegative least squares of ``nnls.py``.
 
 ``attempt(block, start, tol)`` picks the method by the block's type and its activation's or
 loss's type (``METHODS``: one entry per variant), runs it, and certifies the result by
@@ -38,6 +43,7 @@ from ..activations import LeakyReLU, ReLU
 from ..blocks import WHidden, WLast, XLast, kkt_residual
 from ..losses import MSE, CrossEntropy, softmax
 from . import ce_columns as _ce_columns
+from . import output_dual as _output_dual
 from . import rows as _rows_mod
 
 # Newton's method on the cross-entropy W-block: the most steps
@@ -66,15 +72,18 @@ class Exact:
     reason: str = ""  # why not certified ("" when certified)
 
 
-def attempt(block, start=None, tol=1e-7):
-    """Solve ``block`` by its exact method and certify it; ``None`` when no method applies."""
+def attempt(block, start=None, tol=1e-7, workers=None):
+    """Solve ``block`` by its exact method and certify it; ``None`` when no method applies.
+    ``workers``: a ``dask_rows.WorkerRows`` for the methods that run pieces on Dask workers
+    (``distributed``: the ReLU rows' ``active`` route); the certificate is computed here."""
     method = method_for(block)
     if method is None:
         return None
     t0 = time.perf_counter()
     start = None if start is None else np.asarray(start, dtype=float)
     try:
-        out = method(block, start, TARGET * tol)
+        on = {"workers": workers} if workers is not None and _distributed(method) else {}
+        out = method(block, start, TARGET * tol, **on)
     except (LinAlgError, np.linalg.LinAlgError, FloatingPointError) as exc:
         return Exact(
             None,
@@ -117,9 +126,13 @@ def _(block: XLast):
     return METHODS.get((XLast, type(block.loss), type(block.act_in)))
 
 
-def _label(text):
+def _distributed(method):
+    return getattr(method, "distributed", False)
+
+
+def _label(text, distributed=False):
     def mark(f):
-        f.label = text
+        f.label, f.distributed = text, distributed
         return f
 
     return mark
@@ -142,10 +155,10 @@ def _linear_term(block, T):
 
 
 # --- WHidden, ReLU and leaky ReLU: row by row (rows.py) --------------------------------------
-def _rows(block, start, target, slope, label):
+def _rows(block, start, target, slope, label, workers=None):
     Q = _linear_term(block, block.lam * block.V)
     W, iterations, info = _rows_mod.solve(
-        block, Q, _c(block), _usable(start, Q.shape), target, slope, VALUE_NOISE
+        block, Q, _c(block), _usable(start, Q.shape), target, slope, VALUE_NOISE, workers
     )
     return (
         W,
@@ -159,9 +172,9 @@ def _rows(block, start, target, slope, label):
     )
 
 
-@_label("exact: ReLU rows")
-def relu_rows(block, start, target):
-    return _rows(block, start, target, 0.0, relu_rows.label)
+@_label("exact: ReLU rows", distributed=True)  # the active route on the Dask workers
+def relu_rows(block, start, target, workers=None):
+    return _rows(block, start, target, 0.0, relu_rows.label, workers)
 
 
 @_label("exact: leaky ReLU rows")
@@ -302,6 +315,26 @@ def ce_relu_columns(block, start, target):
     )
 
 
+# --- XLast, MSE after a ReLU: the dual in the output dimension (output_dual.py) ------------
+@_label("exact: MSE X_L dual Newton")
+def mse_relu_dual(block, start, target):
+    start = _usable(start, block.U_prev.shape)
+    Z, R, steps, unsolved = _output_dual.solve_x_last(block, start)
+    W, p = block.dense_W(), Z.shape[0]
+    gap = _output_dual.duality_gap(W[:, :p], W[:, p], block.Y, block.U_prev, block.lam_in, R)
+    return (
+        Z,
+        steps,
+        {
+            "solver": mse_relu_dual.label,
+            "newton_steps": steps,
+            "unsolved_columns": unsolved,
+            "n_subproblems": Z.shape[1],
+            "duality_gap": gap,
+        },
+    )
+
+
 # One entry per variant: (block type, the activation's or the loss's type) -> its method.
 METHODS = {
     (WHidden, ReLU): relu_rows,
@@ -309,4 +342,5 @@ METHODS = {
     (WLast, MSE): ridge,
     (WLast, CrossEntropy): softmax_newton,
     (XLast, CrossEntropy, ReLU): ce_relu_columns,
+    (XLast, MSE, ReLU): mse_relu_dual,
 }

@@ -18,7 +18,16 @@ a strongly convex piecewise quadratic (``F*(u) = u_+^2/2 + a u_-^2/2``, ``a`` th
   ``[[H, -H], [-H, H + delta I]]`` (``RowDual``);
 * **primal** (few inputs, many points: the digits, a convolution's patches): from ``start``, or
   from the point where every pre-activation is positive, semismooth Newton on ``f`` with the
-  generalised Hessian ``lam X~ D X~^T + 2c I``, ``D = diag(phi'(X~^T w))`` (``n x n``).
+  generalised Hessian ``lam X~ D X~^T + 2c I``, ``D = diag(phi'(X~^T w))`` (``n x n``);
+* **active** (ReLU with more than ``ACTIVE_MIN`` points, where the primal route's Hessian,
+  ``n^2 m`` a step and a row, dominates: all of MNIST): the same Newton steps with each row's
+  Gram ``X~_A X~_A^T`` kept and updated by the points that change sides
+  (``active_rows.py``). The rule: the dual when ``use_dual``, else ``active`` for a ReLU above
+  ``ACTIVE_MIN`` points, else ``primal`` (below it the primal route is as cheap, and its
+  iterates are the ones the tests pin). Each row is certified by its gradient recomputed here
+  on the block's scale (``blocks.kkt_residual``); the rows that miss it take the primal
+  route's Newton steps from where ``active_rows`` left them (the fallback), and the caller
+  certifies the block.
 
 Both end with the same loop (``newton_rows``): Newton steps on each row whose gradient exceeds
 the target on the block's scale, with a backtracking line search on the row's own ``f``. After
@@ -34,10 +43,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
+from . import active_rows as _active_rows
 from . import nnls as _nnls
 
 # the dual's Gram matrix has one row per data point (two with a leaky ReLU): formed up to this
 DUAL_MAX = 4000
+# ReLU rows off the dual route take active_rows above this many points, else the primal route
+ACTIVE_MIN = DUAL_MAX
 # pivoting rounds per row (None: nnls.solve_gram's default, 5 m + 20); Newton steps per row
 # after the dual route and for the primal route
 PIVOT_ROUNDS = None
@@ -76,9 +88,11 @@ def use_dual(n, m, slope):
     return md <= DUAL_MAX and (md / 2.0) ** 3 / 3.0 < n * n * m + n**3 / 3.0
 
 
-def solve(block, Q, c, start, target, slope, noise):
+def solve(block, Q, c, start, target, slope, noise, workers=None):
     """The argmin of the rows; returns ``(W, iterations, info)``. ``noise``: the relative
-    round-off of a row's value near its optimum (the line search then judges by the gradient)."""
+    round-off of a row's value near its optimum (the line search then judges by the gradient).
+    ``workers``: a ``dask_rows.WorkerRows``, on whose Dask workers the ``active`` route's rows
+    run (None: in this process)."""
     Xt, lam = block.Xt, block.lam
     n, m = Xt.shape
     if use_dual(n, m, slope):
@@ -113,6 +127,8 @@ def solve(block, Q, c, start, target, slope, noise):
                 "unsolved_rows": len(unsolved),
             },
         )
+    if not slope and m > ACTIVE_MIN:
+        return _active(block, Q, c, start, target, noise, workers)
     if start is None:  # every pre-activation positive: (lam X~ X~^T + 2c I) w = q
         H = lam * (Xt @ Xt.T)
         H[np.diag_indices(n)] += 2.0 * c
@@ -130,6 +146,62 @@ def solve(block, Q, c, start, target, slope, noise):
     return W, steps, {"route": "primal", "newton_steps": steps}
 
 
+def _active(block, Q, c, start, target, noise, workers=None):
+    """The ``active`` route: ``active_rows`` on every row (on the Dask workers of ``workers``,
+    ``dask_rows.py``), each row certified here by its recomputed gradient, the primal route's
+    Newton steps on the rows that miss it."""
+    shares = 0
+    if workers is not None:  # the workers start from the ridge point when start is None
+        W, reports, shares = workers.solve(block, Q, c, start, target)
+    else:
+        rows = _active_rows.Rows(np.asarray(block.Xt, dtype=float), block.lam, c)
+        if start is None:  # every pre-activation positive (T is formed anyway)
+            start = rows.ridge(Q)
+        W, reports = _active_rows.solve_rows(rows, Q, start, target)
+    missed, _ = uncertified(block, W, target)
+    fallback = 0
+    if missed.size:  # the primal route's Newton steps, on the rows that miss the target
+        W, fallback = newton_rows(
+            block,
+            W,
+            Q,
+            c,
+            target,
+            NEWTON_STEPS,
+            noise,
+            lambda w, g: _primal_inverse(block, c, w, g),
+        )
+    steps = max((rep.steps for rep in reports), default=0)
+    return (
+        W,
+        steps + fallback,
+        {
+            "route": "active",
+            "newton_steps": steps,
+            "changes": int(sum(sum(rep.changes) for rep in reports)),
+            "uncertified_rows": int(missed.size),
+            "fallback_steps": fallback,
+            **(
+                {
+                    "worker_shares": shares,
+                    "kept_grams": int(sum(rep.kept_gram for rep in reports)),
+                }
+                if shares
+                else {}
+            ),
+        },
+    )
+
+
+def uncertified(block, W, target):
+    """The rows whose gradient exceeds ``target`` on the block's scale
+    (``blocks.kkt_residual``'s: ``1 + max_i |g_i|_inf`` over the whole block), and the gradient."""
+    parts = block.grad_parts(W)
+    G = parts[0] + parts[1]
+    bound = target * (1.0 + max(float(np.max(np.abs(p))) for p in parts))
+    return np.flatnonzero(np.max(np.abs(G), axis=1) > bound), G
+
+
 def _primal_inverse(block, c, w, g):
     """``(lam X~ D X~^T + 2c I)^{-1} g`` with ``D = diag(phi'(X~^T w))``."""
     Xt = block.Xt
@@ -143,10 +215,7 @@ def newton_rows(block, W, Q, c, target, max_steps, noise, inverse):
     ``target`` on the block's scale (``blocks.kkt_residual``); returns ``(W, steps)``."""
     steps = 0
     for _ in range(max_steps):
-        parts = block.grad_parts(W)
-        G = parts[0] + parts[1]
-        bound = target * (1.0 + max(float(np.max(np.abs(p))) for p in parts))
-        rows = np.flatnonzero(np.max(np.abs(G), axis=1) > bound)
+        rows, G = uncertified(block, W, target)
         if not rows.size:
             break
         for i in rows:

@@ -1,0 +1,249 @@
+"""The rows of a ReLU hidden W-block by an active-set Newton method (exact, for many points).
+
+Row ``i`` of the hidden W-block (the paper's Sec. 4.5.2, eqs. (17) and (19); ``rows.py``) solves,
+with ``c = rho + gamma > 0`` and ``q = lam X~ v_i + 2 gamma w0_i``,
+
+    min_w  f(w) = lam/2 ||(X~^T w)_+||^2 - q^T w + c ||w||^2 ,
+
+strongly convex and piecewise quadratic: on the piece where the active set
+``A = {j : x~_j^T w > 0}`` is fixed, ``f`` is a quadratic with Hessian ``lam X~_A X~_A^T + 2c I``.
+The oracle takes this method for ReLU blocks of more than ``rows.ACTIVE_MIN`` points (the
+``active`` route of ``rows.solve``, which certifies each row by its recomputed gradient and
+falls back to the primal route's Newton steps on the rows that miss it). ``rows.py``'s dual is a
+nonnegative least squares in the ``m`` data points (off above ``rows.DUAL_MAX``); its primal
+route forms the Hessian ``n^2 m`` afresh at every step. Here the Hessian's Gram
+``G_A = X~_A X~_A^T`` is kept per row and updated by the points that change sides: formed first
+at the start's sign pattern by the smaller of ``A`` and its complement ``I``
+(``G_A = T - X~_I X~_I^T``, with ``T = X~ X~^T`` formed once per block: ``Rows``; cost
+``n^2 min(|A|, |I|)``), then ``G += X~_in X~_in^T - X~_out X~_out^T`` (``n^2`` a point that
+changes sides; formed again when the changes outnumber ``min(|A|, |I|)``). Inputs that are 0 at
+every point (MNIST's border pixels) stay out of the Grams.
+
+Each Newton step ``d = -(lam G_A + 2c I)^{-1} grad f`` takes Armijo's backtracking on ``f``
+(``u = X~^T w`` and ``X~^T d`` computed once a step, each trial ``O(m)``). The rows go in
+batches of ``BATCH``: their products with ``X~`` (memory-bound matrix-vector products, half a
+row's time on MNIST one at a time) become one matrix product a step. Finite termination: a full
+step that leaves the active set unchanged lands on the zero of the piece's affine gradient,
+i.e. on the minimiser; a row also stops when its KKT residual (``blocks.kkt_residual``'s scale,
+row by row) is at the target.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.linalg import cho_factor, cho_solve
+
+NEWTON_STEPS = 50
+ARMIJO = 1e-4
+# rows solved together: their products with X~ (m x n, read from memory at every step) are
+# shared; each row keeps its own Gram (|S|^2 doubles: 4 MB on MNIST)
+BATCH = 32
+
+
+@dataclass
+class Rows:
+    """The data every row shares. Only the inputs ``S`` that are nonzero at some point enter the
+    Grams (MNIST: 718 of 785 with the bias; off ``S`` a row's Hessian is ``2c I`` and its Newton
+    step exact by itself): ``P = X~_S^T`` (``m x |S|``, C order, to gather points),
+    ``T = P^T P`` (formed on first use), and one gather buffer of ``m // 2 + 1`` points for every
+    row's first Gram (a fresh array of that size costs more in page faults than its copy)."""
+
+    Xt: np.ndarray
+    lam: float
+    c: float
+    _T: np.ndarray | None = field(default=None, repr=False)
+    _buf: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        self.S = np.flatnonzero(np.any(self.Xt != 0.0, axis=1))
+        self.P = np.ascontiguousarray(self.Xt[self.S].T)
+
+    @property
+    def T(self):
+        if self._T is None:
+            self._T = self.P.T @ self.P
+        return self._T
+
+    def forward(self, W):
+        """``W X~`` (``b x m`` for ``b`` rows ``W``: one product for the batch)."""
+        return W[:, self.S] @ self.P.T
+
+    def back(self, V):
+        """``V X~^T`` (``b x n`` for ``V`` of ``b x m``; 0 off ``S``)."""
+        out = np.zeros((V.shape[0], self.Xt.shape[0]))
+        out[:, self.S] = V @ self.P
+        return out
+
+    def _gather(self, idx):
+        if self._buf is None:
+            self._buf = np.empty((self.P.shape[0] // 2 + 1, self.S.size))
+        return np.take(self.P, idx, axis=0, out=self._buf[: idx.size], mode="clip")
+
+    def gram(self, A):
+        """``X~_{S,A} X~_{S,A}^T`` by the smaller of ``A`` and its complement."""
+        k = int(A.sum())
+        small = A if 2 * k <= A.size else ~A
+        G = self._gather(np.flatnonzero(small))
+        G = G.T @ G
+        return G if small is A else self.T - G
+
+    def update(self, G, enter, leave):
+        """``G + X~_in X~_in^T - X~_out X~_out^T`` in place (``enter``, ``leave``: masks)."""
+        for mask, sign in ((enter, 1.0), (leave, -1.0)):
+            idx = np.flatnonzero(mask)
+            if idx.size:
+                B = self._gather(idx)
+                if sign > 0:
+                    G += B.T @ B
+                else:
+                    G -= B.T @ B
+        return G
+
+    def newton(self, G, g):
+        """``-(lam G + 2c I)^{-1} g`` on ``S``, ``-g / 2c`` off it."""
+        d = -g / (2.0 * self.c)
+        if self.S.size:
+            H = self.lam * G
+            H[np.diag_indices(self.S.size)] += 2.0 * self.c
+            d[self.S] = -cho_solve(cho_factor(H, check_finite=False), g[self.S], check_finite=False)
+        return d
+
+    def ridge(self, Q):
+        """The rows' minimisers with every pre-activation positive, ``(lam T + 2c I) w = q``."""
+        W = Q / (2.0 * self.c)
+        if self.S.size:
+            H = self.lam * self.T
+            H[np.diag_indices(self.S.size)] += 2.0 * self.c
+            W[:, self.S] = cho_solve(
+                cho_factor(H, check_finite=False), Q[:, self.S].T, check_finite=False
+            ).T
+        return W
+
+
+@dataclass
+class RowReport:
+    """One row's solve: Newton steps, points that changed sides at each step, the residual."""
+
+    steps: int = 0
+    changes: list = field(default_factory=list)
+    residual: float = math.inf
+    exact: bool = False  # stopped by finite termination (a full step, the active set unchanged)
+    kept_gram: bool = False  # its first Gram updated from a kept one (``solve_rows``' grams)
+
+
+def _value(lam, q, c, w, u):
+    up = np.maximum(u, 0.0)
+    return 0.5 * lam * float(up @ up) - float(q @ w) + c * float(w @ w)
+
+
+def row_residual(rows, Q, W, U):
+    """Each row's scaled natural residual ``|grad f|_inf / (1 + max_i |g_i|_inf)`` (the scale of
+    ``blocks.kkt_residual``, with the row's own gradient parts ``lam X~ u_+ - q`` and ``2c w``),
+    for the rows ``W`` (``b x n``) with ``U = W X~``; returns ``(residuals, gradients)``."""
+    g0 = rows.lam * rows.back(np.maximum(U, 0.0)) - Q
+    g1 = 2.0 * rows.c * W
+    g = g0 + g1
+    scale = 1.0 + np.maximum(np.max(np.abs(g0), axis=1), np.max(np.abs(g1), axis=1))
+    return np.max(np.abs(g), axis=1) / scale, g
+
+
+def solve_row(rows, q, w, target, max_steps=None):
+    """The argmin of one row from ``w``; returns ``(w, RowReport)``."""
+    W, reports = solve_rows(rows, q[None, :], w[None, :], target, max_steps)
+    return W[0], reports[0]
+
+
+def solve_rows(rows, Q, start, target, max_steps=None, batch=None, kept=None):
+    """The rows ``q_i`` of ``Q`` from the rows of ``start``, ``batch`` rows at a time
+    (``BATCH``); returns ``(W, reports)``. ``kept``: a list of one ``(A, G)`` or ``None`` a
+    row, the active set and Gram a row ended with in an earlier call on the same ``X~``: a row
+    then starts from ``G`` updated by the points that changed sides (``n^2`` a point instead of
+    ``n^2 min(|A|, |I|)``); the list is overwritten with the rows' final ``(A, G)``."""
+    W = np.array(start, dtype=float)
+    reports = [RowReport() for _ in range(Q.shape[0])]
+    batch = BATCH if batch is None else int(batch)
+    max_steps = NEWTON_STEPS if max_steps is None else int(max_steps)
+    for lo in range(0, Q.shape[0], batch):
+        k = slice(lo, min(lo + batch, Q.shape[0]))
+        part = None if kept is None else kept[k]
+        W[k] = _solve_batch(rows, Q[k], W[k], target, max_steps, reports[k], part)
+        if kept is not None:
+            kept[k] = part
+    return W, reports
+
+
+def _first_gram(rows, A, kept, report):
+    """The Gram of the active set ``A``: from a kept ``(A0, G0)`` updated when fewer points
+    changed sides than ``min(|A|, |I|)``, else formed."""
+    if kept is not None:
+        A0, G0 = kept
+        enter, leave = A & ~A0, A0 & ~A
+        k = int(A.sum())
+        if int(enter.sum() + leave.sum()) <= min(k, A.size - k):
+            report.kept_gram = True
+            return rows.update(G0, enter, leave)
+    return rows.gram(A)
+
+
+def _solve_batch(rows, Q, W, target, max_steps, reports, kept=None):
+    """Newton steps on the rows of a batch in lockstep: each row its own Gram, direction and
+    line search; the products with ``X~`` (``u``, ``X~^T d``, the gradient) one for the batch.
+    ``kept`` (``solve_rows``): overwritten with the rows' final ``(A, G)``."""
+    lam, c = rows.lam, rows.c
+    U = rows.forward(W)
+    A = U > 0
+    if kept is None:
+        grams = [rows.gram(A[k]) for k in range(W.shape[0])]
+    else:
+        grams = [_first_gram(rows, A[k], kept[k], reports[k]) for k in range(W.shape[0])]
+    res, g = row_residual(rows, Q, W, U)
+    live = np.flatnonzero(res > target)
+    while live.size:
+        live = live[[reports[k].steps < max_steps for k in live]]
+        if not live.size:
+            break
+        D = np.stack([rows.newton(grams[k], g[k]) for k in live])
+        UD = rows.forward(D)
+        for j, k in enumerate(live):
+            u, ud, d, q, w = U[k], UD[j], D[j], Q[k], W[k]
+            f0, slope, t = _value(lam, q, c, w, u), float(g[k] @ d), 1.0
+            noise = 1e-14 * (1.0 + abs(f0))
+            for _ in range(40):
+                if _value(lam, q, c, w + t * d, u + t * ud) <= f0 + ARMIJO * t * slope + noise:
+                    break
+                t *= 0.5
+            W[k] = w + t * d
+            reports[k].exact = t == 1.0  # until the active set is seen to change
+        U[live] = rows.forward(W[live])  # recomputed, not accumulated
+        for k in live:
+            A_new = U[k] > 0
+            enter, leave = A_new & ~A[k], A[k] & ~A_new
+            n_changed = int(enter.sum() + leave.sum())
+            reports[k].steps += 1
+            reports[k].changes.append(n_changed)
+            if n_changed > min(int(A_new.sum()), A_new.size - int(A_new.sum())):
+                grams[k] = rows.gram(A_new)
+            elif n_changed:
+                rows.update(grams[k], enter, leave)
+            A[k] = A_new
+            reports[k].exact = reports[k].exact and not n_changed
+        res[live], g[live] = row_residual(rows, Q[live], W[live], U[live])
+        live = live[[res[k] > target and not reports[k].exact for k in live]]
+    for k, report in enumerate(reports):
+        report.residual = float(res[k])
+    if kept is not None:
+        kept[:] = [(A[k].copy(), grams[k]) for k in range(W.shape[0])]
+    return W
+
+
+def solve(block, start, target, max_steps=None, batch=None):
+    """Every row of a ReLU ``WHidden`` block (``rho + gamma > 0``) from ``start`` (else zeros);
+    returns ``(W, reports)``."""
+    c = block.rho + block.gamma
+    rows = Rows(np.asarray(block.Xt, dtype=float), block.lam, c)
+    Q = block.lam * (block.V @ block.Xt.T)
+    if block.gamma:
+        Q = Q + 2.0 * block.gamma * block.W0
+    W = np.zeros(Q.shape) if start is None else start
+    return solve_rows(rows, Q, W, target, max_steps, batch)

@@ -1,0 +1,194 @@
+"""The rows of the ``active`` route (``rows.py``, ``active_rows.py``) on the Dask workers.
+
+When the ``OracleBackend`` works with Dask (``n_jobs > 1`` or a ``client``), the rows of a ReLU
+hidden W-block on the ``active`` route (the paper's Sec. 4.5.2, eqs. (17) and (19)) are split
+into one contiguous share per worker. What is sent when:
+
+* **once per data set**: the block's fixed data ``X~`` (``n x m``; MNIST's ``X~_0``: 377 MB),
+  scattered to every worker (``client.scatter(..., broadcast=True)``) and remembered in the
+  driver by a digest of its bytes (``digest``), so that a later call with the same ``X~`` (the
+  W_0 block at every BCD iteration) sends nothing of it again. Each worker then keeps, under
+  the same digest, the ``active_rows.Rows`` built from it (``P = X~_S^T`` and
+  ``T = X~_S X~_S^T``, formed there once; ``_WORKER_ROWS``);
+* **every call**: only what changes, each worker's share of the rows' linear terms
+  ``q_i = lam X~ v_i + 2 gamma w0_i`` (the targets and the ``W0`` rows in one array), their
+  start rows (or none: the worker starts from the ridge point, ``Rows.ridge``), ``lam``, ``c``
+  and the target; back come the share's rows and their ``RowReport`` s.
+
+Warm rows (``keep_grams``, the default): each worker keeps, under the data's digest, the active
+set and Gram ``X~_A X~_A^T`` each of its rows ended with, and the next call starts each row from
+its kept Gram updated by the points that changed sides (``n^2`` a point, instead of
+``n^2 min(|A|, |I|)`` to form it; ``active_rows.solve_rows``' ``kept``). The shares are the same
+contiguous rows in every call; a row whose share went to another worker forms its Gram afresh.
+
+The driver trusts no worker: ``rows._active`` certifies every gathered row by its gradient
+recomputed from the block (``rows.uncertified``), takes the primal Newton fallback on the rows
+that miss it, and ``exact.attempt`` certifies the whole block by ``blocks.kkt_residual``. A
+non-finite row from a worker is replaced by zeros before that fallback. Each task runs with one
+BLAS thread (``threadpoolctl``), its worker's single core.
+
+Memory on a worker (MNIST, ``m = 60,000``, ``|S| = 718``): ``X~`` 377 MB, ``P`` 345 MB, ``T``
+4 MB, a gather buffer of ``m / 2`` points (172 MB) during a task, and one Gram (4 MB) a row of
+the batch being solved; ``KEEP`` data sets at most. The kept Grams add ``|S|^2`` doubles a row:
+4.1 MB, 1.24 GB for W_0's 300 rows, 620 MB a worker on two workers.
+"""
+
+import copy
+import hashlib
+from collections import OrderedDict
+from contextlib import nullcontext
+
+import numpy as np
+
+from ..errors import SolverError
+from . import active_rows as _active_rows
+
+# data sets (X~) kept scattered and built on the workers, the most recent first
+KEEP = 2
+DASK_RETRIES = 2
+
+# in each worker process, kept between tasks: digest -> active_rows.Rows (P, S and T formed);
+# digest -> {row: (A, G)}, the active set and Gram each row ended with (``keep_grams``); and
+# digest -> the number of times its Rows were built
+_WORKER_ROWS: OrderedDict = OrderedDict()
+_WORKER_GRAMS: dict = {}
+_WORKER_BUILDS: dict = {}
+
+
+def digest(Xt):
+    """A digest of ``X~``'s shape, type and bytes (blake2b, 128 bits)."""
+    A = np.ascontiguousarray(Xt, dtype=float)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(repr(A.shape).encode())
+    h.update(memoryview(A).cast("B"))
+    return h.hexdigest()
+
+
+def worker_rows_info():
+    """``{digest: (builds, kept Grams)}`` of the data sets kept in this process (run it on the
+    workers with ``client.run(worker_rows_info)``)."""
+    return {k: (_WORKER_BUILDS.get(k, 0), len(_WORKER_GRAMS.get(k, {}))) for k in _WORKER_ROWS}
+
+
+def _one_thread():
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        return nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def _rows_for(Xt, key, lam, c):
+    """This worker's ``Rows`` of the data ``key`` (built and ``T`` formed on first use), as a
+    shallow copy with this call's ``lam`` and ``c`` and its own gather buffer."""
+    kept = _WORKER_ROWS.get(key)
+    if kept is None:
+        kept = _active_rows.Rows(np.asarray(Xt, dtype=float), lam, c)
+        kept.T  # noqa: B018 (formed once here, shared by every later call)
+        kept._buf = None
+        _WORKER_ROWS[key] = kept
+        _WORKER_BUILDS[key] = _WORKER_BUILDS.get(key, 0) + 1
+        while len(_WORKER_ROWS) > KEEP:
+            _WORKER_GRAMS.pop(_WORKER_ROWS.popitem(last=False)[0], None)
+    _WORKER_ROWS.move_to_end(key)
+    rows = copy.copy(kept)
+    rows.lam, rows.c, rows._buf = lam, c, None
+    return rows
+
+
+def solve_share(Xt, key, lam, c, Q, start, target, first=0, keep_grams=False):
+    """On a worker: the rows ``Q`` (the block's rows ``first, first + 1, ...``) from ``start``
+    (None: the ridge point); returns ``(W, reports)`` as ``active_rows.solve_rows``. With
+    ``keep_grams`` each row starts from the Gram it ended with in an earlier call on this
+    worker (taken out while the rows are solved: a failed task leaves none behind) and leaves
+    its final one."""
+    with _one_thread():
+        rows = _rows_for(Xt, key, lam, c)
+        if start is None:
+            start = rows.ridge(Q)
+        if not keep_grams:
+            return _active_rows.solve_rows(rows, Q, start, target)
+        grams = _WORKER_GRAMS.setdefault(key, {})
+        index = range(first, first + Q.shape[0])
+        kept = [grams.pop(i, None) for i in index]
+        W, reports = _active_rows.solve_rows(rows, Q, start, target, kept=kept)
+        grams.update(zip(index, kept))
+        return W, reports
+
+
+def distributed_error(block, what, exc):
+    """The ``SolverError`` of a block whose pieces Dask could not solve (no partial block)."""
+    return SolverError(
+        block.kind,
+        block.layer,
+        "distributed_error",
+        f"Dask could not solve the {what} ({type(exc).__name__}: {exc}); "
+        f"no partial block is returned",
+    )
+
+
+class WorkerRows:
+    """The driver's side: the Dask client (from ``connect``, called on first use) and the data
+    sets scattered to its workers, by digest (``scatters`` counts the scatters). ``keep_grams``:
+    each worker keeps the final Gram of each of its rows for the next call on the same data."""
+
+    def __init__(self, connect, keep_grams=True):
+        self._connect, self.keep_grams = connect, bool(keep_grams)
+        self._scattered: OrderedDict = OrderedDict()
+        self.scatters = 0
+
+    def data(self, client, Xt):
+        """``(digest, future)`` of ``X~`` on every worker, scattered once."""
+        key = digest(Xt)
+        future = self._scattered.get(key)
+        if future is None:
+            future = client.scatter(np.asarray(Xt, dtype=float), broadcast=True, hash=False)
+            self._scattered[key] = future
+            self.scatters += 1
+            while len(self._scattered) > KEEP:
+                self._scattered.popitem(last=False)  # released on the workers
+        self._scattered.move_to_end(key)
+        return key, future
+
+    def solve(self, block, Q, c, start, target):
+        """Every row of the block on the workers, one contiguous share each; returns
+        ``(W, reports, shares)``. A lost worker's share is retried (``DASK_RETRIES``); a share
+        that still fails fails the block (``SolverError``, no partial block)."""
+        try:
+            client = self._connect()
+            key, data = self.data(client, block.Xt)
+            workers = sorted(client.nthreads())
+            k = max(1, min(len(workers), Q.shape[0]))
+            bounds = np.linspace(0, Q.shape[0], k + 1).astype(int)
+            futures = [
+                client.submit(
+                    solve_share,
+                    data,
+                    key,
+                    float(block.lam),
+                    float(c),
+                    Q[a:b],
+                    None if start is None else start[a:b],
+                    float(target),
+                    int(a),
+                    self.keep_grams,
+                    pure=False,
+                    retries=DASK_RETRIES,
+                    workers=[w],
+                    allow_other_workers=True,
+                )
+                for w, a, b in zip(workers, bounds[:-1], bounds[1:])
+            ]
+            parts = client.gather(futures)
+        except Exception as exc:  # lost workers, unreachable scheduler, errors in a task
+            raise distributed_error(block, "rows", exc) from exc
+        W = np.concatenate([np.asarray(p[0], dtype=float).reshape(-1, Q.shape[1]) for p in parts])
+        if W.shape != Q.shape:
+            raise SolverError(
+                block.kind,
+                block.layer,
+                "distributed_error",
+                f"the workers returned rows of shape {W.shape}, not {Q.shape}",
+            )
+        W[~np.all(np.isfinite(W), axis=1)] = 0.0  # the driver's fallback starts from there
+        return W, [rep for p in parts for rep in p[1]], k
