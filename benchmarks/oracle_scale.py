@@ -33,8 +33,7 @@ seconds, split into the rows on the workers and the rest (digest, scatter on the
 the driver's certificate).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \\
-        python benchmarks/oracle_scale.py --data-dir /work/shared/data/mnist \\
-                                          [--rows 32] [--m 60000] [--threads 1] [--workers N]
+        python benchmarks/oracle_scale.py [--data-dir DIR] [--rows 32] [--m 60000] [--workers N]
 """
 
 import argparse

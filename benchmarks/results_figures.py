@@ -272,9 +272,11 @@ RATIOS = {
 }
 
 
-def load_screen_report(depth):
-    """``deep_screen.py``'s report at ``depth`` (8: ``deep_screen.json``)."""
+def load_screen_report(depth, last=False):
+    """``deep_screen.py``'s report at ``depth`` (8: ``deep_screen.json``); ``last``: its
+    screen validated on the last 10,000 training images (``deep_screen_last_dD.json``)."""
     name = "deep_screen" if int(depth) == 8 else f"deep_screen_d{depth}"
+    name = f"deep_screen_last_d{depth}" if last else name
     return _read(DATA / f"{name}.json", ("settings", "runs"), "a deep_screen.py report")
 
 
@@ -292,17 +294,26 @@ def screen_adam(depth, best_only=False):
     return acc(best) if best_only else f"lr {rate(adam['lr'])}, the best of {grid}"
 
 
-def deep_ratios_table():
-    """The ratios screened at each depth: validation accuracy after each epoch, the best bold."""
+def deep_ratios_table(last=False):
+    """The ratios screened at each depth: validation accuracy after each epoch, the best bold;
+    ``last``: the screens validated on the last 10,000, with Adam's grid's best beside them."""
     rows = []
-    for depth in (2, 4, 8, 9, 10, 11, 12, 16):
-        runs = load_screen_report(depth)["runs"]
+    screened_last = sorted(
+        int(p.stem.rpartition("_d")[2]) for p in DATA.glob("deep_screen_last_d*")
+    )
+    for depth in screened_last if last else (2, 4, 8, 9, 10, 11, 12, 16):
+        report = load_screen_report(depth, last)
+        runs = report["runs"]
         screened = [h for h in RATIOS.values() if h in runs]
         curves = {h: list(map(acc, runs[h]["validation_accuracy"])) for h in screened}
         best = max(curves, key=lambda h: runs[h]["validation_accuracy"][-1])
         curves[best][-1] = f"**{curves[best][-1]}**"
-        rows.append([depth] + [", ".join(curves.get(h, [])) for h in RATIOS.values()])
-    return table(["hidden layers", *RATIOS], rows)
+        row = [depth] + [", ".join(curves.get(h, [])) for h in RATIOS.values()]
+        if last:
+            adam = report["adam"]
+            row.append(f"{acc(max(adam['grid'].values()))} (lr {rate(adam['lr'])})")
+        rows.append(row)
+    return table(["hidden layers", *RATIOS] + (["Adam"] if last else []), rows)
 
 
 FIGURES = {
@@ -340,6 +351,7 @@ FIGURES = {
     "deep_16_fln_epochs": lambda: _deep_epochs(16, "fln", (1, 2, 3, 5, 10)),
     "deep_gap_shallow": lambda: f"{max(abs(_gap(1)), abs(_gap(2))):.1f}",
     "deep_ratios": deep_ratios_table,
+    "deep_ratios_last": lambda: deep_ratios_table(last=True),
     "lenet5_rho20": rho20_table,
     "lenet5_rho20_chosen": lambda: _rho20("0.3"),
     "lenet5_rho20_none": lambda: _rho20("0"),

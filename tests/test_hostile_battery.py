@@ -75,3 +75,20 @@ def test_planted_faults_are_breaches_and_exit_1(tmp_path, capsys):
     assert breaches[1].startswith("BREACH (memory) points / planted 200 MB read: loaded")
     assert "points: 3 cases, {'named': 1, 'loaded': 2}, 1 not as labelled (1 silent accepts)" in out
     assert "1 over the memory bound" in out
+
+
+def test_damaged_idx_files_are_refused_within_their_memory_bound(tmp_path):
+    """MNIST's four files are checked before any is converted: the damaged test-set labels are
+    refused without the 376 MB of float64 training images (each read within max(64 MB, 4 x the
+    folder's 55 MB), where converting first took 450 MB); and the 12 MB pickle of empty lists,
+    refused at the parser's stack limit, within 64 MB."""
+    cases = [
+        c
+        for c in battery.collect()
+        if c.name in ("mnist: labels: expected 10000 uint8 labels", "mnist: with max 11")
+        or c.name.endswith("12 M EMPTY_LIST")
+    ]
+    assert len(cases) == 3, [c.name for c in cases]
+    outcomes = battery.battery(cases, tmp_path)
+    assert [o["kind"] for o in outcomes] == ["named"] * len(cases)
+    assert [o["name"] for o in outcomes if "memory" in o["breach"]] == []
