@@ -47,14 +47,6 @@ import hostile_cases as hc  # noqa: E402
 from hostile_cases import CATEGORIES, Case, collect  # noqa: E402, F401
 
 
-class _Kept(type(Path())):
-    """A path whose ``write_bytes`` writes nothing: ``run_case`` writes its data to the path it
-    reads, and a case's files are already written (a folder, a missing file among them)."""
-
-    def write_bytes(self, data):
-        return 0
-
-
 def declared(folder):
     """The uncompressed bytes the files under ``folder`` declare: a zip's member sizes, a gzip's
     ISIZE, a CSV's numbers as float64 (what the read budget charges), each at least the file's
@@ -91,7 +83,7 @@ def battery(cases, folder, memory_gib=3.0, cpu_seconds=60):
         else:
             fuzz.trim()  # what building the case freed, handed back: the read's peak its own
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            o = fuzz.run_case(case, b"", _Kept(path), memory_gib, cpu_seconds)
+            o = fuzz.run_case(case, None, path, memory_gib, cpu_seconds)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the child's, once reaped
             o["cpu"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
             if o["kind"] == "raw" and re.match(r"ValueError: \w+: ", o["error"]):

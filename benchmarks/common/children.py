@@ -89,9 +89,11 @@ def _address_space():
 
 
 def run_case(reader, data, path, memory_gib=1.0, cpu_seconds=20):
-    """``data`` written as ``reader``'s file ``path`` and read in a forked child: its outcome
-    (``kind``: loaded, named, raw, memory, crash or cpu; ``error``; ``seconds``)."""
-    path.write_bytes(data)
+    """``data`` written as ``reader``'s file ``path`` (None: the file is already there) and read
+    in a forked child: its outcome (``kind``: loaded, named, raw, memory, crash or cpu;
+    ``error``; ``seconds``; ``peak``)."""
+    if data is not None:
+        path.write_bytes(data)
     memory = _address_space() + int(memory_gib * 2**30)
     r, w = os.pipe()
     t0 = time.perf_counter()
