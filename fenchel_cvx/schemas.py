@@ -407,7 +407,7 @@ RUN = Record(
         **dict.fromkeys(("format", "dataset", "activation", "loss", "backend"), Text()),
         "command": Text(("train",)),
         **dict.fromkeys(("data_dir", "out"), Text(words="a folder's path (text)", null=True)),
-        **dict.fromkeys(("download", "verify", "no_baseline", "quiet"), Boolean()),
+        **dict.fromkeys(("download", "verify", "no_baseline", "quiet", "record_blocks"), Boolean()),
         **dict.fromkeys(("strict", "compile"), Boolean(null=True)),
         **dict.fromkeys(("train_size", "batch_size", "max_iter"), Integer(1, null=True)),
         "dtype": Text(("float32", "float64")),

@@ -212,6 +212,27 @@ def test_newton_rows_and_row_freezing(xp_name, act):
     assert float(block.value(W)) == pytest.approx(ref.value, rel=REL)
 
 
+@pytest.mark.parametrize("xp_name", ["numpy", "array_api_strict"])
+def test_newton_rows_on_many_points_read_k_among_their_active_points(xp_name, monkeypatch):
+    """Past ``K_POINTS`` points a Newton row forms its entries of K = X~^T X~ from X~'s columns
+    (the m x m K of a full-MNIST W_0 block would need 27 GB): the same steps as from K formed,
+    in chunks of rows (``GATHER_BYTES`` small here: one row a chunk)."""
+    from fenchel_cvx.fast import wblocks
+
+    xp = pytest.importorskip(xp_name)
+    state = make_state("relu", "mse", seed=3, sizes=(8, 12, 4, 3), m=30)
+    block = make_block("w_hidden0", *_to(xp, "float64", *state), gamma=0.3)
+    kw = dict(newton_cap=30, newton_start=0, flip_tol=30, compact_every=1)
+    runs = {}
+    for points, chunk in ((10**9, 1 << 27), (0, 8)):
+        monkeypatch.setattr(wblocks, "K_POINTS", points)
+        monkeypatch.setattr(wblocks, "GATHER_BYTES", chunk)
+        runs[points] = wblocks.solve_pncg(xp, block, block.W0, 1e-8, 500, **kw)
+    (W_k, it_k, _), (W_g, it_g, info_g) = runs[10**9], runs[0]
+    assert info_g["newton_rows"] > 0 and it_g == it_k and info_g["converged"]
+    assert float(xp.max(xp.abs(W_g - W_k))) <= 1e-12
+
+
 def test_dtype_argument_casts():
     block = case_block("relu", "cross_entropy", "w_hidden1", 0.3)
     res = FastBackend(dtype="float32").solve(block)

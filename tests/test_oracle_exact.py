@@ -9,7 +9,7 @@ from scipy.optimize import nnls as scipy_nnls
 
 from fenchel_cvx.activations import LeakyReLU, ReLU
 from fenchel_cvx.blocks import WHidden, WLast, XLast, w_block, x_block
-from fenchel_cvx.losses import MSE, CrossEntropy
+from fenchel_cvx.losses import MSE, CrossEntropy, softmax
 from fenchel_cvx.oracle import OracleBackend, ce_columns, exact, nnls, rows
 from test_oracle import instance, make_block
 
@@ -222,6 +222,34 @@ def test_cross_entropy_newton_directions_agree():
         dense, woodbury = (exact.ce_direction(block, net.W[1], g, w) for w in (False, True))
         np.testing.assert_allclose(woodbury, dense, rtol=1e-8, atol=1e-10)
         assert float(np.sum(g * dense)) < 0  # a descent direction
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.3])
+def test_cross_entropy_newton_cg_on_many_points_equals_the_template(monkeypatch, gamma):
+    """Past ``CG_MIN_POINTS`` the CE W_L block's Newton directions come from preconditioned CG
+    (``softmax_cg``): the certified argmin equals the CVXPY template's and the formed Hessian's,
+    and every direction descends. Planted fault: the Hessian-vector product without its
+    ``P diag(P^T U)`` term (the softmax's coupling) fails the agreement."""
+    from fenchel_cvx.oracle import softmax_cg
+
+    net, X0, Y, Xs = instance("relu", "cross_entropy", seed=2, sizes=(6, 9, 4), m=80)
+    block = w_block(net, X0, Y, Xs, 1, gamma=gamma, W0=net.W[1])
+    ref = OracleBackend(tol=TOL, exact=False).solve(block)
+    formed = exact.softmax_newton(block, None, 1e-11)[0]
+    monkeypatch.setattr(softmax_cg, "CG_MIN_POINTS", 10)
+    W, steps, info = exact.softmax_newton(block, None, 1e-11)
+    assert info["cg_steps"] > 0 and block.kkt_residual(W) <= 1e-11
+    np.testing.assert_allclose(W, formed, atol=1e-9)
+    np.testing.assert_allclose(W, ref.argmin, atol=1e-6)
+    cg = softmax_cg.SoftmaxCG(block, block.rho + block.gamma)
+    g = block.grad(net.W[1])
+    D, _ = cg.direction(net.W[1], g)
+    assert float(np.sum(g * D)) < 0
+    dense = exact.ce_direction(block, net.W[1], g, False)  # H^{-1} g by the formed Hessian
+    HD = cg.hessian_times(softmax(net.W[1] @ block.Xt), D)
+    Hd = cg.hessian_times(softmax(net.W[1] @ block.Xt), dense)
+    np.testing.assert_allclose(Hd, -g, atol=1e-9)  # the product is the formed Hessian's
+    assert np.linalg.norm(HD + g) <= min(0.1, np.linalg.norm(g)) * np.linalg.norm(g)
 
 
 def test_conv_w_blocks_equal_the_template():

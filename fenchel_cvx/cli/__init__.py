@@ -1,4 +1,5 @@
-"""The ``fenchel-cvx`` command: train, resume, evaluate and predict with Fenchel lifted networks.
+"""The ``fenchel-cvx`` command: train, resume, evaluate, predict with and certify Fenchel lifted
+networks.
 
     fenchel-cvx train                         # digits, 64-32-10 ReLU, MSE, the oracle (see README)
     fenchel-cvx train --loss cross_entropy --iterations 3
@@ -7,6 +8,7 @@
     fenchel-cvx resume runs/20260101-120000   # continue an interrupted run (Ctrl-C saves it)
     fenchel-cvx evaluate runs/20260101-120000 # loss and accuracy of its model on its test split
     fenchel-cvx predict runs/20260101-120000 points.csv --out labels.csv
+    fenchel-cvx certify runs/20260101-120000  # every block at its saved iterate, by the oracle
 
 Data sets: ``digits`` and ``mnist5k`` are embedded; ``mnist``, ``fashion-mnist`` and ``cifar10``
 are read from ``--data-dir`` (default: ``$FENCHEL_DATA/<name>``; see ``datasets.py``), with
@@ -43,9 +45,10 @@ The command's modules: ``parser.py`` (the parser and every flag), ``flags.py`` (
 conversion and check, and the error of a check after parsing), ``data_flags.py`` (the data
 sets, their folder's checks and loading), ``training.py`` (train and resume), ``run_folder.py``
 (the run folder and its ``run.json``), ``reports.py`` (what a run prints and its summary),
-``saved_model.py`` (evaluate and predict); here, :func:`main` and its exit statuses: 2 with
-one line for a ValueError (a flag, or a file refused by name), 1 for an OSError or another of
-the package's errors (``errors.FenchelError``), 130 on Ctrl-C.
+``saved_model.py`` (evaluate and predict), ``certify.py`` (certify and its flags); here,
+:func:`main` and its exit statuses: 2 with one line for a ValueError (a flag, or a file refused
+by name), 1 for an OSError or another of the package's errors (``errors.FenchelError``), 130 on
+Ctrl-C.
 """
 
 import sys
@@ -54,6 +57,7 @@ from ..heap import keep_freed_memory
 
 # The names read as ``fenchel_cvx.cli.<name>``; a value the commands look up when they run
 # (``training.LARGE``, ``data_flags.load``) is replaced in its own module.
+from .certify import certify as certify
 from .data_flags import DATA_FLAGS as DATA_FLAGS
 from .data_flags import DATASETS as DATASETS
 from .data_flags import IMAGES as IMAGES
@@ -82,7 +86,13 @@ from .training import _threads as _threads
 from .training import resume as resume
 from .training import train as train
 
-COMMANDS = {"train": train, "resume": resume, "evaluate": evaluate, "predict": predict}
+COMMANDS = {
+    "train": train,
+    "resume": resume,
+    "evaluate": evaluate,
+    "predict": predict,
+    "certify": certify,
+}
 
 
 def main(argv=None):

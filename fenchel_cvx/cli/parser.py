@@ -1,6 +1,6 @@
-"""The ``fenchel-cvx`` argument parser: :func:`build_parser`, its four subcommands (train,
-resume, evaluate, predict) and their flags in groups (data, network, algorithm, fast backend,
-run), each flag with its sentence, its choices and its default.
+"""The ``fenchel-cvx`` argument parser: :func:`build_parser`, its five subcommands (train,
+resume, evaluate, predict, certify) and their flags in groups (data, network, algorithm, fast
+backend, run), each flag with its sentence, its choices and its default.
 
 ``train``'s flags are the arguments of the network and of ``bcd.fit_bcd`` (Algorithm 1
 without ``--batch-size``, Algorithm 2 with it): ``--lam``, the lambda_l of the relaxation
@@ -242,6 +242,12 @@ def _run_arguments(o):
         help="skip the logistic-regression accuracy in the summary",
     )
     o.add_argument("--quiet", action="store_true", help="show no progress bar")
+    o.add_argument(
+        "--record-blocks",
+        action="store_true",
+        help="write blocks.npz: every block of the last round as its solver saw it, with the "
+        "solver's argmin ('fenchel-cvx certify --recorded' measures the solver's accuracy)",
+    )
 
 
 def _fast_arguments(f):
@@ -293,7 +299,7 @@ def _fast_arguments(f):
 
 
 def build_parser():
-    """The ``fenchel-cvx`` parser: the subcommands train, resume, evaluate and predict."""
+    """The ``fenchel-cvx`` parser: the subcommands train, resume, evaluate, predict and certify."""
     parser = argparse.ArgumentParser(prog="fenchel-cvx", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"fenchel-cvx {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -333,6 +339,18 @@ def build_parser():
             "A model in a run folder first gets the run's preprocessing "
             "(recorded in run.json, e.g. digits' pixels / 16) applied to "
             "INPUT, as its training data had; --raw skips it.",
+            formatter_class=_Help,
+        )
+    )
+    _certify_arguments(
+        sub.add_parser(
+            "certify",
+            help="re-solve every block of a run's saved iterate by the oracle; print the gaps",
+            description="Certify a run's saved iterate block by block: each block of the "
+            "lifted objective at the run's checkpoint is solved exactly by the oracle, which "
+            "prints the run's value, the optimum, a certified lower bound, the gap and the "
+            "KKT residual of the run's point (Algorithm 1: on all the data; Algorithm 2: on "
+            "the last round's batch).",
             formatter_class=_Help,
         )
     )
@@ -414,3 +432,43 @@ def _predict_arguments(p):
         help="INPUT is preprocessed already: do not apply the run's preprocessing",
     )
     p.add_argument("--threads", type=COUNT_, default=1, help="BLAS threads")
+
+
+def _certify_arguments(c):
+    """The flags of ``certify``: the run, which blocks, the oracle's workers and tolerance."""
+    c.add_argument("run", type=Path, help="the run's folder (holding run.json and checkpoint.npz)")
+    c.add_argument(
+        "--blocks",
+        choices=("all", "X", "W"),
+        default="all",
+        help="the blocks to certify: all of them, the X-blocks or the W-blocks",
+    )
+    c.add_argument(
+        "--workers",
+        type=COUNT_,
+        default=1,
+        help="Dask workers (one BLAS thread each) for the blocks' independent rows and "
+        "columns; 1: in this process",
+    )
+    c.add_argument(
+        "--tol",
+        type=_flag(TOL),
+        default=1e-9,
+        help="the KKT residual to which the oracle solves every block",
+    )
+    c.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="folder of the data set's files, where they are now (default: the run's); the "
+        "data must be the run's",
+    )
+    c.add_argument(
+        "--recorded",
+        action="store_true",
+        help="certify the blocks the run recorded (train --record-blocks) at the inputs its "
+        "solver saw, instead of its saved point",
+    )
+    c.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    c.add_argument("--threads", type=COUNT_, default=1, help="BLAS threads of this process")
+    c.add_argument("--quiet", action="store_true", help="print the table alone")

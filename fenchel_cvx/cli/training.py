@@ -142,6 +142,18 @@ def _backend(args):
     return FastBackend(tol=args.tol, threads=args.threads, **given)
 
 
+def _recording(args, net):
+    """``--backend``, wrapped with ``--record-blocks`` in a ``RecordingBackend`` (the oracle
+    given ``--no-strict`` as ``fit_bcd`` gives it)."""
+    backend = _backend(args)
+    if not args.record_blocks:
+        return backend
+    from ..recorded_blocks import RecordingBackend
+
+    strict = dict(strict=False) if args.strict is False and isinstance(backend, str) else {}
+    return RecordingBackend(backend, net, **strict)
+
+
 def _rounds(args, m):
     """The rounds of the run of ``args`` on ``m`` training points."""
     if args.batch_size is None:
@@ -183,6 +195,7 @@ def _train(args, resume, written):
     if args.backend == "cvxpy" and X.shape[1] > LARGE:
         callback = _oracle_estimate(total, X.shape[1])
     _banner(args, resume, X.shape[1], X_test.shape[1], arch, out)
+    backend = _recording(args, net)
     try:  # fit_bcd checkpoints on Ctrl-C; before it starts there is nothing to save
         res = fit_bcd(
             net,
@@ -194,7 +207,7 @@ def _train(args, resume, written):
             alternations=args.alternations,
             gamma=args.gamma,
             momentum=args.momentum,
-            backend=_backend(args),
+            backend=backend,
             strict=args.strict,
             tol=args.tol,
             X_test=X_test,
@@ -209,6 +222,10 @@ def _train(args, resume, written):
         )
     except KeyboardInterrupt:
         return _interrupted(out, total)
+    if args.record_blocks:
+        from ..recorded_blocks import FILE
+
+        backend.save(out / FILE)
     res.history.config.update(dataset=args.dataset, train_size=int(X.shape[1]))
     _summary(args, net, res.history, out, (X, y), (X_test, data.y_test), t0, written)
     return 0

@@ -26,8 +26,9 @@ Polak-Ribiere+ nonlinear CG with an *exact* line search, preconditioned by
   10 iterations, the row's exact Hessian, inverted in data space by Woodbury,
   ``H_i^{-1} = (I - X~ S (eps I + S K S)^{-1} S X~^T) / 2c`` with ``S = D_i^{1/2}``,
   ``K = X~^T X~``, ``eps = 2c / lam``, restricted to the active points: a batched semismooth
-  Newton step costing ``O(|A_i|^3)`` per row. The size cap balances that cost against a CG
-  step and grows as rows converge.
+  Newton step costing ``O(|A_i|^3)`` per row (``K`` formed once where m <= ``K_POINTS``; on
+  more points each row's entries among its active points, ``O(|A_i|^2 n)``). The size cap
+  balances that cost against a CG step and grows as rows converge.
 
 Rows whose gradient is below ``tol / 2`` are frozen and dropped from the batch (on MNIST most
 rows converge within ~50 iterations; a few units that fire on few points need hundreds).
@@ -60,6 +61,12 @@ from . import fused, span
 from ._util import NEWTON_START, RESYNC, keep_descent, kkt, newton_1d, pr_plus, proves_above
 from .fused import EAGER
 from .gram import DataGram, ParamGram, inverse_pays
+
+#: points up to which Newton rows read ``K = X~^T X~`` formed once per solve (m x m: 134 MB in
+#: float64 at 4,096); beyond, each row's entries among its active points (``active_gram``)
+K_POINTS = 4096
+#: the gathered columns of one chunk of Newton rows (``active_gram``)
+GATHER_BYTES = 1 << 27
 
 
 class _Problem:
@@ -237,7 +244,7 @@ class HiddenRows(_Problem):
         k = int(xp.sum(xp.astype(small, xp.int64)))
         if k == 0:
             return s, sU, None, active
-        if self.K is None:
+        if self.K is None and self.Xt.shape[1] <= K_POINTS:
             self.K = self.Xt.T @ self.Xt
         p = g.shape[0]
         rows = xp.argsort(xp.astype(xp.logical_not(small), xp.int8), stable=True)[:k]
@@ -252,7 +259,11 @@ class HiddenRows(_Problem):
         """``H_i^{-1} g_i`` for the given rows, in data space restricted to their active points."""
         xp, K = self.xp, self.K
         m = U.shape[1]
-        c = max(self.c, 64 * xp.finfo(U.dtype).eps * float(xp.max(xp.abs(K))) / m)
+        if K is None:  # max |K_jk| = max_j K_jj (Cauchy-Schwarz): the largest column norm
+            big = float(xp.max(xp.sum(self.Xt * self.Xt, axis=0)))
+        else:
+            big = float(xp.max(xp.abs(K)))
+        c = max(self.c, 64 * xp.finfo(U.dtype).eps * big / m)
         eps = 2 * c / self.lam
         S = xp.sqrt(self.act.dphi(U))
         r = (g @ self.Xt) * S
@@ -265,10 +276,13 @@ class HiddenRows(_Problem):
         zero = xp.zeros((U.shape[0], a), dtype=U.dtype, device=device(U))
         Sc = xp.where(valid, xp.take_along_axis(S, idx, axis=1), zero)
         rc = xp.where(valid, xp.take_along_axis(r, idx, axis=1), zero)
-        flat = idx[:, :, None] * m + idx[:, None, :]
-        Kc = xp.reshape(
-            xp.take(xp.reshape(K, (-1,)), xp.reshape(flat, (-1,)), axis=0), tuple(flat.shape)
-        )
+        if K is None:
+            Kc = self.active_gram(idx)
+        else:
+            flat = idx[:, :, None] * m + idx[:, None, :]
+            Kc = xp.reshape(
+                xp.take(xp.reshape(K, (-1,)), xp.reshape(flat, (-1,)), axis=0), tuple(flat.shape)
+            )
         M = Sc[:, :, None] * Kc * Sc[:, None, :] + eps * xp.eye(a, dtype=U.dtype, device=device(U))
         z = xp.linalg.solve(M, rc[:, :, None])[:, :, 0] * Sc
         if a < m:  # back to all points: invert each row's permutation
@@ -277,6 +291,22 @@ class HiddenRows(_Problem):
             )
             z = xp.take_along_axis(z, xp.argsort(order, axis=1), axis=1)
         return (g - z @ self.Xt.T) / (2 * c)
+
+    def active_gram(self, idx):
+        """``X~_a^T X~_a`` for each row's points ``idx`` (rows x a): the entries of ``K`` that
+        a Newton row reads, formed from X~'s columns where ``K`` itself (m x m) is too large;
+        rows in chunks of at most ``GATHER_BYTES`` of gathered columns."""
+        xp, Xt = self.xp, self.Xt
+        n1, (rows, a) = Xt.shape[0], idx.shape
+        chunk = max(1, GATHER_BYTES // (a * n1 * (xp.finfo(Xt.dtype).bits // 8)))
+        out = []
+        for i in range(0, rows, chunk):
+            part = idx[i : i + chunk, :]
+            r = part.shape[0]
+            Xa = xp.reshape(xp.take(Xt, xp.reshape(part, (-1,)), axis=1), (n1, r, a))
+            Xa = xp.permute_dims(Xa, (1, 2, 0))  # r x a x n1
+            out.append(Xa @ xp.permute_dims(Xa, (0, 2, 1)))
+        return xp.concat(out, axis=0)
 
 
 class LastLoss(_Problem):

@@ -45,6 +45,7 @@ from ..losses import MSE, CrossEntropy, softmax
 from . import ce_columns as _ce_columns
 from . import output_dual as _output_dual
 from . import rows as _rows_mod
+from . import softmax_cg as _softmax_cg
 
 # Newton's method on the cross-entropy W-block: the most steps
 NEWTON_STEPS = 50
@@ -258,24 +259,28 @@ def softmax_newton(block, start, target):
     else:
         W = (block.gamma / _c(block)) * block.W0 if block.gamma else np.zeros((K, n))
     f, r = float(block.value(W)), float(block.kkt_residual(W))
-    steps = 0
+    steps = cg_steps = 0
+    cg = _softmax_cg.SoftmaxCG(block, _c(block)) if _softmax_cg.applies(block) else None
     while r > target and steps < NEWTON_STEPS:
         g = block.grad(W)
-        D = ce_direction(block, W, g)
+        if cg is None:
+            D = ce_direction(block, W, g)
+        else:
+            D, k = cg.direction(W, g)
+            cg_steps += k
         W, f, r, moved = _line_search(block, W, D, f, r, float(np.sum(g * D)))
         steps += 1
         if not moved:
             break
-    return (
-        W,
-        steps,
-        {
-            "solver": softmax_newton.label,
-            "newton_steps": steps,
-            "n_subproblems": W.shape[0],
-            "duality_gap": None,
-        },
-    )
+    info = {
+        "solver": softmax_newton.label,
+        "newton_steps": steps,
+        "n_subproblems": W.shape[0],
+        "duality_gap": None,
+    }
+    if cg is not None:
+        info["cg_steps"] = cg_steps
+    return W, steps, info
 
 
 def _line_search(block, W, D, f, r, slope):
