@@ -198,7 +198,14 @@ def certify_blocks(
     (default ``OracleBackend(tol=1e-9)``); ``progress(name)``, where given, is called before
     each block."""
     from .oracle import OracleBackend, certify
+    from .oracle.backend import beyond_reach
 
+    far = [f"{name}: {why}" for name, block, _ in triples if (why := beyond_reach(block))]
+    if far:
+        raise ValueError(
+            "blocks beyond the oracle's reach (certify the others: --blocks, blocks= W or X): "
+            + "; ".join(far)
+        )
     backend = OracleBackend(tol=1e-9) if backend is None else backend
     out = []
     for name, block, Z in triples:

@@ -198,3 +198,30 @@ def test_a_damaged_record_is_refused_by_name(tmp_path, damage, field):
     write_npz(tmp_path / FILE, arrays, meta)
     with pytest.raises(FileFormatError, match=field):
         load_recorded(tmp_path / FILE)
+
+
+def test_a_block_beyond_the_oracles_reach_is_refused_before_any_solve(tmp_path, monkeypatch):
+    """An X-block without an exact method whose one column's template exceeds
+    ``MAX_COLUMN_COEFFICIENTS`` (LeNet-5's X_1: 7.5M, whose compile asks for 528 GiB) is named
+    before any block is solved; X_2 = X_L (MSE + ReLU) has an exact method and is not."""
+    from fenchel_cvx.oracle import backend as oracle_backend
+
+    X0, Y, _ = run(tmp_path, iterations=1)
+    monkeypatch.setattr(oracle_backend, "MAX_COLUMN_COEFFICIENTS", 10)  # X_1 feeds W_1: 4 x 6
+    solved = []
+    monkeypatch.setattr(oracle_backend.OracleBackend, "solve", lambda *a, **k: solved.append(a))
+    with pytest.raises(ValueError, match=r"X_1: one column.s problem has 4 x 6 = 24") as err:
+        certify_run(tmp_path, X0, Y)
+    assert "X_2" not in str(err.value) and not solved
+    monkeypatch.undo()
+    monkeypatch.setattr(oracle_backend, "MAX_COLUMN_COEFFICIENTS", 10)
+    point = saved_point(tmp_path, X0, Y)
+    block = x_block(point.net, point.X0, point.Y, point.Xs, 1)
+    with pytest.raises(ValueError, match=r"x_hidden \(layer 1\) is beyond the oracle"):
+        oracle_backend.OracleBackend().solve(block)  # the oracle's own check, in training too
+    monkeypatch.undo()
+    assert [b.block for b in certify_run(tmp_path, X0, Y, blocks="W").blocks] == [
+        "W_2",
+        "W_1",
+        "W_0",
+    ]

@@ -127,6 +127,29 @@ def _check_finite(name, A):
         raise ValueError(f"{name} must be finite, got NaN or inf entries")
 
 
+#: an X-block column's parametrised coefficients (the dense ``W_x`` of the map it feeds) up to
+#: which its CVXPY template compiles in reasonable memory: LeNet-5's X_1, which feeds conv2, has
+#: 1600 x 4704 = 7.5M, whose DPP compile asks for 528 GiB
+MAX_COLUMN_COEFFICIENTS = 1_000_000
+
+
+def beyond_reach(block) -> str | None:
+    """Why the oracle cannot solve ``block``, in words (None: it can): an X-block that no
+    exact method takes and whose one column's template has more than
+    ``MAX_COLUMN_COEFFICIENTS`` coefficients (a large convolution's Toeplitz matrix)."""
+    if not isinstance(block, XBlock) or _exact.method_for(block) is not None:
+        return None
+    one = block.restrict(np.arange(1))
+    rows = one.forward(np.zeros((block.shape[0], 1))).shape[0]
+    if rows * block.shape[0] <= MAX_COLUMN_COEFFICIENTS:
+        return None
+    return (
+        f"one column's problem has {rows} x {block.shape[0]} = {rows * block.shape[0]:,} "
+        f"coefficients (the layer's map as a dense matrix), over the CVXPY templates' "
+        f"{MAX_COLUMN_COEFFICIENTS:,}"
+    )
+
+
 def check_block(block):
     """Validate a block's data before solving (``ValueError`` naming the parameter and value)."""
     if not isinstance(block, _BLOCKS):
@@ -134,6 +157,9 @@ def check_block(block):
     for act in block.activations:
         _atoms.require_forms(act, _atoms.ACTIVATION_FORMS)
     _check_data(block)
+    why = beyond_reach(block)
+    if why is not None:
+        raise ValueError(f"block {block.kind} (layer {block.layer}) is beyond the oracle: {why}")
 
 
 @functools.singledispatch
