@@ -148,20 +148,23 @@ def saved_point(checkpoint: str | Path, X0: Array, Y: Array) -> SavedPoint:
         cfg["epochs"],
         cfg["iterations"],
         cfg["alternations"],
-        seed=cfg["batch_seed"],
+        seed=cfg.get("batch_seed", net.seed),  # a history of before batch_seed: the net's seed
     )
     columns = steps[done - 1].columns
     X0, Y = np.asarray(X0, np.float64), np.asarray(Y, np.float64)
     if columns is not None:
         X0, Y = X0[:, columns], Y[:, columns]
     gamma = cfg["gamma"] if isinstance(cfg["gamma"], list) else [cfg["gamma"]] * L
-    W0 = [
-        np.asarray(arrays[f"W0_{l}"], np.float64) if gamma[l] and f"W0_{l}" in arrays else None
-        for l in range(L)
-    ]
-    gamma = [g if W is not None else 0.0 for g, W in zip(gamma, W0)]
+    missing = [l for l in range(L) if gamma[l] and f"W0_{l}" not in arrays]
+    if missing:
+        raise ValueError(
+            f"checkpoint {str(checkpoint)!r} holds no proximal centre W0_{missing[0]} for its "
+            f"gamma {gamma[missing[0]]!r}: the W-block of eq. (13) cannot be built"
+        )
+    W0 = [np.asarray(arrays[f"W0_{l}"], np.float64) if gamma[l] else None for l in range(L)]
     Xs = [np.asarray(arrays[f"X_{l}"], np.float64) for l in range(1, L)]
-    return SavedPoint(net, X0, Y, Xs, gamma, W0, cfg["algorithm"], done)
+    algorithm = 1 if cfg["batch_size"] is None else 2
+    return SavedPoint(net, X0, Y, Xs, [float(g) for g in gamma], W0, algorithm, done)
 
 
 def saved_blocks(point: SavedPoint, blocks: str = "all") -> list[tuple[str, Any, np.ndarray]]:
@@ -312,7 +315,7 @@ def _recorded(run: Path, blocks: str) -> tuple[list, int, int, int]:
     meta = checkpoint_meta(run)
     triples = load_recorded(run / FILE)
     points = max(Z.shape[1] for name, _, Z in triples if name[0] == "X")
-    algorithm = meta["history"]["config"]["algorithm"]
+    algorithm = 1 if meta["history"]["config"].get("batch_size") is None else 2
     return chosen(triples, blocks), algorithm, meta["iteration"], points
 
 

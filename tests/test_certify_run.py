@@ -225,3 +225,14 @@ def test_a_block_beyond_the_oracles_reach_is_refused_before_any_solve(tmp_path, 
         "W_1",
         "W_0",
     ]
+
+
+def test_a_checkpoint_without_its_proximal_centre_is_refused(tmp_path):
+    """gamma_l > 0 needs W0_l (eq. (13)): a checkpoint without it is refused, never certified
+    as another block."""
+    X0, Y, _ = run(tmp_path, "fast", batch_size=16, epochs=1, gamma=[1.0, 2.0, 3.0])
+    arrays, meta = load_checkpoint(tmp_path)
+    del arrays["W0_1"]
+    write_npz(tmp_path / "checkpoint.npz", arrays, meta)
+    with pytest.raises(ValueError, match="holds no proximal centre W0_1 for its gamma 2.0"):
+        certify_run(tmp_path, X0, Y)
