@@ -263,36 +263,19 @@ def table_lifted_rounds():
 
 
 def table_deep_screen_last():
-    """The depth-8 screen validated on the last 10,000 (``deep_screen_last_d8.json``), every
-    hypothesis of the report beside its third epoch on the permutation split
-    (``deep_screen.json``)."""
+    """The depth-8 screen on the last 10,000 (``deep_screen_last_d8.json``), each hypothesis
+    beside its third epoch on the permutation split (``deep_screen.json``)."""
     last, perm = (figures.load_screen_report(8, kept) for kept in (True, False))
     rows = []
     for name, run in last["runs"].items():
-        cert = run["certificate"]
-        held = "held" if cert["violations"] == 0 else f"{cert['violations']} violations"
+        bad = run["certificate"]["violations"]
         before = perm["runs"].get(name, {}).get("validation_accuracy", [None])[-1]
         curve = [acc(a) for a in run["validation_accuracy"]]
-        rows.append([f"`{name}`", *curve, acc(before), held])
-    adam = last["adam"]
-    rows.append(
-        [
-            "Adam",
-            "",
-            "",
-            f"{acc(adam['grid'][str(adam['lr'])])} (lr {adam['lr']:g})",
-            acc(perm["adam"]["grid"][str(perm["adam"]["lr"])]),
-            "",
-        ]
-    )
-    head = [
-        "hypothesis",
-        "epoch 1",
-        "epoch 2",
-        "epoch 3",
-        "permutation split, epoch 3",
-        "certificate",
-    ]
+        rows.append([f"`{name}`", *curve, acc(before), f"{bad} violations" if bad else "held"])
+    a, b = last["adam"], perm["adam"]
+    adam = f"{acc(a['grid'][str(a['lr'])])} (lr {a['lr']:g})"
+    rows.append(["Adam", "", "", adam, acc(b["grid"][str(b["lr"])]), ""])
+    head = ["hypothesis", "epoch 1", "epoch 2", "epoch 3", "permutation split, ep. 3", "cert."]
     return table(head, rows)
 
 
