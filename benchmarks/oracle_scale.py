@@ -1,4 +1,4 @@
-"""The oracle at the fast path's scale (issue 54, step 0): Figure 1's blocks on all of MNIST.
+"""The oracle at the fast path's scale, block by block: Figure 1's blocks on all of MNIST.
 
 Figure 1's network (the paper's Sec. 5.1: 784-300-10, ReLU, MSE; lam 0.1 in the paper's units,
 0.2 in this package's, ``paper_hyperparameters.from_reference``; rho (1, 10) as
