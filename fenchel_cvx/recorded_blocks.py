@@ -17,6 +17,7 @@ checkpoints are those of the same run without recording.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -125,24 +126,26 @@ def load_recorded(path: str | Path) -> list[tuple[str, Any, np.ndarray]]:
 
     with NpzFile(path, "recorded blocks (RecordingBackend.save)") as f:
         meta = f.meta(FORMAT)
-        net = network_from_config(meta.get("config"), LiftedNetwork, f.path, "meta.config")
+        net = network_from_config(
+            dict(meta.get("config") or {}, dtype="float64"), LiftedNetwork, f.path, "meta.config"
+        )
         entries = meta.get("blocks")
         if not isinstance(entries, list) or not entries:
             raise FileFormatError(f.path, "meta.blocks", "a list of blocks", repr(entries)[:80])
-        names = {f"{e.get('name')}.argmin" for e in entries if isinstance(e, dict)}
-        fields = {}
-        for e in entries:
-            fields[e["name"]] = _entry_fields(f.path, e)
-            names |= {f"{e['name']}.{k}" for k in fields[e["name"]]}
-        f.require(names | {"meta"})
+        fields = [_entry_fields(f.path, e) for e in entries]
+        seen = [e["name"] for e in entries]
+        if len(set(seen)) != len(seen):
+            raise FileFormatError(f.path, "meta.blocks", "one entry a block", ", ".join(seen))
+        f.require(
+            {f"{e['name']}.{k}" for e, ks in zip(entries, fields) for k in ks | {"argmin"}}
+            | {"meta"}
+        )
         out = []
-        for e in entries:
-            kw = {
-                k: f.array(
-                    f"{e['name']}.{k}", (None,) * len(f.headers[f"{e['name']}.{k}"][0]), np.float64
-                )
-                for k in fields[e["name"]]
-            }
+        for e, ks in zip(entries, fields):
+            kw = {}
+            for k in ks:
+                key = f"{e['name']}.{k}"
+                kw[k] = f.array(key, (None,) * len(f.headers[key][0]), np.float64)
             kw.update(e["scalars"])
             kw.update({k: _resolve(net, f.path, e["name"], k, r) for k, r in e["refs"].items()})
             Z = f.array(f"{e['name']}.argmin", (None, None), np.float64)
@@ -150,42 +153,70 @@ def load_recorded(path: str | Path) -> list[tuple[str, Any, np.ndarray]]:
     return out
 
 
+#: the network's objects a block's field may refer to, by field
+REFERENCES = {
+    "act": "activation",
+    "act_in": "activation",
+    "act_out": "activation",
+    "loss": "loss",
+    "map": "layer",
+}
+#: the scalar fields that are weights of the objective: finite and >= 0
+WEIGHTS = ("lam", "lam_in", "lam_out", "rho", "gamma")
+
+
 def _entry_fields(path: Path, e: Any) -> set:
     """The array fields of the entry ``e``: its class's fields less its scalars, references
-    and hints; a ``FileFormatError`` where the entry is malformed."""
+    and hints; a ``FileFormatError`` naming the entry where it is malformed: its class, name,
+    scalars (numbers, the objective's weights finite and >= 0, the layer an integer >= 0) and
+    references (each field to its kind of object)."""
+    where = f"meta.blocks.{e.get('name')}" if isinstance(e, dict) else "meta.blocks"
     ok = (
         isinstance(e, dict)
-        and e.get("cls") in CLASSES
+        and isinstance(e.get("cls"), str)
+        and e["cls"] in CLASSES
         and isinstance(e.get("name"), str)
         and isinstance(e.get("refs"), dict)
         and isinstance(e.get("scalars"), dict)
-        and all(isinstance(v, (bool, int, float)) or v is None for v in e["scalars"].values())
     )
     if not ok:
-        raise FileFormatError(path, "meta.blocks", "entries of a block class", repr(e)[:120])
+        raise FileFormatError(path, where, "an entry of a block class", repr(e)[:120])
     names = {x.name for x in dataclasses.fields(CLASSES[e["cls"]])} - set(HINTS)
     given = set(e["refs"]) | set(e["scalars"])
-    if not given <= names:
-        raise FileFormatError(path, f"meta.blocks.{e['name']}", "the class's fields", str(given))
+    if not given <= names or not set(e["refs"]) <= set(REFERENCES):
+        raise FileFormatError(path, where, "the class's fields", ", ".join(sorted(given)))
+    for k, v in e["scalars"].items():
+        number = v is None or (isinstance(v, (int, float)) and math.isfinite(v))
+        if not number or (k in WEIGHTS and v is not None and v < 0):
+            raise FileFormatError(path, f"{where}.{k}", "a finite number (>= 0 a weight)", repr(v))
+    layer = e["scalars"].get("layer")
+    if not isinstance(layer, int) or isinstance(layer, bool) or layer < 0:
+        raise FileFormatError(path, f"{where}.layer", "an integer >= 0", repr(layer))
     return names - given
 
 
 def _resolve(net: Any, path: Path, name: str, field: str, ref: Any) -> Any:
+    """The network's object that the field ``field`` refers to: of the field's kind
+    (``REFERENCES``), by its index."""
     objects = {"activation": net.activations, "layer": net.layers, "loss": [net.loss]}
-    ok = isinstance(ref, list) and len(ref) == 2 and ref[0] in objects and isinstance(ref[1], int)
-    if not ok or not 0 <= ref[1] < len(objects[ref[0]]):
-        raise FileFormatError(path, f"meta.blocks.{name}.{field}", "a network's object", repr(ref))
-    return objects[ref[0]][ref[1]]
+    kind = REFERENCES[field]
+    ok = isinstance(ref, list) and len(ref) == 2 and ref[0] == kind and isinstance(ref[1], int)
+    if not ok or not 0 <= ref[1] < len(objects[kind]):
+        raise FileFormatError(path, f"meta.blocks.{name}.{field}", f"a network's {kind}", repr(ref))
+    return objects[kind][ref[1]]
 
 
 def _rebuild(path: Path, e: dict, kw: dict, Z: np.ndarray) -> Any:
-    """The block of the entry ``e``, its value at ``Z`` computed once to check its shapes."""
+    """The block of the entry ``e``, named as its variable, its value at ``Z`` computed once to
+    check its shapes."""
     try:
         block = CLASSES[e["cls"]](**kw)
+        if block_name(block) != e["name"]:
+            raise ValueError(f"a {type(block).__name__} of layer {block.layer} is not {e['name']}")
         if tuple(block.shape) != Z.shape:
             raise ValueError(f"argmin of shape {Z.shape}, the block's variable {block.shape}")
         block.value(Z)
-    except (TypeError, ValueError, IndexError) as err:
+    except (TypeError, ValueError, IndexError, AttributeError) as err:
         raise FileFormatError(path, e["name"], "a block of the network", str(err)[:200]) from None
     return block
 

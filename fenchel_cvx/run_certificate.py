@@ -131,7 +131,8 @@ def saved_point(checkpoint: str | Path, X0: Array, Y: Array) -> SavedPoint:
 
     arrays, meta = load_checkpoint(checkpoint)
     dtype = meta["config"]["dtype"]  # fit_bcd took the data in the network's dtype
-    if meta["settings"]["data"] != data_digest(np.asarray(X0, dtype), np.asarray(Y, dtype)):
+    X0, Y = np.asarray(X0, dtype), np.asarray(Y, dtype)  # the values the run saw, no others
+    if meta["settings"]["data"] != data_digest(X0, Y):
         raise ValueError(
             f"X0, Y are not the training data of the run of {str(checkpoint)!r} (its checkpoint "
             "records another digest): give the run's data, in the run's dtype"
@@ -314,7 +315,9 @@ def _recorded(run: Path, blocks: str) -> tuple[list, int, int, int]:
         )
     meta = checkpoint_meta(run)
     triples = load_recorded(run / FILE)
-    points = max(Z.shape[1] for name, _, Z in triples if name[0] == "X")
+    points = max(
+        Z.shape[1] if name[0] == "X" else block.Xt.shape[1] for name, block, Z in triples
+    )
     algorithm = 1 if meta["history"]["config"].get("batch_size") is None else 2
     return chosen(triples, blocks), algorithm, meta["iteration"], points
 

@@ -185,6 +185,13 @@ def test_the_command_records_and_certifies_a_fast_run(tmp_path, capsys):
         (lambda a, m: a.pop("W_0.Xt"), "arrays"),
         (lambda a, m: a.update({"W_0.Xt": a["W_0.Xt"][:, :3]}), "W_0"),
         (lambda a, m: m["blocks"][1]["refs"].update(act_in=["activation", 9]), "act_in"),
+        (lambda a, m: m["blocks"][1]["refs"].update(act_in=["layer", 0]), "act_in"),
+        (lambda a, m: m["blocks"][1]["refs"].update(act_in=[[1], 0]), "act_in"),
+        (lambda a, m: m["blocks"][0].update(cls=[]), "meta.blocks"),
+        (lambda a, m: m["blocks"][0]["scalars"].update(rho=-5.0), "W_0.rho"),
+        (lambda a, m: m["blocks"][0]["scalars"].update(layer="0"), "W_0.layer"),
+        (lambda a, m: m["blocks"][0]["scalars"].update(layer=1), "W_0"),
+        (lambda a, m: m["blocks"].append(dict(m["blocks"][0])), "one entry a block"),
     ],
 )
 def test_a_damaged_record_is_refused_by_name(tmp_path, damage, field):
@@ -236,3 +243,35 @@ def test_a_checkpoint_without_its_proximal_centre_is_refused(tmp_path):
     write_npz(tmp_path / "checkpoint.npz", arrays, meta)
     with pytest.raises(ValueError, match="holds no proximal centre W0_1 for its gamma 2.0"):
         certify_run(tmp_path, X0, Y)
+
+
+def test_a_float32_run_is_certified_on_the_values_it_saw(tmp_path):
+    """The digest is of the data in the run's dtype, and so are the blocks: float64 data given
+    for a float32 run is rounded as the run rounded it."""
+    X0, Y = data()
+    net = LiftedNetwork([5, 6, 4, 3], "relu", "mse", lam=0.5, rho=0.1, seed=0, dtype="float32")
+    fit_bcd(
+        net,
+        X0.astype("float32"),
+        Y,
+        backend="fast",
+        iterations=1,
+        checkpoint=tmp_path,
+        progress=False,
+    )
+    point = saved_point(tmp_path, X0, Y)
+    assert np.array_equal(point.X0, X0.astype("float32").astype("float64"))
+
+
+def test_recording_leaves_the_commands_run_as_it_was(tmp_path, capsys):
+    """``--record-blocks`` builds the oracle with ``--tol`` as ``fit_bcd`` does: the history
+    records the same backend settings and figures as the run without it."""
+    runs = {}
+    for name, extra in (("plain", []), ("recorded", ["--record-blocks"])):
+        out = tmp_path / name
+        argv = ["train", "--iterations", "1", "--tol", "1e-8", "--out", str(out), "--quiet"]
+        assert main(argv + extra) == 0
+        runs[name] = json.loads((out / "history.json").read_text())
+    plain, recorded = runs["plain"], runs["recorded"]
+    assert recorded["config"]["backend_settings"] == plain["config"]["backend_settings"]
+    assert recorded["records"][0]["lifted_w"] == plain["records"][0]["lifted_w"]

@@ -144,14 +144,16 @@ def _backend(args):
 
 def _recording(args, net):
     """``--backend``, wrapped with ``--record-blocks`` in a ``RecordingBackend`` (the oracle
-    given ``--no-strict`` as ``fit_bcd`` gives it)."""
+    given ``--tol`` and ``--no-strict`` as ``fit_bcd`` gives them)."""
     backend = _backend(args)
     if not args.record_blocks:
         return backend
     from ..recorded_blocks import RecordingBackend
 
-    strict = dict(strict=False) if args.strict is False and isinstance(backend, str) else {}
-    return RecordingBackend(backend, net, **strict)
+    if not isinstance(backend, str):
+        return RecordingBackend(backend, net)
+    strict = dict(strict=False) if args.strict is False else {}
+    return RecordingBackend(backend, net, tol=args.tol, **strict)
 
 
 def _rounds(args, m):
