@@ -315,9 +315,7 @@ def _recorded(run: Path, blocks: str) -> tuple[list, int, int, int]:
         )
     meta = checkpoint_meta(run)
     triples = load_recorded(run / FILE)
-    points = max(
-        Z.shape[1] if name[0] == "X" else block.Xt.shape[1] for name, block, Z in triples
-    )
+    points = max(Z.shape[1] if name[0] == "X" else block.Xt.shape[1] for name, block, Z in triples)
     algorithm = 1 if meta["history"]["config"].get("batch_size") is None else 2
     return chosen(triples, blocks), algorithm, meta["iteration"], points
 
