@@ -18,7 +18,7 @@ from fenchel_cvx.bcd import fit_bcd
 from fenchel_cvx.blocks import w_block, x_block
 from fenchel_cvx.checkpoints import load_checkpoint
 from fenchel_cvx.cli import main
-from fenchel_cvx.errors import FileFormatError
+from fenchel_cvx.errors import FileFormatError, SolverError
 from fenchel_cvx.io import read_npz, write_npz
 from fenchel_cvx.network import LiftedNetwork
 from fenchel_cvx.recorded_blocks import FILE, FORMAT, RecordingBackend, load_recorded
@@ -226,6 +226,10 @@ def test_a_block_beyond_the_oracles_reach_is_refused_before_any_solve(tmp_path, 
     block = x_block(point.net, point.X0, point.Y, point.Xs, 1)
     with pytest.raises(ValueError, match=r"x_hidden \(layer 1\) is beyond the oracle"):
         oracle_backend.OracleBackend().solve(block)  # the oracle's own check, in training too
+    last = x_block(point.net, point.X0, point.Y, point.Xs, 2)  # X_L: an exact method takes it
+    oracle_backend.OracleBackend().solve(last)
+    with pytest.raises(SolverError, match="beyond_reach"):  # ... but not the template behind it
+        oracle_backend.OracleBackend(exact=False, nnls=False).solve(last)
     monkeypatch.undo()
     assert [b.block for b in certify_run(tmp_path, X0, Y, blocks="W").blocks] == [
         "W_2",

@@ -133,11 +133,12 @@ def _check_finite(name, A):
 MAX_COLUMN_COEFFICIENTS = 1_000_000
 
 
-def beyond_reach(block) -> str | None:
-    """Why the oracle cannot solve ``block``, in words (None: it can): an X-block that no
-    exact method takes and whose one column's template has more than
-    ``MAX_COLUMN_COEFFICIENTS`` coefficients (a large convolution's Toeplitz matrix)."""
-    if not isinstance(block, XBlock) or _exact.method_for(block) is not None:
+def beyond_reach(block, exact=True) -> str | None:
+    """Why the oracle cannot solve ``block``, in words (None: it can): an X-block whose one
+    column's template has more than ``MAX_COLUMN_COEFFICIENTS`` coefficients (a large
+    convolution's Toeplitz matrix), unless an exact method takes it (``exact``: counted; the
+    template, where the method's certificate fails, checks again with ``exact=False``)."""
+    if not isinstance(block, XBlock) or (exact and _exact.method_for(block) is not None):
         return None
     one = block.restrict(np.arange(1))
     rows = one.forward(np.zeros((block.shape[0], 1))).shape[0]
@@ -524,6 +525,9 @@ class OracleBackend(BackendDefaults):
                 raise SolverError(block.kind, block.layer, "nnls_failed", str(exc)) from None
             info.update(solver="nnls", duality_gap=None, n_subproblems=Z.shape[1])
             return self._finish(block, Z, "optimal", 0, info, t0)
+        why = beyond_reach(block, exact=False)  # the template's own bound, where it is taken
+        if why is not None:
+            raise SolverError(block.kind, block.layer, "beyond_reach", why)
         plan = _tpl.plan(block, self.budget)
         argmin, status, iters, gaps, retried = self._solve_plan(block, plan, start)
         gap = None if any(g is None for g in gaps) else float(sum(gaps)) * plan.scale
