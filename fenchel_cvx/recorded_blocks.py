@@ -199,11 +199,11 @@ def _resolve(net: Any, path: Path, name: str, field: str, ref: Any) -> Any:
     """The network's object that the field ``field`` refers to: of the field's kind
     (``REFERENCES``), by its index."""
     objects = {"activation": net.activations, "layer": net.layers, "loss": [net.loss]}
-    kind = REFERENCES[field]
-    ok = isinstance(ref, list) and len(ref) == 2 and ref[0] == kind and isinstance(ref[1], int)
-    if not ok or not 0 <= ref[1] < len(objects[kind]):
-        raise FileFormatError(path, f"meta.blocks.{name}.{field}", f"a network's {kind}", repr(ref))
-    return objects[kind][ref[1]]
+    of = REFERENCES[field]
+    ok = isinstance(ref, list) and len(ref) == 2 and ref[0] == of and isinstance(ref[1], int)
+    if not ok or not 0 <= ref[1] < len(objects[of]):
+        raise FileFormatError(path, f"meta.blocks.{name}.{field}", f"a network's {of}", repr(ref))
+    return objects[of][ref[1]]
 
 
 def _rebuild(path: Path, e: dict, kw: dict, Z: np.ndarray) -> Any:
