@@ -173,14 +173,17 @@ def saved_blocks(point: SavedPoint, blocks: str = "all") -> list[tuple[str, Any,
     X-blocks X_L .. X_1 (``blocks`` "all" or "X"), then the W-blocks W_L .. W_0 ("all", "W")."""
     from .blocks import w_block, x_block
 
-    net, L = point.net, len(point.net.W)
+    if blocks not in BLOCKS:
+        raise ValueError(f"blocks must be one of {', '.join(BLOCKS)}, got {blocks!r}")
+    net, L, X0, Y, Xs = point.net, len(point.net.W), point.X0, point.Y, point.Xs
     out: list[tuple[str, Any, np.ndarray]] = []
-    for l in range(L - 1, 0, -1):
-        out.append((f"X_{l}", x_block(net, point.X0, point.Y, point.Xs, l), point.Xs[l - 1]))
-    for l in range(L - 1, -1, -1):
-        block = w_block(net, point.X0, point.Y, point.Xs, l, point.gamma[l], point.W0[l])
-        out.append((f"W_{l}", block, net.W[l]))
-    return chosen(out, blocks)
+    if blocks != "W":  # each block built only where asked: an X-block forms its U_{l-1}
+        out += [(f"X_{l}", x_block(net, X0, Y, Xs, l), Xs[l - 1]) for l in range(L - 1, 0, -1)]
+    if blocks != "X":
+        for l in range(L - 1, -1, -1):
+            block = w_block(net, X0, Y, Xs, l, point.gamma[l], point.W0[l])
+            out.append((f"W_{l}", block, net.W[l]))
+    return out
 
 
 def chosen(triples: list[tuple[str, Any, np.ndarray]], blocks: str) -> list:

@@ -200,6 +200,7 @@ class HiddenRows(_Problem):
         self.p0 = block.V.shape[0] if p0 is None else p0  # rows at the start of the solve
         self.newton_start = newton_start  # early iterations change active sets: CG steps only
         self.it = 0  # set by the solver loop
+        self._largest_k = None  # max |K_jk|, once (``largest_k``)
 
     def dot(self, A, B):
         """``sum_j A_ij B_ij`` per row, as a column (``vecdot``: in NumPy one pass, no product
@@ -259,11 +260,7 @@ class HiddenRows(_Problem):
         """``H_i^{-1} g_i`` for the given rows, in data space restricted to their active points."""
         xp, K = self.xp, self.K
         m = U.shape[1]
-        if K is None:  # max |K_jk| = max_j K_jj (Cauchy-Schwarz): the largest column norm
-            big = float(xp.max(xp.sum(self.Xt * self.Xt, axis=0)))
-        else:
-            big = float(xp.max(xp.abs(K)))
-        c = max(self.c, 64 * xp.finfo(U.dtype).eps * big / m)
+        c = max(self.c, 64 * xp.finfo(U.dtype).eps * self.largest_k() / m)
         eps = 2 * c / self.lam
         S = xp.sqrt(self.act.dphi(U))
         r = (g @ self.Xt) * S
@@ -291,6 +288,15 @@ class HiddenRows(_Problem):
             )
             z = xp.take_along_axis(z, xp.argsort(order, axis=1), axis=1)
         return (g - z @ self.Xt.T) / (2 * c)
+
+    def largest_k(self):
+        """``max |K_jk|`` (``X~`` is fixed through a solve: formed once): ``K``'s own, or
+        without ``K`` its largest diagonal entry, the largest column norm (Cauchy-Schwarz)."""
+        if self._largest_k is None:
+            xp, K = self.xp, self.K
+            A = xp.sum(self.Xt * self.Xt, axis=0) if K is None else xp.abs(K)
+            self._largest_k = float(xp.max(A))
+        return self._largest_k
 
     def active_gram(self, idx):
         """``X~_a^T X~_a`` for each row's points ``idx`` (rows x a): the entries of ``K`` that
