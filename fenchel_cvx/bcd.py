@@ -48,11 +48,14 @@ violation. In recorded mode (``strict=False``) a backend's ``SolverError`` or an
 an unusable argmin the run stops after that round (its record's ``halted``: the block's name).
 
 **Structure.** ``fit_bcd`` checks every argument and the data once (``run_settings.py``), then
-runs the rounds of the ``schedule`` (``schedule.py``): each is :func:`bcd_round`, a function of
-the explicit state (its sweeps and checks: ``sweeps.py``), then the observers (``observers.py``:
-checkpoints, callback, progress bar). ``resume=DIR`` continues a checkpoint's schedule
-bit-identically (``checkpoints.py``); Ctrl-C writes the last finished round's state, then
-re-raises. Backends implement ``backends.Backend``.
+runs :func:`algorithm_1` or :func:`algorithm_2`: the paper's pseudo-code line by line, over the
+rounds of the ``schedule`` (``schedule.py``; docs/mathematics.md tabulates the lines). Each
+round is a ``rounds.Round``: the explicit state of one round (the batch, W, X, W0 and the
+pre-activations, ``pre_activations.py``), whose blocks are solved by the backend and checked
+(``block_checks.py``, ``certificate.py``); then the observers (``observers.py``: checkpoints,
+callback, progress bar). ``resume=DIR`` continues a checkpoint's schedule bit-identically
+(``checkpoints.py``); Ctrl-C writes the last finished round's state, then re-raises. Backends
+implement ``backends.Backend``.
 
 The driver works in the array library of ``X0`` (NumPy; CuPy or PyTorch tensors on a GPU with
 ``backend="fast"``; ``array_api_strict`` in the tests); ``net.W`` moves there once every argument
@@ -76,9 +79,9 @@ from .history import History
 from .network import LiftedNetwork
 from .observers import interrupted
 from .observers import observers as make_observers
+from .rounds import Round
 from .run_settings import PARAMETERS, validate_run  # noqa: F401 (importable from bcd)
-from .schedule import BCDState, Step, schedule  # noqa: F401 (importable from bcd)
-from .sweeps import sweeps
+from .schedule import BCDState, Step, batches, schedule  # noqa: F401 (importable from bcd)
 from .threads import limit_for
 
 
@@ -93,87 +96,97 @@ class BCDResult:
     W_prev: Any = None  # momentum: the weights before the last extrapolation (a next run's)
 
 
-# --- the rounds: Algorithms 1 and 2 ---------------------------------------------------------
-def bcd_round(net, state, step, settings):
-    """The round ``step`` of the schedule from ``state`` (a ``BCDState``), by the checked
-    ``settings`` (a ``RunSettings``): on a new batch W0 <- W (after momentum's extrapolation)
-    and X <- the feed-forward point; then the sweeps and the checks (:func:`sweeps`); then the
-    record, which ``state`` takes with the round's weights. Returns the record."""
-    xp = settings.data.xp
-    Xb, Yb = settings.data.batch(step.columns)
-    Us = W_prev = None
-    if step.new_w0 and any(settings.momentum):  # the state takes W_prev once the round is done
-        W_prev = _extrapolate(net, state.W_prev, settings.momentum, xp)
-    check = step.iteration % settings.check_every == 0 or step.last
-    carried = state.carried  # W_0 X~_0 from the round before, where this round may take it
-    if carried is not None and not carried.usable(check):
-        carried = None
-    Xt0 = settings.data.patches(net.layers[0], Xb)  # the feed-forward pass's and W_0's block's
-    if step.new_x:
-        Xs, Us = net.feed_forward(Xb, Xt0, known=() if carried is None else [carried.U])
-        state.Xs = list(Xs)
-    if step.new_w0:  # the weights themselves (no block writes into its start: each W-block
-        # starts at its centre by identity, which the fast backend sees without a read)
-        state.W0 = list(net.W) if any(settings.gamma) else [None] * len(net.W)
-    Xs, rec, carried = sweeps(
-        settings.backend,
-        net,
-        settings.cert,
-        Xb,
-        Yb,
-        state.Xs,
-        settings.gamma,
-        state.W0,
-        step.new_x,
-        iteration=step.iteration,
-        check=check,
-        Us=Us,
-        Xt0=Xt0,
-        carried=carried,
-        carry=settings.carries_U0,
-        order=settings.x_sweep,
-    )
-    rec = dict(
-        iteration=step.iteration,
-        epoch=step.epoch,
-        batch=step.batch,
-        alternation=step.alternation,
-        **rec,
-        **settings.evaluate(net, step),
-    )
-    rec["certificate"] = settings.cert.outcome()
-    state.advance(net, Xs, rec, W_prev, carried)
-    return rec
+# --- Algorithms 1 and 2 ----------------------------------------------------------------------
+def algorithm_1(net, run, state, observers):
+    """Algorithm 1 of the paper (non-batched BCD) over the rounds of ``run`` (a checked
+    ``RunSettings``) from the position of ``state`` (a ``BCDState``); each round's record goes to
+    the state and the ``observers``. Returns the last round's ``Step`` (None: none run)."""
+    L, step = net.n_hidden, None
+    # line 1: initialise (W_l)_{l=0}^L: the network's weights, ``net.W``
+    for step in run.steps[state.iteration :]:
+        r = Round(net, state, step, run)
+        if step.new_w0:
+            r.centre()  # (W0 <- W where gamma > 0 makes Algorithm 1 proximal; momentum)
+        if step.new_x:
+            # line 2: initialise X_0 with the input matrix X (``r.X0``)
+            # line 3: initialise X_1, ..., X_L with the feed-forward rule
+            r.feed_forward()
+        # line 4: repeat (the schedule's rounds; the restart rule on carried-over X)
+        r.begin()
+        with r.recorded():
+            # line 5: X_L <- argmin_Z L(Y, W_L Z) + lam B_{L-1}(Z, X^0_{L-1})
+            # lines 6-8: for l = L-1, ..., 1:
+            #     X_l <- argmin_Z B_l(X_{l+1}, W_l Z) + B_{l-1}(Z, X^0_{l-1})
+            for l in run.x_order(L):
+                r.x_block(l)
+            r.x_swept()
+            # line 9: W_L <- argmin_W L(Y, W X_L) + rho_L pi_L(W)
+            r.w_block(L)
+            # lines 10-12: for l = L-1, ..., 0:
+            #     W_l <- argmin_W lam B_l(X_{l+1}, W X_l) + rho_l pi_l(W)
+            for l in range(L - 1, -1, -1):
+                r.w_block(l)
+            r.w_swept()
+        # line 13: until convergence: the last round, an observer's stop or a halted block
+        if r.end(observers):
+            break
+    return step
+
+
+def algorithm_2(net, run, state, observers):
+    """Algorithm 2 of the paper (batched BCD) over the rounds of ``run`` from the position of
+    ``state``, as :func:`algorithm_1`: a batch's K alternations are K rounds of the schedule
+    (a resumed run's first batch from its round). Returns the last round's ``Step``."""
+    L, step = net.n_hidden, None
+    # line 1: initialise (W_l)_{l=0}^L: the network's weights, ``net.W``
+    # line 2: repeat (the schedule's batches)
+    for alternations in batches(run.steps[state.iteration :]):
+        first = Round(net, state, alternations[0], run)
+        if first.step.new_w0:
+            # line 3: (W^0_l) <- (W_l), after momentum's extrapolation where it is set
+            first.centre()
+        if first.step.new_x:
+            # line 4: re-initialise X_0 with a batch sampled from X (``first.X0``: the columns)
+            # line 5: re-initialise X_1, ..., X_L with the feed-forward rule
+            first.feed_forward()
+        # line 6: for alternation = 1, ..., K (each a round; the restart rule after the first)
+        for r in first.alternations(alternations):
+            r.begin()
+            with r.recorded():
+                # line 7: X_L <- argmin_Z L(Y, W_L Z) + lam B_{L-1}(Z, X^0_{L-1})
+                # lines 8-10: for l = L-1, ..., 1:
+                #     X_l <- argmin_Z lam B_l(X_{l+1}, W_l Z) + lam B_{l-1}(Z, X^0_{l-1})
+                for l in run.x_order(L):
+                    r.x_block(l)
+                r.x_swept()
+                # line 11: W_L <- argmin_W L(Y, W X_L) + rho_L pi_L(W) + gamma_L ||W - W^0_L||^2
+                r.w_block(L)
+                # lines 12-14: for l = L-1, ..., 0: W_l <- argmin_W lam B_l(X_{l+1}, W X_l)
+                #     + rho_l pi_l(W) + gamma_l ||W - W^0_l||^2
+                for l in range(L - 1, -1, -1):
+                    r.w_block(l)
+                r.w_swept()
+            # lines 15-16: end for; until convergence: the last round, an observer's stop or a
+            # halted block
+            step = r.step
+            if r.end(observers):
+                return step
+    return step
 
 
 def _run(net, settings, state, observers):
-    """Every round of the schedule from the state's position (:func:`bcd_round`), each followed
-    by the observers, within the backend's thread budget; an observer returning True, or a
-    halted round (recorded mode met an unusable argmin), stops the run. Ctrl-C writes the
-    last finished round's state (``observers.interrupted``). Returns the last step."""
-    step = None
+    """Algorithm 1 or 2 (``settings.algorithm``) within the backend's thread budget; Ctrl-C
+    writes the last finished round's state (``observers.interrupted``). Returns the last step."""
+    algorithm = algorithm_1 if settings.algorithm == 1 else algorithm_2
     try:
         with limit_for(settings.backend):  # the backend's thread budget over the whole run
-            for step in settings.steps[state.iteration :]:
-                record = bcd_round(net, state, step, settings)
-                if any([obs(net, state, step) is True for obs in observers]) or record["halted"]:
-                    break
+            return algorithm(net, settings, state, observers)
     except KeyboardInterrupt:
         interrupted(net, state, settings, observers)
         raise
     finally:
         for obs in observers:
             getattr(obs, "close", lambda: None)()
-    return step
-
-
-def _extrapolate(net, W_prev, beta, xp):
-    """Momentum: ``W <- W + beta_l (W - W_prev)`` (none before a first W_prev); returns the W
-    before it, the next W_prev."""
-    W = [xp.asarray(W, copy=True) for W in net.W]
-    if W_prev is not None:
-        net.W = [Wl + b * (Wl - Pl) if b else Wl for Wl, Pl, b in zip(W, W_prev, beta)]
-    return W
 
 
 # --- the driver -----------------------------------------------------------------------------

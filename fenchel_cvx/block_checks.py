@@ -6,7 +6,7 @@ block's domain, its KKT residual is recomputed from the point itself (``blocks.k
 on checked rounds, and its value change feeds the descent check (``certificate.py``). The check
 forms the argmin's image (``Block.forward``: a W-block's ``W X~``, an X-block's ``A(W, Z)``)
 once, for its value and its residual both, and hands it back: the round reuses it for its own
-figures (``bcd.sweeps``). No image a solver reports enters a check. Where
+figures (``rounds.py``, ``pre_activations.py``). No image a solver reports enters a check. Where
 reads are not cheap (a GPU) an unchecked round defers the argmin checks to one read at its end
 (:meth:`CheckedSolves.settle`). A record per block goes to the round's history.
 """
@@ -46,23 +46,6 @@ class CheckedSolves:
         # 0-d flag, the records and violations before it)
         self.defer = not check and not cheap_reads(array_namespace(net.W[0]))
         self.pending = []
-        # checked rounds: layer l -> U_l = A_l(W_l, X_l) + b_l at the current W_l and X_l, as
-        # the driver's feed-forward pass or a block's check formed it (never a solver's report):
-        # the round's figures and the next block's check start from it (``image``)
-        self.images = {}
-
-    def image(self, l, Xl):
-        """U_l at the current W_l and X_l = ``Xl``: the kept one, or formed here and kept."""
-        if l not in self.images:
-            self.images[l] = self.net.pre_activation(l, Xl)
-        return self.images[l]
-
-    def keep(self, l, U):
-        """U_l after a block of layer l (None: not formed, so none is kept)."""
-        if U is None:
-            self.images.pop(l, None)
-        else:
-            self.images[l] = U
 
     def solve(self, name, block, current, scale, slot, image=None):
         """Solve ``block`` from ``current`` (``slot[0][slot[1]]``, where the caller puts the

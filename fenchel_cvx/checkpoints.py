@@ -4,7 +4,7 @@ A checkpoint (``fit_bcd(checkpoint=DIR)``) is ``DIR/checkpoint.npz``, written at
 ``io.write_npz``: the network's arrays ``W_0 .. W_L``, the run's state (``X_1 .. X_L`` of the
 current batch, the proximal centre ``W0_l`` of eq. (13), with ``momentum`` the weights before
 the last extrapolation ``W_prev_l``, and where the next round takes it the first layer's
-pre-activation ``U_0`` with ``meta.carried_steps``, ``carry.py``) and ``meta`` (format
+pre-activation ``U_0`` with ``meta.carried_steps``, ``pre_activations.py``) and ``meta`` (format
 ``"fenchel_cvx.BCDCheckpoint/1"``): the network's config, the position in the schedule (rounds
 done), the history so far, a digest of the training data and the settings of the run
 (``schedule.BCDState``).
@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .carry import Carried
 from .errors import FileFormatError
 from .files import NpzFile
 from .history import History
 from .io import network_config, network_from_config, same_network, write_npz
 from .network import LiftedNetwork
+from .pre_activations import Image
 from .schedule import BCDState
 from .schemas import CHECKPOINT_META
 
@@ -215,7 +215,7 @@ def restore(net, saved, config, digest, xp, steps, dev=None) -> BCDState:
     W0 = [put(arrays[f"W0_{l}"]) if f"W0_{l}" in arrays else None for l in range(L)]
     W_prev = [put(arrays[f"W_prev_{l}"]) for l in range(L)] if "W_prev_0" in arrays else None
     U_0 = arrays.get("U_0")
-    carried = None if U_0 is None else Carried(put(U_0), meta["carried_steps"])
+    carried = None if U_0 is None else Image(put(U_0), meta["carried_steps"])
     return BCDState(
         [put(arrays[f"W_{l}"]) for l in range(L)],
         History.from_dict(meta["history"]),

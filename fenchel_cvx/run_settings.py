@@ -84,13 +84,19 @@ class RunSettings:
     checkpoint: tuple = (None, 1, None)
     momentum: Any = None
     W_prev: Any = None  # the first batch's (fit_bcd(W_prev=...)), in the data's library
-    x_sweep: str = "backward"  # the X-blocks' order (``sweeps``)
+    x_sweep: str = "backward"  # the X-blocks' order (``x_order``)
+    algorithm: int = 1  # the paper's Algorithm 1 (batch_size None) or 2
 
     @property
     def carries_U0(self):
-        """Whether a round may take W_0 X~_0 from the round before (``carry``): every round
-        sees the same data, and no momentum moves W_0 between them."""
+        """Whether a round may take W_0 X~_0 from the round before (``pre_activations``): every
+        round sees the same data, and no momentum moves W_0 between them."""
         return not self.data.batched and not any(self.momentum)
+
+    def x_order(self, L):
+        """The X-blocks' layers in the X-sweep's order: L, ..., 1 (Algorithms 1 and 2), or
+        1, ..., L (``x_sweep="forward"``: each block sees the X below it just solved)."""
+        return range(L, 0, -1) if self.x_sweep == "backward" else range(1, L + 1)
 
 
 def weights_in(xp, net, dev=None):
@@ -261,6 +267,7 @@ def validate_run(net, X0, Y, args):
         args["eval_every"],
         momentum=args["momentum"],
         x_sweep=args["x_sweep"],
+        algorithm=config["algorithm"],
     )
     settings.steps = schedule(
         X0.shape[1],

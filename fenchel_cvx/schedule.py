@@ -11,6 +11,7 @@ round's columns of the data.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import threading
@@ -84,6 +85,16 @@ def schedule(
     return steps
 
 
+def batches(steps: list[Step]) -> list[list[Step]]:
+    """``steps`` grouped by batch: each batch's consecutive rounds (its alternations; a resumed
+    run's first batch from its round on).
+
+    >>> [[s.alternation for s in b] for b in batches(schedule(4, 2, 1, 0, 3, seed=0)[2:])]
+    [[3], [1, 2, 3]]
+    """
+    return [list(g) for _, g in itertools.groupby(steps, key=lambda s: (s.epoch, s.batch))]
+
+
 @dataclass
 class BCDState:
     """What a run carries from round to round, and all that a checkpoint stores
@@ -93,7 +104,7 @@ class BCDState:
     current batch, ``W0`` the proximal centre, ``iteration`` the rounds done (the position in
     the schedule), ``history`` the records so far, ``W_prev`` the weights before the last
     extrapolation (``momentum``; None before the first), ``carried`` the first layer's
-    pre-activation at ``W`` that the next round may take (``carry.Carried``; None: none).
+    pre-activation at ``W`` that the next round may take (``pre_activations.Image``; None: none).
     """
 
     W: list

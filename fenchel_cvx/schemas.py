@@ -34,11 +34,11 @@ from typing import Any
 
 from .activations import activation_names
 from .budget import bounded_product, read_budget
-from .carry import RESYNC
 from .certificate import CHECKS
 from .errors import FileFormatError
 from .layers import LAYERS, build_maps
 from .losses import loss_names
+from .pre_activations import RESYNC
 
 
 def found(value) -> str:

@@ -297,6 +297,7 @@ def test_checked_rounds_reuse_their_products_to_the_same_figures(tiny, monkeypat
     equal, to rounding, those of a round that forms each of them afresh; the iterates are
     the same. Two hidden layers, new and carried-over X (``alternations=2``)."""
     from fenchel_cvx.block_checks import CheckedSolves
+    from fenchel_cvx.pre_activations import PreActivations
 
     def run():
         net = LiftedNetwork([4, 6, 5, 3], "relu", "mse", lam=1.0, rho=0.1, seed=2)
@@ -306,8 +307,8 @@ def test_checked_rounds_reuse_their_products_to_the_same_figures(tiny, monkeypat
     with monkeypatch.context() as m:  # every product formed afresh where it is needed
         solve, feed_forward = CheckedSolves.solve, LiftedNetwork.feed_forward
         m.setattr(CheckedSolves, "solve", lambda self, *a: solve(self, *a[:5]))
-        m.setattr(CheckedSolves, "keep", lambda self, l, U: self.images.clear())
-        m.setattr(CheckedSolves, "image", lambda self, l, Xl: self.net.pre_activation(l, Xl))
+        m.setattr(PreActivations, "form", lambda self, l, Xl: self.net.pre_activation(l, Xl))
+        m.setattr(PreActivations, "on_pass", lambda self: [])
         m.setattr(
             LiftedNetwork,
             "feed_forward",

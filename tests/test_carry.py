@@ -1,4 +1,4 @@
-"""W_0 X~_0 carried from a round's W-sweep to the next round's feed-forward pass (``carry.py``).
+"""W_0 X~_0 carried from a round's W-sweep to the next round (``pre_activations.py``).
 
 Where every round sees the same data, a round takes the image W_0's block left (the check's exact
 one, or its solver's updated one on unchecked rounds) instead of forming the product again: these
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import _history_cases as cases
-from fenchel_cvx import bcd, carry
+from fenchel_cvx import pre_activations, rounds
 from fenchel_cvx.bcd import fit_bcd
 from fenchel_cvx.blocks import w_block
 from fenchel_cvx.checkpoints import load_checkpoint
@@ -46,14 +46,25 @@ def _fit(net, X, Y, **kw):
 @pytest.fixture
 def taken(monkeypatch):
     """Per round: the steps of the U_0 it took from the round before (None: none taken)."""
-    seen, original = [], bcd.sweeps
+    seen = []
 
-    def spy(*args, carried=None, **kw):
-        seen.append(None if carried is None else carried.steps)
-        return original(*args, carried=carried, **kw)
+    class Spy(pre_activations.PreActivations):
+        def __init__(self, net, check, carried=None):
+            super().__init__(net, check, carried)
+            seen.append(None if self.get(0) is None else self.steps(0))
 
-    monkeypatch.setattr(bcd, "sweeps", spy)
+    monkeypatch.setattr(rounds, "PreActivations", Spy)
     return seen
+
+
+def _take_none(monkeypatch):
+    """Every round forms its own U_0: none is taken from the round before."""
+    original = pre_activations.PreActivations.__init__
+    monkeypatch.setattr(
+        pre_activations.PreActivations,
+        "__init__",
+        lambda self, net, check, carried=None: original(self, net, check),
+    )
 
 
 def test_a_round_takes_the_image_of_the_round_before_where_its_checks_allow(taken):
@@ -71,7 +82,7 @@ def test_the_run_is_the_one_without_the_carry_up_to_rounding(monkeypatch, taken)
     X, Y = _data()
     carried = _fit(_net(), X, Y)
     assert taken.count(None) == 3
-    monkeypatch.setattr(carry.Carried, "usable", lambda self, check: False)
+    _take_none(monkeypatch)
     taken.clear()
     fresh = _fit(_net(), X, Y)
     assert taken == [None] * 7
@@ -126,7 +137,7 @@ def test_a_run_resumed_from_a_checkpoint_is_bit_identical(tmp_path, stop):
 @pytest.mark.parametrize(
     "bad, field",
     [
-        (dict(carried_steps=carry.RESYNC), "meta.carried_steps"),
+        (dict(carried_steps=pre_activations.RESYNC), "meta.carried_steps"),
         (dict(carried_steps="2"), "meta.carried_steps"),
         (dict(carried_steps=None, keep_U=True), "U_0"),
         (dict(U_0=np.zeros((5, 60))), "U_0"),
@@ -155,7 +166,7 @@ def _round_flops(monkeypatch, carried):
     from fenchel_cvx.fast.reads import flops_by_round
 
     if not carried:
-        monkeypatch.setattr(carry.Carried, "usable", lambda self, check: False)
+        _take_none(monkeypatch)
     X, Y = _data(m=600, p=40, k=10, seed=3)
     net = LiftedNetwork([40, 30, 10], "relu", "mse", lam=0.1, rho=1.0, seed=0)
     rounds = flops_by_round(

@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 
 from fenchel_cvx import bcd
+from fenchel_cvx.backends import as_backend
 from fenchel_cvx.bcd import fit_bcd
 from fenchel_cvx.blocks import BlockResult, x_block
 from fenchel_cvx.certificate import CHECKS, Certificate, Violation
 from fenchel_cvx.errors import CertificateError, SolverError
 from fenchel_cvx.network import LiftedNetwork
 from fenchel_cvx.oracle import OracleBackend
+from fenchel_cvx.run_settings import RunSettings
+from fenchel_cvx.schedule import Batches, BCDState, Step
 
 
 class WorseningOracle(OracleBackend):
@@ -89,6 +92,26 @@ def test_worse_update_fails_its_block_in_strict_mode(data, kind, name):
     assert e.value > e.bound and "iteration 1" in str(e)
 
 
+def _one_round(backend, net, cert, X, Y, Xs, *, new_x, iteration):
+    """Round ``iteration`` of Algorithm 1 (checked, no proximal term) from the lifted variables
+    ``Xs`` under the certificate ``cert``; ``new_x``: Xs is the feed-forward point. -> its
+    record."""
+    layers = len(net.W)
+    run = RunSettings(
+        as_backend(backend),
+        cert,
+        [0.0] * layers,
+        check_every=1,
+        evaluate=lambda net, step: {},
+        data=Batches(X, Y, np, batched=False),
+        momentum=[0.0] * layers,
+    )
+    run.steps = [Step(iteration, None, None, None, None, new_x, True, True, True)]
+    state = BCDState(list(net.W), history=[], Xs=list(Xs), W0=[None] * layers)
+    bcd.algorithm_1(net, run, state, observers=[])
+    return state.history[-1]
+
+
 @pytest.mark.parametrize("kind,name", [("w_last", "W_1"), ("w_hidden", "W_0"), ("x_last", "X_1")])
 def test_worse_update_raises_descent(data, kind, name):
     # a certificate without the residual check: the descent check alone catches the update
@@ -97,18 +120,7 @@ def test_worse_update_raises_descent(data, kind, name):
     cert = Certificate(strict=True)
     Xs = list(net.forward(X)[0])
     with pytest.raises(CertificateError) as err:
-        bcd.sweeps(
-            WorseningOracle(kind),
-            net,
-            cert,
-            X,
-            Y,
-            Xs,
-            [0.0] * 2,
-            [None] * 2,
-            new_x=True,
-            iteration=1,
-        )
+        _one_round(WorseningOracle(kind), net, cert, X, Y, Xs, new_x=True, iteration=1)
     e = err.value
     assert e.check == "descent" and e.layer == name and e.iteration == 1
     assert e.value > e.bound + e.tol and "descent" in str(e) and "iteration 1" in str(e)
@@ -160,10 +172,7 @@ def test_restart_from_feed_forward_keeps_the_lower_bound(data):
     worse = [A + 3.0 for A in Xff]  # carried-over X far from feed-forward
     assert net.lifted_objective(X, Y, worse) > net.network_objective(X, Y)
     cert = Certificate(strict=True)
-    gamma, W0 = [0.0] * 3, [None] * 3
-    Xs, rec, _ = bcd.sweeps(
-        OracleBackend(), net, cert, X, Y, worse, gamma, W0, new_x=False, iteration=7
-    )
+    rec = _one_round(OracleBackend(), net, cert, X, Y, worse, new_x=False, iteration=7)
     assert rec["restarted"] and cert.outcome()["restarted"]
     assert rec["lifted_x"] <= rec["network_x"]
 

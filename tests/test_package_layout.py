@@ -112,9 +112,9 @@ def test_bcd_is_the_driver_only():
     defined = {
         n.name for n in ast.parse(source).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))
     }
-    assert {"fit_bcd", "bcd_round"} <= defined
-    # a round's sweeps and checks live in their own module, importable from bcd
-    assert bcd.sweeps.__module__ == "fenchel_cvx.sweeps"
+    assert {"fit_bcd", "algorithm_1", "algorithm_2"} <= defined
+    # a round's blocks and checks live in their own module, importable from bcd
+    assert bcd.Round.__module__ == "fenchel_cvx.rounds"
     # argument checks, checkpoints and observers live in their own modules
     assert not defined & {
         "validate_run",
@@ -127,7 +127,7 @@ def test_bcd_is_the_driver_only():
 
 
 def test_the_driver_neither_writes_the_certificate_nor_calls_its_private_methods():
-    for name in ("bcd.py", "sweeps.py", "block_checks.py"):
+    for name in ("bcd.py", "rounds.py", "block_checks.py"):
         tree = ast.parse((PACKAGE / name).read_text(encoding="utf-8"))
         written = {
             t.attr

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fenchel_cvx import sweeps
+from fenchel_cvx import rounds
 from fenchel_cvx.bcd import fit_bcd
 from fenchel_cvx.fast import FastBackend
 from fenchel_cvx.network import LiftedNetwork
@@ -62,14 +62,14 @@ def test_a_checked_round_hands_the_next_x_block_the_checks_image_not_the_solvers
     """Forward, X_l's block takes U_{l-1} at the X_{l-1} just solved: on checked rounds the
     check's image of it (a solver's report, here off by 1, never enters a checked round's
     block), on the others the solver's."""
-    seen, original = [], sweeps.x_block
+    seen, original = [], rounds.x_block
 
     def spy(net, X0, Y, Xs, l, U_prev=None, U=None):
         if l > 1:
             seen.append(np.max(np.abs(U_prev - net.pre_activation(l - 1, Xs[l - 2]))))
         return original(net, X0, Y, Xs, l, U_prev=U_prev, U=U)
 
-    monkeypatch.setattr(sweeps, "x_block", spy)
+    monkeypatch.setattr(rounds, "x_block", spy)
     _fit("forward", backend=Lying(w_steps=3, x_steps=5), strict=False, check_every=check_every)
     assert len(seen) == 6  # X_2 in each of the 6 rounds
     # rounds 1, 3, 5 are unchecked with check_every=2 (round 6, the last, is checked)

@@ -30,7 +30,7 @@ from ..blocks import residual_parts
 
 # the CG W-loops (``wblocks``, ``span``) form W X~ again from W every ``RESYNC`` steps, so that
 # the incrementally updated one does not drift (the driver's bound on a carried one, too)
-from ..carry import RESYNC  # noqa: F401
+from ..pre_activations import RESYNC  # noqa: F401
 from .fused import EAGER
 
 #: the CG step from which hidden W rows may take semismooth-Newton steps (early steps change
