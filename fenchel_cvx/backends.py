@@ -38,17 +38,23 @@ class Backend(Protocol):
     """What the BCD driver asks of a block solver.
 
     ``name`` names it in the history; ``tol`` is the accuracy asked of it (None: none, the
-    certificate's own); ``threads`` its thread budget over a run (None: leave the pools alone).
+    certificate's own); ``threads`` its thread budget over a run (None: leave the pools alone);
+    ``images``: whether its ``solve`` takes the start's image and hands back the argmin's (the
+    keywords ``image`` and ``return_image``; the driver passes them only where True).
     """
 
     name: str
     tol: Any
     threads: Any
+    images: bool
 
     def solve(self, block: Any, start: Any = None) -> Any:
         """The block's argmin from ``start``: a ``blocks.BlockResult``. Neither ``start`` nor the
         block's arrays are written into (``fit_bcd`` hands a W-block the weights themselves as
-        its start and its proximal centre ``W0``)."""
+        its start and its proximal centre ``W0``). A backend whose ``images`` is True also takes
+        ``solve(block, start, image=U, return_image=flag)``: ``U`` = ``block.forward(start)``
+        where the caller holds it (the solver may start from it, or ignore it), ``flag``: the
+        caller takes the argmin's image back as ``BlockResult.U`` where the solver holds it."""
 
     def check_network(self, net: Any) -> None:
         """Refuse, before any work, a network its settings do not fit (per-layer settings)."""
@@ -78,12 +84,13 @@ class _ClassName:
 
 class BackendDefaults:
     """Every method of :class:`Backend` but ``solve``, with its default: no settings, no step
-    cap, nothing to check, reuse or compile; ``tol`` and ``threads`` None; ``name`` the
-    class's."""
+    cap, nothing to check, reuse or compile; ``tol`` and ``threads`` None; no images taken or
+    handed back; ``name`` the class's."""
 
     name: Any = _ClassName()
     tol: Any = None
     threads: Any = None
+    images: bool = False
 
     def check_network(self, net: Any) -> None:
         return None
@@ -125,13 +132,14 @@ class _Adapted(BackendDefaults):
         self.inner = inner
         self.name = getattr(inner, "name", type(inner).__name__)
         self.tol, self.threads = getattr(inner, "tol", None), getattr(inner, "threads", None)
+        self.images = bool(getattr(inner, "images", False)) and takes_images(inner.solve)
         for method in METHODS:
             own = getattr(inner, method, None)
             if callable(own):
                 setattr(self, method, own)
 
-    def solve(self, block: Any, start: Any = None) -> Any:
-        return self.inner.solve(block, start=start)
+    def solve(self, block: Any, start: Any = None, **images: Any) -> Any:
+        return self.inner.solve(block, start=start, **images)
 
 
 def as_backend(obj: Any) -> Backend:
@@ -144,10 +152,22 @@ def as_backend(obj: Any) -> Backend:
     >>> backend = as_backend(Nothing())
     >>> backend.name, backend.settings(), backend.step_setting(None)
     ('Nothing', {}, ('steps', None))
+
+    A backend whose ``images`` is True but whose ``solve`` takes no ``image`` keyword (a
+    subclass of one that overrides ``solve(block, start)``) is adapted to take none.
     """
-    if isinstance(obj, Backend) and all(callable(getattr(obj, m)) for m in METHODS):
+    complete = isinstance(obj, Backend) and all(callable(getattr(obj, m)) for m in METHODS)
+    if complete and (not obj.images or takes_images(obj.solve)):
         return obj
     return _Adapted(obj)
+
+
+def takes_images(solve: Callable) -> bool:
+    """Whether ``solve`` takes the keywords ``image`` and ``return_image`` (or any keyword)."""
+    params = inspect.signature(solve).parameters
+    return {"image", "return_image"} <= set(params) or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+    )
 
 
 def _lazy(module, cls):

@@ -47,12 +47,15 @@ class CheckedSolves:
         self.defer = not check and not cheap_reads(array_namespace(net.W[0]))
         self.pending = []
 
-    def solve(self, name, block, current, scale, slot, image=None):
+    def solve(self, name, block, current, scale, slot, image=None, return_image=False):
         """Solve ``block`` from ``current`` (``slot[0][slot[1]]``, where the caller puts the
         result): ``(argmin, value change or 0, the solver's A(W, X) + b or None, the argmin's
-        image)``. ``image``: ``block.forward(current)`` as the caller formed it itself, if at
-        hand (checked rounds: the value before). The returned image is the check's own
-        ``block.forward(argmin)`` on checked rounds, else None (and where the solver failed)."""
+        image)``. ``image``: ``block.forward(current)`` where the round holds it (on checked
+        rounds one a product formed: the value before; a backend that takes images starts from
+        it); ``return_image``: the round takes the solver's image of the argmin back. The
+        returned image is the check's own ``block.forward(argmin)`` on checked rounds, else
+        None (and where the solver failed)."""
+        images = dict(image=image, return_image=return_image) if self.backend.images else {}
         if self.check:
             image = block.forward(current) if image is None else image
             before = float(block.value_with_forward(current, image))
@@ -60,7 +63,7 @@ class CheckedSolves:
             before = image = None
         t0 = time.perf_counter()
         try:
-            res = self.backend.solve(block, start=current)
+            res = self.backend.solve(block, start=current, **images)
         except SolverError as err:
             if self.cert.strict:
                 raise

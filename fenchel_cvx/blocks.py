@@ -208,7 +208,6 @@ class XHidden(XBlock):
     V_next: Array  # X_{l+1}
     lam_out: float
     map: LinearMap = None  # type: ignore[assignment]  # the map of W_l (None: dense)
-    U: Array | None = None  # A(W, Z) + b at the iterate the solve starts from, where at hand
     kind = "x_hidden"
 
     def value_with_forward(self, Z: Array, U: Array) -> Array:
@@ -225,7 +224,7 @@ class XHidden(XBlock):
         return (self.act_in, self.act_out)
 
     def restrict(self, index: Array) -> XHidden:
-        return replace(self, U_prev=self.U_prev[:, index], V_next=self.V_next[:, index], U=None)
+        return replace(self, U_prev=self.U_prev[:, index], V_next=self.V_next[:, index])
 
 
 @dataclass
@@ -240,7 +239,6 @@ class XLast(XBlock):
     W: Array  # W_L
     Y: Array
     map: LinearMap = None  # type: ignore[assignment]  # the map of W_L (None: dense)
-    U: Array | None = None  # A(W, Z) + b at the iterate the solve starts from, where at hand
     kind = "x_last"
 
     def value_with_forward(self, Z: Array, U: Array) -> Array:
@@ -257,7 +255,7 @@ class XLast(XBlock):
         return (self.act_in,)
 
     def restrict(self, index: Array) -> XLast:
-        return replace(self, U_prev=self.U_prev[:, index], Y=self.Y[:, index], U=None)
+        return replace(self, U_prev=self.U_prev[:, index], Y=self.Y[:, index])
 
 
 @dataclass
@@ -270,10 +268,6 @@ class WBlock(Block):
     rho: float
     gamma: float = 0.0
     W0: Array = None  # the proximal centre (batched model); None when gamma = 0
-    U: Array | None = None  # W X~ at the weights the solve starts from, when the caller has it
-    # (the driver's feed-forward pass; a solver may use it, or ignore it)
-    return_U: bool = False  # the caller takes W X~ at the argmin back (``BlockResult.U``), where
-    # the solver holds it (the next round's W_0 X~_0: ``carry``)
 
     def forward(self, W: Array) -> Array:
         """``W X~``, the rows of the layer's pre-activation."""
@@ -318,7 +312,7 @@ class WHidden(WBlock):
         return (self.act,)
 
     def restrict(self, index: Array) -> WHidden:
-        return replace(self, V=self.V[index], W0=self._W0_rows(index), U=None)
+        return replace(self, V=self.V[index], W0=self._W0_rows(index))
 
 
 @dataclass
@@ -352,7 +346,7 @@ class WLast(WBlock):
     def restrict(self, index: Array) -> WLast:
         if self.piece_axis is None:  # one piece: the block itself
             return self
-        return replace(self, Y=self.Y[index], W0=self._W0_rows(index), U=None)
+        return replace(self, Y=self.Y[index], W0=self._W0_rows(index))
 
 
 # --- the blocks of a network at its current iterate ------------------------------------------
@@ -363,13 +357,11 @@ def x_block(
     Xs: list[Array],
     l: int,
     U_prev: Array | None = None,
-    U: Array | None = None,
 ) -> XHidden | XLast:
     """The block of the lifted variable X_l (1 <= l <= L) at the iterate (net.W, Xs).
 
     ``U_prev``: ``W_{l-1} X~_{l-1}`` at this iterate if already at hand (the driver's
-    feed-forward pass), else computed here; ``U``: ``W_l X~_l`` likewise, for a solver that
-    starts from ``Xs[l - 1]`` (else it forms it).
+    pre-activations), else computed here.
 
     >>> import numpy as np
     >>> from fenchel_cvx.network import LiftedNetwork
@@ -390,7 +382,7 @@ def x_block(
     X = [X0, *Xs]
     if U_prev is None:
         U_prev = net.pre_activation(l - 1, X[l - 1])
-    common = dict(layer=l, act_in=net.activations[l - 1], U_prev=U_prev, lam_in=net.lam[l - 1], U=U)
+    common = dict(layer=l, act_in=net.activations[l - 1], U_prev=U_prev, lam_in=net.lam[l - 1])
     if l < L:
         return XHidden(
             **common,
@@ -411,16 +403,11 @@ def w_block(
     l: int,
     gamma: float = 0.0,
     W0: Array | None = None,
-    U: Array | None = None,
     Xt: Array | None = None,
-    return_U: bool = False,
 ) -> WHidden | WLast:
     """The block of the weights W_l (0 <= l <= L); ``gamma > 0`` adds gamma ||W - W0||^2.
 
-    ``U``: ``W_l X~_l`` at the current weights if at hand (the feed-forward pre-activation
-    when X_l is data or feed-forward), for a solver that starts from ``net.W[l]``; ``Xt``: the
-    patches ``X~_l`` if at hand (else formed here); ``return_U``: the caller takes ``W X~`` at
-    the argmin back where the solver holds it (``BlockResult.U``).
+    ``Xt``: the patches ``X~_l`` if at hand (else formed here).
 
     >>> import numpy as np
     >>> from fenchel_cvx.network import LiftedNetwork
@@ -452,8 +439,6 @@ def w_block(
         rho=net.rho[l],
         gamma=float(gamma),
         W0=W0 if gamma else None,
-        U=None if U is None else A.to_rows(U),
-        return_U=return_U,
     )
     if l < L:
         return WHidden(**common, act=net.activations[l], V=A.to_rows(X[l + 1]), lam=net.lam[l])

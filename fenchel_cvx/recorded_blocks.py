@@ -32,8 +32,6 @@ FORMAT = "fenchel_cvx.RecordedBlocks/1"
 FILE = "blocks.npz"
 #: the block classes a file may name, by class name
 CLASSES = {c.__name__: c for c in (_blocks.XHidden, _blocks.XLast, _blocks.WHidden, _blocks.WLast)}
-#: hint fields of a block: what a solver may start from, not the block's problem
-HINTS = ("U", "return_U")
 
 
 def block_name(block: Any) -> str:
@@ -50,9 +48,10 @@ class RecordingBackend(BackendDefaults):
         self.net = net
         self.recorded: dict[str, tuple[dict, dict]] = {}
         self.name, self.tol, self.threads = self.inner.name, self.inner.tol, self.inner.threads
+        self.images = self.inner.images  # the driver's images go through to the solver
 
-    def solve(self, block: Any, start: Any = None) -> Any:
-        res = self.inner.solve(block, start=start)
+    def solve(self, block: Any, start: Any = None, **images: Any) -> Any:
+        res = self.inner.solve(block, start=start, **images)
         entry, arrays = self._entry(block)  # copies: later solves may reuse the arrays
         arrays["argmin"] = to_numpy(res.argmin).astype(np.float64)
         self.recorded[entry["name"]] = (entry, arrays)
@@ -88,13 +87,11 @@ class RecordingBackend(BackendDefaults):
 
     def _entry(self, block: Any) -> tuple[dict, dict]:
         """The block as a file entry (its class, scalars and references into the network) and
-        its arrays (float64 NumPy copies); its hints (``HINTS``) left out."""
+        its arrays (float64 NumPy copies)."""
         entry: dict[str, Any] = dict(name=block_name(block), cls=type(block).__name__)
         entry.update(refs={}, scalars={})
         arrays = {}
         for f in dataclasses.fields(block):
-            if f.name in HINTS:
-                continue
             v = getattr(block, f.name)
             ref = self._reference(v)
             if ref is not None:
@@ -181,7 +178,7 @@ def _entry_fields(path: Path, e: Any) -> set:
     )
     if not ok:
         raise FileFormatError(path, where, "an entry of a block class", repr(e)[:120])
-    names = {x.name for x in dataclasses.fields(CLASSES[e["cls"]])} - set(HINTS)
+    names = {x.name for x in dataclasses.fields(CLASSES[e["cls"]])}
     given = set(e["refs"]) | set(e["scalars"])
     if not given <= names or not set(e["refs"]) <= set(REFERENCES):
         raise FileFormatError(path, where, "the class's fields", ", ".join(sorted(given)))

@@ -95,9 +95,9 @@ class Round(CheckedSolves):
         """X_l <- the argmin of its block (eqs. (14)-(16)), from the current X_l, with U_{l-1}
         and, for its start, U_l at hand where the round holds them."""
         pre, Xs = self.pre, self.Xs
-        block = x_block(self.net, self.X0, self.Y, Xs, l, U_prev=pre.get(l - 1), U=pre.get(l))
+        block = x_block(self.net, self.X0, self.Y, Xs, l, U_prev=pre.get(l - 1))
         Xs[l - 1], delta, U, image = self.solve(
-            f"X_{l}", block, Xs[l - 1], self.F, (Xs, l - 1), pre.get(l) if self.check else None
+            f"X_{l}", block, Xs[l - 1], self.F, (Xs, l - 1), pre.get(l)
         )
         pre.put(l, U if image is None else image)
         self._add(delta)
@@ -110,12 +110,11 @@ class Round(CheckedSolves):
         g, A, U = self.run.gamma[l], net.layers[l], pre.get(l)
         W0, Xt = self.state.W0[l] if g else None, self.Xt0 if l == 0 else None
         carry = l == 0 and self.run.carries_U0  # W_0 X~_0 at the new W_0, the next round's
-        block = w_block(
-            net, self.X0, self.Y, self.Xs, l, gamma=g, W0=W0, U=U, Xt=Xt, return_U=carry
+        block = w_block(net, self.X0, self.Y, self.Xs, l, gamma=g, W0=W0, Xt=Xt)
+        rows, steps = None if U is None else A.to_rows(U), pre.steps(l)
+        net.W[l], delta, U, image = self.solve(
+            f"W_{l}", block, net.W[l], self.F, (net.W, l), rows, carry
         )
-        known = A.to_rows(U) if self.check and U is not None else None
-        steps = pre.steps(l)
-        net.W[l], delta, U, image = self.solve(f"W_{l}", block, net.W[l], self.F, (net.W, l), known)
         if image is not None:
             pre.put(l, A.from_rows(image, m))
         elif carry and U is not None:

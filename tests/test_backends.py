@@ -54,3 +54,59 @@ def test_check_backend_refuses_by_name(bad):
 
 def test_bcd_keeps_the_old_names_as_aliases():
     assert bcd.BACKENDS is backends.BACKENDS and bcd.get_backend is backends.get_backend
+
+
+def test_the_blocks_carry_their_data_and_no_solver_hints():
+    """A block is its problem's data; where a solve starts (the start's image) and what the
+    caller takes back travel through ``Backend.solve``'s keywords, not the block."""
+    import dataclasses
+
+    from fenchel_cvx import blocks
+
+    for cls in (blocks.XHidden, blocks.XLast, blocks.WHidden, blocks.WLast):
+        names = {f.name for f in dataclasses.fields(cls)}
+        assert not names & {"U", "return_U"}, cls.__name__
+
+
+def _run_with(backend_class):
+    """Three rounds of Algorithm 1 on a 4-6-3 network with a ``backend_class()`` backend; ->
+    (the keywords each solve got, the run)."""
+    import numpy as np
+
+    from fenchel_cvx import LiftedNetwork
+    from fenchel_cvx.bcd import fit_bcd
+
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(4, 30)), np.eye(3)[:, rng.integers(0, 3, 30)]
+    seen = []
+    backend = backend_class(seen)
+    net = LiftedNetwork([4, 6, 3], "relu", "mse", lam=0.5, rho=0.1, seed=0)
+    return seen, fit_bcd(net, X, Y, iterations=3, backend=backend, check_every=2)
+
+
+def test_the_driver_hands_start_images_only_to_a_backend_that_takes_them():
+    from fenchel_cvx.fast import FastBackend
+
+    class Taking(FastBackend):
+        def __init__(self, seen):
+            super().__init__(w_steps=2, x_steps=3)
+            self.seen = seen
+
+        def solve(self, block, start=None, image=None, return_image=False):
+            self.seen.append(image is not None)
+            return super().solve(block, start, image, return_image)
+
+    class Old(FastBackend):  # a subclass written for ``solve(block, start)``: adapted
+        def __init__(self, seen):
+            super().__init__(w_steps=2, x_steps=3)
+            self.seen = seen
+
+        def solve(self, block, start=None):
+            self.seen.append(False)
+            return super().solve(block, start)
+
+    taken, run = _run_with(Taking)
+    assert len(taken) == 3 * 3 and any(taken) and run.history.held_but_capped
+    old, again = _run_with(Old)
+    assert old == [False] * 9 and again.history.held_but_capped
+    assert not backends.as_backend(Old([])).images and backends.as_backend(Taking([])).images

@@ -241,8 +241,8 @@ def test_fresh_rounds_hand_the_feed_forward_products_to_the_blocks(tiny):
     seen_x = []
 
     class Recording(FastBackend):
-        def solve(self, block, start=None):
-            hint = block.U
+        def solve(self, block, start=None, image=None, return_image=False):
+            hint = image
             if block.kind.startswith("w"):
                 seen.append((block.layer, hint is not None))
                 if hint is not None:  # the product the block would form itself, up to rounding
@@ -251,7 +251,7 @@ def test_fresh_rounds_hand_the_feed_forward_products_to_the_blocks(tiny):
                 seen_x.append((block.layer, hint is not None))
                 if hint is not None:  # A(W, start) + b, as the block's own map gives it
                     np.testing.assert_allclose(hint, block.forward(start), rtol=1e-12, atol=1e-12)
-            return super().solve(block, start)
+            return super().solve(block, start, image, return_image)
 
     X, Y = tiny
     net = LiftedNetwork([4, 6, 5, 3], "relu", "mse", lam=1.0, rho=0.1, seed=2)

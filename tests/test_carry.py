@@ -108,8 +108,8 @@ def test_the_solver_reports_the_image_of_its_argmin_where_asked():
     net = _net()
     Xs = net.forward(X)[0]
     Xs[0] = Xs[0] + 0.1  # away from the feed-forward point: W_0's block has somewhere to go
-    block = w_block(net, X, Y, Xs, 0, gamma=0.0, return_U=True)
-    res = _backend().solve(block, start=net.W[0])
+    block = w_block(net, X, Y, Xs, 0, gamma=0.0)
+    res = _backend().solve(block, start=net.W[0], return_image=True)
     assert res.status == "max_iter" and res.U is not None
     assert np.allclose(res.U, block.forward(res.argmin), rtol=1e-12, atol=1e-12)
     # not asked (a batch's W-blocks): the last step forms no image that nobody takes

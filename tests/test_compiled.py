@@ -336,7 +336,7 @@ def test_arrays_it_cannot_compile_are_refused_by_library(compiled):
     net, X0, Y, Xs = _mlp_state(np.float64)
     block = blocks.x_block(net, X0, Y, Xs, 1)
     strict = dataclasses.replace(
-        block, **{f: xp.asarray(getattr(block, f)) for f in ("U_prev", "Y", "W")}, U=None
+        block, **{f: xp.asarray(getattr(block, f)) for f in ("U_prev", "Y", "W")}
     )
     with pytest.raises(
         ValueError,

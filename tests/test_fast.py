@@ -404,22 +404,18 @@ def test_cross_entropy_w_step_sees_small_changes_in_float32():
 
 
 def test_w_block_takes_the_callers_product():
-    """A W-block's U (W X~ at the start, e.g. the driver's feed-forward pass) replaces the
-    solver's own product; one of another shape is ignored."""
-    import dataclasses
-
+    """A W-block's start image (``image=``: W X~ at the start, e.g. the driver's feed-forward
+    pass) replaces the solver's own product; one of another shape is ignored."""
     for kind, gamma in (("w_hidden0", 0.3), ("w_last", 0.0)):
         block = case_block("relu", "cross_entropy", kind, gamma)
         start = block.W0 if gamma else np.zeros((block.Y.shape[0], block.Xt.shape[0]))
-        ref = FastBackend(w_steps=2).solve(block, start=start)
-        hinted = dataclasses.replace(block, U=start @ block.Xt)
-        assert np.array_equal(FastBackend(w_steps=2).solve(hinted, start=start).argmin, ref.argmin)
-        wrong = dataclasses.replace(block, U=np.full((1, 1), np.nan))
-        assert np.array_equal(FastBackend(w_steps=2).solve(wrong, start=start).argmin, ref.argmin)
-        poisoned = dataclasses.replace(block, U=start @ block.Xt + 1.0)  # it is used
-        assert not np.array_equal(
-            FastBackend(w_steps=2).solve(poisoned, start=start).argmin, ref.argmin
-        )
+        solve = FastBackend(w_steps=2).solve
+        ref = solve(block, start=start)
+        assert np.array_equal(solve(block, start, image=start @ block.Xt).argmin, ref.argmin)
+        wrong = np.full((1, 1), np.nan)
+        assert np.array_equal(solve(block, start, image=wrong).argmin, ref.argmin)
+        poisoned = start @ block.Xt + 1.0  # it is used
+        assert not np.array_equal(solve(block, start, image=poisoned).argmin, ref.argmin)
 
 
 def test_capped_residual_false_skips_only_the_report():
@@ -608,25 +604,21 @@ def test_warm_start_at_optimum_takes_no_step():
 
 
 def test_x_solve_starts_from_the_callers_product_where_its_start_is_inside():
-    """``block.U = A(W, Z) + b`` at the start Z spares the solver that product: a hint of the
+    """``image = A(W, Z) + b`` at the start Z spares the solver that product: an image of the
     right shape is used (a poisoned one changes the step), and ignored where the start is
     projected into the domain first (its product would no longer be A(W, start))."""
-    import dataclasses
-
     block = case_block("relu", "cross_entropy", "x_hidden", 0.0)
     start = np.maximum(block.U_prev, 0) + 0.1
     ref = FastBackend(x_steps=1).solve(block, start=start)
-    hinted = FastBackend(x_steps=1).solve(
-        dataclasses.replace(block, U=block.forward(start)), start=start
-    )
+    hinted = FastBackend(x_steps=1).solve(block, start=start, image=block.forward(start))
     np.testing.assert_allclose(hinted.argmin, ref.argmin, rtol=0, atol=1e-12)
-    poisoned = dataclasses.replace(block, U=block.forward(start) + 1.0)
-    assert not np.allclose(FastBackend(x_steps=1).solve(poisoned, start=start).argmin, ref.argmin)
-    outside = start - 0.2  # some entries < 0: projected first, the hint is not used
+    poisoned = FastBackend(x_steps=1).solve(block, start=start, image=block.forward(start) + 1.0)
+    assert not np.allclose(poisoned.argmin, ref.argmin)
+    outside = start - 0.2  # some entries < 0: projected first, the image is not used
     assert np.any(outside < 0)
-    wrong = dataclasses.replace(block, U=block.forward(outside))
+    wrong = block.forward(outside)
     np.testing.assert_allclose(
-        FastBackend(x_steps=1).solve(wrong, start=outside).argmin,
+        FastBackend(x_steps=1).solve(block, start=outside, image=wrong).argmin,
         FastBackend(x_steps=1).solve(block, start=outside).argmin,
         rtol=0,
         atol=1e-12,
@@ -1240,7 +1232,7 @@ def test_pr_plus_matches_forming_the_direction():
 @pytest.mark.parametrize("xp_name", ["numpy", "array_api_strict"])
 @pytest.mark.parametrize("kind", ["w_hidden0", "x_hidden"])
 def test_a_hint_of_another_dtype_is_cast_to_the_solve(xp_name, kind):
-    """A caller's ``A(W, X) + b`` hint (``block.U``) in float32 for a float64 block: the solve
+    """A caller's ``A(W, X) + b`` start image (``image=``) in float32 for a float64 block: the solve
     runs in float64 as without the hint. The solvers update their state in place from it (the
     span loop's U, ReLU's dB/du), where a float32 state would stay float32 (NumPy) or refuse
     float32 -= float64 (array-api-strict)."""
@@ -1258,7 +1250,7 @@ def test_a_hint_of_another_dtype_is_cast_to_the_solve(xp_name, kind):
         start, backend = block.act_in.phi(block.U_prev), FastBackend(x_steps=3)
         hint = block.forward(start)
     ref = backend.solve(block, start=start)
-    res = backend.solve(dataclasses.replace(block, U=xp.astype(hint, xp.float32)), start=start)
+    res = backend.solve(block, start=start, image=xp.astype(hint, xp.float32))
     assert res.argmin.dtype == xp.float64
     if kind == "w_hidden0":
         assert res.info["method"] == "pncg-span"

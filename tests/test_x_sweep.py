@@ -64,10 +64,10 @@ def test_a_checked_round_hands_the_next_x_block_the_checks_image_not_the_solvers
     block), on the others the solver's."""
     seen, original = [], rounds.x_block
 
-    def spy(net, X0, Y, Xs, l, U_prev=None, U=None):
+    def spy(net, X0, Y, Xs, l, U_prev=None):
         if l > 1:
             seen.append(np.max(np.abs(U_prev - net.pre_activation(l - 1, Xs[l - 2]))))
-        return original(net, X0, Y, Xs, l, U_prev=U_prev, U=U)
+        return original(net, X0, Y, Xs, l, U_prev=U_prev)
 
     monkeypatch.setattr(rounds, "x_block", spy)
     _fit("forward", backend=Lying(w_steps=3, x_steps=5), strict=False, check_every=check_every)

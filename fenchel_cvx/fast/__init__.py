@@ -63,7 +63,7 @@ from ..threads import controller, limit_threads, per_library, plan
 from ..validation import TOL, check
 from . import whole  # noqa: F401  - adds compile="blocks" (``fused.NAMED``)
 from ._util import block_arrays as _block_arrays
-from ._util import floor_tol
+from ._util import floor_tol, started
 from .fused import Kernels, kernels
 from .wblocks import solve_pncg, solve_ridge
 from .xblocks import default_start, solve_x
@@ -344,8 +344,21 @@ class FastBackend(BackendDefaults):
         fields = self.options()
         return f"FastBackend({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
 
-    def solve(self, block: Block, start: Array | None = None) -> BlockResult:
-        """Solve ``block`` from ``start`` (the current iterate; a default when None)."""
+    #: its solves take the start's image and hand back the argmin's (``backends.Backend``)
+    images = True
+
+    def solve(
+        self,
+        block: Block,
+        start: Array | None = None,
+        image: Array | None = None,
+        return_image: bool = False,
+    ) -> BlockResult:
+        """Solve ``block`` from ``start`` (the current iterate; a default when None). ``image``:
+        ``block.forward(start)`` where the caller holds it (the solvers start from it where its
+        shape fits, else form it); ``return_image``: hand the argmin's image back as
+        ``BlockResult.U`` where the solver holds it (a W-block's last step then forms it)."""
+        block = started(block, image, return_image)
         if self.threads is None:
             return self._solve(block, start)
         if self._pools is None or (not self._pools_torch and "torch" in sys.modules):

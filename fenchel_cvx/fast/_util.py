@@ -1,5 +1,9 @@
 """Small array-API helpers shared by the fast solvers (standard functions, one NumPy shortcut).
 
+- ``started``: a block with where its solve starts beside its data: the start's image and
+  whether the caller takes the argmin's image back (``FastBackend.solve``'s ``image`` and
+  ``return_image``), as fields of a subclass of the block's class that only the fast solvers
+  see (the package's blocks carry their data alone);
 - ``kkt``: the scaled natural residual of ``blocks.kkt_residual``, from gradient parts already
   at hand (same formula, no extra matrix product); ``proves_above``: a lower bound of it from a
   preconditioned gradient, with no product at all;
@@ -20,7 +24,9 @@
 """
 
 import dataclasses
+import functools
 import math
+from typing import Any
 
 import numpy as np
 from array_api_compat import array_namespace, device, is_torch_array
@@ -37,6 +43,32 @@ from .fused import EAGER
 #: the active sets too much); capped solves of at most this many steps stay in ``span`` and read
 #: nothing back (``whole``)
 NEWTON_START = 10
+
+
+@functools.cache
+def _started_class(cls):
+    """``cls`` with the fields ``U`` (the start's image, None where the caller has none) and
+    ``return_U`` (the caller takes the argmin's image back)."""
+    return dataclasses.make_dataclass(
+        "Started" + cls.__name__,
+        [("U", Any, dataclasses.field(default=None)), ("return_U", bool, False)],
+        bases=(cls,),
+    )
+
+
+def started(block, U=None, return_U=False):
+    """``block`` with the start's image ``U`` and ``return_U`` (``_started_class``)."""
+    if hasattr(block, "return_U"):
+        return dataclasses.replace(block, U=U, return_U=return_U)
+    fields = {f.name: getattr(block, f.name) for f in dataclasses.fields(block) if f.init}
+    return _started_class(type(block))(**fields, U=U, return_U=return_U)
+
+
+def part(block, **changes):
+    """``block`` with ``changes`` (a part of it: some rows), without the start's image of the
+    whole block where it has one (``started``)."""
+    image = {"U": None} if hasattr(block, "return_U") else {}
+    return dataclasses.replace(block, **changes, **image)
 
 
 def block_arrays(block):

@@ -72,11 +72,9 @@ def solve_span(
     the coefficients Z of ``W = W0 + Z X~^T``. -> ``(W, iterations, info)`` as ``solve_pncg``;
     ``tested=False``: all ``max_iter`` steps, no stopping test."""
     block, pre = prob.block, prob.pre
-    U0 = (
-        block.U
-        if block.U is not None and tuple(block.U.shape) == (W0.shape[0], block.Xt.shape[1])
-        else prob.forward(W0)
-    )
+    U0 = getattr(block, "U", None)  # W0 X~ from the caller (``_util.started``), where it fits
+    if U0 is None or tuple(U0.shape) != (W0.shape[0], block.Xt.shape[1]):
+        U0 = prob.forward(W0)
     # Z, U, d and dU are this loop's own arrays, updated in place (U0 stays: U - U0 is P)
     Z, U = xp.zeros_like(U0), xp.asarray(U0, copy=True)
     two_g = 2 * block.gamma

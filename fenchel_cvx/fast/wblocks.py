@@ -49,7 +49,6 @@ steps are plain preconditioned CG, the cheap regime of inexact training steps. T
 ``W = W0 + Z X~^T`` without a product per step (``span``).
 """
 
-import dataclasses
 import functools
 import math
 
@@ -58,7 +57,16 @@ from array_api_compat import device
 from ..arrays import cheap_reads, clip, host_if_cheap, matmul_nt, vecdot
 from ..blocks import WHidden, WLast
 from . import fused, span
-from ._util import NEWTON_START, RESYNC, keep_descent, kkt, newton_1d, pr_plus, proves_above
+from ._util import (
+    NEWTON_START,
+    RESYNC,
+    keep_descent,
+    kkt,
+    newton_1d,
+    part,
+    pr_plus,
+    proves_above,
+)
 from .fused import EAGER
 from .gram import DataGram, ParamGram, inverse_pays
 
@@ -711,10 +719,11 @@ def solve_pncg(
     best, best_it = math.inf, 0
     stall_level = math.sqrt(xp.finfo(W.dtype).eps)
     converged, it = False, 0
+    returns_image = getattr(block, "return_U", False)  # (``_util.started``)
     for it in range(1, max_iter + 1):
         final = it == max_iter and not capped_residual
         # the last step's image only where it is reported: a value, or the caller's (return_U)
-        cg.step(it, resync, gradient=not final, image=not final or capped_value or block.return_U)
+        cg.step(it, resync, gradient=not final, image=not final or capped_value or returns_image)
         if final:
             r = math.nan
             break
@@ -856,7 +865,7 @@ class _CG:
         self.W_full = self.full()
         self.rows = keep if self.rows is None else xp.take(self.rows, keep)
         old, block = self.prob, self.block
-        sub = dict(V=xp.take(block.V, self.rows, axis=0), U=None)
+        sub = dict(V=xp.take(block.V, self.rows, axis=0))
         if block.W0 is not None:
             sub["W0"] = xp.take(block.W0, self.rows, axis=0)
 
@@ -865,7 +874,7 @@ class _CG:
 
         self.prob = HiddenRows(
             xp,
-            dataclasses.replace(block, **sub),
+            part(block, **sub),
             old.pre,
             K=old.K,
             newton_cap=old.newton_cap,
@@ -906,7 +915,7 @@ class _CG:
         from the true W X~, is reported. ``info["U"]``: ``W X~`` at the returned W where it is
         at hand for every row (the solver's updated one, or the guard's true one)."""
         xp, guarded = self.xp, None
-        U = self.U if self.rows is None and self.block.return_U else None
+        U = self.U if self.rows is None and getattr(self.block, "return_U", False) else None
         if not converged:
             self.W_full = self.full()
             if self.prob.pre.data_space and isinstance(self.block, WHidden):

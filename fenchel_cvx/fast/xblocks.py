@@ -331,9 +331,10 @@ def _lipschitz(xp, L, lam_in, dtype):
 
 
 def _image(xp, block, sm, Z, z):
-    """``A(W, z) + b`` at the start z: the caller's ``block.U`` (bcd's feed-forward pass) where
-    it is of the right shape and z is Z itself (inside the domain), else formed here."""
-    U = block.U
+    """``A(W, z) + b`` at the start z: the caller's image ``block.U`` (``FastBackend.solve``'s
+    ``image``: the driver's pre-activation) where it is of the right shape and z is Z itself
+    (inside the domain), else formed here."""
+    U = getattr(block, "U", None)  # (``_util.started``)
     held = U is not None and tuple(U.shape) == (block.map.n_out, Z.shape[1]) and z is Z
     return U if held else sm.forward(z)
 

@@ -89,7 +89,7 @@ def solve(block, Z, target, noise):
         cols = np.flatnonzero(np.max(R, axis=0) > target * (1.0 + scale))
         if not cols.size:
             break
-        sub = replace(block, U_prev=block.U_prev[:, cols], Y=block.Y[:, cols], U=None)
+        sub = replace(block, U_prev=block.U_prev[:, cols], Y=block.Y[:, cols])
         res, G = _column_residual(sub, Z[:, cols])
         new, moved = search(sub, Z[:, cols], direction(sub, Z[:, cols], G, res), G, res, noise)
         Z[:, cols] = new
