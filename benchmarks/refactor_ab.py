@@ -9,8 +9,10 @@ tuned setting, the benchmarks' fast backend with ``compile="auto"``, float32, on
 each of ``--repeats`` repeats, the old and the new code each train one epoch of the embedded
 5k MNIST (4,000 images, 8 batches of 500, Algorithm 2 with K = 1), in alternating order. The
 batches between the first (one-off costs) and the last (a checked round) are timed from one
-callback to the next: 6 a run. Prints the median batch time of each, their ratio (new / old)
-and the largest difference of the final weights (the same iterates: 0, or rounding).
+callback to the next: 6 a run. Prints the median batch time of each, their ratio (new / old),
+the median over the repeats of each repeat's ratio (the two epochs of a repeat run one after
+the other: drift on a shared machine falls on both) and the largest difference of the final
+weights (the same iterates: 0, or rounding).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/refactor_ab.py --old 399d812
     python benchmarks/refactor_ab.py --old HEAD --repeats 1 --networks mlp   # a smoke run
@@ -131,14 +133,15 @@ def main(argv=None):
         versions = {"old": fenchel_cvx_old, "new": fenchel_cvx}
         report = dict(old=args.old, machine=platform.processor() or platform.machine())
         for network in args.network_list:
-            times = {"old": [], "new": []}
-            final = {}
+            times, final, paired = {"old": [], "new": []}, {}, []
             for v in versions:  # warm-up: each version's kernels compiled before the clock
                 one_epoch(versions[v], network, X, Y)
             for r in range(args.repeats):
+                epoch = {}
                 for v in ("old", "new") if r % 2 == 0 else ("new", "old"):
-                    seconds, final[v] = one_epoch(versions[v], network, X, Y)
-                    times[v] += seconds
+                    epoch[v], final[v] = one_epoch(versions[v], network, X, Y)
+                    times[v] += epoch[v]
+                paired.append(statistics.median(epoch["new"]) / statistics.median(epoch["old"]))
             old, new = (statistics.median(times[v]) for v in ("old", "new"))
             diff = max(
                 float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(a))), 1e-300))
@@ -146,12 +149,13 @@ def main(argv=None):
             )
             report[network] = dict(
                 batches=len(times["new"]), old_median_s=old, new_median_s=new,
-                ratio=new / old, weights_rel_diff=diff,
+                ratio=new / old, paired_ratio=statistics.median(paired), weights_rel_diff=diff,
             )  # fmt: skip
             print(
                 f"{network}: {len(times['new'])} batches each; median old {old * 1e3:.1f} ms, "
-                f"new {new * 1e3:.1f} ms, new / old {new / old:.3f}; final W differ by "
-                f"{diff:.1e} of the largest entry",
+                f"new {new * 1e3:.1f} ms, new / old {new / old:.3f} (median of the "
+                f"{len(paired)} epochs' paired ratios {statistics.median(paired):.3f}); final W "
+                f"differ by {diff:.1e} of the largest entry",
                 flush=True,
             )
     if args.json:

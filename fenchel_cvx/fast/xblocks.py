@@ -35,8 +35,10 @@ when the block's own ``kkt_residual`` is ``<= tol``; it is evaluated only where 
 with the gradient the loop holds, comes within ``2 tol``.
 """
 
+import dataclasses
 import functools
 import math
+from typing import Any, NamedTuple
 
 from array_api_compat import array_namespace, device
 
@@ -204,6 +206,124 @@ EXACT_EIG_MAX = 128  # certified ||A(W, .)||^2 where its eigenproblems are at mo
 MAX_BACKTRACKS = 60  # doublings of L in one iteration; past that the precision is exhausted
 
 
+@dataclasses.dataclass(frozen=True)
+class FistaProblem:
+    """One X-block's FISTA solve, all that stays fixed through it: the block, its smooth term
+    ``sm`` and its activation's prox and step chain (``_stepper``), the tolerance, the step
+    cap, the stall window, the stopping tests (None: a capped solve that reports no residual
+    tests none) and the reports asked for (``solve_x``)."""
+
+    xp: Any
+    block: Any
+    sm: _Smooth
+    prox: Any
+    step: Any
+    max_iter: int
+    momentum_last: bool  # the last step forms its momentum too (compiled: one chain for all)
+    tests: Any
+    reports: tuple  # (capped_residual, capped_value)
+
+
+class FistaState(NamedTuple):
+    """FISTA's iterate after ``it`` steps: ``z`` and its image ``Uz`` = A(W, z) + b, the last
+    point ``z_prev`` and momentum ``beta`` with which the next point y = z + beta (z - z_prev)
+    forms (``z_prev`` None: y is z), y's image ``Uy``, ``theta``, the Lipschitz estimate ``L``
+    and the prox's ``(L, tau U_prev)``, the prox's warm start ``prox``, the smooth term's
+    gradient ``(G, Gy)`` at y where at hand (else None: formed from ``Uy``), the counts, the
+    start ``(z0, Uz0)`` (the descent guard's) and ``end`` (None: go on; ``"converged"``,
+    ``"stalled"`` or ``"capped"``)."""
+
+    z: Any
+    Uz: Any
+    z_prev: Any
+    beta: Any
+    Uy: Any
+    theta: Any
+    L: Any
+    tauU: tuple
+    prox: Any
+    grad: Any
+    restarts: Any
+    backtracks: int
+    it: int
+    start: tuple
+    end: Any
+
+
+def init(p, Z):
+    """The state at the start ``Z``: clipped into the domain (tested solves), its image (the
+    caller's where it fits), the gradient there; ``end`` ``"converged"`` where an uncapped
+    solve's start passes the block's own KKT test."""
+    xp, block, sm, act = p.xp, p.block, p.sm, p.block.act_in
+    z = _inside(xp, act, Z, p.tests is not None)
+    Uz = _image(xp, block, sm, Z, z)
+    G = sm.grad_U(Uz)
+    Gy = sm.adjoint(G)  # the smooth term's gradient at z: also the first step's (y = z)
+    L = _lipschitz(xp, sm.L, block.lam_in, Z.dtype)
+    s = FistaState(
+        z, Uz, None, 0.0, Uz, 1.0, L, (None, None), None, (G, Gy), 0, 0, 0, (z, Uz), None
+    )
+    capped = p.max_iter < (p.tests.stall_window if p.tests is not None else math.inf)
+    if p.tests is not None and not capped and _optimal(xp, block, z, Gy, p.tests.tol):
+        if (res := block.kkt_residual(z)) <= p.tests.tol:
+            p.tests.residual = res
+            return s._replace(end="converged")
+    return s
+
+
+def step(p, s):
+    """One FISTA step from ``s``: the proximal-gradient step at y (backtracking on L where it is
+    not certified), the stopping tests, then the momentum for the next one (restarted where it
+    points uphill) and the next point's image (no product: the map is affine)."""
+    xp, sm, lam_in, it = p.xp, p.sm, p.block.lam_in, s.it + 1
+    G, Gy = s.grad if s.grad is not None else (g := sm.grad_U(s.Uy), sm.adjoint(g))
+    fy_d = None if sm.certified else sm.value(s.Uy)
+    y = None if sm.certified else fused.extrapolated(s.z, s.z_prev, s.beta)  # backtracking's
+    L, tauU, backtracks = s.L, s.tauU, s.backtracks
+    for _ in range(MAX_BACKTRACKS):
+        tau = lam_in / L
+        if tauU[0] is not L:
+            tauU = (L, tau * p.block.U_prev)
+        zn, prox, *figures = p.step(
+            p.prox, p.block.act_in, Gy, 1.0 / L, s.z, tauU[1], tau, s.prox, s.z_prev, s.beta,
+            momentum=it < p.max_iter or p.momentum_last,
+        )  # fmt: skip
+        Uzn = sm.forward(zn)
+        if sm.certified or _sufficient(xp, sm, fy_d, Uzn, Gy, zn - y, L, xp.finfo(zn.dtype).eps):
+            break
+        L, backtracks = 2 * L, backtracks + 1
+    else:  # no step passes the test at this precision (rounding, overflow): stop here
+        return s._replace(it=it, L=L, tauU=tauU, backtracks=backtracks, end="stalled")
+    s = s._replace(it=it, L=L, tauU=tauU, backtracks=backtracks, prox=prox, grad=None)
+    if p.tests is not None and (end := p.tests.after(it, zn, Uzn, figures, G, Gy, L)):
+        return s._replace(z=zn, Uz=Uzn, end=end)
+    # (y - zn).(zn - z) = -D.dz exactly: > 0 where the momentum points uphill
+    theta_n, beta, restarted = _momentum(xp, s.theta, -figures[2])
+    s = s._replace(restarts=s.restarts + restarted)
+    if it == p.max_iter:  # no next step: no momentum to form
+        return s._replace(z=zn, Uz=Uzn, end="capped")
+    moves = not isinstance(beta, float) or beta  # on the device: formed, 0 or not
+    z_prev, beta = (s.z, beta) if moves else (None, 0.0)
+    Uy = fused.extrapolated(Uzn, s.Uz if moves else None, beta)
+    return s._replace(z=zn, Uz=Uzn, z_prev=z_prev, beta=beta, Uy=Uy, theta=theta_n)
+
+
+def finish(p, s):
+    """``(z, iterations, info)`` of the final state: an inexact solve never ends above its start
+    (``_closing``), its reports as asked (``solve_x``)."""
+    converged, stalled = s.end == "converged", s.end == "stalled"
+    checks = 0 if p.tests is None else p.tests.checks
+    info = _info(s.L, s.restarts, s.backtracks, reverted=False, kkt_checks=checks)
+    info.update(converged=converged, stalled=stalled)
+    if converged:
+        info["residual"] = p.tests.residual
+        if s.it == 0:
+            return s.z, 0, _info(s.L, 0, 0, converged=True, residual=p.tests.residual, U=s.Uz)
+    start = None if _descends(p.sm, p.block.act_in, s.it, stalled) else s.start
+    z, info["U"] = _closing(p.block, (s.z, s.Uz), start, info, *p.reports)
+    return z, s.it, info
+
+
 def solve_x(
     xp,
     block,
@@ -215,7 +335,8 @@ def solve_x(
     capped_value=True,
     kernels=EAGER,
 ):
-    """FISTA with restart on an XHidden / XLast block from ``Z``: ``(Z, iterations, info)``.
+    """FISTA with restart on an XHidden / XLast block from ``Z``: ``(Z, iterations, info)``,
+    :func:`init`, then :func:`step` until the state ends, then :func:`finish`.
 
     Near the working precision's floor (gradient-mapping residual below sqrt(eps)),
     ``stall_window`` iterations without halving it stop the loop (``info["stalled"]``). Stopped
@@ -230,10 +351,7 @@ def solve_x(
     cheap (``arrays.cheap_reads``): L, the momentum's restarts and the descent guard stay on the
     device as 0-d arrays and ``where`` (``info``'s ``lipschitz``, ``restarts`` and
     ``reverted`` are then 0-d arrays)."""
-    act, lam_in, U_prev = block.act_in, block.lam_in, block.U_prev
-    prox, step = _prox(act), _stepper(kernels, act)
     sm = _Smooth(xp, block, kernels)
-    L = _lipschitz(xp, sm.L, lam_in, Z.dtype)
     eps = xp.finfo(Z.dtype).eps
     # a capped solve (fewer steps than the stall window) tests its first step, not its start:
     # an optimal start is a fixed point of the step, whose gradient mapping passes the proxy;
@@ -244,69 +362,15 @@ def solve_x(
         if capped and not capped_residual
         else _Tests(xp, block, sm, tol, eps, stall_window, capped)
     )
-    z = z0 = _inside(xp, act, Z, tests is not None)
-    Uz = Uz0 = _image(xp, block, sm, Z, z)
-    # FISTA's point y = z + beta (z - z_prev) is formed inside the step's chain (``fused``);
-    # z_prev None: y is z. Its image Uy under the affine map is extrapolated here (no product).
-    z_prev, beta, Uy, theta = None, 0.0, Uz, 1.0
-    state, restarts, backtracks, stalled, converged, it = None, 0, 0, False, False, 0
-    G = sm.grad_U(Uz)
-    Gy = sm.adjoint(G)  # the smooth term's gradient at z: also the first step's (y = z)
-    if not capped and _optimal(xp, block, z, Gy, tol) and (res := block.kkt_residual(z)) <= tol:
-        return z, 0, _info(L, 0, 0, converged=True, residual=res, U=Uz)
-    tauU = (None, None)  # (L, tau U_prev): formed again only when L changes
-    for it in range(1, max_iter + 1):
-        if it > 1:
-            G = sm.grad_U(Uy)
-            Gy = sm.adjoint(G)
-        fy_d = None if sm.certified else sm.value(Uy)
-        y = None if sm.certified else fused.extrapolated(z, z_prev, beta)  # backtracking's
-        for _ in range(MAX_BACKTRACKS):
-            tau = lam_in / L
-            if tauU[0] is not L:
-                tauU = (L, tau * U_prev)
-            zn, state_n, *figures = step(
-                prox,
-                act,
-                Gy,
-                1.0 / L,
-                z,
-                tauU[1],
-                tau,
-                state,
-                z_prev,
-                beta,
-                momentum=it < max_iter or kernels.compiled,
-            )
-            Uzn = sm.forward(zn)
-            if sm.certified or _sufficient(xp, sm, fy_d, Uzn, Gy, zn - y, L, eps):
-                break
-            L, backtracks = 2 * L, backtracks + 1
-        else:  # no step passes the test at this precision (rounding, overflow): stop here
-            stalled = True
-            break
-        state = state_n
-        if tests is not None and (end := tests.after(it, zn, Uzn, figures, G, Gy, L)):
-            z, Uz, converged, stalled = zn, Uzn, end == "converged", end == "stalled"
-            break
-        # (y - zn).(zn - z) = -D.dz exactly: > 0 where the momentum points uphill
-        theta_n, beta, restarted = _momentum(xp, theta, -figures[2])
-        restarts = restarts + restarted
-        if it == max_iter:  # no next step: no momentum to form
-            z, Uz = zn, Uzn
-            break
-        moves = not isinstance(beta, float) or beta  # on the device: formed, 0 or not
-        z_prev, beta = (z, beta) if moves else (None, 0.0)
-        Uy = fused.extrapolated(Uzn, Uz if moves else None, beta)
-        z, Uz, theta = zn, Uzn, theta_n
-    checks = 0 if tests is None else tests.checks
-    info = _info(L, restarts, backtracks, reverted=False, kkt_checks=checks, converged=converged)
-    info["stalled"] = stalled
-    if converged:
-        info["residual"] = tests.residual
-    start = None if _descends(sm, act, it, stalled) else (z0, Uz0)  # no start value needed
-    z, info["U"] = _closing(block, (z, Uz), start, info, capped_residual, capped_value)
-    return z, it, info
+    act = block.act_in
+    p = FistaProblem(
+        xp, block, sm, _prox(act), _stepper(kernels, act), max_iter, kernels.compiled, tests,
+        (capped_residual, capped_value),
+    )  # fmt: skip
+    s = init(p, Z)
+    while s.end is None and s.it < max_iter:
+        s = step(p, s)
+    return finish(p, s)
 
 
 def _info(L, restarts, backtracks, **more):
