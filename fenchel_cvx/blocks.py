@@ -83,9 +83,18 @@ def residual_parts(xp, Z, parts, project=None):
     """``(|Z - P(Z - g)|, max_i ||g_i||_inf)`` from the gradient's terms ``parts`` (``g`` their
     sum) and the projection ``P`` (None: none, the residual is ``|g|``): what
     ``natural_residual`` forms, for a solver that holds the parts already."""
+    return residual_elements(xp, Z, parts, project), max(float(m) for m in part_maxima(xp, parts))
+
+
+def residual_elements(xp, Z, parts, project=None):
+    """``|Z - P(Z - g)|``, elementwise (``residual_parts``)."""
     g = sum(parts[1:], parts[0])
-    R = xp.abs(g) if project is None else xp.abs(Z - project(Z - g))
-    return R, max(float(xp.max(xp.abs(p))) for p in parts)
+    return xp.abs(g) if project is None else xp.abs(Z - project(Z - g))
+
+
+def part_maxima(xp, parts):
+    """``[max ||g_i||_inf]``, 0-d arrays: the terms of ``residual_parts``'s scale."""
+    return [xp.max(xp.abs(p)) for p in parts]
 
 
 class Block:

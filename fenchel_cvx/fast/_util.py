@@ -32,12 +32,13 @@ import numpy as np
 from array_api_compat import array_namespace, device, is_torch_array
 
 from ..arrays import cheap_reads, clip, vecdot
-from ..blocks import residual_parts
+from ..blocks import part_maxima, residual_elements
 
 # the CG W-loops (``wblocks``, ``span``) form W X~ again from W every ``RESYNC`` steps, so that
 # the incrementally updated one does not drift (the driver's bound on a carried one, too)
 from ..pre_activations import RESYNC  # noqa: F401
 from .fused import EAGER
+from .reduce import LOCAL
 
 #: the CG step from which hidden W rows may take semismooth-Newton steps (early steps change
 #: the active sets too much); capped solves of at most this many steps stay in ``span`` and read
@@ -80,11 +81,13 @@ def block_arrays(block):
     }
 
 
-def kkt(xp, Z, parts, project=None):
+def kkt(xp, Z, parts, project=None, comm=LOCAL):
     """``||Z - P(Z - g)||_inf / (1 + max_i ||g_i||_inf)`` with ``g = sum(parts)``
-    (``blocks.residual_parts``; ``blocks.kkt_residual`` forms the parts itself)."""
-    r, scale = residual_parts(xp, Z, parts, project)
-    return float(xp.max(r)) / (1.0 + scale)
+    (``blocks.residual_parts``; ``blocks.kkt_residual`` forms the parts itself), its maxima over
+    the block's shards (``comm``: ``reduce``)."""
+    maxima = [xp.max(residual_elements(xp, Z, parts, project)), *part_maxima(xp, parts)]
+    r, *scales = comm.reduce(maxima, "max")
+    return float(r) / (1.0 + max(float(s) for s in scales))
 
 
 def proves_above(xp, gs, c2, per, scale, tol):

@@ -47,6 +47,7 @@ from ..blocks import XHidden, XLast
 from . import fused
 from ._util import kkt, newton_1d, select, top_eig
 from .fused import EAGER
+from .reduce import LOCAL
 
 
 def _prox_newton(xp, act, r, tau, s):
@@ -78,7 +79,7 @@ def _prox(act):
     return act.x_prox if act.x_prox is not None else _prox_newton
 
 
-def _inside(xp, act, Z, tested=True):
+def _inside(xp, act, Z, tested=True, comm=LOCAL):
     """Clip Z into the range of phi, strictly inside where F' is unbounded (sigmoid, tanh); Z
     itself where it is inside already (read, not copied: the usual start, a previous iterate).
 
@@ -94,18 +95,19 @@ def _inside(xp, act, Z, tested=True):
         hi = None if hi is None else hi - max(abs(hi) * fi.eps, fi.smallest_normal)
     elif not tested:
         return Z
-    if (
-        (lo is None or float(xp.min(Z)) >= lo)  # NaN fails both: clipped (and kept)
-        and (hi is None or float(xp.max(Z)) <= hi)
-    ):
+    ends = [(xp.min(Z), "min")] * (lo is not None) + [(xp.max(Z), "max")] * (hi is not None)
+    seen = comm.reduce([v for v, _ in ends], [op for _, op in ends])  # over the block's shards
+    low, high = (seen[0] if lo is not None else None), (seen[-1] if hi is not None else None)
+    if (lo is None or float(low) >= lo) and (hi is None or float(high) <= hi):  # NaN fails both
         return Z
     return clip(Z, lo, hi)
 
 
 class _Smooth:
-    """The smooth term of an X-block as a function of U = A(W, Z): value, dvalue/dU, Lipschitz."""
+    """The smooth term of an X-block as a function of U = A(W, Z): value, dvalue/dU, Lipschitz
+    (its curvature bound the whole block's: ``comm``)."""
 
-    def __init__(self, xp, block, kernels=EAGER):
+    def __init__(self, xp, block, kernels=EAGER, comm=LOCAL):
         self.xp, self.block, self.kernels = xp, block, kernels
         A = block.map
         self.Wp = None
@@ -124,6 +126,7 @@ class _Smooth:
         else:
             nrm2 = 1.05 * A.norm2(block.W, iters=50)
         curv, known = _curvature(block, xp)
+        (curv,) = comm.reduce([curv], "max")  # (cross-entropy's: a maximum over the columns)
         self.L = curv * nrm2
         exact = exact and known
         # the smooth term of the block's class, looked up once (value and grad_U run every step)
@@ -222,6 +225,7 @@ class FistaProblem:
     momentum_last: bool  # the last step forms its momentum too (compiled: one chain for all)
     tests: Any
     reports: tuple  # (capped_residual, capped_value)
+    comm: Any = LOCAL  # the block's shards (``reduce``): every figure below is the whole block's
 
 
 class FistaState(NamedTuple):
@@ -255,7 +259,7 @@ def init(p, Z):
     caller's where it fits), the gradient there; ``end`` ``"converged"`` where an uncapped
     solve's start passes the block's own KKT test."""
     xp, block, sm, act = p.xp, p.block, p.sm, p.block.act_in
-    z = _inside(xp, act, Z, p.tests is not None)
+    z = _inside(xp, act, Z, p.tests is not None, p.comm)
     Uz = _image(xp, block, sm, Z, z)
     G = sm.grad_U(Uz)
     Gy = sm.adjoint(G)  # the smooth term's gradient at z: also the first step's (y = z)
@@ -264,8 +268,8 @@ def init(p, Z):
         z, Uz, None, 0.0, Uz, 1.0, L, (None, None), None, (G, Gy), 0, 0, 0, (z, Uz), None
     )
     capped = p.max_iter < (p.tests.stall_window if p.tests is not None else math.inf)
-    if p.tests is not None and not capped and _optimal(xp, block, z, Gy, p.tests.tol):
-        if (res := block.kkt_residual(z)) <= p.tests.tol:
+    if p.tests is not None and not capped and _optimal(xp, block, z, Gy, p.tests.tol, p.comm):
+        if (res := kkt(xp, z, block.grad_parts(z), block.project, p.comm)) <= p.tests.tol:
             p.tests.residual = res
             return s._replace(end="converged")
     return s
@@ -289,13 +293,14 @@ def step(p, s):
             momentum=it < p.max_iter or p.momentum_last,
         )  # fmt: skip
         Uzn = sm.forward(zn)
-        if sm.certified or _sufficient(xp, sm, fy_d, Uzn, Gy, zn - y, L, xp.finfo(zn.dtype).eps):
+        if sm.certified or _sufficient(p, fy_d, Uzn, Gy, zn - y, L):
             break
         L, backtracks = 2 * L, backtracks + 1
     else:  # no step passes the test at this precision (rounding, overflow): stop here
         return s._replace(it=it, L=L, tauU=tauU, backtracks=backtracks, end="stalled")
+    figures = p.comm.reduce(figures, ("max", "min", "sum"))  # (max D, min D, D.dz)
     s = s._replace(it=it, L=L, tauU=tauU, backtracks=backtracks, prox=prox, grad=None)
-    if p.tests is not None and (end := p.tests.after(it, zn, Uzn, figures, G, Gy, L)):
+    if p.tests is not None and (end := p.tests.after(it, zn, Uzn, figures, (G, Gy, L), p.comm)):
         return s._replace(z=zn, Uz=Uzn, end=end)
     # (y - zn).(zn - z) = -D.dz exactly: > 0 where the momentum points uphill
     theta_n, beta, restarted = _momentum(xp, s.theta, -figures[2])
@@ -320,7 +325,7 @@ def finish(p, s):
         if s.it == 0:
             return s.z, 0, _info(s.L, 0, 0, converged=True, residual=p.tests.residual, U=s.Uz)
     start = None if _descends(p.sm, p.block.act_in, s.it, stalled) else s.start
-    z, info["U"] = _closing(p.block, (s.z, s.Uz), start, info, *p.reports)
+    z, info["U"] = _closing(p, (s.z, s.Uz), start, info)
     return z, s.it, info
 
 
@@ -334,9 +339,12 @@ def solve_x(
     capped_residual=True,
     capped_value=True,
     kernels=EAGER,
+    comm=LOCAL,
 ):
     """FISTA with restart on an XHidden / XLast block from ``Z``: ``(Z, iterations, info)``,
-    :func:`init`, then :func:`step` until the state ends, then :func:`finish`.
+    :func:`init`, then :func:`step` until the state ends, then :func:`finish`. ``comm``: the
+    block's column shards (``reduce.py``; the block and ``Z`` are this shard's columns), through
+    which every figure that decides for the whole block passes.
 
     Near the working precision's floor (gradient-mapping residual below sqrt(eps)),
     ``stall_window`` iterations without halving it stop the loop (``info["stalled"]``). Stopped
@@ -351,7 +359,7 @@ def solve_x(
     cheap (``arrays.cheap_reads``): L, the momentum's restarts and the descent guard stay on the
     device as 0-d arrays and ``where`` (``info``'s ``lipschitz``, ``restarts`` and
     ``reverted`` are then 0-d arrays)."""
-    sm = _Smooth(xp, block, kernels)
+    sm = _Smooth(xp, block, kernels, comm)
     eps = xp.finfo(Z.dtype).eps
     # a capped solve (fewer steps than the stall window) tests its first step, not its start:
     # an optimal start is a fixed point of the step, whose gradient mapping passes the proxy;
@@ -365,7 +373,7 @@ def solve_x(
     act = block.act_in
     p = FistaProblem(
         xp, block, sm, _prox(act), _stepper(kernels, act), max_iter, kernels.compiled, tests,
-        (capped_residual, capped_value),
+        (capped_residual, capped_value), comm,
     )  # fmt: skip
     s = init(p, Z)
     while s.end is None and s.it < max_iter:
@@ -418,16 +426,17 @@ class _Tests:
             float(xp.max(xp.sum(xp.abs(sm.Wp), axis=0))) if capped and sm.Wp is not None else None
         )
 
-    def after(self, it, zn, Uzn, figures, G, Gy, L):
+    def after(self, it, zn, Uzn, figures, gradient, comm):
         """``"converged"`` (``residual`` its KKT residual), ``"stalled"`` or None (go on) after
-        step ``it`` to ``zn`` (``Uzn = A(W, zn) + b``)."""
+        step ``it`` to ``zn`` (``Uzn = A(W, zn) + b``); ``figures`` the step's (the whole
+        block's), ``gradient`` ``(G, Gy, L)`` at its point y, ``comm`` the block's shards."""
         xp, block, sm, tol = self.xp, self.block, self.sm, self.tol
-        proxy = _proxy(xp, figures, G, Gy, L, tol, self.colsum)
+        proxy = _proxy(xp, figures, gradient, tol, self.colsum, comm)
         if proxy <= 2 * tol:
             self.checks += 1
             if (
-                _optimal(xp, block, zn, sm.adjoint(sm.grad_U(Uzn)), tol)
-                and (res := block.kkt_residual(zn)) <= tol
+                _optimal(xp, block, zn, sm.adjoint(sm.grad_U(Uzn)), tol, comm)
+                and (res := kkt(xp, zn, block.grad_parts(zn), block.project, comm)) <= tol
             ):
                 self.residual = res
                 return "converged"
@@ -438,21 +447,29 @@ class _Tests:
         return None
 
 
-def _proxy(xp, figures, G, Gy, L, tol, colsum):
+def _proxy(xp, figures, gradient, tol, colsum, comm):
     """The gradient-mapping proxy of the KKT residual, ``L max|D| / (1 + max|Gy|)`` (a Python
     float), from a step's figures ``(max D, min D, D . dz)`` (``fused.fista_step``: 0-d arrays;
-    max |D| as max(max D, -min D), no temporary); inf (above 2 tol), with no max|Gy|, where the
-    bound ``colsum`` (None: none) shows that it cannot pass 2 tol."""
+    max |D| as max(max D, -min D), no temporary) and ``gradient`` ``(G, Gy, L)``; inf (above 2
+    tol), with no max|Gy|, where the bound ``colsum`` (None: none) shows that it cannot pass 2
+    tol. Maxima over the block's shards (``comm``)."""
+    G, Gy, L = gradient
     maxD, L = max(float(figures[0]), -float(figures[1])), float(L)
-    if colsum is not None and L * maxD > 2 * tol * (1 + 1.001 * colsum * float(xp.max(xp.abs(G)))):
-        return math.inf
-    return L * maxD / (1 + max(float(xp.max(Gy)), -float(xp.min(Gy))))
+    if colsum is not None:
+        (maxG,) = comm.reduce([xp.max(xp.abs(G))], "max")
+        if L * maxD > 2 * tol * (1 + 1.001 * colsum * float(maxG)):
+            return math.inf
+    hi, lo = comm.reduce([xp.max(Gy), xp.min(Gy)], ("max", "min"))
+    return L * maxD / (1 + max(float(hi), -float(lo)))
 
 
-def _sufficient(xp, sm, fy_d, Uzn, Gy, D, L, eps):
+def _sufficient(p, fy_d, Uzn, Gy, D, L):
     """The backtracking test of an uncertified L: the smooth term at the new point below its
-    quadratic model at y, ``f(zn) <= f(y) + <Gy, D> + L/2 |D|^2`` (to a few eps of f(y))."""
-    fy, fzn, gd, dd = (float(v) for v in (fy_d, sm.value(Uzn), xp.sum(Gy * D), xp.sum(D * D)))
+    quadratic model at y, ``f(zn) <= f(y) + <Gy, D> + L/2 |D|^2`` (to a few eps of f(y)); the
+    sums over the block's shards (``p.comm``)."""
+    xp, eps = p.xp, p.xp.finfo(D.dtype).eps
+    sums = p.comm.reduce([fy_d, p.sm.value(Uzn), xp.sum(Gy * D), xp.sum(D * D)], "sum")
+    fy, fzn, gd, dd = (float(v) for v in sums)
     return fzn <= fy + gd + 0.5 * L * dd + 16 * eps * (1 + abs(fy))
 
 
@@ -484,33 +501,34 @@ def _momentum(xp, theta, uphill):
     return xp.where(up, xp.ones_like(theta), theta_n), beta, xp.astype(up, xp.int64)
 
 
-def _optimal(xp, block, Z, grad_smooth, tol):
+def _optimal(xp, block, Z, grad_smooth, tol, comm=LOCAL):
     """Whether the block's KKT residual at Z may be ``<= tol``, from the smooth term's gradient
     ``A^T grad_U`` at Z that the loop holds (no second ``A(W, Z)``): that residual within 2 tol.
     Only then is ``block.kkt_residual(Z)`` evaluated, which decides (the factor 2 keeps the
     rounding of a differently ordered gradient from vetoing a point the block accepts)."""
-    return kkt(xp, Z, [block.grad_in(Z), grad_smooth], block.project) <= 2 * tol
+    return kkt(xp, Z, [block.grad_in(Z), grad_smooth], block.project, comm) <= 2 * tol
 
 
-def _closing(block, last, start, info, capped_residual, capped_value=True):
+def _closing(p, last, start, info):
     """``(z, A(W, z))`` of the returned point: an inexact solve (a cap, a stall) never ends above
     its start (BCD descent holds); its value goes to ``info``, and NaN as residual for a cap
     with ``capped_residual=False``. ``last``, ``start``: such pairs the loop holds, so that
     neither value needs the map again; ``start`` None where the step is known to descend (then
     only the last point's value is formed, and none for a cap with ``capped_value=False``).
     Where reads are not cheap the guard's choice is made on the device (``select``), and a cap
-    with ``capped_value=False`` leaves its value there, unreported."""
+    with ``capped_value=False`` leaves its value there, unreported. The values are the whole
+    block's (``p.comm``)."""
+    block, (capped_residual, capped_value) = p.block, p.reports
     z, Uz = last
     if info["converged"]:
         return z, Uz
     xp, capped = array_namespace(z), not info["stalled"]
     if start is not None or capped_value or not capped:
-        value, reverted = block.value_with_forward(z, Uz), False
+        values = [block.value_with_forward(*pair) for pair in ((z, Uz), start) if pair]
+        (value, *value0), reverted = p.comm.reduce(values, "sum"), False
         if start is not None:
-            z0, Uz0 = start
-            value0 = block.value_with_forward(z0, Uz0)
-            reverted = value > value0
-            z, Uz, value = select(xp, reverted, (z0, Uz0, value0), (z, Uz, value))
+            reverted = value > value0[0]
+            z, Uz, value = select(xp, reverted, (*start, value0[0]), (z, Uz, value))
         info["reverted"] = host_if_cheap(xp, reverted, bool)
         if capped_value or not capped or cheap_reads(xp):
             info["value"] = float(value)
