@@ -5,8 +5,9 @@ For a continuous, strictly increasing activation phi, with ``F(v) = int phi^{-1}
 
     B_phi(v, u) = F(v) + F*(u) - u v  >= 0,      with equality iff  v = phi(u)
 
-(Fenchel-Young) is convex in v and in u separately, so the constraint ``v = phi(u)`` of a
-network layer can be written as ``B_phi(v, u) <= 0`` and dualised (the paper's eqs. (4)-(7)).
+(Fenchel-Young; the paper's eq. (4)) is convex in v and in u separately, so the constraint
+``v = phi(u)`` of a network layer can be written as ``B_phi(v, u) <= 0`` (eq. (6)) and dualised:
+the Lagrange relaxation of eq. (7).
 
 Each activation here gives, elementwise and for any array-API namespace (NumPy, CuPy,
 array-api-strict): ``phi``, its derivative ``dphi``, ``phi_inv``, ``F``, ``Fstar``, the

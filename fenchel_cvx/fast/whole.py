@@ -2,7 +2,7 @@
 
 In the batched training setting (capped steps, no residual or value reported at the cap) the
 fast solvers read nothing back to the host during a block solve (``fast.reads``), so each
-solve of the paper's Sec. 4.5 blocks (eqs. (19)-(21), as ``fast.wblocks`` and
+solve of the paper's Sec. 4.5 blocks (eqs. (14)-(20), as ``fast.wblocks`` and
 ``fast.xblocks`` solve them) traces into one ``torch.compile`` graph with no graph break
 (tests/test_host_reads.py). ``Blocks`` runs every solve that way, on PyTorch tensors; the
 backend's settings are checked for it when it is built (``Blocks.check_backend``).

@@ -1,8 +1,8 @@
 """DPP templates: one small ``cp.Problem`` per (block kind, shape, activation, loss), built once.
 
-The four blocks (docs/mathematics.md, "The four blocks"; the paper's Sec. 4.5, eq. (7)) are
-separable: X-blocks by data point (column), the hidden W-block and the MSE last W-block by output
-unit (row). A *template* is the problem of one *piece*: ``k`` columns or ``r`` rows. What changes
+The four blocks (docs/mathematics.md, "The four blocks"; the paper's Sec. 4.5, eqs.
+(14)-(20)) are separable: X-blocks by data point (column), the hidden W-block and the MSE last
+W-block by output unit (row). A *template* is the problem of one *piece*: ``k`` columns or ``r`` rows. What changes
 from piece to piece is a ``cp.Parameter``; products of parameters are precomputed in NumPy into one
 parameter (``Q`` below), constants that do not depend on the variable are dropped (the backend
 returns ``block.value(argmin)`` computed in NumPy), and each objective is divided by the scalar that
