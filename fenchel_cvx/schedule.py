@@ -89,8 +89,10 @@ def batches(steps: list[Step]) -> list[list[Step]]:
     """``steps`` grouped by batch: each batch's consecutive rounds (its alternations; a resumed
     run's first batch from its round on).
 
-    >>> [[s.alternation for s in b] for b in batches(schedule(4, 2, 1, 0, 3, seed=0)[2:])]
-    [[3], [1, 2, 3]]
+    Examples
+    --------
+    >>> [tuple(s.alternation for s in b) for b in batches(schedule(4, 2, 1, 0, 3, seed=0)[2:])]
+    [(3,), (1, 2, 3)]
     """
     return [list(g) for _, g in itertools.groupby(steps, key=lambda s: (s.epoch, s.batch))]
 
