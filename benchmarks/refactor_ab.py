@@ -6,8 +6,9 @@ name ``fenchel_cvx_old`` and imports it beside this tree's ``fenchel_cvx``, so t
 the same process on the same data, in turn. For each network (the MNIST MLP's and LeNet-5's FLN
 as ``benchmarks/mnist_mlp.py`` and ``mnist_lenet5.py`` train them: ``defaults.training``'s
 tuned setting, the benchmarks' fast backend with ``compile="auto"``, float32, one thread) and
-each of ``--repeats`` repeats, the old and the new code each train one epoch of the embedded
-5k MNIST (4,000 images, 8 batches of 500, Algorithm 2 with K = 1), in alternating order. The
+each of ``--repeats`` repeats, the old and the new code each train one epoch of the first
+4,000 training images (8 batches of 500, Algorithm 2 with K = 1; MNIST from ``--data-dir``,
+``--quick``: the embedded 5k sample), in alternating order. The
 batches between the first (one-off costs) and the last (a checked round) are timed from one
 callback to the next: 6 a run. Prints the median batch time of each, their ratio (new / old),
 the median over the repeats of each repeat's ratio (the two epochs of a repeat run one after
@@ -15,7 +16,7 @@ the other: drift on a shared machine falls on both) and the largest difference o
 weights (the same iterates: 0, or rounding).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/refactor_ab.py --old 399d812
-    python benchmarks/refactor_ab.py --old HEAD --repeats 1 --networks mlp   # a smoke run
+    python benchmarks/refactor_ab.py --old HEAD --repeats 1 --networks mlp --quick   # a smoke run
 """
 
 import argparse
@@ -32,8 +33,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common.data import add_data_flags, load  # noqa: E402
 
 NETWORKS = ("mlp", "lenet5")
+#: the training images of the timed epoch
+M = 4000
 #: the epoch's batches timed: all but the first and the last (Algorithm 2, 8 batches of 500)
 TIMED = slice(1, -1)
 
@@ -44,6 +50,8 @@ def parse_args(argv=None):
     p.add_argument("--networks", default="mlp,lenet5", help="of: " + ", ".join(NETWORKS))
     p.add_argument("--repeats", type=int, default=7, help="epochs a version and network")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    add_data_flags(p, validation=False, train_size=False)
+    p.add_argument("--quick", action="store_true", help="the embedded 5k MNIST sample")
     args = p.parse_args(argv)
     if args.json is not None:
         from fenchel_cvx.io import check_destination
@@ -127,9 +135,9 @@ def main(argv=None):
         import fenchel_cvx_old.defaults
         import fenchel_cvx_old.fast
 
-        ds = fenchel_cvx.datasets.load_mnist5k()
-        X = ds.X_train.astype(np.float32)
-        Y = fenchel_cvx.datasets.one_hot(ds.y_train, ds.n_classes).astype(np.float32)
+        ds, _ = load(args, dtype="float32")
+        X = np.ascontiguousarray(ds.X_train[:, :M], dtype=np.float32)
+        Y = fenchel_cvx.datasets.one_hot(ds.y_train[:M], ds.n_classes).astype(np.float32)
         versions = {"old": fenchel_cvx_old, "new": fenchel_cvx}
         report = dict(old=args.old, machine=platform.processor() or platform.machine())
         for network in args.network_list:

@@ -163,11 +163,12 @@ def as_backend(obj: Any) -> Backend:
 
 
 def takes_images(solve: Callable) -> bool:
-    """Whether ``solve`` takes the keywords ``image`` and ``return_image`` (or any keyword)."""
-    params = inspect.signature(solve).parameters
-    return {"image", "return_image"} <= set(params) or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
-    )
+    """Whether ``solve(block, start, image=..., return_image=...)`` is a call ``solve`` takes."""
+    try:
+        inspect.signature(solve).bind(None, None, image=None, return_image=False)
+    except TypeError:
+        return False
+    return True
 
 
 def _lazy(module, cls):

@@ -26,7 +26,8 @@ def test_the_same_commit_against_itself_trains_the_same_weights(tmp_path):
         text=True,
     ).stdout.strip()
     report = tmp_path / "ab.json"
-    flags = ["--old", "HEAD", "--repeats", "1", "--networks", "mlp", "--json", str(report)]
+    flags = ["--old", "HEAD", "--repeats", "1", "--networks", "mlp", "--quick"]
+    flags += ["--json", str(report)]
     out = subprocess.run(
         [sys.executable, str(SCRIPT), *flags], capture_output=True, text=True, timeout=600
     )
@@ -39,7 +40,7 @@ def test_the_same_commit_against_itself_trains_the_same_weights(tmp_path):
 
 def test_an_unknown_commit_is_refused_by_name():
     out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--old", "no-such-ref-52", "--networks", "mlp"],
+        [sys.executable, str(SCRIPT), "--old", "no-such-ref-52", "--networks", "mlp", "--quick"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -358,19 +358,19 @@ class FastBackend(BackendDefaults):
         ``block.forward(start)`` where the caller holds it (the solvers start from it where its
         shape fits, else form it); ``return_image``: hand the argmin's image back as
         ``BlockResult.U`` where the solver holds it (a W-block's last step then forms it)."""
-        block = started(block, image, return_image)
         if self.threads is None:
-            return self._solve(block, start)
+            return self._solve(block, start, image, return_image)
         if self._pools is None or (not self._pools_torch and "torch" in sys.modules):
             # PyTorch's pool (the compiled kernels') is seen from when it is loaded (``fused.Auto``
             # imports PyTorch at the first chain it compiles)
             self._pools, self._pools_torch = controller(), "torch" in sys.modules
         with limit_threads(self.threads, self._pools):
-            return self._solve(block, start)
+            return self._solve(block, start, image, return_image)
 
-    def _solve(self, block, start):
+    def _solve(self, block, start, image, return_image):
         t0 = time.perf_counter()
         solve = _solver_of(block)
+        block = started(block, image, return_image)
         arrays = _block_arrays(block)
         xp = array_namespace(*arrays.values())
         self.kernels.check_arrays(xp)

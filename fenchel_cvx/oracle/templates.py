@@ -1,12 +1,12 @@
 """DPP templates: one small ``cp.Problem`` per (block kind, shape, activation, loss), built once.
 
-The four blocks (docs/mathematics.md, "The four blocks"; the paper's Sec. 4.5, eqs.
-(14)-(20)) are separable: X-blocks by data point (column), the hidden W-block and the MSE last
-W-block by output unit (row). A *template* is the problem of one *piece*: ``k`` columns or ``r`` rows. What changes
+The four blocks (docs/mathematics.md, "The four blocks"; the paper's Sec. 4.5, eqs. (14)-(20)) are
+separable: X-blocks by data point (column), the hidden W-block and the MSE last W-block by output
+unit (row). A *template* is the problem of one *piece*: ``k`` columns or ``r`` rows. What changes
 from piece to piece is a ``cp.Parameter``; products of parameters are precomputed in NumPy into one
 parameter (``Q`` below), constants that do not depend on the variable are dropped (the backend
-returns ``block.value(argmin)`` computed in NumPy), and each objective is divided by the scalar that
-multiplies its nonlinear term so that every problem is DPP (``is_dcp(dpp=True)``, checked):
+returns ``block.value(argmin)`` computed in NumPy), and each objective is divided by the scalar
+that multiplies its nonlinear term so that every problem is DPP (``is_dcp(dpp=True)``, checked):
 
     x_hidden   (Z: p x k)  a sum F_{l-1}(Z) - <Q, Z> + sum F*_l(W_x Z + b)            (/ lam_l)
                a = lam_{l-1}/lam_l,  Q = a U_{l-1} + W_x^T X_{l+1}
