@@ -268,3 +268,36 @@ def test_w_rows_from_kept_grams_equal_formed_ones():
     for k, (A, G) in enumerate(kept):
         np.testing.assert_array_equal(A, warm[k] @ block.Xt > 0)
         np.testing.assert_allclose(G, rows.gram(A), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.5])
+def test_w_rows_with_single_precision_grams_reach_the_same_rows(monkeypatch, gamma):
+    """On many points the rows' Grams are float32 products (``active_rows.SINGLE_MIN``): each
+    Newton step is then inexact, and the rows stop by their residual alone, at the float64
+    rows' minimiser."""
+    block = w_hidden("random", seed=3, m=300, gamma=gamma)
+    start = np.random.default_rng(5).standard_normal(block.shape)
+    exact, _ = active_rows.solve(block, start, 1e-13)
+    monkeypatch.setattr(active_rows, "SINGLE_MIN", 100)
+    W, reports = active_rows.solve(block, start, 1e-13)
+    assert not any(rep.exact for rep in reports)  # no finite termination on a float32 Gram
+    assert all(rep.residual <= 1e-13 for rep in reports)
+    np.testing.assert_allclose(W, exact, rtol=0, atol=1e-10)
+    assert kkt_residual(block, W) <= 1e-12
+
+
+def test_a_single_precision_gram_that_stops_contracting_is_formed_in_float64(monkeypatch):
+    """A planted fault: the float32 copy of the data off by 50 % (a Gram far from the row's
+    Hessian); the rows whose steps stop contracting form their Grams again in float64 and still
+    reach the minimiser."""
+    block = w_hidden("random", seed=3, m=300)
+    start = np.random.default_rng(5).standard_normal(block.shape)
+    exact, _ = active_rows.solve(block, start, 1e-13)
+    monkeypatch.setattr(active_rows, "SINGLE_MIN", 100)
+    rows = active_rows.Rows(block.Xt, block.lam, block.rho)
+    rows.G_src = (1.5 * rows.P).astype(np.float32)
+    Q = block.lam * (block.V @ block.Xt.T)
+    W, reports = active_rows.solve_rows(rows, Q, start, 1e-13)
+    assert any(rep.refined for rep in reports)
+    assert all(rep.residual <= 1e-13 for rep in reports)
+    np.testing.assert_allclose(W, exact, rtol=0, atol=1e-10)
