@@ -59,8 +59,10 @@ class Round(CheckedSolves):
         self.state.W0 = list(self.net.W) if any(self.run.gamma) else [None] * len(self.net.W)
 
     def feed_forward(self):
-        """X_1, ..., X_L <- the feed-forward pass on the batch (its pre-activations kept)."""
+        """X_1, ..., X_L <- the feed-forward pass on the batch (its pre-activations kept). The
+        run state lets the last batch's X go (a resumed round makes its own pass again)."""
         self.Xs = self.pre.feed_forward(self.X0, self.Xt0)
+        self.state.Xs = list(self.Xs)
 
     def alternations(self, steps):
         """This round (of ``steps[0]``), then a round of each later step of ``steps``, each
@@ -208,6 +210,7 @@ class Round(CheckedSolves):
         record["certificate"] = self.cert.outcome()
         carried = self.pre.carried() if self.run.carries_U0 else None
         self.state.advance(self.net, self.Xs, record, self.W_prev, carried)
+        self.pre = self.X0 = self.Y = self.Xt0 = None  # the next round's arrays need the room
         return any([obs(self.net, self.state, step) is True for obs in observers]) or bool(
             self.halted
         )
