@@ -261,9 +261,7 @@ def test_threads_reach_the_fast_backend(small_digits):
         def _make_backend(self, params):
             backend = super()._make_backend(params)
             solve = backend._solve
-            backend._solve = lambda block, start: (seen.append(numpy_pool()), solve(block, start))[
-                1
-            ]
+            backend._solve = lambda *args: (seen.append(numpy_pool()), solve(*args))[1]
             return backend
 
     with limit_threads(1):
