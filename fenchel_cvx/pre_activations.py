@@ -100,7 +100,8 @@ class PreActivations:
             self._images[l] = image
         else:
             self._images.pop(l, None)
-        self._on_pass = min(self._on_pass, l) if l else int(image is not None and l in self._images)
+        # U_0 lies on the pass whenever kept (X_0 is the data); a later layer ends the pass there
+        self._on_pass = min(self._on_pass, l) if l else int(0 in self._images)
 
     def feed_forward(self, X0: Any, Xt0: Any = None) -> list:
         """X_1, ..., X_L <- the feed-forward pass on the batch ``X0`` (patches ``Xt0`` where at

@@ -90,7 +90,9 @@ class Round(CheckedSolves):
                 self.feed_forward()
                 self.F, self.was_restarted = self.J, True
         self.cert.begin(self.step.iteration, full=self.check, restarted=self.was_restarted)
-        self.F = None if self.F is None else self.F + self.proximal_term()
+        # the X-sweep's descent scale: checked rounds only (elsewhere F decided the restart alone,
+        # and the proximal term's value is a read)
+        self.F = self.F + self.proximal_term() if self.check else None
 
     # --- the blocks ---------------------------------------------------------------------------
     def x_block(self, l):

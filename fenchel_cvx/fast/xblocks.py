@@ -317,13 +317,13 @@ def finish(p, s):
     """``(z, iterations, info)`` of the final state: an inexact solve never ends above its start
     (``_closing``), its reports as asked (``solve_x``)."""
     converged, stalled = s.end == "converged", s.end == "stalled"
+    if converged and s.it == 0:  # the start itself (``init``)
+        return s.z, 0, _info(s.L, 0, 0, converged=True, residual=p.tests.residual, U=s.Uz)
     checks = 0 if p.tests is None else p.tests.checks
     info = _info(s.L, s.restarts, s.backtracks, reverted=False, kkt_checks=checks)
     info.update(converged=converged, stalled=stalled)
     if converged:
         info["residual"] = p.tests.residual
-        if s.it == 0:
-            return s.z, 0, _info(s.L, 0, 0, converged=True, residual=p.tests.residual, U=s.Uz)
     start = None if _descends(p.sm, p.block.act_in, s.it, stalled) else s.start
     z, info["U"] = _closing(p, (s.z, s.Uz), start, info)
     return z, s.it, info

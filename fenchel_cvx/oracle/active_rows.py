@@ -264,9 +264,9 @@ def _solve_batch(rows, Q, W, target, max_steps, reports, kept=None):
             A[k] = A_new
             reports[k].exact = reports[k].exact and not n_changed
         res[live], g[live] = row_residual(rows, Q[live], W[live], U[live])
-        for j, k in enumerate(live):  # a single-precision Gram that stopped contracting
+        for j, k in enumerate(live if not rows.exact else ()):  # single precision: stuck rows
             stuck = not reports[k].changes[-1] and res[k] > 0.01 * before[j] and res[k] > target
-            if stuck and not (rows.exact or reports[k].refined):
+            if stuck and not reports[k].refined:
                 grams[k], reports[k].refined = rows.gram(A[k], exact=True), True
         live = live[[res[k] > target and not reports[k].exact for k in live]]
     for k, report in enumerate(reports):
