@@ -16,6 +16,7 @@ gamma ||W - W0||^2), to ``--tol`` and with ``w_steps`` in (1, 3, 10), in float32
 
 import argparse
 import copy
+import dataclasses
 import functools
 import os
 import statistics
@@ -147,7 +148,13 @@ def main(argv=None):
         )
 
     if args.baseline:
-        fast.solve_pncg = functools.partial(fast.solve_pncg, compact_every=10**9)
+        solve = fast.solve_pncg
+
+        def no_freezing(xp, block, W, tol, max_iter, cache, settings):  # rows never frozen
+            frozen_never = dataclasses.replace(settings, compact_every=10**9)
+            return solve(xp, block, W, tol, max_iter, cache, frozen_never)
+
+        fast.solve_pncg = no_freezing
         args.newton_cap = 0
     if args.no_span:
         fast.wblocks.span.applies = lambda *a: False

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from scipy import optimize
 
 from fenchel_cvx import activation, blocks
-from fenchel_cvx.fast import FastBackend
+from fenchel_cvx.fast import FastBackend, pncg
 from fenchel_cvx.fast.fused import EAGER
+from fenchel_cvx.fast.pncg import PncgSettings, solve_pncg
 from fenchel_cvx.network import LiftedNetwork
 
 ACTS = ("relu", "leaky_relu", "sigmoid", "tanh")
@@ -197,15 +198,13 @@ def test_float32_stays_float32(xp_name, act, loss, kind, gamma):
 def test_newton_rows_and_row_freezing(xp_name, act):
     """The W-hidden paths beyond plain CG (batched Newton rows, frozen rows) in the standard API,
     against the default solve (itself checked against the oracle above)."""
-    from fenchel_cvx.fast import wblocks
 
     xp = pytest.importorskip(xp_name)
     state = make_state(act, "mse", seed=3, sizes=(8, 12, 4, 3), m=30)
     ref = FastBackend(tol=1e-10, newton_cap=0).solve(make_block("w_hidden0", *state, gamma=0.3))
     block = make_block("w_hidden0", *_to(xp, "float64", *state), gamma=0.3)
-    W, it, info = wblocks.solve_pncg(
-        xp, block, block.W0, 1e-8, 500, newton_cap=30, newton_start=0, flip_tol=30, compact_every=1
-    )
+    rows_first = PncgSettings(newton_cap=30, newton_start=0, flip_tol=30, compact_every=1)
+    W, it, info = solve_pncg(xp, block, block.W0, 1e-8, 500, settings=rows_first)
     assert info["converged"] and info["newton_rows"] > 0
     assert info["row_iterations"] < 12 * it  # rows were frozen on the way
     assert block.kkt_residual(W) <= 1e-8
@@ -222,12 +221,12 @@ def test_newton_rows_on_many_points_read_k_among_their_active_points(xp_name, mo
     xp = pytest.importorskip(xp_name)
     state = make_state("relu", "mse", seed=3, sizes=(8, 12, 4, 3), m=30)
     block = make_block("w_hidden0", *_to(xp, "float64", *state), gamma=0.3)
-    kw = dict(newton_cap=30, newton_start=0, flip_tol=30, compact_every=1)
+    rows_first = PncgSettings(newton_cap=30, newton_start=0, flip_tol=30, compact_every=1)
     runs = {}
     for points, chunk in ((10**9, 1 << 27), (0, 8)):
         monkeypatch.setattr(wblocks, "K_POINTS", points)
         monkeypatch.setattr(wblocks, "GATHER_BYTES", chunk)
-        runs[points] = wblocks.solve_pncg(xp, block, block.W0, 1e-8, 500, **kw)
+        runs[points] = solve_pncg(xp, block, block.W0, 1e-8, 500, settings=rows_first)
     (W_k, it_k, _), (W_g, it_g, info_g) = runs[10**9], runs[0]
     assert info_g["newton_rows"] > 0 and it_g == it_k and info_g["converged"]
     assert float(xp.max(xp.abs(W_g - W_k))) <= 1e-12
@@ -783,7 +782,6 @@ def test_data_space_one_step_equals_parameter_space(monkeypatch):
 def test_data_space_start_bound_never_hides_an_optimal_start():
     """In data space the first step's figures bound the start's KKT residual from below: where
     the bound passes tol the start is not optimal; at the optimum no step is taken."""
-    from fenchel_cvx.fast import wblocks
 
     for seed, (act, loss, kind) in enumerate(
         [
@@ -800,15 +798,9 @@ def test_data_space_start_bound_never_hides_an_optimal_start():
             (opt.argmin, 1e-10),
             (0.5 * (block.W0 + opt.argmin), 1e-4),
         ):
-            pre, _ = wblocks.gram_preconditioner(np, block)
-            prob = (
-                wblocks.HiddenRows(np, block, pre)
-                if kind != "w_last"
-                else wblocks.LastLoss(np, block, pre)
-            )
-            cg = wblocks._CG(np, block, prob, W)
-            cg.optimal_at_start(np.inf)  # the first direction, and the bound's figures
-            if cg._above(tol):
+            # the first direction, and the bound's figures (a start that passes any test)
+            start = pncg.init(pncg.problem(np, block, np.inf, 10), W)
+            if pncg._above(pncg.problem(np, block, tol, 10), start):
                 assert block.kkt_residual(W) > tol
         again = FastBackend(tol=1e-7).solve(block, start=opt.argmin)
         assert opt.residual <= 1e-7 and again.iterations == 0 and again.converged
@@ -816,14 +808,12 @@ def test_data_space_start_bound_never_hides_an_optimal_start():
 
 
 def test_data_space_with_newton_rows_and_row_freezing():
-    from fenchel_cvx.fast import wblocks
 
     state = make_state("relu", "mse", seed=3, sizes=(40, 12, 4, 3), m=10)
     block = make_block("w_hidden0", *state, gamma=0.3)
     ref = FastBackend(tol=1e-10, newton_cap=0).solve(block)
-    W, it, info = wblocks.solve_pncg(
-        np, block, block.W0, 1e-8, 500, newton_cap=30, newton_start=0, flip_tol=30, compact_every=1
-    )
+    rows_first = PncgSettings(newton_cap=30, newton_start=0, flip_tol=30, compact_every=1)
+    W, it, info = solve_pncg(np, block, block.W0, 1e-8, 500, settings=rows_first)
     assert ref.info["data_space"] and info["data_space"]
     assert info["converged"] and info["newton_rows"] > 0 and info["row_iterations"] < 12 * it
     assert block.kkt_residual(W) <= 1e-8

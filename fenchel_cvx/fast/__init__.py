@@ -65,7 +65,8 @@ from . import whole  # noqa: F401  - adds compile="blocks" (``fused.NAMED``)
 from ._util import block_arrays as _block_arrays
 from ._util import floor_tol, started
 from .fused import Kernels, kernels
-from .wblocks import solve_pncg, solve_ridge
+from .pncg import PncgSettings, solve_pncg
+from .wblocks import solve_ridge
 from .xblocks import default_start, solve_x
 
 if TYPE_CHECKING:
@@ -476,19 +477,14 @@ def _(block: XBlock, backend, xp, Z, tol, cache=None):
 def _solve_pncg(block, backend, xp, Z, tol, cache=None):
     _, steps = backend.step_setting(block)
     cap = backend.max_iter if steps is None else int(steps)
-    return solve_pncg(
-        xp,
-        block,
-        Z,
-        tol,
-        cap,
-        backend._cache if cache is None else cache,
+    settings = PncgSettings(
         newton_cap=backend.newton_cap,
         gram_reuse=backend.reuse_of(block),
         capped_residual=backend.capped_residual,
         capped_value=backend.capped_value,
         kernels=backend.kernels,
     )
+    return solve_pncg(xp, block, Z, tol, cap, backend._cache if cache is None else cache, settings)
 
 
 _solve_block.register(WHidden, _solve_pncg)

@@ -87,7 +87,10 @@ def kkt(xp, Z, parts, project=None, comm=LOCAL):
     the block's shards (``comm``: ``reduce``)."""
     maxima = [xp.max(residual_elements(xp, Z, parts, project)), *part_maxima(xp, parts)]
     r, *scales = comm.reduce(maxima, "max")
-    return float(r) / (1.0 + max(float(s) for s in scales))
+    r, scale = float(r), max(float(s) for s in scales)
+    if not (math.isfinite(r) and math.isfinite(scale)):
+        return math.inf  # as ``blocks.kkt_residual``: certainly not optimal
+    return r / (1.0 + scale)
 
 
 def proves_above(xp, gs, c2, per, scale, tol):

@@ -30,6 +30,7 @@ space, so no parameter-space gradient is needed to precondition it.
 
 from ..arrays import cheap_reads, in_blocks, matmul_nt
 from ._util import spd_inverse, spd_solver
+from .reduce import LOCAL
 
 
 def inverse_pays(n, rows):
@@ -73,17 +74,19 @@ class ParamGram:
     """``s = g G^{-1}`` in parameter space; no data-space image of s.
 
     ``inverse=True``: ``G^{-1}`` formed once (``Ginv``), one product per step; False: the
-    Cholesky factor only, two triangular solves per step (``inverse_pays`` chooses).
+    Cholesky factor only, two triangular solves per step (``inverse_pays`` chooses). ``comm``:
+    the column shards of X~ (``reduce.py``), whose Gram matrices it sums.
     """
 
     data_space = False
 
-    def __init__(self, xp, Xt, weights, shift, inverse=True):
+    def __init__(self, xp, Xt, weights, shift, inverse=True, comm=LOCAL):
         scalar = isinstance(weights, float)
         if in_blocks(Xt, Xt):  # long, flat patches: in cache-sized blocks
             G = weights * matmul_nt(Xt, Xt) if scalar else matmul_nt(weights * Xt, Xt)
         else:
             G = weights * (Xt @ Xt.T) if scalar else (weights * Xt) @ Xt.T
+        (G,) = comm.reduce([G], "sum")  # over the column shards of X~ (``reduce.py``)
         self.apply, self.shift, Ginv = _applier(xp, G, shift, inverse)
         if inverse:
             self.Ginv = Ginv

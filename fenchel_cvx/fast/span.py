@@ -11,7 +11,7 @@ has the gradient ``g = (lam A + 2 gamma Z) X~^T`` wherever ``W - W0 = Z X~^T``
 
     s = sigma X~^T,  sigma = (2 gamma / c2) Z + B,  B = (lam A - (2 gamma w / c2)(U - U0)) M^{-1}
 
-Starting at ``W = W0`` (``Z = 0``), every iterate of ``wblocks.solve_pncg``'s preconditioned
+Starting at ``W = W0`` (``Z = 0``), every iterate of ``pncg.solve_pncg``'s preconditioned
 CG stays in that span. The iteration can therefore run on the coefficients Z, p x m (m the
 batch: 500 against X~'s 785 rows for MNIST's W_0), with the images ``U = U0 + Z K`` and
 
@@ -33,7 +33,7 @@ than the gradients themselves, and PR+ would scale the noise up. Two more things
 cost work: rows whose gradient is below ``tol / 2`` are not frozen (the
 parameter-space loop drops them after 8 steps), and the stopping test at ``tol`` forms W and its
 residual only where a bound from data space cannot prove the residual above ``tol``
-(``_util.proves_above``, as ``wblocks._CG._above``). A solve never reports a ``tol`` it did not
+(``_util.proves_above``, as ``pncg._above``). A solve never reports a ``tol`` it did not
 reach: ``converged`` comes from the block's residual at the returned W. Nor does it end above
 its start: the image ``s X~`` above is a difference of two terms of size ``|A| / w`` and near
 the optimum loses its relative accuracy (then the line search's own safeguard, which tests
@@ -43,10 +43,12 @@ capped one that reports no residual, ``solve_pncg``) runs all its steps with no 
 and reads nothing back to the host where reads are not cheap (``arrays.cheap_reads``).
 """
 
+import dataclasses
 import math
+from typing import Any, NamedTuple
 
 from ..arrays import cheap_reads, host_if_cheap
-from ._util import RESYNC, keep_descent, kkt, pr_plus, proves_above
+from ._util import keep_descent, kkt, pr_plus, proves_above
 
 
 def applies(xp, block, W, pre, max_iter, newton_start, newton_cap=None):
@@ -65,81 +67,150 @@ def applies(xp, block, W, pre, max_iter, newton_start, newton_cap=None):
     )
 
 
-def solve_span(
-    xp, prob, W0, tol, max_iter, resync=RESYNC, capped_residual=True, capped_value=True, tested=True
-):
-    """Up to ``max_iter`` PR+ CG steps of ``prob`` (a ``wblocks.HiddenRows``) from ``W0``, in
-    the coefficients Z of ``W = W0 + Z X~^T``. -> ``(W, iterations, info)`` as ``solve_pncg``;
-    ``tested=False``: all ``max_iter`` steps, no stopping test."""
-    block, pre = prob.block, prob.pre
-    U0 = getattr(block, "U", None)  # W0 X~ from the caller (``_util.started``), where it fits
+@dataclasses.dataclass(frozen=True)
+class SpanProblem:
+    """A span solve, all that stays fixed through it: the nonlinear CG's problem ``cg`` (a
+    ``pncg.PncgProblem`` of a WHidden block), the proximal centre ``W0`` and its image ``U0 =
+    W0 X~``, and ``x2 = max_j |X~_j|^2`` over the rows of X~ (the stopping tests' bound; None
+    where the steps are not tested)."""
+
+    cg: Any
+    W0: Any
+    U0: Any
+    x2: Any
+
+
+class SpanState(NamedTuple):
+    """The iterate after ``it`` steps: the coefficients ``Z`` of ``W = W0 + Z X~^T`` and the
+    image ``U = U0 + Z K`` (both this solve's own arrays, updated in place, as are ``d`` and
+    ``dU``), the direction ``d`` and its image ``dU``, its slope ``gd``, the last preconditioned
+    gradient's image ``sigmaK`` and ``gs = <g, s>``, the counts, ``W`` and its residual ``res``
+    where the stopping test formed them, and ``end`` (None: go on; ``"converged"`` or
+    ``"capped"``)."""
+
+    Z: Any
+    U: Any
+    d: Any
+    dU: Any
+    gd: Any
+    sigmaK: Any
+    gs: Any
+    restarts: Any
+    searches: int
+    row_iterations: int
+    W: Any
+    res: float
+    it: int
+    end: Any
+
+
+def problem(p, W0):
+    """The :class:`SpanProblem` of ``p`` (a ``pncg.PncgProblem``) from ``W0``: ``W0 X~`` the
+    caller's (``_util.started``) where it fits, else formed."""
+    objective, block = p.objective, p.block
+    U0 = getattr(block, "U", None)
     if U0 is None or tuple(U0.shape) != (W0.shape[0], block.Xt.shape[1]):
-        U0 = prob.forward(W0)
-    # Z, U, d and dU are this loop's own arrays, updated in place (U0 stays: U - U0 is P)
+        U0 = objective.forward(W0)
+    return SpanProblem(p, W0, U0, objective.pre.xt_norm2(p.xp) if p.tested else None)
+
+
+def init(sp):
+    """The state at ``Z = 0`` (W = W0): the first direction, and ``end`` ``"converged"`` where
+    a tested start is optimal."""
+    p = sp.cg
+    xp, prob, U0 = p.xp, p.objective, sp.U0
     Z, U = xp.zeros_like(U0), xp.asarray(U0, copy=True)
-    two_g = 2 * block.gamma
-    x2 = pre.xt_norm2(xp) if tested else None  # max_j |X~_j|^2, rows of X~
-    info = dict(
-        method="pncg-span", line_search_iterations=0, restarts=0, newton_rows=0, row_iterations=0
-    )
     A = prob.data_grad(U)
     r = prob.coef * A  # g = r X~^T, r = lam A + 2 gamma Z (Z = 0 here)
-    sigma, sigmaK = direction(pre, two_g, r, Z, U, U0)
+    sigma, sigmaK = direction(prob.pre, 2 * p.block.gamma, r, Z, U, U0)
     gs = prob.dot(r, sigmaK)  # g G^{-1} g^T, per row
     W, res = None, math.inf
-    if tested:
-        W, res = _residual_unless_above(xp, prob, W0, Z, A, gs, x2, tol)
-    if res <= tol:  # the start is optimal: no step, as solve_pncg
-        info.update(converged=True, residual=res, value=prob.value(W0, U0))
+    if p.tested:
+        W, res = _residual_unless_above(xp, prob, sp.W0, Z, A, gs, sp.x2, p.tol)
+    end = "converged" if res <= p.tol else None
+    # gd: the slope <g, d> along d
+    return SpanState(Z, U, -sigma, -sigmaK, -gs, sigmaK, gs, 0, 0, 0, W, res, 0, end)
+
+
+def step(sp, s):
+    """One step: the exact line search along d and the move of Z and U (re-formed every
+    ``resync`` steps, and CG restarted there); then, unless it was the last, the stopping test
+    and the PR+ direction."""
+    p = sp.cg
+    xp, prob, pre, two_g, it = p.xp, p.objective, p.objective.pre, 2 * p.block.gamma, s.it + 1
+    Z, U, d, dU = s.Z, s.U, s.d, s.dU
+    t, nls = prob.search(two_g * prob.dot(Z, dU), 2 * prob.c * prob.dot(d, dU), U, dU, s.gd)
+    Z += t * d
+    U += t * dU
+    restart = None
+    if it % p.settings.resync == 0:
+        U = sp.U0 + Z @ pre.K  # no drift of the incrementally updated U
+        # and CG restarts: the re-formed U moves the gradient of rows already converged to
+        # rounding by more than their gradient, and PR+ scaled that noise by up to 4e5
+        restart = xp.ones_like(s.gs) > 0
+    s = s._replace(
+        U=U, it=it, searches=s.searches + nls, row_iterations=s.row_iterations + Z.shape[0]
+    )
+    if it == p.max_iter:
+        return s._replace(end="capped")
+    A = prob.data_grad(U)
+    cA = prob.coef * A
+    r = cA + two_g * Z
+    sigma_n, sigmaK_n = direction(pre, two_g, cA, Z, U, sp.U0)
+    gs_n = prob.dot(r, sigmaK_n)
+    if p.tested:
+        W, res = _residual_unless_above(xp, prob, sp.W0, Z, A, gs_n, sp.x2, p.tol)
+        if res <= p.tol:
+            return s._replace(W=W, res=res, end="converged")
+    beta, uphill, gd = pr_plus(xp, gs_n, prob.dot(r, s.sigmaK), s.gs, prob.dot(r, dU), restart)
+    restarts = s.restarts + xp.sum(xp.astype(uphill | (restart is not None), xp.int64))
+    d *= beta
+    d -= sigma_n
+    dU *= beta
+    dU -= sigmaK_n
+    return s._replace(gd=gd, sigmaK=sigmaK_n, gs=gs_n, restarts=restarts)
+
+
+def finish(sp, s):
+    """``(W, iterations, info)`` as ``solve_pncg``'s: an unconverged solve ends with the
+    descent guard at the true image (``_util.keep_descent``), then its residual where asked."""
+    p = sp.cg
+    xp, prob, block, W0, U0 = p.xp, p.objective, p.block, sp.W0, sp.U0
+    info = dict(
+        method="pncg-span", line_search_iterations=s.searches, restarts=0, newton_rows=0,
+        row_iterations=s.row_iterations,
+    )  # fmt: skip
+    if s.end == "converged" and s.it == 0:  # the start is optimal: no step, as solve_pncg
+        info.update(converged=True, residual=s.res, value=prob.value(W0, U0))
         return W0, 0, info
-    d, dU, gd = -sigma, -sigmaK, -gs  # gd: the slope <g, d> along d
-    restarts, converged, res, it = 0, False, math.nan, 0
-    for it in range(1, max_iter + 1):
-        t, nls = prob.search(two_g * prob.dot(Z, dU), 2 * prob.c * prob.dot(d, dU), U, dU, gd)
-        info["line_search_iterations"] += nls
-        info["row_iterations"] += Z.shape[0]
-        Z += t * d
-        U += t * dU
-        restart = None
-        if it % resync == 0:
-            U = U0 + Z @ pre.K  # no drift of the incrementally updated U
-            # and CG restarts: the re-formed U moves the gradient of rows already converged to
-            # rounding by more than their gradient, and PR+ scaled that noise by up to 4e5
-            restart = xp.ones_like(gs) > 0
-        if it == max_iter:
-            break
-        A = prob.data_grad(U)
-        cA = prob.coef * A
-        r = cA + two_g * Z
-        sigma_n, sigmaK_n = direction(pre, two_g, cA, Z, U, U0)
-        gs_n = prob.dot(r, sigmaK_n)
-        if tested:
-            W, res = _residual_unless_above(xp, prob, W0, Z, A, gs_n, x2, tol)
-            if res <= tol:
-                converged = True
-                break
-        beta, uphill, gd = pr_plus(xp, gs_n, prob.dot(r, sigmaK), gs, prob.dot(r, dU), restart)
-        restarts = restarts + xp.sum(xp.astype(uphill | (restart is not None), xp.int64))
-        d *= beta
-        d -= sigma_n
-        dU *= beta
-        dU -= sigmaK_n
-        sigmaK, gs = sigmaK_n, gs_n
-    value = None
-    if not converged:  # the descent guard, at the true image (``_util.keep_descent``)
+    converged, W, U, value, res = s.end == "converged", s.W, s.U, None, s.res
+    if not converged:
         # W X~ = U0 + Z K: a product (0.3x the flops of W @ X~), not the direction's identity
-        W, U, value, reverted = keep_descent(xp, block, W0, U0, W0 + Z @ block.Xt.T, U0 + Z @ pre.K)
+        Z, K = s.Z, prob.pre.K
+        W, U, value, reverted = keep_descent(xp, block, W0, U0, W0 + Z @ block.Xt.T, U0 + Z @ K)
         info["reverted_rows"] = host_if_cheap(xp, reverted, int)
         res = math.nan
-        if capped_residual:
+        if p.settings.capped_residual:
             res = kkt(xp, W, block.grad_parts(W))
-            converged = res <= tol
-    info.update(converged=converged, restarts=host_if_cheap(xp, restarts, int), residual=res)
+            converged = res <= p.tol
+    info.update(converged=converged, restarts=host_if_cheap(xp, s.restarts, int), residual=res)
     if converged and value is None:
         value = prob.value(W, U)
-    if converged or capped_value:
+    if converged or p.settings.capped_value:
         info["value"] = float(value)
-    return W, it, info
+    return W, s.it, info
+
+
+def solve_span(p, W0):
+    """Up to ``p.max_iter`` PR+ CG steps of ``p`` (a ``pncg.PncgProblem`` of a WHidden block)
+    from ``W0``, in the coefficients Z of ``W = W0 + Z X~^T``: :func:`init`, :func:`step` until
+    the state ends, :func:`finish`. -> ``(W, iterations, info)`` as ``solve_pncg``; ``p.tested``
+    False: all ``max_iter`` steps, no stopping test."""
+    sp = problem(p, W0)
+    s = init(sp)
+    while s.end is None and s.it < p.max_iter:
+        s = step(sp, s)
+    return finish(sp, s)
 
 
 def direction(pre, two_g, cA, Z, U, U0):

@@ -47,41 +47,85 @@ is the majorise-minimise step ``-grad G^{-1}`` with an exact length (``w_steps=1
 steps are plain preconditioned CG, the cheap regime of inexact training steps. There, with
 ``rho = 0`` and a data-space preconditioner, the iteration runs on the coefficients of
 ``W = W0 + Z X~^T`` without a product per step (``span``).
+
+This module holds what a step of the iteration works on: the blocks' problems (``HiddenRows``,
+``LastLoss``: forward map, gradient, preconditioned direction, line search), the Gram
+preconditioners, and the closed-form and Newton-CG solves. The nonlinear CG itself, ``init``
+and ``step`` on an explicit state, is ``pncg.py``.
 """
 
+import copy
+import dataclasses
 import functools
 import math
+from typing import Any
 
 from array_api_compat import device
 
-from ..arrays import cheap_reads, clip, host_if_cheap, matmul_nt, vecdot
+from ..arrays import cheap_reads, matmul_nt, vecdot
 from ..blocks import WHidden, WLast
-from . import fused, span
-from ._util import (
-    NEWTON_START,
-    RESYNC,
-    keep_descent,
-    kkt,
-    newton_1d,
-    part,
-    pr_plus,
-    proves_above,
-)
+from . import fused
+from ._util import NEWTON_START, RESYNC, kkt, newton_1d
 from .fused import EAGER
 from .gram import DataGram, ParamGram, inverse_pays
+from .reduce import LOCAL
 
 #: points up to which Newton rows read ``K = X~^T X~`` formed once per solve (m x m: 134 MB in
 #: float64 at 4,096); beyond, each row's entries among its active points (``active_gram``)
 K_POINTS = 4096
 #: the gathered columns of one chunk of Newton rows (``active_gram``)
 GATHER_BYTES = 1 << 27
+#: Newton-CG steps without halving the residual, at the precision's floor, that stop a solve
+NEWTON_STALL = 10
+#: CG iterations of a Newton-CG direction at most (``solve_newton``)
+NEWTON_CG_ITER = 50
+
+
+@dataclasses.dataclass(frozen=True)
+class PncgSettings:
+    """The options of the W-blocks' nonlinear CG (``pncg.solve_pncg``) that a backend fixes
+    once for all its solves.
+
+    ``resync``: steps between the re-formings of ``W X~`` (updated in between);
+    ``newton_cap``: the largest active set of a Newton row (None: from the block's size, a
+    Newton row's cost against a CG row's; 0: no Newton rows); ``flip_tol``: the active-set
+    changes since the last iterate that a Newton row tolerates (None: 1 % of the points);
+    ``newton_start``: the first step that may take Newton rows; ``compact_every``: steps
+    between the freezings of converged rows; ``stall_window``: steps without halving the
+    residual, at the precision's floor, that stop a solve; ``gram_reuse``: solves a
+    parameter-space preconditioner serves (``gram_preconditioner``); ``capped_residual`` and
+    ``capped_value``: whether a solve stopped by its step cap reports its residual and value;
+    ``kernels``: how the line search's elementwise chains run (``fused``).
+
+    >>> PncgSettings(newton_cap=0).newton_start
+    10
+    """
+
+    resync: int = RESYNC
+    newton_cap: int | None = None
+    flip_tol: int | None = None
+    newton_start: int = NEWTON_START
+    compact_every: int = 8
+    stall_window: int = 50
+    gram_reuse: int = 1
+    capped_residual: bool = True
+    capped_value: bool = True
+    kernels: Any = EAGER
+
+
+#: the settings of a solve given none
+DEFAULT_SETTINGS = PncgSettings()
 
 
 class _Problem:
-    """Shared pieces: the regulariser (as in blocks.WBlock), forward map, line search."""
+    """Shared pieces: the regulariser (as in blocks.WBlock), forward map, line search.
 
-    def __init__(self, xp, block, pre, U0=None, kernels=EAGER):
-        self.xp, self.block, self.pre = xp, block, pre
+    ``comm``: the block's column shards (``reduce.py``; the block's X~ and targets are this
+    shard's columns, W is whole): every sum over the columns (the gradient's data part, the
+    line search's derivatives and change, the value) passes through its ``reduce``."""
+
+    def __init__(self, xp, block, pre, U0=None, kernels=EAGER, comm=LOCAL):
+        self.xp, self.block, self.pre, self.comm = xp, block, pre, comm
         self.kernels = kernels  # how the line search's chains and iterations run (``fused``)
         self.Xt, self.rho, self.gamma, self.W0 = block.Xt, block.rho, block.gamma, block.W0
         self.c = self.rho + self.gamma
@@ -105,7 +149,7 @@ class _Problem:
         return self.parts(A, self.reg_grad(W)), A
 
     def parts(self, A, R):
-        G = matmul_nt(A, self.Xt)  # A X~^T
+        (G,) = self.comm.reduce([matmul_nt(A, self.Xt)], "sum")  # A X~^T, over every column
         return [G if self.coef == 1 else self.coef * G, R]
 
     def base_step(self, g, A, R, U):
@@ -119,7 +163,8 @@ class _Problem:
 
     def value(self, W, U):
         """The block's value at W from ``U = W X~`` at hand (``block.value`` recomputes it)."""
-        return float(self.data_value(U) + self.block._reg_value(W))
+        (data,) = self.comm.reduce([self.data_value(U)], "sum")
+        return float(data + self.block._reg_value(W))
 
     def reg_grad(self, W):
         return self.block._reg_grad(W)
@@ -139,11 +184,14 @@ class _Problem:
         cannot confirm falls back to ``lo`` or beyond it, never to 0."""
         xp = self.xp
 
+        comm = self.comm
+
         def derivs(t):
-            d1, d2 = self.derivs_at(U, dU, t)
+            d1, d2 = comm.reduce(self.derivs_at(U, dU, t), "sum")
             return d1 + slope + curv * t, d2 + curv
 
-        curv0 = self.data_curv(U, dU) + curv  # derivs(0)[1]: U + 0 dU is U
+        (curv0,) = comm.reduce([self.data_curv(U, dU)], "sum")
+        curv0 = curv0 + curv  # derivs(0)[1]: U + 0 dU is U
         pos = curv0 > 0
         t0 = xp.where(pos, -gd / xp.where(pos, curv0, xp.ones_like(curv0)), xp.ones_like(gd))
         t0 = xp.where(t0 > 0, t0, xp.ones_like(t0))
@@ -158,7 +206,7 @@ class _Problem:
         if narrowing:
             nls = nls + narrowing
         # descent safeguard: lo < t* and the objective decreases on [0, t*]
-        change, size = self.change_along(U, dU, t)
+        change, size = comm.reduce(self.change_along(U, dU, t), "sum")
         reg = (slope * t, 0.5 * curv * t * t)
         rise = change + reg[0] + reg[1]
         # the rounding of rise: a few eps of the terms it sums
@@ -183,32 +231,30 @@ class _Problem:
 class HiddenRows(_Problem):
     """WHidden: rows are independent; per-row inner products, step lengths and Newton rows."""
 
-    def __init__(
-        self,
-        xp,
-        block,
-        pre,
-        K=None,
-        newton_cap=None,
-        flip_tol=None,
-        p0=None,
-        newton_start=NEWTON_START,
-        U0=None,
-        kernels=EAGER,
-    ):
-        super().__init__(xp, block, pre, U0, kernels)
+    def __init__(self, xp, block, pre, settings=None, K=None, comm=LOCAL):
+        settings = DEFAULT_SETTINGS if settings is None else settings
+        super().__init__(xp, block, pre, kernels=settings.kernels, comm=comm)
         self.act, self.V, self.lam = block.act, block.V, block.lam
         self.coef, self.K = block.lam, K if K is not None else getattr(pre, "K", None)
         n1, m = self.Xt.shape
+        newton_cap = settings.newton_cap
         if newton_cap is None:  # a Newton row costs ~ (2/3) a^3, a CG row ~ 4 n1 m per iteration
             newton_cap = int(min(n1, m, round((24.0 * n1 * m) ** (1 / 3))))
         self.newton_cap = newton_cap
         # active-set changes (since the last iterate) tolerated for a Newton row
-        self.flip_tol = max(2, m // 100) if flip_tol is None else flip_tol
-        self.p0 = block.V.shape[0] if p0 is None else p0  # rows at the start of the solve
-        self.newton_start = newton_start  # early iterations change active sets: CG steps only
-        self.it = 0  # set by the solver loop
+        self.flip_tol = max(2, m // 100) if settings.flip_tol is None else settings.flip_tol
+        self.p0 = block.V.shape[0]  # rows at the start of the solve
+        self.newton_start = settings.newton_start  # early iterations change active sets: CG only
         self._largest_k = None  # max |K_jk|, once (``largest_k``)
+
+    def of_rows(self, block, keep):
+        """This problem on ``block``, a part of the solve's block (the rows still iterated),
+        ``keep`` the indices of those rows among this problem's: the preconditioner, ``K``, the
+        Newton settings and the row count at the start stay."""
+        sub = copy.copy(self)
+        sub.block, sub.V, sub.W0 = block, block.V, block.W0
+        sub.U0 = None if self.U0 is None else self.xp.take(self.U0, keep, axis=0)
+        return sub
 
     def dot(self, A, B):
         """``sum_j A_ij B_ij`` per row, as a column (``vecdot``: in NumPy one pass, no product
@@ -234,16 +280,16 @@ class HiddenRows(_Problem):
         size of the terms it sums (its rounding scale)."""
         return self.kernels(fused.row_change)(self.act, self.lam, self.V, U, dU, t)
 
-    def precondition(self, g, A, R, U, prev_active=None):
-        """``(s, s X~ or None, newton_rows, active)``: ``g G^{-1}``, with exact Newton rows where
-        the active set is small and did not change since ``prev_active`` (the previous
-        iterate's; ``active`` is only formed once Newton rows may start)."""
+    def precondition(self, g, A, R, U, it, prev_active=None):
+        """``(s, s X~ or None, newton_rows, active)``: ``g G^{-1}`` after ``it`` steps, with exact
+        Newton rows where the active set is small and did not change since ``prev_active`` (the
+        previous iterate's; ``active`` is only formed once Newton rows may start)."""
         xp = self.xp
         s, sU = self.base_step(g, A, R, U)
-        if self.newton_cap <= 0 or self.it + 1 < self.newton_start:
+        if self.newton_cap <= 0 or it + 1 < self.newton_start:
             return s, sU, None, None
         active = self.act.dphi(U) > 0
-        if prev_active is None or self.it < self.newton_start:
+        if prev_active is None or it < self.newton_start:
             return s, sU, None, active
         counts = xp.sum(xp.astype(active, xp.int64), axis=1)
         flips = xp.sum(xp.astype(active != prev_active, xp.int64), axis=1)
@@ -330,8 +376,8 @@ class LastLoss(_Problem):
 
     coef = 1.0
 
-    def __init__(self, xp, block, pre, kernels=EAGER):
-        super().__init__(xp, block, pre, kernels=kernels)
+    def __init__(self, xp, block, pre, kernels=EAGER, comm=LOCAL):
+        super().__init__(xp, block, pre, kernels=kernels, comm=comm)
         self.loss, self.Y = block.loss, block.Y
 
     def dot(self, A, B):
@@ -353,7 +399,7 @@ class LastLoss(_Problem):
         change, size = self.loss.line_change(self.Y, U, dU)
         return self.xp.reshape(change, (1, 1)), self.xp.reshape(size, (1, 1))
 
-    def precondition(self, g, A, R, U, prev_active=None):
+    def precondition(self, g, A, R, U, it, prev_active=None):
         s, sU = self.base_step(g, A, R, U)
         return s, sU, None, None
 
@@ -378,7 +424,7 @@ def _(block: WLast, xp, c):
     return block.loss.column_curvature(block.Y, xp), 2 * c, False
 
 
-def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):
+def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None, comm=LOCAL):
     """The preconditioner ``(w X~ S X~^T + shift I)^{-1}`` of a W-block (``gram``), cached while
     X~ is unchanged.
 
@@ -399,9 +445,15 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):
     or, where reads are cheap (``arrays.cheap_reads``), equal ones. Elsewhere the contents are
     not compared (a read back to the host): a factor that must be exact (data space, MSE's) is
     then not kept at all, since an array changed in place would pass as the same one.
+
+    ``comm``: the block's column shards (``reduce.py``): the Gram matrix sums every shard's
+    columns. Data space needs every column in one place: a block on more than one shard with
+    fewer points than rows of X~ (and not MSE's) is refused (split such a block by rows).
     """
     Xt = block.Xt
     weights, shift, ridge = _gram_terms(block, xp, block.rho + block.gamma)
+    if comm.P > 1:
+        _column_split_allowed(block, comm, ridge)
     key = (type(block), ridge, block.layer)
     if cache is not None and key in cache:
         X_c, w_c, s_c, pre, uses = cache[key]
@@ -417,12 +469,13 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):
             if uses < reuse and not (pre.data_space or ridge):
                 cache[key] = (X_c, w_c, s_c, pre, uses + 1)
                 return pre, "stale"
-    w = _scalar(xp, weights) if not ridge and Xt.shape[1] < Xt.shape[0] else None
+    data = comm.P == 1 and not ridge and Xt.shape[1] < Xt.shape[0]
+    w = _scalar(xp, weights) if data else None
     if DataGram.applies(Xt, w, shift):
         pre = DataGram(xp, Xt, w, shift, inverse=rows is None or inverse_pays(Xt.shape[1], rows))
     else:
         pays = rows is None or inverse_pays(Xt.shape[0], rows * reuse)
-        pre = ParamGram(xp, Xt, weights, shift, inverse=ridge or pays)
+        pre = ParamGram(xp, Xt, weights, shift, inverse=ridge or pays, comm=comm)
     # the data-space factor's K serves the Newton rows and span's U = U0 + Z K, and MSE's ridge
     # inverse is the exact one, so those must be X~'s own: a copy (small X~), compared by its
     # contents; a CG parameter-space factor only preconditions, and a stale one still descends: a
@@ -433,6 +486,26 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None):
             cache.clear()
         cache[key] = (xp.asarray(Xt, copy=True) if exact else Xt, weights, shift, pre, 1)
     return pre, "new"
+
+
+def _column_split_allowed(block, comm, ridge):
+    """A ``ValueError`` where a block split over its columns would need data space: fewer
+    points in all than rows of X~ (the one-process solve would take ``DataGram``, which needs
+    every column's Gram ``X~^T X~``)."""
+    (points,) = comm.reduce([block.Xt.shape[1]], "sum")
+    if not ridge and points < block.Xt.shape[0]:
+        raise ValueError(
+            f"a W-block with fewer points ({points}) than rows of X~ ({block.Xt.shape[0]}) "
+            "solves in data space, which needs every column: split it by rows, not columns "
+            f"(got {comm.P} column shards)"
+        )
+
+
+def block_parts(block, W, comm=LOCAL):
+    """``block.grad_parts(W)``, its data part summed over the block's column shards."""
+    parts = block.grad_parts(W)
+    (parts[0],) = comm.reduce([parts[0]], "sum")
+    return parts
 
 
 def _same(xp, X_c, w_c, Xt, weights):
@@ -457,22 +530,23 @@ def _scalar(xp, weights):
     return hi if weights.shape[1] and float(xp.min(weights)) == hi else None
 
 
-def solve_ridge(xp, block, W, tol, max_iter, cache=None):
-    """WLast with MSE: the normal equations through the Cholesky inverse, then refinement."""
-    pre, factor_kind = gram_preconditioner(xp, block, cache)
+def solve_ridge(xp, block, W, tol, max_iter, cache=None, comm=LOCAL):
+    """WLast with MSE: the normal equations through the Cholesky inverse, then refinement;
+    ``comm``: the block's column shards (``reduce.py``), over which every sum is taken."""
+    pre, factor_kind = gram_preconditioner(xp, block, cache, comm=comm)
     Ginv = pre.Ginv
-    R = block.Y @ block.Xt.T
+    (R,) = comm.reduce([block.Y @ block.Xt.T], "sum")
     if block.gamma:
         R = R + block.gamma * block.W0
     W = R @ Ginv
-    parts = block.grad_parts(W)
+    parts = block_parts(block, W, comm)
     it, res, stalled = 1, kkt(xp, W, parts), False
     # iterative refinement (G^{-1} may be inexact in float32) with the gradient the residual
     # was formed from, while each step lowers the residual: a step that does not is at the
     # working precision's floor, where it only stirs rounding (and is not taken)
     while res > tol and it < max_iter:
         Wn = W - 0.5 * sum(parts[1:], parts[0]) @ Ginv
-        parts_n = block.grad_parts(Wn)
+        parts_n = block_parts(block, Wn, comm)
         res_n = kkt(xp, Wn, parts_n)
         if not res_n < res:
             stalled = True
@@ -498,10 +572,8 @@ def solve_newton(
     tol,
     max_iter,
     cache=None,
-    cg_iter=50,
-    stall_window=10,
-    capped_residual=True,
-    capped_value=True,
+    settings=DEFAULT_SETTINGS,
+    comm=LOCAL,
 ):
     """WLast with a loss that is neither quadratic nor solved by its own method: Newton-CG on
     the loss's own gradient and Hessian products (``Loss.grad``, ``Loss.hvp``).
@@ -516,13 +588,14 @@ def solve_newton(
     minimiser along d by orders of magnitude, and the bracket from 0 would not close in the
     search's iterations; from that length every step lowers the value at least as much as the
     Gram majoriser's along d. Stops at a KKT residual ``<= tol``, after ``max_iter`` steps, or
-    where, at the working precision's floor (residual below sqrt(eps)), ``stall_window`` steps
+    where, at the working precision's floor (residual below sqrt(eps)), ``NEWTON_STALL`` steps
     do not halve the residual (``info["stalled"]``): far from the optimum the residual of a
     piecewise loss need not fall while the active pieces change.
-    ``capped_residual=False``: a capped solve reports the residual as NaN; ``capped_value=False``:
-    no value."""
-    pre, factor_kind = gram_preconditioner(xp, block, cache)
-    prob = LastLoss(xp, block, pre)
+    ``settings.capped_residual=False``: a capped solve reports the residual as NaN;
+    ``settings.capped_value=False``: no value. ``comm``: the block's column shards
+    (``reduce.py``), over which every sum is taken."""
+    pre, factor_kind = gram_preconditioner(xp, block, cache, comm=comm)
+    prob = LastLoss(xp, block, pre, comm=comm)
     U = prob.forward(W)
     parts, _ = prob.gradient(W, U)
     res, best, best_it = kkt(xp, W, parts), math.inf, 0
@@ -537,7 +610,7 @@ def solve_newton(
     it = 0
     while res > tol and it < max_iter:
         g = parts[0] + parts[1]
-        d, k = _newton_direction(xp, prob, U, g, cg_iter)
+        d, k = _newton_direction(xp, prob, U, g)
         dU = prob.forward(d)
         gd = prob.dot(g, d)
         lo = _majorised_length(xp, prob, d, dU, gd)
@@ -550,12 +623,13 @@ def solve_newton(
         info["cg_iterations"] += k
         if res < 0.5 * best:
             best, best_it = res, it
-        elif res <= stall_level and it - best_it >= stall_window:
+        elif res <= stall_level and it - best_it >= NEWTON_STALL:
             info["stalled"] = True  # at the precision's floor: no halving in a window
             break
     converged = res <= tol
-    info.update(converged=converged, residual=res if converged or capped_residual else math.nan)
-    if converged or capped_value:
+    reported = converged or settings.capped_residual
+    info.update(converged=converged, residual=res if reported else math.nan)
+    if converged or settings.capped_value:
         info["value"] = prob.value(W, U)
     return W, it, info
 
@@ -566,7 +640,8 @@ def _majorised_length(xp, prob, d, dU, gd):
     along d is still <= 0 there, so the exact line search's bracket starts at it."""
     block = prob.block
     weights = block.loss.column_curvature(block.Y, xp)
-    bound = xp.sum(weights * xp.sum(dU * dU, axis=0)) + 2 * prob.c * xp.sum(d * d)
+    (data,) = prob.comm.reduce([xp.sum(weights * xp.sum(dU * dU, axis=0))], "sum")
+    bound = data + 2 * prob.c * xp.sum(d * d)
     return -gd / xp.reshape(bound, (1, 1))
 
 
@@ -596,14 +671,15 @@ def _narrow(xp, derivs, t, lo, ratio=2.0, max_iter=60):
     return t, lo, hi, max_iter
 
 
-def _newton_direction(xp, prob, U, g, cg_iter):
+def _newton_direction(xp, prob, U, g, cg_iter=NEWTON_CG_ITER):
     """``(d, iterations)``: ``d ~ -H^{-1} g`` by preconditioned CG from 0 (``solve_newton``);
     the preconditioned gradient step where CG meets no positive curvature at once."""
     block, c2 = prob.block, 2 * prob.c
     loss, Y, Xt = block.loss, block.Y, block.Xt
 
     def hess(D):
-        return loss.hvp(Y, U, D @ Xt) @ Xt.T + c2 * D
+        (HD,) = prob.comm.reduce([loss.hvp(Y, U, D @ Xt) @ Xt.T], "sum")  # over the columns
+        return HD + c2 * D
 
     gnorm = math.sqrt(float(xp.sum(g * g)))
     stop = min(0.5, math.sqrt(gnorm)) * gnorm
@@ -623,321 +699,3 @@ def _newton_direction(xp, prob, U, g, cg_iter):
         rz_n = float(xp.sum(r * z))
         p, rz = z + (rz_n / rz) * p, rz_n
     return x, cg_iter
-
-
-def _scatter_rows(xp, full, sub, rows):
-    """``full`` with its rows ``rows`` (sorted global indices) replaced by ``sub``, with no
-    in-place writes."""
-    p, k = full.shape[0], rows.shape[0]
-    ar = xp.arange(p, dtype=rows.dtype, device=device(rows))
-    pos = clip(xp.searchsorted(rows, ar), 0, k - 1)
-    hit = xp.take(rows, pos) == ar
-    return xp.take(xp.concat([full, sub], axis=0), xp.where(hit, p + pos, ar), axis=0)
-
-
-def solve_pncg(
-    xp,
-    block,
-    W,
-    tol,
-    max_iter,
-    cache=None,
-    resync=RESYNC,
-    newton_cap=None,
-    flip_tol=None,
-    newton_start=NEWTON_START,
-    compact_every=8,
-    stall_window=50,
-    gram_reuse=1,
-    capped_residual=True,
-    capped_value=True,
-    kernels=EAGER,
-):
-    """Preconditioned PR+ nonlinear CG with exact line search (WHidden; WLast with a loss whose
-    ``last_w_solver`` is ``"pncg"``: cross-entropy). A loss whose ``last_w_solver`` is
-    ``"newton"`` (the general path: Huber, any loss with ``grad`` and ``hvp``) goes to
-    ``solve_newton``.
-
-    WHidden rows whose gradient is below ``tol / 2`` are frozen every ``compact_every``
-    iterations: the loop goes on with the remaining rows only (rows are independent). Near the
-    working precision's floor (residual below sqrt(eps)), ``stall_window`` iterations without
-    halving the residual stop the loop (``info["stalled"]``). ``capped_residual=False``: the
-    gradient after the last allowed step is not formed, the residual is reported as NaN;
-    ``capped_value=False``: nor is the value at the returned point (``info`` has none).
-    ``kernels``: how the WHidden line search's elementwise chains run (``fused``).
-
-    A capped solve (fewer steps than ``stall_window``) with ``capped_residual=False`` is
-    untested: it runs all its ``max_iter`` steps with no test of its residual (at the start nor
-    on the way) and freezes no rows, so that, where reads are not cheap
-    (``arrays.cheap_reads``), its steps read nothing back to the host (the line search's Newton
-    iterations run a fixed count, ``newton_1d``; ``info``'s counters stay 0-d arrays).
-    """
-    hidden = isinstance(block, WHidden)
-    if not hidden and block.loss.last_w_solver == "newton":  # the loss's own choice
-        return solve_newton(
-            xp,
-            block,
-            W,
-            tol,
-            max_iter,
-            cache,
-            capped_residual=capped_residual,
-            capped_value=capped_value,
-        )
-    pre, factor_kind = gram_preconditioner(
-        xp, block, cache, reuse=gram_reuse, rows=W.shape[0] * max_iter
-    )
-    prob = (
-        HiddenRows(
-            xp,
-            block,
-            pre,
-            newton_cap=newton_cap,
-            flip_tol=flip_tol,
-            newton_start=newton_start,
-            kernels=kernels,
-        )
-        if hidden
-        else LastLoss(xp, block, pre, kernels=kernels)
-    )
-    factor = dict(
-        cached_factor=factor_kind != "new",
-        stale_factor=factor_kind == "stale",
-        data_space=pre.data_space,
-    )
-    tested = capped_residual or max_iter >= stall_window
-    if hidden and span.applies(xp, block, W, pre, max_iter, newton_start, newton_cap):
-        W, it, info = span.solve_span(
-            xp, prob, W, tol, max_iter, resync, capped_residual, capped_value, tested
-        )
-        return W, it, {**info, **factor}
-    cg = _CG(xp, block, prob, W)
-    cg.info.update(factor)
-    if cg.optimal_at_start(tol, tested):
-        cg.info.update(converged=True, value=prob.value(W, cg.U))
-        return W, 0, cg.info
-    best, best_it = math.inf, 0
-    stall_level = math.sqrt(xp.finfo(W.dtype).eps)
-    converged, it = False, 0
-    returns_image = getattr(block, "return_U", False)  # (``_util.started``)
-    for it in range(1, max_iter + 1):
-        final = it == max_iter and not capped_residual
-        # the last step's image only where it is reported: a value, or the caller's (return_U)
-        cg.step(it, resync, gradient=not final, image=not final or capped_value or returns_image)
-        if final:
-            r = math.nan
-            break
-        if tested:
-            r = cg.residual()
-            if r <= tol:
-                r = cg.confirm(tol)
-                if r <= tol:
-                    converged = True
-                    break
-            if r <= 0.5 * best:
-                best, best_it = r, it
-            elif r <= stall_level and it - best_it >= stall_window:
-                cg.info["stalled"] = True  # at the precision's floor: no halving in a window
-                break
-        if it == max_iter:
-            break
-        if hidden and tested and it % compact_every == 0:
-            cg.compact(tol)
-        cg.next_direction(it)
-    return cg.finish(converged, r, it, value=converged or capped_value or "stalled" in cg.info)
-
-
-class _CG:
-    """The state of one ``solve_pncg`` run: the iterate ``W`` and ``U = W X~`` (updated, re-synced
-    every ``resync`` steps), the gradient's parts, the direction ``d`` and, when known without a
-    product, ``dU = d X~``; WHidden rows still iterated (``rows``) and the frozen ones' figures."""
-
-    def __init__(self, xp, block, prob, W):
-        self.xp, self.block, self.prob = xp, block, prob
-        U = getattr(block, "U", None)  # W X~ at the start, from the caller (bcd's forward pass)
-        ok = U is not None and tuple(U.shape) == (W.shape[0], block.Xt.shape[1])
-        self.W, self.U = W, U if ok else prob.forward(W)
-        self.start = (W, self.U)  # the descent guard's (``finish``)
-        prob.start(W, self.U)
-        self.A, R = prob.data_grad(self.U), prob.reg_grad(W)
-        self.parts = [None, R]  # the data part: formed when needed
-        self.W_full, self.rows = W, None  # rows: global indices of the rows still iterated
-        self.frozen_r = self.frozen_scale = 0.0  # max |grad| and max |part| over frozen rows
-        self.n_newton = self.n_restart = 0  # counters stay on the device until the end
-        self.gd = None  # the slope <g, d> along d (None: -gs, d = -s at first)
-        self.info = dict(
-            method="pncg", line_search_iterations=0, restarts=0, newton_rows=0, row_iterations=0
-        )
-
-    def optimal_at_start(self, tol, tested=True):
-        """Whether the start is optimal (no step then), and the first direction if not;
-        ``tested=False``: never optimal, no test.
-
-        In data space the direction comes first and needs no parameter-space gradient; where
-        it proves the residual above ``tol`` (``_above``), or no test is asked for, that
-        gradient is never formed."""
-        prob, R = self.prob, self.parts[1]
-        if prob.pre.data_space:
-            s, sU, self.newton, self.active = prob.precondition(None, self.A, R, self.U)
-            self.s, self.d, self.dU = s, -s, -sU
-            # g G^{-1} g^T = s G s^T = w |s X~|^2 + c2 |s|^2: no cancellation near the optimum
-            self.gs = prob.pre.w * prob.dot(sU, sU) + prob.pre.c2 * prob.dot(s, s)
-            if not tested or self._above(tol):
-                return False
-        self.parts = prob.parts(self.A, R)
-        g = self.parts[0] + self.parts[1]
-        if tested and kkt(self.xp, self.W, self.parts) <= tol:
-            return True
-        if not prob.pre.data_space:
-            s, sU, self.newton, self.active = prob.precondition(g, self.A, R, self.U)
-            self.s, self.gs, self.d, self.dU = s, prob.dot(g, s), -s, None
-        return False
-
-    def _above(self, tol):
-        """A bound proving the KKT residual ``max|g| / (1 + max_i max|part_i|)`` above ``tol``
-        from data-space figures: ``G >= c2 I`` gives ``|g_i|_2^2 >= c2 g_i G^{-1} g_i^T``, and
-        ``|coef A X~^T|_max <= coef max_i |A_i|_2 max_j |X~_j|_2``; half the bound must pass.
-        Rounding in s can only make it pass where the residual is within a few eps of the
-        start's terms (the tol floor is 64 eps): then a step is taken, never a false optimum."""
-        xp, prob = self.xp, self.prob
-        per = math.prod(self.W.shape) // math.prod(self.gs.shape)  # entries per inner product
-        a2 = float(xp.max(xp.sum(self.A * self.A, axis=1)))
-        x2 = prob.pre.xt_norm2(xp)
-        scale = max(abs(prob.coef) * math.sqrt(a2 * x2), float(xp.max(xp.abs(self.parts[1]))))
-        return proves_above(xp, self.gs, prob.pre.c2, per, scale, tol)
-
-    def residual(self):
-        """The KKT residual from the parts at hand, the frozen rows included."""
-        xp, parts = self.xp, self.parts
-        g = xp.abs(parts[0] + parts[1])
-        scale = max(self.frozen_scale, *(float(xp.max(xp.abs(q))) for q in parts))
-        return max(self.frozen_r, float(xp.max(g))) / (1.0 + scale)
-
-    def step(self, it, resync, gradient=True, image=True):
-        """The exact line search along d, the move, ``U = W X~`` updated where ``image``
-        (``U + t dU``: an elementwise pass; ``finish`` reports it), and the gradient at the new
-        point where ``gradient``."""
-        xp, prob = self.xp, self.prob
-        self.info["row_iterations"] += self.W.shape[0]
-        if self.newton is not None:
-            self.n_newton = self.n_newton + xp.sum(xp.astype(self.newton, xp.int64))
-        dU = prob.forward(self.d) if self.dU is None else self.dU
-        gd = -self.gs if self.gd is None else self.gd
-        t, nls = prob.line_search(self.parts[1], self.U, self.d, dU, gd)
-        self.info["line_search_iterations"] += nls
-        self.W, self.U, self.dU = self.W + t * self.d, self.U + t * dU if image else None, dU
-        if image and it % resync == 0:
-            self.U = prob.forward(self.W)  # no drift of the incrementally updated W X~
-        if gradient:
-            self.parts, self.A = prob.gradient(self.W, self.U)
-
-    def full(self):
-        """The whole matrix: the rows iterated scattered back among the frozen ones."""
-        return (
-            self.W if self.rows is None else _scatter_rows(self.xp, self.W_full, self.W, self.rows)
-        )
-
-    def confirm(self, tol):
-        """At a residual <= tol from the updated W X~: the block's own residual at W decides.
-        W X~ is formed again: the loop goes on from it, or ``finish`` reports the value from it
-        (exact, not drifted by the updates; all rows only, as ``finish`` needs)."""
-        self.W_full = self.full()
-        r = self.block.kkt_residual(self.W_full)
-        if r > tol or self.rows is None:
-            self.U = self.prob.forward(self.W)
-        if r > tol:
-            self.parts, self.A = self.prob.gradient(self.W, self.U)
-        return r
-
-    def compact(self, tol):
-        """Freeze the WHidden rows whose gradient is below ``tol / 2`` (if enough of them)."""
-        xp, parts = self.xp, self.parts
-        row_g = xp.max(xp.abs(parts[0] + parts[1]), axis=1)
-        done = row_g <= 0.5 * tol
-        n_done = int(xp.sum(xp.astype(done, xp.int64)))
-        if not (n_done >= max(1, self.W.shape[0] // 8) and n_done < self.W.shape[0]):
-            return
-        keep, drop = xp.nonzero(xp.logical_not(done))[0], xp.nonzero(done)[0]
-        self.frozen_r = max(self.frozen_r, float(xp.max(xp.take(row_g, drop))))
-        self.frozen_scale = max(
-            self.frozen_scale, *(float(xp.max(xp.abs(xp.take(q, drop, axis=0)))) for q in parts)
-        )
-        self.W_full = self.full()
-        self.rows = keep if self.rows is None else xp.take(self.rows, keep)
-        old, block = self.prob, self.block
-        sub = dict(V=xp.take(block.V, self.rows, axis=0))
-        if block.W0 is not None:
-            sub["W0"] = xp.take(block.W0, self.rows, axis=0)
-
-        def rows_of(a):
-            return None if a is None else xp.take(a, keep, axis=0)
-
-        self.prob = HiddenRows(
-            xp,
-            part(block, **sub),
-            old.pre,
-            K=old.K,
-            newton_cap=old.newton_cap,
-            flip_tol=old.flip_tol,
-            p0=old.p0,
-            newton_start=old.newton_start,
-            U0=rows_of(old.U0),
-            kernels=old.kernels,
-        )
-        self.W, self.U, self.A, self.d, self.dU, self.s, self.gs, self.active = (
-            rows_of(a)
-            for a in (self.W, self.U, self.A, self.d, self.dU, self.s, self.gs, self.active)
-        )
-        self.parts = [rows_of(q) for q in parts]
-
-    def next_direction(self, it):
-        """The PR+ direction from the preconditioned gradient (steepest where it points uphill)."""
-        xp, prob = self.xp, self.prob
-        gn = self.parts[0] + self.parts[1]
-        prob.it = it
-        sn, snU, newton, self.active = prob.precondition(
-            gn, self.A, self.parts[1], self.U, self.active
-        )
-        gs = prob.dot(gn, sn)
-        beta, uphill, self.gd = pr_plus(
-            xp, gs, prob.dot(gn, self.s), self.gs, prob.dot(gn, self.d), zero=newton
-        )
-        self.n_restart = self.n_restart + xp.sum(xp.astype(uphill, xp.int64))
-        self.d = -sn + beta * self.d
-        self.dU = None if snU is None or self.dU is None else -snU + beta * self.dU
-        self.newton, self.s, self.gs = newton, sn, gs
-
-    def finish(self, converged, r, it, value=True):
-        """``(W, iterations, info)``; the residual and, where ``value``, the value from what is
-        at hand (exact when converged; otherwise from W X~ updated in place, re-synced every
-        ``resync`` steps). An unconverged hidden solve with a data-space preconditioner ends
-        with the descent guard (``_util.keep_descent``: no row above its start), whose value,
-        from the true W X~, is reported. ``info["U"]``: ``W X~`` at the returned W where it is
-        at hand for every row (the solver's updated one, or the guard's true one)."""
-        xp, guarded = self.xp, None
-        U = self.U if self.rows is None and getattr(self.block, "return_U", False) else None
-        if not converged:
-            self.W_full = self.full()
-            if self.prob.pre.data_space and isinstance(self.block, WHidden):
-                # the line searches saw W X~ through the data-space identity: the guard at the
-                # true image (``_util.keep_descent``); a reported residual is then the guarded
-                # point's (a tested loop reads it back anyway)
-                self.W_full, U, guarded, reverted = keep_descent(
-                    xp, self.block, *self.start, self.W_full
-                )
-                self.info["reverted_rows"] = host_if_cheap(xp, reverted, int)
-                if not math.isnan(r) and int(reverted):
-                    r = kkt(xp, self.W_full, self.block.grad_parts(self.W_full))
-        self.info.update(
-            converged=converged,
-            newton_rows=host_if_cheap(xp, self.n_newton, int),
-            restarts=host_if_cheap(xp, self.n_restart, int),
-            residual=r,
-            U=U,
-        )
-        if guarded is not None:
-            if value:
-                self.info["value"] = float(guarded)
-        elif value and self.rows is None:  # U = W X~ is at hand for all rows
-            self.info["value"] = self.prob.value(self.W_full, self.U)
-        return self.W_full, it, self.info
