@@ -93,7 +93,7 @@ def test_fista_step_equals_its_eager_form(compiled, name, dtype):
     act, rng = _act(name), np.random.default_rng(1)
     Gy, z, z_prev, tauU = (rng.standard_normal((20, 30)).astype(dtype) for _ in range(4))
     for zp, beta in ((None, 0.0), (z_prev, 0.4)):  # the first step (y is z) and a later one
-        args = (act.x_prox, act, Gy, 0.3, z, tauU, 0.5, None, zp, beta)
+        args = (act.x_prox, act, Gy, (z, zp, beta), (0.3, 0.5), tauU, None)
         got, want = compiled(fused.fista_step)(*args), fused.fista_step(*args)
         assert got[1] is None and want[1] is None  # a closed-form prox keeps no state
         for g, w in zip(got[:1] + got[2:], want[:1] + want[2:]):

@@ -1323,7 +1323,8 @@ def test_newton_1d_takes_a_trial_below_the_root_while_its_bracket_is_open():
         e = np.exp(a * t)
         return e - b, a * e
 
-    t, lo, _ = newton_1d(np, derivs, t0, np.zeros_like(t0), np.full_like(t0, np.inf), 1e-12 * b)
+    bracket = (np.zeros_like(t0), np.full_like(t0, np.inf))
+    t, lo, _ = newton_1d(np, derivs, t0, bracket, 1e-12 * b)
     below = (t0 < t_opt).ravel()
     np.testing.assert_array_equal(t[below], t0[below])
     np.testing.assert_array_equal(lo[below], t0[below])

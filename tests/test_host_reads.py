@@ -270,7 +270,7 @@ def test_newton_1d_fixed_iterations_give_the_early_exit_result(lib):
         e = lib.exp(a * t)
         return e - b, a * e
 
-    start = (lib.asarray(2 * t_opt), lib.zeros_like(a), lib.full_like(a, lib.inf), 1e-9 * b)
+    start = (lib.asarray(2 * t_opt), (lib.zeros_like(a), lib.full_like(a, lib.inf)), 1e-9 * b)
     early = newton_1d(lib, derivs, *start, max_iter=60, fixed=False)
     fixed = newton_1d(lib, derivs, *start, max_iter=60, fixed=True)
     assert 2 < early[2] < 60 and int(fixed[2]) == early[2]

@@ -31,7 +31,7 @@ from fenchel_cvx.blocks import WHidden, w_block, x_block
 from fenchel_cvx.datasets import load_mnist5k, one_hot
 from fenchel_cvx.fast import reduce, wblocks
 from fenchel_cvx.fast.pncg import PncgSettings, solve_pncg
-from fenchel_cvx.fast.xblocks import solve_x
+from fenchel_cvx.fast.xblocks import FistaSettings, solve_x
 
 M = 500
 #: (max_iter, tol, capped_residual): the benchmarks' capped solve, and a tested one
@@ -61,7 +61,7 @@ def states():
 
 def _solve(block, Z, setting, comm=reduce.LOCAL):
     max_iter, tol, tested = setting
-    return solve_x(np, block, Z, tol, max_iter, capped_residual=tested, comm=comm)
+    return solve_x(np, block, Z, tol, max_iter, FistaSettings(capped_residual=tested), comm)
 
 
 def sharded(block, Z, setting, comm):

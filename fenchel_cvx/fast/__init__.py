@@ -67,7 +67,7 @@ from ._util import floor_tol, started
 from .fused import Kernels, kernels
 from .pncg import PncgSettings, solve_pncg
 from .wblocks import solve_ridge
-from .xblocks import default_start, solve_x
+from .xblocks import FistaSettings, default_start, solve_x
 
 if TYPE_CHECKING:
     from ..network import LiftedNetwork
@@ -462,16 +462,12 @@ def _solver_of(block):
 def _(block: XBlock, backend, xp, Z, tol, cache=None):
     _, steps = backend.step_setting(block)
     cap = backend.max_iter if steps is None else min(backend.max_iter, int(steps))
-    return solve_x(
-        xp,
-        block,
-        Z,
-        tol,
-        cap,
+    settings = FistaSettings(
         capped_residual=backend.capped_residual,
         capped_value=backend.capped_value,
         kernels=backend.kernels,
     )
+    return solve_x(xp, block, Z, tol, cap, settings)
 
 
 def _solve_pncg(block, backend, xp, Z, tol, cache=None):

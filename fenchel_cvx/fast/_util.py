@@ -271,11 +271,12 @@ def top_eig(xp, A, iters=30):
     return lam if math.isfinite(lam) and lam > 0 else bound
 
 
-def newton_1d(xp, derivs, t, lo, hi, tol, max_iter=50, fixed=None, kernels=EAGER):
+def newton_1d(xp, derivs, t, bracket, tol, max_iter=50, fixed=None, kernels=EAGER):
     """Minimise convex 1-D functions elementwise: find ``t`` in ``[lo, hi]`` with ``f'(t) = 0``.
 
     ``derivs(t) -> (d1, d2)`` gives ``f'`` and ``f''`` at ``t`` (arrays shaped like ``t``);
-    ``lo < t`` with ``f'(lo) < 0`` and ``hi`` (possibly ``inf``) bracket the root. Newton steps
+    ``bracket = (lo, hi)``, ``lo < t`` with ``f'(lo) < 0`` and ``hi`` (possibly ``inf``),
+    brackets the root. Newton steps
     that leave the bracket are replaced by bisection. An element stops for good where
     ``|f'(t)| <= tol`` (elementwise, broadcast), where its step is below rounding, or where its
     bracket is still open (``hi`` infinite: no point with ``f' > 0`` seen): a trial below the
@@ -290,6 +291,7 @@ def newton_1d(xp, derivs, t, lo, hi, tol, max_iter=50, fixed=None, kernels=EAGER
     ``iterations`` those until every element stopped (a 0-d array where ``fixed``).
     """
     fixed = not cheap_reads(xp) if fixed is None else fixed
+    lo, hi = bracket
     step = kernels.region(newton_step)
     stopped = xp.zeros(t.shape, dtype=xp.bool, device=device(t))
     one, moving = xp.ones_like(t), []

@@ -114,17 +114,17 @@ def row_change(act, lam, V, U, dU, t):
     )
 
 
-def fista_step(
-    prox, act, Gy, inv_L, z, tauU, tau, state=None, z_prev=None, beta=0.0, momentum=True
-):
+def fista_step(prox, act, Gy, point, lengths, tauU, state=None, momentum=True):
     """One proximal-gradient step of an X-block from FISTA's point ``y = z + beta (z - z_prev)``
-    (``z_prev`` None: y is z), formed here, inside the chain: ``(zn, state, max D, min D,
-    D . dz)`` with ``zn = prox(y - Gy / L + tau U_prev)`` (``tauU = tau U_prev``), ``D = zn - y``
+    (``point = (z, z_prev, beta)``; ``z_prev`` None: y is z), formed here, inside the chain:
+    ``(zn, state, max D, min D, D . dz)`` with ``zn = prox(y - Gy / L + tau U_prev)``
+    (``lengths = (1 / L, tau)``, ``tauU = tau U_prev``), ``D = zn - y``
     and ``dz = zn - z``; y, D and dz are not kept (a pass each less to write, and compiled, the
     extrapolation's passes fuse with the step's). ``D . dz`` (0 where no next step takes
     ``momentum``) decides FISTA's restart; max D and min D its stopping proxy.
     ``prox(xp, act, r, tau, state) -> (z, state)`` may scale its fresh argument ``r`` in place
     (``fast.xblocks``)."""
+    (z, z_prev, beta), (inv_L, tau) = point, lengths
     xp = array_namespace(z)
     y = extrapolated(z, z_prev, beta)
     r = Gy * (-inv_L)
@@ -380,14 +380,7 @@ class Compiled(Kernels):
             )
             if key in self._failed:
                 return chain(*args, **kwargs)
-            conv, dtype, numpy_in = list(args), None, False
-            for i, a in enumerate(conv):
-                if type(a) is np_.ndarray:
-                    conv[i], numpy_in = _from_numpy(torch, a), True
-                    dtype = dtype or (conv[i].dtype if a.dtype.kind == "f" else None)
-            for i, a in enumerate(conv):
-                if type(a) is float:
-                    conv[i] = torch.tensor(a, dtype=dtype or torch.float64)
+            conv, numpy_in = _for_trace(torch, np_, args)
             kwargs = {
                 k: _from_numpy(torch, v) if type(v) is np_.ndarray else v for k, v in kwargs.items()
             }
@@ -447,10 +440,39 @@ class Auto(Kernels):
 def _largest(args, np_, torch=None):
     """The most entries of any NumPy array among ``args`` (and of any torch tensor, given
     ``torch``): what decides whether a chain is large enough to compile (``MIN_SIZE``)."""
-    sizes = [a.size for a in args if type(a) is np_.ndarray]
+    flat = _flat(args)
+    sizes = [a.size for a in flat if type(a) is np_.ndarray]
     if torch is not None:
-        sizes += [a.numel() for a in args if isinstance(a, torch.Tensor)]
+        sizes += [a.numel() for a in flat if isinstance(a, torch.Tensor)]
     return max(sizes, default=0)
+
+
+def _for_trace(torch, np_, args):
+    """``(args, numpy_in)``: a chain's arguments as ``Compiled`` traces them (NumPy arrays as
+    tensors, no copy; Python floats as 0-d tensors of the first floating array's dtype; the
+    entries of tuple arguments alike; anything else as it is), and whether any was a NumPy
+    array (the results then come back as NumPy arrays)."""
+    flat = _flat(args)
+    numpy_in = any(type(a) is np_.ndarray for a in flat)
+    floating = (a for a in flat if type(a) is np_.ndarray and a.dtype.kind == "f")
+    dtype = next((_from_numpy(torch, a).dtype for a in floating), None)
+
+    def tensor(a):
+        if type(a) is tuple:
+            return tuple(tensor(b) for b in a)
+        if type(a) is np_.ndarray:
+            return _from_numpy(torch, a)
+        if type(a) is float:
+            return torch.tensor(a, dtype=dtype or torch.float64)
+        return a
+
+    return [tensor(a) for a in args], numpy_in
+
+
+def _flat(args):
+    """``args`` with the entries of its tuples in their place (one level: a chain's arguments
+    are arrays, numbers, constants and tuples of those)."""
+    return [b for a in args for b in (a if type(a) is tuple else (a,))]
 
 
 def compiled_graphs():

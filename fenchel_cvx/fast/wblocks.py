@@ -201,7 +201,7 @@ class _Problem:
         else:
             t0, lo, hi, narrowing = _narrow(xp, derivs, xp.where(t0 > lo, t0, 2 * lo), lo)
         t, lo, nls = newton_1d(
-            xp, derivs, t0, lo, hi, rtol * xp.abs(gd), max_iter=max_iter, kernels=self.kernels
+            xp, derivs, t0, (lo, hi), rtol * xp.abs(gd), max_iter=max_iter, kernels=self.kernels
         )
         if narrowing:
             nls = nls + narrowing

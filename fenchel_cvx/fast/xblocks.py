@@ -70,7 +70,7 @@ def _prox_newton(xp, act, r, tau, s):
     def derivs(s_):
         return act.phi(s_) + tau * s_ - r, act.dphi(s_) + tau
 
-    s, _, _ = newton_1d(xp, derivs, s, lo, hi, tol, max_iter=60)
+    s, _, _ = newton_1d(xp, derivs, s, (lo, hi), tol, max_iter=60)
     return _inside(xp, act, act.phi(s)), s
 
 
@@ -289,8 +289,8 @@ def step(p, s):
         if tauU[0] is not L:
             tauU = (L, tau * p.block.U_prev)
         zn, prox, *figures = p.step(
-            p.prox, p.block.act_in, Gy, 1.0 / L, s.z, tauU[1], tau, s.prox, s.z_prev, s.beta,
-            momentum=it < p.max_iter or p.momentum_last,
+            p.prox, p.block.act_in, Gy, (s.z, s.z_prev, s.beta), (1.0 / L, tau), tauU[1],
+            s.prox, momentum=it < p.max_iter or p.momentum_last,
         )  # fmt: skip
         Uzn = sm.forward(zn)
         if sm.certified or _sufficient(p, fy_d, Uzn, Gy, zn - y, L):
@@ -329,22 +329,32 @@ def finish(p, s):
     return z, s.it, info
 
 
-def solve_x(
-    xp,
-    block,
-    Z,
-    tol,
-    max_iter,
-    stall_window=100,
-    capped_residual=True,
-    capped_value=True,
-    kernels=EAGER,
-    comm=LOCAL,
-):
+@dataclasses.dataclass(frozen=True)
+class FistaSettings:
+    """The options of the X-blocks' FISTA (``solve_x``) that a backend fixes once for all its
+    solves: ``stall_window``, ``capped_residual``, ``capped_value`` and ``kernels``, as
+    ``solve_x`` says.
+
+    >>> FistaSettings(capped_residual=False).stall_window
+    100
+    """
+
+    stall_window: int = 100
+    capped_residual: bool = True
+    capped_value: bool = True
+    kernels: Any = EAGER
+
+
+#: the settings of a solve given none
+DEFAULT_SETTINGS = FistaSettings()
+
+
+def solve_x(xp, block, Z, tol, max_iter, settings=DEFAULT_SETTINGS, comm=LOCAL):
     """FISTA with restart on an XHidden / XLast block from ``Z``: ``(Z, iterations, info)``,
     :func:`init`, then :func:`step` until the state ends, then :func:`finish`. ``comm``: the
     block's column shards (``reduce.py``; the block and ``Z`` are this shard's columns), through
-    which every figure that decides for the whole block passes.
+    which every figure that decides for the whole block passes. ``settings``
+    (:class:`FistaSettings`):
 
     Near the working precision's floor (gradient-mapping residual below sqrt(eps)),
     ``stall_window`` iterations without halving it stop the loop (``info["stalled"]``). Stopped
@@ -359,6 +369,8 @@ def solve_x(
     cheap (``arrays.cheap_reads``): L, the momentum's restarts and the descent guard stay on the
     device as 0-d arrays and ``where`` (``info``'s ``lipschitz``, ``restarts`` and
     ``reverted`` are then 0-d arrays)."""
+    kernels, stall_window = settings.kernels, settings.stall_window
+    capped_residual, capped_value = settings.capped_residual, settings.capped_value
     sm = _Smooth(xp, block, kernels, comm)
     eps = xp.finfo(Z.dtype).eps
     # a capped solve (fewer steps than the stall window) tests its first step, not its start:

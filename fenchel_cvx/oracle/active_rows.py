@@ -239,30 +239,14 @@ def _solve_batch(rows, Q, W, target, max_steps, reports, kept=None):
         D = np.stack([_direction(rows, grams, A, g, k, reports[k]) for k in live])
         UD = rows.forward(D)
         for j, k in enumerate(live):
-            u, ud, d, q, w = U[k], UD[j], D[j], Q[k], W[k]
-            f0, slope, t = _value(lam, q, c, w, u), float(g[k] @ d), 1.0
-            noise = 1e-14 * (1.0 + abs(f0))
-            for _ in range(40):
-                if _value(lam, q, c, w + t * d, u + t * ud) <= f0 + ARMIJO * t * slope + noise:
-                    break
-                t *= 0.5
-            W[k] = w + t * d
+            t = _armijo(lam, c, Q[k], (W[k], U[k]), (D[j], UD[j]), float(g[k] @ D[j]))
+            W[k] = W[k] + t * D[j]
             # finite termination: a full step on an exact Gram, until the active set changes
             reports[k].exact = t == 1.0 and (rows.exact or reports[k].refined)
         U[live] = rows.forward(W[live])  # recomputed, not accumulated
         before = res[live].copy()
         for k in live:
-            A_new = U[k] > 0
-            enter, leave = A_new & ~A[k], A[k] & ~A_new
-            n_changed = int(enter.sum() + leave.sum())
-            reports[k].steps += 1
-            reports[k].changes.append(n_changed)
-            if n_changed > min(int(A_new.sum()), A_new.size - int(A_new.sum())):
-                grams[k] = rows.gram(A_new, exact=reports[k].refined or None)
-            elif n_changed:
-                rows.update(grams[k], enter, leave)
-            A[k] = A_new
-            reports[k].exact = reports[k].exact and not n_changed
+            _new_active_set(rows, grams, A, U[k] > 0, k, reports[k])
         res[live], g[live] = row_residual(rows, Q[live], W[live], U[live])
         for j, k in enumerate(live if not rows.exact else ()):  # single precision: stuck rows
             stuck = not reports[k].changes[-1] and res[k] > 0.01 * before[j] and res[k] > target
@@ -274,6 +258,35 @@ def _solve_batch(rows, Q, W, target, max_steps, reports, kept=None):
     if kept is not None:
         kept[:] = [(A[k].copy(), grams[k]) for k in range(W.shape[0])]
     return W
+
+
+def _armijo(lam, c, q, at, along, slope):
+    """The backtracking step length of one row from ``at = (w, u)`` (``u = w X~``) along
+    ``along = (d, d X~)`` with slope ``g . d``: halved from 1 until the value falls by Armijo's
+    fraction (within rounding), 40 halvings at most."""
+    (w, u), (d, ud), t = at, along, 1.0
+    f0 = _value(lam, q, c, w, u)
+    noise = 1e-14 * (1.0 + abs(f0))
+    for _ in range(40):
+        if _value(lam, q, c, w + t * d, u + t * ud) <= f0 + ARMIJO * t * slope + noise:
+            break
+        t *= 0.5
+    return t
+
+
+def _new_active_set(rows, grams, A, A_new, k, report):
+    """Row ``k``'s active set after its step is ``A_new``: its Gram updated by the points that
+    entered and left (formed again where more changed than it holds), its report counted."""
+    enter, leave = A_new & ~A[k], A[k] & ~A_new
+    n_changed = int(enter.sum() + leave.sum())
+    report.steps += 1
+    report.changes.append(n_changed)
+    if n_changed > min(int(A_new.sum()), A_new.size - int(A_new.sum())):
+        grams[k] = rows.gram(A_new, exact=report.refined or None)
+    elif n_changed:
+        rows.update(grams[k], enter, leave)
+    A[k] = A_new
+    report.exact = report.exact and not n_changed
 
 
 def solve(block, start, target, max_steps=None, batch=None):

@@ -34,7 +34,7 @@ import math
 import os
 import time
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import cvxpy as cp
 import numpy as np
@@ -276,20 +276,37 @@ def solve_piece(template, solver, opts, warm=None):
     )
 
 
-def solve_chunk(
-    cache, key, acts, consts, solver, opts, shared, pieces, warms=None, attempts=((), ())
-):
-    """Solve a list of piece parameter dicts on one template (built once, cached in ``cache``).
+class TemplateSpec(NamedTuple):
+    """Which template solves a block's pieces: its key, the activations and the constants
+    compiled into it (``templates.build``)."""
 
-    A template whose compiled-in constants differ from ``consts`` is rebuilt in place (one
-    template per key). ``attempts = (qp, conic)``: setting overrides tried in turn until a run
-    ends ``optimal``; ``opts`` override them (the user's options and those of the block's
-    family, ``BLOCK_OPTS``). Returns one ``(x, status, iterations, gap, seconds, retries)`` per
-    piece.
+    key: Any
+    acts: Any
+    consts: Any
+
+
+class SolveWith(NamedTuple):
+    """How the pieces are solved: the CVXPY solver, its options (the user's and the block
+    family's, ``BLOCK_OPTS``) and ``attempts = (qp, conic)``, the setting overrides tried in
+    turn until a run ends ``optimal`` (``opts`` override them)."""
+
+    solver: Any
+    opts: dict
+    attempts: tuple = ((), ())
+
+
+def solve_chunk(cache, spec, how, shared, pieces, warms=None):
+    """Solve a list of piece parameter dicts on one template (``spec``: a
+    :class:`TemplateSpec`, built once, cached in ``cache``) as ``how`` says (a
+    :class:`SolveWith`).
+
+    A template whose compiled-in constants differ from ``spec.consts`` is rebuilt in place (one
+    template per key). Returns one ``(x, status, iterations, gap, seconds, retries)`` per piece.
     """
+    key, (solver, opts, attempts) = spec.key, how
     template = cache.get(key)
-    if template is None or not template.matches(consts):
-        template = cache[key] = _tpl.build(key, acts, consts)
+    if template is None or not template.matches(spec.consts):
+        template = cache[key] = _tpl.build(key, spec.acts, spec.consts)
         cache.builds[key] = cache.builds.get(key, 0) + 1
     template.set(shared)
     sequence = list(attempts[0] if template.problem.is_qp() else attempts[1]) or [{}]
@@ -333,10 +350,8 @@ def worker_cache_info():
     return dict(_WORKER_CACHE.builds)
 
 
-def _worker(key, acts, consts, solver, opts, shared, pieces, warms, attempts):
-    return solve_chunk(
-        _WORKER_CACHE, key, acts, consts, solver, opts, shared, pieces, warms, attempts
-    )
+def _worker(spec, how, shared, pieces, warms):
+    return solve_chunk(_WORKER_CACHE, spec, how, shared, pieces, warms)
 
 
 class OracleBackend(BackendDefaults):
@@ -605,18 +620,8 @@ class OracleBackend(BackendDefaults):
         if not values:
             results = []
         elif self.n_jobs == 1 or len(values) == 1:
-            results = solve_chunk(
-                self._templates,
-                key,
-                plan.acts,
-                plan.consts,
-                self.solver,
-                opts,
-                plan.shared,
-                values,
-                warms,
-                self.attempts,
-            )
+            spec, how = TemplateSpec(key, plan.acts, plan.consts), self._how(opts)
+            results = solve_chunk(self._templates, spec, how, plan.shared, values, warms)
         else:
             results = self._parallel(block, key, plan, opts, values, warms)
         argmin = np.empty(block.shape)
@@ -639,6 +644,10 @@ class OracleBackend(BackendDefaults):
             argmin[:, cols] = Z
         return argmin, worst, iters, gaps, retried
 
+    def _how(self, opts):
+        """This backend's :class:`SolveWith` with the block's options ``opts``."""
+        return SolveWith(self.solver, opts, self.attempts)
+
     def _parallel(self, block, key, plan, opts, values, warms):
         n = min(self.n_jobs, len(values))
         bounds = np.linspace(0, len(values), n + 1).astype(int)
@@ -647,15 +656,11 @@ class OracleBackend(BackendDefaults):
             [
                 (
                     _worker,
-                    key,
-                    plan.acts,
-                    plan.consts,
-                    self.solver,
-                    opts,
+                    TemplateSpec(key, plan.acts, plan.consts),
+                    self._how(opts),
                     plan.shared,
                     values[a:b],
                     None if warms is None else warms[a:b],
-                    self.attempts,
                 )
                 for a, b in zip(bounds[:-1], bounds[1:])
             ],

@@ -96,14 +96,16 @@ def _rows_for(Xt, key, lam, c):
     return rows
 
 
-def solve_share(Xt, key, lam, c, Q, start, target, first=0, keep_grams=False):
+def solve_share(Xt, block, Q, start, target, first=0, keep_grams=False):
     """On a worker: the rows ``Q`` (the block's rows ``first, first + 1, ...``) from ``start``
-    (None: the ridge point); returns ``(W, reports)`` as ``active_rows.solve_rows``. With
+    (None: the ridge point), ``block = (key, lam, c)`` (X~'s key, the block's lam and
+    ``c = rho + gamma``); returns ``(W, reports)`` as ``active_rows.solve_rows``. With
     ``keep_grams`` each row starts from the Gram it ended with in an earlier call on this
     worker (taken out while the rows are solved: a failed task leaves none behind) and leaves
     its final one."""
+    key = block[0]
     with _one_thread():
-        rows = _rows_for(Xt, key, lam, c)
+        rows = _rows_for(Xt, *block)
         if start is None:
             start = rows.ridge(Q)
         if not keep_grams:
@@ -164,9 +166,7 @@ class WorkerRows:
                 client.submit(
                     solve_share,
                     data,
-                    key,
-                    float(block.lam),
-                    float(c),
+                    (key, float(block.lam), float(c)),
                     Q[a:b],
                     None if start is None else start[a:b],
                     float(target),

@@ -96,37 +96,7 @@ def solve(block, Q, c, start, target, slope, noise, workers=None):
     Xt, lam = block.Xt, block.lam
     n, m = Xt.shape
     if use_dual(n, m, slope):
-        H = Xt.T @ Xt
-        H[np.diag_indices(m)] += 2.0 * c / lam
-        if slope:
-            delta = (1.0 / slope - 1.0) * 2.0 * c / lam
-            H = np.block([[H, -H], [-H, H + delta * np.eye(m)]])
-        dual = RowDual(_nnls.SharedGram(H), m, bool(slope))
-        passive = None if start is None else dual.passive((start @ Xt > 0).T)
-        M, pivots, unsolved = _nnls.solve_gram(
-            dual.gram, dual.lift((Q @ Xt).T), passive, PIVOT_ROUNDS
-        )
-        W = (Q - (Xt @ dual.lower(M)).T) / (2.0 * c)
-        W, steps = newton_rows(
-            block,
-            W,
-            Q,
-            c,
-            target,
-            REFINE_STEPS,
-            noise,
-            lambda w, g: (g - Xt @ dual.inverse(Xt.T @ g, w @ Xt > 0)) / (2.0 * c),
-        )
-        return (
-            W,
-            pivots + steps,
-            {
-                "route": "dual",
-                "pivots": pivots,
-                "newton_steps": steps,
-                "unsolved_rows": len(unsolved),
-            },
-        )
+        return _dual(block, Q, c, start, target, slope, noise)
     if not slope and m > ACTIVE_MIN:
         return _active(block, Q, c, start, target, noise, workers)
     if start is None:  # every pre-activation positive: (lam X~ X~^T + 2c I) w = q
@@ -144,6 +114,33 @@ def solve(block, Q, c, start, target, slope, noise, workers=None):
         lambda w, g: _primal_inverse(block, c, w, g),
     )
     return W, steps, {"route": "primal", "newton_steps": steps}
+
+
+def _dual(block, Q, c, start, target, slope, noise):
+    """The ``dual`` route: the rows' NNLS duals on one shared Gram (``RowDual``), then Newton
+    refinement on the primal rows; ``(W, iterations, info)`` as ``solve``."""
+    Xt, lam, m = block.Xt, block.lam, block.Xt.shape[1]
+    H = Xt.T @ Xt
+    H[np.diag_indices(m)] += 2.0 * c / lam
+    if slope:
+        delta = (1.0 / slope - 1.0) * 2.0 * c / lam
+        H = np.block([[H, -H], [-H, H + delta * np.eye(m)]])
+    dual = RowDual(_nnls.SharedGram(H), m, bool(slope))
+    passive = None if start is None else dual.passive((start @ Xt > 0).T)
+    M, pivots, unsolved = _nnls.solve_gram(dual.gram, dual.lift((Q @ Xt).T), passive, PIVOT_ROUNDS)
+    W = (Q - (Xt @ dual.lower(M)).T) / (2.0 * c)
+    W, steps = newton_rows(
+        block,
+        W,
+        Q,
+        c,
+        target,
+        REFINE_STEPS,
+        noise,
+        lambda w, g: (g - Xt @ dual.inverse(Xt.T @ g, w @ Xt > 0)) / (2.0 * c),
+    )
+    info = {"route": "dual", "pivots": pivots, "newton_steps": steps}
+    return W, pivots + steps, {**info, "unsolved_rows": len(unsolved)}
 
 
 def _active(block, Q, c, start, target, noise, workers=None):
