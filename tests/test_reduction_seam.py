@@ -15,10 +15,10 @@ The W-blocks' nonlinear CG (``pncg.py``) takes its sums over the columns of X~ (
 data part, the Gram preconditioner, the line searches' derivatives and changes, the values, the
 block's own KKT residual) through the same seam, and W is whole on every shard: every shard
 returns the same W, equal to the one-process solve's up to the order of the sums, on every
-W-block of both networks that a column split serves (the MLP's W_0 has fewer points than rows
-of X~: its data-space solve needs every column, and the split is refused by name), in the
-training's capped solves (10 steps) and in tested ones (to 1e-9, no Newton rows: a Newton row
-needs its row's every point). A planted fault that keeps each shard's own gradient shows.
+W-block of both networks, in the training's capped solves (10 steps) and in tested ones (to
+1e-9). A block whose solve needs every column of its rows (data space: the MLP's W_0 has fewer
+points than rows of X~; Newton rows) moves from column shards to row shards first, where the
+figures over the rows are reduced. A planted fault that keeps each shard's own gradient shows.
 """
 
 import dataclasses
@@ -182,19 +182,47 @@ def test_w_shards_reproduce_the_one_process_solve(states, name, l, setting, P):
     assert np.max(np.abs(out[0][0] - whole)) <= 1e-12 * np.max(np.abs(whole))
 
 
-def test_a_data_space_block_is_not_split_by_columns(states):
-    """The MLP's W_0 (785 rows of X~, 500 points) solves in data space in one process: on
-    column shards it is refused, naming the split it needs."""
-    block = _w_block(states, "mlp", 0)
-    assert solve_pncg(np, block, block.W0, 1e-6, 10)[2]["data_space"]
-    with pytest.raises(ValueError, match=r"fewer points \(500\) than rows of X~ \(785\)"):
-        w_sharded(block, W_SOLVES["capped"], reduce.SimulatedComm(2, timeout=20))
+#: Newton rows from the first step, rows frozen at every step (a row shard may freeze all its own)
+NEWTON = PncgSettings(newton_start=0, flip_tol=10**6, compact_every=1)
+#: (network, layer, rho 0: the span solve, (max_iter, tol, settings), the method it takes)
+ROW_CASES = {
+    "mlp-W_0-capped": ("mlp", 0, False, W_SOLVES["capped"], "pncg"),
+    "mlp-W_0-span-capped": ("mlp", 0, True, W_SOLVES["capped"], "pncg-span"),
+    "mlp-W_0-span-tested": ("mlp", 0, True, W_SOLVES["tested"], "pncg-span"),
+    "mlp-W_0-newton-capped": ("mlp", 0, False, (10, 1e-6, NEWTON), "pncg"),
+    "lenet5-W_2-newton-tested": ("lenet5", 2, False, (300, 1e-9, NEWTON), "pncg"),
+    "lenet5-W_3-newton-tested": ("lenet5", 3, False, (300, 1e-9, NEWTON), "pncg"),
+}
 
 
-def test_newton_rows_on_column_shards_are_refused_by_name(states):
-    block = _w_block(states, "lenet5", 3)
-    with pytest.raises(ValueError, match="Newton rows need every column.*newton_cap=0, got None"):
-        w_sharded(block, (300, 1e-9, PncgSettings()), reduce.SimulatedComm(2, timeout=20))
+@pytest.mark.parametrize("P", [2, 3])
+@pytest.mark.parametrize("case", sorted(ROW_CASES))
+def test_a_block_that_needs_every_column_moves_to_rows(states, case, P):
+    """The MLP's W_0 (785 rows of X~, 500 points) solves in data space (with rho = 0 from the
+    proximal centre, in the batch's span: ``span.py``), and Newton rows need every point of
+    their row. On column shards such a block moves to row shards (``to_rows``: each shard its
+    rows of W and V over every column), where the figures over the rows (the tests' maxima,
+    the values, the frozen rows' count) are reduced, and W is gathered whole on every shard."""
+    name, l, rho0, solve, method = ROW_CASES[case]
+    block = _w_block(states, name, l)
+    block = dataclasses.replace(block, rho=0.0) if rho0 else block
+    max_iter, tol, settings = solve
+    whole, steps, info = solve_pncg(np, block, block.W0, tol, max_iter, settings=settings)
+    assert info["method"] == method and info["data_space"] == (name == "mlp")
+    assert (info["newton_rows"] > 0) == (settings is NEWTON)
+    if tol == 1e-9:
+        assert info["converged"] and steps < max_iter
+    out = w_sharded(block, solve, reduce.SimulatedComm(P))
+    assert [it for _, it in out] == [steps] * P
+    assert all(np.array_equal(W, out[0][0]) for W, _ in out)
+    assert np.max(np.abs(out[0][0] - whole)) <= 1e-12 * np.max(np.abs(whole))
+
+
+def test_a_coupled_last_block_is_refused_on_row_shards(states):
+    block = _w_block(states, "mlp", 1)  # cross-entropy couples the rows
+    comm = reduce.SimulatedComm(2, timeout=20, split="rows")
+    with pytest.raises(ValueError, match="CrossEntropy couples its rows: split it by columns"):
+        comm.run(lambda shard: solve_pncg(np, block, block.W0, 1e-6, 10, comm=shard))
 
 
 def test_a_w_gradient_that_bypasses_the_seam_is_caught(states, monkeypatch):
@@ -238,3 +266,81 @@ def test_the_other_last_w_solves_on_shards_reproduce_one_process(states, loss, P
     out = reduce.SimulatedComm(P).run(lambda shard: solve(columns(block, cols[shard.rank]), shard))
     assert all(np.array_equal(W, out[0]) for W in out)
     assert np.max(np.abs(out[0] - whole)) <= 1e-12 * np.max(np.abs(whole))
+
+
+class Sharded:
+    """The fast backend's block solvers with every solve on ``P`` column shards of a
+    ``SimulatedComm`` (a thread each): an X-block's columns split (``restrict``), a W-block's
+    columns of X~ and of its targets (``columns``); the argmin and the image reassembled. Each
+    shard keeps its own Gram factors (a cache per rank), as a process of its own would."""
+
+    def __init__(self, P, solve_x, solve_pncg):
+        self.P, self.solve_x, self.solve_pncg = P, solve_x, solve_pncg
+        self.caches = [{} for _ in range(P)]
+        self.solves = 0
+
+    def split(self, m):
+        return np.array_split(np.arange(m), self.P)
+
+    def x(self, xp, block, Z, tol, max_iter, settings):
+        cols = self.split(Z.shape[1])
+
+        def work(shard):
+            part = block.restrict(cols[shard.rank])
+            return self.solve_x(xp, part, Z[:, cols[shard.rank]], tol, max_iter, settings, shard)
+
+        return self.joined(reduce.SimulatedComm(self.P).run(work), axis=1)
+
+    def w(self, xp, block, W, tol, max_iter, cache, settings):
+        cols = self.split(block.Xt.shape[1])
+
+        def work(shard):
+            part, mine = columns(block, cols[shard.rank]), self.caches[shard.rank]
+            return self.solve_pncg(xp, part, W, tol, max_iter, mine, settings, shard)
+
+        return self.joined(reduce.SimulatedComm(self.P).run(work), axis=None)
+
+    def joined(self, out, axis):
+        """One solve's result from its shards': the same steps on each, the argmin joined by
+        columns (``axis=1``) or whole on each (None), the images joined by columns."""
+        self.solves += 1
+        (Z, it, info), steps = out[0], [o[1] for o in out]
+        assert steps == [it] * self.P
+        if axis is not None:
+            Z = np.concatenate([o[0] for o in out], axis=axis)
+        images = [o[2].get("U") for o in out]
+        U = None if any(u is None for u in images) else np.concatenate(images, axis=1)
+        return Z, it, {**info, "U": U}
+
+
+@pytest.mark.parametrize("P", [2, 3])
+@pytest.mark.parametrize("recipe", ["mlp", "lenet5"])
+def test_whole_networks_on_shards_reproduce_one_process_training(recipe, P, monkeypatch):
+    """The pinned recipes (three batches of Algorithm 2 as the MNIST benchmarks train the MLP
+    and LeNet-5, float64, with the certificate's checks on the last) with every block solved
+    on P column shards: the same weights and X's as in one process, to 1e-12 of each array's
+    largest entry, and the same certificate (its checks, verdicts and violations: the capped
+    blocks above the tolerance, whose residuals agree to 1e-9)."""
+    from fenchel_cvx import fast
+    from pinned import record
+
+    data = record.mnist()
+    one = record.run_batches(recipe, compile=False, data=data)
+    sharded = Sharded(P, fast.solve_x, fast.solve_pncg)
+    monkeypatch.setattr(fast, "solve_x", sharded.x)
+    monkeypatch.setattr(fast, "solve_pncg", sharded.w)
+    many = record.run_batches(recipe, compile=False, data=data)
+    rounds, n_W = len(one.records), len(one.snapshots[0][1])
+    assert sharded.solves == rounds * (2 * n_W - 1)  # every X_l and W_l of every round
+    for (name, A), (name_s, B) in zip(one.snapshots, many.snapshots):
+        assert name == name_s
+        for a, b in zip(A, B):
+            assert np.max(np.abs(a - b)) <= 1e-12 * np.max(np.abs(a)), name
+    assert [r["certificate"]["checked"] for r in one.records][-1]  # the last round checked
+    for rec, rec_s in zip(one.records, many.records):
+        cert, cert_s = rec["certificate"], rec_s["certificate"]
+        assert (cert.get("checked"), cert["held"]) == (cert_s.get("checked"), cert_s["held"])
+        found = [(v["check"], v["layer"], v["detail"]) for v in cert_s["violations"]]
+        assert found == [(v["check"], v["layer"], v["detail"]) for v in cert["violations"]]
+        for v, v_s in zip(cert["violations"], cert_s["violations"]):
+            assert v_s["value"] == pytest.approx(v["value"], rel=1e-9, nan_ok=True)

@@ -93,6 +93,11 @@ def kkt(xp, Z, parts, project=None, comm=LOCAL):
     return r / (1.0 + scale)
 
 
+def most(xp, A):
+    """``max(A)``, and 0 where A is empty (a row shard whose rows are all frozen)."""
+    return xp.max(A) if math.prod(A.shape) else 0.0
+
+
 def proves_above(xp, gs, c2, per, scale, tol):
     """Whether ``max|g| / (1 + scale) > tol`` follows from a Gram preconditioner ``G >= c2 I``:
     ``|g_i|_2^2 >= c2 g_i G^{-1} g_i^T = c2 gs_i`` gives ``max|g| >= sqrt(c2 max_i gs_i / per)``

@@ -33,7 +33,7 @@ from array_api_compat import device
 from ..arrays import clip, host_if_cheap
 from ..blocks import WHidden
 from . import span
-from ._util import keep_descent, kkt, part, pr_plus, proves_above
+from ._util import keep_descent, kkt, most, part, pr_plus, proves_above
 from .reduce import LOCAL
 from .wblocks import (
     DEFAULT_SETTINGS,
@@ -108,15 +108,13 @@ class PncgState(NamedTuple):
 
 def problem(xp, block, tol, max_iter, cache=None, settings=DEFAULT_SETTINGS, comm=LOCAL):
     """The :class:`PncgProblem` of ``block``: its Gram preconditioner (from ``cache`` where one
-    serves, ``wblocks.gram_preconditioner``) and its objective. On column shards (``comm``)
-    a WHidden solve takes no Newton rows (a row's Newton step needs all its points): a
-    ``ValueError`` where the settings would let them start."""
+    serves, ``wblocks.gram_preconditioner``) and its objective. A last W-block whose loss
+    couples its rows (cross-entropy) is refused on row shards."""
     hidden = isinstance(block, WHidden)
-    if comm.P > 1 and hidden and settings.newton_cap != 0 and max_iter > settings.newton_start:
+    if comm.rows.P > 1 and not hidden and block.piece_axis is None:
         raise ValueError(
-            f"Newton rows need every column of their row: on {comm.P} column shards a solve "
-            f"of more than newton_start={settings.newton_start} steps (max_iter={max_iter}) "
-            f"needs newton_cap=0, got {settings.newton_cap!r}"
+            f"the last W-block of a {type(block.loss).__name__} couples its rows: split it by "
+            f"columns, not over {comm.rows.P} row shards"
         )
     pre, factor_kind = gram_preconditioner(
         xp, block, cache, reuse=settings.gram_reuse, rows=block.shape[0] * max_iter, comm=comm
@@ -173,7 +171,7 @@ def _first_direction(p, s):
     parts = objective.parts(s.A, R)
     s = s._replace(parts=parts)
     g = parts[0] + parts[1]
-    if p.tested and kkt(xp, s.W, parts) <= p.tol:
+    if p.tested and kkt(xp, s.W, parts, comm=p.comm.rows) <= p.tol:
         return s._replace(end="converged")
     if not data_space:
         sd, _, newton, active = objective.precondition(g, s.A, R, s.U, 0)
@@ -188,11 +186,12 @@ def _above(p, s):
     Rounding in s can only make it pass where the residual is within a few eps of the
     start's terms (the tol floor is 64 eps): then a step is taken, never a false optimum."""
     xp, objective = p.xp, s.objective
-    per = math.prod(s.W.shape) // math.prod(s.gs.shape)  # entries per inner product
-    a2 = float(xp.max(xp.sum(s.A * s.A, axis=1)))
+    per = math.prod(s.W.shape) // max(1, math.prod(s.gs.shape))  # entries per inner product
+    maxima = [most(xp, xp.sum(s.A * s.A, axis=1)), most(xp, xp.abs(s.parts[1])), most(xp, s.gs)]
+    a2, r1, gs = (float(m) for m in p.comm.rows.reduce(maxima, "max"))
     x2 = objective.pre.xt_norm2(xp)
-    scale = max(abs(objective.coef) * math.sqrt(a2 * x2), float(xp.max(xp.abs(s.parts[1]))))
-    return proves_above(xp, s.gs, objective.pre.c2, per, scale, p.tol)
+    scale = max(abs(objective.coef) * math.sqrt(a2 * x2), r1)
+    return proves_above(xp, xp.asarray(gs), objective.pre.c2, per, scale, p.tol)
 
 
 def step(p, s):
@@ -238,7 +237,7 @@ def _tests(p, s):
     """The stopping tests after a move: a residual at ``tol`` confirmed by the block's own
     (``_confirm``) converges; near the precision's floor, ``stall_window`` steps without
     halving it stall."""
-    r = _residual(s)
+    r = _residual(p, s)
     if r <= p.tol:
         s, r = _confirm(p, s)
         if r <= p.tol:
@@ -252,12 +251,14 @@ def _tests(p, s):
     return s._replace(r=r)
 
 
-def _residual(s):
-    """The KKT residual from the parts at hand, the frozen rows included."""
-    xp = s.objective.xp
+def _residual(p, s):
+    """The KKT residual from the parts at hand, the frozen rows included (maxima over the
+    block's row shards)."""
+    xp = p.xp
     g = xp.abs(s.parts[0] + s.parts[1])
-    scale = max(s.frozen[1], *(float(xp.max(xp.abs(q))) for q in s.parts))
-    return max(s.frozen[0], float(xp.max(g))) / (1.0 + scale)
+    maxima = [most(xp, g), *s.frozen, *(most(xp, xp.abs(q)) for q in s.parts)]
+    r, frozen_r, *scales = (float(m) for m in p.comm.rows.reduce(maxima, "max"))
+    return max(frozen_r, r) / (1.0 + max(scales))
 
 
 def _confirm(p, s):
@@ -265,7 +266,7 @@ def _confirm(p, s):
     W X~ is formed again: the loop goes on from it, or ``finish`` reports the value from it
     (exact, not drifted by the updates; all rows only, as ``finish`` needs)."""
     W_full = _full(p, s)
-    r = kkt(p.xp, W_full, block_parts(p.block, W_full, p.comm), p.block.project)
+    r = kkt(p.xp, W_full, block_parts(p.block, W_full, p.comm), p.block.project, p.comm.rows)
     U, parts, A = s.U, s.parts, s.A
     if r > p.tol or s.rows is None:
         U = s.objective.forward(s.W)
@@ -286,7 +287,9 @@ def _compact(p, s):
     row_g = xp.max(xp.abs(parts[0] + parts[1]), axis=1)
     done = row_g <= 0.5 * p.tol
     n_done = int(xp.sum(xp.astype(done, xp.int64)))
-    if not (n_done >= max(1, s.W.shape[0] // 8) and n_done < s.W.shape[0]):
+    # the decision is the whole block's (over its row shards); each shard freezes its own rows
+    n_all, p_all = p.comm.rows.reduce([n_done, s.W.shape[0]], "sum")
+    if not (n_all >= max(1, p_all // 8) and n_all < p_all) or n_done == 0:
         return s
     keep, drop = xp.nonzero(xp.logical_not(done))[0], xp.nonzero(done)[0]
     frozen = (
@@ -352,9 +355,10 @@ def finish(p, s):
             # the line searches saw W X~ through the data-space identity: the guard at the true
             # image (``_util.keep_descent``); a reported residual is then the guarded point's
             W, U, guarded, reverted = keep_descent(xp, p.block, *s.start, W)
+            guarded, reverted = p.comm.rows.reduce([guarded, reverted], "sum")
             info["reverted_rows"] = host_if_cheap(xp, reverted, int)
             if not math.isnan(r) and int(reverted):
-                r = kkt(xp, W, p.block.grad_parts(W))
+                r = kkt(xp, W, p.block.grad_parts(W), comm=p.comm.rows)
     info.update(
         converged=converged, newton_rows=host_if_cheap(xp, s.n_newton, int),
         restarts=host_if_cheap(xp, s.n_restart, int), residual=r, U=U,
@@ -388,15 +392,19 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, settings=DEFAULT_SETTING
     (``arrays.cheap_reads``), its steps read nothing back to the host (the line search's Newton
     iterations run a fixed count, ``newton_1d``; ``info``'s counters stay 0-d arrays).
 
-    ``comm``: the block's column shards (``reduce.py``; the block's X~ and targets are this
-    shard's columns, ``W`` is whole): every sum over the columns goes through its ``reduce``,
-    so every shard takes the same steps and returns the same W. All decisions are global
-    (the step lengths, the tests, the rows frozen); data space and Newton rows, which need
-    every column, are refused on more than one shard (``problem``).
+    ``comm``: the block's shards (``reduce.py``). Split by columns (the block's X~ and targets
+    are this shard's columns, ``W`` is whole), every sum over the columns goes through its
+    ``columns`` role, so every shard takes the same steps and returns the same W; a WHidden
+    solve that needs every column of its rows (data space, Newton rows) moves to rows first
+    (``_by_rows``). Split by rows (this shard's rows of W, every column), the figures over the
+    rows (the tests' maxima, the values, the counts of frozen rows) go through its ``rows``
+    role. All decisions are the whole block's: the step lengths, the tests, the rows frozen.
     """
     hidden = isinstance(block, WHidden)
     if not hidden and block.loss.last_w_solver == "newton":  # the loss's own choice
         return solve_newton(xp, block, W, tol, max_iter, cache, settings, comm)
+    if hidden and comm.columns.P > 1 and _needs_every_column(block, max_iter, settings, comm):
+        return _by_rows(xp, block, W, (tol, max_iter), cache, settings, comm)
     p = problem(xp, block, tol, max_iter, cache, settings, comm)
     pre = p.objective.pre
     if hidden and span.applies(
@@ -410,10 +418,41 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, settings=DEFAULT_SETTING
     return finish(p, s)
 
 
+def _needs_every_column(block, max_iter, settings, comm):
+    """Whether a WHidden solve on column shards needs every column of its rows: data space
+    (fewer points in all than rows of X~: the batch's Gram ``X~^T X~``) or Newton rows (a row's
+    Hessian among all its active points, possible past ``newton_start`` steps)."""
+    (points,) = comm.columns.reduce([block.Xt.shape[1]], "sum")
+    newton = settings.newton_cap != 0 and max_iter > settings.newton_start
+    return points < block.Xt.shape[0] or newton
+
+
+def _by_rows(xp, block, W, stop, cache, settings, comm):
+    """A WHidden block held by columns (this shard's X~ and V columns, W whole), moved to row
+    shards (``reduce.to_rows``: each shard its rows of W and V over every column, X~ whole),
+    solved there (``stop = (tol, max_iter)``), and W gathered whole on every shard; ``info``'s
+    ``U`` is None (the image of this shard's columns is not formed)."""
+    p, P, rank = block.V.shape[0], comm.P, comm.rank
+    counts = [p // P + (r < p % P) for r in range(P)]
+    lo = sum(counts[:rank])
+    mine = slice(lo, lo + counts[rank])
+    moved = part(
+        block,
+        Xt=xp.concat(comm.all_gather(block.Xt), axis=1),
+        V=comm.to_rows(block.V, counts),
+        W0=None if block.W0 is None else block.W0[mine],
+    )
+    rows = comm.with_split("rows")
+    W_rows, it, info = solve_pncg(xp, moved, W[mine], *stop, cache, settings, rows)
+    return xp.concat(comm.all_gather(W_rows), axis=0), it, {**info, "U": None}
+
+
 def _scatter_rows(xp, full, sub, rows):
     """``full`` with its rows ``rows`` (sorted global indices) replaced by ``sub``, with no
     in-place writes."""
     p, k = full.shape[0], rows.shape[0]
+    if k == 0:  # every row frozen (a row shard's)
+        return full
     ar = xp.arange(p, dtype=rows.dtype, device=device(rows))
     pos = clip(xp.searchsorted(rows, ar), 0, k - 1)
     hit = xp.take(rows, pos) == ar

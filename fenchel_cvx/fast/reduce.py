@@ -14,9 +14,21 @@ one op for all the values or one each), so that every shard decides alike:
   shards' parts in shard order: one process reproduces a P-way split's iterates, so a test
   shows that the seam catches every sum (a figure that bypasses it decides per shard).
 
-The FISTA solver of the X-blocks (``xblocks.py``) goes through it. Which decisions are global:
-all of FISTA's (its restart test is one inner product over the whole block, its descent guard
-compares the whole block's values), as the one-process solver takes them; none is per column.
+A W-block splits two ways: by its columns (each shard its data points, W whole: the sums over
+the points are reduced) or by its rows (each shard some rows of W and every column: the
+figures over the rows are reduced, the stopping tests' maxima, the values, the counts). A
+communicator names its split (``split``), and a solver asks it for the two roles: ``columns``
+(the communicator of the sums over data points: itself where it splits columns, else
+:data:`LOCAL`) and ``rows`` (the one of the figures over W's rows). :meth:`all_gather` hands
+every shard's part to every shard, and :meth:`to_rows` moves an array held by columns to rows,
+each shard its rows over every column: the move from a column split to a row split (a hidden
+W-block whose solve needs every column of its rows: data space, Newton rows).
+
+The FISTA solver of the X-blocks (``xblocks.py``) and the nonlinear CG of the W-blocks
+(``pncg.py``, ``span.py``, ``wblocks.py``) go through it. Which decisions are global: all of
+them (FISTA's restart test is one inner product over the whole block, its descent guard
+compares the whole block's values; CG's step lengths, tests and frozen rows see the whole
+block), as the one-process solvers take them; none is per column.
 """
 
 from __future__ import annotations
@@ -26,8 +38,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from array_api_compat import array_namespace
 
 __all__ = ["LOCAL", "Local", "SimulatedComm"]
+
+#: the ways a block splits over shards
+SPLITS = ("columns", "rows")
 
 #: how each op combines the shards' parts (in shard order)
 OPS: dict[str, Callable[[Any, Any], Any]] = {
@@ -44,11 +60,59 @@ def _ops(values: Sequence[Any], op: str | Sequence[str]) -> list[str]:
     return ops
 
 
-class Local:
+class _Moves:
+    """What every communicator does with its ``all_gather``: the move from columns to rows,
+    and its two roles (``columns``, ``rows``)."""
+
+    P: int
+    rank: int
+    split: str
+
+    def all_gather(self, value: Any) -> list:
+        raise NotImplementedError
+
+    def to_rows(self, A: Any, counts: Sequence[int]) -> Any:
+        """This shard's rows of a ``p x m`` array from its columns ``A`` (``p x m_r``): the
+        rows ``counts[0]`` to shard 0, the next ``counts[1]`` to shard 1, ..., each over every
+        column in shard order.
+
+        >>> import numpy as np
+        >>> A = np.arange(12.0).reshape(3, 4)        # 3 rows, 4 columns
+        >>> def move(shard):                         # each shard holds 2 of the columns
+        ...     return shard.to_rows(A[:, 2 * shard.rank : 2 * shard.rank + 2], (2, 1))
+        >>> [part.tolist() for part in SimulatedComm(2).run(move)]   # rows 0-1, then row 2
+        [[[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]], [[8.0, 9.0, 10.0, 11.0]]]
+        """
+        if len(counts) != self.P or sum(counts) != A.shape[0]:
+            raise ValueError(
+                f"counts must be {self.P} row counts summing to {A.shape[0]}, got {counts!r}"
+            )
+        lo = sum(counts[: self.rank])
+        parts = self.all_gather(A)
+        mine = [part[lo : lo + counts[self.rank]] for part in parts]
+        return mine[0] if len(mine) == 1 else array_namespace(A).concat(mine, axis=1)
+
+    def with_split(self, split: str) -> Any:
+        """This communicator's shards, split the other way (``"columns"`` or ``"rows"``)."""
+        raise NotImplementedError
+
+    @property
+    def columns(self) -> Any:
+        """The communicator of the sums over a block's data points (its columns)."""
+        return self if self.split == "columns" else LOCAL
+
+    @property
+    def rows(self) -> Any:
+        """The communicator of the figures over a W-block's rows."""
+        return self if self.split == "rows" else LOCAL
+
+
+class Local(_Moves):
     """The communicator of one process holding every column: a reduction is the figure."""
 
     P = 1
     rank = 0
+    split = "columns"
 
     def reduce(self, values: Sequence[Any], op: str | Sequence[str]) -> list:
         """``values`` (0-d arrays or numbers), each reduced over the shards by its op: here
@@ -58,6 +122,25 @@ class Local:
         [3.0, 4.0]
         """
         return list(values)
+
+    def all_gather(self, value: Any) -> list:
+        """Every shard's ``value``, in shard order: here this one's.
+
+        >>> LOCAL.all_gather(3.0)
+        [3.0]
+        """
+        return [value]
+
+    def with_split(self, split: str) -> Local:
+        return self
+
+    @property
+    def columns(self) -> Local:
+        return self
+
+    @property
+    def rows(self) -> Local:
+        return self
 
 
 #: the communicator of a solve in one process
@@ -73,10 +156,12 @@ class SimulatedComm:
     [[2.0, 3.0], [2.0, 3.0], [2.0, 3.0]]
     """
 
-    def __init__(self, P: int, timeout: float = 60.0) -> None:
+    def __init__(self, P: int, timeout: float = 60.0, split: str = "columns") -> None:
         if not (isinstance(P, int) and P >= 1):
             raise ValueError(f"P must be an integer >= 1, got {P!r}")
-        self.P = P
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        self.P, self.split = P, split
         # a shard that waits this long for the others stops the run: they took another path
         self._barrier = threading.Barrier(P, timeout=timeout)
         self._parts: list[Any] = [None] * P
@@ -115,40 +200,54 @@ class SimulatedComm:
             raise first
         return results
 
-    def _reduce(self, rank: int, values: Sequence[Any], op: str | Sequence[str]) -> list:
-        ops = _ops(values, op)
+    def _exchange(self, rank: int, what: Any, part: Any) -> list:
+        """Every shard's ``part``, in shard order, once every shard has given its own; ``what``
+        names the collective (shards that call different ones took different paths)."""
         if any(self._finished):
             self._barrier.abort()
             raise RuntimeError(
                 f"the shards took different paths: shard {rank} reduces where shard "
                 f"{self._finished.index(True)} has finished"
             )
-        self._parts[rank] = (ops, list(values))
+        self._parts[rank] = (what, part)
         self._barrier.wait()  # every shard's part is in
-        if any(p[0] != ops for p in self._parts):
+        if any(p[0] != what for p in self._parts):
             self._barrier.abort()
             raise RuntimeError(
                 f"the shards reduce different figures at once: {[p[0] for p in self._parts]}"
             )
         parts = [p[1] for p in self._parts]
+        self._barrier.wait()  # every shard has read them before the next collective writes
+        return parts
+
+    def _reduce(self, rank: int, values: Sequence[Any], op: str | Sequence[str]) -> list:
+        ops = _ops(values, op)
+        parts = self._exchange(rank, ops, list(values))
         out = []
         for i, name in enumerate(ops):
             total = parts[0][i]
             for part in parts[1:]:
                 total = OPS[name](total, part[i])
             out.append(total)
-        self._barrier.wait()  # every shard has read them before the next reduction writes
         return out
 
 
-class _Shard:
-    """One shard's view of a :class:`SimulatedComm`: its ``rank`` and ``reduce``."""
+class _Shard(_Moves):
+    """One shard's view of a :class:`SimulatedComm`: its ``rank``, ``reduce`` and
+    ``all_gather``."""
 
-    def __init__(self, comm: SimulatedComm, rank: int) -> None:
+    def __init__(self, comm: SimulatedComm, rank: int, split: str | None = None) -> None:
         self.comm, self.rank, self.P = comm, rank, comm.P
+        self.split = comm.split if split is None else split
+
+    def with_split(self, split: str) -> _Shard:
+        return _Shard(self.comm, self.rank, split)
 
     def reduce(self, values: Sequence[Any], op: str | Sequence[str]) -> list:
         return self.comm._reduce(self.rank, values, op)
+
+    def all_gather(self, value: Any) -> list:
+        return self.comm._exchange(self.rank, "all_gather", value)
 
 
 def _broken(err: BaseException) -> bool:

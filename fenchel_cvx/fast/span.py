@@ -48,7 +48,7 @@ import math
 from typing import Any, NamedTuple
 
 from ..arrays import cheap_reads, host_if_cheap
-from ._util import keep_descent, kkt, pr_plus, proves_above
+from ._util import keep_descent, kkt, most, pr_plus, proves_above
 
 
 def applies(xp, block, W, pre, max_iter, newton_start, newton_cap=None):
@@ -126,7 +126,7 @@ def init(sp):
     gs = prob.dot(r, sigmaK)  # g G^{-1} g^T, per row
     W, res = None, math.inf
     if p.tested:
-        W, res = _residual_unless_above(xp, prob, sp.W0, Z, A, gs, sp.x2, p.tol)
+        W, res = _residual_unless_above(sp, Z, A, gs)
     end = "converged" if res <= p.tol else None
     # gd: the slope <g, d> along d
     return SpanState(Z, U, -sigma, -sigmaK, -gs, sigmaK, gs, 0, 0, 0, W, res, 0, end)
@@ -159,7 +159,7 @@ def step(sp, s):
     sigma_n, sigmaK_n = direction(pre, two_g, cA, Z, U, sp.U0)
     gs_n = prob.dot(r, sigmaK_n)
     if p.tested:
-        W, res = _residual_unless_above(xp, prob, sp.W0, Z, A, gs_n, sp.x2, p.tol)
+        W, res = _residual_unless_above(sp, Z, A, gs_n)
         if res <= p.tol:
             return s._replace(W=W, res=res, end="converged")
     beta, uphill, gd = pr_plus(xp, gs_n, prob.dot(r, s.sigmaK), s.gs, prob.dot(r, dU), restart)
@@ -188,10 +188,11 @@ def finish(sp, s):
         # W X~ = U0 + Z K: a product (0.3x the flops of W @ X~), not the direction's identity
         Z, K = s.Z, prob.pre.K
         W, U, value, reverted = keep_descent(xp, block, W0, U0, W0 + Z @ block.Xt.T, U0 + Z @ K)
+        value, reverted = p.comm.rows.reduce([value, reverted], "sum")  # over the row shards
         info["reverted_rows"] = host_if_cheap(xp, reverted, int)
         res = math.nan
         if p.settings.capped_residual:
-            res = kkt(xp, W, block.grad_parts(W))
+            res = kkt(xp, W, block.grad_parts(W), comm=p.comm.rows)
             converged = res <= p.tol
     info.update(converged=converged, restarts=host_if_cheap(xp, s.restarts, int), residual=res)
     if converged and value is None:
@@ -230,14 +231,19 @@ def direction(pre, two_g, cA, Z, U, U0):
     return sigma, sigmaK
 
 
-def _residual_unless_above(xp, prob, W0, Z, A, gs, x2, tol):
+def _residual_unless_above(sp, Z, A, gs):
     """``(W, residual)`` at ``W0 + Z X~^T``, or ``(None, inf)`` where data-space figures prove
     the residual ``max|g| / (1 + scale)`` above ``tol`` without forming W (``proves_above``;
     ``|a X~^T|_max <= max_i |a_i| sqrt(x2)`` bounds both terms of the scale, ``x2 = max_j
-    |X~_j|^2``)."""
-    rows = lambda M: math.sqrt(float(xp.max(prob.dot(M, M))) * x2)  # noqa: E731
-    scale = max(abs(prob.coef) * rows(A), 2 * prob.block.gamma * rows(Z))
-    if proves_above(xp, gs, prob.pre.c2, W0.shape[1], scale, tol):
+    |X~_j|^2``); maxima over the block's row shards."""
+    p = sp.cg
+    xp, prob = p.xp, p.objective
+    maxima = [most(xp, prob.dot(A, A)), most(xp, prob.dot(Z, Z)), most(xp, gs)]
+    a2, z2, g2 = (float(m) for m in p.comm.rows.reduce(maxima, "max"))
+    scale = max(
+        abs(prob.coef) * math.sqrt(a2 * sp.x2), 2 * prob.block.gamma * math.sqrt(z2 * sp.x2)
+    )
+    if proves_above(xp, xp.asarray(g2), prob.pre.c2, sp.W0.shape[1], scale, p.tol):
         return None, math.inf
-    W = W0 + Z @ prob.block.Xt.T
-    return W, kkt(xp, W, prob.block.grad_parts(W))
+    W = sp.W0 + Z @ prob.block.Xt.T
+    return W, kkt(xp, W, prob.block.grad_parts(W), comm=p.comm.rows)

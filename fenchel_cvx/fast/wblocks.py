@@ -120,9 +120,11 @@ DEFAULT_SETTINGS = PncgSettings()
 class _Problem:
     """Shared pieces: the regulariser (as in blocks.WBlock), forward map, line search.
 
-    ``comm``: the block's column shards (``reduce.py``; the block's X~ and targets are this
-    shard's columns, W is whole): every sum over the columns (the gradient's data part, the
-    line search's derivatives and change, the value) passes through its ``reduce``."""
+    ``comm``: the block's shards (``reduce.py``): split by columns (the block's X~ and targets
+    are this shard's columns, W is whole), every sum over the columns (the gradient's data
+    part, the line search's derivatives and change, the value) passes through its ``columns``
+    role; split by rows (this shard's rows of W, every column), the value's sum over the rows
+    through its ``rows`` role."""
 
     def __init__(self, xp, block, pre, U0=None, kernels=EAGER, comm=LOCAL):
         self.xp, self.block, self.pre, self.comm = xp, block, pre, comm
@@ -149,7 +151,7 @@ class _Problem:
         return self.parts(A, self.reg_grad(W)), A
 
     def parts(self, A, R):
-        (G,) = self.comm.reduce([matmul_nt(A, self.Xt)], "sum")  # A X~^T, over every column
+        (G,) = self.comm.columns.reduce([matmul_nt(A, self.Xt)], "sum")  # A X~^T, every column
         return [G if self.coef == 1 else self.coef * G, R]
 
     def base_step(self, g, A, R, U):
@@ -163,8 +165,9 @@ class _Problem:
 
     def value(self, W, U):
         """The block's value at W from ``U = W X~`` at hand (``block.value`` recomputes it)."""
-        (data,) = self.comm.reduce([self.data_value(U)], "sum")
-        return float(data + self.block._reg_value(W))
+        (data,) = self.comm.columns.reduce([self.data_value(U)], "sum")
+        (value,) = self.comm.rows.reduce([data + self.block._reg_value(W)], "sum")
+        return float(value)
 
     def reg_grad(self, W):
         return self.block._reg_grad(W)
@@ -184,7 +187,7 @@ class _Problem:
         cannot confirm falls back to ``lo`` or beyond it, never to 0."""
         xp = self.xp
 
-        comm = self.comm
+        comm = self.comm.columns
 
         def derivs(t):
             d1, d2 = comm.reduce(self.derivs_at(U, dU, t), "sum")
@@ -243,7 +246,7 @@ class HiddenRows(_Problem):
         self.newton_cap = newton_cap
         # active-set changes (since the last iterate) tolerated for a Newton row
         self.flip_tol = max(2, m // 100) if settings.flip_tol is None else settings.flip_tol
-        self.p0 = block.V.shape[0]  # rows at the start of the solve
+        (self.p0,) = comm.rows.reduce([block.V.shape[0]], "sum")  # rows at the solve's start
         self.newton_start = settings.newton_start  # early iterations change active sets: CG only
         self._largest_k = None  # max |K_jk|, once (``largest_k``)
 
@@ -294,7 +297,8 @@ class HiddenRows(_Problem):
         counts = xp.sum(xp.astype(active, xp.int64), axis=1)
         flips = xp.sum(xp.astype(active != prev_active, xp.int64), axis=1)
         # per-iteration Newton budget ~ p0 cap^3: the cap grows as rows are frozen
-        cap = int(self.newton_cap * (self.p0 / g.shape[0]) ** (1 / 3))
+        (p_all,) = self.comm.rows.reduce([g.shape[0]], "sum")
+        cap = int(self.newton_cap * (self.p0 / p_all) ** (1 / 3))
         small = (counts <= cap) & (flips <= self.flip_tol)
         k = int(xp.sum(xp.astype(small, xp.int64)))
         if k == 0:
@@ -452,8 +456,8 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None, comm=LOCAL):
     """
     Xt = block.Xt
     weights, shift, ridge = _gram_terms(block, xp, block.rho + block.gamma)
-    if comm.P > 1:
-        _column_split_allowed(block, comm, ridge)
+    if comm.columns.P > 1:
+        _column_split_allowed(block, comm.columns, ridge)
     key = (type(block), ridge, block.layer)
     if cache is not None and key in cache:
         X_c, w_c, s_c, pre, uses = cache[key]
@@ -469,13 +473,13 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None, comm=LOCAL):
             if uses < reuse and not (pre.data_space or ridge):
                 cache[key] = (X_c, w_c, s_c, pre, uses + 1)
                 return pre, "stale"
-    data = comm.P == 1 and not ridge and Xt.shape[1] < Xt.shape[0]
+    data = comm.columns.P == 1 and not ridge and Xt.shape[1] < Xt.shape[0]
     w = _scalar(xp, weights) if data else None
     if DataGram.applies(Xt, w, shift):
         pre = DataGram(xp, Xt, w, shift, inverse=rows is None or inverse_pays(Xt.shape[1], rows))
     else:
         pays = rows is None or inverse_pays(Xt.shape[0], rows * reuse)
-        pre = ParamGram(xp, Xt, weights, shift, inverse=ridge or pays, comm=comm)
+        pre = ParamGram(xp, Xt, weights, shift, inverse=ridge or pays, comm=comm.columns)
     # the data-space factor's K serves the Newton rows and span's U = U0 + Z K, and MSE's ridge
     # inverse is the exact one, so those must be X~'s own: a copy (small X~), compared by its
     # contents; a CG parameter-space factor only preconditions, and a stale one still descends: a
@@ -504,7 +508,7 @@ def _column_split_allowed(block, comm, ridge):
 def block_parts(block, W, comm=LOCAL):
     """``block.grad_parts(W)``, its data part summed over the block's column shards."""
     parts = block.grad_parts(W)
-    (parts[0],) = comm.reduce([parts[0]], "sum")
+    (parts[0],) = comm.columns.reduce([parts[0]], "sum")
     return parts
 
 
@@ -535,7 +539,7 @@ def solve_ridge(xp, block, W, tol, max_iter, cache=None, comm=LOCAL):
     ``comm``: the block's column shards (``reduce.py``), over which every sum is taken."""
     pre, factor_kind = gram_preconditioner(xp, block, cache, comm=comm)
     Ginv = pre.Ginv
-    (R,) = comm.reduce([block.Y @ block.Xt.T], "sum")
+    (R,) = comm.columns.reduce([block.Y @ block.Xt.T], "sum")
     if block.gamma:
         R = R + block.gamma * block.W0
     W = R @ Ginv
@@ -640,7 +644,7 @@ def _majorised_length(xp, prob, d, dU, gd):
     along d is still <= 0 there, so the exact line search's bracket starts at it."""
     block = prob.block
     weights = block.loss.column_curvature(block.Y, xp)
-    (data,) = prob.comm.reduce([xp.sum(weights * xp.sum(dU * dU, axis=0))], "sum")
+    (data,) = prob.comm.columns.reduce([xp.sum(weights * xp.sum(dU * dU, axis=0))], "sum")
     bound = data + 2 * prob.c * xp.sum(d * d)
     return -gd / xp.reshape(bound, (1, 1))
 
@@ -678,7 +682,7 @@ def _newton_direction(xp, prob, U, g, cg_iter=NEWTON_CG_ITER):
     loss, Y, Xt = block.loss, block.Y, block.Xt
 
     def hess(D):
-        (HD,) = prob.comm.reduce([loss.hvp(Y, U, D @ Xt) @ Xt.T], "sum")  # over the columns
+        (HD,) = prob.comm.columns.reduce([loss.hvp(Y, U, D @ Xt) @ Xt.T], "sum")  # every column
         return HD + c2 * D
 
     gnorm = math.sqrt(float(xp.sum(g * g)))
