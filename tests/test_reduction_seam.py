@@ -46,6 +46,10 @@ def _network(name):
 
 @pytest.fixture(scope="module")
 def states():
+    return make_states()
+
+
+def make_states():
     """(net, X0, Y, Xs) of each network on the first 500 images, Xs moved off the
     feed-forward point (so that every block has somewhere to go)."""
     ds = load_mnist5k()

@@ -440,7 +440,7 @@ class Auto(Kernels):
 def _largest(args, np_, torch=None):
     """The most entries of any NumPy array among ``args`` (and of any torch tensor, given
     ``torch``): what decides whether a chain is large enough to compile (``MIN_SIZE``)."""
-    flat = _flat(args)
+    flat = _flat(args) if any(type(a) is tuple for a in args) else args
     sizes = [a.size for a in flat if type(a) is np_.ndarray]
     if torch is not None:
         sizes += [a.numel() for a in flat if isinstance(a, torch.Tensor)]
@@ -451,22 +451,26 @@ def _for_trace(torch, np_, args):
     """``(args, numpy_in)``: a chain's arguments as ``Compiled`` traces them (NumPy arrays as
     tensors, no copy; Python floats as 0-d tensors of the first floating array's dtype; the
     entries of tuple arguments alike; anything else as it is), and whether any was a NumPy
-    array (the results then come back as NumPy arrays)."""
-    flat = _flat(args)
-    numpy_in = any(type(a) is np_.ndarray for a in flat)
-    floating = (a for a in flat if type(a) is np_.ndarray and a.dtype.kind == "f")
-    dtype = next((_from_numpy(torch, a).dtype for a in floating), None)
+    array (the results then come back as NumPy arrays). Called at every chain's call: one pass
+    for the arrays, one for the floats, no tensor made twice."""
+    dtype, numpy_in = None, False
 
-    def tensor(a):
-        if type(a) is tuple:
-            return tuple(tensor(b) for b in a)
+    def arrays(a):
+        nonlocal dtype, numpy_in
         if type(a) is np_.ndarray:
-            return _from_numpy(torch, a)
+            t, numpy_in = _from_numpy(torch, a), True
+            if dtype is None and a.dtype.kind == "f":
+                dtype = t.dtype
+            return t
+        return tuple(arrays(b) for b in a) if type(a) is tuple else a
+
+    def floats(a):
         if type(a) is float:
             return torch.tensor(a, dtype=dtype or torch.float64)
-        return a
+        return tuple(floats(b) for b in a) if type(a) is tuple else a
 
-    return [tensor(a) for a in args], numpy_in
+    conv = [arrays(a) for a in args]
+    return [floats(a) for a in conv], numpy_in
 
 
 def _flat(args):

@@ -23,11 +23,13 @@ Bounds (the activation's range, X-blocks only) are handled as in Bertsekas' proj
 coordinates within eps of a bound whose gradient pushes outward take a projected gradient step
 (they land on the bound), the others a Newton-CG step. The Hessian, the piece values and the
 bounds are registered per block class (``functools.singledispatch``); the pieces are the block's
-own (``block.piece_axis``, ``block.restrict``).
+own (``block.piece_axis``, ``block.restrict``). The polish is :func:`init` and :func:`step` on
+an explicit problem (``PolishProblem``) and state (``PolishState``), as the fast solvers are.
 """
 
 import functools
 import math
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -214,35 +216,68 @@ def _newton_step(block, Z, cg_rtol, cg_maxiter):
     return best
 
 
+class PolishProblem(NamedTuple):
+    """One polish, all that stays fixed through it: the block, the target ``tol`` of its KKT
+    residual, the step cap, the inner CG's relative tolerance and iteration cap, and the axis
+    summed to get one value per piece (``_sum_axis``)."""
+
+    block: Any
+    tol: float
+    max_steps: int
+    cg_rtol: float
+    cg_maxiter: int
+    axis: Any
+
+
+class PolishState(NamedTuple):
+    """The point ``Z`` after ``steps`` Newton steps; ``end`` None (go on), ``"converged"`` (the
+    block's KKT residual at ``tol``) or ``"stalled"`` (a step that moved no piece)."""
+
+    Z: Any
+    steps: int
+    end: Any
+
+
+def init(p, Z):
+    """The state at the solver's point ``Z`` (a float64 copy)."""
+    return PolishState(np.array(Z, dtype=float), 0, None)
+
+
+def step(p, s):
+    """One projected Newton-CG step on the pieces (columns, rows) whose own residual is above
+    ``tol`` on the block's scale (every piece where the block is one, or a gradient infinite);
+    ``end`` where the residual is at ``tol`` already or the step moves nothing."""
+    block, Z, axis = p.block, s.Z, p.axis
+    R, scale = natural_residual(block, Z)
+    bound = p.tol * (1.0 + scale)
+    if not R.size or (math.isfinite(bound) and R.max() <= bound):
+        return s._replace(end="converged")
+    if axis is None or not math.isfinite(bound):  # an infinite gradient: every piece
+        new = _newton_step(block, Z, p.cg_rtol, p.cg_maxiter)
+        moved, Z = not np.array_equal(new, Z), new
+    else:
+        idx = np.flatnonzero(R.max(axis=axis) > bound)
+        old = Z[:, idx] if axis == 0 else Z[idx]
+        new = _newton_step(block.restrict(idx), old, p.cg_rtol, p.cg_maxiter)
+        moved = not np.array_equal(new, old)
+        if axis == 0:
+            Z[:, idx] = new
+        else:
+            Z[idx] = new
+    if not moved:
+        return s._replace(Z=Z, end="stalled")
+    return s._replace(Z=Z, steps=s.steps + 1)
+
+
 def polish(block, Z, tol, max_steps=30, cg_rtol=1e-3, cg_maxiter=100):
-    """Projected Newton-CG from ``Z`` until ``block.kkt_residual <= tol``; returns ``(Z, steps)``.
+    """Projected Newton-CG from ``Z`` until ``block.kkt_residual <= tol``; returns ``(Z, steps)``:
+    :func:`init`, then :func:`step` until the state ends or ``max_steps`` steps are taken.
 
     Each step works only on the pieces (columns, rows) whose own residual is above ``tol`` on the
     block's scale, so a block where the solver missed a few pieces costs a few pieces.
     """
-    Z = np.array(Z, dtype=float)
-    axis = _sum_axis(block)
-    steps = 0
-    for _ in range(max_steps):
-        R, scale = natural_residual(block, Z)
-        bound = tol * (1.0 + scale)
-        if not R.size or (math.isfinite(bound) and R.max() <= bound):
-            break
-        if axis is None or not math.isfinite(bound):  # an infinite gradient: every piece
-            new = _newton_step(block, Z, cg_rtol, cg_maxiter)
-            moved = not np.array_equal(new, Z)
-            Z = new
-        else:
-            idx = np.flatnonzero(R.max(axis=axis) > bound)
-            sub = block.restrict(idx)
-            old = Z[:, idx] if axis == 0 else Z[idx]
-            new = _newton_step(sub, old, cg_rtol, cg_maxiter)
-            moved = not np.array_equal(new, old)
-            if axis == 0:
-                Z[:, idx] = new
-            else:
-                Z[idx] = new
-        if not moved:
-            break
-        steps += 1
-    return Z, steps
+    p = PolishProblem(block, tol, max_steps, cg_rtol, cg_maxiter, _sum_axis(block))
+    s = init(p, Z)
+    while s.end is None and s.steps < max_steps:
+        s = step(p, s)
+    return s.Z, s.steps
