@@ -52,7 +52,15 @@ def parse_args(argv=None):
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     add_data_flags(p, validation=False, train_size=False)
     p.add_argument("--quick", action="store_true", help="the embedded 5k MNIST sample")
-    args = p.parse_args(argv)
+    args = check_networks_and_json(p, p.parse_args(argv))
+    if args.repeats < 1:
+        p.error(f"--repeats must be >= 1, got {args.repeats}")
+    return args
+
+
+def check_networks_and_json(p, args):
+    """``args`` with ``network_list`` (``--networks`` split and checked) and ``--json``'s folder
+    checked, before any work (``p.error`` naming the flag)."""
     if args.json is not None:
         from fenchel_cvx.io import check_destination
 
@@ -61,8 +69,6 @@ def parse_args(argv=None):
     unknown = sorted(set(args.network_list) - set(NETWORKS))
     if unknown:
         p.error(f"--networks must name networks of {list(NETWORKS)}; got {unknown}")
-    if args.repeats < 1:
-        p.error(f"--repeats must be >= 1, got {args.repeats}")
     return args
 
 

@@ -530,3 +530,25 @@ def test_gpu_batches_quick_run_on_the_cpu_prints_the_eager_path(capsys):
     assert "newton_step" in calls  # the line search's iterations
     with pytest.raises(SystemExit):
         gpu_batches.parse_args(["--paths", "eager,fast"])
+
+
+def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
+    """``benchmarks/parallel_model.py``: every block of the MLP counted (compute, collectives,
+    bytes; W_0 moved to rows), gloo's latency measured on 2 ranks, the model and the ceiling
+    written. The figures are measured, not asserted; their bookkeeping is."""
+    pytest.importorskip("torch")
+    report = tmp_path / "model.json"
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "parallel_model.py"), "--quick",
+         "--networks", "mlp", "--ranks", "2", "--json", str(report)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    figures = json.loads(report.read_text())
+    mlp = figures["mlp"]
+    assert set(mlp["blocks"]) == {"W_0", "W_1", "X_1"} and mlp["blocks"]["W_0"]["moved"] == 1.0
+    assert all(b["collectives"] > 0 and b["compute_s"] > 0 for b in mlp["blocks"].values())
+    m = mlp["model"]
+    parts = (m["blocks_s"] + m["driver_s"]) / 2 + m["repeated_s"] + m["comm_s"]
+    assert m["batch_P_s"] == pytest.approx(parts) and mlp["ceiling"]["together_s"] > 0
+    assert len(figures["latency_s"]) == 6 and "at most" in out.stdout

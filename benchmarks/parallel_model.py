@@ -1,0 +1,351 @@
+"""FLN on P ranks, before any is built: the cost model of each block, and the machine's ceiling.
+
+For the MNIST MLP's and LeNet-5's FLN as the benchmarks train them (``defaults.training``'s
+tuned setting, the fast backend with ``compile="auto"``, float32, one thread; one epoch of the
+first 4,000 training images, 8 batches of 500, the middle 6 timed), every block solve runs
+through a counting communicator (``fast/reduce.py``'s seam), which gives, per block and batch:
+
+- ``compute``: its seconds on one rank, which P ranks split;
+- ``collectives``: the decisions a P-rank solve takes together (one ``reduce`` each: the seam's
+  sums and maxima), and their bytes. A hidden W-block with fewer points than rows of X~ (the
+  MLP's W_0: data space) moves to row shards (X~ gathered, V moved, W gathered: 6 collectives
+  and their bytes) and every rank repeats its m x m factorisation (``repeated``, timed here);
+- gloo's latency for a collective of those sizes, measured on P ranks of this machine
+  (``TorchComm.reduce`` of one array, the median of 50).
+
+The model of a P-rank batch: ``sum over blocks (compute / P + repeated + collectives x
+latency) + driver / P`` (the driver's own work, the batch time less its blocks': the forward
+pass and the blocks' data, column by column, which each rank does for its share). The
+ceiling: one epoch alone on one rank, then P such epochs at once as P processes:
+``P x alone / together`` is the most P ranks can gain on this machine before any
+communication.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/parallel_model.py \\
+        --data-dir ~/data
+    python benchmarks/parallel_model.py --quick --networks mlp --ranks 2     # a smoke run
+"""
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common.data import add_data_flags, load  # noqa: E402
+from refactor_ab import NETWORKS, TIMED, M, check_networks_and_json, recipe  # noqa: E402
+
+#: the message sizes of the latency table, bytes
+SIZES = (8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)
+#: the epoch's batches (4,000 images, 500 a batch)
+BATCHES = 8
+#: collectives of a hidden W-block's move to rows: X~ (shapes, data), V (shapes, data), W (2)
+MOVE_COLLECTIVES = 6
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--networks", default="mlp,lenet5", help="of: " + ", ".join(NETWORKS))
+    p.add_argument("--ranks", type=int, default=2, help="P, the ranks modelled and measured")
+    p.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    add_data_flags(p, validation=False, train_size=False)
+    p.add_argument("--quick", action="store_true", help="the embedded 5k MNIST sample")
+    p.add_argument("--alone", default=None, help=argparse.SUPPRESS)  # a ceiling's epoch
+    p.add_argument("--latency-rank", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
+    args = check_networks_and_json(p, p.parse_args(argv))
+    if args.ranks < 2:
+        p.error(f"--ranks must be >= 2, got {args.ranks}")
+    return args
+
+
+class Counter:
+    """A communicator of one process that counts the reductions through it and their bytes."""
+
+    P, rank, split = 1, 0, "columns"
+
+    def __init__(self):
+        self.calls = self.bytes = 0
+
+    def reduce(self, values, op):
+        self.calls += 1
+        self.bytes += sum(np.asarray(v).nbytes for v in values)
+        return list(values)
+
+    def with_split(self, split):
+        return self
+
+    @property
+    def columns(self):
+        return self
+
+    @property
+    def rows(self):
+        return self
+
+
+class Roles(Counter):
+    """The two roles counted apart: ``columns`` (the collectives of a column split) and
+    ``rows`` (those of a row split)."""
+
+    def __init__(self):
+        super().__init__()
+        self._rows = Counter()
+
+    @property
+    def rows(self):
+        return self._rows
+
+
+def data(args):
+    from fenchel_cvx.datasets import one_hot
+
+    ds, _ = load(args, dtype="float32")
+    X = np.ascontiguousarray(ds.X_train[:, :M], dtype=np.float32)
+    return X, one_hot(ds.y_train[:M], ds.n_classes).astype(np.float32)
+
+
+def epoch(network, X, Y, probe=None):
+    """One epoch of ``network``'s FLN: the timed batches' seconds (``probe``: called with the
+    batch number before each batch)."""
+    import fenchel_cvx as pkg
+    import fenchel_cvx.bcd
+    import fenchel_cvx.defaults
+    import fenchel_cvx.fast  # noqa: F401 - recipe reads pkg.fast
+
+    net, backend, fit = recipe(pkg, network)
+    stamps = [time.perf_counter()]
+
+    def after(net_, rec):
+        stamps.append(time.perf_counter())
+        if probe is not None:
+            probe(rec["batch"])
+
+    fenchel_cvx.bcd.fit_bcd(net, X, Y, backend=backend, callback=after, **fit)
+    return list(np.diff(stamps)[TIMED])
+
+
+def counted_epoch(network, X, Y):
+    """``(batch seconds, {block: figures per batch})``: one epoch with every solve counted."""
+    from fenchel_cvx import fast
+    from fenchel_cvx.blocks import WHidden
+
+    figures, batch = defaultdict(lambda: defaultdict(float)), [0]
+    solve_x, solve_pncg = fast.solve_x, fast.solve_pncg
+    timed = range(1 + TIMED.start + 1, 1 + BATCHES + TIMED.stop)  # the timed batches' numbers
+
+    def record(block, seconds, comm):
+        if batch[0] + 1 not in timed:
+            return
+        key = f"{'X' if block.kind.startswith('x') else 'W'}_{block.layer}"
+        f = figures[key]
+        moved = isinstance(block, WHidden) and block.Xt.shape[1] < block.Xt.shape[0]
+        f["compute_s"] += seconds
+        f["moved"] = float(moved)
+        if moved:  # a row split: its rows' figures, and the move
+            f["collectives"] += comm.rows.calls + MOVE_COLLECTIVES
+            n1, m = block.Xt.shape
+            f["bytes"] += comm.rows.bytes + 4 * (n1 * m + 2 * block.V.shape[0] * m)
+            f["repeated_s"] += factorisation_seconds(block)
+        else:
+            f["collectives"] += comm.calls
+            f["bytes"] += comm.bytes
+
+    def x(xp, block, Z, tol, max_iter, settings):
+        comm, t0 = Roles(), time.perf_counter()
+        out = solve_x(xp, block, Z, tol, max_iter, settings, comm)
+        record(block, time.perf_counter() - t0, comm)
+        return out
+
+    def w(xp, block, W, tol, max_iter, cache, settings):
+        comm, t0 = Roles(), time.perf_counter()
+        out = solve_pncg(xp, block, W, tol, max_iter, cache, settings, comm)
+        record(block, time.perf_counter() - t0, comm)
+        return out
+
+    fast.solve_x, fast.solve_pncg = x, w
+    try:
+        seconds = epoch(network, X, Y, probe=lambda b: batch.__setitem__(0, b))
+    finally:
+        fast.solve_x, fast.solve_pncg = solve_x, solve_pncg
+    n = len(seconds)
+    per_batch = {k: {name: v / n for name, v in f.items()} for k, f in figures.items()}
+    for k, f in per_batch.items():
+        f["moved"] = figures[k]["moved"]  # a flag, not a count
+    return seconds, per_batch
+
+
+def factorisation_seconds(block):
+    """What every rank of a row split repeats: ``K = X~^T X~`` and the m x m factor."""
+    Xt = np.asarray(block.Xt)
+    t0 = time.perf_counter()
+    K = Xt.T @ Xt
+    K[np.diag_indices_from(K)] += 1.0
+    np.linalg.cholesky(K)
+    return time.perf_counter() - t0
+
+
+# --- gloo's latency -------------------------------------------------------------------------------
+def latency_rank(rank, P, port):
+    """One rank of the latency table: the median seconds of ``TorchComm.reduce`` of one array
+    of each of ``SIZES`` bytes (float32), 50 each after 5 to warm up; rank 0 prints them."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from fenchel_cvx.fast.torch_comm import TorchComm
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=P,
+        timeout=timedelta(seconds=120),
+    )  # fmt: skip
+    comm, table = TorchComm(), {}
+    for size in SIZES:
+        a = np.ones(max(1, size // 4), np.float32)
+        times = []
+        for k in range(55):
+            t0 = time.perf_counter()
+            comm.reduce([a], "sum")
+            if k >= 5:
+                times.append(time.perf_counter() - t0)
+        table[size] = statistics.median(times)
+    dist.destroy_process_group()
+    if rank == 0:
+        print(json.dumps(table), flush=True)
+
+
+def latency_table(P):
+    """``{bytes: seconds}`` of a reduction on P gloo ranks of this machine (a process each)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--latency-rank",
+                str(r),
+                "--ranks",
+                str(P),
+                "--port",
+                str(port),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for r in range(P)
+    ]
+    outs = [p.communicate(timeout=600) for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit("the latency ranks failed: " + outs[0][1][-2000:])
+    return {int(k): v for k, v in json.loads(outs[0][0].strip().splitlines()[-1]).items()}
+
+
+def latency(table, nbytes):
+    """The latency of a collective of ``nbytes``, interpolated in the table (linear in bytes)."""
+    sizes = sorted(table)
+    return float(np.interp(nbytes, sizes, [table[s] for s in sizes]))
+
+
+# --- the ceiling ----------------------------------------------------------------------------------
+def ceiling(network, P, args):
+    """``(alone, together)``: the median timed batch of one rank's epoch alone, and of P such
+    epochs run at once as P processes (the slowest's)."""
+    base = [sys.executable, __file__, "--alone", network, "--ranks", str(P)]
+    base += ["--quick"] if args.quick else ["--data-dir", str(args.data_dir)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def run(n):
+        procs = [
+            subprocess.Popen(base, env=env, stdout=subprocess.PIPE, text=True) for _ in range(n)
+        ]
+        outs = [p.communicate(timeout=1200)[0] for p in procs]
+        return max(float(out.strip().splitlines()[-1]) for out in outs)
+
+    return run(1), run(P)
+
+
+def model(figures, batch_s, table, P):
+    """The modelled P-rank batch and its parts (seconds)."""
+    blocks = sum(f["compute_s"] for f in figures.values())
+    driver = max(0.0, batch_s - blocks)
+    comm = sum(f["collectives"] * latency(table, f["bytes"] / max(f["collectives"], 1))
+               for f in figures.values())  # fmt: skip
+    repeated = sum(f.get("repeated_s", 0.0) for f in figures.values())
+    total = (blocks + driver) / P + repeated + comm
+    return dict(blocks_s=blocks, driver_s=driver, comm_s=comm, repeated_s=repeated, batch_P_s=total)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.latency_rank is not None:
+        return latency_rank(args.latency_rank, args.ranks, args.port)
+    X, Y = data(args)
+    if args.alone is not None:
+        epoch(args.alone, X, Y)  # kernels compiled before the clock
+        print(statistics.median(epoch(args.alone, X, Y)), flush=True)
+        return None
+    P = args.ranks
+    table = latency_table(P)
+    report = dict(
+        machine=platform.processor() or platform.machine(), cores=os.cpu_count(), ranks=P,
+        latency_s={str(k): v for k, v in table.items()},
+    )  # fmt: skip
+    print(f"{P} gloo ranks on {os.cpu_count()} cores; a reduction's latency:", ", ".join(
+        f"{k} B {v * 1e3:.2f} ms" for k, v in table.items()))  # fmt: skip
+    for network in args.network_list:
+        epoch(network, X, Y)  # kernels compiled before the clock
+        seconds, figures = counted_epoch(network, X, Y)
+        batch_s = statistics.median(seconds)
+        m = model(figures, batch_s, table, P)
+        alone, together = ceiling(network, P, args)
+        limit = P * alone / together
+        print(f"\n{network}: one rank {batch_s * 1e3:.1f} ms a batch; per block and batch:")
+        print(f"  {'block':6} {'compute ms':>10} {'collectives':>11} {'KB':>9} {'comm ms':>8}")
+        for key in sorted(figures, key=lambda k: (k[0], int(k[2:]))):
+            f = figures[key]
+            c = f["collectives"] * latency(table, f["bytes"] / max(f["collectives"], 1))
+            moved = (
+                "  rows (moved; repeats %.1f ms)" % (f["repeated_s"] * 1e3) if f["moved"] else ""
+            )
+            print(f"  {key:6} {f['compute_s'] * 1e3:10.1f} {f['collectives']:11.0f} "
+                  f"{f['bytes'] / 1e3:9.1f} {c * 1e3:8.1f}{moved}")  # fmt: skip
+        print(
+            f"  driver {m['driver_s'] * 1e3:.1f} ms; model of {P} ranks: "
+            f"{m['batch_P_s'] * 1e3:.1f} ms a batch = (blocks {m['blocks_s'] * 1e3:.1f} + driver) "
+            f"/ {P} + repeated {m['repeated_s'] * 1e3:.1f} + communication "
+            f"{m['comm_s'] * 1e3:.1f}; speed-up {batch_s / m['batch_P_s']:.2f}x, communication "
+            f"{m['comm_s'] / m['batch_P_s']:.0%} of the batch"
+        )
+        print(
+            f"  ceiling: one rank alone {alone * 1e3:.1f} ms a batch, {P} at once "
+            f"{together * 1e3:.1f} ms: at most {limit:.2f}x on this machine"
+        )
+        report[network] = dict(
+            batch_s=batch_s, blocks=figures, model=m, speedup=batch_s / m["batch_P_s"],
+            ceiling=dict(alone_s=alone, together_s=together, speedup=limit),
+        )  # fmt: skip
+    if args.json:
+        from fenchel_cvx.io import write_json
+
+        write_json(args.json, report)
+    return report
+
+
+if __name__ == "__main__":
+    main()
