@@ -33,6 +33,8 @@ names is the registry ``ACTIVATIONS``: ``register_activation`` adds a class unde
 
 import math
 import numbers
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from array_api_compat import array_namespace
@@ -66,8 +68,8 @@ class Activation(Named):
     v_range = (-math.inf, math.inf)  # the closed range of phi: the domain of v in B(v, u)
     dphi_max: float | None = None  # sup phi' (None: not known)
     open_range = False  # F' infinite at a finite end of the range
-    x_prox = None  # prox(xp, act, r, tau, state) -> (z, state), or None
-    torch_module = None  # a method returning the torch.nn module, or None
+    x_prox: Callable[..., Any] | None = None  # prox(xp, act, r, tau, state) -> (z, state)
+    torch_module: Callable[..., Any] | None = None  # a method: the torch.nn module
 
     def check_range(self, name, V):
         """Raise ``ValueError`` naming ``name`` and its first entry outside phi's closed range."""

@@ -9,7 +9,8 @@ gives every method but ``solve`` a default, for a backend to inherit. Two are re
 - ``"fast"``: the batched array solvers (``fenchel_cvx.fast.FastBackend``), NumPy or CuPy.
 
 Each is imported only when it is built, so that importing the package (or its fast backend)
-loads no CVXPY. Any object with a ``solve`` method is accepted in place of a name
+loads no CVXPY. A new backend is one class registered under its name (``@register_backend``:
+docs page "Add a backend"); any object with a ``solve`` method is accepted in place of a name
 (:func:`as_backend` gives it the defaults).
 """
 
@@ -176,12 +177,26 @@ def _lazy(module, cls):
     keyword ``strict`` goes to a class whose constructor takes it and is dropped otherwise."""
 
     def make(**kwargs):
-        klass = getattr(importlib.import_module(module, __package__), cls)
-        if "strict" in kwargs and "strict" not in inspect.signature(klass).parameters:
-            kwargs.pop("strict")
-        return klass(**kwargs)
+        return _build(getattr(importlib.import_module(module, __package__), cls), kwargs)
 
     make.__name__ = cls
+    return make
+
+
+def _build(klass, kwargs):
+    """``klass(**kwargs)``, ``strict`` dropped where its constructor does not take it."""
+    if "strict" in kwargs and "strict" not in inspect.signature(klass).parameters:
+        kwargs = {k: v for k, v in kwargs.items() if k != "strict"}
+    return klass(**kwargs)
+
+
+def _factory(klass):
+    """The registry's factory of a registered class (``_build``)."""
+
+    def make(**kwargs):
+        return _build(klass, kwargs)
+
+    make.__name__ = klass.__name__
     return make
 
 
@@ -189,9 +204,35 @@ def _lazy(module, cls):
 BACKENDS: dict[str, Callable[..., Any]] = {}
 
 
-def register_backend(name, module, cls):
-    """Register the backend class ``cls`` of ``module`` (e.g. ``".fast"``) under ``name``."""
-    BACKENDS[name] = _lazy(module, cls)
+def register_backend(backend, module=None, cls=None):
+    """Register a backend: a class decorator, ``@register_backend`` on a class with a ``name``
+    (its constructor's keywords are ``get_backend``'s), as ``register_activation`` is; or a
+    name, the module and the class's name (e.g. ``"fast", ".fast", "FastBackend"``), imported
+    only when built. A name already taken is refused. -> ``backend``.
+
+    >>> @register_backend
+    ... class Nearest(BackendDefaults):
+    ...     name = "nearest"
+    ...     def solve(self, block, start=None): ...
+    >>> type(get_backend("nearest")).__name__
+    'Nearest'
+    >>> register_backend(Nearest)
+    Traceback (most recent call last):
+    ...
+    ValueError: backend name 'nearest' is taken (by Nearest)
+    >>> del BACKENDS["nearest"]
+    """
+    if isinstance(backend, str):
+        name, factory = backend, _lazy(module, cls)
+    else:
+        name, factory = backend.name, _factory(backend)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a backend's name must be a non-empty string, got {name!r}")
+    if name in BACKENDS:
+        taken = getattr(BACKENDS[name], "__name__", repr(BACKENDS[name]))
+        raise ValueError(f"backend name {name!r} is taken (by {taken})")
+    BACKENDS[name] = factory
+    return backend
 
 
 register_backend("cvxpy", ".oracle", "OracleBackend")

@@ -24,6 +24,8 @@ own ``value_cvxpy``). The one table keyed by names is the registry ``LOSSES`` (`
 """
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 from array_api_compat import array_namespace, device
 
@@ -60,9 +62,12 @@ class Loss(Named):
     #: a ridge regression, solved in closed form); a class naming another is refused
     #: where it is defined (``LAST_W_SOLVERS``)
     last_w_solver = "newton"
-    probabilities = None  # a method: the class probabilities of outputs Yhat, or None
-    elementwise = None  # a separable loss's terms, a method ``(Y, Yhat) -> array``
-    torch_loss = None  # a method: the PyTorch loss of outputs and targets (rows: samples)
+    #: a method: the class probabilities of outputs Yhat, or None
+    probabilities: Callable[..., Any] | None = None
+    #: a separable loss's terms, a method ``(Y, Yhat) -> array``, or None
+    elementwise: Callable[..., Any] | None = None
+    #: a method: the PyTorch loss of outputs and targets (rows: samples), or None
+    torch_loss: Callable[..., Any] | None = None
     value = stub("value")
     grad = stub("grad")
     column_curvature = stub("column_curvature")
