@@ -59,6 +59,14 @@ class ProjectedGradient(BackendDefaults):
         )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _registered_while_this_file_runs():
+    """The registration above lasts while this file's tests run: the other files see the
+    package's registry as it ships."""
+    yield
+    BACKENDS.pop("projected_gradient", None)
+
+
 def _data(m=12, seed=0):
     rng = np.random.default_rng(seed)
     return rng.standard_normal((4, m)), rng.standard_normal((2, m))
