@@ -21,7 +21,7 @@ ceiling: one epoch alone on one rank, then P such epochs at once as P processes:
 communication.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/parallel_model.py \\
-        --data-dir ~/data
+        --data-dir DIR
     python benchmarks/parallel_model.py --quick --networks mlp --ranks 2     # a smoke run
 """
 

@@ -21,7 +21,6 @@ from fenchel_cvx.blocks import BlockResult, w_block, x_block
 from fenchel_cvx.oracle import OracleBackend
 
 
-@register_backend
 class ProjectedGradient(BackendDefaults):
     name = "projected_gradient"  # the name users pass: fit_bcd(..., backend="projected_gradient")
 
@@ -61,8 +60,10 @@ class ProjectedGradient(BackendDefaults):
 
 @pytest.fixture(autouse=True, scope="module")
 def _registered_while_this_file_runs():
-    """The registration above lasts while this file's tests run: the other files see the
-    package's registry as it ships."""
+    """``register_backend(ProjectedGradient)`` (the page's ``@register_backend``) while this
+    file's tests run, and not at its import: the other files see the package's registry as it
+    ships, whatever the order in which they are collected and run."""
+    register_backend(ProjectedGradient)
     yield
     BACKENDS.pop("projected_gradient", None)
 
