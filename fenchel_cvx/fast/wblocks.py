@@ -126,12 +126,12 @@ class _Problem:
     role; split by rows (this shard's rows of W, every column), the value's sum over the rows
     through its ``rows`` role."""
 
-    def __init__(self, xp, block, pre, U0=None, kernels=EAGER, comm=LOCAL):
+    def __init__(self, xp, block, pre, kernels=EAGER, comm=LOCAL):
         self.xp, self.block, self.pre, self.comm = xp, block, pre, comm
         self.kernels = kernels  # how the line search's chains and iterations run (``fused``)
         self.Xt, self.rho, self.gamma, self.W0 = block.Xt, block.rho, block.gamma, block.W0
         self.c = self.rho + self.gamma
-        self.U0 = U0  # W0 X~, for the data-space preconditioner's P (``start``)
+        self.U0 = None  # W0 X~, for the data-space preconditioner's P (``start``)
 
     def start(self, W, U):
         """Before the first step: ``W0 X~`` where a data-space preconditioner needs it."""
