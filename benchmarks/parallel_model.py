@@ -1,9 +1,9 @@
-"""FLN on P ranks, before any is built: the cost model of each block, and the machine's ceiling.
+"""FLN on P ranks: the cost model of each block, the machine's ceiling, and the measured run.
 
 For the MNIST MLP's and LeNet-5's FLN as the benchmarks train them (``defaults.training``'s
 tuned setting, the fast backend with ``compile="auto"``, float32, one thread; one epoch of the
 first 4,000 training images, 8 batches of 500, the middle 6 timed), every block solve runs
-through a counting communicator (``fast/reduce.py``'s seam), which gives, per block and batch:
+through a counting communicator (``reduce.py``'s seam), which gives, per block and batch:
 
 - ``compute``: its seconds on one rank, which P ranks split;
 - ``collectives``: the decisions a P-rank solve takes together (one ``reduce`` each: the seam's
@@ -18,7 +18,8 @@ latency) + driver / P`` (the driver's own work, the batch time less its blocks':
 pass and the blocks' data, column by column, which each rank does for its share). The
 ceiling: one epoch alone on one rank, then P such epochs at once as P processes:
 ``P x alone / together`` is the most P ranks can gain on this machine before any
-communication.
+communication. Then the epoch itself on P gloo ranks (``parallel.fit_on_ranks``, one thread
+each), timed on rank 0: the measured speed-up beside the model and the ceiling.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/parallel_model.py \\
         --data-dir DIR
@@ -116,9 +117,10 @@ def data(args):
     return X, one_hot(ds.y_train[:M], ds.n_classes).astype(np.float32)
 
 
-def epoch(network, X, Y, probe=None):
+def epoch(network, X, Y, probe=None, ranks=1):
     """One epoch of ``network``'s FLN: the timed batches' seconds (``probe``: called with the
-    batch number before each batch)."""
+    batch number before each batch); ``ranks``: on that many gloo ranks of this machine, one
+    thread each (``parallel.fit_on_ranks``), timed on rank 0."""
     import fenchel_cvx as pkg
     import fenchel_cvx.bcd
     import fenchel_cvx.defaults
@@ -132,7 +134,12 @@ def epoch(network, X, Y, probe=None):
         if probe is not None:
             probe(rec["batch"])
 
-    fenchel_cvx.bcd.fit_bcd(net, X, Y, backend=backend, callback=after, **fit)
+    if ranks == 1:
+        fenchel_cvx.bcd.fit_bcd(net, X, Y, backend=backend, callback=after, **fit)
+    else:
+        from fenchel_cvx.parallel import fit_on_ranks
+
+        fit_on_ranks(net, X, Y, nproc=ranks, threads=1, backend=backend, callback=after, **fit)
     return list(np.diff(stamps)[TIMED])
 
 
@@ -162,13 +169,13 @@ def counted_epoch(network, X, Y):
             f["collectives"] += comm.calls
             f["bytes"] += comm.bytes
 
-    def x(xp, block, Z, tol, max_iter, settings):
+    def x(xp, block, Z, tol, max_iter, settings, _comm=None):  # (one process's)
         comm, t0 = Roles(), time.perf_counter()
         out = solve_x(xp, block, Z, tol, max_iter, settings, comm)
         record(block, time.perf_counter() - t0, comm)
         return out
 
-    def w(xp, block, W, tol, max_iter, cache, settings):
+    def w(xp, block, W, tol, max_iter, cache, settings, _comm=None):
         comm, t0 = Roles(), time.perf_counter()
         out = solve_pncg(xp, block, W, tol, max_iter, cache, settings, comm)
         record(block, time.perf_counter() - t0, comm)
@@ -315,6 +322,7 @@ def main(argv=None):
         m = model(figures, batch_s, table, P)
         alone, together = ceiling(network, P, args)
         limit = P * alone / together
+        measured = statistics.median(epoch(network, X, Y, ranks=P))
         print(f"\n{network}: one rank {batch_s * 1e3:.1f} ms a batch; per block and batch:")
         print(f"  {'block':6} {'compute ms':>10} {'collectives':>11} {'KB':>9} {'comm ms':>8}")
         for key in sorted(figures, key=lambda k: (k[0], int(k[2:]))):
@@ -336,9 +344,15 @@ def main(argv=None):
             f"  ceiling: one rank alone {alone * 1e3:.1f} ms a batch, {P} at once "
             f"{together * 1e3:.1f} ms: at most {limit:.2f}x on this machine"
         )
+        print(
+            f"  measured: {P} ranks (fit_on_ranks, one thread each) {measured * 1e3:.1f} ms a "
+            f"batch: {batch_s / measured:.2f}x one rank, {batch_s / measured / limit:.2f} of "
+            f"the ceiling"
+        )
         report[network] = dict(
             batch_s=batch_s, blocks=figures, model=m, speedup=batch_s / m["batch_P_s"],
             ceiling=dict(alone_s=alone, together_s=together, speedup=limit),
+            measured=dict(batch_P_s=measured, speedup=batch_s / measured),
         )  # fmt: skip
     if args.json:
         from fenchel_cvx.io import write_json

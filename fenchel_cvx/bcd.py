@@ -77,7 +77,7 @@ from .backends import BACKENDS, check_backend, get_backend  # noqa: F401 (import
 from .evaluation import evaluate, initial_figures, is_one_hot  # noqa: F401 (importable from bcd)
 from .history import History
 from .network import LiftedNetwork
-from .observers import interrupted
+from .observers import gathered, interrupted
 from .observers import observers as make_observers
 from .rounds import Round
 from .run_settings import PARAMETERS, validate_run  # noqa: F401 (importable from bcd)
@@ -215,6 +215,7 @@ def fit_bcd(
     checkpoint_every: int = 1,
     resume: str | os.PathLike | None = None,
     x_sweep: str = "backward",
+    comm: Any = None,
 ) -> BCDResult:
     """Train ``net`` (a ``LiftedNetwork``) by block coordinate descent on the lifted objective.
 
@@ -248,6 +249,11 @@ def fit_bcd(
         (each checkpoint drops the fast backend's reused Gram factors: ``FastBackend.forget``).
     x_sweep : the X-blocks' order: ``"backward"`` (X_L, ..., X_1: Algorithms 1 and 2) or
         ``"forward"`` (X_1, ..., X_L: each block sees the X below it just solved).
+    comm : the ranks that train together (``parallel.py``; None: this process alone). Each
+        rank passes the same arguments and its communicator (``fast.torch_comm.TorchComm``)
+        and takes a share of every batch's columns (``reduce.share``); every figure and every
+        decision is the whole batch's, and rank 0 alone evaluates, calls back, shows the bar
+        and writes. Every rank returns the whole result (X gathered).
 
     Returns ``BCDResult(net, Xs, history)``. Every argument is validated before any solve; bad
     input raises ``ValueError`` naming the parameter and the value.
@@ -269,6 +275,8 @@ def fit_bcd(
     # batches: ``Backend.forget``): its iterates do not depend on the backend's earlier runs
     settings.backend.forget()
     step = _run(net, settings, state, make_observers(settings, callback, progress, state))
+    if settings.comm.P > 1:  # every rank's columns of the last batch's X
+        state = gathered(state, settings.comm)
     return BCDResult(
         net,
         state.Xs,

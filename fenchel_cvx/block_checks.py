@@ -21,6 +21,7 @@ from .arrays import cheap_reads
 from .blocks import kkt_residual
 from .certificate import argmin_usable
 from .errors import SolverError
+from .reduce import LOCAL
 
 
 class Halt(Exception):
@@ -35,16 +36,20 @@ class CheckedSolves:
     """The block solves of one round, each checked as it returns (check 4) and recorded.
 
     With ``check=False`` the objective values (the descent check's) and the KKT residual are
-    skipped; the argmin and the block statuses are still checked.
+    skipped; the argmin and the block statuses are still checked. ``comm``: the ranks that
+    hold shares of the batch's data points (``reduce.py``): every figure is the whole block's.
     """
 
-    def __init__(self, backend, net, cert, check=True):
+    def __init__(self, backend, net, cert, check=True, comm=LOCAL):
         self.backend, self.net, self.cert, self.check = backend, net, cert, check
+        self.comm = comm
         self.blocks = []
         # an unchecked round where reads are not cheap (a GPU) reads its blocks' argmin checks
         # at once, at its end (``settle``): (name, block, argmin, start, its slot, the check's
-        # 0-d flag, the records and violations before it)
-        self.defer = not check and not cheap_reads(array_namespace(net.W[0]))
+        # 0-d flag, the records and violations before it); on ranks too, where the checks of
+        # the round's blocks are agreed in one reduction
+        self.cheap = cheap_reads(array_namespace(net.W[0]))
+        self.defer = not check and (comm.P > 1 or not self.cheap)
         self.pending = []
 
     def solve(self, name, block, current, scale, slot, image=None, return_image=False):
@@ -58,7 +63,7 @@ class CheckedSolves:
         images = dict(image=image, return_image=return_image) if self.backend.images else {}
         if self.check:
             image = block.forward(current) if image is None else image
-            before = float(block.value_with_forward(current, image))
+            before = float(block.value_over(current, image, self.comm))
         else:
             before = image = None
         t0 = time.perf_counter()
@@ -91,7 +96,7 @@ class CheckedSolves:
         # the rounds between check the point and the status only, and their records say so
         usable = self._argmin_check(name, block, Z, current, slot)
         image_Z = block.forward(Z) if usable and self.check else None
-        residual = kkt_residual(block, Z, image_Z) if image_Z is not None else None
+        residual = kkt_residual(block, Z, image_Z, self.comm) if image_Z is not None else None
         record = dict(
             block=name,
             kind=block.kind,
@@ -112,7 +117,7 @@ class CheckedSolves:
         self.cert.check_block(name, res, residual, capped=capped(self.backend, block, res))
         after = float(res.value)  # the backend's value; the descent check recomputes it
         if self.check:
-            after = float(block.value_with_forward(Z, image_Z))
+            after = float(block.value_over(Z, image_Z, self.comm))
             self.cert.check_descent(name, before, after, scale)
         record["value_after"] = after
         self.blocks.append(record)
@@ -124,14 +129,15 @@ class CheckedSolves:
         shape."""
         flag = argmin_usable(block, Z, current.shape) if self.defer else None
         if flag is None or flag is False:  # not deferred, or not even an array of the shape
-            return self.cert.check_argmin(name, block, Z, current.shape)
+            return self.cert.check_argmin(name, block, Z, current.shape, self.comm)
         self.pending.append(
             (name, block, Z, current, slot, flag, len(self.blocks), len(self.cert.violations))
         )
         return True
 
     def settle(self):
-        """The deferred argmin checks, in one read. Where one fails, the round goes back to
+        """The deferred argmin checks, in one read (on ranks, one reduction: a block whose
+        argmin is unusable on one rank fails on all). Where one fails, the round goes back to
         where that block began (every block from it on keeps its start: the later ones were
         solved from an unusable point) and the block fails by name (strict: raises; recorded:
         the run halts after the round)."""
@@ -139,9 +145,15 @@ class CheckedSolves:
         if not pending:
             return
         xp = array_namespace(pending[0][2])
-        if bool(xp.all(xp.stack([flag for *_, flag, _, _ in pending]))):
+        if self.comm.P > 1:
+            bad = self.comm.reduce([float(not bool(p[5])) for p in pending], "max")
+            if not any(bad):
+                return
+            first = next(i for i, b in enumerate(bad) if b)
+        elif bool(xp.all(xp.stack([flag for *_, flag, _, _ in pending]))):
             return
-        first = next(i for i, p in enumerate(pending) if not bool(p[5]))
+        else:
+            first = next(i for i, p in enumerate(pending) if not bool(p[5]))
         for _, _, _, current, (seq, i), *_ in reversed(pending[first:]):
             seq[i] = current
         name, block, Z, current, _, _, n_blocks, n_violations = pending[first]
@@ -149,7 +161,7 @@ class CheckedSolves:
         if n_blocks < len(self.blocks):  # (strict: its status may have raised before it)
             self.blocks[n_blocks]["value_after"] = self.blocks[n_blocks]["value_before"]
         del self.cert.violations[n_violations:]
-        self.cert.check_argmin(name, block, Z, current.shape)
+        self.cert.check_argmin(name, block, Z, current.shape, self.comm)
         raise Halt(name)
 
 

@@ -42,6 +42,7 @@ from array_api_compat import array_namespace
 
 from .arrays import Array
 from .layers import Dense, LinearMap
+from .reduce import LOCAL
 
 if TYPE_CHECKING:
     from .activations import Activation
@@ -53,7 +54,7 @@ def _sq(xp, A):
     return xp.sum(A * A)
 
 
-def kkt_residual(block: Block, Z: Array, U: Array | None = None) -> float:
+def kkt_residual(block: Block, Z: Array, U: Array | None = None, comm: Any = LOCAL) -> float:
     """Scaled natural residual  ||Z - P(Z - g)||_inf / (1 + max_i ||g_i||_inf)  at Z.
 
     ``g = sum_i g_i`` is the block's gradient split into its terms (``grad_parts``), ``P`` the
@@ -62,10 +63,15 @@ def kkt_residual(block: Block, Z: Array, U: Array | None = None) -> float:
     large; when they are small (a warm-started W-block, |g_i| ~ 1e-4) it is nearly absolute,
     so a tol of 1e-6 is then stricter than 1e-6 relative accuracy of the block's value.
     ``U``: the block's image ``block.forward(Z)``, where the caller formed it already.
+    ``comm``: the ranks that hold the block's data points (``reduce.py``; one process: none):
+    the residual of the whole block (:meth:`Block.summed`, :meth:`Block.maxima`).
     """
     xp = array_namespace(Z)
-    R, scale = natural_residual(block, Z, U)
-    r = float(xp.max(R))
+    parts = block.grad_parts(Z) if U is None else block.grad_parts_with_forward(Z, U)
+    parts = block.summed(parts, comm)
+    figures = [xp.max(residual_elements(xp, Z, parts, block.project)), *part_maxima(xp, parts)]
+    r, *maxima = (float(f) for f in block.maxima(figures, comm))
+    scale = max(maxima)
     if not (math.isfinite(r) and math.isfinite(scale)):
         return math.inf  # e.g. sigmoid at a range end: phi^{-1}(0) = -inf, certainly not optimal
     return r / (1.0 + scale)
@@ -152,6 +158,20 @@ class Block:
     def kkt_residual(self, Z: Array) -> float:
         return kkt_residual(self, Z)
 
+    # --- the whole block where ranks hold shares of its data points (``reduce.py``) ------------
+    def value_over(self, Z: Array, U: Array, comm: Any = LOCAL) -> Array:
+        """The whole block's value at ``Z`` (its image ``U`` at hand) where the ranks of
+        ``comm`` hold shares of its data points: :meth:`value_with_forward` in one process."""
+        raise NotImplementedError
+
+    def summed(self, parts: list[Array], comm: Any = LOCAL) -> list[Array]:
+        """The gradient's terms ``parts`` of the whole block, from this rank's."""
+        raise NotImplementedError
+
+    def maxima(self, figures: list[Array], comm: Any = LOCAL) -> list:
+        """Maxima (``figures``: this rank's) over the whole block."""
+        raise NotImplementedError
+
 
 class XBlock(Block):
     """An X-block: ``Z`` (p x m) is the output of B_{l-1}, so it lies in the range of phi_{l-1}
@@ -202,6 +222,18 @@ class XBlock(Block):
     def grad_in(self, Z: Array) -> Array:
         """The gradient of ``lam_in B_in(Z, U_prev)`` in Z, one of ``grad_parts``."""
         return self.lam_in * self.act_in.grad_v(Z, self.U_prev)
+
+    # the variable's columns are the data points: a rank holds its own columns of Z; values
+    # add over the ranks, the gradient is per column, maxima are over every rank's columns
+    def value_over(self, Z: Array, U: Array, comm: Any = LOCAL) -> Array:
+        (value,) = comm.reduce([self.value_with_forward(Z, U)], "sum")
+        return value
+
+    def summed(self, parts: list[Array], comm: Any = LOCAL) -> list[Array]:
+        return parts
+
+    def maxima(self, figures: list[Array], comm: Any = LOCAL) -> list:
+        return comm.reduce(figures, "max")
 
 
 @dataclass
@@ -294,6 +326,26 @@ class WBlock(Block):
         g = 2 * self.rho * W
         return g + 2 * self.gamma * (W - self.W0) if self.gamma else g
 
+    def data_value(self, W: Array, U: Array) -> Array:
+        """The block's data term at ``W`` (image ``U``): a sum over its data points."""
+        raise NotImplementedError
+
+    def value_with_forward(self, W: Array, U: Array) -> Array:
+        return self.data_value(W, U) + self._reg_value(W)
+
+    # W is whole on every rank: the data term and the first gradient term (the data's) add
+    # over the ranks' points; the regularisers and every maximum are the same on each rank
+    def value_over(self, W: Array, U: Array, comm: Any = LOCAL) -> Array:
+        (data,) = comm.reduce([self.data_value(W, U)], "sum")
+        return data + self._reg_value(W)
+
+    def summed(self, parts: list[Array], comm: Any = LOCAL) -> list[Array]:
+        (data,) = comm.reduce([parts[0]], "sum")
+        return [data, *parts[1:]]
+
+    def maxima(self, figures: list[Array], comm: Any = LOCAL) -> list:
+        return figures
+
 
 @dataclass
 class WHidden(WBlock):
@@ -305,9 +357,8 @@ class WHidden(WBlock):
     kind = "w_hidden"
     piece_axis = 0
 
-    def value_with_forward(self, W: Array, U: Array) -> Array:
-        xp = array_namespace(W)
-        return self.lam * xp.sum(self.act.divergence(self.V, U)) + self._reg_value(W)
+    def data_value(self, W: Array, U: Array) -> Array:
+        return self.lam * array_namespace(W).sum(self.act.divergence(self.V, U))
 
     def grad_parts_with_forward(self, W: Array, U: Array) -> list[Array]:
         return [self.lam * (self.act.grad_u(self.V, U) @ self.Xt.T), self._reg_grad(W)]
@@ -332,8 +383,8 @@ class WLast(WBlock):
     Y: Array = None
     kind = "w_last"
 
-    def value_with_forward(self, W: Array, U: Array) -> Array:
-        return self.loss.value(self.Y, U) + self._reg_value(W)
+    def data_value(self, W: Array, U: Array) -> Array:
+        return self.loss.value(self.Y, U)
 
     def grad_parts_with_forward(self, W: Array, U: Array) -> list[Array]:
         return [self.loss.grad(self.Y, U) @ self.Xt.T, self._reg_grad(W)]

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from array_api_compat import array_namespace
 
 from .errors import CertificateError
+from .reduce import LOCAL
 from .validation import TOL, check
 
 CHECKS = ("fenchel_young", "descent", "lower_bound", "block_optimality")
@@ -122,15 +123,21 @@ class Certificate:
         }
 
     # --- the four checks ----------------------------------------------------------------------
-    def check_fenchel_young(self, activations, Xs, Us):
+    def check_fenchel_young(self, activations, Xs, Us, comm=LOCAL):
         """Check 1: ``X_{l+1}`` (``Xs[l]``) in the range of ``phi_l`` (``activations[l]``) and
-        every ``B_l(X_{l+1}, U_l) >= -tol`` elementwise, ``U_l = W_l X~_l`` (``Us[l]``)."""
+        every ``B_l(X_{l+1}, U_l) >= -tol`` elementwise, ``U_l = W_l X~_l`` (``Us[l]``).
+        ``comm``: the ranks that hold shares of the data points (``reduce.py``): every layer's
+        figures over all of them, in one reduction."""
         self.min_divergence = []
-        for l, (act, V, U) in enumerate(zip(activations, Xs, Us)):
-            xp = array_namespace(V)
-            if not bool(xp.all(act.in_range(V))):  # (the range check, by its distance)
-                lo, hi = act.v_range
-                out = float(xp.max(xp.maximum(lo - V, V - hi)))
+        figures = [_range_and_divergence(act, V, U) for act, V, U in zip(activations, Xs, Us)]
+        if not figures:
+            return
+        reduced = comm.reduce(
+            [f for layer in figures for f in layer], ("max", "max", "min") * len(figures)
+        )
+        for l, act in enumerate(activations):
+            outside, out, bmin = reduced[3 * l : 3 * l + 3]
+            if outside:  # (the range check, by its distance)
                 self.min_divergence.append(-math.inf)
                 self._fail(
                     "fenchel_young",
@@ -141,8 +148,6 @@ class Certificate:
                     f"X_{l + 1} leaves the range {act.v_range} of {act.name} by {out:.3g}",
                 )
                 continue
-            B = act.divergence(V, U)
-            bmin = float(xp.min(B)) if math.prod(B.shape) else 0.0
             self.min_divergence.append(bmin)
             if not bmin >= -self.tol:
                 self._fail(
@@ -184,7 +189,7 @@ class Certificate:
         self.statuses_ok = False
         self._fail("block_optimality", name, math.nan, 0.0, self.tol, str(error))
 
-    def check_argmin(self, name, block, Z, shape):
+    def check_argmin(self, name, block, Z, shape, comm=LOCAL):
         """Check 4, first part: ``Z`` (a backend's argmin of ``block``) has ``shape``, is finite and
         lies in the block's domain (``block.project(Z) == Z``).
 
@@ -193,6 +198,10 @@ class Certificate:
         returned: the driver must not hand such a point to the next block.
         """
         problem = argmin_problem(block, Z, shape)
+        if comm.P > 1:  # an X-block's columns on every rank: unusable on one, unusable on all
+            (unusable,) = block.maxima([float(problem is not None)], comm)
+            if unusable and problem is None:
+                problem = "argmin unusable on another rank (not finite, or outside the domain)"
         if problem is None:
             return True
         self.statuses_ok = False
@@ -234,6 +243,17 @@ class Certificate:
                 self.residual_tol,
                 f"KKT residual {residual:.3g} (recomputed from the argmin) above residual_tol",
             )
+
+
+def _range_and_divergence(act, V, U):
+    """This rank's figures of check 1 for one layer: ``(1.0 where V leaves the activation's
+    range else 0.0, by how far, min elementwise B(V, U))`` (B only where V is in the range)."""
+    xp = array_namespace(V)
+    if not bool(xp.all(act.in_range(V))):
+        lo, hi = act.v_range
+        return 1.0, float(xp.max(xp.maximum(lo - V, V - hi))), math.inf
+    B = act.divergence(V, U)
+    return 0.0, -math.inf, float(xp.min(B)) if math.prod(B.shape) else 0.0
 
 
 def argmin_usable(block, Z, shape):

@@ -38,6 +38,7 @@ from .io import load_network, save_network
 from .layers import AvgPool2d, Conv2d, Dense, Flatten, Spec, build_maps
 from .losses import Loss
 from .losses import loss as _loss
+from .reduce import LOCAL
 from .validation import (
     COUNT,
     LAM,
@@ -350,30 +351,44 @@ class LiftedNetwork:
         )
 
     def divergences(
-        self, X0: Array, Xs: Sequence[Array], Us: Sequence[Array] | None = None
+        self,
+        X0: Array,
+        Xs: Sequence[Array],
+        Us: Sequence[Array] | None = None,
+        comm: Any = LOCAL,
     ) -> list[float]:
         """[sum B_l(X_{l+1}, W_l X~_l) for l < L] (unweighted; +inf off an activation's range).
         ``Us``: the pre-activations ``W_l X~_l`` at these W and X, or the first of them, where
-        they are at hand (the others are formed here)."""
+        they are at hand (the others are formed here). ``comm``: the ranks that hold shares of
+        the data points (``reduce.py``): the sums over all of them, in one reduction."""
         X = [X0, *Xs]
         xp = array_namespace(X0)
         Us = list(Us or ())
         Us += [self.pre_activation(l, X[l]) for l in range(len(Us), self.n_hidden)]
-        return [
-            float(xp.sum(act.divergence(X[l + 1], U)))
+        sums = [
+            xp.sum(act.divergence(X[l + 1], U))
             for l, (act, U) in enumerate(zip(self.activations, Us))
         ]
+        return [float(s) for s in (comm.reduce(sums, "sum") if sums else sums)]
 
     def network_objective(
-        self, X0: Array, Y: Array, *, checked: bool = True, known: Sequence[Array] = ()
+        self,
+        X0: Array,
+        Y: Array,
+        *,
+        checked: bool = True,
+        known: Sequence[Array] = (),
+        comm: Any = LOCAL,
     ) -> float:
         """J(W) = L(Y, Yhat^ff) + sum_l rho_l ||W_l||_F^2. ``checked=False``: X0 and Y were
         checked already (``fit_bcd`` checks its data once per run); ``known``: the feed-forward
-        pass's first pre-activations at these weights, where at hand (``feed_forward``)."""
+        pass's first pre-activations at these weights, where at hand (``feed_forward``);
+        ``comm``: the ranks that hold shares of the data points (the loss over all of them)."""
         if checked:
             X0, Y = self.check_inputs(X0, Y)
         Yhat = self.feed_forward(X0, known=known)[1][-1]
-        return float(self.loss.value(Y, Yhat)) + self.penalty()
+        (loss,) = comm.reduce([self.loss.value(Y, Yhat)], "sum")
+        return float(loss) + self.penalty()
 
     def lifted_objective(
         self,
@@ -383,20 +398,19 @@ class LiftedNetwork:
         *,
         checked: bool = True,
         B: Sequence[float] | None = None,
+        comm: Any = LOCAL,
     ) -> float:
         """F(W, X) = L(Y, W_L X~_L) + sum_l rho_l ||W_l||_F^2 + sum_{l<L} lam_l B_l.
         ``checked=False``: X0, Y and Xs were checked already (the BCD driver's own); ``B``: the
-        ``divergences`` at these W and X, where they are at hand."""
+        ``divergences`` at these W and X (over every rank's points), where they are at hand;
+        ``comm``: the ranks that hold shares of the data points."""
         if checked:
             X0, Y = self.check_inputs(X0, Y)
             Xs = self.check_lifted(X0, Xs)
         out = self.pre_activation(self.n_hidden, Xs[-1] if Xs else X0)
-        B = self.divergences(X0, Xs) if B is None else B
-        return (
-            float(self.loss.value(Y, out))
-            + self.penalty()
-            + sum(lam * b for lam, b in zip(self.lam, B))
-        )
+        B = self.divergences(X0, Xs, comm=comm) if B is None else B
+        (loss,) = comm.reduce([self.loss.value(Y, out)], "sum")
+        return float(loss) + self.penalty() + sum(lam * b for lam, b in zip(self.lam, B))
 
 
 def _loss_of(config):

@@ -10,17 +10,24 @@ and the progress bar (:class:`ProgressBar`, ``progress=True``). Each observer ma
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from array_api_compat import array_namespace
+
 from .checkpoints import save_checkpoint
+from .reduce import LOCAL
 
 
 class CheckpointWriter:
     """Writes the state every ``every`` rounds and at the end of the run. Where the backend
     drops what it reuses across solves at a checkpoint (``Backend.forget``: ``FastBackend``'s
     Gram factorisations, reused across batches with ``gram_reuse > 1``), as a run resumed from
-    that checkpoint starts without it, both go on alike."""
+    that checkpoint starts without it, both go on alike. On ranks (``comm``) every rank gives
+    its columns of the batch's X and U_0, and rank 0 writes the whole state."""
 
-    def __init__(self, directory, every, digest, backend):
+    def __init__(self, directory, every, digest, backend, comm=LOCAL):
         self.directory, self.every, self.digest, self.backend = directory, every, digest, backend
+        self.comm = comm
 
     def __call__(self, net, state, step):
         if step.iteration % self.every == 0 or step.last:
@@ -29,7 +36,10 @@ class CheckpointWriter:
 
     def save(self, net, state):
         """Write ``state`` now (``KeyboardInterrupt``: the last finished round's)."""
-        save_checkpoint(self.directory, net, state, dict(data=self.digest))
+        if self.comm.P > 1:
+            state = gathered(state, self.comm)
+        if self.comm.rank == 0:
+            save_checkpoint(self.directory, net, state, dict(data=self.digest))
 
 
 class ProgressBar:
@@ -67,10 +77,13 @@ class ProgressBar:
 def observers(settings, callback, progress, state) -> list:
     """What runs after every round of the run of ``settings`` (``run_settings.RunSettings``):
     the checkpoint writer (first), the callback, the progress bar."""
+    comm = settings.comm
+    if comm.rank > 0:  # (rank 0 calls back and shows the bar; its stop is every rank's)
+        callback, progress = None, False
     out = [] if callback is None else [lambda net, s, step: callback(net, s.history.records[-1])]
     folder, every, digest = settings.checkpoint
     if folder is not None:
-        out.insert(0, CheckpointWriter(folder, every, digest, settings.backend))
+        out.insert(0, CheckpointWriter(folder, every, digest, settings.backend, comm))
     if progress:
         out.append(
             ProgressBar(
@@ -84,7 +97,22 @@ def observers(settings, callback, progress, state) -> list:
 
 
 def interrupted(net, state, settings, observers):
-    """Ctrl-C: the weights of the last finished round, as the checkpoint (written now) holds."""
+    """Ctrl-C: the weights of the last finished round, as the checkpoint (written now) holds.
+    On ranks the last checkpoint written stands (a rank interrupted alone cannot gather)."""
     net.W = list(state.W)
-    if settings.checkpoint[0] is not None:
+    if settings.checkpoint[0] is not None and settings.comm.P == 1:
         observers[0].save(net, state)
+
+
+def gathered(state, comm):
+    """The run state with every rank's columns of the batch's X and U_0, in rank order (the
+    whole batch's columns: ``reduce.share``)."""
+
+    def whole(A):
+        return array_namespace(A).concat(comm.all_gather(A), axis=1)
+
+    Xs = None if state.Xs is None else [whole(X) for X in state.Xs]
+    carried = state.carried
+    if carried is not None:
+        carried = replace(carried, U=whole(carried.U))
+    return replace(state, Xs=Xs, carried=carried)

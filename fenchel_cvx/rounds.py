@@ -32,9 +32,9 @@ class Round(CheckedSolves):
 
     def __init__(self, net, state, step, run):
         check = step.iteration % run.check_every == 0 or step.last
-        super().__init__(run.backend, net, run.cert, check)
+        super().__init__(run.backend, net, run.cert, check, run.comm)
         self.state, self.step, self.run, self.t0 = state, step, run, time.perf_counter()
-        self.X0, self.Y = run.data.batch(step.columns)
+        self.X0, self.Y = run.data.batch(step.columns)  # (on ranks: this rank's share)
         self.Xt0 = run.data.patches(net.layers[0], self.X0)  # X~_0: the pass's and W_0's block's
         carried = state.carried if run.carries_U0 else None
         self.pre = PreActivations(net, check, carried)
@@ -80,12 +80,14 @@ class Round(CheckedSolves):
         new_x = self.step.new_x
         if self.check or not new_x:  # J from the driver's own pass where it made one (new X)
             pre.form(0, X0)  # (X_1's and W_0's blocks' too)
-            self.J = net.network_objective(X0, Y, checked=False, known=pre.on_pass())
+            self.J = net.network_objective(
+                X0, Y, checked=False, known=pre.on_pass(), comm=self.comm
+            )
             if new_x:
                 self.F = self.J
             else:
-                B0 = net.divergences(X0, self.Xs, pre.on_pass()[:1])
-                self.F = net.lifted_objective(X0, Y, self.Xs, checked=False, B=B0)
+                B0 = net.divergences(X0, self.Xs, pre.on_pass()[:1], self.comm)
+                self.F = net.lifted_objective(X0, Y, self.Xs, checked=False, B=B0, comm=self.comm)
             if self.F > self.J:  # the restart rule (carried-over X only: new X have F == J)
                 self.feed_forward()
                 self.F, self.was_restarted = self.J, True
@@ -147,9 +149,9 @@ class Round(CheckedSolves):
             return
         X0, Xs, X = self.X0, self.Xs, self.X
         self.B_x = self.net.divergences(
-            X0, Xs, [self.pre.form(l, X[l]) for l in range(self.net.n_hidden)]
+            X0, Xs, [self.pre.form(l, X[l]) for l in range(self.net.n_hidden)], self.comm
         )
-        F_x = self.net.lifted_objective(X0, self.Y, Xs, checked=False, B=self.B_x)
+        F_x = self.net.lifted_objective(X0, self.Y, Xs, checked=False, B=self.B_x, comm=self.comm)
         self.cert.check_lower_bound(F_x, self.J)
         self.F_x, self.F = F_x, F_x + self.proximal_term()
 
@@ -159,11 +161,13 @@ class Round(CheckedSolves):
             return
         net, X0, Xs, X = self.net, self.X0, self.Xs, self.X
         Us_w = [self.pre.form(l, X[l]) for l in range(net.n_hidden)]
-        self.cert.check_fenchel_young(net.activations, Xs, Us_w)
-        B_w = net.divergences(X0, Xs, Us_w)
+        self.cert.check_fenchel_young(net.activations, Xs, Us_w, self.comm)
+        B_w = net.divergences(X0, Xs, Us_w, self.comm)
         self.after_w = dict(
-            lifted_w=net.lifted_objective(X0, self.Y, Xs, checked=False, B=B_w),
-            network_w=net.network_objective(X0, self.Y, checked=False, known=Us_w[:1]),
+            lifted_w=net.lifted_objective(X0, self.Y, Xs, checked=False, B=B_w, comm=self.comm),
+            network_w=net.network_objective(
+                X0, self.Y, checked=False, known=Us_w[:1], comm=self.comm
+            ),
             divergence_w=B_w,
         )
 
@@ -195,12 +199,12 @@ class Round(CheckedSolves):
             epoch=step.epoch,
             batch=step.batch,
             alternation=step.alternation,
-            m=int(self.X0.shape[1]),
+            m=self.run.data.size(step.columns),
             lifted_x=self.F_x,
             network_x=self.J if check else None,
             **self.after_w,
             # (a read: where reads are not cheap, on checked rounds only)
-            prox=None if self.defer else self.proximal_term(),
+            prox=None if not (self.check or self.cheap) else self.proximal_term(),
             divergence_x=self.B_x,
             restarted=self.was_restarted,
             checked=check,
@@ -213,9 +217,10 @@ class Round(CheckedSolves):
         carried = self.pre.carried() if self.run.carries_U0 else None
         self.state.advance(self.net, self.Xs, record, self.W_prev, carried)
         self.pre = self.X0 = self.Y = self.Xt0 = None  # the next round's arrays need the room
-        return any([obs(self.net, self.state, step) is True for obs in observers]) or bool(
-            self.halted
-        )
+        stop = any([obs(self.net, self.state, step) is True for obs in observers])
+        if self.comm.P > 1:  # (the observers run on rank 0: its stop is every rank's)
+            (stop,) = self.comm.reduce([float(stop)], "max")
+        return bool(stop) or bool(self.halted)
 
 
 def _extrapolate(net, W_prev, beta, xp):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ from .checkpoints import load_checkpoint, restore, resume_file
 from .evaluation import evaluator, is_one_hot
 from .history import _plain
 from .io import check_writable_dir, data_digest, remove_temporaries
+from .reduce import LOCAL, share
 from .schedule import Batches, schedule
 from .validation import (
     BOOL,
@@ -86,6 +87,7 @@ class RunSettings:
     W_prev: Any = None  # the first batch's (fit_bcd(W_prev=...)), in the data's library
     x_sweep: str = "backward"  # the X-blocks' order (``x_order``)
     algorithm: int = 1  # the paper's Algorithm 1 (batch_size None) or 2
+    comm: Any = LOCAL  # the ranks that share every batch (``reduce.py``; one process: LOCAL)
 
     @property
     def carries_U0(self):
@@ -172,6 +174,39 @@ def check_W_prev(W_prev, weights, xp, resume):
             raise ValueError(f"W_prev[{l}] must be finite, got NaN or infinite entries")
         out.append(P)
     return out
+
+
+def check_comm(comm, backend, m, steps):
+    """``fit_bcd``'s ``comm``: None (one process) or a communicator of ``reduce.py``
+    (``TorchComm``: the ranks of a ``torch.distributed`` group), whose P ranks each take a share
+    of every batch (``reduce.share``): the backend must train on ranks (a ``comm`` of its own:
+    the fast backend; the oracle has Dask workers), and every batch of the schedule ``steps``
+    (of ``m`` points), the last partial one included, needs a data point for every rank.
+    -> the communicator (LOCAL for None)."""
+    if comm is None:
+        return LOCAL
+    if not all(hasattr(comm, k) for k in ("P", "rank", "reduce", "all_gather")):
+        raise ValueError(
+            f"comm must be None or a communicator (fenchel_cvx.reduce, TorchComm), got "
+            f"{type(comm).__name__}"
+        )
+    if comm.P > 1 and getattr(backend, "comm", None) is None:
+        raise ValueError(
+            f"comm with P={comm.P} ranks needs a backend that trains on ranks (backend='fast'), "
+            f"got backend {backend.name!r}"
+            + (
+                " (the oracle runs its blocks on Dask workers instead)"
+                if backend.name == "cvxpy"
+                else ""
+            )
+        )
+    smallest = min((m if s.columns is None else len(s.columns) for s in steps), default=m)
+    if comm.P > smallest:
+        raise ValueError(
+            f"comm has P={comm.P} ranks, more than the data points of the smallest batch "
+            f"({smallest}): every rank needs a share of every batch"
+        )
+    return comm
 
 
 def build_backend(backend, strict, tol, xp, net):
@@ -277,25 +312,54 @@ def validate_run(net, X0, Y, args):
         args["alternations"],
         net.seed,
     )
+    settings.comm = check_comm(args["comm"], backend, X0.shape[1], settings.steps)
     settings.data = Batches(
-        X0, Y, xp, args["batch_size"] is not None and args["batch_size"] < X0.shape[1]
+        X0,
+        Y,
+        xp,
+        args["batch_size"] is not None and args["batch_size"] < X0.shape[1],
+        settings.comm,
     )
+    if settings.comm.rank > 0:  # (rank 0 evaluates, prints and writes)
+        settings.evaluate = evaluator(X0, Y, X_test, Y_test, classification, None)
+    if getattr(backend, "comm", None) is not None:
+        backend.comm = settings.comm  # the ranks its solves reduce over
     digest = None if args["checkpoint"] is None and saved is None else data_digest(X0, Y)
     settings.state = (
         None
         if saved is None
-        else restore(net, saved, config, digest, xp, settings.steps, device(X0))
+        else on_rank(
+            restore(net, saved, config, digest, xp, settings.steps, device(X0)), settings.comm
+        )
     )
     settings.W_prev = check_W_prev(args["W_prev"], weights, xp, saved is not None)
     # the checkpoint folder last, once every other check passed: a refused run makes none
     if args["checkpoint"] is not None:
         net.get_config()  # a network that a checkpoint cannot record is refused before any work
     ckpt = (
-        None if args["checkpoint"] is None else check_writable_dir("checkpoint", args["checkpoint"])
+        None
+        if args["checkpoint"] is None
+        else check_writable_dir("checkpoint", args["checkpoint"])
+        if settings.comm.rank == 0
+        else args["checkpoint"]  # (rank 0 writes there)
     )
     for folder in {ckpt, None if resume is None else resume.parent}:
-        if folder is not None:  # what a run killed while writing there left
+        if folder is not None and settings.comm.rank == 0:  # what a killed run left there
             remove_temporaries(folder)
     settings.checkpoint = (ckpt, args["checkpoint_every"], digest)
     net.W = weights if settings.state is None else list(settings.state.W)
     return settings
+
+
+def on_rank(state, comm):
+    """A checkpoint's state (every rank's columns: the batch's X and U_0) with this rank's
+    share of its columns (``reduce.share``): a checkpoint reads at any number of ranks."""
+    if comm.P == 1:
+        return state
+    if state.Xs is not None:
+        mine = share(state.Xs[0].shape[1], comm.P, comm.rank)
+        state.Xs = [X[:, mine] for X in state.Xs]
+    if state.carried is not None:
+        mine = share(state.carried.U.shape[1], comm.P, comm.rank)
+        state.carried = replace(state.carried, U=state.carried.U[:, mine])
+    return state

@@ -534,8 +534,8 @@ def test_gpu_batches_quick_run_on_the_cpu_prints_the_eager_path(capsys):
 
 def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
     """``benchmarks/parallel_model.py``: every block of the MLP counted (compute, collectives,
-    bytes; W_0 moved to rows), gloo's latency measured on 2 ranks, the model and the ceiling
-    written. The figures are measured, not asserted; their bookkeeping is."""
+    bytes; W_0 moved to rows), gloo's latency measured on 2 ranks, the model, the ceiling and
+    the epoch on 2 ranks written. The figures are measured, not asserted; their bookkeeping is."""
     pytest.importorskip("torch")
     report = tmp_path / "model.json"
     out = subprocess.run(
@@ -552,3 +552,4 @@ def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
     parts = (m["blocks_s"] + m["driver_s"]) / 2 + m["repeated_s"] + m["comm_s"]
     assert m["batch_P_s"] == pytest.approx(parts) and mlp["ceiling"]["together_s"] > 0
     assert len(figures["latency_s"]) == 6 and "at most" in out.stdout
+    assert mlp["measured"]["batch_P_s"] > 0 and "measured: 2 ranks" in out.stdout

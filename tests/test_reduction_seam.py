@@ -1,4 +1,4 @@
-"""The reduction seam (``fast/reduce.py``): an X-block or a W-block solved on P column shards,
+"""The reduction seam (``reduce.py``): an X-block or a W-block solved on P column shards,
 each shard in its own thread of one process (``SimulatedComm``), is the one-process solve.
 
 FISTA's figures that decide for the whole block (the restart test's inner product, the stopping
@@ -26,10 +26,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fenchel_cvx import LiftedNetwork, lenet5
+from fenchel_cvx import LiftedNetwork, lenet5, reduce
 from fenchel_cvx.blocks import WHidden, w_block, x_block
 from fenchel_cvx.datasets import load_mnist5k, one_hot
-from fenchel_cvx.fast import reduce, wblocks
+from fenchel_cvx.fast import wblocks
 from fenchel_cvx.fast.pncg import PncgSettings, solve_pncg
 from fenchel_cvx.fast.xblocks import FistaSettings, solve_x
 
@@ -286,7 +286,7 @@ class Sharded:
     def split(self, m):
         return np.array_split(np.arange(m), self.P)
 
-    def x(self, xp, block, Z, tol, max_iter, settings):
+    def x(self, xp, block, Z, tol, max_iter, settings, comm=None):  # (comm: one process's)
         cols = self.split(Z.shape[1])
 
         def work(shard):
@@ -295,7 +295,7 @@ class Sharded:
 
         return self.joined(reduce.SimulatedComm(self.P).run(work), axis=1)
 
-    def w(self, xp, block, W, tol, max_iter, cache, settings):
+    def w(self, xp, block, W, tol, max_iter, cache, settings, comm=None):
         cols = self.split(block.Xt.shape[1])
 
         def work(shard):

@@ -23,7 +23,7 @@ from threadpoolctl import threadpool_limits
 pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
-from fenchel_cvx.fast import reduce  # noqa: E402
+from fenchel_cvx import reduce  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

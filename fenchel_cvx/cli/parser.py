@@ -243,6 +243,13 @@ def _run_arguments(o):
     )
     o.add_argument("--quiet", action="store_true", help="show no progress bar")
     o.add_argument(
+        "--nproc",
+        type=COUNT_,
+        default=1,
+        help="train on that many processes of this machine (gloo ranks, --threads each), each "
+        "a share of every batch; needs --backend fast and PyTorch (under torchrun: its ranks)",
+    )
+    o.add_argument(
         "--record-blocks",
         action="store_true",
         help="write blocks.npz: every block of the last round as its solver saw it, with the "

@@ -27,6 +27,14 @@ def _oracle_estimate(total, m):
     return estimate
 
 
+def _ranks_and_threads(args):
+    """``"2 thread(s)"``, or on ranks ``"2 ranks x 1 thread(s)"`` (``--nproc``, torchrun)."""
+    import os
+
+    ranks = max(getattr(args, "nproc", 1), int(os.environ.get("WORLD_SIZE", "1")))
+    return f"{ranks} ranks x {args.threads} thread(s)" if ranks > 1 else f"{args.threads} thread(s)"
+
+
 def _banner(args, resume, n_train, n_test, arch, out):
     algo = (
         f"Algorithm 1, {args.iterations} iterations"
@@ -41,7 +49,7 @@ def _banner(args, resume, n_train, n_test, arch, out):
         f"{n_test} test), {arch} {args.activation}, {args.loss}, lam={args.lam}, "
         f"rho={args.rho}; {algo}; backend {args.backend}"
         f"{' (compiled kernels)' if getattr(args, 'compile', None) else ''}; "
-        f"{args.threads} thread(s); "
+        f"{_ranks_and_threads(args)}; "
         f"output {out}",
         flush=True,
     )

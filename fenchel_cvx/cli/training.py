@@ -9,6 +9,7 @@ says so where the run has ended and written its files.
 """
 
 import time
+from pathlib import Path
 
 from .. import defaults
 from ..validation import check_rounds
@@ -57,6 +58,7 @@ def _check_train(args):
         given = [k for k in FAST_ONLY if getattr(args, k) is not None]
         if given:
             _fail("--" + given[0].replace("_", "-"), "needs --backend fast")
+    _check_ranks(args)
     if args.compile:
         from ..fast.fused import compiler_problem
 
@@ -84,6 +86,45 @@ def _check_train(args):
         },
     )
     _check_data_dir(args)
+
+
+def _check_ranks(args):
+    """``--nproc`` and a launch by torchrun (``WORLD_SIZE`` > 1): the fast backend, PyTorch,
+    no recorded blocks, and not both."""
+    import os
+
+    nproc = getattr(args, "nproc", 1)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if nproc == 1 and world == 1:
+        return
+    flag = "--nproc" if nproc > 1 else "torchrun"
+    if nproc > 1 and world > 1:
+        _fail("--nproc", f"{nproc} under torchrun ({world} ranks): torchrun starts the ranks")
+    if args.backend != "fast":
+        _fail(flag, "needs --backend fast (the oracle runs on one process, with Dask workers)")
+    if args.record_blocks:
+        _fail("--record-blocks", f"records one process's blocks, not {max(nproc, world)} ranks'")
+    try:
+        import torch.distributed  # noqa: F401
+    except ImportError:
+        _fail(flag, "needs PyTorch (torch.distributed): pip install torch")
+
+
+def _ranks(args):
+    """``(fit, keywords, lead)``: what trains (``fit_bcd``, on this process or the torchrun
+    rank it is; ``parallel.fit_on_ranks`` for ``--nproc``), its keywords, and whether this
+    process leads (prints and writes: one process, or rank 0)."""
+    import functools
+
+    from ..bcd import fit_bcd
+    from ..parallel import comm_from_environment, fit_on_ranks
+
+    if getattr(args, "nproc", 1) > 1:
+        return functools.partial(fit_on_ranks, nproc=args.nproc, threads=args.threads), {}, True
+    comm = comm_from_environment()
+    if comm is None:
+        return fit_bcd, {}, True
+    return fit_bcd, {"comm": comm}, comm.rank == 0
 
 
 def _fill_defaults(args, n_hidden):
@@ -174,20 +215,22 @@ def train(args, resume=False):
 
 def _train(args, resume, written):
     from .. import datasets
-    from ..bcd import fit_bcd
 
     t0 = time.perf_counter()
     _check_train(args)
+    fit, ranks, lead = _ranks(args)
     new = not resume and not (args.out is not None and args.out.exists())
-    out = _start(args, resume)
+    out = _start(args, resume) if lead else None
+    if "comm" in ranks:  # torchrun's ranks write into rank 0's folder
+        out = _shared_folder(out, ranks["comm"])
     try:
         data = data_flags.load(args)
         net, arch = _network(args, data)
     except BaseException:  # a run that fails on its data leaves no folder it created
-        if new and out.is_dir() and not any(out.iterdir()):
+        if lead and new and out.is_dir() and not any(out.iterdir()):
             out.rmdir()
         raise
-    if not resume:
+    if not resume and lead:
         _record(args, out)
     X, y = data.X_train[:, : args.train_size], data.y_train[: args.train_size]
     X, X_test = X.astype(args.dtype, copy=False), data.X_test.astype(args.dtype, copy=False)
@@ -196,10 +239,11 @@ def _train(args, resume, written):
     callback = None
     if args.backend == "cvxpy" and X.shape[1] > LARGE:
         callback = _oracle_estimate(total, X.shape[1])
-    _banner(args, resume, X.shape[1], X_test.shape[1], arch, out)
+    if lead:
+        _banner(args, resume, X.shape[1], X_test.shape[1], arch, out)
     backend = _recording(args, net)
     try:  # fit_bcd checkpoints on Ctrl-C; before it starts there is nothing to save
-        res = fit_bcd(
+        res = fit(
             net,
             X,
             Y,
@@ -221,9 +265,12 @@ def _train(args, resume, written):
             checkpoint=out,
             checkpoint_every=args.checkpoint_every,
             resume=out if resume else None,
+            **ranks,
         )
     except KeyboardInterrupt:
-        return _interrupted(out, total)
+        return _interrupted(out, total) if lead else 130
+    if not lead:  # (rank 0 writes the run's files)
+        return 0
     if args.record_blocks:
         from ..recorded_blocks import FILE
 
@@ -231,6 +278,14 @@ def _train(args, resume, written):
     res.history.config.update(dataset=args.dataset, train_size=int(X.shape[1]))
     _summary(args, net, res.history, out, (X, y), (X_test, data.y_test), t0, written)
     return 0
+
+
+def _shared_folder(out, comm):
+    """Rank 0's run folder, on every rank (``out``: rank 0's; None elsewhere)."""
+    import numpy as np
+
+    mine = np.frombuffer(str(out or "").encode(), np.uint8)
+    return Path(bytes(comm.all_gather(mine)[0]).decode())
 
 
 def resume(args):

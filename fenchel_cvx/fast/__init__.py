@@ -57,8 +57,9 @@ from array_api_compat import array_namespace, device
 
 from ..arrays import Array
 from ..backends import BackendDefaults
-from ..blocks import Block, BlockResult, WBlock, WHidden, WLast, XBlock
+from ..blocks import Block, BlockResult, WBlock, WHidden, WLast, XBlock, kkt_residual
 from ..datasets import check_dtype
+from ..reduce import LOCAL
 from ..threads import controller, limit_threads, per_library, plan
 from ..validation import TOL, check
 from . import whole  # noqa: F401  - adds compile="blocks" (``fused.NAMED``)
@@ -347,6 +348,9 @@ class FastBackend(BackendDefaults):
 
     #: its solves take the start's image and hand back the argmin's (``backends.Backend``)
     images = True
+    #: the ranks that hold shares of every block's data points (``reduce.py``; ``fit_bcd``
+    #: sets it for its run): every figure a solve takes is the whole block's
+    comm: Any = LOCAL
 
     def solve(
         self,
@@ -393,13 +397,13 @@ class FastBackend(BackendDefaults):
         U = info.pop("U", None)  # the solver's image of Z: A(W, Z) + b, or Z X~
         residual = info.pop("residual", None)  # a solver's own (W: from the gradient it holds)
         if residual is None:
-            residual = block.kkt_residual(Z)
+            residual = kkt_residual(block, Z, comm=self.comm)
         value = info.pop("value", None)  # the solver's own, from the products it holds
         if value is None:
             value = (
                 math.nan
                 if status == "max_iter" and not self.capped_value
-                else float(block.value(Z))
+                else float(block.value_over(Z, block.forward(Z), self.comm))
             )
         name, steps = self.step_setting(block)
         info.update({"tol": tol, "dtype": _dtype_name(dtype), name: steps})
@@ -467,7 +471,7 @@ def _(block: XBlock, backend, xp, Z, tol, cache=None):
         capped_value=backend.capped_value,
         kernels=backend.kernels,
     )
-    return solve_x(xp, block, Z, tol, cap, settings)
+    return solve_x(xp, block, Z, tol, cap, settings, backend.comm)
 
 
 def _solve_pncg(block, backend, xp, Z, tol, cache=None):
@@ -480,7 +484,8 @@ def _solve_pncg(block, backend, xp, Z, tol, cache=None):
         capped_value=backend.capped_value,
         kernels=backend.kernels,
     )
-    return solve_pncg(xp, block, Z, tol, cap, backend._cache if cache is None else cache, settings)
+    cache = backend._cache if cache is None else cache
+    return solve_pncg(xp, block, Z, tol, cap, cache, settings, backend.comm)
 
 
 _solve_block.register(WHidden, _solve_pncg)
@@ -492,7 +497,7 @@ def _(block: WLast, backend, xp, Z, tol, cache=None):
     # MSE: a ridge regression, the normal equations (it reads its residual back: under
     # compile="blocks" it does not compile whole, and runs eagerly)
     if block.loss.last_w_solver == "ridge":
-        return solve_ridge(xp, block, Z, tol, backend.max_iter, cache)
+        return solve_ridge(xp, block, Z, tol, backend.max_iter, cache, backend.comm)
     return _solve_pncg(block, backend, xp, Z, tol, cache)
 
 

@@ -37,8 +37,8 @@ from ..blocks import part_maxima, residual_elements
 # the CG W-loops (``wblocks``, ``span``) form W X~ again from W every ``RESYNC`` steps, so that
 # the incrementally updated one does not drift (the driver's bound on a carried one, too)
 from ..pre_activations import RESYNC  # noqa: F401
+from ..reduce import LOCAL
 from .fused import EAGER
-from .reduce import LOCAL
 
 #: the CG step from which hidden W rows may take semismooth-Newton steps (early steps change
 #: the active sets too much); capped solves of at most this many steps stay in ``span`` and read

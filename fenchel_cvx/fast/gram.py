@@ -29,8 +29,8 @@ space, so no parameter-space gradient is needed to precondition it.
 """
 
 from ..arrays import cheap_reads, in_blocks, matmul_nt
+from ..reduce import LOCAL
 from ._util import spd_inverse, spd_solver
-from .reduce import LOCAL
 
 
 def inverse_pays(n, rows):

@@ -32,9 +32,9 @@ from array_api_compat import device
 
 from ..arrays import clip, host_if_cheap
 from ..blocks import WHidden
+from ..reduce import LOCAL
 from . import span
 from ._util import keep_descent, kkt, most, part, pr_plus, proves_above
-from .reduce import LOCAL
 from .wblocks import (
     DEFAULT_SETTINGS,
     HiddenRows,
@@ -366,9 +366,18 @@ def finish(p, s):
     if converged or p.settings.capped_value or stalled:
         if guarded is not None:
             info["value"] = float(guarded)
-        elif s.rows is None:  # U = W X~ is at hand for all rows
+        elif _every_row_at_hand(p, s):  # U = W X~ is at hand for all rows
             info["value"] = s.objective.value(W, s.U)
     return W, s.it, info
+
+
+def _every_row_at_hand(p, s):
+    """Whether the solve holds ``U = W X~`` for all its rows (none frozen away), on every row
+    shard (each freezes its own rows: the answer is reduced where rows are split)."""
+    if p.comm.rows.P == 1:
+        return s.rows is None
+    (frozen,) = p.comm.rows.reduce([float(s.rows is not None)], "max")
+    return not frozen
 
 
 def solve_pncg(xp, block, W, tol, max_iter, cache=None, settings=DEFAULT_SETTINGS, comm=LOCAL):

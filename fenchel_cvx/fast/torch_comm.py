@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .reduce import OPS, SPLITS, _Moves, _ops
+from ..reduce import OPS, SPLITS, _Moves, _ops
 
 __all__ = ["TorchComm"]
 

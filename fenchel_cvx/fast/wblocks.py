@@ -64,11 +64,11 @@ from array_api_compat import device
 
 from ..arrays import cheap_reads, matmul_nt, vecdot
 from ..blocks import WHidden, WLast
+from ..reduce import LOCAL
 from . import fused
 from ._util import NEWTON_START, RESYNC, kkt, newton_1d
 from .fused import EAGER
 from .gram import DataGram, ParamGram, inverse_pays
-from .reduce import LOCAL
 
 #: points up to which Newton rows read ``K = X~^T X~`` formed once per solve (m x m: 134 MB in
 #: float64 at 4,096); beyond, each row's entries among its active points (``active_gram``)
@@ -632,6 +632,8 @@ def solve_newton(
             break
     converged = res <= tol
     reported = converged or settings.capped_residual
+    if reported:  # the block's own residual at W (``blocks.kkt_residual``'s formula)
+        res = kkt(xp, W, block_parts(block, W, comm), block.project)
     info.update(converged=converged, residual=res if reported else math.nan)
     if converged or settings.capped_value:
         info["value"] = prob.value(W, U)

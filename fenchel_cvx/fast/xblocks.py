@@ -44,10 +44,10 @@ from array_api_compat import array_namespace, device
 
 from ..arrays import cheap_reads, clip, host_if_cheap
 from ..blocks import XHidden, XLast
+from ..reduce import LOCAL
 from . import fused
 from ._util import kkt, newton_1d, select, top_eig
 from .fused import EAGER
-from .reduce import LOCAL
 
 
 def _prox_newton(xp, act, r, tau, s):

@@ -217,11 +217,13 @@ def weights(net):
     return [np.array(W, dtype=np.float64, copy=True) for W in net.W]
 
 
-def run_batches(recipe, compile, data=None, threads=1, lam_factor=1.0):
+def run_batches(recipe, compile, data=None, threads=1, lam_factor=1.0, fit=None, **ranks):
     """Algorithm 2 as the benchmark of ``recipe`` (``"mlp"``, ``"lenet5"``) trains, for its
     first ``BATCHES`` batches (``fit_bcd``'s schedule of one epoch, stopped by the callback).
     ``data``: ``mnist()``'s result (loaded where None); ``threads``: the backend's budget (the
-    benchmarks' default, 1); ``lam_factor``: scales the setting's lam (a planted fault)."""
+    benchmarks' default, 1); ``lam_factor``: scales the setting's lam (a planted fault);
+    ``fit``: what trains (None: ``fit_bcd``; ``parallel.fit_on_ranks``), ``ranks`` its
+    keywords (``comm=``, ``nproc=``)."""
     from fenchel_cvx.bcd import fit_bcd
     from fenchel_cvx.datasets import batch_order
     from fenchel_cvx.fast.fused import compiled_graphs
@@ -240,7 +242,7 @@ def run_batches(recipe, compile, data=None, threads=1, lam_factor=1.0):
         return rec["batch"] >= BATCHES
 
     graphs = compiled_graphs()
-    result = fit_bcd(
+    result = (fit or fit_bcd)(
         net,
         X,
         Y,
@@ -255,6 +257,7 @@ def run_batches(recipe, compile, data=None, threads=1, lam_factor=1.0):
         momentum=list(setting.momentum),
         x_sweep="backward",
         callback=after_round,
+        **ranks,
     )
     run.compiled_graphs = compiled_graphs() - graphs
     run.records = list(result.history)

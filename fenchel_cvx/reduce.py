@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace
 
-__all__ = ["LOCAL", "Local", "SimulatedComm"]
+__all__ = ["LOCAL", "Local", "SimulatedComm", "share"]
 
 #: the ways a block splits over shards
 SPLITS = ("columns", "rows")
@@ -145,6 +145,18 @@ class Local(_Moves):
 
 #: the communicator of a solve in one process
 LOCAL = Local()
+
+
+def share(n: int, P: int, rank: int) -> slice:
+    """The rank's share of ``n`` data points on ``P`` ranks: consecutive, the first ``n % P``
+    ranks one point more than the others (NumPy's ``array_split``).
+
+    >>> [share(10, 3, r) for r in range(3)]   # 10 points on 3 ranks: 4, 3 and 3
+    [slice(0, 4, None), slice(4, 7, None), slice(7, 10, None)]
+    """
+    small, extra = divmod(n, P)
+    lo = rank * small + min(rank, extra)
+    return slice(lo, lo + small + (rank < extra))
 
 
 class SimulatedComm:

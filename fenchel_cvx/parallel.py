@@ -1,0 +1,168 @@
+"""Training on P ranks: Algorithms 1 and 2 of the paper with every batch split over processes.
+
+FLN's blocks split over data points (Sec. 4.5 of the paper: each X-block, eqs. (14)-(16), is a
+problem per column; each W-block, eqs. (17)-(20), a sum over the columns). ``fit_bcd(comm=)``
+trains on the ranks of a communicator (``reduce.py``): each rank takes its share of every
+batch (``reduce.share``), the fast backend's solvers reduce every figure over the ranks, and
+the driver's certificate is the whole batch's. This module starts the ranks:
+
+- :func:`fit_on_ranks` runs ``fit_bcd`` on ``nproc`` processes of this machine (gloo on
+  127.0.0.1): this process is rank 0 and returns its result, the others are spawned;
+- :func:`comm_from_environment` joins the ranks that ``torchrun`` started (its environment
+  variables ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), across machines too.
+
+Each rank runs ``threads`` threads (default: this machine's cores divided by the ranks).
+Needs PyTorch (``torch.distributed``); the oracle backend runs on one process (it has Dask).
+Docs page "Training in parallel".
+"""
+
+from __future__ import annotations
+
+import copy
+import multiprocessing
+import os
+import socket
+from datetime import timedelta
+from typing import Any
+
+from .validation import COUNT, check
+
+__all__ = ["comm_from_environment", "fit_on_ranks", "threads_per_rank"]
+
+#: how long a rank waits in one collective for the others before it stops with an error
+TIMEOUT = timedelta(minutes=10)
+
+
+def threads_per_rank(nproc: int) -> int:
+    """This machine's cores (those this process may use) divided by the ranks, at least 1.
+
+    >>> threads_per_rank(1) >= 1
+    True
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // check("nproc", nproc, COUNT))
+
+
+def _torch_distributed():
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        raise ValueError(
+            "training on ranks needs PyTorch (torch.distributed): pip install torch"
+        ) from None
+    if not dist.is_available():
+        raise ValueError("training on ranks needs a PyTorch built with torch.distributed")
+    return dist
+
+
+def comm_from_environment(backend: str = "gloo") -> Any:
+    """The communicator of the ranks ``torchrun`` started (``WORLD_SIZE`` > 1 in the
+    environment: the process group is initialised here, ``env://``), or None where this
+    process runs alone. ``backend``: ``"gloo"`` (CPU) or ``"nccl"`` (one GPU a rank)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return None
+    dist = _torch_distributed()
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=TIMEOUT)
+    from .fast.torch_comm import TorchComm
+
+    return TorchComm()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _refused(kwargs: dict) -> None:
+    """What ``fit_bcd`` refuses on ranks, refused here before any process starts."""
+    backend = kwargs.get("backend", "cvxpy")
+    if isinstance(backend, str) and backend != "fast":
+        raise ValueError(
+            f"fit_on_ranks needs backend='fast' (or a backend object that trains on ranks), got "
+            f"backend={backend!r}"
+            + (
+                " (the oracle runs its blocks on Dask workers instead)"
+                if backend == "cvxpy"
+                else ""
+            )
+        )
+    if kwargs.get("comm") is not None:
+        raise ValueError("fit_on_ranks makes each rank's comm itself: do not pass comm")
+
+
+def _rank(rank, nproc, port, threads, args, kwargs):
+    """One rank of :func:`fit_on_ranks` (its own process): join the group, train, leave."""
+    from .bcd import fit_bcd
+    from .fast.torch_comm import TorchComm
+    from .threads import limit_threads
+
+    dist = _torch_distributed()
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=nproc,
+        timeout=TIMEOUT,
+    )
+    try:
+        with limit_threads(threads):
+            return fit_bcd(*args, comm=TorchComm(), **kwargs)
+    finally:
+        dist.destroy_process_group()
+
+
+def fit_on_ranks(net, X0, Y, *, nproc: int, threads: int | None = None, **kwargs: Any):
+    """``fit_bcd(net, X0, Y, **kwargs)`` on ``nproc`` ranks of this machine: this process is
+    rank 0 (it trains ``net`` in place, shows the progress bar, calls ``callback`` and writes
+    the checkpoints) and ``nproc - 1`` processes are spawned, each with a copy of the network
+    and all the data. -> rank 0's ``BCDResult``, which is the whole batch's (every rank
+    computes the same weights; X is gathered). ``threads``: per rank (None:
+    :func:`threads_per_rank`). A script that calls it runs it under
+    ``if __name__ == "__main__":`` (the ranks are spawned processes, which import it).
+
+    A rank that fails stops the others: each collective waits at most ``TIMEOUT``, and an
+    error names the rank whose process ended."""
+    nproc = check("nproc", nproc, COUNT)
+    threads = threads_per_rank(nproc) if threads is None else check("threads", threads, COUNT)
+    _refused(kwargs)
+    if nproc == 1:
+        from .bcd import fit_bcd
+        from .threads import limit_threads
+
+        with limit_threads(threads):
+            return fit_bcd(net, X0, Y, **kwargs)
+    _torch_distributed()
+    port = _free_port()
+    theirs = {k: v for k, v in kwargs.items() if k not in ("callback", "progress")}
+    ctx = multiprocessing.get_context("spawn")
+    procs = [
+        ctx.Process(
+            target=_rank,
+            args=(r, nproc, port, threads, (copy.deepcopy(net), X0, Y), theirs),
+            name=f"fenchel_cvx rank {r}",
+            daemon=True,
+        )
+        for r in range(1, nproc)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        result = _rank(0, nproc, port, threads, (net, X0, Y), kwargs)
+    except BaseException as err:
+        dead = [(r + 1, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+        for p in procs:
+            p.terminate()
+        if dead:
+            raise RuntimeError(
+                "training on ranks stopped: "
+                + ", ".join(f"rank {r} exited with code {code}" for r, code in dead)
+            ) from err
+        raise
+    for r, p in enumerate(procs, start=1):
+        p.join()
+        if p.exitcode != 0:
+            raise RuntimeError(f"training on ranks: rank {r} exited with code {p.exitcode}")
+    return result

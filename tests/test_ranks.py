@@ -1,0 +1,258 @@
+"""Training on ranks (``fit_bcd(comm=)``, ``parallel.fit_on_ranks``): each rank takes its share
+of every batch, and the run is the one-process run.
+
+The pinned recipes (three batches of Algorithm 2 as the MNIST benchmarks train the MLP and
+LeNet-5, float64, the certificate's checks on the last) run whole, driver included, on P
+simulated ranks (``reduce.SimulatedComm``: a thread each) and on 2 gloo ranks (processes):
+the same weights and X's as in one process, the same certificate, and the same objectives.
+A reduction dropped from the driver's figures is caught; what ranks cannot do is refused by
+name before any work.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+
+from fenchel_cvx import LiftedNetwork, blocks
+from fenchel_cvx.bcd import fit_bcd
+from fenchel_cvx.reduce import SimulatedComm, share
+
+#: the records' figures that are the whole batch's on every rank
+FIGURES = ("lifted_x", "network_x", "lifted_w", "network_w", "prox", "m")
+
+
+def _same_run(one, many, scale_tol=1e-12, figure_tol=1e-9):
+    """``many`` (a run on ranks) is ``one`` (in one process): every snapshot of W and the last
+    X to ``scale_tol`` of each array's largest entry; each round's figures to ``figure_tol``
+    relative; the certificate's checks, verdicts and violations alike."""
+    assert [n for n, _ in one.snapshots] == [n for n, _ in many.snapshots]
+    for (name, A), (_, B) in zip(one.snapshots, many.snapshots):
+        for a, b in zip(A, B):
+            assert a.shape == b.shape, name
+            assert np.max(np.abs(a - b)) <= scale_tol * np.max(np.abs(a)), name
+    assert len(one.records) == len(many.records)
+    for rec, rec_p in zip(one.records, many.records):
+        for key in FIGURES:
+            if rec[key] is None:
+                assert rec_p[key] is None, key
+            else:
+                assert rec_p[key] == pytest.approx(rec[key], rel=figure_tol), key
+        cert, cert_p = rec["certificate"], rec_p["certificate"]
+        assert (cert["checked"], cert["held"]) == (cert_p["checked"], cert_p["held"])
+        found = [(v["check"], v["layer"], v["detail"]) for v in cert_p["violations"]]
+        assert found == [(v["check"], v["layer"], v["detail"]) for v in cert["violations"]]
+        for block, block_p in zip(rec["blocks"], rec_p["blocks"]):
+            assert (block["block"], block["status"]) == (block_p["block"], block_p["status"])
+            if block["residual"] is not None:  # recomputed by the certificate, over every rank
+                assert block_p["residual"] == pytest.approx(block["residual"], rel=1e-6, abs=1e-12)
+
+
+@pytest.fixture(scope="module")
+def mnist_runs():
+    """The MNIST data of the pinned recipes and each recipe's one-process run."""
+    from pinned import record
+
+    data = record.mnist()
+    return data, {r: record.run_batches(r, compile=False, data=data) for r in ("mlp", "lenet5")}
+
+
+@pytest.mark.parametrize("P", [2, 3])
+@pytest.mark.parametrize("recipe", ["mlp", "lenet5"])
+def test_the_driver_on_simulated_ranks_is_the_one_process_run(recipe, P, mnist_runs):
+    """Every rank runs ``fit_bcd`` on its share of each batch; rank 0's callback stops the run
+    after the third batch on every rank; every rank ends with the one-process weights and X."""
+    from pinned import record
+
+    data, runs = mnist_runs
+
+    def rank(comm):
+        return record.run_batches(recipe, compile=False, data=data, comm=comm)
+
+    out = SimulatedComm(P, timeout=300).run(rank)
+    assert out[0].records[-1]["certificate"]["checked"]  # the last round checked
+    _same_run(runs[recipe], out[0])
+    for other in out[1:]:  # (the callback, and so the snapshots, are rank 0's)
+        for a, b in zip(out[0].snapshots[-1][1], other.snapshots[-1][1]):
+            np.testing.assert_array_equal(a, b)  # every rank holds the same X (gathered)
+
+
+def test_two_gloo_ranks_are_the_one_process_run(mnist_runs):
+    """``fit_on_ranks(nproc=2)``: this process and a spawned one on gloo (127.0.0.1)."""
+    pytest.importorskip("torch")
+    from fenchel_cvx.parallel import fit_on_ranks
+    from pinned import record
+
+    data, runs = mnist_runs
+    many = record.run_batches("mlp", compile=False, data=data, fit=fit_on_ranks, nproc=2)
+    _same_run(runs["mlp"], many)
+
+
+def _small_run(**kw):
+    rng = np.random.default_rng(0)
+    X0, Y = rng.standard_normal((12, 60)), np.eye(3)[:, rng.integers(0, 3, 60)]
+    net = LiftedNetwork([12, 10, 8, 3], seed=1)
+    args = dict(batch_size=20, epochs=1, alternations=2, backend="fast", strict=False)
+    return net, X0, Y, {**args, **kw}
+
+
+def test_a_dropped_reduction_in_the_driver_is_caught(monkeypatch):
+    """A planted fault: the W-blocks' values taken on each rank's points alone (the reduction
+    dropped). The descent check's figures then differ from one process's on every W-block."""
+    net, X0, Y, kw = _small_run()
+    one = fit_bcd(copy.deepcopy(net), X0, Y, **kw)
+
+    def on_ranks(fault):
+        if fault:
+            monkeypatch.setattr(
+                blocks.WBlock, "value_over", lambda self, W, U, comm: self.value_with_forward(W, U)
+            )
+        return SimulatedComm(2).run(lambda c: fit_bcd(copy.deepcopy(net), X0, Y, comm=c, **kw))[0]
+
+    def w_values(res):
+        return [b["value_after"] for r in res.history for b in r["blocks"] if b["kind"][0] == "w"]
+
+    assert w_values(on_ranks(False)) == pytest.approx(w_values(one), rel=1e-9)
+    faulty = w_values(on_ranks(True))
+    assert all(v != pytest.approx(w, rel=1e-3) for v, w in zip(faulty, w_values(one)))
+
+
+def test_each_rank_takes_a_share_and_together_every_point():
+    shares = [share(10, 3, r) for r in range(3)]
+    assert [s.stop - s.start for s in shares] == [4, 3, 3]
+    assert np.array_equal(np.concatenate([np.arange(10)[s] for s in shares]), np.arange(10))
+
+
+def test_what_ranks_cannot_do_is_refused_by_name():
+    net, X0, Y, kw = _small_run()
+    two = SimulatedComm(2)
+
+    def refused(**changes):
+        args = {**kw, **changes}
+        with pytest.raises(ValueError) as err:
+            two.run(lambda c: fit_bcd(copy.deepcopy(net), X0, Y, comm=c, **args))
+        return str(err.value)
+
+    assert "backend 'cvxpy'" in refused(backend="cvxpy", batch_size=None, iterations=1)
+    # 60 points in batches of 59: the last batch has 1 point, fewer than the 2 ranks
+    assert "smallest batch (1)" in refused(batch_size=59)
+    with pytest.raises(ValueError, match="comm must be None or a communicator"):
+        fit_bcd(copy.deepcopy(net), X0, Y, comm=object(), **kw)
+
+
+def test_fit_on_ranks_refuses_before_starting_a_process():
+    from fenchel_cvx.parallel import fit_on_ranks
+
+    net, X0, Y, kw = _small_run()
+    with pytest.raises(ValueError, match="nproc"):
+        fit_on_ranks(net, X0, Y, nproc=0, **kw)
+    with pytest.raises(ValueError, match="backend='cvxpy'"):
+        fit_on_ranks(net, X0, Y, nproc=2, **{**kw, "backend": "cvxpy"})
+
+
+def test_a_checkpoint_written_on_ranks_resumes_at_any_number_of_ranks(tmp_path):
+    """Rank 0 writes the whole state (every rank's columns of X gathered): a run on 2 ranks
+    stopped after its third round resumes in one process and on 3 ranks, and both end as the
+    uninterrupted one-process run, to round-off."""
+    net, X0, Y, kw = _small_run(checkpoint_every=1)
+    whole = fit_bcd(copy.deepcopy(net), X0, Y, **kw)
+
+    def stop_at_3(net_, rec):
+        return rec["iteration"] >= 3
+
+    folder = tmp_path / "run"
+    SimulatedComm(2).run(
+        lambda c: fit_bcd(
+            copy.deepcopy(net), X0, Y, comm=c, checkpoint=folder, callback=stop_at_3, **kw
+        )
+    )
+    for P in (1, 3):
+        here = tmp_path / f"resumed-{P}"
+        here.mkdir()
+        (here / "checkpoint.npz").write_bytes((folder / "checkpoint.npz").read_bytes())
+
+        def resumed(c, here=here):
+            return fit_bcd(copy.deepcopy(net), X0, Y, comm=c, checkpoint=here, resume=here, **kw)
+
+        res = resumed(None) if P == 1 else SimulatedComm(P).run(resumed)[0]
+        assert len(res.history) == len(whole.history)
+        for a, b in zip(whole.net.W, res.net.W):
+            assert np.max(np.abs(a - b)) <= 1e-12 * np.max(np.abs(a))
+        for a, b in zip(whole.Xs, res.Xs):
+            assert np.max(np.abs(a - b)) <= 1e-12 * np.max(np.abs(a))
+
+
+# --- the command: --nproc, and what it refuses --------------------------------------------------
+def _cli(*args, cwd):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(repo))
+    return subprocess.run(
+        [sys.executable, "-m", "fenchel_cvx", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,  # a hang guard only
+    )
+
+
+def test_train_with_nproc_2_writes_the_one_process_model(tmp_path):
+    """``fenchel-cvx train --nproc 2``: rank 0 prints and writes the run's files, and its model
+    is the one-process run's."""
+    pytest.importorskip("torch")
+    flags = ["train", "--backend", "fast", "--batch-size", "100", "--train-size", "400"]
+    flags += ["--quiet", "--no-baseline"]
+    one = _cli(*flags, "--out", tmp_path / "one", cwd=tmp_path)
+    two = _cli(*flags, "--out", tmp_path / "two", "--nproc", "2", cwd=tmp_path)
+    assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
+    assert "2 ranks x 1 thread(s)" in two.stdout and two.stdout.count("fenchel-cvx train:") == 1
+    a, b = np.load(tmp_path / "one" / "model.npz"), np.load(tmp_path / "two" / "model.npz")
+    for key in ("W_0", "W_1"):
+        assert np.max(np.abs(a[key] - b[key])) <= 1e-12 * np.max(np.abs(a[key]))
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--nproc", "2"], "--nproc: needs --backend fast"),  # (the oracle, the default)
+        (["--nproc", "2", "--backend", "fast", "--record-blocks"], "--record-blocks"),
+        (["--nproc", "0", "--backend", "fast"], "--nproc"),
+    ],
+)
+def test_train_refuses_ranks_it_cannot_use_by_flag(tmp_path, flags, named):
+    out = _cli("train", "--out", tmp_path / "run", *flags, cwd=tmp_path)
+    assert out.returncode == 2 and named in out.stderr
+    assert not (tmp_path / "run").exists()  # refused before any work
+
+
+@pytest.mark.parametrize("check_every", [1, 5])  # a checked round; unchecked rounds (deferred)
+def test_an_argmin_unusable_on_one_rank_halts_every_rank_at_that_block(check_every):
+    """A planted fault: rank 1's columns of X_1 come back NaN. Every rank records the block's
+    violation and halts after the round, at the same block."""
+    from dataclasses import replace
+
+    from fenchel_cvx.blocks import XBlock
+    from fenchel_cvx.fast import FastBackend
+
+    class NanOnRank1(FastBackend):
+        def solve(self, block, start=None, **images):
+            res = super().solve(block, start, **images)
+            if self.comm.rank == 1 and isinstance(block, XBlock) and block.layer == 1:
+                res = replace(res, argmin=res.argmin * np.nan)
+            return res
+
+    net, X0, Y, kw = _small_run(check_every=check_every)
+
+    def rank(comm):
+        return fit_bcd(copy.deepcopy(net), X0, Y, comm=comm, **{**kw, "backend": NanOnRank1()})
+
+    for res in SimulatedComm(2).run(rank):
+        (record,) = res.history.records  # halted after its first round
+        assert record["halted"] == "X_1"
+        found = [(v["check"], v["layer"]) for v in record["certificate"]["violations"]]
+        assert ("block_optimality", "X_1") in found
