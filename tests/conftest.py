@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
+import registry_params
 from fenchel_cvx.activations import activation
 from fenchel_cvx.network import LiftedNetwork
 
@@ -79,9 +80,13 @@ def _single_threaded_blas():
         yield
 
 
-#: the closed-form activations (leaky ReLU at its default slope; tests vary the slope too)
-ACTIVATION_NAMES = ("relu", "leaky_relu", "sigmoid", "tanh")
-LOSS_NAMES = ("mse", "cross_entropy")
+#: every registered activation that ``activation(name)`` builds without a parameter, and every
+#: registered loss, read from the registries (``registry_params.activations()`` / ``losses()``)
+#: when the tests are collected: a class registered with ``@register_activation`` or
+#: ``@register_loss`` reaches tests/test_network.py and tests/test_blocks.py with no test
+#: changed (tests/test_network.py then asks for its hand-written formula, by class)
+ACTIVATION_NAMES = tuple(registry_params.activations())
+LOSS_NAMES = tuple(registry_params.losses())
 
 
 def interior_sample(act, shape, rng, margin=0.05, scale=1.5):
@@ -94,10 +99,9 @@ def interior_sample(act, shape, rng, margin=0.05, scale=1.5):
 
 
 def labels(loss_name, n_out, m, rng):
-    """Targets: one-hot columns for cross-entropy, Gaussian for MSE."""
-    if loss_name == "cross_entropy":
-        return np.eye(n_out)[:, rng.integers(0, n_out, size=m)]
-    return rng.normal(size=(n_out, m))
+    """Targets: one-hot columns for a loss that serves classification only (cross-entropy),
+    Gaussian for the others (``registry_params.targets``)."""
+    return registry_params.targets(loss_name, n_out, m, rng)
 
 
 def random_classification(n=4, k=3, m=24, seed=0):

@@ -15,14 +15,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import registry_params
 from fenchel_cvx.activations import (
     ACTIVATIONS,
     Activation,
     LeakyReLU,
     Monotone,
     ReLU,
-    Sigmoid,
-    Tanh,
     activation,
     monotone,
 )
@@ -30,14 +29,33 @@ from fenchel_cvx.oracle.atoms import divergence_cvx
 
 EPS = np.finfo(np.float64).eps
 R = 30.0  # |u|, |v| bound of the hypothesis draws
-CLOSED = ("relu", "leaky_relu", "sigmoid", "tanh")
-#: strong-convexity modulus m of F on its domain:  B(v, u) >= m/2 (v - phi(u))^2
-MODULUS = {"relu": 1.0, "leaky_relu": 1.0, "sigmoid": 4.0, "tanh": 1.0}
+CLOSED = tuple(registry_params.activations())  # every registered activation, by name
+#: those the CVXPY oracle has forms of (``oracle.atoms``)
+CVXPY = tuple(registry_params.activations(registry_params.has_cvxpy_forms))
+#: those whose F* it writes elementwise, which ``divergence_cvx`` takes at a parameter u (an
+#: epigraph form of F*, ELU's, needs u to be an expression of variables)
+ELEMENTWISE_FSTAR = tuple(registry_params.activations(registry_params.elementwise_cvxpy_Fstar))
+
+
+def modulus(act):
+    """The strong-convexity modulus m of F on its domain, ``B(v, u) >= m/2 (v - phi(u))^2``:
+    F'' = 1 / phi'(phi^{-1}(v)) >= 1 / sup phi' (0 where sup phi' is not declared)."""
+    return 1.0 / act.dphi_max if act.dphi_max else 0.0
+
+
+def instances(names):
+    """The activations ``names`` with the tests' parameters (leaky ReLU at slope 0.1)."""
+    return [registry_params.built(n) for n in names]
 
 
 # --- strategies -------------------------------------------------------------------------------
 slopes = st.floats(1e-3, 0.999)
-acts = st.one_of(st.sampled_from([ReLU(), Sigmoid(), Tanh()]), slopes.map(LeakyReLU))
+# every registered activation, and leaky ReLU at any slope
+acts = st.one_of(st.sampled_from([activation(n) for n in CLOSED]), slopes.map(LeakyReLU))
+# those whose CVXPY form of F* the oracle writes elementwise (no epigraph variable of its own)
+elementwise_cvxpy_acts = st.one_of(
+    st.sampled_from([activation(n) for n in ELEMENTWISE_FSTAR]), slopes.map(LeakyReLU)
+)
 
 
 def _dom(act, bound=R, margin=0.0):
@@ -74,7 +92,7 @@ def test_divergence_is_nonnegative_and_bounded_below_by_distance_to_graph(avu):
     assert B.shape == v.shape and np.all(np.isfinite(B))
     assert np.all(B >= -tol(act, v, u))
     # Bregman divergence of an m-strongly convex F: B >= m/2 |v - phi(u)|^2
-    m = MODULUS[act.name]
+    m = modulus(act)
     assert np.all(B >= 0.5 * m * (v - act.phi(u)) ** 2 - tol(act, v, u))
 
 
@@ -95,7 +113,7 @@ def test_divergence_positive_off_the_graph(avu):
 def test_divergence_positive_off_the_graph_examples():
     """Fixed points close to the graph, where only exactness can tell B from 0."""
     u = np.array([-2.0, -0.5, 0.3, 1.7])
-    for act in (ReLU(), LeakyReLU(0.2), Sigmoid(), Tanh()):
+    for act in instances(CLOSED):
         v = act.project(act.phi(u) + 1e-2)
         assert np.all(act.divergence(v, u) > 1e-6), act
 
@@ -135,7 +153,10 @@ def test_divergence_second_differences_nonnegative(data):
     assert np.all(second_v >= -8 * tol(act, v, u))
 
 
-@pytest.mark.parametrize("act", [ReLU(), Sigmoid(), Tanh()], ids=repr)
+# the activations whose range has a finite end, beyond which B is +inf
+@pytest.mark.parametrize(
+    "act", instances(registry_params.activations(registry_params.bounded_range)), ids=repr
+)
 @given(data=st.data())
 def test_divergence_infinite_outside_range(act, data):
     lo, hi = act.v_range
@@ -147,7 +168,7 @@ def test_divergence_infinite_outside_range(act, data):
     assert np.all(act.divergence(v, u) == np.inf)
 
 
-@pytest.mark.parametrize("act", [ReLU(), LeakyReLU(0.3), Sigmoid(), Tanh()], ids=repr)
+@pytest.mark.parametrize("act", instances(CLOSED), ids=repr)
 def test_divergence_finite_on_closed_range_ends(act):
     lo, hi = act.v_range
     ends = np.array([t if math.isfinite(t) else 0.0 for t in (lo, hi)])
@@ -297,7 +318,7 @@ def _var(value):
 
 
 @st.composite
-def act_v_u_2d(draw):
+def act_v_u_2d(draw, acts=acts):
     act = draw(acts)
     p, n = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     v = draw(vs_in_range(act, p * n)).reshape(p, n)
@@ -305,7 +326,7 @@ def act_v_u_2d(draw):
     return act, v, u
 
 
-@given(act_v_u_2d(), st.sampled_from(["v_var", "u_var"]), st.booleans())
+@given(act_v_u_2d(elementwise_cvxpy_acts), st.sampled_from(["v_var", "u_var"]), st.booleans())
 def test_cvxpy_value_equals_numpy(avu, which, use_param):
     act, v, u = avu
     expected = float(np.sum(act.divergence(v, u)))
@@ -320,8 +341,10 @@ def test_cvxpy_value_equals_numpy(avu, which, use_param):
     assert abs(expr.value - expected) <= 1e-9 * (1 + np.sum(tol(act, v, u, k=1)) / EPS)
 
 
-@pytest.mark.parametrize("name", CLOSED)
-@pytest.mark.parametrize("which", ["v_var", "u_var"])
+# v_var: u is a parameter (an elementwise F* form); u_var: any activation with CVXPY forms
+@pytest.mark.parametrize(
+    "which,name", [("v_var", n) for n in ELEMENTWISE_FSTAR] + [("u_var", n) for n in CVXPY]
+)
 def test_cvxpy_forms_are_dcp_and_dpp(name, which):
     act = activation(name)
     shape = (3, 4)
@@ -342,7 +365,7 @@ def test_cvxpy_forms_are_dcp_and_dpp(name, which):
     assert cp.Problem(cp.Minimize(expr2), cons2).is_dcp()
 
 
-@pytest.mark.parametrize("name", CLOSED)
+@pytest.mark.parametrize("name", CVXPY)
 def test_cvxpy_dpp_when_the_expression_side_carries_parameters(name):
     """The X-hidden block: B_l(X_{l+1}, W_l [Z; 1]) with Z the variable and W_l, X_{l+1}
     parameters. <u, v> is then a product of parameters (DCP, not DPP); passed precomputed as
@@ -358,7 +381,7 @@ def test_cvxpy_dpp_when_the_expression_side_carries_parameters(name):
     assert cp.Problem(cp.Minimize(expr), cons).is_dpp()
 
 
-@pytest.mark.parametrize("name", CLOSED)
+@pytest.mark.parametrize("name", ELEMENTWISE_FSTAR)  # min over v at a parameter u
 def test_cvxpy_minimisers_are_the_graph(name):
     """min_u B(v, u) is at u = phi^{-1}(v) and min_v B(v, u) at v = phi(u); re-solve with new
     parameter values (the DPP workflow of the oracle)."""
@@ -382,7 +405,13 @@ def test_cvxpy_minimisers_are_the_graph(name):
         assert abs(prob_v.value) < 1e-5
 
 
-@pytest.mark.parametrize("name", ["relu", "sigmoid", "tanh"])
+# the activations with CVXPY forms and a finite lower end of phi's range (v below it is refused)
+@pytest.mark.parametrize(
+    "name",
+    registry_params.activations(
+        lambda c: registry_params.has_cvxpy_forms(c) and math.isfinite(c.v_range[0])
+    ),
+)
 def test_cvxpy_rejects_v_outside_range(name):
     act = activation(name)
     lo, _ = act.v_range
@@ -391,7 +420,7 @@ def test_cvxpy_rejects_v_outside_range(name):
         divergence_cvx(act, v, cp.Variable(2))
 
 
-@pytest.mark.parametrize("name", CLOSED)
+@pytest.mark.parametrize("name", CVXPY)
 def test_cvxpy_rejects_two_variables_or_two_constants(name):
     act = activation(name)
     v_ok = np.full(2, 0.5)
@@ -413,7 +442,7 @@ METHODS_U = ("phi", "dphi", "Fstar", "project")
 METHODS_V = ("F", "phi_inv", "in_range")
 
 
-@pytest.mark.parametrize("act", [ReLU(), LeakyReLU(0.1), Sigmoid(), Tanh()], ids=repr)
+@pytest.mark.parametrize("act", instances(CLOSED), ids=repr)
 def test_array_api_strict_gives_the_numpy_numbers(act, rng):
     u = rng.uniform(-4, 4, size=(3, 5))
     v = act.project(act.phi(rng.uniform(-4, 4, size=(3, 5))))
@@ -433,7 +462,7 @@ def test_array_api_strict_gives_the_numpy_numbers(act, rng):
     assert act.in_range(sv).dtype == xps.bool
 
 
-@pytest.mark.parametrize("act", [ReLU(), LeakyReLU(0.1), Sigmoid(), Tanh()], ids=repr)
+@pytest.mark.parametrize("act", instances(CLOSED), ids=repr)
 @pytest.mark.parametrize("lib", ["numpy", "array_api_strict"])
 def test_float32_in_float32_out(act, lib, rng):
     u32 = rng.uniform(-3, 3, size=(4, 3)).astype(np.float32)
@@ -456,7 +485,8 @@ def test_float32_in_float32_out(act, lib, rng):
 
 # --- the registry -------------------------------------------------------------------------------
 def test_registry_lookup_and_passthrough():
-    assert set(CLOSED) <= set(ACTIVATIONS)
+    # the package's closed forms are registered and built by name
+    assert {"relu", "leaky_relu", "sigmoid", "tanh"} <= set(CLOSED) <= set(ACTIVATIONS)
     for name in CLOSED:
         a = activation(name)
         assert isinstance(a, Activation) and a.name == name and name in repr(a)
@@ -519,10 +549,8 @@ def test_relu_in_place_forms_promote_and_broadcast_as_the_general_ones(xp):
 
 
 # --- the facts each class carries (``fenchel_cvx.facts``) -----------------------------------------
-FACT_NAMES = CLOSED + ("elu",)
-
-
-@pytest.mark.parametrize("name", FACT_NAMES)
+# the activations that declare sup phi' (``dphi_max``)
+@pytest.mark.parametrize("name", registry_params.activations(lambda c: c.dphi_max is not None))
 def test_dphi_max_is_the_supremum_of_dphi(name):
     act = activation(name)
     u = np.linspace(-30, 30, 60001)
@@ -530,7 +558,7 @@ def test_dphi_max_is_the_supremum_of_dphi(name):
     assert np.all(act.dphi(u) <= act.dphi_max)
 
 
-@pytest.mark.parametrize("name", FACT_NAMES)
+@pytest.mark.parametrize("name", CLOSED)
 def test_d2F_is_the_derivative_of_phi_inverse(name):
     act = activation(name)
     lo, hi = act.v_range
@@ -542,7 +570,7 @@ def test_d2F_is_the_derivative_of_phi_inverse(name):
     np.testing.assert_allclose(act.d2Fstar(v), act.dphi(v), rtol=0)
 
 
-@pytest.mark.parametrize("name", FACT_NAMES)
+@pytest.mark.parametrize("name", CLOSED)
 def test_open_range_says_where_F_prime_is_infinite(name):
     act = activation(name)
     ends = [e for e in act.v_range if math.isfinite(e)]
@@ -550,14 +578,12 @@ def test_open_range_says_where_F_prime_is_infinite(name):
     assert act.open_range == infinite
 
 
-@pytest.mark.parametrize("name", FACT_NAMES)
+# the activations that give ``x_prox`` (the others' prox is the fast backend's Newton solve)
+@pytest.mark.parametrize("name", registry_params.activations(registry_params.closed_form_prox))
 def test_closed_form_prox_solves_its_equation(name):
     """Where a class gives ``x_prox``: z minimises L/2 (z - r)^2 + lam (F(z) - u z), i.e.
     z + tau phi^{-1}(z) = r + tau u (``fast.xblocks``), here with u = 0."""
     act = activation(name)
-    if act.x_prox is None:
-        assert act.open_range or name == "elu"  # the Newton prox serves it
-        return
     r, tau = np.linspace(-4, 4, 33), 0.7
     z, state = act.x_prox(np, act, r.copy(), tau, None)
     assert state is None
@@ -568,16 +594,16 @@ def test_closed_form_prox_solves_its_equation(name):
     assert np.all(r[~inside] <= 0)  # at ReLU's bound: r pushes outward
 
 
-@pytest.mark.parametrize("name", FACT_NAMES)
+@pytest.mark.parametrize("name", CLOSED)
 def test_config_rebuilds_the_activation(name):
     from fenchel_cvx.activations import activation_from_config
 
-    act = activation(name, slope=0.2) if name == "leaky_relu" else activation(name)
+    act = registry_params.built(name)  # leaky ReLU at slope 0.1, not its default
     again = activation_from_config(act.config())
     assert type(again) is type(act) and repr(again) == repr(act)
 
 
-@pytest.mark.parametrize("name", FACT_NAMES)
+@pytest.mark.parametrize("name", registry_params.activations(registry_params.has_torch_module))
 def test_torch_counterpart_computes_phi(name):
     torch = pytest.importorskip("torch")
     act = activation(name)

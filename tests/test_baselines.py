@@ -5,6 +5,7 @@ import sys
 import numpy as np
 import pytest
 
+import registry_params
 from fenchel_cvx.baselines import BASELINES, BackpropResult, train_backprop
 from fenchel_cvx.datasets import batch_order, load_digits
 
@@ -138,7 +139,10 @@ def test_every_batch_evaluation_and_callback(digits):
     assert _run(digits, epochs=1).checkpoints is None
 
 
-@pytest.mark.parametrize("activation", ["relu", "leaky_relu", "sigmoid", "tanh"])
+# every registered activation with a PyTorch module (``torch_module``), which backprop trains
+@pytest.mark.parametrize(
+    "activation", registry_params.activations(registry_params.has_torch_module)
+)
 def test_activations_train(digits, activation):
     r = _run(digits, epochs=2, activation=activation, lr=1e-2)
     assert np.isfinite(r.train_loss).all() and r.train_loss[-1] < r.initial_train_loss

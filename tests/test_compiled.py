@@ -25,10 +25,11 @@ import warnings
 import numpy as np
 import pytest
 
+import registry_params
+
 torch = pytest.importorskip("torch", reason="the compiled path needs PyTorch (the bench extra)")
 
 from fenchel_cvx import AvgPool2d, Conv2d, Dense, Flatten, LiftedNetwork, activation, blocks  # noqa: E402
-from fenchel_cvx.activations import ACTIVATIONS  # noqa: E402
 from fenchel_cvx.bcd import fit_bcd  # noqa: E402
 from fenchel_cvx.fast import FastBackend, fused  # noqa: E402
 
@@ -37,7 +38,7 @@ if fused.compiler_problem() is not None:
         f"torch.compile cannot run here: {fused.compiler_problem()}", allow_module_level=True
     )
 
-ACTS = ("relu", "leaky_relu", "sigmoid", "tanh")
+ACTS = tuple(registry_params.activations())  # every registered activation, by name
 RTOL = {np.float32: 1e-5, np.float64: 1e-10}
 
 
@@ -49,7 +50,7 @@ def compiled():
 
 
 def _act(name):
-    return activation("leaky_relu", slope=0.1) if name == "leaky_relu" else activation(name)
+    return registry_params.built(name)  # leaky ReLU at slope 0.1 (``TEST_PARAMS``)
 
 
 def _rel(a, b):
@@ -88,7 +89,8 @@ def test_each_chain_equals_its_eager_form(compiled, name, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("name", sorted(n for n, c in ACTIVATIONS.items() if c.x_prox is not None))
+# the classes with a closed-form prox (``x_prox``): the others' prox is a Newton solve
+@pytest.mark.parametrize("name", registry_params.activations(registry_params.closed_form_prox))
 def test_fista_step_equals_its_eager_form(compiled, name, dtype):
     act, rng = _act(name), np.random.default_rng(1)
     Gy, z, z_prev, tauU = (rng.standard_normal((20, 30)).astype(dtype) for _ in range(4))

@@ -12,24 +12,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import optimize
 
+import registry_params
 from fenchel_cvx import activation, blocks
 from fenchel_cvx.fast import FastBackend, pncg
 from fenchel_cvx.fast.fused import EAGER
 from fenchel_cvx.fast.pncg import PncgSettings, solve_pncg
 from fenchel_cvx.network import LiftedNetwork
 
-ACTS = ("relu", "leaky_relu", "sigmoid", "tanh")
-LOSSES = ("mse", "cross_entropy")
+ACTS = tuple(registry_params.activations())  # every registered activation, by name
+LOSSES = tuple(registry_params.losses())  # every registered loss
 X_KINDS = ("x_hidden", "x_last")
 W_KINDS = ("w_hidden0", "w_hidden1", "w_last")
 CASES = [(a, lo, k, 0.0) for a in ACTS for lo in LOSSES for k in X_KINDS] + [
     (a, lo, k, g) for a in ACTS for lo in LOSSES for k in W_KINDS for g in (0.0, 0.3)
 ]
 REL = 1e-6  # "within 1e-6 relative of the optimum"
+#: the method the fast backend reports for a last W-block, by the loss's ``last_w_solver``
+LAST_W_METHOD = {"ridge": "cholesky", "pncg": "pncg", "newton": "newton"}
 
 
 def _act(name):
-    return activation("leaky_relu", slope=0.1) if name == "leaky_relu" else name
+    return registry_params.built(name)  # leaky ReLU at slope 0.1 (``TEST_PARAMS``)
 
 
 def make_state(act, loss, seed=0, sizes=(5, 4, 3, 3), m=7):
@@ -37,17 +40,9 @@ def make_state(act, loss, seed=0, sizes=(5, 4, 3, 3), m=7):
     rng = np.random.default_rng(seed)
     net = LiftedNetwork(sizes, _act(act), loss, lam=[1.0, 0.7], rho=[0.1, 0.05, 0.2], seed=seed)
     X0 = rng.standard_normal((sizes[0], m))
-    if loss == "cross_entropy":
-        Y = np.eye(sizes[-1])[:, rng.integers(0, sizes[-1], m)]
-    else:
-        Y = rng.standard_normal((sizes[-1], m))
+    Y = registry_params.targets(loss, sizes[-1], m, rng)  # one-hot labels or Gaussian
     Xs, _ = net.forward(X0)
-    lo, hi = {
-        "relu": (0, None),
-        "leaky_relu": (None, None),
-        "sigmoid": (0.02, 0.98),
-        "tanh": (-0.98, 0.98),
-    }[act]
+    lo, hi = registry_params.clip_bounds(act, 0.02)  # 0.02 inside an open end of phi's range
     Xs = [np.clip(X + 0.3 * rng.standard_normal(X.shape), lo, hi) for X in Xs]
     W0s = [W + 0.2 * rng.standard_normal(W.shape) for W in net.W]
     return net, X0, Y, Xs, W0s
@@ -89,7 +84,7 @@ def test_matches_oracle(oracle, act, loss, kind, gamma):
     assert res.value == pytest.approx(float(block.value(res.argmin)), rel=1e-15, abs=0)
     assert res.residual == block.kkt_residual(res.argmin)
     assert res.info["method"] == {"x": "fista", "w": "pncg"}[kind[0]] or (
-        kind == "w_last" and loss == "mse" and res.info["method"] == "cholesky"
+        kind == "w_last" and res.info["method"] == LAST_W_METHOD[block.loss.last_w_solver]
     )
 
 
@@ -97,10 +92,8 @@ def _lbfgs(block, Z0, act, starts=3, seed=0):
     """Independent reference: L-BFGS-B from Z0 and random starts, bounded to the domain."""
     shape = Z0.shape
     bnd = (None, None)
-    if isinstance(block, blocks.XBlock):
-        bnd = {"relu": (0, None), "sigmoid": (1e-9, 1 - 1e-9), "tanh": (-1 + 1e-9, 1 - 1e-9)}.get(
-            act, bnd
-        )
+    if isinstance(block, blocks.XBlock):  # phi's range, 1e-9 inside an end where F' is infinite
+        bnd = registry_params.clip_bounds(act, 1e-9)
 
     def fun(z):
         Z = z.reshape(shape)
@@ -194,7 +187,7 @@ def test_float32_stays_float32(xp_name, act, loss, kind, gamma):
 
 
 @pytest.mark.parametrize("xp_name", ["numpy", "array_api_strict"])
-@pytest.mark.parametrize("act", ["relu", "sigmoid"])
+@pytest.mark.parametrize("act", ACTS)
 def test_newton_rows_and_row_freezing(xp_name, act):
     """The W-hidden paths beyond plain CG (batched Newton rows, frozen rows) in the standard API,
     against the default solve (itself checked against the oracle above)."""
@@ -336,10 +329,10 @@ def test_inexact_x_solve_that_would_rise_returns_its_start(monkeypatch):
 def test_one_certified_x_step_descends_and_forms_one_value(monkeypatch, act):
     """One FISTA step from the start with a certified L and an exact (closed-form) prox is a
     proximal-gradient step, which never rises (Beck & Teboulle 2009, Lemma 2.3): such a solve
-    (ReLU, leaky ReLU) forms the value of its returned point only, not the start's. Sigmoid's
-    and tanh's prox is iterative, and their guard still forms both values, as two steps do
-    (momentum, no such guarantee) for every activation. On every loss and X-block kind the
-    value comes out below the start's."""
+    (a class with ``x_prox``: ReLU, leaky ReLU) forms the value of its returned point only, not
+    the start's. Where the prox is iterative (sigmoid, tanh, ELU: no ``x_prox``) the guard still
+    forms both values, as two steps do (momentum, no such guarantee) for every activation. On
+    every loss and X-block kind the value comes out below the start's."""
     values = []
     for cls in (blocks.XHidden, blocks.XLast):
         real = cls.value_with_forward
@@ -357,7 +350,7 @@ def test_one_certified_x_step_descends_and_forms_one_value(monkeypatch, act):
             values.clear()
             one = FastBackend(x_steps=1).solve(block, start=start)
             assert one.iterations == 1 and len(values) == (
-                1 if act in ("relu", "leaky_relu") else 2
+                1 if registry_params.closed_form_prox(type(block.act_in)) else 2
             )
             assert one.value < before and not one.info["reverted"]
             assert one.value == pytest.approx(float(block.value(one.argmin)), rel=1e-12)
@@ -441,12 +434,15 @@ def test_capped_residual_false_skips_only_the_report():
 
 
 @pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("act", ["sigmoid", "tanh"])
+# the activations whose prox is a Newton solve (no closed-form ``x_prox``): the guard is theirs
+@pytest.mark.parametrize(
+    "act", registry_params.activations(lambda c: not registry_params.closed_form_prox(c))
+)
 def test_one_step_of_an_iterative_prox_never_ends_above_its_start_in_float32(act, loss):
-    """Sigmoid's and tanh's prox is a Newton solve: in float32 its one step from near the
-    optimum can raise the value (by up to 2 % on blocks near 3e-3, beyond the evaluation's
-    rounding), so their descent guard stays: the returned point is no higher than the start,
-    to a few eps of the value."""
+    """A prox without closed form (sigmoid, tanh, ELU) is a Newton solve: in float32 its one
+    step from near the optimum can raise the value (by up to 2 % on blocks near 3e-3, beyond
+    the evaluation's rounding), so their descent guard stays: the returned point is no higher
+    than the start, to a few eps of the value."""
     from fenchel_cvx.blocks import x_block
 
     rng = np.random.default_rng(1)
@@ -454,13 +450,9 @@ def test_one_step_of_an_iterative_prox_never_ends_above_its_start_in_float32(act
         (30, 40, 20, 10), activation=act, loss=loss, seed=2, dtype=np.float32, lam=3.0
     )
     X0 = rng.standard_normal((30, 500)).astype(np.float32)
-    Y = (
-        np.eye(10, dtype=np.float32)[:, rng.integers(0, 10, 500)]
-        if loss == "cross_entropy"
-        else rng.standard_normal((10, 500)).astype(np.float32)
-    )
+    Y = registry_params.targets(loss, 10, 500, rng).astype(np.float32)
     Xs, _ = net.feed_forward(X0)
-    lo, hi = (1e-6, 1 - 1e-6) if act == "sigmoid" else (-1 + 1e-6, 1 - 1e-6)
+    lo, hi = registry_params.clip_bounds(act, 1e-6)
     rises = []
     for l in (1, 2):
         block = x_block(net, X0, Y, Xs, l)
@@ -649,7 +641,7 @@ def test_fista_start_is_read_not_copied_where_it_is_inside():
 def test_capped_x_solve_at_an_optimum_converges_in_one_step():
     """A capped X solve does not test its start: its first step does. From an optimum the step
     stays within rounding of it, and the solve reports convergence after that one step."""
-    for act in ("relu", "sigmoid"):
+    for act in ACTS:
         for kind in X_KINDS:
             block = case_block(act, "cross_entropy", kind, 0.0)
             first = FastBackend(tol=1e-10).solve(block)

@@ -7,36 +7,91 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scipy.special import expit, log_softmax
+from scipy.special import expit, huber, log_softmax
 
 from conftest import ACTIVATION_NAMES, LOSS_NAMES, make_problem
-from fenchel_cvx.activations import LeakyReLU
+from fenchel_cvx.activations import ACTIVATIONS, LeakyReLU, ReLU, Sigmoid, Tanh
+from fenchel_cvx.extensions.elu import ELU
+from fenchel_cvx.extensions.huber import Huber
+from fenchel_cvx.losses import LOSSES, MSE, CrossEntropy
 from fenchel_cvx.network import LiftedNetwork, augment
 from fenchel_cvx.validation import check_matrix
 
 SIZES = (3, 4, 5, 2)
 
 
+# --- the hand-written references -------------------------------------------------------------
+#: phi of each registered activation class, written out here (NumPy / SciPy, none of the
+#: class's own functions; its parameters read from the instance): ``HAND_PHI[cls](act)`` is the
+#: elementwise function. Keyed by class, so a class registered with ``@register_activation``
+#: needs its own formula here: ``test_every_registered_class_has_a_hand_formula`` names it
+#: until it has one.
+HAND_PHI = {
+    ReLU: lambda act: lambda t: np.maximum(t, 0),
+    LeakyReLU: lambda act: lambda t: np.where(t > 0, t, act.slope * t),
+    Sigmoid: lambda act: expit,
+    Tanh: lambda act: np.tanh,
+    ELU: lambda act: lambda t: np.where(t > 0, t, np.exp(np.minimum(t, 0)) - 1),
+}
+
+#: each registered loss class's L(Y, Yhat), written out here the same way (Huber through
+#: SciPy's ``huber(delta, r) = r^2/2 or delta (|r| - delta/2)``, twice it: the loss's
+#: convention, squared error near 0 with no 1/2)
+HAND_LOSS = {
+    MSE: lambda L, Y, Yhat: np.sum((Y - Yhat) ** 2),
+    CrossEntropy: lambda L, Y, Yhat: -np.sum(Y * log_softmax(Yhat, axis=0)),
+    Huber: lambda L, Y, Yhat: 2 * np.sum(huber(L.delta, Yhat - Y)),
+}
+
+
+def hand_formula(table, obj, table_name):
+    """The hand-written formula of ``obj``'s class in ``table``; the test fails, naming the
+    class, where the class has none (a registered class is never silently left unchecked)."""
+    cls = type(obj)
+    if cls not in table:
+        pytest.fail(
+            f"{cls.__name__} (registered as {obj.name!r}) has no hand-written formula in "
+            f"{table_name} of tests/test_network.py: add one, written out independently of "
+            f"the class's own functions"
+        )
+    return table[cls]
+
+
 def hand_forward(W, X0, acts):
-    """The feed-forward pass written out: bias = last column."""
+    """The feed-forward pass written out: bias = last column, phi from ``HAND_PHI``."""
     X, Xs = X0, []
     for l, Wl in enumerate(W):
         U = Wl[:, :-1] @ X + Wl[:, -1:]
         if l == len(W) - 1:
             return Xs, U
-        X = {
-            "relu": lambda t: np.maximum(t, 0),
-            "sigmoid": expit,
-            "tanh": np.tanh,
-            "leaky_relu": lambda t, l=l: np.where(t > 0, t, acts[l].slope * t),
-        }[acts[l].name](U)
+        X = hand_formula(HAND_PHI, acts[l], "HAND_PHI")(acts[l])(U)
         Xs.append(X)
 
 
-def hand_loss(name, Y, Yhat):
-    if name == "mse":
-        return np.sum((Y - Yhat) ** 2)
-    return -np.sum(Y * log_softmax(Yhat, axis=0))
+def hand_loss(L, Y, Yhat):
+    """The loss ``L`` (an instance: its parameters are read from it) from ``HAND_LOSS``."""
+    return hand_formula(HAND_LOSS, L, "HAND_LOSS")(L, Y, Yhat)
+
+
+def test_every_registered_class_has_a_hand_formula():
+    """Each activation and loss the tests below take from the registries (conftest's
+    ``ACTIVATION_NAMES``, ``LOSS_NAMES``) has its hand-written formula: a class registered
+    without one fails here, by name, rather than going unchecked."""
+    missing = [
+        f"activation {n!r} ({ACTIVATIONS[n].__name__}): add it to HAND_PHI"
+        for n in ACTIVATION_NAMES
+        if ACTIVATIONS[n] not in HAND_PHI
+    ] + [
+        f"loss {n!r} ({LOSSES[n].__name__}): add it to HAND_LOSS"
+        for n in LOSS_NAMES
+        if LOSSES[n] not in HAND_LOSS
+    ]
+    assert not missing, (
+        "registered classes without a hand-written formula in tests/test_network.py: "
+        + "; ".join(missing)
+    )
+    assert {"relu", "leaky_relu", "sigmoid", "tanh"} <= set(ACTIVATION_NAMES)
+    assert {"mse", "cross_entropy"} <= set(LOSS_NAMES)
 
 
 # --- weights --------------------------------------------------------------------------------
@@ -157,7 +212,9 @@ def test_lifted_equals_network_objective_at_feed_forward_point(act, loss):
         assert np.all(np.abs(net.divergences(X0, Xs)) < 1e-9)
         # and J is what its formula says
         Yhat = hand_forward(net.W, X0, net.activations)[1]
-        expected = hand_loss(loss, Y, Yhat) + sum(r * np.sum(W**2) for r, W in zip(net.rho, net.W))
+        expected = hand_loss(net.loss, Y, Yhat) + sum(
+            r * np.sum(W**2) for r, W in zip(net.rho, net.W)
+        )
         assert J == pytest.approx(expected, rel=1e-12)
 
 
@@ -170,7 +227,7 @@ def test_lifted_objective_formula_and_lower_bound_off_ff_point(act, loss, seed):
     net, X0, Y, Xs = make_problem(SIZES, act=act, loss=loss, lam=lam, rho=rho, m=4, seed=seed)
     F = net.lifted_objective(X0, Y, Xs)
     out = net.W[-1][:, :-1] @ Xs[-1] + net.W[-1][:, -1:]
-    base = hand_loss(loss, Y, out) + sum(r * np.sum(W**2) for r, W in zip(rho, net.W))
+    base = hand_loss(net.loss, Y, out) + sum(r * np.sum(W**2) for r, W in zip(rho, net.W))
     X = [X0, *Xs]
     Bs = [
         np.sum(a.divergence(X[l + 1], net.W[l] @ augment(X[l])))

@@ -1,11 +1,11 @@
 """The oracle is robust by construction: it meets its tolerance on ordinary input, or says why not.
 
-* The sweep: seeds x 3 shapes x {relu, leaky_relu, sigmoid, tanh} x {mse, cross_entropy} x
-  {batched, full}, with rho = 0 (the hard case: no strong convexity from the penalty) and
-  fit_bcd's default gamma (> 0 batched, 0 full): every run ends with the strict certificate
-  held and every block's recomputed KKT residual within tol, or stops with ``NoMinimiser``
-  (a cross-entropy W-block without rho and gamma on separable data) before that block is
-  solved. 2 seeds here; 50 seeds with ``-m slow``.
+* The sweep: seeds x 3 shapes x every registered activation and loss the oracle has CVXPY
+  forms of x {batched, full}, with rho = 0 (the hard case: no strong convexity from the
+  penalty) and fit_bcd's default gamma (> 0 batched, 0 full): every run ends with the strict
+  certificate held and every block's recomputed KKT residual within tol, or stops with
+  ``NoMinimiser`` (a cross-entropy W-block without rho and gamma on separable data) before
+  that block is solved. 2 seeds here; 50 seeds with ``-m slow``.
 * The issue's failing runs (batched, gamma = 0, rho = 0): MSE is now certified (proximal-point
   solves of the W-blocks that are not strictly convex); cross-entropy stops with the remedy.
 * The separability LP and the proximal-point solve checked against the explicit CVXPY block.
@@ -14,6 +14,7 @@
 import numpy as np
 import pytest
 
+import registry_params
 from fenchel_cvx.bcd import fit_bcd
 from fenchel_cvx.blocks import kkt_residual, w_block
 from fenchel_cvx.network import LiftedNetwork
@@ -22,8 +23,9 @@ from fenchel_cvx.oracle.wellposed import NoMinimiser, ce_separating_direction
 
 TOL = 1e-6
 SHAPES = [(3, 4, 2), (4, 3, 3, 2), (2, 5, 3)]
-ACTS = ["relu", "leaky_relu", "sigmoid", "tanh"]
-LOSSES = ["mse", "cross_entropy"]
+# every registered activation and loss that the oracle has CVXPY forms of
+ACTS = registry_params.activations(registry_params.has_cvxpy_forms)
+LOSSES = registry_params.losses(registry_params.has_cvxpy_forms)
 MODES = {"batched": 6, "full": None}
 
 
@@ -56,8 +58,9 @@ def run_one(oracle, shape, act, loss, mode, seed):
             eval_every=None,
         )
     except NoMinimiser as err:
-        # only a cross-entropy last W-block without rho and gamma can lack a minimiser
-        assert loss == "cross_entropy" and mode == "full" and err.block == "w_last"
+        # only the last W-block of a loss that may lack a minimiser (cross-entropy), without
+        # rho and gamma, can lack one
+        assert net.loss.may_lack_minimiser and mode == "full" and err.block == "w_last"
         assert "rho > 0 or gamma > 0" in str(err)
         return "no minimiser"
     h = res.history
@@ -87,14 +90,14 @@ def sweep(oracle, seeds):
 
 def test_sweep_small(oracle):
     counts = sweep(oracle, range(1))
-    assert sum(counts.values()) == 3 * 4 * 2 * 2 and counts["certified"] > 0
+    assert sum(counts.values()) == 3 * len(ACTS) * len(LOSSES) * 2 and counts["certified"] > 0
 
 
 @pytest.mark.slow
 def test_sweep_50_seeds(oracle):
     counts = sweep(oracle, range(50))
     print("robustness sweep:", counts)
-    assert sum(counts.values()) == 50 * 3 * 4 * 2 * 2
+    assert sum(counts.values()) == 50 * 3 * len(ACTS) * len(LOSSES) * 2
 
 
 def issue_run(sizes, loss, seed, gamma):

@@ -5,11 +5,13 @@ import math
 import numpy as np
 import pytest
 
+import registry_params
 from fenchel_cvx import theory
 from fenchel_cvx.network import LiftedNetwork
 
 
-@pytest.mark.parametrize("act", ["relu", "leaky_relu", "sigmoid", "tanh"])
+# every registered activation the CVXPY oracle (the convex problem's solver) has forms of
+@pytest.mark.parametrize("act", registry_params.activations(registry_params.has_cvxpy_forms))
 def test_one_layer_recovery_convex_problem_recovers_W_star(act):
     r = theory.one_layer_recovery(act, n=4, p=3, m=40, restarts=4, seed=0)
     assert r.convex_status == "optimal"
