@@ -456,8 +456,10 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None, comm=LOCAL):
     """
     Xt = block.Xt
     weights, shift, ridge = _gram_terms(block, xp, block.rho + block.gamma)
-    if comm.columns.P > 1:
-        _column_split_allowed(block, comm.columns, ridge)
+    if comm.columns.P > 1 and not ridge and not isinstance(block, WHidden):
+        # (a hidden block on column shards has its points counted by ``pncg`` already: one
+        # needing data space moved to rows; MSE's ridge never takes data space)
+        _column_split_allowed(block, comm.columns)
     key = (type(block), ridge, block.layer)
     if cache is not None and key in cache:
         X_c, w_c, s_c, pre, uses = cache[key]
@@ -492,12 +494,12 @@ def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None, comm=LOCAL):
     return pre, "new"
 
 
-def _column_split_allowed(block, comm, ridge):
+def _column_split_allowed(block, comm):
     """A ``ValueError`` where a block split over its columns would need data space: fewer
     points in all than rows of X~ (the one-process solve would take ``DataGram``, which needs
     every column's Gram ``X~^T X~``)."""
     (points,) = comm.reduce([block.Xt.shape[1]], "sum")
-    if not ridge and points < block.Xt.shape[0]:
+    if points < block.Xt.shape[0]:
         raise ValueError(
             f"a W-block with fewer points ({points}) than rows of X~ ({block.Xt.shape[0]}) "
             "solves in data space, which needs every column: split it by rows, not columns "

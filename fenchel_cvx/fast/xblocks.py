@@ -125,8 +125,7 @@ class _Smooth:
             nrm2 = 1.02 * top_eig(xp, self.Wp)
         else:
             nrm2 = 1.05 * A.norm2(block.W, iters=50)
-        curv, known = _curvature(block, xp)
-        (curv,) = comm.reduce([curv], "max")  # (cross-entropy's: a maximum over the columns)
+        curv, known = _curvature(block, xp, comm)
         self.L = curv * nrm2
         exact = exact and known
         # the smooth term of the block's class, looked up once (value and grad_U run every step)
@@ -152,22 +151,25 @@ class _Smooth:
 
 # --- the smooth term of each X-block class, as a function of U = A(W, Z) ---------------------
 @functools.singledispatch
-def _curvature(block, xp):
-    """``(c, known)``: the smooth term's curvature bound in U and whether it is certified."""
+def _curvature(block, xp, comm=LOCAL):
+    """``(c, known)``: the smooth term's curvature bound in U over the whole block (``comm``:
+    its shards) and whether it is certified."""
     raise TypeError(f"no smooth term is registered for {type(block).__name__}")
 
 
 @_curvature.register
-def _(block: XHidden, xp):
-    """lam_out sup phi_out' (1 where phi_out has no known bound)."""
+def _(block: XHidden, xp, comm=LOCAL):
+    """lam_out sup phi_out' (1 where phi_out has no known bound): the same on every shard."""
     curv = block.act_out.dphi_max
     return block.lam_out * (curv if curv is not None else 1.0), curv is not None
 
 
 @_curvature.register
-def _(block: XLast, xp):
-    """The loss's Hessian bound (``losses``): MSE 2, cross-entropy max_j (1^T y_j) / 2."""
-    return block.loss.curvature(block.Y, xp), True
+def _(block: XLast, xp, comm=LOCAL):
+    """The loss's Hessian bound (``losses``): MSE 2, cross-entropy max_j (1^T y_j) / 2 (a
+    maximum over the columns: over every shard's)."""
+    (curv,) = comm.reduce([block.loss.curvature(block.Y, xp)], "max")
+    return curv, True
 
 
 @functools.singledispatch
@@ -298,8 +300,10 @@ def step(p, s):
         L, backtracks = 2 * L, backtracks + 1
     else:  # no step passes the test at this precision (rounding, overflow): stop here
         return s._replace(it=it, L=L, tauU=tauU, backtracks=backtracks, end="stalled")
-    figures = p.comm.reduce(figures, ("max", "min", "sum"))  # (max D, min D, D.dz)
     s = s._replace(it=it, L=L, tauU=tauU, backtracks=backtracks, prox=prox, grad=None)
+    if p.tests is None and it == p.max_iter:  # no test and no next step: nothing to decide
+        return s._replace(z=zn, Uz=Uzn, end="capped")
+    figures = p.comm.reduce(figures, ("max", "min", "sum"))  # (max D, min D, D.dz)
     if p.tests is not None and (end := p.tests.after(it, zn, Uzn, figures, (G, Gy, L), p.comm)):
         return s._replace(z=zn, Uz=Uzn, end=end)
     # (y - zn).(zn - z) = -D.dz exactly: > 0 where the momentum points uphill
