@@ -256,3 +256,28 @@ def test_an_argmin_unusable_on_one_rank_halts_every_rank_at_that_block(check_eve
         assert record["halted"] == "X_1"
         found = [(v["check"], v["layer"]) for v in record["certificate"]["violations"]]
         assert ("block_optimality", "X_1") in found
+
+
+def test_a_rank_killed_mid_run_stops_rank_0_with_an_error_naming_it():
+    """SIGKILL of rank 1 after the second round (rank 0's callback kills it): rank 0's next
+    collective fails, and ``fit_on_ranks`` raises naming the rank and its exit code, at once."""
+    pytest.importorskip("torch")
+    import multiprocessing
+    import os
+    import signal
+    import time
+
+    from fenchel_cvx.parallel import fit_on_ranks
+
+    net, X0, Y, kw = _small_run()
+    killed = []
+
+    def kill_rank_1(net_, rec):
+        if rec["iteration"] == 2:
+            (child,) = multiprocessing.active_children()
+            os.kill(child.pid, signal.SIGKILL)
+            killed.append(time.perf_counter())
+
+    with pytest.raises(RuntimeError, match="rank 1 exited with code -9"):
+        fit_on_ranks(net, X0, Y, nproc=2, callback=kill_rank_1, **kw)
+    assert killed and time.perf_counter() - killed[0] < 60
