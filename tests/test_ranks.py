@@ -281,3 +281,19 @@ def test_a_rank_killed_mid_run_stops_rank_0_with_an_error_naming_it():
     with pytest.raises(RuntimeError, match="rank 1 exited with code -9"):
         fit_on_ranks(net, X0, Y, nproc=2, callback=kill_rank_1, **kw)
     assert killed and time.perf_counter() - killed[0] < 60
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_algorithm_1_on_simulated_ranks_is_the_one_process_run(P):
+    """Algorithm 1 (all the data every round, each rank its share of the columns), every round
+    checked: the same weights, X and objectives as in one process."""
+    net, X0, Y, kw = _small_run(batch_size=None, iterations=3, alternations=1)
+    one = fit_bcd(copy.deepcopy(net), X0, Y, **kw)
+    out = SimulatedComm(P).run(lambda c: fit_bcd(copy.deepcopy(net), X0, Y, comm=c, **kw))
+    for res in out:
+        assert res.history.certificate_held == one.history.certificate_held
+        for a, b in zip([*one.net.W, *one.Xs], [*res.net.W, *res.Xs]):
+            assert a.shape == b.shape and np.max(np.abs(a - b)) <= 1e-12 * np.max(np.abs(a))
+        for rec, rec_p in zip(one.history, res.history):
+            for key in ("lifted_x", "network_x", "lifted_w", "network_w"):
+                assert rec_p[key] == pytest.approx(rec[key], rel=1e-9)
