@@ -114,6 +114,26 @@ def _rank(rank, nproc, port, threads, args, kwargs):
         dist.destroy_process_group()
 
 
+def _stopped(procs, err):
+    """Rank 0 stopped with ``err``: where a collective failed (``CollectiveError``: a rank's
+    connection closed), the ranks whose processes ended are named (each given a moment to
+    end); the others are stopped."""
+    from .fast.torch_comm import CollectiveError
+
+    lost = isinstance(err, CollectiveError)
+    for p in procs:
+        if lost:
+            p.join(timeout=5)  # (a rank killed a moment ago: its exit code)
+        if p.is_alive():
+            p.terminate()
+    dead = [(r, p.exitcode) for r, p in enumerate(procs, start=1) if p.exitcode not in (None, 0)]
+    if lost and dead:
+        raise RuntimeError(
+            "training on ranks stopped: "
+            + ", ".join(f"rank {r} exited with code {code}" for r, code in dead)
+        ) from err
+
+
 def fit_on_ranks(net, X0, Y, *, nproc: int, threads: int | None = None, **kwargs: Any):
     """``fit_bcd(net, X0, Y, **kwargs)`` on ``nproc`` ranks of this machine: this process is
     rank 0 (it trains ``net`` in place, shows the progress bar, calls ``callback`` and writes
@@ -152,14 +172,7 @@ def fit_on_ranks(net, X0, Y, *, nproc: int, threads: int | None = None, **kwargs
     try:
         result = _rank(0, nproc, port, threads, (net, X0, Y), kwargs)
     except BaseException as err:
-        dead = [(r + 1, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
-        for p in procs:
-            p.terminate()
-        if dead:
-            raise RuntimeError(
-                "training on ranks stopped: "
-                + ", ".join(f"rank {r} exited with code {code}" for r, code in dead)
-            ) from err
+        _stopped(procs, err)
         raise
     for r, p in enumerate(procs, start=1):
         p.join()

@@ -25,7 +25,13 @@ import numpy as np
 
 from ..reduce import OPS, SPLITS, _Moves, _ops
 
-__all__ = ["TorchComm"]
+__all__ = ["CollectiveError", "TorchComm"]
+
+
+class CollectiveError(RuntimeError):
+    """A collective that did not complete: another rank's process ended or its connection
+    closed (gloo's own error is the cause)."""
+
 
 #: the header of a reduction's buffer: a digest of its ops, dtypes and shapes
 HEADER = 16
@@ -104,7 +110,12 @@ class TorchComm(_Moves):
         if data:
             buf[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         out = [torch.empty(size, dtype=torch.uint8) for _ in range(self.P)]
-        self.dist.all_gather(out, buf, group=self.group)
+        try:
+            self.dist.all_gather(out, buf, group=self.group)
+        except RuntimeError as err:
+            raise CollectiveError(
+                f"rank {self.rank}: a collective of {self.P} ranks did not complete ({err})"
+            ) from err
         return [bytes(t.numpy()) for t in out]
 
     def _host(self, value: Any) -> np.ndarray:
