@@ -2,6 +2,8 @@
 host copies."""
 
 import functools
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -12,11 +14,16 @@ from array_api_compat import array_namespace, is_cupy_array, is_numpy_namespace,
 Array: TypeAlias = Any
 
 
-def namespace(A):
+def namespace(A: Any) -> ModuleType:
     """The array library of ``A``: that of a CuPy array or a PyTorch tensor (which have no
     ``__array_namespace__`` of their own; array_api_compat's wrappers) or of an array-API array,
     else NumPy (NumPy arrays and scalars, and anything NumPy converts: lists, numbers, pandas
-    frames). A tensor keeps its library and its device: the fast backend trains on it there."""
+    frames). A tensor keeps its library and its device: the fast backend trains on it there.
+
+    >>> import array_api_strict
+    >>> namespace([1.0, 2.0]) is np, namespace(array_api_strict.asarray([1.0])).__name__
+    (True, 'array_api_strict')
+    """
     if (
         is_cupy_array(A)
         or is_torch_array(A)
@@ -26,23 +33,35 @@ def namespace(A):
     return np
 
 
-def cheap_reads(xp):
+def cheap_reads(xp: ModuleType) -> bool:
     """Whether reading a value of ``xp``'s arrays back to the host (``float(x)``, ``bool(x)``)
     costs nothing worth avoiding: NumPy, whose arrays are on the host. Elsewhere (CuPy on a GPU;
     array_api_strict, which stands in for one in the tests) each read waits for the device and
     keeps a batch from running as one captured graph, so the fast solvers take their decisions
-    there on the device (``fast.reads`` counts the reads that remain)."""
+    there on the device (``fast.reads`` counts the reads that remain).
+
+    >>> import array_api_strict
+    >>> cheap_reads(np), cheap_reads(array_api_strict)
+    (True, False)
+    """
     return is_numpy_namespace(xp)
 
 
-def host_if_cheap(xp, x, cast=float):
+def host_if_cheap(xp: ModuleType, x: Array, cast: Callable[[Array], Any] = float) -> Any:
     """The 0-d array ``x`` as a Python number (``cast``) where reads are cheap
     (``cheap_reads``), else ``x`` itself, left on the device: a figure that decides nothing on
-    the host (a bound, a counter) is read back only where that costs nothing."""
+    the host (a bound, a counter) is read back only where that costs nothing.
+
+    >>> import array_api_strict as xps
+    >>> host_if_cheap(np, np.sum(np.ones(3)))  # a Python float
+    3.0
+    >>> host_if_cheap(xps, xps.sum(xps.ones(3)))  # left where it is
+    Array(3., dtype=array_api_strict.float64)
+    """
     return cast(x) if cheap_reads(xp) else x
 
 
-def clip(x, min=None, max=None):
+def clip(x: Array, min: float | Array | None = None, max: float | Array | None = None) -> Array:
     """``x`` clipped to ``[min, max]`` (either or both may be None; bounds are numbers or arrays
     of x's dtype) in its own library. For CuPy arrays, CuPy's own elementwise kernel:
     array_api_compat's portable ``clip`` compares, masks and assigns there, several kernels and a
@@ -53,16 +72,23 @@ def clip(x, min=None, max=None):
     where ``np.maximum``'s with a number is not (float32, 4,704 x 500, one core of the 2-core
     VM, 2026-11-28: 0.23 against 0.74 ms). The same values, NaN and infinities; a zero keeps
     its sign (``np.maximum(-0.0, 0.0)`` is +0.0). An array bound keeps ``np.maximum``, faster
-    there."""
+    there.
+
+    >>> x = np.array([-1.0, 0.5, 2.0])
+    >>> clip(x, min=0.0), clip(x, max=np.array([0.0, 0.0, 1.0])), clip(x) is x
+    (array([0. , 0.5, 2. ]), array([-1.,  0.,  1.]), True)
+    """
     if min is None and max is None:  # CuPy 13 refuses clip(x, None, None)
         return x
     if isinstance(x, np.ndarray):
         one_sided = max if min is None else min if max is None else None
         if one_sided is not None and np.ndim(one_sided) == 0 and x.dtype.kind == "f":
             return np.clip(x, -np.inf if min is None else min, np.inf if max is None else max)
-        if max is None:
+        if max is None and min is not None:
             return np.maximum(x, min)
-        return np.minimum(x, max) if min is None else np.clip(x, min, max)
+        if min is None and max is not None:
+            return np.minimum(x, max)
+        return np.clip(x, min, max)
     if is_cupy_array(x):
         import cupy
 
@@ -70,12 +96,21 @@ def clip(x, min=None, max=None):
     return array_namespace(x).clip(x, min, max)
 
 
-def exact_in_place(a, b=None):
+def exact_in_place(a: Array, b: Array | float | None = None) -> bool:
     """Whether ``a op= b`` (``a`` a fresh array the caller owns) gives what ``a op b`` gives:
     ``a`` of a real floating dtype, and ``b`` None, a Python number, or an array of a's shape
     and of no wider dtype. (On LeNet-5's 2.35 M-entry arrays a chain of fresh results takes
     twice the time of the same passes in place; an integer ``a`` or a wider or broadcast ``b``
-    must be promoted instead.)"""
+    must be promoted instead.)
+
+    >>> a = np.zeros((2, 3), np.float32)  # then: a wider b, a broadcast b, an integer a
+    >>> exact_in_place(a, 2.0), exact_in_place(a, np.ones((2, 3), np.float32))
+    (True, True)
+    >>> exact_in_place(a, np.ones((2, 3))), exact_in_place(a, np.ones(3, np.float32))
+    (False, False)
+    >>> exact_in_place(np.zeros(3, np.int64))
+    False
+    """
     xp = array_namespace(a)
     if not xp.isdtype(a.dtype, "real floating"):
         return False
@@ -86,15 +121,21 @@ def exact_in_place(a, b=None):
     )
 
 
-def vecdot(x1, x2, axis=-1):
+def vecdot(x1: Array, x2: Array, axis: int = -1) -> Array:
     """``sum(x1 * x2, axis)`` of two real arrays of one library, in it: NumPy's ``vecdot`` (one
     pass, no product array) and, for CuPy arrays, one fused reduction kernel in their common
     dtype; other libraries' own ``vecdot``. array_api_compat's portable ``vecdot``, which CuPy
     gets, moves the axis last and runs a batched matrix product of 1 x n by n x 1: 58 us of
     host time a call where the kernel's launch takes a few (measured on an H200; the fast
-    backend calls it 124 times an MLP batch, 43 times a LeNet-5 batch)."""
+    backend calls it 124 times an MLP batch, 43 times a LeNet-5 batch).
+
+    >>> x1, x2 = np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[1.0, 1.0], [0.0, 1.0]])
+    >>> vecdot(x1, x2), vecdot(x1, x2, axis=0)
+    (array([3., 4.]), array([1., 6.]))
+    """
     if isinstance(x1, np.ndarray) and isinstance(x2, np.ndarray):
-        return np.vecdot(x1, x2, axis=axis)
+        # NumPy's stubs give its gufuncs no ``axis``, which every gufunc takes (NumPy 2.4)
+        return np.vecdot(x1, x2, axis=axis)  # type: ignore[call-overload]
     if is_cupy_array(x1) and is_cupy_array(x2):
         if x1.shape[axis] != x2.shape[axis]:  # the kernel would broadcast along the sum
             raise ValueError(
@@ -119,13 +160,18 @@ def vecdot(x1, x2, axis=-1):
 NT_MIN_K, NT_MAX_OUT, NT_BLOCK_BYTES = 2**16, 2**10, 2**18
 
 
-def in_blocks(A, B):
+def in_blocks(A: Array, B: Array) -> int:
     """The width of the column blocks in which ``matmul_nt`` forms ``A @ B.T`` (A m x k, B
     n x k), or 0 where one product serves: other libraries' arrays, a short shared length, a
     large or empty result. Long, flat NumPy operands with a small result (LeNet-5's W_0
     gradient, 6 x 392,000 times 392,000 x 26) are summed over blocks of columns of both that
     stay in the core's cache together: OpenBLAS runs such a product whole at half the rate it
-    reaches block by block."""
+    reaches block by block.
+
+    >>> long = np.empty((6, 2**17), np.float32), np.empty((26, 2**17), np.float32)
+    >>> in_blocks(*long), in_blocks(np.ones((2, 3)), np.ones((4, 3)))
+    (2048, 0)
+    """
     (m, k), n = A.shape, B.shape[0]
     numpy = isinstance(A, np.ndarray) and isinstance(B, np.ndarray)
     if not numpy or k < NT_MIN_K or not 0 < m * n <= NT_MAX_OUT:
@@ -134,10 +180,16 @@ def in_blocks(A, B):
     return 1 << max(9, (NT_BLOCK_BYTES // per_column).bit_length() - 1)
 
 
-def matmul_nt(A, B):
+def matmul_nt(A: Array, B: Array) -> Array:
     """``A @ B.T`` for ``A`` (m x k) and ``B`` (n x k): summed over column blocks where that
     pays (``in_blocks``), else formed as ``(B @ A.T).T`` (13-20 % faster than ``A @ B.T`` where
-    B is long and flat, as the patches of a convolution; one core)."""
+    B is long and flat, as the patches of a convolution; one core).
+
+    >>> A, B = np.arange(6.0).reshape(2, 3), np.ones((4, 3))
+    >>> matmul_nt(A, B)
+    array([[ 3.,  3.,  3.,  3.],
+           [12., 12., 12., 12.]])
+    """
     width = in_blocks(A, B)
     if not width:
         return (B @ A.T).T
@@ -148,15 +200,20 @@ def matmul_nt(A, B):
 
 
 @functools.cache
-def _cupy_vecdot():
+def _cupy_vecdot() -> Any:
     import cupy
 
     return cupy.ReductionKernel("T x, T y", "T z", "x * y", "a + b", "z = a", "0", "fenchel_vecdot")
 
 
-def to_numpy(A) -> np.ndarray:
+def to_numpy(A: Array) -> np.ndarray:
     """A NumPy copy of an array of any array library (CuPy's ``.get()``, a tensor's ``.cpu()``,
-    DLPack otherwise)."""
+    DLPack otherwise).
+
+    >>> import array_api_strict
+    >>> to_numpy(array_api_strict.asarray([1.0, 2.0])), to_numpy([1, 2])
+    (array([1., 2.]), array([1, 2]))
+    """
     if isinstance(A, np.ndarray):
         return A
     if hasattr(A, "get") and type(A).__module__.startswith("cupy"):

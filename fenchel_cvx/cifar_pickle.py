@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import codecs
 import pickletools
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -244,7 +246,7 @@ class _Machine:
                 return self.stack[0].value if type(self.stack[0]) is _Made else self.stack[0]
             entry = _TABLE.get(data[p])
             if entry is None:
-                known = chr(data[p]) in pickletools.code2op  # named by load_batch
+                known = chr(data[p]) in _CODE2OP  # named by load_batch
                 raise _Bad("an opcode no CIFAR-10 batch uses" if known else "an unknown opcode")
             entry[0](self, entry[1])
         raise _Bad(f"refused a pickle of more than {MAX_OPCODES:,} opcodes (a batch's are few)")
@@ -483,19 +485,42 @@ _HANDLERS = {
     for name, arg in zip(names.split(), args)
 }
 _TABLE = {ord(op.code): _HANDLERS[op.name] for op in pickletools.opcodes if op.name in _HANDLERS}
+#: every opcode of the pickle protocols, by its code (``pickletools.code2op``, which the module
+#: keeps but does not export)
+_CODE2OP = {op.code: op for op in pickletools.opcodes}
 
 
-def load_batch(path):
+def load_batch(path: Path) -> Any:
     """The object pickled in the CIFAR-10 python batch ``path`` (a dict of names, lists and
     NumPy integer arrays where the file is a batch), read by the stack machine; a
-    ``FileFormatError`` naming the file, the opcode and its byte for anything else."""
+    ``FileFormatError`` naming the file, the opcode and its byte for anything else.
+
+    >>> import pickle, tempfile
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> batch = {b"data": np.zeros((2, 3072), np.uint8), b"labels": [3, 7]}
+    >>> _ = (Path(tmp.name) / "data_batch_1").write_bytes(pickle.dumps(batch, protocol=2))
+    >>> d = load_batch(Path(tmp.name) / "data_batch_1")
+    >>> d[b"data"].shape, d[b"data"].dtype, d[b"labels"]
+    ((2, 3072), dtype('uint8'), [3, 7])
+    >>> class Payload:  # a pickle that would call eval("1 + 1") if unpickled
+    ...     def __reduce__(self):
+    ...         return (eval, ("1 + 1",))
+    >>> _ = (Path(tmp.name) / "bad").write_bytes(pickle.dumps({b"data": Payload()}, protocol=2))
+    >>> load_batch(Path(tmp.name) / "bad")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    fenchel_cvx.errors.FileFormatError: ...bad: pickle: expected a CIFAR-10 python batch, found
+    refused the global __builtin__.eval (a CIFAR-10 batch holds only NumPy integer arrays, lists
+    and text), at byte ..., GLOBAL; nothing from the file was run
+    >>> tmp.cleanup()
+    """
     check_declared(path, "size", path.stat().st_size, "a CIFAR-10 python batch")
     m = _Machine(path, path.read_bytes())
     try:
         return m.run()
     except _Bad as err:
         code = m.data[m.pos : m.pos + 1]  # the opcode, by its name (or byte), if any
-        op = pickletools.code2op.get(code.decode("latin1"))
+        op = _CODE2OP.get(code.decode("latin1"))
         where = f"at byte {m.pos}" + (f", {op.name if op else repr(code)}" if code else "")
         if str(err).startswith("refused"):
             expected, found, hint = "a", f"{err}, {where}", "nothing from the file was run"

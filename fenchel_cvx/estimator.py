@@ -47,6 +47,7 @@ from . import defaults
 from .activations import Activation, activation_names
 from .backends import check_backend, get_backend
 from .bcd import fit_bcd
+from .history import History
 from .losses import LOSSES, loss_names, softmax
 from .network import LiftedNetwork
 from .validation import (
@@ -178,6 +179,16 @@ class _FenchelBase(BaseEstimator):
 
     _losses = tuple(LOSSES)
 
+    # the learned attributes (set by ``fit`` and ``partial_fit``; the estimators' docstrings)
+    network_: LiftedNetwork
+    coefs_: list[np.ndarray]
+    history_: History | None
+    n_iter_: int
+    loss_curve_: list[float]
+    validation_scores_: list[float] | None
+    best_validation_score_: float | None
+    best_loss_: float | None
+
     # --- validation -----------------------------------------------------------------------
     def _checked_params(self, partial=False):
         """Validate every hyperparameter (``_constraints``); return them normalised in a dict,
@@ -300,11 +311,12 @@ class _FenchelBase(BaseEstimator):
             )
         finally:
             self.coefs_ = self.network_.W  # after Ctrl-C too: the last finished round's
-        if getattr(self, "history_", None) is not None:  # partial_fit or warm_start
-            offset = len(self.history_)
+        history = getattr(self, "history_", None)
+        if history is not None:  # partial_fit or warm_start
+            offset = len(history)
             for rec in result.history:
                 rec["iteration"] += offset
-                self.history_.append(rec)
+                history.append(rec)
         else:
             self.history_ = result.history
         rewound = monitor.finish()

@@ -8,6 +8,11 @@ optional one is an attribute None. ``has_fact`` tells whether an object carries 
 class and the fact.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, TypeVar
+
 
 class Named:
     """What an activation and a loss share: the registry's ``name``, the parameters that build
@@ -17,40 +22,80 @@ class Named:
     name = "named"
     kind = "named"
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         params = "".join(f", {k}={v!r}" for k, v in self.params().items())
         return f"{self.kind}({self.name!r}{params})"
 
-    def params(self):
+    def params(self) -> dict[str, Any]:
         """The parameters that the registry's builder takes to build this one again."""
         return {}
 
-    def config(self):
-        """``{"name": ..., **params}``: what a saved network records of it."""
+    def config(self) -> dict[str, Any]:
+        """``{"name": ..., **params}``: what a saved network records of it.
+
+        >>> from fenchel_cvx.activations import LeakyReLU
+        >>> LeakyReLU(slope=0.1).config()
+        {'name': 'leaky_relu', 'slope': 0.1}
+        """
         return {"name": self.name, **self.params()}
 
 
-def stub(fact):
-    """A base class's placeholder for the method ``fact``: it raises ``NotImplementedError``,
-    and ``has_fact`` reads it as absent."""
+_C = TypeVar("_C", bound=type)
+_N = TypeVar("_N", bound=Named)
 
-    def missing(self, *args, **kwargs):
+
+def stub(fact: str) -> Callable[..., Any]:
+    """A base class's placeholder for the method ``fact``: it raises ``NotImplementedError``,
+    and ``has_fact`` reads it as absent.
+
+    >>> class Shape:
+    ...     area = stub("area")
+    >>> Shape().area()
+    Traceback (most recent call last):
+    ...
+    NotImplementedError: Shape has no area
+    >>> has_fact(Shape, "area")
+    False
+    """
+
+    def missing(self: object, *args: object, **kwargs: object) -> Any:
         raise NotImplementedError(f"{type(self).__name__} has no {fact}")
 
-    missing.__name__, missing.missing_fact = fact, True
+    missing.__name__ = fact
+    setattr(missing, "missing_fact", True)  # noqa: B010 (a function has no declared attributes)
     return missing
 
 
-def has_fact(obj, fact):
+def has_fact(obj: object, fact: str) -> bool:
     """Whether ``obj`` (an activation or a loss, or its class) carries ``fact``: a method of
-    its own (not a ``stub``) or an attribute that is not None."""
+    its own (not a ``stub``) or an attribute that is not None.
+
+    >>> class Shape:
+    ...     area = stub("area")
+    ...     perimeter = None  # an optional fact
+    >>> class Square(Shape):
+    ...     def area(self):
+    ...         return 1.0
+    >>> has_fact(Square, "area"), has_fact(Square(), "perimeter"), has_fact(Shape, "area")
+    (True, False, False)
+    """
     value = getattr(obj, fact, None)
     return value is not None and not getattr(value, "missing_fact", False)
 
 
-def require(obj, facts, who):
+def require(obj: Any, facts: Iterable[str], who: str) -> Any:
     """``obj``, or a ``ValueError`` naming its class and the first of ``facts`` it lacks, which
-    ``who`` needs."""
+    ``who`` needs. (Typed ``Any``: a caller reads the facts it required, which ``obj``'s class
+    may declare optional, None.)
+
+    >>> from fenchel_cvx.activations import ReLU
+    >>> require(ReLU(), ["phi", "F"], "the X-blocks")
+    activation('relu')
+    >>> require(ReLU(), ["phi", "log_cosh"], "my solver")
+    Traceback (most recent call last):
+    ...
+    ValueError: ReLU lacks the fact 'log_cosh', which my solver needs: define ReLU.log_cosh
+    """
     cls = obj if isinstance(obj, type) else type(obj)
     for fact in facts:
         if not has_fact(obj, fact):
@@ -61,36 +106,61 @@ def require(obj, facts, who):
     return obj
 
 
-class Registry(dict):
+class Registry(dict[str, type[_N]], Generic[_N]):
     """``name -> class`` for one kind (activations, losses): the one table keyed by their names.
 
     ``register(cls)`` adds a subclass of ``base`` under ``cls.name`` once it carries ``facts``
     (a ``ValueError`` naming the class and the fact it lacks); a name another class holds is
     refused (a class counts as the one it replaces where its module and qualified name are the
     same: a module reloaded). ``build(name, params)`` makes the registered class with
-    ``params``, or passes an instance of ``base`` through once it carries ``facts``."""
+    ``params``, or passes an instance of ``base`` through once it carries ``facts``.
 
-    def __init__(self, kind, base, facts):
+    >>> class Shape(Named):
+    ...     kind = "shape"
+    ...     area = stub("area")
+    >>> SHAPES = Registry("shape", Shape, ["area"])
+    >>> @SHAPES.register
+    ... class Square(Shape):
+    ...     name = "square"
+    ...     def __init__(self, side=1.0):
+    ...         self.side = side
+    ...     def params(self):
+    ...         return {"side": self.side}
+    ...     def area(self):
+    ...         return self.side**2
+    >>> square = SHAPES.build("square", {"side": 3.0})
+    >>> square, square.area(), square.config()
+    (shape('square', side=3.0), 9.0, {'name': 'square', 'side': 3.0})
+    >>> @SHAPES.register
+    ... class Circle(Shape):
+    ...     name = "circle"
+    Traceback (most recent call last):
+    ...
+    ValueError: Circle lacks the fact 'area', which every solver needs: define Circle.area
+    """
+
+    def __init__(self, kind: str, base: type[_N], facts: Iterable[str]) -> None:
         super().__init__()
         self.kind, self.base, self.facts = kind, base, tuple(facts)
 
-    def register(self, cls):
-        if not (isinstance(cls, type) and issubclass(cls, self.base)):
+    def register(self, cls: _C) -> _C:
+        new: object = cls  # checked as a subclass of base below; ``cls`` keeps its own type
+        if not (isinstance(new, type) and issubclass(new, self.base)):
             raise ValueError(
                 f"register_{self.kind} takes a subclass of {self.base.__name__}, got {cls!r}"
             )
-        require(cls, self.facts, "every solver")
-        held = self.get(cls.name)
-        if held is not None and _where(held) != _where(cls):
+        require(new, self.facts, "every solver")
+        held = self.get(new.name)
+        if held is not None and _where(held) != _where(new):
             raise ValueError(
-                f"the {self.kind} name {cls.name!r} is taken by "
+                f"the {self.kind} name {new.name!r} is taken by "
                 f"{held.__qualname__} of {held.__module__}, refused for "
-                f"{cls.__qualname__} of {cls.__module__}: give it another name"
+                f"{new.__qualname__} of {new.__module__}: give it another name"
             )
-        self[cls.name] = cls
+        self[new.name] = new
         return cls
 
-    def build(self, name, params):
+    def build(self, name: str | _N, params: Mapping[str, Any]) -> _N:
         if isinstance(name, self.base):
             return require(name, self.facts, "every solver")
         if not isinstance(name, str) or name not in self:
@@ -98,7 +168,7 @@ class Registry(dict):
         return self[name](**params)
 
 
-def _where(cls):
+def _where(cls: type) -> tuple[str, str]:
     """``(module, qualname)``: what tells two classes of one name apart (a reloaded module's
     class is the same one)."""
     return cls.__module__, cls.__qualname__

@@ -33,11 +33,15 @@ Files the package writes carry their format and version (``io.py``; ``History.to
 
 from __future__ import annotations
 
+import os
 import zipfile
 import zlib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from . import budget
 from .csv_text import _read_csv
@@ -67,10 +71,27 @@ def _size(nbytes):
     return f"{nbytes / 2**30:.3g} GiB" if nbytes >= 2**30 else f"{nbytes} bytes"
 
 
-def check_file(path, what, max_bytes=None) -> Path:
+def check_file(path: str | os.PathLike[str], what: str, max_bytes: int | None = None) -> Path:
     """``path`` as a Path, once it is an existing, non-empty regular file of at most
     ``max_bytes`` (default: the read budget, ``budget.read_budget``); ``what``: the file's
-    kind, in words."""
+    kind, in words.
+
+    >>> import tempfile
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> _ = (Path(tmp.name) / "run.json").write_text("{}")
+    >>> check_file(Path(tmp.name) / "run.json", "run").name
+    'run.json'
+    >>> check_file(Path(tmp.name) / "run.json", "run", max_bytes=1)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    fenchel_cvx.errors.FileFormatError: ...run.json: size: expected at most 1 bytes, found 2 bytes
+    >>> check_file(Path(tmp.name) / "history.json", "history")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    fenchel_cvx.errors.FileFormatError: ...history.json: expected an existing history file, found
+    nothing there
+    >>> tmp.cleanup()
+    """
     path = Path(path)
     if not path.is_file():
         found = "a folder" if path.is_dir() else "nothing there"
@@ -85,25 +106,64 @@ def check_file(path, what, max_bytes=None) -> Path:
     return path
 
 
-def read_json(path, what, want=dict, max_bytes=MAX_JSON_BYTES):
+def read_json(
+    path: str | os.PathLike[str], what: str, want: type = dict, max_bytes: int = MAX_JSON_BYTES
+) -> Any:
     """The JSON value of the UTF-8 file ``path``, which must be a ``want`` (dict or list): the
     file within ``max_bytes`` and the read budget, its text within the budget rules of
-    :func:`_check_json_text` before ``json.loads`` sees it."""
+    :func:`_check_json_text` before ``json.loads`` sees it.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp) / "history.json"
+    ...     _ = path.write_text('[{"iteration": 1, "objective": 2.5}]')
+    ...     read_json(path, "history", want=list)
+    [{'iteration': 1, 'objective': 2.5}]
+    """
     path = check_file(path, what, min(max_bytes, budget.read_budget()))
     return _parse_json(path, "", path.read_bytes(), None, want)
 
 
-def parse_json(path, field, text, want=dict):
+def parse_json(path: str | os.PathLike[str], field: str, text: str, want: type = dict) -> Any:
     """``text`` parsed as JSON that must be a ``want``, after :func:`_check_json_text`; errors
-    name ``path`` and ``field``."""
+    name ``path`` and ``field``.
+
+    >>> parse_json("weights.npz", "meta", '{"format": "fenchel_cvx.Network/1"}')
+    {'format': 'fenchel_cvx.Network/1'}
+    >>> parse_json("weights.npz", "meta", "[1, 2]")
+    Traceback (most recent call last):
+    ...
+    fenchel_cvx.errors.FileFormatError: weights.npz: meta: expected a JSON object, found a JSON
+    array
+    >>> parse_json("weights.npz", "meta", "[" * 65 + "]" * 65, want=list)
+    Traceback (most recent call last):
+    ...
+    fenchel_cvx.errors.FileFormatError: weights.npz: meta byte 64: expected arrays and objects
+    nested at most 64 deep, found one nested 65 deep
+    """
     return _parse_json(path, field, text.encode("utf-8", "surrogatepass"), text, want)
 
 
-def check_format(path, meta, expected, field="meta.format"):
+def check_format(
+    path: str | os.PathLike[str],
+    meta: Mapping[str, Any],
+    expected: str,
+    field: str = "meta.format",
+) -> int:
     """Check ``meta["format"]`` (``field``: its name in the file) against ``expected``
     (``"fenchel_cvx.<Kind>/<version>"``): the same kind at the same or an older version passes
     (returns the version); a newer version is refused with what to do; anything else, a version
-    of other than ASCII digits (a superscript one too) or of more than 9, is refused by name."""
+    of other than ASCII digits (a superscript one too) or of more than 9, is refused by name.
+
+    >>> check_format("run.json", {"format": "fenchel_cvx.Run/1"}, "fenchel_cvx.Run/2")
+    1
+    >>> check_format("run.json", {"format": "fenchel_cvx.Run/3"}, "fenchel_cvx.Run/2")
+    Traceback (most recent call last):
+    ...
+    fenchel_cvx.errors.FileFormatError: run.json: meta.format: expected version 2 or older of
+    fenchel_cvx.Run, found version 3; it was written by a newer fenchel_cvx: read it with that
+    release, or upgrade
+    """
     family, _, version = expected.rpartition("/")
     found = meta.get("format")
     if not isinstance(found, str):
@@ -137,9 +197,23 @@ class NpzFile:
     """A ``.npz`` file checked as the module docstring says; ``what``: its kind, in words.
 
     ``headers``: the arrays' names (without ``.npy``) -> ``(shape, dtype)``, read from the
-    headers only. Use as a context manager, or call :meth:`close`."""
+    headers only. Use as a context manager, or call :meth:`close`.
 
-    def __init__(self, path, what):
+    >>> import tempfile
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> np.savez(Path(tmp.name) / "weights.npz", W=np.eye(2), b=np.zeros(3, np.float32))
+    >>> f = NpzFile(Path(tmp.name) / "weights.npz", "weights")
+    >>> f.headers["W"], float(f.array("W", (2, None), np.float64).sum())
+    (((2, 2), dtype('float64')), 2.0)
+    >>> f.array("b", (3,), np.float64)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    fenchel_cvx.errors.FileFormatError: ...weights.npz: b: expected dtype float64, found dtype
+    float32
+    >>> f.close(); tmp.cleanup()
+    """
+
+    def __init__(self, path: str | os.PathLike[str], what: str) -> None:
         self.path, self.what = check_file(path, what), what
         _check_zip_directory(self.path, what)
         try:
@@ -230,16 +304,16 @@ class NpzFile:
             budget.check_declared(self.path, "arrays", total, "the arrays together")
         return headers
 
-    def __enter__(self):
+    def __enter__(self) -> NpzFile:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self):
+    def close(self) -> None:
         self.zip.close()
 
-    def require(self, names):
+    def require(self, names: Iterable[str]) -> None:
         """Refuse the file unless it holds exactly the arrays ``names`` (a set of names)."""
         missing, extra = (
             sorted(set(names) - set(self.headers)),
@@ -250,8 +324,8 @@ class NpzFile:
                 filter(
                     None,
                     [
-                        missing and f"missing {', '.join(missing)}",
-                        extra and f"unexpected {', '.join(extra)}",
+                        f"missing {', '.join(missing)}" if missing else None,
+                        f"unexpected {', '.join(extra)}" if extra else None,
                     ],
                 )
             )
@@ -281,7 +355,7 @@ class NpzFile:
             ) from None
         return A
 
-    def check_array(self, name, shape, dtype):
+    def check_array(self, name: str, shape: tuple[int | None, ...], dtype: DTypeLike) -> None:
         """Refuse the array ``name`` unless its header shows ``shape`` (a tuple; ``None`` entries
         take any size) and ``dtype`` (a NumPy dtype); nothing of it is read."""
         if name not in self.headers:
@@ -299,7 +373,7 @@ class NpzFile:
                 self.path, name, f"shape {want}".replace("'", ""), f"shape {got_shape}"
             )
 
-    def array(self, name, shape, dtype):
+    def array(self, name: str, shape: tuple[int | None, ...], dtype: DTypeLike) -> np.ndarray:
         """The array ``name``, once its header shows ``shape`` (a tuple; ``None`` entries take
         any size) and ``dtype`` (a NumPy dtype) (:meth:`check_array`); it must be finite and
         within the dtype's scale (``validation.scale_problem``)."""
@@ -310,7 +384,7 @@ class NpzFile:
             raise FileFormatError(self.path, name, "finite values of a usable scale", problem)
         return A
 
-    def meta(self, expected_format):
+    def meta(self, expected_format: str) -> dict[str, Any]:
         """The JSON object of the 0-d text array ``meta``, after :func:`check_format`."""
         if "meta" not in self.headers:
             raise FileFormatError(
@@ -330,12 +404,21 @@ class NpzFile:
         return meta
 
 
-def read_points(path, features):
+def read_points(path: str | os.PathLike[str], features: int) -> np.ndarray:
     """The rows (data points) of a ``.npy`` or ``.csv`` file of ``features`` numbers each, as
     float64: the input of ``fenchel-cvx predict``. ``.npy``: its header is checked first
     (:func:`_npy_header`; a bool, int, uint or float dtype; a 2-D or 1-D shape of ``features``
     columns; its bytes and their float64 copy within the read budget; the bytes it announces);
-    ``.csv``: numbers only, counted before they are parsed (:func:`_read_csv`)."""
+    ``.csv``: numbers only, counted before they are parsed (:func:`_read_csv`).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = (Path(tmp) / "x.csv").write_text("1,2,3\\n4,5,6\\n")
+    ...     np.save(Path(tmp) / "x.npy", np.array([1, 0, 1], np.uint8))
+    ...     read_points(Path(tmp) / "x.csv", features=3), read_points(Path(tmp) / "x.npy", 3)
+    (array([[1., 2., 3.],
+           [4., 5., 6.]]), array([[1., 0., 1.]]))
+    """
     path = check_file(path, "points (.npy or .csv)")
     if path.suffix == ".npy":
         with open(path, "rb") as f:

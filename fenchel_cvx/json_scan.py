@@ -70,7 +70,9 @@ def _check_json_text(path, field, raw):
     text = _JSON_STRING.sub(b'""', raw)  # strings out: what is left is numbers and brackets
     at = text.translate(_JSON_DIGITS).find(b"0" * (MAX_JSON_DIGITS + 1))
     if at >= 0:
-        digits = len(_JSON_NUMBER.match(text, at)[0])
+        run = _JSON_NUMBER.match(text, at)
+        assert run is not None  # ``at`` starts a run of digits
+        digits = len(run[0])
         raise FileFormatError(
             path,
             f"{where}byte {_raw_offset(raw, at)}",

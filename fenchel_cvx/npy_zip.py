@@ -171,7 +171,7 @@ def _read_data(f, path, field, shape, dtype, fortran):
     the binary stream ``f``, read into an array of exactly that size (its header's bytes
     already passed :func:`_declared_bytes`), in chunks; a stream that ends first is refused."""
     A = np.empty(math.prod(shape), dtype)
-    view = memoryview(A.view(np.uint8))
+    view = A.view(np.uint8).data  # a writable memoryview of its bytes
     done = 0
     while done < len(view):
         n = f.readinto(view[done : done + _CHUNK])

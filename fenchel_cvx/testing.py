@@ -7,10 +7,21 @@ lower bound on the block's optimal value is at most ``rtol * (1 + |lower bound|)
 (``oracle.certify``). It raises ``AssertionError`` with every number otherwise.
 """
 
-from .oracle.certify import certify, optimality_report
+from __future__ import annotations
+
+from .arrays import Array
+from .blocks import Block
+from .oracle.backend import OracleBackend
+from .oracle.certify import BlockCertificate, certify, optimality_report
 
 
-def assert_block_optimal(block, Z, rtol=1e-6, atol=0.0, backend=None):
+def assert_block_optimal(
+    block: Block,
+    Z: Array,
+    rtol: float = 1e-6,
+    atol: float = 0.0,
+    backend: OracleBackend | None = None,
+) -> BlockCertificate:
     """Assert that ``Z`` minimises ``block`` to ``rtol`` (relative) plus ``atol`` (absolute).
 
     Returns the :class:`~fenchel_cvx.oracle.certify.BlockCertificate` when it passes. A block
@@ -21,7 +32,7 @@ def assert_block_optimal(block, Z, rtol=1e-6, atol=0.0, backend=None):
         if not (isinstance(v, (int, float)) and v >= 0):
             raise ValueError(f"{name} must be a number >= 0, got {v!r}")
     cert = certify(block, Z, backend=backend)
-    if cert.gap is None:
+    if cert.gap is None or cert.lower_bound is None:  # the one is None with the other
         excess = cert.objective - cert.optimum
         allowed = rtol * (1.0 + abs(cert.optimum)) + atol
         what = "objective - oracle optimum (no certified lower bound)"

@@ -24,14 +24,17 @@ its last column.
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from ..activations import ACTIVATIONS, activation_names
 from ..activations import activation as make_activation
+from ..arrays import Array
 from ..losses import loss as make_loss
 from ..losses import loss_names
 from ..validation import (
@@ -48,6 +51,13 @@ from ..validation import (
     check_matrix,
     validate,
 )
+
+if TYPE_CHECKING:
+    from ..network import LiftedNetwork
+
+#: a network as the baselines take it: layer sizes (an MLP), a ``LiftedNetwork.get_config()``
+#: dict, or a ``LiftedNetwork``
+Network: TypeAlias = "Sequence[int] | dict[str, Any] | LiftedNetwork"
 
 # name -> (torch.optim class name, default learning rate: the paper's)
 OPTIMIZERS = {"sgd": ("SGD", 1e-2), "adam": ("Adam", 1e-3)}
@@ -99,7 +109,18 @@ def _torch():
 
 
 # --- layer kinds: the spec dict of layers.py -> a torch module on an input of ``shape`` --------
-class _TorchDense:
+class _TorchLayer:
+    """A layer kind: ``build(nn, d, shape)``, the torch module of the spec dict ``d`` on an
+    input of ``shape``; ``weighted``: whether it holds one of the network's ``W_l``."""
+
+    weighted: bool = False
+
+    @staticmethod
+    def build(nn: Any, d: dict, shape: tuple) -> Any:
+        raise NotImplementedError
+
+
+class _TorchDense(_TorchLayer):
     weighted = True
 
     @staticmethod
@@ -107,7 +128,7 @@ class _TorchDense:
         return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), int(d["units"])))
 
 
-class _TorchConv2d:
+class _TorchConv2d(_TorchLayer):
     weighted = True
 
     @staticmethod
@@ -119,7 +140,7 @@ class _TorchConv2d:
         )
 
 
-class _TorchAvgPool2d:
+class _TorchAvgPool2d(_TorchLayer):
     weighted = False
 
     @staticmethod
@@ -127,7 +148,7 @@ class _TorchAvgPool2d:
         return nn.AvgPool2d(int(d["size"]))
 
 
-class _TorchFlatten:
+class _TorchFlatten(_TorchLayer):
     weighted = False
 
     @staticmethod
@@ -135,7 +156,7 @@ class _TorchFlatten:
         return nn.Flatten()
 
 
-TORCH_LAYERS = {
+TORCH_LAYERS: dict[str, type[_TorchLayer]] = {
     "dense": _TorchDense,
     "conv2d": _TorchConv2d,
     "avgpool2d": _TorchAvgPool2d,
@@ -305,7 +326,14 @@ PARAMETERS = dict(
 )
 
 
-def torch_model(network, *, activation="relu", slope=0.01, seed=0, init_weights=None):
+def torch_model(
+    network: Network,
+    *,
+    activation: str = "relu",
+    slope: float = 0.01,
+    seed: int = 0,
+    init_weights: Sequence[Array] | None = None,
+) -> tuple[Any, tuple[int, ...], tuple[int, ...]]:
     """``(model, input_shape, layer_sizes)``: the PyTorch ``nn.Sequential`` of ``network`` (layer
     sizes, a config dict or a ``LiftedNetwork``) on inputs ``(n, *input_shape)``, its weights
     ``init_weights`` (default: the ``LiftedNetwork``'s own, else Xavier-uniform from ``seed``);
@@ -326,28 +354,28 @@ def torch_model(network, *, activation="relu", slope=0.01, seed=0, init_weights=
 
 
 def train_backprop(
-    network,
-    X_train,
-    y_train,
-    X_test,
-    y_test,
+    network: Network,
+    X_train: Array,
+    y_train: Array,
+    X_test: Array,
+    y_test: Array,
     *,
-    batches,
-    optimizer="adam",
-    lr=None,
-    momentum=0.0,
-    activation="relu",
-    slope=0.01,
-    seed=0,
-    threads=None,
-    callback=None,
-    eval_every=None,
-    eval_at=(),
-    init_weights=None,
-    progress=False,
-    loss="cross_entropy",
-    device="cpu",
-):
+    batches: Sequence[Sequence[Array]],
+    optimizer: str = "adam",
+    lr: float | None = None,
+    momentum: float = 0.0,
+    activation: str = "relu",
+    slope: float = 0.01,
+    seed: int = 0,
+    threads: int | None = None,
+    callback: Callable[[int, BackpropResult], object] | None = None,
+    eval_every: int | None = None,
+    eval_at: Sequence[int] = (),
+    init_weights: Sequence[Array] | None = None,
+    progress: bool = False,
+    loss: str = "cross_entropy",
+    device: str = "cpu",
+) -> BackpropResult:
     """Train a network by backprop on the given batch schedule; return a :class:`BackpropResult`.
 
     ``network``: layer sizes (an MLP), a ``LiftedNetwork.get_config()`` dict, or a

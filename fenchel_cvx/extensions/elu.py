@@ -21,30 +21,42 @@ a >= 0, so the minimum sits at ``a = max(u, 0)``): one epigraph variable and two
 """
 
 import math
+from typing import Any
 
 from array_api_compat import array_namespace
 
 from ..activations import Activation, register_activation
+from ..arrays import Array
 
 
 @register_activation
 class ELU(Activation):
-    """phi(u) = u for u >= 0, e^u - 1 for u < 0 (ELU with alpha = 1)."""
+    """phi(u) = u for u >= 0, e^u - 1 for u < 0 (ELU with alpha = 1).
+
+    >>> import numpy as np
+    >>> from fenchel_cvx.activations import activation
+    >>> elu, u = activation("elu"), np.array([-1.0, 0.0, 2.0])
+    >>> v = elu.phi(u)
+    >>> np.round(v, 4), bool(np.allclose(elu.phi_inv(v), u))
+    (array([-0.6321,  0.    ,  2.    ]), True)
+    >>> bool(np.allclose(elu.F(v) + elu.Fstar(u), u * v))  # Fenchel-Young: equality at v = phi(u)
+    True
+    """
 
     name = "elu"
     v_range = (-1.0, math.inf)
     dphi_max = 1.0
     open_range = True
 
-    def phi(self, u):
+    def phi(self, u: Array) -> Array:
         xp = array_namespace(u)
         return xp.where(u > 0, u, xp.expm1(xp.minimum(u, xp.zeros_like(u))))
 
-    def dphi(self, u):
+    def dphi(self, u: Array) -> Array:
         xp = array_namespace(u)
         return xp.where(u > 0, xp.ones_like(u), xp.exp(xp.minimum(u, xp.zeros_like(u))))
 
-    def phi_inv(self, v):
+    def phi_inv(self, v: Array) -> Array:
         """v for v >= 0, log(1 + v) on (-1, 0); -inf at -1 and NaN below (not attained)."""
         xp = array_namespace(v)
         inside = v > -1
@@ -56,7 +68,7 @@ class ELU(Activation):
             xp.where(v == -1, xp.full_like(v, -math.inf), xp.full_like(v, math.nan)),
         )
 
-    def F(self, v):
+    def F(self, v: Array) -> Array:
         xp = array_namespace(v)
         n = xp.minimum(v, xp.zeros_like(v))  # the piece below 0 (0 above)
         p = 1 + n
@@ -64,24 +76,24 @@ class ELU(Activation):
         xlogx = xp.where(pos, p * xp.log(xp.where(pos, p, xp.ones_like(p))), xp.zeros_like(p))
         return xp.where(v > 0, 0.5 * v * v, xlogx - n)
 
-    def Fstar(self, u):
+    def Fstar(self, u: Array) -> Array:
         xp = array_namespace(u)
         n = xp.minimum(u, xp.zeros_like(u))
         return xp.where(u > 0, 0.5 * u * u, xp.expm1(n) - n)
 
-    def torch_module(self):
+    def torch_module(self) -> Any:
         import torch
 
         return torch.nn.ELU(alpha=1.0)
 
     # --- CVXPY forms (the oracle: ``oracle.atoms``), CVXPY imported only here ------------------
-    def F_cvxpy(self, v):
+    def F_cvxpy(self, v: Any) -> Any:
         """Elementwise F(v): ``max(v^2/2, -entr(1 + v) - v)`` (module docstring)."""
         import cvxpy as cp
 
         return cp.maximum(0.5 * cp.square(v), -cp.entr(1 + v) - v)
 
-    def Fstar_cvxpy(self, u):
+    def Fstar_cvxpy(self, u: Any) -> tuple[Any, list[Any]]:
         """``(sum F*(u), constraints)`` through the epigraph variable ``a >= max(u, 0)``."""
         import cvxpy as cp
 

@@ -38,11 +38,18 @@ i.e. on the minimiser; a row also stops when its KKT residual (``blocks.kkt_resi
 row by row) is at the target.
 """
 
+from __future__ import annotations
+
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.linalg import cho_factor, cho_solve
+
+if TYPE_CHECKING:
+    from ..blocks import WHidden
 
 NEWTON_STEPS = 50
 ARMIJO = 1e-4
@@ -75,16 +82,16 @@ class Rows:
         self.G_src = self.P if self.exact else self.P.astype(np.float32)
 
     @property
-    def T(self):
+    def T(self) -> np.ndarray:
         if self._T is None:
             self._T = self.P.T @ self.P
         return self._T
 
-    def forward(self, W):
+    def forward(self, W: np.ndarray) -> np.ndarray:
         """``W X~`` (``b x m`` for ``b`` rows ``W``: one product for the batch)."""
         return W[:, self.S] @ self.P.T
 
-    def back(self, V):
+    def back(self, V: np.ndarray) -> np.ndarray:
         """``V X~^T`` (``b x n`` for ``V`` of ``b x m``; 0 off ``S``)."""
         out = np.zeros((V.shape[0], self.Xt.shape[0]))
         out[:, self.S] = V @ self.P
@@ -100,7 +107,7 @@ class Rows:
         B = self._gather(idx, src)
         return (B.T @ B).astype(np.float64, copy=False)
 
-    def gram(self, A, exact=None):
+    def gram(self, A: np.ndarray, exact: bool | None = None) -> np.ndarray:
         """``X~_{S,A} X~_{S,A}^T`` by the smaller of ``A`` and its complement (``exact``: in
         float64; None: as the rows take them, ``self.exact``)."""
         src = self.P if (self.exact if exact is None else exact) else self.G_src
@@ -109,7 +116,7 @@ class Rows:
         G = self._outer(np.flatnonzero(small), src)
         return G if small is A else self.T - G
 
-    def update(self, G, enter, leave):
+    def update(self, G: np.ndarray, enter: np.ndarray, leave: np.ndarray) -> np.ndarray:
         """``G + X~_in X~_in^T - X~_out X~_out^T`` in place (``enter``, ``leave``: masks)."""
         for mask, sign in ((enter, 1.0), (leave, -1.0)):
             idx = np.flatnonzero(mask)
@@ -120,7 +127,7 @@ class Rows:
                     G -= self._outer(idx, self.P)
         return G
 
-    def newton(self, G, g):
+    def newton(self, G: np.ndarray, g: np.ndarray) -> np.ndarray:
         """``-(lam G + 2c I)^{-1} g`` on ``S``, ``-g / 2c`` off it."""
         d = -g / (2.0 * self.c)
         if self.S.size:
@@ -129,7 +136,7 @@ class Rows:
             d[self.S] = -cho_solve(cho_factor(H, check_finite=False), g[self.S], check_finite=False)
         return d
 
-    def ridge(self, Q):
+    def ridge(self, Q: np.ndarray) -> np.ndarray:
         """The rows' minimisers with every pre-activation positive, ``(lam T + 2c I) w = q``."""
         W = Q / (2.0 * self.c)
         if self.S.size:
@@ -158,7 +165,9 @@ def _value(lam, q, c, w, u):
     return 0.5 * lam * float(up @ up) - float(q @ w) + c * float(w @ w)
 
 
-def row_residual(rows, Q, W, U):
+def row_residual(
+    rows: Rows, Q: np.ndarray, W: np.ndarray, U: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Each row's scaled natural residual ``|grad f|_inf / (1 + max_i |g_i|_inf)`` (the scale of
     ``blocks.kkt_residual``, with the row's own gradient parts ``lam X~ u_+ - q`` and ``2c w``),
     for the rows ``W`` (``b x n``) with ``U = W X~``; returns ``(residuals, gradients)``."""
@@ -169,13 +178,23 @@ def row_residual(rows, Q, W, U):
     return np.max(np.abs(g), axis=1) / scale, g
 
 
-def solve_row(rows, q, w, target, max_steps=None):
+def solve_row(
+    rows: Rows, q: np.ndarray, w: np.ndarray, target: float, max_steps: int | None = None
+) -> tuple[np.ndarray, RowReport]:
     """The argmin of one row from ``w``; returns ``(w, RowReport)``."""
     W, reports = solve_rows(rows, q[None, :], w[None, :], target, max_steps)
     return W[0], reports[0]
 
 
-def solve_rows(rows, Q, start, target, max_steps=None, batch=None, kept=None):
+def solve_rows(
+    rows: Rows,
+    Q: np.ndarray,
+    start: ArrayLike,
+    target: float,
+    max_steps: int | None = None,
+    batch: int | None = None,
+    kept: list[tuple[np.ndarray, np.ndarray] | None] | None = None,
+) -> tuple[np.ndarray, list[RowReport]]:
     """The rows ``q_i`` of ``Q`` from the rows of ``start``, ``batch`` rows at a time
     (``BATCH``); returns ``(W, reports)``. ``kept``: a list of one ``(A, G)`` or ``None`` a
     row, the active set and Gram a row ended with in an earlier call on the same ``X~``: a row
@@ -187,9 +206,11 @@ def solve_rows(rows, Q, start, target, max_steps=None, batch=None, kept=None):
     max_steps = NEWTON_STEPS if max_steps is None else int(max_steps)
     for lo in range(0, Q.shape[0], batch):
         k = slice(lo, min(lo + batch, Q.shape[0]))
-        part = None if kept is None else kept[k]
-        W[k] = _solve_batch(rows, Q[k], W[k], target, max_steps, reports[k], part)
-        if kept is not None:
+        if kept is None:
+            W[k] = _solve_batch(rows, Q[k], W[k], target, max_steps, reports[k])
+        else:
+            part = kept[k]
+            W[k] = _solve_batch(rows, Q[k], W[k], target, max_steps, reports[k], part)
             kept[k] = part
     return W, reports
 
@@ -253,8 +274,8 @@ def _solve_batch(rows, Q, W, target, max_steps, reports, kept=None):
             if stuck and not reports[k].refined:
                 grams[k], reports[k].refined = rows.gram(A[k], exact=True), True
         live = live[[res[k] > target and not reports[k].exact for k in live]]
-    for k, report in enumerate(reports):
-        report.residual = float(res[k])
+    for i, report in enumerate(reports):
+        report.residual = float(res[i])
     if kept is not None:
         kept[:] = [(A[k].copy(), grams[k]) for k in range(W.shape[0])]
     return W
@@ -289,7 +310,13 @@ def _new_active_set(rows, grams, A, A_new, k, report):
     report.exact = report.exact and not n_changed
 
 
-def solve(block, start, target, max_steps=None, batch=None):
+def solve(
+    block: WHidden,
+    start: np.ndarray | None,
+    target: float,
+    max_steps: int | None = None,
+    batch: int | None = None,
+) -> tuple[np.ndarray, list[RowReport]]:
     """Every row of a ReLU ``WHidden`` block (``rho + gamma > 0``) from ``start`` (else zeros);
     returns ``(W, reports)``."""
     c = block.rho + block.gamma

@@ -16,7 +16,9 @@ methods that import CVXPY themselves, so that its file is the only one it needs
 """
 
 import math
+from collections.abc import Iterable
 from functools import singledispatch
+from typing import Any, TypeVar
 
 import cvxpy as cp
 import numpy as np
@@ -24,6 +26,8 @@ import numpy as np
 from ..activations import Activation, LeakyReLU, ReLU, Sigmoid, Tanh
 from ..facts import require
 from ..losses import MSE, CrossEntropy, Loss
+
+_T = TypeVar("_T")
 
 __all__ = [
     "F_cvx",
@@ -44,7 +48,7 @@ def _no_form(obj, fact):
     )
 
 
-def require_forms(obj, forms):
+def require_forms(obj: _T, forms: Iterable[tuple[Any, str]]) -> _T:
     """``obj``, or a ``ValueError`` naming its class and the fact where it has neither a form
     registered here nor its own: ``forms`` pairs a generic form with the fact that stands in
     for it (``ACTIVATION_FORMS``, ``LOSS_FORMS``)."""
@@ -56,29 +60,28 @@ def require_forms(obj, forms):
 
 # --- F (the integral of phi^{-1}) and F* (the integral of phi), elementwise ------------------
 @singledispatch
-def F_cvx(act, v):
+def F_cvx(act: Activation, v: cp.Expression) -> cp.Expression:
     """Elementwise ``F(v)`` of ``act`` as a CVXPY expression (convex in ``v``); the class's own
     ``F_cvxpy`` where none is registered here."""
-    if getattr(act, "F_cvxpy", None) is not None:
-        return act.F_cvxpy(v)
+    own = getattr(act, "F_cvxpy", None)  # an optional fact
+    if own is not None:
+        return own(v)
     raise _no_form(act, "F_cvxpy")
 
 
 @singledispatch
-def Fstar_cvx(act, u):
+def Fstar_cvx(act: Activation, u: cp.Expression) -> cp.Expression:
     """Elementwise ``F*(u)`` of ``act`` as a CVXPY expression (convex in ``u``)."""
     raise _no_form(act, "Fstar_cvxpy")
 
 
 @singledispatch
-def Fstar_sum_cvx(act, u):
+def Fstar_sum_cvx(act: Activation, u: cp.Expression) -> tuple[cp.Expression, list[Any]]:
     """``(sum F*(u), constraints)``: the elementwise form summed, or the class's own
     ``Fstar_cvxpy`` (an epigraph with its constraints) where no elementwise one is registered."""
-    if (
-        Fstar_cvx.dispatch(type(act)) is Fstar_cvx.dispatch(object)
-        and getattr(act, "Fstar_cvxpy", None) is not None
-    ):
-        return act.Fstar_cvxpy(u)
+    own = getattr(act, "Fstar_cvxpy", None)  # an optional fact
+    if Fstar_cvx.dispatch(type(act)) is Fstar_cvx.dispatch(object) and own is not None:
+        return own(u)
     return cp.sum(Fstar_cvx(act, u)), []
 
 
@@ -142,7 +145,9 @@ def _constant_part(act, x, name, f_np, f_cvx, check_range=False):
     return float(np.sum(f_np(x)))
 
 
-def divergence_cvx(act: Activation, v, u, linear=None):
+def divergence_cvx(
+    act: Activation, v: Any, u: Any, linear: cp.Expression | None = None
+) -> tuple[cp.Expression, list[Any]]:
     """Summed ``B_phi(v, u)`` of ``act`` as a CVXPY expression, with the domain constraints on v.
 
     Exactly one of ``v``, ``u`` is a CVXPY expression of variables; the other is a NumPy
@@ -178,7 +183,7 @@ def divergence_cvx(act: Activation, v, u, linear=None):
 
 # --- the output losses L(Y, Yhat), Yhat affine in the variable ------------------------------
 @singledispatch
-def loss_cvx(loss: Loss, Y, Yhat):
+def loss_cvx(loss: Loss, Y: Any, Yhat: cp.Expression) -> cp.Expression:
     """``L(Y, Yhat)`` summed over the columns, as a CVXPY expression (convex in ``Yhat``); the
     class's own ``value_cvxpy`` where none is registered here."""
     value_cvxpy = getattr(loss, "value_cvxpy", None)

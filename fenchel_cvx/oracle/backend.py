@@ -34,6 +34,7 @@ import math
 import os
 import time
 import warnings
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import cvxpy as cp
@@ -133,7 +134,7 @@ def _check_finite(name, A):
 MAX_COLUMN_COEFFICIENTS = 1_000_000
 
 
-def beyond_reach(block, exact=True) -> str | None:
+def beyond_reach(block: Block, exact: bool = True) -> str | None:
     """Why the oracle cannot solve ``block``, in words (None: it can): an X-block whose one
     column's template has more than ``MAX_COLUMN_COEFFICIENTS`` coefficients (a large
     convolution's Toeplitz matrix), unless an exact method takes it (``exact``: counted; the
@@ -151,7 +152,7 @@ def beyond_reach(block, exact=True) -> str | None:
     )
 
 
-def check_block(block):
+def check_block(block: object) -> None:
     """Validate a block's data before solving (``ValueError`` naming the parameter and value)."""
     if not isinstance(block, _BLOCKS):
         raise ValueError(f"block must be one of XHidden, XLast, WHidden, WLast, got {block!r}")
@@ -241,7 +242,9 @@ def _gap(raw):
     return None
 
 
-def solve_piece(template, solver, opts, warm=None):
+def solve_piece(
+    template: _tpl.Template, solver: str, opts: Mapping[str, Any], warm: Array | None = None
+) -> tuple[Any, str, int, float | None, float]:
     """Solve one template with its parameters set: ``(x, status, iterations, gap, seconds)``."""
     prob = template.problem
     t0 = time.perf_counter()
@@ -295,7 +298,14 @@ class SolveWith(NamedTuple):
     attempts: tuple = ((), ())
 
 
-def solve_chunk(cache, spec, how, shared, pieces, warms=None):
+def solve_chunk(
+    cache: "TemplateCache",
+    spec: TemplateSpec,
+    how: SolveWith,
+    shared: Mapping[str, Any],
+    pieces: Sequence[Mapping[str, Any]],
+    warms: Sequence[Any] | None = None,
+) -> list[tuple]:
     """Solve a list of piece parameter dicts on one template (``spec``: a
     :class:`TemplateSpec`, built once, cached in ``cache``) as ``how`` says (a
     :class:`SolveWith`).
@@ -317,7 +327,7 @@ def solve_chunk(cache, spec, how, shared, pieces, warms=None):
         # start where the previous piece succeeded (a setting that failed on one piece of a
         # block usually fails on the next); the earlier settings are tried last
         order = list(range(start, len(sequence))) + list(range(start))
-        res = None
+        res: tuple | None = None
         for tried, a in enumerate(order):  # noqa: B007 (read after the loop: settings tried)
             again = solve_piece(template, solver, {**sequence[a], **opts}, warm)
             res = (
@@ -328,23 +338,24 @@ def solve_chunk(cache, spec, how, shared, pieces, warms=None):
             if res[1] == "optimal" or res[1] in _FAILED:
                 start = a if res[1] == "optimal" else start
                 break
+        assert res is not None  # ``order`` is never empty: ``sequence`` holds a setting at least
         out.append(res + (tried,))
     return out
 
 
-class TemplateCache(dict):
+class TemplateCache(dict[tuple, _tpl.Template]):
     """Compiled templates by key, with the number of (re)builds of each key in ``builds``."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
-        self.builds = {}
+        self.builds: dict[tuple, int] = {}
 
 
 _WORKER_CACHE = TemplateCache()  # in each Dask worker process: its templates, kept between tasks
 DASK_RETRIES = 2
 
 
-def worker_cache_info():
+def worker_cache_info() -> dict[tuple, int]:
     """``{key: builds}`` of the templates compiled in this process (run it on the workers with
     ``client.run(worker_cache_info)``)."""
     return dict(_WORKER_CACHE.builds)
@@ -441,7 +452,8 @@ class OracleBackend(BackendDefaults):
         self.attempts = ATTEMPTS.get(name, ((), ()))
         self.budget, self.polish = budget, bool(polish)
         self._templates = TemplateCache()
-        self._client, self._own = client, None
+        self._client = client
+        self._own: tuple[Any, Any] | None = None  # (client, cluster) of a LocalCluster started here
         self._worker_rows: _dask_rows.WorkerRows | None = None
         if client is not None:
             if not callable(getattr(client, "submit", None)):
@@ -507,12 +519,12 @@ class OracleBackend(BackendDefaults):
             return self._solve_by_prox(block, start, t0)
         return self._solve_exact(block, start, t0)
 
-    def _solve_by_prox(self, block, start, t0):
+    def _solve_by_prox(self, block: WBlock, start: Array | None, t0: float) -> BlockResult:
         start = np.zeros(block.shape) if start is None else np.asarray(start, dtype=float)
         W, residual, steps, iters = _wp.proximal_point(
             block, start, lambda sub: self._solve_exact(sub, None, time.perf_counter()), self.tol
         )
-        info = {
+        info: dict[str, Any] = {
             "solver": f"{self.solver} proximal point",
             "proximal_steps": steps,
             "duality_gap": None,
@@ -526,8 +538,8 @@ class OracleBackend(BackendDefaults):
             )
         return self._finish(block, W, "optimal", iters, info, t0, polish=False)
 
-    def _solve_exact(self, block, start, t0):
-        info = {"solver": self.solver}
+    def _solve_exact(self, block: Block, start: Array | None, t0: float) -> BlockResult:
+        info: dict[str, Any] = {"solver": self.solver}
         found = _exact.attempt(block, start, self.tol, self._rows_on()) if self.exact else None
         if found is not None and found.certified:
             return self._finish(block, found.argmin, "optimal", found.iterations, found.info, t0)

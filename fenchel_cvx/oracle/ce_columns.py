@@ -21,15 +21,16 @@ KKT residual and falls back to the CVXPY template.
 from dataclasses import replace
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from ..blocks import natural_residual
+from ..blocks import XLast, natural_residual
 from ..losses import softmax
 
 NEWTON_STEPS = 50
 ARMIJO = 1e-4
 
 
-def column_values(block, Z):
+def column_values(block: XLast, Z: np.ndarray) -> np.ndarray:
     """The block objective split by column (constants included, as in ``block.value``)."""
     loss = block.loss.column_values(block.Y, block.forward(Z))
     return loss + block.lam_in * np.sum(block.act_in.divergence(Z, block.U_prev), axis=0)
@@ -40,7 +41,7 @@ def _column_residual(block, Z):
     return np.max(np.abs(Z - np.maximum(Z - G, 0.0)), axis=0), G
 
 
-def direction(block, Z, G, res):
+def direction(block: XLast, Z: np.ndarray, G: np.ndarray, res: np.ndarray) -> np.ndarray:
     """The projected Newton direction of every column (see the module docstring)."""
     p, lam = Z.shape[0], block.lam_in
     Wx = block.dense_W()[:, :p]
@@ -56,7 +57,9 @@ def direction(block, Z, G, res):
     return np.where(free, -(Gf - Wx.T @ t.T) / lam, -G)
 
 
-def search(block, Z, D, G, res, noise):
+def search(
+    block: XLast, Z: np.ndarray, D: np.ndarray, G: np.ndarray, res: np.ndarray, noise: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-column backtracking along ``max(Z + t D, 0)``; returns the new point and which
     columns moved."""
     f = column_values(block, Z)
@@ -79,7 +82,7 @@ def search(block, Z, D, G, res, noise):
     return new, ~todo
 
 
-def solve(block, Z, target, noise):
+def solve(block: XLast, Z: ArrayLike, target: float, noise: float) -> tuple[np.ndarray, int]:
     """Projected Newton from ``Z`` until ``block.kkt_residual <= target``, each step on the
     columns still above it; returns ``(Z, steps)``."""
     Z = np.array(Z, dtype=float)

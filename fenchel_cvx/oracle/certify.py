@@ -49,7 +49,7 @@ class BlockCertificate:
     bound: str  # how lower_bound was obtained: "strong convexity", "duality gap"
 
 
-def to_numpy(Z, name="Z"):
+def to_numpy(Z: Array, name: str = "Z") -> np.ndarray:
     """A float64 NumPy copy of an array from any library (DLPack; host copy of device arrays)."""
     if isinstance(Z, np.ndarray):
         return np.array(Z, dtype=np.float64)
@@ -72,7 +72,7 @@ def to_numpy(Z, name="Z"):
         ) from None
 
 
-def check_candidate(block, Z, name="Z"):
+def check_candidate(block: Block, Z: Array, name: str = "Z") -> np.ndarray:
     """``Z`` as NumPy, or a ``ValueError`` naming it: wrong shape, NaN / inf, outside the range."""
     Z = to_numpy(Z, name)
     shape = block.shape
@@ -100,7 +100,7 @@ def _(block: XBlock, Z, name):
 
 
 @functools.singledispatch
-def strong_convexity(block):
+def strong_convexity(block: Block) -> float:
     """The modulus ``mu`` with ``f(x) >= f(z) + <g, x - z> + mu/2 ||x - z||^2`` (0: none)."""
     raise TypeError(f"no strong convexity is registered for {type(block).__name__}")
 
@@ -118,7 +118,7 @@ def _(block: WBlock):
     return 2.0 * (block.rho + block.gamma)
 
 
-def minorant_bound(block, Z, mu):
+def minorant_bound(block: Block, Z: np.ndarray, mu: float) -> float:
     """``f(Z) + min_{x in C} <g, x - Z> + mu/2 ||x - Z||^2``: a lower bound on the block's
     optimal value (``C`` the box of the block's domain; ``block.project`` projects on it)."""
     g = block.grad(Z)
@@ -174,7 +174,7 @@ def certify(block: Block, Z: Array, backend: OracleBackend | None = None) -> Blo
     )
 
 
-def optimality_report(cert):
+def optimality_report(cert: BlockCertificate) -> str:
     """One line with the certificate's numbers (for error messages)."""
     lb = "none" if cert.lower_bound is None else f"{cert.lower_bound:.10g}"
     gap = "unknown" if cert.gap is None else f"{cert.gap:.3g} (relative {cert.relative_gap:.3g})"

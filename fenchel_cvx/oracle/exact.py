@@ -34,13 +34,16 @@ method, or when the method fails or its certificate does not hold (``Exact.reaso
 import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from ..activations import LeakyReLU, ReLU
-from ..blocks import WHidden, WLast, XLast, kkt_residual
+from ..blocks import Block, WHidden, WLast, XLast, kkt_residual
 from ..losses import MSE, CrossEntropy, softmax
 from . import ce_columns as _ce_columns
 from . import output_dual as _output_dual
@@ -73,7 +76,9 @@ class Exact:
     reason: str = ""  # why not certified ("" when certified)
 
 
-def attempt(block, start=None, tol=1e-7, workers=None):
+def attempt(
+    block: Block, start: ArrayLike | None = None, tol: float = 1e-7, workers: Any = None
+) -> Exact | None:
     """Solve ``block`` by its exact method and certify it; ``None`` when no method applies.
     ``workers``: a ``dask_rows.WorkerRows`` for the methods that run pieces on Dask workers
     (``distributed``: the ReLU rows' ``active`` route); the certificate is computed here."""
@@ -106,7 +111,7 @@ def attempt(block, start=None, tol=1e-7, workers=None):
 
 # --- which method solves which block: by type, one registry entry per variant --------------
 @functools.singledispatch
-def method_for(block):
+def method_for(block: Block) -> Callable[..., Any] | None:
     """The exact method for ``block`` (``f(block, start, target) -> (Z, iterations, info)``,
     or ``None`` where it does not apply), or ``None``: the CVXPY template solves it."""
     return None
@@ -174,18 +179,24 @@ def _rows(block, start, target, slope, label, workers=None):
 
 
 @_label("exact: ReLU rows", distributed=True)  # the active route on the Dask workers
-def relu_rows(block, start, target, workers=None):
+def relu_rows(
+    block: WHidden, start: np.ndarray | None, target: float, workers: Any = None
+) -> tuple[np.ndarray, int, dict[str, Any]]:
     return _rows(block, start, target, 0.0, relu_rows.label, workers)
 
 
 @_label("exact: leaky ReLU rows")
-def leaky_rows(block, start, target):
+def leaky_rows(block: Any, start: np.ndarray | None, target: float) -> tuple[np.ndarray, int, dict]:
+    """``relu_rows`` for a leaky ReLU (``block``: a ``WHidden`` of a ``LeakyReLU``, whose
+    ``slope`` it reads)."""
     return _rows(block, start, target, block.act.slope, leaky_rows.label)
 
 
 # --- WLast, MSE: ridge regression ------------------------------------------------------------
 @_label("exact: ridge (Cholesky)")
-def ridge(block, start, target):
+def ridge(
+    block: WLast, start: np.ndarray | None, target: float
+) -> tuple[np.ndarray, int, dict[str, Any]]:
     Xt, c = block.Xt, _c(block)
     factor = cho_factor(Xt @ Xt.T + c * np.eye(Xt.shape[0]), check_finite=False)
     W = cho_solve(factor, 0.5 * _linear_term(block, 2.0 * block.Y).T, check_finite=False).T
@@ -208,7 +219,9 @@ def ridge(block, start, target):
 
 
 # --- WLast, cross-entropy: Newton's method (the Hessian by Woodbury or formed) ------------
-def ce_direction(block, W, g, woodbury=None):
+def ce_direction(
+    block: WLast, W: np.ndarray, g: np.ndarray, woodbury: bool | None = None
+) -> np.ndarray:
     """The Newton direction ``-H^{-1} g`` of the cross-entropy W-block at ``W``.
 
     ``H = D - M M^T``: ``D`` block diagonal, ``D_k = X~ diag(s p_k) X~^T + 2c I`` (``n x n``),
@@ -251,7 +264,9 @@ def ce_direction(block, W, g, woodbury=None):
 
 
 @_label("exact: cross-entropy Newton")
-def softmax_newton(block, start, target):
+def softmax_newton(
+    block: WLast, start: np.ndarray | None, target: float
+) -> tuple[np.ndarray, int, dict[str, Any]]:
     K, n = block.Y.shape[0], block.Xt.shape[0]
     start = _usable(start, (K, n))
     if start is not None:
@@ -304,7 +319,9 @@ def _line_search(block, W, D, f, r, slope):
 
 # --- XLast, cross-entropy after a ReLU: projected Newton by column (ce_columns.py) ---------
 @_label("exact: cross-entropy X_L projected Newton")
-def ce_relu_columns(block, start, target):
+def ce_relu_columns(
+    block: XLast, start: np.ndarray | None, target: float
+) -> tuple[np.ndarray, int, dict[str, Any]]:
     Z = _usable(start, block.U_prev.shape)
     Z = np.maximum(block.U_prev, 0.0) if Z is None else np.maximum(Z, 0.0)  # phi(U): feed-forward
     Z, steps = _ce_columns.solve(block, Z, target, VALUE_NOISE)
@@ -322,7 +339,9 @@ def ce_relu_columns(block, start, target):
 
 # --- XLast, MSE after a ReLU: the dual in the output dimension (output_dual.py) ------------
 @_label("exact: MSE X_L dual Newton")
-def mse_relu_dual(block, start, target):
+def mse_relu_dual(
+    block: XLast, start: np.ndarray | None, target: float
+) -> tuple[np.ndarray, int, dict[str, Any]]:
     start = _usable(start, block.U_prev.shape)
     Z, R, steps, unsolved = _output_dual.solve_x_last(block, start)
     W, p = block.dense_W(), Z.shape[0]

@@ -33,13 +33,15 @@ explicit matrix).
 
 import functools
 import math
+from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 from scipy.optimize import nnls as _nnls
 
 from ..activations import ReLU
-from ..blocks import XLast
+from ..blocks import Block, XLast
 from ..losses import MSE
 
 # Kim & Park's number of full exchanges allowed without fewer violations before Murty's rule
@@ -51,7 +53,7 @@ SHARED_MIN = 80
 
 
 @functools.singledispatch
-def applies(block):
+def applies(block: Block) -> bool:
     """True for the X_L block of a ReLU network with squared-error loss."""
     return False
 
@@ -76,21 +78,25 @@ class SharedGram:
     factor of ``P_GG``, of side ``m - |F|``. The second route loses digits to cancellation
     (``P`` is as ill-conditioned as ``H``), so every solve takes one step of iterative
     refinement on ``b_F - H_FF x_F``.
+
+    >>> gram = SharedGram(np.array([[2.0, 1.0], [1.0, 2.0]]))
+    >>> gram.solve(np.array([1.0, -1.0]), [True, False])  # x_F = H_FF^{-1} b_F, y = H x - b
+    (array([0.5, 0. ]), array([0. , 1.5]))
     """
 
-    def __init__(self, H):
+    def __init__(self, H: np.ndarray) -> None:
         self.H = H
-        self._P = None
+        self._P: np.ndarray | None = None  # H^{-1}, formed on first use
 
     @property
-    def P(self):
+    def P(self) -> np.ndarray:
         if self._P is None:
             self._P = cho_solve(
                 cho_factor(self.H, check_finite=False), np.eye(self.H.shape[0]), check_finite=False
             )
         return self._P
 
-    def solve(self, b, F):
+    def solve(self, b: np.ndarray, F: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         F = np.asarray(F, dtype=bool)
         idx = np.flatnonzero(F)
         x = np.zeros(b.shape[0])
@@ -121,7 +127,9 @@ class SharedGram:
         return inverse
 
 
-def pivot_column(gram, b, F, max_iter):
+def pivot_column(
+    gram: SharedGram, b: np.ndarray, F: ArrayLike, max_iter: int
+) -> tuple[np.ndarray, np.ndarray, int, bool]:
     """Block principal pivoting for one column from the passive set ``F`` (boolean, copied).
 
     Returns ``(x, F, iterations, solved)``; ``solved`` is False when ``max_iter`` was reached.
@@ -148,7 +156,12 @@ def pivot_column(gram, b, F, max_iter):
     return np.maximum(x, 0.0), F, max_iter, False
 
 
-def solve_gram(gram, B, passive=None, max_iter=None):
+def solve_gram(
+    gram: SharedGram,
+    B: np.ndarray,
+    passive: np.ndarray | None = None,
+    max_iter: int | None = None,
+) -> tuple[np.ndarray, int, list[int]]:
     """``argmin_{x >= 0} 1/2 x^T H x - b^T x`` for every column ``b`` of ``B`` (see the module
     docstring), ``gram`` a ``SharedGram`` of ``H``; ``passive`` (boolean, like ``B``) is the
     first guess of ``x > 0``, by default the sign of the unconstrained solution ``H^{-1} B``.
@@ -156,6 +169,12 @@ def solve_gram(gram, B, passive=None, max_iter=None):
     Returns ``(X, iterations, unsolved)``: the solutions, the pivoting rounds summed over the
     columns, and the columns that reached ``max_iter`` (default ``5 m + 20``) or met a
     factorisation that failed (their ``X`` column holds the last iterate).
+
+    >>> H = np.array([[2.0, 1.0], [1.0, 2.0]])
+    >>> X, rounds, unsolved = solve_gram(SharedGram(H), np.array([[1.0, -1.0], [-1.0, 3.0]]))
+    >>> X, unsolved  # each column's unconstrained solution has a negative entry
+    (array([[0.5, 0. ],
+           [0. , 1.5]]), [])
     """
     m, r = B.shape
     max_iter = 5 * m + 20 if max_iter is None else int(max_iter)
@@ -174,7 +193,9 @@ def solve_gram(gram, B, passive=None, max_iter=None):
     return X, total, unsolved
 
 
-def solve_columns(W, Y, U, lam, shared=True):
+def solve_columns(
+    W: np.ndarray, Y: np.ndarray, U: np.ndarray, lam: float, shared: bool = True
+) -> np.ndarray:
     """argmin_{Z >= 0} ||Y - W [Z; 1]||^2 + lam (1/2) ||Z - U||^2, column by column (NumPy data).
 
     ``shared``: one Gram matrix for every column (``solve_gram``) when ``p >= SHARED_MIN``; a
@@ -185,7 +206,8 @@ def solve_columns(W, Y, U, lam, shared=True):
     p = U.shape[0]
     s = math.sqrt(lam / 2.0)
     Wx, R = W[:, :p], Y - W[:, p : p + 1]
-    Z, unsolved = np.zeros(U.shape), range(U.shape[1])
+    Z = np.zeros(U.shape)
+    unsolved: Sequence[int] = range(U.shape[1])
     if shared and p >= SHARED_MIN:
         H = Wx.T @ Wx + (lam / 2.0) * np.eye(p)
         Z, _, unsolved = solve_gram(SharedGram(H), Wx.T @ R + (lam / 2.0) * U)
@@ -196,6 +218,6 @@ def solve_columns(W, Y, U, lam, shared=True):
     return Z
 
 
-def solve_x_last(block, shared=True):
+def solve_x_last(block: XLast, shared: bool = True) -> np.ndarray:
     """The argmin of the MSE + ReLU X-last block (``shared``: see ``solve_columns``)."""
     return solve_columns(block.dense_W(), block.Y, block.U_prev, block.lam_in, shared)

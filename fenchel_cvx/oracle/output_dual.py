@@ -31,7 +31,14 @@ certifies ``z(r)`` by the block's own recomputed KKT residual, and falls back to
 least squares of ``nnls.py`` when it does not hold.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..blocks import XLast
 
 NEWTON_STEPS = 50
 ARMIJO = 1e-4
@@ -44,7 +51,9 @@ def _dual_values(R, Z, C, lam):
     return 0.5 * np.sum(R * R, axis=0) + np.sum(C * R, axis=0) + 0.25 * lam * np.sum(Z * Z, axis=0)
 
 
-def duality_gap(Wx, b, Y, U, lam, R):
+def duality_gap(
+    Wx: np.ndarray, b: np.ndarray, Y: np.ndarray, U: np.ndarray, lam: float, R: np.ndarray
+) -> float:
     """Primal value at ``z(R)`` minus the dual value at ``R``, summed over the columns (>= 0)."""
     V = U - (2.0 / lam) * (Wx.T @ R)
     Z = np.maximum(V, 0.0)
@@ -55,7 +64,15 @@ def duality_gap(Wx, b, Y, U, lam, R):
     return float(primal - dual)
 
 
-def solve(Wx, b, Y, U, lam, Z0=None, max_steps=None):
+def solve(
+    Wx: np.ndarray,
+    b: np.ndarray,
+    Y: np.ndarray,
+    U: np.ndarray,
+    lam: float,
+    Z0: np.ndarray | None = None,
+    max_steps: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, int, int]:
     """``argmin_{Z >= 0} ||W_x Z + b 1^T - Y||^2 + lam/2 ||Z - U||^2`` by the dual (see the
     module docstring). Returns ``(Z, R, steps, unsolved)``: the minimiser ``z(R)``, the dual
     point, the Newton steps taken and the number of columns not done after ``max_steps``."""
@@ -98,7 +115,9 @@ def solve(Wx, b, Y, U, lam, Z0=None, max_steps=None):
     return Z, R, steps, int(todo.size)
 
 
-def solve_x_last(block, start=None, max_steps=None):
+def solve_x_last(
+    block: XLast, start: np.ndarray | None = None, max_steps: int | None = None
+) -> tuple[np.ndarray, np.ndarray, int, int]:
     """The MSE + ReLU X_L block's minimiser by ``solve``: ``(Z, R, steps, unsolved)``."""
     W = block.dense_W()
     p = block.U_prev.shape[0]

@@ -32,8 +32,9 @@ import math
 from typing import Any, NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from ..blocks import WHidden, WLast, XBlock, XHidden, XLast, natural_residual
+from ..blocks import Block, WHidden, WLast, XBlock, XHidden, XLast, natural_residual
 from ..network import augment
 
 
@@ -118,7 +119,7 @@ def _cg(hvp, diag, b, mask, axis, rtol, maxiter):
 
 
 @functools.singledispatch
-def piece_values(block, Z, axis):
+def piece_values(block: Block, Z: np.ndarray, axis: int | None) -> np.ndarray | float:
     """The block objective split by piece (summed along ``axis``; a scalar for ``None``)."""
     raise TypeError(f"no piece values are registered for {type(block).__name__}")
 
@@ -238,12 +239,12 @@ class PolishState(NamedTuple):
     end: Any
 
 
-def init(p, Z):
+def init(p: PolishProblem, Z: ArrayLike) -> PolishState:
     """The state at the solver's point ``Z`` (a float64 copy)."""
     return PolishState(np.array(Z, dtype=float), 0, None)
 
 
-def step(p, s):
+def step(p: PolishProblem, s: PolishState) -> PolishState:
     """One projected Newton-CG step on the pieces (columns, rows) whose own residual is above
     ``tol`` on the block's scale (every piece where the block is one, or a gradient infinite);
     ``end`` where the residual is at ``tol`` already or the step moves nothing."""
@@ -269,7 +270,14 @@ def step(p, s):
     return s._replace(Z=Z, steps=s.steps + 1)
 
 
-def polish(block, Z, tol, max_steps=30, cg_rtol=1e-3, cg_maxiter=100):
+def polish(
+    block: Block,
+    Z: ArrayLike,
+    tol: float,
+    max_steps: int = 30,
+    cg_rtol: float = 1e-3,
+    cg_maxiter: int = 100,
+) -> tuple[np.ndarray, int]:
     """Projected Newton-CG from ``Z`` until ``block.kkt_residual <= tol``; returns ``(Z, steps)``:
     :func:`init`, then :func:`step` until the state ends or ``max_steps`` steps are taken.
 

@@ -37,14 +37,21 @@ matrix by Woodbury,
 ``(lam X~ D X~^T + 2c I)^{-1} = (I - X~ (H + delta diag(u <= 0))^{-1}_A X~^T) / 2c``.
 """
 
+from __future__ import annotations
+
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
 from . import active_rows as _active_rows
 from . import nnls as _nnls
+
+if TYPE_CHECKING:
+    from ..blocks import WHidden
 
 # the dual's Gram matrix has one row per data point (two with a leaky ReLU): formed up to this
 DUAL_MAX = 4000
@@ -63,32 +70,41 @@ class RowDual:
     """The dual of the rows: one ``SharedGram`` for every row; ``lift`` / ``lower`` map between
     ``mu``'s space and the split one of a leaky ReLU (``split``)."""
 
-    gram: object
+    gram: _nnls.SharedGram
     m: int
     split: bool
 
-    def lift(self, b):
+    def lift(self, b: np.ndarray) -> np.ndarray:
         return np.concatenate([b, -b]) if self.split else b
 
-    def lower(self, x):
+    def lower(self, x: np.ndarray) -> np.ndarray:
         return x[: self.m] - x[self.m :] if self.split else x
 
-    def passive(self, pos):
+    def passive(self, pos: np.ndarray) -> np.ndarray:
         return np.concatenate([pos, ~pos]) if self.split else pos
 
-    def inverse(self, z, pos):
+    def inverse(self, z: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """``(H + delta diag(~pos))^{-1} z`` on ``pos`` (ReLU: ``H_AA^{-1} z_A``, 0 elsewhere)."""
         return self.lower(self.gram.solve(self.lift(z), self.passive(pos))[0])
 
 
-def use_dual(n, m, slope):
+def use_dual(n: int, m: int, slope: float) -> bool:
     """The dual when its pivots (a factor of about half its side) cost less than primal
     Newton steps (``n^2 m`` to form the Hessian, ``n^3 / 3`` to factor it)."""
     md = m * (2 if slope else 1)
     return md <= DUAL_MAX and (md / 2.0) ** 3 / 3.0 < n * n * m + n**3 / 3.0
 
 
-def solve(block, Q, c, start, target, slope, noise, workers=None):
+def solve(
+    block: WHidden,
+    Q: np.ndarray,
+    c: float,
+    start: np.ndarray | None,
+    target: float,
+    slope: float,
+    noise: float,
+    workers: Any = None,
+) -> tuple[np.ndarray, int, dict[str, Any]]:
     """The argmin of the rows; returns ``(W, iterations, info)``. ``noise``: the relative
     round-off of a row's value near its optimum (the line search then judges by the gradient).
     ``workers``: a ``dask_rows.WorkerRows``, on whose Dask workers the ``active`` route's rows
@@ -190,7 +206,7 @@ def _active(block, Q, c, start, target, noise, workers=None):
     )
 
 
-def uncertified(block, W, target):
+def uncertified(block: WHidden, W: np.ndarray, target: float) -> tuple[np.ndarray, np.ndarray]:
     """The rows whose gradient exceeds ``target`` on the block's scale
     (``blocks.kkt_residual``'s: ``1 + max_i |g_i|_inf`` over the whole block), and the gradient."""
     parts = block.grad_parts(W)
@@ -207,7 +223,16 @@ def _primal_inverse(block, c, w, g):
     return cho_solve(cho_factor(H, check_finite=False), g, check_finite=False)
 
 
-def newton_rows(block, W, Q, c, target, max_steps, noise, inverse):
+def newton_rows(
+    block: WHidden,
+    W: np.ndarray,
+    Q: np.ndarray,
+    c: float,
+    target: float,
+    max_steps: int,
+    noise: float,
+    inverse: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, int]:
     """Newton steps ``-inverse(w, g)`` with a line search, on every row whose gradient exceeds
     ``target`` on the block's scale (``blocks.kkt_residual``); returns ``(W, steps)``."""
     steps = 0

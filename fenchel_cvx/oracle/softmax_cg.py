@@ -21,10 +21,17 @@ method, superlinear near the optimum); the caller's line search and the block's 
 residual decide, as for every exact method.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
 from ..losses import softmax
+
+if TYPE_CHECKING:
+    from ..blocks import WLast
 
 #: points above which the CE W_L block takes these steps (below: the Hessian is formed)
 CG_MIN_POINTS = 4000
@@ -32,7 +39,7 @@ CG_MIN_POINTS = 4000
 CG_STEPS = 500
 
 
-def applies(block):
+def applies(block: WLast) -> bool:
     """Whether the block has more than ``CG_MIN_POINTS`` points (and a dense ``X~``)."""
     return block.Xt.shape[1] > CG_MIN_POINTS
 
@@ -41,24 +48,24 @@ class SoftmaxCG:
     """The block's data for its Newton-CG directions: ``X~``, the column sums ``s`` of ``Y``, the
     curvature ``c`` and the factor of the preconditioner ``G``."""
 
-    def __init__(self, block, c):
+    def __init__(self, block: WLast, c: float) -> None:
         self.Xt, self.c = block.Xt, c
         self.s = block.Y.sum(axis=0)
         G = (self.Xt * (0.5 * self.s)) @ self.Xt.T
         G[np.diag_indices(G.shape[0])] += 2.0 * c
         self.factor = cho_factor(G, check_finite=False)
 
-    def hessian_times(self, P, V):
+    def hessian_times(self, P: np.ndarray, V: np.ndarray) -> np.ndarray:
         """``H V`` at the softmax probabilities ``P`` (``K x m``)."""
         U = V @ self.Xt
         R = self.s * (P * U - P * np.sum(P * U, axis=0))
         return R @ self.Xt.T + 2.0 * self.c * V
 
-    def precondition(self, R):
+    def precondition(self, R: np.ndarray) -> np.ndarray:
         """``R G^{-1}``: every class's row through the one factor."""
         return cho_solve(self.factor, R.T, check_finite=False).T
 
-    def direction(self, W, g):
+    def direction(self, W: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, int]:
         """``-H^{-1} g`` at ``W`` by preconditioned CG to a relative residual
         ``min(0.1, ||g||)``; returns ``(D, CG iterations)``."""
         P = softmax(W @ self.Xt)

@@ -39,16 +39,18 @@ last blocks' plans then on the loss's type, and ``_fstar`` on the activation's.
 
 import functools
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
-from ..activations import ReLU
-from ..blocks import WBlock, WHidden, WLast, XBlock, XHidden, XLast
+from ..activations import Activation, ReLU
+from ..blocks import Block, WBlock, WHidden, WLast, XBlock, XHidden, XLast
 from ..errors import FenchelError
-from ..losses import MSE, CrossEntropy
+from ..losses import MSE, CrossEntropy, Loss
 from .atoms import F_cvx, Fstar_sum_cvx, divergence_cvx, loss_cvx
 
 
@@ -68,14 +70,14 @@ class Template:
         None  # data compiled in as constants (a template is rebuilt when they change)
     )
 
-    def matches(self, consts):
+    def matches(self, consts: Mapping[str, Any]) -> bool:
         """True if this template was compiled with exactly these constants."""
         mine = self.consts or {}
         return mine.keys() == consts.keys() and all(
             mine[k].shape == A.shape and np.array_equal(mine[k], A) for k, A in consts.items()
         )
 
-    def set(self, values):
+    def set(self, values: Mapping[str, Any]) -> None:
         for name, value in values.items():
             self.params[name].value = value
 
@@ -121,7 +123,11 @@ def _check_dpp(key, problem):
 
 
 # --- the builders: one per block kind ---------------------------------------------------------
-def x_hidden(p, q, k, act_in, act_out):
+#: what a builder returns: the problem, its variable and its parameters by name
+Built: TypeAlias = tuple[cp.Problem, cp.Variable, dict[str, cp.Parameter]]
+
+
+def x_hidden(p: int, q: int, k: int, act_in: Activation, act_out: Activation) -> Built:
     Z = cp.Variable((p, k), name="Z")
     P = dict(
         a=cp.Parameter(nonneg=True, name="a"),
@@ -134,7 +140,7 @@ def x_hidden(p, q, k, act_in, act_out):
     return cp.Problem(cp.Minimize(obj), _domain(act_in, Z) + cons), Z, P
 
 
-def x_last_mse(p, c, k, act_in):
+def x_last_mse(p: int, c: int, k: int, act_in: Activation) -> Built:
     Z = cp.Variable((p, k), name="Z")
     P = dict(
         lam=cp.Parameter(nonneg=True, name="lam"),
@@ -150,7 +156,7 @@ def x_last_mse(p, c, k, act_in):
     return cp.Problem(cp.Minimize(obj), _domain(act_in, Z)), Z, P
 
 
-def x_last_ce(p, c, k, act_in):
+def x_last_ce(p: int, c: int, k: int, act_in: Activation) -> Built:
     Z, t = cp.Variable((p, k), name="Z"), cp.Variable(k, name="t")
     P = dict(
         lam=cp.Parameter(nonneg=True, name="lam"),
@@ -164,7 +170,7 @@ def x_last_ce(p, c, k, act_in):
     return cp.Problem(cp.Minimize(obj), cons), Z, P
 
 
-def w_hidden(n, m, r, act, Xt):
+def w_hidden(n: int, m: int, r: int, act: Activation, Xt: Any) -> Built:
     W = cp.Variable((r, n), name="W")
     P = dict(Q=cp.Parameter((r, n), name="Q"), c=cp.Parameter(nonneg=True, name="c"))
     fstar, cons = _fstar(act, W @ Xt)
@@ -172,7 +178,7 @@ def w_hidden(n, m, r, act, Xt):
     return cp.Problem(cp.Minimize(obj), cons), W, P
 
 
-def w_last_mse(n, m, r, Xt):
+def w_last_mse(n: int, m: int, r: int, Xt: Any) -> Built:
     W = cp.Variable((r, n), name="W")
     P = dict(
         Y=cp.Parameter((r, m), name="Y"),
@@ -183,7 +189,7 @@ def w_last_mse(n, m, r, Xt):
     return cp.Problem(cp.Minimize(obj)), W, P
 
 
-def w_last_ce(n, m, c, Xt):
+def w_last_ce(n: int, m: int, c: int, Xt: Any) -> Built:
     W, t = cp.Variable((c, n), name="W"), cp.Variable(m, name="t")
     P = dict(
         Q=cp.Parameter((c, n), name="Q"),
@@ -194,7 +200,7 @@ def w_last_ce(n, m, c, Xt):
     return cp.Problem(cp.Minimize(obj), _epigraph_lse(W @ Xt, t, m)), W, P
 
 
-def x_last_any(p, c, k, act_in, loss):
+def x_last_any(p: int, c: int, k: int, act_in: Activation, loss: Loss) -> Built:
     """Any loss with a CVXPY form that stays DPP with the targets as a parameter (Huber)."""
     Z = cp.Variable((p, k), name="Z")
     P = dict(
@@ -212,7 +218,7 @@ def x_last_any(p, c, k, act_in, loss):
     return cp.Problem(cp.Minimize(obj), _domain(act_in, Z)), Z, P
 
 
-def w_last_any(n, m, r, loss, Xt):
+def w_last_any(n: int, m: int, r: int, loss: Loss, Xt: Any) -> Built:
     """Any loss with a CVXPY form that stays DPP with the targets as a parameter (Huber)."""
     W = cp.Variable((r, n), name="W")
     P = dict(
@@ -224,7 +230,8 @@ def w_last_any(n, m, r, loss, Xt):
     return cp.Problem(cp.Minimize(obj)), W, P
 
 
-BUILDERS = {
+#: the builders by name (each takes its dimensions, activations and constants: ``Plan``)
+BUILDERS: dict[str, Callable[..., Built]] = {
     "x_hidden": x_hidden,
     "x_last_mse": x_last_mse,
     "x_last_cross_entropy": x_last_ce,
@@ -241,7 +248,7 @@ def _constant(A):
     return sp.csc_array(A) if np.count_nonzero(A) < 0.5 * A.size else np.asarray(A)
 
 
-def build(key, acts, consts=None):
+def build(key: tuple, acts: tuple, consts: Mapping[str, Any] | None = None) -> Template:
     """Build the template ``key = (name, dims, activation reprs)``.
 
     ``acts`` are the activations, ``consts`` the data compiled in as constants (W-blocks: X~).
@@ -283,7 +290,7 @@ class Plan:
     fixed: list | tuple = ()  # (columns, values) solved in closed form, outside any piece
 
     @property
-    def key(self):
+    def key(self) -> tuple:
         """The template cache key: builder, dimensions, activations (slope included)."""
         return (self.name, self.dims, tuple(repr(a) for a in self.acts))
 
@@ -297,9 +304,14 @@ def _chunks(count, size):
     return [(i, min(count, i + size)) for i in range(0, count, size)], size
 
 
-def pad(A, axis, size):
+def pad(A: np.ndarray, axis: int, size: int) -> np.ndarray:
     """Pad A along ``axis`` to ``size`` by repeating its first slice (a valid, discarded
-    problem)."""
+    problem).
+
+    >>> pad(np.arange(6).reshape(2, 3), axis=1, size=5)
+    array([[0, 1, 2, 0, 0],
+           [3, 4, 5, 3, 3]])
+    """
     extra = size - A.shape[axis]
     if extra <= 0:
         return A
@@ -329,7 +341,7 @@ def _row_pieces(rows, size, per_row):
 
 
 @functools.singledispatch
-def plan(block, budget):
+def plan(block: Block, budget: int) -> Plan:
     """Split ``block`` into pieces whose parametrised problem has about ``budget`` coefficients
     (one planner per block class, registered below)."""
     raise TypeError(f"no template plan is registered for {type(block).__name__}")
@@ -510,7 +522,7 @@ def _(loss: CrossEntropy, block, budget):
 
 # --- the whole block, for teaching --------------------------------------------------------------
 @functools.singledispatch
-def block_problem(block):
+def block_problem(block: Block) -> tuple[cp.Problem, cp.Variable]:
     """The unsplit block as an explicit ``cp.Problem`` with NumPy data; returns ``(problem, var)``.
 
     Its optimal value *is* the block objective (constants included), written with the CVXPY

@@ -30,15 +30,18 @@ bounded length), instead of drifting along the flat directions of the block.
 """
 
 import functools
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeGuard
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
-from ..blocks import WBlock, WLast
+from ..blocks import Block, BlockResult, WBlock, WLast
 from ..errors import SolverError
-from ..losses import CrossEntropy
+from ..losses import CrossEntropy, Loss
 
 # proximal point: the first weight c of ||W - W_k||^2 relative to the block's curvature scale,
 # the factor it shrinks by at every step (so that directions of small curvature h converge too:
@@ -53,10 +56,18 @@ class NoMinimiser(SolverError):
     """The block is bounded below but has no minimiser (found before any solve)."""
 
 
-def ce_separating_direction(Xt, Y):
+def ce_separating_direction(Xt: ArrayLike, Y: ArrayLike) -> tuple[float, np.ndarray]:
     """For the cross-entropy W-block without ``rho, gamma``: ``(score, D)``, where ``score > 0``
     iff the block has no minimiser (``D``: a direction along which the loss never increases and
-    some column of ``D X~`` is not constant; ``|D| <= 1``). One LP in ``K n + m`` variables."""
+    some column of ``D X~`` is not constant; ``|D| <= 1``). One LP in ``K n + m`` variables.
+
+    >>> Y = np.eye(2)  # two points, one of each class; X~'s last row the bias's ones
+    >>> score, D = ce_separating_direction(np.array([[-1.0, 1.0], [1.0, 1.0]]), Y)
+    >>> score > 0, bool(np.abs(D).max() <= 1)  # separable: no minimiser
+    (True, True)
+    >>> ce_separating_direction(np.ones((2, 2)), Y)[0] > 0  # the same point twice: a minimiser
+    False
+    """
     Xt, Y = np.asarray(Xt, dtype=float), np.asarray(Y, dtype=float)
     s = Y.sum(axis=0)
     keep = np.flatnonzero(s > 0)
@@ -100,7 +111,7 @@ def ce_separating_direction(Xt, Y):
 
 
 @functools.singledispatch
-def by_proximal_point(block):
+def by_proximal_point(block: Block) -> TypeGuard[WBlock]:
     """True for a block the oracle solves by proximal steps: a W-block with ``rho + gamma = 0``
     (not strictly convex). X-blocks are solved directly."""
     return False
@@ -112,7 +123,7 @@ def _(block: WBlock):
 
 
 @functools.singledispatch
-def check_minimiser(block):
+def check_minimiser(block: Block) -> None:
     """Raise :class:`NoMinimiser` naming the block and the remedy when it has no minimiser
     (only a W_L block without ``rho``, ``gamma`` whose loss says it may lack one can:
     ``Loss.may_lack_minimiser``, cross-entropy; its ``recession_score`` decides)."""
@@ -137,7 +148,7 @@ def _(block: WLast):
 
 
 @functools.singledispatch
-def recession_score(loss, Xt, Y):
+def recession_score(loss: Loss, Xt: ArrayLike, Y: ArrayLike) -> float:
     """A score > 0 iff the last W-block of ``loss`` without ``rho``, ``gamma`` has no minimiser,
     registered by the loss's type for each loss whose ``may_lack_minimiser`` holds (the others,
     MSE and Huber: bounded below and coercive in ``W X~``, are never scored)."""
@@ -152,14 +163,21 @@ def _(loss: CrossEntropy, Xt, Y):
     return ce_separating_direction(Xt, Y)[0]
 
 
-def curvature_scale(block):
+def curvature_scale(block: WBlock) -> float:
     """A scale of the block's Hessian: (lam or 1) * ||X~||_F^2 / rows of X~ (per unknown)."""
     Xt = np.asarray(block.Xt)
     lam = getattr(block, "lam", 1.0)
     return max(lam * float(np.sum(Xt * Xt)) / max(1, Xt.shape[0]), 1e-12)
 
 
-def proximal_point(block, start, solve, tol, weight=PROX_WEIGHT, steps=PROX_STEPS):
+def proximal_point(
+    block: WBlock,
+    start: ArrayLike,
+    solve: Callable[[WBlock], BlockResult],
+    tol: float,
+    weight: float = PROX_WEIGHT,
+    steps: int = PROX_STEPS,
+) -> tuple[np.ndarray, float, int, int]:
     """Minimise the W-block ``block`` (``rho + gamma = 0``) by proximal steps from ``start``.
 
     ``solve(sub)`` solves a strongly convex block exactly and returns its ``BlockResult``; the

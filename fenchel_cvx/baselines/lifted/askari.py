@@ -25,9 +25,12 @@ X-step is an exact NNLS; ours is exact in the limit of ``x_steps``: the tests ch
 ``scipy.optimize.nnls``.)
 """
 
+from collections.abc import Sequence
+
 from array_api_compat import array_namespace
 
-from ...network import augment
+from ...arrays import Array
+from ...network import LiftedNetwork, augment
 from ...validation import COUNT, WEIGHT, PerLayer
 from .common import LiftedMethod, register, ridge, sqnorm
 
@@ -39,10 +42,15 @@ class Askari(LiftedMethod):
     constraints = dict(lam=WEIGHT, rho=[PerLayer(WEIGHT), None], x_steps=COUNT)
     #: ``rho = None``: the hidden layers' and the output layer's weight penalties
     rho_hidden, rho_output = 1e-2, 10.0
+    # the hyperparameters (set from ``defaults`` and the arguments by ``LiftedMethod``)
+    lam: float
+    rho: float | list[float] | tuple[float, ...] | None
+    x_steps: int
 
-    def start(self, net, X, Y):
+    def start(self, net: LiftedNetwork, X: Array, Y: Array) -> None:
         self.xp = array_namespace(X)
         self.Y = Y
+        rho: Sequence[float]
         if self.rho is None:
             rho = [self.rho_hidden] * (len(net.W) - 1) + [self.rho_output]
         else:
@@ -55,11 +63,11 @@ class Askari(LiftedMethod):
         self.W = list(net.W)
         self.X = [X, *net.forward(X)[0]]
 
-    def target(self, l):
+    def target(self, l: int) -> tuple[Array, float]:
         """(T, c): what W_l X~_l is fitted to, with its weight (Y and 1 at the output)."""
         return (self.Y, 1.0) if l == len(self.W) - 1 else (self.X[l + 1], self.lam)
 
-    def x_step(self, l, steps=None):
+    def x_step(self, l: int, steps: int | None = None) -> Array:
         """X_l (l >= 1) by ``steps`` FISTA steps on its NNLS problem, from the current X_l."""
         xp = self.xp
         M = self.W[l - 1] @ augment(self.X[l - 1])
@@ -76,22 +84,22 @@ class Askari(LiftedMethod):
             Z, t = Z_new, t_new
         return Z
 
-    def w_step(self, l):
+    def w_step(self, l: int) -> Array:
         T, c = self.target(l)
         return ridge(T, augment(self.X[l]), self.rho_l[l] / c)
 
-    def step(self):
+    def step(self) -> None:
         for l in range(len(self.W) - 1, 0, -1):
             self.X[l] = self.x_step(l)
         for l in range(len(self.W)):
             self.W[l] = self.w_step(l)
 
-    def objective(self):
+    def objective(self) -> float:
         f = sum(r * sqnorm(W) for r, W in zip(self.rho_l, self.W))
         for l in range(len(self.W)):
             T, c = self.target(l)
             f += c * sqnorm(T - self.W[l] @ augment(self.X[l]))
         return f
 
-    def weights(self):
+    def weights(self) -> list[Array]:
         return list(self.W)

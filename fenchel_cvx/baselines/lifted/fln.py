@@ -29,12 +29,15 @@ would have reached ``tol`` before its cap, its iterates differ.
 """
 
 import time
+from collections.abc import Sequence
 
+from ...arrays import Array
 from ...bcd import fit_bcd
 from ...fast import FastBackend
 from ...losses import LOSSES
+from ...network import LiftedNetwork
 from ...validation import BOOL, COUNT, LAM, RHO, TOL, PerLayer, validate
-from .common import LiftedMethod, register
+from .common import LiftedMethod, Record, register
 
 
 @register
@@ -63,8 +66,26 @@ class FLN(LiftedMethod):
         capped_reports=BOOL,
     )
     losses = tuple(LOSSES)
+    # the hyperparameters (set from ``defaults`` and the arguments by ``LiftedMethod``)
+    lam: float | Sequence[float]
+    rho: float | Sequence[float]
+    w_steps: int | None
+    x_steps: int | None
+    tol: float
+    max_iter: int
+    check_every: int
+    restart: bool
+    capped_reports: bool
 
-    def run(self, net, X, Y, iterations, record, test=None):
+    def run(
+        self,
+        net: LiftedNetwork,
+        X: Array,
+        Y: Array,
+        iterations: int,
+        record: Record,
+        test: tuple[Array, Array] | None = None,
+    ) -> None:
         hyper = validate(
             dict(lam=PerLayer(LAM, net.n_hidden), rho=PerLayer(RHO, net.n_hidden + 1)),
             dict(lam=self.lam, rho=self.rho),

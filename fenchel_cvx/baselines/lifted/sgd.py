@@ -8,12 +8,14 @@ of ``datasets.batch_order(m, batch_size, epochs, seed)``; the paper does not giv
 
 import numpy as np
 
+from ...arrays import Array
 from ...datasets import batch_order
+from ...network import LiftedNetwork
 from ...validation import COUNT, WEIGHT
-from .common import LiftedMethod, register
+from .common import LiftedMethod, Record, register
 
 
-def _numpy(A):
+def _numpy(A: Array) -> np.ndarray:
     return A.get() if hasattr(A, "get") else np.asarray(A)  # CuPy -> NumPy
 
 
@@ -22,9 +24,25 @@ class SGD(LiftedMethod):
     name = "sgd"
     defaults = dict(lr=1e-2, batch_size=100, threads=None)
     constraints = dict(lr=WEIGHT, batch_size=COUNT, threads=[COUNT, None])
+    # the hyperparameters (set from ``defaults`` and the arguments by ``LiftedMethod``)
+    lr: float
+    batch_size: int
+    threads: int | None
 
-    def run(self, net, X, Y, iterations, record, test):
+    def run(
+        self,
+        net: LiftedNetwork,
+        X: Array,
+        Y: Array,
+        iterations: int,
+        record: Record,
+        test: tuple[Array, Array] | None = None,
+    ) -> None:
+        """As :meth:`LiftedMethod.run`; ``test`` is required (backprop scores the test set)."""
         from ..backprop import train_backprop
+
+        if test is None:
+            raise ValueError("sgd scores the test set itself: pass test=(X_test, Y_test)")
 
         X, Y = _numpy(X), _numpy(Y)
         X_test, y_test = _numpy(test[0]), np.argmax(_numpy(test[1]), axis=0)
@@ -53,4 +71,5 @@ class SGD(LiftedMethod):
             loss="mse",
             init_weights=[_numpy(W) for W in net.W],
         )
+        assert res.weights is not None  # train_backprop sets them before it returns
         net.W = [W.astype(net.W[0].dtype) for W in res.weights]

@@ -29,11 +29,13 @@ import numbers
 
 from array_api_compat import array_namespace, device
 
+from ...arrays import Array
+from ...network import LiftedNetwork
 from ...validation import WEIGHT, Interval
 from .common import LiftedMethod, register, relu_prox, ridge, sqnorm
 
 
-def relu(A):
+def relu(A: Array) -> Array:
     return array_namespace(A).clip(A, min=0.0)
 
 
@@ -42,8 +44,12 @@ class Taylor(LiftedMethod):
     name = "taylor"
     defaults = dict(beta=5.0, gamma=5.0, warm=5)
     constraints = dict(beta=WEIGHT, gamma=WEIGHT, warm=Interval(numbers.Integral, 0, None))
+    # the hyperparameters (set from ``defaults`` and the arguments by ``LiftedMethod``)
+    beta: float
+    gamma: float
+    warm: int
 
-    def start(self, net, X, Y):
+    def start(self, net: LiftedNetwork, X: Array, Y: Array) -> None:
         self.xp = array_namespace(X)
         self.Y = Y
         self.W = [W[:, :-1] for W in net.W]  # no biases (the authors' code)
@@ -56,24 +62,24 @@ class Taylor(LiftedMethod):
         self.k = 0
 
     # the closed-form steps (each the exact minimiser of its block of the Lagrangian)
-    def w_step(self, l):
+    def w_step(self, l: int) -> Array:
         return ridge(self.z[l], self.a[l])
 
-    def a_step(self, l):
+    def a_step(self, l: int) -> Array:
         """a_l (``self.a[l]``, l >= 1): beta/2 ||z_{l+1} - W_l a||^2 + gamma/2 ||a - h(z_l)||^2."""
         xp, W = self.xp, self.W[l]
         G = self.beta * (W.T @ W) + self.gamma * xp.eye(W.shape[1], dtype=W.dtype, device=device(W))
         return xp.linalg.solve(G, self.beta * (W.T @ self.z[l]) + self.gamma * relu(self.z[l - 1]))
 
-    def z_step(self, l):
+    def z_step(self, l: int) -> Array:
         """Hidden z (``self.z[l]``, l < L): gamma (a - h(z))^2 + beta (z - W a_prev)^2."""
         return relu_prox(self.a[l + 1], self.W[l] @ self.a[l], self.beta / self.gamma)
 
-    def z_last_step(self):
+    def z_last_step(self) -> Array:
         m = self.W[-1] @ self.a[-1]
         return (self.Y - self.lam_mult + self.beta * m) / (1 + self.beta)
 
-    def step(self):
+    def step(self) -> None:
         L = len(self.W) - 1
         for l in range(L):
             self.W[l] = self.w_step(l)
@@ -85,7 +91,7 @@ class Taylor(LiftedMethod):
         if self.k > self.warm:
             self.lam_mult = self.beta * (self.z[L] - self.W[L] @ self.a[L])
 
-    def objective(self):
+    def objective(self) -> float:
         L = len(self.W) - 1
         r = self.z[L] - self.W[L] @ self.a[L]
         f = (
@@ -99,7 +105,7 @@ class Taylor(LiftedMethod):
             )
         return f
 
-    def weights(self):
+    def weights(self) -> list[Array]:
         xp = self.xp
         return [
             xp.concat([W, xp.zeros((W.shape[0], 1), dtype=W.dtype, device=device(W))], axis=1)
