@@ -36,11 +36,15 @@ whatever the chunks.
 import math
 import numbers
 import warnings
+from collections.abc import Iterable, Sequence
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 from array_api_compat import array_namespace, device, is_numpy_namespace, is_torch_namespace
+from numpy.typing import DTypeLike
 
-from .arrays import cheap_reads, clip, exact_in_place
+from .arrays import Array, cheap_reads, clip, exact_in_place
 from .validation import Interval, check
 
 # NumPy: the bytes of im2col patches gathered and multiplied at a time (whole output rows, at
@@ -76,15 +80,22 @@ def _image(kind, shape):
 
 
 class Spec:
-    """A layer as the user writes it; ``to_dict`` / ``layer_from_dict`` round-trip it as JSON."""
+    """A layer as the user writes it; ``to_dict`` / ``layer_from_dict`` round-trip it as JSON.
+
+    Every spec gives ``out_shape``; a weight-free one (``weighted`` False: pooling, flatten)
+    ``gain2``, ``apply`` and ``adjoint``, which ``LinearMap`` folds into the next weighted one;
+    a weighted one (dense, conv2d) the map of its ``W``: ``weight_shape``, ``fans``,
+    ``patches``, ``forward``, ``adjoint_x``, ``norm2_bound``, ``to_rows`` and ``from_rows``.
+    The methods below are what a subclass must give (here they raise ``NotImplementedError``).
+    """
 
     kind = "spec"
     weighted = False
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **self.params()}
 
-    def params(self):
+    def params(self) -> dict[str, Any]:
         return {}
 
     def __repr__(self):
@@ -94,20 +105,82 @@ class Spec:
     def __eq__(self, other):
         return type(self) is type(other) and self.params() == other.params()
 
+    def _missing(self, what: str) -> NotImplementedError:
+        return NotImplementedError(f"{type(self).__name__} has no {what}")
+
+    # every spec
+    def out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of the output on an input of ``shape``."""
+        raise self._missing("out_shape")
+
+    # a weight-free spec
+    def gain2(self, shape: tuple[int, ...]) -> float:
+        """``||P||_2^2`` of the map on an input of ``shape``."""
+        raise self._missing("gain2")
+
+    def apply(self, xp: ModuleType, X: Array, shape: tuple[int, ...]) -> Array:
+        """The map on the columns of ``X`` (inputs of ``shape``)."""
+        raise self._missing("apply")
+
+    def adjoint(self, xp: ModuleType, G: Array, shape: tuple[int, ...]) -> Array:
+        """The adjoint of ``apply``."""
+        raise self._missing("adjoint")
+
+    # a weighted spec
+    def weight_shape(self, shape: tuple[int, ...]) -> tuple[int, int]:
+        """The shape of ``W`` (bias last column) on an input of ``shape``."""
+        raise self._missing("weight_shape")
+
+    def fans(self, shape: tuple[int, ...]) -> tuple[int, int]:
+        """``(fan_in, fan_out)`` of Xavier's initialisation."""
+        raise self._missing("fans")
+
+    def patches(self, xp: ModuleType, X: Array, shape: tuple[int, ...]) -> Array:
+        """``X~``: the input of ``W`` as a matrix product, bias row last."""
+        raise self._missing("patches")
+
+    def forward(self, xp: ModuleType, W: Array, X: Array, shape: tuple[int, ...]) -> Array:
+        """``A(W, X) + b``."""
+        raise self._missing("forward")
+
+    def adjoint_x(self, xp: ModuleType, W: Array, G: Array, shape: tuple[int, ...]) -> Array:
+        """``A(W, .)^T G``."""
+        raise self._missing("adjoint_x")
+
+    def norm2_bound(self, W: Array, shape: tuple[int, ...], max_dim: int) -> float | Array | None:
+        """An upper bound of ``||A(W, .)||_2^2``, or None beyond ``max_dim``."""
+        raise self._missing("norm2_bound")
+
+    def to_rows(self, xp: ModuleType, U: Array, shape: tuple[int, ...]) -> Array:
+        """An output as the rows of ``W @ patches(X)``."""
+        raise self._missing("to_rows")
+
+    def from_rows(self, xp: ModuleType, R: Array, shape: tuple[int, ...], m: int) -> Array:
+        """The inverse of ``to_rows`` for ``m`` data points."""
+        raise self._missing("from_rows")
+
 
 # --- weight-free specs: folded into the next weighted map ------------------------------------
 class AvgPool2d(Spec):
-    """``size x size`` average pooling (stride = size), a linear map folded into the next layer."""
+    """``size x size`` average pooling (stride = size), a linear map folded into the next layer.
+
+    >>> pool = AvgPool2d(2)
+    >>> pool.out_shape((6, 28, 28)), pool.gain2((6, 28, 28))
+    ((6, 14, 14), 0.25)
+    >>> X = np.arange(16.0).reshape(16, 1)  # one 1 x 4 x 4 image, a data point per column
+    >>> pool.apply(np, X, (1, 4, 4)).ravel()
+    array([ 2.5,  4.5, 10.5, 12.5])
+    """
 
     kind = "avgpool2d"
 
-    def __init__(self, size=2):
+    def __init__(self, size: int = 2) -> None:
         self.size = _positive_int("avgpool2d", "size", size, 2)
 
-    def params(self):
+    def params(self) -> dict[str, Any]:
         return {"size": self.size}
 
-    def out_shape(self, shape):
+    def out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         C, H, W = _image("avgpool2d", shape)
         s = self.size
         if H % s or W % s:
@@ -117,12 +190,12 @@ class AvgPool2d(Spec):
             )
         return (C, H // s, W // s)
 
-    def gain2(self, shape):
+    def gain2(self, shape: tuple[int, ...]) -> float:
         """``||P||_2^2 = 1 / s^2`` (exact): every output averages ``s^2`` inputs that feed no
         other output, so ``P P^T = I / s^2``."""
         return 1.0 / self.size**2
 
-    def apply(self, xp, X, shape):
+    def apply(self, xp: ModuleType, X: Array, shape: tuple[int, ...]) -> Array:
         C, H, W = shape
         s = self.size
         m = X.shape[1]
@@ -135,7 +208,7 @@ class AvgPool2d(Spec):
             S = S / (s * s)
         return xp.reshape(S, (C * (H // s) * (W // s), m))
 
-    def adjoint(self, xp, G, shape):
+    def adjoint(self, xp: ModuleType, G: Array, shape: tuple[int, ...]) -> Array:
         C, H, W = shape
         s = self.size
         m = G.shape[1]
@@ -149,52 +222,61 @@ class Flatten(Spec):
 
     kind = "flatten"
 
-    def out_shape(self, shape):
+    def out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return (math.prod(shape),)
 
-    def gain2(self, shape):
+    def gain2(self, shape: tuple[int, ...]) -> float:
         return 1.0
 
-    def apply(self, xp, X, shape):
+    def apply(self, xp: ModuleType, X: Array, shape: tuple[int, ...]) -> Array:
         return X
 
-    def adjoint(self, xp, G, shape):
+    def adjoint(self, xp: ModuleType, G: Array, shape: tuple[int, ...]) -> Array:
         return G
 
 
 # --- weighted specs: one weight matrix each --------------------------------------------------
 class Dense(Spec):
-    """``U = W[:, :-1] X + W[:, -1]`` on the flattened input; ``W`` is ``units x (n_in + 1)``."""
+    """``U = W[:, :-1] X + W[:, -1]`` on the flattened input; ``W`` is ``units x (n_in + 1)``.
+
+    >>> dense = Dense(2)
+    >>> dense.weight_shape((3,)), dense.fans((3,))
+    ((2, 4), (3, 2))
+    >>> W = np.array([[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]])  # bias last
+    >>> dense.forward(np, W, np.array([[1.0], [2.0], [3.0]]), (3,))
+    array([[2.],
+           [5.]])
+    """
 
     kind = "dense"
     weighted = True
 
-    def __init__(self, units):
+    def __init__(self, units: int) -> None:
         self.units = _positive_int("dense", "units", units)
 
-    def params(self):
+    def params(self) -> dict[str, Any]:
         return {"units": self.units}
 
-    def out_shape(self, shape):
+    def out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return (self.units,)
 
-    def weight_shape(self, shape):
+    def weight_shape(self, shape: tuple[int, ...]) -> tuple[int, int]:
         return (self.units, math.prod(shape) + 1)
 
-    def fans(self, shape):
+    def fans(self, shape: tuple[int, ...]) -> tuple[int, int]:
         return math.prod(shape), self.units
 
-    def patches(self, xp, X, shape):
+    def patches(self, xp: ModuleType, X: Array, shape: tuple[int, ...]) -> Array:
         return xp.concat([X, xp.ones((1, X.shape[1]), dtype=X.dtype, device=device(X))], axis=0)
 
-    def forward(self, xp, W, X, shape):
+    def forward(self, xp: ModuleType, W: Array, X: Array, shape: tuple[int, ...]) -> Array:
         p = X.shape[0]
         return W[:, :p] @ X + W[:, p:]
 
-    def adjoint_x(self, xp, W, G, shape):
+    def adjoint_x(self, xp: ModuleType, W: Array, G: Array, shape: tuple[int, ...]) -> Array:
         return W[:, :-1].T @ G
 
-    def norm2_bound(self, W, shape, max_dim):
+    def norm2_bound(self, W: Array, shape: tuple[int, ...], max_dim: int) -> float | None:
         """``||W_p||_2^2`` (exact, in float64) from the smaller Gram matrix, or None where its
         side exceeds ``max_dim``."""
         if min(W.shape[0], W.shape[1] - 1) > max_dim:
@@ -202,10 +284,10 @@ class Dense(Spec):
         xp = array_namespace(W)
         return _top_sq_singular(xp, xp.astype(W[:, :-1], xp.float64))
 
-    def to_rows(self, xp, U, shape):
+    def to_rows(self, xp: ModuleType, U: Array, shape: tuple[int, ...]) -> Array:
         return U
 
-    def from_rows(self, xp, R, shape, m):
+    def from_rows(self, xp: ModuleType, R: Array, shape: tuple[int, ...], m: int) -> Array:
         return R
 
 
@@ -215,24 +297,37 @@ class Conv2d(Spec):
     ``W`` is ``channels x (C_in k k + 1)``: ``W[:, :-1].reshape(channels, C_in, k, k)`` is a
     ``torch.nn.Conv2d`` weight and ``W[:, -1]`` its bias. ``in_channels`` (optional) is checked
     against the input.
+
+    >>> conv = Conv2d(6, 5)
+    >>> conv.out_shape((1, 28, 28)), conv.weight_shape((1, 28, 28))  # 6 filters of 1 x 5 x 5
+    ((6, 24, 24), (6, 26))
+    >>> Conv2d(6, 5, padding=2).out_shape((1, 28, 28))
+    (6, 28, 28)
+    >>> Conv2d(6, 5, in_channels=3).out_shape((1, 28, 28))
+    Traceback (most recent call last):
+    ...
+    ValueError: conv2d in_channels=3 does not match the input's 1 channels (input shape (1, 28, 28))
     """
 
     kind = "conv2d"
     weighted = True
 
-    def __init__(self, channels, kernel, padding=0, in_channels=None):
+    def __init__(
+        self, channels: int, kernel: int, padding: int = 0, in_channels: int | None = None
+    ) -> None:
         self.channels = _positive_int("conv2d", "channels", channels)
         self.kernel = _positive_int("conv2d", "kernel", kernel)
         self.padding = _positive_int("conv2d", "padding", padding, 0)
         self.in_channels = (
             None if in_channels is None else _positive_int("conv2d", "in_channels", in_channels)
         )
-        self._plans = {}  # gather indices per input shape, namespace, device, chunk size
+        # gather indices per input shape, namespace, device, chunk size
+        self._plans: dict[tuple, list] = {}
 
     def __getstate__(self):  # the index cache is rebuilt where the spec is unpickled
         return {**self.__dict__, "_plans": {}}
 
-    def params(self):
+    def params(self) -> dict[str, Any]:
         out = {"channels": self.channels, "kernel": self.kernel, "padding": self.padding}
         if self.in_channels is not None:
             out["in_channels"] = self.in_channels
@@ -253,14 +348,14 @@ class Conv2d(Spec):
             )
         return C, H, W, Ho, Wo
 
-    def out_shape(self, shape):
+    def out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         _, _, _, Ho, Wo = self._geometry(shape)
         return (self.channels, Ho, Wo)
 
-    def weight_shape(self, shape):
+    def weight_shape(self, shape: tuple[int, ...]) -> tuple[int, int]:
         return (self.channels, shape[0] * self.kernel**2 + 1)
 
-    def fans(self, shape):
+    def fans(self, shape: tuple[int, ...]) -> tuple[int, int]:
         k2 = self.kernel**2
         return shape[0] * k2, self.channels * k2
 
@@ -312,7 +407,7 @@ class Conv2d(Spec):
         extra += [xp.ones((1, m), dtype=X.dtype, device=dev)] if ones else []
         return xp.concat([X, *extra], axis=0) if extra else X
 
-    def patches(self, xp, X, shape):
+    def patches(self, xp: ModuleType, X: Array, shape: tuple[int, ...]) -> Array:
         """im2col and the bias row in one gather: ``(C_in k k + 1) x (H_out W_out m)``, rows
         (c, i, j) then the ones, columns (h, w, data point)."""
         C, H, W, Ho, Wo = self._geometry(shape)
@@ -323,7 +418,7 @@ class Conv2d(Spec):
         idx = xp.concat([idx, ones])
         return xp.reshape(xp.take(Xe, idx, axis=0), (k2 + 1, Ho * Wo * m))
 
-    def forward(self, xp, W, X, shape):
+    def forward(self, xp: ModuleType, W: Array, X: Array, shape: tuple[int, ...]) -> Array:
         """``W[:, :-1] @ patches + bias``, the patches gathered a chunk of output rows at a time
         (NumPy: a cache-sized chunk; other namespaces: the whole map at once)."""
         _, _, _, Ho, Wo = self._geometry(shape)
@@ -340,7 +435,7 @@ class Conv2d(Spec):
             out[:, h0 * Wo * m : h1 * Wo * m] = U
         return self.from_rows(xp, out, shape, m)
 
-    def adjoint_x(self, xp, W, G, shape):
+    def adjoint_x(self, xp: ModuleType, W: Array, G: Array, shape: tuple[int, ...]) -> Array:
         """``col2im(W[:, :-1]^T to_rows(G))``, a chunk of output rows at a time: each chunk's
         columns are added into the input pixels they came from, k^2 shifted slices (traced by
         ``torch.compile``: ``torch.nn.functional.fold``, ``_fold``; eagerly on the CPU the slices
@@ -361,7 +456,7 @@ class Conv2d(Spec):
         out = out[:, p : p + H, p : p + Wd, :] if p else out
         return xp.reshape(out, (C * H * Wd, m))
 
-    def norm2_bound(self, W, shape, max_dim):
+    def norm2_bound(self, W: Array, shape: tuple[int, ...], max_dim: int) -> float | Array | None:
         """An upper bound of ``||A(W, .)||_2^2`` (in float64): exact from the map's explicit
         matrix where the map is small (``min(inputs, outputs) <= max_dim``, at most
         ``SPECTRUM_MAX`` entries), else from the filters' spectrum; None where
@@ -394,19 +489,29 @@ class Conv2d(Spec):
         G = Mh @ M if C <= self.channels else M @ Mh  # the smaller side, per frequency
         return _top_eigenvalue(xp, G)
 
-    def to_rows(self, xp, U, shape):
+    def to_rows(self, xp: ModuleType, U: Array, shape: tuple[int, ...]) -> Array:
         """``(channels H_out W_out) x m`` -> ``channels x (H_out W_out m)``: a reshape."""
         return xp.reshape(U, (self.channels, U.shape[0] // self.channels * U.shape[1]))
 
-    def from_rows(self, xp, R, shape, m):
+    def from_rows(self, xp: ModuleType, R: Array, shape: tuple[int, ...], m: int) -> Array:
         return xp.reshape(R, (R.shape[0] * R.shape[1] // m, m))
 
 
-LAYERS = {cls.kind: cls for cls in (Dense, Conv2d, AvgPool2d, Flatten)}
+LAYERS: dict[str, type[Spec]] = {cls.kind: cls for cls in (Dense, Conv2d, AvgPool2d, Flatten)}
 
 
-def layer_from_dict(d):
-    """The spec of ``{"kind": ..., **params}`` (the inverse of ``Spec.to_dict``)."""
+def layer_from_dict(d: dict[str, Any]) -> Spec:
+    """The spec of ``{"kind": ..., **params}`` (the inverse of ``Spec.to_dict``).
+
+    >>> spec = layer_from_dict({"kind": "conv2d", "channels": 6, "kernel": 5, "padding": 2})
+    >>> spec, spec.to_dict() == {"kind": "conv2d", "channels": 6, "kernel": 5, "padding": 2}
+    (Conv2d(channels=6, kernel=5, padding=2), True)
+    >>> layer_from_dict({"kind": "dense", "width": 10})
+    Traceback (most recent call last):
+    ...
+    ValueError: bad parameters for layer {'kind': 'dense', 'width': 10}: Dense.__init__() got an
+    unexpected keyword argument 'width'
+    """
     if not isinstance(d, dict) or d.get("kind") not in LAYERS:
         raise ValueError(f"a layer must be a dict with 'kind' one of {sorted(LAYERS)}, got {d!r}")
     params = {k: v for k, v in d.items() if k != "kind"}
@@ -418,9 +523,28 @@ def layer_from_dict(d):
 
 # --- one weight matrix: the pre-ops folded into its weighted op -------------------------------
 class LinearMap:
-    """The map of one ``W_l``: weight-free specs ``pre`` (pooling, flatten), then ``op``."""
+    """The map of one ``W_l``: weight-free specs ``pre`` (pooling, flatten), then ``op``.
 
-    def __init__(self, pre, op, in_shape):
+    A small convolution and its explicit matrix (``matrix``), the adjoint in X, the patches:
+
+    >>> (A,) = build_maps((1, 4, 4), [Conv2d(2, 3, padding=1)])
+    >>> A
+    LinearMap(conv2d 2@3x3 pad 1: (1, 4, 4) -> (2, 4, 4), W (2, 10))
+    >>> rng = np.random.default_rng(0)
+    >>> W, X, G = A.init(rng, np.float64), rng.random((16, 5)), rng.random((32, 5))
+    >>> M, b = A.matrix(W)
+    >>> M.shape, bool(np.allclose(A.forward(W, X), M @ X + b))
+    ((32, 16), True)
+    >>> bool(np.allclose(A.adjoint_x(W, G), M.T @ G))
+    True
+    >>> A.patches(X).shape, bool(np.allclose(A.to_rows(A.forward(W, X)), W @ A.patches(X)))
+    ((10, 80), True)
+    >>> exact = np.linalg.norm(M, 2) ** 2
+    >>> bool(np.isclose(A.norm2_bound(W, max_dim=64), exact)), bool(A.norm2(W) <= exact)
+    (True, True)
+    """
+
+    def __init__(self, pre: Sequence[Spec], op: Spec, in_shape: Sequence[int]) -> None:
         self.pre, self.op, self.in_shape = tuple(pre), op, tuple(in_shape)
         shapes = [self.in_shape]
         for spec in self.pre:
@@ -432,15 +556,16 @@ class LinearMap:
         self.n_in, self.n_out = math.prod(self.in_shape), math.prod(self.out_shape)
 
     @property
-    def specs(self):
+    def specs(self) -> tuple[Spec, ...]:
         return (*self.pre, self.op)
 
     @property
-    def is_dense(self):
-        """A plain dense layer on an unpooled input: ``W @ [X; 1]``."""
-        return isinstance(self.op, Dense) and not any(isinstance(s, AvgPool2d) for s in self.pre)
+    def is_dense(self) -> bool:
+        """A plain dense layer on an input only flattened before it: ``W @ [X; 1]`` (a
+        subclass of ``Dense``, or another weight-free map in front, takes the general path)."""
+        return type(self.op) is Dense and all(isinstance(s, Flatten) for s in self.pre)
 
-    def describe(self):
+    def describe(self) -> str:
         names = " + ".join(_short(s) for s in self.specs)
         return f"{names}: {self.in_shape} -> {self.out_shape}, W {self.weight_shape}"
 
@@ -457,45 +582,45 @@ class LinearMap:
             G = spec.adjoint(xp, G, shape)
         return G
 
-    def forward(self, W, X):
+    def forward(self, W: Array, X: Array) -> Array:
         """``U = A(W, X) + b`` (the pre-activation of this layer), ``(n_out, m)``."""
         xp = array_namespace(W, X)
         return self.op.forward(xp, W, self._pre(xp, X), self.op_shape)
 
-    def adjoint_x(self, W, G):
+    def adjoint_x(self, W: Array, G: Array) -> Array:
         """``A(W, .)^T G``: ``(n_out, m)`` -> ``(n_in, m)``."""
         xp = array_namespace(W, G)
         return self._pre_adjoint(xp, self.op.adjoint_x(xp, W, G, self.op_shape))
 
-    def patches(self, X):
+    def patches(self, X: Array) -> Array:
         """``X~`` of the W-block: the input of ``W`` as a matrix product, bias row last."""
         xp = array_namespace(X)
         return self.op.patches(xp, self._pre(xp, X), self.op_shape)
 
-    def to_rows(self, U):
+    def to_rows(self, U: Array) -> Array:
         """An output ``(n_out, m)`` as the rows of ``W @ patches(X)`` (one row per output
         channel)."""
         return self.op.to_rows(array_namespace(U), U, self.op_shape)
 
-    def from_rows(self, R, m):
+    def from_rows(self, R: Array, m: int) -> Array:
         """The inverse of ``to_rows`` for ``m`` data points: an output ``(n_out, m)``."""
         return self.op.from_rows(array_namespace(R), R, self.op_shape, m)
 
-    def rows(self, U):
+    def rows(self, U: Array) -> Array:
         """Deprecated name of :meth:`to_rows`."""
         warnings.warn("rows is deprecated; use to_rows", DeprecationWarning, stacklevel=2)
         return self.to_rows(U)
 
-    def unrows(self, R, m):
+    def unrows(self, R: Array, m: int) -> Array:
         """Deprecated name of :meth:`from_rows`."""
         warnings.warn("unrows is deprecated; use from_rows", DeprecationWarning, stacklevel=2)
         return self.from_rows(R, m)
 
-    def adjoint_w(self, G, X):
+    def adjoint_w(self, G: Array, X: Array) -> Array:
         """The gradient in W of ``<G, A(W, X) + b>``: ``to_rows(G) patches(X)^T``."""
         return self.to_rows(G) @ self.patches(X).T
 
-    def matrix(self, W):
+    def matrix(self, W: Array) -> tuple[np.ndarray, np.ndarray]:
         """``(A, b)`` with ``A(W, X) + b = A @ X + b`` (dense NumPy; for small maps only)."""
         W = np.asarray(W)
         if self.is_dense:
@@ -503,7 +628,7 @@ class LinearMap:
         b = self.forward(W, np.zeros((self.n_in, 1), dtype=W.dtype))
         return self.forward(W, np.eye(self.n_in, dtype=W.dtype)) - b, b
 
-    def norm2_bound(self, W, max_dim):
+    def norm2_bound(self, W: Array, max_dim: int) -> float | Array | None:
         """An upper bound of ``||A(W, .)||_2^2``, or None where the weighted layer's
         eigenproblems would exceed ``max_dim`` (then see ``norm2``): the weighted layer's bound
         (dense and small convolutions: exact; larger ones: from the spectrum) times the
@@ -515,7 +640,7 @@ class LinearMap:
             return None
         return bound * math.prod([s.gain2(shape) for s, shape in zip(self.pre, self._shapes)])
 
-    def norm2(self, W, iters=30):
+    def norm2(self, W: Array, iters: int = 30) -> float:
         """An estimate of ``||A(W, .)||_2^2`` by power iteration on ``A^T A`` (from below)."""
         xp = array_namespace(W)
         start = np.random.default_rng(0).standard_normal((self.n_in, 1))
@@ -531,7 +656,7 @@ class LinearMap:
             x = y / lam
         return lam
 
-    def init(self, rng, dtype):
+    def init(self, rng: np.random.Generator, dtype: DTypeLike) -> np.ndarray:
         """Xavier-uniform weights (PyTorch's fans for a convolution), zero bias."""
         fan_in, fan_out = self.op.fans(self.op_shape)
         a = math.sqrt(6.0 / (fan_in + fan_out))
@@ -622,33 +747,58 @@ def _short(spec):
     return spec.kind
 
 
-def build_maps(input_shape, specs):
-    """Fold ``specs`` into one :class:`LinearMap` per weighted layer (bad shapes: ValueError)."""
-    if isinstance(input_shape, numbers.Integral) and not isinstance(input_shape, bool):
-        input_shape = (input_shape,)
-    shape = tuple(input_shape)
+def build_maps(
+    input_shape: int | Sequence[int], specs: Sequence[Spec | dict[str, Any]]
+) -> list[LinearMap]:
+    """Fold ``specs`` into one :class:`LinearMap` per weighted layer (bad shapes: ValueError).
+
+    LeNet-5: each pooling is folded into the weighted layer after it.
+
+    >>> specs = [Conv2d(6, 5, padding=2), AvgPool2d(2), Conv2d(16, 5), AvgPool2d(2), Flatten()]
+    >>> for A in build_maps((1, 28, 28), specs + [Dense(120), Dense(84), Dense(10)]):
+    ...     print(A.describe())
+    conv2d 6@5x5 pad 2: (1, 28, 28) -> (6, 28, 28), W (6, 26)
+    avgpool 2x2 + conv2d 16@5x5: (6, 28, 28) -> (16, 10, 10), W (16, 151)
+    avgpool 2x2 + flatten + dense 120: (16, 10, 10) -> (120,), W (120, 401)
+    dense 84: (120,) -> (84,), W (84, 121)
+    dense 10: (84,) -> (10,), W (10, 85)
+    >>> build_maps(784, [Dense(300), AvgPool2d(2)])
+    Traceback (most recent call last):
+    ...
+    ValueError: layers must end with a weighted layer (dense or conv2d), got [Dense(units=300),
+    AvgPool2d(size=2)]
+    """
+    # a number is the shape of one axis (anything else but a sequence is refused below)
+    shape = tuple(input_shape) if isinstance(input_shape, Iterable) else (input_shape,)
     if (
         not shape
         or len(shape) not in (1, 3)
         or not all(
-            isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1 for d in shape
+            isinstance(d, numbers.Integral) and not isinstance(d, bool) and int(d) >= 1
+            for d in shape
         )
     ):
         raise ValueError(
             f"input_shape must be (features,) or (channels, height, width) of "
             f"positive integers, got {input_shape!r}"
         )
-    specs = [layer_from_dict(s) if isinstance(s, dict) else s for s in specs]
-    for s in specs:
+    given = [layer_from_dict(s) if isinstance(s, dict) else s for s in specs]
+    checked: list[Spec] = []
+    for s in given:
         if not isinstance(s, Spec):
             raise ValueError(
                 f"layers must be layer specs ({', '.join(sorted(LAYERS))}) or their "
                 f"dicts, got {s!r}"
             )
-    if not specs or not specs[-1].weighted:
-        raise ValueError(f"layers must end with a weighted layer (dense or conv2d), got {specs!r}")
-    maps, pre, in_shape = [], [], tuple(int(d) for d in shape)
-    for s in specs:
+        checked.append(s)
+    if not checked or not checked[-1].weighted:
+        raise ValueError(
+            f"layers must end with a weighted layer (dense or conv2d), got {checked!r}"
+        )
+    maps: list[LinearMap] = []
+    pre: list[Spec] = []
+    in_shape = tuple(int(d) for d in shape)
+    for s in checked:
         if s.weighted:
             maps.append(LinearMap(pre, s, in_shape))
             in_shape, pre = maps[-1].out_shape, []
