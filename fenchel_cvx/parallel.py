@@ -18,6 +18,7 @@ Docs page "Training in parallel".
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import multiprocessing
 import os
@@ -114,6 +115,23 @@ def _rank(rank, nproc, port, threads, args, kwargs):
         dist.destroy_process_group()
 
 
+@contextlib.contextmanager
+def _thread_env(threads):
+    """The environment a spawned rank starts with: its native pools at ``threads`` threads
+    (OpenMP's, OpenBLAS's, MKL's), before it loads them."""
+    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    before = {k: os.environ.get(k) for k in names}
+    os.environ.update({k: str(threads) for k in names})
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _stopped(procs, err):
     """Rank 0 stopped with ``err``: where a collective failed (``CollectiveError``: a rank's
     connection closed), the ranks whose processes ended are named (each given a moment to
@@ -167,8 +185,9 @@ def fit_on_ranks(net, X0, Y, *, nproc: int, threads: int | None = None, **kwargs
         )
         for r in range(1, nproc)
     ]
-    for p in procs:
-        p.start()
+    with _thread_env(threads):  # (each rank's pools sized at its start, as torchrun does)
+        for p in procs:
+            p.start()
     try:
         result = _rank(0, nproc, port, threads, (net, X0, Y), kwargs)
     except BaseException as err:

@@ -281,30 +281,9 @@ def validate_run(net, X0, Y, args):
     weights = weights_in(xp, net, device(X0))
     strict = (name == "cvxpy") if args["strict"] is None else args["strict"]
     classification = is_one_hot(Y)
-    config = run_config(
-        net,
-        X0.shape[1],
-        None if X_test is None else X_test.shape[1],
-        args,
-        backend,
-        name,
-        strict,
-        classification,
-    )
-    settings = RunSettings(
-        backend,
-        certificate_of(backend, strict, args["tol"]),
-        args["gamma"],
-        args["check_every"],
-        evaluator(X0, Y, X_test, Y_test, classification, args["eval_every"]),
-        config,
-        (X_test, Y_test),
-        args["eval_every"],
-        momentum=args["momentum"],
-        x_sweep=args["x_sweep"],
-        algorithm=config["algorithm"],
-    )
-    settings.steps = schedule(
+    m_test = None if X_test is None else X_test.shape[1]
+    config = run_config(net, X0.shape[1], m_test, args, backend, name, strict, classification)
+    steps = schedule(
         X0.shape[1],
         args["batch_size"],
         args["epochs"],
@@ -312,43 +291,53 @@ def validate_run(net, X0, Y, args):
         args["alternations"],
         net.seed,
     )
-    settings.comm = check_comm(args["comm"], backend, X0.shape[1], settings.steps)
-    settings.data = Batches(
-        X0,
-        Y,
-        xp,
-        args["batch_size"] is not None and args["batch_size"] < X0.shape[1],
-        settings.comm,
+    comm = check_comm(args["comm"], backend, X0.shape[1], steps)
+    eval_every = args["eval_every"] if comm.rank == 0 else None  # (rank 0 evaluates)
+    settings = RunSettings(
+        backend,
+        certificate_of(backend, strict, args["tol"]),
+        args["gamma"],
+        args["check_every"],
+        evaluator(X0, Y, X_test, Y_test, classification, eval_every),
+        config,
+        (X_test, Y_test),
+        args["eval_every"],
+        steps=steps,
+        momentum=args["momentum"],
+        x_sweep=args["x_sweep"],
+        algorithm=config["algorithm"],
+        comm=comm,
     )
-    if settings.comm.rank > 0:  # (rank 0 evaluates, prints and writes)
-        settings.evaluate = evaluator(X0, Y, X_test, Y_test, classification, None)
+    batched = args["batch_size"] is not None and args["batch_size"] < X0.shape[1]
+    settings.data = Batches(X0, Y, xp, batched, comm)
     if getattr(backend, "comm", None) is not None:
-        backend.comm = settings.comm  # the ranks its solves reduce over
+        backend.comm = comm  # the ranks its solves reduce over
     digest = None if args["checkpoint"] is None and saved is None else data_digest(X0, Y)
     settings.state = (
         None
         if saved is None
-        else on_rank(
-            restore(net, saved, config, digest, xp, settings.steps, device(X0)), settings.comm
-        )
+        else on_rank(restore(net, saved, config, digest, xp, steps, device(X0)), comm)
     )
     settings.W_prev = check_W_prev(args["W_prev"], weights, xp, saved is not None)
     # the checkpoint folder last, once every other check passed: a refused run makes none
-    if args["checkpoint"] is not None:
-        net.get_config()  # a network that a checkpoint cannot record is refused before any work
-    ckpt = (
-        None
-        if args["checkpoint"] is None
-        else check_writable_dir("checkpoint", args["checkpoint"])
-        if settings.comm.rank == 0
-        else args["checkpoint"]  # (rank 0 writes there)
-    )
-    for folder in {ckpt, None if resume is None else resume.parent}:
-        if folder is not None and settings.comm.rank == 0:  # what a killed run left there
-            remove_temporaries(folder)
+    ckpt = checkpoint_folder(net, args["checkpoint"], resume, comm)
     settings.checkpoint = (ckpt, args["checkpoint_every"], digest)
     net.W = weights if settings.state is None else list(settings.state.W)
     return settings
+
+
+def checkpoint_folder(net, checkpoint, resume, comm):
+    """The run's checkpoint folder (None: none), checked writable (rank 0's, which writes
+    there), without what a killed run left in it or in the folder resumed from."""
+    if checkpoint is None:
+        ckpt = None
+    else:
+        net.get_config()  # a network that a checkpoint cannot record is refused before any work
+        ckpt = check_writable_dir("checkpoint", checkpoint) if comm.rank == 0 else checkpoint
+    for folder in {ckpt, None if resume is None else resume.parent}:
+        if folder is not None and comm.rank == 0:  # what a killed run left there
+            remove_temporaries(folder)
+    return ckpt
 
 
 def on_rank(state, comm):
