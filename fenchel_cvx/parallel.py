@@ -152,6 +152,25 @@ def _stopped(procs, err):
         ) from err
 
 
+def _child(*args):
+    """A spawned rank: :func:`_rank`, then its process ends at once with its status (0, or 1
+    after its error's traceback), without the interpreter's teardown, in which PyTorch's
+    native threads (the process group's, the compiled kernels') may abort the process after
+    its work is done."""
+    import sys
+    import traceback
+
+    status = 0
+    try:
+        _rank(*args)
+    except BaseException:  # noqa: BLE001 - printed, and the exit status says it
+        traceback.print_exc()
+        status = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 def fit_on_ranks(net, X0, Y, *, nproc: int, threads: int | None = None, **kwargs: Any):
     """``fit_bcd(net, X0, Y, **kwargs)`` on ``nproc`` ranks of this machine: this process is
     rank 0 (it trains ``net`` in place, shows the progress bar, calls ``callback`` and writes
@@ -178,7 +197,7 @@ def fit_on_ranks(net, X0, Y, *, nproc: int, threads: int | None = None, **kwargs
     ctx = multiprocessing.get_context("spawn")
     procs = [
         ctx.Process(
-            target=_rank,
+            target=_child,
             args=(r, nproc, port, threads, (copy.deepcopy(net), X0, Y), theirs),
             name=f"fenchel_cvx rank {r}",
             daemon=True,
