@@ -6,6 +6,7 @@ after parsing, in argparse's words. No equation of the paper is implemented here
 """
 
 import argparse
+from typing import NoReturn
 
 from .. import defaults
 from ..validation import COUNT, ROUNDS, SEED, PerLayer, failure
@@ -109,7 +110,7 @@ class _Help(argparse.HelpFormatter):
         return text
 
 
-def _fail(flag, message):
+def _fail(flag: str, message: str) -> NoReturn:
     """Refuse ``flag`` after parsing: a ValueError in argparse's words, which ``main`` passes
     to the subcommand's parser (exit status 2, one line naming the flag)."""
     raise ValueError(f"argument {flag}: {message}")

@@ -220,9 +220,10 @@ def _train(args, resume, written):
     _check_train(args)
     fit, ranks, lead = _ranks(args)
     new = not resume and not (args.out is not None and args.out.exists())
-    out = _start(args, resume) if lead else None
     if "comm" in ranks:  # torchrun's ranks write into rank 0's folder
-        out = _shared_folder(out, ranks["comm"])
+        out = _shared_folder(_start(args, resume) if lead else None, ranks["comm"])
+    else:
+        out = _start(args, resume)
     try:
         data = data_flags.load(args)
         net, arch = _network(args, data)
