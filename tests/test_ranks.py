@@ -183,22 +183,7 @@ def test_a_checkpoint_written_on_ranks_resumes_at_any_number_of_ranks(tmp_path):
 
 
 # --- the command: --nproc, and what it refuses --------------------------------------------------
-def _cli(*args, cwd):
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(repo))
-    return subprocess.run(
-        [sys.executable, "-m", "fenchel_cvx", *map(str, args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,  # a hang guard only
-    )
+from test_cli import _cli  # noqa: E402  (the command in a subprocess, this checkout's package)
 
 
 def test_train_with_nproc_2_writes_the_one_process_model(tmp_path):
