@@ -413,7 +413,7 @@ def read_points(path: str | os.PathLike[str], features: int) -> np.ndarray:
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     _ = (Path(tmp) / "x.csv").write_text("1,2,3\\n4,5,6\\n")
+    ...     np.savetxt(Path(tmp) / "x.csv", [[1, 2, 3], [4, 5, 6]], delimiter=",", fmt="%d")
     ...     np.save(Path(tmp) / "x.npy", np.array([1, 0, 1], np.uint8))
     ...     read_points(Path(tmp) / "x.csv", features=3), read_points(Path(tmp) / "x.npy", 3)
     (array([[1., 2., 3.],
