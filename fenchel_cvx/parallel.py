@@ -19,7 +19,6 @@ Docs page "Training in parallel".
 from __future__ import annotations
 
 import contextlib
-import copy
 import multiprocessing
 import os
 import socket
@@ -90,8 +89,6 @@ def _refused(kwargs: dict) -> None:
                 else ""
             )
         )
-    if kwargs.get("comm") is not None:
-        raise ValueError("fit_on_ranks makes each rank's comm itself: do not pass comm")
 
 
 def _rank(rank, nproc, port, threads, args, kwargs):
@@ -184,13 +181,15 @@ def fit_on_ranks(net, X0, Y, *, nproc: int, threads: int | None = None, **kwargs
     error names the rank whose process ended."""
     nproc = check("nproc", nproc, COUNT)
     threads = threads_per_rank(nproc) if threads is None else check("threads", threads, COUNT)
-    _refused(kwargs)
+    if kwargs.get("comm") is not None:
+        raise ValueError("fit_on_ranks makes each rank's comm itself: do not pass comm")
     if nproc == 1:
         from .bcd import fit_bcd
         from .threads import limit_threads
 
         with limit_threads(threads):
             return fit_bcd(net, X0, Y, **kwargs)
+    _refused(kwargs)
     _torch_distributed()
     port = _free_port()
     theirs = {k: v for k, v in kwargs.items() if k not in ("callback", "progress")}
@@ -198,7 +197,7 @@ def fit_on_ranks(net, X0, Y, *, nproc: int, threads: int | None = None, **kwargs
     procs = [
         ctx.Process(
             target=_child,
-            args=(r, nproc, port, threads, (copy.deepcopy(net), X0, Y), theirs),
+            args=(r, nproc, port, threads, (net, X0, Y), theirs),  # (pickled: each its copy)
             name=f"fenchel_cvx rank {r}",
             daemon=True,
         )
