@@ -225,7 +225,7 @@ class LeakyReLU(Activation):
     dphi_max = 1.0
 
     def __init__(self, slope=0.01):
-        if not (isinstance(slope, numbers.Real) and 0 < slope < 1):
+        if not (isinstance(slope, numbers.Real) and 0 < float(slope) < 1):
             raise ValueError(f"slope must be in (0, 1), got {slope!r}")
         self.slope = float(slope)
 

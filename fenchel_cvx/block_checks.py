@@ -61,6 +61,7 @@ class CheckedSolves:
         returned image is the check's own ``block.forward(argmin)`` on checked rounds, else
         None (and where the solver failed)."""
         images = dict(image=image, return_image=return_image) if self.backend.images else {}
+        before: float | None
         if self.check:
             image = block.forward(current) if image is None else image
             before = float(block.value_over(current, image, self.comm))
@@ -121,7 +122,7 @@ class CheckedSolves:
             self.cert.check_descent(name, before, after, scale)
         record["value_after"] = after
         self.blocks.append(record)
-        return Z, (after - before) if self.check else 0.0, res.U, image_Z
+        return Z, 0.0 if before is None else after - before, res.U, image_Z
 
     def _argmin_check(self, name, block, Z, current, slot):
         """The certificate's argmin check (finite, in the block's domain), read at once, or

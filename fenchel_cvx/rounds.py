@@ -46,7 +46,7 @@ class Round(CheckedSolves):
     @property
     def X(self):
         """[X_0, X_1, ..., X_L] of the batch."""
-        return [self.X0, *self.Xs]
+        return [self.X0, *self._lifted()]
 
     # --- the batch: W0 <- W, X <- the feed-forward pass ---------------------------------------
     def centre(self):
@@ -100,7 +100,7 @@ class Round(CheckedSolves):
     def x_block(self, l):
         """X_l <- the argmin of its block (eqs. (14)-(16)), from the current X_l, with U_{l-1}
         and, for its start, U_l at hand where the round holds them."""
-        pre, Xs = self.pre, self.Xs
+        pre, Xs = self.pre, self._lifted()
         block = x_block(self.net, self.X0, self.Y, Xs, l, U_prev=pre.get(l - 1))
         Xs[l - 1], delta, U, image = self.solve(
             f"X_{l}", block, Xs[l - 1], self.F, (Xs, l - 1), pre.get(l)
@@ -116,7 +116,7 @@ class Round(CheckedSolves):
         g, A, U = self.run.gamma[l], net.layers[l], pre.get(l)
         W0, Xt = self.state.W0[l] if g else None, self.Xt0 if l == 0 else None
         carry = l == 0 and self.run.carries_U0  # W_0 X~_0 at the new W_0, the next round's
-        block = w_block(net, self.X0, self.Y, self.Xs, l, gamma=g, W0=W0, Xt=Xt)
+        block = w_block(net, self.X0, self.Y, self._lifted(), l, gamma=g, W0=W0, Xt=Xt)
         rows, steps = None if U is None else A.to_rows(U), pre.steps(l)
         net.W[l], delta, U, image = self.solve(
             f"W_{l}", block, net.W[l], self.F, (net.W, l), rows, carry
@@ -128,6 +128,12 @@ class Round(CheckedSolves):
         else:
             pre.put(l, None)
         self._add(delta)
+
+    def _lifted(self) -> list:
+        """X_1, ..., X_L: the run state's, or the batch's feed-forward pass."""
+        if self.Xs is None:
+            raise RuntimeError("a round's blocks need its X: the feed-forward pass comes first")
+        return self.Xs
 
     def _add(self, delta):
         self.F = None if self.F is None else self.F + delta
@@ -216,7 +222,7 @@ class Round(CheckedSolves):
         record["certificate"] = self.cert.outcome()
         carried = self.pre.carried() if self.run.carries_U0 else None
         self.state.advance(self.net, self.Xs, record, self.W_prev, carried)
-        self.pre = self.X0 = self.Y = self.Xt0 = None  # the next round's arrays need the room
+        del self.pre, self.X0, self.Y, self.Xt0  # the next round's arrays need the room
         stop = any([obs(self.net, self.state, step) is True for obs in observers])
         if self.comm.P > 1:  # (the observers run on rank 0: its stop is every rank's)
             (stop,) = self.comm.reduce([float(stop)], "max")

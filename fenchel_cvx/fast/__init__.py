@@ -80,7 +80,7 @@ def _check_steps(name, steps):
     """None, an integer >= 1, or a non-empty sequence of them (one per layer, as a tuple)."""
 
     def one(v):
-        return not isinstance(v, bool) and isinstance(v, numbers.Integral) and v >= 1
+        return not isinstance(v, bool) and isinstance(v, numbers.Integral) and int(v) >= 1
 
     if steps is None or one(steps):
         return steps

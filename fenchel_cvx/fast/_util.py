@@ -47,7 +47,7 @@ NEWTON_START = 10
 
 
 @functools.cache
-def _started_class(cls):
+def _started_class(cls: type) -> type:
     """``cls`` with the fields ``U`` (the start's image, None where the caller has none) and
     ``return_U`` (the caller takes the argmin's image back)."""
     return dataclasses.make_dataclass(
@@ -62,7 +62,8 @@ def started(block, U=None, return_U=False):
     if hasattr(block, "return_U"):
         return dataclasses.replace(block, U=U, return_U=return_U)
     fields = {f.name: getattr(block, f.name) for f in dataclasses.fields(block) if f.init}
-    return _started_class(type(block))(**fields, U=U, return_U=return_U)
+    cls = _started_class(type(block))  # type: ignore[arg-type]  # a class is hashable
+    return cls(**fields, U=U, return_U=return_U)
 
 
 def part(block, **changes):

@@ -102,7 +102,7 @@ class PncgState(NamedTuple):
     best: tuple
     r: float
     it: int
-    start: tuple
+    start: tuple[Any, Any]
     end: Any
 
 
@@ -354,7 +354,8 @@ def finish(p, s):
         if s.objective.pre.data_space and isinstance(p.block, WHidden):
             # the line searches saw W X~ through the data-space identity: the guard at the true
             # image (``_util.keep_descent``); a reported residual is then the guarded point's
-            W, U, guarded, reverted = keep_descent(xp, p.block, *s.start, W)
+            start, U_start = s.start
+            W, U, guarded, reverted = keep_descent(xp, p.block, start, U_start, W)
             guarded, reverted = p.comm.rows.reduce([guarded, reverted], "sum")
             info["reverted_rows"] = host_if_cheap(xp, reverted, int)
             if not math.isnan(r) and int(reverted):
@@ -436,7 +437,7 @@ def _needs_every_column(block, max_iter, settings, comm):
     return points < block.Xt.shape[0] or newton
 
 
-def _by_rows(xp, block, W, stop, cache, settings, comm):
+def _by_rows(xp, block, W, stop: tuple[Any, Any], cache, settings, comm):
     """A WHidden block held by columns (this shard's X~ and V columns, W whole), moved to row
     shards (``reduce.to_rows``: each shard its rows of W and V over every column, X~ whole),
     solved there (``stop = (tol, max_iter)``), and W gathered whole on every shard; ``info``'s

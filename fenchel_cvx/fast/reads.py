@@ -66,7 +66,9 @@ def _skipped_roots(own):
     import array_api_compat
     import numpy
 
-    return (own,) + tuple(os.path.dirname(m.__file__) + os.sep for m in (numpy, array_api_compat))
+    return (own,) + tuple(
+        os.path.dirname(str(m.__file__)) + os.sep for m in (numpy, array_api_compat)
+    )
 
 
 class _Tally:
@@ -79,7 +81,7 @@ class _Tally:
     def __init__(self, library="array_api_strict"):
         self.cls, own = _array_class(library)
         self.library, self.skipped = library, _skipped_roots(own)
-        self.sources = collections.Counter()
+        self.sources: collections.Counter = collections.Counter()
         self.counting = True
         self._saved = {}
 
@@ -98,7 +100,7 @@ class _Tally:
 
     def by_function(self):
         """``{"module.function": amount}``, most first."""
-        out = collections.Counter()
+        out: collections.Counter = collections.Counter()
         for (module, function, _), n in self.sources.items():
             out[f"{module}.{function}"] += n
         return dict(out.most_common())
@@ -195,7 +197,7 @@ def flops_by_round(net, X0, Y, **fit_args):
             ),
             **fit_args,
         )
-    before = [collections.Counter()] + [counts for _, counts in seen]
+    before: list[collections.Counter] = [collections.Counter()] + [counts for _, counts in seen]
     return [(record, counts - earlier) for (record, counts), earlier in zip(seen, before)]
 
 

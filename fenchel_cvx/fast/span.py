@@ -195,10 +195,8 @@ def finish(sp, s):
             res = kkt(xp, W, block.grad_parts(W), comm=p.comm.rows)
             converged = res <= p.tol
     info.update(converged=converged, restarts=host_if_cheap(xp, s.restarts, int), residual=res)
-    if converged and value is None:
-        value = prob.value(W, U)
-    if converged or p.settings.capped_value:
-        info["value"] = float(value)
+    if converged or p.settings.capped_value:  # (no value yet: converged in the loop)
+        info["value"] = float(prob.value(W, U) if value is None else value)
     return W, s.it, info
 
 

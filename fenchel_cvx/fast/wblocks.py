@@ -124,7 +124,34 @@ class _Problem:
     are this shard's columns, W is whole), every sum over the columns (the gradient's data
     part, the line search's derivatives and change, the value) passes through its ``columns``
     role; split by rows (this shard's rows of W, every column), the value's sum over the rows
-    through its ``rows`` role."""
+    through its ``rows`` role. A subclass gives the data term: ``coef``, ``data_value``,
+    ``data_grad``, ``dot`` and, for the line search, ``data_derivs`` and ``data_change`` (or
+    its own ``derivs_at``, ``data_curv`` and ``change_along``)."""
+
+    #: the data term's factor in the gradient: ``coef A X~^T`` with ``A = data_grad(U)``
+    coef: Any
+
+    def data_value(self, U):
+        """The data term's value at ``U = W X~`` (this shard's columns)."""
+        raise NotImplementedError
+
+    def data_grad(self, U):
+        """The data term's gradient in U, divided by ``coef``."""
+        raise NotImplementedError
+
+    def dot(self, A, B):
+        """The inner product of A and B by which the line search's lengths are taken: per
+        row (a column) where the rows are independent, else over the whole (1 x 1)."""
+        raise NotImplementedError
+
+    def data_derivs(self, Ut, dU):
+        """The data term's first and second derivatives along dU at Ut."""
+        raise NotImplementedError
+
+    def data_change(self, U, dU):
+        """``(change, size)``: the data term's change from U to U + dU, and the size of the
+        terms it sums."""
+        raise NotImplementedError
 
     def __init__(self, xp, block, pre, kernels=EAGER, comm=LOCAL):
         self.xp, self.block, self.pre, self.comm = xp, block, pre, comm

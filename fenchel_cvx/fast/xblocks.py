@@ -95,11 +95,10 @@ def _inside(xp, act, Z, tested=True, comm=LOCAL):
         hi = None if hi is None else hi - max(abs(hi) * fi.eps, fi.smallest_normal)
     elif not tested:
         return Z
-    ends = [(xp.min(Z), "min")] * (lo is not None) + [(xp.max(Z), "max")] * (hi is not None)
-    seen = comm.reduce([v for v, _ in ends], [op for _, op in ends])  # over the block's shards
-    low, high = (seen[0] if lo is not None else None), (seen[-1] if hi is not None else None)
-    if (lo is None or float(low) >= lo) and (hi is None or float(high) <= hi):  # NaN fails both
-        return Z
+    ends = [(b, op) for b, op in ((lo, "min"), (hi, "max")) if b is not None]
+    seen = comm.reduce([getattr(xp, op)(Z) for _, op in ends], [op for _, op in ends])  # shards'
+    if all(float(v) >= b if op == "min" else float(v) <= b for v, (b, op) in zip(seen, ends)):
+        return Z  # (NaN fails both)
     return clip(Z, lo, hi)
 
 
