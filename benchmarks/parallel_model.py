@@ -10,16 +10,18 @@ through a counting communicator (``reduce.py``'s seam), which gives, per block a
   sums and maxima), and their bytes. A hidden W-block with fewer points than rows of X~ (the
   MLP's W_0: data space) moves to row shards (X~ gathered, V moved, W gathered: 6 collectives
   and their bytes) and every rank repeats its m x m factorisation (``repeated``, timed here);
-- gloo's latency for a collective of those sizes, measured on P ranks of this machine
-  (``TorchComm.reduce`` of one array, the median of 50).
+- a collective's latency at those sizes, measured on P ranks of this machine
+  (``TorchComm.reduce`` of one array, the mean of 200: a batch pays the sum, tails included),
+  through shared memory (what the ranks of one host use) and through gloo alone.
 
 The model of a P-rank batch: ``sum over blocks (compute / P + repeated + collectives x
 latency) + driver / P`` (the driver's own work, the batch time less its blocks': the forward
 pass and the blocks' data, column by column, which each rank does for its share). The
 ceiling: one epoch alone on one rank, then P such epochs at once as P processes:
 ``P x alone / together`` is the most P ranks can gain on this machine before any
-communication. Then the epoch itself on P gloo ranks (``parallel.fit_on_ranks``, one thread
-each), timed on rank 0: the measured speed-up beside the model and the ceiling.
+communication. Then the epoch itself on P ranks (``parallel.fit_on_ranks``, one thread each),
+timed on rank 0, with shared memory and with gloo alone: the measured speed-ups beside the
+model and the ceiling.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/parallel_model.py \\
         --data-dir DIR
@@ -65,6 +67,7 @@ def parse_args(argv=None):
     p.add_argument("--alone", default=None, help=argparse.SUPPRESS)  # a ceiling's epoch
     p.add_argument("--latency-rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--gloo", action="store_true", help=argparse.SUPPRESS)  # a latency rank's path
     args = check_networks_and_json(p, p.parse_args(argv))
     if args.ranks < 2:
         p.error(f"--ranks must be >= 2, got {args.ranks}")
@@ -117,10 +120,10 @@ def data(args):
     return X, one_hot(ds.y_train[:M], ds.n_classes).astype(np.float32)
 
 
-def epoch(network, X, Y, probe=None, ranks=1):
+def epoch(network, X, Y, probe=None, ranks=1, shared_memory=True):
     """One epoch of ``network``'s FLN: the timed batches' seconds (``probe``: called with the
-    batch number before each batch); ``ranks``: on that many gloo ranks of this machine, one
-    thread each (``parallel.fit_on_ranks``), timed on rank 0."""
+    batch number before each batch); ``ranks``: on that many ranks of this machine, one thread
+    each (``parallel.fit_on_ranks``, with ``shared_memory``), timed on rank 0."""
     import fenchel_cvx as pkg
     import fenchel_cvx.bcd
     import fenchel_cvx.defaults
@@ -139,7 +142,10 @@ def epoch(network, X, Y, probe=None, ranks=1):
     else:
         from fenchel_cvx.parallel import fit_on_ranks
 
-        fit_on_ranks(net, X, Y, nproc=ranks, threads=1, backend=backend, callback=after, **fit)
+        fit_on_ranks(
+            net, X, Y, nproc=ranks, threads=1, shared_memory=shared_memory, backend=backend,
+            callback=after, **fit,
+        )  # fmt: skip
     return list(np.diff(stamps)[TIMED])
 
 
@@ -204,9 +210,10 @@ def factorisation_seconds(block):
 
 
 # --- gloo's latency -------------------------------------------------------------------------------
-def latency_rank(rank, P, port):
-    """One rank of the latency table: the median seconds of ``TorchComm.reduce`` of one array
-    of each of ``SIZES`` bytes (float32), 50 each after 5 to warm up; rank 0 prints them."""
+def latency_rank(rank, P, port, gloo):
+    """One rank of the latency table: the mean seconds of ``TorchComm.reduce`` of one array of
+    each of ``SIZES`` bytes (float32), 200 each after 5 to warm up, through shared memory (or
+    ``gloo`` alone); rank 0 prints them."""
     from datetime import timedelta
 
     import torch.distributed as dist
@@ -217,23 +224,24 @@ def latency_rank(rank, P, port):
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=P,
         timeout=timedelta(seconds=120),
     )  # fmt: skip
-    comm, table = TorchComm(), {}
+    comm, table = TorchComm(shared_memory=not gloo), {}
     for size in SIZES:
         a = np.ones(max(1, size // 4), np.float32)
         times = []
-        for k in range(55):
+        for k in range(205):
             t0 = time.perf_counter()
             comm.reduce([a], "sum")
             if k >= 5:
                 times.append(time.perf_counter() - t0)
-        table[size] = statistics.median(times)
+        table[size] = statistics.mean(times)
     dist.destroy_process_group()
     if rank == 0:
         print(json.dumps(table), flush=True)
 
 
-def latency_table(P):
-    """``{bytes: seconds}`` of a reduction on P gloo ranks of this machine (a process each)."""
+def latency_table(P, gloo=False):
+    """``{bytes: seconds}`` of a reduction on P ranks of this machine (a process each), through
+    shared memory where it holds the bytes (or ``gloo`` alone)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -249,6 +257,7 @@ def latency_table(P):
                 str(P),
                 "--port",
                 str(port),
+                *(["--gloo"] if gloo else []),
             ],
             env=env,
             stdout=subprocess.PIPE,
@@ -301,20 +310,22 @@ def model(figures, batch_s, table, P):
 def main(argv=None):
     args = parse_args(argv)
     if args.latency_rank is not None:
-        return latency_rank(args.latency_rank, args.ranks, args.port)
+        return latency_rank(args.latency_rank, args.ranks, args.port, args.gloo)
     X, Y = data(args)
     if args.alone is not None:
         epoch(args.alone, X, Y)  # kernels compiled before the clock
         print(statistics.median(epoch(args.alone, X, Y)), flush=True)
         return None
     P = args.ranks
-    table = latency_table(P)
+    table, gloo = latency_table(P), latency_table(P, gloo=True)
     report = dict(
         machine=platform.processor() or platform.machine(), cores=os.cpu_count(), ranks=P,
         latency_s={str(k): v for k, v in table.items()},
+        latency_gloo_s={str(k): v for k, v in gloo.items()},
     )  # fmt: skip
-    print(f"{P} gloo ranks on {os.cpu_count()} cores; a reduction's latency:", ", ".join(
-        f"{k} B {v * 1e3:.2f} ms" for k, v in table.items()))  # fmt: skip
+    for name, t in (("shared memory", table), ("gloo alone", gloo)):
+        print(f"{P} ranks on {os.cpu_count()} cores; a reduction's mean latency, {name}:",
+              ", ".join(f"{k} B {v * 1e3:.3f} ms" for k, v in t.items()))  # fmt: skip
     for network in args.network_list:
         epoch(network, X, Y)  # kernels compiled before the clock
         seconds, figures = counted_epoch(network, X, Y)
@@ -323,6 +334,7 @@ def main(argv=None):
         alone, together = ceiling(network, P, args)
         limit = P * alone / together
         measured = statistics.median(epoch(network, X, Y, ranks=P))
+        via_gloo = statistics.median(epoch(network, X, Y, ranks=P, shared_memory=False))
         print(f"\n{network}: one rank {batch_s * 1e3:.1f} ms a batch; per block and batch:")
         print(f"  {'block':6} {'compute ms':>10} {'collectives':>11} {'KB':>9} {'comm ms':>8}")
         for key in sorted(figures, key=lambda k: (k[0], int(k[2:]))):
@@ -347,12 +359,16 @@ def main(argv=None):
         print(
             f"  measured: {P} ranks (fit_on_ranks, one thread each) {measured * 1e3:.1f} ms a "
             f"batch: {batch_s / measured:.2f}x one rank, {batch_s / measured / limit:.2f} of "
-            f"the ceiling"
+            f"the ceiling; through gloo alone {via_gloo * 1e3:.1f} ms: "
+            f"{batch_s / via_gloo:.2f}x one rank"
         )
         report[network] = dict(
             batch_s=batch_s, blocks=figures, model=m, speedup=batch_s / m["batch_P_s"],
             ceiling=dict(alone_s=alone, together_s=together, speedup=limit),
-            measured=dict(batch_P_s=measured, speedup=batch_s / measured),
+            measured=dict(
+                batch_P_s=measured, speedup=batch_s / measured, gloo_batch_P_s=via_gloo,
+                gloo_speedup=batch_s / via_gloo,
+            ),
         )  # fmt: skip
     if args.json:
         from fenchel_cvx.io import write_json

@@ -91,7 +91,7 @@ def _refused(kwargs: dict) -> None:
         )
 
 
-def _rank(rank, nproc, port, threads, args, kwargs):
+def _rank(rank, nproc, port, threads, shared_memory, args, kwargs):
     """One rank of :func:`fit_on_ranks` (its own process): join the group, train, leave."""
     from .bcd import fit_bcd
     from .fast.torch_comm import TorchComm
@@ -107,7 +107,7 @@ def _rank(rank, nproc, port, threads, args, kwargs):
     )
     try:
         with limit_threads(threads):
-            return fit_bcd(*args, comm=TorchComm(), **kwargs)
+            return fit_bcd(*args, comm=TorchComm(shared_memory=shared_memory), **kwargs)
     finally:
         dist.destroy_process_group()
 
@@ -133,7 +133,7 @@ def _stopped(procs, err):
     """Rank 0 stopped with ``err``: where a collective failed (``CollectiveError``: a rank's
     connection closed), the ranks whose processes ended are named (each given a moment to
     end); the others are stopped."""
-    from .fast.torch_comm import CollectiveError
+    from .reduce import CollectiveError
 
     lost = isinstance(err, CollectiveError)
     for p in procs:
@@ -168,13 +168,18 @@ def _child(*args):
     os._exit(status)
 
 
-def fit_on_ranks(net, X0, Y, *, nproc: int, threads: int | None = None, **kwargs: Any):
+def fit_on_ranks(
+    net, X0, Y, *, nproc: int, threads: int | None = None, shared_memory: bool = True,
+    **kwargs: Any,
+):  # fmt: skip
     """``fit_bcd(net, X0, Y, **kwargs)`` on ``nproc`` ranks of this machine: this process is
     rank 0 (it trains ``net`` in place, shows the progress bar, calls ``callback`` and writes
     the checkpoints) and ``nproc - 1`` processes are spawned, each with a copy of the network
     and all the data. -> rank 0's ``BCDResult``, which is the whole batch's (every rank
     computes the same weights; X is gathered). ``threads``: per rank (None:
-    :func:`threads_per_rank`). A script that calls it runs it under
+    :func:`threads_per_rank`). ``shared_memory``: the ranks' small collectives through shared
+    memory (``fast.host_memory``; False: every one through gloo). A script that calls it runs
+    it under
     ``if __name__ == "__main__":`` (the ranks are spawned processes, which import it).
 
     A rank that fails stops the others: each collective waits at most ``TIMEOUT``, and an
@@ -197,7 +202,7 @@ def fit_on_ranks(net, X0, Y, *, nproc: int, threads: int | None = None, **kwargs
     procs = [
         ctx.Process(
             target=_child,
-            args=(r, nproc, port, threads, (net, X0, Y), theirs),  # (pickled: each its copy)
+            args=(r, nproc, port, threads, shared_memory, (net, X0, Y), theirs),  # (pickled)
             name=f"fenchel_cvx rank {r}",
             daemon=True,
         )
@@ -207,7 +212,7 @@ def fit_on_ranks(net, X0, Y, *, nproc: int, threads: int | None = None, **kwargs
         for p in procs:
             p.start()
     try:
-        result = _rank(0, nproc, port, threads, (net, X0, Y), kwargs)
+        result = _rank(0, nproc, port, threads, shared_memory, (net, X0, Y), kwargs)
     except BaseException as err:
         _stopped(procs, err)
         raise

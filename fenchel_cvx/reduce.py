@@ -40,7 +40,13 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace
 
-__all__ = ["LOCAL", "Local", "SimulatedComm", "share"]
+__all__ = ["LOCAL", "CollectiveError", "Local", "SimulatedComm", "share"]
+
+
+class CollectiveError(RuntimeError):
+    """A collective that did not complete: another rank's process ended, its connection closed,
+    or it did not come within the timeout."""
+
 
 #: the ways a block splits over shards
 SPLITS = ("columns", "rows")

@@ -1,5 +1,6 @@
 """One rank of the gloo test of ``TorchComm`` (``test_torch_comm.py``), run as a script:
-``python tests/_comm_ranks.py RANK WORLD PORT OUT``. Every block of the MNIST MLP and of
+``python tests/_comm_ranks.py PATH RANK WORLD PORT OUT``, ``PATH`` the gathers' (``host``: shared
+memory; ``gloo``: the process group alone). Every block of the MNIST MLP and of
 LeNet-5 (``test_reduction_seam``'s states) solved on the ranks as shards, this rank's part of
 each result written to ``OUT`` (an ``.npz``); :func:`solve_all` is also what the test runs on
 ``SimulatedComm``'s shards."""
@@ -45,7 +46,7 @@ def solve_all(comm, states=None):
     return out
 
 
-def main(rank, world, port, path):
+def main(via, rank, world, port, path):
     import torch.distributed as dist
 
     from fenchel_cvx.fast.torch_comm import TorchComm
@@ -58,11 +59,13 @@ def main(rank, world, port, path):
         timeout=timedelta(seconds=120),
     )
     try:
-        out = solve_all(TorchComm())
+        comm = TorchComm(shared_memory=via == "host")
+        out = solve_all(comm)
+        out["via-host-memory"] = np.array(comm.host is not None)
     finally:
         dist.destroy_process_group()
     np.savez(path, **out)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])

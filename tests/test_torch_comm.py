@@ -7,7 +7,8 @@ combined in the same order, one BLAS thread each), and so the one-process solve 
 apart in a process of its own from a thread of one process, whatever the communicator (7e-17 of
 entries near 0.1 here, the same with ``SimulatedComm`` in a separate process): to 1e-14. The
 moves (``all_gather``, ``to_rows``: the MLP's W_0 in data space, LeNet-5's W_3 with Newton
-rows) go through it too. A rank that reduces other figures than the others is named.
+rows) go through it too, through shared memory (``host_memory.py``) and through gloo alone. A
+rank that reduces other figures than the others is named.
 """
 
 import os
@@ -24,6 +25,7 @@ pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
 from fenchel_cvx import reduce  # noqa: E402
+from fenchel_cvx.fast import host_memory  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -55,10 +57,13 @@ def ranks(script_args, tmp_path, world=2, timeout=300):
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
-def test_two_gloo_ranks_are_the_simulated_shards_bit_for_bit(tmp_path):
+@pytest.mark.parametrize("via", ["host", "gloo"])
+def test_two_gloo_ranks_are_the_simulated_shards_bit_for_bit(tmp_path, via):
     import _comm_ranks
 
-    got = ranks([str(HERE / "_comm_ranks.py")], tmp_path)
+    got = ranks([str(HERE / "_comm_ranks.py"), via], tmp_path)
+    for rank in (0, 1):  # shared memory wherever this host has it, when asked for
+        assert got[rank].pop("via-host-memory") == (via == "host" and host_memory.supported())
     with threadpool_limits(1):  # the ranks' BLAS: one thread each (OMP_NUM_THREADS=1)
         want = reduce.SimulatedComm(2).run(_comm_ranks.solve_all)
     assert got[0].keys() == want[0].keys() and len(want[0]) == 2 * (5 + 8)

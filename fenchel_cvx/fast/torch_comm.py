@@ -11,27 +11,26 @@ which a library's all-reduce adds them.
 One collective per decision: a ``reduce`` packs all its values (each rank's figures have the
 same shapes and dtypes) into one byte buffer with a header naming the figures, and gathers
 them in one ``all_gather``; ranks that reduce different figures at once fail by name. The
-buffers travel on the CPU (gloo); arrays of NumPy, or torch tensors, whose results come back
-in the library they came from.
+buffers travel on the CPU; arrays of NumPy, or torch tensors, whose results come back in the
+library they came from. Where every rank runs on this host, a gather of up to
+``host_memory.SLOT`` bytes goes through shared memory (``host_memory.py``: some microseconds,
+where gloo's TCP takes 0.4-5 ms on a busy machine); else, and for larger ones, through the
+process group (gloo, or NCCL's host-side group).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..reduce import OPS, SPLITS, _Moves, _ops
+from ..reduce import OPS, SPLITS, CollectiveError, _Moves, _ops
+from . import host_memory
 
 __all__ = ["CollectiveError", "TorchComm"]
-
-
-class CollectiveError(RuntimeError):
-    """A collective that did not complete: another rank's process ended or its connection
-    closed (gloo's own error is the cause)."""
-
 
 #: the header of a reduction's buffer: a digest of its ops, dtypes and shapes
 HEADER = 16
@@ -42,9 +41,13 @@ MAX_NDIM = 8
 class TorchComm(_Moves):
     """The ranks of a ``torch.distributed`` process group (None: the default group, which the
     caller has initialised) as the shards of a block, split by ``split`` (``"columns"`` or
-    ``"rows"``)."""
+    ``"rows"``). ``shared_memory``: where every rank runs on this host, gather through host
+    memory (module doc); False: through the process group alone. Made by every rank of the
+    group at once (its first gathers agree on the path: ``host``, None for the group's)."""
 
-    def __init__(self, group: Any = None, split: str = "columns") -> None:
+    def __init__(
+        self, group: Any = None, split: str = "columns", shared_memory: bool = True
+    ) -> None:
         import torch
         import torch.distributed as dist
 
@@ -57,9 +60,17 @@ class TorchComm(_Moves):
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         self.torch, self.dist, self.group, self.split = torch, dist, group, split
         self.P, self.rank = dist.get_world_size(group), dist.get_rank(group)
+        self.host: host_memory.HostMemory | None = None
+        if shared_memory and self.P > 1:
+            self.host = host_memory.join(self._gather_bytes, self.P, self.rank)
 
     def with_split(self, split: str) -> TorchComm:
-        return TorchComm(self.group, split)
+        """These ranks split by ``split``, on the same path."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        other = copy.copy(self)
+        other.split = split
+        return other
 
     def reduce(self, values: Sequence[Any], op: str | Sequence[str]) -> list:
         """Each of ``values`` reduced over the ranks by its op, the parts combined in rank
@@ -103,9 +114,12 @@ class TorchComm(_Moves):
     # --- transport ------------------------------------------------------------------------------
     def _gather_bytes(self, data: bytes, size: int | None = None) -> list[bytes]:
         """Every rank's ``data``, in rank order, by one ``all_gather`` of equal-sized buffers
-        (``size``: the largest rank's; None: this rank's, the same on every rank)."""
+        (``size``: the largest rank's; None: this rank's, the same on every rank). Through
+        host memory where it holds ``size`` bytes (each part then of its rank's length)."""
         torch = self.torch
         size = len(data) if size is None else size
+        if self.host is not None and size <= self.host.slot:  # (size: every rank's alike)
+            return self.host.gather(data)
         buf = torch.zeros(size, dtype=torch.uint8)
         if data:
             buf[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
