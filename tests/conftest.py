@@ -3,6 +3,10 @@
 ``slow`` marks the docs build, the notebooks and the full-size runs: ``pytest -m "not slow"`` is
 the quick loop; plain ``pytest`` (what CI runs) runs everything.
 
+The tests run on this machine's cores, a worker process each (pytest-xdist's ``-n auto``, set in
+``setup.cfg``), at most ``MAX_WORKERS`` of them: every worker holds its own PyTorch and data.
+``pytest -n 0`` runs them in this process (a debugger, a profile).
+
 Hypothesis profiles (select with ``--hypothesis-profile NAME`` or ``HYPOTHESIS_PROFILE=NAME``):
 
 - ``ci`` (default): few examples, no deadline, so the whole suite stays fast on 2 cores;
@@ -28,6 +32,16 @@ from hypothesis import HealthCheck, settings
 import registry_params
 from fenchel_cvx.activations import activation
 from fenchel_cvx.network import LiftedNetwork
+
+#: the most worker processes ``-n auto`` starts
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: this machine's cores (those this process may use), at most ``MAX_WORKERS``."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(MAX_WORKERS, cores or 1))
+
 
 _COMMON = dict(
     deadline=None,
