@@ -314,7 +314,8 @@ def markdown(summary):
     spread = lambda r: f" +- {r['final_test_accuracy_spread']:.4f}" if s["seeds"] > 1 else ""  # noqa: E731
     lines = [
         f"LeNet-5 on {summary['data']}, batch {s['batch_size']}, {s['epochs']} epochs, "
-        f"{summary['machine']['threads']} threads; FLN gamma {s['gamma']}, lam {s['lam']}, "
+        f"{summary['machine']['threads']} threads (FLN: {summary['machine'].get('fln_ranks', 1)} "
+        f"rank(s) of them each); FLN gamma {s['gamma']}, lam {s['lam']}, "
         f"rho {s['rho']}, momentum {tuple(s['momentum'])}, W-steps {steps_text(s['w_steps'])}, "
         f"X-steps {steps_text(s['x_steps'])}",
         "",

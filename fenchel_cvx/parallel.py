@@ -8,6 +8,7 @@ the driver's certificate is the whole batch's. This module starts the ranks:
 
 - :func:`fit_on_ranks` runs ``fit_bcd`` on ``nproc`` processes of this machine (gloo on
   127.0.0.1): this process is rank 0 and returns its result, the others are spawned;
+  :class:`Ranks` keeps such processes for several runs (a warm-up, then the timed run);
 - :func:`comm_from_environment` joins the ranks that ``torchrun`` started (its environment
   variables ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), across machines too.
 
@@ -27,7 +28,7 @@ from typing import Any
 
 from .validation import COUNT, check
 
-__all__ = ["comm_from_environment", "fit_on_ranks", "threads_per_rank"]
+__all__ = ["Ranks", "comm_from_environment", "fit_on_ranks", "threads_per_rank"]
 
 #: how long a rank waits in one collective for the others before it stops with an error
 TIMEOUT = timedelta(minutes=10)
@@ -91,11 +92,9 @@ def _refused(kwargs: dict) -> None:
         )
 
 
-def _rank(rank, nproc, port, threads, shared_memory, args, kwargs):
-    """One rank of :func:`fit_on_ranks` (its own process): join the group, train, leave."""
-    from .bcd import fit_bcd
+def _join(rank, nproc, port, shared_memory):
+    """This process as rank ``rank`` of the group on 127.0.0.1: its communicator."""
     from .fast.torch_comm import TorchComm
-    from .threads import limit_threads
 
     dist = _torch_distributed()
     dist.init_process_group(
@@ -105,11 +104,16 @@ def _rank(rank, nproc, port, threads, shared_memory, args, kwargs):
         world_size=nproc,
         timeout=TIMEOUT,
     )
-    try:
-        with limit_threads(threads):
-            return fit_bcd(*args, comm=TorchComm(shared_memory=shared_memory), **kwargs)
-    finally:
-        dist.destroy_process_group()
+    return TorchComm(shared_memory=shared_memory)
+
+
+def _fit(comm, threads, args, kwargs):
+    """``fit_bcd`` on this rank."""
+    from .bcd import fit_bcd
+    from .threads import limit_threads
+
+    with limit_threads(threads):
+        return fit_bcd(*args, comm=comm, **kwargs)
 
 
 @contextlib.contextmanager
@@ -149,17 +153,21 @@ def _stopped(procs, err):
         ) from err
 
 
-def _child(*args):
-    """A spawned rank: :func:`_rank`, then its process ends at once with its status (0, or 1
-    after its error's traceback), without the interpreter's teardown, in which PyTorch's
-    native threads (the process group's, the compiled kernels') may abort the process after
-    its work is done."""
+def _child(rank, nproc, port, threads, shared_memory, conn):
+    """A spawned rank: joins the group, then runs each ``(args, kwargs)`` that rank 0 sends
+    (``fit_bcd``), answering ``"done"``, until None; then its process ends at once with its
+    status (0, or 1 after its error's traceback: the group is then broken), without the
+    interpreter's teardown, in which PyTorch's native threads (the process group's, the
+    compiled kernels') may abort the process after its work is done."""
     import sys
     import traceback
 
     status = 0
     try:
-        _rank(*args)
+        comm = _join(rank, nproc, port, shared_memory)
+        while (work := conn.recv()) is not None:
+            _fit(comm, threads, *work)
+            conn.send("done")
     except BaseException:  # noqa: BLE001 - printed, and the exit status says it
         traceback.print_exc()
         status = 1
@@ -168,22 +176,119 @@ def _child(*args):
     os._exit(status)
 
 
+class Ranks:
+    """``nproc`` ranks of this machine, kept for several runs: this process is rank 0 and
+    ``nproc - 1`` processes are spawned at once, each joining the group (gloo on 127.0.0.1)
+    and waiting for work. :meth:`fit` trains on all of them; a context manager (or
+    :meth:`close`) ends them. ``threads``: per rank (None: :func:`threads_per_rank`);
+    ``shared_memory``: the ranks' small collectives through shared memory
+    (``fast.host_memory``; False: every one through gloo). A script that makes it does so
+    under ``if __name__ == "__main__":`` (the ranks are spawned processes, which import it).
+
+    Each rank sets up once (its process, PyTorch, the process group) and compiles its kernels
+    in its first run: a second :meth:`fit` starts at once (a warm-up run, then the timed one).
+    A rank that fails stops the others and ends the ranks: each collective waits at most
+    ``TIMEOUT``, and the error names the rank whose process ended."""
+
+    def __init__(self, nproc: int, threads: int | None = None, shared_memory: bool = True) -> None:
+        self.nproc = check("nproc", nproc, COUNT)
+        self.threads = (
+            threads_per_rank(self.nproc) if threads is None else check("threads", threads, COUNT)
+        )
+        if self.nproc < 2:
+            raise ValueError(f"Ranks needs nproc >= 2 (one process: fit_bcd), got {nproc}")
+        _torch_distributed()
+        port, ctx = _free_port(), multiprocessing.get_context("spawn")
+        self.conns, self.procs = [], []
+        with _thread_env(self.threads):  # (each rank's pools sized at its start, as torchrun)
+            for r in range(1, self.nproc):
+                mine, theirs = ctx.Pipe()
+                proc = ctx.Process(
+                    target=_child,
+                    args=(r, self.nproc, port, self.threads, shared_memory, theirs),
+                    name=f"fenchel_cvx rank {r}",
+                    daemon=True,
+                )
+                proc.start()
+                self.conns.append(mine)
+                self.procs.append(proc)
+        try:
+            self.comm = _join(0, self.nproc, port, shared_memory)
+        except BaseException as err:
+            self._end(err)
+            raise
+
+    def fit(self, net, X0, Y, **kwargs: Any):
+        """``fit_bcd(net, X0, Y, **kwargs)`` on every rank: rank 0 (this process) trains
+        ``net`` in place, shows the progress bar, calls ``callback`` and writes the
+        checkpoints; each other rank trains a copy of the network and all the data (pickled
+        to it). -> rank 0's ``BCDResult``, which is the whole batch's (every rank computes the
+        same weights; X is gathered)."""
+        if self.comm is None:
+            raise ValueError("these ranks have ended (close, or a failed run): make new Ranks")
+        if kwargs.get("comm") is not None:
+            raise ValueError("Ranks gives each rank its comm: do not pass comm")
+        _refused(kwargs)
+        theirs = {k: v for k, v in kwargs.items() if k not in ("callback", "progress")}
+        try:
+            for conn in self.conns:
+                conn.send(((net, X0, Y), theirs))
+            result = _fit(self.comm, self.threads, (net, X0, Y), kwargs)
+            for r, conn in enumerate(self.conns, start=1):
+                if conn.recv() != "done":
+                    raise RuntimeError(f"training on ranks: rank {r} answered out of turn")
+        except BaseException as err:
+            self._end(err)
+            raise
+        return result
+
+    def close(self) -> None:
+        """Ends the ranks (each spawned process exits; the group is left)."""
+        if self.comm is None:
+            return
+        for conn in self.conns:
+            conn.send(None)
+        for r, proc in enumerate(self.procs, start=1):
+            proc.join()
+            if proc.exitcode != 0:
+                self._end(None)
+                raise RuntimeError(f"training on ranks: rank {r} exited with code {proc.exitcode}")
+        self._end(None)
+
+    def _end(self, err) -> None:
+        """The ranks stop: after ``err`` (rank 0's), the ranks whose processes ended are named
+        (``_stopped``); the others are stopped; this process leaves the group."""
+        self.comm = None
+        try:
+            if err is not None:
+                _stopped(self.procs, err)
+        finally:
+            for proc in self.procs:
+                if proc.is_alive():
+                    proc.terminate()
+            dist = _torch_distributed()
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    def __enter__(self) -> Ranks:
+        return self
+
+    def __exit__(self, kind, err, tb) -> None:
+        if err is None:
+            self.close()
+        elif self.comm is not None:
+            self._end(None)
+
+
 def fit_on_ranks(
     net, X0, Y, *, nproc: int, threads: int | None = None, shared_memory: bool = True,
     **kwargs: Any,
 ):  # fmt: skip
-    """``fit_bcd(net, X0, Y, **kwargs)`` on ``nproc`` ranks of this machine: this process is
-    rank 0 (it trains ``net`` in place, shows the progress bar, calls ``callback`` and writes
-    the checkpoints) and ``nproc - 1`` processes are spawned, each with a copy of the network
-    and all the data. -> rank 0's ``BCDResult``, which is the whole batch's (every rank
-    computes the same weights; X is gathered). ``threads``: per rank (None:
-    :func:`threads_per_rank`). ``shared_memory``: the ranks' small collectives through shared
-    memory (``fast.host_memory``; False: every one through gloo). A script that calls it runs
-    it under
-    ``if __name__ == "__main__":`` (the ranks are spawned processes, which import it).
-
-    A rank that fails stops the others: each collective waits at most ``TIMEOUT``, and an
-    error names the rank whose process ended."""
+    """``fit_bcd(net, X0, Y, **kwargs)`` on ``nproc`` ranks of this machine, started for this
+    run and ended after it (:class:`Ranks`: this process is rank 0, trains ``net`` in place
+    and returns the whole batch's ``BCDResult``; ``threads`` and ``shared_memory`` are its).
+    ``nproc=1``: ``fit_bcd`` in this process, any backend. A script that calls it runs it
+    under ``if __name__ == "__main__":`` (the ranks are spawned processes, which import it)."""
     nproc = check("nproc", nproc, COUNT)
     threads = threads_per_rank(nproc) if threads is None else check("threads", threads, COUNT)
     if kwargs.get("comm") is not None:
@@ -195,29 +300,5 @@ def fit_on_ranks(
         with limit_threads(threads):
             return fit_bcd(net, X0, Y, **kwargs)
     _refused(kwargs)
-    _torch_distributed()
-    port = _free_port()
-    theirs = {k: v for k, v in kwargs.items() if k not in ("callback", "progress")}
-    ctx = multiprocessing.get_context("spawn")
-    procs = [
-        ctx.Process(
-            target=_child,
-            args=(r, nproc, port, threads, shared_memory, (net, X0, Y), theirs),  # (pickled)
-            name=f"fenchel_cvx rank {r}",
-            daemon=True,
-        )
-        for r in range(1, nproc)
-    ]
-    with _thread_env(threads):  # (each rank's pools sized at its start, as torchrun does)
-        for p in procs:
-            p.start()
-    try:
-        result = _rank(0, nproc, port, threads, shared_memory, (net, X0, Y), kwargs)
-    except BaseException as err:
-        _stopped(procs, err)
-        raise
-    for r, p in enumerate(procs, start=1):
-        p.join()
-        if p.exitcode != 0:
-            raise RuntimeError(f"training on ranks: rank {r} exited with code {p.exitcode}")
-    return result
+    with Ranks(nproc, threads, shared_memory) as ranks:
+        return ranks.fit(net, X0, Y, **kwargs)

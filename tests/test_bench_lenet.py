@@ -268,3 +268,30 @@ def test_validation_split_replaces_the_test_set():
                 ["--quick", "--validation", "1000", "--train-size", "2000", "--train-eval", "2001"]
             )
         )
+
+
+@pytest.mark.slow
+def test_fln_on_two_ranks_reaches_the_one_process_accuracy(tmp_path):
+    """``--nproc 2``: FLN trains on two ranks (``parallel.Ranks``, started and compiled before
+    the clock), the report says so, and its accuracies are the one-process run's (the same
+    iterates to round-off)."""
+    pytest.importorskip("torch", reason="ranks need PyTorch (fenchel_cvx[bench])")
+    reports = {}
+    for nproc in (1, 2):
+        out = tmp_path / f"nproc{nproc}"
+        run = subprocess.run(
+            [
+                sys.executable, str(ROOT / "benchmarks" / "mnist_lenet5.py"), "--quick",
+                "--methods", "fln", "--epochs", "1", "--train-size", "1000", "--threads", "1",
+                "--nproc", str(nproc), "--eval-every", "1", "--no-progress", "--out", str(out),
+            ],
+            capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr[-3000:]
+        reports[nproc] = json.loads((out / "results.json").read_text())
+    assert [reports[n]["machine"]["fln_ranks"] for n in (1, 2)] == [1, 2]
+    assert "FLN: 2 rank(s)" in (tmp_path / "nproc2" / "results.md").read_text()
+    one, two = (reports[n]["raw"]["fln"][0] for n in (1, 2))
+    assert [c[0] for c in two["checkpoints"]] == [c[0] for c in one["checkpoints"]] == [1, 2]
+    for (_, _, a), (_, _, b) in zip(one["checkpoints"], two["checkpoints"]):
+        assert abs(a - b) <= 0.002  # (1,000 test images: at most 2 predictions apart)

@@ -489,3 +489,23 @@ def test_auto_never_loads_pytorch_for_chains_below_min_size():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_a_backend_that_has_compiled_pickles_as_new_for_another_process():
+    """A rank's copy of a backend (``parallel.Ranks`` pickles it to each rank) after this process
+    compiled its chains: the copy's kernels are new (each process compiles its own) and train
+    as the original does."""
+    import pickle
+
+    rng = np.random.default_rng(0)
+    X0, Y = rng.standard_normal((30, 600)), np.eye(3)[:, rng.integers(0, 3, 600)]
+    backend = FastBackend(compile=True)
+    fit_bcd(LiftedNetwork([30, 40, 3], seed=0), X0, Y, iterations=1, backend=backend)
+    assert backend.kernels._compiled  # (chains compiled in this process)
+    copy_ = pickle.loads(pickle.dumps(backend))
+    assert type(copy_.kernels) is type(backend.kernels) and not copy_.kernels._compiled
+    one, two = (
+        fit_bcd(LiftedNetwork([30, 40, 3], seed=0), X0, Y, iterations=2, backend=b).net.W
+        for b in (backend, copy_)
+    )
+    assert all(np.array_equal(a, b) for a, b in zip(one, two))

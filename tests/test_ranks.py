@@ -282,3 +282,24 @@ def test_algorithm_1_on_simulated_ranks_is_the_one_process_run(P):
         for rec, rec_p in zip(one.history, res.history):
             for key in ("lifted_x", "network_x", "lifted_w", "network_w"):
                 assert rec_p[key] == pytest.approx(rec[key], rel=1e-9)
+
+
+def test_ranks_kept_for_several_runs_give_each_run_the_one_process_result():
+    """``parallel.Ranks``: the processes started once, two runs on them (a warm-up, then
+    another network), each the one-process run to round-off; ended ranks refuse more work by
+    name."""
+    pytest.importorskip("torch")
+    from fenchel_cvx.parallel import Ranks
+
+    net, X0, Y, kw = _small_run()
+    other = LiftedNetwork([12, 10, 8, 3], seed=2)
+    with Ranks(2, threads=1) as ranks:
+        runs = [ranks.fit(copy.deepcopy(n), X0, Y, **kw) for n in (net, other)]
+    for n, run in zip((net, other), runs):
+        one = fit_bcd(copy.deepcopy(n), X0, Y, **kw)
+        for a, b in zip(one.net.W, run.net.W):
+            assert np.max(np.abs(a - b)) <= 1e-12 * np.max(np.abs(a))
+        assert np.max(np.abs(one.Xs[-1] - run.Xs[-1])) <= 1e-12 * np.max(np.abs(one.Xs[-1]))
+    assert not np.allclose(runs[0].net.W[0], runs[1].net.W[0])  # (two runs, not one twice)
+    with pytest.raises(ValueError, match="these ranks have ended"):
+        ranks.fit(copy.deepcopy(net), X0, Y, **kw)

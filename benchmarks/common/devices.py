@@ -180,6 +180,7 @@ def machine(args):
         python=platform.python_version(),
         device=DEVICES[getattr(args, "device", "cpu")].describe(),
         freed_memory_kept=keep_freed_memory(),
+        fln_ranks=getattr(args, "nproc", 1),
         **blas_record(args.threads),
     )
 

@@ -27,12 +27,13 @@ COUNTS = (
     "alternations",
     "seeds",
     "jobs",
+    "nproc",
 )
 
 
 def add_run_flags(p, out, epochs=10, epochs_help=None):
     """The schedule and the machine of a training benchmark: ``--epochs``, ``--batch-size``,
-    ``--threads``, ``--methods``, ``--jobs``, ``--alternations``, ``--check-every``,
+    ``--threads``, ``--nproc``, ``--methods``, ``--jobs``, ``--alternations``, ``--check-every``,
     ``--dtype``, ``--device``, ``--eval-every``, ``--seed``, ``--seeds``, ``--quick`` and
     ``--out`` (default ``out``), with ``--compile``; ``epochs_help`` says what the default
     ``epochs`` means."""
@@ -44,6 +45,13 @@ def add_run_flags(p, out, epochs=10, epochs_help=None):
         default=1,
         help="cores per method: NumPy's BLAS and PyTorch get them all, SciPy's BLAS one "
         "(fenchel_cvx.threads.plan); 1 is fastest on a shared machine (docs page Results)",
+    )
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        help="FLN's ranks, each with its share of every batch and --threads cores "
+        "(fenchel_cvx.parallel.Ranks; default 1: one process)",
     )
     p.add_argument("--methods", default=",".join(METHODS), help="a comma list of fln, adam, sgd")
     p.add_argument(

@@ -4,8 +4,12 @@
 excluded) and records the test accuracy at checkpoints and after every epoch, the certificate
 over the run (``certificate_summary``) and the host reads of one unchecked batch
 (``host_reads``: what a GPU would wait for); ``warm_up`` compiles the kernels before the clock.
+With ``--nproc P`` (P > 1) FLN trains on P ranks of this machine (``parallel.Ranks``: started,
+and their kernels compiled by the warm-up, before the clock; each run's data is sent to the
+ranks within it), timed on rank 0, this process.
 """
 
+import contextlib
 import copy
 import shutil
 import subprocess
@@ -130,24 +134,14 @@ def train_fln(
         )
     if reads is not None:
         print(f"  fln: {reads_text(reads.total, reads.by_function())}", flush=True)
-    compile_s = warm_up(args, net, X, Y, backend, sync) if backend.kernels.compiled else None
-    sync()
-    state["t0"] = time.perf_counter()
-    hist = fit_bcd(
-        net,
-        X,
-        Y,
-        batch_size=args.batch_size,
-        epochs=args.epochs,
-        alternations=args.alternations,
-        backend=backend,
-        strict=False,
-        callback=callback,
-        eval_every=None,
-        check_every=args.check_every,
-        progress=not getattr(args, "no_progress", True),
-        **fit_settings(args),
-    ).history
+    with _ranks(args) as ranks:
+        fit = fit_bcd if ranks is None else ranks.fit
+        compile_s = (
+            warm_up(args, net, X, Y, backend, sync, fit) if backend.kernels.compiled else None
+        )
+        sync()
+        state["t0"] = time.perf_counter()
+        hist = _timed(fit, args, net, X, Y, backend, callback)
     cert = certificate_summary(hist)
     out = dict(
         initial_test_accuracy=acc0,
@@ -165,6 +159,26 @@ def train_fln(
     if relaxation:
         out["relaxation"] = relaxation_log(hist)
     return out
+
+
+def _ranks(args):
+    """``--nproc``'s ranks (a context manager), or a null context of None for one process."""
+    nproc = getattr(args, "nproc", 1)
+    if nproc == 1:
+        return contextlib.nullcontext()
+    from fenchel_cvx.parallel import Ranks
+
+    return Ranks(nproc, threads=args.threads)
+
+
+def _timed(fit, args, net, X, Y, backend, callback):
+    """The timed run: ``fit`` (``fit_bcd``, or ``Ranks.fit``) of the run's settings; its history."""
+    schedule = dict(batch_size=args.batch_size, epochs=args.epochs, alternations=args.alternations)
+    progress = not getattr(args, "no_progress", True)
+    return fit(
+        net, X, Y, backend=backend, strict=False, callback=callback, eval_every=None,
+        check_every=args.check_every, progress=progress, **schedule, **fit_settings(args),
+    ).history  # fmt: skip
 
 
 def relaxation_log(hist):
@@ -224,17 +238,18 @@ def reads_text(total, by_source):
     )
 
 
-def warm_up(args, net, X, Y, backend, sync=lambda: None):
+def warm_up(args, net, X, Y, backend, sync=lambda: None, fit=None):
     """Compile FLN's kernels before the clock starts: one batch of the run's setting on a copy of
     the network (the run that follows starts without its Gram factors, as ``fit_bcd`` drops a
     backend's factors at a run's start: the same run as without it).
     -> its seconds, the compile's cost (printed), or None where no kernel compiled (every chain
-    below ``fused.MIN_SIZE`` under ``compile="auto"``)."""
+    below ``fused.MIN_SIZE`` under ``compile="auto"``). ``fit``: where the run trains
+    (``fit_bcd``, the default, or ``Ranks.fit``: every rank compiles its own)."""
     from fenchel_cvx.bcd import fit_bcd
     from fenchel_cvx.fast.fused import compiled_graphs
 
     t0, graphs = time.perf_counter(), compiled_graphs()
-    fit_bcd(
+    (fit or fit_bcd)(
         copy.deepcopy(net),
         X[:, : args.batch_size],
         Y[:, : args.batch_size],

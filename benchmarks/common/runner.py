@@ -128,7 +128,9 @@ def run_methods(tasks, jobs=1, on_result=None, **hooks):
             while waiting and len(running) < jobs:
                 i, (method, args) = waiting.pop(0)
                 recv, send = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_send, args=(send, method, args, hooks), daemon=True)
+                # (not daemonic: a method may start processes of its own, FLN's --nproc ranks;
+                # the ``finally`` below stops it where the run ends early)
+                proc = ctx.Process(target=_send, args=(send, method, args, hooks))
                 proc.start()
                 send.close()  # the child's copy is the only writer: its death is EOF here
                 running[recv] = (i, proc, f"{method}, seed {args.seed}")

@@ -310,6 +310,14 @@ class FastBackend(BackendDefaults):
         checkpoint, so that a run resumed from it goes on as the uninterrupted one)."""
         self._cache.clear()
 
+    def __getstate__(self) -> dict:
+        """A copy for another process (a rank): the settings, without this process's thread
+        pools, kept factors, compiled kernels (``fused.Kernels.__reduce__``) or the last run's
+        communicator (``fit_bcd`` sets each run's)."""
+        state = {**self.__dict__, "_pools": None, "_pools_torch": False, "_cache": {}}
+        state.pop("comm", None)
+        return state
+
     def on_compile(self, callback: Callable[[str | None], object]) -> Callable[[], None]:
         """``callback(name)`` when dynamo starts compiling the chain ``name``, ``callback(None)``
         when it is done (``fused.Kernels.on_compile``; never where every chain runs eagerly).

@@ -197,6 +197,11 @@ class Kernels:
     def __repr__(self):
         return f"{type(self).__name__}()"
 
+    def __reduce__(self):
+        """A copy for another process (a rank) is made as this one was, with none of the
+        kernels compiled here: each process compiles its own."""
+        return type(self), ()
+
 
 #: the reference: each chain as written, in the arrays' own library
 EAGER = Kernels()
@@ -338,6 +343,9 @@ class Compiled(Kernels):
 
     def __repr__(self):
         return f"Compiled(mode={self.mode!r}, min_size={self.min_size!r})"
+
+    def __reduce__(self):
+        return type(self), (self.mode, self.min_size)
 
     def check_arrays(self, xp):
         from array_api_compat import is_numpy_namespace, is_torch_namespace
