@@ -23,6 +23,7 @@ import contextlib
 import multiprocessing
 import os
 import socket
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -164,6 +165,8 @@ def _child(rank, nproc, port, threads, shared_memory, conn):
 
     status = 0
     try:
+        _torch_distributed()  # (the imports: most of a rank's start)
+        conn.send("joining")
         comm = _join(rank, nproc, port, shared_memory)
         while (work := conn.recv()) is not None:
             _fit(comm, threads, *work)
@@ -210,13 +213,33 @@ class Ranks:
                     daemon=True,
                 )
                 proc.start()
+                theirs.close()  # (the rank's copy is the only one: its end is EOF here)
                 self.conns.append(mine)
                 self.procs.append(proc)
         try:
+            self._started()
             self.comm = _join(0, self.nproc, port, shared_memory)
         except BaseException as err:
             self._end(err)
             raise
+
+    def _started(self) -> None:
+        """Until every spawned rank is about to join the group (its imports done); a rank
+        whose process ends before is named (the group's rendezvous would wait for it until
+        ``TIMEOUT``)."""
+        deadline = time.monotonic() + TIMEOUT.total_seconds()
+        for r, (conn, proc) in enumerate(zip(self.conns, self.procs), start=1):
+            while not conn.poll(0.05) and proc.is_alive():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"training on ranks: rank {r} did not start in {TIMEOUT}")
+            try:
+                conn.recv()
+            except EOFError:  # (its process ended: its end of the pipe closed)
+                proc.join(5)
+                raise RuntimeError(
+                    f"training on ranks: rank {r} exited with code {proc.exitcode} before "
+                    "joining the others"
+                ) from None
 
     def fit(self, net, X0, Y, **kwargs: Any):
         """``fit_bcd(net, X0, Y, **kwargs)`` on every rank: rank 0 (this process) trains

@@ -553,3 +553,19 @@ def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
     assert m["batch_P_s"] == pytest.approx(parts) and mlp["ceiling"]["together_s"] > 0
     assert len(figures["latency_s"]) == 6 and "at most" in out.stdout
     assert mlp["measured"]["batch_P_s"] > 0 and "measured: 2 ranks" in out.stdout
+
+
+@pytest.mark.slow
+def test_rank_faults_kills_rank_1_and_judges_each_kill():
+    """``benchmarks/rank_faults.py --kills 2``: rank 1 of ``train --nproc 2`` SIGKILLed at two
+    seeded moments of its life; each run stops naming it, its files are whole, and the resumed
+    (or new) run ends with the uncut run's model: every judged kill passes."""
+    pytest.importorskip("torch")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "rank_faults.py"), "--kills", "2"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    judged = re.search(r"(\d+) kills judged \((\d+) missed\), (\d+) failed", out.stdout)
+    assert judged is not None and int(judged[1]) + int(judged[2]) == 2 and judged[3] == "0"
+    assert out.stdout.count("rank 1 named: True") == int(judged[1])

@@ -72,10 +72,8 @@ def test_a_rank_whose_process_ended_is_named(tmp_path):
     path = str(tmp_path / "segment")
     host = HostMemory(path, 2, 0, slot=64, create=True)
     HostMemory(path, 2, 1, slot=64).pids[1] = ended_pid()  # rank 1 attached, then its process ended
-    t0 = time.monotonic()
     with pytest.raises(CollectiveError, match=r"rank 0: rank 1's process \(\d+\) ended"):
         host.gather(b"figures")
-    assert time.monotonic() - t0 < 10 * host_memory.LOOK + 1
 
 
 def test_a_rank_that_never_comes_is_timed_out(tmp_path):

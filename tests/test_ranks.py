@@ -303,3 +303,27 @@ def test_ranks_kept_for_several_runs_give_each_run_the_one_process_result():
     assert not np.allclose(runs[0].net.W[0], runs[1].net.W[0])  # (two runs, not one twice)
     with pytest.raises(ValueError, match="these ranks have ended"):
         ranks.fit(copy.deepcopy(net), X0, Y, **kw)
+
+
+def _exit_3():
+    import os
+
+    os._exit(3)
+
+
+def test_a_rank_that_ends_before_joining_is_named_at_once():
+    """A spawned rank whose process ends before it joins the group (its imports failed, or it
+    was killed) is named with its exit code, instead of the group's rendezvous waiting for it
+    until ``parallel.TIMEOUT``."""
+    import multiprocessing
+
+    from fenchel_cvx.parallel import Ranks
+
+    ctx = multiprocessing.get_context("spawn")
+    ranks = Ranks.__new__(Ranks)  # (its processes: one that ends at once, with code 3)
+    mine, theirs = ctx.Pipe()
+    ranks.conns, ranks.procs = [mine], [ctx.Process(target=_exit_3, daemon=True)]
+    ranks.procs[0].start()
+    theirs.close()
+    with pytest.raises(RuntimeError, match="rank 1 exited with code 3 before joining the others"):
+        ranks._started()

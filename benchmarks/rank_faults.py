@@ -1,0 +1,202 @@
+"""SIGKILL one rank of a 2-rank training run at seeded moments: the run stops naming the rank,
+its files stay whole, and ``resume`` ends where the uninterrupted run ends, bit for bit.
+
+``fenchel-cvx train --nproc 2`` (the fast backend on the embedded digits, batches of 100, a
+checkpoint every round) runs once uncut: its model is the reference, and the span in which its
+rank 1 (the command's spawned process) lived sets the moments. For each of ``--kills``
+moments drawn from ``--seed`` (uniform in that span less its last tenth, in seconds after the
+command starts), the same command starts in a new folder and, at the moment, rank 1 gets
+SIGKILL. Each kill is judged:
+
+- the command exits with an error within ``LIMIT`` seconds of the kill, its message naming
+  rank 1 (``parallel.Ranks``: rank 0's collective fails, or its wait for the rank to join,
+  and the rank's exit code is named);
+- every run file in the folder is whole: ``run.json`` and ``history.json`` parse, the ``.npz``
+  files load every array (no pickle); a temporary left is one of a killed writer's;
+- ``fenchel-cvx resume`` on the folder (2 ranks again, from the last checkpoint; where none
+  was written, ``train`` anew) ends with the uncut run's ``model.npz``, every array equal.
+
+A moment at which the command has no rank 1 (not yet started, or ended) is reported as missed.
+Prints a line per kill and a summary; the exit status is 1 if any check failed.
+
+    python benchmarks/rank_faults.py --kills 10 --seed 0
+"""
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the run: the fast backend on the embedded digits, 2 ranks, a checkpoint every round
+TRAIN = [
+    "train", "--backend", "fast", "--batch-size", "100", "--epochs", "10", "--arch", "64-32-10",
+    "--nproc", "2", "--threads", "1", "--checkpoint-every", "1", "--quiet", "--no-baseline",
+]  # fmt: skip
+#: how long after the kill the command must have ended (seconds)
+LIMIT = 60.0
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--kills", type=int, default=10, help="moments to kill rank 1 at (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="draws the moments (default 0)")
+    args = p.parse_args(argv)
+    if args.kills < 1:
+        p.error(f"--kills must be >= 1, got {args.kills}")
+    return args
+
+
+def command(*flags):
+    return [sys.executable, "-m", "fenchel_cvx", *flags]
+
+
+def spawned_rank(pid):
+    """The pid of the command's spawned rank (a child running multiprocessing's spawn, not its
+    resource tracker), or None while there is none."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    for child in children:
+        try:
+            line = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b"spawn_main" in line and b"resource_tracker" not in line:
+            return int(child)
+    return None
+
+
+def whole(folder):
+    """The run files of ``folder`` that are not whole (an empty list: every one is)."""
+    broken = []
+    for path in sorted(folder.iterdir()):
+        if path.name.endswith(".tmp"):
+            continue  # (a killed writer's temporary: ``resume`` removes it)
+        try:
+            if path.suffix == ".json":
+                json.loads(path.read_text(encoding="utf-8"))
+            elif path.suffix == ".npz":
+                with np.load(path, allow_pickle=False) as z:
+                    for key in z.files:
+                        z[key]
+            elif path.suffix == ".png":
+                if not path.read_bytes().endswith(b"IEND\xaeB`\x82"):
+                    raise ValueError("no PNG end")
+        except Exception as err:  # noqa: BLE001 - reported
+            broken.append(f"{path.name}: {type(err).__name__}: {err}")
+    return broken
+
+
+def same_model(a, b):
+    with np.load(a, allow_pickle=False) as za, np.load(b, allow_pickle=False) as zb:
+        return za.files == zb.files and all(np.array_equal(za[k], zb[k]) for k in za.files)
+
+
+def one_kill(base, at, reference, n):
+    """Kill rank 1 ``at`` seconds after the command starts, in a new folder: its verdict."""
+    out = base / f"kill{n}"
+    proc = subprocess.Popen(
+        command(*TRAIN, "--out", str(out)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, cwd=base,
+    )  # fmt: skip
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < at and proc.poll() is None:
+        time.sleep(0.01)
+    rank = spawned_rank(proc.pid)
+    if proc.poll() is not None or rank is None:
+        proc.communicate()
+        return dict(at=at, missed=True)
+    os.kill(rank, signal.SIGKILL)
+    killed = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=LIMIT + 60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    ended = time.monotonic() - killed
+    named = "rank 1" in err
+    broken = whole(out) if out.is_dir() else []
+    if (out / "checkpoint.npz").is_file():
+        how, flags, model = "resumed", ["resume", str(out), "--quiet"], out / "model.npz"
+    else:  # (killed before its first checkpoint: nothing to resume, the run starts anew)
+        how, flags = "started anew", [*TRAIN, "--out", str(out / "anew")]
+        model = out / "anew" / "model.npz"
+    again = subprocess.run(command(*flags), capture_output=True, text=True, cwd=base, timeout=600)
+    resumed = again.returncode == 0 and same_model(model, reference)
+    ok = proc.returncode != 0 and ended <= LIMIT and named and not broken and resumed
+    return dict(
+        at=at, missed=False, code=proc.returncode, ended_s=ended, named=named, broken=broken,
+        how=how, resumed=resumed, ok=ok,
+        message=err.strip().splitlines()[-1] if err.strip() else "",
+    )  # fmt: skip
+
+
+def uncut(base):
+    """The uncut run in ``base / "uncut"``: ``((first, last), length)``, the seconds after its
+    start at which its rank 1 was first and last seen, and the command's length."""
+    proc = subprocess.Popen(
+        command(*TRAIN, "--out", str(base / "uncut")), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=base,
+    )  # fmt: skip
+    t0, seen = time.monotonic(), []
+    while proc.poll() is None:
+        if spawned_rank(proc.pid) is not None:
+            seen.append(time.monotonic() - t0)
+        time.sleep(0.01)
+    _, err = proc.communicate()
+    if proc.returncode != 0 or not seen:
+        raise SystemExit("the uncut run failed (or started no rank):\n" + err[-3000:])
+    return (seen[0], seen[-1]), time.monotonic() - t0
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        span, length = uncut(base)
+        print(
+            f"uncut run: {length:.1f} s, its rank 1 alive from {span[0]:.1f} s to {span[1]:.1f} s "
+            f"(2 ranks, fast backend, digits)",
+            flush=True,
+        )
+        rng = random.Random(args.seed)
+        first, last = span  # (the last tenth: the rank's end, where a run's may come sooner)
+        moments = sorted(
+            rng.uniform(first, first + 0.9 * (last - first)) for _ in range(args.kills)
+        )
+        verdicts = []
+        for n, at in enumerate(moments):
+            v = one_kill(base, at, base / "uncut" / "model.npz", n)
+            verdicts.append(v)
+            if v["missed"]:
+                print(f"kill {n} at {at:.1f} s: missed (no rank 1 then)", flush=True)
+                continue
+            print(
+                f"kill {n} at {at:.1f} s: exit {v['code']} {v['ended_s']:.2f} s after the kill, "
+                f"rank 1 named: {v['named']}, files whole: {not v['broken']}, {v['how']}, "
+                f"ends equal: {v['resumed']} -> {'ok' if v['ok'] else 'FAILED'} "
+                f"({v['message'][:120]})",
+                flush=True,
+            )
+    judged = [v for v in verdicts if not v["missed"]]
+    failed = [v for v in judged if not v["ok"]]
+    slowest = max((v["ended_s"] for v in judged), default=float("nan"))
+    print(
+        f"{len(judged)} kills judged ({len(verdicts) - len(judged)} missed), {len(failed)} failed; "
+        f"the slowest stop {slowest:.2f} s after its kill (limit {LIMIT:.0f} s)"
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
