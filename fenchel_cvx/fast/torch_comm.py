@@ -15,7 +15,7 @@ buffers travel on the CPU; arrays of NumPy, or torch tensors, whose results come
 library they came from. Where every rank runs on this host, a gather of up to
 ``host_memory.SLOT`` bytes goes through shared memory (``host_memory.py``: some microseconds,
 where gloo's TCP takes 0.4-5 ms on a busy machine); else, and for larger ones, through the
-process group (gloo, or NCCL's host-side group).
+process group (gloo).
 """
 
 from __future__ import annotations
