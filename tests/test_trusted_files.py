@@ -1118,17 +1118,18 @@ def test_cli_verify_refuses_a_changed_mnist_file(tmp_path, capsys):
         ),
         (
             "train-images-idx3-ubyte.gz",
-            gzip.compress(b"\x00\x00\x08\x03" + np.array([1000] * 3, ">u4").tobytes()),
+            gzip.compress(b"\x00\x00\x08\x03" + np.array([1000] * 3, ">u4").tobytes(), mtime=0),
             "gzip: expected at most 1000 declared bytes per stored byte",
         ),
         (
             "t10k-labels-idx1-ubyte.gz",
-            gzip.compress(_idx(np.zeros(10000)))[:-4] + (7).to_bytes(4, "little"),
+            gzip.compress(_idx(np.zeros(10000)), mtime=0)[:-4] + (7).to_bytes(4, "little"),
             "gzip ISIZE: expected 10008",
         ),
         (
             "t10k-labels-idx1-ubyte.gz",
-            gzip.compress(_idx(np.zeros(10000)) + bytes(5000))[:-4] + (10008).to_bytes(4, "little"),
+            gzip.compress(_idx(np.zeros(10000)) + bytes(5000), mtime=0)[:-4]
+            + (10008).to_bytes(4, "little"),
             "found more: the stream runs past them",
         ),
     ],
