@@ -136,8 +136,9 @@ def _thread_env(threads):
 
 def _stopped(procs, err):
     """Rank 0 stopped with ``err``: where a collective failed (``CollectiveError``: a rank's
-    connection closed), the ranks whose processes ended are named (each given a moment to
-    end); the others are stopped."""
+    connection closed, or its process ended while the others waited in shared memory), the
+    ranks whose processes ended are named (each given a moment to end); the others are
+    stopped."""
     from .reduce import CollectiveError
 
     lost = isinstance(err, CollectiveError)

@@ -59,6 +59,13 @@ OPS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+def _check_split(split: str) -> str:
+    """``split`` where it is one of ``SPLITS``; else a ``ValueError`` naming it."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return split
+
+
 def _ops(values: Sequence[Any], op: str | Sequence[str]) -> list[str]:
     ops = [op] * len(values) if isinstance(op, str) else list(op)
     if len(ops) != len(values) or not set(ops) <= set(OPS):
@@ -177,9 +184,7 @@ class SimulatedComm:
     def __init__(self, P: int, timeout: float = 60.0, split: str = "columns") -> None:
         if not (isinstance(P, int) and P >= 1):
             raise ValueError(f"P must be an integer >= 1, got {P!r}")
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        self.P, self.split = P, split
+        self.P, self.split = P, _check_split(split)
         # a shard that waits this long for the others stops the run: they took another path
         self._barrier = threading.Barrier(P, timeout=timeout)
         self._parts: list[Any] = [None] * P

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..reduce import OPS, SPLITS, CollectiveError, _Moves, _ops
+from ..reduce import OPS, CollectiveError, _check_split, _Moves, _ops
 from . import host_memory
 
 __all__ = ["CollectiveError", "TorchComm"]
@@ -56,9 +56,8 @@ class TorchComm(_Moves):
                 "TorchComm needs an initialised torch.distributed process group "
                 "(torch.distributed.init_process_group, or a launch by torchrun)"
             )
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        self.torch, self.dist, self.group, self.split = torch, dist, group, split
+        self.torch, self.dist, self.group = torch, dist, group
+        self.split = _check_split(split)
         self.P, self.rank = dist.get_world_size(group), dist.get_rank(group)
         self.host: host_memory.HostMemory | None = None
         if shared_memory and self.P > 1:
@@ -66,10 +65,8 @@ class TorchComm(_Moves):
 
     def with_split(self, split: str) -> TorchComm:
         """These ranks split by ``split``, on the same path."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         other = copy.copy(self)
-        other.split = split
+        other.split = _check_split(split)
         return other
 
     def reduce(self, values: Sequence[Any], op: str | Sequence[str]) -> list:
