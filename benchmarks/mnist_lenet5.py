@@ -292,11 +292,7 @@ def summarise(results, args, data_desc):
         )
         if "epoch_reports" in per_seed[0]:
             rows[name]["epoch_reports"] = per_seed[0]["epoch_reports"]  # the first seed's
-    ratios = {}
-    if "fln" in rows and "adam" in rows:
-        ratios["seconds_per_epoch_fln_over_adam"] = (
-            rows["fln"]["seconds_per_epoch"] / rows["adam"]["seconds_per_epoch"]
-        )
+    ratios = reports.ratios_over_adam(rows)
     # raw: one list of runs per method (one per seed), as in benchmarks/mnist_mlp.py
     return dict(
         data=data_desc,
@@ -314,8 +310,8 @@ def markdown(summary):
     spread = lambda r: f" +- {r['final_test_accuracy_spread']:.4f}" if s["seeds"] > 1 else ""  # noqa: E731
     lines = [
         f"LeNet-5 on {summary['data']}, batch {s['batch_size']}, {s['epochs']} epochs, "
-        f"{summary['machine']['threads']} threads (FLN: {summary['machine'].get('fln_ranks', 1)} "
-        f"rank(s) of them each); FLN gamma {s['gamma']}, lam {s['lam']}, "
+        f"ranks x threads: {reports.launch_text(summary['methods'])}; "
+        f"FLN gamma {s['gamma']}, lam {s['lam']}, "
         f"rho {s['rho']}, momentum {tuple(s['momentum'])}, W-steps {steps_text(s['w_steps'])}, "
         f"X-steps {steps_text(s['x_steps'])}",
         "",

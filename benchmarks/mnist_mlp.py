@@ -289,23 +289,24 @@ def summarise(results, args, data_desc):
         rows[name] = dict(
             reports.seed_summary(per_seed),
             **reports.level_figures(runs),
-            **{k: reports.mean([r[k] for r in per_seed]) for k in ("time_to_97", "batches_to_97")},
+            **{
+                k: reports.median([r[k] for r in per_seed]) for k in ("time_to_97", "batches_to_97")
+            },
         )
         if "certificate" in runs[0]:
             rows[name]["certificate"] = [r["certificate"] for r in runs]
     n_batches = -(-args.train_points // args.batch_size)
     for name, r in rows.items():
-        r["gflop_per_batch"] = flops_per_batch(name, args) / 1e9
+        r["gflop_per_batch"] = flops_per_batch((r["launch"] or {}).get("method", name), args) / 1e9
         r["ms_per_batch"] = 1e3 * r["seconds_per_epoch"] / n_batches
         r["fraction_of_gemm_floor"] = (r["gflop_per_batch"] / args.gemm_gflops) / (
             r["ms_per_batch"] / 1e3
         )
-    ratios = {}
-    if "fln" in rows and "adam" in rows:
-        f, a = rows["fln"], rows["adam"]
-        ratios["seconds_per_epoch_fln_over_adam"] = f["seconds_per_epoch"] / a["seconds_per_epoch"]
-        if f["time_to_97"] is not None and a["time_to_97"] is not None:
-            ratios["time_to_97_fln_over_adam"] = f["time_to_97"] / a["time_to_97"]
+    ratios = reports.ratios_over_adam(rows)
+    adam, label = reports.fastest(rows, "adam", lambda r: r["time_to_97"])
+    for f in reports.launches(rows, "fln"):
+        if adam is not None and rows[f]["time_to_97"] is not None:
+            ratios[f"time_to_97_{f}_over_{label}"] = rows[f]["time_to_97"] / adam
     return dict(
         data=data_desc,
         settings=vars(args),
@@ -322,12 +323,13 @@ def markdown(summary):
     last_seed = settings["seed"] + settings["seeds"] - 1
     lines = [
         f"MNIST MLP 784-300-10 ({summary['data']}), batch {summary['settings']['batch_size']}, "
-        f"{summary['settings']['epochs']} epochs, {summary['machine']['threads']} threads, "
-        f"device {summary['machine']['device']}",
+        f"{summary['settings']['epochs']} epochs, ranks x threads: "
+        f"{reports.launch_text(summary['methods'])}, device {summary['machine']['device']}",
         "",
         flags.rates_text(summary["settings"]),
         "",
-        f"seeds {settings['seed']}..{last_seed} (means; +- is the spread max - min)",
+        f"seeds {settings['seed']}..{last_seed} (means, the times to an accuracy medians; +- "
+        "is the spread max - min)",
         "",
         f"GEMM calibration ({summary['settings']['dtype']}, 300x785x500, "
         f"{summary['machine']['threads']} threads): {settings['gemm_gflops']:.0f} GFLOP/s; "

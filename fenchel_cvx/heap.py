@@ -10,17 +10,18 @@ of the same operation into an existing one. :func:`keep_freed_memory` raises bot
 size reuses it, already mapped.
 
 The setting is the process's, not an array's: the command line (every command) and the MNIST
-benchmarks call it; a program of your own calls it once at its start. Where malloc is not
-glibc's (macOS, Windows, musl) it does nothing and says so by returning False. The peak memory
-is the arrays held at once, as before; what changes is that the process keeps its freed heap
-until it exits.
+benchmarks call it; a program of your own calls it once at its start; the ranks that
+``parallel.Ranks`` spawns take it where the process that spawns them has it
+(:func:`freed_memory_kept`). Where malloc is not glibc's (macOS, Windows, musl) it does nothing
+and says so by returning False. The peak memory is the arrays held at once, as before; what
+changes is that the process keeps its freed heap until it exits.
 """
 
 import ctypes
 import ctypes.util
 import functools
 
-__all__ = ["keep_freed_memory"]
+__all__ = ["freed_memory_kept", "keep_freed_memory"]
 
 #: ``mallopt``'s parameters (glibc's malloc.h)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -43,3 +44,9 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
         mallopt(M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD - 1)
     )
+
+
+def freed_memory_kept() -> bool:
+    """Whether this process keeps its freed memory (:func:`keep_freed_memory` called here and
+    its settings taken)."""
+    return keep_freed_memory.cache_info().currsize > 0 and keep_freed_memory()

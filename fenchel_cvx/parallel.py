@@ -29,7 +29,7 @@ from typing import Any
 
 from .validation import COUNT, check
 
-__all__ = ["Ranks", "comm_from_environment", "fit_on_ranks", "threads_per_rank"]
+__all__ = ["Ranks", "comm_from_environment", "fit_on_ranks", "ranks_for", "threads_per_rank"]
 
 #: how long a rank waits in one collective for the others before it stops with an error
 TIMEOUT = timedelta(minutes=10)
@@ -108,22 +108,26 @@ def _join(rank, nproc, port, shared_memory):
     return TorchComm(shared_memory=shared_memory)
 
 
-def _fit(comm, threads, args, kwargs):
-    """``fit_bcd`` on this rank."""
-    from .bcd import fit_bcd
+def _work(comm, threads, fn, args, kwargs):
+    """``fn(*args, comm=comm, **kwargs)`` on this rank, its native pools at ``threads``, the
+    large arrays mapped from their files (``rank_arrays``)."""
+    from .rank_arrays import incoming
     from .threads import limit_threads
 
+    args, kwargs = incoming(args, kwargs)
     with limit_threads(threads):
-        return fit_bcd(*args, comm=comm, **kwargs)
+        return fn(*args, comm=comm, **kwargs)
 
 
 @contextlib.contextmanager
 def _thread_env(threads):
     """The environment a spawned rank starts with: its native pools at ``threads`` threads
-    (OpenMP's, OpenBLAS's, MKL's), before it loads them."""
-    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-    before = {k: os.environ.get(k) for k in names}
-    os.environ.update({k: str(threads) for k in names})
+    (OpenMP's, OpenBLAS's, MKL's), before it loads them, and PyTorch's kernel compiler in the
+    rank's own process (a pool of compile workers would outlive the rank's immediate exit)."""
+    values = dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), threads)
+    values["TORCHINDUCTOR_COMPILE_THREADS"] = 1
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update({k: str(v) for k, v in values.items()})
     try:
         yield
     finally:
@@ -155,22 +159,27 @@ def _stopped(procs, err):
         ) from err
 
 
-def _child(rank, nproc, port, threads, shared_memory, conn):
-    """A spawned rank: joins the group, then runs each ``(args, kwargs)`` that rank 0 sends
-    (``fit_bcd``), answering ``"done"``, until None; then its process ends at once with its
-    status (0, or 1 after its error's traceback: the group is then broken), without the
-    interpreter's teardown, in which PyTorch's native threads (the process group's, the
-    compiled kernels') may abort the process after its work is done."""
+def _child(rank, nproc, port, threads, shared_memory, heap, conn):
+    """A spawned rank: keeps its freed memory where rank 0 does (``heap``: ``heap.py``, so that
+    the ranks' temporaries cost alike), joins the group, then runs each ``(fn, args, kwargs)``
+    that rank 0 sends (:meth:`Ranks.run`), answering ``"done"``, until None; then its process
+    ends at once with its status (0, or 1 after its error's traceback: the group is then
+    broken), without the interpreter's teardown, in which PyTorch's native threads (the
+    process group's, the compiled kernels') may abort the process after its work is done."""
     import sys
     import traceback
 
     status = 0
     try:
+        if heap:
+            from .heap import keep_freed_memory
+
+            keep_freed_memory()
         _torch_distributed()  # (the imports: most of a rank's start)
         conn.send("joining")
         comm = _join(rank, nproc, port, shared_memory)
         while (work := conn.recv()) is not None:
-            _fit(comm, threads, *work)
+            _work(comm, threads, *work)
             conn.send("done")
     except BaseException:  # noqa: BLE001 - printed, and the exit status says it
         traceback.print_exc()
@@ -183,7 +192,8 @@ def _child(rank, nproc, port, threads, shared_memory, conn):
 class Ranks:
     """``nproc`` ranks of this machine, kept for several runs: this process is rank 0 and
     ``nproc - 1`` processes are spawned at once, each joining the group (gloo on 127.0.0.1)
-    and waiting for work. :meth:`fit` trains on all of them; a context manager (or
+    and waiting for work. :meth:`fit` trains on all of them (:meth:`run`: any function of the
+    ranks' communicator); a context manager (or
     :meth:`close`) ends them. ``threads``: per rank (None: :func:`threads_per_rank`);
     ``shared_memory``: the ranks' small collectives through shared memory
     (``fast.host_memory``; False: every one through gloo). A script that makes it does so
@@ -202,14 +212,17 @@ class Ranks:
         if self.nproc < 2:
             raise ValueError(f"Ranks needs nproc >= 2 (one process: fit_bcd), got {nproc}")
         _torch_distributed()
+        from .heap import freed_memory_kept
+
         port, ctx = _free_port(), multiprocessing.get_context("spawn")
+        heap = freed_memory_kept()
         self.conns, self.procs = [], []
         with _thread_env(self.threads):  # (each rank's pools sized at its start, as torchrun)
             for r in range(1, self.nproc):
                 mine, theirs = ctx.Pipe()
                 proc = ctx.Process(
                     target=_child,
-                    args=(r, self.nproc, port, self.threads, shared_memory, theirs),
+                    args=(r, self.nproc, port, self.threads, shared_memory, heap, theirs),
                     name=f"fenchel_cvx rank {r}",
                     daemon=True,
                 )
@@ -248,22 +261,40 @@ class Ranks:
         checkpoints; each other rank trains a copy of the network and all the data (pickled
         to it). -> rank 0's ``BCDResult``, which is the whole batch's (every rank computes the
         same weights; X is gathered)."""
+        from .bcd import fit_bcd
+
+        _refused(kwargs)
+        return self.run(fit_bcd, net, X0, Y, **kwargs)
+
+    def run(self, fn, *args: Any, **kwargs: Any):
+        """``fn(*args, comm=comm, **kwargs)`` on every rank, ``comm`` the rank's communicator
+        (``fast.torch_comm.TorchComm``, whose ``group`` is the process group): rank 0 in this
+        process, the others on copies of the arguments (pickled to them, a NumPy array of 1 MB
+        or more through a file in shared memory: ``rank_arrays``; ``fn`` is a module-level
+        function, pickled by name). ``callback`` and ``progress`` stay with rank 0.
+        -> rank 0's result. :meth:`fit` runs ``fit_bcd`` through it;
+        ``run(baselines.train_backprop, ...)`` trains under PyTorch DDP (docs page "Training
+        in parallel")."""
         if self.comm is None:
             raise ValueError("these ranks have ended (close, or a failed run): make new Ranks")
         if kwargs.get("comm") is not None:
             raise ValueError("Ranks gives each rank its comm: do not pass comm")
-        _refused(kwargs)
+        from .rank_arrays import discard, outgoing
+
         theirs = {k: v for k, v in kwargs.items() if k not in ("callback", "progress")}
+        sent, theirs, paths = outgoing(args, theirs)  # (the data through shared memory)
         try:
             for conn in self.conns:
-                conn.send(((net, X0, Y), theirs))
-            result = _fit(self.comm, self.threads, (net, X0, Y), kwargs)
+                conn.send((fn, sent, theirs))
+            result = _work(self.comm, self.threads, fn, args, kwargs)
             for r, conn in enumerate(self.conns, start=1):
                 if conn.recv() != "done":
                     raise RuntimeError(f"training on ranks: rank {r} answered out of turn")
         except BaseException as err:
             self._end(err)
             raise
+        finally:
+            discard(paths)
         return result
 
     def close(self) -> None:
@@ -302,6 +333,19 @@ class Ranks:
             self.close()
         elif self.comm is not None:
             self._end(None)
+
+
+def ranks_for(nproc: int, threads: int | None = None) -> Any:
+    """A context manager: :class:`Ranks` of ``nproc`` processes (``threads`` each), or, for
+    ``nproc=1``, a null context that gives None (the caller trains in its own process).
+
+    >>> with ranks_for(1) as ranks:
+    ...     print(ranks)
+    None
+    """
+    if check("nproc", nproc, COUNT) == 1:
+        return contextlib.nullcontext()
+    return Ranks(nproc, threads)
 
 
 def fit_on_ranks(

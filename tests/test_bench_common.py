@@ -108,3 +108,53 @@ def test_a_run_writes_under_runs_unless_told_and_refuses_an_unwritable_out(name,
     blocker.write_text("")
     with pytest.raises(SystemExit, match="--out must be a writable folder"):
         bench.main(["--quick", "--out", str(blocker / "report")])
+
+
+def _row(method, nproc, threads, per_epoch, seconds_to):
+    from common import reports
+
+    return dict(
+        launch=dict(method=method, nproc=nproc, threads=threads),
+        seconds_per_epoch=per_epoch,
+        seconds_to=dict(zip(reports.LEVELS, seconds_to)),
+    )
+
+
+def test_launches_parse_and_each_fln_launch_is_set_against_the_fastest_adam():
+    """``--methods fln:r2t1,adam:t1,adam:t2,adam:r2t1``: each launch its own ranks and threads
+    (the run's ``--nproc``, ``--threads`` where not given), each task its launch; the ratios and
+    the seconds-to table set each FLN launch against the fastest Adam launch, level by level;
+    the seeds' seconds to an accuracy are their median."""
+    from common import flags, reports, runner
+
+    p = argparse.ArgumentParser()
+    flags.add_run_flags(p, out=None)
+    args = p.parse_args(["--methods", "fln:r2t1,adam:t1,adam:t2,adam:r2t1,sgd", "--threads", "3"])
+    args.quick, args.device, args.compile_blocks = False, "cpu", False
+    flags.check_run_flags(p, args)
+    assert args.launches == {
+        "fln:r2t1": ("fln", 2, 1),
+        "adam:t1": ("adam", 1, 1),
+        "adam:t2": ("adam", 1, 2),
+        "adam:r2t1": ("adam", 2, 1),
+        "sgd": ("sgd", 1, 3),
+    }
+    tasks = runner.method_tasks(args)
+    assert [(label, a.method, a.nproc, a.threads) for label, a in tasks][:2] == [
+        ("fln:r2t1", "fln", 2, 1),
+        ("adam:t1", "adam", 1, 1),
+    ]
+    rows = {
+        "fln:r2t1": _row("fln", 2, 1, 10.0, (2.0, 3.0, 6.0, 11.0)),
+        "adam:t1": _row("adam", 1, 1, 6.4, (4.0, 5.0, 9.0, None)),
+        "adam:t2": _row("adam", 1, 2, 3.5, (2.5, 3.0, 5.0, 7.0)),
+        "adam:r2t1": _row("adam", 2, 1, 4.0, (2.0, 3.5, 4.0, 8.0)),
+    }
+    assert reports.ratios_over_adam(rows) == {
+        "seconds_per_epoch_fln:r2t1_over_adam:t2": pytest.approx(10 / 3.5)
+    }
+    summary = dict(methods=rows, machine=dict(threads=1, blas="-", cpu_gemm_gflops={}))
+    line = next(t for t in reports.level_table(summary) if t.startswith("| fln:r2t1 / fastest"))
+    assert line == "| fln:r2t1 / fastest adam | 1.00 | 1.00 | 1.50 | 1.57 |"
+    assert reports.launch_text(rows).startswith("fln:r2t1 2 x 1, adam:t1 1 x 1")
+    assert reports.median([3.0, 30.0, 4.0]) == 4.0 and reports.median([3.0, None]) is None

@@ -179,6 +179,11 @@ def test_seeds_report_their_mean_and_spread(tmp_path):
         (["--rho", "-1"], "--rho must be 1 or 5 finite numbers >= 0"),
         (["--rho", "0,1"], "--rho must be 1 or 5 finite numbers >= 0"),
         (["--methods", "fln,lbfgs"], "--methods must name fln, adam, sgd"),
+        (["--methods", "adam:x2"], "NAME:rPtT; got 'adam:x2'"),
+        (["--methods", "adam:"], "NAME:rPtT; got 'adam:'"),
+        (["--methods", "adam:t0"], "--methods 'adam:t0': ranks and threads must be >= 1"),
+        (["--methods", "adam:r2,adam:r2"], "--methods names 'adam:r2' twice"),
+        (["--methods", "fln:r2", "--device", "torch"], "--methods fln:r2: ranks run on the CPU"),
         (["--dataset", "cifar10", "--quick"], "--quick runs the embedded 5k MNIST"),
         (["--dataset", "svhn"], "invalid choice: 'svhn'"),
         (["--validation", "-5"], "--validation must be >= 0"),
@@ -290,7 +295,7 @@ def test_fln_on_two_ranks_reaches_the_one_process_accuracy(tmp_path):
         assert run.returncode == 0, run.stderr[-3000:]
         reports[nproc] = json.loads((out / "results.json").read_text())
     assert [reports[n]["machine"]["fln_ranks"] for n in (1, 2)] == [1, 2]
-    assert "FLN: 2 rank(s)" in (tmp_path / "nproc2" / "results.md").read_text()
+    assert "ranks x threads: fln 2 x 1;" in (tmp_path / "nproc2" / "results.md").read_text()
     one, two = (reports[n]["raw"]["fln"][0] for n in (1, 2))
     assert [c[0] for c in two["checkpoints"]] == [c[0] for c in one["checkpoints"]] == [1, 2]
     for (_, _, a), (_, _, b) in zip(one["checkpoints"], two["checkpoints"]):

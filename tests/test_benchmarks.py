@@ -555,6 +555,28 @@ def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
     assert mlp["measured"]["batch_P_s"] > 0 and "measured: 2 ranks" in out.stdout
 
 
+def test_figure1_ranks_quick_run_sets_one_rank_against_two(tmp_path):
+    """``benchmarks/figure1_ranks.py``: Figure 1's FLN rounds on one rank and on two, the
+    medians of the unchecked, checked and first rounds of each side and their ratios, and the
+    two sides' final weights equal to float32 round-off. The times are measured, not asserted;
+    their bookkeeping is."""
+    pytest.importorskip("torch")
+    report = tmp_path / "figure1.json"
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "figure1_ranks.py"), "--quick",
+         "--rounds", "3", "--repeats", "1", "--json", str(report)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    figures = json.loads(report.read_text())
+    one, two = figures["one_rank"], figures["p_ranks"]
+    assert set(one) == set(two) == {"first", "checked", "round"}
+    assert figures["speed_up"]["round"] == pytest.approx(one["round"] / two["round"])
+    (s1, c1), (s2, c2) = figures["raw"]["one"][0], figures["raw"]["p_ranks"][0]
+    assert len(s1) == len(s2) == 3 and c1 == c2 == [False, False, True]  # the last checked
+    assert figures["weight_gap"] < 1e-3 and "| unchecked |" in out.stdout
+
+
 @pytest.mark.slow
 def test_rank_faults_kills_rank_1_and_judges_each_kill():
     """``benchmarks/rank_faults.py --kills 2``: rank 1 of ``train --nproc 2`` SIGKILLed at two

@@ -2,6 +2,7 @@
 heap for the next temporary (its pages stay resident); with malloc's defaults it goes back to
 the system at once. Each case runs in a fresh process: the setting is the process's."""
 
+import json
 import os
 import subprocess
 import sys
@@ -63,3 +64,21 @@ def test_heap_benchmark_runs_both_modes_to_the_same_result():
     }
     assert set(accuracy) == {"system", "kept"} and accuracy["system"] == accuracy["kept"]
     assert "with the kept heap" in out.stdout
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("mode", ["kept", "system"])
+def test_a_spawned_rank_keeps_its_freed_memory_where_rank_0_does(mode):
+    """``parallel.Ranks``: the spawned rank takes rank 0's heap setting, so that both ranks'
+    temporaries cost alike (a rank without it zero-fills fresh pages for every large one)."""
+    pytest.importorskip("torch", reason="ranks need PyTorch (fenchel_cvx[bench])")
+    script = Path(__file__).resolve().parent / "_heap_ranks.py"
+    out = subprocess.run(
+        [sys.executable, str(script), mode], capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    if mode == "kept" and not report["took"]:
+        pytest.skip("this C library has no mallopt (not glibc): keep_freed_memory does nothing")
+    for rank, fell in enumerate(report["fell"]):
+        assert (fell < 4 * MIB) if mode == "kept" else (fell > 60 * MIB), (rank, fell)

@@ -327,3 +327,99 @@ def test_a_rank_that_ends_before_joining_is_named_at_once():
     theirs.close()
     with pytest.raises(RuntimeError, match="rank 1 exited with code 3 before joining the others"):
         ranks._started()
+
+
+def _backprop_data(m=300, batch=64):
+    """A small classification problem and its batches (the last one partial: 300 = 4 x 64 +
+    44, which 3 ranks split 15, 15, 14)."""
+    from fenchel_cvx.datasets import batch_order
+
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((12, m)), rng.integers(0, 3, m)
+    return X, y, batch_order(m, batch, 2, seed=0)
+
+
+def test_adam_under_ddp_on_ranks_is_the_one_process_run():
+    """``Ranks.run(train_backprop, ...)``: Adam under PyTorch DDP on 2 and 3 ranks, each rank on
+    its share of every batch, takes the one-process steps (float32 round-off), the uneven
+    shares of the last batch included: each rank's loss is weighted by its share."""
+    pytest.importorskip("torch", reason="ranks need PyTorch (fenchel_cvx[bench])")
+    from fenchel_cvx.baselines import train_backprop
+    from fenchel_cvx.parallel import Ranks
+
+    X, y, batches = _backprop_data()
+    settings = dict(batches=batches, optimizer="adam", lr=1e-2, seed=0, eval_every=2)
+    one = train_backprop((12, 16, 3), X, y, X[:, :60], y[:60], **settings)
+    for P in (2, 3):
+        with Ranks(P, threads=1) as ranks:
+            many = ranks.run(train_backprop, (12, 16, 3), X, y, X[:, :60], y[:60], **settings)
+        for a, b in zip(one.weights, many.weights):
+            assert np.max(np.abs(a - b)) <= 1e-5 * np.max(np.abs(a)), P
+        assert many.test_accuracy == one.test_accuracy
+        assert [c[0] for c in many.checkpoints] == [c[0] for c in one.checkpoints]
+
+
+def test_unweighted_shares_are_not_the_whole_batchs_step(monkeypatch):
+    """The planted fault: shares not weighted (each rank's plain mean loss, which DDP then
+    averages) weigh the 14-point share of the last batch like the 15-point ones, and the run
+    leaves the one-process steps; the weighting is what the test above checks. Simulated in
+    one process: the mean of the shares' gradients against the batch's."""
+    torch = pytest.importorskip("torch")
+    from fenchel_cvx.baselines.backprop import _share
+
+    g = torch.arange(44.0)  # a per-point "gradient" of a 44-point batch
+    idx = np.arange(44)
+    weighted = sum(w * g[part].mean() for part, w in (_share(3, r, idx) for r in range(3))) / 3
+    plain = sum(g[part].mean() for part, _ in (_share(3, r, idx) for r in range(3))) / 3
+    assert float(weighted) == pytest.approx(float(g.mean()), rel=1e-6)
+    assert abs(float(plain) - float(g.mean())) > 1e-3
+
+
+def test_ddp_refuses_more_ranks_than_points_in_a_batch():
+    """A communicator of more ranks than the smallest batch's points is refused by name,
+    before the model is built."""
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from fenchel_cvx.baselines import train_backprop
+
+    X, y, batches = _backprop_data(m=130)  # the last batch: 2 points
+    comm = SimpleNamespace(P=3, rank=0, group=None)
+    with pytest.raises(ValueError, match="comm has 3 ranks, more than the 2 points"):
+        train_backprop((12, 16, 3), X, y, X, y, batches=batches, comm=comm)
+    with pytest.raises(ValueError, match="comm must be the ranks' communicator"):
+        train_backprop((12, 16, 3), X, y, X, y, batches=batches, comm=object())
+
+
+@pytest.mark.parametrize("restart", [True, False])  # Algorithm 2 of one batch; Algorithm 1
+def test_figure_1s_fln_on_two_ranks_is_the_one_process_run(restart, monkeypatch):
+    """``fit_lifted("fln", nproc=2)`` (Figure 1's method, ``--set fln.nproc=2`` in
+    ``benchmarks/mnist_lifted.py``): the data's columns split over two ranks (the rounds ran on
+    two), the same objectives, test accuracies and weights as in one process, float64."""
+    pytest.importorskip("torch", reason="ranks need PyTorch (fenchel_cvx[bench])")
+    from fenchel_cvx.baselines.lifted import fit_lifted
+    from fenchel_cvx.baselines.lifted import fln as method
+    from fenchel_cvx.parallel import Ranks
+
+    fits, fit = [], Ranks.fit
+
+    def counted(self, *args, **kwargs):
+        fits.append(self.nproc)
+        return fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(Ranks, "fit", counted)
+
+    rng = np.random.default_rng(1)
+    X, labels = rng.random((20, 301)), rng.integers(0, 4, 301)
+    Y = np.eye(4)[labels].T
+    settings = dict(
+        hidden=(12,), iterations=3, seed=0, w_steps=2, x_steps=10, max_iter=10, restart=restart
+    )
+    one = fit_lifted("fln", X, Y, X[:, :50], Y[:, :50], **settings)
+    two = fit_lifted("fln", X, Y, X[:, :50], Y[:, :50], nproc=2, **settings)
+    assert [r["test_accuracy"] for r in two.records] == [r["test_accuracy"] for r in one.records]
+    for key in ("objective",):
+        assert two.series(key) == pytest.approx(one.series(key), rel=1e-9)
+    for a, b in zip(one.net.W, two.net.W):
+        assert np.max(np.abs(a - b)) <= 1e-10 * np.max(np.abs(a))
+    assert fits == [2] and method.FLN.defaults["nproc"] == 1

@@ -7,6 +7,7 @@ run's schedule (``add_run_flags``, ``check_run_flags``).
 """
 
 import argparse
+import re
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from common.devices import DEVICES
 PAPER_LR = {"sgd": 1e-2, "adam": 1e-3}
 TUNED_MOMENTUM = 0.9
 METHODS = ("fln", "adam", "sgd")
+#: a method of ``--methods`` with its launch: ``NAME`` (the run's ``--threads``, ``--nproc``),
+#: ``NAME:tT`` (T threads), ``NAME:rP`` (P ranks), ``NAME:rPtT`` (P ranks of T threads each)
+LAUNCH = re.compile(r"([a-z]+)(?::(?=.)(?:r(\d+))?(?:t(\d+))?)?")
 #: the run flags that take integers >= 1
 COUNTS = (
     "epochs",
@@ -50,10 +54,17 @@ def add_run_flags(p, out, epochs=10, epochs_help=None):
         "--nproc",
         type=int,
         default=1,
-        help="FLN's ranks, each with its share of every batch and --threads cores "
-        "(fenchel_cvx.parallel.Ranks; default 1: one process)",
+        help="every method's ranks, each with its share of every batch and --threads cores: "
+        "FLN on fenchel_cvx.parallel.Ranks, SGD and Adam under PyTorch DDP (default 1: one "
+        "process)",
     )
-    p.add_argument("--methods", default=",".join(METHODS), help="a comma list of fln, adam, sgd")
+    p.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help="a comma list of fln, adam, sgd, each with its own launch where given: NAME:tT "
+        "(T threads), NAME:rP (P ranks), NAME:rPtT (e.g. fln:r2t1,adam:t1,adam:t2,adam:r2t1: "
+        "every launch in one run, on the same machine)",
+    )
     p.add_argument(
         "--jobs",
         type=int,
@@ -90,19 +101,49 @@ def add_run_flags(p, out, epochs=10, epochs_help=None):
 
 
 def check_run_flags(p, args, counts=COUNTS):
-    """``p.error`` naming the flag: a count below 1, an unknown method, a device that cannot
-    run the methods, ``--compile-blocks`` off ``--device torch``. ``--quick`` caps the epochs
-    at 2."""
+    """``p.error`` naming the flag: a count below 1, an unknown method or a malformed launch
+    (``launches``), ranks off the CPU, a device that cannot run the methods,
+    ``--compile-blocks`` off ``--device torch``. ``--quick`` caps the epochs at 2."""
     check_counts(p, args, counts)
-    unknown = set(args.methods.split(",")) - set(METHODS)
-    if unknown:
-        p.error(f"--methods must name {', '.join(METHODS)}; got {sorted(unknown)}")
-    missing = DEVICES[args.device].missing(args.methods.split(","))
+    args.launches = launches(p, args)
+    ranked = [label for label, (_, nproc, _) in args.launches.items() if nproc > 1]
+    if ranked and args.device != "cpu":
+        p.error(
+            f"--methods {','.join(ranked)}: ranks run on the CPU (gloo), got --device {args.device}"
+        )
+    missing = DEVICES[args.device].missing(method_names(args))
     if missing:
         p.error(missing)
     check_compile(p, args)
     if args.quick and args.epochs is not None:
         args.epochs = min(args.epochs, 2)
+
+
+def launches(p, args):
+    """``--methods`` as ``{label: (method, nproc, threads)}`` (``LAUNCH``: a launch's own
+    ranks and threads, else ``--nproc`` and ``--threads``); ``p.error`` naming the flag: an
+    unknown method, a malformed or repeated launch, a count below 1."""
+    out = {}
+    for label in args.methods.split(","):
+        match = LAUNCH.fullmatch(label)
+        if match is None or match[1] not in METHODS:
+            p.error(
+                f"--methods must name {', '.join(METHODS)}, each as NAME, NAME:tT, NAME:rP or "
+                f"NAME:rPtT; got {label!r}"
+            )
+        if label in out:
+            p.error(f"--methods names {label!r} twice")
+        nproc = args.nproc if match[2] is None else int(match[2])
+        threads = args.threads if match[3] is None else int(match[3])
+        if min(nproc, threads) < 1:
+            p.error(f"--methods {label!r}: ranks and threads must be >= 1")
+        out[label] = (match[1], nproc, threads)
+    return out
+
+
+def method_names(args):
+    """The methods of ``--methods``, without their launches (``check_run_flags`` parsed them)."""
+    return sorted({method for method, _, _ in args.launches.values()})
 
 
 def check_counts(p, args, names):
@@ -162,7 +203,7 @@ def baseline_rates(p, args, tuned):
     sgd_key = {0.0: "sgd", **({} if paper else {TUNED_MOMENTUM: "sgd_momentum"})}.get(
         args.sgd_momentum
     )
-    if args.sgd_lr is None and sgd_key is None and "sgd" in args.methods.split(","):
+    if args.sgd_lr is None and sgd_key is None and "sgd" in method_names(args):
         p.error(
             f"--sgd-momentum {args.sgd_momentum} has no {'paper' if paper else 'tuned'} "
             "learning rate: give --sgd-lr"

@@ -9,7 +9,6 @@ and their kernels compiled by the warm-up, before the clock; each run's data is 
 ranks within it), timed on rank 0, this process.
 """
 
-import contextlib
 import copy
 import shutil
 import subprocess
@@ -17,6 +16,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from fenchel_cvx.parallel import ranks_for
 
 
 def fln_backend(args, **options):
@@ -134,7 +135,7 @@ def train_fln(
         )
     if reads is not None:
         print(f"  fln: {reads_text(reads.total, reads.by_function())}", flush=True)
-    with _ranks(args) as ranks:
+    with ranks_for(getattr(args, "nproc", 1), args.threads) as ranks:
         fit = fit_bcd if ranks is None else ranks.fit
         compile_s = (
             warm_up(args, net, X, Y, backend, sync, fit) if backend.kernels.compiled else None
@@ -159,16 +160,6 @@ def train_fln(
     if relaxation:
         out["relaxation"] = relaxation_log(hist)
     return out
-
-
-def _ranks(args):
-    """``--nproc``'s ranks (a context manager), or a null context of None for one process."""
-    nproc = getattr(args, "nproc", 1)
-    if nproc == 1:
-        return contextlib.nullcontext()
-    from fenchel_cvx.parallel import Ranks
-
-    return Ranks(nproc, threads=args.threads)
 
 
 def _timed(fit, args, net, X, Y, backend, callback):

@@ -1,8 +1,10 @@
 """The benchmarks' reports: figures over seeds, markdown tables, JSON and plots.
 
-Every figure is a mean over seeds (``mean``: None where a seed lacks it), the final test
-accuracy also per seed with its spread (max - min); times are training seconds, evaluation
-excluded; ``time_to`` is the first evaluation at or above an accuracy. ``write_report`` writes
+Every figure is a mean over seeds (``mean``: None where a seed lacks it), but the seconds to
+each accuracy, which are their median (``median``); the final test accuracy also per seed with
+its spread (max - min); times are training seconds, evaluation excluded; ``time_to`` is the first
+evaluation at or above an accuracy. A method launched several ways (``--methods
+adam:t1,adam:t2``) is compared with FLN at its fastest launch (``fastest``). ``write_report`` writes
 ``results.json``, ``results.md`` and the plot, each through a temporary file.
 """
 
@@ -33,31 +35,69 @@ def peak_text(r):
 
 
 def level_figures(runs):
-    """Per run of a method: seconds to each accuracy of ``LEVELS`` (None where not reached) and
-    the seconds its kernels took to compile before the clock (None: not compiled) -> seed means;
-    with FLN's host reads per unchecked batch and their sources (the seed with the most; None:
-    not counted)."""
+    """Per run of a launch: seconds to each accuracy of ``LEVELS`` (None where not reached) and
+    the seconds its kernels took to compile before the clock (None: not compiled) -> the seeds'
+    median seconds and largest compile; with FLN's host reads per unchecked batch and their
+    sources (the seed with the most; None: not counted) and the launch (``runner.run_one``:
+    its method, ranks and threads)."""
     seconds = [{lvl: time_to(r["checkpoints"], lvl)[0] for lvl in LEVELS} for r in runs]
     compiled = [r.get("compile_seconds") for r in runs]
     reads = [r.get("host_reads_per_batch") for r in runs]
     most = None if None in reads else runs[reads.index(max(reads))]
     return dict(
-        seconds_to={lvl: mean([s[lvl] for s in seconds]) for lvl in LEVELS},
+        seconds_to={lvl: median([s[lvl] for s in seconds]) for lvl in LEVELS},
         compile_seconds=None if None in compiled else max(compiled),
         host_reads_per_batch=None if most is None else most["host_reads_per_batch"],
         host_reads_by_source=None if most is None else most["host_reads_by_source"],
+        launch=runs[0].get("launch"),
     )
 
 
+def launches(rows, method):
+    """The labels of ``rows`` that launched ``method`` (``level_figures``' launch; a row without
+    one is its label's method)."""
+    return [k for k, r in rows.items() if (r.get("launch") or {}).get("method", k) == method]
+
+
+def fastest(rows, method, figure):
+    """``method``'s least ``figure(row)`` over its launches in ``rows`` (None: no launch, or
+    none with the figure) and that launch's label."""
+    found = [(figure(rows[k]), k) for k in launches(rows, method)]
+    found = [(v, k) for v, k in found if v is not None]
+    return min(found) if found else (None, None)
+
+
+def launch_text(rows):
+    """Each launch's ranks and threads, for a report's header: ``"fln 2 x 1, adam 1 x 2"``."""
+    return ", ".join(
+        f"{k} {r['launch']['nproc']} x {r['launch']['threads']}"
+        for k, r in rows.items()
+        if r.get("launch")
+    )
+
+
+def ratios_over_adam(rows):
+    """Each FLN launch's seconds per epoch over the fastest Adam launch's:
+    ``{"seconds_per_epoch_FLN_over_ADAM": ratio}`` with the launches' labels."""
+    adam, label = fastest(rows, "adam", lambda r: r["seconds_per_epoch"])
+    return {
+        f"seconds_per_epoch_{f}_over_{label}": rows[f]["seconds_per_epoch"] / adam
+        for f in launches(rows, "fln")
+        if adam is not None and rows[f]["seconds_per_epoch"] is not None
+    }
+
+
 def level_table(summary):
-    """Markdown: every method's seconds to each accuracy of ``LEVELS`` (seed means; "n/a": not
-    reached by every seed), FLN over Adam, the compile's seconds where FLN compiled, FLN's host
-    reads per unchecked batch, and the BLAS libraries with the GEMM rates (``machine_text``)."""
+    """Markdown: every launch's seconds to each accuracy of ``LEVELS`` (the seeds' median; "n/a":
+    not reached by every seed), each FLN launch over the fastest Adam launch to each level, the
+    compile's seconds where FLN compiled, FLN's host reads per unchecked batch, and the BLAS
+    libraries with the GEMM rates (``machine_text``)."""
     rows = summary["methods"]
     fmt = lambda x: "n/a" if x is None else f"{x:.1f}"  # noqa: E731
     lines = [
         "",
-        "Seconds of training to a test accuracy (first evaluation at or above it):",
+        "Seconds of training to a test accuracy (first evaluation at or above it; the seeds' "
+        "median):",
         "",
         "| method | " + " | ".join(f"{lvl:.1%}" for lvl in LEVELS) + " |",
         "|---" * (len(LEVELS) + 1) + "|",
@@ -66,12 +106,15 @@ def level_table(summary):
         lines.append(
             f"| {name} | " + " | ".join(fmt(r["seconds_to"][lvl]) for lvl in LEVELS) + " |"
         )
-    if "fln" in rows and "adam" in rows:
-        f, a = rows["fln"]["seconds_to"], rows["adam"]["seconds_to"]
+    adam = {
+        lvl: fastest(rows, "adam", lambda r, lvl=lvl: r["seconds_to"][lvl])[0] for lvl in LEVELS
+    }
+    for name in launches(rows, "fln") if launches(rows, "adam") else ():
+        f = rows[name]["seconds_to"]
         lines.append(
-            "| fln / adam | "
+            f"| {name} / fastest adam | "
             + " | ".join(
-                "n/a" if f[lvl] is None or a[lvl] is None else f"{f[lvl] / a[lvl]:.2f}"
+                "n/a" if f[lvl] is None or adam[lvl] is None else f"{f[lvl] / adam[lvl]:.2f}"
                 for lvl in LEVELS
             )
             + " |"
@@ -93,6 +136,11 @@ def level_table(summary):
 def mean(values):
     """The mean over seeds, or None where a seed lacks the figure (never the others' mean)."""
     return None if any(v is None for v in values) else float(np.mean(values))
+
+
+def median(values):
+    """The median over seeds, or None where a seed lacks the figure."""
+    return None if any(v is None for v in values) else float(np.median(values))
 
 
 def seed_summary(per_seed):

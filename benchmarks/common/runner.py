@@ -2,8 +2,9 @@
 
 ``run_methods`` runs ``(method, args)`` tasks, at most ``jobs`` at once, each in a fresh process
 (its peak memory its own): a run that fails or dies stops the others at once and names itself.
-``method_tasks`` lists a run's tasks (methods x seeds); ``run_backprop`` trains a baseline in
-PyTorch (``fenchel_cvx.baselines.train_backprop``) on the benchmark's batches.
+``method_tasks`` lists a run's tasks (launches of ``--methods`` x seeds); ``run_backprop`` trains
+a baseline in PyTorch (``fenchel_cvx.baselines.train_backprop``) on the benchmark's batches, under
+DDP on the launch's ranks (``parallel.Ranks.run``) where it has more than one.
 """
 
 import argparse
@@ -15,11 +16,13 @@ import sys
 import threading
 import time
 import traceback
+from functools import partial
 
 from common.devices import DEVICES
 from common.flags import baseline_options
 from fenchel_cvx.datasets import batch_order
 from fenchel_cvx.heap import keep_freed_memory
+from fenchel_cvx.parallel import ranks_for
 from fenchel_cvx.threads import limit_threads
 
 
@@ -38,11 +41,17 @@ def backprop_record(r, per_epoch):
 
 
 def method_tasks(args):
-    """``(method, args)`` for every method of ``--methods`` and every seed of ``--seed``,
-    ``--seeds``, in that order (the tasks of ``run_methods``)."""
+    """``(label, args)`` for every launch of ``--methods`` (``flags.launches``: its label as
+    given, ``args.method`` its method, ``args.nproc`` and ``args.threads`` its own) and every
+    seed of ``--seed``, ``--seeds``, in that order (the tasks of ``run_methods``)."""
     return [
-        (method, argparse.Namespace(**{**vars(args), "seed": seed}))
-        for method in args.methods.split(",")
+        (
+            label,
+            argparse.Namespace(
+                **{**vars(args), "seed": seed, "method": method, "nproc": nproc, "threads": threads}
+            ),
+        )
+        for label, (method, nproc, threads) in args.launches.items()
         for seed in range(args.seed, args.seed + args.seeds)
     ]
 
@@ -52,16 +61,12 @@ def run_backprop(args, ds, batches, optimizer, model, **options):
     the layer sizes) in PyTorch, on the benchmark's ``batches``, at the flags' learning rate,
     seed, threads and device; ``options`` go to ``train_backprop`` (an ``lr`` there replaces the
     flags' rate and momentum). -> its record (``backprop_record``), with a line printed after
-    every epoch."""
+    every epoch. With ``args.nproc`` > 1: under DDP on that many ranks of ``args.threads``
+    threads (started before, and not counted in, its training seconds)."""
     from fenchel_cvx.baselines import train_backprop
 
     rates = {} if "lr" in options else baseline_options(args, optimizer)
-    r = train_backprop(
-        model,
-        ds.X_train,
-        ds.y_train,
-        ds.X_test,
-        ds.y_test,
+    settings = dict(
         batches=batches,
         optimizer=optimizer,
         **rates,
@@ -76,14 +81,19 @@ def run_backprop(args, ds, batches, optimizer, model, **options):
         ),
         **options,
     )
+    with ranks_for(getattr(args, "nproc", 1), args.threads) as ranks:
+        train = train_backprop if ranks is None else partial(ranks.run, train_backprop)
+        r = train(model, ds.X_train, ds.y_train, ds.X_test, ds.y_test, **settings)
     return backprop_record(r, len(batches[0]))
 
 
 def run_one(method, args, load, run_fln=None, run_backprop=None):
-    """One method in this (spawned) process: ``load(args)`` -> ``(ds, desc)``, then
-    ``run_fln(args, ds, batches)`` or ``run_backprop(args, ds, batches, method)`` on the
-    run's ``batch_order``, timed, with its peak memory (host and GPU) and seed."""
+    """One launch in this (spawned) process: ``load(args)`` -> ``(ds, desc)``, then
+    ``run_fln(args, ds, batches)`` or ``run_backprop(args, ds, batches, optimizer)`` on the
+    run's ``batch_order``, timed, with its peak memory (host and GPU; rank 0's), seed and launch
+    (``args.method``, where ``method`` is a launch's label; its ranks and threads)."""
     print(f"{method}, seed {args.seed}: started", flush=True)
+    label, method = method, getattr(args, "method", method)
     keep_freed_memory()  # every method's temporaries reuse the heap (``fenchel_cvx.heap``)
     with limit_threads(args.threads):
         ds, _ = load(args)
@@ -98,6 +108,9 @@ def run_one(method, args, load, run_fln=None, run_backprop=None):
     out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["peak_gpu_mib"] = DEVICES[getattr(args, "device", "cpu")].gpu_peak_mib(method)
     out["seed"] = args.seed
+    out["launch"] = dict(
+        label=label, method=method, nproc=getattr(args, "nproc", 1), threads=args.threads
+    )
     return out
 
 

@@ -20,6 +20,13 @@ excluded. On a GPU the clock is read after ``torch.cuda.synchronize()``, so that
 device's work, not only its launch. The final weights come back in the package's convention:
 ``W_l`` of shape ``(p_{l+1}, p_l + 1)`` (a convolution: ``(C_out, C_in k k + 1)``), the bias as
 its last column.
+
+With ``comm`` (the communicator of P ranks: ``parallel.Ranks.run``, or
+``parallel.comm_from_environment`` under torchrun) the model trains under PyTorch's
+``DistributedDataParallel`` on the ranks' process group, the data-parallel baseline beside FLN on
+ranks: each rank steps on its share of every batch (``reduce.share``, FLN's rule), its mean loss
+weighted by its share of the batch times P, so that DDP's average of the ranks' gradients is the
+whole batch's mean-loss gradient, and every rank takes the same optimizer step.
 """
 
 import math
@@ -37,6 +44,7 @@ from ..activations import activation as make_activation
 from ..arrays import Array
 from ..losses import loss as make_loss
 from ..losses import loss_names
+from ..reduce import share
 from ..validation import (
     BOOL,
     CALLABLE,
@@ -375,6 +383,7 @@ def train_backprop(
     progress: bool = False,
     loss: str = "cross_entropy",
     device: str = "cpu",
+    comm: Any = None,
 ) -> BackpropResult:
     """Train a network by backprop on the given batch schedule; return a :class:`BackpropResult`.
 
@@ -394,6 +403,9 @@ def train_backprop(
     ``progress``: a tqdm progress bar over the batches.
     ``init_weights``: the starting ``[W_l]`` in the package's convention (default: the
     network's own if a ``LiftedNetwork`` is given, else Xavier-uniform from ``seed``).
+    ``comm``: P ranks' communicator (its ``P``, ``rank`` and process ``group``): data-parallel
+    training under DDP, each rank on its share of every batch (the module's docstring); every
+    rank evaluates and returns the same result. None: this process alone.
     """
     a = validate(
         PARAMETERS,
@@ -422,8 +434,14 @@ def train_backprop(
         network, activation=activation, slope=slope, seed=seed, init_weights=init_weights
     )
     _check_inputs(input_shape, sizes[-1], X_train, y_train, X_test, y_test, batches)
+    P, rank = _ranks(comm, batches)
     dev = torch.device(device)
     model.to(dev)
+    trained = (
+        model
+        if P == 1
+        else torch.nn.parallel.DistributedDataParallel(model, process_group=comm.group)
+    )
     old_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(int(threads))
@@ -447,7 +465,7 @@ def train_backprop(
         data = (Xtr, ytr, Xte, yte)
         _epochs(
             torch,
-            model,
+            trained,
             opt,
             loss_fn,
             evaluate,
@@ -460,12 +478,38 @@ def train_backprop(
                 callback=callback,
                 progress=progress,
                 sync=DEVICES[device][1](torch),
+                share=partial(_share, P, rank),
             ),
         )
         result.weights = _get_weights(model.weighted)
         return result
     finally:
         torch.set_num_threads(old_threads)
+
+
+def _ranks(comm, batches):
+    """``(P, rank)`` of ``comm`` (one process: ``(1, 0)``), checked: every batch holds at
+    least P points, so that each rank has a share."""
+    if comm is None:
+        return 1, 0
+    P, rank = getattr(comm, "P", None), getattr(comm, "rank", None)
+    if not (isinstance(P, int) and isinstance(rank, int) and hasattr(comm, "group")):
+        raise ValueError(
+            f"comm must be the ranks' communicator (P, rank, group), got {type(comm).__name__}"
+        )
+    smallest = min(len(idx) for epoch in batches for idx in epoch)
+    if smallest < P:
+        raise ValueError(
+            f"comm has {P} ranks, more than the {smallest} points of the smallest batch"
+        )
+    return P, rank
+
+
+def _share(P, rank, idx):
+    """This rank's share of the batch ``idx`` and its loss weight (its part of the batch
+    times P: DDP averages the ranks' gradients)."""
+    part = idx[share(len(idx), P, rank)]
+    return part, len(part) * P / len(idx)
 
 
 def _check_steps(optimizer, momentum, eval_at):
@@ -516,12 +560,14 @@ def _evaluator(torch, model, loss_fn):
 
 def _epochs(torch, model, opt, loss_fn, evaluate, data, batches, result, options):
     """The training loop: one optimizer step per batch, the curves after every epoch and the
-    checkpoints of ``options`` (eval_every, eval_at, callback, progress, and ``sync``, which waits
-    for the device) in ``result``. The clock runs over each stretch of steps between two
-    evaluations and stops after ``sync()``: a GPU queues the steps of a stretch without a wait."""
+    checkpoints of ``options`` (eval_every, eval_at, callback, progress, ``sync``, which waits
+    for the device, and ``share``: a batch's part on this rank and its loss weight) in
+    ``result``. The clock runs over each stretch of steps between two evaluations and stops
+    after ``sync()``: a GPU queues the steps of a stretch without a wait."""
     (Xtr, ytr, Xte, yte), o = data, options
     elapsed, seen = 0.0, 0
-    bar = tqdm(total=sum(map(len, batches)), desc=result.optimizer, disable=not o["progress"])
+    # (no bar object without progress: tqdm takes a process lock, left behind by a rank's exit)
+    bar = tqdm(total=sum(map(len, batches)), desc=result.optimizer) if o["progress"] else None
 
     def stretch_ends(t0):  # the seconds since t0, once the device has done the stretch's work
         o["sync"]()
@@ -530,12 +576,15 @@ def _epochs(torch, model, opt, loss_fn, evaluate, data, batches, result, options
     for epoch, epoch_batches in enumerate(batches, start=1):
         t0, running = time.perf_counter(), False
         for idx in epoch_batches:
-            idx = torch.as_tensor(np.asarray(idx), dtype=torch.long, device=Xtr.device)
+            idx, weight = o["share"](np.asarray(idx))
+            idx = torch.as_tensor(idx, dtype=torch.long, device=Xtr.device)
             opt.zero_grad(set_to_none=True)
-            loss_fn(model(Xtr[idx]), ytr[idx]).backward()
+            batch_loss = loss_fn(model(Xtr[idx]), ytr[idx])
+            (batch_loss if weight == 1 else batch_loss * weight).backward()
             opt.step()
             seen, running = seen + 1, True
-            bar.update()
+            if bar is not None:
+                bar.update()
             if (o["eval_every"] and seen % o["eval_every"] == 0) or seen in o["eval_at"]:
                 elapsed += stretch_ends(t0)
                 result.checkpoints.append((seen, elapsed, evaluate(Xte, yte)[1]))
@@ -547,10 +596,12 @@ def _epochs(torch, model, opt, loss_fn, evaluate, data, batches, result, options
         result.train_accuracy.append(train_acc)
         result.test_accuracy.append(evaluate(Xte, yte)[1])
         result.seconds.append(elapsed)
-        bar.set_postfix(test_acc=result.test_accuracy[-1])
+        if bar is not None:
+            bar.set_postfix(test_acc=result.test_accuracy[-1])
         if o["callback"] is not None:
             o["callback"](epoch, result)
-    bar.close()
+    if bar is not None:
+        bar.close()
 
 
 BASELINES = {name: partial(train_backprop, optimizer=name) for name in OPTIMIZERS}

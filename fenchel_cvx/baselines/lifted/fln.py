@@ -26,6 +26,11 @@ checked rounds (``check_every``) and reads neither on the others, and each cappe
 gradient and a value (on W_0, products of 300 x 785 x m). Such a block also takes all its
 steps, with no early stop at ``tol`` (``FastBackend``'s ``capped_residual``): where a block
 would have reached ``tol`` before its cap, its iterates differ.
+
+``nproc=P`` trains on P ranks of this machine (``parallel.Ranks``, one thread each on a 2-core
+machine: docs page "Training in parallel"): each rank holds its share of the data's columns,
+and the rounds are the one-process rounds to round-off. The ranks start before the first round;
+its seconds include sending them the data.
 """
 
 import time
@@ -36,6 +41,7 @@ from ...bcd import fit_bcd
 from ...fast import FastBackend
 from ...losses import LOSSES
 from ...network import LiftedNetwork
+from ...parallel import ranks_for
 from ...validation import BOOL, COUNT, LAM, RHO, TOL, PerLayer, validate
 from .common import LiftedMethod, Record, register
 
@@ -53,6 +59,7 @@ class FLN(LiftedMethod):
         check_every=1,
         restart=False,
         capped_reports=False,
+        nproc=1,
     )
     constraints = dict(
         lam=PerLayer(LAM),
@@ -64,6 +71,7 @@ class FLN(LiftedMethod):
         check_every=COUNT,
         restart=BOOL,
         capped_reports=BOOL,
+        nproc=COUNT,
     )
     losses = tuple(LOSSES)
     # the hyperparameters (set from ``defaults`` and the arguments by ``LiftedMethod``)
@@ -76,6 +84,7 @@ class FLN(LiftedMethod):
     check_every: int
     restart: bool
     capped_reports: bool
+    nproc: int
 
     def run(
         self,
@@ -86,6 +95,21 @@ class FLN(LiftedMethod):
         record: Record,
         test: tuple[Array, Array] | None = None,
     ) -> None:
+        settings = self.fit_settings(net, X.shape[1], iterations)
+
+        def callback(net_, rec):
+            dt = time.perf_counter() - clock["t"]
+            stop = record(rec["iteration"], dt, rec["lifted_w"], weights=net_.W)
+            clock["t"] = time.perf_counter()
+            return stop
+
+        with ranks_for(self.nproc) as ranks:
+            clock = dict(t=time.perf_counter())
+            (fit_bcd if ranks is None else ranks.fit)(net, X, Y, callback=callback, **settings)
+
+    def fit_settings(self, net: LiftedNetwork, m: int, iterations: int) -> dict[str, object]:
+        """``fit_bcd``'s settings of this method for ``net`` (its lam and rho set here) on ``m``
+        data points, ``iterations`` rounds: the backend, the schedule and the checks."""
         hyper = validate(
             dict(lam=PerLayer(LAM, net.n_hidden), rho=PerLayer(RHO, net.n_hidden + 1)),
             dict(lam=self.lam, rho=self.rho),
@@ -99,26 +123,14 @@ class FLN(LiftedMethod):
             capped_residual=self.capped_reports,
             capped_value=self.capped_reports,
         )
-        clock = dict(t=time.perf_counter())
-
-        def callback(net_, rec):
-            dt = time.perf_counter() - clock["t"]
-            stop = record(rec["iteration"], dt, rec["lifted_w"], weights=net_.W)
-            clock["t"] = time.perf_counter()
-            return stop
-
         schedule = (
-            dict(batch_size=X.shape[1], epochs=iterations, gamma=0.0)
+            dict(batch_size=m, epochs=iterations, gamma=0.0)
             if self.restart
             else dict(batch_size=None, iterations=iterations)
         )
-        fit_bcd(
-            net,
-            X,
-            Y,
+        return dict(
             backend=backend,
             strict=False,
-            callback=callback,
             eval_every=None,
             check_every=self.check_every,
             **schedule,
