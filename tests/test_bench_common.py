@@ -22,6 +22,7 @@ SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py"))
 NO_DATA = (
     "results_tables.py", "results_figures.py", "fuzz_readers.py", "hostile_battery.py",
     "rank_faults.py",  # (the embedded digits, through the command)
+    "scaling_plot.py",  # (the copied JSON of docs/results)
 )  # fmt: skip
 #: the scripts that read MNIST
 READERS = [p for p in SCRIPTS if "__main__" in p.read_text() and p.name not in NO_DATA]

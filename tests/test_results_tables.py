@@ -24,10 +24,8 @@ PAGE = ROOT / "docs" / "results.md"
 README = ROOT / "README.md"
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location(
-        "results_tables", ROOT / "benchmarks" / "results_tables.py"
-    )
+def _script(name="results_tables"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -100,7 +98,7 @@ def test_every_block_is_known_and_filled_and_every_run_is_used():
     assert set(rt.TABLES) | set(rt.figures.FIGURES) <= names, "a table or figure no page shows"
     used = {n for _, _, n in rt.COMPILED_RUNS} | set(rt.ADAM_RUNS.values())
     used |= {n for runs, _ in rt.PLOTS.values() for n in runs} | {"mlp_seeds3", "lifted_rounds"}
-    used |= set(rt.figures.TRANSCRIBED)
+    used |= set(rt.figures.TRANSCRIBED) | set(_script("scaling_plot").RUNS)
     used |= set(re.findall(r"`docs/results/(\w+)\.json`", (ROOT / "docs" / "deep.md").read_text()))
     on_disk = {p.stem for p in (ROOT / "docs" / "results").glob("*.json")}
     assert on_disk == used, (
@@ -214,6 +212,27 @@ def test_plot_is_a_small_png(tmp_path, monkeypatch):
         (tmp_path / path.name).write_bytes(path.read_bytes())
     monkeypatch.setattr(rt.figures, "DATA", tmp_path)
     out = rt.plot("mlp")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size < 100_000
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_the_scaling_plot_is_a_small_png_of_each_workloads_speed_up(tmp_path, monkeypatch):
+    """``benchmarks/scaling_plot.py``: one rank's seconds over two ranks', per workload, from
+    the copied JSON (FLN and Adam's DDP on LeNet-5, Figure 1's round, the MLP), and the plot
+    the page "Training in parallel" shows."""
+    sp = _script("scaling_plot")
+    pairs, ceiling = sp.speed_ups()
+    lenet = json.loads((ROOT / "docs" / "results" / "lenet5_launches.json").read_text())
+    one, two = pairs["FLN, LeNet-5 (s/epoch)"]
+    assert (one, two) == tuple(
+        lenet["methods"][k]["seconds_per_epoch"] for k in ("fln:t1", "fln:r2t1")
+    )
+    assert len(pairs) == 4 and all(a > 0 and b > 0 for a, b in pairs.values()) and ceiling > 1
+    assert "(results/parallel_scaling.png)" in (ROOT / "docs" / "parallel.md").read_text()
+    for name in sp.RUNS:
+        (tmp_path / f"{name}.json").write_bytes((sp.DATA / f"{name}.json").read_bytes())
+    monkeypatch.setattr(sp, "DATA", tmp_path)
+    out = sp.plot()
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size < 100_000
     assert not list(tmp_path.glob(".*.tmp"))
 
