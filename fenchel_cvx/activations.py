@@ -31,26 +31,32 @@ names is the registry ``ACTIVATIONS``: ``register_activation`` adds a class unde
 ``activation("relu")`` looks one up.
 """
 
+from __future__ import annotations
+
 import math
 import numbers
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from array_api_compat import array_namespace
 from scipy import integrate
 
-from .arrays import cheap_reads, clip, exact_in_place
+from .arrays import Array, cheap_reads, clip, exact_in_place
 from .facts import Named, Registry, stub
 
+if TYPE_CHECKING:
+    import torch
 
-def _ends(xp, v, lo, hi):
+
+def _ends(xp: ModuleType, v: Array, lo: float, hi: float) -> Array:
     """phi^{-1} off the open range (lo, hi): -inf at lo, +inf at hi, NaN beyond (not attained)."""
     inf = xp.full_like(v, math.inf)
     return xp.where(v == lo, -inf, xp.where(v == hi, inf, xp.full_like(v, math.nan)))
 
 
-def _xlogx(xp, x):
+def _xlogx(xp: ModuleType, x: Array) -> Array:
     """x log x with the limit 0 at x = 0 (no warning, no NaN)."""
     pos = x > 0
     return xp.where(pos, x * xp.log(xp.where(pos, x, xp.ones_like(x))), xp.zeros_like(x))
@@ -71,7 +77,7 @@ class Activation(Named):
     x_prox: Callable[..., Any] | None = None  # prox(xp, act, r, tau, state) -> (z, state)
     torch_module: Callable[..., Any] | None = None  # a method: the torch.nn module
 
-    def check_range(self, name, V):
+    def check_range(self, name: str, V: Array) -> None:
         """Raise ``ValueError`` naming ``name`` and its first entry outside phi's closed range."""
         ok = self.in_range(V)
         xp = array_namespace(ok)
@@ -81,14 +87,14 @@ class Activation(Named):
                 f"{name} must lie in the range {self.v_range} of {self.name}, got {bad!r}"
             )
 
-    def d2F(self, v):
+    def d2F(self, v: Array) -> Array:
         """F''(v) = 1 / phi'(phi^{-1}(v)), with 1 where phi' vanishes (ReLU at v = 0)."""
         xp = array_namespace(v)
         d = self.dphi(self.phi_inv(v))
         pos = d > 0
         return xp.where(pos, 1.0 / xp.where(pos, d, xp.ones_like(d)), xp.ones_like(d))
 
-    def d2Fstar(self, u):
+    def d2Fstar(self, u: Array) -> Array:
         """F*''(u) = phi'(u)."""
         return self.dphi(u)
 
@@ -101,17 +107,17 @@ class Activation(Named):
     #: works in it in place: ``fast.fused.row_change``)
     Fstar = stub("Fstar")
 
-    def in_range(self, v):
+    def in_range(self, v: Array) -> Array:
         """Boolean mask: v inside the closed range of phi (the domain of F)."""
         lo, hi = self.v_range
         return (v >= lo) & (v <= hi)
 
-    def project(self, v):
+    def project(self, v: Array) -> Array:
         """Euclidean projection onto the range of phi (the domain of the X-blocks)."""
         lo, hi = self.v_range
         return clip(v, None if math.isinf(lo) else lo, None if math.isinf(hi) else hi)
 
-    def divergence(self, v, u):
+    def divergence(self, v: Array, u: Array) -> Array:
         """Elementwise B_phi(v, u) = F(v) + F*(u) - u v; +inf where v is outside phi's range."""
         xp = array_namespace(v, u)
         ok = self.in_range(v)
@@ -119,11 +125,11 @@ class Activation(Named):
         B = self.F(vin) + self.Fstar(u) - u * vin
         return xp.where(ok, B, xp.full_like(B, math.inf))
 
-    def grad_u(self, v, u):
+    def grad_u(self, v: Array, u: Array) -> Array:
         """dB/du = phi(u) - v."""
         return self.phi(u) - v
 
-    def grad_v(self, v, u):
+    def grad_v(self, v: Array, u: Array) -> Array:
         """dB/dv = phi^{-1}(v) - u (a subgradient for ReLU at v = 0)."""
         return self.phi_inv(v) - u
 
@@ -136,35 +142,37 @@ class ReLU(Activation):
     dphi_max = 1.0
 
     @staticmethod
-    def x_prox(xp, act, r, tau, state):
+    def x_prox(
+        xp: ModuleType, act: Activation, r: Array, tau: float | Array, state: Array | None
+    ) -> tuple[Array, Array | None]:
         """``max(0, r / (1 + tau))``; r (the step's fresh argument, ``fast.fused.fista_step``)
         is scaled in place."""
         r /= 1 + tau
         return clip(r, 0, None), state
 
-    def torch_module(self):
+    def torch_module(self) -> torch.nn.Module:
         import torch
 
         return torch.nn.ReLU()
 
-    def phi(self, u):
+    def phi(self, u: Array) -> Array:
         return clip(u, 0, None)  # one pass, no mask (a hot path of FISTA)
 
-    def dphi(self, u):
+    def dphi(self, u: Array) -> Array:
         xp = array_namespace(u)
         return xp.astype(u > 0, u.dtype)
 
-    def phi_inv(self, v):
+    def phi_inv(self, v: Array) -> Array:
         return v
 
-    def F(self, v):
+    def F(self, v: Array) -> Array:
         return 0.5 * v * v
 
     # phi's result is a fresh array: the two below work on it in place where that is exact
     # (on LeNet-5's 2.35 M entries a chain of fresh arrays takes twice the time of the same
     # passes in place), else as the base class does (an integer u, a v of another shape or a
     # wider dtype: promoted and broadcast)
-    def Fstar(self, u):
+    def Fstar(self, u: Array) -> Array:
         p = self.phi(u)
         if not exact_in_place(p):
             return 0.5 * p * p
@@ -172,7 +180,7 @@ class ReLU(Activation):
         p *= 0.5
         return p
 
-    def grad_u(self, v, u):
+    def grad_u(self, v: Array, u: Array) -> Array:
         """dB/du = phi(u) - v."""
         g = self.phi(u)
         if not exact_in_place(g, v):
@@ -180,7 +188,7 @@ class ReLU(Activation):
         g -= v
         return g
 
-    def divergence(self, v, u):
+    def divergence(self, v: Array, u: Array) -> Array:
         """B(v, u) = 1/2 (v - u_+)^2 + v u_- on v >= 0 (u_- = max(-u, 0)), +inf elsewhere.
 
         The same value as ``F(v) + F*(u) - u v`` (expand: u v = u_+ v - u_- v), written as a sum
@@ -197,7 +205,7 @@ class ReLU(Activation):
         return xp.where(ok, B, xp.full_like(B, math.inf))
 
     @staticmethod
-    def _divergence_in(v, u):
+    def _divergence_in(v: Array, u: Array) -> Array:
         """B(v, u) = (v - u_+)^2 / 2 + v u_- for v >= 0 (``where`` costs ~10 elementwise passes
         on a CPU: avoided here; u_- = -min(u, 0)), in place on its own fresh arrays where that
         is exact (no new array per pass: on Figure 1's 300 x 60,000 arrays, a quarter of the
@@ -223,42 +231,45 @@ class LeakyReLU(Activation):
 
     name = "leaky_relu"
     dphi_max = 1.0
+    slope: float
 
-    def __init__(self, slope=0.01):
+    def __init__(self, slope: float = 0.01) -> None:
         if not (isinstance(slope, numbers.Real) and 0 < float(slope) < 1):
             raise ValueError(f"slope must be in (0, 1), got {slope!r}")
         self.slope = float(slope)
 
-    def params(self):
+    def params(self) -> dict[str, Any]:
         return {"slope": self.slope}
 
     @staticmethod
-    def x_prox(xp, act, r, tau, state):
+    def x_prox(
+        xp: ModuleType, act: LeakyReLU, r: Array, tau: float | Array, state: Array | None
+    ) -> tuple[Array, Array | None]:
         """``r / (1 + tau)`` where r > 0, ``r / (1 + tau / a)`` elsewhere."""
         return xp.where(r > 0, r / (1 + tau), r / (1 + tau / act.slope)), state
 
-    def torch_module(self):
+    def torch_module(self) -> torch.nn.Module:
         import torch
 
         return torch.nn.LeakyReLU(self.slope)
 
-    def phi(self, u):
+    def phi(self, u: Array) -> Array:
         xp = array_namespace(u)
         return xp.where(u > 0, u, self.slope * u)
 
-    def dphi(self, u):
+    def dphi(self, u: Array) -> Array:
         xp = array_namespace(u)
         return xp.where(u > 0, xp.ones_like(u), xp.full_like(u, self.slope))
 
-    def phi_inv(self, v):
+    def phi_inv(self, v: Array) -> Array:
         xp = array_namespace(v)
         return xp.where(v > 0, v, v / self.slope)
 
-    def F(self, v):
+    def F(self, v: Array) -> Array:
         xp = array_namespace(v)
         return xp.where(v > 0, 0.5 * v * v, v * v / (2 * self.slope))
 
-    def Fstar(self, u):
+    def Fstar(self, u: Array) -> Array:
         xp = array_namespace(u)
         return xp.where(u > 0, 0.5 * u * u, 0.5 * self.slope * u * u)
 
@@ -271,32 +282,32 @@ class Sigmoid(Activation):
     dphi_max = 0.25
     open_range = True
 
-    def torch_module(self):
+    def torch_module(self) -> torch.nn.Module:
         import torch
 
         return torch.nn.Sigmoid()
 
-    def phi(self, u):
+    def phi(self, u: Array) -> Array:
         xp = array_namespace(u)
         e = xp.exp(-xp.abs(u))
         return xp.where(u >= 0, 1 / (1 + e), e / (1 + e))
 
-    def dphi(self, u):
+    def dphi(self, u: Array) -> Array:
         s = self.phi(u)
         return s * (1 - s)
 
-    def phi_inv(self, v):
+    def phi_inv(self, v: Array) -> Array:
         """log v - log(1 - v); -inf / +inf at the ends 0 / 1 (without a divide warning)."""
         xp = array_namespace(v)
         inside = (v > 0) & (v < 1)
         w = xp.where(inside, v, xp.full_like(v, 0.5))
         return xp.where(inside, xp.log(w) - xp.log1p(-w), _ends(xp, v, 0.0, 1.0))
 
-    def F(self, v):
+    def F(self, v: Array) -> Array:
         xp = array_namespace(v)
         return _xlogx(xp, v) + _xlogx(xp, 1 - v)
 
-    def Fstar(self, u):
+    def Fstar(self, u: Array) -> Array:
         xp = array_namespace(u)
         return xp.logaddexp(xp.zeros_like(u), u)
 
@@ -310,19 +321,19 @@ class Tanh(Activation):
     dphi_max = 1.0
     open_range = True
 
-    def torch_module(self):
+    def torch_module(self) -> torch.nn.Module:
         import torch
 
         return torch.nn.Tanh()
 
-    def phi(self, u):
+    def phi(self, u: Array) -> Array:
         return array_namespace(u).tanh(u)
 
-    def dphi(self, u):
+    def dphi(self, u: Array) -> Array:
         t = self.phi(u)
         return 1 - t * t
 
-    def phi_inv(self, v):
+    def phi_inv(self, v: Array) -> Array:
         """atanh v; -inf / +inf at the ends -1 / 1 (without a divide warning)."""
         xp = array_namespace(v)
         inside = xp.abs(v) < 1
@@ -330,11 +341,11 @@ class Tanh(Activation):
             inside, xp.atanh(xp.where(inside, v, xp.zeros_like(v))), _ends(xp, v, -1.0, 1.0)
         )
 
-    def F(self, v):
+    def F(self, v: Array) -> Array:
         xp = array_namespace(v)
         return 0.5 * (_xlogx(xp, 1 + v) + _xlogx(xp, 1 - v))
 
-    def Fstar(self, u):
+    def Fstar(self, u: Array) -> Array:
         xp = array_namespace(u)
         a = xp.abs(u)
         return a + xp.log1p(xp.exp(-2 * a)) - math.log(2.0)
@@ -351,7 +362,11 @@ class Monotone(Activation):
 
     name = "monotone"
 
-    def __init__(self, phi, v_range=(-math.inf, math.inf)):
+    def __init__(
+        self,
+        phi: Callable[[np.ndarray], Array],
+        v_range: tuple[float, float] = (-math.inf, math.inf),
+    ) -> None:
         if not callable(phi):
             raise ValueError(f"phi must be callable, got {phi!r}")
         lo, hi = (float(t) for t in v_range)
@@ -361,20 +376,20 @@ class Monotone(Activation):
             raise ValueError("phi must be strictly increasing, got phi(1) <= phi(-1)")
         self._phi, self.v_range = phi, (lo, hi)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "activation('monotone')"
 
-    def params(self):
+    def params(self) -> dict[str, Any]:
         return {"phi": self._phi, "v_range": self.v_range}
 
-    def phi(self, u):
+    def phi(self, u: Array) -> Array:
         return np.asarray(self._phi(np.asarray(u, dtype=float)), dtype=float)
 
-    def dphi(self, u, h=1e-6):
+    def dphi(self, u: Array, h: float = 1e-6) -> Array:
         u = np.asarray(u, dtype=float)
         return (self.phi(u + h) - self.phi(u - h)) / (2 * h)
 
-    def phi_inv(self, v):
+    def phi_inv(self, v: Array) -> Array:
         """Vectorised bracketing + bisection; NaN where v is not attained."""
         v = np.asarray(v, dtype=float)
         lo, hi = -np.ones_like(v), np.ones_like(v)
@@ -390,7 +405,7 @@ class Monotone(Activation):
             lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
         return np.where(found, 0.5 * (lo + hi), np.nan)
 
-    def Fstar(self, u):
+    def Fstar(self, u: Array) -> Array:
         u = np.asarray(u, dtype=float)
         quad = np.vectorize(
             lambda b: integrate.quad(
@@ -399,16 +414,16 @@ class Monotone(Activation):
         )
         return quad(u) if u.size else u.copy()
 
-    def F(self, v):
+    def F(self, v: Array) -> Array:
         v = np.asarray(v, dtype=float)
         uv = self.phi_inv(v)
         return v * uv - self.Fstar(np.nan_to_num(uv))
 
-    def in_range(self, v):
+    def in_range(self, v: Array) -> Array:
         v = np.asarray(v, dtype=float)
         return super().in_range(v) & ~np.isnan(self.phi_inv(v))
 
-    def divergence(self, v, u):
+    def divergence(self, v: Array, u: Array) -> Array:
         v, u = np.broadcast_arrays(np.asarray(v, dtype=float), np.asarray(u, dtype=float))
         uv = self.phi_inv(v)
         ok = ~np.isnan(uv) & Activation.in_range(self, v)
@@ -427,13 +442,13 @@ for _cls in (ReLU, LeakyReLU, Sigmoid, Tanh, Monotone):
     register_activation(_cls)
 
 
-def activation_names(by_name=True):
+def activation_names(by_name: bool = True) -> list[str]:
     """The registered names, sorted; ``by_name``: only those ``activation(name)`` builds without
     a parameter (``monotone`` needs a function)."""
     return sorted(n for n, c in ACTIVATIONS.items() if not by_name or _defaults_ok(c))
 
 
-def _defaults_ok(cls):
+def _defaults_ok(cls: type[Activation]) -> bool:
     try:
         cls()
     except TypeError:
@@ -441,19 +456,21 @@ def _defaults_ok(cls):
     return True
 
 
-def activation(name, **params):
+def activation(name: str | Activation, **params: object) -> Activation:
     """The activation registered under ``name`` built with ``params``; an ``Activation`` is
     passed through. Either way it carries the ``CORE_FACTS`` (a ``ValueError`` naming the class
     and the fact it lacks)."""
     return ACTIVATIONS.build(name, params)
 
 
-def activation_from_config(config):
+def activation_from_config(config: Mapping[str, Any]) -> Activation:
     """The activation a saved ``config()`` describes (``{"name": ..., **params}``)."""
     return activation(config["name"], **{k: v for k, v in config.items() if k != "name"})
 
 
-def monotone(phi, v_range=(-math.inf, math.inf)):
+def monotone(
+    phi: Callable[[np.ndarray], Array], v_range: tuple[float, float] = (-math.inf, math.inf)
+) -> Monotone:
     """The Theorem-1 divergence of any continuous strictly increasing ``phi`` (by quadrature)."""
     return Monotone(phi, v_range)
 

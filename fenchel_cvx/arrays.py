@@ -14,7 +14,7 @@ from array_api_compat import array_namespace, is_cupy_array, is_numpy_namespace,
 Array: TypeAlias = Any
 
 
-def namespace(A: Any) -> ModuleType:
+def namespace(A: object) -> ModuleType:
     """The array library of ``A``: that of a CuPy array or a PyTorch tensor (which have no
     ``__array_namespace__`` of their own; array_api_compat's wrappers) or of an array-API array,
     else NumPy (NumPy arrays and scalars, and anything NumPy converts: lists, numbers, pandas
@@ -47,7 +47,9 @@ def cheap_reads(xp: ModuleType) -> bool:
     return is_numpy_namespace(xp)
 
 
-def host_if_cheap(xp: ModuleType, x: Array, cast: Callable[[Array], Any] = float) -> Any:
+def host_if_cheap(
+    xp: ModuleType, x: Array, cast: Callable[[Array], float] = float
+) -> float | Array:
     """The 0-d array ``x`` as a Python number (``cast``) where reads are cheap
     (``cheap_reads``), else ``x`` itself, left on the device: a figure that decides nothing on
     the host (a bound, a counter) is read back only where that costs nothing.

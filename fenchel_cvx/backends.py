@@ -20,7 +20,15 @@ import importlib
 import inspect
 import warnings
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    from .arrays import Array
+    from .blocks import Block, BlockResult
+    from .network import LiftedNetwork
+
+#: a backend class, or a backend's name (``register_backend``)
+_B = TypeVar("_B", bound="str | type[Any]")
 
 __all__ = [
     "BACKENDS",
@@ -49,7 +57,7 @@ class Backend(Protocol):
     threads: Any
     images: bool
 
-    def solve(self, block: Any, start: Any = None) -> Any:
+    def solve(self, block: Block, start: Array | None = None) -> BlockResult:
         """The block's argmin from ``start``: a ``blocks.BlockResult``. Neither ``start`` nor the
         block's arrays are written into (``fit_bcd`` hands a W-block the weights themselves as
         its start and its proximal centre ``W0``). A backend whose ``images`` is True also takes
@@ -57,10 +65,10 @@ class Backend(Protocol):
         where the caller holds it (the solver may start from it, or ignore it), ``flag``: the
         caller takes the argmin's image back as ``BlockResult.U`` where the solver holds it."""
 
-    def check_network(self, net: Any) -> None:
+    def check_network(self, net: LiftedNetwork) -> None:
         """Refuse, before any work, a network its settings do not fit (per-layer settings)."""
 
-    def step_setting(self, block: Any) -> tuple[str, int | None]:
+    def step_setting(self, block: Block) -> tuple[str, int | None]:
         """``(the setting's name, its step cap for block)``; the cap None where it has none."""
 
     def settings(self) -> dict:
@@ -93,10 +101,10 @@ class BackendDefaults:
     threads: Any = None
     images: bool = False
 
-    def check_network(self, net: Any) -> None:
+    def check_network(self, net: LiftedNetwork) -> None:
         return None
 
-    def step_setting(self, block: Any) -> tuple[str, int | None]:
+    def step_setting(self, block: Block) -> tuple[str, int | None]:
         return "steps", None
 
     def settings(self) -> dict:
@@ -204,7 +212,7 @@ def _factory(klass):
 BACKENDS: dict[str, Callable[..., Any]] = {}
 
 
-def register_backend(backend, module=None, cls=None):
+def register_backend(backend: _B, module: str | None = None, cls: str | None = None) -> _B:
     """Register a backend: a class decorator, ``@register_backend`` on a class with a ``name``
     (its constructor's keywords are ``get_backend``'s), as ``register_activation`` is; or a
     name, the module and the class's name (e.g. ``"fast", ".fast", "FastBackend"``), imported
@@ -239,7 +247,7 @@ register_backend("cvxpy", ".oracle", "OracleBackend")
 register_backend("fast", ".fast", "FastBackend")
 
 
-def check_backend(backend):
+def check_backend(backend: object) -> None:
     """Refuse, by name, a backend that is neither a registered name nor an object with ``solve``."""
     if isinstance(backend, str) and backend in BACKENDS:
         return
@@ -251,7 +259,9 @@ def check_backend(backend):
     )
 
 
-def get_backend(backend="cvxpy", net=None, **kwargs) -> Backend:
+def get_backend(
+    backend: str | object = "cvxpy", net: LiftedNetwork | None = None, **kwargs: object
+) -> Backend:
     """A backend object: built from a registry name with ``kwargs`` (``strict`` only where its
     constructor takes it), or an object with ``.solve`` (used as given, with the defaults of
     :class:`BackendDefaults` where it lacks a method: ``kwargs`` only build a backend by name).

@@ -73,14 +73,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import defaults, evaluation
+from .arrays import Array
 from .backends import BACKENDS, check_backend, get_backend  # noqa: F401 (importable from bcd)
 from .evaluation import evaluate, initial_figures, is_one_hot  # noqa: F401 (importable from bcd)
 from .history import History
 from .network import LiftedNetwork
 from .observers import gathered, interrupted
 from .observers import observers as make_observers
+from .reduce import Comm
 from .rounds import Round
-from .run_settings import PARAMETERS, validate_run  # noqa: F401 (importable from bcd)
+from .run_settings import PARAMETERS, RunSettings, validate_run  # noqa: F401 (importable from bcd)
 from .schedule import BCDState, Step, batches, schedule  # noqa: F401 (importable from bcd)
 from .threads import limit_for
 
@@ -97,7 +99,12 @@ class BCDResult:
 
 
 # --- Algorithms 1 and 2 ----------------------------------------------------------------------
-def algorithm_1(net, run, state, observers):
+def algorithm_1(
+    net: LiftedNetwork,
+    run: RunSettings,
+    state: BCDState,
+    observers: Sequence[Callable[[LiftedNetwork, BCDState, Step], object]],
+) -> Step | None:
     """Algorithm 1 of the paper (non-batched BCD) over the rounds of ``run`` (a checked
     ``RunSettings``) from the position of ``state`` (a ``BCDState``); each round's record goes to
     the state and the ``observers``. Returns the last round's ``Step`` (None: none run)."""
@@ -133,7 +140,12 @@ def algorithm_1(net, run, state, observers):
     return step
 
 
-def algorithm_2(net, run, state, observers):
+def algorithm_2(
+    net: LiftedNetwork,
+    run: RunSettings,
+    state: BCDState,
+    observers: Sequence[Callable[[LiftedNetwork, BCDState, Step], object]],
+) -> Step | None:
     """Algorithm 2 of the paper (batched BCD) over the rounds of ``run`` from the position of
     ``state``, as :func:`algorithm_1`: a batch's K alternations are K rounds of the schedule
     (a resumed run's first batch from its round). Returns the last round's ``Step``."""
@@ -192,8 +204,8 @@ def _run(net, settings, state, observers):
 # --- the driver -----------------------------------------------------------------------------
 def fit_bcd(
     net: LiftedNetwork,
-    X0: Any,
-    Y: Any,
+    X0: Array,
+    Y: Array,
     *,
     batch_size: int | None = None,
     epochs: int = 1,
@@ -201,13 +213,13 @@ def fit_bcd(
     alternations: int = defaults.ALTERNATIONS,
     gamma: float | Sequence[float] | None = None,
     momentum: float | Sequence[float] = 0.0,
-    W_prev: Sequence[Any] | None = None,
-    backend: str | Any = "cvxpy",
+    W_prev: Sequence[Array] | None = None,
+    backend: str | object = "cvxpy",
     strict: bool | None = None,
     tol: float = defaults.TOL,
     callback: Callable[[LiftedNetwork, dict], bool | None] | None = None,
-    X_test: Any = None,
-    Y_test: Any = None,
+    X_test: Array | None = None,
+    Y_test: Array | None = None,
     progress: bool = False,
     eval_every: int | None = 1,
     check_every: int = 1,
@@ -215,7 +227,7 @@ def fit_bcd(
     checkpoint_every: int = 1,
     resume: str | os.PathLike | None = None,
     x_sweep: str = "backward",
-    comm: Any = None,
+    comm: Comm | None = None,
 ) -> BCDResult:
     """Train ``net`` (a ``LiftedNetwork``) by block coordinate descent on the lifted objective.
 

@@ -14,20 +14,25 @@ reads are not cheap (a GPU) an unchecked round defers the argmin checks to one r
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any
 
 from array_api_compat import array_namespace
 
-from .arrays import cheap_reads
-from .blocks import kkt_residual
-from .certificate import argmin_usable
+from .arrays import Array, cheap_reads
+from .blocks import Block, BlockResult, kkt_residual
+from .certificate import Certificate, argmin_usable
 from .errors import SolverError
-from .reduce import LOCAL
+from .reduce import LOCAL, Comm
+
+if TYPE_CHECKING:
+    from .backends import Backend
+    from .network import LiftedNetwork
 
 
 class Halt(Exception):
     """Recorded mode: a block returned a point that cannot be used (NaN, outside its domain)."""
 
-    def __init__(self, block):
+    def __init__(self, block: str) -> None:
         super().__init__(block)
         self.block = block
 
@@ -40,19 +45,35 @@ class CheckedSolves:
     hold shares of the batch's data points (``reduce.py``): every figure is the whole block's.
     """
 
-    def __init__(self, backend, net, cert, check=True, comm=LOCAL):
+    def __init__(
+        self,
+        backend: Backend,
+        net: LiftedNetwork,
+        cert: Certificate,
+        check: bool = True,
+        comm: Comm = LOCAL,
+    ) -> None:
         self.backend, self.net, self.cert, self.check = backend, net, cert, check
         self.comm = comm
-        self.blocks = []
+        self.blocks: list[dict[str, Any]] = []
         # an unchecked round where reads are not cheap (a GPU) reads its blocks' argmin checks
         # at once, at its end (``settle``): (name, block, argmin, start, its slot, the check's
         # 0-d flag, the records and violations before it); on ranks too, where the checks of
         # the round's blocks are agreed in one reduction
         self.cheap = cheap_reads(array_namespace(net.W[0]))
         self.defer = not check and (comm.P > 1 or not self.cheap)
-        self.pending = []
+        self.pending: list[tuple[Any, ...]] = []
 
-    def solve(self, name, block, current, scale, slot, image=None, return_image=False):
+    def solve(
+        self,
+        name: str,
+        block: Block,
+        current: Array,
+        scale: float | None,
+        slot: tuple[list[Any], int],
+        image: Array | None = None,
+        return_image: bool = False,
+    ) -> tuple[Array, float, Array | None, Array | None]:
         """Solve ``block`` from ``current`` (``slot[0][slot[1]]``, where the caller puts the
         result): ``(argmin, value change or 0, the solver's A(W, X) + b or None, the argmin's
         image)``. ``image``: ``block.forward(current)`` where the round holds it (on checked
@@ -136,7 +157,7 @@ class CheckedSolves:
         )
         return True
 
-    def settle(self):
+    def settle(self) -> None:
         """The deferred argmin checks, in one read (on ranks, one reduction: a block whose
         argmin is unusable on one rank fails on all). Where one fails, the round goes back to
         where that block began (every block from it on keeps its start: the later ones were
@@ -166,7 +187,7 @@ class CheckedSolves:
         raise Halt(name)
 
 
-def capped(backend, block, res):
+def capped(backend: Backend, block: Block, res: BlockResult) -> bool:
     """Whether ``block`` stopped at the step cap its backend was configured with
     (``FastBackend(w_steps=..., x_steps=...)``: ``step_setting``), status ``"max_iter"``."""
     cap = backend.step_setting(block)[1]

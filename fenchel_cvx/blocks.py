@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,7 +44,7 @@ from array_api_compat import array_namespace
 
 from .arrays import Array
 from .layers import Dense, LinearMap
-from .reduce import LOCAL
+from .reduce import LOCAL, Comm
 
 if TYPE_CHECKING:
     from .activations import Activation
@@ -54,7 +56,7 @@ def _sq(xp, A):
     return xp.sum(A * A)
 
 
-def kkt_residual(block: Block, Z: Array, U: Array | None = None, comm: Any = LOCAL) -> float:
+def kkt_residual(block: Block, Z: Array, U: Array | None = None, comm: Comm = LOCAL) -> float:
     """Scaled natural residual  ||Z - P(Z - g)||_inf / (1 + max_i ||g_i||_inf)  at Z.
 
     ``g = sum_i g_i`` is the block's gradient split into its terms (``grad_parts``), ``P`` the
@@ -85,20 +87,30 @@ def natural_residual(block: Block, Z: Array, U: Array | None = None) -> tuple[Ar
     return residual_parts(array_namespace(Z), Z, parts, block.project)
 
 
-def residual_parts(xp, Z, parts, project=None):
+def residual_parts(
+    xp: ModuleType,
+    Z: Array,
+    parts: Sequence[Array],
+    project: Callable[[Array], Array] | None = None,
+) -> tuple[Array, float]:
     """``(|Z - P(Z - g)|, max_i ||g_i||_inf)`` from the gradient's terms ``parts`` (``g`` their
     sum) and the projection ``P`` (None: none, the residual is ``|g|``): what
     ``natural_residual`` forms, for a solver that holds the parts already."""
     return residual_elements(xp, Z, parts, project), max(float(m) for m in part_maxima(xp, parts))
 
 
-def residual_elements(xp, Z, parts, project=None):
+def residual_elements(
+    xp: ModuleType,
+    Z: Array,
+    parts: Sequence[Array],
+    project: Callable[[Array], Array] | None = None,
+) -> Array:
     """``|Z - P(Z - g)|``, elementwise (``residual_parts``)."""
     g = sum(parts[1:], parts[0])
     return xp.abs(g) if project is None else xp.abs(Z - project(Z - g))
 
 
-def part_maxima(xp, parts):
+def part_maxima(xp: ModuleType, parts: Sequence[Array]) -> list[Array]:
     """``[max ||g_i||_inf]``, 0-d arrays: the terms of ``residual_parts``'s scale."""
     return [xp.max(xp.abs(p)) for p in parts]
 
@@ -159,16 +171,16 @@ class Block:
         return kkt_residual(self, Z)
 
     # --- the whole block where ranks hold shares of its data points (``reduce.py``) ------------
-    def value_over(self, Z: Array, U: Array, comm: Any = LOCAL) -> Array:
+    def value_over(self, Z: Array, U: Array, comm: Comm = LOCAL) -> Array:
         """The whole block's value at ``Z`` (its image ``U`` at hand) where the ranks of
         ``comm`` hold shares of its data points: :meth:`value_with_forward` in one process."""
         raise NotImplementedError
 
-    def summed(self, parts: list[Array], comm: Any = LOCAL) -> list[Array]:
+    def summed(self, parts: list[Array], comm: Comm = LOCAL) -> list[Array]:
         """The gradient's terms ``parts`` of the whole block, from this rank's."""
         raise NotImplementedError
 
-    def maxima(self, figures: list[Array], comm: Any = LOCAL) -> list:
+    def maxima(self, figures: list[Array], comm: Comm = LOCAL) -> list:
         """Maxima (``figures``: this rank's) over the whole block."""
         raise NotImplementedError
 
@@ -225,14 +237,14 @@ class XBlock(Block):
 
     # the variable's columns are the data points: a rank holds its own columns of Z; values
     # add over the ranks, the gradient is per column, maxima are over every rank's columns
-    def value_over(self, Z: Array, U: Array, comm: Any = LOCAL) -> Array:
+    def value_over(self, Z: Array, U: Array, comm: Comm = LOCAL) -> Array:
         (value,) = comm.reduce([self.value_with_forward(Z, U)], "sum")
         return value
 
-    def summed(self, parts: list[Array], comm: Any = LOCAL) -> list[Array]:
+    def summed(self, parts: list[Array], comm: Comm = LOCAL) -> list[Array]:
         return parts
 
-    def maxima(self, figures: list[Array], comm: Any = LOCAL) -> list:
+    def maxima(self, figures: list[Array], comm: Comm = LOCAL) -> list:
         return comm.reduce(figures, "max")
 
 
@@ -335,15 +347,15 @@ class WBlock(Block):
 
     # W is whole on every rank: the data term and the first gradient term (the data's) add
     # over the ranks' points; the regularisers and every maximum are the same on each rank
-    def value_over(self, W: Array, U: Array, comm: Any = LOCAL) -> Array:
+    def value_over(self, W: Array, U: Array, comm: Comm = LOCAL) -> Array:
         (data,) = comm.reduce([self.data_value(W, U)], "sum")
         return data + self._reg_value(W)
 
-    def summed(self, parts: list[Array], comm: Any = LOCAL) -> list[Array]:
+    def summed(self, parts: list[Array], comm: Comm = LOCAL) -> list[Array]:
         (data,) = comm.reduce([parts[0]], "sum")
         return [data, *parts[1:]]
 
-    def maxima(self, figures: list[Array], comm: Any = LOCAL) -> list:
+    def maxima(self, figures: list[Array], comm: Comm = LOCAL) -> list:
         return figures
 
 

@@ -61,7 +61,7 @@ def bounded_product(factors: Iterable[int], limit: int) -> int | None:
     return None if over else product
 
 
-def check_declared(path, field: str, nbytes: int | None, what: str) -> int:
+def check_declared(path: str | os.PathLike[str], field: str, nbytes: int | None, what: str) -> int:
     """``nbytes`` (None: beyond any product :func:`bounded_product` takes) once it is within
     the read budget; else a ``FileFormatError`` naming ``path``, ``field`` and ``what`` the file
     declares."""
@@ -78,7 +78,7 @@ def check_declared(path, field: str, nbytes: int | None, what: str) -> int:
     return nbytes
 
 
-def check_ratio(path, field: str, declared: int, stored: int) -> None:
+def check_ratio(path: str | os.PathLike[str], field: str, declared: int, stored: int) -> None:
     """Refuse a compressed member that declares more than :data:`MAX_RATIO` times its stored
     bytes (a decompression bomb), naming ``path`` and ``field``."""
     if declared > MAX_RATIO * max(stored, 1):

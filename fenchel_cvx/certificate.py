@@ -33,16 +33,43 @@ tolerance and the iteration; otherwise violations are recorded and the run goes 
 outcome is a plain dict, so the history can be written as JSON.
 """
 
+from __future__ import annotations
+
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from array_api_compat import array_namespace
 
+from .arrays import Array
 from .errors import CertificateError
-from .reduce import LOCAL
+from .reduce import LOCAL, Comm
 from .validation import TOL, check
 
+if TYPE_CHECKING:
+    from .activations import Activation
+
 CHECKS = ("fenchel_young", "descent", "lower_bound", "block_optimality")
+
+
+class _Domain(Protocol):
+    """What the argmin checks ask of a block (``blocks.Block``, which this module does not
+    import: ``blocks`` reaches it through ``network``)."""
+
+    def project(self, Z: Array) -> Array: ...
+
+    def maxima(self, figures: list[Array], comm: Comm = ...) -> list[Any]: ...
+
+
+class _Solved(Protocol):
+    """What ``check_block`` reads of a block's result (``blocks.BlockResult``)."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def converged(self) -> bool: ...
 
 
 @dataclass
@@ -59,10 +86,10 @@ class Violation:
     detail: str = ""
     capped: bool = False  # a block stopped at the step cap it was given: inexact by design
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def error(self):
+    def error(self) -> CertificateError:
         return CertificateError(
             self.check, self.layer, self.value, self.bound, self.tol, self.iteration
         )
@@ -79,7 +106,9 @@ class Certificate:
     residual_tol : if not None, a block whose KKT residual exceeds it fails ``block_optimality``.
     """
 
-    def __init__(self, strict=True, tol=1e-6, residual_tol=None):
+    def __init__(
+        self, strict: bool = True, tol: float = 1e-6, residual_tol: float | None = None
+    ) -> None:
         tol = check("tol", tol, TOL)  # the one tolerance rule (validation.TOL)
         if residual_tol is not None and not residual_tol > 0:
             raise ValueError(f"residual_tol must be > 0 or None, got {residual_tol!r}")
@@ -87,16 +116,16 @@ class Certificate:
         self.begin(None)
 
     # --- bookkeeping --------------------------------------------------------------------------
-    def begin(self, iteration, full=True, restarted=False):
+    def begin(self, iteration: int | None, full: bool = True, restarted: bool = False) -> None:
         """Start the checks of a new iteration (``full=False``: block optimality only);
         ``restarted``: its X-sweep starts from the feed-forward point (the restart rule)."""
         self.iteration = iteration
         self.full = bool(full)
-        self.violations = []
+        self.violations: list[Violation] = []
         self.max_residual = 0.0
-        self.min_divergence = []
+        self.min_divergence: list[float] = []
         self.max_increase = -math.inf
-        self.bound_gap = None
+        self.bound_gap: float | None = None
         self.restarted = bool(restarted)
         self.statuses_ok = True
 
@@ -109,7 +138,7 @@ class Certificate:
             raise v.error()
         self.violations.append(v)
 
-    def outcome(self):
+    def outcome(self) -> dict[str, Any]:
         """The iteration's certificate as a JSON-ready dict."""
         return {
             "held": not self.violations,
@@ -123,7 +152,13 @@ class Certificate:
         }
 
     # --- the four checks ----------------------------------------------------------------------
-    def check_fenchel_young(self, activations, Xs, Us, comm=LOCAL):
+    def check_fenchel_young(
+        self,
+        activations: Sequence[Activation],
+        Xs: Sequence[Array],
+        Us: Sequence[Array],
+        comm: Comm = LOCAL,
+    ) -> None:
         """Check 1: ``X_{l+1}`` (``Xs[l]``) in the range of ``phi_l`` (``activations[l]``) and
         every ``B_l(X_{l+1}, U_l) >= -tol`` elementwise, ``U_l = W_l X~_l`` (``Us[l]``).
         ``comm``: the ranks that hold shares of the data points (``reduce.py``): every layer's
@@ -159,7 +194,9 @@ class Certificate:
                     f"min elementwise B_{l}(X_{l + 1}, W_{l} X~_{l}) is negative",
                 )
 
-    def check_descent(self, name, before, after, scale):
+    def check_descent(
+        self, name: str, before: float | Array, after: float | Array, scale: float | Array
+    ) -> None:
         """Check 2: a block update from value ``before`` to ``after``; ``scale`` ~ |F|."""
         inc = float(after) - float(before)
         self.max_increase = max(self.max_increase, inc)
@@ -169,7 +206,7 @@ class Certificate:
                 "descent", name, after, before, tol, f"block {name} raised its value by {inc:.3g}"
             )
 
-    def check_lower_bound(self, F, J):
+    def check_lower_bound(self, F: float | Array, J: float | Array) -> None:
         """Check 3: the lifted objective after the X-sweep is below J at the same weights."""
         self.bound_gap = float(J) - float(F)
         tol = self.tol * (abs(float(J)) + 1.0)
@@ -183,13 +220,15 @@ class Certificate:
                 "F(W, X) after the X-sweep exceeds J(W) at the same weights",
             )
 
-    def solver_failed(self, name, error):
+    def solver_failed(self, name: str, error: BaseException) -> None:
         """Check 4 for a block whose backend raised ``SolverError`` ``error``: a
         ``block_optimality`` violation (recorded mode; strict mode re-raises the error before)."""
         self.statuses_ok = False
         self._fail("block_optimality", name, math.nan, 0.0, self.tol, str(error))
 
-    def check_argmin(self, name, block, Z, shape, comm=LOCAL):
+    def check_argmin(
+        self, name: str, block: _Domain, Z: Array, shape: Sequence[int], comm: Comm = LOCAL
+    ) -> bool:
         """Check 4, first part: ``Z`` (a backend's argmin of ``block``) has ``shape``, is finite and
         lies in the block's domain (``block.project(Z) == Z``).
 
@@ -208,7 +247,9 @@ class Certificate:
         self._fail("block_optimality", name, math.inf, self.residual_tol or 0.0, self.tol, problem)
         return False
 
-    def check_block(self, name, result, residual=None, capped=False):
+    def check_block(
+        self, name: str, result: _Solved, residual: float | None = None, capped: bool = False
+    ) -> None:
         """Check 4: ``residual`` is the KKT residual recomputed from the argmin (``None``: not
         recomputed this round, so only the backend's status can fail the block); the backend's
         status must be optimal. The backend's own ``result.residual`` is never used.
@@ -245,7 +286,7 @@ class Certificate:
             )
 
 
-def _range_and_divergence(act, V, U):
+def _range_and_divergence(act: Activation, V: Array, U: Array) -> tuple[float, float, float]:
     """This rank's figures of check 1 for one layer: ``(1.0 where V leaves the activation's
     range else 0.0, by how far, min elementwise B(V, U))`` (B only where V is in the range)."""
     xp = array_namespace(V)
@@ -256,7 +297,7 @@ def _range_and_divergence(act, V, U):
     return 0.0, -math.inf, float(xp.min(B)) if math.prod(B.shape) else 0.0
 
 
-def argmin_usable(block, Z, shape):
+def argmin_usable(block: _Domain, Z: Array, shape: Sequence[int]) -> bool | Array:
     """Whether ``Z`` can be the argmin of ``block``: False where it is not an array of ``shape``,
     else a 0-d boolean array, on the device, that holds where Z is finite and in the block's
     domain (``block.project`` leaves it). ``argmin_problem`` says why not."""
@@ -271,7 +312,7 @@ def argmin_usable(block, Z, shape):
     return finite & xp.all(block.project(Z) == Z)
 
 
-def argmin_problem(block, Z, shape):
+def argmin_problem(block: _Domain, Z: Array, shape: Sequence[int]) -> str | None:
     """Why ``Z`` cannot be the argmin of ``block`` at all, or None: not an array of ``shape``, a
     NaN or inf entry, or a point outside the block's domain (``block.project`` moves it). One
     host read where the point is usable."""

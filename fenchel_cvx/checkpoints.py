@@ -19,7 +19,13 @@ seed, the resumed run ends bit-identical to the same run uninterrupted.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
 
 from .errors import FileFormatError
 from .files import NpzFile
@@ -27,19 +33,21 @@ from .history import History
 from .io import network_config, network_from_config, same_network, write_npz
 from .network import LiftedNetwork
 from .pre_activations import Image
-from .schedule import BCDState
+from .schedule import BCDState, Step
 from .schemas import CHECKPOINT_META
 
 CHECKPOINT_FORMAT = "fenchel_cvx.BCDCheckpoint/1"
 CHECKPOINT_FILE = "checkpoint.npz"
 
 
-def checkpoint_path(directory) -> Path:
+def checkpoint_path(directory: str | os.PathLike[str]) -> Path:
     """The checkpoint file of the folder ``directory``."""
     return Path(directory) / CHECKPOINT_FILE
 
 
-def save_checkpoint(directory, net, state, settings: dict) -> Path:
+def save_checkpoint(
+    directory: str | os.PathLike[str], net: LiftedNetwork, state: BCDState, settings: dict[str, Any]
+) -> Path:
     """Write the state of a run (``schedule.BCDState``) to ``directory/checkpoint.npz``."""
     from . import __version__
 
@@ -62,7 +70,9 @@ def save_checkpoint(directory, net, state, settings: dict) -> Path:
     return write_npz(checkpoint_path(directory), arrays, meta)
 
 
-def load_checkpoint(path) -> tuple[dict, dict]:
+def load_checkpoint(
+    path: str | os.PathLike[str],
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """``(arrays, meta)`` of a checkpoint: ``path`` is its folder or its ``.npz`` file. Checked
     before use: the meta's fields, their types and ranges (``schemas.CHECKPOINT_META``: every
     record of its history with its certificate), the network config (``network_from_config``),
@@ -101,7 +111,7 @@ def _checkpoint_shapes(f, net, names) -> dict:
     return shapes
 
 
-def checkpoint_meta(path) -> dict:
+def checkpoint_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The checked meta of a checkpoint (``path``: its folder or its ``.npz`` file) without
     reading its arrays: its fields and their types, and a history of ``iteration`` rounds."""
     path = Path(path)
@@ -141,7 +151,7 @@ def _check_checkpoint_meta(path, meta) -> None:
         )
 
 
-def resume_file(resume) -> Path:
+def resume_file(resume: str | os.PathLike[str]) -> Path:
     """``fit_bcd``'s ``resume``: a checkpoint file, or a folder holding ``checkpoint.npz``; a
     ValueError naming ``resume`` where it is neither."""
     path = Path(resume)
@@ -167,7 +177,15 @@ def _differences(old, new, prefix=""):
     return out
 
 
-def restore(net, saved, config, digest, xp, steps, dev=None) -> BCDState:
+def restore(
+    net: LiftedNetwork,
+    saved: tuple[dict[str, np.ndarray], dict[str, Any]],
+    config: dict[str, Any],
+    digest: str | None,
+    xp: ModuleType,
+    steps: Sequence[Step],
+    dev: object = None,
+) -> BCDState:
     """The ``BCDState`` of a checkpoint (``load_checkpoint`` checked its structure), after
     checking it belongs to this run: same data, settings and network, a round counter within
     the run's schedule ``steps`` and lifted variables of the last round's batch size; its

@@ -45,6 +45,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import defaults
 from .activations import Activation, activation_names
+from .arrays import Array
 from .backends import check_backend, get_backend
 from .bcd import fit_bcd
 from .history import History
@@ -608,7 +609,7 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         Y[np.arange(y.shape[0]), idx] = 1
         return Y
 
-    def fit(self, X: Any, y: Any) -> FenchelClassifier:
+    def fit(self, X: Array, y: Array) -> FenchelClassifier:
         """Train on ``X`` (n_samples, n_features) and labels ``y``; returns ``self``."""
         self._checked_params()
         X, y = self._data(X, y, reset=self._reset())
@@ -628,7 +629,7 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
             self.classes_ = classes
         return self._fit(X, self._one_hot(y), reset=reset, partial=False)
 
-    def partial_fit(self, X: Any, y: Any, classes: Any = None) -> FenchelClassifier:
+    def partial_fit(self, X: Array, y: Array, classes: Array | None = None) -> FenchelClassifier:
         """One update of the batched model (Algorithm 2) on the batch ``(X, y)``; returns ``self``.
 
         The batch is one mini-batch: X starts at its feed-forward point and ``alternations``
@@ -659,11 +660,11 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
             )
         return self._fit(X, self._one_hot(y), reset=first, partial=True)
 
-    def predict_proba(self, X: Any) -> np.ndarray:
+    def predict_proba(self, X: Array) -> np.ndarray:
         """Softmax of the feed-forward logits: ``(n_samples, n_classes)``, rows sum to 1."""
         return np.asarray(softmax(self._forward(X).T)).T
 
-    def predict_log_proba(self, X: Any) -> np.ndarray:
+    def predict_log_proba(self, X: Array) -> np.ndarray:
         """Log of :meth:`predict_proba` (the log-softmax of the logits, computed stably)."""
         return log_softmax(self._forward(X), axis=1)
 
@@ -672,7 +673,7 @@ class FenchelClassifier(ClassifierMixin, _FenchelBase):
         logits = np.asarray(net.forward(X_val.T)[1])
         return float(np.mean(logits.argmax(axis=0) == Y_val.argmax(axis=1)))
 
-    def predict(self, X: Any) -> np.ndarray:
+    def predict(self, X: Array) -> np.ndarray:
         """The class with the largest logit."""
         scores = self._forward(X)
         return self.classes_[np.argmax(scores, axis=1)]
@@ -774,7 +775,7 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
             )
         return Y
 
-    def fit(self, X: Any, y: Any) -> FenchelRegressor:
+    def fit(self, X: Array, y: Array) -> FenchelRegressor:
         """Train on ``X`` (n_samples, n_features) and targets ``y``; returns ``self``."""
         self._checked_params()
         reset = self._reset()
@@ -786,7 +787,7 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
         """R^2 on the held-out part (early stopping), as MLPRegressor scores it."""
         return float(r2_score(Y_val, np.asarray(net.forward(X_val.T)[1]).T))
 
-    def partial_fit(self, X: Any, y: Any) -> FenchelRegressor:
+    def partial_fit(self, X: Array, y: Array) -> FenchelRegressor:
         """One update of the batched model (Algorithm 2) on the batch ``(X, y)``; returns ``self``.
 
         See :meth:`FenchelClassifier.partial_fit` (no ``classes``).
@@ -797,7 +798,7 @@ class FenchelRegressor(RegressorMixin, _FenchelBase):
         Y = check_scale("y", self._targets(y, first).astype(X.dtype))
         return self._fit(X, Y, reset=first, partial=True)
 
-    def predict(self, X: Any) -> np.ndarray:
+    def predict(self, X: Array) -> np.ndarray:
         """The feed-forward output: ``(n_samples,)`` if fitted on 1-D y, else
         ``(n_samples, n_outputs)``."""
         out = self._forward(X)

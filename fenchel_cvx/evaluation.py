@@ -9,11 +9,17 @@ accuracy of its arg-max. ``fit_bcd(eval_every=k)`` sets how often (:func:`evalua
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from .arrays import namespace
+from .arrays import Array, namespace
+
+if TYPE_CHECKING:
+    from .network import LiftedNetwork
+    from .schedule import Step
 
 
-def is_one_hot(Y) -> bool:
+def is_one_hot(Y: Array) -> bool:
     """True iff every column of Y is a standard basis vector (a classification target).
 
     Examples
@@ -31,7 +37,9 @@ def is_one_hot(Y) -> bool:
     )
 
 
-def evaluate(net, X0, Y, classification=None):
+def evaluate(
+    net: LiftedNetwork, X0: Array, Y: Array, classification: bool | None = None
+) -> tuple[float, float | None]:
     """Feed-forward ``(loss per data point, accuracy or None)`` of ``net`` on ``(X0, Y)``."""
     if classification is None:
         classification = is_one_hot(Y)
@@ -43,11 +51,18 @@ def evaluate(net, X0, Y, classification=None):
     return loss, acc
 
 
-def evaluator(X0, Y, X_test, Y_test, classification, eval_every):
+def evaluator(
+    X0: Array,
+    Y: Array,
+    X_test: Array | None,
+    Y_test: Array | None,
+    classification: bool,
+    eval_every: int | None,
+) -> Callable[[LiftedNetwork, Step], dict[str, Any]]:
     """The train and test evaluation of a round (every ``eval_every`` rounds and at the end of
     every epoch; never for ``eval_every=None``): ``evaluate_round(net, step)``, a dict."""
 
-    def evaluate_round(net, step):
+    def evaluate_round(net: LiftedNetwork, step: Step) -> dict[str, Any]:
         due = eval_every is not None and (step.iteration % eval_every == 0 or step.end_of_epoch)
         tr = evaluate(net, X0, Y, classification) if due else (None, None)
         te = (
@@ -60,7 +75,14 @@ def evaluator(X0, Y, X_test, Y_test, classification, eval_every):
     return evaluate_round
 
 
-def initial_figures(net, X0, Y, X_test, Y_test, classification) -> dict:
+def initial_figures(
+    net: LiftedNetwork,
+    X0: Array,
+    Y: Array,
+    X_test: Array | None,
+    Y_test: Array | None,
+    classification: bool,
+) -> dict[str, Any]:
     """The feed-forward figures before the first round (the history's ``config.initial``)."""
     tr = evaluate(net, X0, Y, classification)
     te = evaluate(net, X_test, Y_test, classification) if X_test is not None else (None, None)

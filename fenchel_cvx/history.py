@@ -33,8 +33,13 @@ reader (``files.read_json``: the JSON within the read budget) and the schema of 
 earliest releases wrote it) loads as version 1.
 """
 
+from __future__ import annotations
+
 import math
+import os
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +47,7 @@ import numpy as np
 FORMAT = "fenchel_cvx.History/1"
 
 
-def _plain(x):
+def _plain(x: Any) -> Any:
     """numpy scalars / arrays / tuples -> JSON-ready Python objects."""
     if isinstance(x, dict):
         return {str(k): _plain(v) for k, v in x.items()}
@@ -62,39 +67,43 @@ def _plain(x):
 class History:
     """The record of a BCD run: ``config`` and one dict per round (see the module docstring)."""
 
-    def __init__(self, config=None, records=None):
-        self.config = _plain(dict(config or {}))
-        self.records = [_plain(r) for r in (records or [])]
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = None,
+        records: Iterable[Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.config: dict[str, Any] = _plain(dict(config or {}))
+        self.records: list[dict[str, Any]] = [_plain(r) for r in (records or [])]
 
-    def append(self, record):
+    def append(self, record: Mapping[str, Any]) -> None:
         self.records.append(_plain(record))
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.records)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.records)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> dict[str, Any]:
         return self.records[i]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"History({len(self)} rounds, certificate held: {self.verdict})"
 
-    def series(self, key):
+    def series(self, key: str) -> np.ndarray:
         """The values of ``key`` over the rounds as a float array (``None`` -> NaN)."""
         return np.array(
             [math.nan if r.get(key) is None else r[key] for r in self.records], dtype=float
         )
 
     @property
-    def certificate_held(self):
+    def certificate_held(self) -> bool:
         """True iff every check that ran held at every round (with ``fit_bcd(check_every=k)``
         the rounds in between ran block_optimality only: see :attr:`checked_rounds`)."""
         return all(r["certificate"]["held"] for r in self.records)
 
     @property
-    def held_but_capped(self):
+    def held_but_capped(self) -> bool:
         """True iff every check held at every round but the block optimality of blocks that
         stopped at the step cap they were given (``FastBackend(w_steps=..., x_steps=...)``:
         inexact by design, each recorded as a ``capped`` violation): so the Fenchel-Young,
@@ -102,7 +111,7 @@ class History:
         return all(v.get("capped", False) for v in self.violations)
 
     @property
-    def verdict(self):
+    def verdict(self) -> str:
         """Whether the certificate held, in words: ``"yes"``; ``"yes, but for ..."`` the block
         optimality of capped blocks (``held_but_capped``); else ``"no (...)"``, counted."""
         capped = sum(bool(v.get("capped")) for v in self.violations)
@@ -116,25 +125,25 @@ class History:
         return f"no ({len(self.violations)} violations, {capped} of them capped block solves)"
 
     @property
-    def checked_rounds(self):
+    def checked_rounds(self) -> int:
         """The number of rounds on which the whole certificate ran."""
         return sum(bool(r["certificate"].get("checked", True)) for r in self.records)
 
     @property
-    def violations(self):
+    def violations(self) -> list[dict[str, Any]]:
         """All recorded certificate violations (non-strict runs), in order."""
         return [v for r in self.records for v in r["certificate"]["violations"]]
 
     @property
-    def last(self):
+    def last(self) -> dict[str, Any] | None:
         return self.records[-1] if self.records else None
 
     # --- JSON ---------------------------------------------------------------------------------
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "config": self.config, "records": self.records}
 
     @classmethod
-    def from_dict(cls, d, source="history"):
+    def from_dict(cls, d: object, source: str | os.PathLike[str] = "history") -> History:
         """The history of ``to_dict``'s dict ``d``; ``source``: the file it came from (named
         by a ``FileFormatError`` when ``d`` is not one, or a field of it fails its schema,
         ``schemas.HISTORY``: e.g. ``records[2].certificate.held: expected true or false``)."""
@@ -160,7 +169,7 @@ class History:
         HISTORY.check(source, "", d)  # every record's fields: their types, ranges and meaning
         return cls(d.get("config"), d["records"])
 
-    def save(self, path):
+    def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the history as JSON to ``path`` atomically; returns the path."""
         from .io import write_json
 
@@ -169,7 +178,7 @@ class History:
         return write_json(path, self.to_dict())
 
     @classmethod
-    def load(cls, path):
+    def load(cls, path: str | os.PathLike[str]) -> History:
         """Read a history written by :meth:`save` (``files.read_json``: a named
         ``FileFormatError`` for anything else)."""
         from .files import read_json

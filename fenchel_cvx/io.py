@@ -44,15 +44,15 @@ import os
 import re
 import secrets
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from .arrays import to_numpy
+from .arrays import Array, to_numpy
 from .errors import FileFormatError
 from .files import NpzFile
 from .schemas import NETWORK_CONFIG, check_meta
@@ -67,6 +67,23 @@ RUN_FILES = (
     "objectives.png",
     "accuracy.png",
 )
+
+
+#: a file's path, as a caller gives it
+_Path = str | os.PathLike[str]
+_N = TypeVar("_N", bound="_Network")
+
+
+class _Network(Protocol):
+    """What this module reads and writes of a network (``LiftedNetwork``, which imports this
+    module): its weights ``W``, its config, and the class's ``from_config``."""
+
+    W: list[Any]
+
+    def get_config(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_config(cls: type[_N], config: dict[str, Any]) -> _N: ...
 
 
 #: the list :func:`recording_writes` collects the written files in (None: none is collecting)
@@ -102,7 +119,9 @@ def _temporary(path: Path) -> tuple[int, Path]:
     raise FileExistsError(f"no free name for a temporary file beside {str(path)!r}")
 
 
-def atomic_write(path, write, check: Callable[[Path], Any] | None = None) -> Path:
+def atomic_write(
+    path: _Path, write: Callable[..., object], check: Callable[[Path], Any] | None = None
+) -> Path:
     """Call ``write(binary_file)`` on a temporary file beside ``path``, then rename it over
     ``path``: readers see the old file or the whole new one, never a half-written one.
     ``check(temporary_path)``, where given, runs on the written file before the rename; what
@@ -125,24 +144,24 @@ def atomic_write(path, write, check: Callable[[Path], Any] | None = None) -> Pat
     return path
 
 
-def write_text(path, text: str) -> Path:
+def write_text(path: _Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     return atomic_write(path, lambda f: f.write(text.encode()))
 
 
-def write_json(path, obj) -> Path:
+def write_json(path: _Path, obj: object) -> Path:
     """Write ``obj`` as JSON to ``path`` atomically."""
     return write_text(path, json.dumps(obj, indent=1))
 
 
-def write_npz(path, arrays: dict[str, Any], meta: dict) -> Path:
+def write_npz(path: _Path, arrays: dict[str, Array], meta: dict[str, Any]) -> Path:
     """Write ``arrays`` and the JSON object ``meta`` to ``path`` atomically; returns the path."""
     payload = {k: to_numpy(v) for k, v in arrays.items()}
     payload["meta"] = np.array(json.dumps(meta))
     return atomic_write(path, lambda f: np.savez(f, allow_pickle=False, **payload))
 
 
-def read_npz(path, expected_format: str) -> tuple[dict[str, np.ndarray], dict]:
+def read_npz(path: _Path, expected_format: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The arrays and the meta object of a file written by :func:`write_npz`, every array read
     as its header announces it (for files whose arrays have no config to check against); the
     meta checked by the schema of its format (``schemas.check_meta``: a network's, a
@@ -158,7 +177,7 @@ def read_npz(path, expected_format: str) -> tuple[dict[str, np.ndarray], dict]:
 
 
 # --- networks ---------------------------------------------------------------------------------
-def network_config(net) -> dict:
+def network_config(net: _Network) -> dict[str, Any]:
     """The JSON-able architecture and hyperparameters of ``net`` (``LiftedNetwork.get_config``)."""
     return net.get_config()
 
@@ -174,12 +193,15 @@ def same_network(a: dict, b: dict) -> bool:
     return loss_as_dict(a) == loss_as_dict(b)
 
 
-def network_from_config(cfg: dict, network_class: Any, path=None, field="config") -> Any:
+def network_from_config(
+    cfg: Any, network_class: type[_N], path: _Path | None = None, field: str = "config"
+) -> _N:
     """A freshly initialised network of ``network_class`` (``LiftedNetwork``) with the
     architecture of ``cfg``; a config that fails a check (its schema,
     ``schemas.NETWORK_CONFIG``: types, registered names, weights within the read budget; then
     the network's own) raises ``FileFormatError`` naming ``path`` (default: "config") and
     ``field``."""
+    # (``cfg``: a JSON value as read from a file, checked here against the schema)
     path = "config" if path is None else path
     NETWORK_CONFIG.check(path, field, cfg)
     try:  # the network's own checks (validation.py, layers.build_maps, check_memory): each names
@@ -188,12 +210,12 @@ def network_from_config(cfg: dict, network_class: Any, path=None, field="config"
         raise FileFormatError(path, field, "a valid network config", str(err)) from None
 
 
-def _weights(f, net, prefix: str) -> list:
+def _weights(f: NpzFile, net: _Network, prefix: str) -> list[np.ndarray]:
     """The arrays ``{prefix}0 .. {prefix}L`` of the NpzFile ``f``, of ``net``'s shapes and dtype."""
     return [f.array(f"{prefix}{l}", W.shape, W.dtype) for l, W in enumerate(net.W)]
 
 
-def check_destination(name: str, path) -> Path:
+def check_destination(name: str, path: _Path) -> Path:
     """``path`` as a Path once a file can be written there: its folder exists and is a folder,
     and ``path`` itself is not a folder; else a ValueError naming ``name`` (the argument or the
     flag), before any work."""
@@ -211,7 +233,7 @@ def check_destination(name: str, path) -> Path:
     return path
 
 
-def save_network(net, path) -> Path:
+def save_network(net: _Network, path: _Path) -> Path:
     """Write ``net`` (weights, architecture, hyperparameters, dtype, version) to ``path``."""
     from . import __version__
 
@@ -220,7 +242,7 @@ def save_network(net, path) -> Path:
     return write_npz(path, {f"W_{l}": W for l, W in enumerate(net.W)}, meta)
 
 
-def load_network(path, network_class: Any) -> Any:
+def load_network(path: _Path, network_class: type[_N]) -> _N:
     """The network saved at ``path`` by :func:`save_network` (NumPy weights), a
     ``network_class`` (``LiftedNetwork``), checked as the module docstring says before any
     weight is read."""
@@ -233,7 +255,7 @@ def load_network(path, network_class: Any) -> Any:
 
 
 # --- run folders ------------------------------------------------------------------------------
-def data_digest(*arrays) -> str:
+def data_digest(*arrays: Array) -> str:
     """A SHA-256 of the arrays' shapes, dtypes and bytes (resume checks it is the same data)."""
     h = hashlib.sha256()
     for A in arrays:
@@ -298,7 +320,7 @@ def _writer_gone(tmp: Path, name: str, boot: float | None) -> bool:
     return _started_after(pid, mtime, boot)
 
 
-def remove_temporaries(directory, names=RUN_FILES) -> list:
+def remove_temporaries(directory: _Path, names: Iterable[str] = RUN_FILES) -> list[Path]:
     """Delete the temporary files (``.<name>.<pid>.<random>.tmp``, :func:`atomic_write`) that a
     process killed while writing left in ``directory``; returns their paths. Only the temporaries
     of ``names`` (default: a run's own files, ``RUN_FILES``: ``checkpoint.npz``,
@@ -332,7 +354,7 @@ def remove_temporaries(directory, names=RUN_FILES) -> list:
     return removed
 
 
-def check_writable_dir(name: str, directory) -> Path:
+def check_writable_dir(name: str, directory: _Path) -> Path:
     """Create ``directory`` if needed and prove it writable, or raise ValueError naming ``name``."""
     directory = Path(directory)
     try:

@@ -23,20 +23,26 @@ own ``value_cvxpy``). The one table keyed by names is the registry ``LOSSES`` (`
 ``loss("mse")`` looks one up); ``fenchel_cvx.extensions`` adds the Huber loss.
 """
 
+from __future__ import annotations
+
 import math
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from array_api_compat import array_namespace, device
 
-from .arrays import clip, host_if_cheap
+from .arrays import Array, clip, host_if_cheap
 from .facts import Named, Registry, require, stub
+
+if TYPE_CHECKING:
+    import torch
 
 #: the facts every solver needs, checked where a network is built (``loss``)
 CORE_FACTS = ("value", "grad", "column_curvature", "hvp")
 
 
-def softmax(A):
+def softmax(A: Array) -> Array:
     """Column-wise softmax."""
     xp = array_namespace(A)
     E = xp.exp(A - xp.max(A, axis=0, keepdims=True))
@@ -73,7 +79,7 @@ class Loss(Named):
     column_curvature = stub("column_curvature")
     hvp = stub("hvp")
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if cls.last_w_solver not in LAST_W_SOLVERS:
             raise ValueError(
@@ -81,25 +87,25 @@ class Loss(Named):
                 f"got {cls.last_w_solver!r}"
             )
 
-    def hess_diag(self, Y, Yhat):
+    def hess_diag(self, Y: Array, Yhat: Array) -> Array:
         """The diagonal of the Hessian in Yhat, per entry (from ``hvp``: a separable loss's
         Hessian is diagonal; others give their own)."""
         xp = array_namespace(Y, Yhat)
         return self.hvp(Y, Yhat, xp.ones_like(Yhat))
 
-    def line_derivs(self, Y, U, dU):
+    def line_derivs(self, Y: Array, U: Array, dU: Array) -> tuple[Array, Array]:
         """The first and second derivatives, as 0-d arrays, of ``t -> L(Y, U + t dU)`` at 0."""
         xp = array_namespace(Y, U)
         return xp.sum(self.grad(Y, U) * dU), xp.sum(dU * self.hvp(Y, U, dU))
 
-    def line_change(self, Y, U, dU):
+    def line_change(self, Y: Array, U: Array, dU: Array) -> tuple[Array, Array]:
         """``(change, size)``, 0-d arrays: ``L(Y, U + dU) - L(Y, U)`` and the size of the terms
         it subtracts (its rounding scale)."""
         xp = array_namespace(Y, U)
         base = self.value(Y, U)
         return self.value(Y, U + dU) - base, xp.abs(base)
 
-    def piece_values(self, Y, Yhat, axis):
+    def piece_values(self, Y: Array, Yhat: Array, axis: int | None) -> Array:
         """The loss summed along ``axis`` (kept as a 1 x m or k x 1 array), or all of it
         (``axis`` None): the oracle's Newton polish compares pieces. Rows (``axis`` 1) need a
         loss with ``elementwise`` terms."""
@@ -114,29 +120,29 @@ class Loss(Named):
             keepdims=True,
         )
 
-    def check_labels(self, name, Y, w_block=False):
+    def check_labels(self, name: str, Y: Array, w_block: bool = False) -> None:
         """Raise ``ValueError`` (naming ``name``) where Y are not weights this loss's formulas
         take (the oracle's check of a block's labels; ``w_block``: the last W-block's)."""
 
-    def targets_from(self, outputs, noise):
+    def targets_from(self, outputs: Array, noise: Array) -> Array:
         """Targets of this loss from a teacher network's ``outputs``, with ``noise`` added where
         the targets are real numbers (the theorem checks' data)."""
         return outputs + noise
 
-    def column_values(self, Y, Yhat):
+    def column_values(self, Y: Array, Yhat: Array) -> Array:
         """The loss of each column (data point); they sum to ``value``."""
         xp = array_namespace(Y, Yhat)
         return xp.stack(
             [self.value(Y[:, j : j + 1], Yhat[:, j : j + 1]) for j in range(Y.shape[1])]
         )
 
-    def curvature(self, Y, xp):
+    def curvature(self, Y: Array, xp: ModuleType) -> float | Array:
         """A bound on the Hessian of the loss in Yhat over all columns: a float, or a 0-d array
         on the device where reads are not cheap (``arrays.host_if_cheap``)."""
         c = self.column_curvature(Y, xp)
         return c if isinstance(c, float) else host_if_cheap(xp, xp.max(c))
 
-    def check_targets(self, name, Y, xp):
+    def check_targets(self, name: str, Y: Array, xp: ModuleType) -> None:
         """Raise ``ValueError`` (naming ``name``) if ``Y`` are not targets of this loss."""
 
 
@@ -148,33 +154,33 @@ class MSE(Loss):
     last_w_solver = "ridge"
     tasks = ("classification", "regression")
 
-    def value(self, Y, Yhat):
+    def value(self, Y: Array, Yhat: Array) -> Array:
         xp = array_namespace(Y, Yhat)
         R = Yhat - Y
         return xp.sum(R * R)
 
-    def elementwise(self, Y, Yhat):
+    def elementwise(self, Y: Array, Yhat: Array) -> Array:
         R = Yhat - Y
         return R * R
 
-    def hvp(self, Y, Yhat, A):
+    def hvp(self, Y: Array, Yhat: Array, A: Array) -> Array:
         """The Hessian is 2 I."""
         return 2.0 * A
 
-    def torch_loss(self, out, target):
+    def torch_loss(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Squared error summed over the outputs, the mean over the batch."""
         return ((out - target) ** 2).sum(1).mean()
 
-    def column_values(self, Y, Yhat):
+    def column_values(self, Y: Array, Yhat: Array) -> Array:
         xp = array_namespace(Y, Yhat)
         R = Yhat - Y
         return xp.sum(R * R, axis=0)
 
-    def column_curvature(self, Y, xp):
+    def column_curvature(self, Y: Array, xp: ModuleType) -> float:
         """The Hessian is 2 I."""
         return 2.0
 
-    def grad(self, Y, Yhat):
+    def grad(self, Y: Array, Yhat: Array) -> Array:
         return 2 * (Yhat - Y)
 
 
@@ -186,11 +192,11 @@ class CrossEntropy(Loss):
     may_lack_minimiser = True  # on linearly separable X_L
     last_w_solver = "pncg"
 
-    def value(self, Y, Yhat):
+    def value(self, Y: Array, Yhat: Array) -> Array:
         xp = array_namespace(Y, Yhat)
         return xp.sum(self.column_values(Y, Yhat))
 
-    def column_values(self, Y, Yhat):
+    def column_values(self, Y: Array, Yhat: Array) -> Array:
         """``-y_j^T log softmax(u_j)`` per column, as ``y_j^T (a_j - u_j) + (1^T y_j) log1p(r_j)``
         with ``a_j = max_k u_kj`` and ``r_j = sum_k exp(u_kj - a_j) - 1`` summed without its
         leading 1 (the other maxima count 1 each): two terms >= 0, each to a few eps of itself.
@@ -204,37 +210,37 @@ class CrossEntropy(Loss):
         ties = xp.astype(xp.sum(xp.astype(top, xp.int32), axis=0) - 1, Yhat.dtype)
         return xp.sum(Y * (a - Yhat), axis=0) + xp.sum(Y, axis=0) * xp.log1p(rest + ties)
 
-    def column_curvature(self, Y, xp):
+    def column_curvature(self, Y: Array, xp: ModuleType) -> Array:
         """``(1^T y_j) / 2`` per column (1 x m): the softmax Hessian is ``<= I / 2``."""
         return 0.5 * xp.sum(Y, axis=0, keepdims=True)
 
-    def grad(self, Y, Yhat):
+    def grad(self, Y: Array, Yhat: Array) -> Array:
         xp = array_namespace(Y, Yhat)
         return softmax(Yhat) * xp.sum(Y, axis=0, keepdims=True) - Y
 
-    def probabilities(self, Yhat):
+    def probabilities(self, Yhat: Array) -> Array:
         """The softmax of the logits, per column."""
         return softmax(Yhat)
 
-    def hvp(self, Y, Yhat, A):
+    def hvp(self, Y: Array, Yhat: Array, A: Array) -> Array:
         """``s_j (diag p_j - p_j p_j^T) a_j`` per column, ``p = softmax(Yhat)``, ``s = 1^T Y``."""
         xp = array_namespace(Y, Yhat)
         P = softmax(Yhat)
         PA = P * A
         return xp.sum(Y, axis=0, keepdims=True) * (PA - P * xp.sum(PA, axis=0, keepdims=True))
 
-    def hess_diag(self, Y, Yhat):
+    def hess_diag(self, Y: Array, Yhat: Array) -> Array:
         xp = array_namespace(Y, Yhat)
         P = softmax(Yhat)
         return xp.sum(Y, axis=0, keepdims=True) * P * (1.0 - P)
 
     @staticmethod
-    def _lse(U):
+    def _lse(U: Array) -> Array:
         xp = array_namespace(U)
         a = xp.max(U, axis=0, keepdims=True)
         return a + xp.log(xp.sum(xp.exp(U - a), axis=0, keepdims=True))
 
-    def line_derivs(self, Y, U, dU):
+    def line_derivs(self, Y: Array, U: Array, dU: Array) -> tuple[Array, Array]:
         xp = array_namespace(Y, U)
         s = xp.sum(Y, axis=0, keepdims=True)
         P = xp.exp(U - self._lse(U))
@@ -242,7 +248,7 @@ class CrossEntropy(Loss):
         m1 = xp.sum(P * dU, axis=0, keepdims=True)
         return d1, xp.sum(s * (xp.sum(P * dU * dU, axis=0, keepdims=True) - m1 * m1))
 
-    def line_change(self, Y, U, dU):
+    def line_change(self, Y: Array, U: Array, dU: Array) -> tuple[Array, Array]:
         """``(change, size)``. Per column, ``s_j [lse(u + du) - lse(u)] - y^T du = s_j log1p(
         sum_k p_k expm1(du_k - c))`` with ``p = softmax(u)`` (summing to 1) and ``c = y^T du /
         s_j``: no two sums of the logits' size are subtracted, so the descent safeguard sees a
@@ -262,7 +268,7 @@ class CrossEntropy(Loss):
         size = xp.where(small, s * xp.sum(xp.abs(E), axis=0, keepdims=True), s * xp.abs(base))
         return xp.sum(col), xp.sum(size)
 
-    def check_labels(self, name, Y, w_block=False):
+    def check_labels(self, name: str, Y: Array, w_block: bool = False) -> None:
         """Label weights >= 0 (columns without mass drop out); the W-block needs some mass."""
         xp = array_namespace(Y)
         if bool(xp.any(Y < 0)):
@@ -275,7 +281,7 @@ class CrossEntropy(Loss):
                 f"{name} must hold some label mass for the cross_entropy W-block, got all zeros"
             )
 
-    def targets_from(self, outputs, noise):
+    def targets_from(self, outputs: Array, noise: Array) -> Array:
         """One-hot labels of the teacher's largest output (noise unused)."""
         xp = array_namespace(outputs)
         k = outputs.shape[0]
@@ -284,13 +290,13 @@ class CrossEntropy(Loss):
             xp.arange(k, device=device(outputs))[:, None] == top[None, :], outputs.dtype
         )
 
-    def torch_loss(self, out, target):
+    def torch_loss(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Softmax cross-entropy on the logits against probability targets, the batch mean."""
         import torch
 
         return torch.nn.functional.cross_entropy(out, target)
 
-    def check_targets(self, name, Y, xp):
+    def check_targets(self, name: str, Y: Array, xp: ModuleType) -> None:
         """Each column of Y a probability vector: entries >= 0 summing to 1."""
         tol = 1e3 * xp.finfo(Y.dtype).eps * Y.shape[0]
         if not bool(xp.all(Y >= 0)) or not bool(xp.all(xp.abs(xp.sum(Y, axis=0) - 1) <= tol)):
@@ -311,13 +317,13 @@ register_loss(MSE)
 register_loss(CrossEntropy)
 
 
-def loss_names(task=None):
+def loss_names(task: str | None = None) -> list[str]:
     """The registered names, sorted; ``task``: only the losses for it ("classification",
     "regression")."""
     return sorted(n for n, c in LOSSES.items() if task is None or task in c.tasks)
 
 
-def loss(name, **params):
+def loss(name: str | Loss, **params: object) -> Loss:
     """The loss registered under ``name`` built with ``params``; a ``Loss`` is passed through.
     Either way it carries the ``CORE_FACTS`` (a ``ValueError`` naming the class and the fact it
     lacks)."""

@@ -24,6 +24,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ from .io import load_network, save_network
 from .layers import AvgPool2d, Conv2d, Dense, Flatten, Spec, build_maps
 from .losses import Loss
 from .losses import loss as _loss
-from .reduce import LOCAL
+from .reduce import LOCAL, Comm
 from .validation import (
     COUNT,
     LAM,
@@ -54,7 +55,7 @@ from .validation import (
 )
 
 
-def augment(X):
+def augment(X: Array) -> Array:
     """X~ = [X; 1^T]: append a row of ones (the bias input)."""
     xp = array_namespace(X)
     return xp.concat([X, xp.ones((1, X.shape[1]), dtype=X.dtype, device=device(X))], axis=0)
@@ -252,7 +253,7 @@ class LiftedNetwork:
         Y: Array | None = None,
         *,
         dtype: DTypeLike | None = None,
-        xp: Any = None,
+        xp: ModuleType | None = None,
         on: Array | None = None,
         names: tuple[str, str] = ("X0", "Y"),
     ) -> tuple[Array, Array | None]:
@@ -355,7 +356,7 @@ class LiftedNetwork:
         X0: Array,
         Xs: Sequence[Array],
         Us: Sequence[Array] | None = None,
-        comm: Any = LOCAL,
+        comm: Comm = LOCAL,
     ) -> list[float]:
         """[sum B_l(X_{l+1}, W_l X~_l) for l < L] (unweighted; +inf off an activation's range).
         ``Us``: the pre-activations ``W_l X~_l`` at these W and X, or the first of them, where
@@ -378,7 +379,7 @@ class LiftedNetwork:
         *,
         checked: bool = True,
         known: Sequence[Array] = (),
-        comm: Any = LOCAL,
+        comm: Comm = LOCAL,
     ) -> float:
         """J(W) = L(Y, Yhat^ff) + sum_l rho_l ||W_l||_F^2. ``checked=False``: X0 and Y were
         checked already (``fit_bcd`` checks its data once per run); ``known``: the feed-forward
@@ -398,7 +399,7 @@ class LiftedNetwork:
         *,
         checked: bool = True,
         B: Sequence[float] | None = None,
-        comm: Any = LOCAL,
+        comm: Comm = LOCAL,
     ) -> float:
         """F(W, X) = L(Y, W_L X~_L) + sum_l rho_l ||W_l||_F^2 + sum_{l<L} lam_l B_l.
         ``checked=False``: X0, Y and Xs were checked already (the BCD driver's own); ``B``: the

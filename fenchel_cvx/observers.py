@@ -10,12 +10,21 @@ and the progress bar (:class:`ProgressBar`, ``progress=True``). Each observer ma
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from array_api_compat import array_namespace
 
 from .checkpoints import save_checkpoint
-from .reduce import LOCAL
+from .reduce import LOCAL, Comm
+
+if TYPE_CHECKING:
+    from .backends import Backend
+    from .network import LiftedNetwork
+    from .run_settings import RunSettings
+    from .schedule import BCDState, Step
 
 
 class CheckpointWriter:
@@ -25,16 +34,23 @@ class CheckpointWriter:
     that checkpoint starts without it, both go on alike. On ranks (``comm``) every rank gives
     its columns of the batch's X and U_0, and rank 0 writes the whole state."""
 
-    def __init__(self, directory, every, digest, backend, comm=LOCAL):
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        every: int,
+        digest: str | None,
+        backend: Backend,
+        comm: Comm = LOCAL,
+    ) -> None:
         self.directory, self.every, self.digest, self.backend = directory, every, digest, backend
         self.comm = comm
 
-    def __call__(self, net, state, step):
+    def __call__(self, net: LiftedNetwork, state: BCDState, step: Step) -> None:
         if step.iteration % self.every == 0 or step.last:
             self.save(net, state)
             self.backend.forget()
 
-    def save(self, net, state):
+    def save(self, net: LiftedNetwork, state: BCDState) -> None:
         """Write ``state`` now (``KeyboardInterrupt``: the last finished round's)."""
         if self.comm.P > 1:
             state = gathered(state, self.comm)
@@ -47,18 +63,18 @@ class ProgressBar:
     the backend's kind compiles in this process (``Backend.on_compile``: the fast backend's
     fused chains, in a run's first batch), the bar names it."""
 
-    def __init__(self, total, done, name, backend):
+    def __init__(self, total: int, done: int, name: str, backend: Backend) -> None:
         from tqdm.auto import tqdm
 
         self.desc = f"BCD ({name})"
         self.bar = tqdm(total=total, initial=done, unit="round", desc=self.desc)
         self._stop = backend.on_compile(self.compiling)
 
-    def compiling(self, chain):
+    def compiling(self, chain: str | None) -> None:
         """``chain``: the name of the kernel compiling now; None: done."""
         self.bar.set_description(self.desc + (f": compiling {chain}" if chain else ""))
 
-    def __call__(self, net, state, step):
+    def __call__(self, net: LiftedNetwork, state: BCDState, step: Step) -> None:
         rec, post = state.history.records[-1], {}
         if rec["checked"]:
             post = dict(F=f"{rec['lifted_x']:.4g}", J=f"{rec['network_x']:.4g}")
@@ -69,12 +85,17 @@ class ProgressBar:
         self.bar.set_postfix(post, refresh=False)
         self.bar.update(1)
 
-    def close(self):
+    def close(self) -> None:
         self._stop()
         self.bar.close()
 
 
-def observers(settings, callback, progress, state) -> list:
+def observers(
+    settings: RunSettings,
+    callback: Callable[[LiftedNetwork, dict[str, Any]], object] | None,
+    progress: bool,
+    state: BCDState,
+) -> list[Callable[[LiftedNetwork, BCDState, Step], object]]:
     """What runs after every round of the run of ``settings`` (``run_settings.RunSettings``):
     the checkpoint writer (first), the callback, the progress bar."""
     comm = settings.comm
@@ -96,7 +117,9 @@ def observers(settings, callback, progress, state) -> list:
     return out
 
 
-def interrupted(net, state, settings, observers):
+def interrupted(
+    net: LiftedNetwork, state: BCDState, settings: RunSettings, observers: Sequence[Any]
+) -> None:
     """Ctrl-C: the weights of the last finished round, as the checkpoint (written now) holds.
     On ranks the last checkpoint written stands (a rank interrupted alone cannot gather)."""
     net.W = list(state.W)
@@ -104,7 +127,7 @@ def interrupted(net, state, settings, observers):
         observers[0].save(net, state)
 
 
-def gathered(state, comm):
+def gathered(state: BCDState, comm: Comm) -> BCDState:
     """The run state with every rank's columns of the batch's X and U_0, in rank order (the
     whole batch's columns: ``reduce.share``)."""
 

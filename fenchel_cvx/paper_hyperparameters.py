@@ -26,12 +26,16 @@ constant.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .validation import LAM, RHO, PerLayer, check
 
 __all__ = ["from_reference"]
 
 
-def from_reference(lam, rho, lbd_coef=1.0):
+def from_reference(
+    lam: Sequence[float], rho: Sequence[float], lbd_coef: float | Sequence[float] = 1.0
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """``(lam, gamma)`` of this package for the paper's (or its code's) batched setting.
 
     Parameters
@@ -69,6 +73,6 @@ def from_reference(lam, rho, lbd_coef=1.0):
     return tuple(_round(v) for v in out), tuple(_round(v) for v in gamma)
 
 
-def _round(v):
+def _round(v: float) -> float:
     """``v`` to 12 significant digits: the products above, without their last-bit noise."""
     return float(f"{v:.12g}")

@@ -13,13 +13,20 @@ built with ``matplotlib.figure.Figure`` on the Agg canvas, so no display and no 
 are involved.
 """
 
+from __future__ import annotations
+
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .io import atomic_write
+
+if TYPE_CHECKING:
+    from .history import History
 
 
 def _figure(figsize=(6.4, 4.0)):
@@ -41,7 +48,7 @@ def _finish(fig, ax, history, path):
     return fig
 
 
-def plot_objectives(history, path=None):
+def plot_objectives(history: History, path: str | os.PathLike[str] | None = None) -> Figure:
     """Lifted vs network objective per round (see the module docstring)."""
     fig, ax = _figure()
     if len(history) == 0:
@@ -73,7 +80,7 @@ def plot_objectives(history, path=None):
     return _finish(fig, ax, history, path)
 
 
-def plot_accuracy(history, path=None):
+def plot_accuracy(history: History, path: str | os.PathLike[str] | None = None) -> Figure:
     """Test (and train) accuracy per round; per-point losses for regression."""
     fig, ax = _figure()
     it = history.series("iteration")

@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .arrays import Array
+
 __all__ = ["RESYNC", "Image", "PreActivations"]
 
 #: the most steps that may update an image of W X~ in place before a product forms it again
@@ -39,7 +41,7 @@ class Image:
     """U_l at the current W_l and X_l, and ``steps``: the solver steps that updated it in place
     since a product formed it (0: the product's own)."""
 
-    U: Any
+    U: Array
     steps: int = 0
 
     def serves(self, check: bool) -> bool:
@@ -68,13 +70,14 @@ class PreActivations:
     """
 
     def __init__(self, net: Any, check: bool, carried: Image | None = None) -> None:
+        # (``net``: a LiftedNetwork, whose module reaches this one through ``io``)
         self.net, self.check = net, check
         self._images: dict[int, Image] = {}
         self._on_pass = 0  # layers 0 .. _on_pass - 1 lie on the feed-forward pass at these W
         if carried is not None:
             self.put(0, carried.U, carried.steps)
 
-    def get(self, l: int) -> Any:
+    def get(self, l: int) -> Array | None:
         """U_l where this round may take a kept one, else None."""
         image = self._images.get(l)
         return None if image is None else image.U
@@ -84,7 +87,7 @@ class PreActivations:
         image = self._images.get(l)
         return 0 if image is None else image.steps
 
-    def form(self, l: int, Xl: Any) -> Any:
+    def form(self, l: int, Xl: Array) -> Array:
         """U_l at ``Xl`` = the current X_l: the kept one, else formed here (and kept)."""
         U = self.get(l)
         if U is None:
@@ -92,7 +95,7 @@ class PreActivations:
             self.put(l, U)
         return U
 
-    def put(self, l: int, U: Any, steps: int = 0) -> None:
+    def put(self, l: int, U: Array | None, steps: int = 0) -> None:
         """W_l or X_l changed: ``U`` is the new U_l, updated by ``steps`` solver steps since a
         product formed it (None, or one this round may not take: none kept)."""
         image = None if U is None else Image(U, steps)
@@ -103,7 +106,7 @@ class PreActivations:
         # U_0 lies on the pass whenever kept (X_0 is the data); a later layer ends the pass there
         self._on_pass = min(self._on_pass, l) if l else int(0 in self._images)
 
-    def feed_forward(self, X0: Any, Xt0: Any = None) -> list:
+    def feed_forward(self, X0: Array, Xt0: Array | None = None) -> list[Array]:
         """X_1, ..., X_L <- the feed-forward pass on the batch ``X0`` (patches ``Xt0`` where at
         hand) from the kept U_0 where there is one; keeps every U_l of the pass."""
         U0 = self.get(0)
@@ -114,7 +117,7 @@ class PreActivations:
         self._on_pass = len(Us)
         return Xs
 
-    def on_pass(self) -> list:
+    def on_pass(self) -> list[Array]:
         """The kept ``[U_0, U_1, ...]`` that lie on the feed-forward pass at the current W (all of
         them right after :meth:`feed_forward`; U_0 alone once an X_l has moved)."""
         return [self._images[l].U for l in range(self._on_pass)]

@@ -23,17 +23,26 @@ predicted class of data point j is ``argmax_k S[k, j]`` (``predict_classes``).
 per-class minimisation described above, which is what ``rule="optimization"`` means here.)
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
 from array_api_compat import array_namespace, device
 
+from .arrays import Array
 from .backends import get_backend
 from .blocks import x_block
 from .validation import COUNT, check
 
+if TYPE_CHECKING:
+    from .network import LiftedNetwork
+
 RULES = ("feedforward", "optimization")
 
 
-def column_objective(net, X0, Y, Xs):
+def column_objective(net: LiftedNetwork, X0: Array, Y: Array, Xs: Sequence[Array]) -> Array:
     """Each data point's share of F(W, X) without the penalty: loss + sum_l lam_l B_l."""
     xp = array_namespace(X0)
     X = [X0, *Xs]
@@ -74,7 +83,14 @@ def predict(net, X0, rule="feedforward", backend="cvxpy", sweeps=2, tol=1e-6):
     return xp.stack(scores)
 
 
-def predict_classes(net, X0, rule="feedforward", backend="cvxpy", sweeps=2, tol=1e-6):
+def predict_classes(
+    net: LiftedNetwork,
+    X0: Array,
+    rule: str = "feedforward",
+    backend: str | object = "cvxpy",
+    sweeps: int = 2,
+    tol: float = 1e-6,
+) -> Array:
     """The predicted class of each column of ``X0``: ``argmax`` of ``predict``'s scores (in
     their library)."""
     scores = predict(net, X0, rule=rule, backend=backend, sweeps=sweeps, tol=tol)

@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import blocks as _blocks
-from .arrays import to_numpy
+from .arrays import Array, to_numpy
 from .backends import BackendDefaults, get_backend
 from .errors import FileFormatError
+
+if TYPE_CHECKING:
+    from .network import LiftedNetwork
 
 FORMAT = "fenchel_cvx.RecordedBlocks/1"
 FILE = "blocks.npz"
@@ -34,7 +38,7 @@ FILE = "blocks.npz"
 CLASSES = {c.__name__: c for c in (_blocks.XHidden, _blocks.XLast, _blocks.WHidden, _blocks.WLast)}
 
 
-def block_name(block: Any) -> str:
+def block_name(block: _blocks.Block) -> str:
     """``X_l`` or ``W_l``: the block's variable."""
     return f"{'X' if isinstance(block, _blocks.XBlock) else 'W'}_{block.layer}"
 
@@ -50,17 +54,19 @@ class RecordingBackend(BackendDefaults):
         self.name, self.tol, self.threads = self.inner.name, self.inner.tol, self.inner.threads
         self.images = self.inner.images  # the driver's images go through to the solver
 
-    def solve(self, block: Any, start: Any = None, **images: Any) -> Any:
+    def solve(
+        self, block: _blocks.Block, start: Array | None = None, **images: object
+    ) -> _blocks.BlockResult:
         res = self.inner.solve(block, start=start, **images)
         entry, arrays = self._entry(block)  # copies: later solves may reuse the arrays
         arrays["argmin"] = to_numpy(res.argmin).astype(np.float64)
         self.recorded[entry["name"]] = (entry, arrays)
         return res
 
-    def check_network(self, net: Any) -> None:
+    def check_network(self, net: LiftedNetwork) -> None:
         self.inner.check_network(net)
 
-    def step_setting(self, block: Any) -> tuple[str, int | None]:
+    def step_setting(self, block: _blocks.Block) -> tuple[str, int | None]:
         return self.inner.step_setting(block)
 
     def settings(self) -> dict:
@@ -69,7 +75,7 @@ class RecordingBackend(BackendDefaults):
     def forget(self) -> None:
         self.inner.forget()
 
-    def on_compile(self, callback: Any) -> Any:
+    def on_compile(self, callback: Callable[[str | None], object]) -> Callable[[], None]:
         return self.inner.on_compile(callback)
 
     def save(self, path: str | Path) -> Path:

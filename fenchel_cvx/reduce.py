@@ -35,12 +35,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from array_api_compat import array_namespace
 
-__all__ = ["LOCAL", "CollectiveError", "Local", "SimulatedComm", "share"]
+from .arrays import Array
+
+__all__ = ["LOCAL", "CollectiveError", "Comm", "Local", "SimulatedComm", "share"]
 
 
 class CollectiveError(RuntimeError):
@@ -71,6 +73,42 @@ def _ops(values: Sequence[Any], op: str | Sequence[str]) -> list[str]:
     if len(ops) != len(values) or not set(ops) <= set(OPS):
         raise ValueError(f"op must be one of {sorted(OPS)} or one per value, got {op!r}")
     return ops
+
+
+class Comm(Protocol):
+    """What a solver asks of a communicator (:data:`LOCAL`, a shard of a
+    :class:`SimulatedComm`, ``fast.torch_comm.TorchComm``): the shards' count ``P``, this
+    shard's ``rank``, its ``split``, the collectives and the two roles (module doc)."""
+
+    P: int
+    rank: int
+    split: str
+
+    def reduce(self, values: Sequence[Any], op: str | Sequence[str]) -> list[Any]:
+        """``values`` (0-d arrays or numbers), each reduced over the shards by its op."""
+        ...
+
+    def all_gather(self, value: Array) -> list[Any]:
+        """Every shard's ``value``, in shard order."""
+        ...
+
+    def to_rows(self, A: Array, counts: Sequence[int]) -> Array:
+        """This shard's rows of a ``p x m`` array from its columns ``A``."""
+        ...
+
+    def with_split(self, split: str) -> Comm:
+        """This communicator's shards, split the other way."""
+        ...
+
+    @property
+    def columns(self) -> Comm:
+        """The communicator of the sums over a block's data points."""
+        ...
+
+    @property
+    def rows(self) -> Comm:
+        """The communicator of the figures over a W-block's rows."""
+        ...
 
 
 class _Moves:
@@ -136,7 +174,7 @@ class Local(_Moves):
         """
         return list(values)
 
-    def all_gather(self, value: Any) -> list:
+    def all_gather(self, value: Array) -> list:
         """Every shard's ``value``, in shard order: here this one's.
 
         >>> LOCAL.all_gather(3.0)

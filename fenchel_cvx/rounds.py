@@ -18,19 +18,40 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from array_api_compat import array_namespace
 
+from .arrays import Array
 from .block_checks import CheckedSolves, Halt
 from .blocks import w_block, x_block
 from .pre_activations import PreActivations
+
+if TYPE_CHECKING:
+    from .network import LiftedNetwork
+    from .run_settings import RunSettings
+    from .schedule import BCDState, Step
 
 
 class Round(CheckedSolves):
     """The round ``step`` (a ``schedule.Step``) of the run ``run`` (a ``RunSettings``) from
     the run state ``state`` (a ``BCDState``, which takes the round's results at :meth:`end`)."""
 
-    def __init__(self, net, state, step, run):
+    #: X_1, ..., X_L of the batch: the state's, then the feed-forward pass's (None before it)
+    Xs: Any
+    #: J(W) and F(W, X) (with the proximal term) as the checks start from them, F(W, X) and
+    #: the divergences after the X-sweep (None where not formed)
+    J: float | None
+    F: Any  # a float on checked rounds (each block's descent scale), else None
+    F_x: float | None
+    B_x: list[float] | None
+    W_prev: list[Array] | None  # the weights before momentum's extrapolation
+    halted: str | None  # the block whose unusable argmin halted the round
+    after_w: dict[str, Any]  # the figures after the W-sweep
+
+    def __init__(self, net: LiftedNetwork, state: BCDState, step: Step, run: RunSettings) -> None:
         check = step.iteration % run.check_every == 0 or step.last
         super().__init__(run.backend, net, run.cert, check, run.comm)
         self.state, self.step, self.run, self.t0 = state, step, run, time.perf_counter()
@@ -44,12 +65,12 @@ class Round(CheckedSolves):
         self.after_w = dict(lifted_w=None, network_w=None, divergence_w=None)
 
     @property
-    def X(self):
+    def X(self) -> list[Array]:
         """[X_0, X_1, ..., X_L] of the batch."""
         return [self.X0, *self._lifted()]
 
     # --- the batch: W0 <- W, X <- the feed-forward pass ---------------------------------------
-    def centre(self):
+    def centre(self) -> None:
         """W0 <- W, after momentum's extrapolation ``W <- W + beta (W - W_prev)`` where it is
         set (``bcd``'s module doc). The centre is the weights themselves: no block writes into
         its start, and each W-block starts at its centre by identity."""
@@ -58,13 +79,13 @@ class Round(CheckedSolves):
             self.W_prev = _extrapolate(self.net, W_prev, self.run.momentum, xp)
         self.state.W0 = list(self.net.W) if any(self.run.gamma) else [None] * len(self.net.W)
 
-    def feed_forward(self):
+    def feed_forward(self) -> None:
         """X_1, ..., X_L <- the feed-forward pass on the batch (its pre-activations kept). The
         run state lets the last batch's X go (a resumed round makes its own pass again)."""
         self.Xs = self.pre.feed_forward(self.X0, self.Xt0)
         self.state.Xs = list(self.Xs)
 
-    def alternations(self, steps):
+    def alternations(self, steps: Sequence[Step]) -> Iterator[Round]:
         """This round (of ``steps[0]``), then a round of each later step of ``steps``, each
         made once the one before has ended (the run state holds its results)."""
         yield self
@@ -72,7 +93,7 @@ class Round(CheckedSolves):
             yield Round(self.net, self.state, step, self.run)
 
     # --- the round's start: J, the restart rule ----------------------------------------------
-    def begin(self):
+    def begin(self) -> None:
         """The objectives the checks start from: J(W) (where checked, or where the X are carried
         over) and F(W, X). On carried-over X the restart rule first: where F(W, X) > J(W), X
         restarts from the feed-forward point (``bcd``'s module doc)."""
@@ -97,7 +118,7 @@ class Round(CheckedSolves):
         self.F = self.F + self.proximal_term() if self.check else None
 
     # --- the blocks ---------------------------------------------------------------------------
-    def x_block(self, l):
+    def x_block(self, l: int) -> None:
         """X_l <- the argmin of its block (eqs. (14)-(16)), from the current X_l, with U_{l-1}
         and, for its start, U_l at hand where the round holds them."""
         pre, Xs = self.pre, self._lifted()
@@ -108,7 +129,7 @@ class Round(CheckedSolves):
         pre.put(l, U if image is None else image)
         self._add(delta)
 
-    def w_block(self, l):
+    def w_block(self, l: int) -> None:
         """W_l <- the argmin of its block (eqs. (17)-(20); eq. (13)'s proximal term where
         gamma_l > 0), from the current W_l, with U_l = W_l X~_l at hand for its start. W_0's
         block hands back its image where the next round takes it (``pre_activations``)."""
@@ -135,10 +156,10 @@ class Round(CheckedSolves):
             raise RuntimeError("a round's blocks need its X: the feed-forward pass comes first")
         return self.Xs
 
-    def _add(self, delta):
+    def _add(self, delta: float) -> None:
         self.F = None if self.F is None else self.F + delta
 
-    def proximal_term(self):
+    def proximal_term(self) -> float:
         """The proximal term's value, sum_l gamma_l ||W_l - W0_l||^2 (eq. (13))."""
         return float(
             sum(
@@ -149,7 +170,7 @@ class Round(CheckedSolves):
         )
 
     # --- the checks between and after the sweeps ----------------------------------------------
-    def x_swept(self):
+    def x_swept(self) -> None:
         """Checked rounds: F(W, X) at the new X and the lower bound F(W, X) <= J(W) (eq. (8))."""
         if not self.check:
             return
@@ -161,7 +182,7 @@ class Round(CheckedSolves):
         self.cert.check_lower_bound(F_x, self.J)
         self.F_x, self.F = F_x, F_x + self.proximal_term()
 
-    def w_swept(self):
+    def w_swept(self) -> None:
         """Checked rounds: Fenchel-Young at the new W, and F and J there."""
         if not self.check:
             return
@@ -178,7 +199,7 @@ class Round(CheckedSolves):
         )
 
     @contextlib.contextmanager
-    def recorded(self):
+    def recorded(self) -> Iterator[None]:
         """The blocks of the round: the deferred argmin checks settled at its end (or where a
         block fails, so that an unusable argmin earlier in the round fails by name); in
         recorded mode an unusable argmin ends the round there (``halted``), and the run after
@@ -195,7 +216,7 @@ class Round(CheckedSolves):
             self.pre.put(0, None)  # the next round forms its own U_0
 
     # --- the record ---------------------------------------------------------------------------
-    def end(self, observers):
+    def end(self, observers: Iterable[Callable[[LiftedNetwork, BCDState, Step], object]]) -> bool:
         """The round's record, which the run state takes with the round's weights, X and the
         U_0 the next round may take; then the observers. -> whether the run stops here (an
         observer's True, or a halted block)."""
@@ -229,7 +250,9 @@ class Round(CheckedSolves):
         return bool(stop) or bool(self.halted)
 
 
-def _extrapolate(net, W_prev, beta, xp):
+def _extrapolate(
+    net: LiftedNetwork, W_prev: Sequence[Array] | None, beta: Sequence[float], xp: ModuleType
+) -> list[Array]:
     """Momentum: ``W <- W + beta_l (W - W_prev)`` (none before a first W_prev); returns the W
     before it, the next W_prev."""
     W = [xp.asarray(W, copy=True) for W in net.W]

@@ -12,23 +12,26 @@ from __future__ import annotations
 
 import json
 import numbers
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from array_api_compat import device
 
 from . import defaults
-from .arrays import namespace
-from .backends import check_backend, get_backend
+from .arrays import Array, namespace
+from .backends import Backend, check_backend, get_backend
 from .certificate import Certificate
 from .checkpoints import load_checkpoint, restore, resume_file
 from .evaluation import evaluator, is_one_hot
 from .history import _plain
 from .io import check_writable_dir, data_digest, remove_temporaries
-from .reduce import LOCAL, share
-from .schedule import Batches, schedule
+from .reduce import LOCAL, Comm, share
+from .schedule import Batches, BCDState, Step, schedule
 from .validation import (
     BOOL,
     CALLABLE,
@@ -44,6 +47,9 @@ from .validation import (
     check_rounds,
     validate,
 )
+
+if TYPE_CHECKING:
+    from .network import LiftedNetwork
 
 #: the constraints of ``fit_bcd``'s arguments (``validation.py``); gamma's, per layer, need the
 #: network, and the data's need its sizes
@@ -71,7 +77,7 @@ class RunSettings:
     schedule, the state to resume from (None: a fresh run), the checkpoints'
     ``(folder, every, data digest)`` and momentum's beta per layer."""
 
-    backend: object
+    backend: Backend
     cert: Certificate
     gamma: list
     check_every: int
@@ -87,21 +93,21 @@ class RunSettings:
     W_prev: Any = None  # the first batch's (fit_bcd(W_prev=...)), in the data's library
     x_sweep: str = "backward"  # the X-blocks' order (``x_order``)
     algorithm: int = 1  # the paper's Algorithm 1 (batch_size None) or 2
-    comm: Any = LOCAL  # the ranks that share every batch (``reduce.py``; one process: LOCAL)
+    comm: Comm = LOCAL  # the ranks that share every batch (``reduce.py``; one process: LOCAL)
 
     @property
-    def carries_U0(self):
+    def carries_U0(self) -> bool:
         """Whether a round may take W_0 X~_0 from the round before (``pre_activations``): every
         round sees the same data, and no momentum moves W_0 between them."""
         return not self.data.batched and not any(self.momentum)
 
-    def x_order(self, L):
+    def x_order(self, L: int) -> range:
         """The X-blocks' layers in the X-sweep's order: L, ..., 1 (Algorithms 1 and 2), or
         1, ..., L (``x_sweep="forward"``: each block sees the X below it just solved)."""
         return range(L, 0, -1) if self.x_sweep == "backward" else range(1, L + 1)
 
 
-def weights_in(xp, net, dev=None):
+def weights_in(xp: ModuleType, net: LiftedNetwork, dev: object = None) -> list[Array]:
     """The network's weights as arrays of ``xp`` (the data's library) on ``dev`` (the data's
     device), without changing net."""
     try:
@@ -116,7 +122,15 @@ def weights_in(xp, net, dev=None):
         ) from None
 
 
-def check_data(net, X0, Y, xname="X0", yname="Y", xp=None, on=None):
+def check_data(
+    net: LiftedNetwork,
+    X0: Array,
+    Y: Array,
+    xname: str = "X0",
+    yname: str = "Y",
+    xp: ModuleType | None = None,
+    on: Array | None = None,
+) -> tuple[Array, Array]:
     """Data and targets in the network's dtype (no silent upcast of float32), in ``xp`` and on
     the device of the array ``on`` (None: X0's own, so that the targets follow the data)."""
     xp = namespace(X0) if xp is None else xp
@@ -125,7 +139,7 @@ def check_data(net, X0, Y, xname="X0", yname="Y", xp=None, on=None):
     return X0, Y
 
 
-def check_arguments(net, args):
+def check_arguments(net: LiftedNetwork, args: Mapping[str, Any]) -> dict[str, Any]:
     """``fit_bcd``'s arguments but the data, checked and normalised (gamma=None: the default
     of the algorithm, ``defaults.gamma_for``)."""
     if not (hasattr(net, "layer_sizes") and hasattr(net, "W") and hasattr(net, "forward")):
@@ -143,7 +157,9 @@ def check_arguments(net, args):
     return args
 
 
-def check_W_prev(W_prev, weights, xp, resume):
+def check_W_prev(
+    W_prev: Sequence[Array] | None, weights: Sequence[Array], xp: ModuleType, resume: bool
+) -> list[Array] | None:
     """``fit_bcd``'s ``W_prev``: None, or one finite array per layer of the weights' shapes
     (not with ``resume``: a checkpoint holds its own), in the data's library and dtype."""
     if W_prev is None:
@@ -176,7 +192,7 @@ def check_W_prev(W_prev, weights, xp, resume):
     return out
 
 
-def check_comm(comm, backend, m, steps):
+def check_comm(comm: Comm | None, backend: Backend, m: int, steps: Sequence[Step]) -> Comm:
     """``fit_bcd``'s ``comm``: None (one process) or a communicator of ``reduce.py``
     (``TorchComm``: the ranks of a ``torch.distributed`` group), whose P ranks each take a share
     of every batch (``reduce.share``): the backend must train on ranks (a ``comm`` of its own:
@@ -209,7 +225,9 @@ def check_comm(comm, backend, m, steps):
     return comm
 
 
-def build_backend(backend, strict, tol, xp, net):
+def build_backend(
+    backend: str | object, strict: bool | None, tol: float, xp: ModuleType, net: LiftedNetwork
+) -> tuple[Backend, str]:
     """The backend object (``backends.Backend``) and its name; a name is built with ``tol``
     (and non-strict, so that inaccurate solves are recorded, in recorded mode). The backend
     checks ``net`` here (per-layer settings: ``FastBackend``), before any work."""
@@ -223,7 +241,16 @@ def build_backend(backend, strict, tol, xp, net):
     return backend, backend.name
 
 
-def run_config(net, m, m_test, args, backend, name, strict, classification):
+def run_config(
+    net: LiftedNetwork,
+    m: int,
+    m_test: int | None,
+    args: Mapping[str, Any],
+    backend: Backend,
+    name: str,
+    strict: bool,
+    classification: bool,
+) -> dict[str, Any]:
     """The run's settings as the history records them; ``backend_settings``: what the backend
     solves its blocks with (its ``settings()``, as JSON data: a value JSON cannot hold, such as
     an oracle's ``solver_opts`` callback, is recorded as its repr)."""
@@ -256,7 +283,7 @@ def run_config(net, m, m_test, args, backend, name, strict, classification):
     )
 
 
-def certificate_of(backend, strict, tol):
+def certificate_of(backend: Backend, strict: bool, tol: float) -> Certificate:
     """The run's certificate. Block optimality is judged at the accuracy asked of the backend
     (its ``tol``, e.g. a FastBackend(tol=1e-3)), never looser than the certificate's own."""
     asked = backend.tol
@@ -264,7 +291,7 @@ def certificate_of(backend, strict, tol):
     return Certificate(strict=strict, tol=tol, residual_tol=residual_tol)
 
 
-def validate_run(net, X0, Y, args):
+def validate_run(net: LiftedNetwork, X0: Array, Y: Array, args: Mapping[str, Any]) -> RunSettings:
     """Check every argument and the data, before any work; return the run's ``RunSettings``.
     The network's weights move to the data's library once every check passed."""
     args = check_arguments(net, args)
@@ -277,6 +304,7 @@ def validate_run(net, X0, Y, args):
     # a checkpoint failing the checked reader raises FileFormatError, which names the file
     resume = None if args["resume"] is None else resume_file(args["resume"])
     saved = None if resume is None else load_checkpoint(resume)
+    backend: Any  # a Backend, with its own class's attributes too (a FastBackend's comm)
     backend, name = build_backend(args["backend"], args["strict"], args["tol"], xp, net)
     weights = weights_in(xp, net, device(X0))
     strict = (name == "cvxpy") if args["strict"] is None else args["strict"]
@@ -326,7 +354,12 @@ def validate_run(net, X0, Y, args):
     return settings
 
 
-def checkpoint_folder(net, checkpoint, resume, comm):
+def checkpoint_folder(
+    net: LiftedNetwork,
+    checkpoint: str | os.PathLike[str] | None,
+    resume: Path | None,
+    comm: Comm,
+) -> str | os.PathLike[str] | None:
     """The run's checkpoint folder (None: none), checked writable (rank 0's, which writes
     there), without what a killed run left in it or in the folder resumed from."""
     if checkpoint is None:
@@ -340,7 +373,7 @@ def checkpoint_folder(net, checkpoint, resume, comm):
     return ckpt
 
 
-def on_rank(state, comm):
+def on_rank(state: BCDState, comm: Comm) -> BCDState:
     """A checkpoint's state (every rank's columns: the batch's X and U_0) with this rank's
     share of its columns (``reduce.share``): a checkpoint reads at any number of ranks."""
     if comm.P == 1:

@@ -16,15 +16,23 @@ import os
 import signal
 import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from array_api_compat import device
 
 from .datasets import batch_order
 from .history import History
-from .reduce import LOCAL, share
+from .reduce import LOCAL, Comm, share
+
+if TYPE_CHECKING:
+    from .arrays import Array
+    from .layers import LinearMap
+    from .network import LiftedNetwork
+    from .pre_activations import Image
 
 
 @dataclass(frozen=True)
@@ -42,7 +50,7 @@ class Step:
     last: bool  # the last round of the run
 
     @property
-    def idx(self):
+    def idx(self) -> Array | None:
         """Deprecated name of :attr:`columns`."""
         warnings.warn("Step.idx is deprecated; use Step.columns", DeprecationWarning, stacklevel=2)
         return self.columns
@@ -118,7 +126,14 @@ class BCDState:
     W_prev: Any = None
     carried: Any = None
 
-    def advance(self, net, Xs, record, W_prev=None, carried=None):
+    def advance(
+        self,
+        net: LiftedNetwork,
+        Xs: list[Array] | None,
+        record: dict[str, Any],
+        W_prev: list[Array] | None = None,
+        carried: Image | None = None,
+    ) -> None:
         """The state after the round of ``record``: ``net``'s weights, ``Xs``, the record. Its
         fields change together: a Ctrl-C meanwhile is held until they have (the checkpoint
         that ``observers.interrupted`` writes then is the whole round's)."""
@@ -130,7 +145,7 @@ class BCDState:
 
 
 @contextlib.contextmanager
-def held_interrupt():
+def held_interrupt() -> Iterator[None]:
     """Ctrl-C (SIGINT) held while the body runs and delivered when it ends, as the handler in
     place would have received it (Python's: a ``KeyboardInterrupt``). Only the main thread
     receives signals: elsewhere, and where the handler in place was not installed from Python,
@@ -158,23 +173,26 @@ class Batches:
     ``schedule``) every round gets the data themselves. On the ranks of ``comm``
     (``reduce.py``) each gets its share of every batch's columns (``reduce.share``)."""
 
-    def __init__(self, X0, Y, xp, batched, comm=LOCAL):
+    def __init__(
+        self, X0: Array, Y: Array, xp: ModuleType, batched: bool, comm: Comm = LOCAL
+    ) -> None:
         self.xp, self.batched, self.comm = xp, batched, comm
         self.X0, self.Y = X0, Y
         if not batched and comm.P > 1:  # this rank's columns of all the data, once
             mine = share(X0.shape[1], comm.P, comm.rank)
             X0, Y = X0[:, mine], Y[:, mine]
         self._last = (None, X0, Y)
-        self._patches = (None, None, None)  # (the batch, the layer, its patches)
+        # (the batch, the layer, its patches)
+        self._patches: tuple[Array | None, LinearMap | None, Array | None] = (None, None, None)
         # from a column-major copy each batch is one contiguous block per point (MNIST, 784 x
         # 60,000 float32: 0.1 ms a batch instead of 3 ms)
         self.cols = np.asfortranarray(X0) if batched and xp is np else X0
 
-    def size(self, columns):
+    def size(self, columns: Array) -> int:
         """The number of data points in the batch of ``columns`` (every rank's together)."""
         return int(self.X0.shape[1]) if not self.batched else len(columns)
 
-    def batch(self, columns):
+    def batch(self, columns: Array) -> tuple[Array, Array]:
         """``(X0, Y)`` of the batch of ``columns`` (all the data where unbatched): on ranks,
         this rank's share of its columns."""
         if not self.batched:
@@ -189,7 +207,7 @@ class Batches:
             self._last = (columns, Xb, Yb)
         return self._last[1:]
 
-    def patches(self, layer, Xb):
+    def patches(self, layer: LinearMap, Xb: Array) -> Array:
         """``layer.patches(Xb)`` of the batch ``Xb``, formed once per batch (unbatched: once
         per run). The feed-forward pass and W_0's block use them, and W_0's Gram cache meets
         the very array it was formed from again (no comparison of contents)."""

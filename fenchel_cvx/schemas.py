@@ -29,8 +29,9 @@ No equation of the paper is implemented here.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeGuard
 
 from .activations import activation_names
 from .budget import bounded_product, read_budget
@@ -41,7 +42,7 @@ from .losses import loss_names
 from .pre_activations import RESYNC
 
 
-def found(value) -> str:
+def found(value: object) -> str:
     """``value`` in words for an error, in bounded length: ``null``, a number or a text as Python
     writes it, a container by its size."""
     if value is None:
@@ -55,7 +56,7 @@ def found(value) -> str:
     return repr(value)[:100]
 
 
-def _at(where: str, key) -> str:
+def _at(where: str, key: str | int) -> str:
     """The path of the field ``key`` (a name, or a list's index) of the field ``where``."""
     if isinstance(key, int):
         return f"{where}[{key}]"
@@ -68,7 +69,7 @@ class Check:
 
     words = "anything"
 
-    def __init__(self, null: bool = False):
+    def __init__(self, null: bool = False) -> None:
         self.null = null
 
     def describe(self) -> str:
@@ -78,15 +79,15 @@ class Check:
     def expected(self) -> str:
         return f"null or {self.describe()}" if self.null else self.describe()
 
-    def takes(self, value) -> bool:
+    def takes(self, value: object) -> bool:
         """Whether ``value`` is of the JSON type this check is about."""
         return True
 
-    def accepts(self, value) -> bool:
+    def accepts(self, value: object) -> bool:
         """Whether ``value`` itself (not what it holds) passes."""
         return self.takes(value)
 
-    def check(self, path, where: str, value) -> None:
+    def check(self, path: str | os.PathLike[str], where: str, value: object) -> None:
         """Refuse ``value``, the field ``where`` of the file ``path``, unless it passes."""
         if value is None and self.null:
             return
@@ -94,8 +95,9 @@ class Check:
             raise FileFormatError(path, where, self.expected(), found(value))
         self.inside(path, where, value)
 
-    def inside(self, path, where: str, value) -> None:
+    def inside(self, path: str | os.PathLike[str], where: str, value: Any) -> None:
         """Check what the container ``value`` holds (a record's fields, a list's items)."""
+        # (``value``: of whichever JSON type the subclass takes, once ``accepts`` passed it)
 
 
 class Number(Check):
@@ -104,7 +106,14 @@ class Number(Check):
 
     noun = "a finite number"
 
-    def __init__(self, lo=None, hi=None, above=False, finite=True, null=False):
+    def __init__(
+        self,
+        lo: float | None = None,
+        hi: float | None = None,
+        above: bool = False,
+        finite: bool = True,
+        null: bool = False,
+    ) -> None:
         super().__init__(null)
         self.lo, self.hi, self.above, self.finite = lo, hi, above, finite
         words = self.noun if finite else "a number"
@@ -114,10 +123,10 @@ class Number(Check):
             words += f" {'>' if above else '>='} {lo:g}"
         self.words = words
 
-    def takes(self, value) -> bool:
+    def takes(self, value: object) -> TypeGuard[int | float]:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
 
-    def accepts(self, value) -> bool:
+    def accepts(self, value: object) -> bool:
         if not self.takes(value):
             return False
         if self.finite and isinstance(value, float) and not math.isfinite(value):
@@ -131,7 +140,7 @@ class Integer(Number):
 
     noun = "an integer"
 
-    def takes(self, value) -> bool:
+    def takes(self, value: object) -> TypeGuard[int]:
         return type(value) is int
 
 
@@ -140,7 +149,7 @@ class Boolean(Check):
 
     words = "true or false"
 
-    def takes(self, value) -> bool:
+    def takes(self, value: object) -> bool:
         return type(value) is bool
 
 
@@ -153,11 +162,11 @@ class Text(Check):
         choices: Iterable[str] | Callable[[], Iterable[str]] | None = None,
         words: str | None = None,
         null: bool = False,
-    ):
+    ) -> None:
         super().__init__(null)
         self.choices, self.given = choices, words
 
-    def options(self) -> tuple | None:
+    def options(self) -> tuple[str, ...] | None:
         if self.choices is None:
             return None
         return tuple(self.choices() if callable(self.choices) else self.choices)
@@ -168,10 +177,10 @@ class Text(Check):
             return self.given or "text"
         return "one of " + ", ".join(repr(o) for o in options)
 
-    def takes(self, value) -> bool:
+    def takes(self, value: object) -> bool:
         return isinstance(value, str)
 
-    def accepts(self, value) -> bool:
+    def accepts(self, value: object) -> bool:
         options = self.options()
         return self.takes(value) and (options is None or value in options)
 
@@ -179,18 +188,18 @@ class Text(Check):
 class ListOf(Check):
     """A list of at least ``min_len`` items, each passing ``item``."""
 
-    def __init__(self, item: Check, min_len: int = 0, null: bool = False):
+    def __init__(self, item: Check, min_len: int = 0, null: bool = False) -> None:
         super().__init__(null)
         self.item, self.min_len = item, min_len
         self.words = "a list" + (f" of at least {min_len} items" if min_len else "")
 
-    def takes(self, value) -> bool:
+    def takes(self, value: object) -> TypeGuard[list[Any]]:
         return isinstance(value, list)
 
-    def accepts(self, value) -> bool:
+    def accepts(self, value: object) -> bool:
         return self.takes(value) and len(value) >= self.min_len
 
-    def inside(self, path, where: str, value) -> None:
+    def inside(self, path: str | os.PathLike[str], where: str, value: list[Any]) -> None:
         for i, v in enumerate(value):
             self.item.check(path, _at(where, i), v)
 
@@ -209,7 +218,7 @@ class Record(Check):
         others: Check | None = None,
         also: Iterable[Check] = (),
         null: bool = False,
-    ):
+    ) -> None:
         super().__init__(null)
         self.fields, self.required = dict(fields), tuple(required)
         self.others, self.also = others, tuple(also)
@@ -218,10 +227,10 @@ class Record(Check):
         """This record with ``names`` required too."""
         return Record(self.fields, self.required + names, self.others, self.also, self.null)
 
-    def takes(self, value) -> bool:
+    def takes(self, value: object) -> TypeGuard[dict[str, Any]]:
         return isinstance(value, dict)
 
-    def inside(self, path, where: str, value) -> None:
+    def inside(self, path: str | os.PathLike[str], where: str, value: dict[str, Any]) -> None:
         for name in self.required:
             if name not in value:
                 raise FileFormatError(
@@ -242,17 +251,17 @@ class AnyOf(Check):
     """A value passing one of ``options``: the first whose JSON type it has checks it (and
     names what fails inside it); a value of none of their types is refused naming them all."""
 
-    def __init__(self, *options: Check, null: bool = False):
+    def __init__(self, *options: Check, null: bool = False) -> None:
         super().__init__(null)
         self.options = options
 
     def describe(self) -> str:
         return " or ".join(o.describe() for o in self.options)
 
-    def takes(self, value) -> bool:
+    def takes(self, value: object) -> bool:
         return any(o.takes(value) for o in self.options)
 
-    def inside(self, path, where: str, value) -> None:
+    def inside(self, path: str | os.PathLike[str], where: str, value: object) -> None:
         next(o for o in self.options if o.takes(value)).check(path, where, value)
 
 
@@ -264,7 +273,8 @@ class WeightsWithinBudget(Check):
 
     words = "weights within the read budget"
 
-    def check(self, path, where: str, value) -> None:
+    def check(self, path: str | os.PathLike[str], where: str, value: Any) -> None:
+        # (``value``: the network config, a JSON object that its record's fields passed)
         try:
             shapes = [m.weight_shape for m in build_maps(value["input_shape"], value["layers"])]
         except (ValueError, TypeError):
@@ -439,7 +449,9 @@ META = {
 }
 
 
-def check_meta(path, expected_format: str, meta: Any) -> Any:
+def check_meta(
+    path: str | os.PathLike[str], expected_format: str, meta: dict[str, Any]
+) -> dict[str, Any]:
     """``meta`` (an ``.npz``'s JSON object) once it passes the schema of ``expected_format``'s
     family (:data:`META`; a family without one passes), errors naming ``meta.<field>``."""
     schema = META.get(expected_format.rpartition("/")[0])

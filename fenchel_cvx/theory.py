@@ -9,9 +9,13 @@
   X-sweep lies below the network objective at the same weights, and ``min F <= min J``.
 """
 
+from __future__ import annotations
+
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy import optimize
@@ -42,10 +46,10 @@ class RecoveryResult:
     active_points: list = field(default_factory=list)  # per unit of W*: points with (W* X~)_ij > 0
 
     @property
-    def recovered(self):
+    def recovered(self) -> bool:
         return self.convex_error <= self.tol
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return dict(asdict(self), recovered=self.recovered)
 
 
@@ -70,17 +74,17 @@ def _nonconvex_ls(act, Xt, Y, W_init):
 
 
 def one_layer_recovery(
-    activation="relu",
-    n=4,
-    p=3,
-    m=40,
-    bias=True,
-    restarts=10,
-    seed=0,
-    backend="cvxpy",
-    tol=1e-5,
-    fail_tol=1e-3,
-):
+    activation: str = "relu",
+    n: int = 4,
+    p: int = 3,
+    m: int = 40,
+    bias: bool = True,
+    restarts: int = 10,
+    seed: int = 0,
+    backend: str | object = "cvxpy",
+    tol: float = 1e-5,
+    fail_tol: float = 1e-3,
+) -> RecoveryResult:
     """Appendix B: recover the weights of a one-layer network from ``Y = phi(W* X~)``.
 
     Data: ``m`` standard-normal points ``X`` in ``R^n`` (generic, ``m >> n``); with ``bias=True``
@@ -130,7 +134,9 @@ def one_layer_recovery(
 
 
 # --- Appendix A: variable scaling -------------------------------------------------------------
-def scale_variables(W, Xs, lam, lam_bar=1.0):
+def scale_variables(
+    W: Sequence[np.ndarray], Xs: Sequence[np.ndarray], lam: Sequence[float], lam_bar: float = 1.0
+) -> tuple[list[np.ndarray], list[np.ndarray], list[float]]:
     """The change of variables of Appendix A; returns ``(W_bar, Xs_bar, c)``.
 
     With ``c_0 = 1``, ``c_{l+1} = sqrt(lam_l / lam_bar)`` (l < L) and ``c_{L+1} = 1``:
@@ -156,7 +162,9 @@ def scale_variables(W, Xs, lam, lam_bar=1.0):
     return W_bar, [c[l + 1] * np.asarray(Xl) for l, Xl in enumerate(Xs)], c
 
 
-def scaled_penalty_weights(rho, c):
+def scaled_penalty_weights(
+    rho: Sequence[float], c: Sequence[float]
+) -> tuple[list[float], list[float]]:
     """The penalty of the scaled problem:
     ``rho_l ||W_l||^2 = rA_l ||A_bar_l||^2 + rb_l ||b_bar_l||^2``.
 
@@ -170,16 +178,16 @@ def scaled_penalty_weights(rho, c):
 
 
 def variable_scaling(
-    layer_sizes=(5, 4, 3, 2),
-    lam=(0.3, 2.5),
-    rho=(0.7, 0.2, 1.3),
-    activation="relu",
-    loss="mse",
-    m=7,
-    n_points=5,
-    lam_bar=1.0,
-    seed=0,
-):
+    layer_sizes: Sequence[int] = (5, 4, 3, 2),
+    lam: float | Sequence[float] = (0.3, 2.5),
+    rho: float | Sequence[float] = (0.7, 0.2, 1.3),
+    activation: str = "relu",
+    loss: str = "mse",
+    m: int = 7,
+    n_points: int = 5,
+    lam_bar: float = 1.0,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Appendix A, checked numerically: F with per-layer lam equals F_bar with a single lam_bar.
 
     At the feed-forward point and at ``n_points`` random points (random W, random X in the
@@ -237,17 +245,17 @@ def variable_scaling(
 
 # --- weak duality along a run ----------------------------------------------------------------
 def weak_duality(
-    layer_sizes=(4, 6, 5, 3),
-    m=30,
-    iterations=4,
-    activation="relu",
-    loss="mse",
-    lam=1.0,
-    rho=0.1,
-    backend="cvxpy",
-    seed=0,
-    tol=1e-6,
-):
+    layer_sizes: Sequence[int] = (4, 6, 5, 3),
+    m: int = 30,
+    iterations: int = 4,
+    activation: str = "relu",
+    loss: str = "mse",
+    lam: float | Sequence[float] = 1.0,
+    rho: float | Sequence[float] = 0.1,
+    backend: str | object = "cvxpy",
+    seed: int = 0,
+    tol: float = 1e-6,
+) -> dict[str, Any]:
     """Run ``fit_bcd`` (Algorithm 1, non-strict) on a tiny teacher-student problem and check
 
     - at every iteration, ``F(W, X)`` after the X-sweep ``<= J(W) + tol (|J| + 1)`` at the same W;

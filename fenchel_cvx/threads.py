@@ -15,9 +15,19 @@ Libraries are named by the package that ships the shared object (``numpy``, ``sc
 ``torch``; anything else is ``other``). A pool not named is left as it is.
 """
 
+from __future__ import annotations
+
 import contextlib
 import functools
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import PurePath
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from threadpoolctl import ThreadpoolController
+
+    from .backends import Backend
 
 from .validation import COUNT, check
 
@@ -27,7 +37,7 @@ LIBRARIES = ("numpy", "scipy", "torch", "other")
 
 
 @functools.lru_cache(maxsize=64)
-def owner(filepath):
+def owner(filepath: str | None) -> str:
     """The package whose files hold the shared object at ``filepath`` (``"other"`` if none)."""
     for part in reversed(PurePath(filepath or "").parts[:-1]):
         for name in LIBRARIES[:-1]:
@@ -36,7 +46,7 @@ def owner(filepath):
     return "other"
 
 
-def plan(threads, compiled=False):
+def plan(threads: int, compiled: bool = False) -> dict[str, int]:
     """The per-library thread counts for a budget of ``threads`` cores.
 
     NumPy's pool runs the large products (all of them, in the fast backend) and gets every core;
@@ -57,7 +67,7 @@ def plan(threads, compiled=False):
     return {"numpy": threads, "scipy": 1, "torch": 1 if compiled else threads, "other": threads}
 
 
-def per_library(threads):
+def per_library(threads: int | dict[str, int]) -> dict[str, int]:
     """``{library: count}`` from an integer budget (``plan``) or a dict (checked)."""
     if isinstance(threads, dict):
         unknown = set(threads) - set(LIBRARIES)
@@ -69,7 +79,7 @@ def per_library(threads):
     return plan(threads)
 
 
-def pools():
+def pools() -> list[tuple[str, str, int, str]]:
     """``[(library, internal_api, num_threads, filepath)]`` for every pool loaded now."""
     from threadpoolctl import threadpool_info
 
@@ -79,7 +89,7 @@ def pools():
     ]
 
 
-def controller():
+def controller() -> ThreadpoolController:
     """A ``threadpoolctl.ThreadpoolController`` of the pools loaded now (scanning them costs
     time: callers that limit often, e.g. once per block solve, keep one)."""
     import scipy.linalg  # noqa: F401  (loads SciPy's own BLAS, so that its pool is seen too)
@@ -89,7 +99,9 @@ def controller():
 
 
 @contextlib.contextmanager
-def limit_threads(threads, pools_now=None):
+def limit_threads(
+    threads: int | dict[str, int], pools_now: ThreadpoolController | None = None
+) -> Iterator[dict[str, int]]:
     """Limit each native thread pool for the duration of the block.
 
     ``threads``: an integer budget of cores (the measured ``plan``) or a dict
@@ -110,7 +122,7 @@ def limit_threads(threads, pools_now=None):
             limiter.restore_original_limits()
 
 
-def limit_for(backend):
+def limit_for(backend: Backend) -> AbstractContextManager[object]:
     """``limit_threads(backend.threads)`` over a run, or nothing where the backend sets no
     budget (``threads=None``)."""
     if backend.threads is None:

@@ -39,6 +39,14 @@ import math
 import numbers
 import os
 import warnings
+from collections.abc import Collection, Iterable, Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, SupportsInt, TypeGuard
+
+if TYPE_CHECKING:  # not imported at run time: ``fenchel-cvx --help`` stays fast
+    import numpy as np
+
+    from .arrays import Array
 
 __all__ = [
     "ALTERNATIONS",
@@ -83,38 +91,38 @@ class Constraint:
     satisfies it; ``describe(value)``: what it must be (the side it fails, where it has sides);
     ``convert``: the value normalised (an ``int``, a ``float``, a list of floats)."""
 
-    def applies(self, value):
+    def applies(self, value: object) -> bool:
         return self.accepts(value)
 
-    def accepts(self, value):
+    def accepts(self, value: object) -> bool:
         raise NotImplementedError
 
-    def describe(self, value=None):
+    def describe(self, value: object = None) -> str:
         raise NotImplementedError
 
-    def parts(self):
+    def parts(self) -> list[str]:
         """The description as items of a list of alternatives ("None, 'auto' or ...")."""
         return [self.describe()]
 
-    def convert(self, value):
+    def convert(self, value: Any) -> Any:  # an accepted value, as the subclass normalises it
         return value
 
 
-def _is_bool(value):
+def _is_bool(value: object) -> bool:
     """A Python or NumPy bool (NumPy is not imported for it: ``fenchel-cvx --help`` stays fast)."""
     return isinstance(value, bool) or (
         type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
     )
 
 
-def _is_vector(value):
+def _is_vector(value: object) -> TypeGuard[Collection[Any]]:
     """A list, tuple or 1-D NumPy array."""
     if type(value).__module__ == "numpy":
         return getattr(value, "ndim", None) == 1
     return isinstance(value, (list, tuple)) and all(not isinstance(v, (list, tuple)) for v in value)
 
 
-def _g(x):
+def _g(x: object) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
@@ -124,10 +132,17 @@ class Interval(Constraint):
     "left", "right", "neither"). A Real must be finite. ``note`` explains an upper bound that
     only caps absurd values (a sane bound): the error then names the side the value fails."""
 
-    def __init__(self, number, low, high, closed="both", note=""):
+    def __init__(
+        self,
+        number: type,
+        low: float | None,
+        high: float | None,
+        closed: str = "both",
+        note: str = "",
+    ) -> None:
         self.number, self.low, self.high, self.closed, self.note = number, low, high, closed, note
 
-    def applies(self, value):
+    def applies(self, value: object) -> TypeGuard[numbers.Real]:
         return isinstance(value, self.number) and not _is_bool(value)
 
     def _above_low(self, v):
@@ -140,7 +155,7 @@ class Interval(Constraint):
             v <= self.high if self.closed in ("both", "right") else v < self.high
         )
 
-    def accepts(self, value):
+    def accepts(self, value: object) -> bool:
         return (
             self.applies(value)
             and (self.number is numbers.Integral or math.isfinite(value))
@@ -159,7 +174,7 @@ class Interval(Constraint):
         what = "an integer " if self.number is numbers.Integral else ""
         return f"{what}{op} {_g(self.high)}" + (f" ({self.note})" if self.note else "")
 
-    def describe(self, value=None):
+    def describe(self, value: object = None) -> str:
         if value is not None and self.applies(value) and (self.high is None or self.note):
             finite = self.number is numbers.Integral or math.isfinite(value)
             if not finite or not self._above_low(value) or self.high is None:
@@ -172,58 +187,58 @@ class Interval(Constraint):
         what = "an integer" if self.number is numbers.Integral else "a number"
         return f"{what} in {left}{_g(self.low)}, {_g(self.high)}{right}"
 
-    def convert(self, value):
+    def convert(self, value: float) -> int | float:
         return int(value) if self.number is numbers.Integral else float(value)
 
 
 class Options(Constraint):
     """One of the given values (strings, compared by equality)."""
 
-    def __init__(self, options):
+    def __init__(self, options: Iterable[str]) -> None:
         self.options = tuple(options)
 
-    def accepts(self, value):
+    def accepts(self, value: object) -> bool:
         return isinstance(value, str) and value in self.options
 
-    def describe(self, value=None):
+    def describe(self, value: object = None) -> str:
         return f"one of {list(self.options)}"
 
-    def parts(self):
+    def parts(self) -> list[str]:
         return [repr(self.options[0])] if len(self.options) == 1 else [self.describe()]
 
 
 class _Boolean(Constraint):
-    def accepts(self, value):
+    def accepts(self, value: object) -> bool:
         return _is_bool(value)
 
-    def describe(self, value=None):
+    def describe(self, value: object = None) -> str:
         return "True or False"
 
-    def parts(self):
+    def parts(self) -> list[str]:
         return ["True", "False"]
 
-    def convert(self, value):
+    def convert(self, value: object) -> bool:
         return bool(value)
 
 
 class InstanceOf(Constraint):
     """An instance of ``types``, described as ``text``."""
 
-    def __init__(self, types, text):
+    def __init__(self, types: type | tuple[type, ...], text: str) -> None:
         self.types, self.text = types, text
 
-    def accepts(self, value):
+    def accepts(self, value: object) -> bool:
         return isinstance(value, self.types)
 
-    def describe(self, value=None):
+    def describe(self, value: object = None) -> str:
         return self.text
 
 
 class _Callable(Constraint):
-    def accepts(self, value):
+    def accepts(self, value: object) -> bool:
         return callable(value)
 
-    def describe(self, value=None):
+    def describe(self, value: object = None) -> str:
         return "callable"
 
 
@@ -231,48 +246,48 @@ class PerLayer(Constraint):
     """One value for every layer: a number, or a sequence of ``n`` numbers (any length >= 1
     for ``n=None``), each satisfying ``inner``; converted to a list of ``n`` floats."""
 
-    def __init__(self, inner, n=None):
+    def __init__(self, inner: Constraint, n: int | None = None) -> None:
         self.inner, self.n = inner, n
 
-    def applies(self, value):
+    def applies(self, value: object) -> bool:
         return self.inner.applies(value) or (
             _is_vector(value) and (len(value) == self.n if self.n is not None else len(value) >= 1)
         )
 
-    def accepts(self, value):
+    def accepts(self, value: object) -> bool:
         return self.applies(value) and all(self.inner.accepts(v) for v in self._values(value))
 
-    def _values(self, value):
+    def _values(self, value: Any) -> list[Any]:
         return [value] * (self.n or 1) if self.inner.applies(value) else list(value)
 
-    def describe(self, value=None):
+    def describe(self, value: object = None) -> str:
         return f"a number or a sequence of {self.n or ''} numbers".replace("  ", " ")
 
-    def convert(self, value):
+    def convert(self, value: object) -> list[float]:
         return [self.inner.convert(v) for v in self._values(value)]
 
 
 class Sizes(Constraint):
     """Layer sizes: a sequence of at least ``min_len`` integers >= 1 (never a bool)."""
 
-    def __init__(self, min_len=1):
+    def __init__(self, min_len: int = 1) -> None:
         self.min_len = min_len
 
-    def accepts(self, value):
+    def accepts(self, value: object) -> bool:
         return (
             _is_vector(value)
             and len(value) >= self.min_len
             and all(COUNT.accepts(p) for p in value)
         )
 
-    def describe(self, value=None):
+    def describe(self, value: object = None) -> str:
         return (
             "a sequence of positive integers"
             if self.min_len <= 1
             else f"a sequence of at least {self.min_len} positive integers"
         )
 
-    def convert(self, value):
+    def convert(self, value: Iterable[SupportsInt]) -> tuple[int, ...]:
         return tuple(int(p) for p in value)
 
 
@@ -312,7 +327,9 @@ PATH = InstanceOf((str, os.PathLike), "a path (str or os.PathLike)")
 
 
 # --- checking ---------------------------------------------------------------------------------
-def failure(value, constraint):
+def failure(
+    value: object, constraint: Constraint | None | list[Constraint | None]
+) -> tuple[str, object] | None:
     """``(what, shown)`` when ``value`` fails ``constraint`` (a constraint or a list of
     alternatives, ``None`` allowing None): what it must be, and the value to show (a
     per-layer sequence shows its first bad element); None when it satisfies it."""
@@ -334,7 +351,9 @@ def failure(value, constraint):
     return (parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " or " + parts[-1]), value
 
 
-def check(name, value, constraint):
+def check(
+    name: str, value: object, constraint: Constraint | None | list[Constraint | None]
+) -> Any:  # the normalised value: of whichever type the constraint converts to
     """``value`` normalised if it satisfies ``constraint`` (a constraint or a list of
     alternatives, ``None`` allowing None), else a ``ValueError`` naming ``name`` and ``value``."""
     failed = failure(value, constraint)
@@ -348,14 +367,24 @@ def check(name, value, constraint):
     )
 
 
-def validate(constraints, values, names=None):
+def validate(
+    constraints: Mapping[str, Any],
+    values: Mapping[str, object],
+    names: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """Check every ``values[k]`` against ``constraints[k]``; return the normalised values.
     ``names`` maps a keyword to the name the errors give it (the command line: its flag)."""
     names = names or {}
     return {k: check(names.get(k, k), v, constraints[k]) for k, v in values.items()}
 
 
-def check_rounds(m, batch_size, epochs, alternations, names=None):
+def check_rounds(
+    m: int,
+    batch_size: int | None,
+    epochs: int,
+    alternations: int,
+    names: Mapping[str, str] | None = None,
+) -> None:
     """Refuse, naming the three, an Algorithm-2 schedule of more than ``MAX_ROUNDS`` rounds
     (``epochs`` x the batches of ``batch_size`` among ``m`` points x ``alternations``);
     ``names`` maps the keywords to the names the error gives them."""
@@ -372,13 +401,14 @@ def check_rounds(m, batch_size, epochs, alternations, names=None):
         )
 
 
-def check_dtype(dtype, name="dtype"):
+def check_dtype(dtype: object, name: str = "dtype") -> np.dtype:
     """``dtype`` (a name, a NumPy / CuPy dtype or type, or another array library's float type
     such as ``array_api_strict.float32``) as a NumPy float32 or float64 dtype, or a ValueError
     naming it."""
     import numpy as np
 
     dt = None
+    candidate: Any  # the dtype as given, then its name's last part: either may name a dtype
     if not isinstance(dtype, (bool, numbers.Number)):
         for candidate in (dtype, str(dtype).rsplit(".", 1)[-1]):
             try:
@@ -392,7 +422,7 @@ def check_dtype(dtype, name="dtype"):
 
 
 # --- data -------------------------------------------------------------------------------------
-def _np_dtype(dt):
+def _np_dtype(dt: Any) -> np.dtype:
     """The NumPy dtype of an array's dtype (NumPy, CuPy, or an array-API library's)."""
     import numpy as np
 
@@ -402,7 +432,7 @@ def _np_dtype(dt):
         return np.dtype(str(dt).rsplit(".", 1)[-1])
 
 
-def check_real(name, A):
+def check_real(name: str, A: Array) -> np.dtype:
     """Refuse complex, string and object entries of the array ``A`` by name; return the NumPy
     dtype of its entries (a float, integer or bool type)."""
     import numpy as np
@@ -421,7 +451,7 @@ def check_real(name, A):
     return dt
 
 
-def scale_problem(A, dtype=None):
+def scale_problem(A: Array, dtype: object = None) -> str | None:
     """Why the array ``A`` cannot be computed with in ``dtype`` (default: its own), in words,
     or None: NaN or inf entries, or ``max|A|^2 * A.size`` above the square root of the dtype's
     largest number (the module docstring's bound)."""
@@ -448,7 +478,7 @@ def scale_problem(A, dtype=None):
     return None
 
 
-def check_scale(name, A, dtype=None):
+def check_scale(name: str, A: Array, dtype: object = None) -> Array:
     """Refuse, naming ``name``, NaN, inf, and a scale that ``dtype`` (the dtype the run
     computes in; default ``A``'s own) cannot carry (:func:`scale_problem`); returns ``A``."""
     problem = scale_problem(A, dtype)
@@ -461,7 +491,7 @@ def check_scale(name, A, dtype=None):
     )
 
 
-def memory_budget():
+def memory_budget() -> int | None:
     """The bytes of this machine's physical memory (None where the system does not say)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -473,7 +503,7 @@ def memory_budget():
         return psutil.virtual_memory().total
 
 
-def check_memory(name, nbytes, what):
+def check_memory(name: str, nbytes: int, what: str) -> int:
     """Refuse, naming ``name``, ``nbytes`` (of ``what``, in words) beyond :func:`memory_budget`,
     with the GiB needed, before anything is allocated."""
     budget = memory_budget()
@@ -485,7 +515,7 @@ def check_memory(name, nbytes, what):
     return nbytes
 
 
-def _as_array(name, A, dtype, xp):
+def _as_array(name: str, A: Array, dtype: object, xp: ModuleType | None) -> Array:
     """``A`` as an array of ``xp`` (default: its own library, NumPy for anything else) in the
     working dtype: ``dtype``, else A's float32 / float64, else float64."""
     import numpy as np
@@ -537,7 +567,7 @@ def _as_array(name, A, dtype, xp):
     return A
 
 
-def check_plain(name, A):
+def check_plain(name: str, A: Array) -> Array:
     """Refuse, naming ``name``, a masked array (its mask would be dropped) and an object array
     holding anything but real numbers (a string such as ``"1.5"`` is never parsed); returns
     ``A``."""
@@ -554,7 +584,7 @@ def check_plain(name, A):
     return A
 
 
-def _object_numbers(name, A):
+def _object_numbers(name: str, A: np.ndarray) -> np.ndarray:
     """An object array of real Python or NumPy numbers as float64, or a ValueError naming
     ``name`` and the first entry that is not one (a string such as ``"1.5"`` is never parsed)."""
     import numpy as np
@@ -575,7 +605,16 @@ class NotNumbersError(ValueError, TypeError):
     bad input, and a ``TypeError`` as NumPy's and scikit-learn's own conversions raise."""
 
 
-def check_matrix(name, A, *, dtype=None, xp=None, rows=None, cols=None, rows_what=None):
+def check_matrix(
+    name: str,
+    A: Array,
+    *,
+    dtype: object = None,
+    xp: ModuleType | None = None,
+    rows: int | None = None,
+    cols: int | None = None,
+    rows_what: str | None = None,
+) -> Array:
     """``A`` as a dense, real, finite 2-D array (features x data points) in the working dtype
     (``dtype``, else its own float32 / float64, else float64) of ``xp`` (the data's library),
     or a ``ValueError`` naming ``name``. ``rows`` / ``cols``: the shape it must have;

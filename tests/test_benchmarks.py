@@ -532,19 +532,27 @@ def test_gpu_batches_quick_run_on_the_cpu_prints_the_eager_path(capsys):
         gpu_batches.parse_args(["--paths", "eager,fast"])
 
 
+def _ranks_report(tmp_path, script, *flags):
+    """A ranks benchmark's ``--quick`` run with ``flags``: (its completed process, its
+    ``--json`` report)."""
+    pytest.importorskip("torch")
+    report = tmp_path / "report.json"
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", *flags,
+         "--json", str(report)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out, json.loads(report.read_text())
+
+
 def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
     """``benchmarks/parallel_model.py``: every block of the MLP counted (compute, collectives,
     bytes; W_0 moved to rows), gloo's latency measured on 2 ranks, the model, the ceiling and
     the epoch on 2 ranks written. The figures are measured, not asserted; their bookkeeping is."""
-    pytest.importorskip("torch")
-    report = tmp_path / "model.json"
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "parallel_model.py"), "--quick",
-         "--networks", "mlp", "--ranks", "2", "--json", str(report)],
-        capture_output=True, text=True, timeout=900,
+    out, figures = _ranks_report(
+        tmp_path, "parallel_model.py", "--networks", "mlp", "--ranks", "2"
     )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    figures = json.loads(report.read_text())
     mlp = figures["mlp"]
     assert set(mlp["blocks"]) == {"W_0", "W_1", "X_1"} and mlp["blocks"]["W_0"]["moved"] == 1.0
     assert all(b["collectives"] > 0 and b["compute_s"] > 0 for b in mlp["blocks"].values())
@@ -560,15 +568,7 @@ def test_figure1_ranks_quick_run_sets_one_rank_against_two(tmp_path):
     medians of the unchecked, checked and first rounds of each side and their ratios, and the
     two sides' final weights equal to float32 round-off. The times are measured, not asserted;
     their bookkeeping is."""
-    pytest.importorskip("torch")
-    report = tmp_path / "figure1.json"
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "figure1_ranks.py"), "--quick",
-         "--rounds", "3", "--repeats", "1", "--json", str(report)],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    figures = json.loads(report.read_text())
+    out, figures = _ranks_report(tmp_path, "figure1_ranks.py", "--rounds", "3", "--repeats", "1")
     one, two = figures["one_rank"], figures["p_ranks"]
     assert set(one) == set(two) == {"first", "checked", "round"}
     assert figures["speed_up"]["round"] == pytest.approx(one["round"] / two["round"])

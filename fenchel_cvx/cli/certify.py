@@ -3,10 +3,17 @@ certified (``run_certificate.certify_run``; the blocks of Sec. 4.5 of the paper)
 table and, with ``--json``, written as JSON (its flags: ``parser._certify_arguments``).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .flags import _fail
 
+if TYPE_CHECKING:
+    import argparse
 
-def certify(args):
+
+def certify(args: argparse.Namespace) -> int:
     """The command: the checks of its flags, then :func:`run_certificate.certify_run`."""
     from ..io import check_destination
     from ..recorded_blocks import FILE

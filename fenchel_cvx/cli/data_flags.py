@@ -6,9 +6,17 @@ whose loader's errors name their parameters as these flags (``DATA_FLAGS``). The
 ``datasets.py``'s. No equation of the paper is implemented here.
 """
 
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING
 
 from .flags import _fail
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ..datasets import Dataset
 
 #: the data sets of --dataset
 DATASETS = ("digits", "mnist5k", "mnist", "fashion-mnist", "cifar10")
@@ -90,7 +98,7 @@ def _check_data_dir(args):
         )
 
 
-def load(args):
+def load(args: argparse.Namespace) -> Dataset:
     """The data set of ``args``; files missing from its folder are refused by ``--data-dir``,
     the loader's message naming its parameters as their flags (``DATA_FLAGS``)."""
     from .. import datasets

@@ -8,12 +8,18 @@ preprocessing (``run.json``'s ``preprocessing``; ``--raw`` skips it). No equatio
 is implemented here.
 """
 
+from __future__ import annotations
+
 import sys
+from typing import TYPE_CHECKING
 
 from . import data_flags
 from .data_flags import SHAPES, _check_data_dir
 from .flags import _fail
 from .run_folder import _remove_temporaries, _run_args
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def _model(flag, path):
@@ -31,7 +37,7 @@ def _model(flag, path):
     return net, _run_args(file.parent) or {}
 
 
-def evaluate(args):
+def evaluate(args: argparse.Namespace) -> int:
     from ..bcd import evaluate as evaluate_net
     from ..datasets import one_hot
 
@@ -97,7 +103,7 @@ def _preprocess(args, run, A):
     return A / scale
 
 
-def predict(args):
+def predict(args: argparse.Namespace) -> int:
     import numpy as np
 
     from ..files import read_points

@@ -8,8 +8,11 @@ folder's ``run.json`` and ``checkpoint.npz``, to the same result as an uninterru
 says so where the run has ended and written its files.
 """
 
+from __future__ import annotations
+
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import defaults
 from ..validation import check_rounds
@@ -26,6 +29,9 @@ from .run_folder import (
     _run_args,
     _start,
 )
+
+if TYPE_CHECKING:
+    import argparse
 
 LENET5_HIDDEN = defaults.LeNet5.n_hidden  # conv, conv, fc 120, fc 84
 FAST_ONLY = ("max_iter", "w_steps", "x_steps", "newton_cap", "gram_reuse", "compile")
@@ -204,7 +210,7 @@ def _rounds(args, m):
     return args.epochs * args.alternations * (-(-m // args.batch_size))
 
 
-def train(args, resume=False):
+def train(args: argparse.Namespace, resume: bool = False) -> int:
     """``fenchel-cvx train`` (and, ``resume``, the rest of a run); its last line names every
     file it wrote."""
     from ..io import recording_writes
@@ -289,7 +295,7 @@ def _shared_folder(out, comm):
     return Path(bytes(comm.all_gather(mine)[0]).decode())
 
 
-def resume(args):
+def resume(args: argparse.Namespace) -> int:
     saved = _run_args(args.run) if args.run.is_dir() else None
     if saved is None:
         _fail("run", f"{str(args.run)!r} holds no run.json of a 'fenchel-cvx train' run")

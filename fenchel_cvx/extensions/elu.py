@@ -20,13 +20,19 @@ smaller of its pieces, which no atom writes; it is a partial minimum instead,
 a >= 0, so the minimum sits at ``a = max(u, 0)``): one epigraph variable and two constraints.
 """
 
+from __future__ import annotations
+
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from array_api_compat import array_namespace
 
 from ..activations import Activation, register_activation
 from ..arrays import Array
+
+if TYPE_CHECKING:
+    import cvxpy as cp
+    import torch
 
 
 @register_activation
@@ -81,19 +87,19 @@ class ELU(Activation):
         n = xp.minimum(u, xp.zeros_like(u))
         return xp.where(u > 0, 0.5 * u * u, xp.expm1(n) - n)
 
-    def torch_module(self) -> Any:
+    def torch_module(self) -> torch.nn.Module:
         import torch
 
         return torch.nn.ELU(alpha=1.0)
 
     # --- CVXPY forms (the oracle: ``oracle.atoms``), CVXPY imported only here ------------------
-    def F_cvxpy(self, v: Any) -> Any:
+    def F_cvxpy(self, v: cp.Expression) -> cp.Expression:
         """Elementwise F(v): ``max(v^2/2, -entr(1 + v) - v)`` (module docstring)."""
         import cvxpy as cp
 
         return cp.maximum(0.5 * cp.square(v), -cp.entr(1 + v) - v)
 
-    def Fstar_cvxpy(self, u: Any) -> tuple[Any, list[Any]]:
+    def Fstar_cvxpy(self, u: cp.Expression) -> tuple[cp.Expression, list[cp.Constraint]]:
         """``(sum F*(u), constraints)`` through the epigraph variable ``a >= max(u, 0)``."""
         import cvxpy as cp
 

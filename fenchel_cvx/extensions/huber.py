@@ -12,14 +12,21 @@ takes the general path (``last_w_solver`` "newton": Newton-CG on ``grad`` and ``
 exact line search of ``line_derivs``).
 """
 
+from __future__ import annotations
+
 import math
 import numbers
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from array_api_compat import array_namespace
 
 from ..arrays import Array, clip
 from ..losses import Loss, register_loss
+
+if TYPE_CHECKING:
+    import cvxpy as cp
+    import torch
 
 
 @register_loss
@@ -71,7 +78,7 @@ class Huber(Loss):
     def grad(self, Y: Array, Yhat: Array) -> Array:
         return 2 * clip(Yhat - Y, -self.delta, self.delta)
 
-    def column_curvature(self, Y: Array, xp: Any) -> float:
+    def column_curvature(self, Y: Array, xp: ModuleType) -> float:
         """The Hessian is diagonal, with entries 2 or 0."""
         return 2.0
 
@@ -79,14 +86,14 @@ class Huber(Loss):
         xp = array_namespace(Y, Yhat)
         return xp.where(xp.abs(Yhat - Y) <= self.delta, 2 * A, xp.zeros_like(A))
 
-    def torch_loss(self, out: Any, target: Any) -> Any:
+    def torch_loss(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The same sum over the outputs (twice PyTorch's ``huber_loss``), the batch mean."""
         import torch
 
         h = torch.nn.functional.huber_loss(out, target, reduction="none", delta=self.delta)
         return 2 * h.sum(1).mean()
 
-    def value_cvxpy(self, Y: Any, Yhat: Any) -> Any:
+    def value_cvxpy(self, Y: Array, Yhat: cp.Expression) -> cp.Expression:
         """``sum huber(Yhat - Y, delta)`` (CVXPY imported only here)."""
         import cvxpy as cp
 

@@ -59,7 +59,7 @@ from ..arrays import Array
 from ..backends import BackendDefaults
 from ..blocks import Block, BlockResult, WBlock, WHidden, WLast, XBlock, kkt_residual
 from ..datasets import check_dtype
-from ..reduce import LOCAL
+from ..reduce import LOCAL, Comm
 from ..threads import controller, limit_threads, per_library, plan
 from ..validation import TOL, check
 from . import whole  # noqa: F401  - adds compile="blocks" (``fused.NAMED``)
@@ -269,7 +269,7 @@ class FastBackend(BackendDefaults):
                     f"({n}: {first} to {last}), got {len(steps)}: {steps!r}"
                 )
 
-    def steps_of(self, block):
+    def steps_of(self, block: Block) -> tuple[str, int | None]:
         """Deprecated name of :meth:`step_setting`."""
         warnings.warn(
             "FastBackend.steps_of is deprecated; use FastBackend.step_setting",
@@ -358,7 +358,7 @@ class FastBackend(BackendDefaults):
     images = True
     #: the ranks that hold shares of every block's data points (``reduce.py``; ``fit_bcd``
     #: sets it for its run): every figure a solve takes is the whole block's
-    comm: Any = LOCAL
+    comm: Comm = LOCAL
 
     def solve(
         self,

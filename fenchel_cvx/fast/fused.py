@@ -42,6 +42,8 @@ The chains (the paper's Sec. 4.5 blocks, as ``fast.wblocks`` and ``fast.xblocks`
 - ``scaled_grad_u``: the gradient ``lam (phi(U) - V)`` of a hidden X-block's smooth term.
 """
 
+from __future__ import annotations
+
 import contextlib
 import functools
 import importlib.util
@@ -50,10 +52,16 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from array_api_compat import array_namespace, device
 
-from ..arrays import vecdot
+from ..arrays import Array, vecdot
+
+if TYPE_CHECKING:
+    from ..activations import Activation
+    from ..blocks import Block
 
 __all__ = [
     "EAGER",
@@ -76,9 +84,33 @@ __all__ = [
 #: 4,704 x 500 and 6 x 392,000 4-15x less: docs page "Results", the compiled path)
 MIN_SIZE = 2**18
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class _Caps(Protocol):
+    """The fast backend's settings that a way of running checks and hands its solvers
+    (``FastBackend``, which imports this module)."""
+
+    @property
+    def w_steps(self) -> int | tuple[int, ...] | None: ...
+
+    @property
+    def x_steps(self) -> int | tuple[int, ...] | None: ...
+
+    @property
+    def max_iter(self) -> int: ...
+
+    @property
+    def capped_residual(self) -> bool: ...
+
+    @property
+    def capped_value(self) -> bool: ...
+
 
 # --- the chains ----------------------------------------------------------------------------------
-def row_derivs(act, lam, V, U, dU, t):
+def row_derivs(
+    act: Activation, lam: float, V: Array, U: Array, dU: Array, t: float
+) -> tuple[Array, Array]:
     """``(d1, d2)``, columns: ``lam sum_j (phi(u_j) - v_j) du_j`` and ``lam sum_j phi'(u_j)
     du_j^2`` per row at ``U + t dU`` (the first and second derivatives in t of the rows'
     divergence term ``lam sum_j B(v_j, u_j)``; row dots by ``vecdot``: no product array)."""
@@ -90,13 +122,15 @@ def row_derivs(act, lam, V, U, dU, t):
     return lam * xp.reshape(d1, (-1, 1)), lam * xp.reshape(d2, (-1, 1))
 
 
-def row_curv(act, lam, U, dU):
+def row_curv(act: Activation, lam: float, U: Array, dU: Array) -> Array:
     """``row_derivs``'s second part at ``t = 0``: ``lam sum_j phi'(u_j) du_j^2`` per row."""
     xp = array_namespace(U)
     return lam * xp.reshape(vecdot(act.dphi(U) * dU, dU), (-1, 1))
 
 
-def row_change(act, lam, V, U, dU, t):
+def row_change(
+    act: Activation, lam: float, V: Array, U: Array, dU: Array, t: float
+) -> tuple[Array, Array]:
     """``(change, size)``, columns: the rows' divergence term's change from U to ``U + t dU``,
     ``lam sum_j [F*(u_j + t du_j) - F*(u_j) - v_j t du_j]``, and the size of the terms it sums,
     ``lam sum_j |F*(u_j)|`` (its rounding scale). F*(u) of a fresh array is itself fresh: the
@@ -114,7 +148,16 @@ def row_change(act, lam, V, U, dU, t):
     )
 
 
-def fista_step(prox, act, Gy, point, lengths, tauU, state=None, momentum=True):
+def fista_step(
+    prox: Callable[..., tuple[Array, Array | None]],
+    act: Activation,
+    Gy: Array,
+    point: tuple[Array, Array | None, float | Array],
+    lengths: tuple[float | Array, float | Array],
+    tauU: Array,
+    state: Array | None = None,
+    momentum: bool = True,
+) -> tuple[Array, Array | None, Array, Array, Array]:
     """One proximal-gradient step of an X-block from FISTA's point ``y = z + beta (z - z_prev)``
     (``point = (z, z_prev, beta)``; ``z_prev`` None: y is z), formed here, inside the chain:
     ``(zn, state, max D, min D, D . dz)`` with ``zn = prox(y - Gy / L + tau U_prev)``
@@ -137,7 +180,7 @@ def fista_step(prox, act, Gy, point, lengths, tauU, state=None, momentum=True):
     return zn, state, xp.max(D), xp.min(D), Ddz
 
 
-def extrapolated(z, z_prev, beta):
+def extrapolated(z: Array, z_prev: Array | None, beta: float | Array) -> Array:
     """FISTA's momentum point ``z + beta (z - z_prev)``, in a fresh array; z itself where
     ``z_prev`` is None (no momentum: the first step, or a restart)."""
     if z_prev is None:
@@ -148,7 +191,7 @@ def extrapolated(z, z_prev, beta):
     return y
 
 
-def scaled_grad_u(act, lam, V, U):
+def scaled_grad_u(act: Activation, lam: float, V: Array, U: Array) -> Array:
     """``lam (phi(U) - V)``: ``lam dB/du``, the smooth term's gradient of a hidden X-block in
     ``U = A(W, Z)``."""
     G = act.grad_u(V, U)
@@ -156,7 +199,7 @@ def scaled_grad_u(act, lam, V, U):
     return G
 
 
-def _dot(xp, A, B):
+def _dot(xp: ModuleType, A: Array, B: Array) -> Array:
     """``sum(A * B)`` over all entries, as a 0-d array: one pass, no product array (a 1-D
     ``vecdot`` of the flattened arrays)."""
     return vecdot(xp.reshape(A, (-1,)), xp.reshape(B, (-1,)))
@@ -172,29 +215,37 @@ class Kernels:
     def __call__(self, chain):
         return chain
 
-    def region(self, step):
+    def region(self, step: _F) -> _F:
         """Runs a solver's loop body: ``kernels.region(step)(*args)`` gives what ``step(*args)``
         gives (``whole.Blocks`` compiles it once for all its calls in a block's graph)."""
         return step
 
-    def on_compile(self, callback):
+    def on_compile(self, callback: Callable[[str | None], object]) -> Callable[[], None]:
         """Call ``callback(name)`` when dynamo starts compiling the chain ``name`` and
         ``callback(None)`` when it is done (the progress bar shows the compile step by it), where
         this way compiles (``compiled``; ``watch``). -> the function that stops the calls."""
         return watch(callback) if self.compiled else _nothing
 
-    def check_arrays(self, xp):
+    def check_arrays(self, xp: ModuleType) -> None:
         """Refuse, before any work, arrays of a library this way of running cannot take."""
 
-    def check_backend(self, backend):
+    def check_backend(self, backend: _Caps) -> None:
         """Refuse, when the backend is built, settings this way of running cannot take."""
 
-    def solve(self, solver, block, backend, xp, Z, tol):
+    def solve(
+        self,
+        solver: Callable[..., tuple[Array, int, dict[str, Any]]],
+        block: Block,
+        backend: _Caps,
+        xp: ModuleType,
+        Z: Array,
+        tol: float,
+    ) -> tuple[Array, int, dict[str, Any]]:
         """``solver(block, backend, xp, Z, tol)``: a block solve of ``fast`` (``whole.Blocks``
         compiles the whole solve instead)."""
         return solver(block, backend, xp, Z, tol)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
     def __reduce__(self):
@@ -207,7 +258,7 @@ class Kernels:
 EAGER = Kernels()
 
 
-def _nothing():
+def _nothing() -> None:
     return None
 
 
@@ -219,12 +270,12 @@ _WATCHERS: list[Callable[[str | None], object]] = []
 _RUNNING = threading.local()
 
 
-def watch(callback):
+def watch(callback: Callable[[str | None], object]) -> Callable[[], None]:
     """``Kernels.on_compile`` of the compiled ways: ``callback`` hears of every chain that
     compiles in this process from now on. -> the function that stops it."""
     _WATCHERS.append(callback)
 
-    def stop():
+    def stop() -> None:
         if callback in _WATCHERS:
             _WATCHERS.remove(callback)
 
@@ -270,7 +321,7 @@ def _running(name):
         _RUNNING.chain = None
 
 
-def room_for_variants(torch):
+def room_for_variants(torch: ModuleType) -> None:
     """Room for every dtype, activation and kind of block a process compiles a function for,
     beyond dynamo's default of 8 compiled variants per function."""
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
@@ -280,13 +331,13 @@ def room_for_variants(torch):
 CXX = ("c++", "g++", "clang++")
 
 
-def compiler_available():
+def compiler_available() -> bool:
     """Whether PyTorch is installed and a C++ compiler is on the PATH, found without importing
     PyTorch (``Auto``; ``compiler_problem`` imports it and says what is missing)."""
     return importlib.util.find_spec("torch") is not None and any(shutil.which(cc) for cc in CXX)
 
 
-def compiler_problem():
+def compiler_problem() -> str | None:
     """Why ``torch.compile`` cannot run here (what to install), or None where it can: PyTorch
     importable, and a C++ compiler on the PATH for inductor's CPU kernels."""
     try:
@@ -304,7 +355,7 @@ def compiler_problem():
     return None
 
 
-def require_compiler():
+def require_compiler() -> None:
     """Refuse ``compile=True``, naming what to install, where ``compiler_problem`` finds one."""
     problem = compiler_problem()
     if problem is not None:
@@ -341,13 +392,13 @@ class Compiled(Kernels):
             "ignore", message="Dynamo detected a call to a", category=UserWarning
         )
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Compiled(mode={self.mode!r}, min_size={self.min_size!r})"
 
     def __reduce__(self):
         return type(self), (self.mode, self.min_size)
 
-    def check_arrays(self, xp):
+    def check_arrays(self, xp: ModuleType) -> None:
         from array_api_compat import is_numpy_namespace, is_torch_namespace
 
         if not (is_numpy_namespace(xp) or is_torch_namespace(xp)):
@@ -358,7 +409,7 @@ class Compiled(Kernels):
             )
 
     @property
-    def compiles(self):
+    def compiles(self) -> int:
         """How many kernels dynamo has compiled in this process (recompilations included)."""
         return compiled_graphs()
 
@@ -487,7 +538,7 @@ def _flat(args):
     return [b for a in args for b in (a if type(a) is tuple else (a,))]
 
 
-def compiled_graphs():
+def compiled_graphs() -> int:
     """How many kernels dynamo has compiled in this process (0 where PyTorch was never loaded:
     ``Auto`` loads it at the first chain it compiles)."""
     torch = sys.modules.get("torch")
@@ -526,7 +577,7 @@ def _compiled_default():
 NAMED: dict[str, type[Kernels]] = {}
 
 
-def kernels(compile):
+def kernels(compile: bool | str | Kernels) -> Kernels:
     """The ``Kernels`` of a ``compile`` setting: ``"auto"`` an ``Auto()`` (compiled where that
     is possible and gains), False the reference ``EAGER``, True the process's shared
     ``Compiled()`` (its kernels serve every backend; refused without PyTorch and a C++

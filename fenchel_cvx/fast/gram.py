@@ -28,12 +28,14 @@ and gives ``s X~`` (the direction's image ``d X~``, which the line search needs)
 space, so no parameter-space gradient is needed to precondition it.
 """
 
-from ..arrays import cheap_reads, in_blocks, matmul_nt
+from types import ModuleType
+
+from ..arrays import Array, cheap_reads, in_blocks, matmul_nt
 from ..reduce import LOCAL
 from ._util import spd_inverse, spd_solver
 
 
-def inverse_pays(n, rows):
+def inverse_pays(n: int, rows: int) -> bool:
     """Whether ``rows`` rows in all (over the solves one n x n factor serves) pay for its
     inverse. It costs about n^3 more than the factor, and a product with it saves about p n^2
     (p rows) against two triangular solves, in time more than in FLOPs: a GEMM runs faster than
@@ -52,7 +54,7 @@ def inverse_pays(n, rows):
 INVERSE_COND_EPS = 1e-3
 
 
-def well_conditioned(xp, M, shift):
+def well_conditioned(xp: ModuleType, M: Array, shift: float) -> bool:
     """Whether ``M + shift I`` (M symmetric positive semidefinite) may be inverted explicitly in
     its dtype (``INVERSE_COND_EPS``)."""
     bound = (float(xp.sum(xp.linalg.diagonal(M))) + shift) / shift
@@ -110,7 +112,7 @@ class DataGram:
         inverse = inverse and (not cheap_reads(xp) or well_conditioned(xp, M, float(shift)))
         self.solve, self.c2, self.Minv = _applier(xp, M, float(shift), inverse)
 
-    def xt_norm2(self, xp):
+    def xt_norm2(self, xp: ModuleType) -> float:
         """``max_j |X~_j|_2^2`` over the rows of X~ (the data-space bounds of ``wblocks`` and
         ``span``: ``|a X~^T|_max <= max_i |a_i| max_j |X~_j|``), formed once per factor."""
         if self._xt_norm2 is None:
@@ -118,18 +120,18 @@ class DataGram:
         return self._xt_norm2
 
     @staticmethod
-    def applies(Xt, weights, shift):
+    def applies(Xt: Array, weights: float | Array | None, shift: float) -> bool:
         """Fewer points than rows of X~, a positive scalar weight and a positive shift."""
         return (
             Xt.shape[1] < Xt.shape[0] and isinstance(weights, float) and weights > 0 and shift > 0
         )
 
-    def apply(self, g):
+    def apply(self, g: Array) -> Array:
         """``g G^{-1}`` from g alone (three products; ``split`` needs one when A, R are known)."""
         B = self.solve(g @ self.Xt)
         return (g - self.w * (B @ self.Xt.T)) / self.c2
 
-    def split(self, A, R, P):
+    def split(self, A: Array, R: Array, P: Array) -> tuple[Array, Array]:
         """``(s, s X~)`` for ``g = A X~^T + R``, ``P = R X~`` (see the module docstring)."""
         B = self.solve(A - (self.w / self.c2) * P)
         Aw = A if self.w == 1 else A / self.w

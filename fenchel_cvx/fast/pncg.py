@@ -26,13 +26,14 @@ One step:
 
 import dataclasses
 import math
+from types import ModuleType
 from typing import Any, NamedTuple
 
 from array_api_compat import device
 
-from ..arrays import clip, host_if_cheap
-from ..blocks import WHidden
-from ..reduce import LOCAL
+from ..arrays import Array, clip, host_if_cheap
+from ..blocks import WHidden, WLast
+from ..reduce import LOCAL, Comm
 from . import span
 from ._util import keep_descent, kkt, most, part, pr_plus, proves_above
 from .wblocks import (
@@ -66,7 +67,7 @@ class PncgProblem:
     tested: bool
     returns_image: bool
     factor: dict
-    comm: Any = LOCAL
+    comm: Comm = LOCAL
 
 
 class PncgState(NamedTuple):
@@ -106,7 +107,15 @@ class PncgState(NamedTuple):
     end: Any
 
 
-def problem(xp, block, tol, max_iter, cache=None, settings=DEFAULT_SETTINGS, comm=LOCAL):
+def problem(
+    xp: ModuleType,
+    block: WHidden | WLast,
+    tol: float,
+    max_iter: int,
+    cache: dict[Any, Any] | None = None,
+    settings: PncgSettings = DEFAULT_SETTINGS,
+    comm: Comm = LOCAL,
+) -> PncgProblem:
     """The :class:`PncgProblem` of ``block``: its Gram preconditioner (from ``cache`` where one
     serves, ``wblocks.gram_preconditioner``) and its objective. A last W-block whose loss
     couples its rows (cross-entropy) is refused on row shards."""
@@ -137,7 +146,7 @@ def problem(xp, block, tol, max_iter, cache=None, settings=DEFAULT_SETTINGS, com
     )
 
 
-def init(p, W):
+def init(p: PncgProblem, W: Array) -> PncgState:
     """The state at the start ``W``: its image (the caller's where it fits), the gradient's
     parts, the first direction; ``end`` ``"converged"`` where the start passes the KKT test."""
     block, objective = p.block, p.objective
@@ -194,7 +203,7 @@ def _above(p, s):
     return proves_above(xp, xp.asarray(gs), objective.pre.c2, per, scale, p.tol)
 
 
-def step(p, s):
+def step(p: PncgProblem, s: PncgState) -> PncgState:
     """One step from ``s``: the move along d, the stopping tests, then the rows frozen and the
     next direction. The last allowed step of a solve that reports no residual forms no
     gradient (and no image unless a value or the caller needs it)."""
@@ -330,7 +339,7 @@ def _next_direction(p, s):
     )
 
 
-def finish(p, s):
+def finish(p: PncgProblem, s: PncgState) -> tuple[Array, int, dict[str, Any]]:
     """``(W, iterations, info)`` of the final state; the residual and, where asked, the value
     from what is at hand (exact when converged; otherwise from W X~ updated in place, re-synced
     every ``resync`` steps). An unconverged hidden solve with a data-space preconditioner ends

@@ -43,15 +43,30 @@ capped one that reports no residual, ``solve_pncg``) runs all its steps with no 
 and reads nothing back to the host where reads are not cheap (``arrays.cheap_reads``).
 """
 
+from __future__ import annotations
+
 import dataclasses
 import math
-from typing import Any, NamedTuple
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..arrays import cheap_reads, host_if_cheap
+from ..arrays import Array, cheap_reads, host_if_cheap
 from ._util import keep_descent, kkt, most, pr_plus, proves_above
 
+if TYPE_CHECKING:
+    from ..blocks import WHidden
+    from .gram import DataGram, ParamGram
 
-def applies(xp, block, W, pre, max_iter, newton_start, newton_cap=None):
+
+def applies(
+    xp: ModuleType,
+    block: WHidden,
+    W: Array,
+    pre: ParamGram | DataGram,
+    max_iter: int,
+    newton_start: int,
+    newton_cap: int | None = None,
+) -> bool:
     """Whether ``solve_span`` reproduces ``solve_pncg``'s capped solve: a data-space
     preconditioner, ``rho = 0 < gamma``, the start at the proximal centre (by identity, as
     ``fit_bcd`` hands it; an equal copy too where reads are cheap) and no Newton row (at most
@@ -114,7 +129,7 @@ def problem(p, W0):
     return SpanProblem(p, W0, U0, objective.pre.xt_norm2(p.xp) if p.tested else None)
 
 
-def init(sp):
+def init(sp: SpanProblem) -> SpanState:
     """The state at ``Z = 0`` (W = W0): the first direction, and ``end`` ``"converged"`` where
     a tested start is optimal."""
     p = sp.cg
@@ -132,7 +147,7 @@ def init(sp):
     return SpanState(Z, U, -sigma, -sigmaK, -gs, sigmaK, gs, 0, 0, 0, W, res, 0, end)
 
 
-def step(sp, s):
+def step(sp: SpanProblem, s: SpanState) -> SpanState:
     """One step: the exact line search along d and the move of Z and U (re-formed every
     ``resync`` steps, and CG restarted there); then, unless it was the last, the stopping test
     and the PR+ direction."""
@@ -171,7 +186,7 @@ def step(sp, s):
     return s._replace(gd=gd, sigmaK=sigmaK_n, gs=gs_n, restarts=restarts)
 
 
-def finish(sp, s):
+def finish(sp: SpanProblem, s: SpanState) -> tuple[Array, int, dict[str, Any]]:
     """``(W, iterations, info)`` as ``solve_pncg``'s: an unconverged solve ends with the
     descent guard at the true image (``_util.keep_descent``), then its residual where asked."""
     p = sp.cg
@@ -212,7 +227,9 @@ def solve_span(p, W0):
     return finish(sp, s)
 
 
-def direction(pre, two_g, cA, Z, U, U0):
+def direction(
+    pre: DataGram, two_g: float, cA: Array, Z: Array, U: Array, U0: Array
+) -> tuple[Array, Array]:
     """``(sigma, sigma K)``: the preconditioned gradient ``s = sigma X~^T = g G^{-1}`` at
     ``W0 + Z X~^T`` and its image ``s X~``, from ``gram.DataGram``'s split with
     ``R = 2 gamma Z X~^T`` and ``P = R X~ = 2 gamma (U - U0)``; ``cA = lam A``. Temporaries

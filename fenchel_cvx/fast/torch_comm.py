@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arrays import Array
 from ..reduce import OPS, CollectiveError, _check_split, _Moves, _ops
 from . import host_memory
 
@@ -91,7 +92,7 @@ class TorchComm(_Moves):
             out.append(self._back(total, values[i]))
         return out
 
-    def all_gather(self, value: Any) -> list:
+    def all_gather(self, value: Array) -> list:
         """Every rank's array ``value``, in rank order (their shapes may differ)."""
         array = self._host(value)
         if array.ndim > MAX_NDIM:

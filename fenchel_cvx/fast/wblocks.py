@@ -54,17 +54,20 @@ preconditioners, and the closed-form and Newton-CG solves. The nonlinear CG itse
 and ``step`` on an explicit state, is ``pncg.py``.
 """
 
+from __future__ import annotations
+
 import copy
 import dataclasses
 import functools
 import math
+from types import ModuleType
 from typing import Any
 
 from array_api_compat import device
 
-from ..arrays import cheap_reads, matmul_nt, vecdot
-from ..blocks import WHidden, WLast
-from ..reduce import LOCAL
+from ..arrays import Array, cheap_reads, matmul_nt, vecdot
+from ..blocks import WBlock, WHidden, WLast
+from ..reduce import LOCAL, Comm
 from . import fused
 from ._util import NEWTON_START, RESYNC, kkt, newton_1d
 from .fused import EAGER
@@ -131,24 +134,24 @@ class _Problem:
     #: the data term's factor in the gradient: ``coef A X~^T`` with ``A = data_grad(U)``
     coef: Any
 
-    def data_value(self, U):
+    def data_value(self, U: Array) -> Array:
         """The data term's value at ``U = W X~`` (this shard's columns)."""
         raise NotImplementedError
 
-    def data_grad(self, U):
+    def data_grad(self, U: Array) -> Array:
         """The data term's gradient in U, divided by ``coef``."""
         raise NotImplementedError
 
-    def dot(self, A, B):
+    def dot(self, A: Array, B: Array) -> Array:
         """The inner product of A and B by which the line search's lengths are taken: per
         row (a column) where the rows are independent, else over the whole (1 x 1)."""
         raise NotImplementedError
 
-    def data_derivs(self, Ut, dU):
+    def data_derivs(self, Ut: Array, dU: Array) -> tuple[Array, Array]:
         """The data term's first and second derivatives along dU at Ut."""
         raise NotImplementedError
 
-    def data_change(self, U, dU):
+    def data_change(self, U: Array, dU: Array) -> tuple[Array, Array]:
         """``(change, size)``: the data term's change from U to U + dU, and the size of the
         terms it sums."""
         raise NotImplementedError
@@ -243,17 +246,17 @@ class _Problem:
         slack = 8 * xp.finfo(t.dtype).eps * (1 + xp.abs(size) + xp.abs(reg[0]) + xp.abs(reg[1]))
         return xp.where(rise <= slack, t, lo), nls
 
-    def derivs_at(self, U, dU, t):
+    def derivs_at(self, U: Array, dU: Array, t: float | Array) -> tuple[Array, Array]:
         """The data term's first and second derivatives in t at ``U + t dU`` along dU."""
         Ut = t * dU
         Ut += U
         return self.data_derivs(Ut, dU)
 
-    def data_curv(self, U, dU):
+    def data_curv(self, U: Array, dU: Array) -> Array:
         """The data term's second derivative along dU at U (``data_derivs``'s second part)."""
         return self.data_derivs(U, dU)[1]
 
-    def change_along(self, U, dU, t):
+    def change_along(self, U: Array, dU: Array, t: float | Array) -> tuple[Array, Array]:
         """``data_change`` from U to ``U + t dU``."""
         return self.data_change(U, t * dU)
 
@@ -277,7 +280,7 @@ class HiddenRows(_Problem):
         self.newton_start = settings.newton_start  # early iterations change active sets: CG only
         self._largest_k = None  # max |K_jk|, once (``largest_k``)
 
-    def of_rows(self, block, keep):
+    def of_rows(self, block: WHidden, keep: Array) -> HiddenRows:
         """This problem on ``block``, a part of the solve's block (the rows still iterated),
         ``keep`` the indices of those rows among this problem's: the preconditioner, ``K``, the
         Newton settings and the row count at the start stay."""
@@ -286,31 +289,33 @@ class HiddenRows(_Problem):
         sub.U0 = None if self.U0 is None else self.xp.take(self.U0, keep, axis=0)
         return sub
 
-    def dot(self, A, B):
+    def dot(self, A: Array, B: Array) -> Array:
         """``sum_j A_ij B_ij`` per row, as a column (``vecdot``: in NumPy one pass, no product
         array)."""
         return self.xp.reshape(vecdot(A, B), (-1, 1))
 
-    def data_grad(self, U):
+    def data_grad(self, U: Array) -> Array:
         return self.act.grad_u(self.V, U)
 
-    def data_value(self, U):
+    def data_value(self, U: Array) -> Array:
         return self.lam * self.xp.sum(self.act.divergence(self.V, U))
 
     # the line search's chains on p x m arrays (most of a W solve's elementwise work), one
     # fused kernel each where ``kernels`` compiles them (``fused``)
-    def derivs_at(self, U, dU, t):
+    def derivs_at(self, U: Array, dU: Array, t: float | Array) -> tuple[Array, Array]:
         return self.kernels(fused.row_derivs)(self.act, self.lam, self.V, U, dU, t)
 
-    def data_curv(self, U, dU):
+    def data_curv(self, U: Array, dU: Array) -> Array:
         return self.kernels(fused.row_curv)(self.act, self.lam, U, dU)
 
-    def change_along(self, U, dU, t):
+    def change_along(self, U: Array, dU: Array, t: float | Array) -> tuple[Array, Array]:
         """``(change, size)``: the data term's change from U to ``U + t dU`` per row, and the
         size of the terms it sums (its rounding scale)."""
         return self.kernels(fused.row_change)(self.act, self.lam, self.V, U, dU, t)
 
-    def precondition(self, g, A, R, U, it, prev_active=None):
+    def precondition(
+        self, g: Array, A: Array, R: Array, U: Array, it: int, prev_active: Array | None = None
+    ) -> tuple[Array, Array | None, Array | None, Array | None]:
         """``(s, s X~ or None, newton_rows, active)``: ``g G^{-1}`` after ``it`` steps, with exact
         Newton rows where the active set is small and did not change since ``prev_active`` (the
         previous iterate's; ``active`` is only formed once Newton rows may start)."""
@@ -341,7 +346,7 @@ class HiddenRows(_Problem):
         s = xp.take(xp.concat([s, sn], axis=0), where, axis=0)
         return s, None, xp.reshape(small, (p, 1)), active
 
-    def newton_rows(self, g, U):
+    def newton_rows(self, g: Array, U: Array) -> Array:
         """``H_i^{-1} g_i`` for the given rows, in data space restricted to their active points."""
         xp, K = self.xp, self.K
         m = U.shape[1]
@@ -374,7 +379,7 @@ class HiddenRows(_Problem):
             z = xp.take_along_axis(z, xp.argsort(order, axis=1), axis=1)
         return (g - z @ self.Xt.T) / (2 * c)
 
-    def largest_k(self):
+    def largest_k(self) -> float:
         """``max |K_jk|`` (``X~`` is fixed through a solve: formed once): ``K``'s own, or
         without ``K`` its largest diagonal entry, the largest column norm (Cauchy-Schwarz)."""
         if self._largest_k is None:
@@ -383,7 +388,7 @@ class HiddenRows(_Problem):
             self._largest_k = float(xp.max(A))
         return self._largest_k
 
-    def active_gram(self, idx):
+    def active_gram(self, idx: Array) -> Array:
         """``X~_a^T X~_a`` for each row's points ``idx`` (rows x a): the entries of ``K`` that
         a Newton row reads, formed from X~'s columns where ``K`` itself (m x m) is too large;
         rows in chunks of at most ``GATHER_BYTES`` of gathered columns."""
@@ -411,26 +416,28 @@ class LastLoss(_Problem):
         super().__init__(xp, block, pre, kernels=kernels, comm=comm)
         self.loss, self.Y = block.loss, block.Y
 
-    def dot(self, A, B):
+    def dot(self, A: Array, B: Array) -> Array:
         return self.xp.reshape(self.xp.sum(A * B), (1, 1))
 
-    def data_grad(self, U):
+    def data_grad(self, U: Array) -> Array:
         return self.loss.grad(self.Y, U)
 
-    def data_value(self, U):
+    def data_value(self, U: Array) -> Array:
         return self.loss.value(self.Y, U)
 
-    def data_derivs(self, Ut, dU):
+    def data_derivs(self, Ut: Array, dU: Array) -> tuple[Array, Array]:
         d1, d2 = self.loss.line_derivs(self.Y, Ut, dU)
         return self.xp.reshape(d1, (1, 1)), self.xp.reshape(d2, (1, 1))
 
-    def data_change(self, U, dU):
+    def data_change(self, U: Array, dU: Array) -> tuple[Array, Array]:
         """``(change, size)``: the loss's change from U to U + dU and the size of the terms it
         sums (``loss.line_change``)."""
         change, size = self.loss.line_change(self.Y, U, dU)
         return self.xp.reshape(change, (1, 1)), self.xp.reshape(size, (1, 1))
 
-    def precondition(self, g, A, R, U, it, prev_active=None):
+    def precondition(
+        self, g: Array, A: Array, R: Array, U: Array, it: int, prev_active: Array | None = None
+    ) -> tuple[Array, Array | None, Array | None, Array | None]:
         s, sU = self.base_step(g, A, R, U)
         return s, sU, None, None
 
@@ -455,7 +462,14 @@ def _(block: WLast, xp, c):
     return block.loss.column_curvature(block.Y, xp), 2 * c, False
 
 
-def gram_preconditioner(xp, block, cache=None, reuse=1, rows=None, comm=LOCAL):
+def gram_preconditioner(
+    xp: ModuleType,
+    block: WHidden | WLast,
+    cache: dict[Any, Any] | None = None,
+    reuse: int = 1,
+    rows: int | None = None,
+    comm: Comm = LOCAL,
+) -> tuple[ParamGram | DataGram, str]:
     """The preconditioner ``(w X~ S X~^T + shift I)^{-1}`` of a W-block (``gram``), cached while
     X~ is unchanged.
 
@@ -534,7 +548,7 @@ def _column_split_allowed(block, comm):
         )
 
 
-def block_parts(block, W, comm=LOCAL):
+def block_parts(block: WBlock, W: Array, comm: Comm = LOCAL) -> list[Array]:
     """``block.grad_parts(W)``, its data part summed over the block's column shards."""
     parts = block.grad_parts(W)
     (parts[0],) = comm.columns.reduce([parts[0]], "sum")
@@ -563,9 +577,18 @@ def _scalar(xp, weights):
     return hi if weights.shape[1] and float(xp.min(weights)) == hi else None
 
 
-def solve_ridge(xp, block, W, tol, max_iter, cache=None, comm=LOCAL):
+def solve_ridge(
+    xp: ModuleType,
+    block: WLast,
+    W: Array,
+    tol: float,
+    max_iter: int,
+    cache: dict[Any, Any] | None = None,
+    comm: Comm = LOCAL,
+) -> tuple[Array, int, dict[str, Any]]:
     """WLast with MSE: the normal equations through the Cholesky inverse, then refinement;
     ``comm``: the block's column shards (``reduce.py``), over which every sum is taken."""
+    pre: Any  # (MSE's ridge matrix: a ParamGram with its inverse, ``Ginv``)
     pre, factor_kind = gram_preconditioner(xp, block, cache, comm=comm)
     Ginv = pre.Ginv
     (R,) = comm.columns.reduce([block.Y @ block.Xt.T], "sum")
@@ -599,15 +622,15 @@ def solve_ridge(xp, block, W, tol, max_iter, cache=None, comm=LOCAL):
 
 
 def solve_newton(
-    xp,
-    block,
-    W,
-    tol,
-    max_iter,
-    cache=None,
-    settings=DEFAULT_SETTINGS,
-    comm=LOCAL,
-):
+    xp: ModuleType,
+    block: WLast,
+    W: Array,
+    tol: float,
+    max_iter: int,
+    cache: dict[Any, Any] | None = None,
+    settings: PncgSettings = DEFAULT_SETTINGS,
+    comm: Comm = LOCAL,
+) -> tuple[Array, int, dict[str, Any]]:
     """WLast with a loss that is neither quadratic nor solved by its own method: Newton-CG on
     the loss's own gradient and Hessian products (``Loss.grad``, ``Loss.hvp``).
 

@@ -35,11 +35,14 @@ overwrites. A solve that fails to compile runs eagerly from then on, with a warn
 why.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import warnings
+from types import ModuleType
 
 from ._util import NEWTON_START, block_arrays, newton_step
-from .fused import NAMED, Kernels, _running, require_compiler, room_for_variants
+from .fused import _F, NAMED, Kernels, _Caps, _running, require_compiler, room_for_variants
 
 #: the solvers' loop bodies that a block's graph calls many times with arrays of one shape, each
 #: one subgraph compiled once (``region``; the solvers call them through ``Kernels.region``)
@@ -65,14 +68,14 @@ class Blocks(Kernels):
         # marked before any tracing (dynamo does not trace the marking itself)
         self._regions = {step: torch.compiler.nested_compile_region(step) for step in REGIONS}
 
-    def region(self, step):
+    def region(self, step: _F) -> _F:
         """``step`` as a nested compile region (``torch.compiler.nested_compile_region``) where
         it is one of ``REGIONS``: in a graph, every call with inputs of the same shapes, dtypes
         and devices calls one subgraph, compiled once (a W-block's unrolled line-search
         iterations, ``_util.newton_step``); any other function as it is, inlined."""
         return self._regions.get(step, step)
 
-    def check_arrays(self, xp):
+    def check_arrays(self, xp: ModuleType) -> None:
         from array_api_compat import is_torch_namespace
 
         if not is_torch_namespace(xp):
@@ -82,7 +85,7 @@ class Blocks(Kernels):
                 f"of {name}: use compile='auto' (or False) for them"
             )
 
-    def check_backend(self, backend):
+    def check_backend(self, backend: _Caps) -> None:
         """A whole solve is one graph only where it reads nothing back to the host: capped
         steps (W-blocks at most ``NEWTON_START``, where no semismooth-Newton row starts) and no
         residual or value reported at the cap."""
@@ -100,6 +103,8 @@ class Blocks(Kernels):
             )
 
     def solve(self, solver, block, backend, xp, Z, tol):
+        # (untyped: ``dataclasses.replace`` empties the block's array fields for its template,
+        # which the block classes' field types do not allow)
         arrays = block_arrays(block)
         names = tuple(arrays)
         cuda = Z.device.type == "cuda"

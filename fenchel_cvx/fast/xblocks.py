@@ -38,13 +38,14 @@ with the gradient the loop holds, comes within ``2 tol``.
 import dataclasses
 import functools
 import math
+from types import ModuleType
 from typing import Any, NamedTuple
 
 from array_api_compat import array_namespace, device
 
-from ..arrays import cheap_reads, clip, host_if_cheap
-from ..blocks import XHidden, XLast
-from ..reduce import LOCAL
+from ..arrays import Array, cheap_reads, clip, host_if_cheap
+from ..blocks import XBlock, XHidden, XLast
+from ..reduce import LOCAL, Comm
 from . import fused
 from ._util import kkt, newton_1d, select, top_eig
 from .fused import EAGER
@@ -201,7 +202,7 @@ def _(block: XLast, U, kernels):
     return block.loss.grad(block.Y, U)
 
 
-def default_start(xp, block):
+def default_start(xp: ModuleType, block: XBlock) -> Array:
     """The feed-forward value phi_in(U_prev): B_in = 0 there."""
     return block.act_in.phi(block.U_prev)
 
@@ -226,7 +227,7 @@ class FistaProblem:
     momentum_last: bool  # the last step forms its momentum too (compiled: one chain for all)
     tests: Any
     reports: tuple  # (capped_residual, capped_value)
-    comm: Any = LOCAL  # the block's shards (``reduce``): every figure below is the whole block's
+    comm: Comm = LOCAL  # the block's shards (``reduce``): every figure below is the whole block's
 
 
 class FistaState(NamedTuple):
@@ -255,7 +256,7 @@ class FistaState(NamedTuple):
     end: Any
 
 
-def init(p, Z):
+def init(p: FistaProblem, Z: Array) -> FistaState:
     """The state at the start ``Z``: clipped into the domain (tested solves), its image (the
     caller's where it fits), the gradient there; ``end`` ``"converged"`` where an uncapped
     solve's start passes the block's own KKT test."""
@@ -276,7 +277,7 @@ def init(p, Z):
     return s
 
 
-def step(p, s):
+def step(p: FistaProblem, s: FistaState) -> FistaState:
     """One FISTA step from ``s``: the proximal-gradient step at y (backtracking on L where it is
     not certified), the stopping tests, then the momentum for the next one (restarted where it
     points uphill) and the next point's image (no product: the map is affine)."""
@@ -316,7 +317,7 @@ def step(p, s):
     return s._replace(z=zn, Uz=Uzn, z_prev=z_prev, beta=beta, Uy=Uy, theta=theta_n)
 
 
-def finish(p, s):
+def finish(p: FistaProblem, s: FistaState) -> tuple[Array, int, dict[str, Any]]:
     """``(z, iterations, info)`` of the final state: an inexact solve never ends above its start
     (``_closing``), its reports as asked (``solve_x``)."""
     converged, stalled = s.end == "converged", s.end == "stalled"
@@ -352,7 +353,15 @@ class FistaSettings:
 DEFAULT_SETTINGS = FistaSettings()
 
 
-def solve_x(xp, block, Z, tol, max_iter, settings=DEFAULT_SETTINGS, comm=LOCAL):
+def solve_x(
+    xp: ModuleType,
+    block: XBlock,
+    Z: Array,
+    tol: float,
+    max_iter: int,
+    settings: FistaSettings = DEFAULT_SETTINGS,
+    comm: Comm = LOCAL,
+) -> tuple[Array, int, dict[str, Any]]:
     """FISTA with restart on an XHidden / XLast block from ``Z``: ``(Z, iterations, info)``,
     :func:`init`, then :func:`step` until the state ends, then :func:`finish`. ``comm``: the
     block's column shards (``reduce.py``; the block and ``Z`` are this shard's columns), through

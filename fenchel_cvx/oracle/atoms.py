@@ -183,7 +183,7 @@ def divergence_cvx(
 
 # --- the output losses L(Y, Yhat), Yhat affine in the variable ------------------------------
 @singledispatch
-def loss_cvx(loss: Loss, Y: Any, Yhat: cp.Expression) -> cp.Expression:
+def loss_cvx(loss: Loss, Y: np.ndarray | cp.Expression, Yhat: cp.Expression) -> cp.Expression:
     """``L(Y, Yhat)`` summed over the columns, as a CVXPY expression (convex in ``Yhat``); the
     class's own ``value_cvxpy`` where none is registered here."""
     value_cvxpy = getattr(loss, "value_cvxpy", None)

@@ -31,12 +31,14 @@ loss's type (``METHODS``: one entry per variant), runs it, and certifies the res
 method, or when the method fails or its certificate does not hold (``Exact.reason`` says why).
 """
 
+from __future__ import annotations
+
 import functools
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -49,6 +51,9 @@ from . import ce_columns as _ce_columns
 from . import output_dual as _output_dual
 from . import rows as _rows_mod
 from . import softmax_cg as _softmax_cg
+
+if TYPE_CHECKING:
+    from .dask_rows import WorkerRows
 
 # Newton's method on the cross-entropy W-block: the most steps
 NEWTON_STEPS = 50
@@ -77,7 +82,10 @@ class Exact:
 
 
 def attempt(
-    block: Block, start: ArrayLike | None = None, tol: float = 1e-7, workers: Any = None
+    block: Block,
+    start: ArrayLike | None = None,
+    tol: float = 1e-7,
+    workers: WorkerRows | None = None,
 ) -> Exact | None:
     """Solve ``block`` by its exact method and certify it; ``None`` when no method applies.
     ``workers``: a ``dask_rows.WorkerRows`` for the methods that run pieces on Dask workers
@@ -180,7 +188,7 @@ def _rows(block, start, target, slope, label, workers=None):
 
 @_label("exact: ReLU rows", distributed=True)  # the active route on the Dask workers
 def relu_rows(
-    block: WHidden, start: np.ndarray | None, target: float, workers: Any = None
+    block: WHidden, start: np.ndarray | None, target: float, workers: WorkerRows | None = None
 ) -> tuple[np.ndarray, int, dict[str, Any]]:
     return _rows(block, start, target, 0.0, relu_rows.label, workers)
 

@@ -52,6 +52,7 @@ from . import nnls as _nnls
 
 if TYPE_CHECKING:
     from ..blocks import WHidden
+    from .dask_rows import WorkerRows
 
 # the dual's Gram matrix has one row per data point (two with a leaky ReLU): formed up to this
 DUAL_MAX = 4000
@@ -103,7 +104,7 @@ def solve(
     target: float,
     slope: float,
     noise: float,
-    workers: Any = None,
+    workers: WorkerRows | None = None,
 ) -> tuple[np.ndarray, int, dict[str, Any]]:
     """The argmin of the rows; returns ``(W, iterations, info)``. ``noise``: the relative
     round-off of a row's value near its optimum (the line search then judges by the gradient).

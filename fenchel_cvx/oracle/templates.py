@@ -170,7 +170,7 @@ def x_last_ce(p: int, c: int, k: int, act_in: Activation) -> Built:
     return cp.Problem(cp.Minimize(obj), cons), Z, P
 
 
-def w_hidden(n: int, m: int, r: int, act: Activation, Xt: Any) -> Built:
+def w_hidden(n: int, m: int, r: int, act: Activation, Xt: np.ndarray | cp.Expression) -> Built:
     W = cp.Variable((r, n), name="W")
     P = dict(Q=cp.Parameter((r, n), name="Q"), c=cp.Parameter(nonneg=True, name="c"))
     fstar, cons = _fstar(act, W @ Xt)
@@ -178,7 +178,7 @@ def w_hidden(n: int, m: int, r: int, act: Activation, Xt: Any) -> Built:
     return cp.Problem(cp.Minimize(obj), cons), W, P
 
 
-def w_last_mse(n: int, m: int, r: int, Xt: Any) -> Built:
+def w_last_mse(n: int, m: int, r: int, Xt: np.ndarray | cp.Expression) -> Built:
     W = cp.Variable((r, n), name="W")
     P = dict(
         Y=cp.Parameter((r, m), name="Y"),
@@ -189,7 +189,7 @@ def w_last_mse(n: int, m: int, r: int, Xt: Any) -> Built:
     return cp.Problem(cp.Minimize(obj)), W, P
 
 
-def w_last_ce(n: int, m: int, c: int, Xt: Any) -> Built:
+def w_last_ce(n: int, m: int, c: int, Xt: np.ndarray | cp.Expression) -> Built:
     W, t = cp.Variable((c, n), name="W"), cp.Variable(m, name="t")
     P = dict(
         Q=cp.Parameter((c, n), name="Q"),
@@ -218,7 +218,7 @@ def x_last_any(p: int, c: int, k: int, act_in: Activation, loss: Loss) -> Built:
     return cp.Problem(cp.Minimize(obj), _domain(act_in, Z)), Z, P
 
 
-def w_last_any(n: int, m: int, r: int, loss: Loss, Xt: Any) -> Built:
+def w_last_any(n: int, m: int, r: int, loss: Loss, Xt: np.ndarray | cp.Expression) -> Built:
     """Any loss with a CVXPY form that stays DPP with the targets as a parameter (Huber)."""
     W = cp.Variable((r, n), name="W")
     P = dict(

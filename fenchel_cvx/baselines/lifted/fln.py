@@ -35,6 +35,7 @@ its seconds include sending them the data.
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from ...arrays import Array
 from ...bcd import fit_bcd
@@ -107,7 +108,7 @@ class FLN(LiftedMethod):
             clock = dict(t=time.perf_counter())
             (fit_bcd if ranks is None else ranks.fit)(net, X, Y, callback=callback, **settings)
 
-    def fit_settings(self, net: LiftedNetwork, m: int, iterations: int) -> dict[str, object]:
+    def fit_settings(self, net: LiftedNetwork, m: int, iterations: int) -> dict[str, Any]:
         """``fit_bcd``'s settings of this method for ``net`` (its lam and rho set here) on ``m``
         data points, ``iterations`` rounds: the backend, the schedule and the checks."""
         hyper = validate(
