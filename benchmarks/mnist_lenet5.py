@@ -36,13 +36,17 @@ epoch, seconds per epoch (training only, evaluation excluded), every method's se
 accuracy level, peak memory (max RSS), the FLN/Adam ratio of seconds per epoch, FLN's host reads
 per unchecked batch and the BLAS kernels with NumPy's and PyTorch's GEMM rates
 (``common.fln.host_reads``, ``common.devices.machine``). ``--seeds N`` runs every method with N
-seeds (initial weights and batch order) and reports each figure's mean over them, with the spread
-(max - min) of the final test accuracy.
+seeds (initial weights and batch order) and reports each figure's mean over them (the seconds to
+an accuracy: their median), with the spread (max - min) of the final test accuracy. A method of
+``--methods`` may carry its own launch (``NAME:tT``, ``NAME:rP``, ``NAME:rPtT``: threads, ranks;
+Adam on ranks is PyTorch DDP), and each FLN launch is set against the fastest Adam launch.
 
     python benchmarks/mnist_lenet5.py                     # full MNIST, 20 epochs
     python benchmarks/mnist_lenet5.py --dataset cifar10 --data-dir DIR   # CIFAR-10, 80 epochs
     python benchmarks/mnist_lenet5.py --quick             # embedded 5k MNIST, 2 epochs: a smoke run
     python benchmarks/mnist_lenet5.py --seeds 3 --threads 1 --jobs 2   # mean and spread of 3 seeds
+    python benchmarks/mnist_lenet5.py --epochs 2 --seeds 3 \
+        --methods fln:r2t1,fln:t1,adam:t1,adam:t2,adam:r2t1   # every launch on 2 cores, one run
 """
 
 import argparse

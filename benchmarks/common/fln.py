@@ -4,9 +4,10 @@
 excluded) and records the test accuracy at checkpoints and after every epoch, the certificate
 over the run (``certificate_summary``) and the host reads of one unchecked batch
 (``host_reads``: what a GPU would wait for); ``warm_up`` compiles the kernels before the clock.
-With ``--nproc P`` (P > 1) FLN trains on P ranks of this machine (``parallel.Ranks``: started,
-and their kernels compiled by the warm-up, before the clock; each run's data is sent to the
-ranks within it), timed on rank 0, this process.
+On P ranks (``--nproc P`` or a launch ``fln:rP``, P > 1) FLN trains on P ranks of this machine
+(``parallel.Ranks``: started, and their kernels compiled by the warm-up, before the clock; each
+run's data reaches the ranks within it, through shared memory: ``rank_arrays``), timed on rank 0,
+this process.
 """
 
 import copy
