@@ -376,8 +376,8 @@ def test_unweighted_shares_are_not_the_whole_batchs_step(monkeypatch):
 
 
 def test_ddp_refuses_more_ranks_than_points_in_a_batch():
-    """A communicator of more ranks than the smallest batch's points is refused by name,
-    before the model is built."""
+    """A communicator of more ranks than the smallest batch's points, or an object that is
+    no communicator, is refused by name before any step."""
     pytest.importorskip("torch")
     from types import SimpleNamespace
 
