@@ -297,16 +297,12 @@ def summarise(results, args, data_desc):
             rows[name]["certificate"] = [r["certificate"] for r in runs]
     n_batches = -(-args.train_points // args.batch_size)
     for name, r in rows.items():
-        r["gflop_per_batch"] = flops_per_batch((r["launch"] or {}).get("method", name), args) / 1e9
+        r["gflop_per_batch"] = flops_per_batch(reports.method_of(name, r), args) / 1e9
         r["ms_per_batch"] = 1e3 * r["seconds_per_epoch"] / n_batches
         r["fraction_of_gemm_floor"] = (r["gflop_per_batch"] / args.gemm_gflops) / (
             r["ms_per_batch"] / 1e3
         )
-    ratios = reports.ratios_over_adam(rows)
-    adam, label = reports.fastest(rows, "adam", lambda r: r["time_to_97"])
-    for f in reports.launches(rows, "fln"):
-        if adam is not None and rows[f]["time_to_97"] is not None:
-            ratios[f"time_to_97_{f}_over_{label}"] = rows[f]["time_to_97"] / adam
+    ratios = {**reports.ratios_over_adam(rows), **reports.ratios_over_adam(rows, "time_to_97")}
     return dict(
         data=data_desc,
         settings=vars(args),

@@ -109,12 +109,9 @@ def _join(rank, nproc, port, shared_memory):
 
 
 def _work(comm, threads, fn, args, kwargs):
-    """``fn(*args, comm=comm, **kwargs)`` on this rank, its native pools at ``threads``, the
-    large arrays mapped from their files (``rank_arrays``)."""
-    from .rank_arrays import incoming
+    """``fn(*args, comm=comm, **kwargs)`` on this rank, its native pools at ``threads``."""
     from .threads import limit_threads
 
-    args, kwargs = incoming(args, kwargs)
     with limit_threads(threads):
         return fn(*args, comm=comm, **kwargs)
 
@@ -175,11 +172,14 @@ def _child(rank, nproc, port, threads, shared_memory, heap, conn):
             from .heap import keep_freed_memory
 
             keep_freed_memory()
+        from .rank_arrays import incoming
+
         _torch_distributed()  # (the imports: most of a rank's start)
         conn.send("joining")
         comm = _join(rank, nproc, port, shared_memory)
         while (work := conn.recv()) is not None:
-            _work(comm, threads, *work)
+            fn, args, kwargs = work
+            _work(comm, threads, fn, *incoming(args, kwargs))  # (the large arrays mapped)
             conn.send("done")
     except BaseException:  # noqa: BLE001 - printed, and the exit status says it
         traceback.print_exc()

@@ -53,10 +53,14 @@ def level_figures(runs):
     )
 
 
+def method_of(label, row):
+    """The method a row's launch ran (``level_figures``' launch; a row without one: its label)."""
+    return (row.get("launch") or {}).get("method", label)
+
+
 def launches(rows, method):
-    """The labels of ``rows`` that launched ``method`` (``level_figures``' launch; a row without
-    one is its label's method)."""
-    return [k for k, r in rows.items() if (r.get("launch") or {}).get("method", k) == method]
+    """The labels of ``rows`` that launched ``method``."""
+    return [k for k, r in rows.items() if method_of(k, r) == method]
 
 
 def fastest(rows, method, figure):
@@ -76,14 +80,14 @@ def launch_text(rows):
     )
 
 
-def ratios_over_adam(rows):
-    """Each FLN launch's seconds per epoch over the fastest Adam launch's:
-    ``{"seconds_per_epoch_FLN_over_ADAM": ratio}`` with the launches' labels."""
-    adam, label = fastest(rows, "adam", lambda r: r["seconds_per_epoch"])
+def ratios_over_adam(rows, figure="seconds_per_epoch"):
+    """Each FLN launch's ``figure`` over the fastest Adam launch's (the least):
+    ``{"FIGURE_FLN_over_ADAM": ratio}`` with the launches' labels, where both have it."""
+    adam, label = fastest(rows, "adam", lambda r: r[figure])
     return {
-        f"seconds_per_epoch_{f}_over_{label}": rows[f]["seconds_per_epoch"] / adam
+        f"{figure}_{f}_over_{label}": rows[f][figure] / adam
         for f in launches(rows, "fln")
-        if adam is not None and rows[f]["seconds_per_epoch"] is not None
+        if adam is not None and rows[f][figure] is not None
     }
 
 

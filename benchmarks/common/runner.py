@@ -87,13 +87,13 @@ def run_backprop(args, ds, batches, optimizer, model, **options):
     return backprop_record(r, len(batches[0]))
 
 
-def run_one(method, args, load, run_fln=None, run_backprop=None):
+def run_one(label, args, load, run_fln=None, run_backprop=None):
     """One launch in this (spawned) process: ``load(args)`` -> ``(ds, desc)``, then
     ``run_fln(args, ds, batches)`` or ``run_backprop(args, ds, batches, optimizer)`` on the
     run's ``batch_order``, timed, with its peak memory (host and GPU; rank 0's), seed and launch
-    (``args.method``, where ``method`` is a launch's label; its ranks and threads)."""
-    print(f"{method}, seed {args.seed}: started", flush=True)
-    label, method = method, getattr(args, "method", method)
+    (``label``, a launch of ``--methods``; ``args.method`` its method, else the label)."""
+    print(f"{label}, seed {args.seed}: started", flush=True)
+    method = getattr(args, "method", label)
     keep_freed_memory()  # every method's temporaries reuse the heap (``fenchel_cvx.heap``)
     with limit_threads(args.threads):
         ds, _ = load(args)
