@@ -15,11 +15,12 @@ against m.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/oracle_iteration.py \\
         [--data-dir DIR] [--m 7500,15000,30000,60000] [--workers 2] [--iterations 2] \\
-        [--loss mse|cross_entropy] [--driver-threads 1] [--json OUT]
+        [--loss mse|cross_entropy] [--driver-threads CORES] [--json OUT]
 """
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ from common import data  # noqa: E402
 from common.devices import machine  # noqa: E402
 from fenchel_cvx import LiftedNetwork, fit_bcd  # noqa: E402
 from fenchel_cvx.datasets import one_hot  # noqa: E402
+from fenchel_cvx.heap import keep_freed_memory  # noqa: E402
 from fenchel_cvx.io import write_json  # noqa: E402
 from fenchel_cvx.oracle import OracleBackend  # noqa: E402
 
@@ -52,9 +54,10 @@ def parse_args(argv=None):
     p.add_argument(
         "--driver-threads",
         type=int,
-        default=1,
-        help="BLAS threads of this process, which solves the X- and W_L blocks while the "
-        "workers wait (default 1; the workers have one each)",
+        default=len(os.sched_getaffinity(0)),
+        help="BLAS threads of this process, which solves the X- and W_L blocks and checks the "
+        "certificate while the workers wait (default: this machine's cores; the workers have "
+        "one each)",
     )
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = p.parse_args(argv)
@@ -66,6 +69,7 @@ def parse_args(argv=None):
         ("m", min(args.m)),
         ("workers", args.workers),
         ("iterations", args.iterations),
+        ("driver-threads", args.driver_threads),
     ):
         if value < 1:
             p.error(f"--{name} must be >= 1, got {value}")
@@ -92,6 +96,7 @@ def one_size(args, ds, m):
     )
     client = Client(cluster)
     client.wait_for_workers(args.workers)
+    client.run(keep_freed_memory)  # the workers' temporaries reuse their heap, as this process's
     stamps = [time.perf_counter()]
     try:
         backend = OracleBackend(tol=TOL, client=client)
@@ -133,6 +138,7 @@ def slope(sizes, key):
 
 def main(argv=None):
     args = parse_args(argv)
+    keep_freed_memory()  # the temporaries reuse the heap (fenchel_cvx/heap.py)
     ds, desc = data.load(argparse.Namespace(data_dir=args.data_dir, dtype="float64"))
     print(
         f"{desc}; 784-300-10 ReLU, {args.loss}, lam {args.lam:g}, rho {RHO}, tol {TOL:g}; "

@@ -82,3 +82,29 @@ def test_a_spawned_rank_keeps_its_freed_memory_where_rank_0_does(mode):
         pytest.skip("this C library has no mallopt (not glibc): keep_freed_memory does nothing")
     for rank, fell in enumerate(report["fell"]):
         assert (fell < 4 * MIB) if mode == "kept" else (fell > 60 * MIB), (rank, fell)
+
+
+CLUSTER = """
+from fenchel_cvx.heap import freed_memory_kept, keep_freed_memory
+from fenchel_cvx.oracle import OracleBackend
+took = keep_freed_memory()
+backend = OracleBackend(n_jobs=2)
+try:
+    print(took, *sorted(backend._dask().run(freed_memory_kept).values()))
+finally:
+    backend.close()
+"""
+
+
+def test_the_oracles_own_workers_keep_their_freed_memory_where_its_process_does():
+    """``OracleBackend(n_jobs=2)`` starts its Dask workers with the heap setting of the process
+    that starts them (their row tasks' temporaries are hundreds of MB at MNIST's size)."""
+    pytest.importorskip("distributed", reason="the oracle's workers need Dask")
+    out = subprocess.run(
+        [sys.executable, "-c", CLUSTER], capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    took, *workers = out.stdout.split()
+    if took != "True":
+        pytest.skip("this C library has no mallopt (not glibc): keep_freed_memory does nothing")
+    assert workers == ["True", "True"]

@@ -43,6 +43,19 @@ def test_exact_method_equals_cvxpy_template(kind, act, loss, gamma, seed):
     assert fast.value <= ref.value + 1e-12 * (1 + abs(ref.value))
 
 
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_ce_columns_in_chunks_reach_the_same_minimiser(monkeypatch, chunk):
+    """The cross-entropy X_L columns in chunks (``ce_columns.CHUNK``; the last one partial),
+    each stopped on its own scale: the block certified at the same minimiser."""
+    block = make_block("x_last", "relu", "cross_entropy", 0.0, seed=1)
+    whole = OracleBackend(tol=TOL).solve(block)
+    monkeypatch.setattr(ce_columns, "CHUNK", chunk)
+    assert block.U_prev.shape[1] % chunk or chunk == 1  # a partial last chunk, or one a column
+    res = OracleBackend(tol=TOL).solve(block)
+    assert res.info["solver"] == exact.ce_relu_columns.label and res.residual <= TOL
+    np.testing.assert_allclose(res.argmin, whole.argmin, rtol=0, atol=1e-8)
+
+
 def test_exact_methods_on_larger_blocks():
     """More data points than unknowns and the other way round: both routes of SharedGram."""
     for act, (m, sizes) in itertools.product(
@@ -250,6 +263,36 @@ def test_cross_entropy_newton_cg_on_many_points_equals_the_template(monkeypatch,
     Hd = cg.hessian_times(softmax(net.W[1] @ block.Xt), dense)
     np.testing.assert_allclose(Hd, -g, atol=1e-9)  # the product is the formed Hessian's
     assert np.linalg.norm(HD + g) <= min(0.1, np.linalg.norm(g)) * np.linalg.norm(g)
+
+
+def test_cross_entropy_cg_steps_run_on_one_blas_thread(monkeypatch):
+    """Each CG product runs with NumPy's and SciPy's BLAS pools at one thread (two, set around
+    the call, are restored after it)."""
+    from threadpoolctl import threadpool_info
+
+    from fenchel_cvx.oracle import softmax_cg
+    from fenchel_cvx.threads import limit_threads, owner
+
+    net, X0, Y, Xs = instance("relu", "cross_entropy", seed=2, sizes=(6, 9, 4), m=80)
+    block = w_block(net, X0, Y, Xs, 1, gamma=0.0)
+    cg = softmax_cg.SoftmaxCG(block, block.rho)
+
+    def blas_threads():
+        return {
+            p["num_threads"]
+            for p in threadpool_info()
+            if p["user_api"] == "blas" and owner(p["filepath"]) in ("numpy", "scipy")
+        }
+
+    seen, product = [], cg.hessian_times
+    monkeypatch.setattr(
+        cg, "hessian_times", lambda P, V: seen.append(blas_threads()) or product(P, V)
+    )
+    with limit_threads({"numpy": 2, "scipy": 2}):
+        assert blas_threads() == {2}
+        D, steps = cg.direction(net.W[1], block.grad(net.W[1]))
+        assert blas_threads() == {2}
+    assert steps == len(seen) > 0 and all(threads == {1} for threads in seen)
 
 
 def test_conv_w_blocks_equal_the_template():

@@ -96,6 +96,23 @@ def test_x_last_dual_stopped_early_falls_back_to_nnls(monkeypatch):
     assert res.residual <= TOL
 
 
+@pytest.mark.parametrize("chunk", [1, 5])
+def test_x_last_dual_in_chunks_of_columns_equals_all_at_once(monkeypatch, chunk):
+    """The columns go in chunks (``output_dual.CHUNK``; the last one partial): every column is
+    the one solved with the others at once, the steps their maximum, none unsolved."""
+    block = x_last("random", m=12)
+    start = np.abs(np.random.default_rng(3).standard_normal(block.U_prev.shape))
+    whole = output_dual.solve_x_last(block, start)
+    early = output_dual.solve_x_last(block, start, max_steps=1)  # some columns not done
+    assert 0 < early[3] < 12
+    monkeypatch.setattr(output_dual, "CHUNK", chunk)
+    Z, R, steps, unsolved = output_dual.solve_x_last(block, start)
+    np.testing.assert_allclose(Z, whole[0], rtol=0, atol=1e-13)
+    np.testing.assert_allclose(R, whole[1], rtol=0, atol=1e-13)
+    assert (steps, unsolved) == whole[2:] and unsolved == 0
+    assert output_dual.solve_x_last(block, start, max_steps=1)[3] == early[3]
+
+
 def test_x_last_dual_is_the_method_of_mse_relu_only():
     assert exact.method_for(x_last("random")) is exact.mse_relu_dual
     from fenchel_cvx.activations import LeakyReLU
@@ -284,6 +301,42 @@ def test_w_rows_with_single_precision_grams_reach_the_same_rows(monkeypatch, gam
     assert all(rep.residual <= 1e-13 for rep in reports)
     np.testing.assert_allclose(W, exact, rtol=0, atol=1e-10)
     assert kkt_residual(block, W) <= 1e-12
+
+
+def test_a_row_factors_its_newton_matrix_once_a_gram(monkeypatch):
+    """A step that changed no point's side leaves the Gram as it was, and the next step solves
+    with the factor at hand (single-precision Grams: such steps are not the last)."""
+    block = w_hidden("random", seed=3, m=300)
+    start = np.random.default_rng(5).standard_normal(block.shape)
+    monkeypatch.setattr(active_rows, "SINGLE_MIN", 100)
+    factor, calls = active_rows.Rows.factor, []
+    monkeypatch.setattr(
+        active_rows.Rows, "factor", lambda self, G: calls.append(1) or factor(self, G)
+    )
+    rows = active_rows.Rows(block.Xt, block.lam, block.rho)
+    rows.G_src = (1.002 * rows.P).astype(np.float32)  # each step contracts about 1e3-fold
+    Q = block.lam * (block.V @ block.Xt.T)
+    W, reports = active_rows.solve_rows(rows, Q, start, 1e-13, batch=1)
+    assert all(rep.residual <= 1e-13 and not rep.refined for rep in reports)
+    reused = sum(c == 0 for rep in reports for c in rep.changes[:-1])
+    assert reused > 0  # the case has steps that reuse a factor
+    assert len(calls) == sum(rep.steps for rep in reports) - reused
+
+
+def test_single_precision_updates_keep_each_gram_that_of_its_active_set(monkeypatch):
+    """Updated in float32 products by the points that change sides, a row's Gram stays the
+    float64 Gram of its active set to float32's rounding (a wrong update is off by O(1))."""
+    monkeypatch.setattr(active_rows, "SINGLE_MIN", 100)
+    block = w_hidden("random", seed=9, r=6, m=300)
+    rows = active_rows.Rows(block.Xt, block.lam, block.rho)
+    Q = 3.0 * np.random.default_rng(2).standard_normal(block.shape)
+    kept = [None] * Q.shape[0]
+    W, reports = active_rows.solve_rows(rows, Q, rows.ridge(Q), 1e-13, kept=kept)
+    assert sum(c for rep in reports for c in rep.changes) > 0
+    for k, (A, G) in enumerate(kept):
+        np.testing.assert_array_equal(A, W[k] @ block.Xt > 0)
+        exact_G = rows.gram(A, exact=True)
+        assert np.max(np.abs(G - exact_G)) <= 1e-5 * (1.0 + np.max(np.abs(exact_G)))
 
 
 def test_a_single_precision_gram_that_stops_contracting_is_formed_in_float64(monkeypatch):

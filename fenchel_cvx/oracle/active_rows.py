@@ -19,23 +19,25 @@ at the start's sign pattern by the smaller of ``A`` and its complement ``I``
 changes sides; formed again when the changes outnumber ``min(|A|, |I|)``). Inputs that are 0 at
 every point (MNIST's border pixels) stay out of the Grams.
 
-**Single-precision Grams.** On at least ``SINGLE_MIN`` points the Grams' products run in
-float32 (twice the float64 rate; MNIST's full W_0 block: 0.74x the time) and are added up in
-float64; ``T`` stays float64, so a complement ``T - X~_I X~_I^T`` errs by float32's rounding of
-the smaller part alone. Such a Gram is the true one to about 1e-7 of its size, so its Newton
-step is inexact: the gradient contracts by about 1e4 a step once the active set is right (cond.
-of ``lam G_A + 2c I`` up to 2e5 on MNIST), there is no finite termination, and the row's
-residual alone decides when it stops. A step that changes no point's side and leaves the
-residual above 1% of what it was, or a Gram whose matrix is not positive definite, forms that
-row's Gram again in float64.
+**Single-precision Grams.** On at least ``SINGLE_MIN`` points the Grams' products, and those of
+their updates by the points that change sides, run in float32 (twice the float64 rate; MNIST's
+full W_0 block: 0.74x the time) and are added up in float64; ``T`` stays float64, so a
+complement ``T - X~_I X~_I^T`` errs by float32's rounding of the smaller part alone. Such a Gram
+is the true one to about 1e-7 of its size, so its Newton step is inexact: the gradient contracts
+by about 1e4 a step once the active set is right (cond. of ``lam G_A + 2c I`` up to 2e5 on
+MNIST), there is no finite termination, and the row's residual alone decides when it stops. A
+step that changes no point's side and leaves the residual above 1% of what it was, or a Gram
+whose matrix is not positive definite, forms that row's Gram again in float64 (and its later
+updates).
 
 Each Newton step ``d = -(lam G_A + 2c I)^{-1} grad f`` takes Armijo's backtracking on ``f``
-(``u = X~^T w`` and ``X~^T d`` computed once a step, each trial ``O(m)``). The rows go in
-batches of ``BATCH``: their products with ``X~`` (memory-bound matrix-vector products, half a
-row's time on MNIST one at a time) become one matrix product a step. Finite termination: a full
-step that leaves the active set unchanged lands on the zero of the piece's affine gradient,
-i.e. on the minimiser; a row also stops when its KKT residual (``blocks.kkt_residual``'s scale,
-row by row) is at the target.
+(``X~^T d`` computed once a step, ``u = X~^T w`` moved along it; each trial ``O(m)``); the
+Cholesky factor of ``lam G_A + 2c I`` is kept while no point changes sides (a row's last steps
+on a single-precision Gram, above, reuse it). The rows go in batches of ``BATCH``: their
+products with ``X~`` (memory-bound matrix-vector products, half a row's time on MNIST one at a
+time) become one matrix product a step. Finite termination: a full step that leaves the active
+set unchanged lands on the zero of the piece's affine gradient, i.e. on the minimiser; a row
+also stops when its KKT residual (``blocks.kkt_residual``'s scale, row by row) is at the target.
 """
 
 from __future__ import annotations
@@ -65,14 +67,15 @@ class Rows:
     """The data every row shares. Only the inputs ``S`` that are nonzero at some point enter the
     Grams (MNIST: 718 of 785 with the bias; off ``S`` a row's Hessian is ``2c I`` and its Newton
     step exact by itself): ``P = X~_S^T`` (``m x |S|``, C order, to gather points),
-    ``T = P^T P`` (formed on first use), and one gather buffer of ``m // 2 + 1`` points for every
-    row's first Gram (a fresh array of that size costs more in page faults than its copy)."""
+    ``T = P^T P`` (formed on first use), and a gather buffer of ``m // 2 + 1`` points for the
+    Grams and their updates in each precision (a fresh array of that size costs more in page
+    faults than its copy)."""
 
     Xt: np.ndarray
     lam: float
     c: float
     _T: np.ndarray | None = field(default=None, repr=False)
-    _buf: np.ndarray | None = field(default=None, repr=False)
+    _bufs: dict = field(default_factory=dict, repr=False)  # a gather buffer by dtype
 
     def __post_init__(self):
         self.S = np.flatnonzero(np.any(self.Xt != 0.0, axis=1))
@@ -98,42 +101,62 @@ class Rows:
         return out
 
     def _gather(self, idx, src):
-        if self._buf is None or self._buf.dtype != src.dtype:
-            self._buf = np.empty((self.P.shape[0] // 2 + 1, self.S.size), dtype=src.dtype)
-        return np.take(src, idx, axis=0, out=self._buf[: idx.size], mode="clip")
+        buf = self._bufs.get(src.dtype)
+        if buf is None:
+            buf = self._bufs[src.dtype] = np.empty(
+                (self.P.shape[0] // 2 + 1, self.S.size), src.dtype
+            )
+        return np.take(src, idx, axis=0, out=buf[: idx.size], mode="clip")
 
     def _outer(self, idx, src):
         """``X~_idx X~_idx^T`` on ``S`` (products in ``src``'s precision), in float64."""
         B = self._gather(idx, src)
         return (B.T @ B).astype(np.float64, copy=False)
 
+    def _source(self, exact):
+        """The points' rows for the Grams' products: in float64 (``exact``) or as the rows take
+        them (None: ``self.exact``)."""
+        return self.P if (self.exact if exact is None else exact) else self.G_src
+
     def gram(self, A: np.ndarray, exact: bool | None = None) -> np.ndarray:
         """``X~_{S,A} X~_{S,A}^T`` by the smaller of ``A`` and its complement (``exact``: in
         float64; None: as the rows take them, ``self.exact``)."""
-        src = self.P if (self.exact if exact is None else exact) else self.G_src
+        src = self._source(exact)
         k = int(A.sum())
         small = A if 2 * k <= A.size else ~A
         G = self._outer(np.flatnonzero(small), src)
         return G if small is A else self.T - G
 
-    def update(self, G: np.ndarray, enter: np.ndarray, leave: np.ndarray) -> np.ndarray:
-        """``G + X~_in X~_in^T - X~_out X~_out^T`` in place (``enter``, ``leave``: masks)."""
+    def update(
+        self, G: np.ndarray, enter: np.ndarray, leave: np.ndarray, exact: bool | None = None
+    ) -> np.ndarray:
+        """``G + X~_in X~_in^T - X~_out X~_out^T`` in place (``enter``, ``leave``: masks), the
+        products in ``G``'s precision (``exact`` as :meth:`gram`)."""
+        src = self._source(exact)
         for mask, sign in ((enter, 1.0), (leave, -1.0)):
             idx = np.flatnonzero(mask)
             if idx.size:
                 if sign > 0:
-                    G += self._outer(idx, self.P)
+                    G += self._outer(idx, src)
                 else:
-                    G -= self._outer(idx, self.P)
+                    G -= self._outer(idx, src)
         return G
 
-    def newton(self, G: np.ndarray, g: np.ndarray) -> np.ndarray:
-        """``-(lam G + 2c I)^{-1} g`` on ``S``, ``-g / 2c`` off it."""
+    def factor(self, G: np.ndarray) -> tuple[np.ndarray, bool] | None:
+        """The Cholesky factor of the piece's Hessian on ``S``, ``lam G + 2c I`` (None where
+        ``S`` is empty); ``LinAlgError`` where it is not positive definite."""
+        if not self.S.size:
+            return None
+        H = self.lam * G
+        H[np.diag_indices(self.S.size)] += 2.0 * self.c
+        return cho_factor(H, overwrite_a=True, check_finite=False)
+
+    def newton(self, factor: tuple[np.ndarray, bool] | None, g: np.ndarray) -> np.ndarray:
+        """``-(lam G + 2c I)^{-1} g`` on ``S`` (``factor``: :meth:`factor` of ``G``),
+        ``-g / 2c`` off it."""
         d = -g / (2.0 * self.c)
-        if self.S.size:
-            H = self.lam * G
-            H[np.diag_indices(self.S.size)] += 2.0 * self.c
-            d[self.S] = -cho_solve(cho_factor(H, check_finite=False), g[self.S], check_finite=False)
+        if factor is not None:
+            d[self.S] = -cho_solve(factor, g[self.S], check_finite=False)
         return d
 
     def ridge(self, Q: np.ndarray) -> np.ndarray:
@@ -228,16 +251,19 @@ def _first_gram(rows, A, kept, report):
     return rows.gram(A)
 
 
-def _direction(rows, grams, A, g, k, report):
-    """Row ``k``'s Newton direction; a single-precision Gram whose matrix is not positive
-    definite (its rounding larger than ``2c``) is formed again in float64 first."""
-    try:
-        return rows.newton(grams[k], g[k])
-    except np.linalg.LinAlgError:
-        if rows.exact or report.refined:
-            raise
-        grams[k], report.refined = rows.gram(A[k], exact=True), True
-        return rows.newton(grams[k], g[k])
+def _direction(rows, grams, factors, A, g, k, report):
+    """Row ``k``'s Newton direction, by the factor of its Gram (formed where the Gram changed
+    since the last: ``factors[k]`` is None); a single-precision Gram whose matrix is not
+    positive definite (its rounding larger than ``2c``) is formed again in float64 first."""
+    if factors[k] is None:
+        try:
+            factors[k] = rows.factor(grams[k])
+        except np.linalg.LinAlgError:
+            if rows.exact or report.refined:
+                raise
+            grams[k], report.refined = rows.gram(A[k], exact=True), True
+            factors[k] = rows.factor(grams[k])
+    return rows.newton(factors[k], g[k])
 
 
 def _solve_batch(rows, Q, W, target, max_steps, reports, kept=None):
@@ -251,28 +277,31 @@ def _solve_batch(rows, Q, W, target, max_steps, reports, kept=None):
         grams = [rows.gram(A[k]) for k in range(W.shape[0])]
     else:
         grams = [_first_gram(rows, A[k], kept[k], reports[k]) for k in range(W.shape[0])]
+    factors = [None] * W.shape[0]  # each Gram's Cholesky factor, None once the Gram changed
     res, g = row_residual(rows, Q, W, U)
     live = np.flatnonzero(res > target)
     while live.size:
         live = live[[reports[k].steps < max_steps for k in live]]
         if not live.size:
             break
-        D = np.stack([_direction(rows, grams, A, g, k, reports[k]) for k in live])
+        D = np.stack([_direction(rows, grams, factors, A, g, k, reports[k]) for k in live])
         UD = rows.forward(D)
         for j, k in enumerate(live):
             t = _armijo(lam, c, Q[k], (W[k], U[k]), (D[j], UD[j]), float(g[k] @ D[j]))
-            W[k] = W[k] + t * D[j]
+            W[k] += t * D[j]
+            U[k] += t * UD[j]  # u = w X~ along the step (the residual below recomputes g)
             # finite termination: a full step on an exact Gram, until the active set changes
             reports[k].exact = t == 1.0 and (rows.exact or reports[k].refined)
-        U[live] = rows.forward(W[live])  # recomputed, not accumulated
         before = res[live].copy()
         for k in live:
-            _new_active_set(rows, grams, A, U[k] > 0, k, reports[k])
+            if _new_active_set(rows, grams, A, U[k] > 0, k, reports[k]):
+                factors[k] = None
         res[live], g[live] = row_residual(rows, Q[live], W[live], U[live])
         for j, k in enumerate(live if not rows.exact else ()):  # single precision: stuck rows
             stuck = not reports[k].changes[-1] and res[k] > 0.01 * before[j] and res[k] > target
             if stuck and not reports[k].refined:
                 grams[k], reports[k].refined = rows.gram(A[k], exact=True), True
+                factors[k] = None
         live = live[[res[k] > target and not reports[k].exact for k in live]]
     for i, report in enumerate(reports):
         report.residual = float(res[i])
@@ -297,7 +326,8 @@ def _armijo(lam, c, q, at, along, slope):
 
 def _new_active_set(rows, grams, A, A_new, k, report):
     """Row ``k``'s active set after its step is ``A_new``: its Gram updated by the points that
-    entered and left (formed again where more changed than it holds), its report counted."""
+    entered and left (formed again where more changed than it holds), its report counted;
+    returns whether the Gram changed."""
     enter, leave = A_new & ~A[k], A[k] & ~A_new
     n_changed = int(enter.sum() + leave.sum())
     report.steps += 1
@@ -305,9 +335,10 @@ def _new_active_set(rows, grams, A, A_new, k, report):
     if n_changed > min(int(A_new.sum()), A_new.size - int(A_new.sum())):
         grams[k] = rows.gram(A_new, exact=report.refined or None)
     elif n_changed:
-        rows.update(grams[k], enter, leave)
+        rows.update(grams[k], enter, leave, exact=report.refined or None)
     A[k] = A_new
     report.exact = report.exact and not n_changed
+    return bool(n_changed)
 
 
 def solve(

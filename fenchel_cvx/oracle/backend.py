@@ -44,6 +44,7 @@ from ..arrays import Array
 from ..backends import BackendDefaults
 from ..blocks import Block, BlockResult, WBlock, WHidden, WLast, XBlock, XHidden, XLast
 from ..errors import SolverError, SolverInaccurate, SolverInfeasible
+from ..heap import freed_memory_kept, keep_freed_memory
 from ..validation import TOL, check
 from . import atoms as _atoms
 from . import dask_rows as _dask_rows
@@ -375,7 +376,8 @@ class OracleBackend(BackendDefaults):
     n_jobs : Dask workers for the independent pieces of a block (1: in this process; -1: one
         per core). ``n_jobs > 1`` starts a Dask ``LocalCluster`` of that many single-threaded
         worker processes on first use (a script then needs the ``if __name__ == "__main__":``
-        guard; that is why 1 is the default). Each worker keeps its compiled templates.
+        guard; that is why 1 is the default). Each worker keeps its compiled templates, and
+        its freed memory where this process does (``heap.keep_freed_memory``).
     client : a ``distributed.Client`` of your own cluster (``Client("tcp://scheduler:8786")``):
         the pieces run on its workers, split in as many chunks as it has worker threads. It
         overrides ``n_jobs``; the backend never closes a client it did not start.
@@ -542,7 +544,9 @@ class OracleBackend(BackendDefaults):
         info: dict[str, Any] = {"solver": self.solver}
         found = _exact.attempt(block, start, self.tol, self._rows_on()) if self.exact else None
         if found is not None and found.certified:
-            return self._finish(block, found.argmin, "optimal", found.iterations, found.info, t0)
+            return self._finish(
+                block, found.argmin, "optimal", found.iterations, found.info, t0, found.residual
+            )
         if found is not None:  # the method's certificate failed: the CVXPY template solves it
             info["exact_fallback"] = found.reason
         if self.nnls and _nnls.applies(block):
@@ -603,6 +607,8 @@ class OracleBackend(BackendDefaults):
             )
             self._client = Client(cluster)
             self._own = (self._client, cluster)
+            if freed_memory_kept():  # its workers keep their freed memory as this process does
+                self._client.run(keep_freed_memory)
         return self._client
 
     def _run(self, block, tasks):
@@ -679,9 +685,13 @@ class OracleBackend(BackendDefaults):
         )
         return [r for chunk in chunks for r in chunk]
 
-    def _finish(self, block, argmin, status, iters, info, t0, polish=True):
+    def _finish(self, block, argmin, status, iters, info, t0, residual=None, polish=True):
+        """The ``BlockResult`` of ``argmin`` clipped into the block's domain, polished where its
+        KKT residual misses ``tol``; ``residual``: the residual an exact method's certificate
+        computed from ``argmin`` (taken where the clip moved nothing)."""
         argmin, info["projected"] = _into_domain(block, argmin)
-        residual = float(block.kkt_residual(argmin))
+        if residual is None or info["projected"]:
+            residual = float(block.kkt_residual(argmin))
         info["solver_residual"], info["polish_steps"] = residual, 0
         if residual > self.tol and polish and self.polish and status in _REFINABLE:
             argmin, info["polish_steps"] = _polish.polish(block, argmin, POLISH_TARGET * self.tol)

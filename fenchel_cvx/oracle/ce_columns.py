@@ -14,7 +14,8 @@ and are projected back to 0; the free ones take a Newton step with the Hessian
 the push-through identity ``(lam I + U D V)^{-1} = (I - U (lam I + D V U)^{-1} D V) / lam``: one
 ``K x K`` system per column. Each column backtracks along the projection arc with Armijo's
 rule; near the optimum, where its value is flat to round-off (``exact.VALUE_NOISE``), a step
-is judged by the column's natural residual. The backend certifies the result by the block's
+is judged by the column's natural residual. The columns go in chunks of ``CHUNK``, whose
+``p x CHUNK`` temporaries stay in the cache. The backend certifies the result by the block's
 KKT residual and falls back to the CVXPY template.
 """
 
@@ -28,6 +29,8 @@ from ..losses import softmax
 
 NEWTON_STEPS = 50
 ARMIJO = 1e-4
+#: columns solved together (independent pieces: the chunks bound the temporaries' size)
+CHUNK = 2048
 
 
 def column_values(block: XLast, Z: np.ndarray) -> np.ndarray:
@@ -83,9 +86,22 @@ def search(
 
 
 def solve(block: XLast, Z: ArrayLike, target: float, noise: float) -> tuple[np.ndarray, int]:
-    """Projected Newton from ``Z`` until ``block.kkt_residual <= target``, each step on the
-    columns still above it; returns ``(Z, steps)``."""
+    """Projected Newton from ``Z`` until ``block.kkt_residual <= target``, ``CHUNK`` columns at
+    a time, each step on the columns still above it; returns ``(Z, steps)`` (the most any
+    chunk took)."""
     Z = np.array(Z, dtype=float)
+    steps = 0
+    for a in range(0, Z.shape[1], CHUNK):
+        k = slice(a, a + CHUNK)
+        chunk = replace(block, U_prev=block.U_prev[:, k], Y=block.Y[:, k])
+        Z[:, k], s = _solve_columns(chunk, Z[:, k], target, noise)
+        steps = max(steps, s)
+    return Z, steps
+
+
+def _solve_columns(block, Z, target, noise):
+    """``solve`` on one chunk: its columns' residuals on the chunk's own scale (at most the
+    block's, so that every chunk at the target puts the block there)."""
     steps = 0
     while steps < NEWTON_STEPS:
         R, scale = natural_residual(block, Z)

@@ -25,7 +25,9 @@ Semismooth Newton solves every column at once: the ``m`` Hessians ``K x K`` by o
 (the indicator of ``A`` against the outer products ``w_i w_i^T`` of the columns of ``W_x``),
 ``m`` small solves, and an Armijo backtracking per column on ``D``. Finite termination: a
 column is done when a full step leaves its active set unchanged (``grad D`` is affine on that
-piece, so the step lands on its zero), or when its gradient is at round-off. The start is the
+piece, so the step lands on its zero), or when its gradient is at round-off. The columns go in
+chunks of ``CHUNK``, whose ``p x CHUNK`` temporaries stay in the cache (MNIST's X_1 at
+m = 60,000, one core: 2.0-2.3 s against 4.6-5.1 s for the columns at once). The start is the
 feed-forward point ``z = u_+`` (or ``start``), ``r = W_x z + b - y``. The caller (``exact.py``)
 certifies ``z(r)`` by the block's own recomputed KKT residual, and falls back to the nonnegative
 least squares of ``nnls.py`` when it does not hold.
@@ -44,6 +46,8 @@ NEWTON_STEPS = 50
 ARMIJO = 1e-4
 # a column whose dual gradient is below this many machine epsilons of its scale is done
 ROUNDOFF = 16
+#: columns solved together (independent: the chunks only bound the temporaries' size)
+CHUNK = 2048
 
 
 def _dual_values(R, Z, C, lam):
@@ -54,14 +58,19 @@ def _dual_values(R, Z, C, lam):
 def duality_gap(
     Wx: np.ndarray, b: np.ndarray, Y: np.ndarray, U: np.ndarray, lam: float, R: np.ndarray
 ) -> float:
-    """Primal value at ``z(R)`` minus the dual value at ``R``, summed over the columns (>= 0)."""
-    V = U - (2.0 / lam) * (Wx.T @ R)
-    Z = np.maximum(V, 0.0)
-    C = Y - b[:, None]
-    E = Wx @ Z - C
-    primal = np.sum(E * E) + 0.5 * lam * np.sum((Z - U) ** 2)
-    dual = -2.0 * float(np.sum(_dual_values(R, Z, C, lam))) + 0.5 * lam * np.sum(U * U)
-    return float(primal - dual)
+    """Primal value at ``z(R)`` minus the dual value at ``R``, summed over the columns (>= 0),
+    ``CHUNK`` columns at a time."""
+    gap = 0.0
+    for a in range(0, U.shape[1], CHUNK):
+        k = slice(a, a + CHUNK)
+        Uk, Rk = U[:, k], R[:, k]
+        Z = np.maximum(Uk - (2.0 / lam) * (Wx.T @ Rk), 0.0)
+        C = Y[:, k] - b[:, None]
+        E = Wx @ Z - C
+        primal = np.sum(E * E) + 0.5 * lam * np.sum((Z - Uk) ** 2)
+        dual = -2.0 * float(np.sum(_dual_values(Rk, Z, C, lam))) + 0.5 * lam * np.sum(Uk * Uk)
+        gap += float(primal - dual)
+    return gap
 
 
 def solve(
@@ -76,6 +85,18 @@ def solve(
     """``argmin_{Z >= 0} ||W_x Z + b 1^T - Y||^2 + lam/2 ||Z - U||^2`` by the dual (see the
     module docstring). Returns ``(Z, R, steps, unsolved)``: the minimiser ``z(R)``, the dual
     point, the Newton steps taken and the number of columns not done after ``max_steps``."""
+    Z, R = np.empty_like(U), np.empty((Wx.shape[0], U.shape[1]))
+    steps = unsolved = 0
+    for a in range(0, U.shape[1], CHUNK):
+        k = slice(a, a + CHUNK)
+        start = None if Z0 is None else Z0[:, k]
+        Z[:, k], R[:, k], s, u = _solve_columns(Wx, b, Y[:, k], U[:, k], lam, start, max_steps)
+        steps, unsolved = max(steps, s), unsolved + u
+    return Z, R, steps, unsolved
+
+
+def _solve_columns(Wx, b, Y, U, lam, Z0, max_steps):
+    """``solve`` on one chunk of columns, every column at once."""
     K, p = Wx.shape
     max_steps = NEWTON_STEPS if max_steps is None else int(max_steps)
     s = 2.0 / lam
