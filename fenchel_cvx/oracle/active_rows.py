@@ -261,9 +261,14 @@ def _direction(rows, grams, factors, A, g, k, report):
         except np.linalg.LinAlgError:
             if rows.exact or report.refined:
                 raise
-            grams[k], report.refined = rows.gram(A[k], exact=True), True
+            _refine(rows, grams, factors, A, k, report)
             factors[k] = rows.factor(grams[k])
     return rows.newton(factors[k], g[k])
+
+
+def _refine(rows, grams, factors, A, k, report):
+    """Row ``k``'s single-precision Gram formed again in float64 (its factor dropped with it)."""
+    grams[k], factors[k], report.refined = rows.gram(A[k], exact=True), None, True
 
 
 def _solve_batch(rows, Q, W, target, max_steps, reports, kept=None):
@@ -300,8 +305,7 @@ def _solve_batch(rows, Q, W, target, max_steps, reports, kept=None):
         for j, k in enumerate(live if not rows.exact else ()):  # single precision: stuck rows
             stuck = not reports[k].changes[-1] and res[k] > 0.01 * before[j] and res[k] > target
             if stuck and not reports[k].refined:
-                grams[k], reports[k].refined = rows.gram(A[k], exact=True), True
-                factors[k] = None
+                _refine(rows, grams, factors, A, k, reports[k])
         live = live[[res[k] > target and not reports[k].exact for k in live]]
     for i, report in enumerate(reports):
         report.residual = float(res[i])
