@@ -25,12 +25,13 @@ measures
 and extrapolates to the block's 300 rows on 2 workers (each forms its own Gram), cold and warm.
 
 With ``--workers N`` it measures instead, after the X-sweep, the whole W_0 block's rows on a Dask
-``LocalCluster`` of ``N`` single-threaded workers (``oracle.dask_rows``: ``X~_0`` scattered once,
-each worker one contiguous share of the rows, T formed on each): ``exact.attempt`` on the block
-from the Xavier weights (cold), then on the moved block from the rows just solved (warm: the
-workers keep each row's Gram), each certified in this process by ``blocks.kkt_residual``; wall
-seconds, split into the rows on the workers and the rest (digest, scatter on the first call,
-the driver's certificate).
+``LocalCluster`` of ``N`` single-threaded workers (``oracle.dask_rows``: ``X~_0`` sent once, by
+a file in shared memory, each worker one contiguous share of the rows, T formed on each):
+``exact.attempt`` on the block from the Xavier weights (cold), then on the moved block from the
+rows just solved (warm: the workers keep each row's Gram), each certified in this process by
+``blocks.kkt_residual``; wall seconds, split into the rows on the workers and the rest (digest,
+sending X~_0 on the first call, the driver's certificate). This process and the workers keep
+their freed memory (``heap.keep_freed_memory``), as ``oracle_iteration.py``'s do.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \\
         python benchmarks/oracle_scale.py [--data-dir DIR] [--rows 32] [--m 60000] [--workers N]
@@ -50,6 +51,7 @@ from common import data  # noqa: E402
 from fenchel_cvx import LiftedNetwork  # noqa: E402
 from fenchel_cvx.blocks import kkt_residual, w_block, x_block  # noqa: E402
 from fenchel_cvx.datasets import one_hot  # noqa: E402
+from fenchel_cvx.heap import keep_freed_memory  # noqa: E402
 from fenchel_cvx.oracle import active_rows, dask_rows, exact, nnls, output_dual  # noqa: E402
 
 SIZES = (784, 300, 10)
@@ -175,6 +177,7 @@ def on_workers(net, X0, Y, Z, n_workers):
         n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None
     )
     client = Client(cluster)
+    client.run(keep_freed_memory)  # the workers' temporaries reuse their heap, as this process's
     try:
         workers = dask_rows.WorkerRows(lambda: client)
         solve, seconds = workers.solve, []
@@ -201,7 +204,7 @@ def on_workers(net, X0, Y, Z, n_workers):
                 f"the rest {wall - seconds[-1]:.1f} s), {info['solver']}, certified "
                 f"{found.certified}, KKT residual {found.residual:.2e}, Newton steps "
                 f"{info['newton_steps']}, uncertified rows {info['uncertified_rows']}, "
-                f"rows from a kept Gram {info['kept_grams']}, scatters so far {workers.scatters}"
+                f"rows from a kept Gram {info['kept_grams']}, data sets sent so far {workers.sends}"
             )
             start = found.argmin
         held = client.run(_peak_rss)
@@ -217,6 +220,7 @@ def on_workers(net, X0, Y, Z, n_workers):
 
 def main(argv=None):
     args = parse_args(argv)
+    keep_freed_memory()  # the temporaries reuse the heap (fenchel_cvx/heap.py)
     with threadpool_limits(args.threads):
         t0 = time.perf_counter()
         net, X0, Y, Xs, desc = inputs(args)

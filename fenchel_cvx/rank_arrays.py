@@ -7,7 +7,8 @@ writes each large NumPy argument once to a file in ``/dev/shm`` (memory, not dis
 its name instead; ``incoming`` maps the file on the rank, copy on write, without reading it
 through the pipe; ``discard`` removes the files once every rank has the run's result (a rank's
 mapping outlives the file's name). Where no such folder exists or it is full, the array is
-pickled as before.
+pickled. ``write`` writes one array to such a file (the oracle's Dask workers map ``X~`` from
+one too: ``oracle/dask_rows.py``).
 """
 
 from __future__ import annotations
@@ -44,18 +45,28 @@ def outgoing(
     paths: list[str] = []
 
     def send(value: Any) -> Any:
-        if not (isinstance(value, np.ndarray) and value.nbytes >= LARGE and os.path.isdir(FOLDER)):
+        if not (isinstance(value, np.ndarray) and value.nbytes >= LARGE):
             return value
-        path = os.path.join(FOLDER, f"fenchel_cvx_{secrets.token_hex(8)}.npy")
-        try:
-            with open(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600), "wb") as f:
-                paths.append(path)
-                np.lib.format.write_array(f, value, allow_pickle=False)  # (C or F order kept)
-        except OSError:  # (a full folder: the array is pickled)
+        handle = write(value)
+        if handle is None:  # (no folder, or a full one: the array is pickled)
             return value
-        return ArrayFile(path)
+        paths.append(handle.path)
+        return handle
 
     return tuple(send(a) for a in args), {k: send(v) for k, v in kwargs.items()}, paths
+
+
+def write(array: np.ndarray) -> ArrayFile | None:
+    """``array`` written to a new file in ``FOLDER`` (C or F order kept, no pickle), or None
+    where there is no such folder or it is full (a partly written file is removed)."""
+    path = os.path.join(FOLDER, f"fenchel_cvx_{secrets.token_hex(8)}.npy")
+    try:
+        with open(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600), "wb") as f:
+            np.lib.format.write_array(f, array, allow_pickle=False)
+    except OSError:
+        discard([path])
+        return None
+    return ArrayFile(path)
 
 
 def incoming(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:

@@ -6,11 +6,14 @@ worker keeps its compiled templates between solves; a scheduler that cannot be r
 the block with a ``SolverError`` (never a partial block).
 """
 
+import os
+
 import numpy as np
 import pytest
 
 distributed = pytest.importorskip("distributed")
 
+from fenchel_cvx import rank_arrays  # noqa: E402
 from fenchel_cvx.activations import ReLU  # noqa: E402
 from fenchel_cvx.bcd import fit_bcd  # noqa: E402
 from fenchel_cvx.blocks import WHidden, w_block, x_block  # noqa: E402
@@ -166,6 +169,7 @@ def test_active_rows_data_is_scattered_once(client, active_route):
     block.V = relu_rows_block(seed=1, shift=0.3).V  # new targets, the same X~
     again = exact.attempt(block, first.argmin, 1e-9, workers)
     assert first.certified and again.certified and counting.scatters == 1
+    assert workers.sends == 1 and workers.files == []  # a small X~: scattered, not by file
     key = dask_rows.digest(block.Xt)
     kept = client.run(dask_rows.worker_rows_info)
     assert all(k[key][0] == 1 for k in kept.values())  # Rows (P, T) built once a worker
@@ -175,6 +179,70 @@ def test_active_rows_data_is_scattered_once(client, active_route):
     assert exact.attempt(other, None, 1e-9, workers).certified and counting.scatters == 2
     kept = client.run(dask_rows.worker_rows_info)
     assert all(dask_rows.digest(b.Xt) in k for b in (block, other) for k in kept.values())
+
+
+@pytest.mark.skipif(not os.path.isdir(rank_arrays.FOLDER), reason="no shared-memory folder")
+def test_large_data_goes_to_the_workers_by_a_file_removed_after_use(
+    client, active_route, monkeypatch
+):
+    """An X~ of FILE_MIN bytes or more reaches the workers through one file in shared memory
+    (no scatter), the rows equal the in-process ones, and the file is removed when its data set
+    leaves the driver's KEEP and when the workers' rows close."""
+    monkeypatch.setattr(dask_rows, "FILE_MIN", 0)
+    counting = Counting(client)
+    workers = dask_rows.WorkerRows(lambda: counting)
+    blocks = [relu_rows_block(seed=s) for s in (5, 6, 7)]
+    found = exact.attempt(blocks[0], None, 1e-9, workers)
+    np.testing.assert_allclose(
+        found.argmin, exact.attempt(blocks[0], None, 1e-9).argmin, rtol=0, atol=1e-12
+    )
+    assert found.certified and found.info["worker_shares"] == 2
+    assert counting.scatters == 0 and workers.sends == 1 and len(workers.files) == 1
+    first = workers.files[0]
+    assert os.path.exists(first) and os.path.dirname(first) == rank_arrays.FOLDER
+    for block in blocks[1:]:  # the third data set pushes the first out of KEEP = 2
+        assert exact.attempt(block, None, 1e-9, workers).certified
+    assert workers.sends == 3 and len(workers.files) == dask_rows.KEEP
+    assert not os.path.exists(first) and all(os.path.exists(f) for f in workers.files)
+    kept = list(workers.files)
+    workers.close()
+    assert workers.files == [] and not any(os.path.exists(f) for f in kept)
+
+
+@pytest.mark.skipif(not os.path.isdir(rank_arrays.FOLDER), reason="no shared-memory folder")
+def test_data_is_scattered_where_a_worker_cannot_open_the_file(client, active_route, monkeypatch):
+    """A worker that does not see the file (on another machine) gets X~ scattered instead, and
+    the file is removed at once."""
+
+    def elsewhere(path, size):  # pickled by value: what every worker answers
+        return False
+
+    monkeypatch.setattr(dask_rows, "FILE_MIN", 0)
+    monkeypatch.setattr(dask_rows, "can_open", elsewhere)
+    counting = Counting(client)
+    workers = dask_rows.WorkerRows(lambda: counting)
+    before = set(os.listdir(rank_arrays.FOLDER))
+    assert exact.attempt(relu_rows_block(seed=8), None, 1e-9, workers).certified
+    assert counting.scatters == 1 and workers.sends == 1 and workers.files == []
+    assert set(os.listdir(rank_arrays.FOLDER)) <= before
+
+
+def test_a_client_of_one_worker_takes_the_rows_and_keeps_their_grams(active_route):
+    """A user's client of one worker is used as any other: the rows go to its worker, which
+    keeps their Grams for the next call (in the driver's process they would be formed again)."""
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as one,
+    ):
+        backend = OracleBackend(tol=1e-9, client=one)
+        block = relu_rows_block(seed=9)
+        first = backend.solve(block)
+        block.V = relu_rows_block(seed=9, shift=0.3).V
+        again = backend.solve(block, first.argmin)
+    assert backend.n_jobs == 1 and first.info["worker_shares"] == again.info["worker_shares"] == 1
+    assert again.info["kept_grams"] > 0 and again.residual <= 1e-9
 
 
 def test_a_wrong_row_from_a_worker_is_caught_by_the_driver(client, active_route, monkeypatch):

@@ -356,3 +356,41 @@ def test_a_single_precision_gram_that_stops_contracting_is_formed_in_float64(mon
     assert any(rep.refined for rep in reports)
     assert all(rep.residual <= 1e-12 for rep in reports)
     np.testing.assert_allclose(W, exact, rtol=0, atol=1e-10)
+
+
+def test_scaled_step_solves_with_the_scaled_gram_of_all_points():
+    """``Rows.scaled`` is ``-(lam alpha T + 2c I)^{-1} g`` row by row on the inputs that are
+    nonzero somewhere, ``-g / 2c`` on the others."""
+    block = w_hidden("zero_columns", seed=4, m=50)
+    rows = active_rows.Rows(block.Xt, block.lam, block.rho)
+    g = np.random.default_rng(0).standard_normal((3, block.Xt.shape[0]))
+    alpha = np.array([0.0, 0.3, 1.0])
+    d = rows.scaled(g, alpha)
+    S, off = rows.S, np.setdiff1d(np.arange(block.Xt.shape[0]), rows.S)
+    assert off.size  # the case has an input that is always 0
+    for k in range(3):
+        H = block.lam * alpha[k] * rows.T + 2.0 * rows.c * np.eye(S.size)
+        np.testing.assert_allclose(d[k, S], -np.linalg.solve(H, g[k, S]), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(d[:, off], -g[:, off] / (2.0 * rows.c), rtol=1e-15)
+
+
+def test_only_rows_without_a_kept_gram_take_scaled_steps(monkeypatch):
+    """A row with no kept Gram (cold) takes ``SCALED_STEPS`` scaled steps before forming its
+    Gram; a row that starts from a kept Gram takes none; both reach the same rows."""
+    block = w_hidden("random", seed=9, r=6, m=80)
+    rows = active_rows.Rows(block.Xt, block.lam, block.rho)
+    scaled, calls = active_rows.Rows.scaled, []
+    monkeypatch.setattr(
+        active_rows.Rows, "scaled", lambda self, g, a: calls.append(len(g)) or scaled(self, g, a)
+    )
+    Q = 3.0 * np.random.default_rng(2).standard_normal(block.shape)
+    start = np.random.default_rng(3).standard_normal(block.shape)
+    kept = [None] * Q.shape[0]
+    W, _ = active_rows.solve_rows(rows, Q, start, 1e-13, kept=kept)
+    assert calls == [Q.shape[0]] * active_rows.SCALED_STEPS
+    calls.clear()
+    near = W + 0.05 * np.random.default_rng(1).standard_normal(W.shape)
+    again, reports = active_rows.solve_rows(rows, Q + 0.01, near, 1e-13, kept=kept)
+    assert calls == [] and all(rep.kept_gram for rep in reports)
+    fresh, _ = active_rows.solve_rows(rows, Q + 0.01, near, 1e-13)
+    np.testing.assert_allclose(again, fresh, rtol=0, atol=1e-12)

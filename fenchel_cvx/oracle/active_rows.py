@@ -30,6 +30,16 @@ step that changes no point's side and leaves the residual above 1% of what it wa
 whose matrix is not positive definite, forms that row's Gram again in float64 (and its later
 updates).
 
+**First steps without a Gram.** A row that starts without a kept Gram (``solve_rows``' ``kept``)
+first takes ``SCALED_STEPS`` steps ``d = -(lam alpha T + 2c I)^{-1} grad f``, with ``alpha``
+the share of its points that are active: ``alpha T`` is what ``G_A`` would be if the active
+points were drawn at random. One eigendecomposition of ``T`` a block serves every row and every
+``alpha`` (``Rows.scaled``), so such a step costs the row's products with ``X~`` alone. They
+bring the active set near its final one before the row forms its Gram: MNIST's W_0 from the
+Xavier rows (32 rows, m = 60,000, one core) then forms its Grams with 1,496 points to change
+sides on the first Newton step instead of 5,801, in 0.22 s a row instead of 0.27. Rows warm-
+started near their minimiser gain nothing from them (0.18 s a row either way).
+
 Each Newton step ``d = -(lam G_A + 2c I)^{-1} grad f`` takes Armijo's backtracking on ``f``
 (``X~^T d`` computed once a step, ``u = X~^T w`` moved along it; each trial ``O(m)``); the
 Cholesky factor of ``lam G_A + 2c I`` is kept while no point changes sides (a row's last steps
@@ -60,6 +70,8 @@ ARMIJO = 1e-4
 BATCH = 32
 #: points from which the Grams' products run in float32 (the module doc)
 SINGLE_MIN = 4000
+#: steps scaled by ``lam alpha T + 2c I`` before a row without a kept Gram forms its own
+SCALED_STEPS = 2
 
 
 @dataclass
@@ -75,6 +87,7 @@ class Rows:
     lam: float
     c: float
     _T: np.ndarray | None = field(default=None, repr=False)
+    _spectrum: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     _bufs: dict = field(default_factory=dict, repr=False)  # a gather buffer by dtype
 
     def __post_init__(self):
@@ -89,6 +102,23 @@ class Rows:
         if self._T is None:
             self._T = self.P.T @ self.P
         return self._T
+
+    @property
+    def spectrum(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(values, vectors)`` of ``T`` (formed on first use)."""
+        if self._spectrum is None:
+            self._spectrum = np.linalg.eigh(self.T)
+        return self._spectrum
+
+    def scaled(self, g: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+        """``-(lam alpha_i T + 2c I)^{-1} g_i`` on ``S`` for each row ``g_i`` of ``g``,
+        ``-g_i / 2c`` off it (``alpha``: a share in [0, 1] a row)."""
+        d = -g / (2.0 * self.c)
+        if self.S.size:
+            values, vectors = self.spectrum
+            scale = self.lam * alpha[:, None] * values[None, :] + 2.0 * self.c
+            d[:, self.S] = -((g[:, self.S] @ vectors) / scale) @ vectors.T
+        return d
 
     def forward(self, W: np.ndarray) -> np.ndarray:
         """``W X~`` (``b x m`` for ``b`` rows ``W``: one product for the batch)."""
@@ -277,6 +307,8 @@ def _solve_batch(rows, Q, W, target, max_steps, reports, kept=None):
     ``kept`` (``solve_rows``): overwritten with the rows' final ``(A, G)``."""
     lam, c = rows.lam, rows.c
     U = rows.forward(W)
+    cold = [k for k in range(len(W)) if kept is None or kept[k] is None]
+    _scaled_steps(rows, Q, W, U, np.array(cold, dtype=int), target)
     A = U > 0
     if kept is None:
         grams = [rows.gram(A[k]) for k in range(W.shape[0])]
@@ -312,6 +344,23 @@ def _solve_batch(rows, Q, W, target, max_steps, reports, kept=None):
     if kept is not None:
         kept[:] = [(A[k].copy(), grams[k]) for k in range(W.shape[0])]
     return W
+
+
+def _scaled_steps(rows, Q, W, U, live, target):
+    """``SCALED_STEPS`` steps of the rows ``live`` along ``-(lam alpha T + 2c I)^{-1} grad f``,
+    each with Armijo's backtracking (``W`` and ``U = W X~`` moved in place); a row at the
+    ``target`` residual takes none."""
+    for _ in range(SCALED_STEPS):
+        res, g = row_residual(rows, Q[live], W[live], U[live])
+        live, g = live[res > target], g[res > target]
+        if not live.size:
+            return
+        D = rows.scaled(g, np.mean(U[live] > 0, axis=1))
+        UD = rows.forward(D)
+        for j, k in enumerate(live):
+            t = _armijo(rows.lam, rows.c, Q[k], (W[k], U[k]), (D[j], UD[j]), float(g[j] @ D[j]))
+            W[k] += t * D[j]
+            U[k] += t * UD[j]
 
 
 def _armijo(lam, c, q, at, along, slope):

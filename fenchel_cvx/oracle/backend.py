@@ -379,8 +379,10 @@ class OracleBackend(BackendDefaults):
         guard; that is why 1 is the default). Each worker keeps its compiled templates, and
         its freed memory where this process does (``heap.keep_freed_memory``).
     client : a ``distributed.Client`` of your own cluster (``Client("tcp://scheduler:8786")``):
-        the pieces run on its workers, split in as many chunks as it has worker threads. It
-        overrides ``n_jobs``; the backend never closes a client it did not start.
+        the pieces run on its workers, split in as many chunks as it has worker threads (with
+        one, the templates' pieces run in this process, and the ReLU rows of ``dask_rows`` on
+        its worker, which keeps their Grams between calls). It overrides ``n_jobs``; the
+        backend never closes a client it did not start.
     nnls : solve the MSE + ReLU X_L block as a nonnegative least squares (``nnls.py``; else
         by CVXPY).
     exact : solve the blocks that have a faster exact method (``exact.py``: the (leaky) ReLU
@@ -492,7 +494,10 @@ class OracleBackend(BackendDefaults):
         return dict(self._templates.builds)
 
     def close(self, wait: bool = True) -> None:
-        """Shut down the LocalCluster this backend started (a user's client is left alone)."""
+        """Shut down the LocalCluster this backend started (a user's client is left alone) and
+        remove the files through which data went to the workers."""
+        if self._worker_rows is not None:
+            self._worker_rows.close()
         if self._own is not None:
             client, cluster = self._own
             self._own, self._client, self._worker_rows = None, None, None
@@ -589,9 +594,10 @@ class OracleBackend(BackendDefaults):
         return np.concatenate(parts, axis=1)
 
     def _rows_on(self):
-        """With Dask (``n_jobs > 1``): the driver's side of the rows on the workers
-        (``dask_rows.WorkerRows``: the data scattered, by digest), made once; else None."""
-        if self.n_jobs == 1:
+        """With Dask (``n_jobs > 1`` or a client, even of one worker: the workers keep the
+        rows' Grams between calls): the driver's side of the rows on the workers
+        (``dask_rows.WorkerRows``: the data sent once, by digest), made once; else None."""
+        if self.n_jobs == 1 and self._client is None:
             return None
         if self._worker_rows is None:
             self._worker_rows = _dask_rows.WorkerRows(self._dask)

@@ -5,11 +5,17 @@ hidden W-block on the ``active`` route (the paper's Sec. 4.5.2, eqs. (17) and (1
 into one contiguous share per worker. What is sent when:
 
 * **once per data set**: the block's fixed data ``X~`` (``n x m``; MNIST's ``X~_0``: 377 MB),
-  scattered to every worker (``client.scatter(..., broadcast=True)``) and remembered in the
-  driver by a digest of its bytes (``digest``), so that a later call with the same ``X~`` (the
-  W_0 block at every BCD iteration) sends nothing of it again. Each worker then keeps, under
-  the same digest, the ``active_rows.Rows`` built from it (``P = X~_S^T`` and
-  ``T = X~_S X~_S^T``, formed there once; ``_WORKER_ROWS``);
+  remembered in the driver by a digest of its bytes (``digest``), so that a later call with the
+  same ``X~`` (the W_0 block at every BCD iteration) sends nothing of it again. A large ``X~``
+  (``FILE_MIN`` bytes or more) is written once to a file in shared memory
+  (``rank_arrays.FOLDER``) that every worker maps, where every worker can open it (workers on
+  this machine: an array of ``X~_0``'s shape reached two workers and was read there in 1.0 s,
+  its digest included, against 2.8-5.6 s through ``client.scatter``, on the 2-core VM with a
+  test run beside it; the workers share its pages); the file is removed when its data set
+  leaves the driver's ``KEEP`` or the backend closes. Otherwise (remote workers, no shared
+  memory, a small ``X~``) it is scattered to every worker (``client.scatter(...,
+  broadcast=True)``). Each worker then keeps, under the same digest, the ``active_rows.Rows``
+  built from it (``P = X~_S^T`` and ``T = X~_S X~_S^T``, formed there once; ``_WORKER_ROWS``);
 * **every call**: only what changes, each worker's share of the rows' linear terms
   ``q_i = lam X~ v_i + 2 gamma w0_i`` (the targets and the ``W0`` rows in one array), their
   start rows (or none: the worker starts from the ridge point, ``Rows.ridge``), ``lam``, ``c``
@@ -27,8 +33,9 @@ that miss it, and ``exact.attempt`` certifies the whole block by ``blocks.kkt_re
 non-finite row from a worker is replaced by zeros before that fallback. Each task runs with one
 BLAS thread (``threadpoolctl``), its worker's single core.
 
-Memory on a worker (MNIST, ``m = 60,000``, ``|S| = 718``): ``X~`` 377 MB, ``P`` 345 MB and its
-float32 copy 172 MB, ``T`` 4 MB, gather buffers of ``m / 2`` points during a task (172 MB in
+Memory on a worker (MNIST, ``m = 60,000``, ``|S| = 718``): ``X~`` 377 MB (shared by the workers
+when it comes by file), ``P`` 345 MB and its float32 copy 172 MB, ``T`` and its eigenvectors
+4 MB each, gather buffers of ``m / 2`` points during a task (172 MB in
 float64, 86 MB in float32: ``active_rows.Rows``), and one Gram and its factor (4 MB each) a
 row of the batch being solved; ``KEEP`` data sets at most. The kept Grams add ``|S|^2``
 doubles a row: 4.1 MB, 1.24 GB for W_0's 300 rows, 620 MB a worker on two workers.
@@ -38,6 +45,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import os
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -46,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .. import rank_arrays as _rank_arrays
 from ..errors import SolverError
 from . import active_rows as _active_rows
 
@@ -55,6 +65,9 @@ if TYPE_CHECKING:
 # data sets (X~) kept scattered and built on the workers, the most recent first
 KEEP = 2
 DASK_RETRIES = 2
+# X~ of at least this many bytes goes to the workers by a file in shared memory, where they can
+# open it
+FILE_MIN = _rank_arrays.LARGE
 
 # in each worker process, kept between tasks: digest -> active_rows.Rows (P, S and T formed);
 # digest -> {row: (A, G)}, the active set and Gram each row ended with (``keep_grams``); and
@@ -88,13 +101,26 @@ def _one_thread():
     return threadpool_limits(limits=1, user_api="blas")
 
 
+def can_open(path: str, size: int) -> bool:
+    """Whether this process sees the file ``path`` with ``size`` bytes (run on every worker
+    before the data goes by file)."""
+    try:
+        return os.stat(path).st_size == size
+    except OSError:
+        return False
+
+
 def _rows_for(Xt, key, lam, c):
     """This worker's ``Rows`` of the data ``key`` (built and ``T`` formed on first use), as a
-    shallow copy with this call's ``lam`` and ``c`` and its own gather buffer."""
+    shallow copy with this call's ``lam`` and ``c`` and its own gather buffer. ``Xt`` is the
+    array, or the ``rank_arrays.ArrayFile`` that holds it (mapped: the workers share its
+    pages)."""
     kept = _WORKER_ROWS.get(key)
     if kept is None:
+        if isinstance(Xt, _rank_arrays.ArrayFile):
+            Xt = Xt.load()
         kept = _active_rows.Rows(np.asarray(Xt, dtype=float), lam, c)
-        kept.T  # noqa: B018 (formed once here, shared by every later call)
+        kept.spectrum  # noqa: B018 (T and its spectrum formed once here, for every later call)
         kept._bufs = {}
         _WORKER_ROWS[key] = kept
         _WORKER_BUILDS[key] = _WORKER_BUILDS.get(key, 0) + 1
@@ -149,26 +175,50 @@ def distributed_error(block: Block, what: str, exc: BaseException) -> SolverErro
 
 class WorkerRows:
     """The driver's side: the Dask client (from ``connect``, called on first use) and the data
-    sets scattered to its workers, by digest (``scatters`` counts the scatters). ``keep_grams``:
-    each worker keeps the final Gram of each of its rows for the next call on the same data."""
+    sets sent to its workers, by digest (``sends`` counts them; ``files`` holds the paths of
+    those that went by file). ``keep_grams``: each worker keeps the final Gram of each of its
+    rows for the next call on the same data. ``close`` removes the files (so does the garbage
+    collector, and the interpreter's exit)."""
 
     def __init__(self, connect: Callable[[], Any], keep_grams: bool = True) -> None:
         self._connect, self.keep_grams = connect, bool(keep_grams)
-        self._scattered: OrderedDict = OrderedDict()
-        self.scatters = 0
+        self._sent: OrderedDict = OrderedDict()  # digest -> (a future or an ArrayFile, its path)
+        self.files: list[str] = []
+        self.sends = 0
+        self._finalizer = weakref.finalize(self, _rank_arrays.discard, self.files)
 
     def data(self, client: Any, Xt: ArrayLike) -> tuple[str, Any]:
-        """``(digest, future)`` of ``X~`` on every worker, scattered once."""
+        """``(digest, handle)`` of ``X~`` on every worker, sent once: a file's name where every
+        worker can open it and ``X~`` has ``FILE_MIN`` bytes or more, else a scattered future."""
         key = digest(Xt)
-        future = self._scattered.get(key)
-        if future is None:
-            future = client.scatter(np.asarray(Xt, dtype=float), broadcast=True, hash=False)
-            self._scattered[key] = future
-            self.scatters += 1
-            while len(self._scattered) > KEEP:
-                self._scattered.popitem(last=False)  # released on the workers
-        self._scattered.move_to_end(key)
-        return key, future
+        if key not in self._sent:
+            self._sent[key] = self._send(client, np.asarray(Xt, dtype=float))
+            self.sends += 1
+            while len(self._sent) > KEEP:  # a future is released on the workers, a file removed
+                self._drop(self._sent.popitem(last=False)[1][1])
+        self._sent.move_to_end(key)
+        return key, self._sent[key][0]
+
+    def _send(self, client: Any, Xt: np.ndarray) -> tuple[Any, str | None]:
+        handle = _rank_arrays.write(Xt) if Xt.nbytes >= FILE_MIN else None
+        if handle is not None:
+            self.files.append(handle.path)
+            size = os.stat(handle.path).st_size
+            if all(client.run(can_open, handle.path, size).values()):
+                return handle, handle.path
+            self._drop(handle.path)
+        return client.scatter(Xt, broadcast=True, hash=False), None
+
+    def _drop(self, path: str | None) -> None:
+        if path is not None:
+            _rank_arrays.discard([path])
+            self.files.remove(path)
+
+    def close(self) -> None:
+        """Removes the files of the data sent by file (a worker's mapping outlives the name)."""
+        _rank_arrays.discard(self.files)
+        self.files.clear()
+        self._sent.clear()
 
     def solve(
         self, block: WHidden, Q: np.ndarray, c: float, start: np.ndarray | None, target: float
