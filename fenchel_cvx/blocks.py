@@ -26,7 +26,9 @@ dense W-block on patches. X-blocks separate by column (data point), hidden W-blo
 Each block class owns what differs between blocks: the shape of its variable (``shape``), the
 activations it involves (``activations``), the axis along which it separates into independent
 pieces (``piece_axis``) and the block of a subset of those pieces (``restrict``). ``XBlock`` and
-``WBlock`` are the two families. ``kind`` only names a block in messages and histories:
+``WBlock`` are the two families. ``kind`` names a block in messages and histories and in the
+registry of block classes, ``BLOCKS`` (``@register_block``, once a class carries the block
+facts, ``example`` among them: the conformance suite checks each registered class on it):
 backends dispatch on the class (``functools.singledispatch``), never on ``kind``.
 """
 
@@ -35,7 +37,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from .arrays import Array
+from .facts import Registry, placeholder
 from .layers import Dense, LinearMap
 from .reduce import LOCAL, Comm
 
@@ -133,21 +136,25 @@ class Block:
         """The activations the block involves."""
         raise NotImplementedError
 
+    @placeholder
     def restrict(self, index: Array) -> Block:
         """The block of the pieces ``index`` (along ``piece_axis``) alone."""
         raise NotImplementedError
 
+    @placeholder
     def forward(self, Z: Array) -> Array:
         """The block's image of ``Z``: the one product its value depends on besides Z itself
         (an X-block's ``A(W, Z)``, a W-block's ``Z X~``)."""
         raise NotImplementedError
 
+    @placeholder
     def value_with_forward(self, Z: Array, U: Array) -> Array:
         """The value at Z from its image ``U = forward(Z)`` at hand (a solver that holds it, or
         a check that formed it once for the value and the residual): :meth:`value` without
         forming ``U`` again."""
         raise NotImplementedError
 
+    @placeholder
     def grad_parts_with_forward(self, Z: Array, U: Array) -> list[Array]:
         """:meth:`grad_parts` from the image ``U = forward(Z)`` at hand."""
         raise NotImplementedError
@@ -167,22 +174,49 @@ class Block:
     def project(self, Z: Array) -> Array:
         return Z
 
+    @classmethod
+    @placeholder
+    def example(cls) -> Block:
+        """A block of this class on a small network (the conformance suite's case)."""
+        raise NotImplementedError(f"{cls.__name__} has no example")
+
     def kkt_residual(self, Z: Array) -> float:
         return kkt_residual(self, Z)
 
     # --- the whole block where ranks hold shares of its data points (``reduce.py``) ------------
+    @placeholder
     def value_over(self, Z: Array, U: Array, comm: Comm = LOCAL) -> Array:
         """The whole block's value at ``Z`` (its image ``U`` at hand) where the ranks of
         ``comm`` hold shares of its data points: :meth:`value_with_forward` in one process."""
         raise NotImplementedError
 
+    @placeholder
     def summed(self, parts: list[Array], comm: Comm = LOCAL) -> list[Array]:
         """The gradient's terms ``parts`` of the whole block, from this rank's."""
         raise NotImplementedError
 
+    @placeholder
     def maxima(self, figures: list[Array], comm: Comm = LOCAL) -> list:
         """Maxima (``figures``: this rank's) over the whole block."""
         raise NotImplementedError
+
+
+#: the facts every block class gives (``Block``'s placeholders stand for them)
+BLOCK_FACTS = (
+    "restrict",
+    "forward",
+    "value_with_forward",
+    "grad_parts_with_forward",
+    "value_over",
+    "summed",
+    "maxima",
+    "example",
+)
+#: ``kind -> class`` of every block: what the conformance suite checks, and what a backend
+#: solves (each backend registers its solver for each class)
+BLOCKS: Registry[Block] = Registry("block", Block, BLOCK_FACTS, key="kind")
+#: registers a block class (a class decorator), once it carries the block facts
+register_block = BLOCKS.register
 
 
 class XBlock(Block):
@@ -248,6 +282,7 @@ class XBlock(Block):
         return comm.reduce(figures, "max")
 
 
+@register_block
 @dataclass
 class XHidden(XBlock):
     """X_l for 1 <= l < L: between B_{l-1} (Z is its output v) and B_l (Z feeds its input u)."""
@@ -262,6 +297,10 @@ class XHidden(XBlock):
     lam_out: float
     map: LinearMap = None  # type: ignore[assignment]  # the map of W_l (None: dense)
     kind = "x_hidden"
+
+    @classmethod
+    def example(cls) -> XHidden:
+        return _example(cls, x_block, 1)
 
     def value_with_forward(self, Z: Array, U: Array) -> Array:
         xp = array_namespace(Z)
@@ -280,6 +319,7 @@ class XHidden(XBlock):
         return replace(self, U_prev=self.U_prev[:, index], V_next=self.V_next[:, index])
 
 
+@register_block
 @dataclass
 class XLast(XBlock):
     """X_L: the loss of the output layer plus B_{L-1} (Z is its output v)."""
@@ -293,6 +333,10 @@ class XLast(XBlock):
     Y: Array
     map: LinearMap = None  # type: ignore[assignment]  # the map of W_L (None: dense)
     kind = "x_last"
+
+    @classmethod
+    def example(cls) -> XLast:
+        return _example(cls, x_block, 2)
 
     def value_with_forward(self, Z: Array, U: Array) -> Array:
         xp = array_namespace(Z)
@@ -359,6 +403,7 @@ class WBlock(Block):
         return figures
 
 
+@register_block
 @dataclass
 class WHidden(WBlock):
     """W_l for l < L: lam_l B_l(X_{l+1}, W X~_l) + rho_l ||W||^2 + gamma_l ||W - W0||^2."""
@@ -368,6 +413,10 @@ class WHidden(WBlock):
     lam: float = 1.0
     kind = "w_hidden"
     piece_axis = 0
+
+    @classmethod
+    def example(cls) -> WHidden:
+        return _example(cls, w_block, 1, gamma=0.5)
 
     def data_value(self, W: Array, U: Array) -> Array:
         return self.lam * array_namespace(W).sum(self.act.divergence(self.V, U))
@@ -387,6 +436,7 @@ class WHidden(WBlock):
         return replace(self, V=self.V[index], W0=self._W0_rows(index))
 
 
+@register_block
 @dataclass
 class WLast(WBlock):
     """W_L: L(Y, W X~_L) + rho_L ||W||^2 + gamma_L ||W - W0||^2."""
@@ -394,6 +444,10 @@ class WLast(WBlock):
     loss: Loss = None  # type: ignore[assignment]  # (a default: W0, U have one)
     Y: Array = None
     kind = "w_last"
+
+    @classmethod
+    def example(cls) -> WLast:
+        return _example(cls, w_block, 2)
 
     def data_value(self, W: Array, U: Array) -> Array:
         return self.loss.value(self.Y, U)
@@ -422,6 +476,27 @@ class WLast(WBlock):
 
 
 # --- the blocks of a network at its current iterate ------------------------------------------
+def _example(cls: type, build: Callable[..., Block], l: int, gamma: float = 0.0) -> Any:
+    """The block ``build(..., l)`` of a 3-4-3-2 ReLU network with the squared error, on 6 data
+    points, at a point off its feed-forward pass (``gamma``: a W-block's proximal term, about
+    ``W0`` = its weights moved at random), as an instance of ``cls`` (a subclass of the class
+    ``build`` makes inherits its example)."""
+    from .network import LiftedNetwork
+
+    rng = np.random.default_rng(0)
+    net = LiftedNetwork((3, 4, 3, 2), "relu", "mse", lam=1.0, rho=0.1, seed=0)
+    X0, Y = rng.standard_normal((3, 6)), rng.standard_normal((2, 6))
+    Xs, _ = net.forward(X0)
+    Xs = [np.maximum(X + 0.2 * rng.standard_normal(X.shape), 0.0) for X in Xs]
+    block: Any  # a dataclass of this module
+    if gamma:
+        W0 = net.W[l] + 0.3 * rng.standard_normal(net.W[l].shape)
+        block = build(net, X0, Y, Xs, l, gamma=gamma, W0=W0)
+    else:
+        block = build(net, X0, Y, Xs, l)
+    return cls(**{f.name: getattr(block, f.name) for f in fields(block) if f.init})
+
+
 def x_block(
     net: LiftedNetwork,
     X0: Array,

@@ -1,11 +1,15 @@
-"""Facts: what the solvers ask of an activation or a loss, and the refusal of one that lacks it.
+"""Facts: what the solvers ask of an activation, a loss, a layer kind or a block, and the refusal
+of one that lacks it.
 
-Each activation (``activations.py``: phi of Theorem 1, its pair F, F* of the paper's eq. (4))
-and each loss (``losses.py``) is a class that carries what the solvers need as methods and
-attributes: its *facts*. A base class marks a fact that a subclass must give with ``stub``; an
-optional one is an attribute None. ``has_fact`` tells whether an object carries one, and
-``require`` refuses, before any work, an object that lacks a fact a caller needs, naming its
-class and the fact.
+Each activation (``activations.py``: phi of Theorem 1, its pair F, F* of the paper's eq. (4)),
+each loss (``losses.py``), each layer kind (``layers.py``: a layer as a linear map, the paper's
+Sec. 4.2, eqs. (10)-(11)) and each block (``blocks.py``: the convex blocks of Sec. 4.5) is a
+class that carries what the solvers need as methods and attributes: its *facts*. A base class
+marks a fact that a subclass must give with ``stub`` (or ``placeholder``); an optional one is
+an attribute None. ``has_fact`` tells whether an object carries one, and ``require`` refuses,
+before any work, an object that lacks a fact a caller needs, naming its class and the fact.
+``Registry`` is the one table of each kind, by name, that takes a class only once it carries
+its kind's facts.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ class Named:
 
 
 _C = TypeVar("_C", bound=type)
-_N = TypeVar("_N", bound=Named)
+_F = TypeVar("_F", bound=Callable[..., Any])
+_N = TypeVar("_N")
 
 
 def stub(fact: str) -> Callable[..., Any]:
@@ -64,6 +69,21 @@ def stub(fact: str) -> Callable[..., Any]:
     missing.__name__ = fact
     setattr(missing, "missing_fact", True)  # noqa: B010 (a function has no declared attributes)
     return missing
+
+
+def placeholder(method: _F) -> _F:
+    """``stub`` for a method written out in the base class (its signature and docstring kept,
+    its body raising ``NotImplementedError``): ``has_fact`` reads it as absent.
+
+    >>> class Shape:
+    ...     @placeholder
+    ...     def area(self) -> float:
+    ...         raise NotImplementedError("Shape has no area")
+    >>> has_fact(Shape, "area")
+    False
+    """
+    setattr(method, "missing_fact", True)  # noqa: B010 (a function has no declared attributes)
+    return method
 
 
 def has_fact(obj: object, fact: str) -> bool:
@@ -107,13 +127,16 @@ def require(obj: Any, facts: Iterable[str], who: str) -> Any:
 
 
 class Registry(dict[str, type[_N]], Generic[_N]):
-    """``name -> class`` for one kind (activations, losses): the one table keyed by their names.
+    """``name -> class`` for one kind (activations, losses, layer kinds): the one table keyed by
+    their names (the class attribute ``key``: ``name``; a layer kind's is ``kind``).
 
-    ``register(cls)`` adds a subclass of ``base`` under ``cls.name`` once it carries ``facts``
-    (a ``ValueError`` naming the class and the fact it lacks); a name another class holds is
-    refused (a class counts as the one it replaces where its module and qualified name are the
-    same: a module reloaded). ``build(name, params)`` makes the registered class with
-    ``params``, or passes an instance of ``base`` through once it carries ``facts``.
+    ``register(cls)`` adds a subclass of ``base`` under its name once it carries ``facts`` (a
+    list, or a function of the class that gives its list: a layer with weights needs other
+    facts than one without); a class that lacks one is refused with a ``ValueError`` naming the
+    class and the fact; a name another class holds is refused (a class counts as the one it
+    replaces where its module and qualified name are the same: a module reloaded).
+    ``build(name, params)`` makes the registered class with ``params``, or passes an instance of
+    ``base`` through once it carries its facts.
 
     >>> class Shape(Named):
     ...     kind = "shape"
@@ -139,9 +162,20 @@ class Registry(dict[str, type[_N]], Generic[_N]):
     ValueError: Circle lacks the fact 'area', which every solver needs: define Circle.area
     """
 
-    def __init__(self, kind: str, base: type[_N], facts: Iterable[str]) -> None:
+    def __init__(
+        self,
+        kind: str,
+        base: type[_N],
+        facts: Iterable[str] | Callable[[type], Iterable[str]],
+        key: str = "name",
+    ) -> None:
         super().__init__()
-        self.kind, self.base, self.facts = kind, base, tuple(facts)
+        self.kind, self.base, self.key = kind, base, key
+        self._facts = facts if callable(facts) else tuple(facts)
+
+    def facts_of(self, cls: type) -> tuple[str, ...]:
+        """The facts that ``cls`` must carry to be registered."""
+        return tuple(self._facts(cls)) if callable(self._facts) else self._facts
 
     def register(self, cls: _C) -> _C:
         new: object = cls  # checked as a subclass of base below; ``cls`` keeps its own type
@@ -149,20 +183,26 @@ class Registry(dict[str, type[_N]], Generic[_N]):
             raise ValueError(
                 f"register_{self.kind} takes a subclass of {self.base.__name__}, got {cls!r}"
             )
-        require(new, self.facts, "every solver")
-        held = self.get(new.name)
+        require(new, self.facts_of(new), "every solver")
+        name = getattr(new, self.key)
+        if not isinstance(name, str) or name == getattr(self.base, self.key):
+            raise ValueError(
+                f"{new.__qualname__} needs a {self.key} of its own to be registered as a "
+                f"{self.kind}, got {name!r}"
+            )
+        held = self.get(name)
         if held is not None and _where(held) != _where(new):
             raise ValueError(
-                f"the {self.kind} name {new.name!r} is taken by "
+                f"the {self.kind} name {name!r} is taken by "
                 f"{held.__qualname__} of {held.__module__}, refused for "
                 f"{new.__qualname__} of {new.__module__}: give it another name"
             )
-        self[new.name] = new
+        self[name] = new
         return cls
 
     def build(self, name: str | _N, params: Mapping[str, Any]) -> _N:
         if isinstance(name, self.base):
-            return require(name, self.facts, "every solver")
+            return require(name, self.facts_of(type(name)), "every solver")
         if not isinstance(name, str) or name not in self:
             raise ValueError(f"{self.kind} must be one of {sorted(self)}, got {name!r}")
         return self[name](**params)

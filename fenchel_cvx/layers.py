@@ -7,8 +7,9 @@ way; docs page "Convolutional layers"). The lifted variables stay 2-D, ``X_l`` o
 of ``blocks.py`` never see a shape.
 
 A *spec* is what a user writes: ``Dense(120)``, ``Conv2d(6, 5, padding=2)``, ``AvgPool2d(2)``,
-``Flatten()``; ``LAYERS`` maps each spec's ``kind`` to its class (one more layer kind is one more
-class there). ``build_maps`` folds the weight-free specs (pooling, flatten) into the next weighted
+``Flatten()``; ``LAYERS`` maps each spec's ``kind`` to its class, and takes one more layer kind
+as one more class (``@register_layer``, once the class carries its kind's facts: docs page "Add
+a layer kind"). ``build_maps`` folds the weight-free specs (pooling, flatten) into the next weighted
 one and returns one :class:`LinearMap` per weight matrix ``W_l``, which gives
 
 - ``forward(W, X)``: ``U = A(W, X) + b``, from the weights with the bias as last column;
@@ -45,6 +46,7 @@ from array_api_compat import array_namespace, device, is_numpy_namespace, is_tor
 from numpy.typing import DTypeLike
 
 from .arrays import Array, cheap_reads, clip, exact_in_place
+from .facts import Registry, placeholder
 from .validation import Interval, check
 
 # NumPy: the bytes of im2col patches gathered and multiplied at a time (whole output rows, at
@@ -66,6 +68,7 @@ __all__ = [
     "LinearMap",
     "build_maps",
     "layer_from_dict",
+    "register_layer",
 ]
 
 
@@ -86,11 +89,24 @@ class Spec:
     ``gain2``, ``apply`` and ``adjoint``, which ``LinearMap`` folds into the next weighted one;
     a weighted one (dense, conv2d) the map of its ``W``: ``weight_shape``, ``fans``,
     ``patches``, ``forward``, ``adjoint_x``, ``norm2_bound``, ``to_rows`` and ``from_rows``.
-    The methods below are what a subclass must give (here they raise ``NotImplementedError``).
+    The methods below are what a subclass must give (here they raise ``NotImplementedError``,
+    and ``facts.has_fact`` reads them as absent); ``example`` gives one instance and an input
+    shape it takes, on which the conformance suite checks the kind; ``short`` names it in
+    ``LinearMap.describe``.
     """
 
     kind = "spec"
     weighted = False
+
+    @classmethod
+    @placeholder
+    def example(cls) -> tuple["Spec", tuple[int, ...]]:
+        """One spec of this kind and an input shape it takes (the conformance suite's case)."""
+        raise NotImplementedError(f"{cls.__name__} has no example")
+
+    def short(self) -> str:
+        """Its name in ``LinearMap.describe``."""
+        return self.kind
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **self.params()}
@@ -109,58 +125,97 @@ class Spec:
         return NotImplementedError(f"{type(self).__name__} has no {what}")
 
     # every spec
+    @placeholder
     def out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The shape of the output on an input of ``shape``."""
         raise self._missing("out_shape")
 
     # a weight-free spec
+    @placeholder
     def gain2(self, shape: tuple[int, ...]) -> float:
         """``||P||_2^2`` of the map on an input of ``shape``."""
         raise self._missing("gain2")
 
+    @placeholder
     def apply(self, xp: ModuleType, X: Array, shape: tuple[int, ...]) -> Array:
         """The map on the columns of ``X`` (inputs of ``shape``)."""
         raise self._missing("apply")
 
+    @placeholder
     def adjoint(self, xp: ModuleType, G: Array, shape: tuple[int, ...]) -> Array:
         """The adjoint of ``apply``."""
         raise self._missing("adjoint")
 
     # a weighted spec
+    @placeholder
     def weight_shape(self, shape: tuple[int, ...]) -> tuple[int, int]:
         """The shape of ``W`` (bias last column) on an input of ``shape``."""
         raise self._missing("weight_shape")
 
+    @placeholder
     def fans(self, shape: tuple[int, ...]) -> tuple[int, int]:
         """``(fan_in, fan_out)`` of Xavier's initialisation."""
         raise self._missing("fans")
 
+    @placeholder
     def patches(self, xp: ModuleType, X: Array, shape: tuple[int, ...]) -> Array:
         """``X~``: the input of ``W`` as a matrix product, bias row last."""
         raise self._missing("patches")
 
+    @placeholder
     def forward(self, xp: ModuleType, W: Array, X: Array, shape: tuple[int, ...]) -> Array:
         """``A(W, X) + b``."""
         raise self._missing("forward")
 
+    @placeholder
     def adjoint_x(self, xp: ModuleType, W: Array, G: Array, shape: tuple[int, ...]) -> Array:
         """``A(W, .)^T G``."""
         raise self._missing("adjoint_x")
 
+    @placeholder
     def norm2_bound(self, W: Array, shape: tuple[int, ...], max_dim: int) -> float | Array | None:
         """An upper bound of ``||A(W, .)||_2^2``, or None beyond ``max_dim``."""
         raise self._missing("norm2_bound")
 
+    @placeholder
     def to_rows(self, xp: ModuleType, U: Array, shape: tuple[int, ...]) -> Array:
         """An output as the rows of ``W @ patches(X)``."""
         raise self._missing("to_rows")
 
+    @placeholder
     def from_rows(self, xp: ModuleType, R: Array, shape: tuple[int, ...], m: int) -> Array:
         """The inverse of ``to_rows`` for ``m`` data points."""
         raise self._missing("from_rows")
 
 
+#: the facts every layer kind gives, and those of a kind with weights (``weighted``) or without
+LAYER_FACTS = ("out_shape", "example")
+WEIGHTED_FACTS = (
+    "weight_shape",
+    "fans",
+    "patches",
+    "forward",
+    "adjoint_x",
+    "norm2_bound",
+    "to_rows",
+    "from_rows",
+)
+WEIGHT_FREE_FACTS = ("gain2", "apply", "adjoint")
+
+
+def _facts(cls: type[Spec]) -> tuple[str, ...]:
+    return LAYER_FACTS + (WEIGHTED_FACTS if cls.weighted else WEIGHT_FREE_FACTS)
+
+
+#: ``kind -> class`` of every layer kind: what ``layer_from_dict`` builds, and what every file
+#: that holds a network's config (``LiftedNetwork.load``, checkpoints) may name
+LAYERS: Registry[Spec] = Registry("layer", Spec, _facts, key="kind")
+#: registers a layer kind (a class decorator), once it carries its kind's facts
+register_layer = LAYERS.register
+
+
 # --- weight-free specs: folded into the next weighted map ------------------------------------
+@register_layer
 class AvgPool2d(Spec):
     """``size x size`` average pooling (stride = size), a linear map folded into the next layer.
 
@@ -176,6 +231,13 @@ class AvgPool2d(Spec):
 
     def __init__(self, size: int = 2) -> None:
         self.size = _positive_int("avgpool2d", "size", size, 2)
+
+    @classmethod
+    def example(cls) -> tuple[Spec, tuple[int, ...]]:
+        return cls(2), (2, 4, 6)
+
+    def short(self) -> str:
+        return f"avgpool {self.size}x{self.size}"
 
     def params(self) -> dict[str, Any]:
         return {"size": self.size}
@@ -217,10 +279,15 @@ class AvgPool2d(Spec):
         return xp.reshape(G6, (C * H * W, m))
 
 
+@register_layer
 class Flatten(Spec):
     """(C, H, W) -> (C H W,): nothing moves, the features are already flat in that order."""
 
     kind = "flatten"
+
+    @classmethod
+    def example(cls) -> tuple[Spec, tuple[int, ...]]:
+        return cls(), (2, 3, 3)
 
     def out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return (math.prod(shape),)
@@ -236,6 +303,7 @@ class Flatten(Spec):
 
 
 # --- weighted specs: one weight matrix each --------------------------------------------------
+@register_layer
 class Dense(Spec):
     """``U = W[:, :-1] X + W[:, -1]`` on the flattened input; ``W`` is ``units x (n_in + 1)``.
 
@@ -253,6 +321,13 @@ class Dense(Spec):
 
     def __init__(self, units: int) -> None:
         self.units = _positive_int("dense", "units", units)
+
+    @classmethod
+    def example(cls) -> tuple[Spec, tuple[int, ...]]:
+        return cls(3), (5,)
+
+    def short(self) -> str:
+        return f"dense {self.units}"
 
     def params(self) -> dict[str, Any]:
         return {"units": self.units}
@@ -291,6 +366,7 @@ class Dense(Spec):
         return R
 
 
+@register_layer
 class Conv2d(Spec):
     """Multi-channel 2-D convolution (PyTorch's cross-correlation), stride 1, zero padding.
 
@@ -326,6 +402,14 @@ class Conv2d(Spec):
 
     def __getstate__(self):  # the index cache is rebuilt where the spec is unpickled
         return {**self.__dict__, "_plans": {}}
+
+    @classmethod
+    def example(cls) -> tuple[Spec, tuple[int, ...]]:
+        return cls(3, 3, padding=1), (2, 5, 4)
+
+    def short(self) -> str:
+        pad = f" pad {self.padding}" if self.padding else ""
+        return f"conv2d {self.channels}@{self.kernel}x{self.kernel}{pad}"
 
     def params(self) -> dict[str, Any]:
         out = {"channels": self.channels, "kernel": self.kernel, "padding": self.padding}
@@ -497,9 +581,6 @@ class Conv2d(Spec):
         return xp.reshape(R, (R.shape[0] * R.shape[1] // m, m))
 
 
-LAYERS: dict[str, type[Spec]] = {cls.kind: cls for cls in (Dense, Conv2d, AvgPool2d, Flatten)}
-
-
 def layer_from_dict(d: dict[str, Any]) -> Spec:
     """The spec of ``{"kind": ..., **params}`` (the inverse of ``Spec.to_dict``).
 
@@ -566,7 +647,7 @@ class LinearMap:
         return type(self.op) is Dense and all(isinstance(s, Flatten) for s in self.pre)
 
     def describe(self) -> str:
-        names = " + ".join(_short(s) for s in self.specs)
+        names = " + ".join(s.short() for s in self.specs)
         return f"{names}: {self.in_shape} -> {self.out_shape}, W {self.weight_shape}"
 
     def __repr__(self):
@@ -734,17 +815,6 @@ def _trace_bound(xp, G, squarings=SQUARINGS):
         log_bound = log_bound + xp.log(c) / 2.0**i
     bound = xp.where(zero, xp.zeros_like(log_bound), xp.exp(log_bound))
     return xp.max(bound) if bound.ndim else bound
-
-
-def _short(spec):
-    if isinstance(spec, Conv2d):
-        pad = f" pad {spec.padding}" if spec.padding else ""
-        return f"conv2d {spec.channels}@{spec.kernel}x{spec.kernel}{pad}"
-    if isinstance(spec, AvgPool2d):
-        return f"avgpool {spec.size}x{spec.size}"
-    if isinstance(spec, Dense):
-        return f"dense {spec.units}"
-    return spec.kind
 
 
 def build_maps(

@@ -5,12 +5,22 @@ CuPy, ... through DLPack) of one of the four blocks of the lifted objective (the
 ``blocks.py``) is certified optimal by the oracle: its suboptimality gap against a certified
 lower bound on the block's optimal value is at most ``rtol * (1 + |lower bound|) + atol``
 (``oracle.certify``). It raises ``AssertionError`` with every number otherwise.
+
+``layer_faults(A, W, rng)`` lists what is wrong with a layer's map ``A`` (a
+``layers.LinearMap``: a layer as a linear map, the paper's Sec. 4.2, eqs. (10)-(11)) at the
+weights ``W``: the checks a new layer kind needs before it trains (docs page "Add a layer
+kind"), which the conformance suite runs on every registered kind.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from .arrays import Array
 from .blocks import Block
+from .layers import LinearMap
 from .oracle.backend import OracleBackend
 from .oracle.certify import BlockCertificate, certify, optimality_report
 
@@ -46,3 +56,35 @@ def assert_block_optimal(
             + optimality_report(cert)
         )
     return cert
+
+
+def layer_faults(A: LinearMap, W: np.ndarray, rng: np.random.Generator, m: int = 5) -> list[str]:
+    """What is wrong with the map ``A`` at the weights ``W``: ``[]`` where its methods agree
+    with each other and with its explicit matrix (``A.matrix``, from ``forward`` alone): forward
+    affine in X, the adjoint identity ``<A x, y> = <x, A^T y>``, the product form
+    ``to_rows(A(W, X) + b) = W patches(X)``, ``from_rows`` inverting ``to_rows``, and the norm
+    bound at least ``||A||_2^2``; on ``m`` random data points.
+
+    >>> from fenchel_cvx.layers import AvgPool2d, Conv2d, build_maps
+    >>> rng = np.random.default_rng(0)
+    >>> A = build_maps((1, 6, 6), [AvgPool2d(2), Conv2d(2, 3)])[0]
+    >>> layer_faults(A, rng.standard_normal(A.weight_shape), rng)
+    []
+    """
+    X, G = rng.standard_normal((A.n_in, m)), rng.standard_normal((A.n_out, m))
+    faults = []
+    M, b = A.matrix(W)
+    U = A.forward(W, X)
+    if not np.allclose(U, M @ X + b, rtol=1e-12, atol=1e-12):
+        faults.append("forward is not affine in X")
+    lhs, rhs = float(np.sum((U - b) * G)), float(np.sum(X * A.adjoint_x(W, G)))
+    if not math.isclose(lhs, rhs, rel_tol=1e-12, abs_tol=1e-12):
+        faults.append(f"adjoint_x: <A x, y> = {lhs!r} but <x, A^T y> = {rhs!r}")
+    if not np.allclose(A.to_rows(U), W @ A.patches(X), rtol=1e-12, atol=1e-12):
+        faults.append("patches: to_rows(forward(W, X)) is not W @ patches(X)")
+    if not np.array_equal(A.from_rows(A.to_rows(U), m), U):
+        faults.append("from_rows does not invert to_rows")
+    bound, exact = A.norm2_bound(W, 64), float(np.linalg.norm(M, 2) ** 2)
+    if bound is not None and not float(bound) >= exact * (1 - 1e-12):
+        faults.append(f"norm2_bound: {float(bound)!r} is below ||A||_2^2 = {exact!r}")
+    return faults

@@ -1,6 +1,7 @@
 """Proof by extension: a backend defined and registered in this file alone (the docs page "Add a
-backend") trains a network with the strict certificate, reaches the oracle's block optima, and
-is built by name like the package's own; a second class under a taken name is refused.
+backend") trains a network with the strict certificate, reaches the oracle's block optima,
+passes the conformance suite's backend checks, and is built by name like the package's own; a
+second class under a taken name is refused.
 
 ``ProjectedGradient`` solves any block by accelerated projected gradient (FISTA with
 backtracking and restart) on the block's own facts alone: ``value``, ``grad``, ``project`` and
@@ -19,6 +20,7 @@ from fenchel_cvx.backends import BACKENDS, BackendDefaults, get_backend, registe
 from fenchel_cvx.bcd import fit_bcd
 from fenchel_cvx.blocks import BlockResult, w_block, x_block
 from fenchel_cvx.oracle import OracleBackend
+from test_conformance import BACKEND_CHECKS, backend_cases
 
 
 class ProjectedGradient(BackendDefaults):
@@ -94,6 +96,13 @@ def test_it_reaches_the_oracle_s_block_optima(act):
         got, want = ours.solve(block, start), oracle.solve(block)
         assert got.converged and want.status == "optimal"
         assert got.value == pytest.approx(want.value, rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("check", BACKEND_CHECKS, ids=lambda c: c.__name__)
+def test_registered_in_this_file_it_passes_the_conformance_suite(check):
+    """Registered, it is a case of every backend check of ``test_conformance.py``, and passes."""
+    assert ("projected_gradient", check) in {(p.values[0], p.values[1]) for p in backend_cases()}
+    check("projected_gradient")
 
 
 def test_a_taken_name_is_refused_by_name():

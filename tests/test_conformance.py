@@ -1,4 +1,4 @@
-"""The conformance suite: the facts every registered activation and loss must satisfy.
+"""The conformance suite: the facts every registered activation, loss and layer kind must satisfy.
 
 The cases are read from the registries when this module is collected (``activation_cases``,
 ``loss_cases``): every activation ``activation(name)`` builds without a parameter, the classes
@@ -35,6 +35,43 @@ A loss ``L(Y, Yhat)`` (the paper's eq. (3)), on targets its own ``targets_from``
   its normal equations assume; ``separable_rows`` means ``elementwise`` terms and a diagonal
   Hessian; ``probabilities`` are distributions; ``torch_loss`` is the batch mean; its CVXPY
   form gives L; ``config`` rebuilds it.
+
+A layer kind (``layers.LAYERS``: a layer as a linear map, the paper's Sec. 4.2), on the spec
+and input shape of its ``example`` (a kind without weights folded into a dense layer after it),
+at random weights:
+
+- its map's methods agree with each other and with its explicit matrix (``testing.layer_faults``:
+  forward affine in X, the adjoint, the product form, ``from_rows``, the norm bound);
+- ``to_dict`` / ``layer_from_dict`` rebuild it; ``out_shape`` is the size of what it computes;
+- without weights: ``adjoint`` is the adjoint of ``apply`` and ``gain2`` bounds ``||P||_2^2``.
+
+A layer kind registered in this file (``Reverse``) is among the cases, and faults planted in it
+are caught; a class that lacks a fact, or has no kind of its own, is refused at registration.
+
+A block class (``blocks.BLOCKS``: the four blocks of the paper's Sec. 4.5), on its ``example``:
+
+- the gradient is the derivative of the value (central differences along random directions);
+- the value is convex along segments of the block's domain, and ``project`` is the projection
+  onto that domain (idempotent, the variational inequality of a projection);
+- the KKT residual is at most 1e-6 at the oracle's argmin and not at a random point;
+- its pieces (``restrict`` along ``piece_axis``) add up to the block, and its whole-block figures
+  on one process (``value_over``, ``summed``) are its own.
+
+A faulty block class registered in this file is caught; one that lacks a fact is refused.
+
+A backend (``backends.BACKENDS``), built by name, on every block of a small ReLU network with
+the squared error and with cross-entropy (``BACKEND_CHECKS``; ``test_backend_in_test_file.py``
+runs them on a backend registered there):
+
+- its ``BlockResult`` says what the block says of its argmin: finite, of the block's shape, in
+  the block's domain, ``value`` the block's value there, and, where it converged, ``residual``
+  the block's KKT residual there (what the certificate recomputes);
+- its argmin is no worse than its start;
+- it trains the network under the strict certificate (every block's KKT residual, the descent
+  and the lower bound F <= J checked every round).
+
+Two faulty backends registered in this file (one reports its start as optimal with a wrong
+value, one climbs) are caught by the checks named for them.
 """
 
 import math
@@ -45,6 +82,7 @@ from array_api_compat import array_namespace
 
 import registry_params
 from conftest import fd_grad
+from fenchel_cvx import LiftedNetwork
 from fenchel_cvx.activations import (
     ACTIVATIONS,
     Activation,
@@ -54,8 +92,23 @@ from fenchel_cvx.activations import (
     monotone,
     register_activation,
 )
+from fenchel_cvx.backends import BACKENDS, BackendDefaults, get_backend, register_backend
+from fenchel_cvx.bcd import fit_bcd
+from fenchel_cvx.blocks import (
+    BLOCKS,
+    Block,
+    BlockResult,
+    XHidden,
+    kkt_residual,
+    register_block,
+    w_block,
+    x_block,
+)
+from fenchel_cvx.errors import CertificateError
 from fenchel_cvx.facts import has_fact
+from fenchel_cvx.layers import LAYERS, Dense, Spec, build_maps, layer_from_dict, register_layer
 from fenchel_cvx.losses import LOSSES, loss
+from fenchel_cvx.testing import layer_faults
 
 #: an instance of each registered class that takes a parameter to build (``activation(name)``
 #: builds the others): its cases run on it
@@ -504,24 +557,25 @@ LOSS_CHECKS = (
 
 
 # --- the cases, read from the registries -------------------------------------------------------
-def activation_cases():
-    """``(name, check)`` for every activation the suite checks and each check of its class."""
+def cases(names, checks, registry=None):
+    """``(name, check)`` for each of ``names`` and each of ``checks`` that applies to its class
+    in ``registry`` (every check where None)."""
     return [
         pytest.param(name, check, id=f"{name}-{check.__name__}")
-        for name in checked_activations()
-        for check in ACTIVATION_CHECKS
-        if applies(check, ACTIVATIONS[name])
+        for name in names
+        for check in checks
+        if registry is None or applies(check, registry[name])
     ]
+
+
+def activation_cases():
+    """``(name, check)`` for every activation the suite checks and each check of its class."""
+    return cases(checked_activations(), ACTIVATION_CHECKS, ACTIVATIONS)
 
 
 def loss_cases():
     """``(name, check)`` for every registered loss and each check of its class."""
-    return [
-        pytest.param(name, check, id=f"{name}-{check.__name__}")
-        for name in registry_params.losses()
-        for check in LOSS_CHECKS
-        if applies(check, LOSSES[name])
-    ]
+    return cases(registry_params.losses(), LOSS_CHECKS, LOSSES)
 
 
 @pytest.mark.parametrize("name,check", activation_cases())
@@ -659,3 +713,375 @@ def test_a_fault_planted_in_it_is_caught(asinh_registered, fault, caught_by):
     finally:
         del ACTIVATIONS[fault.name]
     caught_by(example(Asinh.name))
+
+
+# --- layer kinds ---------------------------------------------------------------------------------
+def layer_map(kind, seed=0):
+    """The map of the kind's example (a kind without weights before a dense layer of 2 units),
+    random weights, and the example spec and its input shape."""
+    spec, shape = LAYERS[kind].example()
+    A = build_maps(shape, [spec] if spec.weighted else [spec, Dense(2)])[0]
+    return A, np.random.default_rng(seed).standard_normal(A.weight_shape), spec, shape
+
+
+def map_agrees_with_itself(kind):
+    A, W, _, _ = layer_map(kind)
+    assert layer_faults(A, W, np.random.default_rng(1)) == []
+
+
+def config_rebuilds_it(kind):
+    _, _, spec, _ = layer_map(kind)
+    again = layer_from_dict(spec.to_dict())
+    assert type(again) is type(spec) and again == spec
+
+
+def out_shape_is_the_size_it_computes(kind):
+    A, W, spec, shape = layer_map(kind)
+    X = np.random.default_rng(2).standard_normal((math.prod(shape), 3))
+    if spec.weighted:
+        assert A.forward(W, X).shape == (math.prod(spec.out_shape(shape)), 3)
+    else:
+        assert spec.apply(np, X, shape).shape == (math.prod(spec.out_shape(shape)), 3)
+
+
+@applies_where(lambda cls: not cls.weighted)
+def adjoint_and_gain_of_a_weight_free_map(kind):
+    _, _, spec, shape = layer_map(kind)
+    n, k = math.prod(shape), math.prod(spec.out_shape(shape))
+    P = spec.apply(np, np.eye(n), shape)  # its explicit matrix, column by column
+    G = np.random.default_rng(3).standard_normal((k, 4))
+    np.testing.assert_allclose(spec.adjoint(np, G, shape), P.T @ G, rtol=1e-12, atol=1e-12)
+    assert spec.gain2(shape) >= np.linalg.norm(P, 2) ** 2 * (1 - 1e-12)
+
+
+LAYER_CHECKS = [
+    map_agrees_with_itself,
+    config_rebuilds_it,
+    out_shape_is_the_size_it_computes,
+    adjoint_and_gain_of_a_weight_free_map,
+]
+
+
+def layer_cases():
+    """``(kind, check)`` for every registered layer kind and each check of its kind."""
+    return cases(sorted(LAYERS), LAYER_CHECKS, LAYERS)
+
+
+@pytest.mark.parametrize("kind,check", layer_cases())
+def test_layer_kind_conforms(kind, check):
+    check(kind)
+
+
+class Reverse(Spec):
+    """The features of each data point in reverse order: a permutation, ``||P||_2^2 = 1``."""
+
+    kind = "reverse"
+
+    @classmethod
+    def example(cls):
+        return cls(), (6,)
+
+    def out_shape(self, shape):
+        return (math.prod(shape),)
+
+    def gain2(self, shape):
+        return 1.0
+
+    def apply(self, xp, X, shape):
+        return xp.flip(X, axis=0)
+
+    def adjoint(self, xp, G, shape):
+        return xp.flip(G, axis=0)
+
+
+class AdjointNotReversed(Reverse):
+    kind = "adjoint_not_reversed"
+
+    def adjoint(self, xp, G, shape):
+        return G
+
+
+class GainTooSmall(Reverse):
+    kind = "gain_too_small"
+
+    def gain2(self, shape):
+        return 0.5
+
+
+class ShapeTooShort(Reverse):
+    kind = "shape_too_short"
+
+    def out_shape(self, shape):
+        return (math.prod(shape) - 1,)
+
+
+@pytest.fixture
+def reverse_registered():
+    """``Reverse`` registered while a test asks for it (``register_layer``), then taken out."""
+    register_layer(Reverse)
+    yield
+    del LAYERS[Reverse.kind]
+
+
+@pytest.mark.parametrize("check", LAYER_CHECKS, ids=lambda c: c.__name__)
+def test_a_layer_kind_registered_in_a_test_file_runs_each_check(reverse_registered, check):
+    assert ("reverse", check) in {(p.values[0], p.values[1]) for p in layer_cases()}
+    check("reverse")
+
+
+LAYER_PLANTED = [
+    (AdjointNotReversed, adjoint_and_gain_of_a_weight_free_map),
+    (GainTooSmall, adjoint_and_gain_of_a_weight_free_map),
+    (ShapeTooShort, out_shape_is_the_size_it_computes),
+]
+
+
+@pytest.mark.parametrize(
+    "fault,caught_by", LAYER_PLANTED, ids=[f.__name__ for f, _ in LAYER_PLANTED]
+)
+def test_a_fault_planted_in_a_layer_kind_is_caught(fault, caught_by):
+    register_layer(fault)
+    try:
+        assert (fault.kind, caught_by) in {(p.values[0], p.values[1]) for p in layer_cases()}
+        with pytest.raises((AssertionError, ValueError)):
+            caught_by(fault.kind)
+    finally:
+        del LAYERS[fault.kind]
+
+
+def test_a_layer_kind_without_a_fact_or_a_kind_of_its_own_is_refused():
+    class NoAdjoint(Reverse):
+        kind = "no_adjoint"
+        adjoint = Spec.adjoint  # the base class's placeholder: the fact is absent
+
+    class NoKind(Reverse):
+        kind = Spec.kind
+
+    with pytest.raises(ValueError, match="NoAdjoint lacks the fact 'adjoint'"):
+        register_layer(NoAdjoint)
+    with pytest.raises(ValueError, match="needs a kind of its own"):
+        register_layer(NoKind)
+    with pytest.raises(ValueError, match="the layer name 'dense' is taken by Dense"):
+        register_layer(type("Dense", (Reverse,), {"kind": "dense"}))
+    assert {"no_adjoint", Spec.kind}.isdisjoint(LAYERS)
+
+
+# --- blocks --------------------------------------------------------------------------------------
+def block_point(block, seed):
+    """A point inside the block's domain (entries in [0.1, 0.4]: inside every activation's
+    range), projected for a block whose domain is smaller."""
+    return block.project(0.1 + 0.3 * np.random.default_rng(seed).random(block.shape))
+
+
+def gradient_is_the_derivative_of_the_value(kind):
+    block = BLOCKS[kind].example()
+    Z, rng, h = block_point(block, 0), np.random.default_rng(1), 1e-6
+    g = block.grad(Z)
+    for _ in range(3):
+        D = rng.standard_normal(block.shape)
+        fd = (float(block.value(Z + h * D)) - float(block.value(Z - h * D))) / (2 * h)
+        assert fd == pytest.approx(float(np.sum(g * D)), rel=1e-5, abs=1e-7), kind
+
+
+def value_is_convex_and_project_is_the_projection(kind):
+    block = BLOCKS[kind].example()
+    A, B = block_point(block, 2), block_point(block, 3)
+    fa, fb = float(block.value(A)), float(block.value(B))
+    for t in (0.25, 0.5, 0.75):
+        mid = float(block.value((1 - t) * A + t * B))
+        assert mid <= (1 - t) * fa + t * fb + 1e-10 * (1 + abs(fa) + abs(fb)), kind
+    Z = 3.0 * np.random.default_rng(4).standard_normal(block.shape)
+    P = block.project(Z)
+    np.testing.assert_array_equal(block.project(P), P)
+    assert float(np.sum((Z - P) * (A - P))) <= 1e-12 * (1 + float(np.sum(Z * Z))), kind
+
+
+def kkt_residual_vanishes_at_the_minimiser_alone(kind):
+    from fenchel_cvx.oracle import OracleBackend
+
+    block = BLOCKS[kind].example()
+    found = OracleBackend(tol=1e-7).solve(block)
+    assert kkt_residual(block, found.argmin) <= 1e-6 < kkt_residual(block, block_point(block, 5))
+
+
+def pieces_and_shares_add_up_to_the_block(kind):
+    block = BLOCKS[kind].example()
+    Z = block_point(block, 6)
+    U = block.forward(Z)
+    assert float(block.value_over(Z, U)) == pytest.approx(float(block.value(Z)), rel=1e-12)
+    for part, whole in zip(block.summed(block.grad_parts(Z)), block.grad_parts(Z)):
+        np.testing.assert_allclose(part, whole, rtol=1e-12, atol=0)
+    if block.piece_axis is None:
+        return
+    n = block.shape[block.piece_axis]
+    halves = [np.arange(n // 2), np.arange(n // 2, n)]
+    total = sum(
+        float(block.restrict(i).value(np.take(Z, i, axis=block.piece_axis))) for i in halves
+    )
+    assert total == pytest.approx(float(block.value(Z)), rel=1e-12), kind
+
+
+BLOCK_CHECKS = [
+    gradient_is_the_derivative_of_the_value,
+    value_is_convex_and_project_is_the_projection,
+    kkt_residual_vanishes_at_the_minimiser_alone,
+    pieces_and_shares_add_up_to_the_block,
+]
+
+
+def block_cases():
+    """``(kind, check)`` for every registered block class and each block check."""
+    return cases(sorted(BLOCKS), BLOCK_CHECKS)
+
+
+@pytest.mark.parametrize("kind,check", block_cases())
+def test_block_conforms(kind, check):
+    check(kind)
+
+
+class GradientHalved(XHidden):
+    """The hidden X-block with its gradient's second term halved: a planted fault."""
+
+    kind = "x_hidden_gradient_halved"
+
+    def grad_parts_with_forward(self, Z, U):
+        first, second = super().grad_parts_with_forward(Z, U)
+        return [first, 0.5 * second]
+
+
+def test_a_fault_planted_in_a_block_class_is_caught_and_a_class_without_a_fact_refused():
+    register_block(GradientHalved)
+    try:
+        assert (GradientHalved.kind, gradient_is_the_derivative_of_the_value) in {
+            (p.values[0], p.values[1]) for p in block_cases()
+        }
+        with pytest.raises(AssertionError):
+            gradient_is_the_derivative_of_the_value(GradientHalved.kind)
+    finally:
+        del BLOCKS[GradientHalved.kind]
+    gradient_is_the_derivative_of_the_value("x_hidden")
+
+    class NoForward(XHidden):
+        kind = "x_hidden_no_forward"
+        forward = Block.forward  # the base class's placeholder: the fact is absent
+
+    with pytest.raises(ValueError, match="NoForward lacks the fact 'forward'"):
+        register_block(NoForward)
+
+
+# --- backends ------------------------------------------------------------------------------------
+def backend_problem(loss_name, seed=0, m=12):
+    """A 4-5-3-2 ReLU network, its data and a point off its feed-forward pass."""
+    rng = np.random.default_rng(seed)
+    net = LiftedNetwork((4, 5, 3, 2), "relu", loss_name, lam=1.0, rho=0.1, seed=seed)
+    X = rng.standard_normal((4, m))
+    Y = np.eye(2)[:, rng.integers(0, 2, m)] if loss_name == "cross_entropy" else X[:2] ** 2
+    Xs, _ = net.forward(X)
+    Xs = [np.maximum(A + 0.3 * rng.standard_normal(A.shape), 0.0) for A in Xs]
+    return net, X, Y, Xs
+
+
+def backend_solves(name):
+    """``(block, start, result)`` of every block of both problems, solved by the backend."""
+    for loss_name in ("mse", "cross_entropy"):
+        net, X, Y, Xs = backend_problem(loss_name)
+        backend = get_backend(name, net=net)
+        for l in range(1, len(Xs) + 1):
+            block = x_block(net, X, Y, Xs, l)
+            start = block.project(np.asarray(Xs[l - 1], dtype=float))
+            yield block, start, backend.solve(block, start)
+        for l in range(len(net.W)):
+            block = w_block(net, X, Y, Xs, l)
+            yield block, net.W[l], backend.solve(block, net.W[l])
+
+
+def result_is_what_the_block_says(name):
+    for block, _, res in backend_solves(name):
+        Z = np.asarray(res.argmin, dtype=float)
+        assert Z.shape == tuple(block.shape) and np.all(np.isfinite(Z)), block.kind
+        np.testing.assert_allclose(block.project(Z), Z, rtol=0, atol=1e-12)
+        assert res.value == pytest.approx(float(block.value(Z)), rel=1e-9, abs=1e-12), block.kind
+        if res.converged:
+            kkt = kkt_residual(block, Z)
+            assert res.residual == pytest.approx(kkt, rel=1e-6, abs=1e-12), block.kind
+
+
+def argmin_is_no_worse_than_its_start(name):
+    for block, start, res in backend_solves(name):
+        before = float(block.value(start))
+        assert float(block.value(res.argmin)) <= before + 1e-12 * (1.0 + abs(before)), block.kind
+
+
+def trains_under_the_strict_certificate(name):
+    for loss_name in ("mse", "cross_entropy"):
+        net, X, Y, _ = backend_problem(loss_name, seed=1)
+        res = fit_bcd(net, X, Y, iterations=2, backend=name, strict=True, gamma=0.5)
+        assert res.history.certificate_held, (name, loss_name)
+
+
+BACKEND_CHECKS = [
+    result_is_what_the_block_says,
+    argmin_is_no_worse_than_its_start,
+    trains_under_the_strict_certificate,
+]
+
+
+def backend_cases():
+    """``(name, check)`` for every registered backend and each backend check."""
+    return cases(sorted(BACKENDS), BACKEND_CHECKS)
+
+
+@pytest.mark.parametrize("name,check", backend_cases())
+def test_backend_conforms(name, check):
+    check(name)
+
+
+class ReportsTheStart(BackendDefaults):
+    """A planted fault: returns its start, claiming it converged, with the value off by 1."""
+
+    name = "reports_the_start"
+
+    def __init__(self, tol=None):
+        self.tol = tol
+
+    def solve(self, block, start=None):
+        Z = block.project(np.zeros(block.shape) if start is None else np.asarray(start))
+        value = float(block.value(Z)) + 1.0
+        return BlockResult(argmin=Z, value=value, status="optimal", residual=0.0)
+
+
+class ClimbsFromTheStart(ReportsTheStart):
+    """A planted fault: returns a point worse than its start, reported honestly."""
+
+    name = "climbs_from_the_start"
+
+    def solve(self, block, start=None):
+        Z = block.project(np.asarray(start) + 1.0)
+        res = kkt_residual(block, Z)
+        return BlockResult(argmin=Z, value=float(block.value(Z)), status="capped", residual=res,
+                           converged=False)  # fmt: skip
+
+
+BACKEND_PLANTED = [
+    (ReportsTheStart, result_is_what_the_block_says),
+    (ReportsTheStart, trains_under_the_strict_certificate),
+    (ClimbsFromTheStart, argmin_is_no_worse_than_its_start),
+    (ClimbsFromTheStart, trains_under_the_strict_certificate),
+]
+
+
+@pytest.mark.parametrize(
+    "fault,caught_by",
+    BACKEND_PLANTED,
+    ids=[f"{f.__name__}-{c.__name__}" for f, c in BACKEND_PLANTED],
+)
+def test_a_fault_planted_in_a_backend_is_caught(fault, caught_by):
+    """Registered, the faulty backend is a case of the check that catches it, and fails it
+    (a strict run stops on the certificate: ``CertificateError``)."""
+    register_backend(fault)
+    try:
+        assert (fault.name, caught_by) in {(p.values[0], p.values[1]) for p in backend_cases()}
+        with pytest.raises((AssertionError, CertificateError)):
+            caught_by(fault.name)
+    finally:
+        del BACKENDS[fault.name]

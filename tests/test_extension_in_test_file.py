@@ -1,6 +1,7 @@
-"""Proof by extension: an activation and a loss defined and registered in this file alone train
-on both backends with the strict certificate, with no other file changed; a class that lacks a
-fact a solver needs is refused where a network is built, naming the class and the fact.
+"""Proof by extension: an activation and a loss defined and registered in this file alone pass
+the conformance suite and train on both backends with the strict certificate, with no other file
+changed; a class that lacks a fact a solver needs is refused where a network is built, naming
+the class and the fact.
 
 - ``half_tanh``: phi(u) = tanh(u / 2) = 2 sigmoid(u) - 1 on (-1, 1), sup phi' = 1/2, with
   F(v) = (1 + v) log(1 + v) + (1 - v) log(1 - v) and F*(u) = 2 log(1 + e^u) - u - 2 log 2;
@@ -132,6 +133,27 @@ def test_the_classes_carry_consistent_facts():
     h = 1e-6
     fd = (L.value(Y, Yh + h * D) - L.value(Y, Yh - h * D)) / (2 * h)
     assert float(np.sum(L.grad(Y, Yh) * D)) == pytest.approx(float(fd), rel=1e-7)
+
+
+def test_they_pass_the_conformance_suite():
+    """Registered, each is a case of every conformance check of its class
+    (``test_conformance.py``), and passes them."""
+    from test_conformance import (
+        ACTIVATION_CHECKS,
+        LOSS_CHECKS,
+        activation_cases,
+        example,
+        loss_cases,
+    )
+
+    acts = [p.values[1] for p in activation_cases() if p.values[0] == "half_tanh"]
+    losses = [p.values[1] for p in loss_cases() if p.values[0] == "log_cosh"]
+    every = lambda checks: {c for c in checks if not hasattr(c, "applies")}  # noqa: E731
+    assert every(ACTIVATION_CHECKS) <= set(acts) and every(LOSS_CHECKS) <= set(losses)
+    for check in acts:
+        check(example("half_tanh"))
+    for check in losses:
+        check(loss("log_cosh"))
 
 
 @pytest.mark.parametrize("backend", ["cvxpy", "fast"])

@@ -5,12 +5,12 @@ and the fast backend's block optima are the oracle's; faults planted in it are c
 ``Conv1d`` is a 1-D convolution (cross-correlation, stride 1, no padding) of signals of shape
 ``(C, 1, L)``, a signal being an image one pixel high. It subclasses ``layers.Spec`` and gives
 the methods that ``layers.LinearMap`` calls (``out_shape``, ``weight_shape``, ``fans``,
-``patches``, ``forward``, ``adjoint_x``, ``norm2_bound``, ``to_rows``, ``from_rows``); nothing
-of the package changes. ``layers.LAYERS`` holds its kind while this file runs, so that its dict
-form (``layer_from_dict``) and a network's config read back.
+``patches``, ``forward``, ``adjoint_x``, ``norm2_bound``, ``to_rows``, ``from_rows``) and an
+``example``; nothing of the package changes. It is registered (``layers.register_layer``) while
+this file runs, so that its dict form (``layer_from_dict``) and a network's config read back.
 
-``layer_faults`` is the check a new layer kind needs: forward against the explicit matrix, the
-adjoint identity ``<A x, y> = <x, A^T y>``, the product form ``to_rows(A(W, X) + b) = W
+``testing.layer_faults`` is the check a new layer kind needs: forward against the explicit
+matrix, the adjoint identity ``<A x, y> = <x, A^T y>``, the product form ``to_rows(A(W, X) + b) = W
 patches(X)``, ``from_rows`` against ``to_rows`` and the norm bound against the exact norm. The
 X-blocks' KKT residual, which the certificate recomputes, reaches the map through ``adjoint_x``
 itself, so a wrong adjoint is consistent with it: the last test shows the fast solve "converged"
@@ -28,8 +28,9 @@ from fenchel_cvx import Dense, Flatten, LiftedNetwork, fit_bcd
 from fenchel_cvx.blocks import w_block, x_block
 from fenchel_cvx.errors import CertificateError, SolverInaccurate
 from fenchel_cvx.fast import FastBackend
-from fenchel_cvx.layers import LAYERS, Spec, layer_from_dict
+from fenchel_cvx.layers import LAYERS, Spec, layer_from_dict, register_layer
 from fenchel_cvx.oracle import OracleBackend
+from fenchel_cvx.testing import layer_faults
 
 
 class Conv1d(Spec):
@@ -46,6 +47,10 @@ class Conv1d(Spec):
 
     def __init__(self, channels, kernel):
         self.channels, self.kernel = int(channels), int(kernel)
+
+    @classmethod
+    def example(cls):
+        return cls(2, 3), (2, 1, 9)
 
     def params(self):
         return {"channels": self.channels, "kernel": self.kernel}
@@ -115,9 +120,9 @@ class Conv1d(Spec):
 
 @pytest.fixture(autouse=True, scope="module")
 def _registered_while_this_file_runs():
-    """``LAYERS["conv1d"] = Conv1d`` while this file's tests run, and not at its import: the
-    other files see the package's registry as it ships."""
-    LAYERS[Conv1d.kind] = Conv1d
+    """``Conv1d`` registered while this file's tests run, and not at its import: the other
+    files see the package's registry as it ships."""
+    register_layer(Conv1d)
     yield
     LAYERS.pop(Conv1d.kind, None)
 
@@ -150,28 +155,6 @@ def state(seed=0, m=6, second=Conv1d):
 
 
 # --- the layer's facts ------------------------------------------------------------------------
-def layer_faults(A, W, rng, m=5):
-    """What is wrong with the map ``A`` (a ``LinearMap``) at the weights ``W``: ``[]`` where its
-    methods agree with each other and with its explicit matrix."""
-    X, G = rng.standard_normal((A.n_in, m)), rng.standard_normal((A.n_out, m))
-    faults = []
-    M, b = A.matrix(W)  # from forward alone: A(W, e_i) - A(W, 0)
-    U = A.forward(W, X)
-    if not np.allclose(U, M @ X + b, rtol=1e-12, atol=1e-12):
-        faults.append("forward is not affine in X")
-    lhs, rhs = np.sum((U - b) * G), np.sum(X * A.adjoint_x(W, G))
-    if not math.isclose(lhs, rhs, rel_tol=1e-12, abs_tol=1e-12):
-        faults.append(f"adjoint_x: <A x, y> = {lhs!r} but <x, A^T y> = {rhs!r}")
-    if not np.allclose(A.to_rows(U), W @ A.patches(X), rtol=1e-12, atol=1e-12):
-        faults.append("patches: to_rows(forward(W, X)) is not W @ patches(X)")
-    if not np.array_equal(A.from_rows(A.to_rows(U), m), U):
-        faults.append("from_rows does not invert to_rows")
-    bound, exact = A.norm2_bound(W, 64), np.linalg.norm(M, 2) ** 2
-    if bound is not None and not bound >= exact * (1 - 1e-12):
-        faults.append(f"norm2_bound: {bound!r} is below ||A||_2^2 = {exact!r}")
-    return faults
-
-
 def test_its_maps_agree_with_themselves():
     net = network()
     assert [A.describe() for A in net.layers] == [

@@ -61,7 +61,7 @@ import dataclasses
 import functools
 import math
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from array_api_compat import device
 
@@ -646,50 +646,80 @@ def solve_newton(
     Gram majoriser's along d. Stops at a KKT residual ``<= tol``, after ``max_iter`` steps, or
     where, at the working precision's floor (residual below sqrt(eps)), ``NEWTON_STALL`` steps
     do not halve the residual (``info["stalled"]``): far from the optimum the residual of a
-    piecewise loss need not fall while the active pieces change.
+    piecewise loss need not fall while the active pieces change. The steps are
+    ``newton_init`` and ``newton_step`` on a ``NewtonState``.
     ``settings.capped_residual=False``: a capped solve reports the residual as NaN;
     ``settings.capped_value=False``: no value. ``comm``: the block's column shards
     (``reduce.py``), over which every sum is taken."""
     pre, factor_kind = gram_preconditioner(xp, block, cache, comm=comm)
     prob = LastLoss(xp, block, pre, comm=comm)
-    U = prob.forward(W)
-    parts, _ = prob.gradient(W, U)
-    res, best, best_it = kkt(xp, W, parts), math.inf, 0
-    stall_level = math.sqrt(xp.finfo(W.dtype).eps)
+    s = newton_init(prob, W)
+    while s.res > tol and s.it < max_iter and not s.stalled:
+        s = newton_step(prob, s)
+    W, converged = s.W, s.res <= tol
+    reported = converged or settings.capped_residual
+    res = kkt(xp, W, block_parts(block, W, comm), block.project) if reported else math.nan
     info = dict(
         method="newton",
         cached_factor=factor_kind != "new",
-        line_search_iterations=0,
-        cg_iterations=0,
-        stalled=False,
+        line_search_iterations=s.line_search_iterations,
+        cg_iterations=s.cg_iterations,
+        stalled=s.stalled,
+        converged=converged,
+        residual=res,  # the block's own residual at W (``blocks.kkt_residual``'s formula)
     )
-    it = 0
-    while res > tol and it < max_iter:
-        g = parts[0] + parts[1]
-        d, k = _newton_direction(xp, prob, U, g)
-        dU = prob.forward(d)
-        gd = prob.dot(g, d)
-        lo = _majorised_length(xp, prob, d, dU, gd)
-        t, nls = prob.line_search(parts[1], U, d, dU, gd, lo=lo)
-        W, it = W + t * d, it + 1
-        U = prob.forward(W)
-        parts, _ = prob.gradient(W, U)
-        res = kkt(xp, W, parts)
-        info["line_search_iterations"] += nls
-        info["cg_iterations"] += k
-        if res < 0.5 * best:
-            best, best_it = res, it
-        elif res <= stall_level and it - best_it >= NEWTON_STALL:
-            info["stalled"] = True  # at the precision's floor: no halving in a window
-            break
-    converged = res <= tol
-    reported = converged or settings.capped_residual
-    if reported:  # the block's own residual at W (``blocks.kkt_residual``'s formula)
-        res = kkt(xp, W, block_parts(block, W, comm), block.project)
-    info.update(converged=converged, residual=res if reported else math.nan)
     if converged or settings.capped_value:
-        info["value"] = prob.value(W, U)
-    return W, it, info
+        info["value"] = prob.value(W, s.U)
+    return W, s.it, info
+
+
+class NewtonState(NamedTuple):
+    """A Newton-CG solve (``solve_newton``) after ``it`` steps: the point ``W``, its image
+    ``U = W X~``, the gradient's ``parts`` and KKT residual ``res``; the best residual so far
+    and its step (the stall test); the line searches' and CG's iterations."""
+
+    W: Array
+    U: Array
+    parts: list[Array]
+    res: float
+    best: float
+    best_it: int
+    it: int
+    stalled: bool
+    line_search_iterations: int
+    cg_iterations: int
+
+
+def newton_init(prob: LastLoss, W: Array) -> NewtonState:
+    """The state at the start ``W``."""
+    U = prob.forward(W)
+    parts, _ = prob.gradient(W, U)
+    return NewtonState(W, U, parts, kkt(prob.xp, W, parts), math.inf, 0, 0, False, 0, 0)
+
+
+def newton_step(prob: LastLoss, s: NewtonState) -> NewtonState:
+    """One Newton-CG step from ``s``: the direction by preconditioned CG, the exact line search
+    from the majorised length, the move; ``stalled`` where, at the working precision's floor,
+    ``NEWTON_STALL`` steps have not halved the residual."""
+    xp = prob.xp
+    g = s.parts[0] + s.parts[1]
+    d, k = _newton_direction(xp, prob, s.U, g)
+    dU = prob.forward(d)
+    gd = prob.dot(g, d)
+    lo = _majorised_length(xp, prob, d, dU, gd)
+    t, nls = prob.line_search(s.parts[1], s.U, d, dU, gd, lo=lo)
+    W, it = s.W + t * d, s.it + 1
+    U = prob.forward(W)
+    parts, _ = prob.gradient(W, U)
+    res, best, best_it, stalled = kkt(xp, W, parts), s.best, s.best_it, False
+    if res < 0.5 * best:
+        best, best_it = res, it
+    elif res <= math.sqrt(xp.finfo(W.dtype).eps) and it - best_it >= NEWTON_STALL:
+        stalled = True  # at the precision's floor: no halving in a window
+    return NewtonState(
+        W, U, parts, res, best, best_it, it, stalled,
+        s.line_search_iterations + nls, s.cg_iterations + k,
+    )  # fmt: skip
 
 
 def _majorised_length(xp, prob, d, dU, gd):
