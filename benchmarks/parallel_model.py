@@ -21,7 +21,8 @@ ceiling: one epoch alone on one rank, then P such epochs at once as P processes:
 ``P x alone / together`` is the most P ranks can gain on this machine before any
 communication. Then the epoch itself on P ranks (``parallel.fit_on_ranks``, one thread each),
 timed on rank 0, with shared memory and with gloo alone: the measured speed-ups beside the
-model and the ceiling.
+model and the ceiling, and the seconds rank 0 spent inside collectives (``torch_comm.CLOCK``:
+the transport and its waits for the other ranks).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/parallel_model.py \\
         --data-dir DIR
@@ -120,20 +121,24 @@ def data(args):
     return X, one_hot(ds.y_train[:M], ds.n_classes).astype(np.float32)
 
 
-def epoch(network, X, Y, probe=None, ranks=1, shared_memory=True):
+def epoch(network, X, Y, probe=None, ranks=1, shared_memory=True, waits=None):
     """One epoch of ``network``'s FLN: the timed batches' seconds (``probe``: called with the
     batch number before each batch); ``ranks``: on that many ranks of this machine, one thread
-    each (``parallel.fit_on_ranks``, with ``shared_memory``), timed on rank 0."""
+    each (``parallel.fit_on_ranks``, with ``shared_memory``), timed on rank 0. ``waits``: a
+    list that receives the seconds rank 0 spent in collectives in each timed batch
+    (``fast.torch_comm.CLOCK``: the transport and the wait for the other ranks)."""
     import fenchel_cvx as pkg
     import fenchel_cvx.bcd
     import fenchel_cvx.defaults
     import fenchel_cvx.fast  # noqa: F401 - recipe reads pkg.fast
+    from fenchel_cvx.fast.torch_comm import CLOCK
 
     net, backend, fit = recipe(pkg, network)
-    stamps = [time.perf_counter()]
+    stamps, clock = [time.perf_counter()], [CLOCK.seconds]
 
     def after(net_, rec):
         stamps.append(time.perf_counter())
+        clock.append(CLOCK.seconds)
         if probe is not None:
             probe(rec["batch"])
 
@@ -146,6 +151,8 @@ def epoch(network, X, Y, probe=None, ranks=1, shared_memory=True):
             net, X, Y, nproc=ranks, threads=1, shared_memory=shared_memory, backend=backend,
             callback=after, **fit,
         )  # fmt: skip
+    if waits is not None:
+        waits.extend(np.diff(clock)[TIMED])
     return list(np.diff(stamps)[TIMED])
 
 
@@ -333,7 +340,9 @@ def main(argv=None):
         m = model(figures, batch_s, table, P)
         alone, together = ceiling(network, P, args)
         limit = P * alone / together
-        measured = statistics.median(epoch(network, X, Y, ranks=P))
+        waits = []
+        measured = statistics.median(epoch(network, X, Y, ranks=P, waits=waits))
+        waited = statistics.median(waits)
         via_gloo = statistics.median(epoch(network, X, Y, ranks=P, shared_memory=False))
         print(f"\n{network}: one rank {batch_s * 1e3:.1f} ms a batch; per block and batch:")
         print(f"  {'block':6} {'compute ms':>10} {'collectives':>11} {'KB':>9} {'comm ms':>8}")
@@ -362,12 +371,16 @@ def main(argv=None):
             f"the ceiling; through gloo alone {via_gloo * 1e3:.1f} ms: "
             f"{batch_s / via_gloo:.2f}x one rank"
         )
+        print(
+            f"  rank 0 in collectives (transport and waits for the other ranks): "
+            f"{waited * 1e3:.1f} ms a batch, {waited / measured:.0%} of it"
+        )
         report[network] = dict(
             batch_s=batch_s, blocks=figures, model=m, speedup=batch_s / m["batch_P_s"],
             ceiling=dict(alone_s=alone, together_s=together, speedup=limit),
             measured=dict(
                 batch_P_s=measured, speedup=batch_s / measured, gloo_batch_P_s=via_gloo,
-                gloo_speedup=batch_s / via_gloo,
+                gloo_speedup=batch_s / via_gloo, collectives_s=waited,
             ),
         )  # fmt: skip
     if args.json:

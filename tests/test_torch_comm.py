@@ -107,6 +107,36 @@ def test_ranks_that_reduce_different_figures_fail_by_name(tmp_path):
         assert "the ranks reduce different figures at once" in str(got[rank]["message"])
 
 
+COUNTED_RANK = """
+import sys
+from datetime import timedelta
+import numpy as np
+import torch.distributed as dist
+from fenchel_cvx.fast.torch_comm import CLOCK, TorchComm
+
+rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                        world_size=world, timeout=timedelta(seconds=60))
+comm = TorchComm()
+before = CLOCK.gathers
+for _ in range(3):
+    comm.reduce([np.float64(rank), np.ones(4)], ["sum", "max"])
+after_reduce = CLOCK.gathers
+comm.all_gather(np.arange(rank + 2.0))
+dist.destroy_process_group()
+np.savez(out, reduces=after_reduce - before, all_gather=CLOCK.gathers - after_reduce)
+"""
+
+
+def test_the_clock_counts_each_gather_of_a_rank(tmp_path):
+    """``CLOCK`` counts one gather a ``reduce`` (all its figures in one) and two an
+    ``all_gather`` (the shapes, then the data), on every rank."""
+    script = tmp_path / "counted_rank.py"
+    script.write_text(COUNTED_RANK)
+    for got in ranks([str(script)], tmp_path, timeout=120):
+        assert int(got["reduces"]) == 3 and int(got["all_gather"]) == 2
+
+
 def test_a_comm_without_a_process_group_is_refused_by_name():
     from fenchel_cvx.fast.torch_comm import TorchComm
 

@@ -16,13 +16,19 @@ library they came from. Where every rank runs on this host, a gather of up to
 ``host_memory.SLOT`` bytes goes through shared memory (``host_memory.py``: some microseconds,
 where gloo's TCP takes 0.4-5 ms on a busy machine); else, and for larger ones, through the
 process group (gloo).
+
+``CLOCK`` counts, in each process, the gathers its communicators made and the seconds spent in
+them: the transport and the wait for the slowest rank, which a rank's batch pays besides its
+own work (``benchmarks/parallel_model.py`` prints rank 0's share of a batch).
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,12 +37,25 @@ from ..arrays import Array
 from ..reduce import OPS, CollectiveError, _check_split, _Moves, _ops
 from . import host_memory
 
-__all__ = ["CollectiveError", "TorchComm"]
+__all__ = ["CLOCK", "Clock", "CollectiveError", "TorchComm"]
 
 #: the header of a reduction's buffer: a digest of its ops, dtypes and shapes
 HEADER = 16
 #: the most axes of an array that ``all_gather`` moves
 MAX_NDIM = 8
+
+
+@dataclass
+class Clock:
+    """The gathers of this process's communicators and the seconds spent in them (waits for
+    the other ranks included)."""
+
+    gathers: int = 0
+    seconds: float = 0.0
+
+
+#: this process's ``Clock``
+CLOCK = Clock()
 
 
 class TorchComm(_Moves):
@@ -114,8 +133,15 @@ class TorchComm(_Moves):
         """Every rank's ``data``, in rank order, by one ``all_gather`` of equal-sized buffers
         (``size``: the largest rank's; None: this rank's, the same on every rank). Through
         host memory where it holds ``size`` bytes (each part then of its rank's length)."""
+        t0 = time.perf_counter()
+        try:
+            return self._gather(data, len(data) if size is None else size)
+        finally:
+            CLOCK.gathers += 1
+            CLOCK.seconds += time.perf_counter() - t0
+
+    def _gather(self, data: bytes, size: int) -> list[bytes]:
         torch = self.torch
-        size = len(data) if size is None else size
         if self.host is not None and size <= self.host.slot:  # (size: every rank's alike)
             return self.host.gather(data)
         buf = torch.zeros(size, dtype=torch.uint8)
