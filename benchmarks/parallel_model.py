@@ -19,10 +19,13 @@ latency) + driver / P`` (the driver's own work, the batch time less its blocks':
 pass and the blocks' data, column by column, which each rank does for its share). The
 ceiling: one epoch alone on one rank, then P such epochs at once as P processes:
 ``P x alone / together`` is the most P ranks can gain on this machine before any
-communication. Then the epoch itself on P ranks (``parallel.fit_on_ranks``, one thread each),
-timed on rank 0, with shared memory and with gloo alone: the measured speed-ups beside the
+communication. Then the epoch itself on P ranks (``parallel.Ranks``, one thread each, kept
+between epochs and warmed by ``WARM`` epochs first, as a run's ranks are after its first), timed
+on rank 0, with shared memory and with gloo alone: the measured speed-ups beside the
 model and the ceiling, and the seconds rank 0 spent inside collectives (``torch_comm.CLOCK``:
-the transport and its waits for the other ranks).
+the transport and its waits for the other ranks). The one-rank epoch, the P-rank epoch and the
+ceiling's pair run in turn, ``--repeats`` times (the machine's speed drifts between runs): the
+speed-up and the ceiling are the medians of each repeat's ratios.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/parallel_model.py \\
         --data-dir DIR
@@ -30,6 +33,7 @@ the transport and its waits for the other ranks).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -54,6 +58,10 @@ from refactor_ab import NETWORKS, TIMED, M, check_networks_and_json, recipe  # n
 SIZES = (8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)
 #: the epoch's batches (4,000 images, 500 a batch)
 BATCHES = 8
+#: epochs that warm the ranks before the clock (``warm_ranks``)
+WARM = 2
+#: the figures of one interleaved repeat, seconds a batch (``interleaved``)
+REPEAT_KEYS = ("one_rank_s", "batch_P_s", "collectives_s", "alone_s", "together_s")
 #: collectives of a hidden W-block's move to rows: X~ (shapes, data), V (shapes, data), W (2)
 MOVE_COLLECTIVES = 6
 
@@ -63,6 +71,10 @@ def parse_args(argv=None):
     p.add_argument("--networks", default="mlp,lenet5", help="of: " + ", ".join(NETWORKS))
     p.add_argument("--ranks", type=int, default=2, help="P, the ranks modelled and measured")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    p.add_argument(
+        "--repeats", type=int, default=3,
+        help="interleaved repeats of (one rank, P ranks, the ceiling's pair); medians reported",
+    )  # fmt: skip
     add_data_flags(p, validation=False, train_size=False)
     p.add_argument("--quick", action="store_true", help="the embedded 5k MNIST sample")
     p.add_argument("--alone", default=None, help=argparse.SUPPRESS)  # a ceiling's epoch
@@ -72,6 +84,8 @@ def parse_args(argv=None):
     args = check_networks_and_json(p, p.parse_args(argv))
     if args.ranks < 2:
         p.error(f"--ranks must be >= 2, got {args.ranks}")
+    if args.repeats < 1:
+        p.error(f"--repeats must be >= 1, got {args.repeats}")
     return args
 
 
@@ -121,12 +135,13 @@ def data(args):
     return X, one_hot(ds.y_train[:M], ds.n_classes).astype(np.float32)
 
 
-def epoch(network, X, Y, probe=None, ranks=1, shared_memory=True, waits=None):
+def epoch(network, X, Y, probe=None, ranks=None, waits=None):
     """One epoch of ``network``'s FLN: the timed batches' seconds (``probe``: called with the
-    batch number before each batch); ``ranks``: on that many ranks of this machine, one thread
-    each (``parallel.fit_on_ranks``, with ``shared_memory``), timed on rank 0. ``waits``: a
-    list that receives the seconds rank 0 spent in collectives in each timed batch
-    (``fast.torch_comm.CLOCK``: the transport and the wait for the other ranks)."""
+    batch number before each batch); ``ranks``: on those ranks of this machine
+    (``parallel.Ranks``, kept between epochs as a run keeps them), timed on rank 0; None: in
+    this process. ``waits``: a list that receives the seconds rank 0 spent in collectives in
+    each timed batch (``fast.torch_comm.CLOCK``: the transport and the wait for the other
+    ranks)."""
     import fenchel_cvx as pkg
     import fenchel_cvx.bcd
     import fenchel_cvx.defaults
@@ -142,15 +157,10 @@ def epoch(network, X, Y, probe=None, ranks=1, shared_memory=True, waits=None):
         if probe is not None:
             probe(rec["batch"])
 
-    if ranks == 1:
+    if ranks is None:
         fenchel_cvx.bcd.fit_bcd(net, X, Y, backend=backend, callback=after, **fit)
     else:
-        from fenchel_cvx.parallel import fit_on_ranks
-
-        fit_on_ranks(
-            net, X, Y, nproc=ranks, threads=1, shared_memory=shared_memory, backend=backend,
-            callback=after, **fit,
-        )  # fmt: skip
+        ranks.fit(net, X, Y, backend=backend, callback=after, **fit)
     if waits is not None:
         waits.extend(np.diff(clock)[TIMED])
     return list(np.diff(stamps)[TIMED])
@@ -303,6 +313,31 @@ def ceiling(network, P, args):
     return run(1), run(P)
 
 
+@contextlib.contextmanager
+def warm_ranks(network, X, Y, P, shared_memory=True):
+    """``parallel.Ranks`` of P processes, one thread each, after ``WARM`` epochs of
+    ``network`` on them: a rank's first epochs compile its kernels and grow its memory, which a
+    run pays once."""
+    from fenchel_cvx.parallel import Ranks
+
+    with Ranks(P, threads=1, shared_memory=shared_memory) as ranks:
+        for _ in range(WARM):
+            epoch(network, X, Y, ranks=ranks)
+        yield ranks
+
+
+def interleaved(network, X, Y, ranks, args):
+    """One repeat, in turn: ``(one rank, P ranks, rank 0's seconds in collectives, alone,
+    together)``, each the median timed batch (``REPEAT_KEYS``): the one-rank epoch and the
+    epoch on ``ranks`` back to back, then the ceiling's pair, so that the machine's drift
+    between repeats falls on both sides of each ratio."""
+    one = statistics.median(epoch(network, X, Y))
+    waits = []
+    p_ranks = statistics.median(epoch(network, X, Y, ranks=ranks, waits=waits))
+    alone, together = ceiling(network, ranks.nproc, args)
+    return one, p_ranks, statistics.median(waits), alone, together
+
+
 def model(figures, batch_s, table, P):
     """The modelled P-rank batch and its parts (seconds)."""
     blocks = sum(f["compute_s"] for f in figures.values())
@@ -314,13 +349,38 @@ def model(figures, batch_s, table, P):
     return dict(blocks_s=blocks, driver_s=driver, comm_s=comm, repeated_s=repeated, batch_P_s=total)
 
 
+def each_network_alone(args):
+    """The report of each of ``--networks`` measured in a process of its own (one network's
+    compiled kernels and memory would slow the next one's one-rank epochs in this process, not
+    its fresh ranks'), printed as it comes, merged (the latency tables: the last network's)."""
+    import tempfile
+
+    flags = ["--ranks", str(args.ranks), "--repeats", str(args.repeats)]
+    flags += ["--quick"] if args.quick else ["--data-dir", str(args.data_dir)]
+    report = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for network in args.network_list:
+            part = Path(folder) / f"{network}.json"
+            cmd = [sys.executable, __file__, *flags, "--networks", network, "--json", str(part)]
+            subprocess.run(cmd, check=True, timeout=3600)
+            report.update(json.loads(part.read_text()))
+    if args.json:
+        from fenchel_cvx.io import write_json
+
+        write_json(args.json, report)
+    return report
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.latency_rank is not None:
         return latency_rank(args.latency_rank, args.ranks, args.port, args.gloo)
+    if args.alone is None and len(args.network_list) > 1:
+        return each_network_alone(args)
     X, Y = data(args)
     if args.alone is not None:
-        epoch(args.alone, X, Y)  # kernels compiled before the clock
+        for _ in range(WARM):  # (kernels compiled and memory grown before the clock)
+            epoch(args.alone, X, Y)
         print(statistics.median(epoch(args.alone, X, Y)), flush=True)
         return None
     P = args.ranks
@@ -338,12 +398,15 @@ def main(argv=None):
         seconds, figures = counted_epoch(network, X, Y)
         batch_s = statistics.median(seconds)
         m = model(figures, batch_s, table, P)
-        alone, together = ceiling(network, P, args)
-        limit = P * alone / together
-        waits = []
-        measured = statistics.median(epoch(network, X, Y, ranks=P, waits=waits))
-        waited = statistics.median(waits)
-        via_gloo = statistics.median(epoch(network, X, Y, ranks=P, shared_memory=False))
+        with warm_ranks(network, X, Y, P) as ranks:
+            pairs = [interleaved(network, X, Y, ranks, args) for _ in range(args.repeats)]
+        one, measured, waited, alone, together = (
+            statistics.median(p[k] for p in pairs) for k in range(5)
+        )
+        speedup = statistics.median(p[0] / p[1] for p in pairs)
+        limit = statistics.median(P * p[3] / p[4] for p in pairs)
+        with warm_ranks(network, X, Y, P, shared_memory=False) as ranks:
+            via_gloo = statistics.median(epoch(network, X, Y, ranks=ranks))
         print(f"\n{network}: one rank {batch_s * 1e3:.1f} ms a batch; per block and batch:")
         print(f"  {'block':6} {'compute ms':>10} {'collectives':>11} {'KB':>9} {'comm ms':>8}")
         for key in sorted(figures, key=lambda k: (k[0], int(k[2:]))):
@@ -362,15 +425,18 @@ def main(argv=None):
             f"{m['comm_s'] / m['batch_P_s']:.0%} of the batch"
         )
         print(
-            f"  ceiling: one rank alone {alone * 1e3:.1f} ms a batch, {P} at once "
-            f"{together * 1e3:.1f} ms: at most {limit:.2f}x on this machine"
+            f"  ceiling (median of {args.repeats}): one rank alone {alone * 1e3:.1f} ms a "
+            f"batch, {P} at once {together * 1e3:.1f} ms: at most {limit:.2f}x on this machine"
         )
         print(
-            f"  measured: {P} ranks (fit_on_ranks, one thread each) {measured * 1e3:.1f} ms a "
-            f"batch: {batch_s / measured:.2f}x one rank, {batch_s / measured / limit:.2f} of "
-            f"the ceiling; through gloo alone {via_gloo * 1e3:.1f} ms: "
-            f"{batch_s / via_gloo:.2f}x one rank"
+            f"  measured (median of {args.repeats}, one rank then {P} ranks): one rank "
+            f"{one * 1e3:.1f} ms a batch, {P} ranks (one thread each) "
+            f"{measured * 1e3:.1f} ms: {speedup:.2f}x one rank, {speedup / limit:.2f} of the "
+            f"ceiling; through gloo alone {via_gloo * 1e3:.1f} ms: {one / via_gloo:.2f}x one rank"
         )
+        print("  each repeat (one rank, P ranks, alone, together; ms): " + "; ".join(
+            ", ".join(f"{p[k] * 1e3:.1f}" for k in (0, 1, 3, 4)) for p in pairs
+        ))  # fmt: skip
         print(
             f"  rank 0 in collectives (transport and waits for the other ranks): "
             f"{waited * 1e3:.1f} ms a batch, {waited / measured:.0%} of it"
@@ -379,8 +445,9 @@ def main(argv=None):
             batch_s=batch_s, blocks=figures, model=m, speedup=batch_s / m["batch_P_s"],
             ceiling=dict(alone_s=alone, together_s=together, speedup=limit),
             measured=dict(
-                batch_P_s=measured, speedup=batch_s / measured, gloo_batch_P_s=via_gloo,
-                gloo_speedup=batch_s / via_gloo, collectives_s=waited,
+                one_rank_s=one, batch_P_s=measured, speedup=speedup, gloo_batch_P_s=via_gloo,
+                gloo_speedup=one / via_gloo, collectives_s=waited,
+                repeats=[dict(zip(REPEAT_KEYS, p)) for p in pairs],
             ),
         )  # fmt: skip
     if args.json:

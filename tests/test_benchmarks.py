@@ -551,7 +551,7 @@ def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
     bytes; W_0 moved to rows), gloo's latency measured on 2 ranks, the model, the ceiling and
     the epoch on 2 ranks written. The figures are measured, not asserted; their bookkeeping is."""
     out, figures = _ranks_report(
-        tmp_path, "parallel_model.py", "--networks", "mlp", "--ranks", "2"
+        tmp_path, "parallel_model.py", "--networks", "mlp", "--ranks", "2", "--repeats", "1"
     )  # fmt: skip
     mlp = figures["mlp"]
     assert set(mlp["blocks"]) == {"W_0", "W_1", "X_1"} and mlp["blocks"]["W_0"]["moved"] == 1.0
@@ -560,7 +560,10 @@ def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
     parts = (m["blocks_s"] + m["driver_s"]) / 2 + m["repeated_s"] + m["comm_s"]
     assert m["batch_P_s"] == pytest.approx(parts) and mlp["ceiling"]["together_s"] > 0
     assert len(figures["latency_s"]) == 6 and "at most" in out.stdout
-    assert mlp["measured"]["batch_P_s"] > 0 and "measured: 2 ranks" in out.stdout
+    measured, (repeat,) = mlp["measured"], mlp["measured"]["repeats"]
+    assert measured["batch_P_s"] == repeat["batch_P_s"] > 0
+    assert "measured (median of 1," in out.stdout
+    assert measured["speedup"] == pytest.approx(repeat["one_rank_s"] / repeat["batch_P_s"])
 
 
 def test_figure1_ranks_quick_run_sets_one_rank_against_two(tmp_path):

@@ -228,6 +228,9 @@ def test_the_scaling_plot_is_a_small_png_of_each_workloads_speed_up(tmp_path, mo
         lenet["methods"][k]["seconds_per_epoch"] for k in ("fln:t1", "fln:r2t1")
     )
     assert len(pairs) == 4 and all(a > 0 and b > 0 for a, b in pairs.values()) and ceiling > 1
+    mlp = json.loads((ROOT / "docs" / "results" / "parallel_model.json").read_text())["mlp"]
+    one, two = pairs["FLN, MLP (s/batch)"]
+    assert one / two == pytest.approx(mlp["measured"]["speedup"])  # the median repeat's
     assert "(results/parallel_scaling.png)" in (ROOT / "docs" / "parallel.md").read_text()
     for name in sp.RUNS:
         (tmp_path / f"{name}.json").write_bytes((sp.DATA / f"{name}.json").read_bytes())
