@@ -37,7 +37,6 @@ import contextlib
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -52,10 +51,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common.data import add_data_flags, load  # noqa: E402
+from common.latency import latency, latency_table  # noqa: E402
 from refactor_ab import NETWORKS, TIMED, M, check_networks_and_json, recipe  # noqa: E402
 
-#: the message sizes of the latency table, bytes
-SIZES = (8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)
 #: the epoch's batches (4,000 images, 500 a batch)
 BATCHES = 8
 #: epochs that warm the ranks before the clock (``warm_ranks``)
@@ -78,9 +76,6 @@ def parse_args(argv=None):
     add_data_flags(p, validation=False, train_size=False)
     p.add_argument("--quick", action="store_true", help="the embedded 5k MNIST sample")
     p.add_argument("--alone", default=None, help=argparse.SUPPRESS)  # a ceiling's epoch
-    p.add_argument("--latency-rank", type=int, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--gloo", action="store_true", help=argparse.SUPPRESS)  # a latency rank's path
     args = check_networks_and_json(p, p.parse_args(argv))
     if args.ranks < 2:
         p.error(f"--ranks must be >= 2, got {args.ranks}")
@@ -226,75 +221,6 @@ def factorisation_seconds(block):
     return time.perf_counter() - t0
 
 
-# --- gloo's latency -------------------------------------------------------------------------------
-def latency_rank(rank, P, port, gloo):
-    """One rank of the latency table: the mean seconds of ``TorchComm.reduce`` of one array of
-    each of ``SIZES`` bytes (float32), 200 each after 5 to warm up, through shared memory (or
-    ``gloo`` alone); rank 0 prints them."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    from fenchel_cvx.fast.torch_comm import TorchComm
-
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=P,
-        timeout=timedelta(seconds=120),
-    )  # fmt: skip
-    comm, table = TorchComm(shared_memory=not gloo), {}
-    for size in SIZES:
-        a = np.ones(max(1, size // 4), np.float32)
-        times = []
-        for k in range(205):
-            t0 = time.perf_counter()
-            comm.reduce([a], "sum")
-            if k >= 5:
-                times.append(time.perf_counter() - t0)
-        table[size] = statistics.mean(times)
-    dist.destroy_process_group()
-    if rank == 0:
-        print(json.dumps(table), flush=True)
-
-
-def latency_table(P, gloo=False):
-    """``{bytes: seconds}`` of a reduction on P ranks of this machine (a process each), through
-    shared memory where it holds the bytes (or ``gloo`` alone)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                __file__,
-                "--latency-rank",
-                str(r),
-                "--ranks",
-                str(P),
-                "--port",
-                str(port),
-                *(["--gloo"] if gloo else []),
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        for r in range(P)
-    ]
-    outs = [p.communicate(timeout=600) for p in procs]
-    if any(p.returncode for p in procs):
-        raise SystemExit("the latency ranks failed: " + outs[0][1][-2000:])
-    return {int(k): v for k, v in json.loads(outs[0][0].strip().splitlines()[-1]).items()}
-
-
-def latency(table, nbytes):
-    """The latency of a collective of ``nbytes``, interpolated in the table (linear in bytes)."""
-    sizes = sorted(table)
-    return float(np.interp(nbytes, sizes, [table[s] for s in sizes]))
-
-
 # --- the ceiling ----------------------------------------------------------------------------------
 def ceiling(network, P, args):
     """``(alone, together)``: the median timed batch of one rank's epoch alone, and of P such
@@ -373,8 +299,6 @@ def each_network_alone(args):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.latency_rank is not None:
-        return latency_rank(args.latency_rank, args.ranks, args.port, args.gloo)
     if args.alone is None and len(args.network_list) > 1:
         return each_network_alone(args)
     X, Y = data(args)

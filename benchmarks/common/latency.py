@@ -1,0 +1,93 @@
+"""The latency of a reduction on P ranks of this machine: the table the cost model reads.
+
+``latency_table(P)`` starts P processes (one thread each, gloo on 127.0.0.1), each of which
+runs ``TorchComm.reduce`` of one float32 array of each of ``SIZES`` bytes, 200 times after 5 to
+warm up, through shared memory where it holds the bytes (``gloo=True``: through gloo alone); the
+mean, tails included, is what a batch pays for each of its collectives. ``latency`` interpolates
+the table (linear in bytes). Used by ``parallel_model.py``; each rank is this file run as a
+script.
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+#: the message sizes of the latency table, bytes
+SIZES = (8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)
+
+
+def latency_rank(rank, P, port, gloo):
+    """One rank of the table: the mean seconds of a reduction of each of ``SIZES``; rank 0
+    prints them as JSON."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from fenchel_cvx.fast.torch_comm import TorchComm
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=P,
+        timeout=timedelta(seconds=120),
+    )  # fmt: skip
+    comm, table = TorchComm(shared_memory=not gloo), {}
+    for size in SIZES:
+        a = np.ones(max(1, size // 4), np.float32)
+        times = []
+        for k in range(205):
+            t0 = time.perf_counter()
+            comm.reduce([a], "sum")
+            if k >= 5:
+                times.append(time.perf_counter() - t0)
+        table[size] = statistics.mean(times)
+    dist.destroy_process_group()
+    if rank == 0:
+        print(json.dumps(table), flush=True)
+
+
+def latency_table(P, gloo=False):
+    """``{bytes: seconds}`` of a reduction on P ranks of this machine (a process each), through
+    shared memory where it holds the bytes (or ``gloo`` alone)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, __file__, "--ranks", str(P), "--port", str(port)]
+    procs = [
+        subprocess.Popen(
+            [*cmd, "--rank", str(r), *(["--gloo"] if gloo else [])],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for r in range(P)
+    ]
+    outs = [p.communicate(timeout=600) for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit("the latency ranks failed: " + outs[0][1][-2000:])
+    return {int(k): v for k, v in json.loads(outs[0][0].strip().splitlines()[-1]).items()}
+
+
+def latency(table, nbytes):
+    """The latency of a collective of ``nbytes``, interpolated in the table (linear in bytes)."""
+    sizes = sorted(table)
+    return float(np.interp(nbytes, sizes, [table[s] for s in sizes]))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    p = argparse.ArgumentParser(description="one rank of the latency table")
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--ranks", type=int, required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--gloo", action="store_true")
+    a = p.parse_args()
+    latency_rank(a.rank, a.ranks, a.port, a.gloo)
