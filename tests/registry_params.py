@@ -51,13 +51,9 @@ def has_torch_module(cls):
 def has_cvxpy_forms(cls):
     """The CVXPY oracle has the class's forms (registered in ``oracle.atoms`` or its own
     ``F_cvxpy`` / ``Fstar_cvxpy``, ``value_cvxpy``): the oracle can solve its blocks."""
-    from fenchel_cvx.oracle.atoms import ACTIVATION_FORMS, LOSS_FORMS
+    from fenchel_cvx.oracle.atoms import has_forms
 
-    forms = LOSS_FORMS if issubclass(cls, LOSSES.base) else ACTIVATION_FORMS
-    return all(
-        generic.dispatch(cls) is not generic.dispatch(object) or has_fact(cls, fact)
-        for generic, fact in forms
-    )
+    return has_forms(cls)
 
 
 def elementwise_cvxpy_Fstar(cls):

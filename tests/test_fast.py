@@ -586,6 +586,27 @@ def test_max_iter_and_tol_respected():
     assert capped.iterations == 1 and not capped.converged
 
 
+# (block, where its NaN sits): the data it reads beside the point it solves for
+NAN_CASES = [
+    ("x_hidden", "X0"), ("x_hidden", 1), ("x_last", 0), ("x_last", "Y"),
+    ("w_hidden0", 0), ("w_hidden1", 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("loss", ["mse", "cross_entropy"])
+@pytest.mark.parametrize("kind,where", NAN_CASES)
+def test_a_block_with_a_nan_in_its_data_stops_at_once(kind, where, loss):
+    """A NaN in a block's data (a fault upstream, caught by the round's argmin checks) makes
+    its residual NaN or inf at every step: the solver stops after its first step, stalled,
+    instead of running all its max_iter steps."""
+    net, X0, Y, Xs, W0s = make_state("relu", loss)
+    X0, Y, Xs = X0.copy(), Y.copy(), [X.copy() for X in Xs]
+    {"X0": X0, "Y": Y}.get(where, Xs[where] if isinstance(where, int) else None)[0, 0] = np.nan
+    res = FastBackend(tol=1e-6, max_iter=2000).solve(make_block(kind, net, X0, Y, Xs, W0s, 0.3))
+    assert res.iterations == 1 and res.status == "stalled" and not res.converged
+    assert not np.isfinite(res.residual)
+
+
 def test_warm_start_at_optimum_takes_no_step():
     for kind in ("x_hidden", "w_hidden1", "w_last"):
         block = case_block("sigmoid", "cross_entropy", kind, 0.3)

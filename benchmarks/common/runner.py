@@ -1,10 +1,11 @@
-"""Each benchmark method in its own spawned process, and the backprop baselines.
+"""Each benchmark method in a process of its own, and the backprop baselines.
 
 ``run_methods`` runs ``(method, args)`` tasks, at most ``jobs`` at once, each in a fresh process
-(its peak memory its own): a run that fails or dies stops the others at once and names itself.
-``method_tasks`` lists a run's tasks (launches of ``--methods`` x seeds); ``run_backprop`` trains
-a baseline in PyTorch (``fenchel_cvx.baselines.train_backprop``) on the benchmark's batches, under
-DDP on the launch's ranks (``parallel.Ranks.run``) where it has more than one.
+(its peak memory its own, forked from a server that has imported the libraries once): a run
+that fails or dies stops the others at once and names itself. ``method_tasks`` lists a run's
+tasks (launches of ``--methods`` x seeds); ``run_backprop`` trains a baseline in PyTorch
+(``fenchel_cvx.baselines.train_backprop``) on the benchmark's batches, under DDP on the launch's
+ranks (``parallel.Ranks.run``) where it has more than one.
 """
 
 import argparse
@@ -88,7 +89,7 @@ def run_backprop(args, ds, batches, optimizer, model, **options):
 
 
 def run_one(label, args, load, run_fln=None, run_backprop=None):
-    """One launch in this (spawned) process: ``load(args)`` -> ``(ds, desc)``, then
+    """One launch in this (the run's own) process: ``load(args)`` -> ``(ds, desc)``, then
     ``run_fln(args, ds, batches)`` or ``run_backprop(args, ds, batches, optimizer)`` on the
     run's ``batch_order``, timed, with its peak memory (host and GPU; rank 0's), seed and launch
     (``label``, a launch of ``--methods``; ``args.method`` its method, else the label)."""
@@ -115,7 +116,7 @@ def run_one(label, args, load, run_fln=None, run_backprop=None):
 
 
 def _send(conn, method, args, hooks):
-    """``run_one`` in a spawned process; its result or its traceback goes back through ``conn``."""
+    """``run_one`` in the run's own process; its result or traceback goes back through ``conn``."""
     try:
         conn.send(("result", run_one(method, args, **hooks)))
     except BaseException:
@@ -124,16 +125,26 @@ def _send(conn, method, args, hooks):
         conn.close()
 
 
+#: what the server that forks each run's process imports once, so that a run's process starts
+#: with it imported (Python's start and these imports took a run about 2 s on a 2-core VM):
+#: what every method imports, so that a method's peak memory counts no library it does not use
+#: (the backprop baselines import PyTorch themselves); nothing is run there (no BLAS thread
+#: pool used, no device touched)
+PRELOAD = ["numpy", "scipy.linalg", "scipy.optimize", "fenchel_cvx.fast", "fenchel_cvx.datasets"]
+
+
 def run_methods(tasks, jobs=1, on_result=None, **hooks):
     """``run_one(method, args, **hooks)`` for each ``(method, args)`` of ``tasks``, each in a
-    fresh spawned process (its peak memory its own), at most ``jobs`` at once, started in the
-    order given: their results, in that order. ``on_result(i, result)`` as each one arrives
+    fresh process (its peak memory its own) forked from a server that has imported ``PRELOAD``
+    (``multiprocessing``'s forkserver), at most ``jobs`` at once, started in the order given:
+    their results, in that order. ``on_result(i, result)`` as each one arrives
     (``tasks[i]``'s), so that a long benchmark can keep what it has.
 
     A run that raises, or whose process dies without a result (killed by the OS for memory),
     stops the others at once and raises a ``RuntimeError`` naming the method and seed. Ctrl-C
     and SIGTERM (``kill``, ``pkill``) stop them too, instead of leaving them running."""
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)  # (where the server is not running yet)
     results, waiting, running = [None] * len(tasks), list(enumerate(tasks)), {}
     previous = _sigterm_as_exit()
     try:
@@ -186,7 +197,7 @@ def run_methods(tasks, jobs=1, on_result=None, **hooks):
 
 def _sigterm_as_exit():
     """Make SIGTERM raise ``SystemExit`` (in the main thread), so that ``run_methods``'s cleanup
-    runs: its default action ends the process at once and leaves the spawned runs orphaned,
+    runs: its default action ends the process at once and leaves the runs' processes orphaned,
     each still holding a core. Returns the handler it replaced (None: not the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         return None

@@ -19,7 +19,8 @@ One step:
 
     t    = argmin_t f(W + t d)            exact line search (per row for WHidden)
     W    = W + t d,  U = U + t d X~       (U = W X~ formed again every ``resync`` steps)
-    stop where the KKT residual <= tol (confirmed on the block's own), or stalled
+    stop where the KKT residual <= tol (confirmed on the block's own), or stalled (no halving
+         in a window at the precision's floor; at once where it is not finite)
     freeze the rows whose gradient <= tol / 2 (every ``compact_every`` steps)
     s    = g G^{-1}  (Newton rows: H_i^{-1} g_i),  d = -s + beta d   (PR+, restarted uphill)
 """
@@ -251,6 +252,8 @@ def _tests(p, s):
         s, r = _confirm(p, s)
         if r <= p.tol:
             return s._replace(r=r, end="converged")
+    if not math.isfinite(r):  # a NaN or inf in the block's data: no step brings it to tol
+        return s._replace(r=r, end="stalled")
     best, best_it = s.best
     if r <= 0.5 * best:
         return s._replace(r=r, best=(r, s.it))

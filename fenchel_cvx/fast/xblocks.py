@@ -456,6 +456,8 @@ class _Tests:
         block's), ``gradient`` ``(G, Gy, L)`` at its point y, ``comm`` the block's shards."""
         xp, block, sm, tol = self.xp, self.block, self.sm, self.tol
         proxy = _proxy(xp, figures, gradient, tol, self.colsum, comm)
+        if math.isnan(proxy):  # a NaN in the block's data or iterate: no step can mend it
+            return "stalled"
         if proxy <= 2 * tol:
             self.checks += 1
             if (

@@ -24,7 +24,7 @@ import cvxpy as cp
 import numpy as np
 
 from ..activations import Activation, LeakyReLU, ReLU, Sigmoid, Tanh
-from ..facts import require
+from ..facts import has_fact, require
 from ..losses import MSE, CrossEntropy, Loss
 
 _T = TypeVar("_T")
@@ -35,6 +35,7 @@ __all__ = [
     "Fstar_sum_cvx",
     "divergence_cvx",
     "loss_cvx",
+    "has_forms",
     "require_forms",
     "ACTIVATION_FORMS",
     "LOSS_FORMS",
@@ -45,6 +46,22 @@ def _no_form(obj, fact):
     return NotImplementedError(
         f"{obj!r} has no closed form for CVXPY ({type(obj).__name__} "
         f"lacks the fact {fact!r}); it is NumPy only"
+    )
+
+
+def has_forms(cls: type) -> bool:
+    """Whether the oracle has the CVXPY forms of the activation or loss class ``cls`` (forms
+    registered here, or its own ``F_cvxpy`` / ``Fstar_cvxpy``, ``value_cvxpy``): the oracle can
+    solve its blocks.
+
+    >>> from fenchel_cvx.activations import ACTIVATIONS
+    >>> has_forms(ACTIVATIONS["relu"]), has_forms(ACTIVATIONS["monotone"])
+    (True, False)
+    """
+    forms = LOSS_FORMS if issubclass(cls, Loss) else ACTIVATION_FORMS
+    return all(
+        generic.dispatch(cls) is not generic.dispatch(object) or has_fact(cls, fact)
+        for generic, fact in forms
     )
 
 
