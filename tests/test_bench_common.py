@@ -24,6 +24,7 @@ NO_DATA = (
     "rank_faults.py",  # (the embedded digits, through the command)
     "scaling_plot.py",  # (the copied JSON of docs/results)
     "oracle_sweep.py",  # (Gaussian points drawn from its seeds)
+    "kill_writes.py",  # (the embedded digits, through the command)
 )  # fmt: skip
 #: the scripts that read MNIST
 READERS = [p for p in SCRIPTS if "__main__" in p.read_text() and p.name not in NO_DATA]

@@ -246,10 +246,10 @@ def test_run_methods_reports_a_failed_run_and_stops_the_others(monkeypatch, fate
     """A run that dies or raises ends ``run_methods`` at once with its name; the run beside it
     (asleep for 10 minutes) is ended by SIGTERM, not waited for: its process's exit code is
     -SIGTERM, where a run that finished would have exited with 0."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # the spawned runs import both
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # the runs' processes import both
     get_context, started = multiprocessing.get_context, []
 
-    class Recorded(type(get_context("spawn"))):  # the spawn context, keeping what it starts
+    class Recorded(type(get_context("forkserver"))):  # the runs' context, keeping what it starts
         def Process(self, *args, **kwargs):
             started.append(super().Process(*args, **kwargs))
             return started[-1]
@@ -257,7 +257,7 @@ def test_run_methods_reports_a_failed_run_and_stops_the_others(monkeypatch, fate
     monkeypatch.setattr(
         multiprocessing,
         "get_context",
-        lambda method=None: Recorded() if method == "spawn" else get_context(method),
+        lambda method=None: Recorded() if method == "forkserver" else get_context(method),
     )
     tasks = [
         ("fln", argparse.Namespace(seed=0, threads=1, fate="sleep")),
