@@ -8,7 +8,7 @@ strict certificate held and every block's recomputed KKT residual within ``tol``
 ``NoMinimiser`` (a cross-entropy W_L-block without rho and gamma on separable data) before
 that block is solved; anything else fails, and the script prints it and exits 1.
 
-    python benchmarks/oracle_sweep.py                 # 50 seeds: 2,400 runs, about 6 min a core
+    python benchmarks/oracle_sweep.py                 # 50 seeds: 4,500 runs, about 6 min
     python benchmarks/oracle_sweep.py --seeds 5 --tol 1e-8
 
 It prints the count of each outcome and each failed run. The test suite runs one seed
