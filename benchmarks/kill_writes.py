@@ -31,7 +31,6 @@ runs 30 kills (tests/test_kill_writes.py).
 import argparse
 import contextlib
 import io
-import json
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -44,10 +43,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common.run_files import half_written  # noqa: E402
 from fenchel_cvx import cli  # noqa: E402
 from fenchel_cvx.io import RUN_FILES  # noqa: E402
 
@@ -89,8 +87,6 @@ PRELOAD = [
     "sklearn.datasets",
     "matplotlib.font_manager",
 ]
-PNG_START = b"\x89PNG\r\n\x1a\n"
-PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
 PLOTS = ("objectives.png", "accuracy.png")
 PLOT_TEMPORARIES = tuple(f".{plot}." for plot in PLOTS)
 HANG = 120  # a guard on every wait
@@ -117,29 +113,6 @@ def _main(argv):
         os.dup2(null.fileno(), 1)
         os.dup2(null.fileno(), 2)
     raise SystemExit(cli.main(argv))
-
-
-def _half_written(folder):
-    """The final-named files of ``folder`` that do not read whole: JSON that does not parse, an
-    .npz whose members do not load, a PNG without its signature or its IEND chunk."""
-    bad = []
-    for path in sorted(folder.iterdir() if folder.is_dir() else ()):
-        if path.name.startswith("."):
-            continue
-        try:
-            if path.suffix == ".json":
-                json.loads(path.read_text())
-            elif path.suffix == ".npz":
-                with np.load(path, allow_pickle=False) as z:
-                    for key in z.files:
-                        z[key]
-            elif path.suffix == ".png":
-                data = path.read_bytes()
-                if not (data.startswith(PNG_START) and data.endswith(PNG_END)):
-                    raise ValueError(f"{len(data)} bytes, not a whole PNG")
-        except Exception as err:  # noqa: BLE001 - every failure is a finding
-            bad.append(f"{path.name}: {type(err).__name__}: {err}")
-    return bad
 
 
 def _writing(folder, name):
@@ -213,7 +186,7 @@ def kill_test(root, kills=110, seed=SEED):
     run_length = timeline["end"]
     # (a write too short for the polling to see its temporary: 0)
     write = {n: timeline[n] - timeline.get(f".{n}.tmp", timeline[n]) for n in RUN_FILES}
-    problems = [f"{u.name}: {b}" for u in uncut for b in _half_written(u)]
+    problems = [f"{u.name}: {b}" for u in uncut for b in half_written(u)]
     problems += [f"{u.name}: {t} left" for u in uncut for t in temporaries(u)]
 
     rng = random.Random(seed)
@@ -270,7 +243,7 @@ def kill_test(root, kills=110, seed=SEED):
             writing = [n for n in left if n not in before]  # what it was writing
             left_by.update(re.sub(r"(\.[0-9]+)?\.[0-9a-f]{8}\.tmp$", "", n)[1:] for n in writing)
             figures["kills while plotting"] += any(n.startswith(PLOT_TEMPORARIES) for n in writing)
-            bad = _half_written(folder)
+            bad = half_written(folder)
             figures["half-written files"] += len(bad)
             problems += [f"{folder.name} after a kill of {argv[0]}: {b}" for b in bad]
         else:  # the command ended before the moment: its run is done, the moment retried once
@@ -316,7 +289,7 @@ def _end_chain(folder):
     err = e.getvalue()
     problems = [] if rc == 0 else [f"{folder.name}: {' '.join(argv)} exited {rc}"]
     problems += [f"{folder.name}: {name} left by {argv[0]}" for name in temporaries(folder)]
-    problems += [f"{folder.name}: {b}" for b in _half_written(folder)]
+    problems += [f"{folder.name}: {b}" for b in half_written(folder)]
     said = [line for line in err.splitlines() if "temporary file(s)" in line]
     if before and not (
         len(said) == 1

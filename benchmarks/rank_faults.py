@@ -23,7 +23,6 @@ Prints a line per kill and a summary; the exit status is 1 if any check failed.
 """
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -34,6 +33,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from common.run_files import half_written
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the run: the fast backend on the embedded digits, 2 ranks, a checkpoint every round
@@ -76,27 +77,6 @@ def spawned_rank(pid):
     return None
 
 
-def whole(folder):
-    """The run files of ``folder`` that are not whole (an empty list: every one is)."""
-    broken = []
-    for path in sorted(folder.iterdir()):
-        if path.name.endswith(".tmp"):
-            continue  # (a killed writer's temporary: ``resume`` removes it)
-        try:
-            if path.suffix == ".json":
-                json.loads(path.read_text(encoding="utf-8"))
-            elif path.suffix == ".npz":
-                with np.load(path, allow_pickle=False) as z:
-                    for key in z.files:
-                        z[key]
-            elif path.suffix == ".png":
-                if not path.read_bytes().endswith(b"IEND\xaeB`\x82"):
-                    raise ValueError("no PNG end")
-        except Exception as err:  # noqa: BLE001 - reported
-            broken.append(f"{path.name}: {type(err).__name__}: {err}")
-    return broken
-
-
 def same_model(a, b):
     with np.load(a, allow_pickle=False) as za, np.load(b, allow_pickle=False) as zb:
         return za.files == zb.files and all(np.array_equal(za[k], zb[k]) for k in za.files)
@@ -125,7 +105,7 @@ def one_kill(base, at, reference, n):
         _, err = proc.communicate()
     ended = time.monotonic() - killed
     named = "rank 1" in err
-    broken = whole(out) if out.is_dir() else []
+    broken = half_written(out)
     if (out / "checkpoint.npz").is_file():
         how, flags, model = "resumed", ["resume", str(out), "--quiet"], out / "model.npz"
     else:  # (killed before its first checkpoint: nothing to resume, the run starts anew)

@@ -2,6 +2,7 @@
 functions; ``benchmarks/`` goes on the path, as it does for a script run from there, so that
 their shared harness imports as ``common``."""
 
+import importlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -19,3 +20,12 @@ def load_benchmark(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def import_benchmark(name):
+    """``benchmarks/<name>.py`` imported as Python imports a module (one instance, in
+    ``sys.modules``): a benchmark whose functions go to forked processes by name, pickled as
+    ``name.function``, must be that instance."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name)

@@ -25,13 +25,11 @@ import numpy as np
 import pytest
 
 import fenchel_cvx
-from _benchmarks import load_benchmark
+from _benchmarks import import_benchmark
 from fenchel_cvx import cli
 from fenchel_cvx.io import atomic_write, remove_temporaries
 
-load_benchmark("kill_writes")  # (its folder on the path: its commands' processes import it)
-import kill_writes  # noqa: E402 - the one module its forked commands' functions pickle as
-
+kill_writes = import_benchmark("kill_writes")  # (its forked commands' functions pickle by name)
 temporaries, writer_pid = kill_writes.temporaries, kill_writes.writer_pid
 HANG = 120  # a guard on every wait
 

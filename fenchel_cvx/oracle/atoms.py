@@ -49,6 +49,17 @@ def _no_form(obj, fact):
     )
 
 
+def _lacking(obj: Any, forms: Iterable[tuple[Any, str]]) -> list[str]:
+    """The facts standing in for the ``forms`` that ``obj`` (an activation or a loss, or its
+    class) has neither registered here nor of its own."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return [
+        fact
+        for generic, fact in forms
+        if generic.dispatch(cls) is generic.dispatch(object) and not has_fact(obj, fact)
+    ]
+
+
 def has_forms(cls: type) -> bool:
     """Whether the oracle has the CVXPY forms of the activation or loss class ``cls`` (forms
     registered here, or its own ``F_cvxpy`` / ``Fstar_cvxpy``, ``value_cvxpy``): the oracle can
@@ -58,21 +69,14 @@ def has_forms(cls: type) -> bool:
     >>> has_forms(ACTIVATIONS["relu"]), has_forms(ACTIVATIONS["monotone"])
     (True, False)
     """
-    forms = LOSS_FORMS if issubclass(cls, Loss) else ACTIVATION_FORMS
-    return all(
-        generic.dispatch(cls) is not generic.dispatch(object) or has_fact(cls, fact)
-        for generic, fact in forms
-    )
+    return not _lacking(cls, LOSS_FORMS if issubclass(cls, Loss) else ACTIVATION_FORMS)
 
 
 def require_forms(obj: _T, forms: Iterable[tuple[Any, str]]) -> _T:
     """``obj``, or a ``ValueError`` naming its class and the fact where it has neither a form
     registered here nor its own: ``forms`` pairs a generic form with the fact that stands in
     for it (``ACTIVATION_FORMS``, ``LOSS_FORMS``)."""
-    for generic, fact in forms:
-        if generic.dispatch(type(obj)) is generic.dispatch(object):
-            require(obj, (fact,), "the CVXPY oracle")
-    return obj
+    return require(obj, _lacking(obj, forms), "the CVXPY oracle")
 
 
 # --- F (the integral of phi^{-1}) and F* (the integral of phi), elementwise ------------------
