@@ -19,7 +19,7 @@ SIGKILL. Each kill is judged:
 A moment at which the command has no rank 1 (not yet started, or ended) is reported as missed.
 Prints a line per kill and a summary; the exit status is 1 if any check failed.
 
-    python benchmarks/rank_faults.py --kills 10 --seed 0
+    python benchmarks/rank_faults.py --kills 10 --seed 0 --epochs 10
 """
 
 import argparse
@@ -38,8 +38,9 @@ from common.run_files import half_written
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the run: the fast backend on the embedded digits, 2 ranks, a checkpoint every round
+#: (``--epochs`` epochs follow)
 TRAIN = [
-    "train", "--backend", "fast", "--batch-size", "100", "--epochs", "10", "--arch", "64-32-10",
+    "train", "--backend", "fast", "--batch-size", "100", "--arch", "64-32-10",
     "--nproc", "2", "--threads", "1", "--checkpoint-every", "1", "--quiet", "--no-baseline",
 ]  # fmt: skip
 #: how long after the kill the command must have ended (seconds)
@@ -50,9 +51,11 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kills", type=int, default=10, help="moments to kill rank 1 at (default 10)")
     p.add_argument("--seed", type=int, default=0, help="draws the moments (default 0)")
+    p.add_argument("--epochs", type=int, default=10, help="the run's epochs (default 10)")
     args = p.parse_args(argv)
-    if args.kills < 1:
-        p.error(f"--kills must be >= 1, got {args.kills}")
+    for flag in ("kills", "epochs"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
     return args
 
 
@@ -82,11 +85,12 @@ def same_model(a, b):
         return za.files == zb.files and all(np.array_equal(za[k], zb[k]) for k in za.files)
 
 
-def one_kill(base, at, reference, n):
-    """Kill rank 1 ``at`` seconds after the command starts, in a new folder: its verdict."""
+def one_kill(base, train, at, reference, n):
+    """Kill rank 1 of ``train`` (the run's flags) ``at`` seconds after the command starts, in a
+    new folder: its verdict."""
     out = base / f"kill{n}"
     proc = subprocess.Popen(
-        command(*TRAIN, "--out", str(out)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        command(*train, "--out", str(out)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, cwd=base,
     )  # fmt: skip
     t0 = time.monotonic()
@@ -109,7 +113,7 @@ def one_kill(base, at, reference, n):
     if (out / "checkpoint.npz").is_file():
         how, flags, model = "resumed", ["resume", str(out), "--quiet"], out / "model.npz"
     else:  # (killed before its first checkpoint: nothing to resume, the run starts anew)
-        how, flags = "started anew", [*TRAIN, "--out", str(out / "anew")]
+        how, flags = "started anew", [*train, "--out", str(out / "anew")]
         model = out / "anew" / "model.npz"
     again = subprocess.run(command(*flags), capture_output=True, text=True, cwd=base, timeout=600)
     resumed = again.returncode == 0 and same_model(model, reference)
@@ -121,11 +125,11 @@ def one_kill(base, at, reference, n):
     )  # fmt: skip
 
 
-def uncut(base):
-    """The uncut run in ``base / "uncut"``: ``((first, last), length)``, the seconds after its
-    start at which its rank 1 was first and last seen, and the command's length."""
+def uncut(base, train):
+    """The uncut run of ``train`` in ``base / "uncut"``: ``((first, last), length)``, the seconds
+    after its start at which its rank 1 was first and last seen, and the command's length."""
     proc = subprocess.Popen(
-        command(*TRAIN, "--out", str(base / "uncut")), stdout=subprocess.PIPE,
+        command(*train, "--out", str(base / "uncut")), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, cwd=base,
     )  # fmt: skip
     t0, seen = time.monotonic(), []
@@ -141,12 +145,13 @@ def uncut(base):
 
 def main(argv=None):
     args = parse_args(argv)
+    train = [*TRAIN, "--epochs", str(args.epochs)]
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
-        span, length = uncut(base)
+        span, length = uncut(base, train)
         print(
             f"uncut run: {length:.1f} s, its rank 1 alive from {span[0]:.1f} s to {span[1]:.1f} s "
-            f"(2 ranks, fast backend, digits)",
+            f"(2 ranks, fast backend, digits, {args.epochs} epochs)",
             flush=True,
         )
         rng = random.Random(args.seed)
@@ -156,7 +161,7 @@ def main(argv=None):
         )
         verdicts = []
         for n, at in enumerate(moments):
-            v = one_kill(base, at, base / "uncut" / "model.npz", n)
+            v = one_kill(base, train, at, base / "uncut" / "model.npz", n)
             verdicts.append(v)
             if v["missed"]:
                 print(f"kill {n} at {at:.1f} s: missed (no rank 1 then)", flush=True)

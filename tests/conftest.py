@@ -5,6 +5,8 @@ the quick loop; plain ``pytest`` (what CI runs) runs everything.
 
 The tests run on this machine's cores, a worker process each (pytest-xdist's ``-n auto``, set in
 ``setup.cfg``), at most ``MAX_WORKERS`` of them: every worker holds its own PyTorch and data.
+A worker that runs out of tests takes half of another's queue (``--dist worksteal``), so that a
+few minute-long tests near the end of one worker's share do not leave the other idle.
 ``pytest -n 0`` runs them in this process (a debugger, a profile).
 
 Hypothesis profiles (select with ``--hypothesis-profile NAME`` or ``HYPOTHESIS_PROFILE=NAME``):

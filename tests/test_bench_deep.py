@@ -14,6 +14,7 @@ MLP's tuned one, whatever rule deeper layers follow.
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
@@ -64,10 +65,16 @@ def test_quick_mode_shrinks_the_run():
 
 
 @pytest.mark.slow
-def test_quick_run_reports_every_depth_and_method(tmp_path):
+def test_quick_run_reports_every_depth_and_method_and_resume_reads_them(tmp_path):
     pytest.importorskip("torch", reason="the baselines need PyTorch (the bench extra)")
-    _run("mnist_deep", tmp_path, "--quick", "--epochs", "1", "--check-every", "4", "--jobs", "2")
+    flags = ("--quick", "--epochs", "1", "--check-every", "4")
+    _run("mnist_deep", tmp_path, *flags, "--jobs", "2")
     summary = json.loads((tmp_path / "results.json").read_text())
+    _check_quick_report(tmp_path, summary)
+    _check_resume(tmp_path, flags, summary)
+
+
+def _check_quick_report(tmp_path, summary):
     table = (tmp_path / "results.md").read_text()
     assert (tmp_path / "accuracy_vs_depth.png").stat().st_size > 0
     assert set(summary["methods"]) == {"1", "2"}
@@ -91,6 +98,29 @@ def test_quick_run_reports_every_depth_and_method(tmp_path):
         log = raw["fln"][0]["relaxation"]
         assert log and all(len(entry["divergences"]) == int(depth) for entry in log)
         assert all(entry["gap"] >= -1e-6 * (1 + abs(entry["gap"])) for entry in log)
+
+
+def _check_resume(tmp_path, flags, first):
+    """``--resume`` reads every kept run and starts none, reporting what the run did; with a
+    second seed planned, ``--kept-only`` starts nothing and reports 1 of 2 seeds run."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "mnist_deep.py"), "--out", str(tmp_path)]
+    run = subprocess.run(
+        [*command, *flags, "--resume"], capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    read = re.search(r"--resume: (\d+) of (\d+) runs read", run.stdout)
+    assert read is not None and read[1] == read[2] and int(read[1]) > 0, run.stdout[-2000:]
+    assert "started" not in run.stdout
+    again = json.loads((tmp_path / "results.json").read_text())
+    assert again["methods"] == first["methods"]
+    partial_flags = [*flags, "--methods", "fln", "--seeds", "2", "--kept-only"]
+    run = subprocess.run([*command, *partial_flags], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "started" not in run.stdout  # no run: seed 1 is reported as not kept
+    partial = json.loads((tmp_path / "results.json").read_text())["methods"]["1"]["fln"]
+    assert partial["seeds_run"] == 1 and partial["seeds_planned"] == 2
+    assert partial["final_test_accuracy"] == first["methods"]["1"]["fln"]["final_test_accuracy"]
+    assert "(1 of 2 seeds)" in (tmp_path / "results.md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -134,29 +164,6 @@ def test_a_kept_fln_run_names_its_setting(monkeypatch):
     assert '"setting"' in key and '"setting"' not in bench.run_key("adam", args)
     monkeypatch.setattr(defaults.Dense, "ratios", ((4, 3.0),))
     assert bench.run_key("fln", args) != key
-
-
-@pytest.mark.slow
-def test_resume_reads_the_kept_runs_instead_of_running_them(tmp_path):
-    flags = ("--quick", "--depths", "1", "--methods", "fln", "--epochs", "1")
-    _run("mnist_deep", tmp_path, *flags)
-    first = json.loads((tmp_path / "results.json").read_text())
-    command = [sys.executable, str(ROOT / "benchmarks" / "mnist_deep.py"), "--out", str(tmp_path)]
-    run = subprocess.run(
-        [*command, *flags, "--resume"], capture_output=True, text=True, timeout=600
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "--resume: 1 of 1 runs read" in run.stdout and "fln, seed 0: started" not in run.stdout
-    again = json.loads((tmp_path / "results.json").read_text())
-    assert again["methods"] == first["methods"]
-    partial_flags = [*flags, "--seeds", "2", "--kept-only"]
-    run = subprocess.run([*command, *partial_flags], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "started" not in run.stdout  # no run: seed 1 is reported as not kept
-    partial = json.loads((tmp_path / "results.json").read_text())["methods"]["1"]["fln"]
-    assert partial["seeds_run"] == 1 and partial["seeds_planned"] == 2
-    assert partial["final_test_accuracy"] == first["methods"]["1"]["fln"]["final_test_accuracy"]
-    assert "(1 of 2 seeds)" in (tmp_path / "results.md").read_text()
 
 
 def _screen():

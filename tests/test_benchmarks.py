@@ -582,12 +582,13 @@ def test_figure1_ranks_quick_run_sets_one_rank_against_two(tmp_path):
 
 @pytest.mark.slow
 def test_rank_faults_kills_rank_1_and_judges_each_kill():
-    """``benchmarks/rank_faults.py --kills 2``: rank 1 of ``train --nproc 2`` SIGKILLed at two
-    seeded moments of its life; each run stops naming it, its files are whole, and the resumed
-    (or new) run ends with the uncut run's model: every judged kill passes."""
+    """``benchmarks/rank_faults.py --kills 2 --epochs 3``: rank 1 of ``train --nproc 2``
+    SIGKILLed at two seeded moments of its life; each run stops naming it, its files are whole,
+    and the resumed (or new) run ends with the uncut run's model: every judged kill passes."""
     pytest.importorskip("torch")
+    script = ROOT / "benchmarks" / "rank_faults.py"
     out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "rank_faults.py"), "--kills", "2"],
+        [sys.executable, str(script), "--kills", "2", "--epochs", "3"],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
