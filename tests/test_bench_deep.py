@@ -52,10 +52,12 @@ def test_bad_flags_are_refused_by_name(script, flags, flag, capsys):
 
 
 def _run(script, tmp_path, *flags):
-    """``benchmarks/<script>.py --out tmp_path flags...`` in a fresh process; its exit checked."""
+    """``benchmarks/<script>.py --out tmp_path flags...`` in a fresh process, its exit checked:
+    its stdout."""
     command = [sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), "--out", str(tmp_path)]
     run = subprocess.run([*command, *flags], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout
 
 
 def test_quick_mode_shrinks_the_run():
@@ -103,20 +105,14 @@ def _check_quick_report(tmp_path, summary):
 def _check_resume(tmp_path, flags, first):
     """``--resume`` reads every kept run and starts none, reporting what the run did; with a
     second seed planned, ``--kept-only`` starts nothing and reports 1 of 2 seeds run."""
-    command = [sys.executable, str(ROOT / "benchmarks" / "mnist_deep.py"), "--out", str(tmp_path)]
-    run = subprocess.run(
-        [*command, *flags, "--resume"], capture_output=True, text=True, timeout=600
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    read = re.search(r"--resume: (\d+) of (\d+) runs read", run.stdout)
-    assert read is not None and read[1] == read[2] and int(read[1]) > 0, run.stdout[-2000:]
-    assert "started" not in run.stdout
+    out = _run("mnist_deep", tmp_path, *flags, "--resume")
+    read = re.search(r"--resume: (\d+) of (\d+) runs read", out)
+    assert read is not None and read[1] == read[2] and int(read[1]) > 0, out[-2000:]
+    assert "started" not in out
     again = json.loads((tmp_path / "results.json").read_text())
     assert again["methods"] == first["methods"]
-    partial_flags = [*flags, "--methods", "fln", "--seeds", "2", "--kept-only"]
-    run = subprocess.run([*command, *partial_flags], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "started" not in run.stdout  # no run: seed 1 is reported as not kept
+    out = _run("mnist_deep", tmp_path, *flags, "--methods", "fln", "--seeds", "2", "--kept-only")
+    assert "started" not in out  # no run: seed 1 is reported as not kept
     partial = json.loads((tmp_path / "results.json").read_text())["methods"]["1"]["fln"]
     assert partial["seeds_run"] == 1 and partial["seeds_planned"] == 2
     assert partial["final_test_accuracy"] == first["methods"]["1"]["fln"]["final_test_accuracy"]
