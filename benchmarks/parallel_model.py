@@ -1,31 +1,38 @@
 """FLN on P ranks: the cost model of each block, the machine's ceiling, and the measured run.
 
 For the MNIST MLP's and LeNet-5's FLN as the benchmarks train them (``defaults.training``'s
-tuned setting, the fast backend with ``compile="auto"``, float32, one thread; one epoch of the
-first 4,000 training images, 8 batches of 500, the middle 6 timed), every block solve runs
-through a counting communicator (``reduce.py``'s seam), which gives, per block and batch:
+tuned setting, the fast backend with ``compile="auto"``, float32, one thread, freed memory kept;
+one epoch of the first 4,000 training images, 8 batches of 500, the middle 6 timed), every
+block solve runs through a counting communicator (``reduce.py``), which gives, per block and
+batch:
 
-- ``compute``: its seconds on one rank, which P ranks split;
+- ``compute``: its seconds on one rank, and ``rank``: its seconds on one rank's share, as one
+  process takes it alone: a block split by columns on m/P points (the same epoch in batches of
+  500/P, in a process of its own), a hidden W-block with fewer points than rows of X~ (the
+  MLP's W_0: data space) on its p/P rows over every point, which it moves to (X~ gathered, V
+  moved, W gathered: 6 collectives and their bytes), its m x m factorisation formed anew, as
+  every rank forms it;
 - ``collectives``: the decisions a P-rank solve takes together (one ``reduce`` each: the seam's
-  sums and maxima), and their bytes. A hidden W-block with fewer points than rows of X~ (the
-  MLP's W_0: data space) moves to row shards (X~ gathered, V moved, W gathered: 6 collectives
-  and their bytes) and every rank repeats its m x m factorisation (``repeated``, timed here);
-- a collective's latency at those sizes, measured on P ranks of this machine
-  (``TorchComm.reduce`` of one array, the mean of 200: a batch pays the sum, tails included),
-  through shared memory (what the ranks of one host use) and through gloo alone.
+  sums and maxima), and their bytes;
+- a collective's latency at those sizes on P ranks of this machine (``TorchComm.reduce`` of
+  one array, the mean of 200: a batch pays the sum, tails included), through shared memory
+  (what the ranks of one host use) and through gloo alone.
 
-The model of a P-rank batch: ``sum over blocks (compute / P + repeated + collectives x
-latency) + driver / P`` (the driver's own work, the batch time less its blocks': the forward
-pass and the blocks' data, column by column, which each rank does for its share). The
-ceiling: one epoch alone on one rank, then P such epochs at once as P processes:
-``P x alone / together`` is the most P ranks can gain on this machine before any
-communication. Then the epoch itself on P ranks (``parallel.Ranks``, one thread each, kept
-between epochs and warmed by ``WARM`` epochs first, as a run's ranks are after its first), timed
-on rank 0, with shared memory and with gloo alone: the measured speed-ups beside the
-model and the ceiling, and the seconds rank 0 spent inside collectives (``torch_comm.CLOCK``:
-the transport and its waits for the other ranks). The one-rank epoch, the P-rank epoch and the
-ceiling's pair run in turn, ``--repeats`` times (the machine's speed drifts between runs): the
-speed-up and the ceiling are the medians of each repeat's ratios.
+The model of a P-rank batch is what rank 0 does and what it pays to meet the others: ``sum over
+blocks (rank + collectives x latency) + the driver on m/P points`` (the driver's own work, the
+batch time less its blocks': the forward pass and the blocks' data, column by column). A share
+is not 1/P of the work: a solve's steps, factors and calls cost as much on fewer points, and a
+row split's data-space steps cost p/P x m^2, not p x (m/P)^2. The ceiling: one epoch alone on
+one rank, then P such epochs at once as P processes: ``P x alone / together`` is the most P
+ranks gain on this machine before any communication. Then the epoch itself on P ranks
+(``parallel.Ranks``, one thread each, kept between epochs and warmed by ``WARM`` epochs first,
+as a run's ranks are after its first), timed on rank 0, with shared memory and with gloo alone:
+the measured speed-ups beside the model and the ceiling, and the seconds rank 0 spent inside
+collectives (``torch_comm.CLOCK``: the transport and its waits for the other ranks). The P-rank
+epoch and the ceiling's pair, whose epoch alone is the one-rank figure, run in turn,
+``--repeats`` times (the machine's speed drifts between runs): the speed-up and the ceiling are
+the medians of each repeat's ratios. Every process sees one batch size, as a run's do (rank 0
+is this process, which runs no epoch of 500 itself: ``run_alone``).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/parallel_model.py \\
         --data-dir DIR
@@ -50,8 +57,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common.counting import Roles  # noqa: E402
 from common.data import add_data_flags, load  # noqa: E402
 from common.latency import latency, latency_table  # noqa: E402
+from fenchel_cvx.heap import keep_freed_memory  # noqa: E402
 from refactor_ab import NETWORKS, TIMED, M, check_networks_and_json, recipe  # noqa: E402
 
 #: the epoch's batches (4,000 images, 500 a batch)
@@ -59,7 +68,7 @@ BATCHES = 8
 #: epochs that warm the ranks before the clock (``warm_ranks``)
 WARM = 2
 #: the figures of one interleaved repeat, seconds a batch (``interleaved``)
-REPEAT_KEYS = ("one_rank_s", "batch_P_s", "collectives_s", "alone_s", "together_s")
+REPEAT_KEYS = ("one_rank_s", "batch_P_s", "collectives_s", "together_s")
 #: collectives of a hidden W-block's move to rows: X~ (shapes, data), V (shapes, data), W (2)
 MOVE_COLLECTIVES = 6
 
@@ -76,50 +85,13 @@ def parse_args(argv=None):
     add_data_flags(p, validation=False, train_size=False)
     p.add_argument("--quick", action="store_true", help="the embedded 5k MNIST sample")
     p.add_argument("--alone", default=None, help=argparse.SUPPRESS)  # a ceiling's epoch
+    p.add_argument("--share", type=int, default=0, help=argparse.SUPPRESS)  # (``alone``)
     args = check_networks_and_json(p, p.parse_args(argv))
     if args.ranks < 2:
         p.error(f"--ranks must be >= 2, got {args.ranks}")
     if args.repeats < 1:
         p.error(f"--repeats must be >= 1, got {args.repeats}")
     return args
-
-
-class Counter:
-    """A communicator of one process that counts the reductions through it and their bytes."""
-
-    P, rank, split = 1, 0, "columns"
-
-    def __init__(self):
-        self.calls = self.bytes = 0
-
-    def reduce(self, values, op):
-        self.calls += 1
-        self.bytes += sum(np.asarray(v).nbytes for v in values)
-        return list(values)
-
-    def with_split(self, split):
-        return self
-
-    @property
-    def columns(self):
-        return self
-
-    @property
-    def rows(self):
-        return self
-
-
-class Roles(Counter):
-    """The two roles counted apart: ``columns`` (the collectives of a column split) and
-    ``rows`` (those of a row split)."""
-
-    def __init__(self):
-        super().__init__()
-        self._rows = Counter()
-
-    @property
-    def rows(self):
-        return self._rows
 
 
 def data(args):
@@ -130,13 +102,13 @@ def data(args):
     return X, one_hot(ds.y_train[:M], ds.n_classes).astype(np.float32)
 
 
-def epoch(network, X, Y, probe=None, ranks=None, waits=None):
+def epoch(network, X, Y, probe=None, ranks=None, waits=None, share=1):
     """One epoch of ``network``'s FLN: the timed batches' seconds (``probe``: called with the
     batch number before each batch); ``ranks``: on those ranks of this machine
     (``parallel.Ranks``, kept between epochs as a run keeps them), timed on rank 0; None: in
     this process. ``waits``: a list that receives the seconds rank 0 spent in collectives in
     each timed batch (``fast.torch_comm.CLOCK``: the transport and the wait for the other
-    ranks)."""
+    ranks). ``share``: batches of 500 / share images (one rank's share of a split batch)."""
     import fenchel_cvx as pkg
     import fenchel_cvx.bcd
     import fenchel_cvx.defaults
@@ -144,6 +116,7 @@ def epoch(network, X, Y, probe=None, ranks=None, waits=None):
     from fenchel_cvx.fast.torch_comm import CLOCK
 
     net, backend, fit = recipe(pkg, network)
+    fit["batch_size"] //= share
     stamps, clock = [time.perf_counter()], [CLOCK.seconds]
 
     def after(net_, rec):
@@ -161,16 +134,21 @@ def epoch(network, X, Y, probe=None, ranks=None, waits=None):
     return list(np.diff(stamps)[TIMED])
 
 
-def counted_epoch(network, X, Y):
-    """``(batch seconds, {block: figures per batch})``: one epoch with every solve counted."""
+def counted_epoch(network, X, Y, P, share=1):
+    """``(batch seconds, {block: figures per batch})``: one epoch with every solve counted, in
+    batches of 500 / ``share``; each block moved to rows (``share`` 1) then solved again on
+    rank 0's p/P rows alone (``rank_s``), after the epoch."""
     from fenchel_cvx import fast
     from fenchel_cvx.blocks import WHidden
+    from fenchel_cvx.fast._util import part
+    from fenchel_cvx.reduce import LOCAL
+    from fenchel_cvx.threads import limit_threads
 
-    figures, batch = defaultdict(lambda: defaultdict(float)), [0]
+    figures, batch, moved_blocks = defaultdict(lambda: defaultdict(float)), [0], []
     solve_x, solve_pncg = fast.solve_x, fast.solve_pncg
-    timed = range(1 + TIMED.start + 1, 1 + BATCHES + TIMED.stop)  # the timed batches' numbers
+    timed = range(1 + TIMED.start + 1, 1 + BATCHES * share + TIMED.stop)  # the timed batches
 
-    def record(block, seconds, comm):
+    def record(block, seconds, comm, solve=()):
         if batch[0] + 1 not in timed:
             return
         key = f"{'X' if block.kind.startswith('x') else 'W'}_{block.layer}"
@@ -182,7 +160,11 @@ def counted_epoch(network, X, Y):
             f["collectives"] += comm.rows.calls + MOVE_COLLECTIVES
             n1, m = block.Xt.shape
             f["bytes"] += comm.rows.bytes + 4 * (n1 * m + 2 * block.V.shape[0] * m)
-            f["repeated_s"] += factorisation_seconds(block)
+            if share == 1:  # rank 0's rows, copied as they are now
+                r = slice(0, -(-block.V.shape[0] // P))
+                sub = part(block, V=block.V[r].copy(), W0=block.W0[r].copy(), Xt=block.Xt.copy())
+                W = sub.W0 if solve[1] is block.W0 else solve[1][r].copy()
+                moved_blocks.append((key, sub, W, solve))
         else:
             f["collectives"] += comm.calls
             f["bytes"] += comm.bytes
@@ -196,14 +178,19 @@ def counted_epoch(network, X, Y):
     def w(xp, block, W, tol, max_iter, cache, settings, _comm=None):
         comm, t0 = Roles(), time.perf_counter()
         out = solve_pncg(xp, block, W, tol, max_iter, cache, settings, comm)
-        record(block, time.perf_counter() - t0, comm)
+        record(block, time.perf_counter() - t0, comm, (xp, W, tol, max_iter, settings))
         return out
 
     fast.solve_x, fast.solve_pncg = x, w
     try:
-        seconds = epoch(network, X, Y, probe=lambda b: batch.__setitem__(0, b))
+        seconds = epoch(network, X, Y, probe=lambda b: batch.__setitem__(0, b), share=share)
     finally:
         fast.solve_x, fast.solve_pncg = solve_x, solve_pncg
+    for key, sub, W, (xp, _, tol, max_iter, settings) in moved_blocks:
+        with limit_threads(1):  # (a new cache: the factor formed anew, as every rank forms it)
+            t0 = time.perf_counter()
+            solve_pncg(xp, sub, W, tol, max_iter, {}, settings, LOCAL)
+            figures[key]["rank_s"] += time.perf_counter() - t0
     n = len(seconds)
     per_batch = {k: {name: v / n for name, v in f.items()} for k, f in figures.items()}
     for k, f in per_batch.items():
@@ -211,32 +198,28 @@ def counted_epoch(network, X, Y):
     return seconds, per_batch
 
 
-def factorisation_seconds(block):
-    """What every rank of a row split repeats: ``K = X~^T X~`` and the m x m factor."""
-    Xt = np.asarray(block.Xt)
-    t0 = time.perf_counter()
-    K = Xt.T @ Xt
-    K[np.diag_indices_from(K)] += 1.0
-    np.linalg.cholesky(K)
-    return time.perf_counter() - t0
-
-
 # --- the ceiling ----------------------------------------------------------------------------------
+def run_alone(network, args, n=1, share=0):
+    """The last line printed by each of ``n`` processes of this script run at once (one thread
+    each): with ``share`` 0, the median timed batch of one rank's epoch (after ``WARM``); else
+    the JSON of ``counted_epoch`` in batches of 500 / ``share``, whose kernels are then
+    compiled for that size alone (``torch.compile`` makes a kernel shape-generic, and slower,
+    once a process has seen a second size)."""
+    cmd = [sys.executable, __file__, "--alone", network, "--ranks", str(args.ranks)]
+    cmd += [
+        "--share",
+        str(share),
+        *(["--quick"] if args.quick else ["--data-dir", str(args.data_dir)]),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    return [p.communicate(timeout=1200)[0].strip().splitlines()[-1] for p in procs]
+
+
 def ceiling(network, P, args):
     """``(alone, together)``: the median timed batch of one rank's epoch alone, and of P such
     epochs run at once as P processes (the slowest's)."""
-    base = [sys.executable, __file__, "--alone", network, "--ranks", str(P)]
-    base += ["--quick"] if args.quick else ["--data-dir", str(args.data_dir)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-
-    def run(n):
-        procs = [
-            subprocess.Popen(base, env=env, stdout=subprocess.PIPE, text=True) for _ in range(n)
-        ]
-        outs = [p.communicate(timeout=1200)[0] for p in procs]
-        return max(float(out.strip().splitlines()[-1]) for out in outs)
-
-    return run(1), run(P)
+    return tuple(max(float(line) for line in run_alone(network, args, n)) for n in (1, P))
 
 
 @contextlib.contextmanager
@@ -253,26 +236,31 @@ def warm_ranks(network, X, Y, P, shared_memory=True):
 
 
 def interleaved(network, X, Y, ranks, args):
-    """One repeat, in turn: ``(one rank, P ranks, rank 0's seconds in collectives, alone,
-    together)``, each the median timed batch (``REPEAT_KEYS``): the one-rank epoch and the
-    epoch on ``ranks`` back to back, then the ceiling's pair, so that the machine's drift
-    between repeats falls on both sides of each ratio."""
-    one = statistics.median(epoch(network, X, Y))
+    """One repeat, in turn: ``(one rank, P ranks, rank 0's seconds in collectives, together)``,
+    each the median timed batch (``REPEAT_KEYS``): the epoch on ``ranks``, then the ceiling's
+    pair (one rank alone, then P at once), so that the machine's drift between repeats falls on
+    both sides of each ratio."""
     waits = []
     p_ranks = statistics.median(epoch(network, X, Y, ranks=ranks, waits=waits))
-    alone, together = ceiling(network, ranks.nproc, args)
-    return one, p_ranks, statistics.median(waits), alone, together
+    one, together = ceiling(network, ranks.nproc, args)
+    return one, p_ranks, statistics.median(waits), together
 
 
-def model(figures, batch_s, table, P):
-    """The modelled P-rank batch and its parts (seconds)."""
+def model(figures, batch_s, share, share_s, table, P):
+    """The modelled P-rank batch and its parts (seconds); a block's ``rank_s``, where not moved
+    to rows, is set to its compute in the epoch of batches of m/P (``share``)."""
     blocks = sum(f["compute_s"] for f in figures.values())
-    driver = max(0.0, batch_s - blocks)
+    for key, f in figures.items():
+        if not f["moved"]:
+            f["rank_s"] = share[key]["compute_s"]
+    rank_blocks = sum(f["rank_s"] for f in figures.values())
+    rank_driver = max(0.0, share_s - sum(f["compute_s"] for f in share.values()))
     comm = sum(f["collectives"] * latency(table, f["bytes"] / max(f["collectives"], 1))
                for f in figures.values())  # fmt: skip
-    repeated = sum(f.get("repeated_s", 0.0) for f in figures.values())
-    total = (blocks + driver) / P + repeated + comm
-    return dict(blocks_s=blocks, driver_s=driver, comm_s=comm, repeated_s=repeated, batch_P_s=total)
+    return dict(
+        blocks_s=blocks, driver_s=max(0.0, batch_s - blocks), rank_blocks_s=rank_blocks,
+        rank_driver_s=rank_driver, comm_s=comm, batch_P_s=rank_blocks + rank_driver + comm,
+    )  # fmt: skip
 
 
 def each_network_alone(args):
@@ -290,22 +278,22 @@ def each_network_alone(args):
             cmd = [sys.executable, __file__, *flags, "--networks", network, "--json", str(part)]
             subprocess.run(cmd, check=True, timeout=3600)
             report.update(json.loads(part.read_text()))
-    if args.json:
-        from fenchel_cvx.io import write_json
-
-        write_json(args.json, report)
-    return report
+    return _written(args, report)
 
 
 def main(argv=None):
     args = parse_args(argv)
+    keep_freed_memory()  # as the command line, and the ranks spawned from here (``heap.py``)
     if args.alone is None and len(args.network_list) > 1:
         return each_network_alone(args)
     X, Y = data(args)
     if args.alone is not None:
         for _ in range(WARM):  # (kernels compiled and memory grown before the clock)
-            epoch(args.alone, X, Y)
-        print(statistics.median(epoch(args.alone, X, Y)), flush=True)
+            epoch(args.alone, X, Y, share=args.share or 1)
+        if args.share:
+            print(json.dumps(counted_epoch(args.alone, X, Y, args.ranks, args.share)), flush=True)
+        else:
+            print(statistics.median(epoch(args.alone, X, Y)), flush=True)
         return None
     P = args.ranks
     table, gloo = latency_table(P), latency_table(P, gloo=True)
@@ -318,62 +306,63 @@ def main(argv=None):
         print(f"{P} ranks on {os.cpu_count()} cores; a reduction's mean latency, {name}:",
               ", ".join(f"{k} B {v * 1e3:.3f} ms" for k, v in t.items()))  # fmt: skip
     for network in args.network_list:
-        epoch(network, X, Y)  # kernels compiled before the clock
-        seconds, figures = counted_epoch(network, X, Y)
+        seconds, figures = json.loads(run_alone(network, args, share=1)[0])
+        share_seconds, share = json.loads(run_alone(network, args, share=P)[0])
         batch_s = statistics.median(seconds)
-        m = model(figures, batch_s, table, P)
+        m = model(figures, batch_s, share, statistics.median(share_seconds), table, P)
         with warm_ranks(network, X, Y, P) as ranks:
             pairs = [interleaved(network, X, Y, ranks, args) for _ in range(args.repeats)]
-        one, measured, waited, alone, together = (
-            statistics.median(p[k] for p in pairs) for k in range(5)
-        )
+        one, measured, waited, together = (statistics.median(p[k] for p in pairs) for k in range(4))
         speedup = statistics.median(p[0] / p[1] for p in pairs)
-        limit = statistics.median(P * p[3] / p[4] for p in pairs)
+        limit = statistics.median(P * p[0] / p[3] for p in pairs)
         with warm_ranks(network, X, Y, P, shared_memory=False) as ranks:
             via_gloo = statistics.median(epoch(network, X, Y, ranks=ranks))
         print(f"\n{network}: one rank {batch_s * 1e3:.1f} ms a batch; per block and batch:")
-        print(f"  {'block':6} {'compute ms':>10} {'collectives':>11} {'KB':>9} {'comm ms':>8}")
+        print(f"  {'block':6} {'compute ms':>10} {'rank ms':>8} {'collectives':>11} {'KB':>9} "
+              f"{'comm ms':>8}")  # fmt: skip
         for key in sorted(figures, key=lambda k: (k[0], int(k[2:]))):
             f = figures[key]
             c = f["collectives"] * latency(table, f["bytes"] / max(f["collectives"], 1))
-            moved = (
-                "  rows (moved; repeats %.1f ms)" % (f["repeated_s"] * 1e3) if f["moved"] else ""
-            )
-            print(f"  {key:6} {f['compute_s'] * 1e3:10.1f} {f['collectives']:11.0f} "
-                  f"{f['bytes'] / 1e3:9.1f} {c * 1e3:8.1f}{moved}")  # fmt: skip
+            moved = "  (moved to rows)" if f["moved"] else ""
+            print(f"  {key:6} {f['compute_s'] * 1e3:10.1f} {f['rank_s'] * 1e3:8.1f} "
+                  f"{f['collectives']:11.0f} {f['bytes'] / 1e3:9.1f} {c * 1e3:8.1f}"
+                  + moved)  # fmt: skip
         print(
             f"  driver {m['driver_s'] * 1e3:.1f} ms; model of {P} ranks: "
-            f"{m['batch_P_s'] * 1e3:.1f} ms a batch = (blocks {m['blocks_s'] * 1e3:.1f} + driver) "
-            f"/ {P} + repeated {m['repeated_s'] * 1e3:.1f} + communication "
-            f"{m['comm_s'] * 1e3:.1f}; speed-up {batch_s / m['batch_P_s']:.2f}x, communication "
-            f"{m['comm_s'] / m['batch_P_s']:.0%} of the batch"
+            f"{m['batch_P_s'] * 1e3:.1f} ms a batch = rank 0's blocks "
+            f"{m['rank_blocks_s'] * 1e3:.1f} + its driver {m['rank_driver_s'] * 1e3:.1f} + "
+            f"communication {m['comm_s'] * 1e3:.1f}; speed-up {batch_s / m['batch_P_s']:.2f}x "
+            f"(no communication: {batch_s / (m['batch_P_s'] - m['comm_s']):.2f}x), "
+            f"communication {m['comm_s'] / m['batch_P_s']:.0%} of the batch"
         )
+        print(f"  ceiling (median of {args.repeats}): one rank alone {one * 1e3:.1f} ms a "
+              f"batch, {P} at once {together * 1e3:.1f} ms: at most {limit:.2f}x on this "
+              "machine")  # fmt: skip
         print(
-            f"  ceiling (median of {args.repeats}): one rank alone {alone * 1e3:.1f} ms a "
-            f"batch, {P} at once {together * 1e3:.1f} ms: at most {limit:.2f}x on this machine"
+            f"  measured (median of {args.repeats}): {P} ranks (one thread each) "
+            f"{measured * 1e3:.1f} ms a batch: {speedup:.2f}x one rank alone, "
+            f"{speedup / limit:.2f} of the ceiling; through gloo alone {via_gloo * 1e3:.1f} ms: "
+            f"{one / via_gloo:.2f}x one rank"
         )
-        print(
-            f"  measured (median of {args.repeats}, one rank then {P} ranks): one rank "
-            f"{one * 1e3:.1f} ms a batch, {P} ranks (one thread each) "
-            f"{measured * 1e3:.1f} ms: {speedup:.2f}x one rank, {speedup / limit:.2f} of the "
-            f"ceiling; through gloo alone {via_gloo * 1e3:.1f} ms: {one / via_gloo:.2f}x one rank"
-        )
-        print("  each repeat (one rank, P ranks, alone, together; ms): " + "; ".join(
-            ", ".join(f"{p[k] * 1e3:.1f}" for k in (0, 1, 3, 4)) for p in pairs
+        print("  each repeat (one rank alone, P ranks, P at once; ms): " + "; ".join(
+            ", ".join(f"{p[k] * 1e3:.1f}" for k in (0, 1, 3)) for p in pairs
         ))  # fmt: skip
-        print(
-            f"  rank 0 in collectives (transport and waits for the other ranks): "
-            f"{waited * 1e3:.1f} ms a batch, {waited / measured:.0%} of it"
-        )
+        print(f"  rank 0 in collectives (transport and waits for the other ranks): "
+              f"{waited * 1e3:.1f} ms a batch, {waited / measured:.0%} of it")  # fmt: skip
         report[network] = dict(
             batch_s=batch_s, blocks=figures, model=m, speedup=batch_s / m["batch_P_s"],
-            ceiling=dict(alone_s=alone, together_s=together, speedup=limit),
+            ceiling=dict(alone_s=one, together_s=together, speedup=limit),
             measured=dict(
                 one_rank_s=one, batch_P_s=measured, speedup=speedup, gloo_batch_P_s=via_gloo,
                 gloo_speedup=one / via_gloo, collectives_s=waited,
                 repeats=[dict(zip(REPEAT_KEYS, p)) for p in pairs],
             ),
         )  # fmt: skip
+    return _written(args, report)
+
+
+def _written(args, report):
+    """``report``, written to ``--json`` where given."""
     if args.json:
         from fenchel_cvx.io import write_json
 

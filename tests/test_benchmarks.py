@@ -547,23 +547,30 @@ def _ranks_report(tmp_path, script, *flags):
 
 
 def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
-    """``benchmarks/parallel_model.py``: every block of the MLP counted (compute, collectives,
-    bytes; W_0 moved to rows), gloo's latency measured on 2 ranks, the model, the ceiling and
-    the epoch on 2 ranks written. The figures are measured, not asserted; their bookkeeping is."""
+    """``benchmarks/parallel_model.py``: every block of the MLP counted (compute on one rank and
+    on rank 0's share, collectives, bytes; W_0 moved to rows), gloo's latency measured on 2
+    ranks, the model (rank 0's blocks and driver and the communication), the ceiling and the
+    epoch on 2 ranks written. The figures are measured, not asserted; their bookkeeping is."""
     out, figures = _ranks_report(
         tmp_path, "parallel_model.py", "--networks", "mlp", "--ranks", "2", "--repeats", "1"
     )  # fmt: skip
     mlp = figures["mlp"]
     assert set(mlp["blocks"]) == {"W_0", "W_1", "X_1"} and mlp["blocks"]["W_0"]["moved"] == 1.0
-    assert all(b["collectives"] > 0 and b["compute_s"] > 0 for b in mlp["blocks"].values())
+    assert all(
+        b["collectives"] > 0 and b["compute_s"] > 0 and b["rank_s"] > 0
+        for b in mlp["blocks"].values()
+    )
     m = mlp["model"]
-    parts = (m["blocks_s"] + m["driver_s"]) / 2 + m["repeated_s"] + m["comm_s"]
+    assert m["rank_blocks_s"] == pytest.approx(sum(b["rank_s"] for b in mlp["blocks"].values()))
+    parts = m["rank_blocks_s"] + m["rank_driver_s"] + m["comm_s"]
     assert m["batch_P_s"] == pytest.approx(parts) and mlp["ceiling"]["together_s"] > 0
+    assert "rank 0's blocks" in out.stdout and "(moved to rows)" in out.stdout
     assert len(figures["latency_s"]) == 6 and "at most" in out.stdout
     measured, (repeat,) = mlp["measured"], mlp["measured"]["repeats"]
     assert measured["batch_P_s"] == repeat["batch_P_s"] > 0
-    assert "measured (median of 1," in out.stdout
+    assert "measured (median of 1):" in out.stdout
     assert measured["speedup"] == pytest.approx(repeat["one_rank_s"] / repeat["batch_P_s"])
+    assert mlp["ceiling"]["alone_s"] == measured["one_rank_s"]  # one rank: the epoch alone
 
 
 def test_figure1_ranks_quick_run_sets_one_rank_against_two(tmp_path):

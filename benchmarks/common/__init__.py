@@ -14,6 +14,8 @@
 - ``reports``: the figures over seeds, the markdown tables, the JSON and the plots;
 - ``children``: a file read in a forked child under memory and CPU limits, its outcome, seconds
   and peak memory (the fuzzing pass and the hostile-file battery).
+- ``counting``, ``latency``: the collectives a P-rank solve takes, counted in one process, and
+  a collective's latency on P ranks of this machine (the cost model of ``parallel_model.py``).
 
 A script runs as ``python benchmarks/<name>.py``; Python puts ``benchmarks/`` on the path, and
 the modules import as ``common.<module>``. The scripts' docs page is docs/results.md.
