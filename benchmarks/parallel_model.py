@@ -22,7 +22,8 @@ The model of a P-rank batch is what rank 0 does and what it pays to meet the oth
 blocks (rank + collectives x latency) + the driver on m/P points`` (the driver's own work, the
 batch time less its blocks': the forward pass and the blocks' data, column by column). A share
 is not 1/P of the work: a solve's steps, factors and calls cost as much on fewer points, and a
-row split's data-space steps cost p/P x m^2, not p x (m/P)^2. The ceiling: one epoch alone on
+row split's data-space steps cost p/P x m^2, not p x (m/P)^2. Its speed-up, as the measured
+one, is over one rank's epoch alone (the ceiling's). The ceiling: one epoch alone on
 one rank, then P such epochs at once as P processes: ``P x alone / together`` is the most P
 ranks gain on this machine before any communication. Then the epoch itself on P ranks
 (``parallel.Ranks``, one thread each, kept between epochs and warmed by ``WARM`` epochs first,
@@ -103,8 +104,8 @@ def data(args):
 
 
 def epoch(network, X, Y, probe=None, ranks=None, waits=None, share=1):
-    """One epoch of ``network``'s FLN: the timed batches' seconds (``probe``: called with the
-    batch number before each batch); ``ranks``: on those ranks of this machine
+    """One epoch of ``network``'s FLN: the timed batches' seconds (``probe``: called with each
+    batch's number, from 1, as it ends); ``ranks``: on those ranks of this machine
     (``parallel.Ranks``, kept between epochs as a run keeps them), timed on rank 0; None: in
     this process. ``waits``: a list that receives the seconds rank 0 spent in collectives in
     each timed batch (``fast.torch_comm.CLOCK``: the transport and the wait for the other
@@ -146,7 +147,7 @@ def counted_epoch(network, X, Y, P, share=1):
 
     figures, batch, moved_blocks = defaultdict(lambda: defaultdict(float)), [0], []
     solve_x, solve_pncg = fast.solve_x, fast.solve_pncg
-    timed = range(1 + TIMED.start + 1, 1 + BATCHES * share + TIMED.stop)  # the timed batches
+    timed = range(1 + TIMED.start, 1 + BATCHES * share + TIMED.stop)  # (numbered from 1)
 
     def record(block, seconds, comm, solve=()):
         if batch[0] + 1 not in timed:
@@ -296,7 +297,8 @@ def main(argv=None):
             print(statistics.median(epoch(args.alone, X, Y)), flush=True)
         return None
     P = args.ranks
-    table, gloo = latency_table(P), latency_table(P, gloo=True)
+    times = 20 if args.quick else 200  # (a smoke run's table: the mean of 20)
+    table, gloo = latency_table(P, times=times), latency_table(P, gloo=True, times=times)
     report = dict(
         machine=platform.processor() or platform.machine(), cores=os.cpu_count(), ranks=P,
         latency_s={str(k): v for k, v in table.items()},
@@ -317,7 +319,8 @@ def main(argv=None):
         limit = statistics.median(P * p[0] / p[3] for p in pairs)
         with warm_ranks(network, X, Y, P, shared_memory=False) as ranks:
             via_gloo = statistics.median(epoch(network, X, Y, ranks=ranks))
-        print(f"\n{network}: one rank {batch_s * 1e3:.1f} ms a batch; per block and batch:")
+        print(f"\n{network}: one rank {batch_s * 1e3:.1f} ms a batch in the counted epoch; per "
+              "block and batch:")  # fmt: skip
         print(f"  {'block':6} {'compute ms':>10} {'rank ms':>8} {'collectives':>11} {'KB':>9} "
               f"{'comm ms':>8}")  # fmt: skip
         for key in sorted(figures, key=lambda k: (k[0], int(k[2:]))):
@@ -331,8 +334,8 @@ def main(argv=None):
             f"  driver {m['driver_s'] * 1e3:.1f} ms; model of {P} ranks: "
             f"{m['batch_P_s'] * 1e3:.1f} ms a batch = rank 0's blocks "
             f"{m['rank_blocks_s'] * 1e3:.1f} + its driver {m['rank_driver_s'] * 1e3:.1f} + "
-            f"communication {m['comm_s'] * 1e3:.1f}; speed-up {batch_s / m['batch_P_s']:.2f}x "
-            f"(no communication: {batch_s / (m['batch_P_s'] - m['comm_s']):.2f}x), "
+            f"communication {m['comm_s'] * 1e3:.1f}; {one / m['batch_P_s']:.2f}x one rank alone "
+            f"(no communication: {one / (m['batch_P_s'] - m['comm_s']):.2f}x), "
             f"communication {m['comm_s'] / m['batch_P_s']:.0%} of the batch"
         )
         print(f"  ceiling (median of {args.repeats}): one rank alone {one * 1e3:.1f} ms a "
@@ -350,7 +353,7 @@ def main(argv=None):
         print(f"  rank 0 in collectives (transport and waits for the other ranks): "
               f"{waited * 1e3:.1f} ms a batch, {waited / measured:.0%} of it")  # fmt: skip
         report[network] = dict(
-            batch_s=batch_s, blocks=figures, model=m, speedup=batch_s / m["batch_P_s"],
+            batch_s=batch_s, blocks=figures, model=m, speedup=one / m["batch_P_s"],
             ceiling=dict(alone_s=one, together_s=together, speedup=limit),
             measured=dict(
                 one_rank_s=one, batch_P_s=measured, speedup=speedup, gloo_batch_P_s=via_gloo,

@@ -560,12 +560,14 @@ def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
         b["collectives"] > 0 and b["compute_s"] > 0 and b["rank_s"] > 0
         for b in mlp["blocks"].values()
     )
+    # each batch moves W_0 to rows and back alike: a whole count a batch, over the timed batches
+    assert float(mlp["blocks"]["W_0"]["collectives"]).is_integer()
     m = mlp["model"]
     assert m["rank_blocks_s"] == pytest.approx(sum(b["rank_s"] for b in mlp["blocks"].values()))
     parts = m["rank_blocks_s"] + m["rank_driver_s"] + m["comm_s"]
     assert m["batch_P_s"] == pytest.approx(parts) and mlp["ceiling"]["together_s"] > 0
     assert "rank 0's blocks" in out.stdout and "(moved to rows)" in out.stdout
-    assert len(figures["latency_s"]) == 6 and "at most" in out.stdout
+    assert len(figures["latency_s"]) == 8 and "at most" in out.stdout
     measured, (repeat,) = mlp["measured"], mlp["measured"]["repeats"]
     assert measured["batch_P_s"] == repeat["batch_P_s"] > 0
     assert "measured (median of 1):" in out.stdout

@@ -1,11 +1,11 @@
 """The latency of a reduction on P ranks of this machine: the table the cost model reads.
 
 ``latency_table(P)`` starts P processes (one thread each, gloo on 127.0.0.1), each of which
-runs ``TorchComm.reduce`` of one float32 array of each of ``SIZES`` bytes, 200 times after 5 to
-warm up, through shared memory where it holds the bytes (``gloo=True``: through gloo alone); the
-mean, tails included, is what a batch pays for each of its collectives. ``latency`` interpolates
-the table (linear in bytes). Used by ``parallel_model.py``; each rank is this file run as a
-script.
+runs ``TorchComm.reduce`` of one float32 array of each of ``SIZES`` bytes, 200 times (``times``)
+after 5 to warm up, through shared memory where it holds the bytes (``gloo=True``: through gloo
+alone); the mean, tails included, is what a batch pays for each of its collectives. ``latency``
+interpolates the table (linear in bytes). Used by ``parallel_model.py``; each rank is this file
+run as a script.
 """
 
 import argparse
@@ -20,11 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-#: the message sizes of the latency table, bytes
-SIZES = (8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)
+#: the message sizes of the latency table, bytes (1 MB - 1 KB: the largest through host memory's
+#: slot; 1 MB and more: through gloo)
+SIZES = (8, 1 << 10, 1 << 14, 1 << 17, 1 << 19, (1 << 20) - (1 << 10), 1 << 20, 1 << 22)
 
 
-def latency_rank(rank, P, port, gloo):
+def latency_rank(rank, P, port, gloo, repeats=200):
     """One rank of the table: the mean seconds of a reduction of each of ``SIZES``; rank 0
     prints them as JSON."""
     from datetime import timedelta
@@ -32,6 +33,9 @@ def latency_rank(rank, P, port, gloo):
     import torch.distributed as dist
 
     from fenchel_cvx.fast.torch_comm import TorchComm
+    from fenchel_cvx.heap import keep_freed_memory
+
+    keep_freed_memory()  # as the ranks of a run (``parallel.Ranks``): buffers reuse the heap
 
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=P,
@@ -41,7 +45,7 @@ def latency_rank(rank, P, port, gloo):
     for size in SIZES:
         a = np.ones(max(1, size // 4), np.float32)
         times = []
-        for k in range(205):
+        for k in range(5 + repeats):
             t0 = time.perf_counter()
             comm.reduce([a], "sum")
             if k >= 5:
@@ -52,14 +56,14 @@ def latency_rank(rank, P, port, gloo):
         print(json.dumps(table), flush=True)
 
 
-def latency_table(P, gloo=False):
+def latency_table(P, gloo=False, times=200):
     """``{bytes: seconds}`` of a reduction on P ranks of this machine (a process each), through
-    shared memory where it holds the bytes (or ``gloo`` alone)."""
+    shared memory where it holds the bytes (or ``gloo`` alone), the mean of ``times``."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, __file__, "--ranks", str(P), "--port", str(port)]
+    cmd = [sys.executable, __file__, "--ranks", str(P), "--port", str(port), "--times", str(times)]
     procs = [
         subprocess.Popen(
             [*cmd, "--rank", str(r), *(["--gloo"] if gloo else [])],
@@ -89,5 +93,6 @@ if __name__ == "__main__":
     p.add_argument("--ranks", type=int, required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--gloo", action="store_true")
+    p.add_argument("--times", type=int, default=200)
     a = p.parse_args()
-    latency_rank(a.rank, a.ranks, a.port, a.gloo)
+    latency_rank(a.rank, a.ranks, a.port, a.gloo, a.times)
