@@ -219,12 +219,19 @@ def test_data_is_scattered_where_a_worker_cannot_open_the_file(client, active_ro
 
     monkeypatch.setattr(dask_rows, "FILE_MIN", 0)
     monkeypatch.setattr(dask_rows, "can_open", elsewhere)
+    written, write = [], rank_arrays.write
+
+    def recorded(array):  # the files this test writes (other tests may write their own)
+        handle = write(array)
+        written.append(handle.path)
+        return handle
+
+    monkeypatch.setattr(rank_arrays, "write", recorded)
     counting = Counting(client)
     workers = dask_rows.WorkerRows(lambda: counting)
-    before = set(os.listdir(rank_arrays.FOLDER))
     assert exact.attempt(relu_rows_block(seed=8), None, 1e-9, workers).certified
     assert counting.scatters == 1 and workers.sends == 1 and workers.files == []
-    assert set(os.listdir(rank_arrays.FOLDER)) <= before
+    assert len(written) == 1 and not os.path.exists(written[0])
 
 
 def test_a_client_of_one_worker_takes_the_rows_and_keeps_their_grams(active_route):
