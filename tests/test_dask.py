@@ -222,8 +222,7 @@ def test_data_is_scattered_where_a_worker_cannot_open_the_file(client, active_ro
     written, write = [], rank_arrays.write
 
     def recorded(array):  # the files this test writes (other tests may write their own)
-        handle = write(array)
-        written.append(handle.path)
+        written.append(handle := write(array))
         return handle
 
     monkeypatch.setattr(rank_arrays, "write", recorded)
@@ -231,7 +230,7 @@ def test_data_is_scattered_where_a_worker_cannot_open_the_file(client, active_ro
     workers = dask_rows.WorkerRows(lambda: counting)
     assert exact.attempt(relu_rows_block(seed=8), None, 1e-9, workers).certified
     assert counting.scatters == 1 and workers.sends == 1 and workers.files == []
-    assert len(written) == 1 and not os.path.exists(written[0])
+    assert len(written) == 1 and written[0] is not None and not os.path.exists(written[0].path)
 
 
 def test_a_client_of_one_worker_takes_the_rows_and_keeps_their_grams(active_route):

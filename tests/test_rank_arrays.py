@@ -82,7 +82,8 @@ def test_a_run_on_ranks_leaves_no_file_behind(monkeypatch):
         two = ranks.run(train_backprop, (300, 8, 3), X, y, X[:, :50], y[:50], **settings)
     # this run's own file, written for the run and gone after it (other tests' runs on the
     # same host may hold files of their own in the folder meanwhile)
-    ((path, written),) = sent[0] if len(sent) == 1 else [(None, False)] * 2
+    assert len(sent) == 1 and len(sent[0]) == 1
+    ((path, written),) = sent[0]
     assert written and path.startswith(rank_arrays.FOLDER) and not os.path.exists(path)
     for a, b in zip(one.weights, two.weights):
         assert np.max(np.abs(a - b)) <= 1e-5 * np.max(np.abs(a))
