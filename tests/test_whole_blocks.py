@@ -8,12 +8,14 @@ PyTorch tensors, against the eager solve of the same tensors:
   certificate and ends at the eager run's weights;
 - a W-block's line-search iterations call one subgraph of its graph (a nested compile region);
 - NumPy arrays are refused, with what to use for them, and settings whose solves read back to
-  the host when the backend is built; a solve that fails to compile runs eagerly with a warning.
+  the host and a PyTorch older than ``whole.MIN_TORCH`` when the backend is built; a solve that
+  fails to compile runs eagerly with a warning.
 
 On the CPU the graphs are inductor's C++ kernels; on a GPU the same graphs run as CUDA graphs
 (tests/test_gpu.py, where a device is present).
 """
 
+import re
 import warnings
 
 import numpy as np
@@ -22,13 +24,15 @@ import pytest
 torch = pytest.importorskip("torch", reason="compile='blocks' needs PyTorch (the bench extra)")
 
 from fenchel_cvx import LiftedNetwork, blocks, fit_bcd  # noqa: E402
-from fenchel_cvx.fast import FastBackend, fused  # noqa: E402
+from fenchel_cvx.fast import FastBackend, fused, whole  # noqa: E402
 from test_compiled import _mlp_state  # noqa: E402
 
 if fused.compiler_problem() is not None:
     pytest.skip(
         f"torch.compile cannot run here: {fused.compiler_problem()}", allow_module_level=True
     )
+if whole.too_old(torch) is not None:
+    pytest.skip(f"compile='blocks' needs {whole.too_old(torch)}", allow_module_level=True)
 
 STEPS = dict(w_steps=2, x_steps=2, capped_residual=False, capped_value=False)
 
@@ -181,3 +185,13 @@ def test_settings_that_read_back_are_refused_when_the_backend_is_built():
     with pytest.raises(ValueError, match="w_steps at most 10 and x_steps set.*w_steps=11"):
         FastBackend(compile="blocks", **{**STEPS, "w_steps": 11})  # Newton rows would start
     FastBackend(compile="blocks", **{**STEPS, "w_steps": (10, 1), "x_steps": (3,)})
+
+
+@pytest.mark.parametrize("version", ["2.11.0+cu130", "2.9.1", "2.13.0a0+git1234"])
+def test_a_pytorch_older_than_the_floor_is_refused_by_name(monkeypatch, version):
+    monkeypatch.setattr(torch, "__version__", version)  # "2.9.1": older, though "2.9" > "2.1"
+    match = rf"needs PyTorch 2\.13 or newer.*got PyTorch {re.escape(version)}: install"
+    with pytest.raises(ValueError, match=match):
+        FastBackend(compile="blocks", **STEPS)
+    monkeypatch.setattr(torch, "__version__", "2.14.1")
+    FastBackend(compile="blocks", **STEPS)

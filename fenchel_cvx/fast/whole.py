@@ -12,7 +12,10 @@ backend's settings are checked for it when it is built (``Blocks.check_backend``
   operations (the docs page "Results", "On a GPU"). Nothing in a read-free solve waits for the
   device: the W-blocks factor by ``cholesky_ex``, and the X-blocks' Lipschitz bound is formed
   by matrix products alone (``layers._trace_bound``; ``eigvalsh`` checks its result on the
-  host, which a capture cannot hold). This GPU path has not yet run on a GPU.
+  host, which a capture cannot hold). It needs PyTorch 2.13 or newer (``MIN_TORCH``), and is
+  refused by name before any work otherwise: PyTorch 2.11's compiler stops at the solvers'
+  settings dataclasses, so the one GPU run so far (an H200 with PyTorch 2.11) fell back to
+  eager solves.
 - On the CPU the same graphs run as inductor's C++ kernels; the tests check them against the
   eager solves.
 
@@ -44,9 +47,27 @@ from types import ModuleType
 from ._util import NEWTON_START, block_arrays, newton_step
 from .fused import _F, NAMED, Kernels, _Caps, _running, require_compiler, room_for_variants
 
+#: the oldest PyTorch whose torch.compile traces every block solve into one graph (PyTorch 2.11's
+#: stops at a solver's settings dataclass, docs page "Results", "On a GPU")
+MIN_TORCH = "2.13"
+
 #: the solvers' loop bodies that a block's graph calls many times with arrays of one shape, each
 #: one subgraph compiled once (``region``; the solvers call them through ``Kernels.region``)
 REGIONS = (newton_step,)
+
+
+def too_old(torch: ModuleType) -> str | None:
+    """Why ``torch`` cannot compile a block solve whole (a release older than ``MIN_TORCH``), or
+    None where it can."""
+    from torch.torch_version import TorchVersion
+
+    if TorchVersion(torch.__version__) >= MIN_TORCH:
+        return None
+    return (
+        f"PyTorch {MIN_TORCH} or newer, whose compiler traces a block solve whole (older "
+        f"releases stop at the solvers' settings objects), got PyTorch {torch.__version__}: "
+        f"install torch>={MIN_TORCH}, or use compile='auto'"
+    )
 
 
 class Blocks(Kernels):
@@ -62,6 +83,9 @@ class Blocks(Kernels):
         require_compiler()
         import torch
 
+        problem = too_old(torch)
+        if problem is not None:
+            raise ValueError(f"compile='blocks' needs {problem}")
         self.torch = torch
         room_for_variants(torch)  # a compiled variant per kind of block, dtype and device
         self._solves, self._failed = {}, {}  # compiled solves, and failures, by kind of block
