@@ -9,8 +9,9 @@ start (seed 0). ``fit_bcd`` runs ``--iterations`` rounds of Algorithm 1 with
 nothing factored yet), every round checked by the whole certificate (``check_every=1``: every
 block's recomputed KKT residual <= 1e-6, the descent and the lower bound). Printed per ``m``:
 each iteration's wall seconds (the first cold, the rest warm), each block's seconds and KKT
-residual from the round's record, and the peak resident memory of this process and of every
-worker; with several ``--m``, the log-log slope of the cold and the warm iteration's time
+residual from the round's record, the seconds each worker computed its share of W_0's rows
+(Dask's task stream: the shares' balance), and the peak resident memory of this process and of
+every worker; with several ``--m``, the log-log slope of the cold and the warm iteration's time
 against m.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/oracle_iteration.py \\
@@ -86,7 +87,7 @@ def _peak_rss():
 
 def one_size(args, ds, m):
     """``--iterations`` certified rounds on the first ``m`` images: the figures of each."""
-    from distributed import Client, LocalCluster
+    from distributed import Client, LocalCluster, get_task_stream
 
     X0 = np.ascontiguousarray(ds.X_train[:, :m])
     Y = one_hot(ds.y_train[:m], SIZES[-1])
@@ -100,33 +101,53 @@ def one_size(args, ds, m):
     stamps = [time.perf_counter()]
     try:
         backend = OracleBackend(tol=TOL, client=client)
-        res = fit_bcd(
-            net,
-            X0,
-            Y,
-            backend=backend,
-            iterations=args.iterations,
-            check_every=1,
-            progress=False,
-            callback=lambda net, rec: stamps.append(time.perf_counter()) and None,
-        )
+        with get_task_stream(client) as stream:
+            res = fit_bcd(
+                net,
+                X0,
+                Y,
+                backend=backend,
+                iterations=args.iterations,
+                check_every=1,
+                progress=False,
+                callback=lambda net, rec: stamps.append(time.perf_counter()) and None,
+            )
         held = client.run(_peak_rss)
     finally:
         client.close()
         cluster.close()
     seconds = list(np.diff(stamps))
+    shares = share_seconds(stream.data, args.workers, len(seconds))
     rounds = []
-    for rec, s in zip(res.history.records, seconds):
+    for rec, s, share in zip(res.history.records, seconds, shares):
         blocks = {
             b["block"]: dict(seconds=b["seconds"], residual=b["residual"], status=b["status"])
             for b in rec["blocks"]
         }
-        rounds.append(dict(seconds=s, certificate=rec["certificate"], blocks=blocks))
+        rounds.append(
+            dict(seconds=s, certificate=rec["certificate"], blocks=blocks, shares_s=share)
+        )
     return dict(
         m=m,
         rounds=rounds,
         peak_gib=dict(driver=_peak_rss() / 2**30, workers=[v / 2**30 for v in held.values()]),
     )
+
+
+def share_seconds(tasks, workers, rounds):
+    """Each round's W_0 rows on the workers: the seconds each worker's share of the rows
+    computed (Dask's task stream: one ``solve_share`` task a worker a round, in start order);
+    none where the rows ran in this process (the dual route, below ``rows.DUAL_MAX`` points)."""
+    solves = sorted(
+        (t for t in tasks if "solve_share" in str(t["key"])),
+        key=lambda t: min(ss["start"] for ss in t["startstops"]),
+    )
+    busy = [
+        sum(ss["stop"] - ss["start"] for ss in t["startstops"] if ss["action"] == "compute")
+        for t in solves
+    ]
+    shares = [busy[i : i + workers] for i in range(0, len(busy), workers)]
+    return shares + [[]] * (rounds - len(shares))
 
 
 def slope(sizes, key):
@@ -162,7 +183,9 @@ def main(argv=None):
                     for k, b in r["blocks"].items()
                 )
                 held = "held" if r["certificate"]["held"] else "VIOLATED"
-                print(f"  iteration {i}: {blocks}; certificate {held}")
+                shares = ", ".join(f"{v:.1f} s" for v in r["shares_s"]) or "none (in this process)"
+                print(f"  iteration {i}: {blocks}; certificate {held}; W_0's rows on the workers:")
+                print(f"    {shares}")
     if len(sizes) > 1:
         cold = slope(sizes, lambda s: s["rounds"][0]["seconds"])
         warm = slope(sizes, lambda s: s["rounds"][-1]["seconds"])

@@ -604,3 +604,42 @@ def test_rank_faults_kills_rank_1_and_judges_each_kill():
     judged = re.search(r"(\d+) kills judged \((\d+) missed\), (\d+) failed", out.stdout)
     assert judged is not None and int(judged[1]) + int(judged[2]) == 2 and judged[3] == "0"
     assert out.stdout.count("rank 1 named: True") == int(judged[1])
+
+
+def test_oracle_iteration_reports_each_worker_s_share_of_the_rows(mnist_dir, tmp_path):
+    """``benchmarks/oracle_iteration.py`` on 1,600 points (beyond ``rows.RELU_DUAL_MAX``: W_0's
+    rows on the active route, on 2 Dask workers) and on 400 (the dual, in the driver): a
+    certified iteration, and the seconds each worker computed its share of the rows (Dask's task
+    stream) where the rows went to the workers, none where they did not."""
+    oracle_iteration = _load("oracle_iteration")
+    path = tmp_path / "oracle.json"
+    argv = ["--data-dir", str(mnist_dir), "--m", "400,1600", "--workers", "2"]
+    oracle_iteration.main([*argv, "--iterations", "1", "--json", str(path)])
+    dual, active = json.loads(path.read_text())["sizes"]
+    for size in (dual, active):
+        (one,) = size["rounds"]
+        assert one["certificate"]["held"] and one["blocks"]["W_0"]["residual"] <= 1e-6
+    assert dual["rounds"][0]["shares_s"] == []
+    shares = active["rounds"][0]["shares_s"]
+    assert len(shares) == 2 and all(
+        0 < s <= active["rounds"][0]["blocks"]["W_0"]["seconds"] for s in shares
+    )
+
+
+def test_share_seconds_groups_the_tasks_by_round():
+    oracle_iteration = _load("oracle_iteration")
+
+    def task(key, start, seconds):
+        return {
+            "key": key,
+            "startstops": [{"action": "compute", "start": start, "stop": start + seconds}],
+        }
+
+    tasks = [
+        task("solve_share-b", 5.0, 2.0),
+        task("other", 0.0, 9.0),
+        task("solve_share-a", 1.0, 3.0),
+    ]
+    tasks.append(task("solve_share-c", 6.0, 1.0))
+    assert oracle_iteration.share_seconds(tasks, 1, 4) == [[3.0], [2.0], [1.0], []]
+    assert oracle_iteration.share_seconds(tasks, 2, 2) == [[3.0, 2.0], [1.0]]

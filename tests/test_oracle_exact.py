@@ -225,6 +225,13 @@ def test_route_choice():
     assert not rows.use_dual(65, 1000, 0.0)  # digits W_0
     assert not rows.use_dual(26, 3000, 0.0)  # conv patches
     assert not rows.use_dual(5000, 4001, 0.0)  # beyond DUAL_MAX
+    # ReLU rows beyond RELU_DUAL_MAX points leave the dual for the active route; a leaky ReLU
+    # (no active route) keeps the dual up to DUAL_MAX variables
+    big = rows.RELU_DUAL_MAX + 1
+    assert rows.use_dual(785, big, 0.0) and rows.route(785, big, 0.0) == "active"
+    assert rows.route(785, rows.RELU_DUAL_MAX, 0.0) == "dual"
+    assert rows.route(785, 1000, 0.01) == "dual" and rows.route(785, 3000, 0.01) == "primal"
+    assert rows.route(26, 3000, 0.0) == "primal"  # below ACTIVE_MIN the primal route stays
 
 
 def test_cross_entropy_newton_directions_agree():

@@ -20,14 +20,18 @@ a strongly convex piecewise quadratic (``F*(u) = u_+^2/2 + a u_-^2/2``, ``a`` th
   from the point where every pre-activation is positive, semismooth Newton on ``f`` with the
   generalised Hessian ``lam X~ D X~^T + 2c I``, ``D = diag(phi'(X~^T w))`` (``n x n``);
 * **active** (ReLU with more than ``ACTIVE_MIN`` points, where the primal route's Hessian,
-  ``n^2 m`` a step and a row, dominates: all of MNIST): the same Newton steps with each row's
-  Gram ``X~_A X~_A^T`` kept and updated by the points that change sides
-  (``active_rows.py``). The rule: the dual when ``use_dual``, else ``active`` for a ReLU above
-  ``ACTIVE_MIN`` points, else ``primal`` (below it the primal route is as cheap, and its
-  iterates are the ones the tests pin). Each row is certified by its gradient recomputed here
-  on the block's scale (``blocks.kkt_residual``); the rows that miss it take the primal
-  route's Newton steps from where ``active_rows`` left them (the fallback), and the caller
-  certifies the block.
+  ``n^2 m`` a step and a row, dominates, and ReLU beyond ``RELU_DUAL_MAX`` points where the
+  dual's pivots, a factor of side up to ``m / 2`` each, cost more: MNIST's W_0 above 1,500
+  points): the same Newton steps with each row's Gram ``X~_A X~_A^T`` kept and updated by the
+  points that change sides (``active_rows.py``). The rule (``route``): the dual when
+  ``use_dual`` (a ReLU up to ``RELU_DUAL_MAX`` points), else ``active`` for a ReLU beyond that
+  or above ``ACTIVE_MIN`` points, else ``primal`` (below ``ACTIVE_MIN`` the primal route is as
+  cheap, and its iterates are the ones the tests pin). The dual's pivoting runs on one BLAS
+  thread: its factors are small, and a second OpenBLAS thread made MNIST's W_0 on 680 points
+  14 times slower (22.7 s against 1.6 s on the 2-core VM). Each row is certified by its
+  gradient recomputed here on the block's scale (``blocks.kkt_residual``); the rows that miss
+  it take the primal route's Newton steps from where ``active_rows`` left them (the fallback),
+  and the caller certifies the block.
 
 Both end with the same loop (``newton_rows``): Newton steps on each row whose gradient exceeds
 the target on the block's scale, with a backtracking line search on the row's own ``f``. After
@@ -47,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
+from ..threads import limit_threads
 from . import active_rows as _active_rows
 from . import nnls as _nnls
 
@@ -54,8 +59,12 @@ if TYPE_CHECKING:
     from ..blocks import WHidden
     from .dask_rows import WorkerRows
 
-# the dual's Gram matrix has one row per data point (two with a leaky ReLU): formed up to this
+# the dual's Gram matrix has one row per data point (two with a leaky ReLU): formed up to this;
+# ReLU rows take it up to RELU_DUAL_MAX points, above which the active route costs less (MNIST's
+# W_0 on one thread: 1,000 points 3.4 s by the dual against 7.1 s, 2,000 points 18.0 against
+# 10.0 s, 3,000 points 54.5 against 10.7 s; docs page "The CVXPY oracle")
 DUAL_MAX = 4000
+RELU_DUAL_MAX = 1500
 # ReLU rows off the dual route take active_rows above this many points, else the primal route
 ACTIVE_MIN = DUAL_MAX
 # pivoting rounds per row (None: nnls.solve_gram's default, 5 m + 20); Newton steps per row
@@ -96,6 +105,26 @@ def use_dual(n: int, m: int, slope: float) -> bool:
     return md <= DUAL_MAX and (md / 2.0) ** 3 / 3.0 < n * n * m + n**3 / 3.0
 
 
+def route(n: int, m: int, slope: float) -> str:
+    """The rows' exact route (module doc): ``"dual"`` where ``use_dual`` (for a ReLU up to
+    ``RELU_DUAL_MAX`` points); ``"active"`` for a ReLU beyond that, or above ``ACTIVE_MIN``
+    points; else ``"primal"``.
+
+    >>> [route(785, m, 0.0) for m in (500, 1500, 1501, 60000)]  # MNIST's W_0
+    ['dual', 'dual', 'active', 'active']
+    >>> route(785, 1000, 0.01), route(785, 3000, 0.01)  # leaky ReLU: no active route
+    ('dual', 'primal')
+    >>> route(65, 1347, 0.0), route(26, 3000, 0.0), route(26, 4001, 0.0)  # digits, patches
+    ('primal', 'primal', 'active')
+    """
+    dual = use_dual(n, m, slope)
+    if dual and (slope or m <= RELU_DUAL_MAX):
+        return "dual"
+    if not slope and (dual or m > ACTIVE_MIN):
+        return "active"
+    return "primal"
+
+
 def solve(
     block: WHidden,
     Q: np.ndarray,
@@ -112,9 +141,10 @@ def solve(
     run (None: in this process)."""
     Xt, lam = block.Xt, block.lam
     n, m = Xt.shape
-    if use_dual(n, m, slope):
+    way = route(n, m, slope)
+    if way == "dual":
         return _dual(block, Q, c, start, target, slope, noise)
-    if not slope and m > ACTIVE_MIN:
+    if way == "active":
         return _active(block, Q, c, start, target, noise, workers)
     if start is None:  # every pre-activation positive: (lam X~ X~^T + 2c I) w = q
         H = lam * (Xt @ Xt.T)
@@ -144,7 +174,10 @@ def _dual(block, Q, c, start, target, slope, noise):
         H = np.block([[H, -H], [-H, H + delta * np.eye(m)]])
     dual = RowDual(_nnls.SharedGram(H), m, bool(slope))
     passive = None if start is None else dual.passive((start @ Xt > 0).T)
-    M, pivots, unsolved = _nnls.solve_gram(dual.gram, dual.lift((Q @ Xt).T), passive, PIVOT_ROUNDS)
+    with limit_threads({"numpy": 1, "scipy": 1}):  # small factors: one thread (module doc)
+        M, pivots, unsolved = _nnls.solve_gram(
+            dual.gram, dual.lift((Q @ Xt).T), passive, PIVOT_ROUNDS
+        )
     W = (Q - (Xt @ dual.lower(M)).T) / (2.0 * c)
     W, steps = newton_rows(
         block,
