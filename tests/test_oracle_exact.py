@@ -234,6 +234,29 @@ def test_route_choice():
     assert rows.route(26, 3000, 0.0) == "primal"  # below ACTIVE_MIN the primal route stays
 
 
+def test_the_dual_pivots_on_one_blas_thread(monkeypatch):
+    """The dual's many small factors run on one BLAS thread whatever the caller's pools (a
+    second OpenBLAS thread made them 14 times slower: ``rows`` module doc)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads():
+        return {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"}
+
+    seen = []
+    pivot = nnls.solve_gram
+    monkeypatch.setattr(nnls, "solve_gram", lambda *a: seen.append(blas_threads()) or pivot(*a))
+    net, X0, Y, Xs = instance("relu", "mse", seed=12, sizes=(9, 7, 3), m=12)
+    block = w_block(net, X0, Y, Xs, 0, gamma=0.2, W0=net.W[0])
+    assert rows.route(*block.Xt.shape, 0.0) == "dual"
+    with threadpool_limits(2, user_api="blas"):
+        callers = blas_threads()
+        if callers == {1}:
+            pytest.skip("the BLAS pools here hold one thread at most")
+        assert exact.attempt(block, None, TOL).certified
+        assert blas_threads() == callers  # the caller's pools, restored
+    assert seen == [{1}]
+
+
 def test_cross_entropy_newton_directions_agree():
     for m, sizes in [(60, (12, 20, 4)), (15, (30, 25, 4))]:
         net, X0, Y, Xs = instance("relu", "cross_entropy", seed=1, sizes=sizes, m=m)
