@@ -137,7 +137,7 @@ def one_size(args, ds, m):
 def share_seconds(tasks, workers, rounds):
     """Each round's W_0 rows on the workers: the seconds each worker's share of the rows
     computed (Dask's task stream: one ``solve_share`` task a worker a round, in start order);
-    none where the rows ran in this process (the dual route, below ``rows.DUAL_MAX`` points)."""
+    none where the rows ran in this process (the dual route: ``rows.route``)."""
     solves = sorted(
         (t for t in tasks if "solve_share" in str(t["key"])),
         key=lambda t: min(ss["start"] for ss in t["startstops"]),

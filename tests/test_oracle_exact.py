@@ -236,7 +236,7 @@ def test_route_choice():
 
 def test_the_dual_pivots_on_one_blas_thread(monkeypatch):
     """The dual's many small factors run on one BLAS thread whatever the caller's pools (a
-    second OpenBLAS thread made them 14 times slower: ``rows`` module doc)."""
+    second OpenBLAS thread made them 12 times slower: ``rows`` module doc)."""
     from threadpoolctl import threadpool_info, threadpool_limits
 
     def blas_threads():

@@ -28,7 +28,7 @@ a strongly convex piecewise quadratic (``F*(u) = u_+^2/2 + a u_-^2/2``, ``a`` th
   or above ``ACTIVE_MIN`` points, else ``primal`` (below ``ACTIVE_MIN`` the primal route is as
   cheap, and its iterates are the ones the tests pin). The dual's pivoting runs on one BLAS
   thread: its factors are small, and a second OpenBLAS thread made MNIST's W_0 on 680 points
-  14 times slower (22.7 s against 1.6 s on the 2-core VM). Each row is certified by its
+  12 times slower (22.7 s against 1.9 s on the 2-core VM). Each row is certified by its
   gradient recomputed here on the block's scale (``blocks.kkt_residual``); the rows that miss
   it take the primal route's Newton steps from where ``active_rows`` left them (the fallback),
   and the caller certifies the block.
