@@ -20,6 +20,8 @@ against m.
 """
 
 import argparse
+import bisect
+import collections
 import math
 import os
 import sys
@@ -98,7 +100,7 @@ def one_size(args, ds, m):
     client = Client(cluster)
     client.wait_for_workers(args.workers)
     client.run(keep_freed_memory)  # the workers' temporaries reuse their heap, as this process's
-    stamps = [time.perf_counter()]
+    stamps, walls = [time.perf_counter()], [time.time()]  # (walls: the task stream's clock)
     try:
         backend = OracleBackend(tol=TOL, client=client)
         with get_task_stream(client) as stream:
@@ -110,14 +112,16 @@ def one_size(args, ds, m):
                 iterations=args.iterations,
                 check_every=1,
                 progress=False,
-                callback=lambda net, rec: stamps.append(time.perf_counter()) and None,
+                callback=lambda net, rec: (
+                    stamps.append(time.perf_counter()) or walls.append(time.time())
+                ),
             )
         held = client.run(_peak_rss)
     finally:
         client.close()
         cluster.close()
     seconds = list(np.diff(stamps))
-    shares = share_seconds(stream.data, args.workers, len(seconds))
+    shares = share_seconds(stream.data, walls)
     rounds = []
     for rec, s, share in zip(res.history.records, seconds, shares):
         blocks = {
@@ -134,20 +138,21 @@ def one_size(args, ds, m):
     )
 
 
-def share_seconds(tasks, workers, rounds):
-    """Each round's W_0 rows on the workers: the seconds each worker's share of the rows
-    computed (Dask's task stream: one ``solve_share`` task a worker a round, in start order);
-    none where the rows ran in this process (the dual route: ``rows.route``)."""
-    solves = sorted(
-        (t for t in tasks if "solve_share" in str(t["key"])),
-        key=lambda t: min(ss["start"] for ss in t["startstops"]),
-    )
-    busy = [
-        sum(ss["stop"] - ss["start"] for ss in t["startstops"] if ss["action"] == "compute")
-        for t in solves
-    ]
-    shares = [busy[i : i + workers] for i in range(0, len(busy), workers)]
-    return shares + [[]] * (rounds - len(shares))
+def share_seconds(tasks, walls):
+    """Each round's W_0 rows on the workers: the seconds each worker computed its share of them,
+    in the workers' order (Dask's task stream: the ``solve_share`` tasks whose computing started
+    between the round's wall-clock stamps ``walls[i]`` and ``walls[i + 1]``, the workers' clock
+    being this machine's); none where the rows ran in this process (the dual route:
+    ``rows.route``)."""
+    rounds = [collections.defaultdict(float) for _ in walls[1:]]
+    for task in tasks:
+        if "solve_share" not in str(task["key"]):
+            continue
+        for ss in task["startstops"]:
+            i = bisect.bisect_right(walls, ss["start"]) - 1
+            if ss["action"] == "compute" and 0 <= i < len(rounds):
+                rounds[i][task["worker"]] += ss["stop"] - ss["start"]
+    return [[busy[w] for w in sorted(busy)] for busy in rounds]
 
 
 def slope(sizes, key):

@@ -607,7 +607,7 @@ def test_rank_faults_kills_rank_1_and_judges_each_kill():
 
 
 def test_oracle_iteration_reports_each_worker_s_share_of_the_rows(mnist_dir, tmp_path, capsys):
-    """``benchmarks/oracle_iteration.py`` on 1,600 points (beyond ``rows.RELU_DUAL_MAX``: W_0's
+    """``benchmarks/oracle_iteration.py`` on 1,600 points (beyond ``rows.DUAL_SIDE`` x 785: W_0's
     rows on the active route, on 2 Dask workers) and on 400 (the dual, in the driver): a
     certified iteration, and the seconds each worker computed its share of the rows (Dask's task
     stream) where the rows went to the workers, none where they did not."""
@@ -626,20 +626,23 @@ def test_oracle_iteration_reports_each_worker_s_share_of_the_rows(mnist_dir, tmp
     assert f"    {shares[0]:.1f} s, {shares[1]:.1f} s\n" in out and "none (in this process)" in out
 
 
-def test_share_seconds_groups_the_tasks_by_round():
+def test_share_seconds_sums_each_worker_s_tasks_within_its_round():
     oracle_iteration = _load("oracle_iteration")
 
-    def task(key, start, seconds):
-        return {
-            "key": key,
-            "startstops": [{"action": "compute", "start": start, "stop": start + seconds}],
-        }
+    def task(key, worker, start, seconds):
+        compute = {"action": "compute", "start": start, "stop": start + seconds}
+        return {"key": key, "worker": worker, "startstops": [compute]}
 
     tasks = [
-        task("solve_share-b", 5.0, 2.0),
-        task("other", 0.0, 9.0),
-        task("solve_share-a", 1.0, 3.0),
+        task("solve_share-1", "tcp://b", 1.0, 2.0),
+        task("solve_share-2", "tcp://a", 1.5, 3.0),
+        task("other", "tcp://a", 2.0, 9.0),  # not a share of the rows
+        task("solve_share-3", "tcp://a", 12.0, 1.0),  # round 2: one worker (fewer rows)
+        task("solve_share-4", "tcp://a", 13.5, 0.5),  # its retry, on the same worker
     ]
-    tasks.append(task("solve_share-c", 6.0, 1.0))
-    assert oracle_iteration.share_seconds(tasks, 1, 4) == [[3.0], [2.0], [1.0], []]
-    assert oracle_iteration.share_seconds(tasks, 2, 2) == [[3.0, 2.0], [1.0]]
+    # three rounds: [0, 10), [10, 20) and [20, 30), the last with no task (rows in the driver)
+    assert oracle_iteration.share_seconds(tasks, [0.0, 10.0, 20.0, 30.0]) == [
+        [3.0, 2.0],
+        [1.5],
+        [],
+    ]

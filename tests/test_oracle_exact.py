@@ -212,7 +212,8 @@ def test_dual_and_primal_routes_equal_the_template(act, monkeypatch):
         block = w_block(net, X0, Y, Xs, 0, gamma=0.2, W0=net.W[0])
         ref = OracleBackend(tol=TOL, exact=False).solve(block)
         for dual in (True, False):
-            monkeypatch.setattr(rows, "use_dual", lambda n, m, slope, dual=dual: dual)
+            way = "dual" if dual else "primal"
+            monkeypatch.setattr(rows, "route", lambda n, m, slope, way=way: way)
             for start in (None, net.W[0]):
                 found = exact.attempt(block, start, TOL)
                 assert found.certified and found.residual <= 1e-9
@@ -225,11 +226,15 @@ def test_route_choice():
     assert not rows.use_dual(65, 1000, 0.0)  # digits W_0
     assert not rows.use_dual(26, 3000, 0.0)  # conv patches
     assert not rows.use_dual(5000, 4001, 0.0)  # beyond DUAL_MAX
-    # ReLU rows beyond RELU_DUAL_MAX points leave the dual for the active route; a leaky ReLU
+    # ReLU rows beyond DUAL_SIDE points an input (and DUAL_POINTS) leave the dual for the active
+    # route; a leaky ReLU
     # (no active route) keeps the dual up to DUAL_MAX variables
-    big = rows.RELU_DUAL_MAX + 1
+    big = rows.DUAL_SIDE * 785 + 1
     assert rows.use_dual(785, big, 0.0) and rows.route(785, big, 0.0) == "active"
-    assert rows.route(785, rows.RELU_DUAL_MAX, 0.0) == "dual"
+    assert rows.route(785, big - 1, 0.0) == "dual"
+    assert rows.use_dual(2000, 1600, 0.0) and rows.route(2000, 1600, 0.0) == "dual"  # wide
+    assert rows.route(300, rows.DUAL_POINTS, 0.0) == "dual"  # beyond 2 n, yet a small block
+    assert rows.use_dual(300, 1001, 0.0) and rows.route(300, 1001, 0.0) == "active"
     assert rows.route(785, 1000, 0.01) == "dual" and rows.route(785, 3000, 0.01) == "primal"
     assert rows.route(26, 3000, 0.0) == "primal"  # below ACTIVE_MIN the primal route stays
 
@@ -239,8 +244,14 @@ def test_the_dual_pivots_on_one_blas_thread(monkeypatch):
     second OpenBLAS thread made them 12 times slower: ``rows`` module doc)."""
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    def blas_threads():
-        return {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"}
+    from fenchel_cvx.threads import owner
+
+    def blas_threads():  # NumPy's and SciPy's BLAS, the pools the dual's factors run on
+        return {
+            p["num_threads"]
+            for p in threadpool_info()
+            if p["user_api"] == "blas" and owner(p["filepath"]) in ("numpy", "scipy")
+        }
 
     seen = []
     pivot = nnls.solve_gram

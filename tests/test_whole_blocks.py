@@ -31,8 +31,11 @@ if fused.compiler_problem() is not None:
     pytest.skip(
         f"torch.compile cannot run here: {fused.compiler_problem()}", allow_module_level=True
     )
-if whole.too_old(torch) is not None:
-    pytest.skip(f"compile='blocks' needs {whole.too_old(torch)}", allow_module_level=True)
+#: the tests that compile: skipped on a PyTorch older than ``whole.MIN_TORCH`` (its refusal is
+#: tested on any)
+compiles = pytest.mark.skipif(
+    whole.too_old(torch) is not None, reason=f"compile='blocks' needs {whole.too_old(torch)}"
+)
 
 STEPS = dict(w_steps=2, x_steps=2, capped_residual=False, capped_value=False)
 
@@ -57,6 +60,7 @@ def _rel(a, b):
         ("w_last", np.float32, 1e-5),
     ],
 )
+@compiles
 def test_a_block_solved_whole_equals_its_eager_solve(kind, dtype, rel):
     net, X0, Y, Xs = _state(dtype)
     if kind == "x":
@@ -77,6 +81,7 @@ def test_a_block_solved_whole_equals_its_eager_solve(kind, dtype, rel):
     assert whole.iterations == eager.iterations and whole.status == eager.status
 
 
+@compiles
 def test_a_run_compiles_its_blocks_in_its_first_batch_only_and_ends_where_the_eager_one_does():
     net0, _, _, _ = _state(np.float32)
     rng = np.random.default_rng(1)
@@ -118,6 +123,7 @@ def test_a_run_compiles_its_blocks_in_its_first_batch_only_and_ends_where_the_ea
     assert all(r["checked"] for r in whole.history) and not broken
 
 
+@compiles
 @pytest.mark.parametrize("layer", [0, 1], ids=["w_hidden", "w_last"])
 def test_a_w_blocks_line_search_iterations_call_one_compiled_region(layer):
     """``Blocks.region``: every Newton iteration of a W-block's line searches (``newton_step``,
@@ -149,6 +155,7 @@ def test_a_w_blocks_line_search_iterations_call_one_compiled_region(layer):
     assert len(regions) == 10 * STEPS["w_steps"] and len(set(regions)) <= STEPS["w_steps"]
 
 
+@compiles
 def test_numpy_arrays_are_refused_naming_what_to_use():
     net, X0, Y, Xs = _state(np.float32)
     net.W = [W.numpy() for W in net.W]
@@ -157,6 +164,7 @@ def test_numpy_arrays_are_refused_naming_what_to_use():
         FastBackend(compile="blocks", **STEPS).solve(block, Xs[0].numpy())
 
 
+@compiles
 def test_a_solve_that_fails_to_compile_runs_eagerly_with_a_warning(monkeypatch):
     from fenchel_cvx.fast.whole import Blocks
 
@@ -179,6 +187,7 @@ def test_a_solve_that_fails_to_compile_runs_eagerly_with_a_warning(monkeypatch):
         assert torch.equal(backend.solve(block, Xs[0]).argmin, eager.argmin)
 
 
+@compiles
 def test_settings_that_read_back_are_refused_when_the_backend_is_built():
     with pytest.raises(ValueError, match="compile='blocks' needs solves that read nothing back"):
         FastBackend(compile="blocks")  # solves to tol, reporting the residual and the value

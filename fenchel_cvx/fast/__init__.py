@@ -165,10 +165,10 @@ class FastBackend(BackendDefaults):
         True: the same, and refused here, before any work, without PyTorch or a C++ compiler,
         with what to install. False: every chain eagerly, in the arrays' own library (the
         readable reference). ``"blocks"``: each block solve compiled whole, as one graph, on
-        PyTorch tensors (``fast.whole``; on a GPU each a CUDA graph); it needs PyTorch 2.13 or
-        newer and capped solves that read nothing back (each refused here otherwise), and each
-        solve forms its Gram factorisation afresh (``gram_reuse`` is not used). Refused for
-        arrays other than PyTorch tensors.
+        PyTorch tensors (``fast.whole``; on a GPU each a CUDA graph, not yet run on one with
+        PyTorch 2.13); it needs PyTorch 2.13 or newer and capped solves that read nothing back
+        (each refused here otherwise), and each solve forms its Gram factorisation afresh
+        (``gram_reuse`` is not used). Refused for arrays other than PyTorch tensors.
 
     Examples
     --------

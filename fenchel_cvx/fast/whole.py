@@ -13,9 +13,9 @@ backend's settings are checked for it when it is built (``Blocks.check_backend``
   device: the W-blocks factor by ``cholesky_ex``, and the X-blocks' Lipschitz bound is formed
   by matrix products alone (``layers._trace_bound``; ``eigvalsh`` checks its result on the
   host, which a capture cannot hold). It needs PyTorch 2.13 or newer (``MIN_TORCH``), and is
-  refused by name before any work otherwise: PyTorch 2.11's compiler stops at the solvers'
-  settings dataclasses, so the one GPU run so far (an H200 with PyTorch 2.11) fell back to
-  eager solves.
+  refused by name before any work otherwise: PyTorch 2.11's compiler cannot build the
+  solvers' settings objects inside a graph (docs page "Results", "On a GPU"). This GPU path
+  has not yet run on a GPU with PyTorch 2.13.
 - On the CPU the same graphs run as inductor's C++ kernels; the tests check them against the
   eager solves.
 
@@ -47,8 +47,8 @@ from types import ModuleType
 from ._util import NEWTON_START, block_arrays, newton_step
 from .fused import _F, NAMED, Kernels, _Caps, _running, require_compiler, room_for_variants
 
-#: the oldest PyTorch whose torch.compile traces every block solve into one graph (PyTorch 2.11's
-#: stops at a solver's settings dataclass, docs page "Results", "On a GPU")
+#: the oldest PyTorch tested to trace every block solve into one graph (the ``bench`` extra's
+#: pin; PyTorch 2.11's compiler cannot build a solver's settings objects in a graph)
 MIN_TORCH = "2.13"
 
 #: the solvers' loop bodies that a block's graph calls many times with arrays of one shape, each
@@ -57,8 +57,8 @@ REGIONS = (newton_step,)
 
 
 def too_old(torch: ModuleType) -> str | None:
-    """Why ``torch`` cannot compile a block solve whole (a release older than ``MIN_TORCH``), or
-    None where it can."""
+    """Why ``torch`` cannot compile a block solve whole (a release older than ``MIN_TORCH``; a
+    pre-release of it counts as older, untested), or None where it can."""
     from torch.torch_version import TorchVersion
 
     if TorchVersion(torch.__version__) >= MIN_TORCH:

@@ -7,12 +7,12 @@ with ``c = rho + gamma > 0`` and ``q = lam X~ v_i + 2 gamma w0_i``,
 
 strongly convex and piecewise quadratic: on the piece where the active set
 ``A = {j : x~_j^T w > 0}`` is fixed, ``f`` is a quadratic with Hessian ``lam X~_A X~_A^T + 2c I``.
-The oracle takes this method for ReLU blocks of more than ``rows.ACTIVE_MIN`` points, and of
-more than ``rows.RELU_DUAL_MAX`` where the dual would be taken (``rows.route``: the ``active``
-route of ``rows.solve``, which certifies each row by its recomputed gradient and falls back to
-the primal route's Newton steps on the rows that miss it). ``rows.py``'s dual is a
-nonnegative least squares in the ``m`` data points, its pivots factors of side up to ``m / 2``;
-its primal route forms the Hessian ``n^2 m`` afresh at every step. Here the Hessian's Gram
+The oracle takes this method for ReLU blocks on many points (``rows.route``: above
+``rows.ACTIVE_MIN`` points, or beyond ``rows.DUAL_SIDE`` points an input where the dual would be
+taken; the ``active`` route of ``rows.solve``, which certifies each row by its recomputed gradient
+and falls back to the primal route's Newton steps on the rows that miss it). ``rows.py``'s dual is
+a nonnegative least squares in the ``m`` data points, its pivots factors of side up to ``m``; its
+primal route forms the Hessian ``n^2 m`` afresh at every step. Here the Hessian's Gram
 ``G_A = X~_A X~_A^T`` is kept per row and updated by the points that change sides: formed first
 at the start's sign pattern by the smaller of ``A`` and its complement ``I``
 (``G_A = T - X~_I X~_I^T``, with ``T = X~ X~^T`` formed once per block: ``Rows``; cost

@@ -10,8 +10,8 @@ the structure below gives the minimiser by dense linear algebra instead:
   leaky ReLU) whose Gram matrix ``X~^T X~ + (2c/lam) I`` is the same for every row
   (``nnls.solve_gram``), followed by a Newton step that removes the round-off of the primal
   recovery; or, with few inputs and many points, semismooth Newton on the row itself (for a
-  ReLU above ``rows.ACTIVE_MIN`` points, or above ``rows.RELU_DUAL_MAX`` in the dual's domain,
-  with each row's Gram kept and updated: ``active_rows.py``; ``rows.route``).
+  ReLU on many points with each row's Gram kept and updated: ``active_rows.py``; the rule is
+  ``rows.route``).
 * **WLast, MSE**: a ridge regression, ``W (X~ X~^T + c I) = Y X~^T + gamma W0``, by Cholesky,
   then the same Newton step on the recomputed gradient.
 * **WLast, cross-entropy**: smooth and strongly convex; Newton's method with a backtracking

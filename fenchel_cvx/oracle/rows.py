@@ -1,4 +1,4 @@
-"""The rows of a (leaky) ReLU hidden W-block, solved exactly: dual pivoting or primal Newton.
+"""The rows of a (leaky) ReLU hidden W-block, solved exactly: dual pivoting or Newton steps.
 
 Row ``i`` of the hidden W-block (the paper's Sec. 4.5.2, "Updating W-variables", eqs. (17) and (19);
 docs/oracle.md, "Exact methods") solves, with ``c = rho + gamma > 0`` and
@@ -7,37 +7,42 @@ docs/oracle.md, "Exact methods") solves, with ``c = rho + gamma > 0`` and
     min_w  f(w) = lam sum_j F*(x~_j^T w) - q^T w + c ||w||^2 ,
 
 a strongly convex piecewise quadratic (``F*(u) = u_+^2/2 + a u_-^2/2``, ``a`` the slope:
-0 for ReLU). Two exact routes, the cheaper one by a flop count:
+0 for ReLU). Three exact routes:
 
-* **dual** (``m`` data points fewer than the ``n`` inputs, as on MNIST): writing ``phi(X~^T w)``
-  through multipliers ``mu = lam phi(X~^T w)`` gives ``w = (q - X~ mu) / 2c`` and, for ReLU, the
-  nonnegative least squares ``min_{mu >= 0} 1/2 mu^T H mu - b^T mu``,  ``H = X~^T X~ + (2c/lam) I``,
-  ``b = X~^T q``, with one Gram matrix ``H`` for every row (``nnls.solve_gram``: block principal
-  pivoting). Leaky ReLU: ``mu = p - q`` with ``p, q >= 0`` and ``+ delta/2 ||q||^2``,
+* **dual** (few data points against the ``n`` inputs: MNIST's W_0 on a batch): writing
+  ``phi(X~^T w)`` through multipliers ``mu = lam phi(X~^T w)`` gives ``w = (q - X~ mu) / 2c``
+  and, for ReLU, the nonnegative least squares ``min_{mu >= 0} 1/2 mu^T H mu - b^T mu``,
+  ``H = X~^T X~ + (2c/lam) I``, ``b = X~^T q``, with one Gram matrix ``H`` for every row
+  (``nnls.solve_gram``: block principal pivoting, each pivot a factor of side up to ``m``).
+  Leaky ReLU: ``mu = p - q`` with ``p, q >= 0`` and ``+ delta/2 ||q||^2``,
   ``delta = (1/a - 1) 2c / lam``, a nonnegative least squares in ``2m`` variables on
   ``[[H, -H], [-H, H + delta I]]`` (``RowDual``);
 * **primal** (few inputs, many points: the digits, a convolution's patches): from ``start``, or
   from the point where every pre-activation is positive, semismooth Newton on ``f`` with the
   generalised Hessian ``lam X~ D X~^T + 2c I``, ``D = diag(phi'(X~^T w))`` (``n x n``);
-* **active** (ReLU with more than ``ACTIVE_MIN`` points, where the primal route's Hessian,
-  ``n^2 m`` a step and a row, dominates, and ReLU beyond ``RELU_DUAL_MAX`` points where the
-  dual's pivots, a factor of side up to ``m / 2`` each, cost more: MNIST's W_0 above 1,500
-  points): the same Newton steps with each row's Gram ``X~_A X~_A^T`` kept and updated by the
-  points that change sides (``active_rows.py``). The rule (``route``): the dual when
-  ``use_dual`` (a ReLU up to ``RELU_DUAL_MAX`` points), else ``active`` for a ReLU beyond that
-  or above ``ACTIVE_MIN`` points, else ``primal`` (below ``ACTIVE_MIN`` the primal route is as
-  cheap, and its iterates are the ones the tests pin). The dual's pivoting runs on one BLAS
-  thread: its factors are small, and a second OpenBLAS thread made MNIST's W_0 on 680 points
-  12 times slower (22.7 s against 1.9 s on the 2-core VM). Each row is certified by its
-  gradient recomputed here on the block's scale (``blocks.kkt_residual``); the rows that miss
-  it take the primal route's Newton steps from where ``active_rows`` left them (the fallback),
-  and the caller certifies the block.
+* **active** (ReLU on many points: all of MNIST): the same Newton steps with each row's Gram
+  ``X~_A X~_A^T`` kept and updated by the points that change sides (``active_rows.py``), where
+  the primal route would form its Hessian afresh, ``n^2 m`` a step and a row.
 
-Both end with the same loop (``newton_rows``): Newton steps on each row whose gradient exceeds
-the target on the block's scale, with a backtracking line search on the row's own ``f``. After
-the dual route the first full step lands on the optimum (it only removes the round-off that
-``w = (q - X~ mu) / 2c`` amplifies by ``||X~||^2 / 2c``); there the inverse comes from the dual's
-matrix by Woodbury,
+The rule (``route``): the dual where a flop count finds its factor cheaper than a primal step
+(``use_dual``), and for a ReLU only while ``m <= DUAL_SIDE n`` (or ``m <= DUAL_POINTS``, a
+small block): beyond that the dual's pivots (factors of side about ``m / 2``) cost more than
+the active route's ``n x n`` steps (MNIST's W_0, ``n = 785``: docs page "The CVXPY oracle",
+"Below 4,000 points"); else ``active`` for a ReLU off the dual or above ``ACTIVE_MIN`` points;
+else ``primal`` (below ``ACTIVE_MIN`` the primal route is as cheap, and its iterates are the
+ones the tests pin). The dual's pivoting and refinement run on one BLAS thread: their factors
+are small, and a second OpenBLAS thread made MNIST's W_0 on 680 points 12 times slower (22.7 s
+against 1.9 s on the 2-core VM).
+
+Each row of the active route is certified by its gradient recomputed here on the block's scale
+(``blocks.kkt_residual``); the rows that miss it take the primal route's Newton steps from
+where ``active_rows`` left them (the fallback), and the caller certifies the block.
+
+The dual and the primal routes end with the same loop (``newton_rows``): Newton steps on each
+row whose gradient exceeds the target on the block's scale, with a backtracking line search on
+the row's own ``f``. After the dual route the first full step lands on the optimum (it only
+removes the round-off that ``w = (q - X~ mu) / 2c`` amplifies by ``||X~||^2 / 2c``); there the
+inverse comes from the dual's matrix by Woodbury,
 ``(lam X~ D X~^T + 2c I)^{-1} = (I - X~ (H + delta diag(u <= 0))^{-1}_A X~^T) / 2c``.
 """
 
@@ -59,12 +64,13 @@ if TYPE_CHECKING:
     from ..blocks import WHidden
     from .dask_rows import WorkerRows
 
-# the dual's Gram matrix has one row per data point (two with a leaky ReLU): formed up to this;
-# ReLU rows take it up to RELU_DUAL_MAX points, above which the active route costs less (MNIST's
-# W_0 on one thread: 1,000 points 3.4 s by the dual against 7.1 s, 2,000 points 18.0 against
-# 10.0 s, 3,000 points 54.5 against 10.7 s; docs page "The CVXPY oracle")
+# the dual's Gram matrix has one row per data point (two with a leaky ReLU): formed up to this
 DUAL_MAX = 4000
-RELU_DUAL_MAX = 1500
+# ReLU rows take the dual while m <= DUAL_SIDE n (its pivots' side ~ m / 2 against the active
+# route's n; the module doc), and on at most DUAL_POINTS points whatever n (small blocks, where
+# the active route's setup, T = X~ X~^T and its spectrum, outweighs the pivots)
+DUAL_SIDE = 2
+DUAL_POINTS = 1000
 # ReLU rows off the dual route take active_rows above this many points, else the primal route
 ACTIVE_MIN = DUAL_MAX
 # pivoting rounds per row (None: nnls.solve_gram's default, 5 m + 20); Newton steps per row
@@ -106,19 +112,21 @@ def use_dual(n: int, m: int, slope: float) -> bool:
 
 
 def route(n: int, m: int, slope: float) -> str:
-    """The rows' exact route (module doc): ``"dual"`` where ``use_dual`` (for a ReLU up to
-    ``RELU_DUAL_MAX`` points); ``"active"`` for a ReLU beyond that, or above ``ACTIVE_MIN``
-    points; else ``"primal"``.
+    """The rows' exact route (module doc): ``"dual"`` where ``use_dual`` (for a ReLU while
+    ``m <= max(DUAL_SIDE n, DUAL_POINTS)``); ``"active"`` for a ReLU beyond that, or above
+    ``ACTIVE_MIN`` points; else ``"primal"``.
 
-    >>> [route(785, m, 0.0) for m in (500, 1500, 1501, 60000)]  # MNIST's W_0
+    >>> [route(785, m, 0.0) for m in (500, 1570, 1571, 60000)]  # MNIST's W_0
     ['dual', 'dual', 'active', 'active']
+    >>> route(2000, 1600, 0.0), route(7, 30, 0.0)  # a wide layer; a small block
+    ('dual', 'dual')
     >>> route(785, 1000, 0.01), route(785, 3000, 0.01)  # leaky ReLU: no active route
     ('dual', 'primal')
     >>> route(65, 1347, 0.0), route(26, 3000, 0.0), route(26, 4001, 0.0)  # digits, patches
     ('primal', 'primal', 'active')
     """
     dual = use_dual(n, m, slope)
-    if dual and (slope or m <= RELU_DUAL_MAX):
+    if dual and (slope or m <= max(DUAL_SIDE * n, DUAL_POINTS)):
         return "dual"
     if not slope and (dual or m > ACTIVE_MIN):
         return "active"
@@ -178,17 +186,17 @@ def _dual(block, Q, c, start, target, slope, noise):
         M, pivots, unsolved = _nnls.solve_gram(
             dual.gram, dual.lift((Q @ Xt).T), passive, PIVOT_ROUNDS
         )
-    W = (Q - (Xt @ dual.lower(M)).T) / (2.0 * c)
-    W, steps = newton_rows(
-        block,
-        W,
-        Q,
-        c,
-        target,
-        REFINE_STEPS,
-        noise,
-        lambda w, g: (g - Xt @ dual.inverse(Xt.T @ g, w @ Xt > 0)) / (2.0 * c),
-    )
+        W = (Q - (Xt @ dual.lower(M)).T) / (2.0 * c)
+        W, steps = newton_rows(
+            block,
+            W,
+            Q,
+            c,
+            target,
+            REFINE_STEPS,
+            noise,
+            lambda w, g: (g - Xt @ dual.inverse(Xt.T @ g, w @ Xt > 0)) / (2.0 * c),
+        )
     info = {"route": "dual", "pivots": pivots, "newton_steps": steps}
     return W, pivots + steps, {**info, "unsolved_rows": len(unsolved)}
 
