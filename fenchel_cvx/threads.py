@@ -122,6 +122,15 @@ def limit_threads(
             limiter.restore_original_limits()
 
 
+def one_blas_thread(
+    pools_now: ThreadpoolController | None = None,
+) -> AbstractContextManager[dict[str, int]]:
+    """NumPy's and SciPy's BLAS on one thread for the block (``limit_threads``): for loops of
+    small factors and products, where OpenBLAS's second thread costs more than it brings (the
+    oracle's dual pivots and its cross-entropy CG steps: docs page "The CVXPY oracle")."""
+    return limit_threads({"numpy": 1, "scipy": 1}, pools_now)
+
+
 def limit_for(backend: Backend) -> AbstractContextManager[object]:
     """``limit_threads(backend.threads)`` over a run, or nothing where the backend sets no
     budget (``threads=None``)."""

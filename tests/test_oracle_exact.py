@@ -227,8 +227,7 @@ def test_route_choice():
     assert not rows.use_dual(26, 3000, 0.0)  # conv patches
     assert not rows.use_dual(5000, 4001, 0.0)  # beyond DUAL_MAX
     # ReLU rows beyond DUAL_SIDE points an input (and DUAL_POINTS) leave the dual for the active
-    # route; a leaky ReLU
-    # (no active route) keeps the dual up to DUAL_MAX variables
+    # route; a leaky ReLU (no active route) keeps the dual up to DUAL_MAX variables
     big = rows.DUAL_SIDE * 785 + 1
     assert rows.use_dual(785, big, 0.0) and rows.route(785, big, 0.0) == "active"
     assert rows.route(785, big - 1, 0.0) == "dual"

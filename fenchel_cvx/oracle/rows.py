@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
-from ..threads import limit_threads
+from ..threads import one_blas_thread
 from . import active_rows as _active_rows
 from . import nnls as _nnls
 
@@ -182,7 +182,7 @@ def _dual(block, Q, c, start, target, slope, noise):
         H = np.block([[H, -H], [-H, H + delta * np.eye(m)]])
     dual = RowDual(_nnls.SharedGram(H), m, bool(slope))
     passive = None if start is None else dual.passive((start @ Xt > 0).T)
-    with limit_threads({"numpy": 1, "scipy": 1}):  # small factors: one thread (module doc)
+    with one_blas_thread():  # small factors (module doc)
         M, pivots, unsolved = _nnls.solve_gram(
             dual.gram, dual.lift((Q @ Xt).T), passive, PIVOT_ROUNDS
         )

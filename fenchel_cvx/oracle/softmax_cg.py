@@ -34,7 +34,7 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
 from ..losses import softmax
-from ..threads import controller, limit_threads
+from ..threads import controller, one_blas_thread
 
 if TYPE_CHECKING:
     from ..blocks import WLast
@@ -76,7 +76,7 @@ class SoftmaxCG:
         """``-H^{-1} g`` at ``W`` by preconditioned CG to a relative residual
         ``min(0.1, ||g||)`` on one BLAS thread (the module doc); returns
         ``(D, CG iterations)``."""
-        with limit_threads({"numpy": 1, "scipy": 1}, self._pools):
+        with one_blas_thread(self._pools):
             return self._cg(W, g)
 
     def _cg(self, W, g):
