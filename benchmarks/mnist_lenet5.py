@@ -40,6 +40,10 @@ seeds (initial weights and batch order) and reports each figure's mean over them
 an accuracy: their median), with the spread (max - min) of the final test accuracy. A method of
 ``--methods`` may carry its own launch (``NAME:tT``, ``NAME:rP``, ``NAME:rPtT``: threads, ranks;
 Adam on ranks is PyTorch DDP), and each FLN launch is set against the fastest Adam launch.
+``--group gloo`` or ``--group nccl`` trains FLN (of one rank) through a ``torch.distributed``
+process group of that one process (``parallel.one_rank_group``: gloo, or NCCL on the GPU of
+``--device torch``) instead of the no-op communicator of one process: every reduction a
+collective, whose count and seconds per batch are printed, the communicator's own cost.
 
     python benchmarks/mnist_lenet5.py                     # full MNIST, 20 epochs
     python benchmarks/mnist_lenet5.py --dataset cifar10 --data-dir DIR   # CIFAR-10, 80 epochs
@@ -47,6 +51,7 @@ Adam on ranks is PyTorch DDP), and each FLN launch is set against the fastest Ad
     python benchmarks/mnist_lenet5.py --seeds 3 --threads 1 --jobs 2   # mean and spread of 3 seeds
     python benchmarks/mnist_lenet5.py --epochs 2 --seeds 3 \
         --methods fln:r2t1,fln:t1,adam:t1,adam:t2,adam:r2t1   # every launch on 2 cores, one run
+    python benchmarks/mnist_lenet5.py --device torch --methods fln --epochs 1 --group nccl
 """
 
 import argparse
@@ -142,8 +147,10 @@ def parse_args(argv=None):
         "weight change |W - W_init| / |W_init| (diagnostics, untimed; 0: off)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    flags.add_group_flag(p)
     args = p.parse_args(argv)
     flags.check_run_flags(p, args)
+    flags.check_group(p, args)
     data.check_data_flags(p, args)
     if args.train_eval < 0:
         p.error(f"--train-eval must be >= 0, got {args.train_eval}")

@@ -10,7 +10,10 @@ the driver's certificate is the whole batch's. This module starts the ranks:
   127.0.0.1): this process is rank 0 and returns its result, the others are spawned;
   :class:`Ranks` keeps such processes for several runs (a warm-up, then the timed run);
 - :func:`comm_from_environment` joins the ranks that ``torchrun`` started (its environment
-  variables ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), across machines too.
+  variables ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), across machines too;
+- :func:`one_rank_group` makes a process group of this process alone (gloo, or NCCL on a GPU),
+  whose communicator takes every reduction through ``torch.distributed``: the collectives'
+  own cost on one device, against ``comm=None``'s, which takes none.
 
 Each rank runs ``threads`` threads (default: this machine's cores divided by the ranks).
 Needs PyTorch (``torch.distributed``); the oracle backend runs on one process (it has Dask).
@@ -29,7 +32,14 @@ from typing import Any
 
 from .validation import COUNT, check
 
-__all__ = ["Ranks", "comm_from_environment", "fit_on_ranks", "ranks_for", "threads_per_rank"]
+__all__ = [
+    "Ranks",
+    "comm_from_environment",
+    "fit_on_ranks",
+    "one_rank_group",
+    "ranks_for",
+    "threads_per_rank",
+]
 
 #: how long a rank waits in one collective for the others before it stops with an error
 TIMEOUT = timedelta(minutes=10)
@@ -70,6 +80,48 @@ def comm_from_environment(backend: str = "gloo") -> Any:
     from .fast.torch_comm import TorchComm
 
     return TorchComm()
+
+
+#: the backends of a process group of one rank (``one_rank_group``)
+GROUP_BACKENDS = ("gloo", "nccl")
+
+
+@contextlib.contextmanager
+def one_rank_group(backend: str = "gloo"):
+    """A context manager: a ``torch.distributed`` process group of this process alone (rank 0
+    of 1) on ``backend`` (``"gloo"``, host buffers; ``"nccl"``, buffers on the current CUDA
+    device), and its ``TorchComm``; the group is destroyed on exit. ``fit_bcd(comm=...)``
+    through it trains as with ``comm=None`` (one rank holds every column), but every
+    reduction is a collective of the group.
+
+    >>> with one_rank_group("gloo") as comm:  # doctest: +SKIP
+    ...     result = fit_bcd(net, X, Y, backend="fast", comm=comm)
+    """
+    if backend not in GROUP_BACKENDS:
+        raise ValueError(f"backend must be one of {GROUP_BACKENDS}, got {backend!r}")
+    dist = _torch_distributed()
+    if dist.is_initialized():
+        raise ValueError(
+            f"one_rank_group makes its own process group, but one is initialised already "
+            f"({dist.get_backend()}, {dist.get_world_size()} ranks)"
+        )
+    if backend == "nccl":
+        import torch
+
+        if not (dist.is_nccl_available() and torch.cuda.is_available()):
+            raise ValueError(
+                "backend 'nccl' needs a PyTorch built with NCCL and a CUDA GPU, got "
+                f"NCCL {'available' if dist.is_nccl_available() else 'unavailable'}, "
+                f"{torch.cuda.device_count()} CUDA device(s)"
+            )
+    from .fast.torch_comm import TorchComm
+
+    # (a store in this process: a group of one rank needs no rendezvous, nor a port)
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=TIMEOUT)
+    try:
+        yield TorchComm()
+    finally:
+        dist.destroy_process_group()
 
 
 def _free_port() -> int:

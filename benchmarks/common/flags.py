@@ -267,6 +267,37 @@ def check_compile(p, args):
         )
 
 
+def add_group_flag(p):
+    """``--group``: FLN of one rank through a process group of one process (``check_group``)."""
+    p.add_argument(
+        "--group",
+        default=None,
+        help="train FLN (one rank) through a torch.distributed process group of this one "
+        "process on gloo or nccl (fenchel_cvx.parallel.one_rank_group: every reduction a "
+        "collective) instead of the no-op communicator; nccl with --device torch. Default: none",
+    )
+
+
+def check_group(p, args):
+    """``p.error`` naming the flag: a ``--group`` other than gloo and nccl, NCCL off the GPU's
+    tensors (``--device torch``), a group off NumPy or PyTorch arrays (``--device cupy``), or a
+    group beside FLN's own ranks (a launch ``fln:rP``, ``--nproc``)."""
+    if args.group is None:
+        return
+    from fenchel_cvx.parallel import GROUP_BACKENDS
+
+    if args.group not in GROUP_BACKENDS:
+        p.error(f"--group must be one of {', '.join(GROUP_BACKENDS)}, got {args.group!r}")
+    device = getattr(args, "device", "cpu")
+    if args.group == "nccl" and device != "torch":
+        p.error(f"--group nccl moves CUDA tensors: it needs --device torch, got --device {device}")
+    if device == "cupy":
+        p.error("--group reduces NumPy arrays or PyTorch tensors, got --device cupy")
+    ranked = [label for label, (m, nproc, _) in args.launches.items() if m == "fln" and nproc > 1]
+    if ranked:
+        p.error(f"--group trains FLN on one rank, got --methods {','.join(ranked)} (ranks)")
+
+
 def per_layer(n, name, integers=False):
     """The parser of a flag with 1 or ``n`` comma-separated values (one: the same for all):
     finite numbers >= 0, or ``integers`` >= 1."""

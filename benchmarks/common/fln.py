@@ -7,10 +7,15 @@ over the run (``certificate_summary``) and the host reads of one unchecked batch
 On P ranks (``--nproc P`` or a launch ``fln:rP``, P > 1) FLN trains on P ranks of this machine
 (``parallel.Ranks``: started, and their kernels compiled by the warm-up, before the clock; each
 run's data reaches the ranks within it, through shared memory: ``rank_arrays``), timed on rank 0,
-this process.
+this process. With ``--group gloo|nccl`` (one rank) it trains through a process group of this
+process alone (``parallel.one_rank_group``), every reduction a collective: their count and
+seconds per batch are printed and returned (``group_gathers_per_batch``,
+``group_ms_per_batch``).
 """
 
+import contextlib
 import copy
+import functools
 import shutil
 import subprocess
 import sys
@@ -18,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from fenchel_cvx.parallel import ranks_for
+from fenchel_cvx.fast.torch_comm import CLOCK
+from fenchel_cvx.parallel import one_rank_group, ranks_for
 
 
 def fln_backend(args, **options):
@@ -136,14 +142,19 @@ def train_fln(
         )
     if reads is not None:
         print(f"  fln: {reads_text(reads.total, reads.by_function())}", flush=True)
-    with ranks_for(getattr(args, "nproc", 1), args.threads) as ranks:
+    group = getattr(args, "group", None)
+    with ranks_for(getattr(args, "nproc", 1), args.threads) as ranks, _group(group) as comm:
         fit = fit_bcd if ranks is None else ranks.fit
+        if comm is not None:  # (one rank, through its process group)
+            fit = functools.partial(fit_bcd, comm=comm)
         compile_s = (
             warm_up(args, net, X, Y, backend, sync, fit) if backend.kernels.compiled else None
         )
         sync()
+        gathers, gather_s = CLOCK.gathers, CLOCK.seconds
         state["t0"] = time.perf_counter()
         hist = _timed(fit, args, net, X, Y, backend, callback)
+        gathers, gather_s = CLOCK.gathers - gathers, CLOCK.seconds - gather_s
     cert = certificate_summary(hist)
     out = dict(
         initial_test_accuracy=acc0,
@@ -155,12 +166,29 @@ def train_fln(
         compile_seconds=compile_s,
         host_reads_per_batch=None if reads is None else reads.total,
         host_reads_by_source=None if reads is None else reads.by_function(),
+        round_seconds=[r["seconds"] for r in hist],  # (each round's, on the host's clock)
     )
+    if group is not None:
+        batches_run = len(hist.records)
+        out["group"] = group
+        out["group_gathers_per_batch"] = gathers / batches_run
+        out["group_ms_per_batch"] = 1e3 * gather_s / batches_run
+        print(
+            f"  fln through a one-rank {group} group: {gathers / batches_run:.1f} collectives "
+            f"a batch, {1e3 * gather_s / batches_run:.2f} ms a batch in them",
+            flush=True,
+        )
     if epoch_report is not None:
         out["epoch_reports"] = state["reports"]
     if relaxation:
         out["relaxation"] = relaxation_log(hist)
     return out
+
+
+def _group(backend):
+    """A context manager: the communicator of a process group of this process alone on
+    ``backend`` (``parallel.one_rank_group``), or None where ``backend`` is None."""
+    return contextlib.nullcontext() if backend is None else one_rank_group(backend)
 
 
 def _timed(fit, args, net, X, Y, backend, callback):

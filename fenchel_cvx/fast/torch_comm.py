@@ -11,7 +11,8 @@ which a library's all-reduce adds them.
 One collective per decision: a ``reduce`` packs all its values (each rank's figures have the
 same shapes and dtypes) into one byte buffer with a header naming the figures, and gathers
 them in one ``all_gather``; ranks that reduce different figures at once fail by name. The
-buffers travel on the CPU; arrays of NumPy, or torch tensors, whose results come back in the
+buffers travel on the CPU, or on the current CUDA device where the group is NCCL's (which
+moves CUDA tensors alone); arrays of NumPy, or torch tensors, whose results come back in the
 library they came from. Where every rank runs on this host, a gather of up to
 ``host_memory.SLOT`` bytes goes through shared memory (``host_memory.py``: some microseconds,
 where gloo's TCP takes 0.4-5 ms on a busy machine); else, and for larger ones, through the
@@ -79,6 +80,9 @@ class TorchComm(_Moves):
         self.torch, self.dist, self.group = torch, dist, group
         self.split = _check_split(split)
         self.P, self.rank = dist.get_world_size(group), dist.get_rank(group)
+        # the buffers' device: NCCL moves CUDA tensors alone (gloo, and a "cpu:gloo,..." pair: host)
+        nccl = dist.get_backend(group) == dist.Backend.NCCL
+        self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else None
         self.host: host_memory.HostMemory | None = None
         if shared_memory and self.P > 1:
             self.host = host_memory.join(self._gather_bytes, self.P, self.rank)
@@ -144,17 +148,17 @@ class TorchComm(_Moves):
         torch = self.torch
         if self.host is not None and size <= self.host.slot:  # (size: every rank's alike)
             return self.host.gather(data)
-        buf = torch.zeros(size, dtype=torch.uint8)
+        buf = torch.zeros(size, dtype=torch.uint8, device=self.device)
         if data:
             buf[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        out = [torch.empty(size, dtype=torch.uint8) for _ in range(self.P)]
+        out = [torch.empty(size, dtype=torch.uint8, device=self.device) for _ in range(self.P)]
         try:
             self.dist.all_gather(out, buf, group=self.group)
         except RuntimeError as err:
             raise CollectiveError(
                 f"rank {self.rank}: a collective of {self.P} ranks did not complete ({err})"
             ) from err
-        return [bytes(t.numpy()) for t in out]
+        return [bytes(t.cpu().numpy()) for t in out]
 
     def _host(self, value: Any) -> np.ndarray:
         """``value`` as a NumPy array on the host (a number: a 0-d array of its type)."""
@@ -164,12 +168,24 @@ class TorchComm(_Moves):
 
     def _back(self, total: np.ndarray, like: Any) -> Any:
         """A combined figure in the form of the value it came from: a Python number, a NumPy
-        array, or a tensor on the value's device."""
+        array, or a tensor on the value's device; an array of the value's shape in the value's
+        memory layout (a transposed gradient stays transposed: the products it enters, and so
+        their round-off, are those of the one-process run)."""
+        same = tuple(total.shape) == tuple(getattr(like, "shape", ()))
         if isinstance(like, self.torch.Tensor):
-            return self.torch.from_numpy(np.ascontiguousarray(total)).to(like.device)
+            host = self.torch.from_numpy(np.ascontiguousarray(total).reshape(total.shape))
+            if not same:  # (another rank's part of an all_gather)
+                return host.to(like.device)
+            return self.torch.empty_like(like, dtype=host.dtype).copy_(host)
         if isinstance(like, (bool, int, float)):
             return type(like)(total)
-        return total[()] if isinstance(like, np.generic) else total
+        if isinstance(like, np.generic):
+            return total[()]
+        if not same or total.ndim == 0:
+            return total
+        out = np.empty_like(like, dtype=total.dtype)  # (order "K": the value's layout)
+        out[...] = total
+        return out
 
 
 def _digest(ops: list[str], arrays: list[np.ndarray]) -> bytes:
