@@ -49,13 +49,17 @@ class Backend(Protocol):
     ``name`` names it in the history; ``tol`` is the accuracy asked of it (None: none, the
     certificate's own); ``threads`` its thread budget over a run (None: leave the pools alone);
     ``images``: whether its ``solve`` takes the start's image and hands back the argmin's (the
-    keywords ``image`` and ``return_image``; the driver passes them only where True).
+    keywords ``image`` and ``return_image``; the driver passes them only where True);
+    ``check_threads``: the threads on which the driver forms a block's figures on a checked
+    round (``column_threads``: the image's columns split between them), cores the backend
+    leaves idle while the driver checks.
     """
 
     name: str
     tol: Any
     threads: Any
     images: bool
+    check_threads: int
 
     def solve(self, block: Block, start: Array | None = None) -> BlockResult:
         """The block's argmin from ``start``: a ``blocks.BlockResult``. Neither ``start`` nor the
@@ -94,12 +98,13 @@ class _ClassName:
 class BackendDefaults:
     """Every method of :class:`Backend` but ``solve``, with its default: no settings, no step
     cap, nothing to check, reuse or compile; ``tol`` and ``threads`` None; no images taken or
-    handed back; ``name`` the class's."""
+    handed back; the checks on one thread; ``name`` the class's."""
 
     name: Any = _ClassName()
     tol: Any = None
     threads: Any = None
     images: bool = False
+    check_threads: int = 1
 
     def check_network(self, net: LiftedNetwork) -> None:
         return None
@@ -135,13 +140,14 @@ def _nothing() -> None:
 class _Adapted(BackendDefaults):
     """A backend object that does not implement all of :class:`Backend`: its own methods where
     it has them (callable), the defaults of :class:`BackendDefaults` elsewhere; its own
-    ``name``, ``tol`` and ``threads`` where it has them."""
+    ``name``, ``tol``, ``threads`` and ``check_threads`` where it has them."""
 
     def __init__(self, inner):
         self.inner = inner
         self.name = getattr(inner, "name", type(inner).__name__)
         self.tol, self.threads = getattr(inner, "tol", None), getattr(inner, "threads", None)
         self.images = bool(getattr(inner, "images", False)) and takes_images(inner.solve)
+        self.check_threads = int(getattr(inner, "check_threads", 1))
         for method in METHODS:
             own = getattr(inner, method, None)
             if callable(own):

@@ -14,13 +14,15 @@ reads are not cheap (a GPU) an unchecked round defers the argmin checks to one r
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from array_api_compat import array_namespace
 
 from .arrays import Array, cheap_reads
-from .blocks import Block, BlockResult, kkt_residual
+from .blocks import Block, BlockResult
 from .certificate import Certificate, argmin_usable
+from .column_threads import figures, over_columns
 from .errors import SolverError
 from .reduce import LOCAL, Comm
 
@@ -54,7 +56,7 @@ class CheckedSolves:
         comm: Comm = LOCAL,
     ) -> None:
         self.backend, self.net, self.cert, self.check = backend, net, cert, check
-        self.comm = comm
+        self.comm, self.threads = comm, backend.check_threads
         self.blocks: list[dict[str, Any]] = []
         # an unchecked round where reads are not cheap (a GPU) reads its blocks' argmin checks
         # at once, at its end (``settle``): (name, block, argmin, start, its slot, the check's
@@ -83,9 +85,10 @@ class CheckedSolves:
         None (and where the solver failed)."""
         images = dict(image=image, return_image=return_image) if self.backend.images else {}
         before: float | None
+        threads = self.threads
         if self.check:
-            image = block.forward(current) if image is None else image
-            before = float(block.value_over(current, image, self.comm))
+            at_start = figures(block, current, image, threads, residual=False, comm=self.comm)
+            image, before = at_start.image, at_start.value
         else:
             before = image = None
         t0 = time.perf_counter()
@@ -117,8 +120,9 @@ class CheckedSolves:
         # checked round (check_every) its KKT residual is recomputed here from the point itself;
         # the rounds between check the point and the status only, and their records say so
         usable = self._argmin_check(name, block, Z, current, slot)
-        image_Z = block.forward(Z) if usable and self.check else None
-        residual = kkt_residual(block, Z, image_Z, self.comm) if image_Z is not None else None
+        found = figures(block, Z, None, threads, comm=self.comm) if usable and self.check else None
+        image_Z = None if found is None else found.image
+        residual = None if found is None else found.residual
         record = dict(
             block=name,
             kind=block.kind,
@@ -138,12 +142,17 @@ class CheckedSolves:
             raise Halt(name)
         self.cert.check_block(name, res, residual, capped=capped(self.backend, block, res))
         after = float(res.value)  # the backend's value; the descent check recomputes it
-        if self.check:
-            after = float(block.value_over(Z, image_Z, self.comm))
+        if found is not None:
+            after = found.value
             self.cert.check_descent(name, before, after, scale)
         record["value_after"] = after
         self.blocks.append(record)
         return Z, 0.0 if before is None else after - before, res.U, image_Z
+
+    def over_columns(self, fn: Callable[..., Any], *arrays: Any) -> Any:
+        """``fn(*arrays, comm)``, a figure over the batch's data points, on the backend's
+        ``check_threads`` column shares (``column_threads.over_columns``)."""
+        return over_columns(fn, *arrays, threads=self.threads, comm=self.comm)
 
     def _argmin_check(self, name, block, Z, current, slot):
         """The certificate's argmin check (finite, in the block's domain), read at once, or

@@ -71,15 +71,22 @@ def kkt_residual(block: Block, Z: Array, U: Array | None = None, comm: Comm = LO
     ``comm``: the ranks that hold the block's data points (``reduce.py``; one process: none):
     the residual of the whole block (:meth:`Block.summed`, :meth:`Block.maxima`).
     """
-    xp = array_namespace(Z)
     parts = block.grad_parts(Z) if U is None else block.grad_parts_with_forward(Z, U)
-    parts = block.summed(parts, comm)
+    return residual_and_scale(block, Z, block.summed(parts, comm), comm)[0]
+
+
+def residual_and_scale(
+    block: Block, Z: Array, parts: Sequence[Array], comm: Comm = LOCAL
+) -> tuple[float, float]:
+    """``(kkt_residual, 1 + max_i ||g_i||_inf)`` at Z from the whole block's gradient terms
+    ``parts`` (:meth:`Block.summed`): the residual and its scale."""
+    xp = array_namespace(Z)
     figures = [xp.max(residual_elements(xp, Z, parts, block.project)), *part_maxima(xp, parts)]
     r, *maxima = (float(f) for f in block.maxima(figures, comm))
-    scale = max(maxima)
+    scale = 1.0 + max(maxima)
     if not (math.isfinite(r) and math.isfinite(scale)):
-        return math.inf  # e.g. sigmoid at a range end: phi^{-1}(0) = -inf, certainly not optimal
-    return r / (1.0 + scale)
+        return math.inf, scale  # e.g. sigmoid at a range end: phi^{-1}(0) = -inf, not optimal
+    return r / scale, scale
 
 
 def natural_residual(block: Block, Z: Array, U: Array | None = None) -> tuple[Array, float]:
@@ -139,6 +146,24 @@ class Block:
     @placeholder
     def restrict(self, index: Array) -> Block:
         """The block of the pieces ``index`` (along ``piece_axis``) alone."""
+        raise NotImplementedError
+
+    @placeholder
+    def columns(self, index: slice) -> Block:
+        """The block of the columns ``index`` of its image (:meth:`forward`) alone: the terms of
+        those data points (a convolution's W-block: of those patches), whose figures add and
+        take maxima over the columns (``column_threads``). An X-block's are its pieces; a
+        W-block keeps W, its regulariser and ``W0`` whole."""
+        raise NotImplementedError
+
+    @placeholder
+    def variable_columns(self, Z: Array, index: slice) -> Array:
+        """``Z``'s part in :meth:`columns` ``(index)``: an X-block's columns, a W-block's W."""
+        raise NotImplementedError
+
+    @property
+    def n_columns(self) -> int:
+        """The columns of the block's image (:meth:`columns` takes a share of them)."""
         raise NotImplementedError
 
     @placeholder
@@ -204,6 +229,8 @@ class Block:
 #: the facts every block class gives (``Block``'s placeholders stand for them)
 BLOCK_FACTS = (
     "restrict",
+    "columns",
+    "variable_columns",
     "forward",
     "value_with_forward",
     "grad_parts_with_forward",
@@ -242,6 +269,17 @@ class XBlock(Block):
     def forward(self, Z: Array) -> Array:
         """``A(W, Z)``, the pre-activation of the layer that Z feeds."""
         return self.map.forward(self.W, Z)
+
+    # an image's columns are the data points, each its own piece
+    def columns(self, index: slice) -> Block:
+        return self.restrict(index)
+
+    def variable_columns(self, Z: Array, index: slice) -> Array:
+        return Z[:, index]
+
+    @property
+    def n_columns(self) -> int:
+        return int(self.U_prev.shape[1])
 
     def adjoint(self, G: Array) -> Array:
         """``A(W, .)^T G``."""
@@ -370,6 +408,13 @@ class WBlock(Block):
         """``W X~``, the rows of the layer's pre-activation."""
         return W @ self.Xt
 
+    def variable_columns(self, W: Array, index: slice) -> Array:
+        return W
+
+    @property
+    def n_columns(self) -> int:
+        return int(self.Xt.shape[1])
+
     def _W0_rows(self, index: Array) -> Array | None:
         return None if self.W0 is None else self.W0[index]
 
@@ -435,6 +480,9 @@ class WHidden(WBlock):
     def restrict(self, index: Array) -> WHidden:
         return replace(self, V=self.V[index], W0=self._W0_rows(index))
 
+    def columns(self, index: slice) -> WHidden:
+        return replace(self, Xt=self.Xt[:, index], V=self.V[:, index])
+
 
 @register_block
 @dataclass
@@ -473,6 +521,9 @@ class WLast(WBlock):
         if self.piece_axis is None:  # one piece: the block itself
             return self
         return replace(self, Y=self.Y[index], W0=self._W0_rows(index))
+
+    def columns(self, index: slice) -> WLast:
+        return replace(self, Xt=self.Xt[:, index], Y=self.Y[:, index])
 
 
 # --- the blocks of a network at its current iterate ------------------------------------------

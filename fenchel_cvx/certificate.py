@@ -163,13 +163,16 @@ class Certificate:
         every ``B_l(X_{l+1}, U_l) >= -tol`` elementwise, ``U_l = W_l X~_l`` (``Us[l]``).
         ``comm``: the ranks that hold shares of the data points (``reduce.py``): every layer's
         figures over all of them, in one reduction."""
-        self.min_divergence = []
-        figures = [_range_and_divergence(act, V, U) for act, V, U in zip(activations, Xs, Us)]
-        if not figures:
-            return
-        reduced = comm.reduce(
-            [f for layer in figures for f in layer], ("max", "max", "min") * len(figures)
+        self.check_fenchel_young_figures(
+            activations, fenchel_young_figures(activations, Xs, Us, comm)
         )
+
+    def check_fenchel_young_figures(
+        self, activations: Sequence[Activation], reduced: Sequence[Any]
+    ) -> None:
+        """Check 1 from its figures over the whole batch (``fenchel_young_figures``), recorded
+        here once (a caller that forms them on several threads: ``column_threads``)."""
+        self.min_divergence = []
         for l, act in enumerate(activations):
             outside, out, bmin = reduced[3 * l : 3 * l + 3]
             if outside:  # (the range check, by its distance)
@@ -284,6 +287,19 @@ class Certificate:
                 self.residual_tol,
                 f"KKT residual {residual:.3g} (recomputed from the argmin) above residual_tol",
             )
+
+
+def fenchel_young_figures(
+    activations: Sequence[Activation], Xs: Sequence[Array], Us: Sequence[Array], comm: Comm = LOCAL
+) -> list:
+    """Check 1's figures, three a layer (outside the range, how far, the least elementwise
+    divergence), over every data point of ``comm``'s ranks in one reduction."""
+    figures = [_range_and_divergence(act, V, U) for act, V, U in zip(activations, Xs, Us)]
+    if not figures:
+        return []
+    return comm.reduce(
+        [f for layer in figures for f in layer], ("max", "max", "min") * len(figures)
+    )
 
 
 def _range_and_divergence(act: Activation, V: Array, U: Array) -> tuple[float, float, float]:

@@ -8,14 +8,17 @@ accuracy of its arg-max. ``fit_bcd(eval_every=k)`` sets how often (:func:`evalua
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .arrays import Array, namespace
+from .column_threads import over_columns
 
 if TYPE_CHECKING:
     from .network import LiftedNetwork
+    from .reduce import Comm
     from .schedule import Step
 
 
@@ -38,17 +41,32 @@ def is_one_hot(Y: Array) -> bool:
 
 
 def evaluate(
-    net: LiftedNetwork, X0: Array, Y: Array, classification: bool | None = None
+    net: LiftedNetwork,
+    X0: Array,
+    Y: Array,
+    classification: bool | None = None,
+    threads: int = 1,
 ) -> tuple[float, float | None]:
-    """Feed-forward ``(loss per data point, accuracy or None)`` of ``net`` on ``(X0, Y)``."""
+    """Feed-forward ``(loss per data point, accuracy or None)`` of ``net`` on ``(X0, Y)``, on
+    ``threads`` shares of the data points, a thread each (``column_threads.over_columns``)."""
     if classification is None:
         classification = is_one_hot(Y)
+    loss, correct = over_columns(functools.partial(_totals, net), X0, Y, threads=threads)
+    m = Y.shape[1]
+    return float(loss) / m, float(correct) / m if classification else None
+
+
+def _totals(net: LiftedNetwork, X0: Array, Y: Array, comm: Comm) -> list:
+    """The feed-forward loss and the count of arg-max hits, summed over the data points."""
     Yhat = net.forward(X0)[1]
-    loss = float(net.loss.value(Y, Yhat)) / Y.shape[1]
     xp = namespace(Yhat)
-    correct = xp.argmax(Yhat, axis=0) == xp.argmax(Y, axis=0)
-    acc = float(xp.mean(xp.astype(correct, Yhat.dtype))) if classification else None
-    return loss, acc
+    hits = xp.sum(xp.astype(xp.argmax(Yhat, axis=0) == xp.argmax(Y, axis=0), Yhat.dtype))
+    return comm.reduce([net.loss.value(Y, Yhat), hits], "sum")
+
+
+def _network_objective(net: LiftedNetwork, X0: Array, Y: Array, comm: Comm) -> float:
+    """J(W) on the data points ``X0`` (``comm``: the whole data's)."""
+    return net.network_objective(X0, Y, checked=False, comm=comm)
 
 
 def evaluator(
@@ -58,15 +76,17 @@ def evaluator(
     Y_test: Array | None,
     classification: bool,
     eval_every: int | None,
+    threads: int = 1,
 ) -> Callable[[LiftedNetwork, Step], dict[str, Any]]:
     """The train and test evaluation of a round (every ``eval_every`` rounds and at the end of
-    every epoch; never for ``eval_every=None``): ``evaluate_round(net, step)``, a dict."""
+    every epoch; never for ``eval_every=None``), on ``threads`` shares of the data points:
+    ``evaluate_round(net, step)``, a dict."""
 
     def evaluate_round(net: LiftedNetwork, step: Step) -> dict[str, Any]:
         due = eval_every is not None and (step.iteration % eval_every == 0 or step.end_of_epoch)
-        tr = evaluate(net, X0, Y, classification) if due else (None, None)
+        tr = evaluate(net, X0, Y, classification, threads) if due else (None, None)
         te = (
-            evaluate(net, X_test, Y_test, classification)
+            evaluate(net, X_test, Y_test, classification, threads)
             if due and X_test is not None
             else (None, None)
         )
@@ -82,12 +102,20 @@ def initial_figures(
     X_test: Array | None,
     Y_test: Array | None,
     classification: bool,
+    threads: int = 1,
 ) -> dict[str, Any]:
-    """The feed-forward figures before the first round (the history's ``config.initial``)."""
-    tr = evaluate(net, X0, Y, classification)
-    te = evaluate(net, X_test, Y_test, classification) if X_test is not None else (None, None)
+    """The feed-forward figures before the first round (the history's ``config.initial``), on
+    ``threads`` shares of the data points."""
+    tr = evaluate(net, X0, Y, classification, threads)
+    te = (
+        evaluate(net, X_test, Y_test, classification, threads)
+        if X_test is not None
+        else (None, None)
+    )
     return dict(
-        network_objective=net.network_objective(X0, Y, checked=False),
+        network_objective=over_columns(
+            functools.partial(_network_objective, net), X0, Y, threads=threads
+        ),
         train_loss=tr[0],
         train_accuracy=tr[1],
         test_loss=te[0],
@@ -103,6 +131,12 @@ def history_config(net, settings) -> dict:
     if settings.eval_every is not None:
         (X_test, Y_test), classification = settings.test, config["task"] == "classification"
         config["initial"] = initial_figures(
-            net, settings.data.X0, settings.data.Y, X_test, Y_test, classification
+            net,
+            settings.data.X0,
+            settings.data.Y,
+            X_test,
+            Y_test,
+            classification,
+            settings.backend.check_threads,
         )
     return config

@@ -219,11 +219,12 @@ class SimulatedComm:
     [[2.0, 3.0], [2.0, 3.0], [2.0, 3.0]]
     """
 
-    def __init__(self, P: int, timeout: float = 60.0, split: str = "columns") -> None:
+    def __init__(self, P: int, timeout: float | None = 60.0, split: str = "columns") -> None:
         if not (isinstance(P, int) and P >= 1):
             raise ValueError(f"P must be an integer >= 1, got {P!r}")
         self.P, self.split = P, _check_split(split)
         # a shard that waits this long for the others stops the run: they took another path
+        # (None: no limit, for shards that run the same code on shares of one size)
         self._barrier = threading.Barrier(P, timeout=timeout)
         self._parts: list[Any] = [None] * P
         self._finished: list[bool] = [False] * P

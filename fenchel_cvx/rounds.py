@@ -27,6 +27,7 @@ from array_api_compat import array_namespace
 from .arrays import Array
 from .block_checks import CheckedSolves, Halt
 from .blocks import w_block, x_block
+from .certificate import fenchel_young_figures
 from .pre_activations import PreActivations
 
 if TYPE_CHECKING:
@@ -101,13 +102,11 @@ class Round(CheckedSolves):
         new_x = self.step.new_x
         if self.check or not new_x:  # J from the driver's own pass where it made one (new X)
             pre.form(0, X0)  # (X_1's and W_0's blocks' too)
-            self.J = net.network_objective(
-                X0, Y, checked=False, known=pre.on_pass(), comm=self.comm
-            )
+            self.J = self.over_columns(self._network_objective, X0, Y, pre.on_pass())
             if new_x:
                 self.F = self.J
             else:
-                B0 = net.divergences(X0, self.Xs, pre.on_pass()[:1], self.comm)
+                B0 = self.over_columns(self._divergences, X0, self.Xs, pre.on_pass()[:1])
                 self.F = net.lifted_objective(X0, Y, self.Xs, checked=False, B=B0, comm=self.comm)
             if self.F > self.J:  # the restart rule (carried-over X only: new X have F == J)
                 self.feed_forward()
@@ -175,9 +174,8 @@ class Round(CheckedSolves):
         if not self.check:
             return
         X0, Xs, X = self.X0, self.Xs, self.X
-        self.B_x = self.net.divergences(
-            X0, Xs, [self.pre.form(l, X[l]) for l in range(self.net.n_hidden)], self.comm
-        )
+        Us = [self.pre.form(l, X[l]) for l in range(self.net.n_hidden)]
+        self.B_x = self.over_columns(self._divergences, X0, Xs, Us)
         F_x = self.net.lifted_objective(X0, self.Y, Xs, checked=False, B=self.B_x, comm=self.comm)
         self.cert.check_lower_bound(F_x, self.J)
         self.F_x, self.F = F_x, F_x + self.proximal_term()
@@ -188,15 +186,25 @@ class Round(CheckedSolves):
             return
         net, X0, Xs, X = self.net, self.X0, self.Xs, self.X
         Us_w = [self.pre.form(l, X[l]) for l in range(net.n_hidden)]
-        self.cert.check_fenchel_young(net.activations, Xs, Us_w, self.comm)
-        B_w = net.divergences(X0, Xs, Us_w, self.comm)
+        young = self.over_columns(self._fenchel_young_figures, Xs, Us_w)
+        self.cert.check_fenchel_young_figures(net.activations, young)
+        B_w = self.over_columns(self._divergences, X0, Xs, Us_w)
         self.after_w = dict(
             lifted_w=net.lifted_objective(X0, self.Y, Xs, checked=False, B=B_w, comm=self.comm),
-            network_w=net.network_objective(
-                X0, self.Y, checked=False, known=Us_w[:1], comm=self.comm
-            ),
+            network_w=self.over_columns(self._network_objective, X0, self.Y, Us_w[:1]),
             divergence_w=B_w,
         )
+
+    # the figures over the data points that ``over_columns`` splits: J(W) from the known
+    # pre-activations, the layers' divergences, the Fenchel-Young check's figures
+    def _network_objective(self, X0: Array, Y: Array, known: list, comm: Any) -> float:
+        return self.net.network_objective(X0, Y, checked=False, known=known, comm=comm)
+
+    def _divergences(self, X0: Array, Xs: list, Us: list, comm: Any) -> list[float]:
+        return self.net.divergences(X0, Xs, Us, comm)
+
+    def _fenchel_young_figures(self, Xs: list[Array], Us: list[Array], comm: Any) -> list:
+        return fenchel_young_figures(self.net.activations, Xs, Us, comm)
 
     @contextlib.contextmanager
     def recorded(self) -> Iterator[None]:

@@ -326,7 +326,7 @@ def validate_run(net: LiftedNetwork, X0: Array, Y: Array, args: Mapping[str, Any
         certificate_of(backend, strict, args["tol"]),
         args["gamma"],
         args["check_every"],
-        evaluator(X0, Y, X_test, Y_test, classification, eval_every),
+        evaluator(X0, Y, X_test, Y_test, classification, eval_every, backend.check_threads),
         config,
         (X_test, Y_test),
         args["eval_every"],

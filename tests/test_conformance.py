@@ -55,7 +55,9 @@ A block class (``blocks.BLOCKS``: the four blocks of the paper's Sec. 4.5), on i
   onto that domain (idempotent, the variational inequality of a projection);
 - the KKT residual is at most 1e-6 at the oracle's argmin and not at a random point;
 - its pieces (``restrict`` along ``piece_axis``) add up to the block, and its whole-block figures
-  on one process (``value_over``, ``summed``) are its own.
+  on one process (``value_over``, ``summed``) are its own;
+- its figures on shares of its image's columns (``columns``), a thread each
+  (``column_threads.figures``), are its own, to round-off.
 
 A faulty block class registered in this file is caught; one that lacks a fact is refused.
 
@@ -82,7 +84,7 @@ from array_api_compat import array_namespace
 
 import registry_params
 from conftest import fd_grad
-from fenchel_cvx import LiftedNetwork
+from fenchel_cvx import LiftedNetwork, column_threads
 from fenchel_cvx.activations import (
     ACTIVATIONS,
     Activation,
@@ -921,11 +923,25 @@ def pieces_and_shares_add_up_to_the_block(kind):
     assert total == pytest.approx(float(block.value(Z)), rel=1e-12), kind
 
 
+def figures_on_column_threads_are_the_blocks(kind):
+    """``columns`` shares of the image's columns, on threads (``column_threads.figures``): the
+    one-thread image, value and KKT residual, to round-off."""
+    block = BLOCKS[kind].example()
+    Z = block_point(block, 7)
+    one = column_threads.figures(block, Z)
+    for threads in (2, 3):
+        many = column_threads.figures(block, Z, threads=threads, min_columns=1)
+        np.testing.assert_allclose(many.image, one.image, rtol=1e-13, atol=0)
+        assert many.value == pytest.approx(one.value, rel=1e-12), kind
+        assert many.residual == pytest.approx(one.residual, rel=1e-9, abs=1e-15), kind
+
+
 BLOCK_CHECKS = [
     gradient_is_the_derivative_of_the_value,
     value_is_convex_and_project_is_the_projection,
     kkt_residual_vanishes_at_the_minimiser_alone,
     pieces_and_shares_add_up_to_the_block,
+    figures_on_column_threads_are_the_blocks,
 ]
 
 

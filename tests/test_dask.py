@@ -268,3 +268,33 @@ def test_a_wrong_row_from_a_worker_is_caught_by_the_driver(client, active_route,
     assert found.info["uncertified_rows"] == 2 and found.info["fallback_steps"] > 0
     assert found.certified
     np.testing.assert_allclose(found.argmin, local.argmin, rtol=0, atol=1e-8)
+
+
+def test_a_read_only_data_set_is_digested_once_and_any_other_at_every_call(monkeypatch):
+    """A run's X~_0 (read-only, its own bytes: ``schedule.Batches``) is hashed once while it
+    lives; a writeable array, or a read-only view of writeable bytes, at every call."""
+    hashed = []
+    sha256 = dask_rows.hashlib.sha256
+
+    def counted():
+        hashed.append(1)
+        return sha256()
+
+    monkeypatch.setattr(dask_rows.hashlib, "sha256", counted)
+    A = np.arange(12.0).reshape(3, 4)
+    view = A[:]
+    view.flags.writeable = False
+    for X in (A, view):
+        hashed.clear()
+        assert dask_rows.digest(X) == dask_rows.digest(X) and len(hashed) == 2
+    frozen = A.copy()
+    frozen.flags.writeable = False
+    hashed.clear()
+    assert dask_rows.digest(frozen) == dask_rows.digest(frozen) == dask_rows.digest(A)
+    assert len(hashed) == 2  # frozen once, A once
+    with pytest.raises(ValueError, match="read-only"):
+        frozen[0, 0] = 1.0
+    changed = frozen.copy()
+    changed[0, 0] = 1.0
+    changed.flags.writeable = False
+    assert dask_rows.digest(changed) != dask_rows.digest(frozen)

@@ -43,6 +43,7 @@ import numpy as np
 from ..arrays import Array
 from ..backends import BackendDefaults
 from ..blocks import Block, BlockResult, WBlock, WHidden, WLast, XBlock, XHidden, XLast
+from ..column_threads import figures
 from ..errors import SolverError, SolverInaccurate, SolverInfeasible
 from ..heap import freed_memory_kept, keep_freed_memory
 from ..validation import TOL, check
@@ -463,6 +464,11 @@ class OracleBackend(BackendDefaults):
             if not callable(getattr(client, "submit", None)):
                 raise ValueError(f"client must be a distributed.Client, got {client!r}")
             self.n_jobs = max(1, sum(client.nthreads().values()))
+        # with Dask workers, as many threads as workers (at most this machine's cores) for the
+        # figures that certify a block (``column_threads``): the exact methods' certificates,
+        # the values here and the driver's checks, which run while the workers wait
+        dask = self.n_jobs > 1 or client is not None
+        self.check_threads = min(self.n_jobs, len(os.sched_getaffinity(0))) if dask else 1
 
     def settings(self) -> dict[str, Any]:
         """What decides its solves, as a run's history records them (``fit_bcd``'s config
@@ -547,10 +553,18 @@ class OracleBackend(BackendDefaults):
 
     def _solve_exact(self, block: Block, start: Array | None, t0: float) -> BlockResult:
         info: dict[str, Any] = {"solver": self.solver}
-        found = _exact.attempt(block, start, self.tol, self._rows_on()) if self.exact else None
+        found = None
+        if self.exact:
+            found = _exact.attempt(block, start, self.tol, self._rows_on(), self.check_threads)
         if found is not None and found.certified:
             return self._finish(
-                block, found.argmin, "optimal", found.iterations, found.info, t0, found.residual
+                block,
+                found.argmin,
+                "optimal",
+                found.iterations,
+                found.info,
+                t0,
+                (found.residual, found.value),
             )
         if found is not None:  # the method's certificate failed: the CVXPY template solves it
             info["exact_fallback"] = found.reason
@@ -600,7 +614,7 @@ class OracleBackend(BackendDefaults):
         if self.n_jobs == 1 and self._client is None:
             return None
         if self._worker_rows is None:
-            self._worker_rows = _dask_rows.WorkerRows(self._dask)
+            self._worker_rows = _dask_rows.WorkerRows(self._dask, threads=self.check_threads)
         return self._worker_rows
 
     def _dask(self):
@@ -691,22 +705,22 @@ class OracleBackend(BackendDefaults):
         )
         return [r for chunk in chunks for r in chunk]
 
-    def _finish(self, block, argmin, status, iters, info, t0, residual=None, polish=True):
+    def _finish(self, block, argmin, status, iters, info, t0, certified=None, polish=True):
         """The ``BlockResult`` of ``argmin`` clipped into the block's domain, polished where its
-        KKT residual misses ``tol``; ``residual``: the residual an exact method's certificate
-        computed from ``argmin`` (taken where the clip moved nothing)."""
+        KKT residual misses ``tol``; ``certified``: ``(residual, value)`` an exact method's
+        certificate computed from ``argmin`` (taken where the clip moved nothing)."""
         argmin, info["projected"] = _into_domain(block, argmin)
-        if residual is None or info["projected"]:
-            residual = float(block.kkt_residual(argmin))
+        if certified is None or info["projected"]:
+            certified = self._figures(block, argmin)
+        residual, value = certified
         info["solver_residual"], info["polish_steps"] = residual, 0
         if residual > self.tol and polish and self.polish and status in _REFINABLE:
             argmin, info["polish_steps"] = _polish.polish(block, argmin, POLISH_TARGET * self.tol)
-            residual = float(block.kkt_residual(argmin))
+            residual, value = self._figures(block, argmin)
         if status in _REFINABLE and residual <= self.tol:
             # an inaccurate solver point that the Newton polish finished: its KKT residual is
             # the proof of optimality, whatever the solver said
             info["solver_status"], status = status, "optimal"
-        value = float(block.value(argmin))
         converged = status == "optimal"
         if not math.isfinite(value):
             raise SolverError(block.kind, block.layer, status, f"non-finite block value {value}")
@@ -728,6 +742,11 @@ class OracleBackend(BackendDefaults):
             converged=converged,
             info=info,
         )
+
+    def _figures(self, block, Z):
+        """``(KKT residual, value)`` of ``block`` at ``Z``, on ``check_threads`` threads."""
+        found = figures(block, Z, threads=self.check_threads)
+        return found.residual, found.value
 
 
 @functools.singledispatch

@@ -15,7 +15,8 @@ the push-through identity ``(lam I + U D V)^{-1} = (I - U (lam I + D V U)^{-1} D
 ``K x K`` system per column. Each column backtracks along the projection arc with Armijo's
 rule; near the optimum, where its value is flat to round-off (``exact.VALUE_NOISE``), a step
 is judged by the column's natural residual. The columns go in chunks of ``CHUNK``, whose
-``p x CHUNK`` temporaries stay in the cache. The backend certifies the result by the block's
+``p x CHUNK`` temporaries stay in the cache, on the backend's threads (``column_threads.by_chunks``:
+one a Dask worker, whose core waits meanwhile). The backend certifies the result by the block's
 KKT residual and falls back to the CVXPY template.
 """
 
@@ -25,6 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..blocks import XLast, natural_residual
+from ..column_threads import by_chunks
 from ..losses import softmax
 
 NEWTON_STEPS = 50
@@ -85,18 +87,20 @@ def search(
     return new, ~todo
 
 
-def solve(block: XLast, Z: ArrayLike, target: float, noise: float) -> tuple[np.ndarray, int]:
+def solve(
+    block: XLast, Z: ArrayLike, target: float, noise: float, threads: int = 1
+) -> tuple[np.ndarray, int]:
     """Projected Newton from ``Z`` until ``block.kkt_residual <= target``, ``CHUNK`` columns at
-    a time, each step on the columns still above it; returns ``(Z, steps)`` (the most any
-    chunk took)."""
+    a time on ``threads`` threads, each step on the columns still above it; returns
+    ``(Z, steps)`` (the most any chunk took)."""
     Z = np.array(Z, dtype=float)
-    steps = 0
-    for a in range(0, Z.shape[1], CHUNK):
-        k = slice(a, a + CHUNK)
-        chunk = replace(block, U_prev=block.U_prev[:, k], Y=block.Y[:, k])
-        Z[:, k], s = _solve_columns(chunk, Z[:, k], target, noise)
-        steps = max(steps, s)
-    return Z, steps
+
+    def chunk(k: slice) -> int:
+        part = replace(block, U_prev=block.U_prev[:, k], Y=block.Y[:, k])
+        Z[:, k], steps = _solve_columns(part, Z[:, k], target, noise)
+        return steps
+
+    return Z, max(by_chunks(chunk, Z.shape[1], CHUNK, threads), default=0)
 
 
 def _solve_columns(block, Z, target, noise):

@@ -45,7 +45,8 @@ from numpy.typing import ArrayLike
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from ..activations import LeakyReLU, ReLU
-from ..blocks import Block, WHidden, WLast, XLast, kkt_residual
+from ..blocks import Block, WHidden, WLast, XLast
+from ..column_threads import figures
 from ..losses import MSE, CrossEntropy, softmax
 from . import ce_columns as _ce_columns
 from . import output_dual as _output_dual
@@ -79,6 +80,7 @@ class Exact:
     seconds: float
     info: dict = field(default_factory=dict)  # the method's name and counts
     reason: str = ""  # why not certified ("" when certified)
+    value: float = math.nan  # the block's value at argmin (nan without one)
 
 
 def attempt(
@@ -86,17 +88,25 @@ def attempt(
     start: ArrayLike | None = None,
     tol: float = 1e-7,
     workers: WorkerRows | None = None,
+    threads: int = 1,
 ) -> Exact | None:
     """Solve ``block`` by its exact method and certify it; ``None`` when no method applies.
     ``workers``: a ``dask_rows.WorkerRows`` for the methods that run pieces on Dask workers
-    (``distributed``: the ReLU rows' ``active`` route); the certificate is computed here."""
+    (``distributed``: the ReLU rows' ``active`` route); the certificate is computed here, on
+    ``threads`` column shares (``column_threads``), and so is the block's value; the
+    ``threaded`` methods (the X_L blocks' chunks of columns) take the threads too; the ReLU
+    rows' certificate takes the workers' (``WorkerRows.threads``)."""
     method = method_for(block)
     if method is None:
         return None
     t0 = time.perf_counter()
     start = None if start is None else np.asarray(start, dtype=float)
     try:
-        on = {"workers": workers} if workers is not None and _distributed(method) else {}
+        on: dict[str, Any] = {}
+        if workers is not None and getattr(method, "distributed", False):
+            on["workers"] = workers
+        if threads > 1 and getattr(method, "threaded", False):
+            on["threads"] = threads
         out = method(block, start, TARGET * tol, **on)
     except (LinAlgError, np.linalg.LinAlgError, FloatingPointError) as exc:
         return Exact(
@@ -111,10 +121,16 @@ def attempt(
     if out is None:
         return None
     Z, iterations, info = out
-    residual = float(kkt_residual(block, Z)) if np.all(np.isfinite(Z)) else math.inf
+    residual, value = math.inf, math.nan
+    # a method that formed the block's figures at Z (its own certificate of Z's rows) hands
+    # them over; else they are formed here
+    found = info.pop("figures", None)
+    if found is not None or np.all(np.isfinite(Z)):
+        found = figures(block, Z, threads=threads) if found is None else found
+        residual, value = found.residual, found.value
     ok = residual <= tol
     reason = "" if ok else f"KKT residual {residual:.3g} > tol {tol:.3g} ({info['solver']})"
-    return Exact(Z, residual, ok, iterations, time.perf_counter() - t0, info, reason)
+    return Exact(Z, residual, ok, iterations, time.perf_counter() - t0, info, reason, value)
 
 
 # --- which method solves which block: by type, one registry entry per variant --------------
@@ -140,13 +156,12 @@ def _(block: XLast):
     return METHODS.get((XLast, type(block.loss), type(block.act_in)))
 
 
-def _distributed(method):
-    return getattr(method, "distributed", False)
+def _label(text, distributed=False, threaded=False):
+    """Marks a method with its ``label`` and what it takes besides ``(block, start, target)``:
+    ``workers`` (``distributed``), ``threads`` (``threaded``)."""
 
-
-def _label(text, distributed=False):
     def mark(f):
-        f.label, f.distributed = text, distributed
+        f.label, f.distributed, f.threaded = text, distributed, threaded
         return f
 
     return mark
@@ -326,13 +341,13 @@ def _line_search(block, W, D, f, r, slope):
 
 
 # --- XLast, cross-entropy after a ReLU: projected Newton by column (ce_columns.py) ---------
-@_label("exact: cross-entropy X_L projected Newton")
+@_label("exact: cross-entropy X_L projected Newton", threaded=True)  # chunks on threads
 def ce_relu_columns(
-    block: XLast, start: np.ndarray | None, target: float
+    block: XLast, start: np.ndarray | None, target: float, threads: int = 1
 ) -> tuple[np.ndarray, int, dict[str, Any]]:
     Z = _usable(start, block.U_prev.shape)
     Z = np.maximum(block.U_prev, 0.0) if Z is None else np.maximum(Z, 0.0)  # phi(U): feed-forward
-    Z, steps = _ce_columns.solve(block, Z, target, VALUE_NOISE)
+    Z, steps = _ce_columns.solve(block, Z, target, VALUE_NOISE, threads)
     return (
         Z,
         steps,
@@ -346,14 +361,16 @@ def ce_relu_columns(
 
 
 # --- XLast, MSE after a ReLU: the dual in the output dimension (output_dual.py) ------------
-@_label("exact: MSE X_L dual Newton")
+@_label("exact: MSE X_L dual Newton", threaded=True)  # the columns' chunks on threads
 def mse_relu_dual(
-    block: XLast, start: np.ndarray | None, target: float
+    block: XLast, start: np.ndarray | None, target: float, threads: int = 1
 ) -> tuple[np.ndarray, int, dict[str, Any]]:
     start = _usable(start, block.U_prev.shape)
-    Z, R, steps, unsolved = _output_dual.solve_x_last(block, start)
+    Z, R, steps, unsolved = _output_dual.solve_x_last(block, start, threads=threads)
     W, p = block.dense_W(), Z.shape[0]
-    gap = _output_dual.duality_gap(W[:, :p], W[:, p], block.Y, block.U_prev, block.lam_in, R)
+    gap = _output_dual.duality_gap(
+        W[:, :p], W[:, p], block.Y, block.U_prev, block.lam_in, R, threads
+    )
     return (
         Z,
         steps,

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
+from ..column_threads import Figures, figures
 from ..threads import one_blas_thread
 from . import active_rows as _active_rows
 from . import nnls as _nnls
@@ -146,7 +147,7 @@ def solve(
     """The argmin of the rows; returns ``(W, iterations, info)``. ``noise``: the relative
     round-off of a row's value near its optimum (the line search then judges by the gradient).
     ``workers``: a ``dask_rows.WorkerRows``, on whose Dask workers the ``active`` route's rows
-    run (None: in this process)."""
+    run (None: in this process), and whose ``threads`` form their certificate here."""
     Xt, lam = block.Xt, block.lam
     n, m = Xt.shape
     way = route(n, m, slope)
@@ -203,9 +204,11 @@ def _dual(block, Q, c, start, target, slope, noise):
 
 def _active(block, Q, c, start, target, noise, workers=None):
     """The ``active`` route: ``active_rows`` on every row (on the Dask workers of ``workers``,
-    ``dask_rows.py``), each row certified here by its recomputed gradient, the primal route's
-    Newton steps on the rows that miss it."""
-    shares = 0
+    ``dask_rows.py``), each row certified here by its recomputed gradient (on the workers'
+    ``threads`` column shares, while they wait), the primal route's Newton steps on the rows
+    that miss it. Where none missed, ``info["figures"]`` holds the block's figures at the
+    returned rows."""
+    shares, threads = 0, 1 if workers is None else workers.threads
     if workers is not None:  # the workers start from the ridge point when start is None
         W, reports, shares = workers.solve(block, Q, c, start, target)
     else:
@@ -213,8 +216,8 @@ def _active(block, Q, c, start, target, noise, workers=None):
         if start is None:  # every pre-activation positive (T is formed anyway)
             start = rows.ridge(Q)
         W, reports = _active_rows.solve_rows(rows, Q, start, target)
-    missed, _ = uncertified(block, W, target)
-    fallback = 0
+    missed, _, found = uncertified(block, W, target, threads)
+    fallback, kept = 0, found if not missed.size else None
     if missed.size:  # the primal route's Newton steps, on the rows that miss the target
         W, fallback = newton_rows(
             block,
@@ -236,6 +239,7 @@ def _active(block, Q, c, start, target, noise, workers=None):
             "changes": int(sum(sum(rep.changes) for rep in reports)),
             "uncertified_rows": int(missed.size),
             "fallback_steps": fallback,
+            **({"figures": kept} if kept is not None else {}),
             **(
                 {
                     "worker_shares": shares,
@@ -248,13 +252,15 @@ def _active(block, Q, c, start, target, noise, workers=None):
     )
 
 
-def uncertified(block: WHidden, W: np.ndarray, target: float) -> tuple[np.ndarray, np.ndarray]:
+def uncertified(
+    block: WHidden, W: np.ndarray, target: float, threads: int = 1
+) -> tuple[np.ndarray, np.ndarray, Figures]:
     """The rows whose gradient exceeds ``target`` on the block's scale
-    (``blocks.kkt_residual``'s: ``1 + max_i |g_i|_inf`` over the whole block), and the gradient."""
-    parts = block.grad_parts(W)
-    G = parts[0] + parts[1]
-    bound = target * (1.0 + max(float(np.max(np.abs(p))) for p in parts))
-    return np.flatnonzero(np.max(np.abs(G), axis=1) > bound), G
+    (``blocks.kkt_residual``'s: ``1 + max_i |g_i|_inf`` over the whole block), the gradient, and
+    the block's figures at W (``column_threads.figures`` on ``threads`` column shares)."""
+    found = figures(block, W, threads=threads, gradient=True)
+    G, bound = found.gradient, target * found.scale
+    return np.flatnonzero(np.max(np.abs(G), axis=1) > bound), G, found
 
 
 def _primal_inverse(block, c, w, g):
@@ -279,7 +285,7 @@ def newton_rows(
     ``target`` on the block's scale (``blocks.kkt_residual``); returns ``(W, steps)``."""
     steps = 0
     for _ in range(max_steps):
-        rows, G = uncertified(block, W, target)
+        rows, G, _ = uncertified(block, W, target)
         if not rows.size:
             break
         for i in rows:

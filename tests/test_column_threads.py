@@ -1,0 +1,181 @@
+"""A block's figures on column shares, a thread each (``column_threads.py``), where the oracle and
+the driver's checks form them.
+
+- A block class whose ``columns`` does not take its share (a planted fault: every share from
+  the first column) is caught by the conformance check of every block class
+  (``test_conformance``).
+- The MSE + ReLU X_L dual (``output_dual.solve``) on two threads returns the one-thread minimiser
+  bit for bit (its chunks of columns are independent problems).
+- ``OracleBackend`` checks on as many threads as it has Dask workers, and its results there are
+  its one-thread results to round-off; a run's checked rounds (``block_checks``) form their
+  figures on the backend's ``check_threads`` and record the one-thread figures to round-off.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from fenchel_cvx import LiftedNetwork, column_threads, reduce
+from fenchel_cvx.bcd import fit_bcd
+from fenchel_cvx.blocks import BLOCKS, WHidden, register_block, w_block, x_block
+from fenchel_cvx.fast import FastBackend
+from fenchel_cvx.oracle import OracleBackend
+from fenchel_cvx.oracle import output_dual as od
+from test_conformance import figures_on_column_threads_are_the_blocks
+
+M = 2 * column_threads.MIN_COLUMNS + 100  # columns enough for two shares
+
+
+class FirstShares(WHidden):
+    """The hidden W-block whose every column share starts at its first column (the share's
+    offset lost): a planted fault."""
+
+    kind = "w_hidden_first_shares"
+
+    def columns(self, index):
+        return super().columns(slice(0, index.stop - index.start))
+
+
+def test_a_block_class_whose_shares_are_not_its_columns_is_caught():
+    register_block(FirstShares)
+    try:
+        with pytest.raises(AssertionError):
+            figures_on_column_threads_are_the_blocks(FirstShares.kind)
+    finally:
+        del BLOCKS[FirstShares.kind]
+    figures_on_column_threads_are_the_blocks("w_hidden")
+
+
+def _problem(m=M, seed=0):
+    rng = np.random.default_rng(seed)
+    net = LiftedNetwork([6, 5, 3], "relu", "mse", lam=0.5, rho=0.1, seed=seed)
+    X0, Y = rng.standard_normal((6, m)), np.eye(3)[:, rng.integers(0, 3, m)]  # 3 classes
+    Xs, _ = net.forward(X0)
+    Xs = [np.maximum(A + 0.3 * rng.standard_normal(A.shape), 0.0) for A in Xs]
+    return net, X0, Y, Xs
+
+
+def test_the_output_dual_on_two_threads_is_the_one_thread_minimiser_bit_for_bit():
+    net, X0, Y, Xs = _problem()
+    block = x_block(net, X0, Y, Xs, 1)
+    one = od.solve_x_last(block)
+    two = od.solve_x_last(block, threads=2)
+    assert M > od.CHUNK  # two chunks at least
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "loss,solver",
+    [
+        ("mse", "exact: MSE X_L dual Newton"),
+        ("cross_entropy", "exact: cross-entropy X_L projected Newton"),
+    ],
+)
+def test_the_oracle_checks_on_its_workers_count_and_finds_its_one_thread_figures(loss, solver):
+    """The X_L block's chunks of columns on two threads: the one-thread minimiser bit for bit."""
+    assert OracleBackend().check_threads == 1
+    assert OracleBackend(n_jobs=2).check_threads == min(2, len(os.sched_getaffinity(0)))
+    net, X0, Y, Xs = _problem()
+    net = LiftedNetwork([6, 5, 3], "relu", loss, lam=0.5, rho=0.1, seed=0)
+    block = x_block(net, X0, Y, Xs, 1)
+    one = OracleBackend(tol=1e-9).solve(block)
+    threaded = OracleBackend(tol=1e-9)
+    threaded.check_threads = 2  # (a backend of 2 Dask workers would set it; none started here)
+    two = threaded.solve(block)
+    assert one.info["solver"] == two.info["solver"] == solver
+    np.testing.assert_array_equal(two.argmin, one.argmin)
+    assert two.value == pytest.approx(one.value, rel=1e-12)
+    assert two.residual == pytest.approx(one.residual, rel=1e-9, abs=1e-13)
+
+
+def test_the_checked_rounds_form_their_figures_on_the_backends_check_threads(monkeypatch):
+    """Every block's figures, the round's objectives, divergences and Fenchel-Young check and
+    the accuracies, on the backend's ``check_threads``: the one-thread figures to round-off."""
+    shards = []
+    run = reduce.SimulatedComm.run
+
+    def counted(self, work):
+        shards.append(self.P)
+        return run(self, work)
+
+    monkeypatch.setattr(reduce.SimulatedComm, "run", counted)
+    records = {}
+    for threads in (1, 2):
+        net, X0, Y, _ = _problem(seed=1)
+        backend = FastBackend(tol=1e-8)
+        backend.check_threads = threads
+        shards.clear()
+        records[threads] = fit_bcd(net, X0, Y, backend=backend, iterations=2).history.records
+        # per round: each of its 3 blocks before and after its solve, J, F, Fenchel-Young, the
+        # divergences after each sweep, the training accuracy
+        assert shards == [] if threads == 1 else (shards == [2] * len(shards) and len(shards) > 20)
+    figures = ("lifted_x", "network_x", "lifted_w", "network_w", "train_loss", "train_accuracy")
+    for one, two in zip(records[1], records[2]):
+        for key in figures:
+            assert two[key] == pytest.approx(one[key], rel=1e-12), key
+        assert two["divergence_w"] == pytest.approx(one["divergence_w"], rel=1e-9, abs=1e-15)
+        assert len(one["blocks"]) == len(two["blocks"]) == 3  # X_1, W_1, W_0
+        for a, b in zip(one["blocks"], two["blocks"]):
+            assert b["value_after"] == pytest.approx(a["value_after"], rel=1e-12)
+            assert b["residual"] == pytest.approx(a["residual"], rel=1e-9, abs=1e-13)
+        assert one["certificate"]["held"] and two["certificate"]["held"]
+        # recorded once, whatever the threads (check 1 on two shares records one layer's figure)
+        assert len(two["certificate"]["min_divergence"]) == len(net.activations)
+        assert two["certificate"]["min_divergence"] == pytest.approx(
+            one["certificate"]["min_divergence"], rel=1e-12, abs=1e-15
+        )
+
+
+def test_a_block_of_few_columns_is_checked_on_fewer_threads():
+    """``min_columns`` columns a thread at least: 50 columns take one thread, whatever is asked."""
+    net, X0, Y, Xs = _problem(m=50)
+    block = x_block(net, X0, Y, Xs, 1)
+    one, many = (
+        column_threads.figures(block, Xs[0]),
+        column_threads.figures(block, Xs[0], threads=8),
+    )
+    assert (one.value, one.residual) == (many.value, many.residual)
+    many = column_threads.figures(block, Xs[0], threads=8, min_columns=10)
+    assert many.value == pytest.approx(one.value, rel=1e-12) and many.value != one.value
+
+
+def test_the_relu_rows_certificate_is_the_blocks_and_is_formed_once(monkeypatch):
+    """The active route certifies each row by the block's figures at the returned rows; they
+    are the block's certificate (``exact.attempt`` forms no second one) and its KKT residual."""
+    from fenchel_cvx.blocks import kkt_residual
+    from fenchel_cvx.oracle import exact, rows
+
+    rng = np.random.default_rng(2)
+    m = rows.ACTIVE_MIN + 200
+    net = LiftedNetwork([6, 5, 3], "relu", "mse", lam=0.5, rho=0.1, seed=2)
+    X0 = rng.standard_normal((6, m))
+    Xs = [np.maximum(A + 0.3 * rng.standard_normal(A.shape), 0.0) for A in net.forward(X0)[0]]
+    block = w_block(net, X0, rng.standard_normal((3, m)), Xs, 0)
+    assert rows.route(*block.Xt.shape, 0.0) == "active"
+    monkeypatch.setattr(exact, "figures", None)  # a second certificate would fail here
+    found = OracleBackend(tol=1e-9).solve(block)
+    assert found.info["solver"] == "exact: ReLU rows (active)"
+    assert found.info["uncertified_rows"] == 0
+    assert found.residual == pytest.approx(kkt_residual(block, found.argmin), rel=1e-12)
+    assert found.value == pytest.approx(float(block.value(found.argmin)), rel=1e-12)
+
+
+@pytest.mark.parametrize("loss", ["mse", "cross_entropy"])
+def test_every_block_of_a_network_has_its_one_thread_figures_on_three_threads(loss):
+    """X_1, W_1 and W_0 of a network with either loss: image, value, residual and gradient."""
+    rng = np.random.default_rng(3)
+    net = LiftedNetwork([6, 5, 3], "relu", loss, lam=0.5, rho=0.1, seed=3)
+    X0, Y = rng.standard_normal((6, 300)), np.eye(3)[:, rng.integers(0, 3, 300)]
+    Xs = [np.maximum(A + 0.3 * rng.standard_normal(A.shape), 0.0) for A in net.forward(X0)[0]]
+    points = [(x_block(net, X0, Y, Xs, 1), Xs[0])]
+    points += [(w_block(net, X0, Y, Xs, l), net.W[l]) for l in (0, 1)]
+    for block, Z in points:
+        one = column_threads.figures(block, Z, gradient=True)
+        many = column_threads.figures(block, Z, threads=3, min_columns=50, gradient=True)
+        np.testing.assert_allclose(many.image, one.image, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(many.gradient, one.gradient, rtol=1e-10, atol=1e-12)
+        assert many.value == pytest.approx(one.value, rel=1e-12)
+        assert many.residual == pytest.approx(one.residual, rel=1e-9, abs=1e-13)
+        assert many.scale == pytest.approx(one.scale, rel=1e-12)
