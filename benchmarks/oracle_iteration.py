@@ -6,8 +6,10 @@ Figure 1's network (the paper's Sec. 5.1: 784-300-10, ReLU; MSE, or cross-entrop
 start (seed 0). ``fit_bcd`` runs ``--iterations`` rounds of Algorithm 1 with
 ``OracleBackend(tol=1e-6)`` on a Dask ``LocalCluster`` of ``--workers`` single-threaded workers
 (started and joined before the clock starts: "cold" is the cluster up and the data loaded,
-nothing factored yet), every round checked by the whole certificate (``check_every=1``: every
-block's recomputed KKT residual <= 1e-6, the descent and the lower bound). Printed per ``m``:
+nothing factored yet) and this process on as many threads (``--driver-threads``: P workers make
+a run of P cores; the driver works while they wait), every round checked by the whole
+certificate (``check_every=1``: every block's recomputed KKT residual <= 1e-6, the descent and
+the lower bound). Printed per ``m``:
 each iteration's wall seconds (the first cold, the rest warm), each block's seconds and KKT
 residual from the round's record, the seconds each worker computed its share of W_0's rows
 (Dask's task stream: the shares' balance), and the peak resident memory of this process and of
@@ -16,7 +18,7 @@ against m.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/oracle_iteration.py \\
         [--data-dir DIR] [--m 7500,15000,30000,60000] [--workers 2] [--iterations 2] \\
-        [--loss mse|cross_entropy] [--driver-threads CORES] [--json OUT]
+        [--loss mse|cross_entropy] [--driver-threads THREADS] [--json OUT]
 """
 
 import argparse
@@ -57,10 +59,10 @@ def parse_args(argv=None):
     p.add_argument(
         "--driver-threads",
         type=int,
-        default=len(os.sched_getaffinity(0)),
+        default=None,
         help="BLAS threads of this process, which solves the X- and W_L blocks and checks the "
-        "certificate while the workers wait (default: this machine's cores; the workers have "
-        "one each)",
+        "certificate while the workers wait (default: one a worker, at most this machine's "
+        "cores: P workers make a run of P cores; the workers have one each)",
     )
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = p.parse_args(argv)
@@ -68,6 +70,8 @@ def parse_args(argv=None):
         args.m = [int(v) for v in args.m.split(",")]
     except ValueError:
         p.error(f"--m must be a comma list of integers, got {args.m!r}")
+    if args.driver_threads is None:
+        args.driver_threads = min(args.workers, len(os.sched_getaffinity(0)))
     for name, value in (
         ("m", min(args.m)),
         ("workers", args.workers),
