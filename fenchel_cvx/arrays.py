@@ -2,6 +2,7 @@
 host copies."""
 
 import functools
+import weakref
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeAlias
@@ -226,3 +227,29 @@ def to_numpy(A: Array) -> np.ndarray:
         return np.asarray(A)
     except (TypeError, ValueError, RuntimeError):
         return np.from_dlpack(A)
+
+
+#: ``id -> a weak reference`` of the arrays :func:`freeze` made read-only
+_FROZEN: dict[int, Any] = {}
+
+
+def freeze(A: Array) -> Array:
+    """``A`` itself, read-only where it is a NumPy array that owns its bytes, and registered
+    so that :func:`frozen` is True while it lives (``schedule.Batches``' X~_0, which the oracle
+    digests once: ``dask_rows.digest``). Other arrays come back as they are.
+
+    >>> A = freeze(np.ones(3))
+    >>> frozen(A), frozen(np.ones(3)), A.flags.writeable
+    (True, False, False)
+    """
+    if isinstance(A, np.ndarray) and A.base is None:
+        A.flags.writeable = False
+        ident = id(A)
+        _FROZEN[ident] = weakref.ref(A, lambda _: _FROZEN.pop(ident, None))
+    return A
+
+
+def frozen(A: Any) -> bool:
+    """Whether ``A`` is an array :func:`freeze` made read-only, and read-only still."""
+    ref = _FROZEN.get(id(A))
+    return ref is not None and ref() is A and not A.flags.writeable

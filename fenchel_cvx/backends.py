@@ -22,6 +22,8 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from .validation import COUNT, check
+
 if TYPE_CHECKING:
     from .arrays import Array
     from .blocks import Block, BlockResult
@@ -37,6 +39,7 @@ __all__ = [
     "BackendDefaults",
     "as_backend",
     "check_backend",
+    "check_threads",
     "get_backend",
     "register_backend",
 ]
@@ -49,17 +52,16 @@ class Backend(Protocol):
     ``name`` names it in the history; ``tol`` is the accuracy asked of it (None: none, the
     certificate's own); ``threads`` its thread budget over a run (None: leave the pools alone);
     ``images``: whether its ``solve`` takes the start's image and hands back the argmin's (the
-    keywords ``image`` and ``return_image``; the driver passes them only where True);
-    ``check_threads``: the threads on which the driver forms a block's figures on a checked
-    round (``column_threads``: the image's columns split between them), cores the backend
-    leaves idle while the driver checks.
+    keywords ``image`` and ``return_image``; the driver passes them only where True). An
+    optional ``check_threads`` (``BackendDefaults``: 1; read by :func:`check_threads`): the
+    threads on which the driver forms its figures over the data points on a checked round
+    (``column_threads``), cores the backend leaves idle while the driver checks.
     """
 
     name: str
     tol: Any
     threads: Any
     images: bool
-    check_threads: int
 
     def solve(self, block: Block, start: Array | None = None) -> BlockResult:
         """The block's argmin from ``start``: a ``blocks.BlockResult``. Neither ``start`` nor the
@@ -147,7 +149,7 @@ class _Adapted(BackendDefaults):
         self.name = getattr(inner, "name", type(inner).__name__)
         self.tol, self.threads = getattr(inner, "tol", None), getattr(inner, "threads", None)
         self.images = bool(getattr(inner, "images", False)) and takes_images(inner.solve)
-        self.check_threads = int(getattr(inner, "check_threads", 1))
+        self.check_threads = check_threads(inner)
         for method in METHODS:
             own = getattr(inner, method, None)
             if callable(own):
@@ -155,6 +157,15 @@ class _Adapted(BackendDefaults):
 
     def solve(self, block: Any, start: Any = None, **images: Any) -> Any:
         return self.inner.solve(block, start=start, **images)
+
+
+def check_threads(backend: Any) -> int:
+    """The backend's ``check_threads`` (1 where it has none), checked: a positive integer.
+
+    >>> check_threads(object()), check_threads(BackendDefaults())
+    (1, 1)
+    """
+    return check("check_threads", getattr(backend, "check_threads", 1), COUNT)
 
 
 def as_backend(obj: Any) -> Backend:

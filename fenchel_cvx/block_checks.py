@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from array_api_compat import array_namespace
 
 from .arrays import Array, cheap_reads
+from .backends import check_threads
 from .blocks import Block, BlockResult
 from .certificate import Certificate, argmin_usable
 from .column_threads import figures, over_columns
@@ -56,7 +57,7 @@ class CheckedSolves:
         comm: Comm = LOCAL,
     ) -> None:
         self.backend, self.net, self.cert, self.check = backend, net, cert, check
-        self.comm, self.threads = comm, backend.check_threads
+        self.comm, self.threads = comm, check_threads(backend)
         self.blocks: list[dict[str, Any]] = []
         # an unchecked round where reads are not cheap (a GPU) reads its blocks' argmin checks
         # at once, at its end (``settle``): (name, block, argmin, start, its slot, the check's

@@ -164,7 +164,7 @@ class Block:
     @property
     def n_columns(self) -> int:
         """The columns of the block's image (:meth:`columns` takes a share of them)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} gives no n_columns")
 
     @placeholder
     def forward(self, Z: Array) -> Array:

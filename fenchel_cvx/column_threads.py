@@ -63,12 +63,14 @@ def figures(
     comm: Comm = LOCAL,
     min_columns: int = MIN_COLUMNS,
     gradient: bool = False,
+    value: bool = True,
 ) -> Figures:
     """The image, value and (``residual``) KKT residual of ``block`` at ``Z``, on ``threads``
     column shares, one thread each (at most one a ``min_columns`` columns); with ``gradient``,
-    the block's gradient too. ``image``: ``block.forward(Z)`` where the caller holds it (else
-    formed here, by the shares). ``comm``: the ranks that hold shares of the block's data
-    points (``reduce.py``): the whole block's figures; a rank's share is not split again.
+    the block's gradient too; without ``value``, no value (nan). ``image``:
+    ``block.forward(Z)`` where the caller holds it (else formed here, by the shares).
+    ``comm``: the ranks that hold shares of the block's data points (``reduce.py``): the whole
+    block's figures, on one thread (a rank's share is not split again).
 
     >>> import numpy as np
     >>> from fenchel_cvx.blocks import XLast
@@ -81,7 +83,7 @@ def figures(
     P = _shares(threads, block.n_columns, min_columns, comm, Z)
     if P == 1:
         U = block.forward(Z) if image is None else image
-        return Figures(U, *_at(block, Z, U, comm, residual, gradient))
+        return Figures(U, *_at(block, Z, U, comm, residual, gradient, value))
     out = _empty_image(block, Z) if image is None else image
 
     def work(shard: Any) -> tuple:
@@ -89,7 +91,7 @@ def figures(
         part, z = block.columns(index), block.variable_columns(Z, index)
         if image is None:
             out[:, index] = part.forward(z)
-        return _at(part, z, out[:, index], shard, residual, gradient)
+        return _at(part, z, out[:, index], shard, residual, gradient, value)
 
     with one_blas_thread():
         shares = SimulatedComm(P, timeout=None).run(work)
@@ -101,14 +103,16 @@ def figures(
     return Figures(out, value, r, scale, g)
 
 
-def _at(block: Block, Z: Array, U: Array, comm: Comm, residual: bool, gradient: bool) -> tuple:
+def _at(
+    block: Block, Z: Array, U: Array, comm: Comm, residual: bool, gradient: bool, value: bool
+) -> tuple:
     """``(value, residual, scale, gradient)`` of the block (``comm``: the whole block's)."""
-    value = float(block.value_over(Z, U, comm))
+    f = float(block.value_over(Z, U, comm)) if value else math.nan
     if not (residual or gradient):
-        return value, math.nan, math.nan, None
+        return f, math.nan, math.nan, None
     parts = block.summed(block.grad_parts_with_forward(Z, U), comm)
     r, scale = residual_and_scale(block, Z, parts, comm)
-    return value, r, scale, sum(parts[1:], parts[0]) if gradient else None
+    return f, r, scale, sum(parts[1:], parts[0]) if gradient else None
 
 
 def over_columns(
@@ -161,8 +165,9 @@ def by_chunks(work: Callable[[slice], T], m: int, chunk: int, threads: int = 1) 
 
 def _shares(threads: int, m: int, min_columns: int, comm: Comm, like: Any) -> int:
     """How many shares of ``m`` columns: ``threads``, at most one a ``min_columns`` columns; one
-    on a rank of several (``comm``) and for an array other than NumPy's (``like``)."""
-    if comm.P > 1 or not isinstance(like, np.ndarray):
+    on the ranks of a communicator (``comm``: its collectives take the figures, a group of one
+    rank's too) and for an array other than NumPy's (``like``)."""
+    if comm is not LOCAL or not isinstance(like, np.ndarray):
         return 1
     return max(1, min(threads, m // min_columns))
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .arrays import Array, namespace
+from .backends import check_threads
 from .column_threads import over_columns
 
 if TYPE_CHECKING:
@@ -137,6 +138,6 @@ def history_config(net, settings) -> dict:
             X_test,
             Y_test,
             classification,
-            settings.backend.check_threads,
+            check_threads(settings.backend),
         )
     return config

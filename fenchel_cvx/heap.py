@@ -7,8 +7,8 @@ first written: on the full-batch model of Figure 1 (Algorithm 1 on all of MNIST,
 float32 arrays of 72 MB), an elementwise operation that makes a new array takes twice the time
 of the same operation into an existing one. :func:`keep_freed_memory` raises both thresholds
 (``mallopt``), so a freed block goes back to malloc's free lists and the next temporary of its
-size reuses it, already mapped; and it gives every thread the one heap, whose thresholds hold
-for every block (a thread's own arena maps any block above 64 MiB afresh).
+size reuses it, already mapped; and it gives the threads started after it the one heap, whose
+thresholds hold for every block (a thread's own arena maps any block above 64 MiB afresh).
 
 The setting is the process's, not an array's: the command line (every command) and the MNIST
 benchmarks call it; a program of your own calls it once at its start; the ranks that
@@ -35,8 +35,9 @@ def keep_freed_memory() -> bool:
     """Make malloc keep freed blocks up to 1 GiB for reuse (glibc), in every thread: True where
     it took the settings, False where the C library has no ``mallopt`` or refused them.
 
-    Every thread allocates from the one heap (``M_ARENA_MAX`` 1): a thread's own arena grows
-    by heaps of at most 64 MiB and maps any larger block afresh, whatever the thresholds (the
+    The threads started after the call allocate from the one heap (``M_ARENA_MAX`` 1; an arena
+    made before it stays in use, so call it first): a thread's own arena grows by heaps of at
+    most 64 MiB and maps any larger block afresh, whatever the thresholds (the
     oracle's figures on two column shares of Figure 1's 300 x 60,000 arrays, ``column_threads``:
     1.15 s with an arena a thread, 0.21 s with the one heap, 0.38 s on one thread; the 2-core
     VM, 2026-12-04)."""

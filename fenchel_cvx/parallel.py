@@ -30,6 +30,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from .threads import cores
 from .validation import COUNT, check
 
 __all__ = [
@@ -51,8 +52,7 @@ def threads_per_rank(nproc: int) -> int:
     >>> threads_per_rank(1) >= 1
     True
     """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // check("nproc", nproc, COUNT))
+    return max(1, cores() // check("nproc", nproc, COUNT))
 
 
 def _torch_distributed():

@@ -24,7 +24,7 @@ from array_api_compat import device
 
 from . import defaults
 from .arrays import Array, namespace
-from .backends import Backend, check_backend, get_backend
+from .backends import Backend, check_backend, check_threads, get_backend
 from .certificate import Certificate
 from .checkpoints import load_checkpoint, restore, resume_file
 from .evaluation import evaluator, is_one_hot
@@ -326,7 +326,7 @@ def validate_run(net: LiftedNetwork, X0: Array, Y: Array, args: Mapping[str, Any
         certificate_of(backend, strict, args["tol"]),
         args["gamma"],
         args["check_every"],
-        evaluator(X0, Y, X_test, Y_test, classification, eval_every, backend.check_threads),
+        evaluator(X0, Y, X_test, Y_test, classification, eval_every, check_threads(backend)),
         config,
         (X_test, Y_test),
         args["eval_every"],

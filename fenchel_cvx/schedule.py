@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from array_api_compat import device
 
+from .arrays import freeze
 from .datasets import batch_order
 from .history import History
 from .reduce import LOCAL, Comm, share
@@ -210,13 +211,11 @@ class Batches:
     def patches(self, layer: LinearMap, Xb: Array) -> Array:
         """``layer.patches(Xb)`` of the batch ``Xb``, formed once per batch (unbatched: once
         per run). The feed-forward pass and W_0's block use them, and W_0's Gram cache meets
-        the very array it was formed from again (no comparison of contents). A NumPy array is
-        handed out read-only (the oracle's workers keep it by the digest of its bytes, which
-        ``dask_rows.digest`` then forms once)."""
+        the very array it was formed from again (no comparison of contents). A NumPy array that
+        owns its bytes (a dense layer's) is handed out read-only (``arrays.freeze``: the
+        oracle's workers keep it by the digest of its bytes, which ``dask_rows.digest`` then
+        forms once)."""
         if self._patches[0] is not Xb or self._patches[1] is not layer:
             self._patches = (None, None, None)  # the last batch's patches freed first
-            Xt = layer.patches(Xb)
-            if isinstance(Xt, np.ndarray) and Xt.base is None:
-                Xt.flags.writeable = False
-            self._patches = (Xb, layer, Xt)
+            self._patches = (Xb, layer, freeze(layer.patches(Xb)))
         return self._patches[2]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import PurePath
@@ -31,12 +32,32 @@ if TYPE_CHECKING:
 
 from .validation import COUNT, check
 
-__all__ = ["LIBRARIES", "controller", "limit_threads", "owner", "per_library", "plan", "pools"]
+__all__ = [
+    "LIBRARIES",
+    "controller",
+    "cores",
+    "limit_threads",
+    "owner",
+    "per_library",
+    "plan",
+    "pools",
+]
 
 LIBRARIES = ("numpy", "scipy", "torch", "other")
 
 
 @functools.lru_cache(maxsize=64)
+def cores() -> int:
+    """The cores this process may use (its CPU affinity where the system has one), at least 1.
+
+    >>> cores() >= 1
+    True
+    """
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def owner(filepath: str | None) -> str:
     """The package whose files hold the shared object at ``filepath`` (``"other"`` if none)."""
     for part in reversed(PurePath(filepath or "").parts[:-1]):

@@ -110,3 +110,19 @@ def test_the_driver_hands_start_images_only_to_a_backend_that_takes_them():
     old, again = _run_with(Old)
     assert old == [False] * 9 and again.history.held_but_capped
     assert not backends.as_backend(Old([])).images and backends.as_backend(Taking([])).images
+
+
+def test_a_backends_check_threads_is_a_positive_integer_or_refused_by_name():
+    from fenchel_cvx.backends import BackendDefaults, check_threads
+
+    class Threaded(BackendDefaults):
+        def solve(self, block, start=None): ...
+
+    backend = Threaded()
+    assert check_threads(backend) == 1 and check_threads(object()) == 1
+    backend.check_threads = 3
+    assert check_threads(backend) == 3
+    for bad in (0, 2.5, "2"):
+        backend.check_threads = bad
+        with pytest.raises(ValueError, match="check_threads"):
+            check_threads(backend)

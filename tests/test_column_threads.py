@@ -128,17 +128,34 @@ def test_the_checked_rounds_form_their_figures_on_the_backends_check_threads(mon
         )
 
 
-def test_a_block_of_few_columns_is_checked_on_fewer_threads():
-    """``min_columns`` columns a thread at least: 50 columns take one thread, whatever is asked."""
+def test_a_block_of_few_columns_or_on_ranks_is_checked_on_fewer_threads(monkeypatch):
+    """``min_columns`` columns a thread at least: 50 columns take one thread, whatever is asked;
+    on a communicator's ranks (a group of one rank too) its collectives take every figure."""
     net, X0, Y, Xs = _problem(m=50)
     block = x_block(net, X0, Y, Xs, 1)
-    one, many = (
-        column_threads.figures(block, Xs[0]),
-        column_threads.figures(block, Xs[0], threads=8),
+    shards = []
+    run = reduce.SimulatedComm.run
+    monkeypatch.setattr(
+        reduce.SimulatedComm, "run", lambda self, work: shards.append(self.P) or run(self, work)
     )
-    assert (one.value, one.residual) == (many.value, many.residual)
+    one = column_threads.figures(block, Xs[0])
+    many = column_threads.figures(block, Xs[0], threads=8)
+    assert (one.value, one.residual) == (many.value, many.residual) and shards == []
     many = column_threads.figures(block, Xs[0], threads=8, min_columns=10)
-    assert many.value == pytest.approx(one.value, rel=1e-12) and many.value != one.value
+    assert many.value == pytest.approx(one.value, rel=1e-12) and shards == [5]
+
+    class OneRank(reduce.Local):
+        """A communicator of one rank whose collectives are counted."""
+
+        calls = 0
+
+        def reduce(self, values, op):
+            OneRank.calls += 1
+            return list(values)
+
+    ranked = column_threads.figures(block, Xs[0], threads=8, min_columns=10, comm=OneRank())
+    assert OneRank.calls >= 2 and shards == [5]  # the value's and the residual's, no threads
+    assert (ranked.value, ranked.residual) == (one.value, one.residual)
 
 
 def test_the_relu_rows_certificate_is_the_blocks_and_is_formed_once(monkeypatch):

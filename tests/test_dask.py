@@ -270,9 +270,12 @@ def test_a_wrong_row_from_a_worker_is_caught_by_the_driver(client, active_route,
     np.testing.assert_allclose(found.argmin, local.argmin, rtol=0, atol=1e-8)
 
 
-def test_a_read_only_data_set_is_digested_once_and_any_other_at_every_call(monkeypatch):
-    """A run's X~_0 (read-only, its own bytes: ``schedule.Batches``) is hashed once while it
-    lives; a writeable array, or a read-only view of writeable bytes, at every call."""
+def test_a_frozen_data_set_is_digested_once_and_any_other_at_every_call(monkeypatch):
+    """A run's X~_0 (``arrays.freeze``: read-only, registered; ``schedule.Batches``) is hashed
+    once while it lives; any other array, read-only or not, at every call, and a frozen one
+    made writeable again too."""
+    from fenchel_cvx.arrays import freeze
+
     hashed = []
     sha256 = dask_rows.hashlib.sha256
 
@@ -282,19 +285,17 @@ def test_a_read_only_data_set_is_digested_once_and_any_other_at_every_call(monke
 
     monkeypatch.setattr(dask_rows.hashlib, "sha256", counted)
     A = np.arange(12.0).reshape(3, 4)
-    view = A[:]
-    view.flags.writeable = False
-    for X in (A, view):
+    read_only = A.copy()
+    read_only.flags.writeable = False
+    for X in (A, read_only):
         hashed.clear()
         assert dask_rows.digest(X) == dask_rows.digest(X) and len(hashed) == 2
-    frozen = A.copy()
-    frozen.flags.writeable = False
+    frozen = freeze(A.copy())
     hashed.clear()
     assert dask_rows.digest(frozen) == dask_rows.digest(frozen) == dask_rows.digest(A)
     assert len(hashed) == 2  # frozen once, A once
     with pytest.raises(ValueError, match="read-only"):
         frozen[0, 0] = 1.0
-    changed = frozen.copy()
-    changed[0, 0] = 1.0
-    changed.flags.writeable = False
-    assert dask_rows.digest(changed) != dask_rows.digest(frozen)
+    frozen.flags.writeable = True
+    frozen[0, 0] = 1.0
+    assert dask_rows.digest(frozen) != dask_rows.digest(A)

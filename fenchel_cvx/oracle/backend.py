@@ -46,6 +46,7 @@ from ..blocks import Block, BlockResult, WBlock, WHidden, WLast, XBlock, XHidden
 from ..column_threads import figures
 from ..errors import SolverError, SolverInaccurate, SolverInfeasible
 from ..heap import freed_memory_kept, keep_freed_memory
+from ..threads import cores
 from ..validation import TOL, check
 from . import atoms as _atoms
 from . import dask_rows as _dask_rows
@@ -468,7 +469,7 @@ class OracleBackend(BackendDefaults):
         # figures that certify a block (``column_threads``): the exact methods' certificates,
         # the values here and the driver's checks, which run while the workers wait
         dask = self.n_jobs > 1 or client is not None
-        self.check_threads = min(self.n_jobs, len(os.sched_getaffinity(0))) if dask else 1
+        self.check_threads = min(self.n_jobs, cores()) if dask else 1
 
     def settings(self) -> dict[str, Any]:
         """What decides its solves, as a run's history records them (``fit_bcd``'s config

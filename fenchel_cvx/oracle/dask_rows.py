@@ -56,6 +56,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .. import rank_arrays as _rank_arrays
+from ..arrays import frozen
 from ..errors import SolverError
 from . import active_rows as _active_rows
 
@@ -80,9 +81,11 @@ _WORKER_BUILDS: dict = {}
 def digest(Xt: ArrayLike) -> str:
     """A digest of ``X~``'s shape, type and bytes (SHA-256: 0.22 s for MNIST's 377 MB ``X~_0``
     on one core of the 2-core VM, where the CPU's SHA instructions take it; blake2b 0.49 s).
-    A read-only NumPy array that owns its bytes (a run's ``X~_0``: ``schedule.Batches``) is
-    digested once while it lives (``_DIGESTS``); any other array at every call."""
-    kept = isinstance(Xt, np.ndarray) and Xt.base is None and not Xt.flags.writeable
+    An array made read-only by ``arrays.freeze`` (a run's dense ``X~_0``: ``schedule.Batches``)
+    is digested once while it lives (``_DIGESTS``); any other array at every call. (Were the
+    bytes of such an array changed all the same, the workers would solve on the old ones; the
+    driver's certificate of every row, ``rows.uncertified``, would then catch the rows.)"""
+    kept = frozen(Xt)
     if kept:
         ref, key = _DIGESTS.get(id(Xt), (None, ""))
         if ref is not None and ref() is Xt:

@@ -216,7 +216,7 @@ def _active(block, Q, c, start, target, noise, workers=None):
         if start is None:  # every pre-activation positive (T is formed anyway)
             start = rows.ridge(Q)
         W, reports = _active_rows.solve_rows(rows, Q, start, target)
-    missed, _, found = uncertified(block, W, target, threads)
+    missed, _, found = uncertified(block, W, target, threads, value=True)
     fallback, kept = 0, found if not missed.size else None
     if missed.size:  # the primal route's Newton steps, on the rows that miss the target
         W, fallback = newton_rows(
@@ -253,12 +253,13 @@ def _active(block, Q, c, start, target, noise, workers=None):
 
 
 def uncertified(
-    block: WHidden, W: np.ndarray, target: float, threads: int = 1
+    block: WHidden, W: np.ndarray, target: float, threads: int = 1, value: bool = False
 ) -> tuple[np.ndarray, np.ndarray, Figures]:
     """The rows whose gradient exceeds ``target`` on the block's scale
     (``blocks.kkt_residual``'s: ``1 + max_i |g_i|_inf`` over the whole block), the gradient, and
-    the block's figures at W (``column_threads.figures`` on ``threads`` column shares)."""
-    found = figures(block, W, threads=threads, gradient=True)
+    the block's figures at W (``column_threads.figures`` on ``threads`` column shares; its
+    value with ``value``)."""
+    found = figures(block, W, threads=threads, gradient=True, value=value)
     G, bound = found.gradient, target * found.scale
     return np.flatnonzero(np.max(np.abs(G), axis=1) > bound), G, found
 
