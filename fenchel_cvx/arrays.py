@@ -229,27 +229,29 @@ def to_numpy(A: Array) -> np.ndarray:
         return np.from_dlpack(A)
 
 
-#: ``id -> a weak reference`` of the arrays :func:`freeze` made read-only
-_FROZEN: dict[int, Any] = {}
+#: ``id -> (a weak reference, its memo)`` of the arrays :func:`freeze` made read-only
+_FROZEN: dict[int, tuple[Any, dict[str, Any]]] = {}
 
 
 def freeze(A: Array) -> Array:
     """``A`` itself, read-only where it is a NumPy array that owns its bytes, and registered
-    so that :func:`frozen` is True while it lives (``schedule.Batches``' X~_0, which the oracle
-    digests once: ``dask_rows.digest``). Other arrays come back as they are.
+    with a memo (:func:`frozen_memo`) for what is formed once from its bytes while it lives
+    (``schedule.Batches``' X~_0, whose digest the oracle keeps: ``dask_rows.digest``). Other
+    arrays come back as they are.
 
     >>> A = freeze(np.ones(3))
-    >>> frozen(A), frozen(np.ones(3)), A.flags.writeable
-    (True, False, False)
+    >>> frozen_memo(A), frozen_memo(np.ones(3)), A.flags.writeable
+    ({}, None, False)
     """
     if isinstance(A, np.ndarray) and A.base is None:
         A.flags.writeable = False
         ident = id(A)
-        _FROZEN[ident] = weakref.ref(A, lambda _: _FROZEN.pop(ident, None))
+        _FROZEN[ident] = (weakref.ref(A, lambda _: _FROZEN.pop(ident, None)), {})
     return A
 
 
-def frozen(A: Any) -> bool:
-    """Whether ``A`` is an array :func:`freeze` made read-only, and read-only still."""
-    ref = _FROZEN.get(id(A))
-    return ref is not None and ref() is A and not A.flags.writeable
+def frozen_memo(A: Any) -> dict[str, Any] | None:
+    """The memo of an array :func:`freeze` made read-only, while it is read-only still (a dict,
+    released with the array); None for any other array."""
+    ref, memo = _FROZEN.get(id(A), (None, None))
+    return memo if ref is not None and ref() is A and not A.flags.writeable else None

@@ -86,9 +86,8 @@ class CheckedSolves:
         None (and where the solver failed)."""
         images = dict(image=image, return_image=return_image) if self.backend.images else {}
         before: float | None
-        threads = self.threads
         if self.check:
-            at_start = figures(block, current, image, threads, residual=False, comm=self.comm)
+            at_start = figures(block, current, image, self.threads, residual=False, comm=self.comm)
             image, before = at_start.image, at_start.value
         else:
             before = image = None
@@ -121,7 +120,9 @@ class CheckedSolves:
         # checked round (check_every) its KKT residual is recomputed here from the point itself;
         # the rounds between check the point and the status only, and their records say so
         usable = self._argmin_check(name, block, Z, current, slot)
-        found = figures(block, Z, None, threads, comm=self.comm) if usable and self.check else None
+        found = (
+            figures(block, Z, None, self.threads, comm=self.comm) if usable and self.check else None
+        )
         image_Z = None if found is None else found.image
         residual = None if found is None else found.residual
         record = dict(

@@ -56,7 +56,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .. import rank_arrays as _rank_arrays
-from ..arrays import frozen
+from ..arrays import frozen_memo
 from ..errors import SolverError
 from . import active_rows as _active_rows
 
@@ -82,27 +82,21 @@ def digest(Xt: ArrayLike) -> str:
     """A digest of ``X~``'s shape, type and bytes (SHA-256: 0.22 s for MNIST's 377 MB ``X~_0``
     on one core of the 2-core VM, where the CPU's SHA instructions take it; blake2b 0.49 s).
     An array made read-only by ``arrays.freeze`` (a run's dense ``X~_0``: ``schedule.Batches``)
-    is digested once while it lives (``_DIGESTS``); any other array at every call. (Were the
-    bytes of such an array changed all the same, the workers would solve on the old ones; the
-    driver's certificate of every row, ``rows.uncertified``, would then catch the rows.)"""
-    kept = frozen(Xt)
-    if kept:
-        ref, key = _DIGESTS.get(id(Xt), (None, ""))
-        if ref is not None and ref() is Xt:
-            return key
+    is digested once while it lives (its ``arrays.frozen_memo``); any other array at every
+    call. (Were the bytes of such an array changed all the same, the workers would solve on the
+    old ones; the driver's certificate of every row, ``rows.uncertified``, would then catch the
+    rows.)"""
+    memo = frozen_memo(Xt)
+    if memo is not None and "digest" in memo:
+        return memo["digest"]
     A = np.ascontiguousarray(Xt, dtype=float)
     h = hashlib.sha256()
     h.update(repr(A.shape).encode())
     h.update(A.data.cast("B"))
     key = h.hexdigest()
-    if kept:
-        ident = id(Xt)
-        _DIGESTS[ident] = (weakref.ref(Xt, lambda _: _DIGESTS.pop(ident, None)), key)
+    if memo is not None:
+        memo["digest"] = key
     return key
-
-
-#: ``id -> (a weak reference, its digest)`` of the read-only arrays digested in this process
-_DIGESTS: dict[int, tuple[Any, str]] = {}
 
 
 def worker_rows_info() -> dict[str, tuple[int, int]]:
