@@ -33,6 +33,7 @@ block), as the one-process solvers take them; none is per column.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -231,8 +232,9 @@ class SimulatedComm:
 
     def run(self, work: Callable[[_Shard], Any]) -> list:
         """``work(shard)`` for every shard (``shard.rank`` 0 .. P-1, ``shard.reduce``), each in
-        its own thread; -> their results in shard order. A shard that raises stops the others
-        (their next reduction raises) and its error is raised here."""
+        its own thread (shard 0 in the calling one); -> their results in shard order. A shard
+        that raises stops the others (their next reduction raises) and its error is raised
+        here."""
         results: list[Any] = [None] * self.P
         errors: list[BaseException | None] = [None] * self.P
 
@@ -247,9 +249,11 @@ class SimulatedComm:
                 self._barrier.abort()
 
         self._finished = [False] * self.P
-        threads = [threading.Thread(target=one, args=(r,)) for r in range(self.P)]
+        threads = [threading.Thread(target=one, args=(r,)) for r in range(1, self.P)]
         for t in threads:
             t.start()
+        # shard 0 in this thread, in a fresh context as a new thread's (NumPy's error state)
+        contextvars.Context().run(one, 0)
         for t in threads:
             t.join()
         self._barrier.reset()

@@ -305,6 +305,38 @@ def test_cross_entropy_newton_cg_on_many_points_equals_the_template(monkeypatch,
     assert np.linalg.norm(HD + g) <= min(0.1, np.linalg.norm(g)) * np.linalg.norm(g)
 
 
+def test_cross_entropy_cg_products_on_shares_of_the_points_equal_one_threads(monkeypatch):
+    """With ``threads`` the CG's Hessian products run on shares of the points, a thread each,
+    their parts added through the reduction seam: the products, the directions and the solve
+    equal the one-thread ones to round-off, and the shares ran. Planted fault: a reduction that
+    drops the second share's part makes the products differ."""
+    from fenchel_cvx import reduce
+    from fenchel_cvx.oracle import softmax_cg
+
+    net, X0, Y, Xs = instance("relu", "cross_entropy", seed=2, sizes=(6, 9, 4), m=4200)
+    block = w_block(net, X0, Y, Xs, 1, gamma=0.0)
+    assert softmax_cg.applies(block)
+    one, two = (softmax_cg.SoftmaxCG(block, block.rho, threads=t) for t in (1, 2))
+    P, V = softmax(net.W[1] @ block.Xt), np.random.default_rng(0).standard_normal(net.W[1].shape)
+    runs, run = [], reduce.SimulatedComm.run
+    monkeypatch.setattr(reduce.SimulatedComm, "run", lambda c, w: runs.append(c.P) or run(c, w))
+    np.testing.assert_allclose(two.hessian_times(P, V), one.hessian_times(P, V), rtol=1e-12)
+    assert runs == [2]
+    g = block.grad(net.W[1])
+    np.testing.assert_allclose(
+        two.direction(net.W[1], g)[0], one.direction(net.W[1], g)[0], rtol=1e-9, atol=1e-12
+    )
+    W1 = exact.softmax_newton(block, None, 1e-10)[0]
+    W2, _, info2 = exact.softmax_newton(block, None, 1e-10, threads=2)
+    assert info2["cg_steps"] > 0 and block.kkt_residual(W2) <= 1e-10
+    # the figures handed to the certificate are the block's own at the returned point
+    assert info2["figures"].residual == pytest.approx(block.kkt_residual(W2), rel=1e-6, abs=1e-12)
+    assert info2["figures"].value == pytest.approx(block.value(W2), rel=1e-12)
+    np.testing.assert_allclose(W2, W1, atol=1e-9)
+    monkeypatch.setitem(reduce.OPS, "sum", lambda total, part: total)
+    assert not np.allclose(two.hessian_times(P, V), one.hessian_times(P, V), rtol=1e-6)
+
+
 def test_cross_entropy_cg_steps_run_on_one_blas_thread(monkeypatch):
     """Each CG product runs with NumPy's and SciPy's BLAS pools at one thread (two, set around
     the call, are restored after it)."""

@@ -94,8 +94,9 @@ def attempt(
     ``workers``: a ``dask_rows.WorkerRows`` for the methods that run pieces on Dask workers
     (``distributed``: the ReLU rows' ``active`` route); the certificate is computed here, on
     ``threads`` column shares (``column_threads``), and so is the block's value; the
-    ``threaded`` methods (the X_L blocks' chunks of columns) take the threads too; the ReLU
-    rows' certificate takes the workers' (``WorkerRows.threads``)."""
+    ``threaded`` methods (the X_L blocks' chunks of columns, the CE W_L block's CG products)
+    take the threads too; the ReLU rows' certificate takes the workers'
+    (``WorkerRows.threads``)."""
     method = method_for(block)
     if method is None:
         return None
@@ -286,9 +287,9 @@ def ce_direction(
     return h + np.stack([Zk @ t for Zk in Z])
 
 
-@_label("exact: cross-entropy Newton")
+@_label("exact: cross-entropy Newton", threaded=True)  # CG's products on threads
 def softmax_newton(
-    block: WLast, start: np.ndarray | None, target: float
+    block: WLast, start: np.ndarray | None, target: float, threads: int = 1
 ) -> tuple[np.ndarray, int, dict[str, Any]]:
     K, n = block.Y.shape[0], block.Xt.shape[0]
     start = _usable(start, (K, n))
@@ -296,17 +297,17 @@ def softmax_newton(
         W = start.copy()
     else:
         W = (block.gamma / _c(block)) * block.W0 if block.gamma else np.zeros((K, n))
-    f, r = float(block.value(W)), float(block.kkt_residual(W))
+    at = figures(block, W, threads=threads, gradient=True)  # value, KKT residual, gradient
     steps = cg_steps = 0
-    cg = _softmax_cg.SoftmaxCG(block, _c(block)) if _softmax_cg.applies(block) else None
-    while r > target and steps < NEWTON_STEPS:
-        g = block.grad(W)
+    cg = _softmax_cg.SoftmaxCG(block, _c(block), threads) if _softmax_cg.applies(block) else None
+    while at.residual > target and steps < NEWTON_STEPS:
+        g = at.gradient
         if cg is None:
             D = ce_direction(block, W, g)
         else:
             D, k = cg.direction(W, g)
             cg_steps += k
-        W, f, r, moved = _line_search(block, W, D, f, r, float(np.sum(g * D)))
+        W, at, moved = _line_search(block, W, D, at, float(np.sum(g * D)), threads)
         steps += 1
         if not moved:
             break
@@ -315,29 +316,33 @@ def softmax_newton(
         "newton_steps": steps,
         "n_subproblems": W.shape[0],
         "duality_gap": None,
+        "figures": at,  # the block's figures at W: its certificate (``attempt``)
     }
     if cg is not None:
         info["cg_steps"] = cg_steps
     return W, steps, info
 
 
-def _line_search(block, W, D, f, r, slope):
+def _line_search(block, W, D, at, slope, threads):
     """Backtracking from the Newton step: a decrease by Armijo's rule or, near the optimum,
-    where the value is flat to its round-off (``VALUE_NOISE``), a smaller KKT residual."""
+    where the value is flat to its round-off (``VALUE_NOISE``), a smaller KKT residual.
+    ``at``: the block's figures at ``W``; -> (the new point, its figures with its gradient,
+    whether it moved). The figures on ``threads`` column shares (``column_threads``)."""
     t = 1.0
+    f, r = at.value, at.residual
     noise = VALUE_NOISE * (1.0 + abs(f))
     for _ in range(40):
         T = W + t * D
-        f1 = float(block.value(T))
+        trial = figures(block, T, threads=threads, residual=False)
+        f1 = trial.value
         if math.isfinite(f1):
-            if f1 < f and f1 <= f + 1e-4 * t * slope:
-                return T, f1, float(block.kkt_residual(T)), True
-            if f1 <= f + noise:
-                r1 = float(block.kkt_residual(T))
-                if r1 < r:
-                    return T, f1, r1, True
+            armijo = f1 < f and f1 <= f + 1e-4 * t * slope
+            if armijo or f1 <= f + noise:
+                found = figures(block, T, trial.image, threads, gradient=True)
+                if armijo or found.residual < r:
+                    return T, found, True
         t *= 0.5
-    return W, f, r, False
+    return W, at, False
 
 
 # --- XLast, cross-entropy after a ReLU: projected Newton by column (ce_columns.py) ---------
