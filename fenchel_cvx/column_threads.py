@@ -21,7 +21,6 @@ driver checks, so their cores are free.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +31,7 @@ import numpy as np
 
 from .blocks import residual_and_scale
 from .reduce import LOCAL, Comm, SimulatedComm, share
-from .threads import controller, one_blas_thread
+from .threads import one_blas_thread, scanned_pools
 
 if TYPE_CHECKING:
     from .arrays import Array
@@ -94,7 +93,7 @@ def figures(
             out[:, index] = part.forward(z)
         return _at(part, z, out[:, index], shard, residual, gradient, value)
 
-    with one_blas_thread(_pools()):
+    with one_blas_thread(scanned_pools()):
         shares = SimulatedComm(P, timeout=None).run(work)
     value, r, scale, g = shares[0]
     if gradient:  # each share's part of the gradient (a W-block's: the whole, on every share)
@@ -145,7 +144,7 @@ def over_columns(
         index = share(m, P, shard.rank)
         return fn(*(_columns(a, index) for a in arrays), comm=shard)
 
-    with one_blas_thread(_pools()):
+    with one_blas_thread(scanned_pools()):
         return SimulatedComm(P, timeout=None).run(work)[0]
 
 
@@ -160,15 +159,8 @@ def by_chunks(work: Callable[[slice], T], m: int, chunk: int, threads: int = 1) 
     chunks = [slice(a, a + chunk) for a in range(0, m, chunk)]
     if threads <= 1 or len(chunks) <= 1:
         return [work(k) for k in chunks]
-    with one_blas_thread(_pools()), ThreadPoolExecutor(min(threads, len(chunks))) as pool:
+    with one_blas_thread(scanned_pools()), ThreadPoolExecutor(min(threads, len(chunks))) as pool:
         return list(pool.map(work, chunks))
-
-
-@functools.cache
-def _pools() -> Any:
-    """The native thread pools, scanned once in this process (``threads.controller``): a
-    figure on shares may run at every step of a solver (the oracle's CG products)."""
-    return controller()
 
 
 def _shares(threads: int, m: int, min_columns: int, comm: Comm, like: Any) -> int:

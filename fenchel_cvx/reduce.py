@@ -252,7 +252,8 @@ class SimulatedComm:
         threads = [threading.Thread(target=one, args=(r,)) for r in range(1, self.P)]
         for t in threads:
             t.start()
-        # shard 0 in this thread, in a fresh context as a new thread's (NumPy's error state)
+        # shard 0 in this thread, in a fresh context: a new thread's starts empty (NumPy's
+        # error state at its defaults) where threads do not inherit their starter's
         contextvars.Context().run(one, 0)
         for t in threads:
             t.join()

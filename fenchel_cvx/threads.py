@@ -119,6 +119,14 @@ def controller() -> ThreadpoolController:
     return ThreadpoolController()
 
 
+@functools.cache
+def scanned_pools() -> ThreadpoolController:
+    """``controller()`` scanned once in this process, for the callers that limit NumPy's and
+    SciPy's pools at every step of a solver (``column_threads``' shares, the oracle's CG
+    products); a pool loaded later (PyTorch's) is not in it."""
+    return controller()
+
+
 @contextlib.contextmanager
 def limit_threads(
     threads: int | dict[str, int], pools_now: ThreadpoolController | None = None

@@ -333,6 +333,15 @@ def test_cross_entropy_cg_products_on_shares_of_the_points_equal_one_threads(mon
     assert info2["figures"].residual == pytest.approx(block.kkt_residual(W2), rel=1e-6, abs=1e-12)
     assert info2["figures"].value == pytest.approx(block.value(W2), rel=1e-12)
     np.testing.assert_allclose(W2, W1, atol=1e-9)
+    # from its solution: no step, and the figures handed over are those of the start
+    W3, steps, info3 = exact.softmax_newton(block, W2, 1e-10, threads=2)
+    assert steps == 0 and np.array_equal(W3, W2)
+    assert info3["figures"].value == pytest.approx(block.value(W2), rel=1e-12)
+    # the certified solve takes the threads (the method is ``threaded``): every figure and
+    # product on two shares
+    runs.clear()
+    found = exact.attempt(block, None, 1e-9, threads=2)
+    assert found.certified and found.residual <= 1e-9 and runs and set(runs) == {2}
     monkeypatch.setitem(reduce.OPS, "sum", lambda total, part: total)
     assert not np.allclose(two.hessian_times(P, V), one.hessian_times(P, V), rtol=1e-6)
 

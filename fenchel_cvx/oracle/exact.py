@@ -33,6 +33,7 @@ method, or when the method fails or its certificate does not hold (``Exact.reaso
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -92,11 +93,12 @@ def attempt(
 ) -> Exact | None:
     """Solve ``block`` by its exact method and certify it; ``None`` when no method applies.
     ``workers``: a ``dask_rows.WorkerRows`` for the methods that run pieces on Dask workers
-    (``distributed``: the ReLU rows' ``active`` route); the certificate is computed here, on
-    ``threads`` column shares (``column_threads``), and so is the block's value; the
-    ``threaded`` methods (the X_L blocks' chunks of columns, the CE W_L block's CG products)
-    take the threads too; the ReLU rows' certificate takes the workers'
-    (``WorkerRows.threads``)."""
+    (``distributed``: the ReLU rows' ``active`` route); the certificate is the block's
+    figures at the returned point on ``threads`` column shares (``column_threads``), and so is
+    the block's value: formed here, or by a method that formed them at that point itself and
+    hands them over (the ReLU rows', on ``WorkerRows.threads``; the cross-entropy W_L's Newton
+    figures); the ``threaded`` methods (the X_L blocks' chunks of columns, the CE
+    W_L block's CG products and figures) take the threads too."""
     method = method_for(block)
     if method is None:
         return None
@@ -123,8 +125,8 @@ def attempt(
         return None
     Z, iterations, info = out
     residual, value = math.inf, math.nan
-    # a method that formed the block's figures at Z (its own certificate of Z's rows) hands
-    # them over; else they are formed here
+    # a method that formed the block's figures at Z (``column_threads.figures``: the ReLU rows'
+    # certificate, the cross-entropy Newton's last figures) hands them over; else formed here
     found = info.pop("figures", None)
     if found is not None or np.all(np.isfinite(Z)):
         found = figures(block, Z, threads=threads) if found is None else found
@@ -338,9 +340,9 @@ def _line_search(block, W, D, at, slope, threads):
         if math.isfinite(f1):
             armijo = f1 < f and f1 <= f + 1e-4 * t * slope
             if armijo or f1 <= f + noise:
-                found = figures(block, T, trial.image, threads, gradient=True)
+                found = figures(block, T, trial.image, threads, gradient=True, value=False)
                 if armijo or found.residual < r:
-                    return T, found, True
+                    return T, dataclasses.replace(found, value=f1), True
         t *= 0.5
     return W, at, False
 

@@ -27,7 +27,7 @@ CG steps on the 2-core VM: 23.2 s on one thread, 44.4 s on two). Several threads
 the oracle's ``check_threads``) take the product on shares of the points instead, each
 ``U = V X~`` and its part of ``R X~^T`` on its own columns, the parts added in the shares'
 order (``column_threads.over_columns``): each thread reads its share of ``X~`` alone (the
-product of MNIST's ``W_1``: 43 ms on one thread, 21 ms on two shares).
+product of MNIST's ``W_1``: 38 ms on one thread, 19 ms on two shares).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from scipy.linalg import cho_factor, cho_solve
 
 from ..column_threads import over_columns
 from ..losses import softmax
-from ..threads import controller, one_blas_thread
+from ..threads import one_blas_thread, scanned_pools
 
 if TYPE_CHECKING:
     from ..blocks import WLast
@@ -66,7 +66,6 @@ class SoftmaxCG:
         G = (self.Xt * (0.5 * self.s)) @ self.Xt.T
         G[np.diag_indices(G.shape[0])] += 2.0 * c
         self.factor = cho_factor(G, check_finite=False)
-        self._pools = controller()  # the native thread pools, found once
 
     def hessian_times(self, P: np.ndarray, V: np.ndarray) -> np.ndarray:
         """``H V`` at the softmax probabilities ``P`` (``K x m``)."""
@@ -87,7 +86,7 @@ class SoftmaxCG:
         """``-H^{-1} g`` at ``W`` by preconditioned CG to a relative residual
         ``min(0.1, ||g||)`` on one BLAS thread (the module doc); returns
         ``(D, CG iterations)``."""
-        with one_blas_thread(self._pools):
+        with one_blas_thread(scanned_pools()):
             return self._cg(W, g)
 
     def _cg(self, W, g):
