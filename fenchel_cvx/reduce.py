@@ -229,6 +229,12 @@ class SimulatedComm:
         self._barrier = threading.Barrier(P, timeout=timeout)
         self._parts: list[Any] = [None] * P
         self._finished: list[bool] = [False] * P
+        # the collectives each shard has entered, and the lock under which a shard enters one
+        # or finishes: a shard that finishes sees every shard already inside a collective it
+        # never makes (it has entered more of them), and a shard that enters one sees every
+        # shard that has finished
+        self._entered: list[int] = [0] * P
+        self._gate = threading.Lock()
 
     def run(self, work: Callable[[_Shard], Any]) -> list:
         """``work(shard)`` for every shard (``shard.rank`` 0 .. P-1, ``shard.reduce``), each in
@@ -244,11 +250,13 @@ class SimulatedComm:
             except BaseException as err:  # noqa: BLE001 - handed to the caller below
                 errors[rank] = err
                 self._barrier.abort()
-            self._finished[rank] = True
-            if self._barrier.n_waiting:  # a shard waits for a reduction this one never makes
+            with self._gate:
+                self._finished[rank] = True
+                stranded = max(self._entered) > self._entered[rank]
+            if stranded:  # a shard is inside a collective this one never makes
                 self._barrier.abort()
 
-        self._finished = [False] * self.P
+        self._finished, self._entered = [False] * self.P, [0] * self.P
         threads = [threading.Thread(target=one, args=(r,)) for r in range(1, self.P)]
         for t in threads:
             t.start()
@@ -270,7 +278,10 @@ class SimulatedComm:
     def _exchange(self, rank: int, what: Any, part: Any) -> list:
         """Every shard's ``part``, in shard order, once every shard has given its own; ``what``
         names the collective (shards that call different ones took different paths)."""
-        if any(self._finished):
+        with self._gate:
+            finished = any(self._finished)
+            self._entered[rank] += 1
+        if finished:
             self._barrier.abort()
             raise RuntimeError(
                 f"the shards took different paths: shard {rank} reduces where shard "

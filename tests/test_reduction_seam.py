@@ -22,6 +22,8 @@ figures over the rows are reduced. A planted fault that keeps each shard's own g
 """
 
 import dataclasses
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -128,6 +130,40 @@ def test_shards_that_reduce_different_figures_fail_by_name():
 
     with pytest.raises(RuntimeError, match="the shards reduce different figures"):
         comm.run(work)
+
+
+def test_a_shard_that_finishes_while_another_enters_a_reduction_stops_it():
+    """Shard 1 finishes after shard 0 has entered a reduction but before it waits there (its
+    barrier slowed to open that window): shard 0 is stopped at once, not left waiting for a
+    shard that will never come (``timeout=None``: it would wait for ever)."""
+    comm = reduce.SimulatedComm(2, timeout=None)
+
+    class SlowBarrier(threading.Barrier):
+        def wait(self, timeout=None):
+            time.sleep(0.3)  # shard 1 finishes meanwhile
+            return super().wait(timeout)
+
+    comm._barrier = SlowBarrier(2)
+
+    def work(shard):
+        if shard.rank == 1:
+            time.sleep(0.1)  # after shard 0 has entered its reduction
+            return None
+        return shard.reduce([1.0], "sum")
+
+    outcome: list = []
+
+    def run():
+        try:
+            comm.run(work)
+        except RuntimeError as err:
+            outcome.append(err)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "shard 0 still waits for a shard that has finished"
+    assert len(outcome) == 1 and "the shards took different paths" in str(outcome[0])
 
 
 def test_a_bad_op_or_shard_count_is_refused_by_name():
