@@ -25,7 +25,6 @@ import argparse
 import bisect
 import collections
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -42,6 +41,7 @@ from fenchel_cvx.datasets import one_hot  # noqa: E402
 from fenchel_cvx.heap import keep_freed_memory  # noqa: E402
 from fenchel_cvx.io import write_json  # noqa: E402
 from fenchel_cvx.oracle import OracleBackend  # noqa: E402
+from fenchel_cvx.threads import cores  # noqa: E402
 
 SIZES = (784, 300, 10)
 RHO = (1.0, 10.0)
@@ -71,7 +71,7 @@ def parse_args(argv=None):
     except ValueError:
         p.error(f"--m must be a comma list of integers, got {args.m!r}")
     if args.driver_threads is None:
-        args.driver_threads = min(args.workers, len(os.sched_getaffinity(0)))
+        args.driver_threads = min(args.workers, cores())
     for name, value in (
         ("m", min(args.m)),
         ("workers", args.workers),

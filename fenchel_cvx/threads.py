@@ -46,7 +46,6 @@ __all__ = [
 LIBRARIES = ("numpy", "scipy", "torch", "other")
 
 
-@functools.lru_cache(maxsize=64)
 def cores() -> int:
     """The cores this process may use (its CPU affinity where the system has one), at least 1.
 
@@ -58,6 +57,7 @@ def cores() -> int:
     return os.cpu_count() or 1
 
 
+@functools.lru_cache(maxsize=64)
 def owner(filepath: str | None) -> str:
     """The package whose files hold the shared object at ``filepath`` (``"other"`` if none)."""
     for part in reversed(PurePath(filepath or "").parts[:-1]):
