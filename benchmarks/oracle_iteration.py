@@ -35,7 +35,7 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import data  # noqa: E402
-from common.devices import machine  # noqa: E402
+from common.devices import machine, machine_text  # noqa: E402
 from fenchel_cvx import LiftedNetwork, fit_bcd  # noqa: E402
 from fenchel_cvx.datasets import one_hot  # noqa: E402
 from fenchel_cvx.heap import keep_freed_memory  # noqa: E402
@@ -199,12 +199,14 @@ def main(argv=None):
         cold = slope(sizes, lambda s: s["rounds"][0]["seconds"])
         warm = slope(sizes, lambda s: s["rounds"][-1]["seconds"])
         print(f"log-log slope of the iteration's time against m: cold {cold:.2f}, warm {warm:.2f}")
+    record = machine(args)
+    print(machine_text(record))
     if args.json is not None:
         write_json(
             args.json,
             dict(
                 settings=vars(args) | dict(json=str(args.json)),
-                machine=machine(args),
+                machine=record,
                 data=desc,
                 sizes=sizes,
             ),

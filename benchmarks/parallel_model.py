@@ -44,7 +44,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -60,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common.counting import Roles  # noqa: E402
 from common.data import add_data_flags, load  # noqa: E402
+from common.devices import cpu_model  # noqa: E402
 from common.latency import latency, latency_table  # noqa: E402
 from fenchel_cvx.heap import keep_freed_memory  # noqa: E402
 from refactor_ab import NETWORKS, TIMED, M, check_networks_and_json, recipe  # noqa: E402
@@ -300,12 +300,13 @@ def main(argv=None):
     times = 20 if args.quick else 200  # (a smoke run's table: the mean of 20)
     table, gloo = latency_table(P, times=times), latency_table(P, gloo=True, times=times)
     report = dict(
-        machine=platform.processor() or platform.machine(), cores=os.cpu_count(), ranks=P,
+        machine=cpu_model(), cores=os.cpu_count(), ranks=P,
         latency_s={str(k): v for k, v in table.items()},
         latency_gloo_s={str(k): v for k, v in gloo.items()},
     )  # fmt: skip
     for name, t in (("shared memory", table), ("gloo alone", gloo)):
-        print(f"{P} ranks on {os.cpu_count()} cores; a reduction's mean latency, {name}:",
+        print(f"{P} ranks on {os.cpu_count()} cores ({report['machine']}); a reduction's mean "
+              f"latency, {name}:",
               ", ".join(f"{k} B {v * 1e3:.3f} ms" for k, v in t.items()))  # fmt: skip
     for network in args.network_list:
         seconds, figures = json.loads(run_alone(network, args, share=1)[0])

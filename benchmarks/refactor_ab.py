@@ -20,7 +20,6 @@ weights (the same iterates: 0, or rounding).
 """
 
 import argparse
-import platform
 import re
 import statistics
 import subprocess
@@ -36,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common.data import add_data_flags, load  # noqa: E402
+from common.devices import cpu_model  # noqa: E402
 
 NETWORKS = ("mlp", "lenet5")
 #: the training images of the timed epoch
@@ -145,7 +145,7 @@ def main(argv=None):
         X = np.ascontiguousarray(ds.X_train[:, :M], dtype=np.float32)
         Y = fenchel_cvx.datasets.one_hot(ds.y_train[:M], ds.n_classes).astype(np.float32)
         versions = {"old": fenchel_cvx_old, "new": fenchel_cvx}
-        report = dict(old=args.old, machine=platform.processor() or platform.machine())
+        report = dict(old=args.old, machine=cpu_model())
         for network in args.network_list:
             times, final, paired = {"old": [], "new": []}, {}, []
             for v in versions:  # warm-up: each version's kernels compiled before the clock

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import multiprocessing
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -624,6 +625,23 @@ def test_oracle_iteration_reports_each_worker_s_share_of_the_rows(mnist_dir, tmp
     assert len(shares) == 2 and all(isinstance(s, float) for s in shares)
     out = capsys.readouterr().out
     assert f"    {shares[0]:.1f} s, {shares[1]:.1f} s\n" in out and "none (in this process)" in out
+    assert f"CPU: {devices.cpu_model()}, " in out  # the machine the figures came from
+
+
+def test_the_machine_record_names_the_cpu_model(tmp_path):
+    """``devices.cpu_model``: the CPU's model as the kernel names it (``/proc/cpuinfo``'s first
+    ``model name``), else the platform's name; every report's machine line starts with it."""
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\n"
+        "\nprocessor\t: 1\nmodel name\t: Intel(R) Xeon(R) Processor\n"
+    )
+    assert devices.cpu_model(info) == "Intel(R) Xeon(R) Processor"
+    (tmp_path / "blank").write_text("processor\t: 0\nmodel name\t:  \n")
+    fallback = platform.processor() or platform.machine()
+    assert devices.cpu_model(tmp_path / "blank") == devices.cpu_model(tmp_path / "no") == fallback
+    record = dict(processor="AMD EPYC 7B13", cpus=2, blas="numpy: openblas", threads=1)
+    assert devices.machine_text(record).startswith("CPU: AMD EPYC 7B13, 2 cores; BLAS: numpy:")
 
 
 def test_share_seconds_sums_each_worker_s_tasks_within_its_round():

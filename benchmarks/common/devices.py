@@ -2,8 +2,9 @@
 
 One class per ``--device``: ``Cpu`` (FLN in NumPy, the baselines in PyTorch on the CPU),
 ``CuPyGpu`` (FLN in CuPy, the baselines in PyTorch on CUDA) and ``TorchGpu`` (every method in
-PyTorch on CUDA tensors). ``machine`` records the platform, the threads, the BLAS libraries with
-their kernels and the CPU's GEMM rates, which every report prints (``machine_text``).
+PyTorch on CUDA tensors). ``machine`` records the platform, the CPU's model, the threads, the
+BLAS libraries with their kernels and the CPU's GEMM rates, which every report prints
+(``machine_text``).
 """
 
 import importlib.util
@@ -175,7 +176,7 @@ def machine(args):
     ``--device`` runs on the CPU), with its BLAS (``blas_record``)."""
     return dict(
         platform=platform.platform(),
-        processor=platform.processor() or platform.machine(),
+        processor=cpu_model(),
         cpus=os.cpu_count(),
         python=platform.python_version(),
         device=DEVICES[getattr(args, "device", "cpu")].describe(),
@@ -183,6 +184,21 @@ def machine(args):
         fln_ranks=getattr(args, "nproc", 1),
         **blas_record(args.threads),
     )
+
+
+def cpu_model(cpuinfo="/proc/cpuinfo"):
+    """The CPU's model as the kernel names it (``/proc/cpuinfo``'s first ``model name``, read a
+    line at a time until found), else ``platform.processor()`` or the architecture: a benchmark
+    run on a cloud VM names the machine it actually got."""
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def blas_record(threads):
@@ -235,6 +251,7 @@ def machine_text(machine):
     rates = machine.get("cpu_gemm_gflops") or {}
     per = ", ".join(f"{'NumPy' if k == 'numpy' else 'PyTorch'} {v:.0f}" for k, v in rates.items())
     return (
+        f"CPU: {machine.get('processor', 'unknown')}, {machine.get('cpus', '?')} cores; "
         f"BLAS: {machine.get('blas', 'unknown')}; float32 GEMM 300 x 785 x 500 on the CPU, "
         f"{machine['threads']} thread(s), GFLOP/s: {per or 'not measured'}"
     )
