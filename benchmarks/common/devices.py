@@ -8,6 +8,7 @@ BLAS libraries with their kernels and the CPU's GEMM rates, which every report p
 """
 
 import importlib.util
+import itertools
 import os
 import platform
 import time
@@ -186,13 +187,17 @@ def machine(args):
     )
 
 
+#: lines of ``/proc/cpuinfo`` that ``cpu_model`` reads at most (its first processor's block)
+CPUINFO_LINES = 64
+
+
 def cpu_model(cpuinfo="/proc/cpuinfo"):
-    """The CPU's model as the kernel names it (``/proc/cpuinfo``'s first ``model name``, read a
-    line at a time until found), else ``platform.processor()`` or the architecture: a benchmark
-    run on a cloud VM names the machine it actually got."""
+    """The CPU's model as the kernel names it (``/proc/cpuinfo``'s first ``model name``, among
+    its first ``CPUINFO_LINES`` lines), else ``platform.processor()`` or the architecture: a
+    benchmark run on a cloud VM names the machine it actually got."""
     try:
         with open(cpuinfo, encoding="ascii", errors="replace") as f:
-            for line in f:
+            for line in itertools.islice(f, CPUINFO_LINES):
                 key, _, value = line.partition(":")
                 if key.strip() == "model name" and value.strip():
                     return value.strip()
