@@ -99,7 +99,8 @@ def test_every_block_is_known_and_filled_and_every_run_is_used():
     used = {n for _, _, n in rt.COMPILED_RUNS} | set(rt.ADAM_RUNS.values())
     used |= {n for runs, _ in rt.PLOTS.values() for n in runs} | {"mlp_seeds3", "lifted_rounds"}
     used |= set(rt.figures.TRANSCRIBED) | set(_script("scaling_plot").RUNS)
-    used |= set(re.findall(r"`docs/results/(\w+)\.json`", (ROOT / "docs" / "deep.md").read_text()))
+    for page in (ROOT / "docs").glob("*.md"):  # a run a page names as its figures' record
+        used |= set(re.findall(r"`docs/results/([a-z0-9_]+)\.json`", page.read_text("utf-8")))
     on_disk = {p.stem for p in (ROOT / "docs" / "results").glob("*.json")}
     assert on_disk == used, (
         f"unused JSON: {sorted(on_disk - used)}; missing: {sorted(used - on_disk)}"
