@@ -31,7 +31,7 @@ import numpy as np
 
 from .blocks import residual_and_scale
 from .reduce import LOCAL, Comm, SimulatedComm, share
-from .threads import one_blas_thread, scanned_pools
+from .threads import one_blas_thread
 
 if TYPE_CHECKING:
     from .arrays import Array
@@ -93,7 +93,7 @@ def figures(
             out[:, index] = part.forward(z)
         return _at(part, z, out[:, index], shard, residual, gradient, value)
 
-    with one_blas_thread(scanned_pools()):
+    with one_blas_thread():
         shares = SimulatedComm(P, timeout=None).run(work)
     value, r, scale, g = shares[0]
     if gradient:  # each share's part of the gradient (a W-block's: the whole, on every share)
@@ -144,7 +144,7 @@ def over_columns(
         index = share(m, P, shard.rank)
         return fn(*(_columns(a, index) for a in arrays), comm=shard)
 
-    with one_blas_thread(scanned_pools()):
+    with one_blas_thread():
         return SimulatedComm(P, timeout=None).run(work)[0]
 
 
@@ -159,7 +159,7 @@ def by_chunks(work: Callable[[slice], T], m: int, chunk: int, threads: int = 1) 
     chunks = [slice(a, a + chunk) for a in range(0, m, chunk)]
     if threads <= 1 or len(chunks) <= 1:
         return [work(k) for k in chunks]
-    with one_blas_thread(scanned_pools()), ThreadPoolExecutor(min(threads, len(chunks))) as pool:
+    with one_blas_thread(), ThreadPoolExecutor(min(threads, len(chunks))) as pool:
         return list(pool.map(work, chunks))
 
 

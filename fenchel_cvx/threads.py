@@ -121,9 +121,9 @@ def controller() -> ThreadpoolController:
 
 @functools.cache
 def scanned_pools() -> ThreadpoolController:
-    """``controller()`` scanned once in this process, for the callers that limit NumPy's and
-    SciPy's pools at every step of a solver (``column_threads``' shares, the oracle's CG
-    products); a pool loaded later (PyTorch's) is not in it."""
+    """``controller()`` scanned once in this process: NumPy's and SciPy's pools, which are
+    loaded before the scan, for :func:`one_blas_thread`, which limits them at every step of a
+    solver; a pool loaded later (PyTorch's) is not in it."""
     return controller()
 
 
@@ -151,13 +151,13 @@ def limit_threads(
             limiter.restore_original_limits()
 
 
-def one_blas_thread(
-    pools_now: ThreadpoolController | None = None,
-) -> AbstractContextManager[dict[str, int]]:
-    """NumPy's and SciPy's BLAS on one thread for the block (``limit_threads``): for loops of
-    small factors and products, where OpenBLAS's second thread costs more than it brings (the
-    oracle's dual pivots and its cross-entropy CG steps: docs page "The CVXPY oracle")."""
-    return limit_threads({"numpy": 1, "scipy": 1}, pools_now)
+def one_blas_thread() -> AbstractContextManager[dict[str, int]]:
+    """NumPy's and SciPy's BLAS on one thread for the block (``limit_threads``, on the pools
+    scanned once: :func:`scanned_pools`): for loops of small factors and products, where
+    OpenBLAS's second thread costs more than it brings (the oracle's dual pivots and its
+    cross-entropy CG steps: docs page "The CVXPY oracle"), and for column shares that run a
+    thread each (``column_threads``)."""
+    return limit_threads({"numpy": 1, "scipy": 1}, scanned_pools())
 
 
 def limit_for(backend: Backend) -> AbstractContextManager[object]:

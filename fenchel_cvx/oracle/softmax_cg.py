@@ -39,7 +39,7 @@ from scipy.linalg import cho_factor, cho_solve
 
 from ..column_threads import over_columns
 from ..losses import softmax
-from ..threads import one_blas_thread, scanned_pools
+from ..threads import one_blas_thread
 
 if TYPE_CHECKING:
     from ..blocks import WLast
@@ -86,7 +86,7 @@ class SoftmaxCG:
         """``-H^{-1} g`` at ``W`` by preconditioned CG to a relative residual
         ``min(0.1, ||g||)`` on one BLAS thread (the module doc); returns
         ``(D, CG iterations)``."""
-        with one_blas_thread(scanned_pools()):
+        with one_blas_thread():
             return self._cg(W, g)
 
     def _cg(self, W, g):
