@@ -43,7 +43,6 @@ import json
 import os
 import re
 import secrets
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -67,6 +66,10 @@ RUN_FILES = (
     "objectives.png",
     "accuracy.png",
 )
+#: the file :func:`check_writable_dir` creates and deletes to prove a folder writable: named as
+#: every temporary (``.probe.<pid>.<random>.tmp``), so that one a killed check left is removed
+#: as theirs are (:func:`remove_temporaries`) and blocks no new run there
+PROBE = "probe"
 
 
 #: a file's path, as a caller gives it
@@ -320,11 +323,12 @@ def _writer_gone(tmp: Path, name: str, boot: float | None) -> bool:
     return _started_after(pid, mtime, boot)
 
 
-def remove_temporaries(directory: _Path, names: Iterable[str] = RUN_FILES) -> list[Path]:
+def remove_temporaries(directory: _Path, names: Iterable[str] = (*RUN_FILES, PROBE)) -> list[Path]:
     """Delete the temporary files (``.<name>.<pid>.<random>.tmp``, :func:`atomic_write`) that a
     process killed while writing left in ``directory``; returns their paths. Only the temporaries
     of ``names`` (default: a run's own files, ``RUN_FILES``: ``checkpoint.npz``,
-    ``history.json``, ``model.npz``, ``run.json`` and the plots), and only those whose writer is
+    ``history.json``, ``model.npz``, ``run.json`` and the plots, and the folder's writability
+    probe, ``PROBE``), and only those whose writer is
     gone: no process of that pid exists (``os.kill(pid, 0)``), or, on Linux, it is a zombie or
     started after the temporary was last written (/proc/<pid>/stat: the pid was reused). A
     writer alive, of this user or another, keeps its temporary. Limit: a pid reused within
@@ -359,7 +363,7 @@ def check_writable_dir(name: str, directory: _Path) -> Path:
     directory = Path(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".probe.", dir=directory)
+        fd, probe = _temporary(directory / PROBE)
         os.close(fd)
         os.unlink(probe)
     except OSError as err:

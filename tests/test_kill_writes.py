@@ -34,6 +34,16 @@ temporaries, writer_pid = kill_writes.temporaries, kill_writes.writer_pid
 HANG = 120  # a guard on every wait
 
 
+def _killed(script, path):
+    """The process that ran ``script`` on ``path`` (``sys.argv[1]``) with this checkout's
+    package, once it has SIGKILLed itself."""
+    root = str(Path(fenchel_cvx.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", script, str(path)], env=env)
+    assert proc.wait(timeout=HANG) == -signal.SIGKILL
+    return proc
+
+
 # --- remove_temporaries -----------------------------------------------------------------------
 def test_a_live_writers_temporary_is_kept(tmp_path, monkeypatch):
     seen = []
@@ -66,10 +76,7 @@ def test_a_killed_writers_temporary_is_removed(tmp_path):
         "    f.write(b'half'); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
         "atomic_write(sys.argv[1], write)\n"
     )
-    root = str(Path(fenchel_cvx.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "history.json")], env=env)
-    assert proc.wait(timeout=HANG) == -signal.SIGKILL
+    proc = _killed(script, tmp_path / "history.json")
     left = temporaries(tmp_path)
     assert len(left) == 1 and writer_pid(left[0]) == proc.pid  # named with its writer's pid
     assert not (tmp_path / "history.json").exists()
@@ -123,6 +130,28 @@ def test_predict_removes_a_killed_writes_temporary_and_says_so(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "fenchel-cvx predict: removed 1 temporary file(s) that a killed write left in " in err
     assert stale.name in err and not stale.exists() and live.exists()
+
+
+def test_a_killed_folder_checks_probe_blocks_no_run_and_is_removed(tmp_path, capsys):
+    """``train`` proves its folder writable by a probe file it creates and deletes
+    (``io.check_writable_dir``); one killed between the two leaves the probe, named as every
+    temporary (``.probe.<pid>.<random>.tmp``). The next ``train`` into that folder reuses it,
+    removes the probe and says so (a probe named otherwise read as a run's file, and the
+    folder was refused: the kill test met it under load)."""
+    script = (
+        "import os, signal, sys\n"
+        "from fenchel_cvx import io\n"
+        "io.os.unlink = lambda path: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "io.check_writable_dir('--out', sys.argv[1])\n"
+    )
+    out = tmp_path / "run"
+    proc = _killed(script, out)
+    (probe,) = [p.name for p in out.iterdir()]
+    assert probe.startswith(".probe.") and writer_pid(probe) == proc.pid
+    assert cli.main([*kill_writes.TRAIN, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "fenchel-cvx train: removed 1 temporary file(s)" in err and probe in err
+    assert not (out / probe).exists() and (out / "model.npz").is_file()
 
 
 # --- SIGKILL at seeded moments ------------------------------------------------------------------
