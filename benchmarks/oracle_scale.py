@@ -134,7 +134,7 @@ def w_rows(net, X0, Y, Z, n_rows):
     """``n_rows`` rows of the W_0 block by ``active_rows``, from the Xavier weights (cold), then
     again after a small move of ``X_1`` (warm); then the oracle's route on those rows."""
     block = w_block(net, X0, Y, [Z], 0)
-    rows = active_rows.Rows(block.Xt, block.lam, block.rho + block.gamma)
+    rows = active_rows.Rows.of(block.Xt, block.lam, block.rho + block.gamma)
     t0, c0 = time.perf_counter(), time.process_time()
     rows.T  # noqa: B018  # the Gram X~ X~^T, formed once
     wall, t_gram = time.perf_counter() - t0, time.process_time() - c0

@@ -3,7 +3,7 @@ host copies."""
 
 import functools
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, TypeAlias
 
@@ -200,6 +200,45 @@ def matmul_nt(A: Array, B: Array) -> Array:
     for start in range(width, A.shape[1], width):
         out += A[:, start : start + width] @ B[:, start : start + width].T
     return out
+
+
+#: columns of ``A`` a tile of :func:`transposed` copies at once
+TRANSPOSE_TILE = 128
+
+
+def transposed(A: np.ndarray, rows: np.ndarray | None = None, dtype: Any = None) -> np.ndarray:
+    """``A[rows].T`` (all rows where ``rows`` is None) as a new C-ordered NumPy array of
+    ``dtype`` (A's by default), copied by ``transposed_tiles``. NumPy's own copy of a transposed
+    view reads one row in a stride of the whole matrix per element: MNIST's 718 x 60,000
+    float64 inputs took 2.8-7.7 s that way and 0.18 s by tiles (one core of the 2-core Intel
+    Xeon VM, 2026-12-04).
+
+    >>> A = np.arange(6.0).reshape(2, 3)
+    >>> transposed(A), transposed(A, np.array([1]), dtype=np.float32)
+    (array([[0., 3.],
+           [1., 4.],
+           [2., 5.]]), array([[3.],
+           [4.],
+           [5.]], dtype=float32))
+    """
+    A = np.asarray(A)
+    n = A.shape[0] if rows is None else len(rows)
+    out = np.empty((A.shape[1], n), dtype=A.dtype if dtype is None else dtype)
+    for j, tile in enumerate(transposed_tiles(A, rows, dtype)):
+        out[j * TRANSPOSE_TILE : (j + 1) * TRANSPOSE_TILE] = tile
+    return out
+
+
+def transposed_tiles(
+    A: np.ndarray, rows: np.ndarray | None = None, dtype: Any = None
+) -> Iterator[np.ndarray]:
+    """The rows of ``A[rows].T`` (of ``dtype``), ``TRANSPOSE_TILE`` at a time, each a C-ordered
+    array copied from a tile of ``A``'s columns small enough to stay in cache (to write them
+    one after the other, to a file say)."""
+    A = np.asarray(A)
+    for j in range(0, A.shape[1], TRANSPOSE_TILE):
+        tile = A[:, j : j + TRANSPOSE_TILE]
+        yield np.ascontiguousarray((tile if rows is None else tile[rows]).T, dtype=dtype)
 
 
 @functools.cache

@@ -13,10 +13,12 @@ one too: ``oracle/dask_rows.py``).
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -59,13 +61,45 @@ def outgoing(
 def write(array: np.ndarray) -> ArrayFile | None:
     """``array`` written to a new file in ``FOLDER`` (C or F order kept, no pickle), or None
     where there is no such folder or it is full (a partly written file is removed)."""
+    return _written(lambda f: np.lib.format.write_array(f, array, allow_pickle=False))
+
+
+def write_rows(
+    shape: tuple[int, ...], dtype: Any, parts: Iterable[np.ndarray]
+) -> ArrayFile | None:  # fmt: skip
+    """An array of ``shape`` and ``dtype`` (C order) written to a new file in ``FOLDER`` from
+    ``parts``, consecutive blocks of its rows (the whole array need never be in memory), or
+    None where there is no such folder or too little room in it (the file is then removed).
+    Its bytes are reserved first: a full folder gives None before any part is made."""
+    dtype, size = np.dtype(dtype), math.prod(shape)
+
+    def fill(f):
+        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False}
+        np.lib.format.write_array_header_1_0(f, {**header, "shape": tuple(shape)})
+        os.posix_fallocate(f.fileno(), 0, f.tell() + size * dtype.itemsize)
+        written = 0
+        for part in parts:
+            f.write(np.ascontiguousarray(part, dtype=dtype).data)
+            written += part.size
+        if written != size:
+            raise ValueError(f"the parts hold {written} values, not the {size} of {shape}")
+
+    return _written(fill)
+
+
+def _written(fill: Callable[[BinaryIO], None]) -> ArrayFile | None:
+    """A new file in ``FOLDER`` (readable by its owner alone) written by ``fill``; None where
+    the folder is missing or full; a partly written file is removed."""
     path = os.path.join(FOLDER, f"fenchel_cvx_{secrets.token_hex(8)}.npy")
     try:
         with open(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600), "wb") as f:
-            np.lib.format.write_array(f, array, allow_pickle=False)
+            fill(f)
     except OSError:
         discard([path])
         return None
+    except BaseException:
+        discard([path])
+        raise
     return ArrayFile(path)
 
 

@@ -19,7 +19,7 @@ from fenchel_cvx.bcd import fit_bcd  # noqa: E402
 from fenchel_cvx.blocks import WHidden, w_block, x_block  # noqa: E402
 from fenchel_cvx.errors import SolverError  # noqa: E402
 from fenchel_cvx.network import LiftedNetwork  # noqa: E402
-from fenchel_cvx.oracle import OracleBackend, dask_rows, exact  # noqa: E402
+from fenchel_cvx.oracle import OracleBackend, active_rows, dask_rows, exact  # noqa: E402
 from fenchel_cvx.oracle import rows as rows_mod  # noqa: E402
 from fenchel_cvx.oracle.backend import worker_cache_info  # noqa: E402
 
@@ -209,6 +209,42 @@ def test_large_data_goes_to_the_workers_by_a_file_removed_after_use(
     assert workers.files == [] and not any(os.path.exists(f) for f in kept)
 
 
+def _forget_rows():
+    """On a worker: drops the data sets' Rows and Grams kept there."""
+    dask_rows._WORKER_ROWS.clear()
+    dask_rows._WORKER_GRAMS.clear()
+
+
+def _mapped_points():
+    """On a worker: for each data set's Rows, whether its points and their single-precision
+    copy are mapped from files (not copies of the worker's own), and the copy's dtype."""
+    return [
+        (isinstance(r.P.base, np.memmap), isinstance(r.G_src.base, np.memmap), str(r.G_src.dtype))
+        for r in dask_rows._WORKER_ROWS.values()
+    ]
+
+
+@pytest.mark.skipif(not os.path.isdir(rank_arrays.FOLDER), reason="no shared-memory folder")
+def test_the_workers_map_the_points_in_both_precisions_from_the_drivers_files(
+    client, active_route, monkeypatch
+):
+    """Where the Grams run in single precision (``SINGLE_MIN`` points or more), the driver lays
+    out the points in float64 and float32, one file each; every worker maps both (no copy of
+    its own) and the rows equal those solved in this process on the same layout."""
+    monkeypatch.setattr(dask_rows, "FILE_MIN", 0)
+    monkeypatch.setattr(active_rows, "SINGLE_MIN", 10)
+    client.run(_forget_rows)
+    workers = dask_rows.WorkerRows(lambda: client)
+    block = relu_rows_block(seed=9)
+    found = exact.attempt(block, None, 1e-9, workers)
+    assert found.certified and found.info["worker_shares"] == 2 and len(workers.files) == 2
+    assert all(v == [(True, True, "float32")] for v in client.run(_mapped_points).values())
+    alone = exact.attempt(block, None, 1e-9)
+    np.testing.assert_allclose(found.argmin, alone.argmin, rtol=0, atol=1e-10)
+    workers.close()
+    assert workers.files == []
+
+
 @pytest.mark.skipif(not os.path.isdir(rank_arrays.FOLDER), reason="no shared-memory folder")
 def test_data_is_scattered_where_a_worker_cannot_open_the_file(client, active_route, monkeypatch):
     """A worker that does not see the file (on another machine) gets X~ scattered instead, and
@@ -219,13 +255,13 @@ def test_data_is_scattered_where_a_worker_cannot_open_the_file(client, active_ro
 
     monkeypatch.setattr(dask_rows, "FILE_MIN", 0)
     monkeypatch.setattr(dask_rows, "can_open", elsewhere)
-    written, write = [], rank_arrays.write
+    written, write_rows = [], rank_arrays.write_rows
 
-    def recorded(array):  # the files this test writes (other tests may write their own)
-        written.append(handle := write(array))
+    def recorded(*args):  # the files this test writes (other tests may write their own)
+        written.append(handle := write_rows(*args))
         return handle
 
-    monkeypatch.setattr(rank_arrays, "write", recorded)
+    monkeypatch.setattr(rank_arrays, "write_rows", recorded)
     counting = Counting(client)
     workers = dask_rows.WorkerRows(lambda: counting)
     assert exact.attempt(relu_rows_block(seed=8), None, 1e-9, workers).certified

@@ -256,7 +256,7 @@ def test_active_route_planted_fault_is_not_certified(monkeypatch):
 
 def test_active_rows_skip_inputs_that_are_always_zero():
     block = w_hidden("zero_columns")
-    rows = active_rows.Rows(block.Xt, block.lam, 1.0)
+    rows = active_rows.Rows.of(block.Xt, block.lam, 1.0)
     assert 2 not in rows.S and rows.S.size == block.Xt.shape[0] - 1
     A = np.zeros(block.Xt.shape[1], dtype=bool)
     A[::3] = True
@@ -269,7 +269,7 @@ def test_w_rows_from_kept_grams_equal_formed_ones():
     """A second solve whose rows start from the Grams the first one ended with (updated by the
     points that changed sides): the same rows, and every final Gram that of its active set."""
     block = w_hidden("random", seed=9, r=6, m=80)
-    rows = active_rows.Rows(block.Xt, block.lam, block.rho)
+    rows = active_rows.Rows.of(block.Xt, block.lam, block.rho)
     Q = 3.0 * np.random.default_rng(2).standard_normal(block.shape)  # mixed active sets
     kept = [None] * Q.shape[0]
     W, _ = active_rows.solve_rows(rows, Q, rows.ridge(Q), 1e-13, kept=kept)
@@ -313,7 +313,7 @@ def test_a_row_factors_its_newton_matrix_once_a_gram(monkeypatch):
     monkeypatch.setattr(
         active_rows.Rows, "factor", lambda self, G: calls.append(1) or factor(self, G)
     )
-    rows = active_rows.Rows(block.Xt, block.lam, block.rho)
+    rows = active_rows.Rows.of(block.Xt, block.lam, block.rho)
     rows.G_src = (1.002 * rows.P).astype(np.float32)  # each step contracts about 1e3-fold
     Q = block.lam * (block.V @ block.Xt.T)
     W, reports = active_rows.solve_rows(rows, Q, start, 1e-13, batch=1)
@@ -328,7 +328,7 @@ def test_single_precision_updates_keep_each_gram_that_of_its_active_set(monkeypa
     float64 Gram of its active set to float32's rounding (a wrong update is off by O(1))."""
     monkeypatch.setattr(active_rows, "SINGLE_MIN", 100)
     block = w_hidden("random", seed=9, r=6, m=300)
-    rows = active_rows.Rows(block.Xt, block.lam, block.rho)
+    rows = active_rows.Rows.of(block.Xt, block.lam, block.rho)
     Q = 3.0 * np.random.default_rng(2).standard_normal(block.shape)
     kept = [None] * Q.shape[0]
     W, reports = active_rows.solve_rows(rows, Q, rows.ridge(Q), 1e-13, kept=kept)
@@ -347,7 +347,7 @@ def test_a_single_precision_gram_that_stops_contracting_is_formed_in_float64(mon
     start = np.random.default_rng(5).standard_normal(block.shape)
     exact, _ = active_rows.solve(block, start, 1e-13)
     monkeypatch.setattr(active_rows, "SINGLE_MIN", 100)
-    rows = active_rows.Rows(block.Xt, block.lam, block.rho)
+    rows = active_rows.Rows.of(block.Xt, block.lam, block.rho)
     rows.G_src = (1.5 * rows.P).astype(np.float32)
     Q = block.lam * (block.V @ block.Xt.T)
     # (1e-12: a row refined in float64 stops within a few hundred eps of 0, by the machine's
@@ -362,7 +362,7 @@ def test_scaled_step_solves_with_the_scaled_gram_of_all_points():
     """``Rows.scaled`` is ``-(lam alpha T + 2c I)^{-1} g`` row by row on the inputs that are
     nonzero somewhere, ``-g / 2c`` on the others."""
     block = w_hidden("zero_columns", seed=4, m=50)
-    rows = active_rows.Rows(block.Xt, block.lam, block.rho)
+    rows = active_rows.Rows.of(block.Xt, block.lam, block.rho)
     g = np.random.default_rng(0).standard_normal((3, block.Xt.shape[0]))
     alpha = np.array([0.0, 0.3, 1.0])
     d = rows.scaled(g, alpha)
@@ -378,7 +378,7 @@ def test_only_rows_without_a_kept_gram_take_scaled_steps(monkeypatch):
     """A row with no kept Gram (cold) takes ``SCALED_STEPS`` scaled steps before forming its
     Gram; a row that starts from a kept Gram takes none; both reach the same rows."""
     block = w_hidden("random", seed=9, r=6, m=80)
-    rows = active_rows.Rows(block.Xt, block.lam, block.rho)
+    rows = active_rows.Rows.of(block.Xt, block.lam, block.rho)
     scaled, calls = active_rows.Rows.scaled, []
     monkeypatch.setattr(
         active_rows.Rows, "scaled", lambda self, g, a: calls.append(len(g)) or scaled(self, g, a)

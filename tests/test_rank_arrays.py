@@ -57,6 +57,36 @@ def test_a_folder_that_cannot_take_the_file_leaves_the_array_to_the_pickle(
     assert list(full.iterdir()) == []  # the half-made file removed too
 
 
+def test_an_array_written_by_parts_of_rows_loads_whole_and_a_full_folder_gives_none(
+    monkeypatch, tmp_path
+):  # fmt: skip
+    """``write_rows`` writes consecutive blocks of rows (cast to the dtype) to one file whose
+    bytes it reserves first: a rank loads the whole array; parts that do not fill the shape
+    are refused and leave no file; a folder without room gives None and keeps no file."""
+    X = np.arange(35.0).reshape(7, 5)
+    handle = rank_arrays.write_rows(X.shape, np.float32, [X[:3], X[3:6], X[6:]])
+    assert handle is not None
+    try:
+        loaded = handle.load()
+        assert loaded.dtype == np.float32 and loaded.flags.c_contiguous
+        np.testing.assert_array_equal(loaded, X)
+    finally:
+        discard([handle.path])
+    full = tmp_path / "full"
+    full.mkdir()
+    monkeypatch.setattr(rank_arrays, "FOLDER", str(full))
+    with pytest.raises(ValueError, match="hold 30 values, not the 35"):
+        rank_arrays.write_rows(X.shape, X.dtype, [X[:6]])
+    assert list(full.iterdir()) == []
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    assert rank_arrays.write_rows((1000, 1000), np.float64, []) is None
+    assert list(full.iterdir()) == []
+
+
 def test_a_run_on_ranks_leaves_no_file_behind(monkeypatch):
     """``Ranks.run`` sends the data through files (X: 1.2 MB) and removes them at the run's
     end; the spawned rank trains on the same data (the one-process result)."""

@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 
 from ..activations import ACTIVATIONS, activation_names
 from ..activations import activation as make_activation
-from ..arrays import Array
+from ..arrays import Array, transposed
 from ..losses import loss as make_loss
 from ..losses import loss_names
 from ..reduce import share
@@ -532,9 +532,7 @@ def _tensors(torch, dev, input_shape, X_train, y_train, X_test, y_test):
     """The data on ``dev``: float32 inputs one point per row, shaped ``input_shape``, and
     integer labels."""
     Xtr, Xte = (
-        torch.from_numpy(np.ascontiguousarray(np.asarray(X).T, dtype=np.float32))
-        .reshape(-1, *input_shape)
-        .to(dev)
+        torch.from_numpy(transposed(X, dtype=np.float32)).reshape(-1, *input_shape).to(dev)
         for X in (X_train, X_test)
     )
     ytr, yte = (

@@ -61,6 +61,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.linalg import cho_factor, cho_solve
 
+from ..arrays import transposed
+
 if TYPE_CHECKING:
     from ..blocks import WHidden
 
@@ -77,28 +79,49 @@ SINGLE_MIN = 4000
 SCALED_STEPS = 2
 
 
+def inputs(Xt: np.ndarray) -> np.ndarray:
+    """``S``: the inputs (rows of ``X~``) that are nonzero at some point."""
+    return np.flatnonzero(np.any(Xt != 0.0, axis=1))
+
+
+def single(m: int) -> type | None:
+    """The dtype of the Grams' products on ``m`` points where it is not float64 (float32 from
+    ``SINGLE_MIN`` points: the module doc), else None."""
+    return np.float32 if m >= SINGLE_MIN else None
+
+
 @dataclass
 class Rows:
     """The data every row shares. Only the inputs ``S`` that are nonzero at some point enter the
     Grams (MNIST: 718 of 785 with the bias; off ``S`` a row's Hessian is ``2c I`` and its Newton
-    step exact by itself): ``P = X~_S^T`` (``m x |S|``, C order, to gather points),
-    ``T = P^T P`` (formed on first use), and a gather buffer of ``m // 2 + 1`` points for the
-    Grams and their updates in each precision (a fresh array of that size costs more in page
-    faults than its copy)."""
+    step exact by itself; ``inputs``): the points ``P = X~_S^T`` (``m x |S|``, C order, to
+    gather points), of ``n`` inputs in all, the same in the Grams' precision ``G_src`` (float32
+    on many points, the module doc; made here where not given), ``T = P^T P`` (formed on first
+    use), and a gather buffer of ``m // 2 + 1`` points for the Grams and their updates in each
+    precision (a fresh array of that size costs more in page faults than its copy).
+    ``Rows.of(X~, lam, c)`` builds them from the block's data."""
 
-    Xt: np.ndarray
+    P: np.ndarray
+    S: np.ndarray
+    n: int
     lam: float
     c: float
+    G_src: np.ndarray | None = field(default=None, repr=False)
     _T: np.ndarray | None = field(default=None, repr=False)
     _spectrum: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     _bufs: dict = field(default_factory=dict, repr=False)  # a gather buffer by dtype
 
     def __post_init__(self):
-        self.S = np.flatnonzero(np.any(self.Xt != 0.0, axis=1))
-        self.P = np.ascontiguousarray(self.Xt[self.S].T)
-        # the Grams' products: float32 on many points (the module doc), else P itself
-        self.exact = self.P.shape[0] < SINGLE_MIN
-        self.G_src = self.P if self.exact else self.P.astype(np.float32)
+        if self.G_src is None:
+            precision = single(self.P.shape[0])
+            self.G_src = self.P if precision is None else self.P.astype(precision)
+        self.exact = self.G_src.dtype == self.P.dtype
+
+    @classmethod
+    def of(cls, Xt: np.ndarray, lam: float, c: float) -> Rows:
+        """The rows of the data ``X~`` (``n x m``)."""
+        S = inputs(Xt)
+        return cls(transposed(Xt, S), S, Xt.shape[0], lam, c)
 
     @property
     def T(self) -> np.ndarray:
@@ -129,7 +152,7 @@ class Rows:
 
     def back(self, V: np.ndarray) -> np.ndarray:
         """``V X~^T`` (``b x n`` for ``V`` of ``b x m``; 0 off ``S``)."""
-        out = np.zeros((V.shape[0], self.Xt.shape[0]))
+        out = np.zeros((V.shape[0], self.n))
         out[:, self.S] = V @ self.P
         return out
 
@@ -407,7 +430,7 @@ def solve(
     """Every row of a ReLU ``WHidden`` block (``rho + gamma > 0``) from ``start`` (else zeros);
     returns ``(W, reports)``."""
     c = block.rho + block.gamma
-    rows = Rows(np.asarray(block.Xt, dtype=float), block.lam, c)
+    rows = Rows.of(np.asarray(block.Xt, dtype=float), block.lam, c)
     Q = block.lam * (block.V @ block.Xt.T)
     if block.gamma:
         Q = Q + 2.0 * block.gamma * block.W0

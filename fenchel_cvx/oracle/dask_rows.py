@@ -7,15 +7,17 @@ into one contiguous share per worker. What is sent when:
 * **once per data set**: the block's fixed data ``X~`` (``n x m``; MNIST's ``X~_0``: 377 MB),
   remembered in the driver by a digest of its bytes (``digest``), so that a later call with the
   same ``X~`` (the W_0 block at every BCD iteration) sends nothing of it again. A large ``X~``
-  (``FILE_MIN`` bytes or more) is written once to a file in shared memory
-  (``rank_arrays.FOLDER``) that every worker maps, where every worker can open it (workers on
-  this machine: an array of ``X~_0``'s shape reached two workers and was read there in 1.0 s,
-  its digest included, against 2.8-5.6 s through ``client.scatter``, on the 2-core VM with a
-  test run beside it; the workers share its pages); the file is removed when its data set
-  leaves the driver's ``KEEP`` or the backend closes. Otherwise (remote workers, no shared
-  memory, a small ``X~``) it is scattered to every worker (``client.scatter(...,
-  broadcast=True)``). Each worker then keeps, under the same digest, the ``active_rows.Rows``
-  built from it (``P = X~_S^T`` and ``T = X~_S X~_S^T``, formed there once; ``_WORKER_ROWS``);
+  (``FILE_MIN`` bytes or more) goes as its points laid out as the rows take them
+  (``SharedPoints``: ``P = X~_S^T`` and its float32 copy, written once by the driver to files
+  in shared memory, ``rank_arrays.FOLDER``), which every worker maps, where every worker can
+  open them (the workers share their pages: no worker copies or transposes ``X~``; an array of
+  ``X~_0``'s shape reached two workers this way in 1.0 s, against 2.8-5.6 s through
+  ``client.scatter``, on the 2-core VM with a test run beside it); the files are removed when
+  their data set leaves the driver's ``KEEP`` or the backend closes. Otherwise (remote
+  workers, no shared memory, a small ``X~``) ``X~`` is scattered to every worker
+  (``client.scatter(..., broadcast=True)``) and each worker lays out its points itself. Each
+  worker then keeps, under the same digest, the ``active_rows.Rows`` of them (``T = X~_S
+  X~_S^T`` formed there once; ``_WORKER_ROWS``);
 * **every call**: only what changes, each worker's share of the rows' linear terms
   ``q_i = lam X~ v_i + 2 gamma w0_i`` (the targets and the ``W0`` rows in one array), their
   start rows (or none: the worker starts from the ridge point, ``Rows.ridge``), ``lam``, ``c``
@@ -33,9 +35,9 @@ that miss it, and ``exact.attempt`` certifies the whole block by ``blocks.kkt_re
 non-finite row from a worker is replaced by zeros before that fallback. Each task runs with one
 BLAS thread (``threadpoolctl``), its worker's single core.
 
-Memory on a worker (MNIST, ``m = 60,000``, ``|S| = 718``): ``X~`` 377 MB (shared by the workers
-when it comes by file), ``P`` 345 MB and its float32 copy 172 MB, ``T`` and its eigenvectors
-4 MB each, gather buffers of ``m / 2`` points during a task (172 MB in
+Memory on a worker (MNIST, ``m = 60,000``, ``|S| = 718``): ``P`` 345 MB and its float32 copy
+172 MB (shared by the workers when they come by file; else its own, with ``X~``, 377 MB), ``T``
+and its eigenvectors 4 MB each, gather buffers of ``m / 2`` points during a task (172 MB in
 float64, 86 MB in float32: ``active_rows.Rows``), and one Gram and its factor (4 MB each) a
 row of the batch being solved; ``KEEP`` data sets at most. The kept Grams add ``|S|^2``
 doubles a row: 4.1 MB, 1.24 GB for W_0's 300 rows, 620 MB a worker on two workers.
@@ -50,13 +52,14 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from .. import rank_arrays as _rank_arrays
-from ..arrays import frozen_memo
+from ..arrays import frozen_memo, transposed_tiles
 from ..errors import SolverError
 from . import active_rows as _active_rows
 
@@ -122,16 +125,55 @@ def can_open(path: str, size: int) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class SharedPoints:
+    """A data set's points as the rows take them (``active_rows.Rows``: ``P = X~_S^T`` and its
+    copy in the Grams' precision), each in a file in shared memory that every worker maps (they
+    share its pages), with the inputs ``S`` and their number ``n``. The driver lays them out
+    once (``points``): no worker copies or transposes ``X~`` (MNIST's ``P``, 345 MB, took each
+    of two workers 2.8 s where one alone took 0.2 s: fresh pages written by both at once)."""
+
+    P: _rank_arrays.ArrayFile
+    G_src: _rank_arrays.ArrayFile | None
+    S: np.ndarray
+    n: int
+
+    @property
+    def paths(self) -> list[str]:
+        return [f.path for f in (self.P, self.G_src) if f is not None]
+
+    def rows(self, lam: float, c: float) -> _active_rows.Rows:
+        G_src = None if self.G_src is None else self.G_src.load()
+        return _active_rows.Rows(self.P.load(), self.S, self.n, lam, c, G_src)
+
+
+def points(Xt: np.ndarray) -> SharedPoints | None:
+    """``X~``'s points written to files in shared memory (``SharedPoints``), copied from ``X~``
+    a tile at a time (``arrays.transposed_tiles``: the driver holds no copy), or None where
+    the folder cannot hold them (the files written so far are removed)."""
+    S, m = _active_rows.inputs(Xt), Xt.shape[1]
+    files: list[_rank_arrays.ArrayFile] = []
+    for dtype in (np.float64, _active_rows.single(m)):
+        if dtype is None:
+            continue
+        made = _rank_arrays.write_rows((m, S.size), dtype, transposed_tiles(Xt, S, dtype))
+        if made is None:
+            _rank_arrays.discard([f.path for f in files])
+            return None
+        files.append(made)
+    return SharedPoints(files[0], files[1] if len(files) > 1 else None, S, Xt.shape[0])
+
+
 def _rows_for(Xt, key, lam, c):
     """This worker's ``Rows`` of the data ``key`` (built and ``T`` formed on first use), as a
     shallow copy with this call's ``lam`` and ``c`` and its own gather buffer. ``Xt`` is the
-    array, or the ``rank_arrays.ArrayFile`` that holds it (mapped: the workers share its
-    pages)."""
+    array, or the ``SharedPoints`` of it (mapped: the workers share their pages)."""
     kept = _WORKER_ROWS.get(key)
     if kept is None:
-        if isinstance(Xt, _rank_arrays.ArrayFile):
-            Xt = Xt.load()
-        kept = _active_rows.Rows(np.asarray(Xt, dtype=float), lam, c)
+        if isinstance(Xt, SharedPoints):
+            kept = Xt.rows(lam, c)
+        else:
+            kept = _active_rows.Rows.of(np.asarray(Xt, dtype=float), lam, c)
         kept.spectrum  # noqa: B018 (T and its spectrum formed once here, for every later call)
         kept._bufs = {}
         _WORKER_ROWS[key] = kept
@@ -197,14 +239,15 @@ class WorkerRows:
         self, connect: Callable[[], Any], keep_grams: bool = True, threads: int = 1
     ) -> None:
         self._connect, self.keep_grams, self.threads = connect, bool(keep_grams), int(threads)
-        self._sent: OrderedDict = OrderedDict()  # digest -> (a future or an ArrayFile, its path)
+        self._sent: OrderedDict = OrderedDict()  # digest -> (a future or SharedPoints, files)
         self.files: list[str] = []
         self.sends = 0
         self._finalizer = weakref.finalize(self, _rank_arrays.discard, self.files)
 
     def data(self, client: Any, Xt: ArrayLike) -> tuple[str, Any]:
-        """``(digest, handle)`` of ``X~`` on every worker, sent once: a file's name where every
-        worker can open it and ``X~`` has ``FILE_MIN`` bytes or more, else a scattered future."""
+        """``(digest, handle)`` of ``X~`` on every worker, sent once: its ``SharedPoints`` where
+        every worker can open their files and ``X~`` has ``FILE_MIN`` bytes or more, else a
+        scattered future."""
         key = digest(Xt)
         if key not in self._sent:
             self._sent[key] = self._send(client, np.asarray(Xt, dtype=float))
@@ -214,19 +257,19 @@ class WorkerRows:
         self._sent.move_to_end(key)
         return key, self._sent[key][0]
 
-    def _send(self, client: Any, Xt: np.ndarray) -> tuple[Any, str | None]:
-        handle = _rank_arrays.write(Xt) if Xt.nbytes >= FILE_MIN else None
-        if handle is not None:
-            self.files.append(handle.path)
-            size = os.stat(handle.path).st_size
-            if all(client.run(can_open, handle.path, size).values()):
-                return handle, handle.path
-            self._drop(handle.path)
-        return client.scatter(Xt, broadcast=True, hash=False), None
+    def _send(self, client: Any, Xt: np.ndarray) -> tuple[Any, list[str]]:
+        shared = points(Xt) if Xt.nbytes >= FILE_MIN else None
+        if shared is not None:
+            self.files.extend(shared.paths)
+            sizes = {path: os.stat(path).st_size for path in shared.paths}
+            if all(all(client.run(can_open, p, size).values()) for p, size in sizes.items()):
+                return shared, shared.paths
+            self._drop(shared.paths)
+        return client.scatter(Xt, broadcast=True, hash=False), []
 
-    def _drop(self, path: str | None) -> None:
-        if path is not None:
-            _rank_arrays.discard([path])
+    def _drop(self, paths: list[str]) -> None:
+        _rank_arrays.discard(paths)
+        for path in paths:
             self.files.remove(path)
 
     def close(self) -> None:

@@ -212,7 +212,7 @@ def _active(block, Q, c, start, target, noise, workers=None):
     if workers is not None:  # the workers start from the ridge point when start is None
         W, reports, shares = workers.solve(block, Q, c, start, target)
     else:
-        rows = _active_rows.Rows(np.asarray(block.Xt, dtype=float), block.lam, c)
+        rows = _active_rows.Rows.of(np.asarray(block.Xt, dtype=float), block.lam, c)
         if start is None:  # every pre-activation positive (T is formed anyway)
             start = rows.ridge(Q)
         W, reports = _active_rows.solve_rows(rows, Q, start, target)
