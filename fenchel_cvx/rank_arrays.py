@@ -7,8 +7,8 @@ writes each large NumPy argument once to a file in ``/dev/shm`` (memory, not dis
 its name instead; ``incoming`` maps the file on the rank, copy on write, without reading it
 through the pipe; ``discard`` removes the files once every rank has the run's result (a rank's
 mapping outlives the file's name). Where no such folder exists or it is full, the array is
-pickled. ``write`` writes one array to such a file (the oracle's Dask workers map ``X~`` from
-one too: ``oracle/dask_rows.py``).
+pickled. ``write`` writes one array to such a file, ``write_rows`` one from blocks of its rows
+(the oracle's Dask workers map ``X~``'s points from such files: ``oracle/dask_rows.py``).
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def write_rows(
     def fill(f):
         header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False}
         np.lib.format.write_array_header_1_0(f, {**header, "shape": tuple(shape)})
-        os.posix_fallocate(f.fileno(), 0, f.tell() + size * dtype.itemsize)
+        if hasattr(os, "posix_fallocate"):  # (Linux; elsewhere the folder is missing anyway)
+            os.posix_fallocate(f.fileno(), 0, f.tell() + size * dtype.itemsize)
         written = 0
         for part in parts:
             f.write(np.ascontiguousarray(part, dtype=dtype).data)
