@@ -50,11 +50,18 @@ def evaluate(
 ) -> tuple[float, float | None]:
     """Feed-forward ``(loss per data point, accuracy or None)`` of ``net`` on ``(X0, Y)``, on
     ``threads`` shares of the data points, a thread each (``column_threads.over_columns``)."""
+    return _evaluated(net, X0, Y, classification, threads)[1:]
+
+
+def _evaluated(
+    net: LiftedNetwork, X0: Array, Y: Array, classification: bool | None, threads: int
+) -> tuple[float, float, float | None]:
+    """``evaluate``'s figures after the summed loss they come from (one feed-forward pass)."""
     if classification is None:
         classification = is_one_hot(Y)
     loss, correct = over_columns(functools.partial(_totals, net), X0, Y, threads=threads)
     m = Y.shape[1]
-    return float(loss) / m, float(correct) / m if classification else None
+    return float(loss), float(loss) / m, float(correct) / m if classification else None
 
 
 def _totals(net: LiftedNetwork, X0: Array, Y: Array, comm: Comm) -> list:
@@ -63,11 +70,6 @@ def _totals(net: LiftedNetwork, X0: Array, Y: Array, comm: Comm) -> list:
     xp = namespace(Yhat)
     hits = xp.sum(xp.astype(xp.argmax(Yhat, axis=0) == xp.argmax(Y, axis=0), Yhat.dtype))
     return comm.reduce([net.loss.value(Y, Yhat), hits], "sum")
-
-
-def _network_objective(net: LiftedNetwork, X0: Array, Y: Array, comm: Comm) -> float:
-    """J(W) on the data points ``X0`` (``comm``: the whole data's)."""
-    return net.network_objective(X0, Y, checked=False, comm=comm)
 
 
 def evaluator(
@@ -106,17 +108,17 @@ def initial_figures(
     threads: int = 1,
 ) -> dict[str, Any]:
     """The feed-forward figures before the first round (the history's ``config.initial``), on
-    ``threads`` shares of the data points."""
-    tr = evaluate(net, X0, Y, classification, threads)
+    ``threads`` shares of the data points: one pass over the training data gives its loss, its
+    accuracy and J(W) (the summed loss and the penalty: ``network_objective``'s figure), one
+    over the test data its own."""
+    total, *tr = _evaluated(net, X0, Y, classification, threads)
     te = (
         evaluate(net, X_test, Y_test, classification, threads)
         if X_test is not None
         else (None, None)
     )
     return dict(
-        network_objective=over_columns(
-            functools.partial(_network_objective, net), X0, Y, threads=threads
-        ),
+        network_objective=total + net.penalty(),
         train_loss=tr[0],
         train_accuracy=tr[1],
         test_loss=te[0],

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from fenchel_cvx import bcd
+from fenchel_cvx import bcd, evaluation
 from fenchel_cvx.bcd import BACKENDS, BCDResult, fit_bcd, get_backend
 from fenchel_cvx.blocks import w_block
 from fenchel_cvx.datasets import batch_order, load_digits, one_hot
@@ -504,6 +504,30 @@ def test_is_one_hot_and_evaluate():
     net = LiftedNetwork([2, 3], seed=0)
     loss, acc = bcd.evaluate(net, np.ones((2, 4)), np.eye(3)[:, [0, 1, 2, 0]])
     assert loss > 0 and 0 <= acc <= 1
+
+
+def test_the_initial_figures_take_one_pass_over_the_training_data(monkeypatch):
+    """The history's ``config.initial``: the training loss, the accuracy and J(W) from one
+    feed-forward pass over the training data (and one over the test data), J equal to
+    ``network_objective``'s."""
+    ds = load_digits()
+    X, Y = ds.X_train[:, :120], one_hot(ds.y_train[:120], 10)
+    Xt, Yt = ds.X_test[:, :50], one_hot(ds.y_test[:50], 10)
+    net = LiftedNetwork([64, 8, 10], "relu", "cross_entropy", lam=1.0, rho=1e-3, seed=0)
+    J = net.network_objective(X, Y)
+    widths, feed_forward = [], net.feed_forward
+
+    def counted(X0, *args, **kwargs):
+        widths.append(X0.shape[1])
+        return feed_forward(X0, *args, **kwargs)
+
+    monkeypatch.setattr(net, "feed_forward", counted)
+    found = evaluation.initial_figures(net, X, Y, Xt, Yt, classification=True)
+    assert sorted(widths) == [50, 120]
+    assert found["network_objective"] == pytest.approx(J, rel=1e-12)
+    assert found["train_loss"] * 120 == pytest.approx(J - net.penalty(), rel=1e-12)
+    assert (found["train_loss"], found["train_accuracy"]) == bcd.evaluate(net, X, Y)
+    assert (found["test_loss"], found["test_accuracy"]) == bcd.evaluate(net, Xt, Yt)
 
 
 def test_eval_every_evaluates_on_schedule():
