@@ -154,9 +154,7 @@ def points(Xt: np.ndarray) -> SharedPoints | None:
     the folder cannot hold them (the files written so far are removed)."""
     S, m = _active_rows.inputs(Xt), Xt.shape[1]
     files: list[_rank_arrays.ArrayFile] = []
-    for dtype in (np.float64, _active_rows.single(m)):
-        if dtype is None:
-            continue
+    for dtype in [d for d in (np.float64, _active_rows.single(m)) if d is not None]:
         made = _rank_arrays.write_rows((m, S.size), dtype, transposed_tiles(Xt, S, dtype))
         if made is None:
             _rank_arrays.discard([f.path for f in files])
@@ -262,8 +260,8 @@ class WorkerRows:
         shared = points(Xt) if Xt.nbytes >= FILE_MIN else None
         if shared is not None:
             self.files.extend(shared.paths)
-            sizes = {path: os.stat(path).st_size for path in shared.paths}
-            if all(all(client.run(can_open, p, size).values()) for p, size in sizes.items()):
+            seen = (client.run(can_open, p, os.stat(p).st_size).values() for p in shared.paths)
+            if all(all(answers) for answers in seen):
                 return shared, shared.paths
             self._drop(shared.paths)
         return client.scatter(Xt, broadcast=True, hash=False), []
