@@ -80,12 +80,26 @@ def residual_and_scale(
 ) -> tuple[float, float]:
     """``(kkt_residual, 1 + max_i ||g_i||_inf)`` at Z from the whole block's gradient terms
     ``parts`` (:meth:`Block.summed`): the residual and its scale."""
+    return scaled_residual(block.maxima(residual_maxima(Z, parts, block.project), comm))
+
+
+def residual_maxima(
+    Z: Array, parts: Sequence[Array], project: Callable[[Array], Array] | None = None
+) -> list[Array]:
+    """``[max |Z - P(Z - g)|, *max ||g_i||_inf]``, 0-d arrays: the maxima that
+    :func:`residual_and_scale` takes over the ranks' (or column chunks') shares of Z."""
     xp = array_namespace(Z)
-    figures = [xp.max(residual_elements(xp, Z, parts, block.project)), *part_maxima(xp, parts)]
-    r, *maxima = (float(f) for f in block.maxima(figures, comm))
+    return [xp.max(residual_elements(xp, Z, parts, project)), *part_maxima(xp, parts)]
+
+
+def scaled_residual(maxima: Sequence[Any]) -> tuple[float, float]:
+    """``(r / scale, scale)`` from the whole block's :func:`residual_maxima` ``[r, *m]``, with
+    ``scale = 1 + max(m)``; an infinite residual where either is not finite (e.g. sigmoid at a
+    range end: phi^{-1}(0) = -inf, not optimal)."""
+    r, *maxima = (float(f) for f in maxima)
     scale = 1.0 + max(maxima)
     if not (math.isfinite(r) and math.isfinite(scale)):
-        return math.inf, scale  # e.g. sigmoid at a range end: phi^{-1}(0) = -inf, not optimal
+        return math.inf, scale
     return r / scale, scale
 
 

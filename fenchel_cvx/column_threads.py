@@ -5,11 +5,21 @@ KKT residual of ``blocks.kkt_residual``) are sums and maxima over the columns of
 image: its data points (the paper's Sec. 4.5: an X-block, eqs. (14)-(16), is a problem per
 column; a W-block, eqs. (17)-(20), a sum over them). On Figure 1's 300 x 60,000 arrays they are
 mostly elementwise passes, which NumPy runs on one core. :func:`figures` splits the columns
-into ``threads`` consecutive shares (``reduce.share``), forms each share's figures in its own
-thread (``Block.columns``: the block of those columns), and adds and takes maxima over the
-shares through the reduction seam (``reduce.SimulatedComm``: in shard order, so the figures do
-not depend on which thread finishes first). NumPy releases the GIL in its loops, so the shares
-run on as many cores; BLAS keeps one thread a share meanwhile (``threads.one_blas_thread``).
+into consecutive shares of at most :data:`CHUNK` columns (:data:`W_CHUNK` for a W-block;
+``reduce.share``), forms each share's figures in its own thread (``Block.columns``: the block
+of those columns), ``threads`` of them at once, and adds and takes maxima over the shares
+through the reduction seam (``reduce.SimulatedComm(P, running=threads)``: in shard order, so
+the figures do not depend on which thread finishes first). NumPy releases the GIL in its loops,
+so the running shares use as many cores; BLAS keeps one thread a share meanwhile
+(``threads.one_blas_thread``). A share's temporaries (the gradient's terms, the residual's
+elements: about five arrays of its size) are a few MB, reused share after share, not five
+arrays of the block's size (Figure 1's X_1: 300 x 60,000, 144 MB each) whose fresh pages cost
+more than the passes: the first figures of a process take 0.23 s on two threads and 0.34 s on
+one, against 3.5 and 8.2 s in whole shares, a thread each (later ones 0.23 and 0.34 s against
+0.22 and 0.41 s; the 2-core Intel Xeon VM, 2026-12-05). On the ranks of a communicator that
+splits the columns, a rank's columns make shares alike, on one thread, and their reductions go
+through the ranks once a figure (a group of one rank gives the one process's figures bit for
+bit).
 
 :func:`over_columns` does the same for any figure written against a communicator: a round's
 objectives F and J, its divergences and Fenchel-Young check (``rounds.py``) and the accuracies
@@ -29,7 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from .blocks import residual_and_scale
+from .blocks import residual_maxima, scaled_residual
 from .reduce import LOCAL, Comm, SimulatedComm, share
 from .threads import one_blas_thread
 
@@ -41,6 +51,14 @@ T = TypeVar("T")
 
 #: the fewest columns a share takes (fewer: fewer threads)
 MIN_COLUMNS = 2048
+#: the most columns a share takes: more columns make more shares, ``threads`` of them computing
+#: at once (a share's temporaries are a few arrays of its columns, reused share after share)
+CHUNK = 2048
+#: the most columns a share of a W-block takes: a W-block's share also forms the whole-W
+#: figures (the penalty, the residual over W) and a product over its columns (Figure 1's W_0,
+#: two threads: the first figures 1.3 s, later ones 0.54 s; in shares of CHUNK 1.6 and 0.76 s,
+#: in two shares 2.4 and 0.46 s; the 2-core Intel Xeon VM, 2026-12-05)
+W_CHUNK = 4 * CHUNK
 
 
 @dataclass(frozen=True)
@@ -65,12 +83,13 @@ def figures(
     gradient: bool = False,
     value: bool = True,
 ) -> Figures:
-    """The image, value and (``residual``) KKT residual of ``block`` at ``Z``, on ``threads``
-    column shares, one thread each (at most one a ``min_columns`` columns); with ``gradient``,
-    the block's gradient too; without ``value``, no value (nan). ``image``:
-    ``block.forward(Z)`` where the caller holds it (else formed here, by the shares).
-    ``comm``: the ranks that hold shares of the block's data points (``reduce.py``): the whole
-    block's figures, on one thread (a rank's share is not split again).
+    """The image, value and (``residual``) KKT residual of ``block`` at ``Z``, on shares of at
+    most :data:`CHUNK` columns (a W-block's :data:`W_CHUNK`), ``threads`` of them computing at
+    once (at most one a ``min_columns`` columns); with ``gradient``, the block's gradient too;
+    without ``value``, no value (nan). ``image``: ``block.forward(Z)`` where the caller holds it
+    (else formed here, by the shares). ``comm``: the ranks that hold shares of the block's data
+    points by columns (``reduce.py``): the whole block's figures, a rank's columns on one
+    thread.
 
     >>> import numpy as np
     >>> from fenchel_cvx.blocks import XLast
@@ -80,7 +99,8 @@ def figures(
     >>> bool(np.allclose(one.value, two.value) and np.allclose(one.residual, two.residual))
     True
     """
-    P = _shares(threads, block.n_columns, min_columns, comm, Z)
+    chunk = CHUNK if block.piece_axis == 1 else W_CHUNK
+    P, running = _shares(threads, block.n_columns, min_columns, comm, Z, chunk)
     if P == 1:
         U = block.forward(Z) if image is None else image
         return Figures(U, *_at(block, Z, U, comm, residual, gradient, value))
@@ -91,10 +111,10 @@ def figures(
         part, z = block.columns(index), block.variable_columns(Z, index)
         if image is None:
             out[:, index] = part.forward(z)
-        return _at(part, z, out[:, index], shard, residual, gradient, value)
+        return _at(part, z, out[:, index], _within(shard, comm), residual, gradient, value)
 
     with one_blas_thread():
-        shares = SimulatedComm(P, timeout=None).run(work)
+        shares = SimulatedComm(P, timeout=None, running=running).run(work)
     value, r, scale, g = shares[0]
     if gradient:  # each share's part of the gradient (a W-block's: the whole, on every share)
         g = np.empty_like(g, shape=Z.shape)
@@ -111,8 +131,11 @@ def _at(
     if not (residual or gradient):
         return f, math.nan, math.nan, None
     parts = block.summed(block.grad_parts_with_forward(Z, U), comm)
-    r, scale = residual_and_scale(block, Z, parts, comm)
-    return f, r, scale, sum(parts[1:], parts[0]) if gradient else None
+    maxima = residual_maxima(Z, parts, block.project)
+    g = sum(parts[1:], parts[0]) if gradient else None
+    del parts  # (a share holds none of its gradient's terms while it waits for the others)
+    r, scale = scaled_residual(block.maxima(maxima, comm))
+    return f, r, scale, g
 
 
 def over_columns(
@@ -121,11 +144,14 @@ def over_columns(
     threads: int = 1,
     comm: Comm = LOCAL,
     min_columns: int = MIN_COLUMNS,
+    chunk: int | None = CHUNK,
 ) -> Any:
     """``fn(*arrays, comm=comm)``, a figure whose sums and maxima over the data points go
     through ``comm`` (the network's objectives, divergences and Fenchel-Young check), on
-    ``threads`` shares of the arrays' columns (the data points: the last axis of each array, of
-    each array in a list), a thread each. -> shard 0's result, which every shard shares.
+    shares of the arrays' columns (the data points: the last axis of each array, of each array
+    in a list) of at most ``chunk`` columns (None: ``threads`` shares, for a figure whose
+    temporaries are small: a few rows over the columns), ``threads`` of them computing at once.
+    -> shard 0's result, which every shard shares.
 
     >>> import numpy as np
     >>> def total(A, comm):
@@ -136,16 +162,16 @@ def over_columns(
     """
     first = _first(arrays)
     m = 0 if first is None else first.shape[-1]
-    P = _shares(threads, m, min_columns, comm, first)
+    P, running = _shares(threads, m, min_columns, comm, first, chunk)
     if P == 1:
         return fn(*arrays, comm=comm)
 
     def work(shard: Any) -> Any:
         index = share(m, P, shard.rank)
-        return fn(*(_columns(a, index) for a in arrays), comm=shard)
+        return fn(*(_columns(a, index) for a in arrays), comm=_within(shard, comm))
 
     with one_blas_thread():
-        return SimulatedComm(P, timeout=None).run(work)[0]
+        return SimulatedComm(P, timeout=None, running=running).run(work)[0]
 
 
 def by_chunks(work: Callable[[slice], T], m: int, chunk: int, threads: int = 1) -> list[T]:
@@ -163,13 +189,41 @@ def by_chunks(work: Callable[[slice], T], m: int, chunk: int, threads: int = 1) 
         return list(pool.map(work, chunks))
 
 
-def _shares(threads: int, m: int, min_columns: int, comm: Comm, like: Any) -> int:
-    """How many shares of ``m`` columns: ``threads``, at most one a ``min_columns`` columns; one
-    on the ranks of a communicator (``comm``: its collectives take the figures, a group of one
-    rank's too) and for an array other than NumPy's (``like``)."""
-    if comm is not LOCAL or not isinstance(like, np.ndarray):
-        return 1
-    return max(1, min(threads, m // min_columns))
+def _shares(
+    threads: int, m: int, min_columns: int, comm: Comm, like: Any, chunk: int | None = CHUNK
+) -> tuple[int, int]:
+    """``(shares, running)``: how many shares of ``m`` columns, each at most ``chunk`` columns
+    wide (None: any), and how many compute at once: ``threads``, at most one a ``min_columns``
+    columns (one on the ranks of a communicator: ``comm``, whose collectives take the figures,
+    a group of one rank's too); one share for a communicator that splits W by rows and for an
+    array other than NumPy's (``like``)."""
+    if comm.split != "columns" or not isinstance(like, np.ndarray):
+        return 1, 1
+    running = 1 if comm is not LOCAL else max(1, min(threads, m // min_columns))
+    return max(running, 1 if chunk is None else -(-m // chunk)), running
+
+
+class _WithinRank:
+    """A share of one rank's columns (``shard``, of a ``SimulatedComm`` in the rank's process)
+    where the ranks of ``comm`` hold the block's columns: a reduction adds the rank's shares in
+    share order, then the ranks' (one collective, made by share 0), and every share sees the
+    whole figure; so a rank's figures are the one process's figures of its columns, bit for
+    bit (a group of one rank: the run without one)."""
+
+    def __init__(self, shard: Any, comm: Comm) -> None:
+        self.shard, self.comm = shard, comm
+        self.P, self.rank, self.split = comm.P, comm.rank, comm.split
+
+    def reduce(self, values: Sequence[Any], op: str | Sequence[str]) -> list:
+        mine = self.shard.reduce(values, op)
+        whole = self.comm.reduce(mine, op) if self.shard.rank == 0 else None
+        return self.shard.all_gather(whole)[0]
+
+
+def _within(shard: Any, comm: Comm) -> Any:
+    """The communicator of a share of the columns: the share's own in one process (``comm``
+    :data:`LOCAL`), else its reductions over the ranks too (:class:`_WithinRank`)."""
+    return shard if comm is LOCAL else _WithinRank(shard, comm)
 
 
 def _first(arrays: Sequence[Any]) -> Any:

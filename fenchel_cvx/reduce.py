@@ -220,10 +220,24 @@ class SimulatedComm:
     [[2.0, 3.0], [2.0, 3.0], [2.0, 3.0]]
     """
 
-    def __init__(self, P: int, timeout: float | None = 60.0, split: str = "columns") -> None:
+    def __init__(
+        self,
+        P: int,
+        timeout: float | None = 60.0,
+        split: str = "columns",
+        running: int | None = None,
+    ) -> None:
         if not (isinstance(P, int) and P >= 1):
             raise ValueError(f"P must be an integer >= 1, got {P!r}")
+        if running is not None and not (isinstance(running, int) and running >= 1):
+            raise ValueError(f"running must be an integer >= 1 or None, got {running!r}")
         self.P, self.split = P, _check_split(split)
+        self.running = P if running is None else min(P, running)
+        # at most ``running`` shards compute at once (None: all P); a shard gives its turn up
+        # while it waits in a collective, so P shards of a large array on fewer cores hold a
+        # shard's temporaries only where they compute (``column_threads``: Figure 1's figures
+        # in chunks of columns)
+        self._turns = threading.BoundedSemaphore(self.running)
         # a shard that waits this long for the others stops the run: they took another path
         # (None: no limit, for shards that run the same code on shares of one size)
         self._barrier = threading.Barrier(P, timeout=timeout)
@@ -246,7 +260,8 @@ class SimulatedComm:
 
         def one(rank: int) -> None:
             try:
-                results[rank] = work(_Shard(self, rank))
+                with self._turns:
+                    results[rank] = work(_Shard(self, rank))
             except BaseException as err:  # noqa: BLE001 - handed to the caller below
                 errors[rank] = err
                 self._barrier.abort()
@@ -288,15 +303,23 @@ class SimulatedComm:
                 f"{self._finished.index(True)} has finished"
             )
         self._parts[rank] = (what, part)
-        self._barrier.wait()  # every shard's part is in
+        self._wait()  # every shard's part is in
         if any(p[0] != what for p in self._parts):
             self._barrier.abort()
             raise RuntimeError(
                 f"the shards reduce different figures at once: {[p[0] for p in self._parts]}"
             )
         parts = [p[1] for p in self._parts]
-        self._barrier.wait()  # every shard has read them before the next collective writes
+        self._wait()  # every shard has read them before the next collective writes
         return parts
+
+    def _wait(self) -> None:
+        """The barrier of every shard, this shard's turn given up while it waits."""
+        self._turns.release()
+        try:
+            self._barrier.wait()
+        finally:
+            self._turns.acquire()
 
     def _reduce(self, rank: int, values: Sequence[Any], op: str | Sequence[str]) -> list:
         ops = _ops(values, op)

@@ -97,7 +97,7 @@ def test_the_checked_rounds_form_their_figures_on_the_backends_check_threads(mon
     run = reduce.SimulatedComm.run
 
     def counted(self, work):
-        shards.append(self.P)
+        shards.append((self.P, self.running))
         return run(self, work)
 
     monkeypatch.setattr(reduce.SimulatedComm, "run", counted)
@@ -109,8 +109,11 @@ def test_the_checked_rounds_form_their_figures_on_the_backends_check_threads(mon
         shards.clear()
         records[threads] = fit_bcd(net, X0, Y, backend=backend, iterations=2).history.records
         # per round: each of its 3 blocks before and after its solve, J, F, Fenchel-Young, the
-        # divergences after each sweep, the training accuracy
-        assert shards == [] if threads == 1 else (shards == [2] * len(shards) and len(shards) > 20)
+        # divergences after each sweep, the training accuracy; on shares of CHUNK columns at
+        # most (a W-block's W_CHUNK: here one, or one a thread), ``threads`` of them at once
+        chunks = -(-M // column_threads.CHUNK)
+        assert len(shards) > 15 and {running for _, running in shards} == {threads}
+        assert (chunks, threads) in shards and set(shards) <= {(chunks, threads), (2, 2)}
     figures = ("lifted_x", "network_x", "lifted_w", "network_w", "train_loss", "train_accuracy")
     for one, two in zip(records[1], records[2]):
         for key in figures:
@@ -196,3 +199,30 @@ def test_every_block_of_a_network_has_its_one_thread_figures_on_three_threads(lo
         assert many.value == pytest.approx(one.value, rel=1e-12)
         assert many.residual == pytest.approx(one.residual, rel=1e-9, abs=1e-13)
         assert many.scale == pytest.approx(one.scale, rel=1e-12)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_wide_blocks_figures_hold_no_array_of_its_size_while_they_form(threads):
+    """Figure 1's X_1 is 300 x 60,000: its figures form on shares of ``CHUNK`` columns, so
+    their temporaries (the gradient's terms, the residual's elements) are a share's, not the
+    block's; the figures are the block's own (its value and ``kkt_residual``) to round-off.
+    Measured by Python's allocation tracer, which sees NumPy's arrays."""
+    import tracemalloc
+
+    from fenchel_cvx.blocks import kkt_residual
+
+    m = 32 * column_threads.CHUNK
+    rng = np.random.default_rng(4)
+    net = LiftedNetwork([6, 20, 3], "relu", "mse", lam=0.5, rho=0.1, seed=4)
+    X0, Y = rng.standard_normal((6, m)), np.eye(3)[:, rng.integers(0, 3, m)]
+    Xs = [np.maximum(A + 0.3 * rng.standard_normal(A.shape), 0.0) for A in net.forward(X0)[0]]
+    block, Z = x_block(net, X0, Y, Xs, 1), Xs[0]
+    tracemalloc.start()
+    try:
+        found = column_threads.figures(block, Z, threads=threads, gradient=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < Z.nbytes / 2, (peak, Z.nbytes)  # unshared: the terms alone are 2 Z's
+    assert found.value == pytest.approx(float(block.value(Z)), rel=1e-12)
+    assert found.residual == pytest.approx(kkt_residual(block, Z), rel=1e-12)

@@ -282,3 +282,25 @@ def test_block_problem_value_is_block_value(act, loss):
             block.project(Xs[block.layer - 1]) if isinstance(block, XBlock) else net.W[block.layer]
         )
         assert prob.objective.value == pytest.approx(float(block.value(var.value)), rel=1e-9)
+
+
+@pytest.mark.parametrize("act", ["relu", "sigmoid"])
+def test_a_solvers_point_is_clipped_into_the_x_blocks_domain_by_the_distance_it_moves(act):
+    """The oracle clips a solver's X-block point into the range of phi (sigmoid: 1e-12 inside
+    [0, 1]) and records the largest distance moved; a point inside is the solver's own array,
+    no copy of it (Figure 1's X_1 is 144 MB)."""
+    from fenchel_cvx.oracle.backend import _into_domain
+
+    rng = np.random.default_rng(5)
+    net = LiftedNetwork([4, 3, 2], act, "mse", lam=0.5, rho=0.1, seed=5)
+    X0, Y = rng.standard_normal((4, 7)), rng.standard_normal((2, 7))
+    block = x_block(net, X0, Y, net.forward(X0)[0], 1)
+    lo, hi = (0.0, math.inf) if act == "relu" else (1e-12, 1 - 1e-12)
+    inside = np.clip(rng.uniform(0.1, 0.9, (3, 7)), lo, hi)
+    same, moved = _into_domain(block, inside)
+    assert same is inside and moved == 0.0
+    outside = inside.copy()
+    outside[0, 0], outside[2, 5] = -0.25, 1.5
+    clipped, moved = _into_domain(block, outside)
+    np.testing.assert_array_equal(clipped, np.clip(outside, lo, hi))
+    assert moved == np.max(np.abs(clipped - outside)) >= 0.25

@@ -319,7 +319,9 @@ def test_cross_entropy_cg_products_on_shares_of_the_points_equal_one_threads(mon
     one, two = (softmax_cg.SoftmaxCG(block, block.rho, threads=t) for t in (1, 2))
     P, V = softmax(net.W[1] @ block.Xt), np.random.default_rng(0).standard_normal(net.W[1].shape)
     runs, run = [], reduce.SimulatedComm.run
-    monkeypatch.setattr(reduce.SimulatedComm, "run", lambda c, w: runs.append(c.P) or run(c, w))
+    monkeypatch.setattr(
+        reduce.SimulatedComm, "run", lambda c, w: runs.append(c.running) or run(c, w)
+    )
     np.testing.assert_allclose(two.hessian_times(P, V), one.hessian_times(P, V), rtol=1e-12)
     assert runs == [2]
     g = block.grad(net.W[1])
@@ -338,7 +340,7 @@ def test_cross_entropy_cg_products_on_shares_of_the_points_equal_one_threads(mon
     assert steps == 0 and np.array_equal(W3, W2)
     assert info3["figures"].value == pytest.approx(block.value(W2), rel=1e-12)
     # the certified solve takes the threads (the method is ``threaded``): every figure and
-    # product on two shares
+    # product on two threads
     runs.clear()
     found = exact.attempt(block, None, 1e-9, threads=2)
     assert found.certified and found.residual <= 1e-9 and runs and set(runs) == {2}

@@ -384,3 +384,28 @@ def test_whole_networks_on_shards_reproduce_one_process_training(recipe, P, monk
         assert found == [(v["check"], v["layer"], v["detail"]) for v in cert["violations"]]
         for v, v_s in zip(cert["violations"], cert_s["violations"]):
             assert v_s["value"] == pytest.approx(v["value"], rel=1e-9, nan_ok=True)
+
+
+def test_at_most_running_shards_compute_at_once_and_every_shard_sees_the_whole_sum():
+    """``SimulatedComm(P, running=k)``: P shards, k of them computing at any time (a shard
+    gives its turn up inside a collective): the sums are every shard's, in shard order."""
+    import threading
+    import time
+
+    lock, now, most = threading.Lock(), [0], [0]
+
+    def work(shard):
+        for _ in range(2):
+            with lock:
+                now[0] += 1
+                most[0] = max(most[0], now[0])
+            time.sleep(0.002)
+            with lock:
+                now[0] -= 1
+            total = shard.reduce([float(shard.rank)], "sum")[0]
+        return total
+
+    out = reduce.SimulatedComm(8, timeout=None, running=2).run(work)
+    assert out == [28.0] * 8 and most[0] == 2
+    with pytest.raises(ValueError, match="running must be an integer >= 1 or None, got 0"):
+        reduce.SimulatedComm(2, running=0)

@@ -32,7 +32,7 @@ import numpy as np
 from array_api_compat import array_namespace, device, is_torch_array
 
 from ..arrays import cheap_reads, clip, vecdot
-from ..blocks import part_maxima, residual_elements
+from ..blocks import residual_maxima, scaled_residual
 
 # the CG W-loops (``wblocks``, ``span``) form W X~ again from W every ``RESYNC`` steps, so that
 # the incrementally updated one does not drift (the driver's bound on a carried one, too)
@@ -86,12 +86,7 @@ def kkt(xp, Z, parts, project=None, comm=LOCAL):
     """``||Z - P(Z - g)||_inf / (1 + max_i ||g_i||_inf)`` with ``g = sum(parts)``
     (``blocks.residual_parts``; ``blocks.kkt_residual`` forms the parts itself), its maxima over
     the block's shards (``comm``: ``reduce``)."""
-    maxima = [xp.max(residual_elements(xp, Z, parts, project)), *part_maxima(xp, parts)]
-    r, *scales = comm.reduce(maxima, "max")
-    r, scale = float(r), max(float(s) for s in scales)
-    if not (math.isfinite(r) and math.isfinite(scale)):
-        return math.inf  # as ``blocks.kkt_residual``: certainly not optimal
-    return r / (1.0 + scale)
+    return scaled_residual(comm.reduce(residual_maxima(Z, parts, project), "max"))[0]
 
 
 def most(xp, A):

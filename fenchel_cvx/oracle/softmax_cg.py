@@ -75,7 +75,7 @@ class SoftmaxCG:
             R = s * (P * U - P * np.sum(P * U, axis=0))
             return comm.reduce([R @ Xt.T], "sum")[0]
 
-        HV = over_columns(summed, P, self.Xt, self.s, threads=self.threads)
+        HV = over_columns(summed, P, self.Xt, self.s, threads=self.threads, chunk=None)
         return HV + 2.0 * self.c * V
 
     def precondition(self, R: np.ndarray) -> np.ndarray:
