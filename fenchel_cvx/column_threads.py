@@ -5,9 +5,9 @@ KKT residual of ``blocks.kkt_residual``) are sums and maxima over the columns of
 image: its data points (the paper's Sec. 4.5: an X-block, eqs. (14)-(16), is a problem per
 column; a W-block, eqs. (17)-(20), a sum over them). On Figure 1's 300 x 60,000 arrays they are
 mostly elementwise passes, which NumPy runs on one core. :func:`figures` splits the columns
-into consecutive shares of at most :data:`CHUNK` columns (:data:`W_CHUNK` for a W-block;
-``reduce.share``), forms each share's figures in its own thread (``Block.columns``: the block
-of those columns), ``threads`` of them at once, and adds and takes maxima over the shares
+into consecutive shares of at most :data:`CHUNK` columns (a W-block's: :data:`W_ENTRIES` of
+its image; ``reduce.share``), forms each share's figures in its own thread (``Block.columns``:
+the block of those columns), ``threads`` of them at once, and adds and takes maxima over the shares
 through the reduction seam (``reduce.SimulatedComm(P, running=threads)``: in shard order, so
 the figures do not depend on which thread finishes first). NumPy releases the GIL in its loops,
 so the running shares use as many cores; BLAS keeps one thread a share meanwhile
@@ -54,11 +54,13 @@ MIN_COLUMNS = 2048
 #: the most columns a share takes: more columns make more shares, ``threads`` of them computing
 #: at once (a share's temporaries are a few arrays of its columns, reused share after share)
 CHUNK = 2048
-#: the most columns a share of a W-block takes: a W-block's share also forms the whole-W
-#: figures (the penalty, the residual over W) and a product over its columns (Figure 1's W_0,
-#: two threads: the first figures 1.3 s, later ones 0.54 s; in shares of CHUNK 1.6 and 0.76 s,
-#: in two shares 2.4 and 0.46 s; the 2-core Intel Xeon VM, 2026-12-05)
-W_CHUNK = 4 * CHUNK
+#: the most entries of its image a share of a W-block takes (rows x columns): a W-block's share
+#: also forms the whole-W figures (the penalty, the residual over W) and a product over its
+#: columns, so its shares are wider (Figure 1's W_0, 300 x 60,000, on two threads: the first
+#: figures 1.3 s and later ones 0.54 s in shares of 8,192 columns, 1.6 and 0.76 s in shares of
+#: 2,048, 2.4 and 0.46 s in two; LeNet-5's conv W-blocks on a batch of 500, 2.4 M entries and
+#: less: one share; the 2-core Intel Xeon VM, 2026-12-05)
+W_ENTRIES = 3_000_000
 
 
 @dataclass(frozen=True)
@@ -84,12 +86,12 @@ def figures(
     value: bool = True,
 ) -> Figures:
     """The image, value and (``residual``) KKT residual of ``block`` at ``Z``, on shares of at
-    most :data:`CHUNK` columns (a W-block's :data:`W_CHUNK`), ``threads`` of them computing at
-    once (at most one a ``min_columns`` columns); with ``gradient``, the block's gradient too;
-    without ``value``, no value (nan). ``image``: ``block.forward(Z)`` where the caller holds it
-    (else formed here, by the shares). ``comm``: the ranks that hold shares of the block's data
-    points by columns (``reduce.py``): the whole block's figures, a rank's columns on one
-    thread.
+    most :data:`CHUNK` columns (a W-block's: :data:`W_ENTRIES` of its image), ``threads`` of
+    them computing at once (at most one a ``min_columns`` columns); with ``gradient``, the
+    block's gradient too; without ``value``, no value (nan). ``image``: ``block.forward(Z)``
+    where the caller holds it (else formed here, by the shares). ``comm``: the ranks that hold
+    shares of the block's data points by columns (``reduce.py``): the whole block's figures, a
+    rank's columns on one thread.
 
     >>> import numpy as np
     >>> from fenchel_cvx.blocks import XLast
@@ -99,7 +101,7 @@ def figures(
     >>> bool(np.allclose(one.value, two.value) and np.allclose(one.residual, two.residual))
     True
     """
-    chunk = CHUNK if block.piece_axis == 1 else W_CHUNK
+    chunk = CHUNK if block.piece_axis == 1 else max(1, W_ENTRIES // block.shape[0])
     P, running = _shares(threads, block.n_columns, min_columns, comm, Z, chunk)
     if P == 1:
         U = block.forward(Z) if image is None else image

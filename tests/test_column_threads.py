@@ -110,7 +110,7 @@ def test_the_checked_rounds_form_their_figures_on_the_backends_check_threads(mon
         records[threads] = fit_bcd(net, X0, Y, backend=backend, iterations=2).history.records
         # per round: each of its 3 blocks before and after its solve, J, F, Fenchel-Young, the
         # divergences after each sweep, the training accuracy; on shares of CHUNK columns at
-        # most (a W-block's W_CHUNK: here one, or one a thread), ``threads`` of them at once
+        # most (a W-block's W_ENTRIES: here one, or one a thread), ``threads`` of them at once
         chunks = -(-M // column_threads.CHUNK)
         assert len(shards) > 15 and {running for _, running in shards} == {threads}
         assert (chunks, threads) in shards and set(shards) <= {(chunks, threads), (2, 2)}
