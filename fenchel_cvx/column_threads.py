@@ -57,9 +57,9 @@ CHUNK = 2048
 #: the most entries of its image a share of a W-block takes (rows x columns): a W-block's share
 #: also forms the whole-W figures (the penalty, the residual over W) and a product over its
 #: columns, so its shares are wider (Figure 1's W_0, 300 x 60,000, on two threads: the first
-#: figures 1.3 s and later ones 0.54 s in shares of 8,192 columns, 1.6 and 0.76 s in shares of
-#: 2,048, 2.4 and 0.46 s in two; LeNet-5's conv W-blocks on a batch of 500, 2.4 M entries and
-#: less: one share; the 2-core Intel Xeon VM, 2026-12-05)
+#: figures 1.4 s and later ones 0.51-0.61 s in these shares of 10,000 columns, 1.6 and 0.76 s in
+#: shares of 2,048, 2.4 and 0.46 s in two; LeNet-5's conv W-blocks on a batch of 500, 2.4 M
+#: entries and less: one share; the 2-core Intel Xeon VM, 2026-12-05)
 W_ENTRIES = 3_000_000
 
 

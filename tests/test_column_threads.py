@@ -226,3 +226,33 @@ def test_a_wide_blocks_figures_hold_no_array_of_its_size_while_they_form(threads
     assert peak < Z.nbytes / 2, (peak, Z.nbytes)  # unshared: the terms alone are 2 Z's
     assert found.value == pytest.approx(float(block.value(Z)), rel=1e-12)
     assert found.residual == pytest.approx(kkt_residual(block, Z), rel=1e-12)
+
+
+def test_a_ranks_wide_columns_make_shares_whose_figures_go_through_the_ranks():
+    """Two ranks (``SimulatedComm(2)``), each with half of a block's 3 x CHUNK columns, form
+    their figures on shares of CHUNK columns: every rank gets the whole block's value and
+    residual (those of one process to round-off), and a group of one rank, whose reductions are
+    counted, gets the one process's figures bit for bit."""
+    m = 3 * column_threads.CHUNK
+    net, X0, Y, Xs = _problem(m=m, seed=5)
+    block, Z = x_block(net, X0, Y, Xs, 1), Xs[0]
+    whole = column_threads.figures(block, Z)
+
+    def rank(comm):
+        index = reduce.share(m, comm.P, comm.rank)
+        mine = column_threads.figures(block.columns(index), Z[:, index], comm=comm)
+        return mine.value, mine.residual
+
+    for value, residual in reduce.SimulatedComm(2, timeout=None).run(rank):
+        assert value == pytest.approx(whole.value, rel=1e-12)
+        assert residual == pytest.approx(whole.residual, rel=1e-12)
+
+    class OneRank(reduce.Local):
+        calls = 0
+
+        def reduce(self, values, op):
+            OneRank.calls += 1
+            return list(values)
+
+    alone = column_threads.figures(block, Z, comm=OneRank())
+    assert OneRank.calls >= 2 and (alone.value, alone.residual) == (whole.value, whole.residual)
