@@ -10,9 +10,11 @@ float32, and its Gram once a run) are reduced over the ranks.
 Each repeat trains ``--rounds`` rounds from the same start on one rank, then on P ranks (a
 warm-up run of each first: the kernels compile, the ranks start). A run's first round also
 factorises W_0's Gram matrix, and every ``check_every``-th round and the last are checked (the
-certificate's figures); the report gives the median of the other rounds, of the checked ones,
-and the first, for each side, with the speed-up and the largest difference of the two sides'
-final weights (the same iterates to round-off).
+certificate's figures). Both sides keep their freed memory (``fenchel_cvx.heap``, as the
+command line's runs do: the ranks take the setting from this process). The report gives the
+median of the other rounds, of the checked ones, and the first, for each side, with the
+speed-up and the largest difference of the two sides' final weights (the same iterates to
+round-off).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/figure1_ranks.py \\
         --data-dir DIR
@@ -30,6 +32,7 @@ from common.devices import machine
 from fenchel_cvx import LiftedNetwork
 from fenchel_cvx.baselines.lifted import METHODS
 from fenchel_cvx.bcd import fit_bcd
+from fenchel_cvx.heap import keep_freed_memory
 from fenchel_cvx.io import write_text
 from fenchel_cvx.parallel import Ranks
 from fenchel_cvx.threads import limit_threads
@@ -80,6 +83,7 @@ def figures(runs):
 
 def main(argv=None):
     args = parse_args(argv)
+    keep_freed_memory()  # both sides' temporaries reuse the heap; the ranks take it from here
     (X, Y, _, _), desc = load(args)
     net = LiftedNetwork((X.shape[0], 300, Y.shape[0]), "relu", "mse", seed=0, dtype=args.dtype)
     one, many, gap = [], [], 0.0

@@ -87,7 +87,8 @@ def residual_maxima(
     Z: Array, parts: Sequence[Array], project: Callable[[Array], Array] | None = None
 ) -> list[Array]:
     """``[max |Z - P(Z - g)|, *max ||g_i||_inf]``, 0-d arrays: the maxima that
-    :func:`residual_and_scale` takes over the ranks' (or column chunks') shares of Z."""
+    :func:`residual_and_scale` takes over the shares of Z (``Block.maxima``: an X-block's over
+    the ranks' or column shares' columns; a W-block's are the whole W's already)."""
     xp = array_namespace(Z)
     return [xp.max(residual_elements(xp, Z, parts, project)), *part_maxima(xp, parts)]
 

@@ -7,16 +7,16 @@ column; a W-block, eqs. (17)-(20), a sum over them). On Figure 1's 300 x 60,000 
 mostly elementwise passes, which NumPy runs on one core. :func:`figures` splits the columns
 into consecutive shares of at most :data:`CHUNK` columns (a W-block's: :data:`W_ENTRIES` of
 its image; ``reduce.share``), forms each share's figures in its own thread (``Block.columns``:
-the block of those columns), ``threads`` of them at once, and adds and takes maxima over the shares
-through the reduction seam (``reduce.SimulatedComm(P, running=threads)``: in shard order, so
-the figures do not depend on which thread finishes first). NumPy releases the GIL in its loops,
-so the running shares use as many cores; BLAS keeps one thread a share meanwhile
-(``threads.one_blas_thread``). A share's temporaries (the gradient's terms, the residual's
-elements: about five arrays of its size) are a few MB, reused share after share, not five
-arrays of the block's size (Figure 1's X_1: 300 x 60,000, 144 MB each) whose fresh pages cost
-more than the passes: the first figures of a process take 0.23 s on two threads and 0.34 s on
-one, against 3.5 and 8.2 s in whole shares, a thread each (later ones 0.23 and 0.34 s against
-0.22 and 0.41 s; the 2-core Intel Xeon VM, 2026-12-05). On the ranks of a communicator that
+the block of those columns), ``threads`` of them at once (at most one a ``min_columns``
+columns), and adds and takes maxima over the shares through the reduction seam
+(``reduce.SimulatedComm(P, running=...)``: in shard order, so the figures do not depend on
+which thread finishes first). NumPy releases the GIL in its loops, so the running shares use as
+many cores; BLAS keeps one thread a share while several compute at once
+(``threads.one_blas_thread``), and the process's BLAS threads where they compute in turn. A
+share's temporaries (the gradient's terms, the residual's elements: about five arrays of its
+size) are a few MB, reused share after share, not five arrays of the block's size (Figure 1's
+X_1: 300 x 60,000, 144 MB each) whose fresh pages cost more than the passes (the docs
+page of the oracle, "A whole iteration at full size"). On the ranks of a communicator that
 splits the columns, a rank's columns make shares alike, on one thread, and their reductions go
 through the ranks once a figure (a group of one rank gives the one process's figures bit for
 bit).
@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,6 +47,7 @@ from .threads import one_blas_thread
 if TYPE_CHECKING:
     from .arrays import Array
     from .blocks import Block
+    from .layers import LinearMap
 
 T = TypeVar("T")
 
@@ -115,7 +117,7 @@ def figures(
             out[:, index] = part.forward(z)
         return _at(part, z, out[:, index], _within(shard, comm), residual, gradient, value)
 
-    with one_blas_thread():
+    with _blas_for(running):
         shares = SimulatedComm(P, timeout=None, running=running).run(work)
     value, r, scale, g = shares[0]
     if gradient:  # each share's part of the gradient (a W-block's: the whole, on every share)
@@ -135,7 +137,7 @@ def _at(
     parts = block.summed(block.grad_parts_with_forward(Z, U), comm)
     maxima = residual_maxima(Z, parts, block.project)
     g = sum(parts[1:], parts[0]) if gradient else None
-    del parts  # (a share holds none of its gradient's terms while it waits for the others)
+    del parts  # (an X-block's share holds none of its terms while it waits in the maxima)
     r, scale = scaled_residual(block.maxima(maxima, comm))
     return f, r, scale, g
 
@@ -172,7 +174,7 @@ def over_columns(
         index = share(m, P, shard.rank)
         return fn(*(_columns(a, index) for a in arrays), comm=_within(shard, comm))
 
-    with one_blas_thread():
+    with _blas_for(running):
         return SimulatedComm(P, timeout=None, running=running).run(work)[0]
 
 
@@ -191,6 +193,37 @@ def by_chunks(work: Callable[[slice], T], m: int, chunk: int, threads: int = 1) 
         return list(pool.map(work, chunks))
 
 
+def patches(layer: LinearMap, X: Array, threads: int = 1, min_columns: int = MIN_COLUMNS) -> Array:
+    """``layer.patches(X)`` on ``threads`` threads (at most one a ``min_columns`` points), each
+    forming the patches of chunks of :data:`CHUNK` data points into their columns of the one
+    array (a point's patches are its own columns, the last of their axes: ``LinearMap.patches``;
+    ``testing.layer_faults`` checks it): the data's patches, formed once a run where it is not
+    batched (Figure 1's X~_0, 785 x 60,000, 377 MB), are first written by as many threads. NumPy
+    arrays only (others: ``layer.patches(X)``).
+
+    >>> import numpy as np
+    >>> from fenchel_cvx.layers import Dense, build_maps
+    >>> A = build_maps((3,), [Dense(2)])[0]
+    >>> X = np.arange(12.0).reshape(3, 4)
+    >>> bool(np.array_equal(patches(A, X, threads=2, min_columns=1), A.patches(X)))
+    True
+    """
+    m = X.shape[1]
+    running = max(1, min(threads, m // min_columns))
+    if running == 1 or not isinstance(X, np.ndarray):
+        return layer.patches(X)
+    one = layer.patches(X[:, :1])
+    out = np.empty((one.shape[0], one.shape[1] * m), dtype=one.dtype)
+    points = out.reshape(one.shape[0], one.shape[1], m)  # (rows, a point's columns, points)
+
+    def work(index: slice) -> None:
+        part = layer.patches(X[:, index])
+        points[:, :, index] = part.reshape(one.shape[0], one.shape[1], -1)
+
+    by_chunks(work, m, min(CHUNK, -(-m // running)), running)
+    return out
+
+
 def _shares(
     threads: int, m: int, min_columns: int, comm: Comm, like: Any, chunk: int | None = CHUNK
 ) -> tuple[int, int]:
@@ -205,12 +238,20 @@ def _shares(
     return max(running, 1 if chunk is None else -(-m // chunk)), running
 
 
+def _blas_for(running: int) -> AbstractContextManager[object]:
+    """One BLAS thread a share where several shares compute at once; else the process's BLAS
+    threads (shares taken in turn: a backend checking on one thread keeps its BLAS budget for
+    the shares' products)."""
+    return one_blas_thread() if running > 1 else nullcontext()
+
+
 class _WithinRank:
     """A share of one rank's columns (``shard``, of a ``SimulatedComm`` in the rank's process)
     where the ranks of ``comm`` hold the block's columns: a reduction adds the rank's shares in
     share order, then the ranks' (one collective, made by share 0), and every share sees the
     whole figure; so a rank's figures are the one process's figures of its columns, bit for
-    bit (a group of one rank: the run without one)."""
+    bit (a group of one rank: the run without one). It reduces and nothing else: the figures
+    of ``figures`` and ``over_columns`` are sums and maxima over the columns."""
 
     def __init__(self, shard: Any, comm: Comm) -> None:
         self.shard, self.comm = shard, comm

@@ -159,7 +159,9 @@ class Spec:
 
     @placeholder
     def patches(self, xp: ModuleType, X: Array, shape: tuple[int, ...]) -> Array:
-        """``X~``: the input of ``W`` as a matrix product, bias row last."""
+        """``X~``: the input of ``W`` as a matrix product, bias row last; a data point's
+        patches are its own columns, the data points the last axis of the columns (so the
+        patches of some points are their columns of all the points' patches)."""
         raise self._missing("patches")
 
     @placeholder

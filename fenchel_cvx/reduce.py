@@ -233,6 +233,12 @@ class SimulatedComm:
             raise ValueError(f"running must be an integer >= 1 or None, got {running!r}")
         self.P, self.split = P, _check_split(split)
         self.running = P if running is None else min(P, running)
+        if timeout is not None and self.running < P:
+            raise ValueError(
+                f"timeout must be None where fewer shards run at once than there are "
+                f"(running={running!r} of P={P}): a shard's wait would count the others' turns, "
+                f"got timeout={timeout!r}"
+            )
         # at most ``running`` shards compute at once (None: all P); a shard gives its turn up
         # while it waits in a collective, so P shards of a large array on fewer cores hold a
         # shard's temporaries only where they compute (``column_threads``: Figure 1's figures
@@ -261,6 +267,8 @@ class SimulatedComm:
         def one(rank: int) -> None:
             try:
                 with self._turns:
+                    if self._barrier.broken:  # a shard has failed: this one stops unstarted
+                        raise threading.BrokenBarrierError
                     results[rank] = work(_Shard(self, rank))
             except BaseException as err:  # noqa: BLE001 - handed to the caller below
                 errors[rank] = err

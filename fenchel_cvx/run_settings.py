@@ -337,7 +337,7 @@ def validate_run(net: LiftedNetwork, X0: Array, Y: Array, args: Mapping[str, Any
         comm=comm,
     )
     batched = args["batch_size"] is not None and args["batch_size"] < X0.shape[1]
-    settings.data = Batches(X0, Y, xp, batched, comm)
+    settings.data = Batches(X0, Y, xp, batched, comm, check_threads(backend))
     if getattr(backend, "comm", None) is not None:
         backend.comm = comm  # the ranks its solves reduce over
     digest = None if args["checkpoint"] is None and saved is None else data_digest(X0, Y)

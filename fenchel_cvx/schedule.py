@@ -25,6 +25,7 @@ import numpy as np
 from array_api_compat import device
 
 from .arrays import freeze
+from .column_threads import patches
 from .datasets import batch_order
 from .history import History
 from .reduce import LOCAL, Comm, share
@@ -175,9 +176,15 @@ class Batches:
     (``reduce.py``) each gets its share of every batch's columns (``reduce.share``)."""
 
     def __init__(
-        self, X0: Array, Y: Array, xp: ModuleType, batched: bool, comm: Comm = LOCAL
+        self,
+        X0: Array,
+        Y: Array,
+        xp: ModuleType,
+        batched: bool,
+        comm: Comm = LOCAL,
+        threads: int = 1,
     ) -> None:
-        self.xp, self.batched, self.comm = xp, batched, comm
+        self.xp, self.batched, self.comm, self.threads = xp, batched, comm, threads
         self.X0, self.Y = X0, Y
         if not batched and comm.P > 1:  # this rank's columns of all the data, once
             mine = share(X0.shape[1], comm.P, comm.rank)
@@ -210,12 +217,12 @@ class Batches:
 
     def patches(self, layer: LinearMap, Xb: Array) -> Array:
         """``layer.patches(Xb)`` of the batch ``Xb``, formed once per batch (unbatched: once
-        per run). The feed-forward pass and W_0's block use them, and W_0's Gram cache meets
-        the very array it was formed from again (no comparison of contents). A NumPy array that
-        owns its bytes (a dense layer's) is handed out read-only (``arrays.freeze``: the
-        oracle's workers keep it by the digest of its bytes, which ``dask_rows.digest`` then
-        forms once)."""
+        per run), on the backend's check threads (``column_threads.patches``). The feed-forward
+        pass and W_0's block use them, and W_0's Gram cache meets the very array it was formed
+        from again (no comparison of contents). A NumPy array that owns its bytes (a dense
+        layer's) is handed out read-only (``arrays.freeze``: the oracle's workers keep it by the
+        digest of its bytes, which ``dask_rows.digest`` then forms once)."""
         if self._patches[0] is not Xb or self._patches[1] is not layer:
             self._patches = (None, None, None)  # the last batch's patches freed first
-            self._patches = (Xb, layer, freeze(layer.patches(Xb)))
+            self._patches = (Xb, layer, freeze(patches(layer, Xb, self.threads)))
         return self._patches[2]

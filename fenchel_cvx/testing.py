@@ -62,8 +62,9 @@ def layer_faults(A: LinearMap, W: np.ndarray, rng: np.random.Generator, m: int =
     """What is wrong with the map ``A`` at the weights ``W``: ``[]`` where its methods agree
     with each other and with its explicit matrix (``A.matrix``, from ``forward`` alone): forward
     affine in X, the adjoint identity ``<A x, y> = <x, A^T y>``, the product form
-    ``to_rows(A(W, X) + b) = W patches(X)``, ``from_rows`` inverting ``to_rows``, and the norm
-    bound at least ``||A||_2^2``; on ``m`` random data points.
+    ``to_rows(A(W, X) + b) = W patches(X)``, the patches of some points their columns of the
+    patches of all (``column_threads.patches`` forms them so), ``from_rows`` inverting
+    ``to_rows``, and the norm bound at least ``||A||_2^2``; on ``m`` random data points.
 
     >>> from fenchel_cvx.layers import AvgPool2d, Conv2d, build_maps
     >>> rng = np.random.default_rng(0)
@@ -82,6 +83,10 @@ def layer_faults(A: LinearMap, W: np.ndarray, rng: np.random.Generator, m: int =
         faults.append(f"adjoint_x: <A x, y> = {lhs!r} but <x, A^T y> = {rhs!r}")
     if not np.allclose(A.to_rows(U), W @ A.patches(X), rtol=1e-12, atol=1e-12):
         faults.append("patches: to_rows(forward(W, X)) is not W @ patches(X)")
+    whole, first = A.patches(X), A.patches(X[:, :2])
+    points = whole.reshape(whole.shape[0], -1, m)  # (rows, a point's columns, points)
+    if not np.array_equal(points[:, :, :2].reshape(first.shape), first):
+        faults.append("patches: a point's patches are not its own columns, the last axis")
     if not np.array_equal(A.from_rows(A.to_rows(U), m), U):
         faults.append("from_rows does not invert to_rows")
     bound, exact = A.norm2_bound(W, 64), float(np.linalg.norm(M, 2) ** 2)

@@ -131,6 +131,67 @@ def test_the_checked_rounds_form_their_figures_on_the_backends_check_threads(mon
         )
 
 
+@pytest.mark.parametrize("threads, blas", [(1, 2), (2, 1)])
+def test_shares_taken_in_turn_keep_the_processs_blas_threads(monkeypatch, threads, blas):
+    """A wide block checked on one thread takes its shares in turn with the process's BLAS
+    threads (2 here) for their products; shares computing at once take one BLAS thread each."""
+    from threadpoolctl import threadpool_info
+
+    from fenchel_cvx.threads import limit_threads, owner
+
+    seen = []
+    at = column_threads._at
+
+    def counted(*args):
+        pools = [p for p in threadpool_info() if p["user_api"] == "blas"]
+        seen.append({p["num_threads"] for p in pools if owner(p["filepath"]) == "numpy"})
+        return at(*args)
+
+    monkeypatch.setattr(column_threads, "_at", counted)
+    net, X0, Y, Xs = _problem(m=3 * column_threads.CHUNK, seed=2)
+    block = x_block(net, X0, Y, Xs, 1)
+    with limit_threads({"numpy": 2, "scipy": 2}):
+        column_threads.figures(block, Xs[0], threads=threads, min_columns=1)
+    assert len(seen) == 3 and all(s == {blas} for s in seen)
+
+
+@pytest.mark.parametrize("kind", ["dense", "conv2d", "avgpool2d"])
+def test_the_datas_patches_formed_on_threads_are_the_layers_bit_for_bit(monkeypatch, kind):
+    """``column_threads.patches``: chunks of 7 of 30 data points (the last one short), their
+    patches written by two threads into one array, are ``layer.patches`` of all the points;
+    a run's ``Batches`` forms the data's patches so on the backend's check threads."""
+    import threading
+
+    from fenchel_cvx import schedule
+    from fenchel_cvx.layers import LAYERS, Dense, build_maps
+
+    spec, shape = LAYERS[kind].example()
+    A = build_maps(shape, [spec] if spec.weighted else [spec, Dense(2)])[0]
+    X = np.random.default_rng(3).standard_normal((A.n_in, 30))
+    names = []
+    formed = type(A).patches
+
+    def counted(self, X):
+        names.append(threading.current_thread().name)
+        return formed(self, X)
+
+    monkeypatch.setattr(column_threads, "CHUNK", 7)
+    monkeypatch.setattr(type(A), "patches", counted)
+    threaded = column_threads.patches(A, X, threads=2, min_columns=1)
+    assert threaded.flags.owndata and np.array_equal(threaded, formed(A, X))
+    # a point's patches (the array's shape), then 5 chunks', each on a thread of the pool
+    assert len(names) == 1 + 5 and "MainThread" not in names[1:]
+    asked = []
+
+    def recorded(layer, X, threads):
+        asked.append(threads)
+        return column_threads.patches(layer, X, threads, min_columns=1)
+
+    monkeypatch.setattr(schedule, "patches", recorded)
+    data = schedule.Batches(X, X[:1], np, batched=False, threads=2)
+    assert np.array_equal(data.patches(A, X), threaded) and asked == [2]
+
+
 def test_a_block_of_few_columns_or_on_ranks_is_checked_on_fewer_threads(monkeypatch):
     """``min_columns`` columns a thread at least: 50 columns take one thread, whatever is asked;
     on a communicator's ranks (a group of one rank too) its collectives take every figure."""

@@ -242,6 +242,16 @@ class BiasRowFirst(Conv1d):
         return xp.concat([P[-1:, :], P[:-1, :]], axis=0)
 
 
+class PointsFirst(Conv1d):
+    """``patches`` with the columns (data point, position): a point's columns are not its own
+    along the last axis (the threads that form the data's patches would mix the points)."""
+
+    def patches(self, xp, X, shape):
+        P, m = super().patches(xp, X, shape), X.shape[1]
+        n = P.shape[1] // m
+        return xp.reshape(xp.permute_dims(xp.reshape(P, (P.shape[0], n, m)), (0, 2, 1)), P.shape)
+
+
 class SmallBound(Conv1d):
     """``norm2_bound`` below the norm (``||K||_2^2 / 2``: the factor ``kernel`` forgotten and
     more)."""
@@ -252,12 +262,22 @@ class SmallBound(Conv1d):
 
 @pytest.mark.parametrize(
     "faulty, method",
-    [(FlippedAdjoint, "adjoint_x"), (BiasRowFirst, "patches"), (SmallBound, "norm2_bound")],
+    [
+        (FlippedAdjoint, "adjoint_x"),
+        (BiasRowFirst, "patches"),
+        (SmallBound, "norm2_bound"),
+    ],
 )
 def test_a_planted_fault_is_named_by_the_layer_check(faulty, method):
     net = network(second=faulty)
     faults = layer_faults(net.layers[1], net.W[1], np.random.default_rng(5))
     assert len(faults) == 1 and faults[0].startswith(method + ":"), faults
+
+
+def test_patches_that_mix_the_points_are_named_by_the_layer_check():
+    net = network(second=PointsFirst)
+    faults = layer_faults(net.layers[1], net.W[1], np.random.default_rng(5))
+    assert "patches: a point's patches are not its own columns, the last axis" in faults, faults
 
 
 def test_a_wrong_adjoint_escapes_the_block_residual_not_the_oracle_nor_the_certificate():

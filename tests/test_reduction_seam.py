@@ -409,3 +409,22 @@ def test_at_most_running_shards_compute_at_once_and_every_shard_sees_the_whole_s
     assert out == [28.0] * 8 and most[0] == 2
     with pytest.raises(ValueError, match="running must be an integer >= 1 or None, got 0"):
         reduce.SimulatedComm(2, running=0)
+    with pytest.raises(ValueError, match=r"timeout must be None .*running=2 of P=8.*got timeout=5"):
+        reduce.SimulatedComm(8, timeout=5, running=2)
+
+
+def test_shards_waiting_for_a_turn_when_one_fails_stop_without_computing():
+    """``SimulatedComm(P, running=1)``: once a shard has raised, the shards still waiting for
+    their turn do not start their work; the run raises the first shard's error."""
+    import threading
+
+    lock, started = threading.Lock(), [0]
+
+    def work(shard):
+        with lock:
+            started[0] += 1
+        raise KeyError(f"shard {shard.rank} fails")
+
+    with pytest.raises(KeyError, match="fails"):
+        reduce.SimulatedComm(6, timeout=None, running=1).run(work)
+    assert started[0] == 1
