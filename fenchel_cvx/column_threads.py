@@ -56,6 +56,9 @@ MIN_COLUMNS = 2048
 #: the most columns a share takes: more columns make more shares, ``threads`` of them computing
 #: at once (a share's temporaries are a few arrays of its columns, reused share after share)
 CHUNK = 2048
+#: the most shares a figure takes, each a thread waiting for its turn: beyond MAX_SHARES x CHUNK
+#: columns (131,072) the shares widen instead of growing in number
+MAX_SHARES = 64
 #: the most entries of its image a share of a W-block takes (rows x columns): a W-block's share
 #: also forms the whole-W figures (the penalty, the residual over W) and a product over its
 #: columns, so its shares are wider (Figure 1's W_0, 300 x 60,000, on two threads: the first
@@ -228,14 +231,15 @@ def _shares(
     threads: int, m: int, min_columns: int, comm: Comm, like: Any, chunk: int | None = CHUNK
 ) -> tuple[int, int]:
     """``(shares, running)``: how many shares of ``m`` columns, each at most ``chunk`` columns
-    wide (None: any), and how many compute at once: ``threads``, at most one a ``min_columns``
-    columns (one on the ranks of a communicator: ``comm``, whose collectives take the figures,
-    a group of one rank's too); one share for a communicator that splits W by rows and for an
-    array other than NumPy's (``like``)."""
+    wide (None: any) and at most :data:`MAX_SHARES` of them, and how many compute at once:
+    ``threads``, at most one a ``min_columns`` columns (one on the ranks of a communicator:
+    ``comm``, whose collectives take the figures, a group of one rank's too); one share for a
+    communicator that splits W by rows and for an array other than NumPy's (``like``)."""
     if comm.split != "columns" or not isinstance(like, np.ndarray):
         return 1, 1
     running = 1 if comm is not LOCAL else max(1, min(threads, m // min_columns))
-    return max(running, 1 if chunk is None else -(-m // chunk)), running
+    chunks = 1 if chunk is None else min(-(-m // chunk), MAX_SHARES)
+    return max(running, chunks), running
 
 
 def _blas_for(running: int) -> AbstractContextManager[object]:

@@ -262,6 +262,27 @@ def test_every_block_of_a_network_has_its_one_thread_figures_on_three_threads(lo
         assert many.scale == pytest.approx(one.scale, rel=1e-12)
 
 
+def test_the_shares_of_many_columns_widen_beyond_max_shares(monkeypatch):
+    """Chunks of 3 columns of 400 would make 134 shares: the figures take MAX_SHARES (64, a
+    thread each) of 6-7 columns instead, and are the one-share figures to round-off."""
+    shards = []
+    run = reduce.SimulatedComm.run
+
+    def counted(self, work):
+        shards.append(self.P)
+        return run(self, work)
+
+    net, X0, Y, Xs = _problem(m=400, seed=4)
+    block, Z = x_block(net, X0, Y, Xs, 1), Xs[0]
+    whole = column_threads.figures(block, Z)
+    monkeypatch.setattr(column_threads, "CHUNK", 3)
+    monkeypatch.setattr(reduce.SimulatedComm, "run", counted)
+    wide = column_threads.figures(block, Z)
+    assert shards == [column_threads.MAX_SHARES] == [64]
+    assert wide.value == pytest.approx(whole.value, rel=1e-12)
+    assert wide.residual == pytest.approx(whole.residual, rel=1e-12)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_wide_blocks_figures_hold_no_array_of_its_size_while_they_form(threads):
     """Figure 1's X_1 is 300 x 60,000: its figures form on shares of ``CHUNK`` columns, so
