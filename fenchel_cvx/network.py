@@ -35,6 +35,7 @@ from . import defaults
 from .activations import Activation
 from .activations import activation as _activation
 from .arrays import Array, namespace
+from .column_threads import by_points
 from .io import load_network, save_network
 from .layers import AvgPool2d, Conv2d, Dense, Flatten, Spec, build_maps
 from .losses import Loss
@@ -319,12 +320,15 @@ class LiftedNetwork:
         X0: Array,
         Xt0: Array | None = None,
         known: Sequence[Array] = (),
+        threads: int = 1,
     ) -> tuple[list[Array], list[Array]]:
         """Feed-forward pass keeping the pre-activations: ``(Xs, Us)``, ``Us = [U_0, ..., U_L]``
         (``U_L = Yhat``); the BCD driver hands ``U_{l-1}`` to the X-block of ``X_l``. ``Xt0``:
         X0's patches ``layers[0].patches(X0)`` if at hand (W_0's block needs them too), from
         which U_0 = W_0 X~_0. ``known``: the pass's first pre-activations ``[U_0, ...]`` at
-        these weights, where the caller formed them already (the checks of a round)."""
+        these weights, where the caller formed them already (the checks of a round).
+        ``threads``: each X_l = phi(U_{l-1}) formed by as many threads on chunks of the data
+        points (``column_threads.by_points``; NumPy)."""
         Xs, Us, Xl = [], [], X0
         for l in range(self.n_hidden + 1):
             if l < len(known):
@@ -335,7 +339,7 @@ class LiftedNetwork:
                 U = self.pre_activation(l, Xl)
             Us.append(U)
             if l < self.n_hidden:
-                Xl = self.activations[l].phi(U)
+                Xl = by_points(self.activations[l].phi, U, threads)
                 Xs.append(Xl)
         return Xs, Us
 

@@ -69,9 +69,12 @@ class PreActivations:
     (True, 1)
     """
 
-    def __init__(self, net: Any, check: bool, carried: Image | None = None) -> None:
-        # (``net``: a LiftedNetwork, whose module reaches this one through ``io``)
-        self.net, self.check = net, check
+    def __init__(
+        self, net: Any, check: bool, carried: Image | None = None, threads: int = 1
+    ) -> None:
+        # (``net``: a LiftedNetwork, whose module reaches this one through ``io``; ``threads``:
+        # the pass's activations on as many, ``LiftedNetwork.feed_forward``)
+        self.net, self.check, self.threads = net, check, threads
         self._images: dict[int, Image] = {}
         self._on_pass = 0  # layers 0 .. _on_pass - 1 lie on the feed-forward pass at these W
         if carried is not None:
@@ -111,7 +114,8 @@ class PreActivations:
         hand) from the kept U_0 where there is one; keeps every U_l of the pass."""
         U0 = self.get(0)
         steps = self.steps(0)
-        Xs, Us = self.net.feed_forward(X0, Xt0, known=() if U0 is None else [U0])
+        known = () if U0 is None else [U0]
+        Xs, Us = self.net.feed_forward(X0, Xt0, known=known, threads=self.threads)
         for l, U in enumerate(Us):
             self._images[l] = Image(U, steps if l == 0 else 0)
         self._on_pass = len(Us)

@@ -59,7 +59,7 @@ class Round(CheckedSolves):
         self.X0, self.Y = run.data.batch(step.columns)  # (on ranks: this rank's share)
         self.Xt0 = run.data.patches(net.layers[0], self.X0)  # X~_0: the pass's and W_0's block's
         carried = state.carried if run.carries_U0 else None
-        self.pre = PreActivations(net, check, carried)
+        self.pre = PreActivations(net, check, carried, self.threads)
         self.Xs = None if state.Xs is None else list(state.Xs)  # the state's at the round's end
         self.W_prev = self.J = self.F = self.F_x = self.B_x = self.halted = None
         self.was_restarted = False

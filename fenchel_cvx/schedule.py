@@ -25,7 +25,7 @@ import numpy as np
 from array_api_compat import device
 
 from .arrays import freeze
-from .column_threads import patches
+from .column_threads import by_points
 from .datasets import batch_order
 from .history import History
 from .reduce import LOCAL, Comm, share
@@ -217,12 +217,12 @@ class Batches:
 
     def patches(self, layer: LinearMap, Xb: Array) -> Array:
         """``layer.patches(Xb)`` of the batch ``Xb``, formed once per batch (unbatched: once
-        per run), on the backend's check threads (``column_threads.patches``). The feed-forward
+        per run), on the backend's check threads (``column_threads.by_points``). The feed-forward
         pass and W_0's block use them, and W_0's Gram cache meets the very array it was formed
         from again (no comparison of contents). A NumPy array that owns its bytes (a dense
         layer's) is handed out read-only (``arrays.freeze``: the oracle's workers keep it by the
         digest of its bytes, which ``dask_rows.digest`` then forms once)."""
         if self._patches[0] is not Xb or self._patches[1] is not layer:
             self._patches = (None, None, None)  # the last batch's patches freed first
-            self._patches = (Xb, layer, freeze(patches(layer, Xb, self.threads)))
+            self._patches = (Xb, layer, freeze(by_points(layer.patches, Xb, self.threads)))
         return self._patches[2]

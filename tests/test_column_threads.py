@@ -157,9 +157,10 @@ def test_shares_taken_in_turn_keep_the_processs_blas_threads(monkeypatch, thread
 
 @pytest.mark.parametrize("kind", ["dense", "conv2d", "avgpool2d"])
 def test_the_datas_patches_formed_on_threads_are_the_layers_bit_for_bit(monkeypatch, kind):
-    """``column_threads.patches``: chunks of 7 of 30 data points (the last one short), their
-    patches written by two threads into one array, are ``layer.patches`` of all the points;
-    a run's ``Batches`` forms the data's patches so on the backend's check threads."""
+    """``column_threads.by_points(layer.patches)``: chunks of 7 of 30 data points (the last one
+    short), their patches written by two threads into one array, are ``layer.patches`` of all
+    the points; a run's ``Batches`` forms the data's patches so on the backend's check
+    threads."""
     import threading
 
     from fenchel_cvx import schedule
@@ -177,19 +178,51 @@ def test_the_datas_patches_formed_on_threads_are_the_layers_bit_for_bit(monkeypa
 
     monkeypatch.setattr(column_threads, "CHUNK", 7)
     monkeypatch.setattr(type(A), "patches", counted)
-    threaded = column_threads.patches(A, X, threads=2, min_columns=1)
+    threaded = column_threads.by_points(A.patches, X, threads=2, min_columns=1)
     assert threaded.flags.owndata and np.array_equal(threaded, formed(A, X))
     # a point's patches (the array's shape), then 5 chunks', each on a thread of the pool
     assert len(names) == 1 + 5 and "MainThread" not in names[1:]
     asked = []
 
-    def recorded(layer, X, threads):
+    def recorded(f, X, threads):
         asked.append(threads)
-        return column_threads.patches(layer, X, threads, min_columns=1)
+        return column_threads.by_points(f, X, threads, min_columns=1)
 
-    monkeypatch.setattr(schedule, "patches", recorded)
+    monkeypatch.setattr(schedule, "by_points", recorded)
     data = schedule.Batches(X, X[:1], np, batched=False, threads=2)
     assert np.array_equal(data.patches(A, X), threaded) and asked == [2]
+
+
+@pytest.mark.parametrize("act", ["relu", "sigmoid"])
+def test_the_passs_activations_formed_on_threads_are_the_one_threads_bit_for_bit(monkeypatch, act):
+    """``LiftedNetwork.feed_forward(threads=2)``: each X_l = phi(U_{l-1}) formed by two threads
+    on chunks of 7 of 30 points is the one-thread pass's, bit for bit; a round's pass takes the
+    backend's check threads."""
+    import threading
+
+    from fenchel_cvx.activations import ACTIVATIONS
+    from fenchel_cvx.pre_activations import PreActivations
+
+    net = LiftedNetwork([6, 5, 4, 3], act, "mse", seed=0)
+    X0 = np.random.default_rng(6).standard_normal((6, 30))
+    Xs, Us = net.feed_forward(X0)
+    names = []
+    phi = ACTIVATIONS[act].phi
+
+    def counted(self, U):
+        names.append(threading.current_thread().name)
+        return phi(self, U)
+
+    monkeypatch.setattr(column_threads, "CHUNK", 7)
+    monkeypatch.setattr(column_threads, "MIN_COLUMNS", 1)
+    monkeypatch.setattr(ACTIVATIONS[act], "phi", counted)
+    Xs2, Us2 = net.feed_forward(X0, threads=2)
+    assert all(np.array_equal(a, b) for a, b in zip(Xs + Us, Xs2 + Us2))
+    # per hidden layer: a point's (the shape), then 5 chunks on the pool's threads
+    assert len(names) == 2 * 6 and "MainThread" not in names[1:6] + names[7:]
+    names.clear()
+    pre = PreActivations(net, check=True, threads=2)
+    assert all(np.array_equal(a, b) for a, b in zip(pre.feed_forward(X0), Xs)) and len(names) == 12
 
 
 def test_a_block_of_few_columns_or_on_ranks_is_checked_on_fewer_threads(monkeypatch):
