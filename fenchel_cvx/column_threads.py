@@ -201,12 +201,11 @@ def by_points(
     """``f(X)`` for an ``f`` that takes each data point (a column of ``X``) alone and lays out a
     point's result in its own columns, the points the last axis of the columns (a layer's
     patches, ``LinearMap.patches``, which ``testing.layer_faults`` checks; an activation,
-    elementwise), on ``threads`` threads (at most one a ``min_columns`` points, None:
-    :data:`MIN_COLUMNS`): each forms
-    chunks of :data:`CHUNK` points into their columns of the one array, whose pages they are
-    the first to write (the data's patches, once a run where it is not batched: Figure 1's X~_0,
-    785 x 60,000, 377 MB; the feed-forward pass's activations). NumPy arrays only (others:
-    ``f(X)``).
+    elementwise), on ``threads`` threads (at most one a ``min_columns`` points; None:
+    :data:`MIN_COLUMNS`). Each thread forms chunks of :data:`CHUNK` points into their columns of
+    the one array, whose pages the threads are the first to write (the data's patches, once a
+    run where it is not batched: Figure 1's X~_0, 785 x 60,000, 377 MB; the feed-forward pass's
+    activations). NumPy arrays only (others: ``f(X)``).
 
     >>> import numpy as np
     >>> from fenchel_cvx.layers import Dense, build_maps
