@@ -195,40 +195,6 @@ def by_chunks(work: Callable[[slice], T], m: int, chunk: int, threads: int = 1) 
         return list(pool.map(work, chunks))
 
 
-def by_points(
-    f: Callable[[Any], Any], X: Array, threads: int = 1, min_columns: int | None = None
-) -> Array:
-    """``f(X)`` for an ``f`` that takes each data point (a column of ``X``) alone and lays out a
-    point's result in its own columns, the points the last axis of the columns (a layer's
-    patches, ``LinearMap.patches``, which ``testing.layer_faults`` checks; an activation,
-    elementwise), on ``threads`` threads (at most one a ``min_columns`` points; None:
-    :data:`MIN_COLUMNS`). Each thread forms chunks of :data:`CHUNK` points into their columns of
-    the one array, whose pages the threads are the first to write (the data's patches, once a
-    run where it is not batched: Figure 1's X~_0, 785 x 60,000, 377 MB; the feed-forward pass's
-    activations). NumPy arrays only (others: ``f(X)``).
-
-    >>> import numpy as np
-    >>> from fenchel_cvx.layers import Dense, build_maps
-    >>> A = build_maps((3,), [Dense(2)])[0]
-    >>> X = np.arange(12.0).reshape(3, 4)
-    >>> bool(np.array_equal(by_points(A.patches, X, threads=2, min_columns=1), A.patches(X)))
-    True
-    """
-    m = X.shape[1]
-    running = max(1, min(threads, m // (min_columns or MIN_COLUMNS)))
-    if running == 1 or not isinstance(X, np.ndarray):
-        return f(X)
-    one = f(X[:, :1])
-    out = np.empty((one.shape[0], one.shape[1] * m), dtype=one.dtype)
-    points = out.reshape(one.shape[0], one.shape[1], m)  # (rows, a point's columns, points)
-
-    def work(index: slice) -> None:
-        points[:, :, index] = f(X[:, index]).reshape(one.shape[0], one.shape[1], -1)
-
-    by_chunks(work, m, min(CHUNK, -(-m // running)), running)
-    return out
-
-
 def _shares(
     threads: int, m: int, min_columns: int, comm: Comm, like: Any, chunk: int | None = CHUNK
 ) -> tuple[int, int]:

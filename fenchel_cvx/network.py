@@ -34,8 +34,7 @@ from numpy.typing import DTypeLike
 from . import defaults
 from .activations import Activation
 from .activations import activation as _activation
-from .arrays import Array, namespace
-from .column_threads import by_points
+from .arrays import Array, by_points, namespace
 from .io import load_network, save_network
 from .layers import AvgPool2d, Conv2d, Dense, Flatten, Spec, build_maps
 from .losses import Loss
@@ -328,7 +327,7 @@ class LiftedNetwork:
         which U_0 = W_0 X~_0. ``known``: the pass's first pre-activations ``[U_0, ...]`` at
         these weights, where the caller formed them already (the checks of a round).
         ``threads``: each X_l = phi(U_{l-1}) formed by as many threads on chunks of the data
-        points (``column_threads.by_points``; NumPy)."""
+        points (``arrays.by_points``; NumPy)."""
         Xs, Us, Xl = [], [], X0
         for l in range(self.n_hidden + 1):
             if l < len(known):

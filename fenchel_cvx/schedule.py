@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from array_api_compat import device
 
-from .arrays import freeze
-from .column_threads import by_points
+from .arrays import by_points, freeze
 from .datasets import batch_order
 from .history import History
 from .reduce import LOCAL, Comm, share
@@ -217,7 +216,7 @@ class Batches:
 
     def patches(self, layer: LinearMap, Xb: Array) -> Array:
         """``layer.patches(Xb)`` of the batch ``Xb``, formed once per batch (unbatched: once
-        per run), on the backend's check threads (``column_threads.by_points``). The feed-forward
+        per run), on the backend's check threads (``arrays.by_points``). The feed-forward
         pass and W_0's block use them, and W_0's Gram cache meets the very array it was formed
         from again (no comparison of contents). A NumPy array that owns its bytes (a dense
         layer's) is handed out read-only (``arrays.freeze``: the oracle's workers keep it by the

@@ -63,7 +63,7 @@ def layer_faults(A: LinearMap, W: np.ndarray, rng: np.random.Generator, m: int =
     with each other and with its explicit matrix (``A.matrix``, from ``forward`` alone): forward
     affine in X, the adjoint identity ``<A x, y> = <x, A^T y>``, the product form
     ``to_rows(A(W, X) + b) = W patches(X)``, the patches of some points their columns of the
-    patches of all (``column_threads.by_points`` forms them so), ``from_rows`` inverting
+    patches of all (``arrays.by_points`` forms them so), ``from_rows`` inverting
     ``to_rows``, and the norm bound at least ``||A||_2^2``; on ``m`` random data points.
 
     >>> from fenchel_cvx.layers import AvgPool2d, Conv2d, build_maps

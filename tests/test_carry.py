@@ -49,8 +49,8 @@ def taken(monkeypatch):
     seen = []
 
     class Spy(pre_activations.PreActivations):
-        def __init__(self, net, check, carried=None):
-            super().__init__(net, check, carried)
+        def __init__(self, net, check, carried=None, threads=1):
+            super().__init__(net, check, carried, threads)
             seen.append(None if self.get(0) is None else self.steps(0))
 
     monkeypatch.setattr(rounds, "PreActivations", Spy)
@@ -63,7 +63,7 @@ def _take_none(monkeypatch):
     monkeypatch.setattr(
         pre_activations.PreActivations,
         "__init__",
-        lambda self, net, check, carried=None: original(self, net, check),
+        lambda self, net, check, carried=None, threads=1: original(self, net, check, None, threads),
     )
 
 

@@ -16,7 +16,7 @@ import os
 import numpy as np
 import pytest
 
-from fenchel_cvx import LiftedNetwork, column_threads, reduce
+from fenchel_cvx import LiftedNetwork, arrays, column_threads, reduce
 from fenchel_cvx.bcd import fit_bcd
 from fenchel_cvx.blocks import BLOCKS, WHidden, register_block, w_block, x_block
 from fenchel_cvx.fast import FastBackend
@@ -157,7 +157,7 @@ def test_shares_taken_in_turn_keep_the_processs_blas_threads(monkeypatch, thread
 
 @pytest.mark.parametrize("kind", ["dense", "conv2d", "avgpool2d"])
 def test_the_datas_patches_formed_on_threads_are_the_layers_bit_for_bit(monkeypatch, kind):
-    """``column_threads.by_points(layer.patches)``: chunks of 7 of 30 data points (the last one
+    """``arrays.by_points(layer.patches)``: chunks of 7 of 30 data points (the last one
     short), their patches written by two threads into one array, are ``layer.patches`` of all
     the points; a run's ``Batches`` forms the data's patches so on the backend's check
     threads."""
@@ -176,9 +176,9 @@ def test_the_datas_patches_formed_on_threads_are_the_layers_bit_for_bit(monkeypa
         names.append(threading.current_thread().name)
         return formed(self, X)
 
-    monkeypatch.setattr(column_threads, "CHUNK", 7)
+    monkeypatch.setattr(arrays, "POINTS_CHUNK", 7)
     monkeypatch.setattr(type(A), "patches", counted)
-    threaded = column_threads.by_points(A.patches, X, threads=2, min_columns=1)
+    threaded = arrays.by_points(A.patches, X, threads=2, min_points=1)
     assert threaded.flags.owndata and np.array_equal(threaded, formed(A, X))
     # a point's patches (the array's shape), then 5 chunks', each on a thread of the pool
     assert len(names) == 1 + 5 and "MainThread" not in names[1:]
@@ -186,7 +186,7 @@ def test_the_datas_patches_formed_on_threads_are_the_layers_bit_for_bit(monkeypa
 
     def recorded(f, X, threads):
         asked.append(threads)
-        return column_threads.by_points(f, X, threads, min_columns=1)
+        return arrays.by_points(f, X, threads, min_points=1)
 
     monkeypatch.setattr(schedule, "by_points", recorded)
     data = schedule.Batches(X, X[:1], np, batched=False, threads=2)
@@ -213,8 +213,7 @@ def test_the_passs_activations_formed_on_threads_are_the_one_threads_bit_for_bit
         names.append(threading.current_thread().name)
         return phi(self, U)
 
-    monkeypatch.setattr(column_threads, "CHUNK", 7)
-    monkeypatch.setattr(column_threads, "MIN_COLUMNS", 1)
+    monkeypatch.setattr(arrays, "POINTS_CHUNK", 7)
     monkeypatch.setattr(ACTIVATIONS[act], "phi", counted)
     Xs2, Us2 = net.feed_forward(X0, threads=2)
     assert all(np.array_equal(a, b) for a, b in zip(Xs + Us, Xs2 + Us2))
