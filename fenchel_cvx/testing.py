@@ -81,9 +81,9 @@ def layer_faults(A: LinearMap, W: np.ndarray, rng: np.random.Generator, m: int =
     lhs, rhs = float(np.sum((U - b) * G)), float(np.sum(X * A.adjoint_x(W, G)))
     if not math.isclose(lhs, rhs, rel_tol=1e-12, abs_tol=1e-12):
         faults.append(f"adjoint_x: <A x, y> = {lhs!r} but <x, A^T y> = {rhs!r}")
-    if not np.allclose(A.to_rows(U), W @ A.patches(X), rtol=1e-12, atol=1e-12):
-        faults.append("patches: to_rows(forward(W, X)) is not W @ patches(X)")
     whole, first = A.patches(X), A.patches(X[:, :2])
+    if not np.allclose(A.to_rows(U), W @ whole, rtol=1e-12, atol=1e-12):
+        faults.append("patches: to_rows(forward(W, X)) is not W @ patches(X)")
     points = whole.reshape(whole.shape[0], -1, m)  # (rows, a point's columns, points)
     if not np.array_equal(points[:, :, :2].reshape(first.shape), first):
         faults.append("patches: a point's patches are not its own columns, the last axis")
