@@ -112,6 +112,13 @@ class Activation(Named):
         lo, hi = self.v_range
         return (v >= lo) & (v <= hi)
 
+    def contains(self, v: Array) -> Array:
+        """0-d boolean: ``project`` leaves every entry of ``v`` (each inside phi's closed range;
+        a NaN fails), from v's two extrema: no array of v's size (Figure 1's X_1 is 144 MB)."""
+        xp = array_namespace(v)
+        lo, hi = self.v_range
+        return (xp.min(v) >= lo) & (xp.max(v) <= hi)
+
     def project(self, v: Array) -> Array:
         """Euclidean projection onto the range of phi (the domain of the X-blocks)."""
         lo, hi = self.v_range

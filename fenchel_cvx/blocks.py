@@ -214,6 +214,10 @@ class Block:
     def project(self, Z: Array) -> Array:
         return Z
 
+    def in_domain(self, Z: Array) -> Array:
+        """0-d boolean: ``project`` leaves ``Z`` (the certificate's argmin check)."""
+        return array_namespace(Z).all(self.project(Z) == Z)
+
     @classmethod
     @placeholder
     def example(cls) -> Block:
@@ -317,6 +321,9 @@ class XBlock(Block):
 
     def project(self, Z: Array) -> Array:
         return self.act_in.project(Z)
+
+    def in_domain(self, Z: Array) -> Array:
+        return self.act_in.contains(Z)
 
     def grad_in(self, Z: Array) -> Array:
         """The gradient of ``lam_in B_in(Z, U_prev)`` in Z, one of ``grad_parts``."""

@@ -59,6 +59,8 @@ class _Domain(Protocol):
 
     def project(self, Z: Array) -> Array: ...
 
+    def in_domain(self, Z: Array) -> Array: ...
+
     def maxima(self, figures: list[Array], comm: Comm = ...) -> list[Any]: ...
 
 
@@ -316,7 +318,8 @@ def _range_and_divergence(act: Activation, V: Array, U: Array) -> tuple[float, f
 def argmin_usable(block: _Domain, Z: Array, shape: Sequence[int]) -> bool | Array:
     """Whether ``Z`` can be the argmin of ``block``: False where it is not an array of ``shape``,
     else a 0-d boolean array, on the device, that holds where Z is finite and in the block's
-    domain (``block.project`` leaves it). ``argmin_problem`` says why not."""
+    domain (``block.in_domain``: ``block.project`` leaves it). ``argmin_problem`` says why
+    not."""
     try:
         xp = array_namespace(Z)
     except TypeError:
@@ -325,7 +328,7 @@ def argmin_usable(block: _Domain, Z: Array, shape: Sequence[int]) -> bool | Arra
         return False
     # NaN propagates through max and min, and an inf is one of them: two passes, no mask
     finite = xp.isfinite(xp.max(Z)) & xp.isfinite(xp.min(Z))
-    return finite & xp.all(block.project(Z) == Z)
+    return finite & block.in_domain(Z)
 
 
 def argmin_problem(block: _Domain, Z: Array, shape: Sequence[int]) -> str | None:

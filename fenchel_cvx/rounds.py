@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from array_api_compat import array_namespace
 
-from .arrays import Array
+from .arrays import Array, by_points
 from .block_checks import CheckedSolves, Halt
 from .blocks import w_block, x_block
 from .certificate import fenchel_young_figures
@@ -134,7 +134,9 @@ class Round(CheckedSolves):
         block hands back its image where the next round takes it (``pre_activations``)."""
         net, pre, m = self.net, self.pre, self.X0.shape[1]
         g, A, U = self.run.gamma[l], net.layers[l], pre.get(l)
-        W0, Xt = self.state.W0[l] if g else None, self.Xt0 if l == 0 else None
+        W0 = self.state.W0[l] if g else None
+        # X~_l: the data's (the batch's, once) or the round's X_l's, formed on the threads
+        Xt = self.Xt0 if l == 0 else by_points(A.patches, self._lifted()[l - 1], self.threads)
         carry = l == 0 and self.run.carries_U0  # W_0 X~_0 at the new W_0, the next round's
         block = w_block(net, self.X0, self.Y, self._lifted(), l, gamma=g, W0=W0, Xt=Xt)
         rows, steps = None if U is None else A.to_rows(U), pre.steps(l)

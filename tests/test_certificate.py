@@ -274,3 +274,27 @@ def test_argmin_problem_names_non_finite_entries():
         one = big.copy()
         one[1, 2] = bad
         assert argmin_problem(block, one, (2, 3)) == "argmin has 1 NaN or inf entries"
+
+
+def test_the_argmin_check_of_a_large_x_block_forms_no_array_of_its_size(data):
+    """The certificate's argmin check (every round) reads an X-block's point through its
+    extrema: it allocates nothing near the point's size (Figure 1's X_1 is 144 MB)."""
+    import tracemalloc
+
+    from fenchel_cvx.certificate import argmin_usable
+
+    X0, Y = data
+    net = LiftedNetwork([X0.shape[0], 6, Y.shape[0]], seed=0)
+    Xs, _ = net.forward(X0)
+    block = x_block(net, X0, Y, Xs, 1)
+    Z = np.repeat(Xs[0], 2000, axis=1)  # 6 x 2000 m columns: 6,000 m doubles
+    tracemalloc.start()
+    try:
+        ok = argmin_usable(block, Z, Z.shape)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert bool(ok)
+    assert peak < Z.nbytes // 100, (peak, Z.nbytes)
+    Z[0, -1] = -1.0  # outside the ReLU's range
+    assert not bool(argmin_usable(block, Z, Z.shape))

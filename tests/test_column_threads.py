@@ -11,6 +11,7 @@ the driver's checks form them.
   figures on the backend's ``check_threads`` and record the one-thread figures to round-off.
 """
 
+import copy
 import os
 
 import numpy as np
@@ -222,6 +223,35 @@ def test_the_passs_activations_formed_on_threads_are_the_one_threads_bit_for_bit
     names.clear()
     pre = PreActivations(net, check=True, threads=2)
     assert all(np.array_equal(a, b) for a, b in zip(pre.feed_forward(X0), Xs)) and len(names) == 12
+
+
+def test_a_rounds_w_blocks_above_the_first_take_x_ls_patches_from_its_threads(monkeypatch):
+    """``Round.w_block``: the patches X~_l of every layer above the first are formed on the
+    round's check threads (``arrays.by_points``, here in chunks of 7 of 30 points), and the run
+    is the one-thread run's, bit for bit."""
+    from fenchel_cvx import block_checks, rounds
+
+    net, X0, Y, _ = _problem(m=30)
+    deep = LiftedNetwork([6, 5, 4, 3], "relu", "mse", lam=0.5, rho=0.1, seed=0)
+    alone = [
+        fit_bcd(copy.deepcopy(n), X0, Y, backend="fast", iterations=2).net.W for n in (net, deep)
+    ]
+    asked = []
+
+    def spied(f, X, threads=1, min_points=None):
+        asked.append((threads, X.shape))
+        return arrays.by_points(f, X, threads, min_points)
+
+    monkeypatch.setattr(arrays, "POINTS_CHUNK", 7)
+    monkeypatch.setattr(rounds, "by_points", spied)
+    monkeypatch.setattr(block_checks, "check_threads", lambda backend: 2)
+    for n, W in zip((net, deep), alone):
+        asked.clear()
+        res = fit_bcd(copy.deepcopy(n), X0, Y, backend="fast", iterations=2)
+        assert all(np.array_equal(a, b) for a, b in zip(res.net.W, W))
+        # per round, X_L, ..., X_1 of the 30 points (the W-sweep's order), two threads
+        shapes = [(2, (n.W[l - 1].shape[0], 30)) for l in range(n.n_hidden, 0, -1)]
+        assert asked == 2 * shapes
 
 
 def test_a_block_of_few_columns_or_on_ranks_is_checked_on_fewer_threads(monkeypatch):

@@ -294,6 +294,12 @@ def project_and_in_range_agree_with_the_range(act):
     inside = act.in_range(x)
     np.testing.assert_array_equal(p[inside], x[inside], err_msg="project moves a point inside")
     act.check_range("V", p)
+    # the argmin check's form of the same fact, from two extrema (``contains``): on the range,
+    # on its ends, a hair outside them, and at a NaN
+    ends = [np.full(3, e) for e in act.v_range if math.isfinite(e)]
+    for v in [x, p, p + 1e-9, p - 1e-9, np.full(3, np.nan), *ends]:
+        held = bool(np.all(act.project(v) == v))
+        assert bool(act.contains(v)) == held, f"contains says {not held} where project says {held}"
     if not np.all(inside):
         with pytest.raises(ValueError, match=r"^V must lie in the range"):
             act.check_range("V", x)
