@@ -177,3 +177,39 @@ def test_a_plot_that_fails_to_render_leaves_the_old_file(tmp_path, monkeypatch):
         plot_accuracy(history, path)
     assert path.read_bytes() == b"the last run's plot"
     assert [p.name for p in tmp_path.iterdir()] == ["accuracy.png"]
+
+
+def test_the_data_digest_is_the_c_order_bytes_and_copies_no_array_of_the_datas_size(monkeypatch):
+    """``data_digest`` is the SHA-256 of each array's shape, dtype and C-order bytes (the value
+    run folders and checkpoints keep) for any layout, read in parts: a transposed array (MNIST's
+    images as loaded) costs no copy of its size."""
+    import hashlib
+    import tracemalloc
+
+    from fenchel_cvx import io as fio
+
+    def c_order_sha(*arrays):
+        h = hashlib.sha256()
+        for A in arrays:
+            A = np.ascontiguousarray(A)
+            h.update(f"{A.shape}{A.dtype.str}".encode())
+            h.update(A.tobytes())
+        return h.hexdigest()
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 70))
+    cases = [X, X.T, X[::2, 3:], X.T.astype(">f4"), np.arange(7), np.zeros((0, 5)), np.array(3.0)]
+    monkeypatch.setattr(fio, "DIGEST_PART", 100, raising=False)  # parts of a row or two
+    for A in cases:
+        assert fio.data_digest(A) == c_order_sha(A), (A.shape, A.strides)
+    assert fio.data_digest(X.T, X) == c_order_sha(X.T, X)
+    assert fio.data_digest(X.T) != fio.data_digest(X)
+    big = rng.standard_normal((2000, 500)).T  # 8 MB, not C-contiguous
+    monkeypatch.setattr(fio, "DIGEST_PART", big.nbytes // 50, raising=False)
+    tracemalloc.start()
+    try:
+        fio.data_digest(big)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < big.nbytes // 10, (peak, big.nbytes)

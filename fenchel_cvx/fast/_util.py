@@ -82,7 +82,7 @@ def block_arrays(block):
     }
 
 
-def kkt(xp, Z, parts, project=None, comm=LOCAL):
+def kkt(Z, parts, project=None, comm=LOCAL):
     """``||Z - P(Z - g)||_inf / (1 + max_i ||g_i||_inf)`` with ``g = sum(parts)``
     (``blocks.residual_parts``; ``blocks.kkt_residual`` forms the parts itself), its maxima over
     the block's shards (``comm``: ``reduce``)."""

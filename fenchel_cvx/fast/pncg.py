@@ -168,7 +168,7 @@ def _first_direction(p, s):
     solves only). In data space the direction comes first and needs no parameter-space
     gradient; where it proves the residual above ``tol`` (``_above``), or no test is asked for,
     that gradient is never formed."""
-    xp, objective, R = p.xp, s.objective, s.parts[1]
+    objective, R = s.objective, s.parts[1]
     data_space = objective.pre.data_space
     if data_space:
         sd, sU, newton, active = objective.precondition(None, s.A, R, s.U, 0)
@@ -181,7 +181,7 @@ def _first_direction(p, s):
     parts = objective.parts(s.A, R)
     s = s._replace(parts=parts)
     g = parts[0] + parts[1]
-    if p.tested and kkt(xp, s.W, parts, comm=p.comm.rows) <= p.tol:
+    if p.tested and kkt(s.W, parts, comm=p.comm.rows) <= p.tol:
         return s._replace(end="converged")
     if not data_space:
         sd, _, newton, active = objective.precondition(g, s.A, R, s.U, 0)
@@ -278,7 +278,7 @@ def _confirm(p, s):
     W X~ is formed again: the loop goes on from it, or ``finish`` reports the value from it
     (exact, not drifted by the updates; all rows only, as ``finish`` needs)."""
     W_full = _full(p, s)
-    r = kkt(p.xp, W_full, block_parts(p.block, W_full, p.comm), p.block.project, p.comm.rows)
+    r = kkt(W_full, block_parts(p.block, W_full, p.comm), p.block.project, p.comm.rows)
     U, parts, A = s.U, s.parts, s.A
     if r > p.tol or s.rows is None:
         U = s.objective.forward(s.W)
@@ -371,7 +371,7 @@ def finish(p: PncgProblem, s: PncgState) -> tuple[Array, int, dict[str, Any]]:
             guarded, reverted = p.comm.rows.reduce([guarded, reverted], "sum")
             info["reverted_rows"] = host_if_cheap(xp, reverted, int)
             if not math.isnan(r) and int(reverted):
-                r = kkt(xp, W, p.block.grad_parts(W), comm=p.comm.rows)
+                r = kkt(W, p.block.grad_parts(W), comm=p.comm.rows)
     info.update(
         converged=converged, newton_rows=host_if_cheap(xp, s.n_newton, int),
         restarts=host_if_cheap(xp, s.n_restart, int), residual=r, U=U,

@@ -207,7 +207,7 @@ def finish(sp: SpanProblem, s: SpanState) -> tuple[Array, int, dict[str, Any]]:
         info["reverted_rows"] = host_if_cheap(xp, reverted, int)
         res = math.nan
         if p.settings.capped_residual:
-            res = kkt(xp, W, block.grad_parts(W), comm=p.comm.rows)
+            res = kkt(W, block.grad_parts(W), comm=p.comm.rows)
             converged = res <= p.tol
     info.update(converged=converged, restarts=host_if_cheap(xp, s.restarts, int), residual=res)
     if converged or p.settings.capped_value:  # (no value yet: converged in the loop)
@@ -261,4 +261,4 @@ def _residual_unless_above(sp, Z, A, gs):
     if proves_above(xp, xp.asarray(g2), prob.pre.c2, sp.W0.shape[1], scale, p.tol):
         return None, math.inf
     W = sp.W0 + Z @ prob.block.Xt.T
-    return W, kkt(xp, W, prob.block.grad_parts(W), comm=p.comm.rows)
+    return W, kkt(W, prob.block.grad_parts(W), comm=p.comm.rows)

@@ -596,14 +596,14 @@ def solve_ridge(
         R = R + block.gamma * block.W0
     W = R @ Ginv
     parts = block_parts(block, W, comm)
-    it, res, stalled = 1, kkt(xp, W, parts), False
+    it, res, stalled = 1, kkt(W, parts), False
     # iterative refinement (G^{-1} may be inexact in float32) with the gradient the residual
     # was formed from, while each step lowers the residual: a step that does not is at the
     # working precision's floor, where it only stirs rounding (and is not taken)
     while res > tol and it < max_iter:
         Wn = W - 0.5 * sum(parts[1:], parts[0]) @ Ginv
         parts_n = block_parts(block, Wn, comm)
-        res_n = kkt(xp, Wn, parts_n)
+        res_n = kkt(Wn, parts_n)
         if not res_n < res:
             stalled = True
             break
@@ -658,7 +658,7 @@ def solve_newton(
         s = newton_step(prob, s)
     W, converged = s.W, s.res <= tol
     reported = converged or settings.capped_residual
-    res = kkt(xp, W, block_parts(block, W, comm), block.project) if reported else math.nan
+    res = kkt(W, block_parts(block, W, comm), block.project) if reported else math.nan
     info = dict(
         method="newton",
         cached_factor=factor_kind != "new",
@@ -694,7 +694,7 @@ def newton_init(prob: LastLoss, W: Array) -> NewtonState:
     """The state at the start ``W``."""
     U = prob.forward(W)
     parts, _ = prob.gradient(W, U)
-    return NewtonState(W, U, parts, kkt(prob.xp, W, parts), math.inf, 0, 0, False, 0, 0)
+    return NewtonState(W, U, parts, kkt(W, parts), math.inf, 0, 0, False, 0, 0)
 
 
 def newton_step(prob: LastLoss, s: NewtonState) -> NewtonState:
@@ -711,7 +711,7 @@ def newton_step(prob: LastLoss, s: NewtonState) -> NewtonState:
     W, it = s.W + t * d, s.it + 1
     U = prob.forward(W)
     parts, _ = prob.gradient(W, U)
-    res, best, best_it, stalled = kkt(xp, W, parts), s.best, s.best_it, False
+    res, best, best_it, stalled = kkt(W, parts), s.best, s.best_it, False
     if res < 0.5 * best:
         best, best_it = res, it
     elif res <= math.sqrt(xp.finfo(W.dtype).eps) and it - best_it >= NEWTON_STALL:

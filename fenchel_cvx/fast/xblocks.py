@@ -271,7 +271,7 @@ def init(p: FistaProblem, Z: Array) -> FistaState:
     )
     capped = p.max_iter < (p.tests.stall_window if p.tests is not None else math.inf)
     if p.tests is not None and not capped and _optimal(xp, block, z, Gy, p.tests.tol, p.comm):
-        if (res := kkt(xp, z, block.grad_parts(z), block.project, p.comm)) <= p.tests.tol:
+        if (res := kkt(z, block.grad_parts(z), block.project, p.comm)) <= p.tests.tol:
             p.tests.residual = res
             return s._replace(end="converged")
     return s
@@ -462,7 +462,7 @@ class _Tests:
             self.checks += 1
             if (
                 _optimal(xp, block, zn, sm.adjoint(sm.grad_U(Uzn)), tol, comm)
-                and (res := kkt(xp, zn, block.grad_parts(zn), block.project, comm)) <= tol
+                and (res := kkt(zn, block.grad_parts(zn), block.project, comm)) <= tol
             ):
                 self.residual = res
                 return "converged"
@@ -532,7 +532,7 @@ def _optimal(xp, block, Z, grad_smooth, tol, comm=LOCAL):
     ``A^T grad_U`` at Z that the loop holds (no second ``A(W, Z)``): that residual within 2 tol.
     Only then is ``block.kkt_residual(Z)`` evaluated, which decides (the factor 2 keeps the
     rounding of a differently ordered gradient from vetoing a point the block accepts)."""
-    return kkt(xp, Z, [block.grad_in(Z), grad_smooth], block.project, comm) <= 2 * tol
+    return kkt(Z, [block.grad_in(Z), grad_smooth], block.project, comm) <= 2 * tol
 
 
 def _closing(p, last, start, info):
