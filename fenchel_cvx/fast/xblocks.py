@@ -270,7 +270,7 @@ def init(p: FistaProblem, Z: Array) -> FistaState:
         z, Uz, None, 0.0, Uz, 1.0, L, (None, None), None, (G, Gy), 0, 0, 0, (z, Uz), None
     )
     capped = p.max_iter < (p.tests.stall_window if p.tests is not None else math.inf)
-    if p.tests is not None and not capped and _optimal(xp, block, z, Gy, p.tests.tol, p.comm):
+    if p.tests is not None and not capped and _optimal(block, z, Gy, p.tests.tol, p.comm):
         if (res := kkt(z, block.grad_parts(z), block.project, p.comm)) <= p.tests.tol:
             p.tests.residual = res
             return s._replace(end="converged")
@@ -461,7 +461,7 @@ class _Tests:
         if proxy <= 2 * tol:
             self.checks += 1
             if (
-                _optimal(xp, block, zn, sm.adjoint(sm.grad_U(Uzn)), tol, comm)
+                _optimal(block, zn, sm.adjoint(sm.grad_U(Uzn)), tol, comm)
                 and (res := kkt(zn, block.grad_parts(zn), block.project, comm)) <= tol
             ):
                 self.residual = res
@@ -527,7 +527,7 @@ def _momentum(xp, theta, uphill):
     return xp.where(up, xp.ones_like(theta), theta_n), beta, xp.astype(up, xp.int64)
 
 
-def _optimal(xp, block, Z, grad_smooth, tol, comm=LOCAL):
+def _optimal(block, Z, grad_smooth, tol, comm=LOCAL):
     """Whether the block's KKT residual at Z may be ``<= tol``, from the smooth term's gradient
     ``A^T grad_U`` at Z that the loop holds (no second ``A(W, Z)``): that residual within 2 tol.
     Only then is ``block.kkt_residual(Z)`` evaluated, which decides (the factor 2 keeps the
