@@ -113,8 +113,9 @@ class Activation(Named):
         return (v >= lo) & (v <= hi)
 
     def contains(self, v: Array) -> Array:
-        """0-d boolean: ``project`` leaves every entry of ``v`` (each inside phi's closed range;
-        a NaN fails), from v's two extrema: no array of v's size (Figure 1's X_1 is 144 MB)."""
+        """0-d boolean: ``project`` leaves every entry of ``v``, a non-empty array (each inside
+        phi's closed range; a NaN fails), from v's two extrema: no array of v's size (Figure
+        1's X_1 is 144 MB)."""
         xp = array_namespace(v)
         lo, hi = self.v_range
         return (xp.min(v) >= lo) & (xp.max(v) <= hi)

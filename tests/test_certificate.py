@@ -287,7 +287,7 @@ def test_the_argmin_check_of_a_large_x_block_forms_no_array_of_its_size(data):
     net = LiftedNetwork([X0.shape[0], 6, Y.shape[0]], seed=0)
     Xs, _ = net.forward(X0)
     block = x_block(net, X0, Y, Xs, 1)
-    Z = np.repeat(Xs[0], 2000, axis=1)  # 6 x 2000 m columns: 6,000 m doubles
+    Z = np.repeat(Xs[0], 2000, axis=1)  # 6 x 2000 m: 12,000 m doubles
     tracemalloc.start()
     try:
         ok = argmin_usable(block, Z, Z.shape)

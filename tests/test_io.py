@@ -198,14 +198,16 @@ def test_the_data_digest_is_the_c_order_bytes_and_copies_no_array_of_the_datas_s
 
     rng = np.random.default_rng(0)
     X = rng.standard_normal((60, 70))
+    days = np.arange(np.datetime64("2020-01-01"), np.datetime64("2020-01-09"))
     cases = [X, X.T, X[::2, 3:], X.T.astype(">f4"), np.arange(7), np.zeros((0, 5)), np.array(3.0)]
-    monkeypatch.setattr(fio, "DIGEST_PART", 100, raising=False)  # parts of a row or two
+    cases += [np.ma.masked_array(X.T, X.T > 0), days[::2], [1.0, 2.0]]
+    monkeypatch.setattr(fio, "DIGEST_PART", 100)  # parts of one row
     for A in cases:
-        assert fio.data_digest(A) == c_order_sha(A), (A.shape, A.strides)
+        assert fio.data_digest(A) == c_order_sha(A), A
     assert fio.data_digest(X.T, X) == c_order_sha(X.T, X)
     assert fio.data_digest(X.T) != fio.data_digest(X)
     big = rng.standard_normal((2000, 500)).T  # 8 MB, not C-contiguous
-    monkeypatch.setattr(fio, "DIGEST_PART", big.nbytes // 50, raising=False)
+    monkeypatch.setattr(fio, "DIGEST_PART", big.nbytes // 50)
     tracemalloc.start()
     try:
         fio.data_digest(big)
