@@ -1,12 +1,13 @@
 """Arrays of any array library (NumPy, CuPy, PyTorch, array-api-strict, DLPack): their library,
-host copies; a NumPy array of data points formed by threads (:func:`by_points`)."""
+host copies; a NumPy array of data points formed by threads (:func:`by_points`), and any work
+on slices of columns on threads (:func:`by_slices`)."""
 
 import functools
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import numpy as np
 from array_api_compat import array_namespace, is_cupy_array, is_numpy_namespace, is_torch_array
@@ -329,7 +330,22 @@ def by_points(
     def work(index: slice) -> None:
         points[:, :, index] = f(X[:, index]).reshape(one.shape[0], one.shape[1], -1)
 
-    chunk = min(POINTS_CHUNK, -(-m // running))
-    with ThreadPoolExecutor(running) as pool:
-        list(pool.map(work, [slice(a, a + chunk) for a in range(0, m, chunk)]))
+    by_slices(work, m, min(POINTS_CHUNK, -(-m // running)), running)
     return out
+
+
+T = TypeVar("T")
+
+
+def by_slices(work: Callable[[slice], T], m: int, chunk: int, threads: int = 1) -> list[T]:
+    """``work`` on each slice of ``chunk`` of ``m`` columns, on ``threads`` threads (at most
+    one a slice; BLAS's pool as it is) -> the results in the slices' order.
+
+    >>> by_slices(lambda k: (k.start, k.stop), 5, 2, threads=2)
+    [(0, 2), (2, 4), (4, 6)]
+    """
+    slices = [slice(a, a + chunk) for a in range(0, m, chunk)]
+    if threads <= 1 or len(slices) <= 1:
+        return [work(k) for k in slices]
+    with ThreadPoolExecutor(min(threads, len(slices))) as pool:
+        return list(pool.map(work, slices))

@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from .arrays import by_slices
 from .blocks import residual_maxima, scaled_residual
 from .reduce import LOCAL, Comm, SimulatedComm, share
 from .threads import one_blas_thread
@@ -188,11 +188,8 @@ def by_chunks(work: Callable[[slice], T], m: int, chunk: int, threads: int = 1) 
     >>> by_chunks(lambda k: (k.start, k.stop), 5, 2, threads=2)
     [(0, 2), (2, 4), (4, 6)]
     """
-    chunks = [slice(a, a + chunk) for a in range(0, m, chunk)]
-    if threads <= 1 or len(chunks) <= 1:
-        return [work(k) for k in chunks]
-    with one_blas_thread(), ThreadPoolExecutor(min(threads, len(chunks))) as pool:
-        return list(pool.map(work, chunks))
+    with _blas_for(min(threads, -(-m // chunk))):
+        return by_slices(work, m, chunk, threads)
 
 
 def _shares(
