@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mnist_mlp  # noqa: E402  (benchmarks/, on the path above)
-from common import data, fln  # noqa: E402
+from common import data, flags, fln  # noqa: E402
 from common.devices import blas_record, machine_text  # noqa: E402
 from fenchel_cvx import LiftedNetwork  # noqa: E402
 from fenchel_cvx.bcd import fit_bcd  # noqa: E402
@@ -94,9 +94,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.quick:
         args.batches, args.rounds = 2, 2
-    for flag in ("threads", "batches", "rounds", "check_every"):
-        if getattr(args, flag) < 1:
-            p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    flags.check_counts(p, args, ("threads", "batches", "rounds", "check_every"))
     return args
 
 

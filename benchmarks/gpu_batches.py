@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import flags  # noqa: E402
 from compiled_ab import add_batch_flags, batch_data, setting  # noqa: E402
 from fenchel_cvx.bcd import fit_bcd  # noqa: E402
 from fenchel_cvx.datasets import batch_order, one_hot  # noqa: E402
@@ -71,9 +72,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.quick:
         args.batches, args.rounds, args.profile_batches = 2, 2, 2
-    for flag in ("batches", "rounds", "profile_batches"):
-        if getattr(args, flag) < 1:
-            p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    flags.check_counts(p, args, ("batches", "rounds", "profile_batches"))
     args.paths = args.paths.split(",")
     unknown = set(args.paths) - set(PATHS)
     if unknown:

@@ -169,24 +169,23 @@ class CheckedSolves:
         return True
 
     def settle(self) -> None:
-        """The deferred argmin checks, in one read (on ranks, one reduction: a block whose
-        argmin is unusable on one rank fails on all). Where one fails, the round goes back to
-        where that block began (every block from it on keeps its start: the later ones were
-        solved from an unusable point) and the block fails by name (strict: raises; recorded:
-        the run halts after the round)."""
+        """The ranks' agreement on the round's reductions (``comm.verify``), then the deferred
+        argmin checks, in one read (on ranks after one reduction: a block whose argmin is
+        unusable on one rank fails on all). Where one fails, the round goes back to where that
+        block began (every block from it on keeps its start: the later ones were solved from
+        an unusable point) and the block fails by name (strict: raises; recorded: the run
+        halts after the round)."""
+        self.comm.verify()
         pending, self.pending = self.pending, []
         if not pending:
             return
         xp = array_namespace(pending[0][2])
+        usable = xp.stack([flag for *_, flag, _, _ in pending])
         if self.comm.P > 1:
-            bad = self.comm.reduce([float(not bool(p[5])) for p in pending], "max")
-            if not any(bad):
-                return
-            first = next(i for i, b in enumerate(bad) if b)
-        elif bool(xp.all(xp.stack([flag for *_, flag, _, _ in pending]))):
+            (usable,) = self.comm.reduce([usable], "min")
+        if bool(xp.all(usable)):
             return
-        else:
-            first = next(i for i, p in enumerate(pending) if not bool(p[5]))
+        first = next(i for i in range(len(pending)) if not bool(usable[i]))
         for _, _, _, current, (seq, i), *_ in reversed(pending[first:]):
             seq[i] = current
         name, block, Z, current, _, _, n_blocks, n_violations = pending[first]

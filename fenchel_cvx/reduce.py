@@ -89,16 +89,25 @@ class Comm(Protocol):
         """``values`` (0-d arrays or numbers), each reduced over the shards by its op."""
         ...
 
-    def all_gather(self, value: Array) -> list[Any]:
-        """Every shard's ``value``, in shard order."""
+    def all_gather(self, value: Array, shapes: Sequence[tuple] | None = None) -> list[Any]:
+        """Every shard's ``value``, in shard order (``shapes``: theirs, where the caller knows
+        them)."""
         ...
 
-    def to_rows(self, A: Array, counts: Sequence[int]) -> Array:
+    def to_rows(
+        self, A: Array, counts: Sequence[int], columns: Sequence[int] | None = None
+    ) -> Array:  # fmt: skip
         """This shard's rows of a ``p x m`` array from its columns ``A``."""
         ...
 
     def with_split(self, split: str) -> Comm:
         """This communicator's shards, split the other way."""
+        ...
+
+    def verify(self) -> None:
+        """Raises where the shards reduced different figures and no reduction said so at once
+        (``TorchComm``'s reductions on a device are checked here: ``block_checks``, at the end
+        of every round)."""
         ...
 
     @property
@@ -120,13 +129,14 @@ class _Moves:
     rank: int
     split: str
 
-    def all_gather(self, value: Any) -> list:
+    def all_gather(self, value: Any, shapes: Sequence[tuple] | None = None) -> list:
         raise NotImplementedError
 
-    def to_rows(self, A: Any, counts: Sequence[int]) -> Any:
+    def to_rows(self, A: Any, counts: Sequence[int], columns: Sequence[int] | None = None) -> Any:
         """This shard's rows of a ``p x m`` array from its columns ``A`` (``p x m_r``): the
         rows ``counts[0]`` to shard 0, the next ``counts[1]`` to shard 1, ..., each over every
-        column in shard order.
+        column in shard order (``columns``: every shard's column count, where the caller knows
+        them: a gather on a device then reads no shapes back).
 
         >>> import numpy as np
         >>> A = np.arange(12.0).reshape(3, 4)        # 3 rows, 4 columns
@@ -140,13 +150,16 @@ class _Moves:
                 f"counts must be {self.P} row counts summing to {A.shape[0]}, got {counts!r}"
             )
         lo = sum(counts[: self.rank])
-        parts = self.all_gather(A)
+        parts = self.all_gather(A, None if columns is None else [(A.shape[0], c) for c in columns])
         mine = [part[lo : lo + counts[self.rank]] for part in parts]
         return mine[0] if len(mine) == 1 else array_namespace(A).concat(mine, axis=1)
 
     def with_split(self, split: str) -> Any:
         """This communicator's shards, split the other way (``"columns"`` or ``"rows"``)."""
         raise NotImplementedError
+
+    def verify(self) -> None:
+        """Nothing to check: every reduction compares the shards' figures as it combines them."""
 
     @property
     def columns(self) -> Any:
@@ -175,7 +188,7 @@ class Local(_Moves):
         """
         return list(values)
 
-    def all_gather(self, value: Array) -> list:
+    def all_gather(self, value: Array, shapes: Sequence[tuple] | None = None) -> list:
         """Every shard's ``value``, in shard order: here this one's.
 
         >>> LOCAL.all_gather(3.0)
@@ -355,7 +368,7 @@ class _Shard(_Moves):
     def reduce(self, values: Sequence[Any], op: str | Sequence[str]) -> list:
         return self.comm._reduce(self.rank, values, op)
 
-    def all_gather(self, value: Any) -> list:
+    def all_gather(self, value: Any, shapes: Sequence[tuple] | None = None) -> list:
         return self.comm._exchange(self.rank, "all_gather", value)
 
 

@@ -467,6 +467,61 @@ def test_compiled_ab_quick_run_prints_every_path(capsys):
         compiled_ab.parse_args(["--rounds", "0"])
 
 
+def test_fixed_chunk_products_add_the_chunks_in_order_and_agree_with_one_product():
+    """``fixed_chunks.by_chunks`` takes a product whose columns span the batch chunk by chunk
+    (each chunk's columns the product of that chunk alone: what a rank holding it computes)
+    and a product contracted over the batch as the chunks' partial sums added in chunk order;
+    both agree with the one product to round-off, and a product that spans no batch is the
+    product itself."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fixed_chunks
+
+    rng = np.random.default_rng(0)
+    W, X, R = (
+        rng.standard_normal((7, 5)),
+        rng.standard_normal((5, 12)),
+        rng.standard_normal((7, 12)),
+    )
+    cols = fixed_chunks.by_chunks(W, X, 3, m=6)  # 12 columns: two batches of 6, in 3 chunks
+    for s in fixed_chunks._pieces(12, 3):
+        np.testing.assert_array_equal(cols[:, s], W @ np.ascontiguousarray(X[:, s]))
+    np.testing.assert_allclose(cols, W @ X, rtol=1e-12)
+    parts = [R[:, s] @ X[:, s].T for s in fixed_chunks._pieces(12, 4)]
+    np.testing.assert_array_equal(
+        fixed_chunks.by_chunks(R, X.T, 4, m=6), ((parts[0] + parts[1]) + parts[2]) + parts[3]
+    )
+    np.testing.assert_allclose(fixed_chunks.by_chunks(R, X.T, 4, m=6), R @ X.T, rtol=1e-12)
+    np.testing.assert_array_equal(fixed_chunks.by_chunks(W, X[:, :5], 3, m=6), W @ X[:, :5])
+
+
+@pytest.mark.slow  # trains the MLP's FLN on 4 batches twice (NumPy, array_api_strict)
+def test_fixed_chunks_quick_run_prints_the_products_cost(capsys):
+    """The fixed-chunk benchmark says whether a product's columns change with its width, in
+    both precisions, and prints the MLP's batch, its recorded products as they are and in
+    fixed chunks, and their difference as a share of the batch."""
+    pytest.importorskip("array_api_strict", reason="the products are recorded on its arrays")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fixed_chunks
+
+    fixed_chunks.main(["--quick", "--network", "mlp"])
+    out = capsys.readouterr().out
+    for dtype in ("float32", "float64"):
+        assert re.search(rf"500 images, {dtype}: .* at 1/2: (yes|no), at 1/3: (yes|no)", out)
+    (line,) = [s for s in out.splitlines() if s.startswith("mlp, float32")]
+    found = re.search(
+        r"2 batches of 500: ([\d.]+) ms a batch .*; (\d+) products a batch, ([\d.]+) ms as they "
+        r"are, ([\d.]+) ms in 6 fixed chunks: ([+-][\d.]+) ms, ([+-]\d+) % of the batch",
+        line,
+    )
+    assert found, line
+    (count,) = re.findall(r"(\d+) products a batch", line)
+    assert int(count) > 0  # the batch's products were recorded
+    one, chunked, extra = (float(found.group(k)) for k in (3, 4, 5))
+    assert extra == pytest.approx(chunked - one, abs=0.11)  # the printed figures agree
+    with pytest.raises(SystemExit):
+        fixed_chunks.main(["--chunks", "0"])
+
+
 def test_baselines_default_to_the_tuned_learning_rates():
     """Both benchmarks train SGD and Adam at the rates chosen on the validation split
     (``TUNED_LR``), ``--paper-lr`` at the paper's; the results record both."""

@@ -27,7 +27,7 @@ def _arrays(kind):
     """``(asarray, backend)`` of ``kind``: NumPy, PyTorch's CPU tensors, or CUDA tensors (NCCL)."""
     if kind == "numpy":
         return np.asarray, "gloo"
-    if kind == "cpu":
+    if kind in ("cpu", "cpu-on-device"):
         return (lambda A: torch.asarray(A, device="cpu")), "gloo"
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device for PyTorch")
@@ -120,12 +120,13 @@ def data():
 
 
 @pytest.mark.parametrize("recipe", ["mlp", "lenet5"])
-@pytest.mark.parametrize("arrays", ["numpy", "cpu", "cuda"])
+@pytest.mark.parametrize("arrays", ["numpy", "cpu", "cpu-on-device", "cuda"])
 def test_a_one_rank_group_trains_bit_for_bit_as_one_process(recipe, arrays, data):
     """The three batches through a group of one rank (gloo; NCCL on CUDA) equal the run
     without one, bit for bit; the group's collectives ran (``torch_comm.CLOCK``); the
-    certificate held on every checked round of both runs."""
-    from fenchel_cvx.fast.torch_comm import CLOCK
+    certificate held on every checked round of both runs. ``cpu-on-device``: CPU tensors
+    reduced on their device (``TorchComm(on_device=True)``, NCCL's path: no host bytes)."""
+    from fenchel_cvx.fast.torch_comm import CLOCK, TorchComm
     from fenchel_cvx.parallel import one_rank_group
 
     asarray, backend = _arrays(arrays)
@@ -133,6 +134,9 @@ def test_a_one_rank_group_trains_bit_for_bit_as_one_process(recipe, arrays, data
     gathers = CLOCK.gathers
     with one_rank_group(backend) as comm:
         assert comm.P == 1 and torch.distributed.get_backend() == backend
+        assert comm.on_device == (backend == "nccl")
+        if arrays == "cpu-on-device":
+            comm = TorchComm(on_device=True)
         grouped = _three_batches(recipe, data, asarray, comm)
     assert CLOCK.gathers > gathers  # every reduction went through the group
     found = _differences(alone, grouped)

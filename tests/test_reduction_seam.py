@@ -428,3 +428,29 @@ def test_shards_waiting_for_a_turn_when_one_fails_stop_without_computing():
     with pytest.raises(KeyError, match="fails"):
         reduce.SimulatedComm(6, timeout=None, running=1).run(work)
     assert started[0] == 1
+
+
+def test_every_round_ends_by_verifying_its_communicator_and_a_disagreement_stops_the_run():
+    """``comm.verify()`` (the ranks' agreement on the reductions a ``TorchComm`` took on a
+    device) is called at the end of every round, checked or not, and the error it raises
+    stops the run."""
+    from fenchel_cvx.bcd import fit_bcd
+
+    class Counted(reduce.Local):
+        calls = 0
+
+        def verify(self):
+            Counted.calls += 1
+
+    class Disagreeing(reduce.Local):
+        def verify(self):
+            raise RuntimeError("the ranks reduce different figures at once (planted)")
+
+    ds = load_mnist5k()
+    X, Y = ds.X_train[:, :60], one_hot(ds.y_train[:60], 10)
+    net = LiftedNetwork([784, 8, 10], "relu", "cross_entropy", lam=0.1, rho=1.0, seed=0)
+    result = fit_bcd(net, X, Y, backend="fast", batch_size=20, epochs=1, comm=Counted())
+    assert Counted.calls == len(result.history.records) == 3
+    net = LiftedNetwork([784, 8, 10], "relu", "cross_entropy", lam=0.1, rho=1.0, seed=0)
+    with pytest.raises(RuntimeError, match="different figures at once"):
+        fit_bcd(net, X, Y, backend="fast", batch_size=20, epochs=1, comm=Disagreeing())

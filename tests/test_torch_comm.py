@@ -107,6 +107,137 @@ def test_ranks_that_reduce_different_figures_fail_by_name(tmp_path):
         assert "the ranks reduce different figures at once" in str(got[rank]["message"])
 
 
+DEVICE_RANK = """
+import sys
+from datetime import timedelta
+import numpy as np
+import torch
+import torch.distributed as dist
+from fenchel_cvx.fast.torch_comm import CLOCK, TorchComm
+
+rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                        world_size=world, timeout=timedelta(seconds=60))
+host, device = TorchComm(), TorchComm(on_device=True)
+g = torch.Generator().manual_seed(rank)
+values = [
+    torch.randn((), generator=g, dtype=torch.float32),
+    torch.randn(5, generator=g, dtype=torch.float64),
+    torch.randn(3, 4, generator=g, dtype=torch.float64).T,  # a transposed gradient
+    torch.tensor([rank, 7 - rank]),
+    torch.tensor([True, rank == 0]),
+]
+ops = ["sum", "max", "sum", "min", "min"]
+on_host = host.reduce(values, ops)
+gathers = CLOCK.gathers
+on_device = device.reduce(values, ops)
+one_gather = CLOCK.gathers - gathers == 1
+device.verify()  # the ranks agreed
+same = all(
+    torch.equal(a, b) and a.dtype == b.dtype and a.stride() == b.stride()
+    for a, b in zip(on_host, on_device)
+)
+# ranks that reduce different figures of one byte size: the gather completes, verify names it
+device.reduce([torch.ones(2, dtype=torch.float32) if rank == 0 else torch.ones(1)], "sum")
+try:
+    device.verify()
+    message = ""
+except RuntimeError as err:
+    message = str(err)
+dist.destroy_process_group()
+np.savez(out, same=same, one_gather=one_gather, message=np.array(message),
+         **{f"total{i}": v.numpy() for i, v in enumerate(on_device)})
+"""
+
+
+def test_a_reduction_on_the_device_is_the_host_paths_bit_for_bit_and_checks_the_figures(
+    tmp_path,
+):  # fmt: skip
+    """``TorchComm(on_device=True)`` reduces tensors with one gather of the group and no
+    host bytes: every figure (float32, float64, a transposed array, integers, booleans; sums,
+    maxima, minima) equals the host path's, dtype and layout too, and the sums are the ranks'
+    figures added in rank order. Ranks that reduce different figures of the same byte size
+    complete the gather, and ``verify`` names the disagreement."""
+    script = tmp_path / "device_rank.py"
+    script.write_text(DEVICE_RANK)
+    got = ranks([str(script)], tmp_path, timeout=120)
+    import torch
+
+    mine = []
+    for rank in (0, 1):
+        g = torch.Generator().manual_seed(rank)
+        mine.append(
+            [torch.randn((), generator=g, dtype=torch.float32), torch.randn(5, generator=g)]
+        )
+    for rank in (0, 1):
+        assert bool(got[rank]["same"]) and bool(got[rank]["one_gather"])
+        assert "the ranks reduce different figures at once" in str(got[rank]["message"])
+        assert got[rank]["total0"] == (mine[0][0] + mine[1][0]).numpy()
+        np.testing.assert_array_equal(got[rank]["total3"], [0, 6])
+        np.testing.assert_array_equal(got[rank]["total4"], [True, False])
+    assert np.array_equal(got[0]["total2"], got[1]["total2"])
+
+
+TRAINING_RANK = """
+import sys
+from datetime import timedelta
+import numpy as np
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, sys.argv[1])
+from test_host_reads import training
+from fenchel_cvx.datasets import load_mnist5k, one_hot
+from fenchel_cvx.fast.reads import unchecked_batch
+from fenchel_cvx.fast.torch_comm import TorchComm
+
+rank, world, port, out = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                        world_size=world, timeout=timedelta(seconds=120))
+ds = load_mnist5k()
+X = torch.asarray(ds.X_train[:, :1500].astype(np.float32))
+Y = torch.asarray(one_hot(ds.y_train[:1500], 10).astype(np.float32))
+got = {}
+for name in ("mlp", "lenet5"):
+    for path, on_device in (("host", False), ("device", True)):
+        net, backend, args = training(name, "float32", compile=False)
+        net.W = [torch.asarray(np.asarray(W)) for W in net.W]
+        comm = TorchComm(on_device=on_device)
+        reads = unchecked_batch(net, X, Y, backend, 500, comm=comm, **args)
+        got[f"{name}-{path}-reads"] = np.array(reads.total)
+        for l, W in enumerate(net.W):
+            got[f"{name}-{path}-W{l}"] = W.numpy()
+dist.destroy_process_group()
+np.savez(out, **got)
+"""
+
+
+@pytest.mark.slow  # two networks, two batches each, on two ranks, twice
+def test_two_ranks_reducing_on_the_device_read_back_twice_a_batch_and_train_as_the_host_path(
+    tmp_path,
+):  # fmt: skip
+    """Two gloo ranks train the MNIST MLP and LeNet-5 (float32, CPU tensors, the benchmarks'
+    settings: the MLP's W_0 moves to rows in data space) two batches of 500 through
+    ``TorchComm(on_device=True)``, as NCCL's ranks take every reduction and move: an unchecked
+    batch reads back twice on rank 0, where the callbacks that count run (the round's argmin
+    checks and the ranks' agreement; the host path reads every reduction's figures), and the
+    weights are the host path's, bit for bit, on both ranks."""
+    script = tmp_path / "training_rank.py"
+    script.write_text(TRAINING_RANK)
+    got = ranks([str(script), str(HERE)], tmp_path, timeout=300)
+    for name in ("mlp", "lenet5"):  # counted on rank 0 (callbacks run there: fit_bcd)
+        assert int(got[0][f"{name}-device-reads"]) <= 2
+        assert int(got[0][f"{name}-host-reads"]) > 10
+    for rank in (0, 1):
+        for name in ("mlp", "lenet5"):
+            n_layers = sum(key.startswith(f"{name}-host-W") for key in got[rank])
+            assert n_layers == (2 if name == "mlp" else 5)
+            for l in range(n_layers):
+                host, device = got[rank][f"{name}-host-W{l}"], got[rank][f"{name}-device-W{l}"]
+                assert np.array_equal(host, device), (rank, name, l)
+                assert np.array_equal(device, got[1 - rank][f"{name}-device-W{l}"])
+
+
 COUNTED_RANK = """
 import sys
 from datetime import timedelta

@@ -34,7 +34,7 @@ from array_api_compat import device
 
 from ..arrays import Array, clip, host_if_cheap
 from ..blocks import WHidden, WLast
-from ..reduce import LOCAL, Comm
+from ..reduce import LOCAL, Comm, share
 from . import span
 from ._util import keep_descent, kkt, most, part, pr_plus, proves_above
 from .wblocks import (
@@ -425,8 +425,10 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, settings=DEFAULT_SETTING
     hidden = isinstance(block, WHidden)
     if not hidden and block.loss.last_w_solver == "newton":  # the loss's own choice
         return solve_newton(xp, block, W, tol, max_iter, cache, settings, comm)
-    if hidden and comm.columns.P > 1 and _needs_every_column(block, max_iter, settings, comm):
-        return _by_rows(xp, block, W, (tol, max_iter), cache, settings, comm)
+    if hidden and comm.columns.P > 1:
+        (points,) = comm.columns.reduce([block.Xt.shape[1]], "sum")  # (a number: no read)
+        if _needs_every_column(block, points, max_iter, settings):
+            return _by_rows(xp, block, W, points, (tol, max_iter), cache, settings, comm)
     p = problem(xp, block, tol, max_iter, cache, settings, comm)
     pre = p.objective.pre
     if hidden and span.applies(
@@ -440,33 +442,37 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, settings=DEFAULT_SETTING
     return finish(p, s)
 
 
-def _needs_every_column(block, max_iter, settings, comm):
-    """Whether a WHidden solve on column shards needs every column of its rows: data space
-    (fewer points in all than rows of X~: the batch's Gram ``X~^T X~``) or Newton rows (a row's
-    Hessian among all its active points, possible past ``newton_start`` steps)."""
-    (points,) = comm.columns.reduce([block.Xt.shape[1]], "sum")
+def _needs_every_column(block, points, max_iter, settings):
+    """Whether a WHidden solve on column shards of ``points`` columns in all needs every
+    column of its rows: data space (fewer points than rows of X~: the batch's Gram
+    ``X~^T X~``) or Newton rows (a row's Hessian among all its active points, possible past
+    ``newton_start`` steps)."""
     newton = settings.newton_cap != 0 and max_iter > settings.newton_start
     return points < block.Xt.shape[0] or newton
 
 
-def _by_rows(xp, block, W, stop: tuple[Any, Any], cache, settings, comm):
-    """A WHidden block held by columns (this shard's X~ and V columns, W whole), moved to row
-    shards (``reduce.to_rows``: each shard its rows of W and V over every column, X~ whole),
-    solved there (``stop = (tol, max_iter)``), and W gathered whole on every shard; ``info``'s
-    ``U`` is None (the image of this shard's columns is not formed)."""
-    p, P, rank = block.V.shape[0], comm.P, comm.rank
+def _by_rows(xp, block, W, points, stop: tuple[Any, Any], cache, settings, comm):
+    """A WHidden block held by columns (this shard's X~ and V columns, W whole; ``points``
+    columns in all), moved to row shards (``reduce.to_rows``: each shard its rows of W and V
+    over every column, X~ whole), solved there (``stop = (tol, max_iter)``), and W gathered
+    whole on every shard; ``info``'s ``U`` is None (the image of this shard's columns is not
+    formed). Every shard's columns follow the rule that split the batch (``reduce.share``):
+    the gathers need no shapes from the others."""
+    p, n, P, rank = block.V.shape[0], block.Xt.shape[0], comm.P, comm.rank
     counts = [p // P + (r < p % P) for r in range(P)]
     lo = sum(counts[:rank])
     mine = slice(lo, lo + counts[rank])
+    columns = [len(range(points)[share(points, P, r)]) for r in range(P)]
     moved = part(
         block,
-        Xt=xp.concat(comm.all_gather(block.Xt), axis=1),
-        V=comm.to_rows(block.V, counts),
+        Xt=xp.concat(comm.all_gather(block.Xt, [(n, c) for c in columns]), axis=1),
+        V=comm.to_rows(block.V, counts, columns),
         W0=None if block.W0 is None else block.W0[mine],
     )
     rows = comm.with_split("rows")
     W_rows, it, info = solve_pncg(xp, moved, W[mine], *stop, cache, settings, rows)
-    return xp.concat(comm.all_gather(W_rows), axis=0), it, {**info, "U": None}
+    W = xp.concat(comm.all_gather(W_rows, [(c, n) for c in counts]), axis=0)
+    return W, it, {**info, "U": None}
 
 
 def _scatter_rows(xp, full, sub, rows):

@@ -18,6 +18,10 @@ library they came from. Where every rank runs on this host, a gather of up to
 where gloo's TCP takes 0.4-5 ms on a busy machine); else, and for larger ones, through the
 process group (gloo).
 
+With ``on_device`` (NCCL's default) a reduction of tensors on the buffers' device, and a
+gather whose shapes the caller knows, stay there (``_DeviceReduce``): no read to the host, the
+same figures; the ranks' agreement on what they reduced is read once a round (``verify``).
+
 ``CLOCK`` counts, in each process, the gathers its communicators made and the seconds spent in
 them: the transport and the wait for the slowest rank, which a rank's batch pays besides its
 own work (``benchmarks/parallel_model.py`` prints rank 0's share of a batch).
@@ -27,8 +31,9 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +49,15 @@ __all__ = ["CLOCK", "Clock", "CollectiveError", "TorchComm"]
 HEADER = 16
 #: the most axes of an array that ``all_gather`` moves
 MAX_NDIM = 8
+#: the figures of a reduction on the device start a multiple of this many bytes apart (any
+#: dtype's view of them is aligned)
+ALIGN = 16
+#: how the device path combines two ranks' figures (``OPS``' ops on tensors)
+TORCH_OPS: dict[str, Callable[[Any], Callable[[Any, Any], Any]]] = {
+    "sum": lambda torch: torch.add,
+    "max": lambda torch: torch.maximum,
+    "min": lambda torch: torch.minimum,
+}
 
 
 @dataclass
@@ -67,7 +81,11 @@ class TorchComm(_Moves):
     group at once (its first gathers agree on the path: ``host``, None for the group's)."""
 
     def __init__(
-        self, group: Any = None, split: str = "columns", shared_memory: bool = True
+        self,
+        group: Any = None,
+        split: str = "columns",
+        shared_memory: bool = True,
+        on_device: bool | None = None,
     ) -> None:
         import torch
         import torch.distributed as dist
@@ -86,6 +104,10 @@ class TorchComm(_Moves):
         self.host: host_memory.HostMemory | None = None
         if shared_memory and self.P > 1:
             self.host = host_memory.join(self._gather_bytes, self.P, self.rank)
+        # a reduction of tensors on the buffers' device gathers them there (``_DeviceReduce``):
+        # NCCL's default; on gloo host memory is faster, and on_device=True takes CPU tensors
+        self.on_device = nccl if on_device is None else bool(on_device)
+        self._device = _DeviceReduce(self)
 
     def with_split(self, split: str) -> TorchComm:
         """These ranks split by ``split``, on the same path."""
@@ -97,8 +119,10 @@ class TorchComm(_Moves):
         """Each of ``values`` reduced over the ranks by its op, the parts combined in rank
         order in their own dtype: ``SimulatedComm``'s figures. One ``all_gather``."""
         ops = _ops(values, op)
+        if self.on_device and self._device.takes(values):
+            return self._device.reduce(values, ops)
         arrays = [self._host(v) for v in values]
-        header = _digest(ops, arrays)
+        header = _digest(ops, [(a.dtype.str, a.shape) for a in arrays])
         payload = b"".join(a.tobytes() for a in arrays)
         parts = self._gather_bytes(header + payload)
         if any(part[:HEADER] != header for part in parts):
@@ -115,8 +139,17 @@ class TorchComm(_Moves):
             out.append(self._back(total, values[i]))
         return out
 
-    def all_gather(self, value: Array) -> list:
-        """Every rank's array ``value``, in rank order (their shapes may differ)."""
+    def verify(self) -> None:
+        """Raises where a reduction on the device since the last call met other figures on
+        another rank (``_DeviceReduce``: their agreement is read here, once)."""
+        self._device.verify()
+
+    def all_gather(self, value: Array, shapes: Sequence[tuple] | None = None) -> list:
+        """Every rank's array ``value``, in rank order (their shapes may differ; ``shapes``:
+        theirs, where the caller knows them, which a gather on the device needs: it then
+        reads nothing back)."""
+        if shapes is not None and self.on_device and self._device.takes([value]):
+            return self._device.gather(value, shapes)
         array = self._host(value)
         if array.ndim > MAX_NDIM:
             raise ValueError(f"all_gather takes arrays of up to {MAX_NDIM} axes, got {array.shape}")
@@ -137,12 +170,12 @@ class TorchComm(_Moves):
         """Every rank's ``data``, in rank order, by one ``all_gather`` of equal-sized buffers
         (``size``: the largest rank's; None: this rank's, the same on every rank). Through
         host memory where it holds ``size`` bytes (each part then of its rank's length)."""
-        t0 = time.perf_counter()
-        try:
-            return self._gather(data, len(data) if size is None else size)
-        finally:
-            CLOCK.gathers += 1
-            CLOCK.seconds += time.perf_counter() - t0
+        return _counted(self._gather, data, len(data) if size is None else size)
+
+    def _gather_tensor(self, buf: Any) -> list[Any]:
+        """Every rank's tensor ``buf`` (of one size on every rank), in rank order, on its
+        device: one ``all_gather`` of the process group."""
+        return _counted(self._all_gather, buf)
 
     def _gather(self, data: bytes, size: int) -> list[bytes]:
         torch = self.torch
@@ -151,14 +184,19 @@ class TorchComm(_Moves):
         buf = torch.zeros(size, dtype=torch.uint8, device=self.device)
         if data:
             buf[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        out = [torch.empty(size, dtype=torch.uint8, device=self.device) for _ in range(self.P)]
+        return [bytes(t.cpu().numpy()) for t in self._all_gather(buf)]
+
+    def _all_gather(self, buf: Any) -> list[Any]:
+        """The process group's ``all_gather`` of ``buf``; a ``CollectiveError`` naming this
+        rank where it does not complete."""
+        out = [self.torch.empty_like(buf) for _ in range(self.P)]
         try:
             self.dist.all_gather(out, buf, group=self.group)
         except RuntimeError as err:
             raise CollectiveError(
                 f"rank {self.rank}: a collective of {self.P} ranks did not complete ({err})"
             ) from err
-        return [bytes(t.cpu().numpy()) for t in out]
+        return out
 
     def _host(self, value: Any) -> np.ndarray:
         """``value`` as a NumPy array on the host (a number: a 0-d array of its type)."""
@@ -188,9 +226,20 @@ class TorchComm(_Moves):
         return out
 
 
-def _digest(ops: list[str], arrays: list[np.ndarray]) -> bytes:
-    """The figures a reduction combines: its ops, dtypes and shapes, hashed to ``HEADER`` bytes."""
-    text = repr([(o, a.dtype.str, a.shape) for o, a in zip(ops, arrays)]).encode()
+def _counted(gather: Callable[..., list], *args: Any) -> list:
+    """``gather(*args)``, one gather of ``CLOCK``'s, its seconds counted (waits included)."""
+    t0 = time.perf_counter()
+    try:
+        return gather(*args)
+    finally:
+        CLOCK.gathers += 1
+        CLOCK.seconds += time.perf_counter() - t0
+
+
+def _digest(ops: list[str], figures: list[tuple[str, tuple]]) -> bytes:
+    """The figures a reduction combines: its ops and each figure's ``(dtype, shape)``, hashed
+    to ``HEADER`` bytes."""
+    text = repr([(o, *f) for o, f in zip(ops, figures)]).encode()
     return hashlib.blake2b(text, digest_size=HEADER).digest()
 
 
@@ -205,3 +254,87 @@ def _unpack(data: bytes, like: list[np.ndarray]) -> list[np.ndarray]:
 
 def _nbytes(shape: tuple, like: np.ndarray) -> int:
     return int(np.prod(shape, dtype=np.int64)) * like.itemsize
+
+
+class _DeviceReduce:
+    """A ``TorchComm``'s reductions of tensors on its buffers' device (``on_device``), with no
+    read to the host: each figure's bytes (a multiple of ``ALIGN`` apart) after the header, in
+    one ``uint8`` tensor, gathered by one ``all_gather`` of the group; each rank's figures
+    viewed back in their dtypes and combined in rank order by ``TORCH_OPS``, as the host path
+    combines them (the same figures, bit for bit). The ranks' headers are compared on the
+    device, and the comparison is read by ``verify`` (``block_checks``: at the end of every
+    round), which names ranks that reduced other figures since the last one."""
+
+    def __init__(self, comm: TorchComm) -> None:
+        self.comm = comm
+        self._headers: dict[tuple[bytes, Any], Any] = {}  # (header, device) -> its tensor
+        self._disagree: Any = None  # a 0-d bool tensor: some header differed, not yet read
+
+    def takes(self, values: Sequence[Any]) -> bool:
+        """Whether ``values`` are all tensors on the device that the group moves (CUDA for
+        NCCL, the CPU for gloo)."""
+        torch, device = self.comm.torch, self.comm.device
+        moved = "cpu" if device is None else device.type
+        return bool(values) and all(
+            isinstance(v, torch.Tensor) and v.device.type == moved for v in values
+        )
+
+    def reduce(self, values: Sequence[Any], ops: list[str]) -> list:
+        torch = self.comm.torch
+        header = _digest(ops, [(str(v.dtype), tuple(v.shape)) for v in values])
+        pieces, sizes = [self._header(header, values[0].device)], []
+        for v in values:
+            flat = v.detach().contiguous().reshape(-1).view(torch.uint8)
+            sizes.append(flat.numel())
+            pieces.append(flat)
+            if flat.numel() % ALIGN:
+                pieces.append(flat.new_zeros(ALIGN - flat.numel() % ALIGN))
+        parts = self.comm._gather_tensor(torch.cat(pieces))
+        mine = pieces[0]
+        differs = torch.stack([(part[:HEADER] != mine).any() for part in parts]).any()
+        self._disagree = differs if self._disagree is None else self._disagree | differs
+        out = []
+        at = HEADER
+        for v, size, name in zip(values, sizes, ops):
+            figures = [part[at : at + size].view(v.dtype).reshape(v.shape) for part in parts]
+            total = figures[0]
+            for figure in figures[1:]:
+                total = TORCH_OPS[name](torch)(total, figure)
+            out.append(torch.empty_like(v).copy_(total))
+            at += size + (-size % ALIGN)
+        return out
+
+    def gather(self, value: Any, shapes: Sequence[tuple]) -> list:
+        """Every rank's tensor ``value`` of ``shapes`` (each rank's, in rank order), gathered
+        on the device in buffers of the largest's size, as C-ordered tensors."""
+        comm = self.comm
+        if len(shapes) != comm.P or tuple(value.shape) != tuple(shapes[comm.rank]):
+            raise ValueError(
+                f"shapes must be the {comm.P} ranks' shapes, rank {comm.rank}'s "
+                f"{tuple(value.shape)}, got {list(shapes)!r}"
+            )
+        sizes = [math.prod(shape) for shape in shapes]
+        flat = value.detach().contiguous().reshape(-1)
+        buf = flat.new_zeros(max(sizes))
+        buf[: flat.numel()] = flat
+        parts = comm._gather_tensor(buf)
+        return [part[:n].reshape(shape) for part, n, shape in zip(parts, sizes, shapes)]
+
+    def _header(self, header: bytes, device: Any) -> Any:
+        """The header as a ``uint8`` tensor on ``device``, made once (a copy to a GPU from
+        pageable memory would wait for the device)."""
+        key = (header, device)
+        if key not in self._headers:
+            raw = np.frombuffer(header, np.uint8).copy()
+            self._headers[key] = self.comm.torch.from_numpy(raw).to(device)
+        return self._headers[key]
+
+    def verify(self) -> None:
+        if self._disagree is None:
+            return
+        differs, self._disagree = bool(self._disagree), None  # (the one read)
+        if differs:
+            raise RuntimeError(
+                f"the ranks reduce different figures at once (rank {self.comm.rank}: a "
+                f"reduction on the device since the last check met other figures)"
+            )
