@@ -17,8 +17,9 @@ chunk by chunk in the one-process run too. This script measures both facts on th
    (``Recorder``). Each recorded product then runs in NumPy on arrays of its shapes, as one
    product and on C fixed chunks of the axis that spans the batch (a multiple of 500 long: the
    columns, concatenated, or the contracted axis, the chunks' partial sums added in chunk
-   order; ``--chunks`` C, ``numpy.array_split``'s pieces), the median of ``--repeats`` times
-   each. Beside them, the same batches' time on NumPy arrays (the eager fast path).
+   order; ``--chunks`` C, ``numpy.array_split``'s pieces: of a convolution's patches, runs of
+   positions and points), the median of ``--repeats`` times each, on fresh C-ordered operands.
+   Beside them, the same batches' time on NumPy arrays (the eager fast path).
 
 The chunked products' extra time over the NumPy batch is the cost of the fixed-chunk order's
 products alone, a floor of its cost: the elementwise sums over points (values, inner products)
@@ -78,8 +79,10 @@ class Recorder:
 
 
 def _pieces(n, chunks):
-    """``numpy.array_split``'s ``chunks`` pieces of ``range(n)``, as slices."""
-    return [slice(int(s[0]), int(s[-1]) + 1) for s in np.array_split(np.arange(n), chunks)]
+    """``numpy.array_split``'s ``chunks`` pieces of ``range(n)``, as slices (the empty ones
+    left out)."""
+    bounds = np.cumsum([0] + [len(s) for s in np.array_split(np.arange(n), chunks)])
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
 def by_chunks(a, b, chunks, m=BATCH):

@@ -289,6 +289,7 @@ def fit_bcd(
     step = _run(net, settings, state, make_observers(settings, callback, progress, state))
     if settings.comm.P > 1:  # every rank's columns of the last batch's X
         state = gathered(state, settings.comm)
+    settings.comm.verify()  # the ranks agreed on the last round's figures too
     return BCDResult(
         net,
         state.Xs,

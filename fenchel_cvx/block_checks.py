@@ -169,20 +169,21 @@ class CheckedSolves:
         return True
 
     def settle(self) -> None:
-        """The ranks' agreement on the round's reductions (``comm.verify``), then the deferred
-        argmin checks, in one read (on ranks after one reduction: a block whose argmin is
-        unusable on one rank fails on all). Where one fails, the round goes back to where that
-        block began (every block from it on keeps its start: the later ones were solved from
-        an unusable point) and the block fails by name (strict: raises; recorded: the run
+        """The deferred argmin checks, in one read (on ranks after one reduction: a block whose
+        argmin is unusable on one rank fails on all), once the ranks' agreement on the round's
+        reductions is read (``comm.verify``). Where one fails, the round goes back to where
+        that block began (every block from it on keeps its start: the later ones were solved
+        from an unusable point) and the block fails by name (strict: raises; recorded: the run
         halts after the round)."""
-        self.comm.verify()
         pending, self.pending = self.pending, []
         if not pending:
+            self.comm.verify()
             return
         xp = array_namespace(pending[0][2])
         usable = xp.stack([flag for *_, flag, _, _ in pending])
         if self.comm.P > 1:
             (usable,) = self.comm.reduce([usable], "min")
+        self.comm.verify()
         if bool(xp.all(usable)):
             return
         first = next(i for i in range(len(pending)) if not bool(usable[i]))

@@ -107,7 +107,7 @@ class Comm(Protocol):
     def verify(self) -> None:
         """Raises where the shards reduced different figures and no reduction said so at once
         (``TorchComm``'s reductions on a device are checked here: ``block_checks``, at the end
-        of every round)."""
+        of every round, and ``fit_bcd``, at the end of a run)."""
         ...
 
     @property
@@ -159,7 +159,8 @@ class _Moves:
         raise NotImplementedError
 
     def verify(self) -> None:
-        """Nothing to check: every reduction compares the shards' figures as it combines them."""
+        """Nothing deferred to check: a reduction that checks what the shards reduce does so
+        as it combines them."""
 
     @property
     def columns(self) -> Any:
@@ -194,7 +195,7 @@ class Local(_Moves):
         >>> LOCAL.all_gather(3.0)
         [3.0]
         """
-        return [value]
+        return check_shapes(shapes, [value])
 
     def with_split(self, split: str) -> Local:
         return self
@@ -210,6 +211,15 @@ class Local(_Moves):
 
 #: the communicator of a solve in one process
 LOCAL = Local()
+
+
+def check_shapes(shapes: Sequence[tuple] | None, parts: list) -> list:
+    """``parts`` (every shard's array of a gather), where they have the ``shapes`` a caller
+    gave (None: any); else a ``ValueError`` naming both."""
+    found = [tuple(getattr(part, "shape", ())) for part in parts]
+    if shapes is not None and [tuple(s) for s in shapes] != found:
+        raise ValueError(f"shapes must be the shards' shapes {found}, got {list(shapes)!r}")
+    return parts
 
 
 def share(n: int, P: int, rank: int) -> slice:
@@ -369,7 +379,7 @@ class _Shard(_Moves):
         return self.comm._reduce(self.rank, values, op)
 
     def all_gather(self, value: Any, shapes: Sequence[tuple] | None = None) -> list:
-        return self.comm._exchange(self.rank, "all_gather", value)
+        return check_shapes(shapes, self.comm._exchange(self.rank, "all_gather", value))
 
 
 def _broken(err: BaseException) -> bool:

@@ -32,7 +32,7 @@ from fenchel_cvx import LiftedNetwork, lenet5, reduce
 from fenchel_cvx.blocks import WHidden, w_block, x_block
 from fenchel_cvx.datasets import load_mnist5k, one_hot
 from fenchel_cvx.fast import wblocks
-from fenchel_cvx.fast.pncg import PncgSettings, solve_pncg
+from fenchel_cvx.fast.pncg import PncgSettings, _needs_every_column, solve_pncg
 from fenchel_cvx.fast.xblocks import FistaSettings, solve_x
 
 M = 500
@@ -192,10 +192,11 @@ def columns(block, cols):
     return dataclasses.replace(block, Xt=block.Xt[:, cols], **target)
 
 
-def w_sharded(block, setting, comm):
-    """The W-block solved on ``comm.P`` column shards from W0: each shard's (W, steps)."""
+def w_sharded(block, setting, comm, cols=None):
+    """The W-block solved on ``comm.P`` column shards from W0 (``cols``: each shard's columns;
+    None: ``numpy.array_split``'s): each shard's (W, steps)."""
     max_iter, tol, settings = setting
-    cols = np.array_split(np.arange(block.Xt.shape[1]), comm.P)
+    cols = np.array_split(np.arange(block.Xt.shape[1]), comm.P) if cols is None else cols
 
     def work(shard):
         part = columns(block, cols[shard.rank])
@@ -254,6 +255,29 @@ def test_a_block_that_needs_every_column_moves_to_rows(states, case, P):
         assert info["converged"] and steps < max_iter
     out = w_sharded(block, solve, reduce.SimulatedComm(P))
     assert [it for _, it in out] == [steps] * P
+    assert all(np.array_equal(W, out[0][0]) for W, _ in out)
+    assert np.max(np.abs(out[0][0] - whole)) <= 1e-12 * np.max(np.abs(whole))
+
+
+@pytest.mark.parametrize("case", ["mlp-W_0-span-tested", "lenet5-W_1-newton-capped"])
+def test_a_block_moved_to_rows_takes_every_shards_own_column_count(states, case):
+    """Shards whose column counts follow no rule (a conv layer's patches split by data point
+    give each shard a multiple of its positions; here 45 %, 35 % and 20 % of the columns) move
+    a block to rows with the counts they hold: every gather gets the shapes the shards hold
+    (``check_shapes``), and the solve is the one-process solve."""
+    name, l, settings = {
+        "mlp-W_0-span-tested": ("mlp", 0, W_SOLVES["tested"]),
+        "lenet5-W_1-newton-capped": ("lenet5", 1, (10, 1e-6, NEWTON)),
+    }[case]
+    block = _w_block(states, name, l)
+    block = dataclasses.replace(block, rho=0.0) if name == "mlp" else block
+    max_iter, tol, pncg = settings
+    whole, steps, info = solve_pncg(np, block, block.W0, tol, max_iter, settings=pncg)
+    m = block.Xt.shape[1]
+    assert _needs_every_column(block, m, max_iter, pncg)  # shards move it to rows
+    cols = np.split(np.arange(m), [int(0.45 * m), int(0.8 * m)])
+    out = w_sharded(block, settings, reduce.SimulatedComm(3), cols)
+    assert [it for _, it in out] == [steps] * 3
     assert all(np.array_equal(W, out[0][0]) for W, _ in out)
     assert np.max(np.abs(out[0][0] - whole)) <= 1e-12 * np.max(np.abs(whole))
 
@@ -432,8 +456,8 @@ def test_shards_waiting_for_a_turn_when_one_fails_stop_without_computing():
 
 def test_every_round_ends_by_verifying_its_communicator_and_a_disagreement_stops_the_run():
     """``comm.verify()`` (the ranks' agreement on the reductions a ``TorchComm`` took on a
-    device) is called at the end of every round, checked or not, and the error it raises
-    stops the run."""
+    device) is called at the end of every round, checked or not, and at the end of the run;
+    the error it raises stops the run."""
     from fenchel_cvx.bcd import fit_bcd
 
     class Counted(reduce.Local):
@@ -450,7 +474,25 @@ def test_every_round_ends_by_verifying_its_communicator_and_a_disagreement_stops
     X, Y = ds.X_train[:, :60], one_hot(ds.y_train[:60], 10)
     net = LiftedNetwork([784, 8, 10], "relu", "cross_entropy", lam=0.1, rho=1.0, seed=0)
     result = fit_bcd(net, X, Y, backend="fast", batch_size=20, epochs=1, comm=Counted())
-    assert Counted.calls == len(result.history.records) == 3
+    assert Counted.calls == len(result.history.records) + 1 == 4
     net = LiftedNetwork([784, 8, 10], "relu", "cross_entropy", lam=0.1, rho=1.0, seed=0)
     with pytest.raises(RuntimeError, match="different figures at once"):
         fit_bcd(net, X, Y, backend="fast", batch_size=20, epochs=1, comm=Disagreeing())
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch", "array_api_strict"])
+def test_an_empty_shards_maximum_is_a_zero_array_like_any_other_shards(library):
+    """``_util.most``: a row shard with no rows (or all frozen) reduces a 0-d zero of its
+    array's dtype and library, as the other shards reduce their maxima (``TorchComm`` picks
+    its path by the values' kind: a Python number on one rank would take another path)."""
+    from array_api_compat import array_namespace
+
+    from fenchel_cvx.fast._util import most
+
+    lib = pytest.importorskip(library)
+    xp = array_namespace(lib.asarray([1.0]))
+    empty, full = xp.zeros((0, 3), dtype=xp.float32), xp.asarray([[1.0, -2.0]], dtype=xp.float32)
+    for got, want in ((most(xp, empty), 0.0), (most(xp, full), 1.0)):
+        assert got.shape == () and got.dtype == xp.float32
+        assert library == "numpy" or type(got) is type(full)  # (NumPy's max: a NumPy scalar)
+        assert float(got) == want

@@ -137,7 +137,8 @@ same = all(
     torch.equal(a, b) and a.dtype == b.dtype and a.stride() == b.stride()
     for a, b in zip(on_host, on_device)
 )
-# ranks that reduce different figures of one byte size: the gather completes, verify names it
+# ranks that reduce different figures in buffers of one size (8 and 4 bytes, padded to 16):
+# the gather completes, verify names it
 device.reduce([torch.ones(2, dtype=torch.float32) if rank == 0 else torch.ones(1)], "sum")
 try:
     device.verify()

@@ -90,8 +90,10 @@ def kkt(Z, parts, project=None, comm=LOCAL):
 
 
 def most(xp, A):
-    """``max(A)``, and 0 where A is empty (a row shard whose rows are all frozen)."""
-    return xp.max(A) if math.prod(A.shape) else 0.0
+    """``max(A)``, and 0 where A is empty (a row shard whose rows are all frozen, or that holds
+    none): a 0-d array of A's dtype on A's device either way, so that every shard reduces the
+    same figures the same way (``TorchComm``'s device path takes tensors alone)."""
+    return xp.max(A) if math.prod(A.shape) else xp.zeros((), dtype=A.dtype, device=device(A))
 
 
 def proves_above(xp, gs, c2, per, scale, tol):

@@ -34,7 +34,7 @@ from array_api_compat import device
 
 from ..arrays import Array, clip, host_if_cheap
 from ..blocks import WHidden, WLast
-from ..reduce import LOCAL, Comm, share
+from ..reduce import LOCAL, Comm
 from . import span
 from ._util import keep_descent, kkt, most, part, pr_plus, proves_above
 from .wblocks import (
@@ -426,9 +426,9 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, settings=DEFAULT_SETTING
     if not hidden and block.loss.last_w_solver == "newton":  # the loss's own choice
         return solve_newton(xp, block, W, tol, max_iter, cache, settings, comm)
     if hidden and comm.columns.P > 1:
-        (points,) = comm.columns.reduce([block.Xt.shape[1]], "sum")  # (a number: no read)
-        if _needs_every_column(block, points, max_iter, settings):
-            return _by_rows(xp, block, W, points, (tol, max_iter), cache, settings, comm)
+        columns = _columns(block, comm.columns)
+        if _needs_every_column(block, sum(columns), max_iter, settings):
+            return _by_rows(xp, block, W, columns, (tol, max_iter), cache, settings, comm)
     p = problem(xp, block, tol, max_iter, cache, settings, comm)
     pre = p.objective.pre
     if hidden and span.applies(
@@ -442,6 +442,13 @@ def solve_pncg(xp, block, W, tol, max_iter, cache=None, settings=DEFAULT_SETTING
     return finish(p, s)
 
 
+def _columns(block, comm):
+    """Every shard's count of X~'s columns, in shard order: one reduction of host numbers (a
+    count in this shard's place), which no shard reads back from a device."""
+    mine = [block.Xt.shape[1] if r == comm.rank else 0 for r in range(comm.P)]
+    return [int(c) for c in comm.reduce(mine, "sum")]
+
+
 def _needs_every_column(block, points, max_iter, settings):
     """Whether a WHidden solve on column shards of ``points`` columns in all needs every
     column of its rows: data space (fewer points than rows of X~: the batch's Gram
@@ -451,18 +458,17 @@ def _needs_every_column(block, points, max_iter, settings):
     return points < block.Xt.shape[0] or newton
 
 
-def _by_rows(xp, block, W, points, stop: tuple[Any, Any], cache, settings, comm):
-    """A WHidden block held by columns (this shard's X~ and V columns, W whole; ``points``
-    columns in all), moved to row shards (``reduce.to_rows``: each shard its rows of W and V
-    over every column, X~ whole), solved there (``stop = (tol, max_iter)``), and W gathered
-    whole on every shard; ``info``'s ``U`` is None (the image of this shard's columns is not
-    formed). Every shard's columns follow the rule that split the batch (``reduce.share``):
-    the gathers need no shapes from the others."""
+def _by_rows(xp, block, W, columns, stop: tuple[Any, Any], cache, settings, comm):
+    """A WHidden block held by columns (this shard's X~ and V columns, W whole; ``columns``:
+    every shard's count of them), moved to row shards (``reduce.to_rows``: each shard its rows
+    of W and V over every column, X~ whole), solved there (``stop = (tol, max_iter)``), and W
+    gathered whole on every shard; ``info``'s ``U`` is None (the image of this shard's columns
+    is not formed). The gathers take every shard's shape from ``columns``: none is read back
+    from a device."""
     p, n, P, rank = block.V.shape[0], block.Xt.shape[0], comm.P, comm.rank
     counts = [p // P + (r < p % P) for r in range(P)]
     lo = sum(counts[:rank])
     mine = slice(lo, lo + counts[rank])
-    columns = [len(range(points)[share(points, P, r)]) for r in range(P)]
     moved = part(
         block,
         Xt=xp.concat(comm.all_gather(block.Xt, [(n, c) for c in columns]), axis=1),

@@ -20,7 +20,9 @@ process group (gloo).
 
 With ``on_device`` (NCCL's default) a reduction of tensors on the buffers' device, and a
 gather whose shapes the caller knows, stay there (``_DeviceReduce``): no read to the host, the
-same figures; the ranks' agreement on what they reduced is read once a round (``verify``).
+same figures; the ranks' agreement on what they reduced is read once a round (``verify``; a
+caller of the solvers outside ``fit_bcd`` calls it itself). On a GPU such a collective runs
+asynchronously, and ``CLOCK`` counts the seconds of its launch alone.
 
 ``CLOCK`` counts, in each process, the gathers its communicators made and the seconds spent in
 them: the transport and the wait for the slowest rank, which a rank's batch pays besides its
@@ -40,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..arrays import Array
-from ..reduce import OPS, CollectiveError, _check_split, _Moves, _ops
+from ..reduce import OPS, CollectiveError, _check_split, _Moves, _ops, check_shapes
 from . import host_memory
 
 __all__ = ["CLOCK", "Clock", "CollectiveError", "TorchComm"]
@@ -156,14 +158,17 @@ class TorchComm(_Moves):
         meta = np.zeros(MAX_NDIM + 1, np.int64)
         meta[0], meta[1 : 1 + array.ndim] = array.ndim, array.shape
         metas = [np.frombuffer(m, np.int64) for m in self._gather_bytes(meta.tobytes())]
-        shapes = [tuple(int(d) for d in m[1 : 1 + int(m[0])]) for m in metas]
-        parts = self._gather_bytes(array.tobytes(), max(_nbytes(s, array) for s in shapes))
-        return [
-            self._back(
-                np.frombuffer(part[: _nbytes(s, array)], array.dtype).reshape(s).copy(), value
-            )
-            for part, s in zip(parts, shapes)
-        ]
+        found = [tuple(int(d) for d in m[1 : 1 + int(m[0])]) for m in metas]
+        parts = self._gather_bytes(array.tobytes(), max(_nbytes(s, array) for s in found))
+        return check_shapes(
+            shapes,
+            [
+                self._back(
+                    np.frombuffer(part[: _nbytes(s, array)], array.dtype).reshape(s).copy(), value
+                )
+                for part, s in zip(parts, found)
+            ],
+        )
 
     # --- transport ------------------------------------------------------------------------------
     def _gather_bytes(self, data: bytes, size: int | None = None) -> list[bytes]:
@@ -263,7 +268,9 @@ class _DeviceReduce:
     viewed back in their dtypes and combined in rank order by ``TORCH_OPS``, as the host path
     combines them (the same figures, bit for bit). The ranks' headers are compared on the
     device, and the comparison is read by ``verify`` (``block_checks``: at the end of every
-    round), which names ranks that reduced other figures since the last one."""
+    round), which names ranks that reduced other figures since the last one, where their
+    buffers had one size (else the gather itself fails). A gather takes every rank's shape
+    from its caller (``TorchComm.all_gather``), checked against this rank's own."""
 
     def __init__(self, comm: TorchComm) -> None:
         self.comm = comm
@@ -271,12 +278,14 @@ class _DeviceReduce:
         self._disagree: Any = None  # a 0-d bool tensor: some header differed, not yet read
 
     def takes(self, values: Sequence[Any]) -> bool:
-        """Whether ``values`` are all tensors on the device that the group moves (CUDA for
-        NCCL, the CPU for gloo)."""
+        """Whether ``values`` are all tensors on the device that the group moves (the current
+        CUDA device for NCCL, the CPU for gloo). Every rank passes such tensors, or none: a
+        rank's path follows its own values."""
         torch, device = self.comm.torch, self.comm.device
-        moved = "cpu" if device is None else device.type
         return bool(values) and all(
-            isinstance(v, torch.Tensor) and v.device.type == moved for v in values
+            isinstance(v, torch.Tensor)
+            and (v.device.type == "cpu" if device is None else v.device == device)
+            for v in values
         )
 
     def reduce(self, values: Sequence[Any], ops: list[str]) -> list:
