@@ -282,6 +282,15 @@ def test_a_block_moved_to_rows_takes_every_shards_own_column_count(states, case)
     assert np.max(np.abs(out[0][0] - whole)) <= 1e-12 * np.max(np.abs(whole))
 
 
+def test_a_block_with_fewer_rows_than_shards_is_refused_by_name_where_it_moves_to_rows(states):
+    """Moved to rows, a shard without rows would reduce nothing; every shard refuses such a
+    block, by name, before any collective (no shard waits for another)."""
+    block = _w_block(states, "mlp", 0)  # data space: 785 rows of X~, 500 points
+    block = dataclasses.replace(block, V=block.V[:2], W0=block.W0[:2], rho=0.0)
+    with pytest.raises(ValueError, match="W_0 moves to rows on 3 shards but has 2 rows"):
+        w_sharded(block, W_SOLVES["tested"], reduce.SimulatedComm(3))
+
+
 def test_a_coupled_last_block_is_refused_on_row_shards(states):
     block = _w_block(states, "mlp", 1)  # cross-entropy couples the rows
     comm = reduce.SimulatedComm(2, timeout=20, split="rows")

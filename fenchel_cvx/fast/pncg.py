@@ -466,6 +466,12 @@ def _by_rows(xp, block, W, columns, stop: tuple[Any, Any], cache, settings, comm
     is not formed). The gathers take every shard's shape from ``columns``: none is read back
     from a device."""
     p, n, P, rank = block.V.shape[0], block.Xt.shape[0], comm.P, comm.rank
+    if p < P:  # (every shard sees p and P: all raise, before any collective)
+        raise ValueError(
+            f"W_{block.layer} moves to rows on {P} shards but has {p} rows: a row shard "
+            f"needs one; take at most {p} ranks, or keep the block on its columns "
+            f"(FastBackend(newton_cap=0), and batches of at least {n} points a W-block)"
+        )
     counts = [p // P + (r < p % P) for r in range(P)]
     lo = sum(counts[:rank])
     mine = slice(lo, lo + counts[rank])
