@@ -13,13 +13,13 @@ chunk by chunk in the one-process run too. This script measures both facts on th
 2. what a batch's products cost on C fixed chunks of the batch. Both MNIST benchmarks' FLN
    settings (``compiled_ab.setting``: the MLP and LeNet-5, batch 500, the benchmarks' capped
    blocks, in ``--dtype``) train ``--batches`` batches on ``array_api_strict`` arrays (the fast
-   solvers' code, unchanged), which records the shape of every matrix product
-   (``Recorder``). Each recorded product then runs in NumPy on arrays of its shapes, as one
-   product and on C fixed chunks of the axis that spans the batch (a multiple of 500 long: the
-   columns, concatenated, or the contracted axis, the chunks' partial sums added in chunk
-   order; ``--chunks`` C, ``numpy.array_split``'s pieces: of a convolution's patches, runs of
-   positions and points), the median of ``--repeats`` times each, on fresh C-ordered operands.
-   Beside them, the same batches' time on NumPy arrays (the eager fast path).
+   solvers' code, unchanged), which records the shape of every matrix product (``Recorder``, a
+   ``fast.reads.ProductFlops``). Each recorded product then runs in NumPy on arrays of its
+   shapes, as one product and on C fixed chunks of the axis that spans the batch (a multiple of
+   500 long: the columns, concatenated, or the contracted axis, the chunks' partial sums added
+   in chunk order; ``--chunks`` C, ``numpy.array_split``'s pieces: of a convolution's patches,
+   runs of positions and points), the median of ``--repeats`` times each, on fresh C-ordered
+   operands. Beside them, the same batches' time on NumPy arrays (the eager fast path).
 
 The chunked products' extra time over the NumPy batch is the cost of the fixed-chunk order's
 products alone, a floor of its cost: the elementwise sums over points (values, inner products)
@@ -49,33 +49,23 @@ from fenchel_cvx.arrays import to_numpy  # noqa: E402
 from fenchel_cvx.bcd import fit_bcd  # noqa: E402
 from fenchel_cvx.datasets import one_hot  # noqa: E402
 from fenchel_cvx.fast import FastBackend  # noqa: E402
+from fenchel_cvx.fast.reads import ProductFlops  # noqa: E402
 
 BATCH = 500
 
 
-class Recorder:
-    """While active, records the operand shapes and dtype of every ``array_api_strict`` matrix
-    product ``A @ B`` (``counts``: ``(A.shape, B.shape, dtype) -> calls``)."""
+class Recorder(ProductFlops):
+    """``fast.reads.ProductFlops`` (the ``array_api_strict`` products counted while active),
+    which also records each product's operand shapes and dtype (``counts``: ``(A.shape,
+    B.shape, dtype) -> calls``)."""
 
     def __init__(self) -> None:
-        from array_api_strict._array_object import Array
-
-        self.Array, self.plain = Array, Array.__matmul__
+        super().__init__("array_api_strict")
         self.counts: collections.Counter = collections.Counter()
 
-    def __enter__(self):
-        plain, counts = self.plain, self.counts
-
-        def product(A, B):
-            counts[(tuple(A.shape), tuple(B.shape), str(A._array.dtype))] += 1
-            return plain(A, B)
-
-        self.Array.__matmul__ = product
-        return self
-
-    def __exit__(self, *exc):
-        self.Array.__matmul__ = self.plain
-        return False
+    def amount(self, out, A, B):
+        self.counts[(tuple(A.shape), tuple(B.shape), str(A._array.dtype))] += 1
+        return super().amount(out, A, B)
 
 
 def _pieces(n, chunks):

@@ -176,15 +176,13 @@ class CheckedSolves:
         from an unusable point) and the block fails by name (strict: raises; recorded: the run
         halts after the round)."""
         pending, self.pending = self.pending, []
-        if not pending:
-            self.comm.verify()
-            return
-        xp = array_namespace(pending[0][2])
-        usable = xp.stack([flag for *_, flag, _, _ in pending])
-        if self.comm.P > 1:
-            (usable,) = self.comm.reduce([usable], "min")
+        if pending:
+            xp = array_namespace(pending[0][2])
+            usable = xp.stack([flag for *_, flag, _, _ in pending])
+            if self.comm.P > 1:
+                (usable,) = self.comm.reduce([usable], "min")
         self.comm.verify()
-        if bool(xp.all(usable)):
+        if not pending or bool(xp.all(usable)):
             return
         first = next(i for i in range(len(pending)) if not bool(usable[i]))
         for _, _, _, current, (seq, i), *_ in reversed(pending[first:]):

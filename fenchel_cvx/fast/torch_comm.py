@@ -32,6 +32,7 @@ own work (``benchmarks/parallel_model.py`` prints rank 0's share of a batch).
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import math
 import time
@@ -54,12 +55,6 @@ MAX_NDIM = 8
 #: the figures of a reduction on the device start a multiple of this many bytes apart (any
 #: dtype's view of them is aligned)
 ALIGN = 16
-#: how the device path combines two ranks' figures (``OPS``' ops on tensors)
-TORCH_OPS: dict[str, Callable[[Any], Callable[[Any, Any], Any]]] = {
-    "sum": lambda torch: torch.add,
-    "max": lambda torch: torch.maximum,
-    "min": lambda torch: torch.minimum,
-}
 
 
 @dataclass
@@ -135,9 +130,7 @@ class TorchComm(_Moves):
         per_rank = [_unpack(part[HEADER:], arrays) for part in parts]
         out = []
         for i, name in enumerate(ops):
-            total = per_rank[0][i]
-            for mine in per_rank[1:]:
-                total = OPS[name](total, mine[i])
+            total = functools.reduce(OPS[name], [mine[i] for mine in per_rank])
             out.append(self._back(total, values[i]))
         return out
 
@@ -265,15 +258,17 @@ class _DeviceReduce:
     """A ``TorchComm``'s reductions of tensors on its buffers' device (``on_device``), with no
     read to the host: each figure's bytes (a multiple of ``ALIGN`` apart) after the header, in
     one ``uint8`` tensor, gathered by one ``all_gather`` of the group; each rank's figures
-    viewed back in their dtypes and combined in rank order by ``TORCH_OPS``, as the host path
-    combines them (the same figures, bit for bit). The ranks' headers are compared on the
+    viewed back in their dtypes and combined in rank order by ``OPS``' ops on tensors, as the
+    host path combines them (the same figures, bit for bit). The ranks' headers are compared on the
     device, and the comparison is read by ``verify`` (``block_checks``: at the end of every
     round), which names ranks that reduced other figures since the last one, where their
     buffers had one size (else the gather itself fails). A gather takes every rank's shape
     from its caller (``TorchComm.all_gather``), checked against this rank's own."""
 
     def __init__(self, comm: TorchComm) -> None:
+        torch = comm.torch
         self.comm = comm
+        self.ops = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum}  # (OPS')
         self._headers: dict[tuple[bytes, Any], Any] = {}  # (header, device) -> its tensor
         self._disagree: Any = None  # a 0-d bool tensor: some header differed, not yet read
 
@@ -299,17 +294,13 @@ class _DeviceReduce:
             if flat.numel() % ALIGN:
                 pieces.append(flat.new_zeros(ALIGN - flat.numel() % ALIGN))
         parts = self.comm._gather_tensor(torch.cat(pieces))
-        mine = pieces[0]
-        differs = torch.stack([(part[:HEADER] != mine).any() for part in parts]).any()
+        differs = (torch.stack([part[:HEADER] for part in parts]) != pieces[0]).any()
         self._disagree = differs if self._disagree is None else self._disagree | differs
         out = []
         at = HEADER
         for v, size, name in zip(values, sizes, ops):
             figures = [part[at : at + size].view(v.dtype).reshape(v.shape) for part in parts]
-            total = figures[0]
-            for figure in figures[1:]:
-                total = TORCH_OPS[name](torch)(total, figure)
-            out.append(torch.empty_like(v).copy_(total))
+            out.append(torch.empty_like(v).copy_(functools.reduce(self.ops[name], figures)))
             at += size + (-size % ALIGN)
         return out
 
