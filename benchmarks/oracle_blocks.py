@@ -41,6 +41,7 @@ from common import data  # noqa: E402
 from fenchel_cvx import LiftedNetwork  # noqa: E402
 from fenchel_cvx.blocks import XHidden, w_block, x_block  # noqa: E402
 from fenchel_cvx.oracle import OracleBackend  # noqa: E402
+from fenchel_cvx.oracle.cluster import local_cluster  # noqa: E402
 
 GOALS = {"digits": 2.0, "mnist": 30.0}
 
@@ -145,18 +146,14 @@ def main(argv=None):
     args = ap.parse_args(argv)
     args.client = None
     if args.dask_workers is not None or args.scheduler is not None:
-        from distributed import Client, LocalCluster
+        from distributed import Client
 
         if args.scheduler is not None:
             args.client = Client(args.scheduler)
         else:
             if args.dask_workers < 1:
                 raise ValueError(f"--dask-workers must be >= 1, got {args.dask_workers}")
-            args.client = Client(
-                LocalCluster(
-                    n_workers=args.dask_workers, threads_per_worker=1, dashboard_address=None
-                )
-            )
+            args.client = local_cluster(args.dask_workers)[0]  # the backend's own kind
     nets = {
         "digits": [(64, 32, 10), (64, 32, 32, 10)],
         "mnist": [(784, 300, 10), (784, 300, 100, 10)],

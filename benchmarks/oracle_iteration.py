@@ -41,6 +41,7 @@ from fenchel_cvx.datasets import one_hot  # noqa: E402
 from fenchel_cvx.heap import keep_freed_memory  # noqa: E402
 from fenchel_cvx.io import write_json  # noqa: E402
 from fenchel_cvx.oracle import OracleBackend  # noqa: E402
+from fenchel_cvx.oracle.cluster import local_cluster  # noqa: E402
 from fenchel_cvx.threads import cores  # noqa: E402
 
 SIZES = (784, 300, 10)
@@ -93,17 +94,12 @@ def _peak_rss():
 
 def one_size(args, ds, m):
     """``--iterations`` certified rounds on the first ``m`` images: the figures of each."""
-    from distributed import Client, LocalCluster, get_task_stream
+    from distributed import get_task_stream
 
     X0 = np.ascontiguousarray(ds.X_train[:, :m])
     Y = one_hot(ds.y_train[:m], SIZES[-1])
     net = LiftedNetwork(SIZES, loss=args.loss, lam=args.lam, rho=RHO, seed=0)
-    cluster = LocalCluster(
-        n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None
-    )
-    client = Client(cluster)
-    client.wait_for_workers(args.workers)
-    client.run(keep_freed_memory)  # the workers' temporaries reuse their heap, as this process's
+    client, cluster = local_cluster(args.workers)  # the backend's own kind of cluster
     stamps, walls = [time.perf_counter()], [time.time()]  # (walls: the task stream's clock)
     try:
         backend = OracleBackend(tol=TOL, client=client)

@@ -53,6 +53,7 @@ from fenchel_cvx.blocks import kkt_residual, w_block, x_block  # noqa: E402
 from fenchel_cvx.datasets import one_hot  # noqa: E402
 from fenchel_cvx.heap import keep_freed_memory  # noqa: E402
 from fenchel_cvx.oracle import active_rows, dask_rows, exact, nnls, output_dual  # noqa: E402
+from fenchel_cvx.oracle.cluster import local_cluster  # noqa: E402
 
 SIZES = (784, 300, 10)
 RHO = (1.0, 10.0)
@@ -168,16 +169,10 @@ def _peak_rss():
 
 def on_workers(net, X0, Y, Z, n_workers):
     """The whole W_0 block on ``n_workers`` Dask workers, cold then warm (see the docstring)."""
-    from distributed import Client, LocalCluster
-
     block = w_block(net, X0, Y, [Z], 0)
     noise = np.random.default_rng(1).standard_normal(Z.shape)
     moved = w_block(net, X0, Y, [np.maximum(Z + 1e-3 * np.abs(noise), 0.0)], 0)
-    cluster = LocalCluster(
-        n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None
-    )
-    client = Client(cluster)
-    client.run(keep_freed_memory)  # the workers' temporaries reuse their heap, as this process's
+    client, cluster = local_cluster(n_workers)  # the backend's own kind of cluster
     try:
         workers = dask_rows.WorkerRows(lambda: client)
         solve, seconds = workers.solve, []

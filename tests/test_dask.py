@@ -22,6 +22,7 @@ from fenchel_cvx.network import LiftedNetwork  # noqa: E402
 from fenchel_cvx.oracle import OracleBackend, active_rows, dask_rows, exact  # noqa: E402
 from fenchel_cvx.oracle import rows as rows_mod  # noqa: E402
 from fenchel_cvx.oracle.backend import worker_cache_info  # noqa: E402
+from fenchel_cvx.oracle.cluster import local_cluster  # noqa: E402
 
 BUDGET = 60  # small pieces: many of them per block, so both workers get work
 
@@ -89,6 +90,44 @@ def test_fit_on_two_workers_equals_one_process(client):
     np.testing.assert_allclose(
         runs["dask"].history.series("lifted_w"), runs["local"].history.series("lifted_w"), rtol=1e-8
     )
+
+
+def _background_work(dask_worker):
+    """On a worker: its periodic callbacks that are on, and the interval of its loop's tick."""
+    import dask
+
+    return sorted(dask_worker.periodic_callbacks), dask.config.get(
+        "distributed.admin.tick.interval"
+    )
+
+
+def test_the_oracles_own_cluster_turns_off_the_work_that_takes_a_busy_workers_core():
+    """``OracleBackend(n_jobs=2)`` starts its workers without the statistical profiler and with
+    a tick of a second, and its scheduler without work stealing (``cluster.QUIET``); the
+    process's own settings are left as they were."""
+    import dask
+
+    before = dask.config.get("distributed.worker.profile.enabled")
+    backend = OracleBackend(n_jobs=2)
+    try:
+        client = backend._dask()
+        seen = client.run(_background_work)
+        stealing = client.run_on_scheduler(
+            lambda dask_scheduler: "stealing" in dask_scheduler.extensions
+        )
+    finally:
+        backend.close()
+    assert len(seen) == 2 and stealing is False
+    for callbacks, tick in seen.values():
+        assert "heartbeat" in callbacks and not any("profile" in c for c in callbacks), callbacks
+        assert tick == "1s"
+    assert dask.config.get("distributed.worker.profile.enabled") == before
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, True])
+def test_a_cluster_of_no_workers_is_refused_by_name(workers):
+    with pytest.raises(ValueError, match=f"workers must be a positive integer, got {workers!r}"):
+        local_cluster(workers)
 
 
 def test_unreachable_scheduler_fails_the_block_cleanly():

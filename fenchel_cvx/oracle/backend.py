@@ -45,10 +45,10 @@ from ..backends import BackendDefaults
 from ..blocks import Block, BlockResult, WBlock, WHidden, WLast, XBlock, XHidden, XLast
 from ..column_threads import figures
 from ..errors import SolverError, SolverInaccurate, SolverInfeasible
-from ..heap import freed_memory_kept, keep_freed_memory
 from ..threads import cores
 from ..validation import TOL, check
 from . import atoms as _atoms
+from . import cluster as _cluster
 from . import dask_rows as _dask_rows
 from . import exact as _exact
 from . import nnls as _nnls
@@ -378,8 +378,9 @@ class OracleBackend(BackendDefaults):
     n_jobs : Dask workers for the independent pieces of a block (1: in this process; -1: one
         per core). ``n_jobs > 1`` starts a Dask ``LocalCluster`` of that many single-threaded
         worker processes on first use (a script then needs the ``if __name__ == "__main__":``
-        guard; that is why 1 is the default). Each worker keeps its compiled templates, and
-        its freed memory where this process does (``heap.keep_freed_memory``).
+        guard; that is why 1 is the default), with Dask's background work that would take a
+        busy worker's core turned off (``cluster.QUIET``). Each worker keeps its compiled
+        templates, and its freed memory where this process does (``heap.keep_freed_memory``).
     client : a ``distributed.Client`` of your own cluster (``Client("tcp://scheduler:8786")``):
         the pieces run on its workers, split in as many chunks as it has worker threads (with
         one, the templates' pieces run in this process, and the ReLU rows of ``dask_rows`` on
@@ -621,15 +622,8 @@ class OracleBackend(BackendDefaults):
     def _dask(self):
         """The Dask client: the user's, or a LocalCluster of ``n_jobs`` workers started once."""
         if self._client is None:
-            from distributed import Client, LocalCluster
-
-            cluster = LocalCluster(
-                n_workers=self.n_jobs, threads_per_worker=1, processes=True, dashboard_address=None
-            )
-            self._client = Client(cluster)
-            self._own = (self._client, cluster)
-            if freed_memory_kept():  # its workers keep their freed memory as this process does
-                self._client.run(keep_freed_memory)
+            self._own = _cluster.local_cluster(self.n_jobs)
+            self._client = self._own[0]
         return self._client
 
     def _run(self, block, tasks):
