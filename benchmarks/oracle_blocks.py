@@ -144,7 +144,7 @@ def main(argv=None):
         help="also solve every case with exact=False (the CVXPY templates only)",
     )
     args = ap.parse_args(argv)
-    args.client = None
+    args.client = cluster = None
     if args.dask_workers is not None or args.scheduler is not None:
         from distributed import Client
 
@@ -153,7 +153,7 @@ def main(argv=None):
         else:
             if args.dask_workers < 1:
                 raise ValueError(f"--dask-workers must be >= 1, got {args.dask_workers}")
-            args.client = local_cluster(args.dask_workers)[0]  # the backend's own kind
+            args.client, cluster = local_cluster(args.dask_workers)  # the backend's own kind
     nets = {
         "digits": [(64, 32, 10), (64, 32, 32, 10)],
         "mnist": [(784, 300, 10), (784, 300, 100, 10)],
@@ -207,6 +207,9 @@ def main(argv=None):
         f"total wall time {time.perf_counter() - t0:.1f} s, n_jobs={args.n_jobs}{where}, "
         f"load average {load0} -> {os.getloadavg()[0]:.2f} (other processes share the cores)"
     )
+    if cluster is not None:  # (the client of a running cluster is closed by the interpreter)
+        args.client.close()
+        cluster.close()
 
 
 if __name__ == "__main__":

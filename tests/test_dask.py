@@ -7,6 +7,7 @@ the block with a ``SolverError`` (never a partial block).
 """
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -29,10 +30,7 @@ BUDGET = 60  # small pieces: many of them per block, so both workers get work
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-    )
-    c = distributed.Client(cluster)
+    c, cluster = local_cluster(2)  # the cluster OracleBackend(n_jobs=2) starts
     yield c
     c.close()
     cluster.close()
@@ -93,18 +91,22 @@ def test_fit_on_two_workers_equals_one_process(client):
 
 
 def _background_work(dask_worker):
-    """On a worker: its periodic callbacks that are on, and the interval of its loop's tick."""
-    import dask
+    """On a worker: the names of its periodic callbacks, and its loop's tick in ms."""
+    return sorted(dask_worker.periodic_callbacks), dask_worker.periodic_callbacks[
+        "tick"
+    ].callback_time
 
-    return sorted(dask_worker.periodic_callbacks), dask.config.get(
-        "distributed.admin.tick.interval"
-    )
+
+def _scheduler_background_work(dask_scheduler):
+    """On the scheduler: whether it steals work, and its loop's tick in ms."""
+    tick = dask_scheduler.periodic_callbacks["tick"].callback_time
+    return "stealing" in dask_scheduler.extensions, tick
 
 
 def test_the_oracles_own_cluster_turns_off_the_work_that_takes_a_busy_workers_core():
-    """``OracleBackend(n_jobs=2)`` starts its workers without the statistical profiler and with
-    a tick of a second, and its scheduler without work stealing (``cluster.QUIET``); the
-    process's own settings are left as they were."""
+    """``OracleBackend(n_jobs=2)`` starts its workers without the statistical profiler, its
+    workers and scheduler with a tick of a second, and its scheduler without work stealing
+    (``cluster.QUIET``); the process's own settings are left as they were."""
     import dask
 
     before = dask.config.get("distributed.worker.profile.enabled")
@@ -112,21 +114,21 @@ def test_the_oracles_own_cluster_turns_off_the_work_that_takes_a_busy_workers_co
     try:
         client = backend._dask()
         seen = client.run(_background_work)
-        stealing = client.run_on_scheduler(
-            lambda dask_scheduler: "stealing" in dask_scheduler.extensions
-        )
+        stealing, tick = client.run_on_scheduler(_scheduler_background_work)
     finally:
         backend.close()
-    assert len(seen) == 2 and stealing is False
+    assert len(seen) == 2 and stealing is False and tick == 1000
     for callbacks, tick in seen.values():
         assert "heartbeat" in callbacks and not any("profile" in c for c in callbacks), callbacks
-        assert tick == "1s"
+        assert tick == 1000
     assert dask.config.get("distributed.worker.profile.enabled") == before
 
 
 @pytest.mark.parametrize("workers", [0, -1, 1.5, True])
-def test_a_cluster_of_no_workers_is_refused_by_name(workers):
-    with pytest.raises(ValueError, match=f"workers must be a positive integer, got {workers!r}"):
+def test_a_worker_count_that_is_not_a_positive_integer_is_refused_by_name(workers):
+    with pytest.raises(
+        ValueError, match=re.escape(f"workers must be a positive integer, got {workers!r}")
+    ):
         local_cluster(workers)
 
 

@@ -9,7 +9,7 @@ the cross-entropy and the MSE + ReLU X_L blocks by exact methods certified by th
 (``exact.py``, ``ce_columns.py``, ``output_dual.py``: the MSE one by its dual in the output
 dimension, with the nonnegative least squares as its fallback; the templates are the fallback
 of the others); ``active_rows.py`` solves ReLU W-rows on many points by active-set Newton, on
-the Dask workers (``dask_rows.py``) of the quiet cluster that ``cluster.py`` starts;
+Dask workers where there are any (``dask_rows.py``; ``cluster.py`` starts the oracle's own);
 ``polish.py`` takes Newton steps from the solver's point
 where its residual exceeds the tolerance. ``block_problem(block)`` returns the whole block as one
 explicit ``cp.Problem`` for reading and printing. ``certify(block, Z)`` checks anyone's solution

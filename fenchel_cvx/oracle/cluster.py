@@ -12,14 +12,17 @@ nothing while a core is free and takes its core from it once every core has a wo
   the dashboard's profile page). With it, each of 2 workers solving half of MNIST's W_0 rows
   (m = 60,000) spent 23.7-24.0 s of CPU where it spends 21.8-22.2 s without it (2-core Intel
   Xeon VM, 2026-12-05);
-* the event loops' health tick (every 20 ms; a second here), whose only use is a warning when a
-  loop was blocked;
+* the event loops' tick (every 20 ms; a second here), which measures how late each loop runs
+  (a log line past 3 s, a figure for the dashboard);
 * work stealing, which moves queued tasks between workers: the rows' shares are placed on the
   worker that keeps their Grams, and each worker runs one task at a time.
 
-A cluster of your own (``OracleBackend(client=...)``) keeps its settings; start its workers with
-the same ones (``dask.config.set(QUIET)`` around ``LocalCluster``, or the environment variables
-``DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False`` and so on) to get the same rate.
+A cluster of your own (``OracleBackend(client=...)``) keeps its settings; to get the same rate,
+start its workers and its scheduler with the same ones: ``dask.config.set(QUIET)`` around
+``LocalCluster``, or the environment variables
+``DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False``,
+``DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL=1s`` and
+``DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False``.
 """
 
 from __future__ import annotations
@@ -45,16 +48,19 @@ def local_cluster(workers: int) -> tuple[Any, Any]:
     import dask
     from distributed import Client, LocalCluster
 
+    client = None
     with dask.config.set(QUIET):
         cluster = LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
         )
-        try:
-            client = Client(cluster)
-            client.wait_for_workers(workers)
-        except BaseException:
-            cluster.close()
-            raise
-    if freed_memory_kept():
-        client.run(keep_freed_memory)
+    try:
+        client = Client(cluster)
+        client.wait_for_workers(workers)
+        if freed_memory_kept():
+            client.run(keep_freed_memory)
+    except BaseException:
+        if client is not None:
+            client.close()
+        cluster.close()
+        raise
     return client, cluster
