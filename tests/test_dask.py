@@ -92,9 +92,8 @@ def test_fit_on_two_workers_equals_one_process(client):
 
 def _background_work(dask_worker):
     """On a worker: the names of its periodic callbacks, and its loop's tick in ms."""
-    return sorted(dask_worker.periodic_callbacks), dask_worker.periodic_callbacks[
-        "tick"
-    ].callback_time
+    callbacks = dask_worker.periodic_callbacks
+    return sorted(callbacks), callbacks["tick"].callback_time
 
 
 def _scheduler_background_work(dask_scheduler):
