@@ -1,16 +1,19 @@
-"""SIGKILL one rank of a 2-rank training run at seeded moments: the run stops naming the rank,
-its files stay whole, and ``resume`` ends where the uninterrupted run ends, bit for bit.
+"""SIGKILL (or SIGSTOP) one rank of a 2-rank training run at seeded moments: the run stops
+naming the rank, its files stay whole, and ``resume`` ends where the uninterrupted run ends,
+bit for bit.
 
 ``fenchel-cvx train --nproc 2`` (the fast backend on the embedded digits, batches of 100, a
 checkpoint every round) runs once uncut: its model is the reference, and the span in which its
 rank 1 (the command's spawned process) lived sets the moments. For each of ``--kills``
 moments drawn from ``--seed`` (uniform in that span less its last tenth, in seconds after the
 command starts), the same command starts in a new folder and, at the moment, rank 1 gets
-SIGKILL. Each kill is judged:
+SIGKILL, or with ``--signal stop`` SIGSTOP (a rank that hangs: its process lives, stopped).
+Each kill is judged:
 
 - the command exits with an error within ``LIMIT`` seconds of the kill, its message naming
   rank 1 (``parallel.Ranks``: rank 0's collective fails, or its wait for the rank to join,
-  and the rank's exit code is named);
+  and the rank's exit code is named; a stopped rank is named as hung once its heartbeat is
+  ``host_memory.HANG`` seconds old), and no rank 1 is left behind;
 - every run file in the folder is whole: ``run.json`` and ``history.json`` parse, the ``.npz``
   files load every array (no pickle); a temporary left is one of a killed writer's;
 - ``fenchel-cvx resume`` on the folder (2 ranks again, from the last checkpoint; where none
@@ -19,7 +22,7 @@ SIGKILL. Each kill is judged:
 A moment at which the command has no rank 1 (not yet started, or ended) is reported as missed.
 Prints a line per kill and a summary; the exit status is 1 if any check failed.
 
-    python benchmarks/rank_faults.py --kills 10 --seed 0 --epochs 10
+    python benchmarks/rank_faults.py --kills 10 --seed 0 --epochs 10 [--signal stop]
 """
 
 import argparse
@@ -45,6 +48,8 @@ TRAIN = [
 ]  # fmt: skip
 #: how long after the kill the command must have ended (seconds)
 LIMIT = 60.0
+#: ``--signal``'s choices
+SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
 
 
 def parse_args(argv=None):
@@ -52,6 +57,10 @@ def parse_args(argv=None):
     p.add_argument("--kills", type=int, default=10, help="moments to kill rank 1 at (default 10)")
     p.add_argument("--seed", type=int, default=0, help="draws the moments (default 0)")
     p.add_argument("--epochs", type=int, default=10, help="the run's epochs (default 10)")
+    p.add_argument(
+        "--signal", choices=sorted(SIGNALS), default="kill",
+        help="what rank 1 gets: kill (SIGKILL: its process ends) or stop (SIGSTOP: it hangs)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     for flag in ("kills", "epochs"):
         if getattr(args, flag) < 1:
@@ -71,13 +80,18 @@ def spawned_rank(pid):
     except OSError:
         return None
     for child in children:
-        try:
-            line = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
+        line = cmdline(child)
         if b"spawn_main" in line and b"resource_tracker" not in line:
             return int(child)
     return None
+
+
+def cmdline(pid):
+    """The command line of process ``pid`` (empty where it has ended)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return b""
 
 
 def same_model(a, b):
@@ -85,9 +99,9 @@ def same_model(a, b):
         return za.files == zb.files and all(np.array_equal(za[k], zb[k]) for k in za.files)
 
 
-def one_kill(base, train, at, reference, n):
-    """Kill rank 1 of ``train`` (the run's flags) ``at`` seconds after the command starts, in a
-    new folder: its verdict."""
+def one_kill(base, train, at, reference, n, sig=signal.SIGKILL):
+    """Send ``sig`` to rank 1 of ``train`` (the run's flags) ``at`` seconds after the command
+    starts, in a new folder: its verdict."""
     out = base / f"kill{n}"
     proc = subprocess.Popen(
         command(*train, "--out", str(out)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -100,7 +114,7 @@ def one_kill(base, train, at, reference, n):
     if proc.poll() is not None or rank is None:
         proc.communicate()
         return dict(at=at, missed=True)
-    os.kill(rank, signal.SIGKILL)
+    os.kill(rank, sig)
     killed = time.monotonic()
     try:
         _, err = proc.communicate(timeout=LIMIT + 60)
@@ -108,6 +122,9 @@ def one_kill(base, train, at, reference, n):
         proc.kill()
         _, err = proc.communicate()
     ended = time.monotonic() - killed
+    left = Path(f"/proc/{rank}").exists() and b"spawn_main" in cmdline(rank)
+    if left:  # (a stopped rank that the command left behind: a failure, cleaned up here)
+        os.kill(rank, signal.SIGKILL)
     named = "rank 1" in err
     broken = half_written(out)
     if (out / "checkpoint.npz").is_file():
@@ -117,10 +134,10 @@ def one_kill(base, train, at, reference, n):
         model = out / "anew" / "model.npz"
     again = subprocess.run(command(*flags), capture_output=True, text=True, cwd=base, timeout=600)
     resumed = again.returncode == 0 and same_model(model, reference)
-    ok = proc.returncode != 0 and ended <= LIMIT and named and not broken and resumed
+    ok = proc.returncode != 0 and ended <= LIMIT and named and not left and not broken and resumed
     return dict(
         at=at, missed=False, code=proc.returncode, ended_s=ended, named=named, broken=broken,
-        how=how, resumed=resumed, ok=ok,
+        left=left, how=how, resumed=resumed, ok=ok,
         message=err.strip().splitlines()[-1] if err.strip() else "",
     )  # fmt: skip
 
@@ -161,14 +178,15 @@ def main(argv=None):
         )
         verdicts = []
         for n, at in enumerate(moments):
-            v = one_kill(base, train, at, base / "uncut" / "model.npz", n)
+            v = one_kill(base, train, at, base / "uncut" / "model.npz", n, SIGNALS[args.signal])
             verdicts.append(v)
             if v["missed"]:
                 print(f"kill {n} at {at:.1f} s: missed (no rank 1 then)", flush=True)
                 continue
             print(
                 f"kill {n} at {at:.1f} s: exit {v['code']} {v['ended_s']:.2f} s after the kill, "
-                f"rank 1 named: {v['named']}, files whole: {not v['broken']}, {v['how']}, "
+                f"rank 1 named: {v['named']}, left behind: {v['left']}, "
+                f"files whole: {not v['broken']}, {v['how']}, "
                 f"ends equal: {v['resumed']} -> {'ok' if v['ok'] else 'FAILED'} "
                 f"({v['message'][:120]})",
                 flush=True,
@@ -177,7 +195,8 @@ def main(argv=None):
     failed = [v for v in judged if not v["ok"]]
     slowest = max((v["ended_s"] for v in judged), default=float("nan"))
     print(
-        f"{len(judged)} kills judged ({len(verdicts) - len(judged)} missed), {len(failed)} failed; "
+        f"{len(judged)} SIG{args.signal.upper()}s judged ({len(verdicts) - len(judged)} missed), "
+        f"{len(failed)} failed; "
         f"the slowest stop {slowest:.2f} s after its kill (limit {LIMIT:.0f} s)"
     )
     return 1 if failed else 0

@@ -23,6 +23,7 @@ Docs page "Training in parallel".
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import os
 import socket
@@ -189,9 +190,9 @@ def _thread_env(threads):
 
 def _stopped(procs, err):
     """Rank 0 stopped with ``err``: where a collective failed (``CollectiveError``: a rank's
-    connection closed, or its process ended while the others waited in shared memory), the
-    ranks whose processes ended are named (each given a moment to end); the others are
-    stopped."""
+    connection closed, its process ended while the others waited in shared memory, or it hung),
+    the ranks whose processes ended are named (each given a moment to end), after rank 0's own
+    error; the others are stopped."""
     from .reduce import CollectiveError
 
     lost = isinstance(err, CollectiveError)
@@ -205,21 +206,37 @@ def _stopped(procs, err):
         raise RuntimeError(
             "training on ranks stopped: "
             + ", ".join(f"rank {r} exited with code {code}" for r, code in dead)
+            + f" ({err})"
         ) from err
 
 
-def _child(rank, nproc, port, threads, shared_memory, heap, conn):
-    """A spawned rank: keeps its freed memory where rank 0 does (``heap``: ``heap.py``, so that
-    the ranks' temporaries cost alike), joins the group, then runs each ``(fn, args, kwargs)``
-    that rank 0 sends (:meth:`Ranks.run`), answering ``"done"``, until None; then its process
-    ends at once with its status (0, or 1 after its error's traceback: the group is then
-    broken), without the interpreter's teardown, in which PyTorch's native threads (the
-    process group's, the compiled kernels') may abort the process after its work is done."""
+def _beats(slots, rank):
+    """Rank ``rank``'s heartbeat in ``slots`` (``Ranks``' shared int64s: the ranks' beats, then
+    their process ids), its process id written: a ``heartbeat.ClockBeats``."""
+    import numpy as np
+
+    from .fast.heartbeat import ClockBeats
+
+    both = np.frombuffer(slots, np.int64)
+    beats, pids = both[: len(both) // 2], both[len(both) // 2 :]
+    pids[rank] = os.getpid()
+    return ClockBeats(beats, pids, rank)
+
+
+def _child(rank, nproc, port, threads, shared_memory, heap, slots, conn):
+    """A spawned rank: beats in ``slots`` from its start (``_beats``), keeps its freed memory
+    where rank 0 does (``heap``: ``heap.py``, so that the ranks' temporaries cost alike), joins
+    the group, then runs each ``(fn, args, kwargs)`` that rank 0 sends (:meth:`Ranks.run`),
+    answering ``"done"``, until None; then its process ends at once with its status (0, or 1
+    after its error's traceback: the group is then broken), without the interpreter's
+    teardown, in which PyTorch's native threads (the process group's, the compiled kernels')
+    may abort the process after its work is done."""
     import sys
     import traceback
 
     status = 0
     try:
+        beats = _beats(slots, rank)  # noqa: F841 - it beats while it is referenced
         if heap:
             from .heap import keep_freed_memory
 
@@ -253,8 +270,9 @@ class Ranks:
 
     Each rank sets up once (its process, PyTorch, the process group) and compiles its kernels
     in its first run: a second :meth:`fit` starts at once (a warm-up run, then the timed one).
-    A rank that fails stops the others and ends the ranks: each collective waits at most
-    ``TIMEOUT``, and the error names the rank whose process ended."""
+    A rank that fails stops the others and ends the ranks: the error names the rank whose
+    process ended, or that hangs (``fast.heartbeat``: within ``heartbeat.HANG`` seconds); a
+    collective waits at most ``TIMEOUT`` for a rank that runs."""
 
     def __init__(self, nproc: int, threads: int | None = None, shared_memory: bool = True) -> None:
         self.nproc = check("nproc", nproc, COUNT)
@@ -268,44 +286,73 @@ class Ranks:
 
         port, ctx = _free_port(), multiprocessing.get_context("spawn")
         heap = freed_memory_kept()
+        slots = ctx.RawArray("q", 2 * self.nproc)  # (the ranks' heartbeats: ``_beats``)
+        self.beats = _beats(slots, 0)
         self.conns, self.procs = [], []
         with _thread_env(self.threads):  # (each rank's pools sized at its start, as torchrun)
             for r in range(1, self.nproc):
                 mine, theirs = ctx.Pipe()
                 proc = ctx.Process(
                     target=_child,
-                    args=(r, self.nproc, port, self.threads, shared_memory, heap, theirs),
+                    args=(r, self.nproc, port, self.threads, shared_memory, heap, slots, theirs),
                     name=f"fenchel_cvx rank {r}",
                     daemon=True,
                 )
                 proc.start()
+                self.beats.beats[r], self.beats.pids[r] = time.monotonic_ns(), proc.pid
                 theirs.close()  # (the rank's copy is the only one: its end is EOF here)
                 self.conns.append(mine)
                 self.procs.append(proc)
         try:
             self._started()
-            self.comm = _join(0, self.nproc, port, shared_memory)
+            joined = (self.nproc, port, shared_memory)
+            self.comm = self._watched("while joining the others", _join, 0, *joined)
         except BaseException as err:
             self._end(err)
             raise
 
-    def _started(self) -> None:
-        """Until every spawned rank is about to join the group (its imports done); a rank
-        whose process ends before is named (the group's rendezvous would wait for it until
-        ``TIMEOUT``)."""
-        deadline = time.monotonic() + TIMEOUT.total_seconds()
-        for r, (conn, proc) in enumerate(zip(self.conns, self.procs), start=1):
-            while not conn.poll(0.05) and proc.is_alive():
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"training on ranks: rank {r} did not start in {TIMEOUT}")
-            try:
-                conn.recv()
-            except EOFError:  # (its process ended: its end of the pipe closed)
+    def _look(self, where: str) -> None:
+        """Raises naming a spawned rank whose process ended, or that hangs (its heartbeat:
+        ``fast.heartbeat``), ``where`` (e.g. "before joining the others")."""
+        from .fast.heartbeat import hangs
+
+        for r, proc in enumerate(self.procs, start=1):
+            if not proc.is_alive():
                 proc.join(5)
                 raise RuntimeError(
-                    f"training on ranks: rank {r} exited with code {proc.exitcode} before "
-                    "joining the others"
-                ) from None
+                    f"training on ranks: rank {r} exited with code {proc.exitcode} {where}"
+                )
+        for r, age in self.beats.stale():
+            raise RuntimeError("training on ranks: " + hangs(self.beats, r, age, where))
+
+    def _watched(self, where: str, fn, *args: Any):
+        """``fn(*args)`` while this process looks at the spawned ranks (``_look``)."""
+        from .fast.heartbeat import watched
+
+        return watched(fn, lambda: self._look(where), *args)
+
+    def _started(self) -> None:
+        """Until every spawned rank is about to join the group (its imports done, within
+        ``TIMEOUT``); a rank whose process ends or hangs before is named (the group's
+        rendezvous would wait for it until ``TIMEOUT``)."""
+        deadline = time.monotonic() + TIMEOUT.total_seconds()
+        for r in range(1, self.nproc):
+            self._answer(r, "before joining the others", deadline)
+
+    def _answer(self, r: int, where: str, deadline: float = math.inf) -> Any:
+        """Rank ``r``'s next message, while this process looks at the spawned ranks
+        (``_look``: a rank that ends or hangs first is named ``where``)."""
+        conn = self.conns[r - 1]
+        while not conn.poll(0.05):
+            self._look(where)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"training on ranks: rank {r} did not answer {where}")
+        try:
+            return conn.recv()
+        except EOFError:  # (its process ends: its end of the pipe closed)
+            self.procs[r - 1].join(5)
+            self._look(where)
+            raise
 
     def fit(self, net, X0, Y, **kwargs: Any):
         """``fit_bcd(net, X0, Y, **kwargs)`` on every rank: rank 0 (this process) trains
@@ -336,11 +383,11 @@ class Ranks:
         theirs = {k: v for k, v in kwargs.items() if k not in ("callback", "progress")}
         sent, theirs, paths = outgoing(args, theirs)  # (the data through shared memory)
         try:
-            for conn in self.conns:
-                conn.send((fn, sent, theirs))
+            for conn in self.conns:  # (a pipe's write waits while its rank does not read)
+                self._watched("as it took its work", conn.send, (fn, sent, theirs))
             result = _work(self.comm, self.threads, fn, args, kwargs)
-            for r, conn in enumerate(self.conns, start=1):
-                if conn.recv() != "done":
+            for r in range(1, self.nproc):
+                if self._answer(r, "before it finished the run") != "done":
                     raise RuntimeError(f"training on ranks: rank {r} answered out of turn")
         except BaseException as err:
             self._end(err)
@@ -350,17 +397,32 @@ class Ranks:
         return result
 
     def close(self) -> None:
-        """Ends the ranks (each spawned process exits; the group is left)."""
+        """Ends the ranks (each spawned process exits; the group is left); a rank that ends
+        with an error, or hangs instead of ending, is named."""
+        from .fast.heartbeat import hangs
+
         if self.comm is None:
             return
         for conn in self.conns:
             conn.send(None)
-        for r, proc in enumerate(self.procs, start=1):
-            proc.join()
-            if proc.exitcode != 0:
-                self._end(None)
-                raise RuntimeError(f"training on ranks: rank {r} exited with code {proc.exitcode}")
-        self._end(None)
+        try:
+            for proc in self.procs:
+                while proc.is_alive():
+                    proc.join(0.05)
+                    hung = [
+                        (r, age) for r, age in self.beats.stale() if self.procs[r - 1].is_alive()
+                    ]
+                    if hung:
+                        raise RuntimeError(
+                            "training on ranks: " + hangs(self.beats, *hung[0], "as it ended")
+                        )
+            for r, proc in enumerate(self.procs, start=1):
+                if proc.exitcode != 0:
+                    raise RuntimeError(
+                        f"training on ranks: rank {r} exited with code {proc.exitcode}"
+                    )
+        finally:
+            self._end(None)
 
     def _end(self, err) -> None:
         """The ranks stop: after ``err`` (rank 0's), the ranks whose processes ended are named
@@ -373,6 +435,9 @@ class Ranks:
             for proc in self.procs:
                 if proc.is_alive():
                     proc.terminate()
+                    proc.join(timeout=5)
+                if proc.is_alive():  # (SIGTERM caught or ignored: the process must not outlive us)
+                    proc.kill()
             dist = _torch_distributed()
             if dist.is_initialized():
                 dist.destroy_process_group()

@@ -6,6 +6,7 @@ past the slot is refused by name; a rank whose process ended is named, and one t
 comes is timed out. The gloo ranks' run on it is ``test_torch_comm.py``'s."""
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -100,3 +101,53 @@ def test_a_segment_of_another_size_is_refused(tmp_path):
     HostMemory(path, 2, 0, slot=64, create=True)
     with pytest.raises(ValueError, match="expected"):
         HostMemory(path, 2, 1, slot=128)
+
+
+#: rank 1 of a segment in a process of its own: attached (its heartbeat thread beating), then
+#: its main thread busy in Python until the test ends it
+RANK_1 = """
+import sys
+from fenchel_cvx.fast.host_memory import HostMemory
+host = HostMemory(sys.argv[1], 2, 1, slot=64, hang=float(sys.argv[2]))
+print("attached", flush=True)
+while True:
+    pass
+"""
+
+
+def rank_1_process(path, hang):
+    """Rank 1 of the segment at ``path`` as a process (``RANK_1``), once it has attached."""
+    p = subprocess.Popen(
+        [sys.executable, "-c", RANK_1, path, str(hang)], stdout=subprocess.PIPE, text=True
+    )
+    assert p.stdout.readline().strip() == "attached"
+    return p
+
+
+def test_a_rank_whose_process_is_stopped_is_named_as_hung_within_hang_seconds(tmp_path):
+    """Rank 1's process stopped (SIGSTOP): its heartbeat stops, and rank 0's gather names it
+    as hung after ``hang`` seconds (1 s), not as late after the timeout (60 s)."""
+    path = str(tmp_path / "segment")
+    host = HostMemory(path, 2, 0, slot=64, create=True, timeout=60, hang=1.0)
+    p = rank_1_process(path, hang=1.0)
+    try:
+        p.send_signal(signal.SIGSTOP)
+        with pytest.raises(CollectiveError, match=rf"rank 1's process \({p.pid}\) hangs: no heart"):
+            host.gather(b"figures")
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_rank_that_computes_beats_and_is_not_named_as_hung(tmp_path):
+    """Rank 1's main thread busy in Python, never gathering: its heartbeat thread beats, so
+    rank 0 waits for it past ``hang`` until the timeout, which names it as late, not hung."""
+    path = str(tmp_path / "segment")
+    host = HostMemory(path, 2, 0, slot=64, create=True, timeout=3.0, hang=0.5)
+    p = rank_1_process(path, hang=0.5)
+    try:
+        with pytest.raises(CollectiveError, match=r"ranks \[1\] did not reach .* within 3 s"):
+            host.gather(b"figures")
+    finally:
+        p.kill()
+        p.wait()

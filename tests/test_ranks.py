@@ -268,6 +268,39 @@ def test_a_rank_killed_mid_run_stops_rank_0_with_an_error_naming_it():
     assert len(killed) == 1
 
 
+def test_a_rank_stopped_mid_run_stops_rank_0_with_an_error_naming_it_as_hung(monkeypatch):
+    """SIGSTOP of rank 1 after the second round: its process lives but its heartbeat stops, so
+    rank 0's next collective names it as hung after ``heartbeat.HANG`` seconds (3 here, in
+    rank 0: rank 1 beats every second), not after a collective's timeout; the stopped rank is
+    ended with the run."""
+    pytest.importorskip("torch")
+    import multiprocessing
+    import os
+    import signal
+
+    from fenchel_cvx.fast import heartbeat, host_memory
+    from fenchel_cvx.parallel import fit_on_ranks
+    from fenchel_cvx.reduce import CollectiveError
+
+    if not host_memory.supported():
+        pytest.skip("no shared memory between ranks here: a hung rank meets gloo's timeout")
+    monkeypatch.setattr(heartbeat, "HANG", 3.0)
+    net, X0, Y, kw = _small_run()
+    stopped = []
+
+    def stop_rank_1(net_, rec):
+        if rec["iteration"] == 2:
+            (child,) = multiprocessing.active_children()
+            os.kill(child.pid, signal.SIGSTOP)
+            stopped.append(child)
+
+    with pytest.raises(CollectiveError, match=r"rank 0: rank 1's process \(\d+\) hangs"):
+        fit_on_ranks(net, X0, Y, nproc=2, callback=stop_rank_1, **kw)
+    assert len(stopped) == 1
+    stopped[0].join(10)
+    assert stopped[0].exitcode is not None  # (ended, not left stopped)
+
+
 @pytest.mark.parametrize("P", [2, 3])
 def test_algorithm_1_on_simulated_ranks_is_the_one_process_run(P):
     """Algorithm 1 (all the data every round, each rank its share of the columns), every round
@@ -305,7 +338,7 @@ def test_ranks_kept_for_several_runs_give_each_run_the_one_process_result():
         ranks.fit(copy.deepcopy(net), X0, Y, **kw)
 
 
-def _exit_3():
+def _exit_3(slots, conn):
     import os
 
     os._exit(3)
@@ -315,18 +348,60 @@ def test_a_rank_that_ends_before_joining_is_named_at_once():
     """A spawned rank whose process ends before it joins the group (its imports failed, or it
     was killed) is named with its exit code, instead of the group's rendezvous waiting for it
     until ``parallel.TIMEOUT``."""
-    import multiprocessing
 
-    from fenchel_cvx.parallel import Ranks
 
-    ctx = multiprocessing.get_context("spawn")
-    ranks = Ranks.__new__(Ranks)  # (its processes: one that ends at once, with code 3)
-    mine, theirs = ctx.Pipe()
-    ranks.conns, ranks.procs = [mine], [ctx.Process(target=_exit_3, daemon=True)]
-    ranks.procs[0].start()
-    theirs.close()
+    ranks = _spawned(_exit_3)  # (its process ends at once, with code 3)
     with pytest.raises(RuntimeError, match="rank 1 exited with code 3 before joining the others"):
         ranks._started()
+
+
+def test_a_rank_that_hangs_before_joining_is_named(monkeypatch):
+    """A spawned rank that beats from its start, then is stopped (SIGSTOP) before it joins the
+    group: rank 0 names it as hung once its heartbeat is ``heartbeat.HANG`` seconds old (3 in
+    rank 0), instead of waiting for it until ``parallel.TIMEOUT``."""
+    import os
+    import signal
+
+    from fenchel_cvx.fast import heartbeat
+
+    monkeypatch.setattr(heartbeat, "HANG", 3.0)
+    ranks = _spawned(_beat_then_stop)
+    try:
+        with pytest.raises(
+            RuntimeError, match=r"rank 1's process \(\d+\) hangs: .* before joining"
+        ):
+            ranks._started()
+    finally:
+        os.kill(ranks.procs[0].pid, signal.SIGKILL)
+
+
+def _spawned(target):
+    """``Ranks`` of 2 whose rank 1 is ``target(slots, conn)`` in a spawned process (its
+    heartbeat's slots, its end of the pipe), not yet joined: for its start's checks."""
+    import multiprocessing
+
+    from fenchel_cvx.parallel import Ranks, _beats
+
+    ctx = multiprocessing.get_context("spawn")
+    ranks = Ranks.__new__(Ranks)
+    slots = ctx.RawArray("q", 4)
+    ranks.nproc, ranks.beats = 2, _beats(slots, 0)
+    mine, theirs = ctx.Pipe()
+    ranks.conns = [mine]
+    ranks.procs = [ctx.Process(target=target, args=(slots, theirs), daemon=True)]
+    ranks.procs[0].start()
+    theirs.close()
+    return ranks
+
+
+def _beat_then_stop(slots, conn):
+    import os
+    import signal
+
+    from fenchel_cvx.parallel import _beats
+
+    beats = _beats(slots, 1)  # noqa: F841 - beats while referenced
+    os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def _backprop_data(m=300, batch=64):

@@ -8,10 +8,12 @@ apart in a process of its own from a thread of one process, whatever the communi
 entries near 0.1 here, the same with ``SimulatedComm`` in a separate process): to 1e-14. The
 moves (``all_gather``, ``to_rows``: the MLP's W_0 in data space, LeNet-5's W_3 with Newton
 rows) go through it too, through shared memory (``host_memory.py``) and through gloo alone. A
-rank that reduces other figures than the others is named.
+rank that reduces other figures than the others is named, and so is one that hangs in a
+transfer of gloo's.
 """
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -276,3 +278,67 @@ def test_a_comm_without_a_process_group_is_refused_by_name():
         pytest.skip("a process group is initialised in this process")
     with pytest.raises(ValueError, match="needs an initialised torch.distributed process group"):
         TorchComm()
+
+
+HUNG_RANK = """
+import os
+import signal
+import sys
+import types
+from datetime import timedelta
+import numpy as np
+import torch.distributed as dist
+from fenchel_cvx.fast import heartbeat
+from fenchel_cvx.fast.torch_comm import TorchComm
+
+rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+via = sys.argv[5]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                        world_size=world, timeout=timedelta(seconds=120))
+heartbeat.HANG = 2.0 if rank == 0 else heartbeat.HANG  # (rank 1 beats every second)
+comm = TorchComm(shared_memory=via == "host")
+assert (comm.host is not None) == (via == "host") and comm.beats is not None
+if rank == 1:  # stops in the transfer (after the ranks met in shared memory, where they do)
+    def stop_then_gather(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGSTOP)
+    comm.dist = types.SimpleNamespace(all_gather=stop_then_gather)
+try:
+    comm.all_gather(np.zeros(300_000))  # (2.4 MB: more than a slot, through gloo)
+    message = ""
+except RuntimeError as err:
+    message = str(err)
+np.savez(out, message=np.array(message))
+os._exit(0)  # (the broken group's threads may abort the interpreter's teardown)
+"""
+
+
+@pytest.mark.parametrize("via", ["host", "store"])
+def test_a_rank_that_hangs_in_a_transfer_of_the_process_group_is_named(tmp_path, via):
+    """Rank 1 stops (SIGSTOP) inside a gather too large for shared memory, where rank 0 waits
+    for gloo's transfer: rank 0 looks at rank 1's heartbeat meanwhile (in shared memory, or in
+    the group's store: ranks on several hosts) and stops naming rank 1 as hung after
+    ``heartbeat.HANG`` seconds (2 in rank 0), long before gloo's timeout (120 s here)."""
+    if via == "host" and not host_memory.supported():
+        pytest.skip("no shared memory between ranks here")
+    script = tmp_path / "hung_rank.py"
+    script.write_text(HUNG_RANK)
+    port, outs = free_port(), [tmp_path / f"rank{r}.npz" for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), "2", str(port), str(outs[r]), via],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    try:
+        log = procs[0].communicate(timeout=90)[0]
+        assert procs[0].returncode == 0, log[-3000:]
+        assert procs[1].poll() is None  # (stopped, alive: the run's launcher ends it)
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+    message = str(np.load(outs[0])["message"])
+    assert re.search(r"rank 0: rank 1('s process \(\d+\))? hangs: no heartbeat for", message)

@@ -18,8 +18,17 @@ else (gloo then carries every collective).
 
 A waiting rank yields its core at every look (``os.sched_yield``), then, after ``SPIN``
 seconds, sleeps ``NAP`` between looks; every ``LOOK`` seconds it checks that the other ranks'
-processes are alive, and stops with ``CollectiveError`` naming a rank whose process ended, or
-one that has not written within ``timeout``.
+processes are alive, and stops with ``CollectiveError`` naming a rank whose process ended, one
+that hangs, or one that has not written within ``timeout``.
+
+**The heartbeat.** A thread of each rank writes the time (``time.monotonic_ns``, one clock for
+every process of the host) into the rank's header line every ``BEAT`` seconds, whatever its
+main thread does: a first batch's minute of compiling beats like any other. A rank whose
+heartbeat is older than ``hang`` seconds (``heartbeat.HANG``) hangs: its process is stopped
+(SIGSTOP, a debugger), or something holds its interpreter. A rank waiting here for it stops
+with ``CollectiveError`` naming it within ``hang`` seconds, and so does one waiting for it in
+a transfer of the process group (``torch_comm``: it polls the transfer and looks at
+``HostMemory.beats``).
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..reduce import CollectiveError
+from .heartbeat import ClockBeats, hangs
 
 __all__ = ["HostMemory", "join"]
 
@@ -48,7 +58,8 @@ SPIN, NAP = 0.01, 1e-4
 LOOK = 0.05
 #: where the segments live (a memory file system on Linux)
 FOLDER = "/dev/shm"
-#: bytes of a rank's header line: its counter and its process id, a cache line each
+#: bytes of a rank's header line: its counter; then its process id and heartbeat; a cache
+#: line each
 LINE = 64
 #: bytes of rank 0's offer of a segment (its token, then its path) and of the token
 OFFER, TOKEN = 256, 16
@@ -57,11 +68,13 @@ OFFER, TOKEN = 256, 16
 class HostMemory:
     """A shared-memory segment of ``P`` ranks of one host (the file ``path``, created by the
     rank that passes ``create``); this process is rank ``rank``. ``slot``: the most bytes a
-    rank gathers through it."""
+    rank gathers through it; ``timeout``: the longest a gather waits for a rank that beats;
+    ``hang``: the age of a heartbeat past which its rank hangs (None: ``heartbeat.HANG``;
+    module doc)."""
 
     def __init__(
         self, path: str, P: int, rank: int, slot: int = SLOT, create: bool = False,
-        timeout: float = 600.0,
+        timeout: float = 600.0, hang: float | None = None,
     ) -> None:  # fmt: skip
         self.path, self.P, self.rank, self.slot, self.timeout = path, P, rank, slot, timeout
         size = self.size(P, slot)
@@ -82,6 +95,8 @@ class HostMemory:
         )
         self.pids[rank] = os.getpid()
         self.k = int(self.counters[rank])
+        #: the ranks' heartbeats, each beside its process id (``heartbeat.py``)
+        self.beats = ClockBeats(heads[P * LINE // 8 + 1 :: LINE // 8], self.pids, rank, hang)
 
     @staticmethod
     def size(P: int, slot: int) -> int:
@@ -132,6 +147,11 @@ class HostMemory:
                 raise CollectiveError(
                     f"rank {self.rank}: rank {r}'s process ({int(self.pids[r])}) ended "
                     f"during a collective of {self.P} ranks"
+                )
+        for r, age in self.beats.stale():
+            if r in late:
+                raise CollectiveError(
+                    hangs(self.beats, r, age, f"during a collective of {self.P} ranks")
                 )
         if waited > self.timeout:
             raise CollectiveError(

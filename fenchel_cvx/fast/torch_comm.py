@@ -35,6 +35,7 @@ import copy
 import functools
 import hashlib
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ import numpy as np
 
 from ..arrays import Array
 from ..reduce import OPS, CollectiveError, _check_split, _Moves, _ops, check_shapes
-from . import host_memory
+from . import heartbeat, host_memory
 
 __all__ = ["CLOCK", "Clock", "CollectiveError", "TorchComm"]
 
@@ -99,8 +100,15 @@ class TorchComm(_Moves):
         nccl = dist.get_backend(group) == dist.Backend.NCCL
         self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else None
         self.host: host_memory.HostMemory | None = None
+        self.beats: heartbeat.Beats | None = None  # (None while the host path is agreed)
         if shared_memory and self.P > 1:
             self.host = host_memory.join(self._gather_bytes, self.P, self.rank)
+        if self.P > 1 and self.device is None:
+            self.beats = (  # (the ranks' heartbeats: in host memory, or in the group's store)
+                self.host.beats
+                if self.host is not None
+                else heartbeat.store_beats(group, self.P, self.rank)
+            )
         # a reduction of tensors on the buffers' device gathers them there (``_DeviceReduce``):
         # NCCL's default; on gloo host memory is faster, and on_device=True takes CPU tensors
         self.on_device = nccl if on_device is None else bool(on_device)
@@ -186,10 +194,22 @@ class TorchComm(_Moves):
 
     def _all_gather(self, buf: Any) -> list[Any]:
         """The process group's ``all_gather`` of ``buf``; a ``CollectiveError`` naming this
-        rank where it does not complete."""
+        rank where it does not complete. On the CPU (gloo) a rank that hangs is named within
+        its heartbeat's ``hang`` seconds (``heartbeat.py``): where the ranks share host memory
+        they meet there first, and the transfer runs in the background while this rank looks
+        at the others' heartbeats (on a GPU the transfer is the device's, and NCCL's watchdog
+        stops it)."""
         out = [self.torch.empty_like(buf) for _ in range(self.P)]
         try:
-            self.dist.all_gather(out, buf, group=self.group)
+            if self.beats is None:
+                self.dist.all_gather(out, buf, group=self.group)
+                return out
+            if self.host is not None:
+                self.host.gather(b"")
+            work = self.dist.all_gather(out, buf, group=self.group, async_op=True)
+            _await(work, self.beats, self.P)
+        except CollectiveError:
+            raise
         except RuntimeError as err:
             raise CollectiveError(
                 f"rank {self.rank}: a collective of {self.P} ranks did not complete ({err})"
@@ -222,6 +242,25 @@ class TorchComm(_Moves):
         out = np.empty_like(like, dtype=total.dtype)  # (order "K": the value's layout)
         out[...] = total
         return out
+
+
+def _await(work: Any, beats: heartbeat.Beats, P: int) -> None:
+    """Until ``work`` (a collective in the background) completes: looks at it, yielding the
+    core, then napping, as ``host_memory`` waits; every ``LOOK`` seconds at the others'
+    heartbeats, and a rank that hangs is named."""
+    start = looked = time.monotonic()
+    while not work.is_completed():
+        now = time.monotonic()
+        if now - start < host_memory.SPIN:
+            os.sched_yield()
+            continue
+        time.sleep(host_memory.NAP)
+        if now - looked >= host_memory.LOOK:
+            looked = now
+            for r, age in beats.stale():
+                where = f"during a collective of {P} ranks"
+                raise CollectiveError(heartbeat.hangs(beats, r, age, where))
+    work.wait()  # (its error, where it failed)
 
 
 def _counted(gather: Callable[..., list], *args: Any) -> list:
