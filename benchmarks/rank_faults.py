@@ -13,7 +13,7 @@ Each kill is judged:
 - the command exits with an error within ``LIMIT`` seconds of the kill, its message naming
   rank 1 (``parallel.Ranks``: rank 0's collective fails, or its wait for the rank to join,
   and the rank's exit code is named; a stopped rank is named as hung once its heartbeat is
-  ``host_memory.HANG`` seconds old), and no rank 1 is left behind;
+  ``heartbeat.hang_seconds()`` old, 30 s), and no rank 1 is left behind;
 - every run file in the folder is whole: ``run.json`` and ``history.json`` parse, the ``.npz``
   files load every array (no pickle); a temporary left is one of a killed writer's;
 - ``fenchel-cvx resume`` on the folder (2 ranks again, from the last checkpoint; where none

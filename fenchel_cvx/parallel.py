@@ -27,6 +27,7 @@ import math
 import multiprocessing
 import os
 import socket
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -189,12 +190,19 @@ def _thread_env(threads):
 
 
 def _stopped(procs, err):
-    """Rank 0 stopped with ``err``: where a collective failed (``CollectiveError``: a rank's
-    connection closed, its process ended while the others waited in shared memory, or it hung),
-    the ranks whose processes ended are named (each given a moment to end), after rank 0's own
-    error; the others are stopped."""
+    """Rank 0 stopped with ``err``: a rank that hangs (``heartbeat.RankHangs``) is ended at
+    once (SIGKILL: it is stopped, or its interpreter held) and ``err`` stands; where a
+    collective failed otherwise (``CollectiveError``: a rank's connection closed, or its
+    process ended while the others waited in shared memory), the ranks whose processes ended
+    are named (each given a moment to end), after rank 0's own error; the others are
+    stopped."""
+    from .fast.heartbeat import RankHangs
     from .reduce import CollectiveError
 
+    if isinstance(err, RankHangs):
+        for p in procs:
+            p.kill()
+        return
     lost = isinstance(err, CollectiveError)
     for p in procs:
         if lost:
@@ -271,8 +279,8 @@ class Ranks:
     Each rank sets up once (its process, PyTorch, the process group) and compiles its kernels
     in its first run: a second :meth:`fit` starts at once (a warm-up run, then the timed one).
     A rank that fails stops the others and ends the ranks: the error names the rank whose
-    process ended, or that hangs (``fast.heartbeat``: within ``heartbeat.HANG`` seconds); a
-    collective waits at most ``TIMEOUT`` for a rank that runs."""
+    process ended, or that hangs (``fast.heartbeat``: its heartbeat ``FENCHEL_HANG`` seconds
+    old, 30 where unset); a collective waits at most ``TIMEOUT`` for a rank that runs."""
 
     def __init__(self, nproc: int, threads: int | None = None, shared_memory: bool = True) -> None:
         self.nproc = check("nproc", nproc, COUNT)
@@ -289,6 +297,7 @@ class Ranks:
         slots = ctx.RawArray("q", 2 * self.nproc)  # (the ranks' heartbeats: ``_beats``)
         self.beats = _beats(slots, 0)
         self.conns, self.procs = [], []
+        self._stopped_since: dict[int, float] = {}  # (ranks not yet beating, seen stopped)
         with _thread_env(self.threads):  # (each rank's pools sized at its start, as torchrun)
             for r in range(1, self.nproc):
                 mine, theirs = ctx.Pipe()
@@ -299,7 +308,7 @@ class Ranks:
                     daemon=True,
                 )
                 proc.start()
-                self.beats.beats[r], self.beats.pids[r] = time.monotonic_ns(), proc.pid
+                self.beats.pids[r] = proc.pid
                 theirs.close()  # (the rank's copy is the only one: its end is EOF here)
                 self.conns.append(mine)
                 self.procs.append(proc)
@@ -312,9 +321,11 @@ class Ranks:
             raise
 
     def _look(self, where: str) -> None:
-        """Raises naming a spawned rank whose process ended, or that hangs (its heartbeat:
-        ``fast.heartbeat``), ``where`` (e.g. "before joining the others")."""
-        from .fast.heartbeat import hangs
+        """Raises naming a spawned rank whose process ended, or that hangs ``where`` (e.g.
+        "before joining the others"): its heartbeat stale (``fast.heartbeat``), or, before its
+        first beat (its process starting), its process stopped for as long."""
+        from .fast.heartbeat import RankHangs, check
+        from .fast.host_memory import state
 
         for r, proc in enumerate(self.procs, start=1):
             if not proc.is_alive():
@@ -322,14 +333,43 @@ class Ranks:
                 raise RuntimeError(
                     f"training on ranks: rank {r} exited with code {proc.exitcode} {where}"
                 )
-        for r, age in self.beats.stale():
-            raise RuntimeError("training on ranks: " + hangs(self.beats, r, age, where))
+        check(self.beats, where)
+        now = time.monotonic()
+        for r, proc in enumerate(self.procs, start=1):
+            if self.beats.beats[r] == 0 and state(proc.pid or 0) in (b"T", b"t"):
+                since = self._stopped_since.setdefault(r, now)
+                if now - since > self.beats.heartbeat.hang:
+                    raise RankHangs(
+                        f"rank 0: rank {r}'s process ({proc.pid}) hangs: stopped for "
+                        f"{now - since:.0f} s {where}"
+                    )
+            else:
+                self._stopped_since.pop(r, None)
 
     def _watched(self, where: str, fn, *args: Any):
-        """``fn(*args)`` while this process looks at the spawned ranks (``_look``)."""
-        from .fast.heartbeat import watched
+        """``fn(*args)`` on a thread of its own while this thread looks at the spawned ranks
+        every 50 ms (``_look``): -> its result, or its error. For a wait that cannot look
+        itself (the group's rendezvous, a write to a pipe that a stopped rank no longer
+        reads); where a look raises, the thread is left to its wait (the rendezvous's
+        ``TIMEOUT``, or the pipe's end when the rank is ended)."""
+        out: list[Any] = []
 
-        return watched(fn, lambda: self._look(where), *args)
+        def run() -> None:
+            try:
+                out.append((True, fn(*args)))
+            except BaseException as err:  # noqa: BLE001 - handed to the caller
+                out.append((False, err))
+
+        thread = threading.Thread(target=run, daemon=True, name="fenchel_cvx watched wait")
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.05)
+            if not out:
+                self._look(where)
+        ok, value = out[0]
+        if not ok:
+            raise value
+        return value
 
     def _started(self) -> None:
         """Until every spawned rank is about to join the group (its imports done, within
@@ -399,7 +439,7 @@ class Ranks:
     def close(self) -> None:
         """Ends the ranks (each spawned process exits; the group is left); a rank that ends
         with an error, or hangs instead of ending, is named."""
-        from .fast.heartbeat import hangs
+        from .fast.heartbeat import check
 
         if self.comm is None:
             return
@@ -409,20 +449,17 @@ class Ranks:
             for proc in self.procs:
                 while proc.is_alive():
                     proc.join(0.05)
-                    hung = [
-                        (r, age) for r, age in self.beats.stale() if self.procs[r - 1].is_alive()
-                    ]
-                    if hung:
-                        raise RuntimeError(
-                            "training on ranks: " + hangs(self.beats, *hung[0], "as it ended")
-                        )
+                    alive = [r for r, p in enumerate(self.procs, start=1) if p.is_alive()]
+                    check(self.beats, "as it ended", among=alive)
             for r, proc in enumerate(self.procs, start=1):
                 if proc.exitcode != 0:
                     raise RuntimeError(
                         f"training on ranks: rank {r} exited with code {proc.exitcode}"
                     )
-        finally:
-            self._end(None)
+        except BaseException as err:
+            self._end(err)
+            raise
+        self._end(None)
 
     def _end(self, err) -> None:
         """The ranks stop: after ``err`` (rank 0's), the ranks whose processes ended are named
@@ -438,6 +475,7 @@ class Ranks:
                     proc.join(timeout=5)
                 if proc.is_alive():  # (SIGTERM caught or ignored: the process must not outlive us)
                     proc.kill()
+                    proc.join()
             dist = _torch_distributed()
             if dist.is_initialized():
                 dist.destroy_process_group()

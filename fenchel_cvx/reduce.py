@@ -48,7 +48,7 @@ __all__ = ["LOCAL", "CollectiveError", "Comm", "Local", "SimulatedComm", "share"
 
 class CollectiveError(RuntimeError):
     """A collective that did not complete: another rank's process ended, its connection closed,
-    it hangs (``fast.host_memory``'s heartbeat), or it did not come within the timeout."""
+    it hangs (``fast.heartbeat``), or it did not come within the timeout."""
 
 
 #: the ways a block splits over shards

@@ -140,14 +140,46 @@ def test_a_rank_whose_process_is_stopped_is_named_as_hung_within_hang_seconds(tm
 
 
 def test_a_rank_that_computes_beats_and_is_not_named_as_hung(tmp_path):
-    """Rank 1's main thread busy in Python, never gathering: its heartbeat thread beats, so
-    rank 0 waits for it past ``hang`` until the timeout, which names it as late, not hung."""
+    """Rank 1's main thread busy in Python, never gathering: its heartbeat thread beats (its
+    beat moves on while rank 0 waits), so rank 0 waits for it past ``hang`` until the timeout,
+    which names it as late, not hung."""
     path = str(tmp_path / "segment")
-    host = HostMemory(path, 2, 0, slot=64, create=True, timeout=3.0, hang=0.5)
-    p = rank_1_process(path, hang=0.5)
+    host = HostMemory(path, 2, 0, slot=64, create=True, timeout=8.0, hang=2.0)
+    p = rank_1_process(path, hang=2.0)
     try:
-        with pytest.raises(CollectiveError, match=r"ranks \[1\] did not reach .* within 3 s"):
+        first = int(host.beats.beats[1])
+        with pytest.raises(CollectiveError, match=r"ranks \[1\] did not reach .* within 8 s"):
             host.gather(b"figures")
+        assert int(host.beats.beats[1]) > first
     finally:
         p.kill()
         p.wait()
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "abc", "nan", ""])
+def test_a_hang_limit_that_is_not_a_positive_number_is_refused_by_name(tmp_path, monkeypatch, text):
+    from fenchel_cvx.fast import heartbeat
+
+    monkeypatch.setenv("FENCHEL_HANG", text)
+    with pytest.raises(
+        ValueError, match=rf"FENCHEL_HANG must be a number of seconds > 0, got '{text}'"
+    ):
+        HostMemory(str(tmp_path / "segment"), 1, 0, slot=64, create=True)
+    monkeypatch.setenv("FENCHEL_HANG", "2.5")
+    assert heartbeat.hang_seconds() == 2.5
+
+
+def test_a_look_while_this_ranks_own_beat_is_stale_names_no_one():
+    """The whole host stalled (a paused VM: every heartbeat thread late, this rank's too):
+    a look then names no rank; once this rank beats again, a rank still silent is named."""
+    import numpy as np
+
+    from fenchel_cvx.fast.heartbeat import ClockBeats
+
+    beats, pids = np.zeros(2, np.int64), np.array([os.getpid(), os.getpid()], np.int64)
+    mine = ClockBeats(beats, pids, 0, hang=1.0)
+    beats[1] = time.monotonic_ns() - 10**10  # (rank 1's last beat: 10 s ago)
+    mine.heartbeat.last = time.monotonic() - 10.0  # (and this rank's own)
+    assert mine.stale() == []
+    mine.heartbeat.last = time.monotonic()
+    assert [r for r, _ in mine.stale()] == [1]

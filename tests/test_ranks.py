@@ -268,23 +268,23 @@ def test_a_rank_killed_mid_run_stops_rank_0_with_an_error_naming_it():
     assert len(killed) == 1
 
 
-def test_a_rank_stopped_mid_run_stops_rank_0_with_an_error_naming_it_as_hung(monkeypatch):
+@pytest.mark.parametrize("shared_memory", [True, False])
+def test_a_rank_stopped_mid_run_stops_rank_0_with_an_error_naming_it_as_hung(
+    monkeypatch, shared_memory
+):
     """SIGSTOP of rank 1 after the second round: its process lives but its heartbeat stops, so
-    rank 0's next collective names it as hung after ``heartbeat.HANG`` seconds (3 here, in
-    rank 0: rank 1 beats every second), not after a collective's timeout; the stopped rank is
-    ended with the run."""
+    rank 0's next collective names it as hung after ``FENCHEL_HANG`` seconds (5 here, every
+    rank's), not after a collective's timeout; the stopped rank is ended with the run. Through
+    shared memory and through gloo alone (the beats then in the group's store)."""
     pytest.importorskip("torch")
     import multiprocessing
     import os
     import signal
 
-    from fenchel_cvx.fast import heartbeat, host_memory
+    from fenchel_cvx.fast import heartbeat
     from fenchel_cvx.parallel import fit_on_ranks
-    from fenchel_cvx.reduce import CollectiveError
 
-    if not host_memory.supported():
-        pytest.skip("no shared memory between ranks here: a hung rank meets gloo's timeout")
-    monkeypatch.setattr(heartbeat, "HANG", 3.0)
+    monkeypatch.setenv(heartbeat.HANG_VARIABLE, "5")
     net, X0, Y, kw = _small_run()
     stopped = []
 
@@ -294,11 +294,11 @@ def test_a_rank_stopped_mid_run_stops_rank_0_with_an_error_naming_it_as_hung(mon
             os.kill(child.pid, signal.SIGSTOP)
             stopped.append(child)
 
-    with pytest.raises(CollectiveError, match=r"rank 0: rank 1's process \(\d+\) hangs"):
-        fit_on_ranks(net, X0, Y, nproc=2, callback=stop_rank_1, **kw)
+    with pytest.raises(heartbeat.RankHangs, match=r"rank 0: rank 1('s process \(\d+\))? hangs"):
+        fit_on_ranks(net, X0, Y, nproc=2, callback=stop_rank_1, shared_memory=shared_memory, **kw)
     assert len(stopped) == 1
     stopped[0].join(10)
-    assert stopped[0].exitcode is not None  # (ended, not left stopped)
+    assert stopped[0].exitcode == -signal.SIGKILL  # (ended, not left stopped)
 
 
 @pytest.mark.parametrize("P", [2, 3])
@@ -349,27 +349,27 @@ def test_a_rank_that_ends_before_joining_is_named_at_once():
     was killed) is named with its exit code, instead of the group's rendezvous waiting for it
     until ``parallel.TIMEOUT``."""
 
-
     ranks = _spawned(_exit_3)  # (its process ends at once, with code 3)
     with pytest.raises(RuntimeError, match="rank 1 exited with code 3 before joining the others"):
         ranks._started()
 
 
-def test_a_rank_that_hangs_before_joining_is_named(monkeypatch):
-    """A spawned rank that beats from its start, then is stopped (SIGSTOP) before it joins the
-    group: rank 0 names it as hung once its heartbeat is ``heartbeat.HANG`` seconds old (3 in
-    rank 0), instead of waiting for it until ``parallel.TIMEOUT``."""
+@pytest.mark.parametrize("beats", [True, False])
+def test_a_rank_that_hangs_before_joining_is_named(monkeypatch, beats):
+    """A spawned rank stopped (SIGSTOP) before it joins the group, after its first heartbeat
+    or before it (its process starting): rank 0 names it as hung once its heartbeat, or its
+    process's stop, is ``FENCHEL_HANG`` seconds old (3 here), instead of waiting for it until
+    ``parallel.TIMEOUT``."""
     import os
     import signal
 
     from fenchel_cvx.fast import heartbeat
 
-    monkeypatch.setattr(heartbeat, "HANG", 3.0)
-    ranks = _spawned(_beat_then_stop)
+    monkeypatch.setenv(heartbeat.HANG_VARIABLE, "3")
+    ranks = _spawned(_beat_then_stop if beats else _stop)
     try:
-        with pytest.raises(
-            RuntimeError, match=r"rank 1's process \(\d+\) hangs: .* before joining"
-        ):
+        how = "no heartbeat for" if beats else "stopped for"
+        with pytest.raises(heartbeat.RankHangs, match=rf"rank 1's process \(\d+\) hangs: {how}"):
             ranks._started()
     finally:
         os.kill(ranks.procs[0].pid, signal.SIGKILL)
@@ -385,7 +385,7 @@ def _spawned(target):
     ctx = multiprocessing.get_context("spawn")
     ranks = Ranks.__new__(Ranks)
     slots = ctx.RawArray("q", 4)
-    ranks.nproc, ranks.beats = 2, _beats(slots, 0)
+    ranks.nproc, ranks.beats, ranks._stopped_since = 2, _beats(slots, 0), {}
     mine, theirs = ctx.Pipe()
     ranks.conns = [mine]
     ranks.procs = [ctx.Process(target=target, args=(slots, theirs), daemon=True)]
@@ -395,12 +395,16 @@ def _spawned(target):
 
 
 def _beat_then_stop(slots, conn):
-    import os
-    import signal
-
     from fenchel_cvx.parallel import _beats
 
     beats = _beats(slots, 1)  # noqa: F841 - beats while referenced
+    _stop(slots, conn)
+
+
+def _stop(slots, conn):
+    import os
+    import signal
+
     os.kill(os.getpid(), signal.SIGSTOP)
 
 

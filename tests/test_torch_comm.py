@@ -295,7 +295,8 @@ rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), s
 via = sys.argv[5]
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                         world_size=world, timeout=timedelta(seconds=120))
-heartbeat.HANG = 2.0 if rank == 0 else heartbeat.HANG  # (rank 1 beats every second)
+if rank == 0:  # (rank 1 beats every second, its limit the default)
+    os.environ[heartbeat.HANG_VARIABLE] = "2"
 comm = TorchComm(shared_memory=via == "host")
 assert (comm.host is not None) == (via == "host") and comm.beats is not None
 if rank == 1:  # stops in the transfer (after the ranks met in shared memory, where they do)
@@ -317,7 +318,7 @@ def test_a_rank_that_hangs_in_a_transfer_of_the_process_group_is_named(tmp_path,
     """Rank 1 stops (SIGSTOP) inside a gather too large for shared memory, where rank 0 waits
     for gloo's transfer: rank 0 looks at rank 1's heartbeat meanwhile (in shared memory, or in
     the group's store: ranks on several hosts) and stops naming rank 1 as hung after
-    ``heartbeat.HANG`` seconds (2 in rank 0), long before gloo's timeout (120 s here)."""
+    ``FENCHEL_HANG`` seconds (2 in rank 0), long before gloo's timeout (120 s here)."""
     if via == "host" and not host_memory.supported():
         pytest.skip("no shared memory between ranks here")
     script = tmp_path / "hung_rank.py"

@@ -4,46 +4,73 @@ A rank waiting in a collective for another cannot tell, from the wait alone, whe
 computes (a first batch may spend a minute compiling its kernels) or hangs: its process stopped
 (SIGSTOP, a debugger), or its interpreter held. So every rank runs a :class:`Heartbeat`, a
 thread that beats every ``BEAT`` seconds whatever the rank's main thread does, and a rank that
-waits looks at the others' beats: one whose last beat is older than ``hang`` seconds (``HANG``)
-hangs, and the waiting rank stops with ``reduce.CollectiveError`` naming it.
+waits looks at the others' beats (:func:`check`): one whose last beat is older than
+:func:`hang_seconds` hangs, and the waiting rank stops with :class:`RankHangs` naming it.
 
 Where the beats go: on one host, into memory the ranks share (:class:`ClockBeats`: the time,
 one clock for every process of the host; the ranks' segment of ``host_memory``, and the slots
-that ``parallel.Ranks`` gives the processes it starts, which beat from their start);
-across hosts, into the process group's store (:class:`StoreBeats`: a count, whose change each
-rank times on its own clock). Docs page "Training in parallel".
+that ``parallel.Ranks`` gives the processes it starts); across hosts, into the process group's
+store (:class:`StoreBeats`: a count, whose change each rank times on its own clock). A look
+made while this rank's own beat is stale too names no one: the whole host stalled (a paused
+VM), not one rank. Docs page "Training in parallel".
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from datetime import timedelta
 from typing import Any, Protocol
+
+from ..reduce import CollectiveError
 
 __all__ = [
     "BEAT",
     "HANG",
     "ClockBeats",
     "Heartbeat",
+    "RankHangs",
     "StoreBeats",
-    "hangs",
+    "check",
+    "hang_seconds",
     "store_beats",
-    "watched",
 ]
 
-#: seconds between a rank's heartbeats (at most: a ``hang`` under 4 s beats four times in it)
+#: seconds between a rank's heartbeats (at most: a hang limit under 4 s beats four times in it)
 BEAT = 1.0
-#: the age of a heartbeat past which its rank hangs (seconds)
+#: the age of a heartbeat past which its rank hangs (seconds), where ``FENCHEL_HANG`` is unset
 HANG = 30.0
-#: how often a waiting rank looks at the others (seconds)
-LOOK = 0.05
+#: the environment variable that sets the hang limit of every rank started from this one
+HANG_VARIABLE = "FENCHEL_HANG"
+#: the longest a look at the store's beats waits for the store (seconds)
+STORE_LOOK = 1.0
+
+
+class RankHangs(CollectiveError):
+    """A rank whose heartbeat stopped: its process is stopped, or its interpreter held."""
+
+
+def hang_seconds() -> float:
+    """The hang limit: ``FENCHEL_HANG`` (seconds, > 0) where set, else ``HANG``."""
+    text = os.environ.get(HANG_VARIABLE)
+    if text is None:
+        return HANG
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise ValueError(f"{HANG_VARIABLE} must be a number of seconds > 0, got {text!r}")
+    return value
 
 
 class Beats(Protocol):
     """Where the ranks' beats go: ``stale()`` -> ``(rank, seconds)`` of each other rank whose
-    last beat is older than its ``heartbeat.hang``, and ``name(rank)`` for an error."""
+    last beat is older than its ``heartbeat.hang`` (none where this rank's own beat is stale
+    too), and ``name(rank)`` for an error."""
 
     heartbeat: Heartbeat
 
@@ -54,59 +81,46 @@ class Beats(Protocol):
 
 class Heartbeat:
     """A daemon thread that calls ``beat()`` now and every ``min(BEAT, hang / 4)`` seconds,
-    until ``beat``'s owner (a bound method's object) is dropped. ``hang``: None, ``HANG``."""
+    until ``beat``'s owner (a bound method's object) is dropped; a beat that fails (the
+    store's connection) is tried again at the next. ``hang``: None, :func:`hang_seconds`.
+    ``age()``: the seconds since this thread last beat."""
 
     def __init__(self, beat: Callable[[], None], rank: int, hang: float | None = None) -> None:
-        self.rank, self.hang = rank, HANG if hang is None else float(hang)
+        self.rank, self.hang = rank, hang_seconds() if hang is None else float(hang)
+        self.last = time.monotonic()
         beat()
         owner, name = weakref.ref(beat.__self__), beat.__name__  # type: ignore[attr-defined]
         threading.Thread(
-            target=_beating, args=(owner, name, min(BEAT, self.hang / 4)), daemon=True,
+            target=_beating, args=(owner, name, self, min(BEAT, self.hang / 4)), daemon=True,
             name=f"fenchel_cvx heartbeat of rank {rank}",
         ).start()  # fmt: skip
 
+    def age(self) -> float:
+        return time.monotonic() - self.last
 
-def _beating(owner: weakref.ReferenceType, name: str, period: float) -> None:
+
+def _beating(owner: weakref.ReferenceType, name: str, heart: Heartbeat, period: float) -> None:
     while True:
         time.sleep(period)
         if (obj := owner()) is None:
             return
-        getattr(obj, name)()
+        try:
+            getattr(obj, name)()
+            heart.last = time.monotonic()
+        except Exception:  # noqa: BLE001, S110 - the next beat tries again; a rank that
+            pass  # cannot beat for ``hang`` seconds is named by the others
         del obj
 
 
-def hangs(beats: Beats, r: int, age: float, where: str) -> str:
-    """The message of an error that names rank ``r`` as hung ``where`` (e.g. "during a
-    collective of 2 ranks")."""
-    return (
-        f"rank {beats.heartbeat.rank}: {beats.name(r)} hangs: no heartbeat for {age:.0f} s "
-        f"{where} (stopped, or its interpreter held)"
-    )
-
-
-def watched(fn: Callable[..., Any], look: Callable[[], None], *args: Any) -> Any:
-    """``fn(*args)`` on a thread of its own while this thread calls ``look()`` (which raises
-    where a rank ended or hangs) every ``LOOK`` seconds: -> its result, or its error. For a
-    wait that cannot look itself (a rendezvous of the process group, a write to a pipe that a
-    stopped rank no longer reads); where ``look`` raises, the thread is left to its wait."""
-    out: list[Any] = []
-
-    def run() -> None:
-        try:
-            out.append((True, fn(*args)))
-        except BaseException as err:  # noqa: BLE001 - handed to the caller
-            out.append((False, err))
-
-    thread = threading.Thread(target=run, daemon=True, name="fenchel_cvx watched wait")
-    thread.start()
-    while thread.is_alive():
-        thread.join(LOOK)
-        if not out:
-            look()
-    ok, value = out[0]
-    if not ok:
-        raise value
-    return value
+def check(beats: Beats, where: str, among: Collection[int] | None = None) -> None:
+    """Raises :class:`RankHangs` naming a rank (of ``among``; None: any) whose heartbeat is
+    stale, ``where`` (e.g. "during a collective of 2 ranks")."""
+    for r, age in beats.stale():
+        if among is None or r in among:
+            raise RankHangs(
+                f"rank {beats.heartbeat.rank}: {beats.name(r)} hangs: no heartbeat for "
+                f"{age:.0f} s {where} (stopped, or its interpreter held)"
+            )
 
 
 class ClockBeats:
@@ -122,6 +136,8 @@ class ClockBeats:
         self.beats[self.rank] = time.monotonic_ns()
 
     def stale(self) -> list[tuple[int, float]]:
+        if self.heartbeat.age() > self.heartbeat.hang / 2:  # (the host stalled)
+            return []
         now, ranks = time.monotonic_ns(), range(len(self.beats))
         on = [r for r in ranks if r != self.rank and self.pids[r] > 0 and self.beats[r] > 0]
         ages = [(r, (now - int(self.beats[r])) / 1e9) for r in on]
@@ -133,14 +149,18 @@ class ClockBeats:
 
 class StoreBeats:
     """The ranks' beats in ``store`` (the process group's: ``torch.distributed``'s store, on
-    every host): rank ``rank`` of ``P`` adds 1 to its key every beat; :meth:`stale` reads every
-    rank's count and times each change on this rank's clock (the hosts' clocks may differ)."""
+    every host): rank ``rank`` of ``P`` adds 1 to its key every beat, through a connection of
+    its own; :meth:`stale` reads every rank's count through another, which waits at most
+    ``STORE_LOOK`` seconds (a store that does not answer names no one: the collective's own
+    timeout stands), and times each change on this rank's clock (the hosts' clocks may
+    differ)."""
 
     PREFIX = "fenchel_cvx/heartbeat/"
 
     def __init__(self, store: Any, P: int, rank: int, hang: float | None = None) -> None:
-        self.store, self.P, self.rank = store, P, rank
-        self._beats = store.clone()  # (the heartbeat thread's own connection)
+        self.P, self.rank = P, rank
+        self._beats, self._looks = store.clone(), store.clone()
+        self._looks.set_timeout(timedelta(seconds=STORE_LOOK))
         self._seen: dict[int, tuple[bytes, float]] = {}
         self.heartbeat = Heartbeat(self._beat, rank, hang)
 
@@ -148,11 +168,13 @@ class StoreBeats:
         self._beats.add(self.PREFIX + str(self.rank), 1)
 
     def stale(self) -> list[tuple[int, float]]:
+        if self.heartbeat.age() > self.heartbeat.hang / 2:  # (the host stalled)
+            return []
         others = [r for r in range(self.P) if r != self.rank]
         keys = [self.PREFIX + str(r) for r in others]
         try:
-            counts = self.store.multi_get(keys) if self._all_beating(keys) else []
-        except RuntimeError:  # (the store's host is gone: the collective's own error follows)
+            counts = self._looks.multi_get(keys) if self._looks.check(keys) else []
+        except RuntimeError:  # (the store does not answer)
             return []
         now, out = time.monotonic(), []
         for r, count in zip(others, counts):
@@ -162,9 +184,6 @@ class StoreBeats:
             elif now - since > self.heartbeat.hang:
                 out.append((r, now - since))
         return out
-
-    def _all_beating(self, keys: list[str]) -> bool:
-        return bool(self.store.check(keys))
 
     def name(self, r: int) -> str:
         return f"rank {r}"

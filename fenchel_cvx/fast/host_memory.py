@@ -22,13 +22,13 @@ processes are alive, and stops with ``CollectiveError`` naming a rank whose proc
 that hangs, or one that has not written within ``timeout``.
 
 **The heartbeat.** A thread of each rank writes the time (``time.monotonic_ns``, one clock for
-every process of the host) into the rank's header line every ``BEAT`` seconds, whatever its
-main thread does: a first batch's minute of compiling beats like any other. A rank whose
-heartbeat is older than ``hang`` seconds (``heartbeat.HANG``) hangs: its process is stopped
-(SIGSTOP, a debugger), or something holds its interpreter. A rank waiting here for it stops
-with ``CollectiveError`` naming it within ``hang`` seconds, and so does one waiting for it in
-a transfer of the process group (``torch_comm``: it polls the transfer and looks at
-``HostMemory.beats``).
+every process of the host) into the rank's header line every second (``heartbeat.py``),
+whatever its main thread does: a first batch's minute of compiling beats like any other. A
+rank whose heartbeat is older than ``hang`` seconds (``heartbeat.hang_seconds``) hangs: its
+process is stopped (SIGSTOP, a debugger), or something holds its interpreter. A rank waiting
+here for it stops with ``heartbeat.RankHangs`` naming it within ``hang`` seconds, and so does
+one waiting for it in a transfer of the process group (``torch_comm``: it looks at
+``HostMemory.beats`` while the transfer runs).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..reduce import CollectiveError
-from .heartbeat import ClockBeats, hangs
+from .heartbeat import ClockBeats, check
 
 __all__ = ["HostMemory", "join"]
 
@@ -69,8 +69,8 @@ class HostMemory:
     """A shared-memory segment of ``P`` ranks of one host (the file ``path``, created by the
     rank that passes ``create``); this process is rank ``rank``. ``slot``: the most bytes a
     rank gathers through it; ``timeout``: the longest a gather waits for a rank that beats;
-    ``hang``: the age of a heartbeat past which its rank hangs (None: ``heartbeat.HANG``;
-    module doc)."""
+    ``hang``: the age of a heartbeat past which its rank hangs (None:
+    ``heartbeat.hang_seconds()``; module doc)."""
 
     def __init__(
         self, path: str, P: int, rank: int, slot: int = SLOT, create: bool = False,
@@ -148,11 +148,7 @@ class HostMemory:
                     f"rank {self.rank}: rank {r}'s process ({int(self.pids[r])}) ended "
                     f"during a collective of {self.P} ranks"
                 )
-        for r, age in self.beats.stale():
-            if r in late:
-                raise CollectiveError(
-                    hangs(self.beats, r, age, f"during a collective of {self.P} ranks")
-                )
+        check(self.beats, f"during a collective of {self.P} ranks", among=late)
         if waited > self.timeout:
             raise CollectiveError(
                 f"rank {self.rank}: ranks {late} did not reach a collective of {self.P} ranks "
@@ -160,14 +156,19 @@ class HostMemory:
             )
 
 
-def _alive(pid: int) -> bool:
-    """Whether the process ``pid`` runs (not ended, not a zombie awaiting its parent)."""
+def state(pid: int) -> bytes:
+    """The state letter of process ``pid`` (Linux's ``/proc``: ``R`` running, ``S`` asleep,
+    ``T`` stopped, ``Z`` a zombie, ...), ``b""`` where there is none."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
+            return f.read().rsplit(b")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return False
-    return state not in (b"Z", b"X")
+        return b""
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process ``pid`` runs (not ended, not a zombie awaiting its parent)."""
+    return state(pid) not in (b"", b"Z", b"X")
 
 
 def supported() -> bool:

@@ -35,7 +35,7 @@ import copy
 import functools
 import hashlib
 import math
-import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -197,8 +197,8 @@ class TorchComm(_Moves):
         rank where it does not complete. On the CPU (gloo) a rank that hangs is named within
         its heartbeat's ``hang`` seconds (``heartbeat.py``): where the ranks share host memory
         they meet there first, and the transfer runs in the background while this rank looks
-        at the others' heartbeats (on a GPU the transfer is the device's, and NCCL's watchdog
-        stops it)."""
+        at the others' heartbeats (on a GPU the transfer is the device's: NCCL's watchdog and
+        the group's timeout)."""
         out = [self.torch.empty_like(buf) for _ in range(self.P)]
         try:
             if self.beats is None:
@@ -245,21 +245,12 @@ class TorchComm(_Moves):
 
 
 def _await(work: Any, beats: heartbeat.Beats, P: int) -> None:
-    """Until ``work`` (a collective in the background) completes: looks at it, yielding the
-    core, then napping, as ``host_memory`` waits; every ``LOOK`` seconds at the others'
-    heartbeats, and a rank that hangs is named."""
-    start = looked = time.monotonic()
-    while not work.is_completed():
-        now = time.monotonic()
-        if now - start < host_memory.SPIN:
-            os.sched_yield()
-            continue
-        time.sleep(host_memory.NAP)
-        if now - looked >= host_memory.LOOK:
-            looked = now
-            for r, age in beats.stale():
-                where = f"during a collective of {P} ranks"
-                raise CollectiveError(heartbeat.hangs(beats, r, age, where))
+    """Until ``work`` (a collective in the background) completes, looking at the others'
+    heartbeats every ``host_memory.LOOK`` seconds meanwhile (a rank that hangs is named)."""
+    done = threading.Event()
+    work.get_future().add_done_callback(lambda _: done.set())
+    while not done.wait(host_memory.LOOK):
+        heartbeat.check(beats, f"during a collective of {P} ranks")
     work.wait()  # (its error, where it failed)
 
 
