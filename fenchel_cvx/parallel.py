@@ -340,7 +340,7 @@ class Ranks:
                 since = self._stopped_since.setdefault(r, now)
                 if now - since > self.beats.heartbeat.hang:
                     raise RankHangs(
-                        f"rank 0: rank {r}'s process ({proc.pid}) hangs: stopped for "
+                        f"rank 0: {self.beats.name(r)} hangs: stopped for "
                         f"{now - since:.0f} s {where}"
                     )
             else:

@@ -68,10 +68,12 @@ def hang_seconds() -> float:
 
 
 class Beats(Protocol):
-    """Where the ranks' beats go: ``stale()`` -> ``(rank, seconds)`` of each other rank whose
-    last beat is older than its ``heartbeat.hang`` (none where this rank's own beat is stale
-    too), and ``name(rank)`` for an error."""
+    """Where the ranks' beats go, this process beating as ``rank``: ``stale()`` ->
+    ``(rank, seconds)`` of each other rank whose last beat is older than its
+    ``heartbeat.hang`` (none where this rank's own beat is stale too), and ``name(rank)`` for
+    an error."""
 
+    rank: int
     heartbeat: Heartbeat
 
     def stale(self) -> list[tuple[int, float]]: ...
@@ -86,30 +88,29 @@ class Heartbeat:
     ``age()``: the seconds since this thread last beat."""
 
     def __init__(self, beat: Callable[[], None], rank: int, hang: float | None = None) -> None:
-        self.rank, self.hang = rank, hang_seconds() if hang is None else float(hang)
+        self.hang = hang_seconds() if hang is None else float(hang)
         self.last = time.monotonic()
         beat()
-        owner, name = weakref.ref(beat.__self__), beat.__name__  # type: ignore[attr-defined]
         threading.Thread(
-            target=_beating, args=(owner, name, self, min(BEAT, self.hang / 4)), daemon=True,
-            name=f"fenchel_cvx heartbeat of rank {rank}",
+            target=_beating, args=(weakref.WeakMethod(beat), self, min(BEAT, self.hang / 4)),
+            daemon=True, name=f"fenchel_cvx heartbeat of rank {rank}",
         ).start()  # fmt: skip
 
     def age(self) -> float:
         return time.monotonic() - self.last
 
 
-def _beating(owner: weakref.ReferenceType, name: str, heart: Heartbeat, period: float) -> None:
+def _beating(beat: weakref.WeakMethod, heart: Heartbeat, period: float) -> None:
     while True:
         time.sleep(period)
-        if (obj := owner()) is None:
+        if (method := beat()) is None:
             return
         try:
-            getattr(obj, name)()
+            method()
             heart.last = time.monotonic()
         except Exception:  # noqa: BLE001, S110 - the next beat tries again; a rank that
             pass  # cannot beat for ``hang`` seconds is named by the others
-        del obj
+        del method
 
 
 def check(beats: Beats, where: str, among: Collection[int] | None = None) -> None:
@@ -118,7 +119,7 @@ def check(beats: Beats, where: str, among: Collection[int] | None = None) -> Non
     for r, age in beats.stale():
         if among is None or r in among:
             raise RankHangs(
-                f"rank {beats.heartbeat.rank}: {beats.name(r)} hangs: no heartbeat for "
+                f"rank {beats.rank}: {beats.name(r)} hangs: no heartbeat for "
                 f"{age:.0f} s {where} (stopped, or its interpreter held)"
             )
 

@@ -145,8 +145,8 @@ class HostMemory:
         for r in late:
             if not _alive(int(self.pids[r])):
                 raise CollectiveError(
-                    f"rank {self.rank}: rank {r}'s process ({int(self.pids[r])}) ended "
-                    f"during a collective of {self.P} ranks"
+                    f"rank {self.rank}: {self.beats.name(r)} ended during a collective of "
+                    f"{self.P} ranks"
                 )
         check(self.beats, f"during a collective of {self.P} ranks", among=late)
         if waited > self.timeout:
