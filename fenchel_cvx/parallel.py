@@ -464,7 +464,7 @@ class Ranks:
     def _end(self, err) -> None:
         """The ranks stop: after ``err`` (rank 0's), the ranks whose processes ended are named
         (``_stopped``); the others are stopped; this process leaves the group."""
-        self.comm = None
+        comm, self.comm = self.comm, None
         try:
             if err is not None:
                 _stopped(self.procs, err)
@@ -476,6 +476,8 @@ class Ranks:
                 if proc.is_alive():  # (SIGTERM caught or ignored: the process must not outlive us)
                     proc.kill()
                     proc.join()
+            if comm is not None:
+                comm.close()
             dist = _torch_distributed()
             if dist.is_initialized():
                 dist.destroy_process_group()

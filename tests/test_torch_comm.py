@@ -343,3 +343,93 @@ def test_a_rank_that_hangs_in_a_transfer_of_the_process_group_is_named(tmp_path,
             p.communicate()
     message = str(np.load(outs[0])["message"])
     assert re.search(r"rank 0: rank 1('s process \(\d+\))? hangs: no heartbeat for", message)
+
+
+#: a rank's heartbeat beating into a store (``StoreBeats``, a beat every 0.25 s) that another
+#: process serves; then that server ends (SIGKILL: each beat fails) or stops (SIGSTOP: a beat
+#: waits for it, and this rank looks at the beats until it is told why). A hook registered
+#: before the heartbeat (``atexit`` runs it after the heartbeat's own) prints the heartbeat
+#: threads still alive as the interpreter's teardown begins.
+STORE_FAULT = """
+import atexit, os, signal, sys, threading, time
+from datetime import timedelta
+import torch.distributed as dist
+from fenchel_cvx.fast.heartbeat import RankHangs, StoreBeats, check
+
+def beating_threads():
+    alive = [t.name for t in threading.enumerate() if "heartbeat" in t.name]
+    print("heartbeat threads at teardown:", len(alive), flush=True)
+
+atexit.register(beating_threads)
+server, port, fault = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
+beats = StoreBeats(store, 2, 1, hang=1.0)
+time.sleep(0.5)
+if fault == "ended":
+    os.kill(server, signal.SIGKILL)
+    time.sleep(1.5)
+else:
+    os.kill(server, signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < 20:
+            check(beats, "in this test")
+            time.sleep(0.05)
+    except RankHangs as err:
+        print(f"named after {time.monotonic() - t0:.1f} s: {err}", flush=True)
+    os.kill(server, signal.SIGKILL)
+"""
+
+#: a store's server in a process of its own: prints its port, then serves until killed
+STORE_SERVER = """
+import time
+from datetime import timedelta
+import torch.distributed as dist
+store = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=60))
+print(store.port, flush=True)
+time.sleep(600)
+"""
+
+
+def _store_fault(tmp_path, fault):
+    """``STORE_FAULT`` run against a server of its own, which meets ``fault``: its output."""
+    script = tmp_path / "store_fault.py"
+    script.write_text(STORE_FAULT)
+    server = subprocess.Popen(
+        [sys.executable, "-c", STORE_SERVER], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        port = server.stdout.readline().strip()
+        out = subprocess.run(
+            [sys.executable, str(script), str(server.pid), port, fault],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        server.kill()
+        server.communicate()
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "heartbeat threads at teardown: 0" in out.stdout, out.stdout + out.stderr[-3000:]
+    return out.stdout
+
+
+@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+def test_a_heartbeat_into_a_store_that_ended_has_stopped_before_the_interpreter_tears_down(
+    tmp_path,
+):
+    """A heartbeat thread inside a beat into the store when the interpreter tears down aborts
+    the process as the beat returns ("terminate called without an active exception"): as a
+    rank does that outlives the rank whose process serves the store. The heartbeats stop at
+    exit, after their beat in flight: none is alive at teardown, and the process exits 0."""
+    _store_fault(tmp_path, "ended")
+
+
+@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+def test_a_store_that_stops_answering_is_named_and_no_look_waits_for_it(tmp_path):
+    """The store's server stopped (SIGSTOP: the process that serves it hangs): this rank's
+    beats wait for it, its looks at the beats do not (they read what its heartbeat thread
+    last read), and after ``hang`` seconds (1 here) a look names the store."""
+    out = _store_fault(tmp_path, "stopped")
+    named = re.search(r"named after ([\d.]+) s: rank 1: the process group's store has taken "
+                      r"no heartbeat of this rank for \d+ s .*in this test", out)  # fmt: skip
+    assert named, out
+    assert float(named.group(1)) < 10, out

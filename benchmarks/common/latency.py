@@ -51,6 +51,7 @@ def latency_rank(rank, P, port, gloo, repeats=200):
             if k >= 5:
                 times.append(time.perf_counter() - t0)
         table[size] = statistics.mean(times)
+    comm.close()
     dist.destroy_process_group()
     if rank == 0:
         print(json.dumps(table), flush=True)

@@ -10,13 +10,18 @@ waits looks at the others' beats (:func:`check`): one whose last beat is older t
 Where the beats go: on one host, into memory the ranks share (:class:`ClockBeats`: the time,
 one clock for every process of the host; the ranks' segment of ``host_memory``, and the slots
 that ``parallel.Ranks`` gives the processes it starts); across hosts, into the process group's
-store (:class:`StoreBeats`: a count, whose change each rank times on its own clock). A look
-made while this rank's own beat is stale too names no one: the whole host stalled (a paused
-VM), not one rank. Docs page "Training in parallel".
+store (:class:`StoreBeats`: a count, whose changes each rank's heartbeat thread reads and times
+on its own clock, so that a look never waits for the store). A look made while this rank's own
+beat is stale too names no one: the whole host stalled (a paused VM), not one rank; but a store
+that takes no beat while this rank's heartbeat tries is named (its server hangs). A heartbeat
+ends with :meth:`Heartbeat.stop` (``TorchComm.close``), and at the latest when the interpreter
+exits (``atexit``): a beat into the store in flight while the interpreter tears down would abort
+the process. Docs page "Training in parallel".
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import time
@@ -45,8 +50,11 @@ BEAT = 1.0
 HANG = 30.0
 #: the environment variable that sets the hang limit of every rank started from this one
 HANG_VARIABLE = "FENCHEL_HANG"
-#: the longest a look at the store's beats waits for the store (seconds)
+#: the longest a heartbeat's connection to the store waits where it waits (to connect, for a
+#: key): seconds. A store whose server is stopped holds a beat until it answers.
 STORE_LOOK = 1.0
+#: the longest :meth:`Heartbeat.stop` waits for a beat in flight (seconds)
+STOP = 2 * STORE_LOOK + BEAT
 
 
 class RankHangs(CollectiveError):
@@ -70,52 +78,94 @@ def hang_seconds() -> float:
 class Beats(Protocol):
     """Where the ranks' beats go, this process beating as ``rank``: ``stale()`` ->
     ``(rank, seconds)`` of each other rank whose last beat is older than its
-    ``heartbeat.hang`` (none where this rank's own beat is stale too), and ``name(rank)`` for
-    an error."""
+    ``heartbeat.hang`` (none where this rank's own beat is stale too); ``silent()``: what
+    keeps this rank's heartbeat from landing though it tries (None: nothing, or the host
+    stalled); and ``name(rank)`` for an error."""
 
     rank: int
     heartbeat: Heartbeat
 
     def stale(self) -> list[tuple[int, float]]: ...
 
+    def silent(self) -> str | None: ...
+
     def name(self, r: int) -> str: ...
 
 
 class Heartbeat:
     """A daemon thread that calls ``beat()`` now and every ``min(BEAT, hang / 4)`` seconds,
-    until ``beat``'s owner (a bound method's object) is dropped; a beat that fails (the
-    store's connection) is tried again at the next. ``hang``: None, :func:`hang_seconds`.
-    ``age()``: the seconds since this thread last beat."""
+    until :meth:`stop`, or until ``beat``'s owner (a bound method's object) is dropped; a beat
+    that fails (the store's connection) is tried again at the next. ``hang``: None,
+    :func:`hang_seconds`. ``age()``: the seconds since this thread last beat; ``tried``: when
+    it last began a beat, ``calling``: whether that beat is in flight. Every heartbeat still
+    beating stops when the interpreter exits (``atexit``, before its teardown)."""
 
     def __init__(self, beat: Callable[[], None], rank: int, hang: float | None = None) -> None:
         self.hang = hang_seconds() if hang is None else float(hang)
-        self.last = time.monotonic()
+        self.tried, self.calling = time.monotonic(), False
         beat()
-        threading.Thread(
+        self.last = time.monotonic()
+        self.stopped = threading.Event()
+        self._thread = threading.Thread(
             target=_beating, args=(weakref.WeakMethod(beat), self, min(BEAT, self.hang / 4)),
             daemon=True, name=f"fenchel_cvx heartbeat of rank {rank}",
-        ).start()  # fmt: skip
+        )  # fmt: skip
+        _stopped_at_exit(self)
+        self._thread.start()
 
     def age(self) -> float:
         return time.monotonic() - self.last
 
+    def stop(self) -> None:
+        """Ends the thread: at once, or after the beat in flight (waiting for it ``STOP``
+        seconds at most: a beat held by a stopped store outlives the wait)."""
+        self.stopped.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(STOP)
+
 
 def _beating(beat: weakref.WeakMethod, heart: Heartbeat, period: float) -> None:
-    while True:
-        time.sleep(period)
+    while not heart.stopped.wait(period):
         if (method := beat()) is None:
             return
+        heart.tried, heart.calling = time.monotonic(), True
         try:
             method()
             heart.last = time.monotonic()
         except Exception:  # noqa: BLE001, S110 - the next beat tries again; a rank that
             pass  # cannot beat for ``hang`` seconds is named by the others
+        finally:
+            heart.calling = False
         del method
+
+
+#: the heartbeats that beat, each stopped when the interpreter exits (``_stop_all``)
+_HEARTS: weakref.WeakSet[Heartbeat] = weakref.WeakSet()
+
+
+def _stopped_at_exit(heart: Heartbeat) -> None:
+    """``heart`` stops when the interpreter exits. The hook is registered with the first
+    heartbeat, after the libraries' own (``atexit`` runs the last registered first)."""
+    if not _HEARTS:
+        atexit.unregister(_stop_all)
+        atexit.register(_stop_all)
+    _HEARTS.add(heart)
+
+
+def _stop_all() -> None:
+    hearts = list(_HEARTS)
+    for heart in hearts:
+        heart.stopped.set()
+    for heart in hearts:
+        heart.stop()
 
 
 def check(beats: Beats, where: str, among: Collection[int] | None = None) -> None:
     """Raises :class:`RankHangs` naming a rank (of ``among``; None: any) whose heartbeat is
-    stale, ``where`` (e.g. "during a collective of 2 ranks")."""
+    stale, or what keeps this rank's own from landing (``beats.silent()``), ``where`` (e.g.
+    "during a collective of 2 ranks")."""
+    if (silent := beats.silent()) is not None:
+        raise RankHangs(f"rank {beats.rank}: {silent} {where}")
     for r, age in beats.stale():
         if among is None or r in among:
             raise RankHangs(
@@ -144,47 +194,57 @@ class ClockBeats:
         ages = [(r, (now - int(self.beats[r])) / 1e9) for r in on]
         return [(r, age) for r, age in ages if age > self.heartbeat.hang]
 
+    def silent(self) -> None:
+        """None: a beat into memory always lands."""
+
     def name(self, r: int) -> str:
         return f"rank {r}'s process ({int(self.pids[r])})"
 
 
 class StoreBeats:
     """The ranks' beats in ``store`` (the process group's: ``torch.distributed``'s store, on
-    every host): rank ``rank`` of ``P`` adds 1 to its key every beat, through a connection of
-    its own; :meth:`stale` reads every rank's count through another, which waits at most
-    ``STORE_LOOK`` seconds (a store that does not answer names no one: the collective's own
-    timeout stands), and times each change on this rank's clock (the hosts' clocks may
-    differ)."""
+    every host), through a connection of this rank's own: each beat of rank ``rank`` of ``P``
+    adds 1 to its key and reads the others' counts, timing each change on this rank's clock
+    (the hosts' clocks may differ). :meth:`stale` reads those times alone: a look never waits
+    for the store. A store that takes no beat of this rank for ``hang`` seconds while its
+    heartbeat tries is :meth:`silent`: its server hangs (under a ``tcp://`` or ``env://``
+    start without torchrun, it runs in rank 0's process)."""
 
     PREFIX = "fenchel_cvx/heartbeat/"
 
     def __init__(self, store: Any, P: int, rank: int, hang: float | None = None) -> None:
         self.P, self.rank = P, rank
-        self._beats, self._looks = store.clone(), store.clone()
-        self._looks.set_timeout(timedelta(seconds=STORE_LOOK))
-        self._seen: dict[int, tuple[bytes, float]] = {}
+        self._store = store.clone()
+        self._store.set_timeout(timedelta(seconds=STORE_LOOK))
+        self._others = [r for r in range(P) if r != rank]
+        self._keys = [self.PREFIX + str(r) for r in self._others]
+        self._seen: dict[int, tuple[bytes, float]] = {}  # (rank: its count, when it changed)
         self.heartbeat = Heartbeat(self._beat, rank, hang)
 
     def _beat(self) -> None:
-        self._beats.add(self.PREFIX + str(self.rank), 1)
+        self._store.add(self.PREFIX + str(self.rank), 1)
+        counts = self._store.multi_get(self._keys) if self._store.check(self._keys) else []
+        now = time.monotonic()
+        for r, count in zip(self._others, counts):
+            if self._seen.get(r, (None,))[0] != count:
+                self._seen[r] = (count, now)
 
     def stale(self) -> list[tuple[int, float]]:
-        if self.heartbeat.age() > self.heartbeat.hang / 2:  # (the host stalled)
+        if self.heartbeat.age() > self.heartbeat.hang / 2:  # (the host stalled, or the store)
             return []
-        others = [r for r in range(self.P) if r != self.rank]
-        keys = [self.PREFIX + str(r) for r in others]
-        try:
-            counts = self._looks.multi_get(keys) if self._looks.check(keys) else []
-        except RuntimeError:  # (the store does not answer)
-            return []
-        now, out = time.monotonic(), []
-        for r, count in zip(others, counts):
-            last, since = self._seen.get(r, (b"", now))
-            if count != last:
-                self._seen[r] = (count, now)
-            elif now - since > self.heartbeat.hang:
-                out.append((r, now - since))
-        return out
+        now = time.monotonic()
+        ages = [(r, now - since) for r, (_, since) in list(self._seen.items())]
+        return [(r, age) for r, age in ages if age > self.heartbeat.hang]
+
+    def silent(self) -> str | None:
+        heart = self.heartbeat
+        trying = heart.calling or time.monotonic() - heart.tried < heart.hang / 2
+        if trying and heart.age() > heart.hang:
+            return (
+                f"the process group's store has taken no heartbeat of this rank for "
+                f"{heart.age():.0f} s (the process that serves it hangs, or has ended)"
+            )
+        return None
 
     def name(self, r: int) -> str:
         return f"rank {r}"

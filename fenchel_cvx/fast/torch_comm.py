@@ -76,7 +76,8 @@ class TorchComm(_Moves):
     caller has initialised) as the shards of a block, split by ``split`` (``"columns"`` or
     ``"rows"``). ``shared_memory``: where every rank runs on this host, gather through host
     memory (module doc); False: through the process group alone. Made by every rank of the
-    group at once (its first gathers agree on the path: ``host``, None for the group's)."""
+    group at once (its first gathers agree on the path: ``host``, None for the group's).
+    :meth:`close` stops this rank's heartbeat, before the group is destroyed."""
 
     def __init__(
         self,
@@ -119,6 +120,12 @@ class TorchComm(_Moves):
         other = copy.copy(self)
         other.split = _check_split(split)
         return other
+
+    def close(self) -> None:
+        """This rank's heartbeat stops (its copies' by :meth:`with_split` too): the last use
+        of these ranks, before ``torch.distributed.destroy_process_group``."""
+        if self.beats is not None:
+            self.beats.heartbeat.stop()
 
     def reduce(self, values: Sequence[Any], op: str | Sequence[str]) -> list:
         """Each of ``values`` reduced over the ranks by its op, the parts combined in rank
