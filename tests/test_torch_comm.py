@@ -14,6 +14,7 @@ transfer of gloo's.
 
 import os
 import re
+import select
 import socket
 import subprocess
 import sys
@@ -391,6 +392,13 @@ time.sleep(600)
 """
 
 
+def _line_within(stream, seconds):
+    """The next line of ``stream``, read within ``seconds`` (else the test fails)."""
+    ready, _, _ = select.select([stream], [], [], seconds)
+    assert ready, f"no line within {seconds} s"
+    return stream.readline().strip()
+
+
 def _store_fault(tmp_path, fault):
     """``STORE_FAULT`` run against a server of its own, which meets ``fault``: its output."""
     script = tmp_path / "store_fault.py"
@@ -399,7 +407,7 @@ def _store_fault(tmp_path, fault):
         [sys.executable, "-c", STORE_SERVER], stdout=subprocess.PIPE, text=True
     )
     try:
-        port = server.stdout.readline().strip()
+        port = _line_within(server.stdout, 60)
         out = subprocess.run(
             [sys.executable, str(script), str(server.pid), port, fault],
             capture_output=True, text=True, timeout=60,
@@ -427,7 +435,8 @@ def test_a_heartbeat_into_a_store_that_ended_has_stopped_before_the_interpreter_
 def test_a_store_that_stops_answering_is_named_and_no_look_waits_for_it(tmp_path):
     """The store's server stopped (SIGSTOP: the process that serves it hangs): this rank's
     beats wait for it, its looks at the beats do not (they read what its heartbeat thread
-    last read), and after ``hang`` seconds (1 here) a look names the store."""
+    last read), and a look names the store once ``hang`` (1 s here) and a row of looks a beat
+    long have passed."""
     out = _store_fault(tmp_path, "stopped")
     named = re.search(r"named after ([\d.]+) s: rank 1: the process group's store has taken "
                       r"no heartbeat of this rank for \d+ s .*in this test", out)  # fmt: skip

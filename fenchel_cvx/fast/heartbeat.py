@@ -15,8 +15,9 @@ on its own clock, so that a look never waits for the store). A look made while t
 beat is stale too names no one: the whole host stalled (a paused VM), not one rank; but a store
 that takes no beat while this rank's heartbeat tries is named (its server hangs). A heartbeat
 ends with :meth:`Heartbeat.stop` (``TorchComm.close``), and at the latest when the interpreter
-exits (``atexit``): a beat into the store in flight while the interpreter tears down would abort
-the process. Docs page "Training in parallel".
+exits (``atexit``), waiting ``STOP`` seconds at most for its beat in flight: a beat into the
+store that returns while the interpreter tears down aborts the process. Docs page "Training in
+parallel".
 """
 
 from __future__ import annotations
@@ -52,13 +53,14 @@ HANG = 30.0
 HANG_VARIABLE = "FENCHEL_HANG"
 #: the longest a heartbeat's connection to the store waits where it waits (to connect, for a
 #: key): seconds. A store whose server is stopped holds a beat until it answers.
-STORE_LOOK = 1.0
+STORE_WAIT = 1.0
 #: the longest :meth:`Heartbeat.stop` waits for a beat in flight (seconds)
-STOP = 2 * STORE_LOOK + BEAT
+STOP = 2 * STORE_WAIT + BEAT
 
 
 class RankHangs(CollectiveError):
-    """A rank whose heartbeat stopped: its process is stopped, or its interpreter held."""
+    """A rank whose heartbeat stopped (its process is stopped, or its interpreter held), or a
+    store that takes no rank's beat (the process that serves it hangs)."""
 
 
 def hang_seconds() -> float:
@@ -78,9 +80,8 @@ def hang_seconds() -> float:
 class Beats(Protocol):
     """Where the ranks' beats go, this process beating as ``rank``: ``stale()`` ->
     ``(rank, seconds)`` of each other rank whose last beat is older than its
-    ``heartbeat.hang`` (none where this rank's own beat is stale too); ``silent()``: what
-    keeps this rank's heartbeat from landing though it tries (None: nothing, or the host
-    stalled); and ``name(rank)`` for an error."""
+    ``heartbeat.hang``; ``silent()``: what keeps this rank's heartbeat from landing though it
+    tries (None: nothing, or the host stalled); and ``name(rank)`` for an error."""
 
     rank: int
     heartbeat: Heartbeat
@@ -96,13 +97,15 @@ class Heartbeat:
     """A daemon thread that calls ``beat()`` now and every ``min(BEAT, hang / 4)`` seconds,
     until :meth:`stop`, or until ``beat``'s owner (a bound method's object) is dropped; a beat
     that fails (the store's connection) is tried again at the next. ``hang``: None,
-    :func:`hang_seconds`. ``age()``: the seconds since this thread last beat; ``tried``: when
-    it last began a beat, ``calling``: whether that beat is in flight. Every heartbeat still
-    beating stops when the interpreter exits (``atexit``, before its teardown)."""
+    :func:`hang_seconds`. ``age()``: the seconds since this thread last beat; ``calling``:
+    when the beat in flight began (None: none is); ``failed``: when a beat last failed. Every
+    heartbeat still beating stops when the interpreter exits (``atexit``, before its
+    teardown)."""
 
     def __init__(self, beat: Callable[[], None], rank: int, hang: float | None = None) -> None:
         self.hang = hang_seconds() if hang is None else float(hang)
-        self.tried, self.calling = time.monotonic(), False
+        self.calling: float | None = None
+        self.failed = float("-inf")
         beat()
         self.last = time.monotonic()
         self.stopped = threading.Event()
@@ -128,14 +131,14 @@ def _beating(beat: weakref.WeakMethod, heart: Heartbeat, period: float) -> None:
     while not heart.stopped.wait(period):
         if (method := beat()) is None:
             return
-        heart.tried, heart.calling = time.monotonic(), True
+        heart.calling = time.monotonic()
         try:
             method()
             heart.last = time.monotonic()
-        except Exception:  # noqa: BLE001, S110 - the next beat tries again; a rank that
-            pass  # cannot beat for ``hang`` seconds is named by the others
+        except Exception:  # noqa: BLE001 - the next beat tries again; a rank that cannot
+            heart.failed = time.monotonic()  # beat for ``hang`` seconds is named by the others
         finally:
-            heart.calling = False
+            heart.calling = None
         del method
 
 
@@ -144,11 +147,10 @@ _HEARTS: weakref.WeakSet[Heartbeat] = weakref.WeakSet()
 
 
 def _stopped_at_exit(heart: Heartbeat) -> None:
-    """``heart`` stops when the interpreter exits. The hook is registered with the first
-    heartbeat, after the libraries' own (``atexit`` runs the last registered first)."""
-    if not _HEARTS:
-        atexit.unregister(_stop_all)
-        atexit.register(_stop_all)
+    """``heart`` stops when the interpreter exits: the hook is registered anew with each
+    heartbeat, after every hook registered before it (``atexit`` runs the last one first)."""
+    atexit.unregister(_stop_all)
+    atexit.register(_stop_all)
     _HEARTS.add(heart)
 
 
@@ -163,9 +165,12 @@ def _stop_all() -> None:
 def check(beats: Beats, where: str, among: Collection[int] | None = None) -> None:
     """Raises :class:`RankHangs` naming a rank (of ``among``; None: any) whose heartbeat is
     stale, or what keeps this rank's own from landing (``beats.silent()``), ``where`` (e.g.
-    "during a collective of 2 ranks")."""
+    "during a collective of 2 ranks"). While this rank's own beat is stale too, no rank is
+    named: the whole host stalled (a paused VM), not one rank."""
     if (silent := beats.silent()) is not None:
         raise RankHangs(f"rank {beats.rank}: {silent} {where}")
+    if beats.heartbeat.age() > beats.heartbeat.hang / 2:  # (the host stalled)
+        return
     for r, age in beats.stale():
         if among is None or r in among:
             raise RankHangs(
@@ -187,8 +192,6 @@ class ClockBeats:
         self.beats[self.rank] = time.monotonic_ns()
 
     def stale(self) -> list[tuple[int, float]]:
-        if self.heartbeat.age() > self.heartbeat.hang / 2:  # (the host stalled)
-            return []
         now, ranks = time.monotonic_ns(), range(len(self.beats))
         on = [r for r in ranks if r != self.rank and self.pids[r] > 0 and self.beats[r] > 0]
         ages = [(r, (now - int(self.beats[r])) / 1e9) for r in on]
@@ -207,44 +210,54 @@ class StoreBeats:
     adds 1 to its key and reads the others' counts, timing each change on this rank's clock
     (the hosts' clocks may differ). :meth:`stale` reads those times alone: a look never waits
     for the store. A store that takes no beat of this rank for ``hang`` seconds while its
-    heartbeat tries is :meth:`silent`: its server hangs (under a ``tcp://`` or ``env://``
-    start without torchrun, it runs in rank 0's process)."""
+    heartbeat tries (a beat held in flight, or failing) is :meth:`silent` through a row of
+    looks a beat long: its server hangs (under a ``tcp://`` or ``env://`` start without
+    torchrun, it runs in rank 0's process); a stall of this process alone ends within a
+    beat."""
 
     PREFIX = "fenchel_cvx/heartbeat/"
 
     def __init__(self, store: Any, P: int, rank: int, hang: float | None = None) -> None:
         self.P, self.rank = P, rank
         self._store = store.clone()
-        self._store.set_timeout(timedelta(seconds=STORE_LOOK))
+        self._store.set_timeout(timedelta(seconds=STORE_WAIT))
         self._others = [r for r in range(P) if r != rank]
         self._keys = [self.PREFIX + str(r) for r in self._others]
         self._seen: dict[int, tuple[bytes, float]] = {}  # (rank: its count, when it changed)
+        self._suspect: float | None = None  # (the first look of a row to find it silent)
+        self._looked = float("-inf")  # (the last look)
         self.heartbeat = Heartbeat(self._beat, rank, hang)
 
     def _beat(self) -> None:
         self._store.add(self.PREFIX + str(self.rank), 1)
         counts = self._store.multi_get(self._keys) if self._store.check(self._keys) else []
-        now = time.monotonic()
+        now, seen = time.monotonic(), dict(self._seen)
         for r, count in zip(self._others, counts):
-            if self._seen.get(r, (None,))[0] != count:
-                self._seen[r] = (count, now)
+            if seen.get(r, (None,))[0] != count:
+                seen[r] = (count, now)
+        self._seen = seen  # (rebound whole: a look reads one beat's times)
 
     def stale(self) -> list[tuple[int, float]]:
-        if self.heartbeat.age() > self.heartbeat.hang / 2:  # (the host stalled, or the store)
-            return []
         now = time.monotonic()
-        ages = [(r, now - since) for r, (_, since) in list(self._seen.items())]
+        ages = [(r, now - since) for r, (_, since) in self._seen.items()]
         return [(r, age) for r, age in ages if age > self.heartbeat.hang]
 
     def silent(self) -> str | None:
-        heart = self.heartbeat
-        trying = heart.calling or time.monotonic() - heart.tried < heart.hang / 2
-        if trying and heart.age() > heart.hang:
-            return (
-                f"the process group's store has taken no heartbeat of this rank for "
-                f"{heart.age():.0f} s (the process that serves it hangs, or has ended)"
-            )
-        return None
+        heart, now = self.heartbeat, time.monotonic()
+        held = heart.calling is not None and now - heart.calling > heart.hang / 2
+        failing = now - heart.failed < heart.hang / 2
+        looked, self._looked = self._looked, now
+        if not ((held or failing) and heart.age() > heart.hang):
+            self._suspect = None
+            return None
+        if self._suspect is None or now - looked > BEAT:  # (a row of looks, a beat apart)
+            self._suspect = now
+        if now - self._suspect < BEAT:
+            return None
+        return (
+            f"the process group's store has taken no heartbeat of this rank for "
+            f"{heart.age():.0f} s (the process that serves it hangs, or has ended)"
+        )
 
     def name(self, r: int) -> str:
         return f"rank {r}"
