@@ -119,12 +119,14 @@ def one_kill(base, train, at, reference, n, sig=signal.SIGKILL):
     try:
         _, err = proc.communicate(timeout=LIMIT + 60)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
+        err = None
     ended = time.monotonic() - killed
     left = Path(f"/proc/{rank}").exists() and b"spawn_main" in cmdline(rank)
     if left:  # (a stopped rank that the command left behind: a failure, cleaned up here)
         os.kill(rank, signal.SIGKILL)
+    if err is None:  # (the command hung: ended here, once no rank of it holds its pipes)
+        proc.kill()
+        _, err = proc.communicate()
     named = "rank 1" in err
     broken = half_written(out)
     if (out / "checkpoint.npz").is_file():

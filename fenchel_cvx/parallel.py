@@ -297,6 +297,7 @@ class Ranks:
         slots = ctx.RawArray("q", 2 * self.nproc)  # (the ranks' heartbeats: ``_beats``)
         self.beats = _beats(slots, 0)
         self.conns, self.procs = [], []
+        self.comm: Any = None  # (this rank's communicator, once the ranks have joined)
         self._stopped_since: dict[int, float] = {}  # (ranks not yet beating, seen stopped)
         with _thread_env(self.threads):  # (each rank's pools sized at its start, as torchrun)
             for r in range(1, self.nproc):

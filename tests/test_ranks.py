@@ -375,6 +375,30 @@ def test_a_rank_that_hangs_before_joining_is_named(monkeypatch, beats):
         os.kill(ranks.procs[0].pid, signal.SIGKILL)
 
 
+def test_a_rank_that_hangs_before_the_ranks_join_ends_every_rank_and_its_error_stands(
+    monkeypatch,
+):
+    """``Ranks(2)`` whose start fails on rank 0 (a ``RankHangs`` from its look at the starting
+    ranks, planted): the spawned rank is ended (a stopped one would otherwise keep rank 0's
+    interpreter from exiting) and the error raised is the hang's, naming the rank."""
+    from fenchel_cvx import parallel
+    from fenchel_cvx.fast.heartbeat import RankHangs
+
+    procs = []
+
+    def hangs(ranks):
+        procs.extend(ranks.procs)
+        raise RankHangs("rank 0: rank 1 hangs before joining the others")
+
+    monkeypatch.setattr(parallel.Ranks, "_started", hangs)
+    with pytest.raises(RankHangs, match="rank 1 hangs before joining"):
+        parallel.Ranks(2, threads=1)
+    assert procs, "no rank was spawned"
+    for proc in procs:
+        proc.join(timeout=10)
+    assert not any(proc.is_alive() for proc in procs)
+
+
 def _spawned(target):
     """``Ranks`` of 2 whose rank 1 is ``target(slots, conn)`` in a spawned process (its
     heartbeat's slots, its end of the pipe), not yet joined: for its start's checks."""
