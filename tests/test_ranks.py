@@ -381,6 +381,7 @@ def test_a_rank_that_hangs_before_the_ranks_join_ends_every_rank_and_its_error_s
     """``Ranks(2)`` whose start fails on rank 0 (a ``RankHangs`` from its look at the starting
     ranks, planted): the spawned rank is ended (a stopped one would otherwise keep rank 0's
     interpreter from exiting) and the error raised is the hang's, naming the rank."""
+    pytest.importorskip("torch", reason="ranks need PyTorch (fenchel_cvx[bench])")
     from fenchel_cvx import parallel
     from fenchel_cvx.fast.heartbeat import RankHangs
 
