@@ -46,6 +46,8 @@ __all__ = [
 
 #: how long a rank waits in one collective for the others before it stops with an error
 TIMEOUT = timedelta(minutes=10)
+#: how often rank 0 of ``Ranks`` looks at the spawned ranks while it waits for them (seconds)
+LOOK = 0.05
 
 
 def threads_per_rank(nproc: int) -> int:
@@ -349,7 +351,7 @@ class Ranks:
 
     def _watched(self, where: str, fn, *args: Any):
         """``fn(*args)`` on a thread of its own while this thread looks at the spawned ranks
-        every 50 ms (``_look``): -> its result, or its error. For a wait that cannot look
+        every ``LOOK`` seconds (``_look``): -> its result, or its error. For a wait that cannot look
         itself (the group's rendezvous, a write to a pipe that a stopped rank no longer
         reads); where a look raises, the thread is left to its wait (the rendezvous's
         ``TIMEOUT``, or the pipe's end when the rank is ended)."""
@@ -364,7 +366,7 @@ class Ranks:
         thread = threading.Thread(target=run, daemon=True, name="fenchel_cvx watched wait")
         thread.start()
         while thread.is_alive():
-            thread.join(0.05)
+            thread.join(LOOK)
             if not out:
                 self._look(where)
         ok, value = out[0]
@@ -384,7 +386,7 @@ class Ranks:
         """Rank ``r``'s next message, while this process looks at the spawned ranks
         (``_look``: a rank that ends or hangs first is named ``where``)."""
         conn = self.conns[r - 1]
-        while not conn.poll(0.05):
+        while not conn.poll(LOOK):
             self._look(where)
             if time.monotonic() > deadline:
                 raise RuntimeError(f"training on ranks: rank {r} did not answer {where}")
@@ -449,7 +451,7 @@ class Ranks:
         try:
             for proc in self.procs:
                 while proc.is_alive():
-                    proc.join(0.05)
+                    proc.join(LOOK)
                     alive = [r for r, p in enumerate(self.procs, start=1) if p.is_alive()]
                     check(self.beats, "as it ended", among=alive)
             for r, proc in enumerate(self.procs, start=1):

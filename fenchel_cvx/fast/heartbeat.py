@@ -218,7 +218,7 @@ class StoreBeats:
     PREFIX = "fenchel_cvx/heartbeat/"
 
     def __init__(self, store: Any, P: int, rank: int, hang: float | None = None) -> None:
-        self.P, self.rank = P, rank
+        self.rank = rank
         self._store = store.clone()
         self._store.set_timeout(timedelta(seconds=STORE_WAIT))
         self._others = [r for r in range(P) if r != rank]
