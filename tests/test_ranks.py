@@ -10,6 +10,7 @@ name before any work.
 """
 
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -398,6 +399,105 @@ def test_a_rank_that_hangs_before_the_ranks_join_ends_every_rank_and_its_error_s
     for proc in procs:
         proc.join(timeout=10)
     assert not any(proc.is_alive() for proc in procs)
+
+
+#: ``Ranks(2)`` training a small network, its rank 1 stopped (SIGSTOP, from rank 0) in the phase
+#: of its life named by ``argv[1]``; rank 1's process id is printed as it is stopped. Through
+#: ``Ranks``' own steps: its start (``_started``) before or after the spawned rank's imports,
+#: its work's pickle (a 768 KB array, sent through the pipe: more than the pipe holds), rank 0's
+#: callback mid-run, and ``close``.
+RANK_PHASE = """
+import os, signal, sys
+import numpy as np
+from fenchel_cvx import LiftedNetwork, parallel
+
+def stop(ranks):
+    print(ranks.procs[0].pid, flush=True)
+    os.kill(ranks.procs[0].pid, signal.SIGSTOP)
+
+if __name__ == "__main__":
+    phase, started = sys.argv[1], parallel.Ranks._started
+    if phase == "before joining":
+        parallel.Ranks._started = lambda self: (stop(self), started(self))[1]
+    if phase == "while joining":
+        parallel.Ranks._started = lambda self: (started(self), stop(self))[0]
+    rng = np.random.default_rng(0)
+    X0 = rng.standard_normal((12, 8000 if phase == "as it took its work" else 60))
+    Y = np.eye(3)[:, rng.integers(0, 3, X0.shape[1])]
+    kw = dict(batch_size=20, epochs=1, alternations=2, backend="fast", strict=False)
+    ranks = parallel.Ranks(2, threads=1)
+    if phase == "as it took its work":
+        stop(ranks)
+    if phase == "mid-run":
+        kw["callback"] = lambda net, rec: rec["iteration"] == 2 and stop(ranks)
+    ranks.fit(LiftedNetwork([12, 10, 8, 3], seed=1), X0, Y, **kw)
+    if phase == "as it ended":
+        stop(ranks)
+    ranks.close()
+    print("ended without an error", flush=True)
+"""
+
+#: each phase of a rank's life, and where rank 0's error says rank 1 hung
+PHASES = {
+    "before joining": "before joining the others",
+    "while joining": "while joining the others",
+    "as it took its work": "as it took its work",
+    "mid-run": "during a collective",
+    "as it ended": "as it ended",
+}
+
+
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_a_rank_stopped_in_each_phase_of_its_life_is_named_and_every_process_ends(tmp_path, phase):
+    """Rank 1 stopped (SIGSTOP) before it joins the group, while it joins, as it takes its
+    work, mid-run and as the ranks end: rank 0 raises ``RankHangs`` naming rank 1 and the
+    phase once its heartbeat is ``FENCHEL_HANG`` seconds old (3 here), its process then exits
+    (a stopped child must not hold its interpreter's exit), and rank 1 is ended with it."""
+    pytest.importorskip("torch", reason="ranks need PyTorch (fenchel_cvx[bench])")
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from fenchel_cvx.fast.heartbeat import HANG_VARIABLE
+
+    script = tmp_path / "rank_phase.py"
+    script.write_text(RANK_PHASE)
+    env = {**os.environ, HANG_VARIABLE: "3"}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), phase], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=120)
+        ended = True
+    except subprocess.TimeoutExpired:  # (rank 0 runs, or a rank left behind holds its pipes)
+        os.killpg(proc.pid, signal.SIGKILL)  # (every process of its session)
+        out, err = proc.communicate()
+        ended = False
+    stopped = [int(line) for line in out.split() if line.isdigit()]
+    assert ended, f"rank 0 and rank 1 did not both end within 120 s: {out}{err[-3000:]}"
+    assert proc.returncode == 1, f"rank 0 ended with {proc.returncode}: {out}{err[-3000:]}"
+    assert len(stopped) == 1, out
+    assert not _alive(stopped[0], within=10), f"rank 1 (process {stopped[0]}) outlived rank 0"
+    hung = rf"RankHangs: rank 0: rank 1('s process \(\d+\))? hangs: .*{PHASES[phase]}"
+    assert re.search(hung, err), err[-3000:]
+
+
+def _alive(pid, within):
+    """Whether process ``pid`` still runs (and is not a zombie) ``within`` seconds from now."""
+    import time
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return False
+        except FileNotFoundError:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _spawned(target):
