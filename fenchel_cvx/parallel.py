@@ -48,6 +48,8 @@ __all__ = [
 TIMEOUT = timedelta(minutes=10)
 #: how often rank 0 of ``Ranks`` looks at the spawned ranks while it waits for them (seconds)
 LOOK = 0.05
+#: how long rank 0 waits for a spawned rank's process to end once its pipe has closed (seconds)
+STOP = 5.0
 
 
 def threads_per_rank(nproc: int) -> int:
@@ -371,8 +373,21 @@ class Ranks:
                 self._look(where)
         ok, value = out[0]
         if not ok:
+            if isinstance(value, ConnectionError):  # (a pipe whose rank's process ended)
+                self._ended(where, value)
             raise value
         return value
+
+    def _ended(self, where: str, err: BaseException) -> None:
+        """After ``err``, a pipe's write or read that failed as a spawned rank's process ended:
+        raises naming the rank (``_look``, within ``STOP`` seconds of its end), from ``err``."""
+        deadline = time.monotonic() + STOP
+        while all(p.is_alive() for p in self.procs) and time.monotonic() < deadline:
+            time.sleep(LOOK)
+        try:
+            self._look(where)
+        except BaseException as named:  # noqa: BLE001 - raised, from the pipe's error
+            raise named from err
 
     def _started(self) -> None:
         """Until every spawned rank is about to join the group (its imports done, within
@@ -392,9 +407,8 @@ class Ranks:
                 raise RuntimeError(f"training on ranks: rank {r} did not answer {where}")
         try:
             return conn.recv()
-        except EOFError:  # (its process ends: its end of the pipe closed)
-            self.procs[r - 1].join(5)
-            self._look(where)
+        except (EOFError, ConnectionError) as err:  # (its process ends: its end of the pipe closed)
+            self._ended(where, err)
             raise
 
     def fit(self, net, X0, Y, **kwargs: Any):
@@ -457,7 +471,7 @@ class Ranks:
             for r, proc in enumerate(self.procs, start=1):
                 if proc.exitcode != 0:
                     raise RuntimeError(
-                        f"training on ranks: rank {r} exited with code {proc.exitcode}"
+                        f"training on ranks: rank {r} exited with code {proc.exitcode} as it ended"
                     )
         except BaseException as err:
             self._end(err)

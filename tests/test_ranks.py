@@ -401,8 +401,9 @@ def test_a_rank_that_hangs_before_the_ranks_join_ends_every_rank_and_its_error_s
     assert not any(proc.is_alive() for proc in procs)
 
 
-#: ``Ranks(2)`` training a small network, its rank 1 stopped (SIGSTOP, from rank 0) in the phase
-#: of its life named by ``argv[1]``; rank 1's process id is printed as it is stopped. Through
+#: ``Ranks(2)`` training a small network, its rank 1 sent the signal ``argv[2]`` (SIGSTOP or
+#: SIGKILL, from rank 0) in the phase of its life named by ``argv[1]``; rank 1's process id is
+#: printed as it is signalled. Through
 #: ``Ranks``' own steps: its start (``_started``) before or after the spawned rank's imports,
 #: its work's pickle (a 768 KB array, sent through the pipe: more than the pipe holds), rank 0's
 #: callback mid-run, and ``close``.
@@ -413,7 +414,7 @@ from fenchel_cvx import LiftedNetwork, parallel
 
 def stop(ranks):
     print(ranks.procs[0].pid, flush=True)
-    os.kill(ranks.procs[0].pid, signal.SIGSTOP)
+    os.kill(ranks.procs[0].pid, getattr(signal, sys.argv[2]))
 
 if __name__ == "__main__":
     phase, started = sys.argv[1], parallel.Ranks._started
@@ -437,7 +438,7 @@ if __name__ == "__main__":
     print("ended without an error", flush=True)
 """
 
-#: each phase of a rank's life, and where rank 0's error says rank 1 hung
+#: each phase of a rank's life, and where rank 0's error says rank 1 hung or ended
 PHASES = {
     "before joining": "before joining the others",
     "while joining": "while joining the others",
@@ -447,12 +448,23 @@ PHASES = {
 }
 
 
+#: what rank 0 raises for rank 1 stopped (it hangs) and killed (its process ended)
+NAMED = {
+    "SIGSTOP": r"RankHangs: rank 0: rank 1('s process \(\d+\))? hangs: .*",
+    "SIGKILL": r"RuntimeError: training on ranks.*: rank 1 exited with code -9 .*",
+}
+
+
+@pytest.mark.parametrize("signal_name", list(NAMED))
 @pytest.mark.parametrize("phase", list(PHASES))
-def test_a_rank_stopped_in_each_phase_of_its_life_is_named_and_every_process_ends(tmp_path, phase):
-    """Rank 1 stopped (SIGSTOP) before it joins the group, while it joins, as it takes its
-    work, mid-run and as the ranks end: rank 0 raises ``RankHangs`` naming rank 1 and the
-    phase once its heartbeat is ``FENCHEL_HANG`` seconds old (3 here), its process then exits
-    (a stopped child must not hold its interpreter's exit), and rank 1 is ended with it."""
+def test_a_rank_stopped_or_killed_in_each_phase_of_its_life_is_named_and_every_process_ends(
+    tmp_path, phase, signal_name
+):
+    """Rank 1 stopped (SIGSTOP) or killed (SIGKILL) before it joins the group, while it joins,
+    as it takes its work, mid-run and as the ranks end: rank 0 raises an error naming rank 1
+    and the phase (a stopped rank once its heartbeat is ``FENCHEL_HANG`` seconds old, 3 here;
+    a killed one by its exit code), its process then exits (a stopped child must not hold its
+    interpreter's exit), and rank 1 is ended with it."""
     pytest.importorskip("torch", reason="ranks need PyTorch (fenchel_cvx[bench])")
     import os
     import signal
@@ -465,7 +477,8 @@ def test_a_rank_stopped_in_each_phase_of_its_life_is_named_and_every_process_end
     script.write_text(RANK_PHASE)
     env = {**os.environ, HANG_VARIABLE: "3"}
     proc = subprocess.Popen(
-        [sys.executable, str(script), phase], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [sys.executable, str(script), phase, signal_name], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True, env=env, start_new_session=True,
     )  # fmt: skip
     try:
@@ -480,8 +493,7 @@ def test_a_rank_stopped_in_each_phase_of_its_life_is_named_and_every_process_end
     assert proc.returncode == 1, f"rank 0 ended with {proc.returncode}: {out}{err[-3000:]}"
     assert len(stopped) == 1, out
     assert not _alive(stopped[0], within=10), f"rank 1 (process {stopped[0]}) outlived rank 0"
-    hung = rf"RankHangs: rank 0: rank 1('s process \(\d+\))? hangs: .*{PHASES[phase]}"
-    assert re.search(hung, err), err[-3000:]
+    assert re.search(NAMED[signal_name] + PHASES[phase], err), err[-3000:]
 
 
 def _alive(pid, within):
