@@ -202,6 +202,59 @@ def test_train_with_nproc_2_writes_the_one_process_model(tmp_path):
         assert np.max(np.abs(a[key] - b[key])) <= 1e-12 * np.max(np.abs(a[key]))
 
 
+#: torchrun's launches of 2 ranks on this machine: one node of 2, and 2 nodes of one through the
+#: c10d rendezvous (``PORT``: a free port of 127.0.0.1), as on 2 machines (docs page "Training in
+#: parallel")
+TORCHRUN = {
+    "one node": [["--nproc-per-node", "2"]],
+    "two nodes": [
+        ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+         "--rdzv-endpoint", "127.0.0.1:PORT"]
+    ] * 2,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("launch", list(TORCHRUN))
+def test_train_under_torchrun_writes_the_one_process_model(tmp_path, launch):
+    """``torchrun ... -m fenchel_cvx train``, unchanged: the ranks join through torchrun's
+    environment, rank 0 alone prints and writes the run's files, and the model is the
+    one-process run's."""
+    pytest.importorskip("torch")
+    import socket
+    import subprocess
+    import sys
+
+    from test_cli import ENV
+
+    flags = ["train", "--backend", "fast", "--batch-size", "100", "--train-size", "400"]
+    flags += ["--quiet", "--no-baseline", "--threads", "1"]
+    one = _cli(*flags, "--out", tmp_path / "one", cwd=tmp_path)
+    assert one.returncode == 0, one.stderr[-2000:]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    train = ["-m", "fenchel_cvx", *flags, "--out", str(tmp_path / "two")]
+    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    nodes = [
+        subprocess.Popen(
+            [*torchrun, *[f.replace("PORT", port) for f in node], *train],
+            cwd=tmp_path,
+            env=ENV,
+            **pipes,
+        )
+        for node in TORCHRUN[launch]
+    ]
+    outs = [node.communicate(timeout=600) for node in nodes]  # (a hang guard only)
+    for node, (_, err) in zip(nodes, outs):
+        assert node.returncode == 0, err[-3000:]
+    printed = "".join(out for out, _ in outs)
+    assert "2 ranks x 1 thread(s)" in printed and printed.count("fenchel-cvx train:") == 1
+    a, b = np.load(tmp_path / "one" / "model.npz"), np.load(tmp_path / "two" / "model.npz")
+    for key in ("W_0", "W_1"):
+        assert np.max(np.abs(a[key] - b[key])) <= 1e-12 * np.max(np.abs(a[key]))
+
+
 @pytest.mark.parametrize(
     "flags, named",
     [
