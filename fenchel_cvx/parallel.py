@@ -46,6 +46,10 @@ __all__ = [
 
 #: how long a rank waits in one collective for the others before it stops with an error
 TIMEOUT = timedelta(minutes=10)
+#: how long a rank tries to reach the ranks' rendezvous (the store at MASTER_ADDR:MASTER_PORT)
+RENDEZVOUS = 120.0
+#: torchrun's variable: "True" where its agent serves the store (every rank connects to it)
+AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
 #: how often rank 0 of ``Ranks`` looks at the spawned ranks while it waits for them (seconds)
 LOOK = 0.05
 #: how long rank 0 waits for a spawned rank's process to end once its pipe has closed (seconds)
@@ -76,12 +80,17 @@ def _torch_distributed():
 def comm_from_environment(backend: str = "gloo") -> Any:
     """The communicator of the ranks ``torchrun`` started (``WORLD_SIZE`` > 1 in the
     environment: the process group is initialised here, ``env://``), or None where this
-    process runs alone. ``backend``: ``"gloo"`` (CPU) or ``"nccl"`` (one GPU a rank)."""
+    process runs alone. ``backend``: ``"gloo"`` (CPU) or ``"nccl"`` (one GPU a rank). A rank
+    that connects to the group's store (every rank but 0; each under torchrun, whose agent
+    serves it) and cannot reach it at ``MASTER_ADDR:MASTER_PORT`` within ``RENDEZVOUS``
+    seconds stops with an error naming the address, before any work."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return None
     dist = _torch_distributed()
     if not dist.is_initialized():
+        if os.environ.get("RANK", "0") != "0" or os.environ.get(AGENT_STORE) == "True":
+            _reachable(os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"))
         dist.init_process_group(backend, timeout=TIMEOUT)
     from .fast.torch_comm import TorchComm
 
@@ -128,6 +137,30 @@ def one_rank_group(backend: str = "gloo"):
         yield TorchComm()
     finally:
         dist.destroy_process_group()
+
+
+def _reachable(addr: str | None, port: str | None, seconds: float | None = None) -> None:
+    """Until ``addr:port`` (the store's address, from the environment) accepts a connection,
+    within ``seconds`` (None: ``RENDEZVOUS``; rank 0 may start later than this rank); else a
+    ``ValueError`` naming it."""
+    where = f"MASTER_ADDR={addr!r}, MASTER_PORT={port!r}"
+    if not addr or not (port or "").isdigit() or not 0 < int(port or 0) < 65536:
+        raise ValueError(f"the ranks' rendezvous needs MASTER_ADDR and a port, got {where}")
+    deadline = time.monotonic() + (RENDEZVOUS if seconds is None else seconds)
+    while True:
+        try:
+            with socket.create_connection((addr, int(port)), timeout=LOOK * 20):
+                return
+        except socket.gaierror as err:  # (no such host: no wait helps)
+            raise ValueError(f"the ranks' rendezvous cannot be reached at {where}: {err}") from err
+        except OSError as err:
+            if time.monotonic() > deadline:
+                raise ValueError(
+                    f"the ranks' rendezvous cannot be reached at {where} within "
+                    f"{RENDEZVOUS if seconds is None else seconds:.0f} s ({err}): rank 0 serves "
+                    "it (torchrun: its agent); start it, or name its address"
+                ) from err
+            time.sleep(LOOK * 10)
 
 
 def _free_port() -> int:

@@ -255,6 +255,42 @@ def test_train_under_torchrun_writes_the_one_process_model(tmp_path, launch):
         assert np.max(np.abs(a[key] - b[key])) <= 1e-12 * np.max(np.abs(a[key]))
 
 
+#: rank 1's rendezvous that it cannot reach: (MASTER_ADDR, MASTER_PORT, what it is told)
+UNREACHED = [
+    ("127.0.0.1", "CLOSED", r"MASTER_ADDR='127.0.0.1', MASTER_PORT='\d+' within 1 s \(.*refused"),
+    ("no-such-host.invalid", "29500", "reached at MASTER_ADDR='no-such-host.invalid'"),
+    ("127.0.0.1", "", "needs MASTER_ADDR and a port, got MASTER_ADDR='127.0.0.1', MASTER_PORT=''"),
+]
+
+
+@pytest.mark.parametrize("addr, port, named", UNREACHED)
+def test_a_rank_that_cannot_reach_the_rendezvous_is_told_where_before_any_work(
+    monkeypatch, addr, port, named
+):
+    """Rank 1 of a launch whose store (rank 0's, at ``MASTER_ADDR:MASTER_PORT``) does not
+    answer, whose host does not exist, or whose port is unset: ``comm_from_environment`` raises
+    naming the address within ``parallel.RENDEZVOUS`` seconds (1 here), before the process
+    group, where the group's start would wait ``parallel.TIMEOUT`` (10 minutes)."""
+    pytest.importorskip("torch")
+    import socket
+
+    import torch.distributed as dist
+
+    from fenchel_cvx import parallel
+
+    if port == "CLOSED":  # (a port that was free a moment ago, on which no one listens)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = str(s.getsockname()[1])
+    env = dict(WORLD_SIZE="2", RANK="1", MASTER_ADDR=addr, MASTER_PORT=port)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(parallel, "RENDEZVOUS", 1.0)
+    with pytest.raises(ValueError, match=named):
+        parallel.comm_from_environment()
+    assert not dist.is_initialized()
+
+
 @pytest.mark.parametrize(
     "flags, named",
     [
