@@ -139,17 +139,18 @@ def one_rank_group(backend: str = "gloo"):
         dist.destroy_process_group()
 
 
-def _reachable(addr: str | None, port: str | None, seconds: float | None = None) -> None:
+def _reachable(addr: str | None, port: str | None) -> None:
     """Until ``addr:port`` (the store's address, from the environment) accepts a connection,
-    within ``seconds`` (None: ``RENDEZVOUS``; rank 0 may start later than this rank); else a
+    within ``RENDEZVOUS`` seconds (rank 0 may start later than this rank); else a
     ``ValueError`` naming it."""
     where = f"MASTER_ADDR={addr!r}, MASTER_PORT={port!r}"
-    if not addr or not (port or "").isdigit() or not 0 < int(port or 0) < 65536:
+    number = int(port) if port is not None and port.isdigit() else 0
+    if not addr or not 0 < number < 65536:
         raise ValueError(f"the ranks' rendezvous needs MASTER_ADDR and a port, got {where}")
-    deadline = time.monotonic() + (RENDEZVOUS if seconds is None else seconds)
+    deadline = time.monotonic() + RENDEZVOUS
     while True:
         try:
-            with socket.create_connection((addr, int(port)), timeout=LOOK * 20):
+            with socket.create_connection((addr, number), timeout=1.0):
                 return
         except socket.gaierror as err:  # (no such host: no wait helps)
             raise ValueError(f"the ranks' rendezvous cannot be reached at {where}: {err}") from err
@@ -157,10 +158,10 @@ def _reachable(addr: str | None, port: str | None, seconds: float | None = None)
             if time.monotonic() > deadline:
                 raise ValueError(
                     f"the ranks' rendezvous cannot be reached at {where} within "
-                    f"{RENDEZVOUS if seconds is None else seconds:.0f} s ({err}): rank 0 serves "
-                    "it (torchrun: its agent); start it, or name its address"
+                    f"{RENDEZVOUS:.0f} s ({err}): rank 0 serves it (torchrun: its agent); start "
+                    "it, or name its address"
                 ) from err
-            time.sleep(LOOK * 10)
+            time.sleep(10 * LOOK)
 
 
 def _free_port() -> int:
