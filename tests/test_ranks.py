@@ -291,6 +291,26 @@ def test_a_rank_that_cannot_reach_the_rendezvous_is_told_where_before_any_work(
     assert not dist.is_initialized()
 
 
+def test_train_as_a_rank_whose_rendezvous_has_no_host_is_refused_before_any_work(tmp_path):
+    """``fenchel-cvx train`` as rank 1 of a launch whose ``MASTER_ADDR`` names no host: the
+    command stops (status 2) naming the address, and writes nothing."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    from test_cli import ENV
+
+    env = dict(ENV, WORLD_SIZE="2", RANK="1", MASTER_ADDR="no-such-host.invalid", MASTER_PORT="1")
+    flags = ["train", "--backend", "fast", "--quiet", "--out", str(tmp_path / "run")]
+    out = subprocess.run(
+        [sys.executable, "-m", "fenchel_cvx", *flags], cwd=tmp_path, capture_output=True,
+        text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "rendezvous cannot be reached at MASTER_ADDR='no-such-host.invalid'" in out.stderr
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize(
     "flags, named",
     [
