@@ -10,6 +10,7 @@ outcome is a :class:`RunSettings`, which the driver reads and never changes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import numbers
 import os
@@ -347,11 +348,46 @@ def validate_run(net: LiftedNetwork, X0: Array, Y: Array, args: Mapping[str, Any
         else on_rank(restore(net, saved, config, digest, xp, steps, device(X0)), comm)
     )
     settings.W_prev = check_W_prev(args["W_prev"], weights, xp, saved is not None)
+    if comm.P > 1:  # (the ranks hold alike what they train on: ``agreed``)
+        start = weights if settings.state is None else settings.state.W
+        agreed(comm, digest or data_digest(X0, Y), data_digest(*start), config)
     # the checkpoint folder last, once every other check passed: a refused run makes none
     ckpt = checkpoint_folder(net, args["checkpoint"], resume, comm)
     settings.checkpoint = (ckpt, args["checkpoint_every"], digest)
     net.W = weights if settings.state is None else list(settings.state.W)
     return settings
+
+
+#: what a rank's run holds that other ranks may hold otherwise: its test data (rank 0 evaluates)
+RANK_OWN = ("m_test",)
+
+
+def agreed(comm: Comm, data: str, weights: str, config: Mapping[str, Any]) -> None:
+    """On ranks, before any work: every rank holds the same data (``data``: its digest, every
+    rank holding all of it), starts from the same weights (``weights``: their digest, after a
+    checkpoint's restore) and runs the same settings (``config``, but for ``RANK_OWN``), or
+    every rank raises naming the ranks and what differs from rank 0's: one ``all_gather``."""
+    settings = {k: v for k, v in config.items() if k not in RANK_OWN}
+    parts = dict(
+        data=data,
+        weights=weights,
+        settings=hashlib.sha256(
+            json.dumps(settings, sort_keys=True, default=repr).encode()
+        ).hexdigest(),
+    )
+    mine = np.frombuffer(b"".join(bytes.fromhex(h) for h in parts.values()), np.uint8)
+    every = [np.asarray(part).reshape(len(parts), -1) for part in comm.all_gather(mine)]
+    differ = [
+        f"rank {r}'s {name}"
+        for r, theirs in enumerate(every)
+        for i, name in enumerate(parts)
+        if not np.array_equal(theirs[i], every[0][i])
+    ]
+    if differ:
+        raise ValueError(
+            f"the ranks disagree: {', '.join(differ)} differ from rank 0's (every rank trains "
+            "on all the same data, from the same weights, with the same settings)"
+        )
 
 
 def checkpoint_folder(

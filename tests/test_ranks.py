@@ -118,6 +118,34 @@ def test_a_dropped_reduction_in_the_driver_is_caught(monkeypatch):
     assert all(v != pytest.approx(w, rel=1e-3) for v, w in zip(faulty, w_values(one)))
 
 
+@pytest.mark.parametrize("differs", ["data", "weights", "settings"])
+def test_ranks_that_disagree_on_the_data_the_weights_or_the_settings_are_refused_before_any_work(
+    monkeypatch, differs
+):
+    """Rank 1 of 2 holds other data (one entry of X0), other starting weights (one entry of
+    W_0) or other settings (one alternation a batch, where rank 0 takes two): every rank
+    raises naming rank 1 and what differs, before any round begins."""
+    from fenchel_cvx import rounds
+
+    net, X0, Y, kw = _small_run()
+    began, begin = [], rounds.Round.begin
+    monkeypatch.setattr(rounds.Round, "begin", lambda self: (began.append(self), begin(self))[1])
+
+    def run(comm):
+        mine, X, settings = copy.deepcopy(net), X0.copy(), dict(kw)
+        if comm.rank == 1 and differs == "data":
+            X[0, 0] += 1e-9
+        if comm.rank == 1 and differs == "weights":
+            mine.W[0][0, 0] += 1e-9
+        if comm.rank == 1 and differs == "settings":
+            settings["alternations"] = 1
+        return fit_bcd(mine, X, Y, comm=comm, **settings)
+
+    with pytest.raises(ValueError, match=rf"the ranks disagree: rank 1's {differs} differ"):
+        SimulatedComm(2).run(run)
+    assert not began
+
+
 def test_each_rank_takes_a_share_and_together_every_point():
     shares = [share(10, 3, r) for r in range(3)]
     assert [s.stop - s.start for s in shares] == [4, 3, 3]
