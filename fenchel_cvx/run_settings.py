@@ -4,8 +4,9 @@
 work: the cadences and flags against the constraints of ``validation.py``, gamma (the proximal
 weight of eq. (13)) and momentum per layer, the data and targets against the network in its
 dtype and array library (once per run: the rounds take them as checked), the backend (built by
-name or adapted, ``backends.py``) and a checkpoint to resume from (``checkpoints.py``). The
-outcome is a :class:`RunSettings`, which the driver reads and never changes.
+name or adapted, ``backends.py``), a checkpoint to resume from (``checkpoints.py``) and, on
+ranks, that every rank holds the same data, weights and settings (:func:`agreed`). The outcome
+is a :class:`RunSettings`, which the driver reads and never changes.
 """
 
 from __future__ import annotations
