@@ -28,8 +28,10 @@ one rank, then P such epochs at once as P processes: ``P x alone / together`` is
 ranks gain on this machine before any communication. Then the epoch itself on P ranks
 (``parallel.Ranks``, one thread each, kept between epochs and warmed by ``WARM`` epochs first,
 as a run's ranks are after its first), timed on rank 0, with shared memory and with gloo alone:
-the measured speed-ups beside the model and the ceiling, and the seconds rank 0 spent inside
-collectives (``torch_comm.CLOCK``: the transport and its waits for the other ranks). The P-rank
+the measured speed-ups beside the model and the ceiling, the seconds rank 0 spent inside
+collectives (``torch_comm.CLOCK``: the transport and its waits for the other ranks), and rank
+0's seconds in each block (as its history records them: the solve and its waits) beside the
+model's share of that block. The P-rank
 epoch and the ceiling's pair, whose epoch alone is the one-rank figure, run in turn,
 ``--repeats`` times (the machine's speed drifts between runs): the speed-up and the ceiling are
 the medians of each repeat's ratios. Every process sees one batch size, as a run's do (rank 0
@@ -103,13 +105,15 @@ def data(args):
     return X, one_hot(ds.y_train[:M], ds.n_classes).astype(np.float32)
 
 
-def epoch(network, X, Y, probe=None, ranks=None, waits=None, share=1):
+def epoch(network, X, Y, probe=None, ranks=None, waits=None, share=1, blocks=None):
     """One epoch of ``network``'s FLN: the timed batches' seconds (``probe``: called with each
     batch's number, from 1, as it ends); ``ranks``: on those ranks of this machine
     (``parallel.Ranks``, kept between epochs as a run keeps them), timed on rank 0; None: in
     this process. ``waits``: a list that receives the seconds rank 0 spent in collectives in
     each timed batch (``fast.torch_comm.CLOCK``: the transport and the wait for the other
-    ranks). ``share``: batches of 500 / share images (one rank's share of a split batch)."""
+    ranks). ``share``: batches of 500 / share images (one rank's share of a split batch).
+    ``blocks``: a list that receives each timed batch's ``{block: seconds}`` (rank 0's, as its
+    history records them: a block's solve, its waits for the other ranks included)."""
     import fenchel_cvx as pkg
     import fenchel_cvx.bcd
     import fenchel_cvx.defaults
@@ -127,11 +131,18 @@ def epoch(network, X, Y, probe=None, ranks=None, waits=None, share=1):
             probe(rec["batch"])
 
     if ranks is None:
-        fenchel_cvx.bcd.fit_bcd(net, X, Y, backend=backend, callback=after, **fit)
+        res = fenchel_cvx.bcd.fit_bcd(net, X, Y, backend=backend, callback=after, **fit)
     else:
-        ranks.fit(net, X, Y, backend=backend, callback=after, **fit)
+        res = ranks.fit(net, X, Y, backend=backend, callback=after, **fit)
     if waits is not None:
         waits.extend(np.diff(clock)[TIMED])
+    if blocks is not None:
+        timed = range(len(stamps) - 1)[TIMED]
+        per_batch = [defaultdict(float) for _ in range(len(stamps) - 1)]
+        for rec in res.history.records:  # (the batches numbered from 1; a round a record)
+            for b in rec["blocks"]:
+                per_batch[rec["batch"] - 1][b["block"]] += b["seconds"]
+        blocks.extend(dict(per_batch[i]) for i in timed)
     return list(np.diff(stamps)[TIMED])
 
 
@@ -236,13 +247,14 @@ def warm_ranks(network, X, Y, P, shared_memory=True):
         yield ranks
 
 
-def interleaved(network, X, Y, ranks, args):
+def interleaved(network, X, Y, ranks, args, blocks):
     """One repeat, in turn: ``(one rank, P ranks, rank 0's seconds in collectives, together)``,
-    each the median timed batch (``REPEAT_KEYS``): the epoch on ``ranks``, then the ceiling's
-    pair (one rank alone, then P at once), so that the machine's drift between repeats falls on
-    both sides of each ratio."""
+    each the median timed batch (``REPEAT_KEYS``): the epoch on ``ranks`` (``blocks``: receives
+    rank 0's seconds per block of each timed batch), then the ceiling's pair (one rank alone,
+    then P at once), so that the machine's drift between repeats falls on both sides of each
+    ratio."""
     waits = []
-    p_ranks = statistics.median(epoch(network, X, Y, ranks=ranks, waits=waits))
+    p_ranks = statistics.median(epoch(network, X, Y, ranks=ranks, waits=waits, blocks=blocks))
     one, together = ceiling(network, ranks.nproc, args)
     return one, p_ranks, statistics.median(waits), together
 
@@ -313,24 +325,26 @@ def main(argv=None):
         share_seconds, share = json.loads(run_alone(network, args, share=P)[0])
         batch_s = statistics.median(seconds)
         m = model(figures, batch_s, share, statistics.median(share_seconds), table, P)
+        on_ranks = []  # (rank 0's {block: seconds} of every timed batch on P ranks)
         with warm_ranks(network, X, Y, P) as ranks:
-            pairs = [interleaved(network, X, Y, ranks, args) for _ in range(args.repeats)]
+            pairs = [interleaved(network, X, Y, ranks, args, on_ranks) for _ in range(args.repeats)]
         one, measured, waited, together = (statistics.median(p[k] for p in pairs) for k in range(4))
+        rank0 = {k: statistics.median(b[k] for b in on_ranks) for k in figures}
         speedup = statistics.median(p[0] / p[1] for p in pairs)
         limit = statistics.median(P * p[0] / p[3] for p in pairs)
         with warm_ranks(network, X, Y, P, shared_memory=False) as ranks:
             via_gloo = statistics.median(epoch(network, X, Y, ranks=ranks))
         print(f"\n{network}: one rank {batch_s * 1e3:.1f} ms a batch in the counted epoch; per "
               "block and batch:")  # fmt: skip
-        print(f"  {'block':6} {'compute ms':>10} {'rank ms':>8} {'collectives':>11} {'KB':>9} "
-              f"{'comm ms':>8}")  # fmt: skip
+        print(f"  {'block':6} {'compute ms':>10} {'rank ms':>8} {'on ranks':>8} "
+              f"{'collectives':>11} {'KB':>9} {'comm ms':>8}")  # fmt: skip
         for key in sorted(figures, key=lambda k: (k[0], int(k[2:]))):
             f = figures[key]
             c = f["collectives"] * latency(table, f["bytes"] / max(f["collectives"], 1))
             moved = "  (moved to rows)" if f["moved"] else ""
             print(f"  {key:6} {f['compute_s'] * 1e3:10.1f} {f['rank_s'] * 1e3:8.1f} "
-                  f"{f['collectives']:11.0f} {f['bytes'] / 1e3:9.1f} {c * 1e3:8.1f}"
-                  + moved)  # fmt: skip
+                  f"{rank0[key] * 1e3:8.1f} {f['collectives']:11.0f} {f['bytes'] / 1e3:9.1f} "
+                  f"{c * 1e3:8.1f}" + moved)  # fmt: skip
         print(
             f"  driver {m['driver_s'] * 1e3:.1f} ms; model of {P} ranks: "
             f"{m['batch_P_s'] * 1e3:.1f} ms a batch = rank 0's blocks "
@@ -348,6 +362,11 @@ def main(argv=None):
             f"{speedup / limit:.2f} of the ceiling; through gloo alone {via_gloo * 1e3:.1f} ms: "
             f"{one / via_gloo:.2f}x one rank"
         )
+        blocks_0, rest = sum(rank0.values()), m["rank_driver_s"] + m["comm_s"]
+        print(f"  on {P} ranks (medians): rank 0's blocks {blocks_0 * 1e3:.1f} ms a batch (the "
+              f"model's {m['rank_blocks_s'] * 1e3:.1f}; per block: 'on ranks', its waits "
+              f"included), the rest of its batch {(measured - blocks_0) * 1e3:.1f} (the model's "
+              f"driver and communication {rest * 1e3:.1f})")  # fmt: skip
         print("  each repeat (one rank alone, P ranks, P at once; ms): " + "; ".join(
             ", ".join(f"{p[k] * 1e3:.1f}" for k in (0, 1, 3)) for p in pairs
         ))  # fmt: skip
@@ -358,7 +377,7 @@ def main(argv=None):
             ceiling=dict(alone_s=one, together_s=together, speedup=limit),
             measured=dict(
                 one_rank_s=one, batch_P_s=measured, speedup=speedup, gloo_batch_P_s=via_gloo,
-                gloo_speedup=one / via_gloo, collectives_s=waited,
+                gloo_speedup=one / via_gloo, collectives_s=waited, rank0_blocks_s=rank0,
                 repeats=[dict(zip(REPEAT_KEYS, p)) for p in pairs],
             ),
         )  # fmt: skip

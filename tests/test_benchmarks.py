@@ -629,6 +629,9 @@ def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
     assert "measured (median of 1):" in out.stdout
     assert measured["speedup"] == pytest.approx(repeat["one_rank_s"] / repeat["batch_P_s"])
     assert mlp["ceiling"]["alone_s"] == measured["one_rank_s"]  # one rank: the epoch alone
+    on_ranks = measured["rank0_blocks_s"]  # (rank 0's seconds in each block, on 2 ranks)
+    assert set(on_ranks) == set(mlp["blocks"]) and all(s > 0 for s in on_ranks.values())
+    assert sum(on_ranks.values()) < measured["batch_P_s"] and "on 2 ranks (medians)" in out.stdout
 
 
 def test_figure1_ranks_quick_run_sets_one_rank_against_two(tmp_path):
