@@ -137,12 +137,11 @@ def epoch(network, X, Y, probe=None, ranks=None, waits=None, share=1, blocks=Non
     if waits is not None:
         waits.extend(np.diff(clock)[TIMED])
     if blocks is not None:
-        timed = range(len(stamps) - 1)[TIMED]
-        per_batch = [defaultdict(float) for _ in range(len(stamps) - 1)]
-        for rec in res.history.records:  # (the batches numbered from 1; a round a record)
+        per_batch = defaultdict(lambda: defaultdict(float))
+        for rec in res.history.records:  # (a record a round: a batch's rounds added)
             for b in rec["blocks"]:
-                per_batch[rec["batch"] - 1][b["block"]] += b["seconds"]
-        blocks.extend(dict(per_batch[i]) for i in timed)
+                per_batch[rec["batch"]][b["block"]] += b["seconds"]
+        blocks.extend(dict(per_batch[n]) for n in sorted(per_batch)[TIMED])
     return list(np.diff(stamps)[TIMED])
 
 

@@ -46,8 +46,11 @@ __all__ = [
 
 #: how long a rank waits in one collective for the others before it stops with an error
 TIMEOUT = timedelta(minutes=10)
-#: how long a rank tries to reach the ranks' rendezvous (the store at MASTER_ADDR:MASTER_PORT)
+#: how long a rank tries to reach the ranks' rendezvous (the store at MASTER_ADDR:MASTER_PORT),
+#: in seconds, where ``FENCHEL_RENDEZVOUS`` is unset
 RENDEZVOUS = 120.0
+#: the environment variable that sets how long a rank tries to reach the rendezvous
+RENDEZVOUS_VARIABLE = "FENCHEL_RENDEZVOUS"
 #: torchrun's variable: "True" where its agent serves the store (every rank connects to it)
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
 #: how often rank 0 of ``Ranks`` looks at the spawned ranks while it waits for them (seconds)
@@ -81,9 +84,10 @@ def comm_from_environment(backend: str = "gloo") -> Any:
     """The communicator of the ranks ``torchrun`` started (``WORLD_SIZE`` > 1 in the
     environment: the process group is initialised here, ``env://``), or None where this
     process runs alone. ``backend``: ``"gloo"`` (CPU) or ``"nccl"`` (one GPU a rank). A rank
-    that connects to the group's store (every rank but 0; each under torchrun, whose agent
-    serves it) and cannot reach it at ``MASTER_ADDR:MASTER_PORT`` within ``RENDEZVOUS``
-    seconds stops with an error naming the address, before any work."""
+    that connects to the group's store (every rank but 0; each where torchrun's agent serves
+    it, ``TORCHELASTIC_USE_AGENT_STORE`` "True") and cannot reach it at
+    ``MASTER_ADDR:MASTER_PORT`` within ``FENCHEL_RENDEZVOUS`` seconds (``RENDEZVOUS`` where
+    unset) stops with an error naming the address, before any work."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return None
@@ -141,25 +145,26 @@ def one_rank_group(backend: str = "gloo"):
 
 def _reachable(addr: str | None, port: str | None) -> None:
     """Until ``addr:port`` (the store's address, from the environment) accepts a connection,
-    within ``RENDEZVOUS`` seconds (rank 0 may start later than this rank); else a
-    ``ValueError`` naming it."""
+    within ``FENCHEL_RENDEZVOUS`` seconds (``RENDEZVOUS`` where unset: rank 0, or its host's
+    name, may come later than this rank); else a ``ValueError`` naming it."""
+    from .fast.heartbeat import seconds_in_environment
+
     where = f"MASTER_ADDR={addr!r}, MASTER_PORT={port!r}"
     number = int(port) if port is not None and port.isdigit() else 0
     if not addr or not 0 < number < 65536:
         raise ValueError(f"the ranks' rendezvous needs MASTER_ADDR and a port, got {where}")
-    deadline = time.monotonic() + RENDEZVOUS
+    seconds = seconds_in_environment(RENDEZVOUS_VARIABLE, RENDEZVOUS)
+    deadline = time.monotonic() + seconds
     while True:
         try:
             with socket.create_connection((addr, number), timeout=1.0):
                 return
-        except socket.gaierror as err:  # (no such host: no wait helps)
-            raise ValueError(f"the ranks' rendezvous cannot be reached at {where}: {err}") from err
-        except OSError as err:
+        except OSError as err:  # (refused, no such name yet, no route: each may pass)
             if time.monotonic() > deadline:
                 raise ValueError(
-                    f"the ranks' rendezvous cannot be reached at {where} within "
-                    f"{RENDEZVOUS:.0f} s ({err}): rank 0 serves it (torchrun: its agent); start "
-                    "it, or name its address"
+                    f"the ranks' rendezvous cannot be reached at {where} within {seconds:g} s "
+                    f"({err}): rank 0 serves it (torchrun: its agent); start it, or name its "
+                    f"address ({RENDEZVOUS_VARIABLE}: how long a rank tries)"
                 ) from err
             time.sleep(10 * LOOK)
 
@@ -368,7 +373,7 @@ class Ranks:
 
         for r, proc in enumerate(self.procs, start=1):
             if not proc.is_alive():
-                proc.join(5)
+                proc.join(STOP)
                 raise RuntimeError(
                     f"training on ranks: rank {r} exited with code {proc.exitcode} {where}"
                 )
@@ -414,7 +419,8 @@ class Ranks:
 
     def _ended(self, where: str, err: BaseException) -> None:
         """After ``err``, a pipe's write or read that failed as a spawned rank's process ended:
-        raises naming the rank (``_look``, within ``STOP`` seconds of its end), from ``err``."""
+        raises naming the rank (``_look``, once a rank's process has ended, within ``STOP``
+        seconds), from ``err``; returns where none has, and the caller raises ``err``."""
         deadline = time.monotonic() + STOP
         while all(p.is_alive() for p in self.procs) and time.monotonic() < deadline:
             time.sleep(LOOK)
@@ -494,9 +500,13 @@ class Ranks:
 
         if self.comm is None:
             return
-        for conn in self.conns:
-            conn.send(None)
         try:
+            for conn in self.conns:
+                try:
+                    conn.send(None)
+                except ConnectionError as err:  # (its process ended since its last answer)
+                    self._ended("as it ended", err)
+                    raise
             for proc in self.procs:
                 while proc.is_alive():
                     proc.join(LOOK)

@@ -11,7 +11,6 @@ is a :class:`RunSettings`, which the driver reads and never changes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import numbers
 import os
@@ -367,27 +366,28 @@ def agreed(comm: Comm, data: str, weights: str, config: Mapping[str, Any]) -> No
     """On ranks, before any work: every rank holds the same data (``data``: its digest, every
     rank holding all of it), starts from the same weights (``weights``: their digest, after a
     checkpoint's restore) and runs the same settings (``config``, but for ``RANK_OWN``), or
-    every rank raises naming the ranks and what differs from rank 0's: one ``all_gather``."""
+    every rank raises naming each rank and what of it differs from rank 0's (a setting with
+    both values): one ``all_gather``."""
     settings = {k: v for k, v in config.items() if k not in RANK_OWN}
-    parts = dict(
-        data=data,
-        weights=weights,
-        settings=hashlib.sha256(
-            json.dumps(settings, sort_keys=True, default=repr).encode()
-        ).hexdigest(),
-    )
-    mine = np.frombuffer(b"".join(bytes.fromhex(h) for h in parts.values()), np.uint8)
-    every = [np.asarray(part).reshape(len(parts), -1) for part in comm.all_gather(mine)]
-    differ = [
-        f"rank {r}'s {name}"
-        for r, theirs in enumerate(every)
-        for i, name in enumerate(parts)
-        if not np.array_equal(theirs[i], every[0][i])
-    ]
+    text = json.dumps(settings, sort_keys=True, default=repr).encode()
+    mine = np.frombuffer(bytes.fromhex(data) + bytes.fromhex(weights) + text, np.uint8)
+    every = [np.asarray(part).tobytes() for part in comm.all_gather(mine)]
+    n = len(bytes.fromhex(data))
+    differ = []
+    for r, theirs in enumerate(every):
+        for name, part in (("data", slice(0, n)), ("weights", slice(n, 2 * n))):
+            if theirs[part] != every[0][part]:
+                differ.append(f"rank {r}'s {name} differ")
+        ours, its = json.loads(every[0][2 * n :]), json.loads(theirs[2 * n :])
+        differ += [
+            f"rank {r}'s {key} is {its.get(key)!r}, rank 0's {ours.get(key)!r}"
+            for key in sorted(set(ours) | set(its))
+            if its.get(key) != ours.get(key)
+        ]
     if differ:
         raise ValueError(
-            f"the ranks disagree: {', '.join(differ)} differ from rank 0's (every rank trains "
-            "on all the same data, from the same weights, with the same settings)"
+            f"the ranks disagree with rank 0: {'; '.join(differ)} (every rank trains on all the "
+            "same data, from the same weights, with the same settings)"
         )
 
 

@@ -141,7 +141,11 @@ def test_ranks_that_disagree_on_the_data_the_weights_or_the_settings_are_refused
             settings["alternations"] = 1
         return fit_bcd(mine, X, Y, comm=comm, **settings)
 
-    with pytest.raises(ValueError, match=rf"the ranks disagree: rank 1's {differs} differ"):
+    named = {"data": "data differ", "weights": "weights differ"}
+    named["settings"] = "alternations is 1, rank 0's 2 "
+    with pytest.raises(
+        ValueError, match=rf"the ranks disagree with rank 0: rank 1's {named[differs]}"
+    ):
         SimulatedComm(2).run(run)
     assert not began
 
@@ -248,19 +252,17 @@ def test_train_under_torchrun_writes_the_one_process_model(tmp_path, launch):
     environment, rank 0 alone prints and writes the run's files, and the model is the
     one-process run's."""
     pytest.importorskip("torch")
-    import socket
     import subprocess
     import sys
 
+    from fenchel_cvx.parallel import _free_port
     from test_cli import ENV
 
     flags = ["train", "--backend", "fast", "--batch-size", "100", "--train-size", "400"]
     flags += ["--quiet", "--no-baseline", "--threads", "1"]
     one = _cli(*flags, "--out", tmp_path / "one", cwd=tmp_path)
     assert one.returncode == 0, one.stderr[-2000:]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
+    port = str(_free_port())
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
     train = ["-m", "fenchel_cvx", *flags, "--out", str(tmp_path / "two")]
     pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -269,11 +271,15 @@ def test_train_under_torchrun_writes_the_one_process_model(tmp_path, launch):
             [*torchrun, *[f.replace("PORT", port) for f in node], *train],
             cwd=tmp_path,
             env=ENV,
+            start_new_session=True,
             **pipes,
         )
         for node in TORCHRUN[launch]
     ]
-    outs = [node.communicate(timeout=600) for node in nodes]  # (a hang guard only)
+    try:
+        outs = [node.communicate(timeout=600) for node in nodes]  # (a hang guard only)
+    finally:
+        _kill_sessions(nodes)
     for node, (_, err) in zip(nodes, outs):
         assert node.returncode == 0, err[-3000:]
     printed = "".join(out for out, _ in outs)
@@ -283,22 +289,25 @@ def test_train_under_torchrun_writes_the_one_process_model(tmp_path, launch):
         assert np.max(np.abs(a[key] - b[key])) <= 1e-12 * np.max(np.abs(a[key]))
 
 
-#: rank 1's rendezvous that it cannot reach: (MASTER_ADDR, MASTER_PORT, what it is told)
+#: rank 1's rendezvous that it cannot reach: (MASTER_ADDR, MASTER_PORT, FENCHEL_RENDEZVOUS,
+#: what it is told); "BOUND": a port of this test's, bound, on which no one listens
 UNREACHED = [
-    ("127.0.0.1", "CLOSED", r"MASTER_ADDR='127.0.0.1', MASTER_PORT='\d+' within 1 s \(.*refused"),
-    ("no-such-host.invalid", "29500", "reached at MASTER_ADDR='no-such-host.invalid'"),
-    ("127.0.0.1", "", "needs MASTER_ADDR and a port, got MASTER_ADDR='127.0.0.1', MASTER_PORT=''"),
-]
+    ("127.0.0.1", "BOUND", "1", r"MASTER_PORT='\d+' within 1 s \(.*refused.*FENCHEL_RENDEZVOUS"),
+    ("no-such-host.invalid", "29500", "0.5", "reached at MASTER_ADDR='no-such-host.invalid'"),
+    ("127.0.0.1", "", "1", "needs MASTER_ADDR and a port, got .*, MASTER_PORT=''"),
+    ("127.0.0.1", "BOUND", "soon", "FENCHEL_RENDEZVOUS must be a number of seconds > 0, got 'soon"),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize("addr, port, named", UNREACHED)
+@pytest.mark.parametrize("addr, port, seconds, named", UNREACHED)
 def test_a_rank_that_cannot_reach_the_rendezvous_is_told_where_before_any_work(
-    monkeypatch, addr, port, named
+    monkeypatch, addr, port, seconds, named
 ):
     """Rank 1 of a launch whose store (rank 0's, at ``MASTER_ADDR:MASTER_PORT``) does not
-    answer, whose host does not exist, or whose port is unset: ``comm_from_environment`` raises
-    naming the address within ``parallel.RENDEZVOUS`` seconds (1 here), before the process
-    group, where the group's start would wait ``parallel.TIMEOUT`` (10 minutes)."""
+    answer, whose host has no address, or whose port is unset: ``comm_from_environment``
+    raises naming the address within ``FENCHEL_RENDEZVOUS`` seconds (1 here; a value that is
+    no number of seconds is named), before the process group, where the group's start would
+    wait ``parallel.TIMEOUT`` (10 minutes)."""
     pytest.importorskip("torch")
     import socket
 
@@ -306,16 +315,14 @@ def test_a_rank_that_cannot_reach_the_rendezvous_is_told_where_before_any_work(
 
     from fenchel_cvx import parallel
 
-    if port == "CLOSED":  # (a port that was free a moment ago, on which no one listens)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = str(s.getsockname()[1])
-    env = dict(WORLD_SIZE="2", RANK="1", MASTER_ADDR=addr, MASTER_PORT=port)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setattr(parallel, "RENDEZVOUS", 1.0)
-    with pytest.raises(ValueError, match=named):
-        parallel.comm_from_environment()
+    with socket.socket() as bound:  # (held for the test: no other test's store takes it)
+        bound.bind(("127.0.0.1", 0))
+        port = str(bound.getsockname()[1]) if port == "BOUND" else port
+        env = dict(WORLD_SIZE="2", RANK="1", MASTER_ADDR=addr, MASTER_PORT=port)
+        for key, value in {**env, parallel.RENDEZVOUS_VARIABLE: seconds}.items():
+            monkeypatch.setenv(key, value)
+        with pytest.raises(ValueError, match=named):
+            parallel.comm_from_environment()
     assert not dist.is_initialized()
 
 
@@ -329,6 +336,7 @@ def test_train_as_a_rank_whose_rendezvous_has_no_host_is_refused_before_any_work
     from test_cli import ENV
 
     env = dict(ENV, WORLD_SIZE="2", RANK="1", MASTER_ADDR="no-such-host.invalid", MASTER_PORT="1")
+    env["FENCHEL_RENDEZVOUS"] = "1"
     flags = ["train", "--backend", "fast", "--quiet", "--out", str(tmp_path / "run")]
     out = subprocess.run(
         [sys.executable, "-m", "fenchel_cvx", *flags], cwd=tmp_path, capture_output=True,
@@ -545,7 +553,7 @@ def test_a_rank_that_hangs_before_the_ranks_join_ends_every_rank_and_its_error_s
 #: its work's pickle (a 768 KB array, sent through the pipe: more than the pipe holds), rank 0's
 #: callback mid-run, and ``close``.
 RANK_PHASE = """
-import os, signal, sys
+import os, signal, sys, time
 import numpy as np
 from fenchel_cvx import LiftedNetwork, parallel
 
@@ -571,6 +579,7 @@ if __name__ == "__main__":
     ranks.fit(LiftedNetwork([12, 10, 8, 3], seed=1), X0, Y, **kw)
     if phase == "as it ended":
         stop(ranks)
+        time.sleep(0.2)  # (a killed rank's pipe then closed before close() writes to it)
     ranks.close()
     print("ended without an error", flush=True)
 """
@@ -604,7 +613,6 @@ def test_a_rank_stopped_or_killed_in_each_phase_of_its_life_is_named_and_every_p
     interpreter's exit), and rank 1 is ended with it."""
     pytest.importorskip("torch", reason="ranks need PyTorch (fenchel_cvx[bench])")
     import os
-    import signal
     import subprocess
     import sys
 
@@ -622,15 +630,31 @@ def test_a_rank_stopped_or_killed_in_each_phase_of_its_life_is_named_and_every_p
         out, err = proc.communicate(timeout=120)
         ended = True
     except subprocess.TimeoutExpired:  # (rank 0 runs, or a rank left behind holds its pipes)
-        os.killpg(proc.pid, signal.SIGKILL)  # (every process of its session)
+        _kill_sessions([proc])
         out, err = proc.communicate()
         ended = False
     stopped = [int(line) for line in out.split() if line.isdigit()]
-    assert ended, f"rank 0 and rank 1 did not both end within 120 s: {out}{err[-3000:]}"
-    assert proc.returncode == 1, f"rank 0 ended with {proc.returncode}: {out}{err[-3000:]}"
-    assert len(stopped) == 1, out
-    assert not _alive(stopped[0], within=10), f"rank 1 (process {stopped[0]}) outlived rank 0"
+    try:
+        assert ended, f"rank 0 and rank 1 did not both end within 120 s: {out}{err[-3000:]}"
+        assert proc.returncode == 1, f"rank 0 ended with {proc.returncode}: {out}{err[-3000:]}"
+        assert len(stopped) == 1, out
+        assert not _alive(stopped[0], within=10), f"rank 1 (process {stopped[0]}) outlived rank 0"
+    finally:
+        _kill_sessions([proc])
     assert re.search(NAMED[signal_name] + PHASES[phase], err), err[-3000:]
+
+
+def _kill_sessions(procs):
+    """SIGKILL to every process left in each of ``procs``' sessions (each started with
+    ``start_new_session``: its leader's process group), the leader's children included."""
+    import os
+    import signal
+
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # (none left)
+            pass
 
 
 def _alive(pid, within):

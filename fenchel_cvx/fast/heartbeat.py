@@ -65,15 +65,21 @@ class RankHangs(CollectiveError):
 
 def hang_seconds() -> float:
     """The hang limit: ``FENCHEL_HANG`` (seconds, > 0) where set, else ``HANG``."""
-    text = os.environ.get(HANG_VARIABLE)
+    return seconds_in_environment(HANG_VARIABLE, HANG)
+
+
+def seconds_in_environment(variable: str, default: float) -> float:
+    """The environment's ``variable`` as seconds (a number > 0, else a ``ValueError`` naming
+    it and its value) where set, else ``default``."""
+    text = os.environ.get(variable)
     if text is None:
-        return HANG
+        return default
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
     if not value > 0:
-        raise ValueError(f"{HANG_VARIABLE} must be a number of seconds > 0, got {text!r}")
+        raise ValueError(f"{variable} must be a number of seconds > 0, got {text!r}")
     return value
 
 
