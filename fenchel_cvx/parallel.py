@@ -501,12 +501,8 @@ class Ranks:
         if self.comm is None:
             return
         try:
-            for conn in self.conns:
-                try:
-                    conn.send(None)
-                except ConnectionError as err:  # (its process ended since its last answer)
-                    self._ended("as it ended", err)
-                    raise
+            for conn in self.conns:  # (a rank whose process ended since its last answer: named)
+                self._watched("as it ended", conn.send, None)
             for proc in self.procs:
                 while proc.is_alive():
                     proc.join(LOOK)

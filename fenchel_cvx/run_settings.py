@@ -373,12 +373,12 @@ def agreed(comm: Comm, data: str, weights: str, config: Mapping[str, Any]) -> No
     mine = np.frombuffer(bytes.fromhex(data) + bytes.fromhex(weights) + text, np.uint8)
     every = [np.asarray(part).tobytes() for part in comm.all_gather(mine)]
     n = len(bytes.fromhex(data))
-    differ = []
+    ours, differ = json.loads(every[0][2 * n :]), []
     for r, theirs in enumerate(every):
         for name, part in (("data", slice(0, n)), ("weights", slice(n, 2 * n))):
             if theirs[part] != every[0][part]:
                 differ.append(f"rank {r}'s {name} differ")
-        ours, its = json.loads(every[0][2 * n :]), json.loads(theirs[2 * n :])
+        its = json.loads(theirs[2 * n :])
         differ += [
             f"rank {r}'s {key} is {its.get(key)!r}, rank 0's {ours.get(key)!r}"
             for key in sorted(set(ours) | set(its))

@@ -279,7 +279,7 @@ def test_train_under_torchrun_writes_the_one_process_model(tmp_path, launch):
     try:
         outs = [node.communicate(timeout=600) for node in nodes]  # (a hang guard only)
     finally:
-        _kill_sessions(nodes)
+        _kill_process_groups(nodes)
     for node, (_, err) in zip(nodes, outs):
         assert node.returncode == 0, err[-3000:]
     printed = "".join(out for out, _ in outs)
@@ -630,7 +630,7 @@ def test_a_rank_stopped_or_killed_in_each_phase_of_its_life_is_named_and_every_p
         out, err = proc.communicate(timeout=120)
         ended = True
     except subprocess.TimeoutExpired:  # (rank 0 runs, or a rank left behind holds its pipes)
-        _kill_sessions([proc])
+        _kill_process_groups([proc])
         out, err = proc.communicate()
         ended = False
     stopped = [int(line) for line in out.split() if line.isdigit()]
@@ -640,13 +640,13 @@ def test_a_rank_stopped_or_killed_in_each_phase_of_its_life_is_named_and_every_p
         assert len(stopped) == 1, out
         assert not _alive(stopped[0], within=10), f"rank 1 (process {stopped[0]}) outlived rank 0"
     finally:
-        _kill_sessions([proc])
+        _kill_process_groups([proc])
     assert re.search(NAMED[signal_name] + PHASES[phase], err), err[-3000:]
 
 
-def _kill_sessions(procs):
-    """SIGKILL to every process left in each of ``procs``' sessions (each started with
-    ``start_new_session``: its leader's process group), the leader's children included."""
+def _kill_process_groups(procs):
+    """SIGKILL to every process left in the process group that each of ``procs`` leads
+    (started with ``start_new_session=True``), its children included."""
     import os
     import signal
 
