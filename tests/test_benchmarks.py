@@ -631,7 +631,8 @@ def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
     assert mlp["ceiling"]["alone_s"] == measured["one_rank_s"]  # one rank: the epoch alone
     on_ranks = measured["rank0_blocks_s"]  # (rank 0's seconds in each block, on 2 ranks)
     assert set(on_ranks) == set(mlp["blocks"]) and all(s > 0 for s in on_ranks.values())
-    assert sum(on_ranks.values()) < measured["batch_P_s"] and "on 2 ranks (medians)" in out.stdout
+    # (each block is a part of every batch it is timed in: one repeat, the same batches)
+    assert max(on_ranks.values()) <= measured["batch_P_s"] and "on 2 ranks (medians)" in out.stdout
 
 
 def test_figure1_ranks_quick_run_sets_one_rank_against_two(tmp_path):
