@@ -268,12 +268,33 @@ def data_digest(*arrays: Array) -> str:
     same data). No array is copied whole: a C-contiguous one is read in place, any other in
     parts of whole rows of its first axis, :data:`DIGEST_PART` bytes or one row (MNIST's
     training images as loaded, the transpose of their file's layout: 376 MB in float64)."""
+    return _digest(arrays, "C" * len(arrays))
+
+
+def memory_digest(*arrays: Array) -> tuple[str, str]:
+    """``(orders, digest)``: each array's memory order (``"F"`` where it is Fortran- and not
+    C-contiguous, else ``"C"``) and a SHA-256 of the arrays' shapes, dtypes and bytes in those
+    orders, so that a contiguous array is read in place, never copied (MNIST's training images
+    as loaded, 188 MB in float32: 0.1 s, against 0.26 s for :func:`data_digest`, which copies
+    a Fortran-ordered array in parts). Where every order is ``"C"`` it is
+    :func:`data_digest`. Two holders of the same data compare their digests where their
+    orders agree (the ranks' agreement, ``run_settings.agreed``)."""
+    orders = "".join(
+        "F" if np.ndim(A) > 1 and A.flags.f_contiguous and not A.flags.c_contiguous else "C"
+        for A in (np.asarray(to_numpy(A)) for A in arrays)
+    )
+    return orders, _digest(arrays, orders)
+
+
+def _digest(arrays: Iterable[Array], orders: str) -> str:
+    """The SHA-256 of :func:`data_digest` and :func:`memory_digest`: each array's shape, dtype
+    and bytes in its order of ``orders`` (``"F"``: its transpose's C order)."""
     h = hashlib.sha256()
-    for A in arrays:
+    for A, order in zip(arrays, orders):
         A = np.asarray(to_numpy(A))
         A = A.reshape(1) if A.ndim == 0 else A  # (a scalar is digested as one entry)
         h.update(f"{A.shape}{A.dtype.str}".encode())
-        for part in _c_order(A):
+        for part in _c_order(A.T if order == "F" else A):
             h.update(part)
     return h.hexdigest()
 

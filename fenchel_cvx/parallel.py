@@ -213,6 +213,15 @@ def _work(comm, threads, fn, args, kwargs):
         return fn(*args, comm=comm, **kwargs)
 
 
+def _fit_on_copies(*args: Any, comm: Any, **kwargs: Any):
+    """``fit_bcd`` on a rank of :meth:`Ranks.fit`, whose arguments are rank 0's, copied to it
+    (``comm.on_copies()``: the ranks agree on the settings and weights, and hold the same data
+    by construction)."""
+    from .bcd import fit_bcd
+
+    return fit_bcd(*args, comm=comm.on_copies(), **kwargs)
+
+
 @contextlib.contextmanager
 def _thread_env(threads):
     """The environment a spawned rank starts with: its native pools at ``threads`` threads
@@ -457,10 +466,8 @@ class Ranks:
         checkpoints; each other rank trains a copy of the network and all the data (pickled
         to it). -> rank 0's ``BCDResult``, which is the whole batch's (every rank computes the
         same weights; X is gathered)."""
-        from .bcd import fit_bcd
-
         _refused(kwargs)
-        return self.run(fit_bcd, net, X0, Y, **kwargs)
+        return self.run(_fit_on_copies, net, X0, Y, **kwargs)
 
     def run(self, fn, *args: Any, **kwargs: Any):
         """``fn(*args, comm=comm, **kwargs)`` on every rank, ``comm`` the rank's communicator

@@ -30,7 +30,7 @@ from .certificate import Certificate
 from .checkpoints import load_checkpoint, restore, resume_file
 from .evaluation import evaluator, is_one_hot
 from .history import _plain
-from .io import check_writable_dir, data_digest, remove_temporaries
+from .io import check_writable_dir, data_digest, memory_digest, remove_temporaries
 from .reduce import LOCAL, Comm, share
 from .schedule import Batches, BCDState, Step, schedule
 from .validation import (
@@ -350,7 +350,7 @@ def validate_run(net: LiftedNetwork, X0: Array, Y: Array, args: Mapping[str, Any
     settings.W_prev = check_W_prev(args["W_prev"], weights, xp, saved is not None)
     if comm.P > 1:  # (the ranks hold alike what they train on: ``agreed``)
         start = weights if settings.state is None else settings.state.W
-        agreed(comm, digest or data_digest(X0, Y), data_digest(*start), config)
+        agreed(comm, (X0, Y), data_digest(*start), config, digest)
     # the checkpoint folder last, once every other check passed: a refused run makes none
     ckpt = checkpoint_folder(net, args["checkpoint"], resume, comm)
     settings.checkpoint = (ckpt, args["checkpoint_every"], digest)
@@ -362,33 +362,55 @@ def validate_run(net: LiftedNetwork, X0: Array, Y: Array, args: Mapping[str, Any
 RANK_OWN = ("m_test",)
 
 
-def agreed(comm: Comm, data: str, weights: str, config: Mapping[str, Any]) -> None:
-    """On ranks, before any work: every rank holds the same data (``data``: its digest, every
-    rank holding all of it), starts from the same weights (``weights``: their digest, after a
-    checkpoint's restore) and runs the same settings (``config``, but for ``RANK_OWN``), or
-    every rank raises naming each rank and what of it differs from rank 0's (a setting with
-    both values): one ``all_gather``."""
+def agreed(
+    comm: Comm,
+    data: Sequence[Array],
+    weights: str,
+    config: Mapping[str, Any],
+    digest: str | None = None,
+) -> None:
+    """On ranks, before any work: every rank holds the same data (``data``, every rank holding
+    all of it; ``digest``: its :func:`~fenchel_cvx.io.data_digest`, where the run has it),
+    starts from the same weights (``weights``: their digest, after a checkpoint's restore) and
+    runs the same settings (``config``, but for ``RANK_OWN``), or every rank raises naming each
+    rank and what of it differs from rank 0's (a setting with both values): one
+    ``all_gather``. The data are digested in their memory order, read in place
+    (:func:`~fenchel_cvx.io.memory_digest`); where a rank holds them in another order than
+    rank 0, every rank digests them in C order and gathers again. Ranks whose communicator
+    runs on copies of rank 0's arguments (``copies``: ``parallel.Ranks.fit``) hold the same
+    data by construction and digest none."""
     settings = {k: v for k, v in config.items() if k not in RANK_OWN}
     text = json.dumps(settings, sort_keys=True, default=repr).encode()
-    mine = np.frombuffer(bytes.fromhex(data) + bytes.fromhex(weights) + text, np.uint8)
-    every = [np.asarray(part).tobytes() for part in comm.all_gather(mine)]
-    n = len(bytes.fromhex(data))
-    ours, differ = json.loads(every[0][2 * n :]), []
+    if digest is None and getattr(comm, "copies", False):  # (rank 0's data, copied to each)
+        digest = "00" * 32
+    orders, ours = ("C" * len(data), digest) if digest else memory_digest(*data)
+    every = _gathered(comm, orders.encode(), ours, weights, text)
+    n = len(orders)
+    if any(theirs[:n] != every[0][:n] for theirs in every):  # (the same data in other orders)
+        every = _gathered(comm, b"C" * n, digest or data_digest(*data), weights, text)
+    differ, ours_set = [], json.loads(every[0][n + 64 :])
     for r, theirs in enumerate(every):
-        for name, part in (("data", slice(0, n)), ("weights", slice(n, 2 * n))):
+        for name, part in (("data", slice(n, n + 32)), ("weights", slice(n + 32, n + 64))):
             if theirs[part] != every[0][part]:
                 differ.append(f"rank {r}'s {name} differ")
-        its = json.loads(theirs[2 * n :])
+        its = json.loads(theirs[n + 64 :])
         differ += [
-            f"rank {r}'s {key} is {its.get(key)!r}, rank 0's {ours.get(key)!r}"
-            for key in sorted(set(ours) | set(its))
-            if its.get(key) != ours.get(key)
+            f"rank {r}'s {key} is {its.get(key)!r}, rank 0's {ours_set.get(key)!r}"
+            for key in sorted(set(ours_set) | set(its))
+            if its.get(key) != ours_set.get(key)
         ]
     if differ:
         raise ValueError(
             f"the ranks disagree with rank 0: {'; '.join(differ)} (every rank trains on all the "
             "same data, from the same weights, with the same settings)"
         )
+
+
+def _gathered(comm: Comm, orders: bytes, data: str, weights: str, text: bytes) -> list[bytes]:
+    """Every rank's ``orders + data + weights + text`` (the digests as their 32 bytes), gathered
+    to every rank: one ``all_gather``."""
+    mine = orders + bytes.fromhex(data) + bytes.fromhex(weights) + text
+    return [np.asarray(part).tobytes() for part in comm.all_gather(np.frombuffer(mine, np.uint8))]
 
 
 def checkpoint_folder(

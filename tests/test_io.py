@@ -215,3 +215,31 @@ def test_the_data_digest_is_the_c_order_bytes_and_copies_no_array_of_the_datas_s
     finally:
         tracemalloc.stop()
     assert peak < big.nbytes // 10, (peak, big.nbytes)
+
+
+def test_the_memory_digest_reads_each_array_in_its_own_order_and_is_the_data_digest_in_c_order():
+    """``memory_digest`` names each array's memory order and digests its bytes in that order:
+    the data digest where every order is C, a Fortran-ordered array read in place (nothing of
+    its size allocated), and any changed entry changes it."""
+    import tracemalloc
+
+    from fenchel_cvx import io as fio
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 70))
+    assert fio.memory_digest(X, np.arange(7)) == ("CC", fio.data_digest(X, np.arange(7)))
+    assert fio.memory_digest(X[::2], np.array(3.0)) == ("CC", fio.data_digest(X[::2], 3.0))
+    orders, digest = fio.memory_digest(np.asfortranarray(X), X)
+    assert orders == "FC" and digest != fio.data_digest(X, X)
+    assert fio.memory_digest(X.T.copy().T, X) == (orders, digest)  # the same data, same order
+    changed = np.asfortranarray(X)
+    changed[5, 7] += 1e-12
+    assert fio.memory_digest(changed, X)[1] != digest
+    big = np.asfortranarray(rng.standard_normal((500, 2000)))  # 8 MB, Fortran order
+    tracemalloc.start()
+    try:
+        assert fio.memory_digest(big)[0] == "F"
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < big.nbytes // 100, (peak, big.nbytes)

@@ -150,6 +150,67 @@ def test_ranks_that_disagree_on_the_data_the_weights_or_the_settings_are_refused
     assert not began
 
 
+def test_ranks_holding_the_same_data_in_other_memory_orders_agree_and_train_alike():
+    """Rank 1 holds the data in Fortran order, rank 0 in C order (each digests them in its own
+    order first): the ranks agree on the data in C order and train the one-process iterates;
+    with one entry of rank 1's Fortran-ordered data changed they are refused by name."""
+    net, X0, Y, kw = _small_run()
+    one = fit_bcd(copy.deepcopy(net), X0, Y, **kw)
+
+    def run(comm, change=0.0):
+        X = np.asfortranarray(X0) if comm.rank == 1 else X0.copy()
+        X[3, 4] += change if comm.rank == 1 else 0.0
+        return fit_bcd(copy.deepcopy(net), X, Y, comm=comm, **kw)
+
+    two = SimulatedComm(2).run(run)[0]
+    for W1, W2 in zip(one.net.W, two.net.W):
+        np.testing.assert_allclose(W2, W1, rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="the ranks disagree with rank 0: rank 1's data differ"):
+        SimulatedComm(2).run(lambda c: run(c, 1e-9))
+
+
+def test_ranks_on_copies_of_rank_0s_arguments_digest_no_data_and_still_compare_the_settings(
+    monkeypatch,
+):
+    """Ranks whose communicator runs on copies of rank 0's arguments (``copies``, as
+    ``Ranks.fit``'s: ``TorchComm.on_copies``) read no data for a digest (one would raise here)
+    and train; a setting that differs is still refused by name."""
+    from fenchel_cvx import run_settings
+
+    def digest(*arrays):
+        raise AssertionError("the data were digested")
+
+    monkeypatch.setattr(run_settings, "memory_digest", digest)
+    net, X0, Y, kw = _small_run()
+
+    def run(comm, alternations=2):
+        comm.copies = True
+        mine = {**kw, "alternations": alternations if comm.rank == 1 else 2}
+        return fit_bcd(copy.deepcopy(net), X0, Y, comm=comm, **mine)
+
+    assert all(result.history.certificate_held for result in SimulatedComm(2).run(run))
+    with pytest.raises(ValueError, match="rank 1's alternations is 1, rank 0's 2"):
+        SimulatedComm(2).run(lambda c: run(c, 1))
+
+
+def test_ranks_fit_runs_fit_bcd_on_each_rank_with_a_communicator_of_copies(monkeypatch):
+    """``Ranks.fit`` sends each rank ``_fit_on_copies``, which runs ``fit_bcd`` with its
+    communicator's ``on_copies()``: the same ranks, split and path, ``copies`` set (a real
+    ``TorchComm`` of a one-rank gloo group; the rank's own communicator is left as it was)."""
+    pytest.importorskip("torch")
+    from fenchel_cvx import bcd, parallel
+
+    sent, seen = [], []
+    monkeypatch.setattr(parallel.Ranks, "run", lambda self, fn, *a, **k: sent.append(fn))
+    monkeypatch.setattr(bcd, "fit_bcd", lambda *a, comm, **k: seen.append(comm))
+    parallel.Ranks.fit(object.__new__(parallel.Ranks), None, None, None, backend="fast")
+    with parallel.one_rank_group("gloo") as comm:
+        sent[0]("net", "X0", "Y", comm=comm, batch_size=5)
+        (theirs,) = seen
+        assert theirs.copies and not comm.copies
+        assert (theirs.P, theirs.rank, theirs.split, theirs.host) == (1, 0, "columns", comm.host)
+
+
 def test_each_rank_takes_a_share_and_together_every_point():
     shares = [share(10, 3, r) for r in range(3)]
     assert [s.stop - s.start for s in shares] == [4, 3, 3]
