@@ -383,21 +383,21 @@ def agreed(
     text = json.dumps(settings, sort_keys=True, default=repr).encode()
     if digest is None and getattr(comm, "copies", False):  # (rank 0's data, copied to each)
         digest = "00" * 32
-    orders, ours = ("C" * len(data), digest) if digest else memory_digest(*data)
-    every = _gathered(comm, orders.encode(), ours, weights, text)
+    orders, held = ("C" * len(data), digest) if digest else memory_digest(*data)
+    every = _gathered(comm, orders, held, weights, text)
     n = len(orders)
     if any(theirs[:n] != every[0][:n] for theirs in every):  # (the same data in other orders)
-        every = _gathered(comm, b"C" * n, digest or data_digest(*data), weights, text)
-    differ, ours_set = [], json.loads(every[0][n + 64 :])
+        every = _gathered(comm, "C" * n, digest or data_digest(*data), weights, text)
+    first, differ = json.loads(every[0][n + 64 :]), []
     for r, theirs in enumerate(every):
         for name, part in (("data", slice(n, n + 32)), ("weights", slice(n + 32, n + 64))):
             if theirs[part] != every[0][part]:
                 differ.append(f"rank {r}'s {name} differ")
         its = json.loads(theirs[n + 64 :])
         differ += [
-            f"rank {r}'s {key} is {its.get(key)!r}, rank 0's {ours_set.get(key)!r}"
-            for key in sorted(set(ours_set) | set(its))
-            if its.get(key) != ours_set.get(key)
+            f"rank {r}'s {key} is {its.get(key)!r}, rank 0's {first.get(key)!r}"
+            for key in sorted(set(first) | set(its))
+            if its.get(key) != first.get(key)
         ]
     if differ:
         raise ValueError(
@@ -406,10 +406,10 @@ def agreed(
         )
 
 
-def _gathered(comm: Comm, orders: bytes, data: str, weights: str, text: bytes) -> list[bytes]:
+def _gathered(comm: Comm, orders: str, data: str, weights: str, text: bytes) -> list[bytes]:
     """Every rank's ``orders + data + weights + text`` (the digests as their 32 bytes), gathered
     to every rank: one ``all_gather``."""
-    mine = orders + bytes.fromhex(data) + bytes.fromhex(weights) + text
+    mine = orders.encode() + bytes.fromhex(data) + bytes.fromhex(weights) + text
     return [np.asarray(part).tobytes() for part in comm.all_gather(np.frombuffer(mine, np.uint8))]
 
 

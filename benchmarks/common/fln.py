@@ -259,9 +259,11 @@ def reads_text(total, by_source):
 
 
 def warm_up(args, net, X, Y, backend, sync=lambda: None, fit=None):
-    """Compile FLN's kernels before the clock starts: one batch of the run's setting on a copy of
-    the network (the run that follows starts without its Gram factors, as ``fit_bcd`` drops a
-    backend's factors at a run's start: the same run as without it).
+    """Compile FLN's kernels before the clock starts: two batches of the run's setting on a copy
+    of the network, an unchecked round and a checked one (the last), so that every process has
+    compiled and grown its heap for both kinds of round, as ``host_reads`` leaves this process
+    (the run that follows starts without its Gram factors, as ``fit_bcd`` drops a backend's
+    factors at a run's start: the same run as without it).
     -> its seconds, the compile's cost (printed), or None where no kernel compiled (every chain
     below ``fused.MIN_SIZE`` under ``compile="auto"``). ``fit``: where the run trains
     (``fit_bcd``, the default, or ``Ranks.fit``: every rank compiles its own)."""
@@ -271,13 +273,13 @@ def warm_up(args, net, X, Y, backend, sync=lambda: None, fit=None):
     t0, graphs = time.perf_counter(), compiled_graphs()
     (fit or fit_bcd)(
         copy.deepcopy(net),
-        X[:, : args.batch_size],
-        Y[:, : args.batch_size],
+        X[:, : 2 * args.batch_size],
+        Y[:, : 2 * args.batch_size],
         batch_size=args.batch_size,
         backend=backend,
         strict=False,
         eval_every=None,
-        check_every=1,
+        check_every=2,
         **fit_settings(args),
     )
     sync()
@@ -285,12 +287,12 @@ def warm_up(args, net, X, Y, backend, sync=lambda: None, fit=None):
     if compiled_graphs() == graphs:
         print(
             f"  fln: no kernel compiled (its chains run eagerly: below fused.MIN_SIZE); the "
-            f"warm-up batch took {seconds:.1f} s",
+            f"warm-up batches took {seconds:.1f} s",
             flush=True,
         )
         return None
     print(
-        f"  fln: compiled its kernels on one batch in {seconds:.1f} s (before the clock)",
+        f"  fln: compiled its kernels on two batches in {seconds:.1f} s (before the clock)",
         flush=True,
     )
     return seconds

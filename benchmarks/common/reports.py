@@ -127,7 +127,7 @@ def level_table(summary):
         if r.get("compile_seconds") is not None:
             lines.append(
                 f"\n{name}: kernels compiled in {r['compile_seconds']:.1f} s on the "
-                "first batch, before the clock"
+                "first two batches (an unchecked and a checked round), before the clock"
             )
         if r.get("host_reads_per_batch") is not None:
             lines.append(
