@@ -79,11 +79,14 @@ def _ops(values: Sequence[Any], op: str | Sequence[str]) -> list[str]:
 class Comm(Protocol):
     """What a solver asks of a communicator (:data:`LOCAL`, a shard of a
     :class:`SimulatedComm`, ``fast.torch_comm.TorchComm``): the shards' count ``P``, this
-    shard's ``rank``, its ``split``, the collectives and the two roles (module doc)."""
+    shard's ``rank``, its ``split``, the collectives and the two roles (module doc).
+    ``copies``: every shard runs on copies of shard 0's arguments, so they hold its data by
+    construction (``parallel.Ranks.fit``; ``run_settings.agreed`` then digests none)."""
 
     P: int
     rank: int
     split: str
+    copies: bool
 
     def reduce(self, values: Sequence[Any], op: str | Sequence[str]) -> list[Any]:
         """``values`` (0-d arrays or numbers), each reduced over the shards by its op."""
@@ -123,11 +126,12 @@ class Comm(Protocol):
 
 class _Moves:
     """What every communicator does with its ``all_gather``: the move from columns to rows,
-    and its two roles (``columns``, ``rows``)."""
+    and its two roles (``columns``, ``rows``); none runs on copies unless made so."""
 
     P: int
     rank: int
     split: str
+    copies: bool = False
 
     def all_gather(self, value: Any, shapes: Sequence[tuple] | None = None) -> list:
         raise NotImplementedError

@@ -381,7 +381,7 @@ def agreed(
     data by construction and digest none."""
     settings = {k: v for k, v in config.items() if k not in RANK_OWN}
     text = json.dumps(settings, sort_keys=True, default=repr).encode()
-    if digest is None and getattr(comm, "copies", False):  # (rank 0's data, copied to each)
+    if digest is None and comm.copies:  # (rank 0's data, copied to each: none to compare)
         digest = "00" * 32
     orders, held = ("C" * len(data), digest) if digest else memory_digest(*data)
     every = _gathered(comm, orders, held, weights, text)

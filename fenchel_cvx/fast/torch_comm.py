@@ -115,7 +115,6 @@ class TorchComm(_Moves):
         # NCCL's default; on gloo host memory is faster, and on_device=True takes CPU tensors
         self.on_device = nccl if on_device is None else bool(on_device)
         self._device = _DeviceReduce(self)
-        self.copies = False
 
     def on_copies(self) -> TorchComm:
         """These ranks, each running on a copy of rank 0's arguments (``parallel.Ranks.fit``):
