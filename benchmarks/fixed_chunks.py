@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import data, flags  # noqa: E402
 from common.devices import blas_record, machine_text  # noqa: E402
+from common.timing import median_ms  # noqa: E402
 from compiled_ab import setting  # noqa: E402
 from fenchel_cvx.arrays import to_numpy  # noqa: E402
 from fenchel_cvx.bcd import fit_bcd  # noqa: E402
@@ -88,15 +89,6 @@ def by_chunks(a, b, chunks, m=BATCH):
             total = part if total is None else total + part
         return total
     return a @ b
-
-
-def _median_ms(f, repeats):
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * float(np.median(times))
 
 
 def columns_depend_on_width(X):
@@ -152,8 +144,10 @@ def run(network, args, ds):
     one = chunked = 0.0
     for (sa, sb, dtype), calls in recorder.counts.items():
         a, b = (rng.standard_normal(s).astype(dtype) for s in (sa, sb))
-        one += calls * _median_ms(lambda a=a, b=b: a @ b, args.repeats)
-        chunked += calls * _median_ms(lambda a=a, b=b: by_chunks(a, b, args.chunks), args.repeats)
+        one += calls * median_ms(lambda a=a, b=b: a @ b, args.repeats, warm=False)
+        chunked += calls * median_ms(
+            lambda a=a, b=b: by_chunks(a, b, args.chunks), args.repeats, warm=False
+        )
     n = args.batches
     ms = float(np.median(batch_ms))
     extra = (chunked - one) / n

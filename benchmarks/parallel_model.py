@@ -8,7 +8,9 @@ batch:
 
 - ``compute``: its seconds on one rank, and ``rank``: its seconds on one rank's share, as one
   process takes it alone: a block split by columns on m/P points (the same epoch in batches of
-  500/P, in a process of its own), a hidden W-block with fewer points than rows of X~ (the
+  500/P, in a process of its own; a W-block with fewer points than rows of X~ on m/P points
+  but not on m, LeNet-5's W_2 and the MLP's W_1, in parameter space as a rank solves it:
+  ``common.counting.Shares``), a hidden W-block with fewer points than rows of X~ (the
   MLP's W_0: data space) on its p/P rows over every point, which it moves to (X~ gathered, V
   moved, W gathered: 6 collectives and their bytes), its m x m factorisation formed anew, as
   every rank forms it;
@@ -59,7 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common.counting import Roles  # noqa: E402
+from common.counting import Roles, Shares, parameter_space_on_ranks  # noqa: E402
 from common.data import add_data_flags, load  # noqa: E402
 from common.devices import cpu_model  # noqa: E402
 from common.latency import latency, latency_table  # noqa: E402
@@ -164,9 +166,9 @@ def counted_epoch(network, X, Y, P, share=1):
             return
         key = f"{'X' if block.kind.startswith('x') else 'W'}_{block.layer}"
         f = figures[key]
-        moved = isinstance(block, WHidden) and block.Xt.shape[1] < block.Xt.shape[0]
+        moved = isinstance(block, WHidden) and share * block.Xt.shape[1] < block.Xt.shape[0]
         f["compute_s"] += seconds
-        f["moved"] = float(moved)
+        f["moved"], f["as_on_ranks"] = float(moved), float(isinstance(comm, Shares))
         if moved:  # a row split: its rows' figures, and the move
             f["collectives"] += comm.rows.calls + MOVE_COLLECTIVES
             n1, m = block.Xt.shape
@@ -186,8 +188,9 @@ def counted_epoch(network, X, Y, P, share=1):
         record(block, time.perf_counter() - t0, comm)
         return out
 
-    def w(xp, block, W, tol, max_iter, cache, settings, _comm=None):
-        comm, t0 = Roles(), time.perf_counter()
+    def w(xp, block, W, tol, max_iter, cache, settings, _comm=None):  # (a share: as a rank's)
+        comm = Shares(share) if parameter_space_on_ranks(block, share) else Roles()
+        t0 = time.perf_counter()
         out = solve_pncg(xp, block, W, tol, max_iter, cache, settings, comm)
         record(block, time.perf_counter() - t0, comm, (xp, W, tol, max_iter, settings))
         return out
@@ -205,7 +208,7 @@ def counted_epoch(network, X, Y, P, share=1):
     n = len(seconds)
     per_batch = {k: {name: v / n for name, v in f.items()} for k, f in figures.items()}
     for k, f in per_batch.items():
-        f["moved"] = figures[k]["moved"]  # a flag, not a count
+        f["moved"], f["as_on_ranks"] = figures[k]["moved"], figures[k]["as_on_ranks"]  # flags
     return seconds, per_batch
 
 
@@ -264,7 +267,7 @@ def model(figures, batch_s, share, share_s, table, P):
     blocks = sum(f["compute_s"] for f in figures.values())
     for key, f in figures.items():
         if not f["moved"]:
-            f["rank_s"] = share[key]["compute_s"]
+            f["rank_s"], f["as_on_ranks"] = share[key]["compute_s"], share[key]["as_on_ranks"]
     rank_blocks = sum(f["rank_s"] for f in figures.values())
     rank_driver = max(0.0, share_s - sum(f["compute_s"] for f in share.values()))
     comm = sum(f["collectives"] * latency(table, f["bytes"] / max(f["collectives"], 1))
@@ -341,6 +344,7 @@ def main(argv=None):
             f = figures[key]
             c = f["collectives"] * latency(table, f["bytes"] / max(f["collectives"], 1))
             moved = "  (moved to rows)" if f["moved"] else ""
+            moved += "  (rank: parameter space)" if f.get("as_on_ranks") else ""
             print(f"  {key:6} {f['compute_s'] * 1e3:10.1f} {f['rank_s'] * 1e3:8.1f} "
                   f"{rank0[key] * 1e3:8.1f} {f['collectives']:11.0f} {f['bytes'] / 1e3:9.1f} "
                   f"{c * 1e3:8.1f}" + moved)  # fmt: skip

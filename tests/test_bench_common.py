@@ -25,6 +25,7 @@ NO_DATA = (
     "scaling_plot.py",  # (the copied JSON of docs/results)
     "oracle_sweep.py",  # (Gaussian points drawn from its seeds)
     "kill_writes.py",  # (the embedded digits, through the command)
+    "conv_kernels.py",  # (Gaussian arrays of LeNet-5's shapes)
 )  # fmt: skip
 #: the scripts that read MNIST
 READERS = [p for p in SCRIPTS if "__main__" in p.read_text() and p.name not in NO_DATA]
@@ -161,3 +162,14 @@ def test_launches_parse_and_each_fln_launch_is_set_against_the_fastest_adam():
     assert line == "| fln:r2t1 / fastest adam | 1.00 | 1.00 | 1.50 | 1.57 |"
     assert reports.launch_text(rows).startswith("fln:r2t1 2 x 1, adam:t1 1 x 1")
     assert reports.median([3.0, 30.0, 4.0]) == 4.0 and reports.median([3.0, None]) is None
+
+
+def test_shares_sum_over_p_shards_like_this_one_and_keep_its_maxima():
+    """``common.counting.Shares``: a solve timed as one of P ranks takes the P-rank paths (the
+    batch's point count, its sums' scale) at one shard's cost, each reduction counted."""
+    from common.counting import Shares
+
+    comm = Shares(2)
+    out = comm.reduce([np.array([1.5, -1.0]), 250, 3.0], ("sum", "sum", "max"))
+    assert [np.asarray(v).tolist() for v in out] == [[3.0, -2.0], 500, 3.0]
+    assert comm.reduce([4.0], "min") == [4.0] and comm.calls == 2 and comm.columns is comm

@@ -612,6 +612,10 @@ def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
     )  # fmt: skip
     mlp = figures["mlp"]
     assert set(mlp["blocks"]) == {"W_0", "W_1", "X_1"} and mlp["blocks"]["W_0"]["moved"] == 1.0
+    # W_1's X~ has 301 rows: a rank's 250 points alone would take data space, the ranks' 500
+    # take parameter space, and its share is timed so
+    assert [mlp["blocks"][k].get("as_on_ranks") for k in ("W_1", "X_1")] == [1.0, 0.0]
+    assert "W_1" in out.stdout.split("(rank: parameter space)")[0].splitlines()[-1]
     assert all(
         b["collectives"] > 0 and b["compute_s"] > 0 and b["rank_s"] > 0
         for b in mlp["blocks"].values()
@@ -727,3 +731,30 @@ def test_share_seconds_sums_each_worker_s_tasks_within_its_round():
         [1.5],
         [],
     ]
+
+
+def test_the_conv_kernels_benchmark_times_the_same_maps_both_ways(capsys):
+    """``benchmarks/conv_kernels.py`` compares the package's im2col products with PyTorch's
+    convolution kernels on LeNet-5's two convolutions: each pair it times computes the same
+    map (float32 round-off apart), the input layer's adjoint (no block takes it) is left out,
+    and the figures are printed."""
+    pytest.importorskip("torch")
+    results = _load("conv_kernels").main(["--points", "7", "--repeats", "1"])
+    assert {op for (m, layer, op) in results if layer == 0} == {
+        "patches", "W X~", "G X~^T", "A(W, X)"
+    }  # fmt: skip
+    assert {op for (m, layer, op) in results if layer == 1} == {
+        "patches", "W X~", "G X~^T", "A(W, X)", "A^T G"
+    }  # fmt: skip
+    for (m, layer, op), (ours, theirs, diff) in results.items():
+        assert m == 7 and ours > 0 and theirs > 0
+        assert op == "patches" or diff < 1e-4, (layer, op, diff)
+    out = capsys.readouterr().out
+    assert "layer 1 (avgpool 2x2 + conv2d 16@5x5" in out and "A^T G" in out
+
+
+def test_the_conv_kernels_benchmark_refuses_a_bad_count_by_flag(capsys):
+    for flag, text in (("--repeats", "0"), ("--threads", "-1"), ("--points", "0,250")):
+        with pytest.raises(SystemExit):
+            _load("conv_kernels").parse_args([flag, text])
+        assert flag in capsys.readouterr().err
