@@ -39,9 +39,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common.flags import counts  # noqa: E402
 from common.timing import median_ms  # noqa: E402
 
-#: the rows of an MNIST image, LeNet-5's input
-X0_ROWS = 28 * 28
-
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -67,7 +64,9 @@ class TorchConv:
 
         self.torch, self.layer, conv = torch, layer, layer.op
         self.k, self.pad, self.channels = conv.kernel, conv.padding, conv.channels
-        self.in_shape, self.op_shape = layer.in_shape, layer.op_shape
+        self.op_shape, self.shapes = layer.op_shape, [layer.in_shape]  # (each pool's input)
+        for spec in layer.pre[:-1]:
+            self.shapes.append(spec.out_shape(self.shapes[-1]))
 
     def _images(self, X, shape):
         """``(C H W, m)`` -> ``(m, C, H, W)``, contiguous."""
@@ -88,7 +87,9 @@ class TorchConv:
     def _input(self, X):
         """The convolution's input: the layer's pools in the package's layout, then
         ``(m, C, H, W)`` (PyTorch's pooling in its layout is the slower)."""
-        return self._images(self.layer._pre(np, X), self.op_shape)
+        for spec, shape in zip(self.layer.pre, self.shapes):
+            X = spec.apply(np, X, shape)
+        return self._images(X, self.op_shape)
 
     def forward(self, W, X):
         w, b = self._weight(W)
@@ -113,12 +114,16 @@ class TorchConv:
 
     def adjoint(self, W, G):
         gx, _, _ = self._backward(W, None, G, [True, False, False])
-        return self.layer._pre_adjoint(np, self._columns(gx))
+        G = self._columns(gx)
+        for spec, shape in zip(reversed(self.layer.pre), reversed(self.shapes)):
+            G = spec.adjoint(np, G, shape)
+        return G
 
 
-def layer_rows(layer, m, repeats, rng):
+def layer_rows(layer, m, repeats, rng, adjoint=True):
     """``(op, package ms, PyTorch ms, largest relative difference)`` for ``layer`` on ``m``
-    random points."""
+    random points; ``adjoint``: the X-block's adjoint too (not the input layer's: X_0 is the
+    data)."""
     from fenchel_cvx.arrays import matmul_nt
 
     X = rng.standard_normal((layer.n_in, m), dtype=np.float32)
@@ -133,7 +138,7 @@ def layer_rows(layer, m, repeats, rng):
         "A(W, X)": (lambda: layer.forward(W, X), lambda: tc.forward(W, X)),
         "A^T G": (lambda: layer.adjoint_x(W, G), lambda: tc.adjoint(W, G)),
     }
-    if layer.n_in == X0_ROWS:  # no block takes the input layer's adjoint: X_0 is the data
+    if not adjoint:
         del pairs["A^T G"]
     rows = []
     for op in pairs:
@@ -161,14 +166,17 @@ def main(argv=None):
     layers = [layer for layer in lenet5(dtype="float32").layers if layer.op.kind == "conv2d"]
     rng = np.random.default_rng(args.seed)
     results = {}
-    print(f"LeNet-5's convolutions, {args.threads} thread(s), medians of {args.repeats} calls")
+    print(
+        f"LeNet-5's convolutions, {args.threads} thread(s), medians of {args.repeats} calls "
+        "(ratio: im2col ms / PyTorch ms)"
+    )
     with threadpool_limits(args.threads):
         for m in args.points:
             for i, layer in enumerate(layers):
                 xt_mb = layer.weight_shape[1] * layer.n_out / layer.op.channels * m * 4 / 1e6
                 print(f"\nlayer {i} ({layer.describe()}), {m} points, X~ {xt_mb:.1f} MB")
                 print(f"{'':10s}{'im2col ms':>11s}{'PyTorch ms':>12s}{'ratio':>8s}  rel. diff")
-                for op, ours, theirs, diff in layer_rows(layer, m, args.repeats, rng):
+                for op, ours, theirs, diff in layer_rows(layer, m, args.repeats, rng, i > 0):
                     results[(m, i, op)] = (ours, theirs, diff)
                     print(f"{op:10s}{ours:11.2f}{theirs:12.2f}{ours / theirs:8.2f}  {diff:.1e}")
     return results
