@@ -79,10 +79,9 @@ class TorchConv:
         return t.reshape(t.shape[0], -1).T.contiguous().numpy()
 
     def _weight(self, W):
-        w = self.torch.from_numpy(np.ascontiguousarray(W[:, :-1]))
-        return w.reshape(self.channels, self.op_shape[0], self.k, self.k), self.torch.from_numpy(
-            np.ascontiguousarray(W[:, -1])
-        )
+        """``(weight, bias)`` as PyTorch's: ``W[:, :-1]`` as ``(channels, C_in, k, k)``."""
+        w = np.ascontiguousarray(W[:, :-1]).reshape(self.channels, self.op_shape[0], self.k, self.k)
+        return self.torch.from_numpy(w), self.torch.from_numpy(np.ascontiguousarray(W[:, -1]))
 
     def _input(self, X):
         """The convolution's input: the layer's pools in the package's layout, then
