@@ -219,19 +219,25 @@ def test_plot_is_a_small_png(tmp_path, monkeypatch):
 
 def test_the_scaling_plot_is_a_small_png_of_each_workloads_speed_up(tmp_path, monkeypatch):
     """``benchmarks/scaling_plot.py``: one rank's seconds over two ranks', per workload, from
-    the copied JSON (FLN and Adam's DDP on LeNet-5, Figure 1's round, the MLP), and the plot
-    the page "Training in parallel" shows."""
+    the copied JSON (FLN and Adam's DDP on LeNet-5, Figure 1's round, LeNet-5's and the MLP's
+    batch with their ceilings), and the plot the page "Training in parallel" shows."""
     sp = _script("scaling_plot")
-    pairs, ceiling = sp.speed_ups()
-    lenet = json.loads((ROOT / "docs" / "results" / "lenet5_launches.json").read_text())
+    pairs, ceilings = sp.speed_ups()
+    results = ROOT / "docs" / "results"
+    lenet = json.loads((results / "lenet5_eval5_amd_1206b.json").read_text())
     one, two = pairs["FLN, LeNet-5 (s/epoch)"]
     assert (one, two) == tuple(
         lenet["methods"][k]["seconds_per_epoch"] for k in ("fln:t1", "fln:r2t1")
     )
-    assert len(pairs) == 4 and all(a > 0 and b > 0 for a, b in pairs.values()) and ceiling > 1
-    mlp = json.loads((ROOT / "docs" / "results" / "parallel_model.json").read_text())["mlp"]
-    one, two = pairs["FLN, MLP (s/batch)"]
-    assert one / two == pytest.approx(mlp["measured"]["speedup"])  # the median repeat's
+    assert len(pairs) == 5 and all(a > 0 and b > 0 for a, b in pairs.values())
+    for name, run, key in (
+        ("LeNet-5", "parallel_model_lenet5_shares", "lenet5"),
+        ("MLP", "parallel_model_shares", "mlp"),
+    ):
+        model = json.loads((results / f"{run}.json").read_text())[key]
+        one, two = pairs[f"FLN, {name} (s/batch)"]
+        assert one / two == pytest.approx(model["measured"]["speedup"])  # the median repeat's
+        assert ceilings[name] == model["ceiling"]["speedup"] > one / two
     assert "(results/parallel_scaling.png)" in (ROOT / "docs" / "parallel.md").read_text()
     for name in sp.RUNS:
         (tmp_path / f"{name}.json").write_bytes((sp.DATA / f"{name}.json").read_bytes())
