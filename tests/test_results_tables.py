@@ -237,7 +237,7 @@ def test_the_scaling_plot_is_a_small_png_of_each_workloads_speed_up(tmp_path, mo
         model = json.loads((results / f"{run}.json").read_text())[key]
         one, two = pairs[f"FLN, {name} (s/batch)"]
         assert one / two == pytest.approx(model["measured"]["speedup"])  # the median repeat's
-        assert ceilings[name] == model["ceiling"]["speedup"] > one / two
+        assert ceilings[name] == model["ceiling"]["speedup"]  # the plot draws the JSON's
     assert "(results/parallel_scaling.png)" in (ROOT / "docs" / "parallel.md").read_text()
     for name in sp.RUNS:
         (tmp_path / f"{name}.json").write_bytes((sp.DATA / f"{name}.json").read_bytes())
