@@ -395,6 +395,85 @@ def test_cross_entropy_w_step_sees_small_changes_in_float32():
     assert np.isfinite(change[0, 0]) and abs(float(change[0, 0]) - exact) <= 1e-9 * abs(exact)
 
 
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("kind", ["w_hidden0", "w_last"])
+def test_a_line_search_reads_its_safeguard_from_its_last_trial(act, kind, monkeypatch):
+    """Where reads are cheap (NumPy), each trial of a W-block's line search also sums the data
+    term's change at its length, in the same collective as its derivatives: the descent
+    safeguard takes no collective of its own (and a hidden block's rows no pass of their own)
+    where the search returns the length it tried last, and the solve is the one that takes
+    them, bit for bit."""
+    from fenchel_cvx.fast import wblocks
+
+    block = case_block(act, "cross_entropy", kind, 0.3)
+    counts = {"searches": 0, "passes": 0, "reductions": 0}
+
+    def counted(name, fn):
+        def run(*args, **kwargs):
+            counts[name] += 1
+            return fn(*args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(wblocks._Problem, "search", counted("searches", wblocks._Problem.search))
+    rows = wblocks.HiddenRows
+    monkeypatch.setattr(rows, "change_along", counted("passes", rows.change_along))
+
+    class Counting(type(wblocks.LOCAL)):
+        def reduce(self, values, op):
+            counts["reductions"] += 1
+            return super().reduce(values, op)
+
+    def solve():
+        for key in counts:
+            counts[key] = 0
+        backend = FastBackend(w_steps=6)
+        backend.comm = Counting()
+        return backend.solve(block, start=block.W0).argmin, dict(counts)
+
+    fused, seen = solve()
+    monkeypatch.setattr(wblocks, "cheap_reads", lambda xp: False)  # a pass and a collective each
+    apart, seen_apart = solve()
+    assert seen["searches"] == seen_apart["searches"] == 6
+    assert seen["reductions"] < seen_apart["reductions"], (seen, seen_apart)
+    if kind == "w_hidden0":
+        assert seen["passes"] == 0 and seen_apart["passes"] == 6, (seen, seen_apart)
+    np.testing.assert_array_equal(fused, apart)
+
+
+def test_a_line_search_that_returns_a_length_it_did_not_try_checks_it(monkeypatch):
+    """The safeguard's own trial where the search ends on a length it never evaluated (a step
+    below rounding, or its cap): here every length is nudged after the search, and a length at
+    which the objective rises falls back to the bracket's left end."""
+    from fenchel_cvx.fast import _util, wblocks
+
+    block = case_block("relu", "cross_entropy", "w_hidden0", 0.3)
+    trials, evaluations, factor = [], [], [1.0 + 1e-9]
+    both = wblocks.HiddenRows.derivs_change_at
+
+    def evaluated(self, U, dU, t):
+        evaluations.append(t)
+        return both(self, U, dU, t)
+
+    def nudged(xp, derivs, *args, **kwargs):
+        def tried(t):
+            trials.append(t)
+            return derivs(t)
+
+        t, lo, nls = _util.newton_1d(xp, tried, *args, **kwargs)
+        return t * factor[0], lo, nls
+
+    monkeypatch.setattr(wblocks.HiddenRows, "derivs_change_at", evaluated)
+    monkeypatch.setattr(wblocks, "newton_1d", nudged)
+    before = float(block.value(block.W0))
+    res = FastBackend(w_steps=2).solve(block, start=block.W0)
+    assert len(evaluations) == len(trials) + 2 and res.value < before
+    factor[0] = 1e6  # far past the minimum along every direction: the objective rises there
+    trials.clear(), evaluations.clear()
+    res = FastBackend(w_steps=1).solve(block, start=block.W0)
+    assert len(evaluations) == len(trials) + 1 and res.value <= before
+
+
 def test_w_block_takes_the_callers_product():
     """A W-block's start image (``image=``: W X~ at the start, e.g. the driver's feed-forward
     pass) replaces the solver's own product; one of another shape is ignored."""

@@ -37,6 +37,7 @@ The chains (the paper's Sec. 4.5 blocks, as ``fast.wblocks`` and ``fast.xblocks`
 
 - ``row_derivs``, ``row_curv``, ``row_change``: a WHidden row's divergence term
   ``lam sum_j B(v_j, u_j)`` along a direction: its first and second derivatives and its change;
+  ``row_derivs_change`` the first and the last at one length;
 - ``fista_step``: the X-blocks' proximal-gradient step from FISTA's extrapolated point and the
   figures that FISTA's tests need;
 - ``scaled_grad_u``: the gradient ``lam (phi(U) - V)`` of a hidden X-block's smooth term.
@@ -146,6 +147,14 @@ def row_change(
         lam * xp.sum(diff, axis=1, keepdims=True),
         lam * xp.sum(xp.abs(base), axis=1, keepdims=True),
     )
+
+
+def row_derivs_change(
+    act: Activation, lam: float, V: Array, U: Array, dU: Array, t: float
+) -> tuple[Array, Array, Array, Array]:
+    """``row_derivs`` and ``row_change`` at the same ``t``, ``(d1, d2, change, size)``: a line
+    search's trial and its descent safeguard in one chain (compiled: one pass over U and dU)."""
+    return (*row_derivs(act, lam, V, U, dU, t), *row_change(act, lam, V, U, dU, t))
 
 
 def fista_step(

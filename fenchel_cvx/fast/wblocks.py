@@ -218,9 +218,17 @@ class _Problem:
         xp = self.xp
 
         comm = self.comm.columns
+        # where reads are cheap, each trial also sums the data term's change at its length, in
+        # the same chain and collective as its derivatives (``derivs_change_at``): the descent
+        # safeguard then reads it wherever the search returns the length it tried last
+        last: list[Any] | None = [] if cheap_reads(xp) else None
 
         def derivs(t):
-            d1, d2 = comm.reduce(self.derivs_at(U, dU, t), "sum")
+            if last is None:
+                d1, d2 = comm.reduce(self.derivs_at(U, dU, t), "sum")
+            else:
+                d1, d2, *change = comm.reduce(self.derivs_change_at(U, dU, t), "sum")
+                last[:] = [t, change]
             return d1 + slope + curv * t, d2 + curv
 
         (curv0,) = comm.reduce([self.data_curv(U, dU)], "sum")
@@ -239,7 +247,12 @@ class _Problem:
         if narrowing:
             nls = nls + narrowing
         # descent safeguard: lo < t* and the objective decreases on [0, t*]
-        change, size = comm.reduce(self.change_along(U, dU, t), "sum")
+        if last is None:
+            change, size = comm.reduce(self.change_along(U, dU, t), "sum")
+        else:
+            if not bool(xp.all(t == last[0])):  # a length not tried (a step below rounding, the
+                derivs(t)  # cap): tried now, by the same chain (nothing new to compile mid-run)
+            change, size = last[1]
         reg = (slope * t, 0.5 * curv * t * t)
         rise = change + reg[0] + reg[1]
         # the rounding of rise: a few eps of the terms it sums
@@ -259,6 +272,12 @@ class _Problem:
     def change_along(self, U: Array, dU: Array, t: float | Array) -> tuple[Array, Array]:
         """``data_change`` from U to ``U + t dU``."""
         return self.data_change(U, t * dU)
+
+    def derivs_change_at(
+        self, U: Array, dU: Array, t: float | Array
+    ) -> tuple[Array, Array, Array, Array]:
+        """``derivs_at`` and ``change_along`` at one length: ``(d1, d2, change, size)``."""
+        return (*self.derivs_at(U, dU, t), *self.change_along(U, dU, t))
 
 
 class HiddenRows(_Problem):
@@ -312,6 +331,12 @@ class HiddenRows(_Problem):
         """``(change, size)``: the data term's change from U to ``U + t dU`` per row, and the
         size of the terms it sums (its rounding scale)."""
         return self.kernels(fused.row_change)(self.act, self.lam, self.V, U, dU, t)
+
+    def derivs_change_at(
+        self, U: Array, dU: Array, t: float | Array
+    ) -> tuple[Array, Array, Array, Array]:
+        """``derivs_at`` and ``change_along`` at one length, one chain (one fused pass)."""
+        return self.kernels(fused.row_derivs_change)(self.act, self.lam, self.V, U, dU, t)
 
     def precondition(
         self, g: Array, A: Array, R: Array, U: Array, it: int, prev_active: Array | None = None
