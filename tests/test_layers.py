@@ -98,6 +98,27 @@ def test_norm2_bound_is_an_upper_bound_close_to_the_norm(shape, specs, rng):
 
 
 @pytest.mark.parametrize(
+    "conv,shape",
+    [
+        (Conv2d(4, 3, padding=1), (3, 7, 7)),  # an odd grid, fewer input channels than filters
+        (Conv2d(2, 3), (5, 6, 6)),  # an even grid, more input channels than filters
+        (Conv2d(16, 5), (6, 12, 12)),  # LeNet-5's second conv
+    ],
+    ids=repr,
+)
+def test_a_convs_spectrum_bound_is_the_largest_over_every_frequency_of_its_grid(conv, shape, rng):
+    """The filters' spectrum bound takes half the grid's frequencies (real filters: the other
+    half are conjugates) and is the largest squared singular value over all of them."""
+    C, H, Wd = shape
+    W = rng.standard_normal(conv.weight_shape(shape))
+    N1, N2, k = H + 2 * conv.padding, Wd + 2 * conv.padding, conv.kernel
+    M = np.fft.fft2(W[:, :-1].reshape(conv.channels, C, k, k), s=(N1, N2))
+    every = max(np.linalg.norm(M[:, :, i, j], 2) ** 2 for i in range(N1) for j in range(N2))
+    small = min(conv.channels, C)  # the spectrum's route, not the explicit matrix's
+    np.testing.assert_allclose(conv.norm2_bound(W, shape, small), every, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
     "shape,specs",
     [MAPS[0], LENET_X1_MAP, ((4, 3, 3), [Conv2d(2, 3, padding=2)])],
     ids=lambda v: repr(v),
