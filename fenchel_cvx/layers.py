@@ -575,8 +575,8 @@ class Conv2d(Spec):
         ):
             return None
         F = xp.reshape(xp.astype(W[:, :-1], xp.float64), (self.channels, C, k, k))
-        # the real filters' DFT at the frequencies (f1, -f2) is the conjugate of that at
-        # (-f1, f2), with the same singular values: half the grid (``rfftn``) holds them all
+        # a real filter's DFT at (-f1, -f2) is the conjugate of its DFT at (f1, f2), with the
+        # same singular values: ``rfftn``'s half of the grid (0 <= f2 <= N2 / 2) holds them all
         M = xp.fft.rfftn(F, s=(H + 2 * p, Wd + 2 * p), axes=(-2, -1))
         M = xp.permute_dims(M, (2, 3, 0, 1))  # channels x C_in per frequency
         Mh = xp.conj(xp.matrix_transpose(M))
