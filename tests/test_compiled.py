@@ -179,6 +179,42 @@ def test_capped_block_solves_agree(compiled, network, dtype):
     assert compiled.compiles > 0 and not compiled._failed
 
 
+def test_a_chain_fuses_where_it_compiles(compiled):
+    """``Kernels.fuses``: whether a chain on given arrays runs as one compiled kernel, which
+    decides whether a W-block's line-search trials also sum the change (``wblocks``)."""
+    small, large = np.zeros((2, 3)), np.zeros((1, fused.MIN_SIZE))
+    assert not fused.EAGER.fuses(large)
+    assert compiled.fuses(small)  # (min_size=0: every chain compiles)
+    default = fused.Compiled()
+    assert not default.fuses(small) and default.fuses(small, large)
+    auto = fused.Auto()
+    assert not auto.fuses(small) and auto.fuses(large) == auto.compiled
+
+
+def test_a_compiled_w_step_takes_its_safeguard_from_its_trials_chain(compiled, monkeypatch):
+    """A hidden W-block whose chains compile sums each trial's change in ``row_derivs_change``
+    and takes no pass of its own for the safeguard (the eager twin takes one a step)."""
+    from fenchel_cvx.fast import wblocks
+
+    calls = {"change_along": 0, "derivs_change_at": 0}
+    for name in calls:
+        fn = getattr(wblocks.HiddenRows, name)
+
+        def run(*args, _fn=fn, _name=name, **kwargs):
+            calls[_name] += 1
+            return _fn(*args, **kwargs)
+
+        monkeypatch.setattr(wblocks.HiddenRows, name, run)
+    block = _blocks(_mlp_state(np.float64))[-2]  # W_0: hidden, in the span of the batch
+    eager, comp = _pair(compiled, w_steps=3)
+    b = comp.solve(block)
+    assert calls["change_along"] == 0 and calls["derivs_change_at"] >= 3, calls
+    calls.update(change_along=0, derivs_change_at=0)
+    a = eager.solve(block)
+    assert calls["change_along"] == 3 and calls["derivs_change_at"] == 0, calls
+    assert _rel(b.argmin, a.argmin) <= RTOL[np.float64]
+
+
 @pytest.mark.parametrize("network", ["mlp", "lenet5"])
 def test_solved_to_tolerance_the_paths_agree_and_reach_the_oracle(compiled, network):
     from fenchel_cvx.oracle import OracleBackend

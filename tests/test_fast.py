@@ -395,59 +395,82 @@ def test_cross_entropy_w_step_sees_small_changes_in_float32():
     assert np.isfinite(change[0, 0]) and abs(float(change[0, 0]) - exact) <= 1e-9 * abs(exact)
 
 
+def _count_calls(monkeypatch, counts, owner, name):
+    """Count ``owner.name``'s calls in ``counts[name]`` for the test's duration."""
+    fn = getattr(owner, name)
+
+    def run(*args, **kwargs):
+        counts[name] += 1
+        return fn(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, run)
+
+
 @pytest.mark.parametrize("act", ACTS)
 @pytest.mark.parametrize("kind", ["w_hidden0", "w_last"])
 def test_a_line_search_reads_its_safeguard_from_its_last_trial(act, kind, monkeypatch):
-    """Where reads are cheap (NumPy), each trial of a W-block's line search also sums the data
-    term's change at its length, in the same collective as its derivatives: the descent
-    safeguard takes no collective of its own (and a hidden block's rows no pass of their own)
-    where the search returns the length it tried last, and the solve is the one that takes
-    them, bit for bit."""
+    """Where each trial of a W-block's line search also sums the data term's change at its
+    length (``safeguard_in_trials``: on shards, or where the chain compiles into one pass), the
+    descent safeguard takes no collective of its own (and a hidden block's rows no pass of their
+    own) where the search returns the length it tried last, and the solve is the one that
+    takes them, bit for bit."""
     from fenchel_cvx.fast import wblocks
 
     block = case_block(act, "cross_entropy", kind, 0.3)
-    counts = {"searches": 0, "passes": 0, "reductions": 0}
-
-    def counted(name, fn):
-        def run(*args, **kwargs):
-            counts[name] += 1
-            return fn(*args, **kwargs)
-
-        return run
-
-    monkeypatch.setattr(wblocks._Problem, "search", counted("searches", wblocks._Problem.search))
-    rows = wblocks.HiddenRows
-    monkeypatch.setattr(rows, "change_along", counted("passes", rows.change_along))
+    counts = {"search": 0, "change_along": 0, "reductions": 0}
+    _count_calls(monkeypatch, counts, wblocks._Problem, "search")
+    _count_calls(monkeypatch, counts, wblocks.HiddenRows, "change_along")
 
     class Counting(type(wblocks.LOCAL)):
         def reduce(self, values, op):
             counts["reductions"] += 1
             return super().reduce(values, op)
 
-    def solve():
+    def solve(in_trials):
+        monkeypatch.setattr(wblocks._Problem, "safeguard_in_trials", lambda *a: in_trials)
         for key in counts:
             counts[key] = 0
         backend = FastBackend(w_steps=6)
         backend.comm = Counting()
         return backend.solve(block, start=block.W0).argmin, dict(counts)
 
-    fused, seen = solve()
-    monkeypatch.setattr(wblocks, "cheap_reads", lambda xp: False)  # a pass and a collective each
-    apart, seen_apart = solve()
-    assert seen["searches"] == seen_apart["searches"] == 6
+    fused, seen = solve(True)
+    apart, seen_apart = solve(False)
+    assert seen["search"] == seen_apart["search"] == 6
     assert seen["reductions"] < seen_apart["reductions"], (seen, seen_apart)
     if kind == "w_hidden0":
-        assert seen["passes"] == 0 and seen_apart["passes"] == 6, (seen, seen_apart)
+        assert seen["change_along"] == 0 and seen_apart["change_along"] == 6, (seen, seen_apart)
     np.testing.assert_array_equal(fused, apart)
+
+
+def test_one_eager_process_keeps_the_safeguards_own_pass(monkeypatch):
+    """In one process on chains that run eagerly (no collective to save, and two passes either
+    way) each trial sums the derivatives alone, and the safeguard takes its own pass: a search
+    of several trials computes the change once."""
+    from fenchel_cvx.fast import wblocks
+
+    block = case_block("relu", "cross_entropy", "w_hidden0", 0.3)
+    counts = {"search": 0, "change_along": 0, "derivs_at": 0, "derivs_change_at": 0}
+    for name in ("search",):
+        _count_calls(monkeypatch, counts, wblocks._Problem, name)
+    for name in ("change_along", "derivs_at", "derivs_change_at"):
+        _count_calls(monkeypatch, counts, wblocks.HiddenRows, name)
+    FastBackend(w_steps=6).solve(block, start=block.W0)
+    assert counts["derivs_change_at"] == 0 and counts["change_along"] == counts["search"] == 6
+    assert counts["derivs_at"] >= counts["search"]
 
 
 def test_a_line_search_that_returns_a_length_it_did_not_try_checks_it(monkeypatch):
     """The safeguard's own trial where the search ends on a length it never evaluated (a step
-    below rounding, or its cap): here every length is nudged after the search, and a length at
-    which the objective rises falls back to the bracket's left end."""
+    below rounding, or its cap): here every length is nudged after the search. A block without
+    regulariser (rho = gamma = 0) leaves the change alone to decide: at a length far past the
+    minimum the objective rises, and the step falls back to the bracket's left end."""
+    import dataclasses
+
     from fenchel_cvx.fast import _util, wblocks
 
     block = case_block("relu", "cross_entropy", "w_hidden0", 0.3)
+    block = dataclasses.replace(block, rho=0.0, gamma=0.0)  # (W0 kept: the start)
     trials, evaluations, factor = [], [], [1.0 + 1e-9]
     both = wblocks.HiddenRows.derivs_change_at
 
@@ -463,6 +486,7 @@ def test_a_line_search_that_returns_a_length_it_did_not_try_checks_it(monkeypatc
         t, lo, nls = _util.newton_1d(xp, tried, *args, **kwargs)
         return t * factor[0], lo, nls
 
+    monkeypatch.setattr(wblocks._Problem, "safeguard_in_trials", lambda *a: True)
     monkeypatch.setattr(wblocks.HiddenRows, "derivs_change_at", evaluated)
     monkeypatch.setattr(wblocks, "newton_1d", nudged)
     before = float(block.value(block.W0))

@@ -223,6 +223,40 @@ def test_w_shards_reproduce_the_one_process_solve(states, name, l, setting, P):
     assert np.max(np.abs(out[0][0] - whole)) <= 1e-12 * np.max(np.abs(whole))
 
 
+@pytest.mark.parametrize("name,l", [("mlp", 1), ("lenet5", 2), ("lenet5", 4)])
+def test_w_shards_take_the_safeguard_from_the_last_trials_collective(states, name, l, monkeypatch):
+    """On column shards each trial of a W-step's line search also sums the data term's change
+    at its length, in the trial's collective: the descent safeguard meets the other shards
+    only where the search returns a length it did not try, and every shard's W is the one that
+    the safeguard's own collective gives, bit for bit."""
+    block = _w_block(states, name, l)
+    met, searches = [0], [0]
+    search = wblocks._Problem.search
+
+    class Counting(reduce.SimulatedComm):
+        def _reduce(self, rank, values, op):
+            met[0] += rank == 0
+            return super()._reduce(rank, values, op)
+
+    def counted(self, *args, **kwargs):
+        searches[0] += self.comm.rank == 0
+        return search(self, *args, **kwargs)
+
+    monkeypatch.setattr(wblocks._Problem, "search", counted)
+
+    def solve():
+        met[0] = searches[0] = 0
+        out = w_sharded(block, W_SOLVES["capped"], Counting(2))
+        return out[0][0], met[0], searches[0]
+
+    together, meetings, n = solve()
+    monkeypatch.setattr(wblocks._Problem, "safeguard_in_trials", lambda *a: False)
+    apart, meetings_apart, n_apart = solve()
+    assert n == n_apart == W_SOLVES["capped"][0]
+    assert meetings_apart - n <= meetings < meetings_apart, (meetings, meetings_apart, n)
+    np.testing.assert_array_equal(together, apart)
+
+
 #: Newton rows from the first step, rows frozen at every step (a row shard may freeze all its own)
 NEWTON = PncgSettings(newton_start=0, flip_tol=10**6, compact_every=1)
 #: (network, layer, rho 0: the span solve, (max_iter, tol, settings), the method it takes)

@@ -224,6 +224,10 @@ class Kernels:
     def __call__(self, chain):
         return chain
 
+    def fuses(self, *arrays: Array) -> bool:
+        """Whether a chain on these arrays runs as one compiled kernel (one pass over them)."""
+        return False
+
     def region(self, step: _F) -> _F:
         """Runs a solver's loop body: ``kernels.region(step)(*args)`` gives what ``step(*args)``
         gives (``whole.Blocks`` compiles it once for all its calls in a block's graph)."""
@@ -422,6 +426,9 @@ class Compiled(Kernels):
         """How many kernels dynamo has compiled in this process (recompilations included)."""
         return compiled_graphs()
 
+    def fuses(self, *arrays: Array) -> bool:
+        return not self.min_size or _largest(arrays, _numpy(), self.torch) >= self.min_size
+
     def __call__(self, chain):
         run = self._compiled.get(chain)
         if run is None:
@@ -483,6 +490,9 @@ class Auto(Kernels):
     def __init__(self):
         self.compiled = compiler_available()  # may compile: the chains' fixed-shape forms
         self._runs = {}
+
+    def fuses(self, *arrays: Array) -> bool:
+        return self.compiled and _largest(arrays, _numpy()) >= MIN_SIZE
 
     def __call__(self, chain):
         if not self.compiled:

@@ -218,10 +218,10 @@ class _Problem:
         xp = self.xp
 
         comm = self.comm.columns
-        # where reads are cheap, each trial also sums the data term's change at its length, in
-        # the same chain and collective as its derivatives (``derivs_change_at``): the descent
-        # safeguard then reads it wherever the search returns the length it tried last
-        last: list[Any] | None = [] if cheap_reads(xp) else None
+        # each trial may also sum the data term's change at its length, in the same chain and
+        # collective as its derivatives (``safeguard_in_trials``): the descent safeguard then
+        # reads it wherever the search returns the length it tried last
+        last: list[Any] | None = [] if self.safeguard_in_trials(U, dU) else None
 
         def derivs(t):
             if last is None:
@@ -279,6 +279,18 @@ class _Problem:
         """``derivs_at`` and ``change_along`` at one length: ``(d1, d2, change, size)``."""
         return (*self.derivs_at(U, dU, t), *self.change_along(U, dU, t))
 
+    def one_pass(self, U: Array, dU: Array) -> bool:
+        """Whether ``derivs_change_at`` takes one pass over U and dU where ``derivs_at`` and
+        ``change_along`` take one each (a chain compiled into one kernel)."""
+        return False
+
+    def safeguard_in_trials(self, U: Array, dU: Array) -> bool:
+        """Whether each trial of the line search also sums the data term's change at its length:
+        where that saves a collective (column shards) or a pass (``one_pass``), and reads are
+        cheap (the safeguard compares the returned length with the last one tried). Elsewhere
+        the safeguard takes a pass and a collective of its own, and each trial none extra."""
+        return cheap_reads(self.xp) and (self.comm.columns.P > 1 or self.one_pass(U, dU))
+
 
 class HiddenRows(_Problem):
     """WHidden: rows are independent; per-row inner products, step lengths and Newton rows."""
@@ -335,8 +347,11 @@ class HiddenRows(_Problem):
     def derivs_change_at(
         self, U: Array, dU: Array, t: float | Array
     ) -> tuple[Array, Array, Array, Array]:
-        """``derivs_at`` and ``change_along`` at one length, one chain (one fused pass)."""
+        """``derivs_at`` and ``change_along`` at one length, one chain."""
         return self.kernels(fused.row_derivs_change)(self.act, self.lam, self.V, U, dU, t)
+
+    def one_pass(self, U: Array, dU: Array) -> bool:
+        return self.kernels.fuses(U, dU)
 
     def precondition(
         self, g: Array, A: Array, R: Array, U: Array, it: int, prev_active: Array | None = None
