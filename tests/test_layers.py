@@ -108,14 +108,21 @@ def test_norm2_bound_is_an_upper_bound_close_to_the_norm(shape, specs, rng):
 )
 def test_a_convs_spectrum_bound_is_the_largest_over_every_frequency_of_its_grid(conv, shape, rng):
     """The filters' spectrum bound takes half the grid's frequencies (real filters: the other
-    half are conjugates) and is the largest squared singular value over all of them."""
+    half are conjugates) and is the largest squared singular value over all of them: for
+    drawn filters, and for filters whose peak lies on the last column of the half."""
     C, H, Wd = shape
-    W = rng.standard_normal(conv.weight_shape(shape))
     N1, N2, k = H + 2 * conv.padding, Wd + 2 * conv.padding, conv.kernel
-    M = np.fft.fft2(W[:, :-1].reshape(conv.channels, C, k, k), s=(N1, N2))
-    every = max(np.linalg.norm(M[:, :, i, j], 2) ** 2 for i in range(N1) for j in range(N2))
-    small = min(conv.channels, C)  # the spectrum's route, not the explicit matrix's
-    np.testing.assert_allclose(conv.norm2_bound(W, shape, small), every, rtol=1e-12)
+    drawn = rng.standard_normal(conv.weight_shape(shape))
+    alternating = drawn.copy()  # signs alternating along the width: the peak at f2 = N2 / 2
+    alternating[:, :-1] = np.abs(drawn[:, :-1]) * np.tile((-1.0) ** np.arange(k), C * k)
+    for W in (drawn, alternating):
+        M = np.fft.fft2(W[:, :-1].reshape(conv.channels, C, k, k), s=(N1, N2))
+        top = np.array(
+            [[np.linalg.norm(M[:, :, i, j], 2) ** 2 for j in range(N2)] for i in range(N1)]
+        )
+        small = min(conv.channels, C)  # the spectrum's route, not the explicit matrix's
+        np.testing.assert_allclose(conv.norm2_bound(W, shape, small), top.max(), rtol=1e-12)
+    assert top.max() > 1.01 * top[:, : N2 // 2].max()  # (its peak: the last column of the half)
 
 
 @pytest.mark.parametrize(
