@@ -177,6 +177,29 @@ def interior():
     return interior_sample
 
 
+@pytest.fixture
+def calls(monkeypatch):
+    """``calls(owner, *names)``: the calls of each of ``owner``'s methods ``names`` for the
+    test's duration, counted in one ``collections.Counter`` that every call shares (a name's
+    count under its name)."""
+    import collections
+
+    counts = collections.Counter()
+
+    def watch(owner, *names):
+        for name in names:
+            fn = getattr(owner, name)
+
+            def run(*args, _fn=fn, _name=name, **kwargs):
+                counts[_name] += 1
+                return _fn(*args, **kwargs)
+
+            monkeypatch.setattr(owner, name, run)
+        return counts
+
+    return watch
+
+
 @pytest.fixture(scope="session")
 def random_data():
     """``random_classification(n, k, m, seed)`` as a fixture (see its docstring)."""

@@ -191,27 +191,19 @@ def test_a_chain_fuses_where_it_compiles(compiled):
     assert not auto.fuses(small) and auto.fuses(large) == auto.compiled
 
 
-def test_a_compiled_w_step_takes_its_safeguard_from_its_trials_chain(compiled, monkeypatch):
+def test_a_compiled_w_step_takes_its_safeguard_from_its_trials_chain(compiled, calls):
     """A hidden W-block whose chains compile sums each trial's change in ``row_derivs_change``
     and takes no pass of its own for the safeguard (the eager twin takes one a step)."""
     from fenchel_cvx.fast import wblocks
 
-    calls = {"change_along": 0, "derivs_change_at": 0}
-    for name in calls:
-        fn = getattr(wblocks.HiddenRows, name)
-
-        def run(*args, _fn=fn, _name=name, **kwargs):
-            calls[_name] += 1
-            return _fn(*args, **kwargs)
-
-        monkeypatch.setattr(wblocks.HiddenRows, name, run)
+    counts = calls(wblocks.HiddenRows, "change_along", "derivs_change_at")
     block = _blocks(_mlp_state(np.float64))[-2]  # W_0: hidden, in the span of the batch
     eager, comp = _pair(compiled, w_steps=3)
     b = comp.solve(block)
-    assert calls["change_along"] == 0 and calls["derivs_change_at"] >= 3, calls
-    calls.update(change_along=0, derivs_change_at=0)
+    assert counts["change_along"] == 0 and counts["derivs_change_at"] >= 3, counts
+    counts.clear()
     a = eager.solve(block)
-    assert calls["change_along"] == 3 and calls["derivs_change_at"] == 0, calls
+    assert counts["change_along"] == 3 and counts["derivs_change_at"] == 0, counts
     assert _rel(b.argmin, a.argmin) <= RTOL[np.float64]
 
 

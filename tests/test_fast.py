@@ -395,20 +395,9 @@ def test_cross_entropy_w_step_sees_small_changes_in_float32():
     assert np.isfinite(change[0, 0]) and abs(float(change[0, 0]) - exact) <= 1e-9 * abs(exact)
 
 
-def _count_calls(monkeypatch, counts, owner, name):
-    """Count ``owner.name``'s calls in ``counts[name]`` for the test's duration."""
-    fn = getattr(owner, name)
-
-    def run(*args, **kwargs):
-        counts[name] += 1
-        return fn(*args, **kwargs)
-
-    monkeypatch.setattr(owner, name, run)
-
-
 @pytest.mark.parametrize("act", ACTS)
 @pytest.mark.parametrize("kind", ["w_hidden0", "w_last"])
-def test_a_line_search_reads_its_safeguard_from_its_last_trial(act, kind, monkeypatch):
+def test_a_line_search_reads_its_safeguard_from_its_last_trial(act, kind, monkeypatch, calls):
     """Where each trial of a W-block's line search also sums the data term's change at its
     length (``safeguard_in_trials``: on shards, or where the chain compiles into one pass), the
     descent safeguard takes no collective of its own (and a hidden block's rows no pass of their
@@ -417,9 +406,8 @@ def test_a_line_search_reads_its_safeguard_from_its_last_trial(act, kind, monkey
     from fenchel_cvx.fast import wblocks
 
     block = case_block(act, "cross_entropy", kind, 0.3)
-    counts = {"search": 0, "change_along": 0, "reductions": 0}
-    _count_calls(monkeypatch, counts, wblocks._Problem, "search")
-    _count_calls(monkeypatch, counts, wblocks.HiddenRows, "change_along")
+    counts = calls(wblocks._Problem, "search")
+    calls(wblocks.HiddenRows, "change_along")
 
     class Counting(type(wblocks.LOCAL)):
         def reduce(self, values, op):
@@ -428,11 +416,10 @@ def test_a_line_search_reads_its_safeguard_from_its_last_trial(act, kind, monkey
 
     def solve(in_trials):
         monkeypatch.setattr(wblocks._Problem, "safeguard_in_trials", lambda *a: in_trials)
-        for key in counts:
-            counts[key] = 0
+        counts.clear()
         backend = FastBackend(w_steps=6)
         backend.comm = Counting()
-        return backend.solve(block, start=block.W0).argmin, dict(counts)
+        return backend.solve(block, start=block.W0).argmin, counts.copy()
 
     fused, seen = solve(True)
     apart, seen_apart = solve(False)
@@ -443,18 +430,15 @@ def test_a_line_search_reads_its_safeguard_from_its_last_trial(act, kind, monkey
     np.testing.assert_array_equal(fused, apart)
 
 
-def test_one_eager_process_keeps_the_safeguards_own_pass(monkeypatch):
+def test_one_eager_process_keeps_the_safeguards_own_pass(calls):
     """In one process on chains that run eagerly (no collective to save, and two passes either
     way) each trial sums the derivatives alone, and the safeguard takes its own pass: a search
     of several trials computes the change once."""
     from fenchel_cvx.fast import wblocks
 
     block = case_block("relu", "cross_entropy", "w_hidden0", 0.3)
-    counts = {"search": 0, "change_along": 0, "derivs_at": 0, "derivs_change_at": 0}
-    for name in ("search",):
-        _count_calls(monkeypatch, counts, wblocks._Problem, name)
-    for name in ("change_along", "derivs_at", "derivs_change_at"):
-        _count_calls(monkeypatch, counts, wblocks.HiddenRows, name)
+    counts = calls(wblocks._Problem, "search")
+    calls(wblocks.HiddenRows, "change_along", "derivs_at", "derivs_change_at")
     FastBackend(w_steps=6).solve(block, start=block.W0)
     assert counts["derivs_change_at"] == 0 and counts["change_along"] == counts["search"] == 6
     assert counts["derivs_at"] >= counts["search"]
