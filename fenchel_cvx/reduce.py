@@ -3,8 +3,8 @@
 An X-block separates by column (eqs. (14)-(16) of the paper: each data point's column is its
 own problem), and so does most of a W-block's work. Split a block's columns over P shards and
 every step of a solver is local to its shard, except the figures that decide for the whole
-block: the descent and restart tests (sums: values, inner products) and the stopping tests
-(maxima: KKT residuals, step sizes). A solver takes each such figure through its
+block: the descent tests and CG's restarts (sums: values, inner products) and the stopping
+tests (maxima: KKT residuals, step sizes). A solver takes each such figure through its
 communicator's :meth:`reduce`, in one call per decision (``"sum"``, ``"max"`` or ``"min"``,
 one op for all the values or one each), so that every shard decides alike:
 
@@ -25,10 +25,12 @@ each shard its rows over every column: the move from a column split to a row spl
 W-block whose solve needs every column of its rows: data space, Newton rows).
 
 The FISTA solver of the X-blocks (``xblocks.py``) and the nonlinear CG of the W-blocks
-(``pncg.py``, ``span.py``, ``wblocks.py``) go through it. Which decisions are global: all of
-them (FISTA's restart test is one inner product over the whole block, its descent guard
-compares the whole block's values; CG's step lengths, tests and frozen rows see the whole
-block), as the one-process solvers take them; none is per column.
+(``pncg.py``, ``span.py``, ``wblocks.py``) go through it. Which decisions are global: every
+decision of CG (its step lengths, tests and frozen rows see the whole block) and FISTA's
+stopping tests, backtracking and descent guard (the whole block's values), as the one-process
+solvers take them. FISTA's momentum is per column, as its step is: each column restarts on its
+own inner product, in one process as on shards, so an X-block's steps reduce nothing of their
+own.
 """
 
 from __future__ import annotations

@@ -8,7 +8,10 @@ loop, and pinned that restructure. It was written again when the fast solvers' P
 came to be decided from dots (``fast._util.pr_plus``), which moves the iterates by rounding
 only: every float of the three histories stayed within 1e-12 relative or 1e-14 absolute of
 the first recording (those past 1e-12 relative are KKT residuals, divergences and objective
-increases near zero). A change that moves them again rewrites it and says why.
+increases near zero). It was written a third time when the X-blocks' FISTA came to restart
+each column's momentum on its own inner product (``fast.xblocks._momentum``), which moves the
+iterates past rounding: columns restart at other steps. A change that moves them again
+rewrites it and says why.
 
 The fixture holds the final weights themselves, compared to rounding, not a digest of their
 bits: on another CPU OpenBLAS takes other kernels, where every integer of the histories stays

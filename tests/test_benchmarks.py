@@ -437,9 +437,11 @@ def test_seed_means_never_drop_a_seed():
 def test_compiled_ab_quick_run_prints_every_path(capsys):
     """The A/B benchmark runs the three paths (eager, compiled, everything in PyTorch) on the
     same batches, each round of each path, and prints their timings, the BLAS kernel and both
-    libraries' GEMM rates; the weights of every path end within 1e-4 relative of the eager
+    libraries' GEMM rates; the weights of every path end within 3e-4 relative of the eager
     path's (the table's last column: max over rounds and layers of ||W - W_eager||_F /
-    ||W_eager||_F)."""
+    ||W_eager||_F; the paths round float32 differently, and the X-blocks' momentum restarts
+    column by column: the PyTorch path ended 1.0e-4 from the eager one on the recording
+    machine, and 2.4e-5 where one restart test decided for the whole block)."""
     pytest.importorskip("torch", reason="the compiled path needs PyTorch (fenchel_cvx[bench])")
     from fenchel_cvx.fast.fused import compiler_problem
 
@@ -460,7 +462,7 @@ def test_compiled_ab_quick_run_prints_every_path(capsys):
     assert {"eager", "compiled", "torch"} <= rows.keys()
     diffs = {name: float(rows[name][-1]) for name in ("eager", "compiled", "torch")}
     assert all(len(rows[name][2].split(", ")) == 2 for name in diffs)  # --quick: 2 rounds each
-    assert diffs["eager"] == 0 and all(0 <= d <= 1e-4 for d in diffs.values()), diffs
+    assert diffs["eager"] == 0 and all(0 <= d <= 3e-4 for d in diffs.values()), diffs
     (reads,) = re.findall(r"mlp: (\d+) host reads? per unchecked batch \(array_api_strict", out)
     assert int(reads) == 1 and "block_checks.CheckedSolves.settle 1" in out
     with pytest.raises(SystemExit):

@@ -224,15 +224,15 @@ def test_the_scaling_plot_is_a_small_png_of_each_workloads_speed_up(tmp_path, mo
     sp = _script("scaling_plot")
     pairs, ceilings = sp.speed_ups()
     results = ROOT / "docs" / "results"
-    lenet = json.loads((results / "lenet5_eval5_amd_1206e.json").read_text())
+    lenet = json.loads((results / "lenet5_eval5_amd_1206f.json").read_text())
     one, two = pairs["FLN, LeNet-5 (s/epoch)"]
     assert (one, two) == tuple(
         lenet["methods"][k]["seconds_per_epoch"] for k in ("fln:t1", "fln:r2t1")
     )
     assert len(pairs) == 5 and all(a > 0 and b > 0 for a, b in pairs.values())
     for name, run, key in (
-        ("LeNet-5", "parallel_model_lenet5_final", "lenet5"),
-        ("MLP", "parallel_model_shares", "mlp"),
+        ("LeNet-5", "parallel_model_lenet5_percolumn", "lenet5"),
+        ("MLP", "parallel_model_mlp_percolumn", "mlp"),
     ):
         model = json.loads((results / f"{run}.json").read_text())[key]
         one, two = pairs[f"FLN, {name} (s/batch)"]

@@ -168,12 +168,13 @@ def fista_step(
     momentum: bool = True,
 ) -> tuple[Array, Array | None, Array, Array, Array]:
     """One proximal-gradient step of an X-block from FISTA's point ``y = z + beta (z - z_prev)``
-    (``point = (z, z_prev, beta)``; ``z_prev`` None: y is z), formed here, inside the chain:
-    ``(zn, state, max D, min D, D . dz)`` with ``zn = prox(y - Gy / L + tau U_prev)``
-    (``lengths = (1 / L, tau)``, ``tauU = tau U_prev``), ``D = zn - y``
-    and ``dz = zn - z``; y, D and dz are not kept (a pass each less to write, and compiled, the
-    extrapolation's passes fuse with the step's). ``D . dz`` (0 where no next step takes
-    ``momentum``) decides FISTA's restart; max D and min D its stopping proxy.
+    (``point = (z, z_prev, beta)``, ``beta`` one number or one per column; ``z_prev`` None: y is
+    z), formed here, inside the chain: ``(zn, state, max D, min D, D . dz)`` with
+    ``zn = prox(y - Gy / L + tau U_prev)`` (``lengths = (1 / L, tau)``, ``tauU = tau U_prev``),
+    ``D = zn - y`` and ``dz = zn - z``; y, D and dz are not kept (a pass each less to write,
+    and compiled, the extrapolation's passes fuse with the step's). ``D . dz``, one per column
+    (0 where no next step takes ``momentum``), decides each column's restart; max D and min D
+    are the stopping proxy's.
     ``prox(xp, act, r, tau, state) -> (z, state)`` may scale its fresh argument ``r`` in place
     (``fast.xblocks``)."""
     (z, z_prev, beta), (inv_L, tau) = point, lengths
@@ -185,13 +186,14 @@ def fista_step(
     zn, state = prox(xp, act, r, tau, state)
     D = zn - y
     dz = D if z_prev is None else zn - z
-    Ddz = _dot(xp, D, dz) if momentum else xp.zeros((), dtype=D.dtype, device=device(D))
+    Ddz = vecdot(D, dz, axis=-2) if momentum else xp.zeros((), dtype=D.dtype, device=device(D))
     return zn, state, xp.max(D), xp.min(D), Ddz
 
 
 def extrapolated(z: Array, z_prev: Array | None, beta: float | Array) -> Array:
-    """FISTA's momentum point ``z + beta (z - z_prev)``, in a fresh array; z itself where
-    ``z_prev`` is None (no momentum: the first step, or a restart)."""
+    """FISTA's momentum point ``z + beta (z - z_prev)`` (``beta`` one number or one per
+    column), in a fresh array; z itself where ``z_prev`` is None (no momentum: the first step,
+    or a restart of every column)."""
     if z_prev is None:
         return z
     y = z - z_prev
@@ -206,12 +208,6 @@ def scaled_grad_u(act: Activation, lam: float, V: Array, U: Array) -> Array:
     G = act.grad_u(V, U)
     G *= lam
     return G
-
-
-def _dot(xp: ModuleType, A: Array, B: Array) -> Array:
-    """``sum(A * B)`` over all entries, as a 0-d array: one pass, no product array (a 1-D
-    ``vecdot`` of the flattened arrays)."""
-    return vecdot(xp.reshape(A, (-1,)), xp.reshape(B, (-1,)))
 
 
 # --- how they run ---------------------------------------------------------------------------------

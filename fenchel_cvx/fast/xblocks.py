@@ -27,12 +27,15 @@ strictly inside an open range (``act.open_range``).
 per frequency of its filters' DFT; LeNet-5's maps and the MLP's last layer), ``||A||_2^2`` has a
 certified upper bound and ``L`` is a certified Lipschitz constant: no line search. Otherwise
 ``||A||_2^2`` comes from power iteration and a backtracking test on the smooth term's value guards
-it. Momentum restarts when it stops helping (O'Donoghue & Candes' gradient test). Each step
-starts from FISTA's point ``y = z + beta (z - z_prev)``, formed inside the step's chain
-(``fused.fista_step``: compiled, the extrapolation's passes over Z fuse with the step's, which
-on Figure 1's 300 x 60,000 X-block saves a quarter of a step's time). The loop stops
-when the block's own ``kkt_residual`` is ``<= tol``; it is evaluated only where the same formula,
-with the gradient the loop holds, comes within ``2 tol``.
+it. The block is a sum of independent problems, one per data point (column), which share L:
+each column's momentum restarts when it stops helping that column (O'Donoghue & Candes'
+gradient test, column by column). So on column shards a solve with a certified L and no
+stopping test meets the other ranks only at its descent guard. Each step starts from FISTA's
+point ``y = z + beta (z - z_prev)``, formed inside the step's chain (``fused.fista_step``:
+compiled, the extrapolation's passes over Z fuse with the step's, which on Figure 1's
+300 x 60,000 X-block saves a quarter of a step's time). The loop stops when the block's own
+``kkt_residual`` is ``<= tol``; it is evaluated only where the same formula, with the gradient
+the loop holds, comes within ``2 tol``.
 """
 
 import dataclasses
@@ -232,12 +235,12 @@ class FistaProblem:
 
 class FistaState(NamedTuple):
     """FISTA's iterate after ``it`` steps: ``z`` and its image ``Uz`` = A(W, z) + b, the last
-    point ``z_prev`` and momentum ``beta`` with which the next point y = z + beta (z - z_prev)
-    forms (``z_prev`` None: y is z), y's image ``Uy``, ``theta``, the Lipschitz estimate ``L``
-    and the prox's ``(L, tau U_prev)``, the prox's warm start ``prox``, the smooth term's
-    gradient ``(G, Gy)`` at y where at hand (else None: formed from ``Uy``), the counts, the
-    start ``(z0, Uz0)`` (the descent guard's) and ``end`` (None: go on; ``"converged"``,
-    ``"stalled"`` or ``"capped"``)."""
+    point ``z_prev`` and momentum ``beta`` (one per column) with which the next point
+    y = z + beta (z - z_prev) forms (``z_prev`` None: y is z), y's image ``Uy``, ``theta`` (one
+    per column), the Lipschitz estimate ``L`` and the prox's ``(L, tau U_prev)``, the prox's
+    warm start ``prox``, the smooth term's gradient ``(G, Gy)`` at y where at hand (else None:
+    formed from ``Uy``), the counts, the start ``(z0, Uz0)`` (the descent guard's) and ``end``
+    (None: go on; ``"converged"``, ``"stalled"`` or ``"capped"``)."""
 
     z: Any
     Uz: Any
@@ -303,10 +306,11 @@ def step(p: FistaProblem, s: FistaState) -> FistaState:
     s = s._replace(it=it, L=L, tauU=tauU, backtracks=backtracks, prox=prox, grad=None)
     if p.tests is None and it == p.max_iter:  # no test and no next step: nothing to decide
         return s._replace(z=zn, Uz=Uzn, end="capped")
-    figures = p.comm.reduce(figures, ("max", "min", "sum"))  # (max D, min D, D.dz)
-    if p.tests is not None and (end := p.tests.after(it, zn, Uzn, figures, (G, Gy, L), p.comm)):
-        return s._replace(z=zn, Uz=Uzn, end=end)
-    # (y - zn).(zn - z) = -D.dz exactly: > 0 where the momentum points uphill
+    if p.tests is not None:  # the proxy's max D and min D: the whole block's
+        figures[:2] = p.comm.reduce(figures[:2], ("max", "min"))
+        if end := p.tests.after(it, zn, Uzn, figures, (G, Gy, L), p.comm):
+            return s._replace(z=zn, Uz=Uzn, end=end)
+    # each column's (y - zn).(zn - z) = -D.dz exactly: > 0 where its momentum points uphill
     theta_n, beta, restarted = _momentum(xp, s.theta, -figures[2])
     s = s._replace(restarts=s.restarts + restarted)
     if it == p.max_iter:  # no next step: no momentum to form
@@ -509,22 +513,24 @@ def _descends(sm, act, it, stalled):
 
 
 def _momentum(xp, theta, uphill):
-    """FISTA's next ``(theta, beta, restarted)``; a restart ``(1, 0, 1)`` where the momentum
-    points uphill (``uphill > 0``, a 0-d array: O'Donoghue & Candes' gradient test). Python
-    numbers where reads are cheap; else decided on the device: theta a float64 0-d array, beta
-    one of uphill's dtype (as a Python float is rounded to it in the step), restarted an
-    integer one."""
-    if cheap_reads(xp):
-        if float(uphill) > 0:
-            return 1.0, 0.0, 1
-        theta_n = 0.5 * (1 + math.sqrt(1 + 4 * theta * theta))
-        return theta_n, (theta - 1) / theta_n, 0
+    """FISTA's next ``(theta, beta, restarted)``, a theta and a beta per column: the block is a
+    sum of independent problems, one per column (data point), and each column's momentum
+    restarts, theta 1 and beta 0, where it points uphill (``uphill > 0``, one per column:
+    O'Donoghue & Candes' gradient test), with no figure of another column, so that on column
+    shards no rank waits for another; ``restarted`` counts the columns that restart. theta is
+    float64 (1.0 at the first step) and beta of uphill's dtype (as a Python float is rounded to
+    it in the step); beta is 0.0 where reads are cheap and every column restarts (the next
+    point is z: no pass forms it), else decided on the device, with ``restarted`` there too."""
     up = uphill > 0
     if isinstance(theta, float):  # the first step's: filled on the device, no copy from the host
         theta = xp.full((), theta, dtype=xp.float64, device=device(uphill))
     theta_n = 0.5 * (1 + xp.sqrt(1 + 4 * theta * theta))
-    beta = xp.astype(xp.where(up, xp.zeros_like(theta), (theta - 1) / theta_n), uphill.dtype)
-    return xp.where(up, xp.ones_like(theta), theta_n), beta, xp.astype(up, xp.int64)
+    beta = xp.astype(xp.where(up, xp.zeros_like(theta_n), (theta - 1) / theta_n), uphill.dtype)
+    theta_n = xp.where(up, xp.ones_like(theta_n), theta_n)
+    restarted = xp.sum(xp.astype(up, xp.int64))
+    if cheap_reads(xp):
+        return theta_n, (beta if bool(xp.any(beta)) else 0.0), int(restarted)
+    return theta_n, beta, restarted
 
 
 def _optimal(block, Z, grad_smooth, tol, comm=LOCAL):
