@@ -5,13 +5,13 @@ benchmarks' JSON output.
 The sources, each a benchmark's JSON copied as written (``RUNS``), all from the 2-core AMD EPYC
 VM:
 
-- ``lenet5_eval5_amd_1206e``: ``mnist_lenet5.py --methods fln:r2t1,fln:t1,adam:t1,adam:t2,adam:r2t1
+- ``lenet5_eval5_amd_1206f``: ``mnist_lenet5.py --methods fln:r2t1,fln:t1,adam:t1,adam:t2,adam:r2t1
   --eval-every 5`` (seconds per epoch of FLN and of Adam, one rank of one thread against two);
 - ``figure1_ranks``: ``figure1_ranks.py`` (Figure 1's FLN round, the median unchecked round);
-- ``parallel_model_lenet5_final`` and ``parallel_model_shares``: ``parallel_model.py
-  --networks lenet5 --repeats 5`` and its run of both networks (LeNet-5's and the MNIST MLP's
-  FLN batch on 4,000 images, the repeat of median speed-up, with the ceiling: P one-rank runs
-  at once).
+- ``parallel_model_lenet5_percolumn`` and ``parallel_model_mlp_percolumn``: ``parallel_model.py
+  --networks lenet5 --repeats 5`` and ``--networks mlp --repeats 5`` (LeNet-5's and the MNIST
+  MLP's FLN batch on 4,000 images, the repeat of median speed-up, with the ceiling: P one-rank
+  runs at once).
 
     python benchmarks/scaling_plot.py
 """
@@ -24,10 +24,10 @@ from fenchel_cvx.io import atomic_write
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "results"
 RUNS = (
-    "lenet5_eval5_amd_1206e",
+    "lenet5_eval5_amd_1206f",
     "figure1_ranks",
-    "parallel_model_lenet5_final",
-    "parallel_model_shares",
+    "parallel_model_lenet5_percolumn",
+    "parallel_model_mlp_percolumn",
 )
 
 
