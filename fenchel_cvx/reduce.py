@@ -29,8 +29,7 @@ The FISTA solver of the X-blocks (``xblocks.py``) and the nonlinear CG of the W-
 decision of CG (its step lengths, tests and frozen rows see the whole block) and FISTA's
 stopping tests, backtracking and descent guard (the whole block's values), as the one-process
 solvers take them. FISTA's momentum is per column, as its step is: each column restarts on its
-own inner product, in one process as on shards, so an X-block's steps reduce nothing of their
-own.
+own inner product, in one process as on shards, so the momentum reduces nothing.
 """
 
 from __future__ import annotations

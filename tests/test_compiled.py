@@ -95,10 +95,13 @@ def test_each_chain_equals_its_eager_form(compiled, name, dtype):
 def test_fista_step_equals_its_eager_form(compiled, name, dtype):
     act, rng = _act(name), np.random.default_rng(1)
     Gy, z, z_prev, tauU = (rng.standard_normal((20, 30)).astype(dtype) for _ in range(4))
-    for zp, beta in ((None, 0.0), (z_prev, 0.4)):  # the first step (y is z) and a later one
+    betas = rng.uniform(0, 1, 30).astype(dtype)  # one per column, as the solver's momentum
+    # the first step (y is z), a later one with one beta, and one with a beta per column
+    for zp, beta in ((None, 0.0), (z_prev, 0.4), (z_prev, betas)):
         args = (act.x_prox, act, Gy, (z, zp, beta), (0.3, 0.5), tauU, None)
         got, want = compiled(fused.fista_step)(*args), fused.fista_step(*args)
         assert got[1] is None and want[1] is None  # a closed-form prox keeps no state
+        assert got[4].shape == want[4].shape == (30,)  # D . dz, one per column
         for g, w in zip(got[:1] + got[2:], want[:1] + want[2:]):
             assert _rel(g, w) <= RTOL[dtype]
 

@@ -102,8 +102,8 @@ def test_shards_reproduce_the_one_process_solve(states, name, l, setting, P):
 
 
 class OwnStops(reduce.SimulatedComm):
-    """A planted fault: the step's maxima (max D, min D), which decide when the tested solve
-    stops, are each shard's own."""
+    """A planted fault: the stopping proxy's maxima (the step's max D and min D, the gradient's
+    max and min), which decide when the tested solve stops, are each shard's own."""
 
     def _reduce(self, rank, values, op):
         out = super()._reduce(rank, values, op)
@@ -143,7 +143,7 @@ def test_a_capped_x_solve_meets_the_other_shards_only_at_its_descent_guard(state
     net, X0, Y, Xs = states[name]
     block, Z = x_block(net, X0, Y, Xs, l), Xs[l - 1]
     comm = Counting(2)
-    parts, steps = sharded(block, Z, SOLVES["capped"], comm)
+    _, steps = sharded(block, Z, SOLVES["capped"], comm)
     assert steps == [SOLVES["capped"][0]] * 2
     assert comm.calls == (2 if l == net.n_hidden else 1)
 

@@ -29,8 +29,10 @@ certified upper bound and ``L`` is a certified Lipschitz constant: no line searc
 ``||A||_2^2`` comes from power iteration and a backtracking test on the smooth term's value guards
 it. The block is a sum of independent problems, one per data point (column), which share L:
 each column's momentum restarts when it stops helping that column (O'Donoghue & Candes'
-gradient test, column by column). So on column shards a solve with a certified L and no
-stopping test meets the other ranks only at its descent guard. Each step starts from FISTA's
+gradient test, column by column), so the momentum needs no figure of another column: on
+column shards a solve with a certified L and no stopping test meets the other ranks only at its
+start (an open range's clip test, cross-entropy's curvature bound) and at its descent guard.
+Each step starts from FISTA's
 point ``y = z + beta (z - z_prev)``, formed inside the step's chain (``fused.fista_step``:
 compiled, the extrapolation's passes over Z fuse with the step's, which on Figure 1's
 300 x 60,000 X-block saves a quarter of a step's time). The loop stops when the block's own
@@ -410,7 +412,8 @@ def solve_x(
 
 
 def _info(L, restarts, backtracks, **more):
-    """``solve_x``'s ``info``: its method, last L, restarts and backtracks, then ``more``."""
+    """``solve_x``'s ``info``: its method, last L, restarts (the columns' momentum restarts,
+    over all the steps) and backtracks, then ``more``."""
     return dict(method="fista", lipschitz=L, restarts=restarts, backtracks=backtracks, **more)
 
 
@@ -479,10 +482,10 @@ class _Tests:
 
 def _proxy(xp, figures, gradient, tol, colsum, comm):
     """The gradient-mapping proxy of the KKT residual, ``L max|D| / (1 + max|Gy|)`` (a Python
-    float), from a step's figures ``(max D, min D, D . dz)`` (``fused.fista_step``: 0-d arrays;
-    max |D| as max(max D, -min D), no temporary) and ``gradient`` ``(G, Gy, L)``; inf (above 2
-    tol), with no max|Gy|, where the bound ``colsum`` (None: none) shows that it cannot pass 2
-    tol. Maxima over the block's shards (``comm``)."""
+    float), from a step's figures ``(max D, min D, D . dz)`` (``fused.fista_step``: 0-d arrays
+    but D . dz, one per column; max |D| as max(max D, -min D), no temporary) and ``gradient``
+    ``(G, Gy, L)``; inf (above 2 tol), with no max|Gy|, where the bound ``colsum`` (None: none)
+    shows that it cannot pass 2 tol. Maxima over the block's shards (``comm``)."""
     G, Gy, L = gradient
     maxD, L = max(float(figures[0]), -float(figures[1])), float(L)
     if colsum is not None:
@@ -519,7 +522,7 @@ def _momentum(xp, theta, uphill):
     O'Donoghue & Candes' gradient test), with no figure of another column, so that on column
     shards no rank waits for another; ``restarted`` counts the columns that restart. theta is
     float64 (1.0 at the first step) and beta of uphill's dtype (as a Python float is rounded to
-    it in the step); beta is 0.0 where reads are cheap and every column restarts (the next
+    it in the step); beta is 0.0 where reads are cheap and every column's beta is 0 (the next
     point is z: no pass forms it), else decided on the device, with ``restarted`` there too."""
     up = uphill > 0
     if isinstance(theta, float):  # the first step's: filled on the device, no copy from the host
