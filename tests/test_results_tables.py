@@ -231,7 +231,7 @@ def test_the_scaling_plot_is_a_small_png_of_each_workloads_speed_up(tmp_path, mo
     )
     assert len(pairs) == 5 and all(a > 0 and b > 0 for a, b in pairs.values())
     for name, run, key in (
-        ("LeNet-5", "parallel_model_lenet5_percolumn", "lenet5"),
+        ("LeNet-5", "parallel_model_lenet5_percolumn_r9", "lenet5"),
         ("MLP", "parallel_model_mlp_percolumn", "mlp"),
     ):
         model = json.loads((results / f"{run}.json").read_text())[key]
