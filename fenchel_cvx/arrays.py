@@ -134,12 +134,12 @@ def vecdot(x1: Array, x2: Array, axis: int = -1) -> Array:
     pass, no product array; down the columns of two matrices of one shape, ``einsum``, which
     adds each column's terms row after row (a column's sum came out the same, bit for bit, in
     matrices of 2 to 500 columns; a single column takes another path): 0.25 ms against
-    ``vecdot``'s 2.4 ms for 4,704 x 250 in float32 on one core)
-    and, for CuPy arrays, one fused reduction kernel in their common dtype; other libraries'
-    own ``vecdot``. array_api_compat's portable ``vecdot``, which CuPy gets, moves the axis
-    last and runs a batched matrix product of 1 x n by n x 1: 58 us of host time a call where
-    the kernel's launch takes a few (measured on an H200; the fast backend calls it 124 times
-    an MLP batch, 43 times a LeNet-5 batch).
+    ``vecdot``'s 2.4 ms for 4,704 x 250 in float32 on one core) and, for CuPy arrays, one fused
+    reduction kernel in their common dtype; other libraries' own ``vecdot``. array_api_compat's
+    portable ``vecdot``, which CuPy gets, moves the axis last and runs a batched matrix product
+    of 1 x n by n x 1: 58 us of host time a call where the kernel's launch takes a few
+    (measured on an H200; the fast backend calls it 124 times an MLP batch, 43 times a LeNet-5
+    batch).
 
     >>> x1, x2 = np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[1.0, 1.0], [0.0, 1.0]])
     >>> vecdot(x1, x2), vecdot(x1, x2, axis=0)

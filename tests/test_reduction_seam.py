@@ -129,7 +129,8 @@ class Counting(reduce.SimulatedComm):
     calls = 0
 
     def _reduce(self, rank, values, op):
-        self.calls += rank == 0
+        if rank == 0:  # (shard 0's thread alone writes the count)
+            self.calls += 1
         return super()._reduce(rank, values, op)
 
 
@@ -275,13 +276,8 @@ def test_w_shards_take_the_safeguard_from_the_last_trials_collective(states, nam
     only where the search returns a length it did not try, and every shard's W is the one that
     the safeguard's own collective gives, bit for bit."""
     block = _w_block(states, name, l)
-    met, searches = [0], [0]
+    searches = [0]
     search = wblocks._Problem.search
-
-    class Counting(reduce.SimulatedComm):
-        def _reduce(self, rank, values, op):
-            met[0] += rank == 0
-            return super()._reduce(rank, values, op)
 
     def counted(self, *args, **kwargs):
         searches[0] += self.comm.rank == 0
@@ -290,9 +286,9 @@ def test_w_shards_take_the_safeguard_from_the_last_trials_collective(states, nam
     monkeypatch.setattr(wblocks._Problem, "search", counted)
 
     def solve():
-        met[0] = searches[0] = 0
-        out = w_sharded(block, W_SOLVES["capped"], Counting(2))
-        return out[0][0], met[0], searches[0]
+        searches[0], comm = 0, Counting(2)
+        out = w_sharded(block, W_SOLVES["capped"], comm)
+        return out[0][0], comm.calls, searches[0]
 
     together, meetings, n = solve()
     monkeypatch.setattr(wblocks._Problem, "safeguard_in_trials", lambda *a: False)

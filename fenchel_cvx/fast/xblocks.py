@@ -32,12 +32,11 @@ each column's momentum restarts when it stops helping that column (O'Donoghue & 
 gradient test, column by column), so the momentum needs no figure of another column: on
 column shards a solve with a certified L and no stopping test meets the other ranks only at its
 start (an open range's clip test, cross-entropy's curvature bound) and at its descent guard.
-Each step starts from FISTA's
-point ``y = z + beta (z - z_prev)``, formed inside the step's chain (``fused.fista_step``:
-compiled, the extrapolation's passes over Z fuse with the step's, which on Figure 1's
-300 x 60,000 X-block saves a quarter of a step's time). The loop stops when the block's own
-``kkt_residual`` is ``<= tol``; it is evaluated only where the same formula, with the gradient
-the loop holds, comes within ``2 tol``.
+Each step starts from FISTA's point ``y = z + beta (z - z_prev)``, formed inside the step's
+chain (``fused.fista_step``: compiled, the extrapolation's passes over Z fuse with the step's,
+which on Figure 1's 300 x 60,000 X-block saves a quarter of a step's time). The loop stops when
+the block's own ``kkt_residual`` is ``<= tol``; it is evaluated only where the same formula,
+with the gradient the loop holds, comes within ``2 tol``.
 """
 
 import dataclasses
