@@ -16,6 +16,9 @@ batch:
   every rank forms it;
 - ``collectives``: the decisions a P-rank solve takes together (one ``reduce`` each: the seam's
   sums and maxima), and their bytes;
+- the machine: its CPU, the BLAS kernels NumPy and SciPy run and the float32 GEMM rates of
+  NumPy and PyTorch on one thread (``common.devices.blas_record``: two VMs of one CPU name
+  can differ by 2.5x);
 - a collective's latency at those sizes on P ranks of this machine (``TorchComm.reduce`` of
   one array, the mean of 200: a batch pays the sum, tails included), through shared memory
   (what the ranks of one host use) and through gloo alone.
@@ -63,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common.counting import Roles, Shares, parameter_space_on_ranks  # noqa: E402
 from common.data import add_data_flags, load  # noqa: E402
-from common.devices import cpu_model  # noqa: E402
+from common.devices import blas_record, cpu_model, machine_text  # noqa: E402
 from common.latency import latency, latency_table  # noqa: E402
 from fenchel_cvx.heap import keep_freed_memory  # noqa: E402
 from refactor_ab import NETWORKS, TIMED, M, check_networks_and_json, recipe  # noqa: E402
@@ -317,7 +320,10 @@ def main(argv=None):
         machine=cpu_model(), cores=os.cpu_count(), ranks=P,
         latency_s={str(k): v for k, v in table.items()},
         latency_gloo_s={str(k): v for k, v in gloo.items()},
+        kernels=blas_record(1),  # (the BLAS kernels and GEMM rates: what tells VMs apart)
     )  # fmt: skip
+    machine = dict(processor=report["machine"], cpus=report["cores"], **report["kernels"])
+    print(machine_text(machine))
     for name, t in (("shared memory", table), ("gloo alone", gloo)):
         print(f"{P} ranks on {os.cpu_count()} cores ({report['machine']}); a reduction's mean "
               f"latency, {name}:",

@@ -607,8 +607,9 @@ def _ranks_report(tmp_path, script, *flags):
 def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
     """``benchmarks/parallel_model.py``: every block of the MLP counted (compute on one rank and
     on rank 0's share, collectives, bytes; W_0 moved to rows), gloo's latency measured on 2
-    ranks, the model (rank 0's blocks and driver and the communication), the ceiling and the
-    epoch on 2 ranks written. The figures are measured, not asserted; their bookkeeping is."""
+    ranks, the model (rank 0's blocks and driver and the communication), the ceiling, the
+    epoch on 2 ranks and the machine's BLAS kernels written. The figures are measured, not
+    asserted; their bookkeeping is."""
     out, figures = _ranks_report(
         tmp_path, "parallel_model.py", "--networks", "mlp", "--ranks", "2", "--repeats", "1"
     )  # fmt: skip
@@ -630,6 +631,10 @@ def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
     assert m["batch_P_s"] == pytest.approx(parts) and mlp["ceiling"]["together_s"] > 0
     assert "rank 0's blocks" in out.stdout and "(moved to rows)" in out.stdout
     assert len(figures["latency_s"]) == 8 and "at most" in out.stdout
+    # the machine's BLAS kernels and GEMM rates, which tell two VMs of one CPU name apart
+    kernels = figures["kernels"]
+    assert kernels["threads"] == 1 and kernels["cpu_gemm_gflops"]["numpy"] > 0
+    assert f"BLAS: {kernels['blas']};" in out.stdout and " kernels" in kernels["blas"]
     measured, (repeat,) = mlp["measured"], mlp["measured"]["repeats"]
     assert measured["batch_P_s"] == repeat["batch_P_s"] > 0
     assert "measured (median of 1):" in out.stdout
