@@ -18,7 +18,7 @@ batch:
   sums and maxima), and their bytes;
 - the machine: its CPU, the BLAS kernels NumPy and SciPy run and the float32 GEMM rates of
   NumPy and PyTorch on one thread (``common.devices.blas_record``: two VMs of one CPU name
-  can differ threefold);
+  can differ 2.5-3x in GEMM rate);
 - a collective's latency at those sizes on P ranks of this machine (``TorchComm.reduce`` of
   one array, the mean of 200: a batch pays the sum, tails included), through shared memory
   (what the ranks of one host use) and through gloo alone.
