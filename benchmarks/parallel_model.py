@@ -1,24 +1,21 @@
 """FLN on P ranks: the cost model of each block, the machine's ceiling, and the measured run.
 
-For the MNIST MLP's and LeNet-5's FLN as the benchmarks train them (``defaults.training``'s
-tuned setting, the fast backend with ``compile="auto"``, float32, one thread, freed memory kept;
-one epoch of the first 4,000 training images, 8 batches of 500, the middle 6 timed), every
-block solve runs through a counting communicator (``reduce.py``), which gives, per block and
-batch:
+For the MNIST MLP's and LeNet-5's FLN as the benchmarks train them (``defaults.training``'s tuned
+setting, the fast backend with ``compile="auto"``, float32, one thread, freed memory kept; one
+epoch of the first 4,000 training images, 8 batches of 500, the middle 6 timed), every block
+solve runs through a counting communicator (``reduce.py``), which gives, per block and batch:
 
 - ``compute``: its seconds on one rank, and ``rank``: its seconds on one rank's share, as one
   process takes it alone: a block split by columns on m/P points (the same epoch in batches of
-  500/P, in a process of its own; a W-block with fewer points than rows of X~ on m/P points
-  but not on m, LeNet-5's W_2 and the MLP's W_1, in parameter space as a rank solves it:
-  ``common.counting.Shares``), a hidden W-block with fewer points than rows of X~ (the
-  MLP's W_0: data space) on its p/P rows over every point, which it moves to (X~ gathered, V
-  moved, W gathered: 6 collectives and their bytes), its m x m factorisation formed anew, as
-  every rank forms it;
+  500/P, in a process of its own; a W-block with fewer points than rows of X~ on m/P points but
+  not on m, LeNet-5's W_2 and the MLP's W_1, in parameter space as a rank solves it:
+  ``common.counting.Shares``), a hidden W-block with fewer points than rows of X~ (the MLP's
+  W_0: data space) on its p/P rows over every point, which it moves to (X~ gathered, V moved, W
+  gathered: 6 collectives and their bytes), its m x m factorisation formed anew, as every rank
+  forms it;
 - ``collectives``: the decisions a P-rank solve takes together (one ``reduce`` each: the seam's
   sums and maxima), and their bytes;
-- the machine: its CPU, the BLAS kernels NumPy and SciPy run and the float32 GEMM rates of
-  NumPy and PyTorch on one thread (``common.devices.blas_record``: two VMs of one CPU name
-  can differ 2.5-3x in GEMM rate);
+- the machine's BLAS kernels and GEMM rates on one thread (``common.devices.blas_record``);
 - a collective's latency at those sizes on P ranks of this machine (``TorchComm.reduce`` of
   one array, the mean of 200: a batch pays the sum, tails included), through shared memory
   (what the ranks of one host use) and through gloo alone.
@@ -27,20 +24,19 @@ The model of a P-rank batch is what rank 0 does and what it pays to meet the oth
 blocks (rank + collectives x latency) + the driver on m/P points`` (the driver's own work, the
 batch time less its blocks': the forward pass and the blocks' data, column by column). A share
 is not 1/P of the work: a solve's steps, factors and calls cost as much on fewer points, and a
-row split's data-space steps cost p/P x m^2, not p x (m/P)^2. Its speed-up, as the measured
-one, is over one rank's epoch alone (the ceiling's). The ceiling: one epoch alone on
-one rank, then P such epochs at once as P processes: ``P x alone / together`` is the most P
-ranks gain on this machine before any communication. Then the epoch itself on P ranks
-(``parallel.Ranks``, one thread each, kept between epochs and warmed by ``WARM`` epochs first,
-as a run's ranks are after its first), timed on rank 0, with shared memory and with gloo alone:
-the measured speed-ups beside the model and the ceiling, the seconds rank 0 spent inside
-collectives (``torch_comm.CLOCK``: the transport and its waits for the other ranks), and rank
-0's seconds in each block (as its history records them: the solve and its waits) beside the
-model's share of that block. The P-rank
-epoch and the ceiling's pair, whose epoch alone is the one-rank figure, run in turn,
-``--repeats`` times (the machine's speed drifts between runs): the speed-up and the ceiling are
-the medians of each repeat's ratios. Every process sees one batch size, as a run's do (rank 0
-is this process, which runs no epoch of 500 itself: ``run_alone``).
+row split's data-space steps cost p/P x m^2, not p x (m/P)^2. Its speed-up, as the measured one,
+is over one rank's epoch alone (the ceiling's). The ceiling: one epoch alone on one rank, then P
+such epochs at once as P processes: ``P x alone / together`` is the most P ranks gain on this
+machine before any communication. Then the epoch itself on P ranks (``parallel.Ranks``, one
+thread each, kept between epochs and warmed by ``WARM`` epochs first, as a run's ranks are after
+its first), timed on rank 0, with shared memory and with gloo alone: the measured speed-ups
+beside the model and the ceiling, the seconds rank 0 spent inside collectives
+(``torch_comm.CLOCK``: the transport and its waits for the other ranks), and rank 0's seconds in
+each block (as its history records them: the solve and its waits) beside the model's share of
+that block. The P-rank epoch and the ceiling's pair, whose epoch alone is the one-rank figure,
+run in turn, ``--repeats`` times (the machine's speed drifts between runs): the speed-up and the
+ceiling are the medians of each repeat's ratios. Every process sees one batch size, as a run's
+do (rank 0 is this process, which runs no epoch of 500 itself: ``run_alone``).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/parallel_model.py \\
         --data-dir DIR
@@ -317,13 +313,11 @@ def main(argv=None):
     times = 20 if args.quick else 200  # (a smoke run's table: the mean of 20)
     table, gloo = latency_table(P, times=times), latency_table(P, gloo=True, times=times)
     report = dict(
-        machine=cpu_model(), cores=os.cpu_count(), ranks=P,
+        machine=cpu_model(), cores=os.cpu_count(), ranks=P, kernels=blas_record(1),
         latency_s={str(k): v for k, v in table.items()},
         latency_gloo_s={str(k): v for k, v in gloo.items()},
-        kernels=blas_record(1),  # (the BLAS kernels and GEMM rates: what tells VMs apart)
     )  # fmt: skip
-    machine = dict(processor=report["machine"], cpus=report["cores"], **report["kernels"])
-    print(machine_text(machine))
+    print(machine_text({**report["kernels"], "processor": cpu_model(), "cpus": os.cpu_count()}))
     for name, t in (("shared memory", table), ("gloo alone", gloo)):
         print(f"{P} ranks on {os.cpu_count()} cores ({report['machine']}); a reduction's mean "
               f"latency, {name}:",
