@@ -1,9 +1,10 @@
 """One rank of the gloo test of ``TorchComm`` (``test_torch_comm.py``), run as a script:
-``python tests/_comm_ranks.py PATH RANK WORLD PORT OUT``, ``PATH`` the gathers' (``host``: shared
-memory; ``gloo``: the process group alone). Every block of the MNIST MLP and of
-LeNet-5 (``test_reduction_seam``'s states) solved on the ranks as shards, this rank's part of
-each result written to ``OUT`` (an ``.npz``); :func:`solve_all` is also what the test runs on
-``SimulatedComm``'s shards."""
+``python tests/_comm_ranks.py PATHS RANK WORLD PORT OUT``, ``PATHS`` the gathers' paths taken in
+turn, comma-separated (``host``: shared memory; ``gloo``: the process group alone). Every block
+of the MNIST MLP and of LeNet-5 (``test_reduction_seam``'s states) solved on the ranks as
+shards once per path, this rank's part of each result written to ``OUT`` (an ``.npz``, each key
+prefixed ``PATH:``); :func:`solve_all` is also what the test runs on ``SimulatedComm``'s
+shards."""
 
 import sys
 from datetime import timedelta
@@ -46,7 +47,7 @@ def solve_all(comm, states=None):
     return out
 
 
-def main(via, rank, world, port, path):
+def main(paths, rank, world, port, path):
     import torch.distributed as dist
 
     from fenchel_cvx.fast.torch_comm import TorchComm
@@ -58,10 +59,12 @@ def main(via, rank, world, port, path):
         world_size=world,
         timeout=timedelta(seconds=120),
     )
+    out, states = {}, seam.make_states()
     try:
-        comm = TorchComm(shared_memory=via == "host")
-        out = solve_all(comm)
-        out["via-host-memory"] = np.array(comm.host is not None)
+        for via in paths.split(","):
+            comm = TorchComm(shared_memory=via == "host")
+            out |= {f"{via}:{k}": v for k, v in solve_all(comm, states).items()}
+            out[f"{via}:via-host-memory"] = np.array(comm.host is not None)
     finally:
         dist.destroy_process_group()
     np.savez(path, **out)

@@ -201,6 +201,17 @@ def calls(monkeypatch):
 
 
 @pytest.fixture(scope="session")
+def built_site(tmp_path_factory):
+    """The documentation built once for the worker by ``mkdocs build --strict``
+    (``_docs.build_site``): ``(its folder, the build's completed process)``, which the docs tests
+    read (``test_docs``, ``test_docs_offline``)."""
+    from _docs import build_site
+
+    site = tmp_path_factory.mktemp("docs") / "site"
+    return site, build_site(site)
+
+
+@pytest.fixture(scope="session")
 def random_data():
     """``random_classification(n, k, m, seed)`` as a fixture (see its docstring)."""
     return random_classification

@@ -110,7 +110,8 @@ def test_quick_run_writes_its_report(tmp_path):
 @pytest.mark.slow
 def test_seeds_report_their_mean_and_spread(tmp_path):
     """--seeds 2: each method runs seeds 3 and 4 (its own start and batch order); the figures
-    are their means, the final accuracy's spread is max - min, and the table says so."""
+    are their means, the final accuracy's spread is max - min, and the table says so (FLN's
+    chains eager: what is tested is the report)."""
     run = subprocess.run(
         [
             sys.executable,
@@ -137,6 +138,7 @@ def test_seeds_report_their_mean_and_spread(tmp_path):
             "--no-progress",
             "--w-steps",
             "2,1,1,1,1",
+            "--no-compile",  # (the report's figures, not the kernels: eager NumPy)
             "--out",
             str(tmp_path),
         ],
@@ -277,9 +279,10 @@ def test_validation_split_replaces_the_test_set():
 
 @pytest.mark.slow
 def test_fln_on_two_ranks_reaches_the_one_process_accuracy(tmp_path):
-    """``--nproc 2``: FLN trains on two ranks (``parallel.Ranks``, started and compiled before
-    the clock), the report says so, and its accuracies are the one-process run's (the same
-    iterates to round-off)."""
+    """``--nproc 2``: FLN trains on two ranks (``parallel.Ranks``, started before the clock),
+    the report says so, and its accuracies are the one-process run's (the same iterates to
+    round-off). Both runs eager (``--no-compile``): ranks that compile their kernels before the
+    clock are ``figure1_ranks.py``'s (``test_benchmarks``)."""
     pytest.importorskip("torch", reason="ranks need PyTorch (fenchel_cvx[bench])")
     reports = {}
     for nproc in (1, 2):
@@ -288,7 +291,8 @@ def test_fln_on_two_ranks_reaches_the_one_process_accuracy(tmp_path):
             [
                 sys.executable, str(ROOT / "benchmarks" / "mnist_lenet5.py"), "--quick",
                 "--methods", "fln", "--epochs", "1", "--train-size", "1000", "--threads", "1",
-                "--nproc", str(nproc), "--eval-every", "1", "--no-progress", "--out", str(out),
+                "--nproc", str(nproc), "--eval-every", "1", "--no-progress", "--no-compile",
+                "--out", str(out),
             ],
             capture_output=True, text=True, timeout=900,
         )  # fmt: skip

@@ -1,6 +1,7 @@
 """The compiled path: ``FastBackend(compile=True)`` against the eager reference (``fast.fused``).
 
-- each fused chain gives what its eager form gives, on every activation, in float32 and float64;
+- each fused chain gives what its eager form gives, on every activation in float32, and in
+  float64 on one activation of each kind of prox (``CHAIN_CASES``);
 - each block kind of both benchmarks (the MLP's dense blocks, LeNet-5's convolution blocks),
   solved from identical inputs by both paths with the benchmarks' capped settings, agrees to
   1e-5 relative in float32 and 1e-10 in float64; solved to tolerance in float64 it matches the
@@ -40,6 +41,15 @@ if fused.compiler_problem() is not None:
 
 ACTS = tuple(registry_params.activations())  # every registered activation, by name
 RTOL = {np.float32: 1e-5, np.float64: 1e-10}
+#: the chains' cases: every activation in float32 (what training runs), and in float64 the first
+#: of each kind of prox (closed form; a Newton solve), whose dtype handling the others share
+CHAIN_CASES = [(n, np.float32) for n in ACTS] + [
+    (names[0], np.float64)
+    for names in (
+        registry_params.activations(registry_params.closed_form_prox),
+        registry_params.activations(lambda cls: not registry_params.closed_form_prox(cls)),
+    )
+]
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +76,7 @@ def _inside(act, A):
 
 
 # --- the chains -------------------------------------------------------------------------------
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("name", ACTS)
+@pytest.mark.parametrize("name, dtype", CHAIN_CASES)
 def test_each_chain_equals_its_eager_form(compiled, name, dtype):
     act, rng = _act(name), np.random.default_rng(0)
     V, U, dU = (rng.standard_normal((12, 40)).astype(dtype) for _ in range(3))

@@ -1,6 +1,7 @@
 """The documentation builds with ``mkdocs build --strict`` (every warning is an error).
 
-A real build into a temporary directory (``slow``): the MkDocs pages, the API reference generated
+A real build into a temporary directory (``slow``; the ``built_site`` fixture, which the docs'
+headless-browser checks read too): the MkDocs pages, the API reference generated
 from the docstrings by mkdocstrings, and the notebooks rendered by mkdocs-jupyter with their
 saved outputs (not executed).
 """
@@ -8,8 +9,6 @@ saved outputs (not executed).
 from pathlib import Path
 
 import pytest
-
-from _docs import build_site
 
 for _module in (
     "mkdocs",
@@ -58,9 +57,8 @@ def test_every_notebook_is_in_the_nav():
 
 
 @pytest.mark.slow
-def test_docs_build_strict(tmp_path):
-    site = tmp_path / "site"
-    proc = build_site(site)
+def test_docs_build_strict(built_site):
+    site, proc = built_site
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log
     assert "WARNING" not in log, log

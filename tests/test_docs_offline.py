@@ -22,8 +22,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _docs import build_site
-
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = next(
     (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)),
@@ -69,13 +67,13 @@ def test_raw_tex_pattern_finds_each_kind_of_leftover():
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """The documentation built with ``mkdocs build --strict`` into a temporary folder."""
+def site(request):
+    """The documentation built with ``mkdocs build --strict`` into a temporary folder (the
+    worker's ``built_site``)."""
     _require_browser()
     for module in ("mkdocs", "material", "mkdocstrings", "mkdocs_jupyter", "bs4"):
         pytest.importorskip(module)
-    out = tmp_path_factory.mktemp("site")
-    proc = build_site(out)
+    out, proc = request.getfixturevalue("built_site")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 

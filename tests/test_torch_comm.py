@@ -60,25 +60,32 @@ def ranks(script_args, tmp_path, world=2, timeout=300):
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
-@pytest.mark.parametrize("via", ["host", "gloo"])
-def test_two_gloo_ranks_are_the_simulated_shards_bit_for_bit(tmp_path, via):
+def test_two_gloo_ranks_are_the_simulated_shards_bit_for_bit(tmp_path):
+    """Both gathers' paths, in turn on the same two ranks: shared memory (``host``) and gloo
+    alone (``gloo``), each against ``SimulatedComm(2)``."""
     import _comm_ranks
 
-    got = ranks([str(HERE / "_comm_ranks.py"), via], tmp_path)
-    for rank in (0, 1):  # shared memory wherever this host has it, when asked for
-        assert got[rank].pop("via-host-memory") == (via == "host" and host_memory.supported())
+    paths = ("host", "gloo")
+    both = ranks([str(HERE / "_comm_ranks.py"), ",".join(paths)], tmp_path)
     with threadpool_limits(1):  # the ranks' BLAS: one thread each (OMP_NUM_THREADS=1)
         want = reduce.SimulatedComm(2).run(_comm_ranks.solve_all)
-    assert got[0].keys() == want[0].keys() and len(want[0]) == 2 * (5 + 8)
-    for rank in (0, 1):
-        for key, value in want[rank].items():
-            if key == "lenet5-W_3-300":  # tested, Newton rows: rounds apart by a process
-                assert np.max(np.abs(got[rank][key] - value)) <= 1e-14 * np.max(np.abs(value))
-            else:
-                assert np.array_equal(got[rank][key], value), (rank, key)
-    for key in want[0]:
-        if "-W_" in key and not key.endswith("steps"):
-            assert np.array_equal(got[0][key], got[1][key])  # W whole and equal on both ranks
+    for via in paths:
+        got = [{k.removeprefix(f"{via}:"): v for k, v in g.items() if k.startswith(f"{via}:")}
+               for g in both]  # fmt: skip
+        for rank in (0, 1):  # shared memory wherever this host has it, when asked for
+            host = got[rank].pop("via-host-memory")
+            assert host == (via == "host" and host_memory.supported())
+        assert got[0].keys() == want[0].keys() and len(want[0]) == 2 * (5 + 8)
+        for rank in (0, 1):
+            for key, value in want[rank].items():
+                if key == "lenet5-W_3-300":  # tested, Newton rows: rounds apart by a process
+                    gap = np.max(np.abs(got[rank][key] - value))
+                    assert gap <= 1e-14 * np.max(np.abs(value)), (via, rank)
+                else:
+                    assert np.array_equal(got[rank][key], value), (via, rank, key)
+        for key in want[0]:
+            if "-W_" in key and not key.endswith("steps"):
+                assert np.array_equal(got[0][key], got[1][key])  # W whole, equal on both ranks
 
 
 BAD_RANK = """
