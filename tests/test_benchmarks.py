@@ -661,14 +661,15 @@ def test_figure1_ranks_quick_run_sets_one_rank_against_two(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signal, seed", [("kill", "0"), ("stop", "1")])
+@pytest.mark.parametrize("signal, seed", [("kill", "5"), ("stop", "9")])
 def test_rank_faults_kills_rank_1_and_judges_each_kill(signal, seed):
-    """``benchmarks/rank_faults.py --kills 1 --seed 0|1 --epochs 3 --signal kill|stop``: rank 1 of
+    """``benchmarks/rank_faults.py --kills 1 --seed 5|9 --epochs 3 --signal kill|stop``: rank 1 of
     ``train --nproc 2`` SIGKILLed (or SIGSTOPped: it hangs, named once its heartbeat is
-    ``FENCHEL_HANG`` seconds old, 10 here) at a seeded moment of its life (seed 0 for the kill,
-    1 for the stop: two moments); the run stops naming it and leaves no rank 1 behind, its files
-    are whole, and the resumed (or new) run ends with the uncut run's model: the judged kill
-    passes."""
+    ``FENCHEL_HANG`` seconds old, 10 here) at a seeded moment mid-run (seed 5: 56 % into the
+    uncut run's rank 1 life, for the kill; seed 9: 42 %, for the stop), so that the moment finds
+    a rank 1 to cut even where the cut run is faster or slower than the uncut one by a third;
+    the run stops naming it and leaves no rank 1 behind, its files are whole, and the resumed (or
+    new) run ends with the uncut run's model: the one kill is judged, and passes."""
     pytest.importorskip("torch")
     script = ROOT / "benchmarks" / "rank_faults.py"
     out = subprocess.run(
@@ -679,8 +680,8 @@ def test_rank_faults_kills_rank_1_and_judges_each_kill(signal, seed):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     judged = re.search(r"(\d+) SIG(KILL|STOP)s judged \((\d+) missed\), (\d+) failed", out.stdout)
     assert judged is not None and judged[2] == signal.upper()
-    assert int(judged[1]) + int(judged[3]) == 1 and judged[4] == "0"
-    assert out.stdout.count("rank 1 named: True, left behind: False") == int(judged[1])
+    assert (judged[1], judged[3], judged[4]) == ("1", "0", "0"), out.stdout[-3000:]  # none missed
+    assert out.stdout.count("rank 1 named: True, left behind: False") == 1
 
 
 def test_oracle_iteration_reports_each_worker_s_share_of_the_rows(mnist_dir, tmp_path, capsys):

@@ -2,12 +2,13 @@
 
 MathJax is vendored (docs/javascripts/mathjax/) and no page loads a script from the network.
 The ``slow`` tests build the site with ``mkdocs build`` and open every page with math or TeX in
-its prose in headless Chromium with the network cut off (a page with neither is read as served:
-MathJax has nothing to do there): after MathJax has run, no page shows raw TeX outside its code (the
-Markdown pages' ``\\(...\\)``, the notebook pages' ``$...$``, the table of contents), every page
-with math shows typeset math, the notebook pages wrap their code and outputs instead of cutting
-them, and a screenshot of the Mathematics page is not blank (kept in the test's temporary folder,
-and copied to ``$FENCHEL_SCREENSHOT_DIR`` when that is set).
+its prose in one headless Chromium with the network cut off (``_browser.py``; a page with
+neither is read as served: MathJax has nothing to do there): after MathJax has run, no page
+shows raw TeX outside its code (the Markdown pages' ``\\(...\\)``, the notebook pages' ``$...$``,
+the table of contents), every page with math shows typeset math, the notebook pages wrap their
+code and outputs instead of cutting them, and a screenshot of the Mathematics page is not blank
+(kept in the test's temporary folder, and copied to ``$FENCHEL_SCREENSHOT_DIR`` when that is
+set).
 
 Without Chromium these tests skip, unless ``FENCHEL_REQUIRE_BROWSER=1`` (set by ``.ci/run``):
 then they fail, so that CI cannot pass without having looked at the pages.
@@ -16,11 +17,12 @@ then they fail, so that CI cannot pass without having looked at the pages.
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from _browser import Browser
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = next(
@@ -33,12 +35,9 @@ RAW_TEX = re.compile(r"\\[a-zA-Z]+|\\[(\[]|\$\$|\$[^$\s][^$]*?\$")
 #: copy of each notebook code cell that mkdocs-jupyter keeps for its copy button
 NOT_PROSE = ("script", "style", "pre", "code", "textarea", "mjx-container", "svg")
 HIDDEN_CODE = ".clipboard-copy-txt"
-#: a script added to a copy of a notebook page: the code and output blocks cut at the right edge
-OVERFLOW_PROBE = """<script>window.addEventListener("load", () => setTimeout(() => {
-  const cut = [...document.querySelectorAll(".jupyter-wrapper pre")]
-    .filter(e => e.offsetWidth > 0 && e.scrollWidth > e.clientWidth + 1).length;
-  document.body.setAttribute("data-cut-blocks", String(cut));
-}, 500));</script></body>"""
+#: the code and output blocks of a notebook page cut at the right edge, as the tab lays them out
+CUT_BLOCKS = """[...document.querySelectorAll(".jupyter-wrapper pre")]
+  .filter(e => e.offsetWidth > 0 && e.scrollWidth > e.clientWidth + 1).length"""
 
 
 def _require_browser():
@@ -78,19 +77,11 @@ def site(request):
     return out
 
 
-def _chromium(*args):
-    base = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--allow-file-access-from-files",
-        "--proxy-server=127.0.0.1:9",
-        "--proxy-bypass-list=<-loopback>",  # no network
-        "--virtual-time-budget=20000",
-    ]
-    # the timeout is a hang guard only (the page's scripts get --virtual-time-budget above)
-    return subprocess.run(base + list(args), capture_output=True, text=True, timeout=600)
+@pytest.fixture(scope="module")
+def browser(site):
+    """One headless Chromium, its tab 1000 x 1400 pixels, for the module's pages."""
+    with Browser(CHROMIUM, width=1000, height=1400) as chromium:
+        yield chromium
 
 
 def _prose(dom):
@@ -108,7 +99,7 @@ def _pages(site):
 
 
 @pytest.mark.slow
-def test_every_page_shows_typeset_math_and_no_raw_tex(site):
+def test_every_page_shows_typeset_math_and_no_raw_tex(site, browser):
     pages = _pages(site)
     assert len(pages) >= 30, [str(p.relative_to(site)) for p in pages]  # guides, notebooks, API
     failures, opened = [], 0
@@ -120,23 +111,21 @@ def test_every_page_shows_typeset_math_and_no_raw_tex(site):
         if not has_math and not RAW_TEX.search(_prose(source)):
             continue  # no math and no TeX in its prose as served: MathJax has nothing to do
         opened += 1
-        dom = _chromium("--dump-dom", page.as_uri())
-        name = str(page.relative_to(site))
-        if dom.returncode != 0:
-            failures.append(f"{name}: chromium failed: {dom.stderr[-500:]}")
-            continue
-        raw = [m.group(0) for m in RAW_TEX.finditer(_prose(dom.stdout))]
+        browser.open(page.as_uri())
+        dom, name = browser.dom(), str(page.relative_to(site))
+        raw = [m.group(0) for m in RAW_TEX.finditer(_prose(dom))]
         if raw:
             failures.append(f"{name}: raw TeX after MathJax: {raw[:5]}")
-        if has_math and "<mjx-container" not in dom.stdout:
+        if has_math and "<mjx-container" not in dom:
             failures.append(f"{name}: has math but MathJax typeset none")
     assert not failures, "\n".join(failures)
     assert opened >= 10  # the guides with math and the notebooks
 
 
 @pytest.mark.slow
-def test_the_table_of_contents_is_typeset(site):
-    dom = _chromium("--dump-dom", (site / "mathematics" / "index.html").as_uri()).stdout
+def test_the_table_of_contents_is_typeset(site, browser):
+    browser.open((site / "mathematics" / "index.html").as_uri())
+    dom = browser.dom()
     from bs4 import BeautifulSoup
 
     toc = BeautifulSoup(dom, "html.parser").select("nav.md-nav--secondary")
@@ -144,27 +133,21 @@ def test_the_table_of_contents_is_typeset(site):
 
 
 @pytest.mark.slow
-def test_notebook_pages_wrap_code_and_outputs(site, tmp_path):
+def test_notebook_pages_wrap_code_and_outputs(site, browser):
     pages = sorted((site / "notebooks").glob("*/index.html"))
     assert len(pages) >= 6
     for page in pages:
-        probe = page.with_name("probe.html")
-        probe.write_text(page.read_text().replace("</body>", OVERFLOW_PROBE, 1))
-        dom = _chromium("--window-size=1000,1400", "--dump-dom", probe.as_uri()).stdout
-        cut = re.search(r'data-cut-blocks="(\d+)"', dom)
-        assert cut, f"{page.parent.name}: the probe did not run"
-        assert cut.group(1) == "0", f"{page.parent.name}: {cut.group(1)} blocks cut at the edge"
+        browser.open(page.as_uri())
+        assert browser.evaluate('document.querySelectorAll(".jupyter-wrapper pre").length')
+        cut = browser.evaluate(CUT_BLOCKS)
+        assert cut == 0, f"{page.parent.name}: {cut} blocks cut at the edge"
 
 
 @pytest.mark.slow
-def test_math_page_screenshot_is_not_blank(site, tmp_path):
+def test_math_page_screenshot_is_not_blank(site, browser, tmp_path):
     shot = tmp_path / "mathematics.png"
-    proc = _chromium(
-        f"--screenshot={shot}",
-        "--window-size=1000,1400",
-        (site / "mathematics" / "index.html").as_uri(),
-    )
-    assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
+    browser.open((site / "mathematics" / "index.html").as_uri())
+    shot.write_bytes(browser.screenshot())
     from matplotlib.image import imread
 
     pixels = imread(shot)
