@@ -309,15 +309,14 @@ def main(argv=None):
         else:
             print(statistics.median(epoch(args.alone, X, Y)), flush=True)
         return None
-    P = args.ranks
-    times = 20 if args.quick else 200  # (a smoke run's table: the mean of 20)
+    P, machine, times = args.ranks, cpu_model(), 20 if args.quick else 200  # (smoke: mean of 20)
     table, gloo = latency_table(P, times=times), latency_table(P, gloo=True, times=times)
     report = dict(
-        machine=cpu_model(), cores=os.cpu_count(), ranks=P, kernels=blas_record(1),
+        machine=machine, cores=os.cpu_count(), ranks=P, kernels=blas_record(1),
         latency_s={str(k): v for k, v in table.items()},
         latency_gloo_s={str(k): v for k, v in gloo.items()},
     )  # fmt: skip
-    print(machine_text({**report["kernels"], "processor": cpu_model(), "cpus": os.cpu_count()}))
+    print(machine_text({**report["kernels"], "processor": machine, "cpus": os.cpu_count()}))
     for name, t in (("shared memory", table), ("gloo alone", gloo)):
         print(f"{P} ranks on {os.cpu_count()} cores ({report['machine']}); a reduction's mean "
               f"latency, {name}:",
