@@ -132,10 +132,11 @@ class Browser:
                 self._events.append(reply["method"])
 
     def close(self):
-        """End the browser and its process."""
-        if self._status is None:
-            os.kill(self.pid, signal.SIGKILL)
-            self._status = os.waitpid(self.pid, 0)[1]
+        """End the browser's process (its children end with it) and close the pipe; once."""
+        if self._status is not None:
+            return
+        os.kill(self.pid, signal.SIGKILL)
+        self._status = os.waitpid(self.pid, 0)[1]
         for fd in (self._out, self._in):
             os.close(fd)
 
