@@ -64,11 +64,11 @@ class Browser:
         try:
             target = self.call("Target.createTarget", url="about:blank")["targetId"]
             attached = self.call("Target.attachToTarget", targetId=target, flatten=True)
-            self._session = attached["sessionId"]
-            self.call("Page.enable", session=True)
+            self._tab = attached["sessionId"]  # the tab's channel on the pipe
+            self.call("Page.enable", to_tab=True)
             self.call(
                 "Emulation.setDeviceMetricsOverride",
-                session=True,
+                to_tab=True,
                 width=width,
                 height=height,
                 deviceScaleFactor=1,
@@ -88,7 +88,7 @@ class Browser:
         """Load ``uri`` in the tab; return once its load event has fired and MathJax (where
         the page has it) has typeset it."""
         self._events.clear()
-        self.call("Page.navigate", session=True, url=uri)
+        self.call("Page.navigate", to_tab=True, url=uri)
         self._wait_event("Page.loadEventFired")
         href = self.evaluate(TYPESET)
         if href != uri:
@@ -98,7 +98,7 @@ class Browser:
         """The value of the script ``expression`` in the tab (a promise awaited)."""
         result = self.call(
             "Runtime.evaluate",
-            session=True,
+            to_tab=True,
             expression=expression,
             awaitPromise=True,
             returnByValue=True,
@@ -113,23 +113,21 @@ class Browser:
 
     def screenshot(self):
         """The tab as PNG bytes."""
-        return base64.b64decode(self.call("Page.captureScreenshot", session=True)["data"])
+        return base64.b64decode(self.call("Page.captureScreenshot", to_tab=True)["data"])
 
-    def call(self, method, session=False, **params):
-        """Send one command (to the tab where ``session``) and return its result."""
+    def call(self, method, to_tab=False, **params):
+        """Send one command (to the tab where ``to_tab``, else to the browser) and return its
+        result."""
         self._id += 1
         message = {"id": self._id, "method": method, "params": params}
-        if session:
-            message["sessionId"] = self._session
+        if to_tab:
+            message["sessionId"] = self._tab
         os.write(self._out, json.dumps(message).encode() + b"\0")
-        while True:
-            reply = self._read()
-            if reply.get("id") == self._id:
-                if "error" in reply:
-                    raise RuntimeError(f"{method}: {reply['error']}")
-                return reply["result"]
-            if "method" in reply:
-                self._events.append(reply["method"])
+        while (reply := self._receive()).get("id") != self._id:
+            pass
+        if "error" in reply:
+            raise RuntimeError(f"{method}: {reply['error']}")
+        return reply["result"]
 
     def close(self):
         """End the browser's process (its children end with it) and close the pipe; once."""
@@ -142,9 +140,14 @@ class Browser:
 
     def _wait_event(self, method):
         while method not in self._events:
-            reply = self._read()
-            if "method" in reply:
-                self._events.append(reply["method"])
+            self._receive()
+
+    def _receive(self):
+        """The browser's next message; an event's name is kept in ``_events``."""
+        message = self._read()
+        if "method" in message:
+            self._events.append(message["method"])
+        return message
 
     def _read(self):
         while b"\0" not in self._buffer:
