@@ -93,11 +93,32 @@ class CheckedSolves:
             before = image = None
         t0 = time.perf_counter()
         try:
-            res = self.backend.solve(block, start=current, **images)
+            res: BlockResult | SolverError = self.backend.solve(block, start=current, **images)
         except SolverError as err:
             if self.cert.strict:
                 raise
-            self.cert.solver_failed(name, err)
+            res = err
+        wall = time.perf_counter() - t0
+        return self.account(res, wall, name, block, current, slot, scale, before)
+
+    def account(
+        self,
+        res: BlockResult | SolverError,
+        wall: float,
+        name: str,
+        block: Block,
+        current: Array,
+        slot: tuple[list[Any], int],
+        scale: float | None = None,
+        before: float | None = None,
+    ) -> tuple[Array, float, Array | None, Array | None]:
+        """Check and record ``res``, the backend's result of a solve of ``block`` from
+        ``current`` (or the ``SolverError`` it raised, recorded mode), ``wall`` its seconds;
+        ``scale`` and ``before`` the descent check's scale and the block's value at the start
+        (checked rounds). -> as :meth:`solve`. A block solved whole
+        on another rank (``layer_split``) is checked here too, from the result it sent."""
+        if isinstance(res, SolverError):
+            self.cert.solver_failed(name, res)
             self.blocks.append(
                 dict(
                     block=name,
@@ -105,16 +126,15 @@ class CheckedSolves:
                     layer=block.layer,
                     value_before=before,
                     value_after=before,
-                    seconds=time.perf_counter() - t0,
+                    seconds=wall,
                     solver_seconds=None,
-                    status=f"error: {err.status}",
+                    status=f"error: {res.status}",
                     residual=None,
                     iterations=None,
                     converged=False,
                 )
             )
             return current, 0.0, None, None  # (an image handed in may be a solver's hint too)
-        wall = time.perf_counter() - t0
         Z = res.argmin
         # the certificate trusts no report: the argmin must be usable (every round), and on every
         # checked round (check_every) its KKT residual is recomputed here from the point itself;

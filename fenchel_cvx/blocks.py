@@ -39,7 +39,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from array_api_compat import array_namespace
@@ -425,10 +425,16 @@ class WBlock(Block):
     rho: float
     gamma: float = 0.0
     W0: Array = None  # the proximal centre (batched model); None when gamma = 0
+    #: the fields with a column per data point (a convolution's X~: per patch): what
+    #: :meth:`columns` takes a share of, and what ranks gather to solve the block whole
+    column_fields: ClassVar[tuple[str, ...]] = ("Xt",)
 
     def forward(self, W: Array) -> Array:
         """``W X~``, the rows of the layer's pre-activation."""
         return W @ self.Xt
+
+    def columns(self, index: slice) -> WBlock:
+        return replace(self, **{f: getattr(self, f)[:, index] for f in self.column_fields})
 
     def variable_columns(self, W: Array, index: slice) -> Array:
         return W
@@ -479,6 +485,7 @@ class WHidden(WBlock):
     V: Array = None  # X_{l+1}
     lam: float = 1.0
     kind = "w_hidden"
+    column_fields = ("Xt", "V")
     piece_axis = 0
 
     @classmethod
@@ -502,9 +509,6 @@ class WHidden(WBlock):
     def restrict(self, index: Array) -> WHidden:
         return replace(self, V=self.V[index], W0=self._W0_rows(index))
 
-    def columns(self, index: slice) -> WHidden:
-        return replace(self, Xt=self.Xt[:, index], V=self.V[:, index])
-
 
 @register_block
 @dataclass
@@ -514,6 +518,7 @@ class WLast(WBlock):
     loss: Loss = None  # type: ignore[assignment]  # (a default: W0, U have one)
     Y: Array = None
     kind = "w_last"
+    column_fields = ("Xt", "Y")
 
     @classmethod
     def example(cls) -> WLast:
@@ -543,9 +548,6 @@ class WLast(WBlock):
         if self.piece_axis is None:  # one piece: the block itself
             return self
         return replace(self, Y=self.Y[index], W0=self._W0_rows(index))
-
-    def columns(self, index: slice) -> WLast:
-        return replace(self, Xt=self.Xt[:, index], Y=self.Y[:, index])
 
 
 # --- the blocks of a network at its current iterate ------------------------------------------

@@ -28,6 +28,7 @@ from .arrays import Array, by_points
 from .block_checks import CheckedSolves, Halt
 from .blocks import w_block, x_block
 from .certificate import fenchel_young_figures
+from .layer_split import LayerSplit
 from .pre_activations import PreActivations
 
 if TYPE_CHECKING:
@@ -64,6 +65,8 @@ class Round(CheckedSolves):
         self.W_prev = self.J = self.F = self.F_x = self.B_x = self.halted = None
         self.was_restarted = False
         self.after_w = dict(lifted_w=None, network_w=None, divergence_w=None)
+        # the small top W-blocks by layer on ranks (unchecked rounds: ``layer_split``)
+        self.split = LayerSplit(run.owners, run.comm) if run.owners and not check else None
 
     @property
     def X(self) -> list[Array]:
@@ -131,15 +134,20 @@ class Round(CheckedSolves):
     def w_block(self, l: int) -> None:
         """W_l <- the argmin of its block (eqs. (17)-(20); eq. (13)'s proximal term where
         gamma_l > 0), from the current W_l, with U_l = W_l X~_l at hand for its start. W_0's
-        block hands back its image where the next round takes it (``pre_activations``)."""
+        block hands back its image where the next round takes it (``pre_activations``). On
+        ranks, an unchecked round solves the small top blocks by layer (``layer_split``)."""
+        split = self.split
+        if split is not None and l in split.plan:
+            if not split.shares:  # the first of them in the sweep: their columns, gathered
+                split.gather({k: (*self._w_block_of(k), self.net.W[k]) for k in split.plan})
+            split.solve(self, l)
+            if l == min(split.plan):  # the last of them: every rank's W and report, checked
+                split.exchange(self)
+            return
         net, pre, m = self.net, self.pre, self.X0.shape[1]
-        g, A, U = self.run.gamma[l], net.layers[l], pre.get(l)
-        W0 = self.state.W0[l] if g else None
-        # X~_l: the data's (the batch's, once) or the round's X_l's, formed on the threads
-        Xt = self.Xt0 if l == 0 else by_points(A.patches, self._lifted()[l - 1], self.threads)
-        carry = l == 0 and self.run.carries_U0  # W_0 X~_0 at the new W_0, the next round's
-        block = w_block(net, self.X0, self.Y, self._lifted(), l, gamma=g, W0=W0, Xt=Xt)
-        rows, steps = None if U is None else A.to_rows(U), pre.steps(l)
+        A, carry = net.layers[l], l == 0 and self.run.carries_U0  # (W_0 X~_0: the next round's)
+        block, rows = self._w_block_of(l)
+        steps = pre.steps(l)
         net.W[l], delta, U, image = self.solve(
             f"W_{l}", block, net.W[l], self.F, (net.W, l), rows, carry
         )
@@ -150,6 +158,16 @@ class Round(CheckedSolves):
         else:
             pre.put(l, None)
         self._add(delta)
+
+    def _w_block_of(self, l: int) -> tuple[Any, Array | None]:
+        """W_l's block on this round's data points and the rows of U_l = W_l X~_l where at
+        hand (its start's image): X~_l the data's (the batch's, once) or the round's X_l's,
+        formed on the threads."""
+        net, g, A, U = self.net, self.run.gamma[l], self.net.layers[l], self.pre.get(l)
+        W0 = self.state.W0[l] if g else None
+        Xt = self.Xt0 if l == 0 else by_points(A.patches, self._lifted()[l - 1], self.threads)
+        block = w_block(net, self.X0, self.Y, self._lifted(), l, gamma=g, W0=W0, Xt=Xt)
+        return block, None if U is None else A.to_rows(U)
 
     def _lifted(self) -> list:
         """X_1, ..., X_L: the run state's, or the batch's feed-forward pass."""

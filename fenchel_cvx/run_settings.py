@@ -15,7 +15,7 @@ import json
 import numbers
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,7 @@ from .checkpoints import load_checkpoint, restore, resume_file
 from .evaluation import evaluator, is_one_hot
 from .history import _plain
 from .io import check_writable_dir, data_digest, memory_digest, remove_temporaries
+from .layer_split import owners
 from .reduce import LOCAL, Comm, share
 from .schedule import Batches, BCDState, Step, schedule
 from .validation import (
@@ -95,6 +96,9 @@ class RunSettings:
     x_sweep: str = "backward"  # the X-blocks' order (``x_order``)
     algorithm: int = 1  # the paper's Algorithm 1 (batch_size None) or 2
     comm: Comm = LOCAL  # the ranks that share every batch (``reduce.py``; one process: LOCAL)
+    #: the W-blocks an unchecked round on ranks solves by layer, each on its rank
+    #: (``layer_split.owners``; {} in one process)
+    owners: dict = field(default_factory=dict)
 
     @property
     def carries_U0(self) -> bool:
@@ -341,6 +345,7 @@ def validate_run(net: LiftedNetwork, X0: Array, Y: Array, args: Mapping[str, Any
     settings.data = Batches(X0, Y, xp, batched, comm, check_threads(backend))
     if getattr(backend, "comm", None) is not None:
         backend.comm = comm  # the ranks its solves reduce over
+    settings.owners = owners(net, backend, comm.P, xp)
     digest = None if args["checkpoint"] is None and saved is None else data_digest(X0, Y)
     settings.state = (
         None

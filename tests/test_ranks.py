@@ -60,12 +60,23 @@ def mnist_runs():
 
 @pytest.mark.parametrize("P", [2, 3])
 @pytest.mark.parametrize("recipe", ["mlp", "lenet5"])
-def test_the_driver_on_simulated_ranks_is_the_one_process_run(recipe, P, mnist_runs):
+def test_the_driver_on_simulated_ranks_is_the_one_process_run(recipe, P, mnist_runs, monkeypatch):
     """Every rank runs ``fit_bcd`` on its share of each batch; rank 0's callback stops the run
-    after the third batch on every rank; every rank ends with the one-process weights and X."""
+    after the third batch on every rank; every rank ends with the one-process weights and X.
+    LeNet-5's W_2, W_3 and W_4 are solved by layer in its unchecked rounds (``layer_split``):
+    each whole, once, on the rank ``owners`` gives it; the MLP has one such block, split by
+    data points like the rest."""
+    from fenchel_cvx import layer_split
     from pinned import record
 
     data, runs = mnist_runs
+    solved, solve = [], layer_split.LayerSplit.solve
+
+    def counted(split, r, l):
+        solved.append((split.comm.rank, l, split.plan[l] == split.comm.rank))
+        return solve(split, r, l)
+
+    monkeypatch.setattr(layer_split.LayerSplit, "solve", counted)
 
     def rank(comm):
         return record.run_batches(recipe, compile=False, data=data, comm=comm)
@@ -73,6 +84,11 @@ def test_the_driver_on_simulated_ranks_is_the_one_process_run(recipe, P, mnist_r
     out = SimulatedComm(P, timeout=300).run(rank)
     assert out[0].records[-1]["certificate"]["checked"]  # the last round checked
     _same_run(runs[recipe], out[0])
+    unchecked = sum(not rec["checked"] for rec in out[0].records)
+    plan = {2: P - 1, 3: 1 if P == 3 else 0, 4: 0} if recipe == "lenet5" else {}
+    assert unchecked == 2 and sorted(solved) == sorted(
+        (r, l, owner == r) for l, owner in plan.items() for r in range(P) for _ in range(unchecked)
+    )
     for other in out[1:]:  # (the callback, and so the snapshots, are rank 0's)
         for a, b in zip(out[0].snapshots[-1][1], other.snapshots[-1][1]):
             np.testing.assert_array_equal(a, b)  # every rank holds the same X (gathered)
