@@ -9,8 +9,8 @@ little: its steps in parameter space and its Gram factor are every rank's (docs 
 "Training in parallel"). Where the top layers of a network (L, L-1, ...) hold two or more such
 blocks whose Gram factor serves one solve (``gram_reuse`` 1), an unchecked round on ranks
 solves each of them whole on one rank (:func:`owners`: the largest first, each to the rank with
-the least work so far, rank 0 last), as one process solves it: the same arrays in the same
-order, so the same iterates, bit for bit. The ranks meet twice for them:
+the least work so far, rank 0 last), as one process solves it, from the same arrays in the same
+order. The ranks meet twice for them:
 
 - before the first, :meth:`LayerSplit.gather`: every rank sends the columns of X~_l, of the
   block's targets (X_{l+1}, or Y) and of the start's image U_l for each block another rank
@@ -47,7 +47,6 @@ from .reduce import LOCAL, Comm
 
 if TYPE_CHECKING:
     from .network import LiftedNetwork
-    from .rounds import Round
 
 __all__ = ["MAX_ROWS", "LayerSplit", "alone", "owners"]
 
@@ -158,9 +157,9 @@ class LayerSplit:
     def _sent_by(self, r: int) -> list[int]:
         return [l for l in sorted(self.plan) if self.plan[l] != r]
 
-    def solve(self, r: Round, l: int) -> None:
+    def solve(self, r: Any, l: int) -> None:
         """W_l's block whole, from the current W_l, where this rank solves it (else nothing:
-        another rank does)."""
+        another rank does); ``r`` the round (``rounds.Round``)."""
         if self.plan[l] != self.comm.rank:
             return
         block, image = self.whole[l]
@@ -174,7 +173,7 @@ class LayerSplit:
             res = err
         self.done[l] = (res, time.perf_counter() - t0, bool(r.cert.strict))
 
-    def exchange(self, r: Round) -> None:
+    def exchange(self, r: Any) -> None:
         """Every rank's solves to every rank; then each block, in the sweep's order, checked
         and recorded from what its rank sent (``CheckedSolves.account``), its W put in place."""
         xp = array_namespace(r.net.W[0])
