@@ -125,8 +125,7 @@ class LayerSplit:
         me = self.comm.rank
         parts = {l: _parts(block, rows) for l, (block, rows, _) in shares.items()}
         xp = array_namespace(*parts[max(parts)])
-        sent = [l for l in sorted(parts) if self.plan[l] != me]
-        every = self.comm.all_gather(_packed(xp, parts, sent))
+        every = self.comm.all_gather(_packed(xp, parts, self._sent_by(me)))
         for l in sorted(parts):
             if self.plan[l] != me:
                 continue
