@@ -20,9 +20,9 @@ solve runs through a counting communicator (``reduce.py``), which gives, per blo
   one array, the mean of 200: a batch pays the sum, tails included), through shared memory
   (what the ranks of one host use) and through gloo alone.
 
-The model of a P-rank batch is what rank 0 does and what it pays to meet the others: ``sum over
-blocks (rank + collectives x latency) + the driver on m/P points`` (the driver's own work, the
-batch time less its blocks': the forward pass and the blocks' data, column by column). A share
+The model of a P-rank batch (``common.rank_model``) is ``sum over blocks (rank + collectives x
+latency) + the driver on m/P points`` (the driver: the batch time less its blocks'), the W-blocks
+solved by layer at the busiest rank's sum of their one-rank seconds. A share
 is not 1/P of the work: a solve's steps, factors and calls cost as much on fewer points, and a
 row split's data-space steps cost p/P x m^2, not p x (m/P)^2. Its speed-up, as the measured one,
 is over one rank's epoch alone (the ceiling's). The ceiling: one epoch alone on one rank, then P
@@ -64,6 +64,7 @@ from common.counting import Roles, Shares, parameter_space_on_ranks  # noqa: E40
 from common.data import add_data_flags, load  # noqa: E402
 from common.devices import blas_record, cpu_model, machine_text  # noqa: E402
 from common.latency import latency, latency_table  # noqa: E402
+from common.rank_model import model  # noqa: E402
 from fenchel_cvx.heap import keep_freed_memory  # noqa: E402
 from refactor_ab import NETWORKS, TIMED, M, check_networks_and_json, recipe  # noqa: E402
 
@@ -167,6 +168,11 @@ def counted_epoch(network, X, Y, P, share=1):
         f = figures[key]
         moved = isinstance(block, WHidden) and share * block.Xt.shape[1] < block.Xt.shape[0]
         f["compute_s"] += seconds
+        if solve:  # a W-block's columns (targets and start image too) and W: the layer split's
+            m, size = block.Xt.shape[1], block.Xt.dtype.itemsize
+            rows = sum(getattr(block, k).shape[0] for k in block.column_fields)
+            f["column_bytes"] += (rows + solve[1].shape[0]) * m * size
+            f["w_bytes"] += solve[1].shape[0] * solve[1].shape[1] * size
         f["moved"], f["as_on_ranks"] = float(moved), float(isinstance(comm, Shares))
         if moved:  # a row split: its rows' figures, and the move
             f["collectives"] += comm.rows.calls + MOVE_COLLECTIVES
@@ -260,23 +266,6 @@ def interleaved(network, X, Y, ranks, args, blocks):
     return one, p_ranks, statistics.median(waits), together
 
 
-def model(figures, batch_s, share, share_s, table, P):
-    """The modelled P-rank batch and its parts (seconds); a block's ``rank_s``, where not moved
-    to rows, is set to its compute in the epoch of batches of m/P (``share``)."""
-    blocks = sum(f["compute_s"] for f in figures.values())
-    for key, f in figures.items():
-        if not f["moved"]:
-            f["rank_s"], f["as_on_ranks"] = share[key]["compute_s"], share[key]["as_on_ranks"]
-    rank_blocks = sum(f["rank_s"] for f in figures.values())
-    rank_driver = max(0.0, share_s - sum(f["compute_s"] for f in share.values()))
-    comm = sum(f["collectives"] * latency(table, f["bytes"] / max(f["collectives"], 1))
-               for f in figures.values())  # fmt: skip
-    return dict(
-        blocks_s=blocks, driver_s=max(0.0, batch_s - blocks), rank_blocks_s=rank_blocks,
-        rank_driver_s=rank_driver, comm_s=comm, batch_P_s=rank_blocks + rank_driver + comm,
-    )  # fmt: skip
-
-
 def each_network_alone(args):
     """The report of each of ``--networks`` measured in a process of its own (one network's
     compiled kernels and memory would slow the next one's one-rank epochs in this process, not
@@ -309,6 +298,10 @@ def main(argv=None):
         else:
             print(statistics.median(epoch(args.alone, X, Y)), flush=True)
         return None
+    import fenchel_cvx.defaults  # noqa: F401 - recipe reads fenchel_cvx.defaults and .fast
+    import fenchel_cvx.fast  # noqa: F401
+    from fenchel_cvx.layer_split import owners
+
     P, machine, times = args.ranks, cpu_model(), 20 if args.quick else 200  # (smoke: mean of 20)
     table, gloo = latency_table(P, times=times), latency_table(P, gloo=True, times=times)
     report = dict(
@@ -325,7 +318,8 @@ def main(argv=None):
         seconds, figures = json.loads(run_alone(network, args, share=1)[0])
         share_seconds, share = json.loads(run_alone(network, args, share=P)[0])
         batch_s = statistics.median(seconds)
-        m = model(figures, batch_s, share, statistics.median(share_seconds), table, P)
+        plan = owners(*recipe(fenchel_cvx, network)[:2], P)  # (the W-blocks by layer)
+        m = model(figures, batch_s, share, statistics.median(share_seconds), table, P, plan)
         on_ranks = []  # (rank 0's {block: seconds} of every timed batch on P ranks)
         with warm_ranks(network, X, Y, P) as ranks:
             pairs = [interleaved(network, X, Y, ranks, args, on_ranks) for _ in range(args.repeats)]
@@ -342,14 +336,21 @@ def main(argv=None):
         for key in sorted(figures, key=lambda k: (k[0], int(k[2:]))):
             f = figures[key]
             c = f["collectives"] * latency(table, f["bytes"] / max(f["collectives"], 1))
+            c = 0.0 if "layer_rank" in f else c  # (by layer: the split's collectives, below)
             moved = "  (moved to rows)" if f["moved"] else ""
+            moved += f"  (by layer: rank {f['layer_rank']})" if "layer_rank" in f else ""
             moved += "  (rank: parameter space)" if f.get("as_on_ranks") else ""
             print(f"  {key:6} {f['compute_s'] * 1e3:10.1f} {f['rank_s'] * 1e3:8.1f} "
                   f"{rank0[key] * 1e3:8.1f} {f['collectives']:11.0f} {f['bytes'] / 1e3:9.1f} "
                   f"{c * 1e3:8.1f}" + moved)  # fmt: skip
+        if plan:
+            print("  by layer: the ranks' loads " + ", ".join(
+                f"{s * 1e3:.1f}" for s in m["layer_loads_s"]
+            ) + f" ms (the batch waits for the most); gather and exchange "
+              f"{m['layer_split_comm_s'] * 1e3:.1f} ms")  # fmt: skip
         print(
             f"  driver {m['driver_s'] * 1e3:.1f} ms; model of {P} ranks: "
-            f"{m['batch_P_s'] * 1e3:.1f} ms a batch = rank 0's blocks "
+            f"{m['batch_P_s'] * 1e3:.1f} ms a batch = a rank's blocks "
             f"{m['rank_blocks_s'] * 1e3:.1f} + its driver {m['rank_driver_s'] * 1e3:.1f} + "
             f"communication {m['comm_s'] * 1e3:.1f}; {one / m['batch_P_s']:.2f}x one rank alone "
             f"(no communication: {one / (m['batch_P_s'] - m['comm_s']):.2f}x), "

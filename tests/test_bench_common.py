@@ -173,3 +173,37 @@ def test_shares_sum_over_p_shards_like_this_one_and_keep_its_maxima():
     out = comm.reduce([np.array([1.5, -1.0]), 250, 3.0], ("sum", "sum", "max"))
     assert [np.asarray(v).tolist() for v in out] == [[3.0, -2.0], 500, 3.0]
     assert comm.reduce([4.0], "min") == [4.0] and comm.calls == 2 and comm.columns is comm
+
+
+def test_the_cost_model_waits_for_the_rank_that_solves_the_most_blocks_by_layer():
+    """``common.rank_model.model``: the W-blocks solved by layer count at their one-rank seconds,
+    and the batch at the largest of the ranks' loads (W_2 on rank 1 against W_3 and W_4 on rank
+    0), with the split's three collectives; the other blocks at their shares."""
+    from common.latency import latency
+    from common.rank_model import model
+
+    table = {1024: 1e-4, 1 << 20: 2e-3}
+
+    def block(compute, collectives=2.0):
+        return dict(compute_s=compute, moved=0.0, collectives=collectives, bytes=800.0,
+                    column_bytes=4e5, w_bytes=2e5)  # fmt: skip
+
+    def figures():
+        return {"X_1": block(0.040), "W_2": block(0.010), "W_3": block(0.003), "W_4": block(0.002)}
+
+    share = {k: dict(compute_s=f["compute_s"] / 2, as_on_ranks=0.0) for k, f in figures().items()}
+    by_layer = figures()
+    m = model(by_layer, 0.070, share, 0.040, table, 2, {2: 1, 3: 0, 4: 0})
+    assert m["layer_loads_s"] == [0.005, 0.010]  # rank 0: W_3 + W_4; rank 1: W_2
+    assert m["rank_blocks_s"] == pytest.approx(0.020 + 0.010)  # X_1's share + the most
+    assert by_layer["W_2"]["layer_rank"] == 1 and by_layer["W_2"]["rank_s"] == 0.010
+    # rank 1 sends its share of W_3's and W_4's columns (2 x 400 KB / 2), rank 0 of W_2's; the
+    # W's: rank 0's two (2 x 200 KB); the reports
+    split = latency(table, 4e5) + latency(table, 4e5) + latency(table, 1024)
+    assert m["layer_split_comm_s"] == pytest.approx(split)
+    assert m["comm_s"] == pytest.approx(2 * latency(table, 400) + m["layer_split_comm_s"])
+    by_columns = model(figures(), 0.070, share, 0.040, table, 2, {})
+    assert (
+        by_columns["rank_blocks_s"] == pytest.approx(0.0275)
+        and by_columns["layer_split_comm_s"] == 0
+    )

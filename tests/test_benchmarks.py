@@ -590,6 +590,24 @@ def test_gpu_batches_quick_run_on_the_cpu_prints_the_eager_path(capsys):
         gpu_batches.parse_args(["--paths", "eager,fast"])
 
 
+def test_rank_timeline_quick_run_times_every_rank_step_by_step(tmp_path):
+    """``benchmarks/rank_timeline.py``: each rank's steps of a batch of the MLP on 2 ranks, its
+    seconds in collectives and its start against rank 0's, gathered from every rank. The
+    figures are measured, not asserted; their bookkeeping is."""
+    INNER = load_benchmark("rank_timeline").INNER  # (the layer split's, inside their W-blocks)
+    out, report = _ranks_report(tmp_path, "rank_timeline.py", "--network", "mlp")
+    steps = report["steps"]
+    assert list(steps) == ["batch", "centre", "feed_forward", "begin", "X_1", "W_1", "W_0", "end"]
+    for r in (0, 1):  # each rank's own figures: its steps fit in its batch, its waits in its steps
+        inside = sum(f["seconds"][r] for k, f in steps.items() if k not in ("batch", *INNER))
+        assert 0 < inside <= 1.1 * steps["batch"]["seconds"][r]  # (medians: a sum's, not exact)
+        assert all(0 <= f["collectives_s"][r] <= f["seconds"][r] for f in steps.values())
+    assert all(f["later_s"][0] == 0 for f in steps.values())  # (rank 0 against itself)
+    # W_0 moves to rows and back on every batch: both ranks meet in it
+    assert min(steps["W_0"]["collectives_s"]) > 0 and report["ranks"] == 2
+    assert "rank 1: ms (in coll.) later" in out.stdout
+
+
 def _ranks_report(tmp_path, script, *flags):
     """A ranks benchmark's ``--quick`` run with ``flags``: (its completed process, its
     ``--json`` report)."""
