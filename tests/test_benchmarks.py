@@ -594,14 +594,12 @@ def test_rank_timeline_quick_run_times_every_rank_step_by_step(tmp_path):
     """``benchmarks/rank_timeline.py``: each rank's steps of a batch of the MLP on 2 ranks, its
     seconds in collectives and its start against rank 0's, gathered from every rank. The
     figures are measured, not asserted; their bookkeeping is."""
-    INNER = load_benchmark("rank_timeline").INNER  # (the layer split's, inside their W-blocks)
     out, report = _ranks_report(tmp_path, "rank_timeline.py", "--network", "mlp")
     steps = report["steps"]
     assert list(steps) == ["batch", "centre", "feed_forward", "begin", "X_1", "W_1", "W_0", "end"]
-    for r in (0, 1):  # each rank's own figures: its steps fit in its batch, its waits in its steps
-        inside = sum(f["seconds"][r] for k, f in steps.items() if k not in ("batch", *INNER))
-        assert 0 < inside <= 1.1 * steps["batch"]["seconds"][r]  # (medians: a sum's, not exact)
-        assert all(0 <= f["collectives_s"][r] <= f["seconds"][r] for f in steps.values())
+    for r in (0, 1):  # each rank's own figures: each step within its batch, its waits within it
+        for k, f in steps.items():  # (round by round, so their medians too)
+            assert f["collectives_s"][r] <= f["seconds"][r] <= steps["batch"]["seconds"][r], k
     assert all(f["later_s"][0] == 0 for f in steps.values())  # (rank 0 against itself)
     # W_0 moves to rows and back on every batch: both ranks meet in it
     assert min(steps["W_0"]["collectives_s"]) > 0 and report["ranks"] == 2
