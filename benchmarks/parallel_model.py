@@ -335,8 +335,8 @@ def main(argv=None):
               f"{'collectives':>11} {'KB':>9} {'comm ms':>8}")  # fmt: skip
         for key in sorted(figures, key=lambda k: (k[0], int(k[2:]))):
             f = figures[key]
-            c = f["collectives"] * latency(table, f["bytes"] / max(f["collectives"], 1))
-            c = 0.0 if "layer_rank" in f else c  # (by layer: the split's collectives, below)
+            c = 0.0 if "layer_rank" in f else f["collectives"] * latency(  # (by layer: below)
+                table, f["bytes"] / max(f["collectives"], 1))  # fmt: skip
             moved = "  (moved to rows)" if f["moved"] else ""
             moved += f"  (by layer: rank {f['layer_rank']})" if "layer_rank" in f else ""
             moved += "  (rank: parameter space)" if f.get("as_on_ranks") else ""

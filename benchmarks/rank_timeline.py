@@ -34,23 +34,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common.data import add_data_flags  # noqa: E402
 from common.devices import cpu_model  # noqa: E402
+from fenchel_cvx.fast.torch_comm import CLOCK  # noqa: E402
+from fenchel_cvx.layer_split import LayerSplit  # noqa: E402
+from fenchel_cvx.rounds import Round  # noqa: E402
 from parallel_model import WARM, data  # noqa: E402
 from refactor_ab import NETWORKS, TIMED, recipe  # noqa: E402
 
 #: the steps of a round that each rank times: (class, method, label of its arguments)
 STEPS = (
-    ("rounds.Round", "centre", lambda a: "centre"),
-    ("rounds.Round", "feed_forward", lambda a: "feed_forward"),
-    ("rounds.Round", "begin", lambda a: "begin"),
-    ("rounds.Round", "x_block", lambda a: f"X_{a[0]}"),
-    ("rounds.Round", "w_block", lambda a: f"W_{a[0]}"),
-    ("rounds.Round", "end", lambda a: "end"),
-    ("layer_split.LayerSplit", "gather", lambda a: "gather"),
-    ("layer_split.LayerSplit", "exchange", lambda a: "exchange"),
+    (Round, "centre", lambda a: "centre"),
+    (Round, "feed_forward", lambda a: "feed_forward"),
+    (Round, "begin", lambda a: "begin"),
+    (Round, "x_block", lambda a: f"X_{a[0]}"),
+    (Round, "w_block", lambda a: f"W_{a[0]}"),
+    (Round, "end", lambda a: "end"),
+    (LayerSplit, "gather", lambda a: "gather"),
+    (LayerSplit, "exchange", lambda a: "exchange"),
 )
 #: the steps timed inside another (the layer split's meetings, inside their W-blocks)
 INNER = ("gather", "exchange")
-#: this rank's steps: (label, start, end, seconds in collectives), in the order they ended
+#: this rank's steps: (label, start, end, seconds in collectives, collectives), in the order
+#: they ended
 EVENTS: list = []
 
 
@@ -73,15 +77,15 @@ def parse_args(argv=None):
 
 def _timed(method, label):
     """``method`` that appends its step to ``EVENTS`` as it ends."""
-    from fenchel_cvx.fast.torch_comm import CLOCK
 
     @functools.wraps(method)
     def step(self, *args, **kwargs):
-        c0, t0 = CLOCK.seconds, time.perf_counter()
+        c0, g0, t0 = CLOCK.seconds, CLOCK.gathers, time.perf_counter()
         try:
             return method(self, *args, **kwargs)
         finally:
-            EVENTS.append((label(args), t0, time.perf_counter(), CLOCK.seconds - c0))
+            waited, met = CLOCK.seconds - c0, CLOCK.gathers - g0
+            EVENTS.append((label(args), t0, time.perf_counter(), waited, met))
 
     step.timed = True
     return step
@@ -90,13 +94,9 @@ def _timed(method, label):
 def timed_epoch(net, X, Y, backend, fit, *, comm):
     """On each rank: ``fit_bcd`` with every step of ``STEPS`` timed; every rank's steps, on
     every rank (one gather of their JSON)."""
-    import importlib
-
     from fenchel_cvx.bcd import fit_bcd
 
-    for where, name, label in STEPS:
-        cls = getattr(importlib.import_module(f"fenchel_cvx.{where.split('.')[0]}"),
-                      where.split(".")[1])  # fmt: skip
+    for cls, name, label in STEPS:
         if not getattr(getattr(cls, name), "timed", False):
             setattr(cls, name, _timed(getattr(cls, name), label))
     EVENTS.clear()
@@ -117,9 +117,10 @@ def rounds(events):
 
 
 def table(every):
-    """``{step: {"seconds": [per rank], "collectives_s": [...], "later_s": [...]}}``: medians over
-    the timed rounds (a step that a round takes twice, both in one); ``"batch"``: from the end
-    of the round before to the end of this one, its collectives those of its outer steps."""
+    """``{step: {"seconds": [per rank], "collectives_s": [...], "collectives": [...], "later_s":
+    [...]}}``: medians over the timed rounds (a step that a round takes twice, both in one);
+    ``"batch"``: from the end of the round before to the end of this one, its collectives those
+    of its outer steps."""
     by_rank = [rounds(e) for e in every]
     steps: dict = defaultdict(lambda: defaultdict(lambda: [[] for _ in every]))
     for n in range(min(len(r) for r in by_rank))[TIMED]:
@@ -127,12 +128,14 @@ def table(every):
         for r, rank in enumerate(by_rank):
             batch = rank[n][-1][2] - rank[n - 1][-1][2]
             steps["batch"]["seconds"][r].append(batch)
-            top = [e[3] for e in rank[n] if e[0] not in INNER]  # (inner steps: counted once)
-            steps["batch"]["collectives_s"][r].append(sum(top))
+            top = [e for e in rank[n] if e[0] not in INNER]  # (inner steps: counted once)
+            steps["batch"]["collectives_s"][r].append(sum(e[3] for e in top))
+            steps["batch"]["collectives"][r].append(sum(e[4] for e in top))
             steps["batch"]["later_s"][r].append(rank[n - 1][-1][2] - by_rank[0][n - 1][-1][2])
-            for label, t0, t1, waited in rank[n]:
+            for label, t0, t1, waited, met in rank[n]:
                 steps[label]["seconds"][r].append(t1 - t0)
                 steps[label]["collectives_s"][r].append(waited)
+                steps[label]["collectives"][r].append(met)
                 steps[label]["later_s"][r].append(t0 - start.get(label, t0))
     return {
         label: {k: [statistics.median(v) if v else 0.0 for v in per] for k, per in f.items()}
