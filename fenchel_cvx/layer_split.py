@@ -24,6 +24,13 @@ order. The ranks meet twice for them:
 In between each rank solves its blocks alone, while the others solve theirs. Checked rounds
 split every block by data points: the certificate's figures are the whole block's on every
 rank.
+
+The X-sweep's blocks (eqs. (14)-(16)) are split by data points, but each one's step size needs
+a bound of its map's norm, ``||A(W_l, .)||_2^2``, which depends on W_l alone and would be every
+rank's work (an eigenproblem per layer: 0.1-1.8 ms each on LeNet-5). :func:`shared_norms`
+gives each rank every P-th of them, in the sweep's order, and adds them up in one collective
+(the others' zeros: exact), before the sweep's first block; each block then takes its bound
+from its map (:class:`KnownNorm`), the number one process computes.
 """
 
 from __future__ import annotations
@@ -40,15 +47,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from array_api_compat import array_namespace
 
-from .arrays import cheap_reads
+from .arrays import Array, cheap_reads
 from .blocks import BlockResult
 from .errors import SolverError
+from .layers import LinearMap
 from .reduce import LOCAL, Comm
 
 if TYPE_CHECKING:
     from .network import LiftedNetwork
 
-__all__ = ["MAX_ROWS", "LayerSplit", "alone", "owners"]
+__all__ = ["MAX_ROWS", "KnownNorm", "LayerSplit", "alone", "owners", "shared_norms"]
 
 #: the most rows of X~ (the columns of W) of a W-block solved by layer: its factor and its
 #: columns, gathered, stay small (LeNet-5's W_2: 401)
@@ -103,6 +111,58 @@ def alone(backend: Any) -> Iterator[None]:
         yield
     finally:
         backend.comm = comm
+
+
+class KnownNorm(LinearMap):
+    """The map ``A`` of ``W`` (every attribute ``A``'s) whose ``norm2_bound`` at ``W`` is at
+    hand, ``bound`` (another rank computed it: :func:`shared_norms`); at any other W it
+    computes its own. (A certified bound bounds at every ``max_dim``.)"""
+
+    def __init__(self, A: LinearMap, W: Array, bound: float) -> None:
+        self.__dict__.update(vars(A))
+        self.known = (W, bound)
+
+    def norm2_bound(self, W: Array, max_dim: int) -> float | Array | None:
+        known, bound = self.known
+        return bound if W is known else super().norm2_bound(W, max_dim)
+
+
+def shared_norms(net: LiftedNetwork, backend: Any, comm: Comm) -> dict[int, KnownNorm]:
+    """``{l: X_l's map, its norm bound at hand}`` for the X-sweep of a round on the ranks of
+    ``comm`` (module doc): each rank computes the bounds of every P-th block of the sweep
+    (``backend.map_norm2``; NaN where the backend takes an estimate instead), and one sum over
+    the ranks, of the others' zeros, gives every rank all of them. Empty in one process, with
+    fewer than two X-blocks, for a backend that takes no bound and for arrays off the host
+    (there the bound is a 0-d array on the device, read by nobody).
+
+    >>> from fenchel_cvx import lenet5
+    >>> from fenchel_cvx.fast import FastBackend
+    >>> from fenchel_cvx.reduce import SimulatedComm
+    >>> net, fast = lenet5((1, 28, 28), 10), FastBackend()
+    >>> shards = SimulatedComm(2).run(lambda comm: shared_norms(net, fast, comm))
+    >>> sorted(shards[0]) == sorted(shards[1]) == [1, 2, 3, 4]
+    True
+    >>> all(maps[l].known[1] == fast.map_norm2(net.layers[l], net.W[l])
+    ...     for maps in shards for l in maps)   # the one process's bounds, on both shards
+    True
+    """
+    bound = getattr(backend, "map_norm2", None)
+    L = net.n_hidden
+    if comm.P < 2 or L < 2 or bound is None or not cheap_reads(array_namespace(net.W[0])):
+        return {}
+    sweep = list(range(L, 0, -1))
+    mine = [math.nan] * L
+    for i, l in enumerate(sweep):
+        if i % comm.P != comm.rank:
+            mine[i] = 0.0
+        elif (b := bound(net.layers[l], net.W[l])) is not None:
+            mine[i] = float(b)
+    bounds = comm.reduce(mine, "sum")
+    return {
+        l: KnownNorm(net.layers[l], net.W[l], float(b))
+        for l, b in zip(sweep, bounds)
+        if math.isfinite(float(b))
+    }
 
 
 class LayerSplit:

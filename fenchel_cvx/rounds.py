@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ from .arrays import Array, by_points
 from .block_checks import CheckedSolves, Halt
 from .blocks import w_block, x_block
 from .certificate import fenchel_young_figures
-from .layer_split import LayerSplit
+from .layer_split import LayerSplit, shared_norms
 from .pre_activations import PreActivations
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ class Round(CheckedSolves):
         self.after_w = dict(lifted_w=None, network_w=None, divergence_w=None)
         # the small top W-blocks by layer on ranks (unchecked rounds: ``layer_split``)
         self.split = LayerSplit(run.owners, run.comm) if run.owners and not check else None
+        self.norms: dict | None = None  # the X-sweep's maps with their norms (``layer_split``)
 
     @property
     def X(self) -> list[Array]:
@@ -122,9 +124,14 @@ class Round(CheckedSolves):
     # --- the blocks ---------------------------------------------------------------------------
     def x_block(self, l: int) -> None:
         """X_l <- the argmin of its block (eqs. (14)-(16)), from the current X_l, with U_{l-1}
-        and, for its start, U_l at hand where the round holds them."""
+        and, for its start, U_l at hand where the round holds them. On ranks the bounds of the
+        sweep's map norms are computed once, each by one rank (``layer_split.shared_norms``)."""
         pre, Xs = self.pre, self._lifted()
+        if self.norms is None:  # the sweep's first block: its maps' norms, shared by the ranks
+            self.norms = shared_norms(self.net, self.backend, self.comm)
         block = x_block(self.net, self.X0, self.Y, Xs, l, U_prev=pre.get(l - 1))
+        if l in self.norms:
+            block = replace(block, map=self.norms[l])
         Xs[l - 1], delta, U, image = self.solve(
             f"X_{l}", block, Xs[l - 1], self.F, (Xs, l - 1), pre.get(l)
         )

@@ -9,6 +9,7 @@ A reduction dropped from the driver's figures is caught; what ranks cannot do is
 name before any work.
 """
 
+import collections
 import copy
 import re
 
@@ -65,18 +66,29 @@ def test_the_driver_on_simulated_ranks_is_the_one_process_run(recipe, P, mnist_r
     after the third batch on every rank; every rank ends with the one-process weights and X.
     LeNet-5's W_2, W_3 and W_4 are solved by layer in its unchecked rounds (``layer_split``):
     each whole, once, on the rank ``owners`` gives it; the MLP has one such block, split by
-    data points like the rest."""
+    data points like the rest. The bounds of LeNet-5's four X-blocks' map norms are each
+    computed by one rank in every round (``layer_split.shared_norms``: every P-th of the
+    sweep); the MLP's one X-block computes its own on every rank."""
+    import threading
+
     from fenchel_cvx import layer_split
+    from fenchel_cvx.layers import LinearMap
     from pinned import record
 
     data, runs = mnist_runs
     solved, solve = [], layer_split.LayerSplit.solve
+    bounds, bound = collections.Counter(), LinearMap.norm2_bound
 
     def counted(split, r, l):
         solved.append((split.comm.rank, l, split.plan[l] == split.comm.rank))
         return solve(split, r, l)
 
+    def computed(A, W, max_dim):
+        bounds[threading.get_ident()] += 1  # (each shard runs in its own thread)
+        return bound(A, W, max_dim)
+
     monkeypatch.setattr(layer_split.LayerSplit, "solve", counted)
+    monkeypatch.setattr(LinearMap, "norm2_bound", computed)
 
     def rank(comm):
         return record.run_batches(recipe, compile=False, data=data, comm=comm)
@@ -89,6 +101,10 @@ def test_the_driver_on_simulated_ranks_is_the_one_process_run(recipe, P, mnist_r
     assert unchecked == 2 and sorted(solved) == sorted(
         (r, l, owner == r) for l, owner in plan.items() for r in range(P) for _ in range(unchecked)
     )
+    L, rounds = (4, 3) if recipe == "lenet5" else (1, 3)
+    assert len(out[0].records) == rounds
+    shares = [len(range(r, L, P)) for r in range(P)] if L > 1 else [1] * P
+    assert sorted(bounds.values()) == sorted(rounds * n for n in shares)
     for other in out[1:]:  # (the callback, and so the snapshots, are rank 0's)
         for a, b in zip(out[0].snapshots[-1][1], other.snapshots[-1][1]):
             np.testing.assert_array_equal(a, b)  # every rank holds the same X (gathered)
@@ -323,6 +339,7 @@ TORCHRUN = {
 }  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launch", list(TORCHRUN))
 def test_train_under_torchrun_writes_the_one_process_model(tmp_path, launch):
     """``torchrun ... -m fenchel_cvx train``, unchanged: the ranks join through torchrun's

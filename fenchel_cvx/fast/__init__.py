@@ -68,9 +68,10 @@ from ._util import floor_tol, started
 from .fused import Kernels, kernels
 from .pncg import PncgSettings, solve_pncg
 from .wblocks import solve_ridge
-from .xblocks import FistaSettings, default_start, solve_x
+from .xblocks import EXACT_EIG_MAX, FistaSettings, default_start, solve_x
 
 if TYPE_CHECKING:
+    from ..layers import LinearMap
     from ..network import LiftedNetwork
 
 __all__ = ["FastBackend"]
@@ -371,14 +372,25 @@ class FastBackend(BackendDefaults):
         ``block.forward(start)`` where the caller holds it (the solvers start from it where its
         shape fits, else form it); ``return_image``: hand the argmin's image back as
         ``BlockResult.U`` where the solver holds it (a W-block's last step then forms it)."""
+        return self._on_threads(self._solve, block, start, image, return_image)
+
+    def map_norm2(self, A: LinearMap, W: Array) -> float | Array | None:
+        """The certified bound of ``||A(W, .)||_2^2`` that an X-block on the map ``A`` of ``W``
+        takes for its step size (``xblocks``: ``A.norm2_bound`` at ``EXACT_EIG_MAX``), or None
+        where it takes an estimate; on the backend's threads, as its solves. On ranks each rank
+        computes some of the X-sweep's and shares them (``layer_split.shared_norms``)."""
+        return self._on_threads(A.norm2_bound, W, EXACT_EIG_MAX)
+
+    def _on_threads(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` with the native pools at ``threads`` threads (None: as they are)."""
         if self.threads is None:
-            return self._solve(block, start, image, return_image)
+            return fn(*args)
         if self._pools is None or (not self._pools_torch and "torch" in sys.modules):
             # PyTorch's pool (the compiled kernels') is seen from when it is loaded (``fused.Auto``
             # imports PyTorch at the first chain it compiles)
             self._pools, self._pools_torch = controller(), "torch" in sys.modules
         with limit_threads(self.threads, self._pools):
-            return self._solve(block, start, image, return_image)
+            return fn(*args)
 
     def _solve(self, block, start, image, return_image):
         t0 = time.perf_counter()
