@@ -1,7 +1,9 @@
 """Shared test configuration: hypothesis profiles, the ``slow`` marker and small-problem fixtures.
 
-``slow`` marks the docs build, the notebooks and the full-size runs: ``pytest -m "not slow"`` is
-the quick loop; plain ``pytest`` (what CI runs) runs everything.
+``slow`` marks the docs build, the notebooks, the full-size runs and every test that takes
+about 15 seconds or more on 2 busy cores (the benchmarks' quick runs, spawned ranks, compiled
+runs): ``pytest -m "not slow"`` is the quick loop; plain ``pytest`` (what CI runs) runs
+everything, the ``slow`` tests first (``pytest_collection_modifyitems``).
 
 The tests run on this machine's cores, a worker process each (pytest-xdist's ``-n auto``, set in
 ``setup.cfg``), at most ``MAX_WORKERS`` of them: every worker holds its own PyTorch and data.
@@ -43,6 +45,13 @@ def pytest_xdist_auto_num_workers(config):
     """``-n auto``: this machine's cores (those this process may use), at most ``MAX_WORKERS``."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(MAX_WORKERS, cores or 1))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The ``slow`` tests first, each group in its collected order: xdist hands the workers
+    their shares from the front, so the suite ends on short tests, with no worker left idle
+    while another runs a minute-long one."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 _COMMON = dict(

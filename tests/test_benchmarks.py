@@ -590,6 +590,7 @@ def test_gpu_batches_quick_run_on_the_cpu_prints_the_eager_path(capsys):
         gpu_batches.parse_args(["--paths", "eager,fast"])
 
 
+@pytest.mark.slow
 def test_rank_timeline_quick_run_times_every_rank_step_by_step(tmp_path):
     """``benchmarks/rank_timeline.py``: each rank's steps of a batch of the MLP on 2 ranks, its
     seconds in collectives and its start against rank 0's, gathered from every rank. The
@@ -622,6 +623,7 @@ def _ranks_report(tmp_path, script, *flags):
     return out, json.loads(report.read_text())
 
 
+@pytest.mark.slow
 def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
     """``benchmarks/parallel_model.py``: every block of the MLP counted (compute on one rank and
     on rank 0's share, collectives, bytes; W_0 moved to rows), gloo's latency measured on 2
@@ -664,6 +666,7 @@ def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
     assert max(on_ranks.values()) <= measured["batch_P_s"] and "on 2 ranks (medians)" in out.stdout
 
 
+@pytest.mark.slow
 def test_figure1_ranks_quick_run_sets_one_rank_against_two(tmp_path):
     """``benchmarks/figure1_ranks.py``: Figure 1's FLN rounds on one rank and on two, the
     medians of the unchecked, checked and first rounds of each side and their ratios, and the
@@ -702,6 +705,7 @@ def test_rank_faults_kills_rank_1_and_judges_each_kill(signal, seed):
     assert out.stdout.count("rank 1 named: True, left behind: False") == 1
 
 
+@pytest.mark.slow
 def test_oracle_iteration_reports_each_worker_s_share_of_the_rows(mnist_dir, tmp_path, capsys):
     """``benchmarks/oracle_iteration.py`` on 1,600 points (beyond ``rows.DUAL_SIDE`` x 785: W_0's
     rows on the active route, on 2 Dask workers) and on 400 (the dual, in the driver): a

@@ -99,6 +99,7 @@ def test_an_unchecked_training_batch_reads_back_little(name, library, digits):
         assert n <= ALLOWED[name].get(source, 0), table
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mlp", "lenet5"])
 def test_the_batch_without_reads_gives_the_numpy_iterates(name, digits):
     """On the device the capped solves decide on the device (fixed Newton iterations, the
@@ -175,6 +176,7 @@ def test_the_torch_gram_inverse_is_the_inverse_and_nan_where_not_definite():
     assert not bool(torch.isfinite(bad).any())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mlp", "lenet5"])
 def test_every_block_solve_is_one_graph_on_torch_tensors(name, digits):
     """No block solve reads back, so ``torch.compile(fullgraph=True)`` can capture each whole:

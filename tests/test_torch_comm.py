@@ -59,6 +59,7 @@ def ranks(script_args, tmp_path, world=2, timeout=300):
     return [dict(np.load(out)) for out in outs]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 def test_two_gloo_ranks_are_the_simulated_shards_bit_for_bit(tmp_path):
     """Both gathers' paths, in turn on the same two ranks: shared memory (``host``) and gloo

@@ -60,6 +60,7 @@ def _rel(a, b):
         ("w_last", np.float32, 1e-5),
     ],
 )
+@pytest.mark.slow
 @compiles
 def test_a_block_solved_whole_equals_its_eager_solve(kind, dtype, rel):
     net, X0, Y, Xs = _state(dtype)
@@ -81,6 +82,7 @@ def test_a_block_solved_whole_equals_its_eager_solve(kind, dtype, rel):
     assert whole.iterations == eager.iterations and whole.status == eager.status
 
 
+@pytest.mark.slow
 @compiles
 def test_a_run_compiles_its_blocks_in_its_first_batch_only_and_ends_where_the_eager_one_does():
     net0, _, _, _ = _state(np.float32)
