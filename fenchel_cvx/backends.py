@@ -55,7 +55,9 @@ class Backend(Protocol):
     keywords ``image`` and ``return_image``; the driver passes them only where True). An
     optional ``check_threads`` (``BackendDefaults``: 1; read by :func:`check_threads`): the
     threads on which the driver forms its figures over the data points on a checked round
-    (``column_threads``), cores the backend leaves idle while the driver checks.
+    (``column_threads``), cores the backend leaves idle while the driver checks. An optional
+    ``map_norm2(A, W)`` (``FastBackend``'s): the bound of ``||A(W, .)||_2^2`` its X-blocks
+    take, or None, which ranks compute each once and share (``layer_split.shared_norms``).
     """
 
     name: str

@@ -28,9 +28,9 @@ rank.
 The X-sweep's blocks (eqs. (14)-(16)) are split by data points, but each one's step size needs
 a bound of its map's norm, ``||A(W_l, .)||_2^2``, which depends on W_l alone and would be every
 rank's work (an eigenproblem per layer: 0.1-1.8 ms each on LeNet-5). :func:`shared_norms`
-gives each rank every P-th of them, in the sweep's order, and adds them up in one collective
-(the others' zeros: exact), before the sweep's first block; each block then takes its bound
-from its map (:class:`KnownNorm`), the number one process computes.
+gives each rank every P-th of them (of X_L, ..., X_1) and adds them up in one collective (the
+others' zeros: exact), before the sweep's first block; each block then takes its bound from
+its map (:class:`KnownNorm`), the number one process computes.
 """
 
 from __future__ import annotations
@@ -132,8 +132,10 @@ def shared_norms(net: LiftedNetwork, backend: Any, comm: Comm) -> dict[int, Know
     ``comm`` (module doc): each rank computes the bounds of every P-th block of the sweep
     (``backend.map_norm2``; NaN where the backend takes an estimate instead), and one sum over
     the ranks, of the others' zeros, gives every rank all of them. Empty in one process, with
-    fewer than two X-blocks, for a backend that takes no bound and for arrays off the host
-    (there the bound is a 0-d array on the device, read by nobody).
+    fewer than two X-blocks, for a backend that takes no bound and for arrays other than
+    NumPy's (``arrays.cheap_reads``: a bound is a 0-d array there, read by nobody). A bound
+    that fails to compute (an eigensolver's error on a W that is not finite) is sent as NaN:
+    each rank then computes its own in the block, which fails there as in one process.
 
     >>> from fenchel_cvx import lenet5
     >>> from fenchel_cvx.fast import FastBackend
@@ -150,13 +152,15 @@ def shared_norms(net: LiftedNetwork, backend: Any, comm: Comm) -> dict[int, Know
     L = net.n_hidden
     if comm.P < 2 or L < 2 or bound is None or not cheap_reads(array_namespace(net.W[0])):
         return {}
-    sweep = list(range(L, 0, -1))
+    sweep = list(range(L, 0, -1))  # X_L, ..., X_1
     mine = [math.nan] * L
     for i, l in enumerate(sweep):
         if i % comm.P != comm.rank:
             mine[i] = 0.0
-        elif (b := bound(net.layers[l], net.W[l])) is not None:
-            mine[i] = float(b)
+            continue
+        with contextlib.suppress(ValueError, ArithmeticError):  # (LinAlgError is a ValueError)
+            b = bound(net.layers[l], net.W[l])
+            mine[i] = math.nan if b is None else float(b)
     bounds = comm.reduce(mine, "sum")
     return {
         l: KnownNorm(net.layers[l], net.W[l], float(b))

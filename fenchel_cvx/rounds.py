@@ -143,6 +143,7 @@ class Round(CheckedSolves):
         gamma_l > 0), from the current W_l, with U_l = W_l X~_l at hand for its start. W_0's
         block hands back its image where the next round takes it (``pre_activations``). On
         ranks, an unchecked round solves the small top blocks by layer (``layer_split``)."""
+        self.norms = {}  # (the X-sweep's maps let go of the W they were computed for)
         split = self.split
         if split is not None and l in split.plan:
             if not split.shares:  # the first of them in the sweep: their columns, gathered

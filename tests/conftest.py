@@ -48,9 +48,11 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The ``slow`` tests first, each group in its collected order: xdist hands the workers
-    their shares from the front, so the suite ends on short tests, with no worker left idle
-    while another runs a minute-long one."""
+    """The ``slow`` tests first, each group in its collected order (the same on every worker).
+    ``--dist worksteal`` gives each worker a contiguous share of this list, which it runs from
+    the front, and a worker that runs out takes from the end of another's: the slow tests run
+    first, on the first worker, and the suite ends on short ones, with no worker left idle
+    while another runs a minute-long test."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

@@ -110,6 +110,37 @@ def test_the_driver_on_simulated_ranks_is_the_one_process_run(recipe, P, mnist_r
             np.testing.assert_array_equal(a, b)  # every rank holds the same X (gathered)
 
 
+def test_shared_norm_bounds_give_the_run_of_ranks_that_compute_their_own(mnist_runs, monkeypatch):
+    """LeNet-5 on 2 simulated ranks, the X-blocks' norm bounds shared (each computed by one rank:
+    ``layer_split.shared_norms``) and not (``FastBackend.map_norm2`` removed: every rank
+    computes every bound in its blocks, as before the sharing): the same weights and X, and
+    every block's value, residual and iterations, bit for bit."""
+    from fenchel_cvx.fast import FastBackend
+    from pinned import record
+
+    data, _ = mnist_runs
+
+    def on_ranks():
+        def rank(comm):
+            return record.run_batches("lenet5", compile=False, data=data, comm=comm)
+
+        return SimulatedComm(2, timeout=300).run(rank)[0]
+
+    shared = on_ranks()
+    monkeypatch.setattr(FastBackend, "map_norm2", None)
+    own = on_ranks()
+    for (name, A), (name_own, B) in zip(shared.snapshots, own.snapshots, strict=True):
+        assert name == name_own
+        for a, b in zip(A, B, strict=True):
+            np.testing.assert_array_equal(a, b)
+    figures = ("block", "value_after", "residual", "iterations")
+    for rec, rec_own in zip(shared.records, own.records, strict=True):
+        np.testing.assert_equal(  # (NaN where a capped solve reports no value: equal to NaN)
+            [[b[k] for k in figures] for b in rec["blocks"]],
+            [[b[k] for k in figures] for b in rec_own["blocks"]],
+        )
+
+
 def test_two_gloo_ranks_are_the_one_process_run(mnist_runs):
     """``fit_on_ranks(nproc=2)``: this process and a spawned one on gloo (127.0.0.1)."""
     pytest.importorskip("torch")

@@ -377,8 +377,11 @@ class FastBackend(BackendDefaults):
     def map_norm2(self, A: LinearMap, W: Array) -> float | Array | None:
         """The certified bound of ``||A(W, .)||_2^2`` that an X-block on the map ``A`` of ``W``
         takes for its step size (``xblocks``: ``A.norm2_bound`` at ``EXACT_EIG_MAX``), or None
-        where it takes an estimate; on the backend's threads, as its solves. On ranks each rank
-        computes some of the X-sweep's and shares them (``layer_split.shared_norms``)."""
+        where it takes an estimate, or where its ``dtype`` casts W (its blocks then bound the
+        cast W); on the backend's threads, as its solves. On ranks each rank computes some of
+        the X-sweep's and shares them (``layer_split.shared_norms``)."""
+        if self.dtype is not None and str(W.dtype) != self.dtype:
+            return None
         return self._on_threads(A.norm2_bound, W, EXACT_EIG_MAX)
 
     def _on_threads(self, fn: Callable[..., Any], *args: Any) -> Any:
