@@ -161,11 +161,9 @@ def shared_norms(net: LiftedNetwork, backend: Any, comm: Comm) -> dict[int, Know
         with contextlib.suppress(ValueError, ArithmeticError):  # (LinAlgError is a ValueError)
             b = bound(net.layers[l], net.W[l])
             mine[i] = math.nan if b is None else float(b)
-    bounds = comm.reduce(mine, "sum")
+    bounds = [float(b) for b in comm.reduce(mine, "sum")]
     return {
-        l: KnownNorm(net.layers[l], net.W[l], float(b))
-        for l, b in zip(sweep, bounds)
-        if math.isfinite(float(b))
+        l: KnownNorm(net.layers[l], net.W[l], b) for l, b in zip(sweep, bounds) if math.isfinite(b)
     }
 
 

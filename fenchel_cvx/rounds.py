@@ -143,7 +143,6 @@ class Round(CheckedSolves):
         gamma_l > 0), from the current W_l, with U_l = W_l X~_l at hand for its start. W_0's
         block hands back its image where the next round takes it (``pre_activations``). On
         ranks, an unchecked round solves the small top blocks by layer (``layer_split``)."""
-        self.norms = {}  # (the X-sweep's maps let go of the W they were computed for)
         split = self.split
         if split is not None and l in split.plan:
             if not split.shares:  # the first of them in the sweep: their columns, gathered
@@ -198,7 +197,9 @@ class Round(CheckedSolves):
 
     # --- the checks between and after the sweeps ----------------------------------------------
     def x_swept(self) -> None:
-        """Checked rounds: F(W, X) at the new X and the lower bound F(W, X) <= J(W) (eq. (8))."""
+        """Checked rounds: F(W, X) at the new X and the lower bound F(W, X) <= J(W) (eq. (8)).
+        Every round: the X-sweep's maps let go of the W their norms were computed for."""
+        self.norms = {}
         if not self.check:
             return
         X0, Xs, X = self.X0, self.Xs, self.X
