@@ -342,18 +342,31 @@ def test_a_checkpoint_written_on_ranks_resumes_at_any_number_of_ranks(tmp_path):
 # --- the command: --nproc, and what it refuses --------------------------------------------------
 from test_cli import _cli  # noqa: E402  (the command in a subprocess, this checkout's package)
 
+#: the run that the launches of 2 ranks below make (``--nproc``'s at its default threads, the
+#: others at one a rank), each held to its one-process model
+TRAIN = ["train", "--backend", "fast", "--batch-size", "100", "--train-size", "400", "--quiet"]
+TRAIN += ["--no-baseline"]
+ONE_THREAD = ["--threads", "1"]
 
-def test_train_with_nproc_2_writes_the_one_process_model(tmp_path):
+
+@pytest.fixture(scope="module")
+def one_process_model(tmp_path_factory):
+    """``TRAIN`` in one process, on one thread: its ``model.npz``, made once for every launch's
+    test."""
+    pytest.importorskip("torch")
+    folder = tmp_path_factory.mktemp("one_process")
+    one = _cli(*TRAIN, *ONE_THREAD, "--out", folder / "one", cwd=folder)
+    assert one.returncode == 0, one.stderr[-2000:]
+    return dict(np.load(folder / "one" / "model.npz"))
+
+
+def test_train_with_nproc_2_writes_the_one_process_model(tmp_path, one_process_model):
     """``fenchel-cvx train --nproc 2``: rank 0 prints and writes the run's files, and its model
     is the one-process run's."""
-    pytest.importorskip("torch")
-    flags = ["train", "--backend", "fast", "--batch-size", "100", "--train-size", "400"]
-    flags += ["--quiet", "--no-baseline"]
-    one = _cli(*flags, "--out", tmp_path / "one", cwd=tmp_path)
-    two = _cli(*flags, "--out", tmp_path / "two", "--nproc", "2", cwd=tmp_path)
-    assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
+    two = _cli(*TRAIN, "--out", tmp_path / "two", "--nproc", "2", cwd=tmp_path)
+    assert two.returncode == 0, two.stderr[-2000:]
     assert "2 ranks x 1 thread(s)" in two.stdout and two.stdout.count("fenchel-cvx train:") == 1
-    a, b = np.load(tmp_path / "one" / "model.npz"), np.load(tmp_path / "two" / "model.npz")
+    a, b = one_process_model, np.load(tmp_path / "two" / "model.npz")
     for key in ("W_0", "W_1"):
         assert np.max(np.abs(a[key] - b[key])) <= 1e-12 * np.max(np.abs(a[key]))
 
@@ -372,24 +385,19 @@ TORCHRUN = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launch", list(TORCHRUN))
-def test_train_under_torchrun_writes_the_one_process_model(tmp_path, launch):
+def test_train_under_torchrun_writes_the_one_process_model(tmp_path, launch, one_process_model):
     """``torchrun ... -m fenchel_cvx train``, unchanged: the ranks join through torchrun's
     environment, rank 0 alone prints and writes the run's files, and the model is the
     one-process run's."""
-    pytest.importorskip("torch")
     import subprocess
     import sys
 
     from fenchel_cvx.parallel import _free_port
     from test_cli import ENV
 
-    flags = ["train", "--backend", "fast", "--batch-size", "100", "--train-size", "400"]
-    flags += ["--quiet", "--no-baseline", "--threads", "1"]
-    one = _cli(*flags, "--out", tmp_path / "one", cwd=tmp_path)
-    assert one.returncode == 0, one.stderr[-2000:]
     port = str(_free_port())
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
-    train = ["-m", "fenchel_cvx", *flags, "--out", str(tmp_path / "two")]
+    train = ["-m", "fenchel_cvx", *TRAIN, *ONE_THREAD, "--out", str(tmp_path / "two")]
     pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     nodes = [
         subprocess.Popen(
@@ -409,7 +417,7 @@ def test_train_under_torchrun_writes_the_one_process_model(tmp_path, launch):
         assert node.returncode == 0, err[-3000:]
     printed = "".join(out for out, _ in outs)
     assert "2 ranks x 1 thread(s)" in printed and printed.count("fenchel-cvx train:") == 1
-    a, b = np.load(tmp_path / "one" / "model.npz"), np.load(tmp_path / "two" / "model.npz")
+    a, b = one_process_model, np.load(tmp_path / "two" / "model.npz")
     for key in ("W_0", "W_1"):
         assert np.max(np.abs(a[key] - b[key])) <= 1e-12 * np.max(np.abs(a[key]))
 
