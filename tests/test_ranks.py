@@ -360,15 +360,20 @@ def one_process_model(tmp_path_factory):
     return dict(np.load(folder / "one" / "model.npz"))
 
 
+def _is_the_one_process_model(path, one):
+    """The model at ``path`` has the one-process run's weights, to 1e-12 relative."""
+    b = np.load(path)
+    for key in ("W_0", "W_1"):
+        assert np.max(np.abs(one[key] - b[key])) <= 1e-12 * np.max(np.abs(one[key]))
+
+
 def test_train_with_nproc_2_writes_the_one_process_model(tmp_path, one_process_model):
     """``fenchel-cvx train --nproc 2``: rank 0 prints and writes the run's files, and its model
     is the one-process run's."""
     two = _cli(*TRAIN, "--out", tmp_path / "two", "--nproc", "2", cwd=tmp_path)
     assert two.returncode == 0, two.stderr[-2000:]
     assert "2 ranks x 1 thread(s)" in two.stdout and two.stdout.count("fenchel-cvx train:") == 1
-    a, b = one_process_model, np.load(tmp_path / "two" / "model.npz")
-    for key in ("W_0", "W_1"):
-        assert np.max(np.abs(a[key] - b[key])) <= 1e-12 * np.max(np.abs(a[key]))
+    _is_the_one_process_model(tmp_path / "two" / "model.npz", one_process_model)
 
 
 #: torchrun's launches of 2 ranks on this machine: one node of 2, and 2 nodes of one through the
@@ -417,9 +422,7 @@ def test_train_under_torchrun_writes_the_one_process_model(tmp_path, launch, one
         assert node.returncode == 0, err[-3000:]
     printed = "".join(out for out, _ in outs)
     assert "2 ranks x 1 thread(s)" in printed and printed.count("fenchel-cvx train:") == 1
-    a, b = one_process_model, np.load(tmp_path / "two" / "model.npz")
-    for key in ("W_0", "W_1"):
-        assert np.max(np.abs(a[key] - b[key])) <= 1e-12 * np.max(np.abs(a[key]))
+    _is_the_one_process_model(tmp_path / "two" / "model.npz", one_process_model)
 
 
 #: rank 1's rendezvous that it cannot reach: (MASTER_ADDR, MASTER_PORT, FENCHEL_RENDEZVOUS,
