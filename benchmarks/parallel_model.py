@@ -22,12 +22,13 @@ solve runs through a counting communicator (``reduce.py``), which gives, per blo
 
 The model of a P-rank batch (``common.rank_model``) is ``sum over blocks (rank + collectives x
 latency) + the driver on m/P points`` (the driver: the batch time less its blocks'), the W-blocks
-solved by layer at the busiest rank's sum of their one-rank seconds. A share
-is not 1/P of the work: a solve's steps, factors and calls cost as much on fewer points, and a
-row split's data-space steps cost p/P x m^2, not p x (m/P)^2. Its speed-up, as the measured one,
-is over one rank's epoch alone (the ceiling's). The ceiling: one epoch alone on one rank, then P
-such epochs at once as P processes: ``P x alone / together`` is the most P ranks gain on this
-machine before any communication. Then the epoch itself on P ranks (``parallel.Ranks``, one
+solved by layer at the busiest rank's sum of their one-rank seconds. A share is not 1/P of the
+work: a solve's steps, factors and calls cost as much on fewer points, and a row split's
+data-space steps cost p/P x m^2, not p x (m/P)^2. Its speed-up, as the measured one, is over one
+rank's epoch alone (the ceiling's). The ceiling: one epoch alone on one rank, then P such epochs
+at once as P processes: ``P x alone / together`` is the most P ranks gain on this machine before
+any communication; the model is also given at that contention (a rank's work x together / alone:
+``rank_model.contended``). Then the epoch itself on P ranks (``parallel.Ranks``, one
 thread each, kept between epochs and warmed by ``WARM`` epochs first, as a run's ranks are after
 its first), timed on rank 0, with shared memory and with gloo alone: the measured speed-ups
 beside the model and the ceiling, the seconds rank 0 spent inside collectives
@@ -50,6 +51,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -64,7 +66,7 @@ from common.counting import Roles, Shares, parameter_space_on_ranks  # noqa: E40
 from common.data import add_data_flags, load  # noqa: E402
 from common.devices import blas_record, cpu_model, machine_text  # noqa: E402
 from common.latency import latency, latency_table  # noqa: E402
-from common.rank_model import model  # noqa: E402
+from common.rank_model import contended, model  # noqa: E402
 from fenchel_cvx.heap import keep_freed_memory  # noqa: E402
 from refactor_ab import NETWORKS, TIMED, M, check_networks_and_json, recipe  # noqa: E402
 
@@ -224,12 +226,9 @@ def run_alone(network, args, n=1, share=0):
     the JSON of ``counted_epoch`` in batches of 500 / ``share``, whose kernels are then
     compiled for that size alone (``torch.compile`` makes a kernel shape-generic, and slower,
     once a process has seen a second size)."""
-    cmd = [sys.executable, __file__, "--alone", network, "--ranks", str(args.ranks)]
-    cmd += [
-        "--share",
-        str(share),
-        *(["--quick"] if args.quick else ["--data-dir", str(args.data_dir)]),
-    ]
+    source = ["--quick"] if args.quick else ["--data-dir", str(args.data_dir)]
+    cmd = [sys.executable, __file__, "--alone", network, "--ranks", str(args.ranks), "--share"]
+    cmd += [str(share), *source]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) for _ in range(n)]
     return [p.communicate(timeout=1200)[0].strip().splitlines()[-1] for p in procs]
@@ -270,8 +269,6 @@ def each_network_alone(args):
     """The report of each of ``--networks`` measured in a process of its own (one network's
     compiled kernels and memory would slow the next one's one-rank epochs in this process, not
     its fresh ranks'), printed as it comes, merged (the latency tables: the last network's)."""
-    import tempfile
-
     flags = ["--ranks", str(args.ranks), "--repeats", str(args.repeats)]
     flags += ["--quick"] if args.quick else ["--data-dir", str(args.data_dir)]
     report = {}
@@ -327,6 +324,8 @@ def main(argv=None):
         rank0 = {k: statistics.median(b[k] for b in on_ranks) for k in figures}
         speedup = statistics.median(p[0] / p[1] for p in pairs)
         limit = statistics.median(P * p[0] / p[3] for p in pairs)
+        slowdown = statistics.median(p[3] / p[0] for p in pairs)  # (P at once against alone)
+        m.update(slowdown=slowdown, contended_batch_P_s=contended(m, slowdown))
         with warm_ranks(network, X, Y, P, shared_memory=False) as ranks:
             via_gloo = statistics.median(epoch(network, X, Y, ranks=ranks))
         print(f"\n{network}: one rank {batch_s * 1e3:.1f} ms a batch in the counted epoch; per "
@@ -358,7 +357,8 @@ def main(argv=None):
         )
         print(f"  ceiling (median of {args.repeats}): one rank alone {one * 1e3:.1f} ms a "
               f"batch, {P} at once {together * 1e3:.1f} ms: at most {limit:.2f}x on this "
-              "machine")  # fmt: skip
+              f"machine; the model at its contention (a rank's work x{m['slowdown']:.2f}): "
+              f"{one / m['contended_batch_P_s']:.2f}x one rank alone")  # fmt: skip
         print(
             f"  measured (median of {args.repeats}): {P} ranks (one thread each) "
             f"{measured * 1e3:.1f} ms a batch: {speedup:.2f}x one rank alone, "

@@ -4,7 +4,9 @@ What a rank does and what it pays to meet the others: each block at its share (`
 seconds on m/P points, or on its rows where it moves to rows), the driver on m/P points, and
 each block's collectives at this machine's latency for their size; the W-blocks that an unchecked
 round solves by layer (``layer_split``) at their one-rank seconds, the batch waiting for the
-rank that solves the most of them. Docs page "Training in parallel".
+rank that solves the most of them. Beside it, the same model at the machine's contention
+(``contended``): each rank's work slowed as much as the ceiling's P processes at once slow each
+other. Docs page "Training in parallel".
 """
 
 from .latency import latency
@@ -40,3 +42,10 @@ def model(figures, batch_s, share, share_s, table, P, plan):
         rank_driver_s=rank_driver, comm_s=comm + split, layer_split_comm_s=split,
         layer_loads_s=loads, batch_P_s=rest + max(loads) + rank_driver + comm + split,
     )  # fmt: skip
+
+
+def contended(m, slowdown):
+    """The modelled P-rank batch (``model``'s ``m``) with a rank's work, its blocks and its
+    driver, slowed by ``slowdown`` (the ceiling's: an epoch of P processes at once against one
+    alone), its communication as measured: seconds."""
+    return (m["rank_blocks_s"] + m["rank_driver_s"]) * slowdown + m["comm_s"]
