@@ -325,8 +325,10 @@ class Ranks:
     ranks' communicator); a context manager (or
     :meth:`close`) ends them. ``threads``: per rank (None: :func:`threads_per_rank`);
     ``shared_memory``: the ranks' small collectives through shared memory
-    (``fast.host_memory``; False: every one through gloo). A script that makes it does so
-    under ``if __name__ == "__main__":`` (the ranks are spawned processes, which import it).
+    (``fast.host_memory``; False: every one through gloo); ``join=False``: return once the
+    ranks are spawned, so that this process prepares the run (its data, its network) while they
+    start, and join them in the first :meth:`run` (or :meth:`join`). A script that makes it does
+    so under ``if __name__ == "__main__":`` (the ranks are spawned processes, which import it).
 
     Each rank sets up once (its process, PyTorch, the process group) and compiles its kernels
     in its first run: a second :meth:`fit` starts at once (a warm-up run, then the timed one).
@@ -334,7 +336,9 @@ class Ranks:
     process ended, or that hangs (``fast.heartbeat``: its heartbeat ``FENCHEL_HANG`` seconds
     old, 30 where unset); a collective waits at most ``TIMEOUT`` for a rank that runs."""
 
-    def __init__(self, nproc: int, threads: int | None = None, shared_memory: bool = True) -> None:
+    def __init__(
+        self, nproc: int, threads: int | None = None, shared_memory: bool = True, join: bool = True
+    ) -> None:
         self.nproc = check("nproc", nproc, COUNT)
         self.threads = (
             threads_per_rank(self.nproc) if threads is None else check("threads", threads, COUNT)
@@ -350,6 +354,7 @@ class Ranks:
         self.beats = _beats(slots, 0)
         self.conns, self.procs = [], []
         self.comm: Any = None  # (this rank's communicator, once the ranks have joined)
+        self._joining: Any = (self.nproc, port, shared_memory)  # (None: joined, or ended)
         self._stopped_since: dict[int, float] = {}  # (ranks not yet beating, seen stopped)
         with _thread_env(self.threads):  # (each rank's pools sized at its start, as torchrun)
             for r in range(1, self.nproc):
@@ -365,13 +370,22 @@ class Ranks:
                 theirs.close()  # (the rank's copy is the only one: its end is EOF here)
                 self.conns.append(mine)
                 self.procs.append(proc)
+        if join:
+            self.join()
+
+    def join(self) -> Ranks:
+        """Until every spawned rank has joined the group with this process (at once where they
+        have): -> self. A rank whose process ends or hangs first is named, and the ranks end."""
+        if self._joining is None:
+            return self
         try:
             self._started()
-            joined = (self.nproc, port, shared_memory)
-            self.comm = self._watched("while joining the others", _join, 0, *joined)
+            self.comm = self._watched("while joining the others", _join, 0, *self._joining)
         except BaseException as err:
             self._end(err)
             raise
+        self._joining = None
+        return self
 
     def _look(self, where: str) -> None:
         """Raises naming a spawned rank whose process ended, or that hangs ``where`` (e.g.
@@ -478,10 +492,10 @@ class Ranks:
         -> rank 0's result. :meth:`fit` runs ``fit_bcd`` through it;
         ``run(baselines.train_backprop, ...)`` trains under PyTorch DDP (docs page "Training
         in parallel")."""
-        if self.comm is None:
-            raise ValueError("these ranks have ended (close, or a failed run): make new Ranks")
         if kwargs.get("comm") is not None:
             raise ValueError("Ranks gives each rank its comm: do not pass comm")
+        if self.join().comm is None:
+            raise ValueError("these ranks have ended (close, or a failed run): make new Ranks")
         from .rank_arrays import discard, outgoing
 
         theirs = {k: v for k, v in kwargs.items() if k not in ("callback", "progress")}
@@ -505,7 +519,9 @@ class Ranks:
         with an error, or hangs instead of ending, is named."""
         from .fast.heartbeat import check
 
-        if self.comm is None:
+        if self.comm is None:  # (ended; or never joined: its spawned ranks are stopped)
+            if self._joining is not None:
+                self._end(None)
             return
         try:
             for conn in self.conns:  # (a rank whose process ended since its last answer: named)
@@ -528,7 +544,7 @@ class Ranks:
     def _end(self, err) -> None:
         """The ranks stop: after ``err`` (rank 0's), the ranks whose processes ended are named
         (``_stopped``); the others are stopped; this process leaves the group."""
-        comm, self.comm = self.comm, None
+        comm, self.comm, self._joining = self.comm, None, None
         try:
             if err is not None:
                 _stopped(self.procs, err)
@@ -552,7 +568,7 @@ class Ranks:
     def __exit__(self, kind, err, tb) -> None:
         if err is None:
             self.close()
-        elif self.comm is not None:
+        elif self.comm is not None or self._joining is not None:
             self._end(None)
 
 

@@ -10,6 +10,7 @@ name before any work.
 """
 
 import collections
+import contextlib
 import copy
 import re
 
@@ -600,15 +601,16 @@ def test_algorithm_1_on_simulated_ranks_is_the_one_process_run(P):
 
 
 def test_ranks_kept_for_several_runs_give_each_run_the_one_process_result():
-    """``parallel.Ranks``: the processes started once, two runs on them (a warm-up, then
-    another network), each the one-process run to round-off; ended ranks refuse more work by
-    name."""
+    """``parallel.Ranks``: the processes started once (``join=False``: spawned, joined in the
+    first run), two runs on them (a warm-up, then another network), each the one-process run
+    to round-off; ended ranks refuse more work by name."""
     pytest.importorskip("torch")
     from fenchel_cvx.parallel import Ranks
 
     net, X0, Y, kw = _small_run()
     other = LiftedNetwork([12, 10, 8, 3], seed=2)
-    with Ranks(2, threads=1) as ranks:
+    with Ranks(2, threads=1, join=False) as ranks:
+        assert ranks.comm is None and all(p.is_alive() for p in ranks.procs)  # (not joined yet)
         runs = [ranks.fit(copy.deepcopy(n), X0, Y, **kw) for n in (net, other)]
     for n, run in zip((net, other), runs):
         one = fit_bcd(copy.deepcopy(n), X0, Y, **kw)
@@ -618,6 +620,28 @@ def test_ranks_kept_for_several_runs_give_each_run_the_one_process_result():
     assert not np.allclose(runs[0].net.W[0], runs[1].net.W[0])  # (two runs, not one twice)
     with pytest.raises(ValueError, match="these ranks have ended"):
         ranks.fit(copy.deepcopy(net), X0, Y, **kw)
+
+
+@pytest.mark.parametrize("end", ["close", "an error"])
+def test_ranks_that_never_joined_are_ended_by_close_or_an_error(end):
+    """``Ranks(join=False)`` ended before any run (closed, or left by an error, as a command
+    whose data fails to load after its ranks are spawned): every spawned process ends, instead
+    of waiting in the group's rendezvous for rank 0, and the ranks refuse work by name."""
+    pytest.importorskip("torch")
+    from fenchel_cvx.parallel import Ranks
+
+    procs = []
+    with contextlib.suppress(RuntimeError):
+        with Ranks(2, threads=1, join=False) as ranks:
+            procs.extend(ranks.procs)
+            if end == "an error":
+                raise RuntimeError("the data failed to load")
+    for proc in procs:
+        proc.join(timeout=10)
+    assert procs and not any(proc.is_alive() for proc in procs)
+    net, X0, Y, kw = _small_run()
+    with pytest.raises(ValueError, match="these ranks have ended"):
+        ranks.fit(net, X0, Y, **kw)
 
 
 def _exit_3(slots, conn):

@@ -10,6 +10,7 @@ says so where the run has ended and written its files.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -116,17 +117,16 @@ def _check_ranks(args):
         _fail(flag, "needs PyTorch (torch.distributed): pip install torch")
 
 
-def _ranks(args):
+def _ranks(args, stack):
     """``(fit, keywords, lead)``: what trains (``fit_bcd``, on this process or the torchrun
-    rank it is; ``parallel.fit_on_ranks`` for ``--nproc``), its keywords, and whether this
+    rank it is; for ``--nproc``, ``parallel.Ranks.fit`` on ranks spawned now, which start
+    while this process loads the data, and end with ``stack``), its keywords, and whether this
     process leads (prints and writes: one process, or rank 0)."""
-    import functools
-
     from ..bcd import fit_bcd
-    from ..parallel import comm_from_environment, fit_on_ranks
+    from ..parallel import Ranks, comm_from_environment
 
     if getattr(args, "nproc", 1) > 1:
-        return functools.partial(fit_on_ranks, nproc=args.nproc, threads=args.threads), {}, True
+        return stack.enter_context(Ranks(args.nproc, args.threads, join=False)).fit, {}, True
     comm = comm_from_environment()
     if comm is None:
         return fit_bcd, {}, True
@@ -215,16 +215,16 @@ def train(args: argparse.Namespace, resume: bool = False) -> int:
     file it wrote."""
     from ..io import recording_writes
 
-    with recording_writes() as written:
-        return _train(args, resume, written)
+    with recording_writes() as written, contextlib.ExitStack() as stack:
+        return _train(args, resume, written, stack)
 
 
-def _train(args, resume, written):
+def _train(args, resume, written, stack):
     from .. import datasets
 
     t0 = time.perf_counter()
     _check_train(args)
-    fit, ranks, lead = _ranks(args)
+    fit, ranks, lead = _ranks(args, stack)
     new = not resume and not (args.out is not None and args.out.exists())
     if "comm" in ranks:  # torchrun's ranks write into rank 0's folder
         out = _shared_folder(_start(args, resume) if lead else None, ranks["comm"])
