@@ -27,6 +27,7 @@ import math
 import multiprocessing
 import os
 import socket
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -291,7 +292,6 @@ def _child(rank, nproc, port, threads, shared_memory, heap, slots, conn):
     after its error's traceback: the group is then broken), without the interpreter's
     teardown, in which PyTorch's native threads (the process group's, the compiled kernels')
     may abort the process after its work is done."""
-    import sys
     import traceback
 
     status = 0
@@ -345,7 +345,6 @@ class Ranks:
         )
         if self.nproc < 2:
             raise ValueError(f"Ranks needs nproc >= 2 (one process: fit_bcd), got {nproc}")
-        _torch_distributed()
         from .heap import freed_memory_kept
 
         port, ctx = _free_port(), multiprocessing.get_context("spawn")
@@ -379,6 +378,7 @@ class Ranks:
         if self._joining is None:
             return self
         try:
+            _torch_distributed()  # (imported here, while the spawned ranks import it too)
             self._started()
             self.comm = self._watched("while joining the others", _join, 0, *self._joining)
         except BaseException as err:
@@ -558,8 +558,8 @@ class Ranks:
                     proc.join()
             if comm is not None:
                 comm.close()
-            dist = _torch_distributed()
-            if dist.is_initialized():
+            dist = sys.modules.get("torch.distributed")  # (not imported: no group to leave)
+            if dist is not None and dist.is_available() and dist.is_initialized():
                 dist.destroy_process_group()
 
     def __enter__(self) -> Ranks:

@@ -111,9 +111,9 @@ def _check_ranks(args):
         _fail(flag, "needs --backend fast (the oracle runs on one process, with Dask workers)")
     if args.record_blocks:
         _fail("--record-blocks", f"records one process's blocks, not {max(nproc, world)} ranks'")
-    try:
-        import torch.distributed  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:  # (imported by the ranks, as they start)
         _fail(flag, "needs PyTorch (torch.distributed): pip install torch")
 
 
