@@ -23,21 +23,21 @@ solve runs through a counting communicator (``reduce.py``), which gives, per blo
 The model of a P-rank batch (``common.rank_model``) is ``sum over blocks (rank + collectives x
 latency) + the driver on m/P points`` (the driver: the batch time less its blocks'), the W-blocks
 solved by layer at the busiest rank's sum of their one-rank seconds. A share is not 1/P of the
-work: a solve's steps, factors and calls cost as much on fewer points, and a row split's
-data-space steps cost p/P x m^2, not p x (m/P)^2. Its speed-up, as the measured one, is over one
-rank's epoch alone (the ceiling's). The ceiling: one epoch alone on one rank, then P such epochs
-at once as P processes: ``P x alone / together`` is the most P ranks gain on this machine before
-any communication; the model is also given at that contention (a rank's work x together / alone:
-``rank_model.contended``). Then the epoch itself on P ranks (``parallel.Ranks``, one
-thread each, kept between epochs and warmed by ``WARM`` epochs first, as a run's ranks are after
-its first), timed on rank 0, with shared memory and with gloo alone: the measured speed-ups
+work: a solve's steps, factors and calls cost as much on fewer points, and a row split's data-space
+steps cost p/P x m^2, not p x (m/P)^2. Its speed-up, as the measured one, is over one rank's epoch
+alone (the ceiling's). The ceiling: one epoch alone on one rank, then P such epochs at once as P
+processes: ``P x alone / together`` is the most P ranks gain on this machine before any
+communication; the model is also given at that contention (a rank's work x the repeats' median of
+together / alone: ``rank_model.contended``). Then the epoch itself on P ranks (``parallel.Ranks``,
+one thread each, kept between epochs and warmed by ``WARM`` epochs first, as a run's ranks are
+after its first), timed on rank 0, with shared memory and with gloo alone: the measured speed-ups
 beside the model and the ceiling, the seconds rank 0 spent inside collectives
 (``torch_comm.CLOCK``: the transport and its waits for the other ranks), and rank 0's seconds in
-each block (as its history records them: the solve and its waits) beside the model's share of
-that block. The P-rank epoch and the ceiling's pair, whose epoch alone is the one-rank figure,
-run in turn, ``--repeats`` times (the machine's speed drifts between runs): the speed-up and the
-ceiling are the medians of each repeat's ratios. Every process sees one batch size, as a run's
-do (rank 0 is this process, which runs no epoch of 500 itself: ``run_alone``).
+each block (as its history records them: the solve and its waits) beside the model's share of that
+block. The P-rank epoch and the ceiling's pair, whose epoch alone is the one-rank figure, run in
+turn, ``--repeats`` times (the machine's speed drifts between runs): the speed-up and the ceiling
+are the medians of each repeat's ratios. Every process sees one batch size, as a run's do (rank 0
+is this process, which runs no epoch of 500 itself: ``run_alone``).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/parallel_model.py \\
         --data-dir DIR
@@ -357,8 +357,8 @@ def main(argv=None):
         )
         print(f"  ceiling (median of {args.repeats}): one rank alone {one * 1e3:.1f} ms a "
               f"batch, {P} at once {together * 1e3:.1f} ms: at most {limit:.2f}x on this "
-              f"machine; the model at its contention (a rank's work x{m['slowdown']:.2f}): "
-              f"{one / m['contended_batch_P_s']:.2f}x one rank alone")  # fmt: skip
+              f"machine; the model at its contention (a rank's work x{m['slowdown']:.2f}, the "
+              f"repeats' median): {one / m['contended_batch_P_s']:.2f}x one rank")  # fmt: skip
         print(
             f"  measured (median of {args.repeats}): {P} ranks (one thread each) "
             f"{measured * 1e3:.1f} ms a batch: {speedup:.2f}x one rank alone, "

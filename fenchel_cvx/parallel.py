@@ -23,6 +23,8 @@ Docs page "Training in parallel".
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import math
 import multiprocessing
 import os
@@ -69,13 +71,15 @@ def threads_per_rank(nproc: int) -> int:
     return max(1, cores() // check("nproc", nproc, COUNT))
 
 
+#: what a run on ranks is told where PyTorch is missing
+NO_TORCH = "training on ranks needs PyTorch (torch.distributed): pip install torch"
+
+
 def _torch_distributed():
     try:
         import torch.distributed as dist
     except ImportError:
-        raise ValueError(
-            "training on ranks needs PyTorch (torch.distributed): pip install torch"
-        ) from None
+        raise ValueError(NO_TORCH) from None
     if not dist.is_available():
         raise ValueError("training on ranks needs a PyTorch built with torch.distributed")
     return dist
@@ -284,14 +288,42 @@ def _beats(slots, rank):
     return ClockBeats(beats, pids, rank)
 
 
-def _child(rank, nproc, port, threads, shared_memory, heap, slots, conn):
+def _on_a_thread(look, fn, *args):
+    """``fn(*args)`` on a thread of its own while this thread calls ``look()`` every ``LOOK``
+    seconds until it ends: -> ``(True, its result)`` or ``(False, its error)``. A look that
+    raises stops the wait, and the thread is left to it."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append((True, fn(*args)))
+        except BaseException as err:  # noqa: BLE001 - handed to the caller
+            out.append((False, err))
+
+    thread = threading.Thread(target=run, daemon=True, name="fenchel_cvx watched wait")
+    thread.start()
+    while thread.is_alive():
+        thread.join(LOOK)
+        if not out:
+            look()
+    return out[0]
+
+
+def _rank_0_lives(parent: int) -> None:
+    """Raises where rank 0's process (``parent``, which spawned this one) has ended."""
+    if os.getppid() != parent:
+        raise RuntimeError(f"rank 0 (process {parent}) ended before the ranks joined")
+
+
+def _child(rank, nproc, port, threads, shared_memory, heap, slots, conn, parent):
     """A spawned rank: beats in ``slots`` from its start (``_beats``), keeps its freed memory
     where rank 0 does (``heap``: ``heap.py``, so that the ranks' temporaries cost alike), joins
-    the group, then runs each ``(fn, args, kwargs)`` that rank 0 sends (:meth:`Ranks.run`),
-    answering ``"done"``, until None; then its process ends at once with its status (0, or 1
-    after its error's traceback: the group is then broken), without the interpreter's
-    teardown, in which PyTorch's native threads (the process group's, the compiled kernels')
-    may abort the process after its work is done."""
+    the group (and ends where rank 0's process, ``parent``, ends first: a rank 0 killed while
+    it prepared its run), then runs each ``(fn, args, kwargs)`` that rank 0 sends
+    (:meth:`Ranks.run`), answering ``"done"``, until None; then its process ends at once
+    with its status (0, or 1 after its error's traceback: the group is then broken), without
+    the interpreter's teardown, in which PyTorch's native threads (the process group's, the
+    compiled kernels') may abort the process after its work is done."""
     import traceback
 
     status = 0
@@ -305,7 +337,11 @@ def _child(rank, nproc, port, threads, shared_memory, heap, slots, conn):
 
         _torch_distributed()  # (the imports: most of a rank's start)
         conn.send("joining")
-        comm = _join(rank, nproc, port, shared_memory)
+        joined, comm = _on_a_thread(
+            lambda: _rank_0_lives(parent), _join, rank, nproc, port, shared_memory
+        )
+        if not joined:
+            raise comm
         while (work := conn.recv()) is not None:
             fn, args, kwargs = work
             _work(comm, threads, fn, *incoming(args, kwargs))  # (the large arrays mapped)
@@ -345,6 +381,8 @@ class Ranks:
         )
         if self.nproc < 2:
             raise ValueError(f"Ranks needs nproc >= 2 (one process: fit_bcd), got {nproc}")
+        if importlib.util.find_spec("torch") is None:  # (imported as the ranks join)
+            raise ValueError(NO_TORCH)
         from .heap import freed_memory_kept
 
         port, ctx = _free_port(), multiprocessing.get_context("spawn")
@@ -354,12 +392,13 @@ class Ranks:
         self.conns, self.procs = [], []
         self.comm: Any = None  # (this rank's communicator, once the ranks have joined)
         self._joining: Any = (self.nproc, port, shared_memory)  # (None: joined, or ended)
+        self._in_group = False  # (whether this process has joined, or tried to join, the group)
         self._stopped_since: dict[int, float] = {}  # (ranks not yet beating, seen stopped)
         with _thread_env(self.threads):  # (each rank's pools sized at its start, as torchrun)
             for r in range(1, self.nproc):
                 mine, theirs = ctx.Pipe()
                 proc = ctx.Process(
-                    target=_child,
+                    target=functools.partial(_child, parent=os.getpid()),
                     args=(r, self.nproc, port, self.threads, shared_memory, heap, slots, theirs),
                     name=f"fenchel_cvx rank {r}",
                     daemon=True,
@@ -374,12 +413,16 @@ class Ranks:
 
     def join(self) -> Ranks:
         """Until every spawned rank has joined the group with this process (at once where they
-        have): -> self. A rank whose process ends or hangs first is named, and the ranks end."""
+        have): -> self. A rank whose process ends or hangs first is named, and the ranks end;
+        ranks that have ended refuse by name."""
         if self._joining is None:
+            if self.comm is None:
+                raise ValueError("these ranks have ended (close, or a failed run): make new Ranks")
             return self
         try:
             _torch_distributed()  # (imported here, while the spawned ranks import it too)
             self._started()
+            self._in_group = True
             self.comm = self._watched("while joining the others", _join, 0, *self._joining)
         except BaseException as err:
             self._end(err)
@@ -419,21 +462,7 @@ class Ranks:
         itself (the group's rendezvous, a write to a pipe that a stopped rank no longer
         reads); where a look raises, the thread is left to its wait (the rendezvous's
         ``TIMEOUT``, or the pipe's end when the rank is ended)."""
-        out: list[Any] = []
-
-        def run() -> None:
-            try:
-                out.append((True, fn(*args)))
-            except BaseException as err:  # noqa: BLE001 - handed to the caller
-                out.append((False, err))
-
-        thread = threading.Thread(target=run, daemon=True, name="fenchel_cvx watched wait")
-        thread.start()
-        while thread.is_alive():
-            thread.join(LOOK)
-            if not out:
-                self._look(where)
-        ok, value = out[0]
+        ok, value = _on_a_thread(lambda: self._look(where), fn, *args)
         if not ok:
             if isinstance(value, ConnectionError):  # (a pipe whose rank's process ended)
                 self._ended(where, value)
@@ -494,8 +523,7 @@ class Ranks:
         in parallel")."""
         if kwargs.get("comm") is not None:
             raise ValueError("Ranks gives each rank its comm: do not pass comm")
-        if self.join().comm is None:
-            raise ValueError("these ranks have ended (close, or a failed run): make new Ranks")
+        self.join()
         from .rank_arrays import discard, outgoing
 
         theirs = {k: v for k, v in kwargs.items() if k not in ("callback", "progress")}
@@ -558,9 +586,8 @@ class Ranks:
                     proc.join()
             if comm is not None:
                 comm.close()
-            dist = sys.modules.get("torch.distributed")  # (not imported: no group to leave)
-            if dist is not None and dist.is_available() and dist.is_initialized():
-                dist.destroy_process_group()
+            if self._in_group and _torch_distributed().is_initialized():
+                _torch_distributed().destroy_process_group()
 
     def __enter__(self) -> Ranks:
         return self

@@ -10,7 +10,6 @@ name before any work.
 """
 
 import collections
-import contextlib
 import copy
 import re
 
@@ -630,18 +629,57 @@ def test_ranks_that_never_joined_are_ended_by_close_or_an_error(end):
     pytest.importorskip("torch")
     from fenchel_cvx.parallel import Ranks
 
-    procs = []
-    with contextlib.suppress(RuntimeError):
-        with Ranks(2, threads=1, join=False) as ranks:
-            procs.extend(ranks.procs)
-            if end == "an error":
-                raise RuntimeError("the data failed to load")
+    ranks = Ranks(2, threads=1, join=False)
+    procs = list(ranks.procs)
+    if end == "close":
+        ranks.close()
+    else:
+        with pytest.raises(RuntimeError, match="the data failed to load"), ranks:
+            raise RuntimeError("the data failed to load")
     for proc in procs:
         proc.join(timeout=10)
     assert procs and not any(proc.is_alive() for proc in procs)
     net, X0, Y, kw = _small_run()
     with pytest.raises(ValueError, match="these ranks have ended"):
         ranks.fit(net, X0, Y, **kw)
+
+
+#: rank 0 spawning its ranks (``join=False``), printing rank 1's process id, then killed
+#: (SIGKILL: nothing of it runs after) once rank 1 is about to join (its imports done, it waits
+#: in the group's rendezvous), as rank 0 would be while it loads its data
+KILLED_BEFORE_JOINING = """
+import os, signal
+from fenchel_cvx import parallel
+
+if __name__ == "__main__":
+    ranks = parallel.Ranks(2, threads=1, join=False)
+    print(ranks.procs[0].pid, flush=True)
+    assert ranks.conns[0].poll(120) and ranks.conns[0].recv() == "joining"
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_spawned_rank_ends_when_rank_0_is_killed_before_the_ranks_join(tmp_path):
+    """Rank 0's process killed while its spawned ranks start (``Ranks(join=False)``, before
+    any run): rank 1 sees its rank 0 gone and ends within seconds, instead of waiting for it in
+    the group's rendezvous until ``parallel.TIMEOUT`` (10 minutes)."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+    import time
+
+    from fenchel_cvx.fast.host_memory import _alive
+
+    script, printed = tmp_path / "killed.py", tmp_path / "printed.txt"
+    script.write_text(KILLED_BEFORE_JOINING)
+    with printed.open("w") as out:  # (a file: rank 1 holds no pipe of this test's)
+        rank_0 = subprocess.run([sys.executable, str(script)], stdout=out, timeout=120)
+    assert rank_0.returncode == -9
+    rank_1 = int(printed.read_text().split()[0])
+    deadline = time.monotonic() + 60  # (its imports, then a look every 50 ms)
+    while _alive(rank_1) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(rank_1)
 
 
 def _exit_3(slots, conn):

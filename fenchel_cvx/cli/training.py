@@ -113,7 +113,7 @@ def _check_ranks(args):
         _fail("--record-blocks", f"records one process's blocks, not {max(nproc, world)} ranks'")
     import importlib.util
 
-    if importlib.util.find_spec("torch") is None:  # (imported by the ranks, as they start)
+    if importlib.util.find_spec("torch") is None:  # (imported where the ranks join)
         _fail(flag, "needs PyTorch (torch.distributed): pip install torch")
 
 
@@ -276,6 +276,7 @@ def _train(args, resume, written, stack):
         )
     except KeyboardInterrupt:
         return _interrupted(out, total) if lead else 130
+    stack.close()  # (--nproc's ranks end with the training, before the summary)
     if not lead:  # (rank 0 writes the run's files)
         return 0
     if args.record_blocks:
