@@ -547,9 +547,8 @@ class Ranks:
         with an error, or hangs instead of ending, is named."""
         from .fast.heartbeat import check
 
-        if self.comm is None:  # (ended; or never joined: its spawned ranks are stopped)
-            if self._joining is not None:
-                self._end(None)
+        if self.comm is None:  # (never joined: its spawned ranks are stopped; or ended)
+            self._end(None)
             return
         try:
             for conn in self.conns:  # (a rank whose process ended since its last answer: named)
@@ -571,8 +570,10 @@ class Ranks:
 
     def _end(self, err) -> None:
         """The ranks stop: after ``err`` (rank 0's), the ranks whose processes ended are named
-        (``_stopped``); the others are stopped; this process leaves the group."""
+        (``_stopped``); the others are stopped; this process leaves the group. Ranks that
+        have ended end again as they are."""
         comm, self.comm, self._joining = self.comm, None, None
+        in_group, self._in_group = self._in_group, False
         try:
             if err is not None:
                 _stopped(self.procs, err)
@@ -586,8 +587,9 @@ class Ranks:
                     proc.join()
             if comm is not None:
                 comm.close()
-            if self._in_group and _torch_distributed().is_initialized():
-                _torch_distributed().destroy_process_group()
+            dist = _torch_distributed() if in_group else None
+            if dist is not None and dist.is_initialized():
+                dist.destroy_process_group()
 
     def __enter__(self) -> Ranks:
         return self
@@ -595,7 +597,7 @@ class Ranks:
     def __exit__(self, kind, err, tb) -> None:
         if err is None:
             self.close()
-        elif self.comm is not None or self._joining is not None:
+        else:
             self._end(None)
 
 
