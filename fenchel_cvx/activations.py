@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from array_api_compat import array_namespace
-from scipy import integrate
 
 from .arrays import Array, cheap_reads, clip, exact_in_place
 from .facts import Named, Registry, stub
@@ -414,6 +413,8 @@ class Monotone(Activation):
         return np.where(found, 0.5 * (lo + hi), np.nan)
 
     def Fstar(self, u: Array) -> Array:
+        from scipy import integrate  # (imported here: most of the package's import time)
+
         u = np.asarray(u, dtype=float)
         quad = np.vectorize(
             lambda b: integrate.quad(

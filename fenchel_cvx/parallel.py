@@ -28,6 +28,7 @@ import importlib.util
 import math
 import multiprocessing
 import os
+import signal
 import socket
 import sys
 import threading
@@ -316,16 +317,19 @@ def _rank_0_lives(parent: int) -> None:
 
 
 def _child(rank, nproc, port, threads, shared_memory, heap, slots, conn, parent):
-    """A spawned rank: beats in ``slots`` from its start (``_beats``), keeps its freed memory
-    where rank 0 does (``heap``: ``heap.py``, so that the ranks' temporaries cost alike), joins
-    the group (and ends where rank 0's process, ``parent``, ends first: a rank 0 killed while
-    it prepared its run), then runs each ``(fn, args, kwargs)`` that rank 0 sends
-    (:meth:`Ranks.run`), answering ``"done"``, until None; then its process ends at once
-    with its status (0, or 1 after its error's traceback: the group is then broken), without
-    the interpreter's teardown, in which PyTorch's native threads (the process group's, the
-    compiled kernels') may abort the process after its work is done."""
+    """A spawned rank: leaves Ctrl-C to rank 0 (a terminal's SIGINT reaches every process of the
+    command: rank 0 stops the run, and ends this rank, at its own pace), beats in ``slots``
+    from its start (``_beats``), keeps its freed memory where rank 0 does (``heap``:
+    ``heap.py``, so that the ranks' temporaries cost alike), joins the group (and ends where
+    rank 0's process, ``parent``, ends first: a rank 0 killed while it prepared its run), then
+    runs each ``(fn, args, kwargs)`` that rank 0 sends (:meth:`Ranks.run`), answering
+    ``"done"``, until None; then its process ends at once with its status (0, or 1 after its
+    error's traceback: the group is then broken), without the interpreter's teardown, in which
+    PyTorch's native threads (the process group's, the compiled kernels') may abort the process
+    after its work is done."""
     import traceback
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     status = 0
     try:
         beats = _beats(slots, rank)  # noqa: F841 - it beats while it is referenced

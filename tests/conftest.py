@@ -17,6 +17,11 @@ Hypothesis profiles (select with ``--hypothesis-profile NAME`` or ``HYPOTHESIS_P
 - ``dev``: more examples for local work;
 - ``thorough``: many examples, for a nightly run or after touching the mathematics.
 
+PyTorch's compiler builds each kernel in the process that asks for it
+(``TORCHINDUCTOR_COMPILE_THREADS=1``, unless set already), in the workers and in every process
+they start: each core already runs a worker, so a pool of compile processes would only add
+their start-up.
+
 BLAS runs on one thread during the tests (``FENCHEL_TEST_BLAS_THREADS`` overrides): every
 problem here is tiny, and OpenBLAS's spinning worker threads make scipy's L-BFGS-B twenty times
 slower on a busy 2-core machine.
@@ -36,6 +41,8 @@ from hypothesis import HealthCheck, settings
 import registry_params
 from fenchel_cvx.activations import activation
 from fenchel_cvx.network import LiftedNetwork
+
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # read as PyTorch's compiler loads
 
 #: the most worker processes ``-n auto`` starts
 MAX_WORKERS = 4

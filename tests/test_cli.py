@@ -120,25 +120,7 @@ def test_sigint_saves_a_checkpoint_and_resume_finishes_the_same_run(tmp_path):
     whole = _cli(*args, "--out", tmp_path / "whole", cwd=tmp_path)
     assert whole.returncode == 0, whole.stderr
     out = tmp_path / "cut"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fenchel_cvx", *map(str, args), "--out", out],
-        cwd=tmp_path,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,  # as from a terminal: a background job ignores SIGINT
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    # inside the run: its first checkpoint (round 5 of 162) is written; not a fixed sleep, which
-    # a loaded machine can spend before the first round
-    deadline = time.time() + 600  # a hang guard only: the wait ends at the checkpoint
-    while not (out / "checkpoint.npz").is_file() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be interrupted"
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=600)  # a hang guard only: SIGINT ends it at once
-    assert proc.returncode == 130, err
-    assert f"fenchel-cvx resume {out}" in err and "Traceback" not in err
+    _ctrl_c_after_the_first_checkpoint(args, out, cwd=tmp_path)
     assert (out / "checkpoint.npz").is_file() and not (out / "history.json").exists()
     res = _cli("resume", out, "--quiet", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -146,6 +128,54 @@ def test_sigint_saves_a_checkpoint_and_resume_finishes_the_same_run(tmp_path):
     np.testing.assert_array_equal(
         np.load(out / "model.npz")["W_0"], np.load(tmp_path / "whole" / "model.npz")["W_0"]
     )
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_two_ranks_names_the_checkpoint_and_leaves_no_process(tmp_path):
+    """``train --nproc 2``: the terminal's SIGINT reaches rank 0 and its spawned rank alike."""
+    pytest.importorskip("torch")
+    args = ["train", "--backend", "fast", "--batch-size", 50, "--epochs", 2, "--nproc", 2,
+            "--threads", 1, "--checkpoint-every", 5, "--eval-every", 5, *QUICK]  # fmt: skip
+    _ctrl_c_after_the_first_checkpoint(args, tmp_path / "cut", cwd=tmp_path)
+
+
+def _ctrl_c_after_the_first_checkpoint(args, out, cwd):
+    """``fenchel-cvx *args --out out`` given Ctrl-C as a terminal gives it (SIGINT to every
+    process of the command) once its first checkpoint is written: it names the checkpoint to
+    resume from, without a traceback, exits with 130 and leaves no process of its own behind."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fenchel_cvx", *map(str, args), "--out", out],
+        cwd=cwd,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,  # as from a terminal: a background job ignores SIGINT
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        start_new_session=True,  # (a process group of its own, as a terminal's foreground job)
+    )
+    # inside the run: its first checkpoint is written; not a fixed sleep, which a loaded machine
+    # can spend before the first round
+    deadline = time.time() + 600  # a hang guard only: the wait ends at the checkpoint
+    while not (out / "checkpoint.npz").is_file() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=600)  # a hang guard only: SIGINT ends it at once
+    assert proc.returncode == 130, err
+    assert f"fenchel-cvx resume {out}" in err and "Traceback" not in err
+    deadline = time.time() + 10  # (each process's parent reaps it as it ends)
+    while _group_lives(proc.pid) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _group_lives(proc.pid), "a process of the command outlived it"
+
+
+def _group_lives(pgid):
+    """Whether a process of process group ``pgid`` is left."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_help_lists_the_commands_and_imports_no_solver():
