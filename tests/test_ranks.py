@@ -11,7 +11,10 @@ name before any work.
 
 import collections
 import copy
+import os
 import re
+import signal
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -642,6 +645,30 @@ def test_ranks_that_never_joined_are_ended_by_close_or_an_error(end):
     net, X0, Y, kw = _small_run()
     with pytest.raises(ValueError, match="these ranks have ended"):
         ranks.fit(net, X0, Y, **kw)
+
+
+def _sigint_held(pid):
+    """Whether process ``pid`` holds SIGINT off (blocked or ignored: ``/proc``'s status)."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    masks = dict(line.split(":\t", 1) for line in status if line.startswith(("SigBlk", "SigIgn")))
+    return any(int(masks[k], 16) >> (signal.SIGINT - 1) & 1 for k in ("SigBlk", "SigIgn"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="no /proc to read masks in")
+def test_a_spawned_rank_leaves_ctrl_c_to_rank_0():
+    """A terminal's Ctrl-C reaches every process of the command. A spawned rank ignores it once
+    it runs (``parallel._child``): rank 0 alone answers it, and no rank prints a
+    ``KeyboardInterrupt`` of its own. Rank 0 keeps its own handler."""
+    pytest.importorskip("torch")
+    from fenchel_cvx.parallel import Ranks
+
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # (as in a terminal)
+    try:
+        with Ranks(2, threads=1) as ranks:
+            assert _sigint_held(ranks.procs[0].pid) and not _sigint_held(os.getpid())
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)
 
 
 #: rank 0 spawning its ranks (``join=False``), printing rank 1's process id, then killed
