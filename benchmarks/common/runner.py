@@ -131,24 +131,20 @@ def _send(conn, method, args, hooks):
 #: use (the backprop baselines import PyTorch themselves); nothing is run there (no BLAS thread
 #: pool used, no device touched)
 PRELOAD = ["numpy", "scipy.linalg", "scipy.optimize", "fenchel_cvx.fast", "fenchel_cvx.datasets"]
-#: what it imports too where the runs load the embedded 5k sample (``--quick``), whose split
-#: every method makes through scikit-learn (``datasets.load_mnist5k``): about 1 s a run
-EMBEDDED = ["sklearn.model_selection"]
 
 
 def run_methods(tasks, jobs=1, on_result=None, **hooks):
     """``run_one(method, args, **hooks)`` for each ``(method, args)`` of ``tasks``, each in a
     fresh process (its peak memory its own) forked from a server that has imported ``PRELOAD``
-    (and ``EMBEDDED`` for ``--quick`` runs; ``multiprocessing``'s forkserver), at most ``jobs``
-    at once, started in the order given: their results, in that order. ``on_result(i, result)``
-    as each one arrives (``tasks[i]``'s), so that a long benchmark can keep what it has.
+    (``multiprocessing``'s forkserver), at most ``jobs`` at once, started in the order given:
+    their results, in that order. ``on_result(i, result)`` as each one arrives (``tasks[i]``'s),
+    so that a long benchmark can keep what it has.
 
     A run that raises, or whose process dies without a result (killed by the OS for memory),
     stops the others at once and raises a ``RuntimeError`` naming the method and seed. Ctrl-C
     and SIGTERM (``kill``, ``pkill``) stop them too, instead of leaving them running."""
     ctx = mp.get_context("forkserver")
-    quick = any(getattr(args, "quick", False) for _, args in tasks)
-    ctx.set_forkserver_preload(PRELOAD + EMBEDDED * quick)  # (where the server is not running yet)
+    ctx.set_forkserver_preload(PRELOAD)  # (where the server is not running yet)
     results, waiting, running = [None] * len(tasks), list(enumerate(tasks)), {}
     previous = _sigterm_as_exit()
     try:
