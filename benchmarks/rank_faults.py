@@ -7,8 +7,9 @@ checkpoint every round) runs once uncut: its model is the reference, and the spa
 rank 1 (the command's spawned process) lived sets the moments. For each of ``--kills``
 moments drawn from ``--seed`` (uniform in that span less its last tenth, in seconds after the
 command starts), the same command starts in a new folder and, at the moment, rank 1 gets
-SIGKILL, or with ``--signal stop`` SIGSTOP (a rank that hangs: its process lives, stopped).
-Each kill is judged:
+SIGKILL, or with ``--signal stop`` SIGSTOP (a rank that hangs: its process lives, stopped);
+``--signal kill stop`` cuts a run at each moment with each, beside the one uncut run. Each kill
+is judged:
 
 - the command exits with an error within ``LIMIT`` seconds of the kill, its message naming
   rank 1 (``parallel.Ranks``: rank 0's collective fails, or its wait for the rank to join,
@@ -20,9 +21,9 @@ Each kill is judged:
   was written, ``train`` anew) ends with the uncut run's ``model.npz``, every array equal.
 
 A moment at which the command has no rank 1 (not yet started, or ended) is reported as missed.
-Prints a line per kill and a summary; the exit status is 1 if any check failed.
+Prints a line per kill and a summary per signal; the exit status is 1 if any check failed.
 
-    python benchmarks/rank_faults.py --kills 10 --seed 0 --epochs 10 [--signal stop]
+    python benchmarks/rank_faults.py --kills 10 --seed 0 --epochs 10 [--signal kill stop]
 """
 
 import argparse
@@ -58,8 +59,9 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0, help="draws the moments (default 0)")
     p.add_argument("--epochs", type=int, default=10, help="the run's epochs (default 10)")
     p.add_argument(
-        "--signal", choices=sorted(SIGNALS), default="kill",
-        help="what rank 1 gets: kill (SIGKILL: its process ends) or stop (SIGSTOP: it hangs)",
+        "--signal", nargs="+", choices=sorted(SIGNALS), default=["kill"],
+        help="what rank 1 gets at each moment, a run for each signal given: kill (SIGKILL: its "
+        "process ends), stop (SIGSTOP: it hangs)",
     )  # fmt: skip
     args = p.parse_args(argv)
     for flag in ("kills", "epochs"):
@@ -99,10 +101,10 @@ def same_model(a, b):
         return za.files == zb.files and all(np.array_equal(za[k], zb[k]) for k in za.files)
 
 
-def one_kill(base, train, at, reference, n, sig=signal.SIGKILL):
+def one_kill(base, train, at, reference, name, sig=signal.SIGKILL):
     """Send ``sig`` to rank 1 of ``train`` (the run's flags) ``at`` seconds after the command
-    starts, in a new folder: its verdict."""
-    out = base / f"kill{n}"
+    starts, in a new folder, ``name``: its verdict."""
+    out = base / name
     proc = subprocess.Popen(
         command(*train, "--out", str(out)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, cwd=base,
@@ -178,29 +180,34 @@ def main(argv=None):
         moments = sorted(
             rng.uniform(first, first + 0.9 * (last - first)) for _ in range(args.kills)
         )
-        verdicts = []
+        verdicts = {sig: [] for sig in args.signal}
         for n, at in enumerate(moments):
-            v = one_kill(base, train, at, base / "uncut" / "model.npz", n, SIGNALS[args.signal])
-            verdicts.append(v)
-            if v["missed"]:
-                print(f"kill {n} at {at:.1f} s: missed (no rank 1 then)", flush=True)
-                continue
-            print(
-                f"kill {n} at {at:.1f} s: exit {v['code']} {v['ended_s']:.2f} s after the kill, "
-                f"rank 1 named: {v['named']}, left behind: {v['left']}, "
-                f"files whole: {not v['broken']}, {v['how']}, "
-                f"ends equal: {v['resumed']} -> {'ok' if v['ok'] else 'FAILED'} "
-                f"({v['message'][:120]})",
-                flush=True,
-            )
-    judged = [v for v in verdicts if not v["missed"]]
-    failed = [v for v in judged if not v["ok"]]
-    slowest = max((v["ended_s"] for v in judged), default=float("nan"))
-    print(
-        f"{len(judged)} SIG{args.signal.upper()}s judged ({len(verdicts) - len(judged)} missed), "
-        f"{len(failed)} failed; "
-        f"the slowest stop {slowest:.2f} s after its kill (limit {LIMIT:.0f} s)"
-    )
+            for sig, kept in verdicts.items():
+                v = one_kill(
+                    base, train, at, base / "uncut" / "model.npz", f"{sig}{n}", SIGNALS[sig]
+                )
+                kept.append(v)
+                if v["missed"]:
+                    print(f"{sig} {n} at {at:.1f} s: missed (no rank 1 then)", flush=True)
+                    continue
+                print(
+                    f"{sig} {n} at {at:.1f} s: exit {v['code']} {v['ended_s']:.2f} s after the "
+                    f"kill, rank 1 named: {v['named']}, left behind: {v['left']}, "
+                    f"files whole: {not v['broken']}, {v['how']}, "
+                    f"ends equal: {v['resumed']} -> {'ok' if v['ok'] else 'FAILED'} "
+                    f"({v['message'][:120]})",
+                    flush=True,
+                )
+    failed = 0
+    for sig, kept in verdicts.items():
+        judged = [v for v in kept if not v["missed"]]
+        failed += sum(not v["ok"] for v in judged)
+        slowest = max((v["ended_s"] for v in judged), default=float("nan"))
+        print(
+            f"{len(judged)} SIG{sig.upper()}s judged ({len(kept) - len(judged)} missed), "
+            f"{sum(not v['ok'] for v in judged)} failed; "
+            f"the slowest stop {slowest:.2f} s after its kill (limit {LIMIT:.0f} s)"
+        )
     return 1 if failed else 0
 
 
