@@ -19,6 +19,9 @@ round-off).
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/figure1_ranks.py \\
         --data-dir DIR
     python benchmarks/figure1_ranks.py --quick --rounds 3 --repeats 1      # a smoke run
+
+``--no-compile`` trains both sides on NumPy alone (no kernel compiled; the default is the fast
+backend's ``compile="auto"``).
 """
 
 import argparse
@@ -29,9 +32,11 @@ import statistics
 import common  # noqa: F401  (puts the repository on the path)
 from common import data
 from common.devices import machine
+from common.flags import add_compile_flag, check_compile
 from fenchel_cvx import LiftedNetwork
 from fenchel_cvx.baselines.lifted import METHODS
 from fenchel_cvx.bcd import fit_bcd
+from fenchel_cvx.fast import FastBackend
 from fenchel_cvx.heap import keep_freed_memory
 from fenchel_cvx.io import write_text
 from fenchel_cvx.parallel import Ranks
@@ -48,7 +53,9 @@ def parse_args(argv=None):
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--quick", action="store_true", help="the embedded 5k MNIST sample")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    add_compile_flag(p)
     args = p.parse_args(argv)
+    check_compile(p, args)
     for name, least in (("ranks", 2), ("rounds", 2), ("repeats", 1)):
         if getattr(args, name) < least:
             p.error(f"--{name} must be >= {least}, got {getattr(args, name)}")
@@ -57,18 +64,20 @@ def parse_args(argv=None):
     return args
 
 
-def run(fit, net, X, Y, rounds):
-    """One run of Figure 1's FLN (``fit``: ``fit_bcd`` or ``Ranks.fit``) on a copy of ``net``:
-    its rounds' seconds and whether each was checked, and its final weights."""
+def run(fit, net, X, Y, rounds, compile="auto"):
+    """One run of Figure 1's FLN (``fit``: ``fit_bcd`` or ``Ranks.fit``) on a copy of ``net``,
+    its backend's ``compile`` as given: its rounds' seconds and whether each was checked, and its
+    final weights."""
     net = copy.deepcopy(net)
-    method = METHODS["fln"](**SETTINGS["fln"])
+    settings = METHODS["fln"](**SETTINGS["fln"]).fit_settings(net, X.shape[1], rounds)
+    settings["backend"] = FastBackend(**{**settings["backend"].options(), "compile": compile})
     seconds, checked = [], []
 
     def callback(net_, rec):
         seconds.append(rec["seconds"])
         checked.append(bool(rec["certificate"]["checked"]))
 
-    fit(net, X, Y, callback=callback, **method.fit_settings(net, X.shape[1], rounds))
+    fit(net, X, Y, callback=callback, **settings)
     return seconds, checked, net.W
 
 
@@ -88,17 +97,18 @@ def main(argv=None):
     net = LiftedNetwork((X.shape[0], 300, Y.shape[0]), "relu", "mse", seed=0, dtype=args.dtype)
     one, many, gap = [], [], 0.0
     with limit_threads(1), Ranks(args.ranks, threads=1) as ranks:
-        run(fit_bcd, net, X, Y, 2)  # the warm-ups: kernels compiled on every rank
-        run(ranks.fit, net, X, Y, 2)
+        run(fit_bcd, net, X, Y, 2, args.compile)  # the warm-ups: kernels compiled on every rank
+        run(ranks.fit, net, X, Y, 2, args.compile)
         for _ in range(args.repeats):
-            s1, c1, W1 = run(fit_bcd, net, X, Y, args.rounds)
-            sP, cP, WP = run(ranks.fit, net, X, Y, args.rounds)
+            s1, c1, W1 = run(fit_bcd, net, X, Y, args.rounds, args.compile)
+            sP, cP, WP = run(ranks.fit, net, X, Y, args.rounds, args.compile)
             one.append((s1, c1))
             many.append((sP, cP))
             gap = max([gap] + [float(abs(a - b).max() / abs(a).max()) for a, b in zip(W1, WP)])
     f1, fP = figures(one), figures(many)
     speed = {k: f1[k] / fP[k] for k in f1 if f1[k] and fP[k]}
     out = dict(data=desc, ranks=args.ranks, rounds=args.rounds, repeats=args.repeats,
+               compile=args.compile,
                one_rank=f1, p_ranks=fP, speed_up=speed, weight_gap=gap, machine=machine(args),
                raw=dict(one=one, p_ranks=many))  # fmt: skip
     print(f"Figure 1's FLN, {desc}, {args.dtype}: {args.repeats} x {args.rounds} rounds a side")

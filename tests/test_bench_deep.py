@@ -75,7 +75,8 @@ METHODS = ("fln", "adam", "lau")
 @pytest.mark.slow
 def test_quick_run_reports_every_depth_and_method_and_resume_reads_them(tmp_path):
     pytest.importorskip("torch", reason="the baselines need PyTorch (the bench extra)")
-    flags = ("--quick", "--epochs", "1", "--check-every", "4", "--methods", ",".join(METHODS))
+    flags = ("--quick", "--epochs", "1", "--check-every", "4", "--methods", ",".join(METHODS),
+             "--no-compile")  # fmt: skip
     _run("mnist_deep", tmp_path, *flags, "--jobs", "2")
     summary = json.loads((tmp_path / "results.json").read_text())
     _check_quick_report(tmp_path, summary)

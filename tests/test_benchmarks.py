@@ -679,15 +679,18 @@ def test_parallel_model_quick_run_writes_the_model_and_the_ceiling(tmp_path):
 def test_figure1_ranks_quick_run_sets_one_rank_against_two(tmp_path):
     """``benchmarks/figure1_ranks.py``: Figure 1's FLN rounds on one rank and on two, the
     medians of the unchecked, checked and first rounds of each side and their ratios, and the
-    two sides' final weights equal to float32 round-off. The times are measured, not asserted;
-    their bookkeeping is."""
-    out, figures = _ranks_report(tmp_path, "figure1_ranks.py", "--rounds", "3", "--repeats", "1")
+    two sides' final weights equal to float32 round-off (NumPy alone: ``--no-compile``). The
+    times are measured, not asserted; their bookkeeping is."""
+    out, figures = _ranks_report(
+        tmp_path, "figure1_ranks.py", "--rounds", "3", "--repeats", "1", "--no-compile"
+    )
     one, two = figures["one_rank"], figures["p_ranks"]
     assert set(one) == set(two) == {"first", "checked", "round"}
     assert figures["speed_up"]["round"] == pytest.approx(one["round"] / two["round"])
     (s1, c1), (s2, c2) = figures["raw"]["one"][0], figures["raw"]["p_ranks"][0]
     assert len(s1) == len(s2) == 3 and c1 == c2 == [False, False, True]  # the last checked
     assert figures["weight_gap"] < 1e-3 and "| unchecked |" in out.stdout
+    assert figures["compile"] is False
 
 
 @pytest.mark.slow
