@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common.counting import Roles, Shares, parameter_space_on_ranks  # noqa: E402
 from common.data import add_data_flags, load  # noqa: E402
 from common.devices import blas_record, cpu_model, machine_text  # noqa: E402
-from common.latency import latency, latency_table  # noqa: E402
+from common.latency import latency, latency_tables  # noqa: E402
 from common.rank_model import contended, model  # noqa: E402
 from fenchel_cvx.heap import keep_freed_memory  # noqa: E402
 from refactor_ab import NETWORKS, TIMED, M, check_networks_and_json, recipe  # noqa: E402
@@ -300,7 +300,7 @@ def main(argv=None):
     from fenchel_cvx.layer_split import owners
 
     P, machine, times = args.ranks, cpu_model(), 20 if args.quick else 200  # (smoke: mean of 20)
-    table, gloo = latency_table(P, times=times), latency_table(P, gloo=True, times=times)
+    table, gloo = latency_tables(P, times=times)
     report = dict(
         machine=machine, cores=os.cpu_count(), ranks=P, kernels=blas_record(1),
         latency_s={str(k): v for k, v in table.items()},

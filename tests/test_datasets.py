@@ -136,20 +136,34 @@ def test_the_embedded_sets_are_scikit_learn_s_digits_and_split_without_importing
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize(
-    "content, message",
-    [
-        (b"", "expected a scikit-learn digits file, found an empty file"),
-        (gzip.compress(b"1,2,3\n")[:-5], "gzip: expected a complete gzip file"),
-        (gzip.compress(b"1," * 600_000), "gzip: expected at most 1048576 bytes decompressed"),
-        (gzip.compress(b"1,2,3\n4,5\n"), "expected a CSV of numbers"),
-        (gzip.compress(b"\xff,1\n"), "expected a CSV of numbers"),
-        (gzip.compress(b"1,2,3\n"), "shape: expected \\(1797, 65\\), found \\(1, 3\\)"),
-        (gzip.compress((b"17," * 64 + b"1\n") * 1797), "pixels: expected integers in 0-16"),
-        (gzip.compress((b"1," * 64 + b"10\n") * 1797), "labels: expected 0-9, found 10.0-10.0"),
-    ],
-)  # fmt: skip
-def test_a_damaged_digits_file_is_refused_by_name(tmp_path, content, message):
+#: damaged digits files, each with what its refusal names
+DAMAGED = {
+    "empty": (b"", "expected a scikit-learn digits file, found an empty file"),
+    "cut": (gzip.compress(b"1,2,3\n", mtime=0)[:-5], "gzip: expected a complete gzip file"),
+    "bomb": (
+        gzip.compress(b"1," * 600_000, mtime=0),
+        "gzip: expected at most 1048576 bytes decompressed",
+    ),
+    "ragged": (gzip.compress(b"1,2,3\n4,5\n", mtime=0), "expected a CSV of numbers"),
+    "not text": (gzip.compress(b"\xff,1\n", mtime=0), "expected a CSV of numbers"),
+    "shape": (
+        gzip.compress(b"1,2,3\n", mtime=0),
+        "shape: expected \\(1797, 65\\), found \\(1, 3\\)",
+    ),
+    "pixels": (
+        gzip.compress((b"17," * 64 + b"1\n") * 1797, mtime=0),
+        "pixels: expected integers in 0-16",
+    ),
+    "labels": (
+        gzip.compress((b"1," * 64 + b"10\n") * 1797, mtime=0),
+        "labels: expected 0-9, found 10.0-10.0",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED))
+def test_a_damaged_digits_file_is_refused_by_name(tmp_path, damage):
+    content, message = DAMAGED[damage]
     path = tmp_path / "digits.csv.gz"
     path.write_bytes(content)
     with pytest.raises(FileFormatError, match=message):
