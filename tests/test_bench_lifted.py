@@ -26,6 +26,8 @@ def test_quick_run_writes_one_entry_per_method(tmp_path):
             str(tmp_path),
             "--iterations",
             "taylor=2,lau=2,askari=2,sgd=2,fln=2",
+            "--train-size",
+            "1000",
         ],
         capture_output=True,
         text=True,
@@ -36,6 +38,7 @@ def test_quick_run_writes_one_entry_per_method(tmp_path):
     table = (tmp_path / "results.md").read_text()
     assert (tmp_path / "accuracy.png").stat().st_size > 0
     assert set(summary["methods"]) == {"taylor", "lau", "askari", "sgd", "fln"}
+    assert summary["data"].endswith("1,000 train / 1,000 test")  # --train-size 1000
     # the machine record of every MNIST benchmark (common.devices.machine): these run on the CPU
     assert summary["machine"]["device"] == "CPU" and summary["machine"]["threads"] == 1
     assert summary["machine"]["cpus"] >= 1 and summary["machine"]["processor"]
