@@ -74,9 +74,9 @@ def training(name, dtype, compile="auto", cap=None):
     return net, backend, dict(gamma=list(s.gamma), momentum=list(s.momentum))
 
 
-def _batch(name, digits, dtype, lib):
+def _batch(name, digits, dtype, lib, compile="auto"):
     X, Y = (lib.asarray(A.astype(dtype)) for A in digits)
-    net, backend, args = training(name, dtype)
+    net, backend, args = training(name, dtype, compile=compile)
     return net, unchecked_batch(net, X, Y, backend, 500, **args)
 
 
@@ -105,8 +105,9 @@ def test_the_batch_without_reads_gives_the_numpy_iterates(name, digits):
     """On the device the capped solves decide on the device (fixed Newton iterations, the
     momentum's restarts and the descent guard by ``where``, L a 0-d array, no Gram contents
     compared): the weights after the two rounds are NumPy's, where each decision is read, up to
-    rounding (float64; float32 rounding differs by 1e-4 after the batch's CG steps, as before)."""
-    runs = {lib.__name__: _batch(name, digits, "float64", lib)[0] for lib in (np, xps)}
+    rounding (float64, no kernel compiled; float32 rounding differs by 1e-4 after the batch's CG
+    steps, as before)."""
+    runs = {lib.__name__: _batch(name, digits, "float64", lib, False)[0] for lib in (np, xps)}
     assert all(
         type(W).__module__.startswith("array_api_strict") for W in runs["array_api_strict"].W
     )
@@ -118,9 +119,10 @@ def test_the_batch_without_reads_gives_the_numpy_iterates(name, digits):
 def test_a_batch_on_torch_tensors_trains_there_and_gives_the_numpy_weights(name, digits):
     """PyTorch tensors keep their library through ``fit_bcd`` (the weights come back as
     tensors, where a GPU's would stay on the device) and give NumPy's weights up to the two
-    libraries' rounding of the same products (float64)."""
+    libraries' rounding of the same products (float64; each library's own operations, no
+    kernel compiled: ``test_compiled.py`` compares the compiled ones)."""
     torch = pytest.importorskip("torch")
-    runs = {lib.__name__: _batch(name, digits, "float64", lib)[0] for lib in (np, torch)}
+    runs = {lib.__name__: _batch(name, digits, "float64", lib, False)[0] for lib in (np, torch)}
     assert all(isinstance(W, torch.Tensor) for W in runs["torch"].W)
     for W, W_ref in zip(runs["torch"].W, runs["numpy"].W):
         np.testing.assert_allclose(W.numpy(), W_ref, rtol=0, atol=1e-9 * np.abs(W_ref).max())
