@@ -201,11 +201,12 @@ def main(argv=None):
     failed = 0
     for sig, kept in verdicts.items():
         judged = [v for v in kept if not v["missed"]]
-        failed += sum(not v["ok"] for v in judged)
+        failed_here = sum(not v["ok"] for v in judged)
+        failed += failed_here
         slowest = max((v["ended_s"] for v in judged), default=float("nan"))
         print(
             f"{len(judged)} SIG{sig.upper()}s judged ({len(kept) - len(judged)} missed), "
-            f"{sum(not v['ok'] for v in judged)} failed; "
+            f"{failed_here} failed; "
             f"the slowest stop {slowest:.2f} s after its kill (limit {LIMIT:.0f} s)"
         )
     return 1 if failed else 0

@@ -82,11 +82,11 @@ def stratified_split(y: np.ndarray, test_size: float, seed: int) -> tuple[np.nda
             )
     members = np.split(np.argsort(inverse, kind="stable"), np.cumsum(counts)[:-1])
     rng = np.random.RandomState(seed)
-    n_i = _shares(counts, n_train, rng)
-    t_i = _shares(counts - n_i, n_test, rng)
+    train_shares = _shares(counts, n_train, rng)
+    test_shares = _shares(counts - train_shares, n_test, rng)
     train, test = [], []
-    for points, a, b in zip(members, n_i, t_i):
+    for points, n_tr, n_te in zip(members, train_shares, test_shares):
         shuffled = points[rng.permutation(len(points))]
-        train.append(shuffled[:a])
-        test.append(shuffled[a : a + b])
+        train.append(shuffled[:n_tr])
+        test.append(shuffled[n_tr : n_tr + n_te])
     return rng.permutation(np.concatenate(train)), rng.permutation(np.concatenate(test))
