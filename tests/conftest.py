@@ -102,12 +102,16 @@ def mnist_dir():
 
 @pytest.fixture(scope="session", autouse=True)
 def _single_threaded_blas():
-    """Limit BLAS threads once every test module (and so every BLAS library) is imported."""
+    """Limit BLAS threads once every test module is imported, and with them every BLAS library:
+    SciPy's own OpenBLAS too, which ``scipy.linalg`` loads (a pool loaded after the limit keeps
+    its threads, and SciPy's factors on two threads round apart from one's)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
         yield
         return
+    import scipy.linalg  # noqa: F401
+
     with threadpool_limits(
         limits=int(os.environ.get("FENCHEL_TEST_BLAS_THREADS", "1")), user_api="blas"
     ):

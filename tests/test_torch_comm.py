@@ -22,13 +22,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
 
 pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
 from fenchel_cvx import reduce  # noqa: E402
 from fenchel_cvx.fast import host_memory  # noqa: E402
+from fenchel_cvx.threads import limit_threads  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -68,7 +68,7 @@ def test_two_gloo_ranks_are_the_simulated_shards_bit_for_bit(tmp_path):
 
     paths = ("host", "gloo")
     both = ranks([str(HERE / "_comm_ranks.py"), ",".join(paths)], tmp_path)
-    with threadpool_limits(1):  # the ranks' BLAS: one thread each (OMP_NUM_THREADS=1)
+    with limit_threads(1):  # every BLAS on one thread, SciPy's too, as the ranks' (OMP=1)
         want = reduce.SimulatedComm(2).run(_comm_ranks.solve_all)
     for via in paths:
         got = [{k.removeprefix(f"{via}:"): v for k, v in g.items() if k.startswith(f"{via}:")}
