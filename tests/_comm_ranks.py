@@ -2,9 +2,9 @@
 ``python tests/_comm_ranks.py PATHS RANK WORLD PORT OUT``, ``PATHS`` the gathers' paths taken in
 turn, comma-separated (``host``: shared memory; ``gloo``: the process group alone). Every block
 of the MNIST MLP and of LeNet-5 (``test_reduction_seam``'s states) solved on the ranks as
-shards once per path, this rank's part of each result written to ``OUT`` (an ``.npz``, each key
-prefixed ``PATH:``); :func:`solve_all` is also what the test runs on ``SimulatedComm``'s
-shards."""
+shards once per path (gloo alone: ``GLOO_CASES``), this rank's part of each result written to
+``OUT`` (an ``.npz``, each key prefixed ``PATH:``); :func:`solve_all` is also what the test runs
+on ``SimulatedComm``'s shards."""
 
 import sys
 from datetime import timedelta
@@ -25,19 +25,28 @@ W_CASES = [(n, l, seam.W_SOLVES["capped"]) for n, l in [("mlp", 0), *seam.W_CASE
     ("lenet5", 3, (300, 1e-9, seam.NEWTON))
 ]
 
+#: the cases of the pass through gloo alone: a reduction adds the same two numbers through either
+#: transport, and the gathers differ: the MLP's blocks (its W_0 moved to rows in data space) and
+#: LeNet-5's W_3 with Newton rows (moved to rows, frozen as they converge)
+GLOO_CASES = {"mlp-X_1", "mlp-W_0-10", "mlp-W_1-10", "lenet5-W_3-300"}
 
-def solve_all(comm, states=None):
+
+def solve_all(comm, states=None, cases=None):
     """``{case: this shard's result}``: each X-block's columns of its argmin, each W-block's W
-    (whole on every shard), and their step counts."""
+    (whole on every shard), and their step counts; ``cases``: those cases alone (default all)."""
     states = seam.make_states() if states is None else states
     out = {}
     for name, l in X_CASES:
+        if cases is not None and f"{name}-X_{l}" not in cases:
+            continue
         net, X0, Y, Xs = states[name]
         block, Z = x_block(net, X0, Y, Xs, l), Xs[l - 1]
         cols = np.array_split(np.arange(Z.shape[1]), comm.P)[comm.rank]
         z, it, _ = seam._solve(block.restrict(cols), Z[:, cols], seam.SOLVES["capped"], comm)
         out[f"{name}-X_{l}"], out[f"{name}-X_{l}-steps"] = z, np.array(it)
     for name, l, (max_iter, tol, settings) in W_CASES:
+        if cases is not None and f"{name}-W_{l}-{max_iter}" not in cases:
+            continue
         block = seam._w_block(states, name, l)
         cols = np.array_split(np.arange(block.Xt.shape[1]), comm.P)[comm.rank]
         part = seam.columns(block, cols)
@@ -63,7 +72,8 @@ def main(paths, rank, world, port, path):
     try:
         for via in paths.split(","):
             comm = TorchComm(shared_memory=via == "host")
-            out |= {f"{via}:{k}": v for k, v in solve_all(comm, states).items()}
+            cases = GLOO_CASES if via == "gloo" else None
+            out |= {f"{via}:{k}": v for k, v in solve_all(comm, states, cases).items()}
             out[f"{via}:via-host-memory"] = np.array(comm.host is not None)
     finally:
         dist.destroy_process_group()
