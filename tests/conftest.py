@@ -104,7 +104,8 @@ def mnist_dir():
 def _single_threaded_blas():
     """Limit BLAS threads once every test module is imported, and with them every BLAS library:
     SciPy's own OpenBLAS too, which ``scipy.linalg`` loads (a pool loaded after the limit keeps
-    its threads, and SciPy's factors on two threads round apart from one's)."""
+    its threads, and the W-blocks' solves then round apart from one thread's by up to 2e-13:
+    ``test_torch_comm.py`` run alone)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
