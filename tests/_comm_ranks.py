@@ -37,21 +37,22 @@ def solve_all(comm, states=None, cases=None):
     states = seam.make_states() if states is None else states
     out = {}
     for name, l in X_CASES:
-        if cases is not None and f"{name}-X_{l}" not in cases:
+        key = f"{name}-X_{l}"
+        if cases is not None and key not in cases:
             continue
         net, X0, Y, Xs = states[name]
         block, Z = x_block(net, X0, Y, Xs, l), Xs[l - 1]
         cols = np.array_split(np.arange(Z.shape[1]), comm.P)[comm.rank]
         z, it, _ = seam._solve(block.restrict(cols), Z[:, cols], seam.SOLVES["capped"], comm)
-        out[f"{name}-X_{l}"], out[f"{name}-X_{l}-steps"] = z, np.array(it)
+        out[key], out[f"{key}-steps"] = z, np.array(it)
     for name, l, (max_iter, tol, settings) in W_CASES:
-        if cases is not None and f"{name}-W_{l}-{max_iter}" not in cases:
+        key = f"{name}-W_{l}-{max_iter}"
+        if cases is not None and key not in cases:
             continue
         block = seam._w_block(states, name, l)
         cols = np.array_split(np.arange(block.Xt.shape[1]), comm.P)[comm.rank]
         part = seam.columns(block, cols)
         W, it, _ = solve_pncg(np, part, block.W0, tol, max_iter, settings=settings, comm=comm)
-        key = f"{name}-W_{l}-{max_iter}"
         out[key], out[f"{key}-steps"] = W, np.array(it)
     return out
 

@@ -102,18 +102,13 @@ def mnist_dir():
 
 @pytest.fixture(scope="session", autouse=True)
 def _single_threaded_blas():
-    """Limit BLAS threads once every test module is imported, and with them every BLAS library:
-    SciPy's own OpenBLAS too, which ``scipy.linalg`` loads (a pool loaded after the limit keeps
-    its threads, and the W-blocks' solves then round apart from one thread's by up to 2e-13:
-    ``test_torch_comm.py`` run alone)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
-        yield
-        return
-    import scipy.linalg  # noqa: F401
+    """Limit BLAS threads once every test module is imported, every BLAS library's pool:
+    ``threads.controller`` loads SciPy's own OpenBLAS first (a pool loaded after the limit
+    keeps its threads, and the W-blocks' solves then round apart from one thread's by up to
+    2e-13: ``test_torch_comm.py`` run alone)."""
+    from fenchel_cvx.threads import controller
 
-    with threadpool_limits(
+    with controller().limit(
         limits=int(os.environ.get("FENCHEL_TEST_BLAS_THREADS", "1")), user_api="blas"
     ):
         yield

@@ -106,7 +106,7 @@ def test_the_batch_without_reads_gives_the_numpy_iterates(name, digits):
     momentum's restarts and the descent guard by ``where``, L a 0-d array, no Gram contents
     compared): the weights after the two rounds are NumPy's, where each decision is read, up to
     rounding (float64, no kernel compiled; float32 rounding differs by 1e-4 after the batch's CG
-    steps, as before)."""
+    steps)."""
     runs = {lib.__name__: _batch(name, digits, "float64", lib, False)[0] for lib in (np, xps)}
     assert all(
         type(W).__module__.startswith("array_api_strict") for W in runs["array_api_strict"].W
